@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/profiles"
+)
+
+// Exit codes of `str run` when the failure is str's, not the tool's.
+// Everything else is the tool's own status (128+N when signal N killed it).
+const (
+	exitTimedOut    = 124 // the wall-clock timeout killed the sandbox
+	exitLauncher    = 125 // str could not build or start the sandbox (usage, profile, setup step)
+	exitCannotExec  = 126 // the command exists but cannot be executed
+	exitNotFound    = 127 // the command does not exist inside the sandbox
+	exitUsage       = 2   // bad flags (before anything was attempted)
+	runUsageSummary = `usage: str run [flags] -- CMD [ARGS...]
+
+Runs CMD in a fresh sandbox and exits with its status (128+N if signal N
+killed it). str's own exit codes: 124 timed out, 125 sandbox setup failed
+(the message names the step and path), 126 CMD not executable, 127 CMD not
+found inside the sandbox, 2 bad flags.
+
+flags:
+`
+)
+
+// multiFlag collects a repeatable flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func cmdRun(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, runUsageSummary); fs.PrintDefaults() }
+	var binds, roBinds, envs multiFlag
+	profile := fs.String("profile", "standard", "profile name or trust level (str profile list)")
+	profileDir := fs.String("profile-dir", os.Getenv("STR_PROFILE_DIR"), "directory with extra *.yaml profiles")
+	fs.Var(&binds, "bind", "bind host `SRC[:DST]` read-write (repeatable)")
+	fs.Var(&roBinds, "ro-bind", "bind host `SRC[:DST]` read-only (repeatable)")
+	workdir := fs.String("workdir", "", "host `DIR` bound read-write at the same path and made the working directory (must be writable by the sandbox uid)")
+	timeout := fs.String("timeout", "", "wall-clock timeout (`DUR`: 10s, 2m; may only be shorter than the profile's)")
+	memory := fs.String("memory", "", "memory limit (`Q`: 256Mi, 1G; may only be lower than the profile's)")
+	cpus := fs.String("cpus", "", "CPU limit (`Q`: 1, 500m; may only be lower than the profile's)")
+	pids := fs.Int64("pids", 0, "max processes in the sandbox (may only be lower than the profile's)")
+	netMode := fs.String("net", "", "network: none or host (host only where the profile allows it)")
+	fs.Var(&envs, "env", "add `K=V` to the tool's environment (repeatable)")
+	resultPath := fs.String("result", "", "write the result JSON to `PATH` (- for stdout, after the command's output)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fmt.Fprintln(os.Stderr, "str run: no command given (str run [flags] -- CMD [ARGS...])")
+		return exitUsage
+	}
+
+	req := launcher.Request{
+		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, Network: *netMode, Pids: *pids,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	}
+	var bad []error
+	for _, b := range binds {
+		req.Binds = append(req.Binds, parseBind(b, true))
+	}
+	for _, b := range roBinds {
+		req.Binds = append(req.Binds, parseBind(b, false))
+	}
+	if *timeout != "" {
+		d, err := profiles.ParseDuration(*timeout)
+		if err != nil || d <= 0 {
+			bad = append(bad, fmt.Errorf("--timeout %q: %v", *timeout, errOrPositive(err)))
+		}
+		req.Timeout = d
+	}
+	if *memory != "" {
+		q, err := profiles.ParseBytes(*memory)
+		if err != nil || q <= 0 {
+			bad = append(bad, fmt.Errorf("--memory %q: %v", *memory, errOrPositive(err)))
+		}
+		req.Memory = int64(q)
+	}
+	if *cpus != "" {
+		q, err := profiles.ParseCPUs(*cpus)
+		if err != nil || q <= 0 {
+			bad = append(bad, fmt.Errorf("--cpus %q: %v", *cpus, errOrPositive(err)))
+		}
+		req.CPUs = int64(q)
+	}
+	if len(bad) > 0 {
+		fmt.Fprintln(os.Stderr, "str run:", errors.Join(bad...))
+		return exitUsage
+	}
+
+	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "str run:", err)
+		return exitLauncher
+	}
+
+	// SIGTERM/SIGINT to str run: end the sandbox cleanly (the context kills
+	// it and the cgroup is removed) rather than leave it to Pdeathsig.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+
+	res, err := l.Run(ctx, req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "str run:", err)
+		return exitLauncher
+	}
+	if *resultPath != "" {
+		if err := writeResult(*resultPath, res); err != nil {
+			fmt.Fprintln(os.Stderr, "str run: --result:", err)
+		}
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintln(os.Stderr, "str run: warning:", w)
+	}
+	switch {
+	case res.SetupError != nil:
+		fmt.Fprintln(os.Stderr, "str run:", res.SetupError.Error())
+		if res.ExitCode == exitNotFound || res.ExitCode == exitCannotExec {
+			return res.ExitCode
+		}
+		return exitLauncher
+	case res.TimedOut:
+		fmt.Fprintln(os.Stderr, "str run: timed out; the sandbox was killed")
+		return exitTimedOut
+	case res.OOMKilled:
+		fmt.Fprintln(os.Stderr, "str run: the memory limit was hit; the OOM killer ended the tool")
+	}
+	return res.ExitCode
+}
+
+func errOrPositive(err error) error {
+	if err != nil {
+		return err
+	}
+	return errors.New("must be greater than zero")
+}
+
+func parseBind(s string, writable bool) launcher.Bind {
+	src, dst, _ := strings.Cut(s, ":")
+	return launcher.Bind{Source: src, Target: dst, Writable: writable}
+}
+
+func writeResult(path string, res *launcher.Result) error {
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	if path == "-" {
+		_, err = os.Stdout.Write(data)
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}

@@ -1,0 +1,65 @@
+package launcher
+
+import (
+	"io"
+	"os"
+	"time"
+)
+
+// Request is what a caller asks of one sandbox: a command plus what may be
+// tightened relative to the profile. It never loosens a profile.
+type Request struct {
+	Profile string   // profile name or trust-level alias; "" = "standard"
+	Argv    []string // Argv[0] is resolved inside the sandbox (absolute, or searched in the profile's PATH)
+	Env     []string // extra K=V added after the profile's environment
+
+	// Workdir is a host directory bound read-write at the same path inside
+	// and made the tool's working directory. "" = /tmp inside.
+	Workdir string
+	// Binds are extra host paths made visible inside.
+	Binds []Bind
+
+	// Tighten-only limits; zero values mean "the profile's value".
+	Timeout time.Duration
+	Memory  int64  // bytes
+	CPUs    int64  // milli-CPUs
+	Pids    int64  // pids.max
+	Network string // "", "none" or "host"
+
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// ExtraFiles become the tool's fds 3, 4, ...; every other fd is closed.
+	ExtraFiles []*os.File
+}
+
+// Bind is one extra bind mount. Target "" means the same path as Source.
+type Bind struct {
+	Source   string
+	Target   string
+	Writable bool
+}
+
+// Result is the outcome of one sandbox run. JSON field names are stable
+// (they are what `str run --result` prints).
+type Result struct {
+	ExitCode   int    `json:"exit_code"`             // the tool's status, 128+signal when killed by one
+	Signal     int    `json:"signal"`                // signal that killed the tool, 0 if it exited
+	SignalName string `json:"signal_name,omitempty"` // "SIGKILL"
+	TimedOut   bool   `json:"timed_out"`
+	OOMKilled  bool   `json:"oom_killed"`
+	PidsLimit  bool   `json:"pids_limit_hit"` // a fork failed at pids.max
+	Cancelled  bool   `json:"cancelled"`      // the caller's context ended the run
+
+	WallTimeMs      float64 `json:"wall_time_ms"`
+	CPUTimeMs       float64 `json:"cpu_time_ms"` // user+system of the whole cgroup
+	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
+
+	// Timings of each setup phase in milliseconds, in order.
+	Timings []Phase `json:"timings"`
+	// Warnings lists best-effort fallbacks that were taken.
+	Warnings []string `json:"warnings,omitempty"`
+
+	// SetupError is set when the sandbox failed before the tool ran.
+	SetupError *StepError `json:"setup_error,omitempty"`
+}

@@ -1,0 +1,95 @@
+package launcher
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
+)
+
+// FormatPlan renders a plan for a reviewer: every mount with its flags,
+// the clone flags, id maps, rlimits, cgroup limits and seccomp rules with
+// their actions, in the order they are applied.
+func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
+	var b strings.Builder
+	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
+	w("profile: %s\n", pl.Profile)
+	w("mode: %s\n", map[bool]string{true: "rootless (user namespace, caller mapped to the tool uid)", false: "root"}[pl.Rootless])
+	w("\nnamespaces (clone flags): %s\n", strings.Join(pl.CloneNames, " | "))
+	for _, m := range pl.UIDMappings {
+		w("  uid map: inside %d -> host %d (size %d)\n", m.Inside, m.Outside, m.Size)
+	}
+	for _, m := range pl.GIDMappings {
+		w("  gid map: inside %d -> host %d (size %d)\n", m.Inside, m.Outside, m.Size)
+	}
+	if len(pl.AmbientCaps) > 0 {
+		w("  nsinit keeps for setup only: %s\n", strings.Join(pl.AmbientCaps, ", "))
+	}
+	w("\nfilesystem (in order, under a fresh tmpfs root; every mount nosuid, nodev except device nodes):\n")
+	for i, m := range pl.Child.Mounts {
+		w("  %2d. %s\n", i+1, describeMount(m))
+	}
+	w("  then: pivot_root, detach old root, remount / read-only, chdir %s\n", pl.Child.Workdir)
+	w("\nidentity: uid %d gid %d inside (host uid %d gid %d); hostname %q; loopback up: %v\n",
+		pl.Child.UID, pl.Child.GID, pl.ToolUID, pl.ToolGID, pl.Child.Hostname, pl.Child.LoopbackUp)
+	w("privileges: bounding, ambient, effective, permitted, inheritable sets emptied; no_new_privs; new session (setsid)\n")
+	w("\nrlimits (soft = hard):\n")
+	for _, r := range pl.Child.Rlimits {
+		w("  %-14s %d\n", r.Name, r.Value)
+	}
+	w("\ncgroup (%s):\n", pl.Cgroup.Mode)
+	w("  memory.max %s, swap %d\n", bytes(profiles.Quantity(pl.Cgroup.MemoryMax)), pl.Cgroup.SwapMax)
+	w("  cpu.max %d %d (%.2f CPUs)\n", pl.Cgroup.CPUQuotaUs, pl.Cgroup.CPUPeriodUs, float64(pl.Cgroup.CPUQuotaUs)/float64(pl.Cgroup.CPUPeriodUs))
+	w("  pids.max %d\n", pl.Cgroup.PidsMax)
+	if pl.Timeout > 0 {
+		w("\ntimeout: %s wall clock, then the whole sandbox is killed\n", pl.Timeout.Round(time.Millisecond))
+	}
+	w("\nenvironment (rebuilt from nothing):\n")
+	for _, e := range pl.Child.Env {
+		w("  %s\n", e)
+	}
+	w("\nseccomp policy %q (%d BPF instructions), loaded last before exec; default: %s; foreign/x32 arch: kill process\n",
+		pl.Child.SeccompPolicy, len(pl.Child.Seccomp), pl.SeccompDefault)
+	for _, r := range pl.Seccomp {
+		cond := ""
+		if r.Condition != "" {
+			cond = " if " + r.Condition
+		}
+		w("  %-22s %-14s%s  # %s\n", r.Syscall, r.Action, cond, r.Reason)
+	}
+	return b.String()
+}
+
+func describeMount(m nsinit.Mount) string {
+	switch m.Kind {
+	case nsinit.MountBind:
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		opt := ""
+		if m.Optional {
+			opt = " (optional)"
+		}
+		return fmt.Sprintf("bind %s %s -> %s, recursive, nosuid,nodev%s", mode, m.Source, m.Target, opt)
+	case nsinit.MountDevNode:
+		return fmt.Sprintf("device %s -> %s, nosuid,noexec", m.Source, m.Target)
+	case nsinit.MountTmpfs:
+		ro := ""
+		if m.ReadOnly {
+			ro = ",ro"
+		}
+		return fmt.Sprintf("tmpfs %s (%s%s), nosuid,nodev", m.Target, m.Data, ro)
+	case nsinit.MountSymlink:
+		return fmt.Sprintf("symlink %s -> %s", m.Target, m.Source)
+	case nsinit.MountFile:
+		return fmt.Sprintf("file %s (generated, %d bytes, mode %o)", m.Target, len(m.Contents), m.Mode)
+	case nsinit.MountProc:
+		return fmt.Sprintf("proc %s (fresh, for the new pid namespace), nosuid,nodev,noexec", m.Target)
+	case nsinit.MountDevpts:
+		return fmt.Sprintf("devpts %s (%s), nosuid,noexec", m.Target, m.Data)
+	}
+	return fmt.Sprintf("%s %s", m.Kind, m.Target)
+}

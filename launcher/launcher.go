@@ -1,0 +1,168 @@
+package launcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
+)
+
+// StepError is the launcher's and nsinit's one error type: it names the
+// step, the object and the cause.
+type StepError = nsinit.StepError
+
+// Options configure a Launcher.
+type Options struct {
+	// ProfileDir holds extra *.yaml profiles loaded next to the embedded ones.
+	ProfileDir string
+	// CgroupParent is the cgroup (v2: path below /sys/fs/cgroup) under
+	// which sandbox cgroups are created; "" = automatic (see v2Parent).
+	CgroupParent string
+	Logger       *slog.Logger
+}
+
+// Launcher creates sandboxes. It is safe for concurrent use.
+type Launcher struct {
+	opts     Options
+	profiles *profiles.Set
+	host     Host
+	log      *slog.Logger
+	v2parent string
+}
+
+// New loads the profiles and looks at the host once.
+func New(opts Options) (*Launcher, error) {
+	set, err := profiles.Embedded()
+	if err != nil {
+		return nil, fmt.Errorf("launcher: embedded profiles: %w", err)
+	}
+	if opts.ProfileDir != "" {
+		if err := set.LoadDir(opts.ProfileDir); err != nil {
+			return nil, fmt.Errorf("launcher: profiles from %s: %w", opts.ProfileDir, err)
+		}
+	}
+	l := &Launcher{opts: opts, profiles: set, log: opts.Logger}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	l.host = DetectHost()
+	return l, nil
+}
+
+// DetectHost reads the caller's ids, the cgroup mode and the environment.
+func DetectHost() Host {
+	return Host{UID: os.Geteuid(), GID: os.Getegid(), Cgroup: DetectCgroup(), Getenv: os.Getenv}
+}
+
+// Host returns what the launcher found out about this machine.
+func (l *Launcher) Host() Host { return l.host }
+
+// Profiles returns the loaded profiles.
+func (l *Launcher) Profiles() *profiles.Set { return l.profiles }
+
+// Plan validates a request against its profile and returns the concrete
+// plan. Errors that are the caller's fault wrap ErrInvalidRequest.
+func (l *Launcher) Plan(req Request) (*Plan, error) {
+	name := req.Profile
+	if name == "" {
+		name = "standard"
+	}
+	prof, err := l.profiles.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	var o profiles.Overrides
+	if req.Timeout > 0 {
+		o.Timeout = &req.Timeout
+	}
+	if req.Memory > 0 {
+		q := profiles.Quantity(req.Memory)
+		o.Memory = &q
+	}
+	if req.CPUs > 0 {
+		q := profiles.Quantity(req.CPUs)
+		o.CPUs = &q
+	}
+	if req.Pids > 0 {
+		o.Pids = &req.Pids
+	}
+	if req.Network != "" {
+		o.Network = &req.Network
+	}
+	tight, err := prof.Tighten(o)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	pol, err := seccomp.Load(tight.Seccomp)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: profile %s: seccomp policy %q: %w", tight.Name, tight.Seccomp, err)
+	}
+	prog, err := pol.Compile()
+	if err != nil {
+		return nil, fmt.Errorf("launcher: compile seccomp policy %s: %w", tight.Seccomp, err)
+	}
+	return NewPlan(tight, req, l.host, prog)
+}
+
+// ToolOwner returns the host uid and gid the tool's files appear as under
+// profile: what the work dir must be writable by.
+func (l *Launcher) ToolOwner(profile string) (uid, gid int, err error) {
+	pl, err := l.Plan(Request{Profile: profile, Argv: []string{"/bin/true"}})
+	if err != nil {
+		return 0, 0, err
+	}
+	return pl.ToolUID, pl.ToolGID, nil
+}
+
+// Run creates, starts and waits for one sandbox.
+func (l *Launcher) Run(ctx context.Context, req Request) (*Result, error) {
+	s, err := l.Create(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(); err != nil {
+		return nil, err
+	}
+	return s.Wait()
+}
+
+// Create plans the sandbox and creates its cgroup; nothing runs until
+// Start. A sandbox that is never started must be released with Kill.
+func (l *Launcher) Create(ctx context.Context, req Request) (*Sandbox, error) {
+	plan, err := l.Plan(req)
+	if err != nil {
+		return nil, err
+	}
+	return l.CreateFromPlan(ctx, plan, req)
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// createCgroup makes the sandbox's cgroup according to the plan's mode.
+func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
+	switch pl.Cgroup.Mode {
+	case CgroupV2:
+		if l.v2parent == "" {
+			p, err := v2Parent(l.opts.CgroupParent)
+			if err != nil {
+				return nil, err
+			}
+			l.v2parent = p
+		}
+		return newCgroupV2(l.v2parent, id, pl.Cgroup)
+	case CgroupV1:
+		return newCgroupV1(id, pl.Cgroup)
+	}
+	return nil, errors.New("no cgroup hierarchy")
+}

@@ -1,0 +1,421 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// ErrInvalidRequest marks errors that are the caller's fault: an unknown
+// profile, an override that loosens the profile, a malformed bind. The
+// worker maps it to INVALID_REQUEST; everything else is a sandbox failure.
+var ErrInvalidRequest = errors.New("invalid sandbox request")
+
+// Host is what the plan needs to know about the machine. It is read once
+// by DetectHost; tests build it by hand.
+type Host struct {
+	UID, GID int        // the caller's effective ids
+	Cgroup   CgroupMode // which cgroup hierarchy limits are applied through
+	// Lstat and Readlink look at host paths (bind sources); nil means the os
+	// functions.
+	Lstat    func(string) (fs.FileInfo, error)
+	Readlink func(string) (string, error)
+	// Getenv supplies the caller's environment for the profile's
+	// passthrough list; nil means nothing is passed through.
+	Getenv func(string) string
+}
+
+// CgroupMode is the cgroup hierarchy in use.
+type CgroupMode string
+
+const (
+	CgroupV2   CgroupMode = "v2"   // unified hierarchy: CLONE_INTO_CGROUP, cgroup.kill
+	CgroupV1   CgroupMode = "v1"   // legacy/hybrid controllers: enter after clone, freeze+kill
+	CgroupNone CgroupMode = "none" // no writable cgroup (best_effort only)
+)
+
+// Plan is the complete, concrete description of one sandbox: what `str
+// profile show NAME --plan` prints and what apply performs. Building it
+// touches nothing but the Host description.
+type Plan struct {
+	Profile       string   `json:"profile"`
+	Rootless      bool     `json:"rootless"`
+	UserNamespace bool     `json:"user_namespace"`
+	CloneFlags    uintptr  `json:"clone_flags"`
+	CloneNames    []string `json:"clone_flag_names"`
+	UIDMappings   []IDMap  `json:"uid_mappings,omitempty"`
+	GIDMappings   []IDMap  `json:"gid_mappings,omitempty"`
+	// AmbientCaps are the capabilities nsinit keeps across its own exec in
+	// rootless mode (it is not uid 0 inside); nsinit drops them all
+	// before the tool runs.
+	AmbientCaps []string `json:"ambient_caps,omitempty"`
+	// ToolUID/ToolGID are the host ids the tool's files appear as.
+	ToolUID int `json:"tool_host_uid"`
+	ToolGID int `json:"tool_host_gid"`
+
+	Cgroup  CgroupPlan    `json:"cgroup"`
+	Timeout time.Duration `json:"timeout_ns"`
+
+	Child   nsinit.Config      `json:"child"`
+	Seccomp []seccomp.RuleView `json:"seccomp_rules"`
+	// SeccompDefault is the action for syscalls no rule names.
+	SeccompDefault string `json:"seccomp_default_action"`
+
+	BestEffort bool `json:"best_effort"`
+
+	ambient []uintptr
+}
+
+// IDMap is one line of /proc/PID/uid_map or gid_map.
+type IDMap struct {
+	Inside  int `json:"inside"`
+	Outside int `json:"outside"`
+	Size    int `json:"size"`
+}
+
+// CgroupPlan is the sandbox cgroup's limits.
+type CgroupPlan struct {
+	Mode        CgroupMode `json:"mode"`
+	MemoryMax   int64      `json:"memory_max"`
+	SwapMax     int64      `json:"swap_max"`
+	CPUQuotaUs  int64      `json:"cpu_quota_us"`
+	CPUPeriodUs int64      `json:"cpu_period_us"`
+	PidsMax     int64      `json:"pids_max"`
+}
+
+const cpuPeriodUs = 100000
+
+// NewPlan turns a (tightened) profile and a request into a Plan. prog is
+// the compiled seccomp policy the profile names.
+func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program) (*Plan, error) {
+	var problems []error
+	bad := func(format string, a ...any) {
+		problems = append(problems, fmt.Errorf("%w: "+format, append([]any{ErrInvalidRequest}, a...)...))
+	}
+	if host.Lstat == nil {
+		host.Lstat = os.Lstat
+	}
+	if host.Readlink == nil {
+		host.Readlink = os.Readlink
+	}
+	if len(req.Argv) == 0 {
+		bad("no command given")
+	}
+
+	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: time.Duration(p.Timeout)}
+	if req.Timeout > 0 && (pl.Timeout == 0 || req.Timeout < pl.Timeout) {
+		pl.Timeout = req.Timeout
+	}
+
+	// Namespaces. pid, mount, ipc, uts and cgroup always; net when the
+	// profile isolates the network; user when not root or when asked.
+	pl.CloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+	pl.CloneNames = []string{"CLONE_NEWNS", "CLONE_NEWPID", "CLONE_NEWIPC", "CLONE_NEWUTS", "CLONE_NEWCGROUP"}
+	if p.Network == "none" {
+		pl.CloneFlags |= unix.CLONE_NEWNET
+		pl.CloneNames = append(pl.CloneNames, "CLONE_NEWNET")
+		pl.Child.LoopbackUp = true
+	}
+	pl.Rootless = host.UID != 0
+	switch p.UserNamespace {
+	case "always":
+		pl.UserNamespace = true
+	case "never":
+		if pl.Rootless {
+			bad("profile %s: user_namespace is never, but str runs as uid %d (not root)", p.Name, host.UID)
+		}
+	default: // auto
+		pl.UserNamespace = pl.Rootless
+	}
+	pl.ToolUID, pl.ToolGID = int(p.UID), int(p.GID)
+	pl.Child.SetGroups = true
+	if pl.UserNamespace {
+		pl.CloneFlags |= unix.CLONE_NEWUSER
+		pl.CloneNames = append(pl.CloneNames, "CLONE_NEWUSER")
+		if pl.Rootless {
+			// One id is all an unprivileged user may map: the caller becomes
+			// the tool's uid inside. setgroups is denied by the kernel.
+			pl.UIDMappings = []IDMap{{Inside: int(p.UID), Outside: host.UID, Size: 1}}
+			pl.GIDMappings = []IDMap{{Inside: int(p.GID), Outside: host.GID, Size: 1}}
+			pl.ToolUID, pl.ToolGID = host.UID, host.GID
+			pl.Child.SetGroups = false
+			// nsinit runs as the mapped uid, not 0, so its capabilities in
+			// the new namespace survive its own exec only as ambient ones.
+			pl.ambient = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID}
+			pl.AmbientCaps = []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID"}
+		} else {
+			// Root may map more: root to root for the setup, and the tool's
+			// uid to itself so its files on the work dir keep their owner.
+			pl.UIDMappings = []IDMap{{Inside: 0, Outside: 0, Size: 1}}
+			pl.GIDMappings = []IDMap{{Inside: 0, Outside: 0, Size: 1}}
+			if p.UID != 0 {
+				pl.UIDMappings = append(pl.UIDMappings, IDMap{Inside: int(p.UID), Outside: int(p.UID), Size: 1})
+			}
+			if p.GID != 0 {
+				pl.GIDMappings = append(pl.GIDMappings, IDMap{Inside: int(p.GID), Outside: int(p.GID), Size: 1})
+			}
+		}
+	}
+
+	// Cgroup limits. Swap is always 0: a sandbox never swaps.
+	pl.Cgroup = CgroupPlan{
+		Mode:        host.Cgroup,
+		MemoryMax:   int64(p.Cgroup.Memory),
+		SwapMax:     0,
+		CPUQuotaUs:  int64(p.Cgroup.CPUs) * cpuPeriodUs / 1000,
+		CPUPeriodUs: cpuPeriodUs,
+		PidsMax:     p.Cgroup.Pids,
+	}
+	if host.Cgroup == CgroupNone && !p.BestEffort {
+		bad("no writable cgroup hierarchy on this host and profile %s is not best_effort (see str doctor)", p.Name)
+	}
+
+	// The child's side.
+	c := &pl.Child
+	c.Version = nsinit.ConfigVersion
+	c.Hostname = p.Hostname
+	c.UID, c.GID = p.UID, p.GID
+	c.Argv = append([]string(nil), req.Argv...)
+	c.BestEffort = p.BestEffort
+	c.PassFDs = len(req.ExtraFiles)
+	c.Rlimits = rlimits(p)
+	env, err := buildEnv(p, req.Env, host.Getenv)
+	if err != nil {
+		bad("%v", err)
+	}
+	c.Env = env
+	if prog != nil {
+		c.SeccompPolicy = prog.Policy
+		c.Seccomp = make([]nsinit.SockFilter, len(prog.Filter))
+		for i, f := range prog.Filter {
+			c.Seccomp[i] = nsinit.SockFilter{Code: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}
+		}
+		pl.Seccomp = prog.Rules
+		pl.SeccompDefault = prog.DefaultAction
+	}
+
+	mounts, workdir, errs := buildMounts(p, req, host)
+	for _, e := range errs {
+		bad("%v", e)
+	}
+	c.Mounts = mounts
+	c.Workdir = workdir
+
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	return pl, nil
+}
+
+func rlimits(p *profiles.Profile) []nsinit.Rlimit {
+	r := p.Rlimits
+	return []nsinit.Rlimit{
+		{Name: "RLIMIT_AS", Resource: unix.RLIMIT_AS, Value: uint64(r.AS)},
+		{Name: "RLIMIT_CPU", Resource: unix.RLIMIT_CPU, Value: uint64(time.Duration(r.CPU) / time.Second)},
+		{Name: "RLIMIT_FSIZE", Resource: unix.RLIMIT_FSIZE, Value: uint64(r.FSize)},
+		{Name: "RLIMIT_NOFILE", Resource: unix.RLIMIT_NOFILE, Value: uint64(r.NoFile)},
+		{Name: "RLIMIT_NPROC", Resource: unix.RLIMIT_NPROC, Value: uint64(r.NProc)},
+		{Name: "RLIMIT_STACK", Resource: unix.RLIMIT_STACK, Value: uint64(r.Stack)},
+		{Name: "RLIMIT_CORE", Resource: unix.RLIMIT_CORE, Value: uint64(r.Core)},
+	}
+}
+
+// buildEnv rebuilds the environment from nothing: the profile's fixed
+// values, then the passthrough names set in the caller's environment, then
+// the request's additions. Sorted, so the plan is deterministic.
+func buildEnv(p *profiles.Profile, extra []string, getenv func(string) string) ([]string, error) {
+	m := map[string]string{}
+	for k, v := range p.Env.Set {
+		m[k] = v
+	}
+	if getenv != nil {
+		for _, k := range p.Env.Passthrough {
+			if v := getenv(k); v != "" {
+				m[k] = v
+			}
+		}
+	}
+	for _, kv := range extra {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, "\x00") || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("environment entry %q is not KEY=VALUE", kv)
+		}
+		m[k] = v
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	env := make([]string, 0, len(keys))
+	for _, k := range keys {
+		env = append(env, k+"="+m[k])
+	}
+	return env, nil
+}
+
+// buildMounts lists the filesystem steps in the order nsinit performs them:
+// parents always come before what is mounted inside them.
+func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, string, []error) {
+	var ms []nsinit.Mount
+	var errs []error
+	targets := map[string]bool{}
+	add := func(m nsinit.Mount) {
+		if targets[m.Target] {
+			errs = append(errs, fmt.Errorf("two mounts at %s", m.Target))
+			return
+		}
+		targets[m.Target] = true
+		ms = append(ms, m)
+	}
+
+	// 1. The profile's read-only host paths. A top-level symlink such as
+	// /lib -> usr/lib (merged /usr) is recreated as the same symlink;
+	// anything else is bound, following symlinks to the real file.
+	for _, ps := range p.Mounts.ReadOnly {
+		fi, err := host.Lstat(ps.Path)
+		if err != nil {
+			if ps.Optional && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("read-only bind %s: %v", ps.Path, err))
+			continue
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 && filepath.Dir(ps.Path) == "/" {
+			dest, err := host.Readlink(ps.Path)
+			if err == nil && !filepath.IsAbs(dest) && !strings.Contains(dest, "..") {
+				add(nsinit.Mount{Kind: nsinit.MountSymlink, Source: dest, Target: ps.Path})
+				continue
+			}
+		}
+		add(nsinit.Mount{Kind: nsinit.MountBind, Source: ps.Path, Target: ps.Path, ReadOnly: true, Optional: ps.Optional})
+	}
+
+	// 2. Minimal generated /etc/passwd and /etc/group: the host's list of
+	// accounts is none of the tool's business.
+	if p.Mounts.GeneratePasswd {
+		add(nsinit.Mount{Kind: nsinit.MountFile, Target: "/etc/passwd", Mode: 0o644, Contents: passwd(p.UID, p.GID)})
+		add(nsinit.Mount{Kind: nsinit.MountFile, Target: "/etc/group", Mode: 0o644, Contents: group(p.GID)})
+	}
+
+	// 3. Size-capped tmpfs mounts of the profile (/tmp, /var, ...).
+	for _, t := range p.Mounts.Tmpfs {
+		mode := t.Mode
+		if mode == "" {
+			mode = "0755"
+		}
+		add(nsinit.Mount{Kind: nsinit.MountTmpfs, Target: t.Path, Data: fmt.Sprintf("size=%d,mode=%s", int64(t.Size), mode)})
+	}
+
+	// 4. The request's binds and the work dir, shallowest first so a bind
+	// lands on a tmpfs already mounted.
+	var extra []nsinit.Mount
+	for _, b := range req.Binds {
+		if !filepath.IsAbs(b.Source) || filepath.Clean(b.Source) != b.Source {
+			errs = append(errs, fmt.Errorf("bind source %q must be an absolute, clean path", b.Source))
+			continue
+		}
+		dst := b.Target
+		if dst == "" {
+			dst = b.Source
+		}
+		if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst || dst == "/" {
+			errs = append(errs, fmt.Errorf("bind target %q must be an absolute, clean path other than /", dst))
+			continue
+		}
+		if _, err := host.Lstat(b.Source); err != nil {
+			errs = append(errs, fmt.Errorf("bind source %s: %v", b.Source, err))
+			continue
+		}
+		extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: b.Source, Target: dst, ReadOnly: !b.Writable})
+	}
+	workdir := "/tmp"
+	if req.Workdir != "" {
+		wd := req.Workdir
+		if !filepath.IsAbs(wd) || filepath.Clean(wd) != wd || wd == "/" {
+			errs = append(errs, fmt.Errorf("work dir %q must be an absolute, clean path other than /", wd))
+		} else if fi, err := host.Lstat(wd); err != nil || !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("work dir %s: not an existing directory (%v)", wd, err))
+		} else {
+			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd})
+			workdir = wd
+		}
+	}
+	sort.SliceStable(extra, func(i, j int) bool {
+		return strings.Count(extra[i].Target, "/") < strings.Count(extra[j].Target, "/")
+	})
+	for _, m := range extra {
+		if under(m.Target, "/proc") || under(m.Target, "/dev") {
+			errs = append(errs, fmt.Errorf("bind target %s: /proc and /dev are the sandbox's own", m.Target))
+			continue
+		}
+		add(m)
+	}
+
+	// 5. A minimal /dev: a tmpfs with bind-mounted device nodes (binds,
+	// not mknod, so it works in a user namespace too), a private devpts
+	// and, if the profile has one, /dev/shm.
+	add(nsinit.Mount{Kind: nsinit.MountTmpfs, Target: "/dev", Data: "size=64k,mode=0755"})
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		add(nsinit.Mount{Kind: nsinit.MountDevNode, Source: "/dev/" + d, Target: "/dev/" + d})
+	}
+	add(nsinit.Mount{Kind: nsinit.MountDevpts, Target: "/dev/pts", Data: "newinstance,ptmxmode=0666,mode=0620"})
+	add(nsinit.Mount{Kind: nsinit.MountSymlink, Source: "pts/ptmx", Target: "/dev/ptmx"})
+	add(nsinit.Mount{Kind: nsinit.MountSymlink, Source: "/proc/self/fd", Target: "/dev/fd"})
+	add(nsinit.Mount{Kind: nsinit.MountSymlink, Source: "/proc/self/fd/0", Target: "/dev/stdin"})
+	add(nsinit.Mount{Kind: nsinit.MountSymlink, Source: "/proc/self/fd/1", Target: "/dev/stdout"})
+	add(nsinit.Mount{Kind: nsinit.MountSymlink, Source: "/proc/self/fd/2", Target: "/dev/stderr"})
+	if p.Mounts.DevShm > 0 {
+		add(nsinit.Mount{Kind: nsinit.MountTmpfs, Target: "/dev/shm", Data: fmt.Sprintf("size=%d,mode=1777", int64(p.Mounts.DevShm))})
+	}
+
+	// 6. A fresh /proc for the new pid namespace: it shows only the
+	// sandbox's processes.
+	add(nsinit.Mount{Kind: nsinit.MountProc, Target: "/proc"})
+
+	// 7. Service-account tokens and similar secrets are never visible, even
+	// if a profile binds /var: an empty read-only tmpfs over them.
+	add(nsinit.Mount{Kind: nsinit.MountTmpfs, Target: "/var/run/secrets", ReadOnly: true, Data: "size=4k,mode=0755"})
+
+	return ms, workdir, errs
+}
+
+func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
+
+func passwd(uid, gid uint32) string {
+	s := "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+	if uid != 0 && uid != 65534 {
+		s += fmt.Sprintf("sandbox:x:%d:%d:sandbox:/tmp:/usr/sbin/nologin\n", uid, gid)
+	}
+	return s + "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+}
+
+func group(gid uint32) string {
+	s := "root:x:0:\n"
+	if gid != 0 && gid != 65534 {
+		s += "sandbox:x:" + strconv.Itoa(int(gid)) + ":\n"
+	}
+	return s + "nogroup:x:65534:\n"
+}
+
+func (pl *Plan) sysProcIDMaps() (uids, gids []syscall.SysProcIDMap) {
+	for _, m := range pl.UIDMappings {
+		uids = append(uids, syscall.SysProcIDMap{ContainerID: m.Inside, HostID: m.Outside, Size: m.Size})
+	}
+	for _, m := range pl.GIDMappings {
+		gids = append(gids, syscall.SysProcIDMap{ContainerID: m.Inside, HostID: m.Outside, Size: m.Size})
+	}
+	return uids, gids
+}

@@ -1,0 +1,373 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"golang.org/x/sys/unix"
+)
+
+// Sandbox is one created sandbox. Its lifecycle is Create → Start → Wait;
+// Kill may be called at any time, from any goroutine.
+type Sandbox struct {
+	l    *Launcher
+	plan *Plan
+	req  Request
+	ctx  context.Context
+	id   string
+	cg   sandboxCgroup
+
+	cmd               *exec.Cmd
+	configR, configW  *os.File
+	reportR, reportW  *os.File
+	started, finished chan struct{}
+	startErr          error
+	waitErr           error
+	events            []nsinit.Event
+
+	mu        sync.Mutex
+	timedOut  bool
+	cancelled bool
+	exited    bool
+
+	t0      time.Time
+	timings []Phase
+	result  *Result
+}
+
+// Phase is one timed setup phase (launcher or nsinit side).
+type Phase = nsinit.Phase
+
+var v2parentMu sync.Mutex
+
+// CreateFromPlan prepares a sandbox from an existing plan (Create does
+// Plan + CreateFromPlan). The cgroup exists afterwards; nothing runs.
+func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) (*Sandbox, error) {
+	s := &Sandbox{l: l, plan: plan, req: req, ctx: ctx, id: newID(), t0: time.Now(),
+		started: make(chan struct{}), finished: make(chan struct{})}
+
+	// L1. The sandbox's cgroup, with its limits, before anything runs.
+	if plan.Cgroup.Mode != CgroupNone {
+		v2parentMu.Lock()
+		cg, err := l.createCgroup(s.id, plan)
+		v2parentMu.Unlock()
+		if err != nil {
+			se := &StepError{Who: "launcher", Step: 1, Action: "create cgroup", Path: "str/" + s.id,
+				Detail: string(plan.Cgroup.Mode), Msg: err.Error(), Err: err,
+				Hint: "no writable cgroup? run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or set best_effort; see str doctor"}
+			if !plan.BestEffort {
+				return nil, se
+			}
+			l.log.Warn("best_effort: running without a cgroup", "error", se.Error())
+		} else {
+			s.cg = cg
+		}
+	}
+	s.mark("cgroup")
+
+	// L2. The two pipes: config (parent → child, fd 3) and report
+	// (child → parent, fd 4). os.Pipe makes them close-on-exec in the
+	// parent; ExtraFiles dup them into the child without that flag, and
+	// nsinit's step 1 sets it again before the tool runs.
+	var err error
+	if s.configR, s.configW, err = os.Pipe(); err != nil {
+		s.release()
+		return nil, &StepError{Who: "launcher", Step: 2, Action: "pipe", Path: "config", Msg: err.Error(), Err: err}
+	}
+	if s.reportR, s.reportW, err = os.Pipe(); err != nil {
+		s.release()
+		return nil, &StepError{Who: "launcher", Step: 2, Action: "pipe", Path: "report", Msg: err.Error(), Err: err}
+	}
+
+	// L3. The child: /proc/self/exe re-executed as nsinit, in new
+	// namespaces from the clone flags; no code of ours runs between fork
+	// and exec (Go's forkAndExecInChild does the maps and flags).
+	uids, gids := plan.sysProcIDMaps()
+	cmd := &exec.Cmd{
+		Path: "/proc/self/exe",
+		Args: []string{nsinit.ChildArg0},
+		// nsinit needs no environment (the tool's is in the plan); one P
+		// is plenty for a process that sets up and then waits.
+		Env:        []string{"GOMAXPROCS=1"},
+		Stdin:      req.Stdin,
+		Stdout:     req.Stdout,
+		Stderr:     req.Stderr,
+		ExtraFiles: append([]*os.File{s.configR, s.reportW}, req.ExtraFiles...),
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  plan.CloneFlags,
+			UidMappings: uids,
+			GidMappings: gids,
+			// An unprivileged user namespace must deny setgroups before
+			// its gid map can be written.
+			GidMappingsEnableSetgroups: !plan.Rootless,
+			AmbientCaps:                plan.ambient,
+			// Pdeathsig fires when the *thread* that forked exits, so the
+			// fork happens from a locked thread that lives until Wait
+			// returns (see run). If str itself dies, nsinit gets SIGKILL and,
+			// as PID 1, takes the whole pid namespace with it.
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if s.cg != nil {
+		if fd, ok := s.cg.CloneFD(); ok {
+			// cgroup v2: clone3(CLONE_INTO_CGROUP): the child is born inside
+			// its cgroup; there is no moment it runs outside the limits.
+			cmd.SysProcAttr.UseCgroupFD = true
+			cmd.SysProcAttr.CgroupFD = fd
+		}
+	}
+	s.cmd = cmd
+	return s, nil
+}
+
+// Plan returns the sandbox's plan.
+func (s *Sandbox) Plan() *Plan { return s.plan }
+
+// Start clones the child and hands it its plan. It returns once the child
+// exists (the tool may not have started yet: setup errors are reported by
+// Wait in Result.SetupError).
+func (s *Sandbox) Start() error {
+	go s.run()
+	<-s.started
+	return s.startErr
+}
+
+// run owns the locked OS thread that forks the child and stays alive until
+// the child is reaped (Pdeathsig is tied to that thread).
+func (s *Sandbox) run() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(s.finished)
+
+	err := s.cmd.Start()
+	// The child holds its ends now; ours must be closed so EOF works.
+	s.configR.Close()
+	s.reportW.Close()
+	if err != nil {
+		s.startErr = &StepError{Who: "launcher", Step: 3, Action: "clone nsinit", Path: "/proc/self/exe",
+			Detail: cloneDetail(s.plan), Msg: err.Error(), Err: err, Hint: "user namespaces disabled or not permitted? see str doctor"}
+		s.configW.Close()
+		s.reportR.Close()
+		s.release()
+		close(s.started)
+		return
+	}
+	s.mark("clone")
+	pid := s.cmd.Process.Pid
+
+	// L4. cgroup v1: move the child in before it may continue; it is
+	// blocked reading its plan until step L5.
+	if s.cg != nil {
+		if _, ok := s.cg.CloneFD(); !ok {
+			if err := s.cg.Enter(pid); err != nil {
+				s.startErr = &StepError{Who: "launcher", Step: 4, Action: "enter cgroup", Path: s.cg.Path(), Msg: err.Error(), Err: err}
+				_ = s.cmd.Process.Kill()
+				s.configW.Close()
+				_ = s.cmd.Wait()
+				s.reportR.Close()
+				s.release()
+				close(s.started)
+				return
+			}
+		}
+	}
+
+	// L5. Send the plan. Only now does nsinit start its setup.
+	data, _ := json.Marshal(&s.plan.Child)
+	_, werr := s.configW.Write(data)
+	s.configW.Close()
+	_ = werr // a write error means the child died; Wait reports how
+	close(s.started)
+
+	// The report pipe: events until nsinit exits (EOF).
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		sc := bufio.NewScanner(s.reportR)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var ev nsinit.Event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				s.events = append(s.events, ev)
+			}
+		}
+		s.reportR.Close()
+	}()
+
+	// L6. Timeout and cancellation kill the whole sandbox.
+	var timer *time.Timer
+	if s.plan.Timeout > 0 {
+		timer = time.AfterFunc(s.plan.Timeout, func() { s.kill(&s.timedOut) })
+	}
+	stopCtx := context.AfterFunc(s.ctx, func() { s.kill(&s.cancelled) })
+
+	s.waitErr = s.cmd.Wait()
+	s.mu.Lock()
+	s.exited = true
+	s.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+	stopCtx()
+	<-reportDone
+	s.mark("run")
+
+	// L7. Teardown: nsinit was PID 1, so its exit already killed the pid
+	// namespace; the cgroup kill catches anything else, then the cgroup
+	// is read and removed.
+	s.result = s.collect()
+}
+
+// kill marks why and kills nsinit and the cgroup.
+func (s *Sandbox) kill(why *bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exited {
+		return
+	}
+	if why != nil {
+		*why = true
+	}
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	if s.cg != nil {
+		_ = s.cg.Kill()
+	}
+}
+
+// Kill ends the sandbox now. Safe to call at any time.
+func (s *Sandbox) Kill() error {
+	select {
+	case <-s.started:
+	default:
+		// Never started: only the cgroup exists.
+		s.release()
+		return nil
+	}
+	s.kill(nil)
+	return nil
+}
+
+// Wait blocks until the whole sandbox is gone and its cgroup removed.
+func (s *Sandbox) Wait() (*Result, error) {
+	<-s.started
+	if s.startErr != nil {
+		return nil, s.startErr
+	}
+	<-s.finished
+	return s.result, nil
+}
+
+func (s *Sandbox) collect() *Result {
+	r := &Result{}
+	ps := s.cmd.ProcessState
+	for _, ev := range s.events {
+		switch ev.Type {
+		case "timings":
+			s.timings = append(s.timings, ev.Phases...)
+		case "warning":
+			r.Warnings = append(r.Warnings, ev.Message)
+		case "error":
+			r.SetupError = ev.Error
+		case "exit":
+			r.ExitCode, r.Signal = ev.Code, ev.Signal
+		}
+	}
+	haveExit := false
+	for _, ev := range s.events {
+		haveExit = haveExit || ev.Type == "exit"
+	}
+	if !haveExit && ps != nil {
+		// nsinit did not report: it was killed (timeout, cancel, OOM) or
+		// died in setup; take its own status.
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+			switch {
+			case ws.Signaled():
+				r.Signal = int(ws.Signal())
+				r.ExitCode = 128 + r.Signal
+			case ws.Exited():
+				r.ExitCode = ws.ExitStatus()
+			}
+		}
+	}
+	if r.Signal != 0 {
+		r.SignalName = unix.SignalName(syscall.Signal(r.Signal))
+	}
+	s.mu.Lock()
+	r.TimedOut, r.Cancelled = s.timedOut, s.cancelled
+	s.mu.Unlock()
+
+	if ps != nil {
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			r.CPUTimeMs = float64(time.Duration(ru.Utime.Nano()+ru.Stime.Nano())) / 1e6
+			r.PeakMemoryBytes = ru.Maxrss * 1024
+		}
+	}
+	if s.cg != nil {
+		if !s.cg.Empty() {
+			_ = s.cg.Kill()
+		}
+		st := s.cg.Stats()
+		if st.PeakMemory > 0 {
+			r.PeakMemoryBytes = st.PeakMemory
+		}
+		if st.CPUNanos > 0 {
+			r.CPUTimeMs = float64(st.CPUNanos) / 1e6
+		}
+		r.OOMKilled = st.OOMKills > 0
+		r.PidsLimit = st.PidsMax > 0
+		if err := s.cg.Delete(); err != nil {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("remove cgroup %s: %v", s.cg.Path(), err))
+		}
+		s.mark("teardown")
+	}
+	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
+	// Launcher phases first, nsinit's in between clone and run.
+	r.Timings = s.timings
+	if s.waitErr != nil && r.SetupError == nil && !haveExit && !r.TimedOut && !r.Cancelled && !r.OOMKilled && r.Signal == 0 && r.ExitCode == nsinit.ExitSetupFailed {
+		r.SetupError = &StepError{Who: "launcher", Step: 7, Action: "wait nsinit", Msg: s.waitErr.Error(), Err: s.waitErr}
+	}
+	return r
+}
+
+func (s *Sandbox) mark(name string) {
+	now := time.Now()
+	var prev time.Duration
+	for _, p := range s.timings {
+		prev += time.Duration(p.Ms * float64(time.Millisecond))
+	}
+	_ = prev
+	s.timings = append(s.timings, Phase{Name: "launcher_" + name, Ms: float64(now.Sub(s.t0).Microseconds()) / 1000})
+}
+
+// release removes the cgroup of a sandbox that never ran.
+func (s *Sandbox) release() {
+	if s.cg != nil {
+		_ = s.cg.Delete()
+		s.cg = nil
+	}
+}
+
+func cloneDetail(pl *Plan) string {
+	d := ""
+	for i, n := range pl.CloneNames {
+		if i > 0 {
+			d += "|"
+		}
+		d += n
+	}
+	return d
+}
+
+var _ = errors.New

@@ -1,0 +1,82 @@
+package nsinit
+
+// Config is everything the re-exec'd child needs, computed by the
+// launcher's plan and sent over the config pipe (fd 3) as JSON. nsinit
+// takes no decision of its own: it performs this list in a fixed order.
+type Config struct {
+	Version int `json:"version"`
+
+	// Mounts are performed in order under the new root before pivot_root.
+	Mounts []Mount `json:"mounts"`
+
+	Hostname   string `json:"hostname"`
+	LoopbackUp bool   `json:"loopback_up"` // the sandbox has its own network namespace
+
+	Rlimits []Rlimit `json:"rlimits"`
+
+	// Identity the tool runs as (inside the user namespace, if any).
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+	// SetGroups is false in a user namespace created without privilege,
+	// where setgroups(2) is denied by the kernel (/proc/PID/setgroups).
+	SetGroups bool `json:"set_groups"`
+
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env"`
+	Workdir string   `json:"workdir"` // path inside the sandbox
+
+	// PassFDs is how many inherited fds (starting at fd 5 in nsinit)
+	// are handed to the tool as fds 3, 4, ...; every other fd is closed.
+	PassFDs int `json:"pass_fds"`
+
+	// Seccomp is the compiled classic-BPF program, installed last.
+	SeccompPolicy string       `json:"seccomp_policy"`
+	Seccomp       []SockFilter `json:"seccomp"`
+
+	// BestEffort permits the documented fallbacks (e.g. no fresh /proc),
+	// each reported as a warning event.
+	BestEffort bool `json:"best_effort"`
+}
+
+// MountKind says what a Mount entry creates.
+type MountKind string
+
+const (
+	MountTmpfs   MountKind = "tmpfs"   // tmpfs at Target with Data (size=,mode=)
+	MountBind    MountKind = "bind"    // recursive bind of host Source to Target
+	MountProc    MountKind = "proc"    // fresh procfs for the new pid namespace
+	MountDevNode MountKind = "devnode" // bind of one host device node (/dev/null, ...)
+	MountDevpts  MountKind = "devpts"  // private devpts instance + /dev/ptmx symlink
+	MountSymlink MountKind = "symlink" // symlink Target -> Source (e.g. /lib -> usr/lib)
+	MountFile    MountKind = "file"    // regular file with Contents (e.g. generated /etc/passwd)
+	MountDir     MountKind = "dir"     // empty directory
+)
+
+// Mount is one filesystem step. Target is always absolute and is relative
+// to the new root.
+type Mount struct {
+	Kind     MountKind `json:"kind"`
+	Source   string    `json:"source,omitempty"`
+	Target   string    `json:"target"`
+	ReadOnly bool      `json:"read_only,omitempty"`
+	Data     string    `json:"data,omitempty"`
+	Contents string    `json:"contents,omitempty"`
+	Mode     uint32    `json:"mode,omitempty"`
+	// Optional entries whose Source is missing on the host are skipped.
+	Optional bool `json:"optional,omitempty"`
+}
+
+// Rlimit is one setrlimit call; soft and hard limits are equal.
+type Rlimit struct {
+	Name     string `json:"name"` // "RLIMIT_AS"
+	Resource int    `json:"resource"`
+	Value    uint64 `json:"value"`
+}
+
+// SockFilter mirrors struct sock_filter.
+type SockFilter struct {
+	Code uint16 `json:"code"`
+	Jt   uint8  `json:"jt"`
+	Jf   uint8  `json:"jf"`
+	K    uint32 `json:"k"`
+}

@@ -1,0 +1,259 @@
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+const hintUserns = "user namespaces or mount namespaces unavailable? see str doctor"
+const hintProc = "a fresh /proc cannot be mounted here, usually because the container runtime masks /proc " +
+	"(docker: --security-opt systempaths=unconfined; Kubernetes: procMount: Unmasked); " +
+	"or set best_effort: true in the profile to run without /proc"
+
+func (e *StepError) hint(h string) *StepError { e.Hint = h; return e }
+
+// cloneSources (step 3) clones each bind source with open_tree while every
+// host path is still reachable. The clones are detached mount trees held
+// by fd; step 5 makes them read-only and attaches them. Optional sources
+// that do not exist get fd -1.
+func cloneSources(mounts []Mount) ([]int, error) {
+	fds := make([]int, len(mounts))
+	for i, m := range mounts {
+		fds[i] = -1
+		if m.Kind != MountBind && m.Kind != MountDevNode {
+			continue
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source,
+			unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			if m.Optional && errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return nil, stepErr(3, "clone bind source", m.Source, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err)
+		}
+		fds[i] = fd
+	}
+	return fds, nil
+}
+
+// doMount performs one planned mount (step 5) under the new root, whose fd
+// is root. Targets are created inside our own fresh tmpfs with a walk that
+// never follows a symlink, so no path we create can redirect a mount.
+func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
+	const step = 5
+	if !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target {
+		return stepErr(step, "check target", m.Target, "", errors.New("target must be absolute and clean"))
+	}
+	parent, name := filepath.Split(m.Target)
+	switch m.Kind {
+	case MountDir:
+		dfd, err := mkdirAll(root, m.Target, m.Mode)
+		if err != nil {
+			return stepErr(step, "mkdir", m.Target, "", err)
+		}
+		return unix.Close(dfd)
+
+	case MountSymlink:
+		dfd, err := mkdirAll(root, parent, 0o755)
+		if err != nil {
+			return stepErr(step, "mkdir", parent, "", err)
+		}
+		defer unix.Close(dfd)
+		if err := unix.Symlinkat(m.Source, dfd, name); err != nil {
+			return stepErr(step, "symlink", m.Target, "-> "+m.Source, err)
+		}
+		return nil
+
+	case MountFile:
+		dfd, err := mkdirAll(root, parent, 0o755)
+		if err != nil {
+			return stepErr(step, "mkdir", parent, "", err)
+		}
+		defer unix.Close(dfd)
+		mode := m.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		// O_EXCL|O_NOFOLLOW: the file must be new; nothing is overwritten.
+		fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		if err != nil {
+			return stepErr(step, "create file", m.Target, "O_CREAT|O_EXCL", err)
+		}
+		f := os.NewFile(uintptr(fd), m.Target)
+		_, err = f.WriteString(m.Contents)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return stepErr(step, "write file", m.Target, "", err)
+		}
+		return nil
+
+	case MountBind, MountDevNode:
+		if tree < 0 {
+			return nil // optional and absent on the host
+		}
+		defer unix.Close(tree)
+		target, err := mountpoint(root, m.Target, isDirFd(tree))
+		if err != nil {
+			return stepErr(step, "create mount point", m.Target, "", err)
+		}
+		defer unix.Close(target)
+		// Recursive attributes on the detached tree before it is attached:
+		// there is never a moment where the bind is visible writable.
+		// Device nodes keep dev (they are devices) but get noexec.
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+		what := "MOUNT_ATTR_NOSUID"
+		if m.Kind == MountDevNode {
+			attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
+			what += "|MOUNT_ATTR_NOEXEC"
+		} else {
+			attr.Attr_set |= unix.MOUNT_ATTR_NODEV
+			what += "|MOUNT_ATTR_NODEV"
+		}
+		if m.ReadOnly {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+			what += "|MOUNT_ATTR_RDONLY"
+		}
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return stepErr(step, "mount_setattr", m.Source, what+" AT_RECURSIVE", err)
+		}
+		if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+			return stepErr(step, "bind-mount", m.Source+" -> "+m.Target, "move_mount", err)
+		}
+		return nil
+
+	case MountTmpfs:
+		target, err := mountpoint(root, m.Target, true)
+		if err != nil {
+			return stepErr(step, "create mount point", m.Target, "", err)
+		}
+		defer unix.Close(target)
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+		if m.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		if err := unix.Mount("tmpfs", fdPath(target), "tmpfs", flags, m.Data); err != nil {
+			return stepErr(step, "mount tmpfs", m.Target, m.Data, err)
+		}
+		return nil
+
+	case MountDevpts:
+		target, err := mountpoint(root, m.Target, true)
+		if err != nil {
+			return stepErr(step, "create mount point", m.Target, "", err)
+		}
+		defer unix.Close(target)
+		// A private instance: the tool's ptys are not the host's.
+		if err := unix.Mount("devpts", fdPath(target), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, m.Data); err != nil {
+			return stepErr(step, "mount devpts", m.Target, m.Data, err)
+		}
+		return nil
+
+	case MountProc:
+		target, err := mountpoint(root, m.Target, true)
+		if err != nil {
+			return stepErr(step, "create mount point", m.Target, "", err)
+		}
+		defer unix.Close(target)
+		err = unix.Mount("proc", fdPath(target), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		if err != nil {
+			if !cfg.BestEffort {
+				return stepErr(step, "mount proc", m.Target, "fresh procfs for the new pid namespace", err).hint(hintProc)
+			}
+			// Best effort, loudly: no /proc at all rather than the host's.
+			msg := fmt.Sprintf("best_effort: no fresh /proc (%v); the tool runs without /proc", err)
+			rep.send(event{Type: "warning", Message: msg})
+			fmt.Fprintln(os.Stderr, "nsinit: warning: "+msg)
+		}
+		return nil
+	}
+	return stepErr(step, "mount", m.Target, string(m.Kind), errors.New("unknown mount kind"))
+}
+
+// mountpoint creates (or opens) the mount point for target, a directory or
+// an empty regular file, and returns an O_PATH fd to it.
+func mountpoint(root int, target string, dir bool) (int, error) {
+	if dir {
+		return mkdirAll(root, target, 0o755)
+	}
+	parent, name := filepath.Split(target)
+	dfd, err := mkdirAll(root, parent, 0o755)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return -1, err
+	}
+	unix.Close(fd)
+	return unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// mkdirAll creates every component of path under root without following
+// symlinks (O_NOFOLLOW on each step) and returns an O_PATH fd to the last.
+func mkdirAll(root int, path string, mode uint32) (int, error) {
+	if mode == 0 {
+		mode = 0o755
+	}
+	cur, err := unix.Dup(root)
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range strings.Split(strings.Trim(path, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		if c == ".." || c == "." {
+			unix.Close(cur)
+			return -1, fmt.Errorf("path component %q refused", c)
+		}
+		if err := unix.Mkdirat(cur, c, mode); err != nil && err != unix.EEXIST {
+			unix.Close(cur)
+			return -1, fmt.Errorf("mkdir %s: %w", c, err)
+		}
+		next, err := unix.Openat(cur, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(cur)
+		if err != nil {
+			return -1, fmt.Errorf("open %s: %w", c, err)
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+func isDirFd(fd int) bool {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return true
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// fdPath names an O_PATH fd for the path-based mount(2). The host /proc is
+// still mounted at this point (before pivot_root).
+func fdPath(fd int) string { return fmt.Sprintf("/proc/self/fd/%d", fd) }
+
+// loopbackUp sets IFF_UP on lo in the current network namespace.
+func loopbackUp() error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
+}

@@ -1,0 +1,95 @@
+package profiles
+
+import "time"
+
+// Profile is one sandbox profile as decoded from YAML (schema version 1).
+// Every field is explicit; unknown fields are rejected at decode time.
+// Quantities (memory sizes, CPU counts) use Kubernetes notation in YAML
+// ("512Mi", "2Gi", "4G", "500m") and are stored here already parsed.
+type Profile struct {
+	Version     int      `yaml:"version"`
+	Name        string   `yaml:"name"`
+	Description string   `yaml:"description"`
+	Aliases     []string `yaml:"aliases"` // trust-level names that resolve to this profile (e.g. "untrusted")
+
+	// BestEffort allows documented fallbacks (no fresh /proc, no cgroup)
+	// that are otherwise hard errors. Each fallback is logged loudly.
+	BestEffort bool `yaml:"best_effort"`
+
+	// UserNamespace: "auto" (only when not root), "always", "never".
+	UserNamespace string `yaml:"user_namespace"`
+	// Network: "none" (own netns with only lo) or "host".
+	Network  string `yaml:"network"`
+	Hostname string `yaml:"hostname"`
+	UID      uint32 `yaml:"uid"`
+	GID      uint32 `yaml:"gid"`
+
+	Rlimits Rlimits  `yaml:"rlimits"`
+	Cgroup  Cgroup   `yaml:"cgroup"`
+	Timeout Duration `yaml:"timeout"` // default wall-clock timeout; 0 = none
+
+	Mounts Mounts `yaml:"mounts"`
+	Env    Env    `yaml:"env"`
+
+	// Seccomp names a policy in the seccomp package ("restrictive", ...).
+	Seccomp string `yaml:"seccomp"`
+}
+
+// Rlimits are the per-process resource limits (soft = hard).
+type Rlimits struct {
+	AS     Quantity `yaml:"as"`     // bytes
+	CPU    Duration `yaml:"cpu"`    // whole seconds
+	FSize  Quantity `yaml:"fsize"`  // bytes
+	NoFile int64    `yaml:"nofile"` // count
+	NProc  int64    `yaml:"nproc"`  // count
+	Stack  Quantity `yaml:"stack"`  // bytes
+	Core   Quantity `yaml:"core"`   // bytes; must be 0
+}
+
+// Cgroup limits for the sandbox's own cgroup.
+type Cgroup struct {
+	Memory Quantity `yaml:"memory"` // memory.max (bytes); swap is always 0
+	CPUs   Quantity `yaml:"cpus"`   // in milli-CPUs after parsing ("1" = 1000, "500m" = 500)
+	Pids   int64    `yaml:"pids"`   // pids.max
+}
+
+// Mounts describes the filesystem the tool sees besides the fixed parts
+// (tmpfs root, /proc, minimal /dev, tmpfs over /var/run/secrets) that
+// the launcher always provides.
+type Mounts struct {
+	// ReadOnly host paths bound recursively read-only at the same path.
+	// A host path that is a symlink (e.g. /lib -> usr/lib) is recreated as
+	// the same symlink. Optional entries are skipped when absent on the host.
+	ReadOnly []PathSpec `yaml:"ro_binds"`
+	// Tmpfs mounts, size-capped (e.g. /tmp, and /var for permissive).
+	Tmpfs []TmpfsSpec `yaml:"tmpfs"`
+	// DevShm: size of the tmpfs at /dev/shm; 0 = no /dev/shm.
+	DevShm Quantity `yaml:"dev_shm"`
+	// Generated /etc/passwd and /etc/group with root, nobody and the tool's uid.
+	GeneratePasswd bool `yaml:"generate_passwd"`
+}
+
+type PathSpec struct {
+	Path     string `yaml:"path"`
+	Optional bool   `yaml:"optional"`
+}
+
+type TmpfsSpec struct {
+	Path string   `yaml:"path"`
+	Size Quantity `yaml:"size"`
+	Mode string   `yaml:"mode"` // octal, e.g. "1777"
+}
+
+// Env is the tool's environment, always rebuilt from scratch.
+type Env struct {
+	Set         map[string]string `yaml:"set"`         // fixed values
+	Passthrough []string          `yaml:"passthrough"` // copied from the caller when set there
+}
+
+// Quantity is a parsed Kubernetes-style quantity. For byte sizes it is a
+// number of bytes; for CPUs it is milli-CPUs.
+type Quantity int64
+
+// Duration is a time.Duration decoded from "60s", "5m" or a bare integer
+// number of seconds.
+type Duration time.Duration

@@ -1,0 +1,298 @@
+package profiles
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ErrBadQuantity is wrapped by every error of ParseBytes, ParseCPUs and
+// ParseDuration.
+var ErrBadQuantity = errors.New("bad quantity")
+
+// maxQuantityLen bounds the text a quantity may have; anything longer is
+// garbage, and the bound keeps big-number arithmetic cheap.
+const maxQuantityLen = 40
+
+// byteSuffixes are the Kubernetes suffixes accepted for byte sizes. There
+// is no "m" (milli) suffix: a fraction of a byte is meaningless.
+var byteSuffixes = map[string]int64{
+	"":   1,
+	"k":  1e3,
+	"M":  1e6,
+	"G":  1e9,
+	"T":  1e12,
+	"P":  1e15,
+	"E":  1e18,
+	"Ki": 1 << 10,
+	"Mi": 1 << 20,
+	"Gi": 1 << 30,
+	"Ti": 1 << 40,
+	"Pi": 1 << 50,
+	"Ei": 1 << 60,
+}
+
+// binaryUnits, largest first, are used by FormatBytes.
+var binaryUnits = []struct {
+	suffix string
+	size   int64
+}{
+	{"Ei", 1 << 60}, {"Pi", 1 << 50}, {"Ti", 1 << 40},
+	{"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10},
+}
+
+// ParseBytes parses a byte size in Kubernetes notation: a plain integer
+// ("1000"), a decimal SI suffix (k, M, G, T, P, E: "4G"), or a binary
+// suffix (Ki, Mi, Gi, Ti, Pi, Ei: "512Mi"). A decimal fraction is allowed
+// when the result is a whole number of bytes ("1.5Gi"). Signs, exponents,
+// spaces, unknown suffixes and values above math.MaxInt64 are rejected.
+func ParseBytes(s string) (Quantity, error) {
+	n, err := parseScaled(s, byteSuffixes, "bytes")
+	return Quantity(n), err
+}
+
+// ParseCPUs parses a CPU count into milli-CPUs: "2" -> 2000, "1.5" ->
+// 1500, "500m" -> 500. A result that is not a whole number of milli-CPUs
+// ("0.0005") is rejected, as are signs and unknown suffixes.
+func ParseCPUs(s string) (Quantity, error) {
+	n, err := parseScaled(s, map[string]int64{"": 1000, "m": 1}, "CPUs")
+	return Quantity(n), err
+}
+
+// parseScaled parses "<digits>[.<digits>]<suffix>" and returns the value
+// times suffixes[suffix], which must be a whole number no larger than
+// math.MaxInt64.
+func parseScaled(s string, suffixes map[string]int64, kind string) (int64, error) {
+	bad := func(why string) (int64, error) {
+		return 0, fmt.Errorf("%w: %q as %s: %s", ErrBadQuantity, s, kind, why)
+	}
+	switch {
+	case s == "":
+		return bad("empty")
+	case len(s) > maxQuantityLen:
+		return bad(fmt.Sprintf("longer than %d characters", maxQuantityLen))
+	case s[0] == '-':
+		return bad("negative values are not allowed")
+	}
+	// 1. Split the text into integer digits, fraction digits and suffix.
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	intPart := s[:i]
+	fracPart := ""
+	if i < len(s) && s[i] == '.' {
+		j := i + 1
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		fracPart = s[i+1 : j]
+		if fracPart == "" {
+			return bad("no digits after the decimal point")
+		}
+		i = j
+	}
+	if intPart == "" {
+		return bad("must start with a digit")
+	}
+	suffix := s[i:]
+	mult, ok := suffixes[suffix]
+	if !ok {
+		valid := make([]string, 0, len(suffixes))
+		for k := range suffixes {
+			if k != "" {
+				valid = append(valid, k)
+			}
+		}
+		slices.Sort(valid)
+		return bad(fmt.Sprintf("unknown suffix %q (valid: none, %s)", suffix, strings.Join(valid, ", ")))
+	}
+	// 2. value = (int.frac) * mult, computed exactly.
+	num, _ := new(big.Int).SetString(intPart+fracPart, 10)
+	den := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(len(fracPart))), nil)
+	num.Mul(num, big.NewInt(mult))
+	q, r := new(big.Int).QuoRem(num, den, new(big.Int))
+	if r.Sign() != 0 {
+		if kind == "CPUs" {
+			return bad("not a whole number of milli-CPUs")
+		}
+		return bad("not a whole number of bytes")
+	}
+	if !q.IsInt64() {
+		return bad("too large")
+	}
+	return q.Int64(), nil
+}
+
+// ParseDuration parses a Go duration ("60s", "5m", "1h30m") or a bare
+// integer number of seconds ("60"). Negative durations are rejected.
+func ParseDuration(s string) (time.Duration, error) {
+	bad := func(why string) (time.Duration, error) {
+		return 0, fmt.Errorf("%w: %q as duration: %s", ErrBadQuantity, s, why)
+	}
+	if s == "" {
+		return bad("empty")
+	}
+	if strings.Trim(s, "0123456789") == "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n > math.MaxInt64/int64(time.Second) {
+			return bad("too large")
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return bad(strings.TrimPrefix(err.Error(), "time: "))
+	}
+	if d < 0 {
+		return bad("negative durations are not allowed")
+	}
+	return d, nil
+}
+
+// FormatBytes prints a byte size with the largest binary suffix that
+// divides it exactly ("512Mi"), or as a plain integer. ParseBytes reads
+// the result back to the same value.
+func FormatBytes(q Quantity) string {
+	if q > 0 {
+		for _, u := range binaryUnits {
+			if int64(q)%u.size == 0 {
+				return strconv.FormatInt(int64(q)/u.size, 10) + u.suffix
+			}
+		}
+	}
+	return strconv.FormatInt(int64(q), 10)
+}
+
+// FormatCPUs prints milli-CPUs as whole CPUs ("2") when exact, otherwise
+// in milli notation ("1500m"). ParseCPUs reads the result back.
+func FormatCPUs(q Quantity) string {
+	if q%1000 == 0 {
+		return strconv.FormatInt(int64(q)/1000, 10)
+	}
+	return strconv.FormatInt(int64(q), 10) + "m"
+}
+
+// String prints the quantity as a byte size (see FormatBytes).
+func (q Quantity) String() string { return FormatBytes(q) }
+
+// String prints the duration as Go does ("1m0s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// scalarText returns the text of a YAML scalar, or a decode error naming
+// the line when the node is a mapping or sequence.
+func scalarText(n *yaml.Node, what string) (string, error) {
+	if n.Kind != yaml.ScalarNode {
+		return "", &yaml.TypeError{Errors: []string{
+			fmt.Sprintf("line %d: %s must be a scalar", n.Line, what)}}
+	}
+	return n.Value, nil
+}
+
+// UnmarshalYAML decodes a byte size (see ParseBytes). The only Quantity
+// that is not a byte size, Cgroup.CPUs, is decoded by Cgroup itself.
+func (q *Quantity) UnmarshalYAML(n *yaml.Node) error {
+	s, err := scalarText(n, "a byte size")
+	if err != nil {
+		return err
+	}
+	v, err := ParseBytes(s)
+	if err != nil {
+		// A TypeError lets yaml.v3 carry on and report every bad field.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	*q = v
+	return nil
+}
+
+// MarshalYAML prints a byte size as FormatBytes does.
+func (q Quantity) MarshalYAML() (any, error) { return FormatBytes(q), nil }
+
+// UnmarshalYAML decodes a duration (see ParseDuration).
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	s, err := scalarText(n, "a duration")
+	if err != nil {
+		return err
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML prints a duration as Go does ("1m0s").
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// cpuQuantity is Cgroup.CPUs while decoding: the same number, parsed with
+// ParseCPUs instead of ParseBytes.
+type cpuQuantity Quantity
+
+func (c *cpuQuantity) UnmarshalYAML(n *yaml.Node) error {
+	s, err := scalarText(n, "a CPU count")
+	if err != nil {
+		return err
+	}
+	v, err := ParseCPUs(s)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	*c = cpuQuantity(v)
+	return nil
+}
+
+// cgroupYAML is Cgroup's YAML form; it keeps the Go struct and the YAML
+// keys in one place so that UnmarshalYAML and MarshalYAML agree.
+type cgroupYAML struct {
+	Memory Quantity    `yaml:"memory"`
+	CPUs   cpuQuantity `yaml:"cpus"`
+	Pids   int64       `yaml:"pids"`
+}
+
+var cgroupKeys = map[string]bool{"memory": true, "cpus": true, "pids": true}
+
+// UnmarshalYAML decodes the cgroup block. It exists because CPUs is a
+// Quantity in milli-CPUs, not bytes. yaml.v3 does not pass KnownFields to
+// custom unmarshalers, so unknown keys are rejected here by hand.
+func (c *Cgroup) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cgroup must be a mapping", n.Line)}}
+	}
+	var problems []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !cgroupKeys[k.Value] {
+			problems = append(problems, fmt.Sprintf("line %d: field %s not found in type profiles.Cgroup", k.Line, k.Value))
+		}
+	}
+	var raw cgroupYAML
+	if err := n.Decode(&raw); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return err
+		}
+		problems = append(problems, te.Errors...)
+	}
+	if len(problems) > 0 {
+		return &yaml.TypeError{Errors: problems}
+	}
+	*c = Cgroup{Memory: raw.Memory, CPUs: Quantity(raw.CPUs), Pids: raw.Pids}
+	return nil
+}
+
+// MarshalYAML prints the cgroup block with cpus in CPU notation.
+func (c Cgroup) MarshalYAML() (any, error) {
+	return struct {
+		Memory Quantity `yaml:"memory"`
+		CPUs   string   `yaml:"cpus"`
+		Pids   int64    `yaml:"pids"`
+	}{c.Memory, FormatCPUs(c.CPUs), c.Pids}, nil
+}

@@ -1,0 +1,123 @@
+package profiles
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// ErrLoosening is wrapped by every *LoosenError.
+var ErrLoosening = errors.New("overrides may only tighten")
+
+// Overrides are the limits a request may set. nil = the profile's value.
+// Each may only tighten the profile.
+type Overrides struct {
+	Timeout *time.Duration
+	Memory  *Quantity // bytes; tightens cgroup.memory (rlimits.as is left as is)
+	CPUs    *Quantity // milli-CPUs; tightens cgroup.cpus
+	Pids    *int64    // tightens cgroup.pids
+	Network *string   // "none" | "host"
+}
+
+// LoosenError is one override that would loosen the profile.
+type LoosenError struct {
+	Profile string
+	Field   string // "memory", "cpus", "pids", "timeout", "network"
+	Asked   string
+	Allowed string // e.g. "at most 512Mi", `only "none"`
+}
+
+func (e *LoosenError) Error() string {
+	return fmt.Sprintf("profile %s: %s %s asked, %s allowed (overrides may only tighten)", e.Profile, e.Field, e.Asked, e.Allowed)
+}
+
+// Unwrap makes errors.Is(err, ErrLoosening) true.
+func (e *LoosenError) Unwrap() error { return ErrLoosening }
+
+// Tighten returns a deep copy of p with the overrides applied. Every
+// override that would loosen p is a *LoosenError and every invalid value
+// (zero, negative, unknown network) a *FieldError; all are collected and
+// joined. p itself is never changed.
+func (p *Profile) Tighten(o Overrides) (*Profile, error) {
+	t := p.clone()
+	var errs []error
+	loosen := func(field, asked, allowed string) {
+		errs = append(errs, &LoosenError{Profile: p.Name, Field: field, Asked: asked, Allowed: allowed})
+	}
+	invalid := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Profile: p.Name, Field: field + " (override)", Problem: fmt.Sprintf(format, args...)})
+	}
+
+	if o.Timeout != nil {
+		switch d := *o.Timeout; {
+		case d <= 0:
+			invalid("timeout", "must be > 0, got %s", d)
+		case p.Timeout > 0 && d > time.Duration(p.Timeout):
+			loosen("timeout", d.String(), "at most "+p.Timeout.String())
+		default:
+			t.Timeout = Duration(d)
+		}
+	}
+	if o.Memory != nil {
+		switch m := *o.Memory; {
+		case m <= 0:
+			invalid("memory", "must be > 0, got %d", m)
+		case m > p.Cgroup.Memory:
+			loosen("memory", FormatBytes(m), "at most "+FormatBytes(p.Cgroup.Memory))
+		default:
+			t.Cgroup.Memory = m
+		}
+	}
+	if o.CPUs != nil {
+		switch c := *o.CPUs; {
+		case c <= 0:
+			invalid("cpus", "must be > 0, got %dm", c)
+		case c > p.Cgroup.CPUs:
+			loosen("cpus", FormatCPUs(c), "at most "+FormatCPUs(p.Cgroup.CPUs))
+		default:
+			t.Cgroup.CPUs = c
+		}
+	}
+	if o.Pids != nil {
+		switch n := *o.Pids; {
+		case n <= 0:
+			invalid("pids", "must be > 0, got %d", n)
+		case n > p.Cgroup.Pids:
+			loosen("pids", fmt.Sprint(n), fmt.Sprintf("at most %d", p.Cgroup.Pids))
+		default:
+			t.Cgroup.Pids = n
+		}
+	}
+	if o.Network != nil {
+		switch n := *o.Network; {
+		case !validNetwork(n):
+			invalid("network", "%q is not one of none, host", n)
+		case n == "host" && p.Network != "host":
+			loosen("network", fmt.Sprintf("%q", n), fmt.Sprintf("only %q", p.Network))
+		default:
+			t.Network = n
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	// The result must still be a valid profile; with the checks above this
+	// only fails if p itself was invalid.
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("profiles: tightened profile %s is invalid: %w", p.Name, err)
+	}
+	return t, nil
+}
+
+// clone returns a deep copy of p: no slice or map is shared.
+func (p *Profile) clone() *Profile {
+	c := *p
+	c.Aliases = slices.Clone(p.Aliases)
+	c.Mounts.ReadOnly = slices.Clone(p.Mounts.ReadOnly)
+	c.Mounts.Tmpfs = slices.Clone(p.Mounts.Tmpfs)
+	c.Env.Set = maps.Clone(p.Env.Set)
+	c.Env.Passthrough = slices.Clone(p.Env.Passthrough)
+	return &c
+}
