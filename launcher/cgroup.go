@@ -55,8 +55,21 @@ func DetectCgroup() CgroupMode {
 	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		return CgroupV2
 	}
+	// v1: our own cgroup in the memory and pids hierarchies must be
+	// writable (root, or a subtree delegated to this user).
+	own := map[string]string{}
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if parts := strings.SplitN(line, ":", 3); len(parts) == 3 {
+				for _, c := range strings.Split(parts[1], ",") {
+					own[c] = parts[2]
+				}
+			}
+		}
+	}
 	for _, c := range []string{"memory", "pids"} {
-		if unix.Access(filepath.Join(cgroupRoot, c), unix.W_OK) != nil {
+		p, ok := own[c]
+		if !ok || unix.Access(filepath.Join(cgroupRoot, c, p), unix.W_OK) != nil {
 			return CgroupNone
 		}
 	}
@@ -329,4 +342,72 @@ func readKV(path string) map[string]int64 {
 		}
 	}
 	return m
+}
+
+// sweepStale removes sandbox cgroups left by launchers that died without
+// tearing down (SIGKILL of str run: Pdeathsig killed the sandbox, but
+// nobody was left to rmdir its cgroup). Sandbox cgroups are named
+// "<launcher pid>-<random>"; a directory whose launcher is gone is emptied
+// (any survivor is killed) and removed. A live launcher's cgroups are
+// never touched.
+func sweepStale(dirs []string) {
+	for _, dir := range dirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			pidStr, _, ok := strings.Cut(e.Name(), "-")
+			pid, err := strconv.Atoi(pidStr)
+			if !ok || err != nil || !e.IsDir() || pid <= 0 {
+				continue
+			}
+			if unix.Kill(pid, 0) != unix.ESRCH {
+				continue // launcher alive (or not ours to judge)
+			}
+			p := filepath.Join(dir, e.Name())
+			if b, err := os.ReadFile(filepath.Join(p, "cgroup.procs")); err == nil {
+				for _, f := range bytes.Fields(b) {
+					if n, err := strconv.Atoi(string(f)); err == nil {
+						_ = unix.Kill(n, unix.SIGKILL)
+					}
+				}
+			}
+			_ = retryBusy(func() error { return unix.Rmdir(p) })
+		}
+	}
+}
+
+// staleDirs returns the directories holding this launcher's kind of
+// sandbox cgroups: "<own cgroup>/str" in every v1 controller str uses, or
+// the v2 parent.
+func staleDirs(mode CgroupMode, v2parent string) []string {
+	switch mode {
+	case CgroupV2:
+		if v2parent == "" {
+			return nil
+		}
+		return []string{filepath.Join(cgroupRoot, v2parent)}
+	case CgroupV1:
+		var dirs []string
+		b, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			return nil
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			for _, ctrl := range strings.Split(parts[1], ",") {
+				for _, c := range v1Controllers {
+					if ctrl == c {
+						dirs = append(dirs, filepath.Join(cgroupRoot, c, parts[2], "str"))
+					}
+				}
+			}
+		}
+		return dirs
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -53,6 +54,17 @@ func New(opts Options) (*Launcher, error) {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	l.host = DetectHost()
+	// Leftovers of launchers that were SIGKILLed are removed now.
+	if l.host.Cgroup == CgroupV2 && opts.CgroupParent == "" {
+		v2parentMu.Lock()
+		if p, err := v2Parent(""); err == nil {
+			l.v2parent = p
+		}
+		v2parentMu.Unlock()
+	} else if l.host.Cgroup == CgroupV2 {
+		l.v2parent = opts.CgroupParent
+	}
+	sweepStale(staleDirs(l.host.Cgroup, l.v2parent))
 	return l, nil
 }
 
@@ -143,10 +155,12 @@ func (l *Launcher) Create(ctx context.Context, req Request) (*Sandbox, error) {
 	return l.CreateFromPlan(ctx, plan, req)
 }
 
+// newID names a sandbox (and its cgroup) "<launcher pid>-<random>", so a
+// later launcher can tell a dead launcher's leftovers (sweepStale).
 func newID() string {
-	var b [8]byte
+	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 }
 
 // createCgroup makes the sandbox's cgroup according to the plan's mode.

@@ -1,0 +1,240 @@
+package launcher
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
+	"golang.org/x/sys/unix"
+)
+
+// fakeFS is a host filesystem description for plans built without
+// touching the machine: /lib and /lib64 are merged-usr symlinks.
+type fakeInfo struct {
+	name string
+	mode fs.FileMode
+}
+
+func (f fakeInfo) Name() string       { return f.name }
+func (f fakeInfo) Size() int64        { return 0 }
+func (f fakeInfo) Mode() fs.FileMode  { return f.mode }
+func (f fakeInfo) ModTime() time.Time { return time.Time{} }
+func (f fakeInfo) IsDir() bool        { return f.mode.IsDir() }
+func (f fakeInfo) Sys() any           { return nil }
+
+func fakeHost(uid int, cg CgroupMode) Host {
+	links := map[string]string{"/lib": "usr/lib", "/lib64": "usr/lib64", "/bin": "usr/bin", "/sbin": "usr/sbin"}
+	return Host{
+		UID: uid, GID: uid, Cgroup: cg,
+		Lstat: func(p string) (fs.FileInfo, error) {
+			if _, ok := links[p]; ok {
+				return fakeInfo{p, fs.ModeSymlink}, nil
+			}
+			switch p {
+			case "/usr", "/etc/ssl", "/work", "/data", "/etc/python3", "/etc/python3.11":
+				return fakeInfo{p, fs.ModeDir}, nil
+			case "/etc/resolv.conf", "/etc/hosts", "/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/mime.types":
+				return fakeInfo{p, 0}, nil
+			}
+			return nil, &fs.PathError{Op: "lstat", Path: p, Err: fs.ErrNotExist}
+		},
+		Readlink: func(p string) (string, error) { return links[p], nil },
+		Getenv:   func(k string) string { return map[string]string{"PYTHONUNBUFFERED": "1", "SECRET": "x"}[k] },
+	}
+}
+
+func mustPlan(t *testing.T, profile string, req Request, host Host) *Plan {
+	t.Helper()
+	set, err := profiles.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := set.Lookup(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Argv == nil {
+		req.Argv = []string{"/bin/true"}
+	}
+	pl, err := NewPlan(p, req, host, nil)
+	if err != nil {
+		t.Fatalf("plan %s: %v", profile, err)
+	}
+	return pl
+}
+
+func TestPlanNamespacesPerProfile(t *testing.T) {
+	base := unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+	cases := []struct {
+		profile string
+		uid     int
+		flags   uintptr
+	}{
+		{"restrictive", 0, uintptr(base | unix.CLONE_NEWNET)},
+		{"confidential", 0, uintptr(base | unix.CLONE_NEWNET)},
+		{"standard", 0, uintptr(base)},
+		{"permissive", 0, uintptr(base)},
+		{"restrictive", 1000, uintptr(base | unix.CLONE_NEWNET | unix.CLONE_NEWUSER)},
+		{"standard", 1000, uintptr(base | unix.CLONE_NEWUSER)},
+	}
+	for _, c := range cases {
+		pl := mustPlan(t, c.profile, Request{}, fakeHost(c.uid, CgroupV1))
+		if pl.CloneFlags != c.flags {
+			t.Errorf("%s as uid %d: clone flags %v, want %#x", c.profile, c.uid, pl.CloneNames, c.flags)
+		}
+		if pl.Child.LoopbackUp != (c.flags&unix.CLONE_NEWNET != 0) {
+			t.Errorf("%s: loopback up %v with its own netns %v", c.profile, pl.Child.LoopbackUp, c.flags&unix.CLONE_NEWNET != 0)
+		}
+	}
+}
+
+func TestPlanRootlessMapsCallerTo65534(t *testing.T) {
+	pl := mustPlan(t, "restrictive", Request{}, fakeHost(1000, CgroupV1))
+	want := []IDMap{{Inside: 65534, Outside: 1000, Size: 1}}
+	if len(pl.UIDMappings) != 1 || pl.UIDMappings[0] != want[0] || pl.GIDMappings[0] != want[0] {
+		t.Fatalf("rootless maps: uid %v gid %v", pl.UIDMappings, pl.GIDMappings)
+	}
+	if pl.Child.SetGroups || !pl.Rootless || pl.ToolUID != 1000 {
+		t.Fatalf("rootless: setgroups %v rootless %v tool uid %d", pl.Child.SetGroups, pl.Rootless, pl.ToolUID)
+	}
+	root := mustPlan(t, "restrictive", Request{}, fakeHost(0, CgroupV1))
+	if root.UIDMappings != nil || !root.Child.SetGroups || root.ToolUID != 65534 || len(root.AmbientCaps) != 0 {
+		t.Fatalf("root mode: maps %v setgroups %v tool uid %d ambient %v", root.UIDMappings, root.Child.SetGroups, root.ToolUID, root.AmbientCaps)
+	}
+}
+
+func TestPlanReferenceNumbers(t *testing.T) {
+	type nums struct {
+		as, cpu, fsize, nofile, nproc uint64
+		mem, quota, pids              int64
+	}
+	want := map[string]nums{
+		"restrictive": {512 << 20, 60, 64 << 20, 128, 32, 512 << 20, 100000, 32},
+		"standard":    {1 << 30, 300, 256 << 20, 512, 128, 1 << 30, 200000, 128},
+		"permissive":  {4 << 30, 600, 1 << 30, 1024, 512, 4 << 30, 400000, 512},
+	}
+	for name, w := range want {
+		pl := mustPlan(t, name, Request{}, fakeHost(0, CgroupV2))
+		got := map[string]uint64{}
+		for _, r := range pl.Child.Rlimits {
+			got[r.Name] = r.Value
+		}
+		if got["RLIMIT_AS"] != w.as || got["RLIMIT_CPU"] != w.cpu || got["RLIMIT_FSIZE"] != w.fsize ||
+			got["RLIMIT_NOFILE"] != w.nofile || got["RLIMIT_NPROC"] != w.nproc || got["RLIMIT_CORE"] != 0 {
+			t.Errorf("%s rlimits %v", name, got)
+		}
+		c := pl.Cgroup
+		if c.MemoryMax != w.mem || c.SwapMax != 0 || c.CPUQuotaUs != w.quota || c.CPUPeriodUs != 100000 || c.PidsMax != w.pids {
+			t.Errorf("%s cgroup %+v", name, c)
+		}
+	}
+}
+
+func TestPlanMountsOrderAndFlags(t *testing.T) {
+	pl := mustPlan(t, "standard", Request{Workdir: "/work", Binds: []Bind{{Source: "/data", Target: "/tmp/data/in"}}}, fakeHost(0, CgroupV1))
+	pos := map[string]int{}
+	for i, m := range pl.Child.Mounts {
+		pos[m.Target] = i
+		if m.Kind == nsinit.MountBind && m.Target != "/work" && !m.ReadOnly {
+			t.Errorf("bind %s is writable", m.Target)
+		}
+	}
+	for _, order := range [][2]string{{"/tmp", "/tmp/data/in"}, {"/usr", "/etc/passwd"}, {"/dev", "/dev/null"}, {"/dev", "/dev/pts"}} {
+		a, okA := pos[order[0]]
+		b, okB := pos[order[1]]
+		if !okA || !okB || a > b {
+			t.Errorf("%s must be mounted before %s (positions %d %v, %d %v)", order[0], order[1], a, okA, b, okB)
+		}
+	}
+	// Merged-usr symlinks are recreated, not bound.
+	for _, m := range pl.Child.Mounts {
+		if m.Target == "/lib" && (m.Kind != nsinit.MountSymlink || m.Source != "usr/lib") {
+			t.Errorf("/lib: %+v, want symlink to usr/lib", m)
+		}
+	}
+	if pl.Child.Workdir != "/work" {
+		t.Errorf("workdir %q", pl.Child.Workdir)
+	}
+	for _, must := range []string{"/proc", "/dev/shm", "/var/run/secrets", "/etc/passwd", "/etc/group"} {
+		if _, ok := pos[must]; !ok {
+			t.Errorf("plan lacks %s", must)
+		}
+	}
+}
+
+func TestPlanEnvironmentRebuilt(t *testing.T) {
+	pl := mustPlan(t, "standard", Request{Env: []string{"FOO=bar"}}, fakeHost(0, CgroupV1))
+	env := strings.Join(pl.Child.Env, " ")
+	for _, w := range []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "TMPDIR=/tmp", "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", "FOO=bar"} {
+		if !strings.Contains(env, w) {
+			t.Errorf("env lacks %s: %s", w, env)
+		}
+	}
+	if strings.Contains(env, "SECRET") {
+		t.Errorf("caller environment leaked: %s", env)
+	}
+	rpl := mustPlan(t, "restrictive", Request{}, fakeHost(0, CgroupV1))
+	if strings.Contains(strings.Join(rpl.Child.Env, " "), "PYTHONUNBUFFERED") {
+		t.Errorf("restrictive passes PYTHONUNBUFFERED through: %v", rpl.Child.Env)
+	}
+}
+
+func TestPlanCollectsEveryProblem(t *testing.T) {
+	set, _ := profiles.Embedded()
+	p, _ := set.Lookup("standard")
+	_, err := NewPlan(p, Request{
+		Workdir: "relative/dir",
+		Binds:   []Bind{{Source: "/nonexistent"}, {Source: "/data", Target: "/proc/x"}},
+		Env:     []string{"NOEQUALS"},
+	}, fakeHost(0, CgroupNone), nil)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("not ErrInvalidRequest: %v", err)
+	}
+	for _, w := range []string{"no command", "relative/dir", "/nonexistent", "/proc/x", "NOEQUALS", "no writable cgroup"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
+}
+
+func TestPlanTimeoutOnlyShortens(t *testing.T) {
+	pl := mustPlan(t, "restrictive", Request{Timeout: 5 * time.Second}, fakeHost(0, CgroupV1))
+	if pl.Timeout != 5*time.Second {
+		t.Fatalf("timeout %v", pl.Timeout)
+	}
+	pl = mustPlan(t, "restrictive", Request{Timeout: time.Hour}, fakeHost(0, CgroupV1))
+	if pl.Timeout != 60*time.Second {
+		t.Fatalf("a longer request timeout must not extend the profile's: %v", pl.Timeout)
+	}
+}
+
+// The launcher refuses loosening before anything is created.
+func TestLauncherPlanRefusesLoosening(t *testing.T) {
+	l := &Launcher{host: fakeHost(0, CgroupV1)}
+	var err error
+	if l.profiles, err = profiles.Embedded(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Plan(Request{Profile: "restrictive", Argv: []string{"/bin/true"}, Memory: 2 << 30, Network: "host"})
+	if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "memory") || !strings.Contains(err.Error(), "network") {
+		t.Fatalf("loosening: %v", err)
+	}
+	_, err = l.Plan(Request{Profile: "no-such", Argv: []string{"/bin/true"}})
+	if !errors.Is(err, ErrInvalidRequest) || !errors.Is(err, profiles.ErrUnknownProfile) {
+		t.Fatalf("unknown profile: %v", err)
+	}
+	pl, err := l.Plan(Request{Profile: "untrusted", Argv: []string{"/bin/true"}})
+	if err != nil || pl.Profile != "restrictive" || len(pl.Child.Seccomp) == 0 {
+		t.Fatalf("alias untrusted: %v %+v", err, pl)
+	}
+}
+
+var _ = os.Getpid

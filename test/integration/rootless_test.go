@@ -1,0 +1,91 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Rootless mode: str run as an unprivileged uid (65534) creates its own
+// user namespace (the caller mapped to 65534 inside) and its sandbox
+// cgroups below a subtree delegated to that uid, as a non-root deployment
+// would set up (docs: delegate a cgroup subtree; systemd Delegate=yes).
+func TestRootless(t *testing.T) {
+	needRoot(t) // to set up the unprivileged user's delegated cgroup
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		skipOrFail(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
+	}
+	// The binary must be reachable by uid 65534.
+	dir, err := os.MkdirTemp("", "str-rootless-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	_ = os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "str")
+	data, err := os.ReadFile(strBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// Delegate "<own cgroup>/str-rootless-test" in each controller the
+	// launcher uses (v1 here; on a v2 host the VM test covers delegation).
+	deleg := fmt.Sprintf("str-rootless-%d", os.Getpid())
+	var moves []string
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		own, ok := ownV1(c)
+		if !ok {
+			continue
+		}
+		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			skipOrFail(t, "cannot create a v1 cgroup to delegate: "+err.Error())
+		}
+		defer os.Remove(d)
+		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
+		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
+	}
+	if len(moves) == 0 {
+		skipOrFail(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless test in the VM)")
+	}
+	script := strings.Join(moves, " && ") + " && exec setpriv --reuid 65534 --regid 65534 --clear-groups " + bin +
+		` run --profile restrictive -- /bin/sh -c 'id -u; cat /proc/self/uid_map; grep -E "^(CapEff|NoNewPrivs|Seccomp):" /proc/self/status; /usr/bin/python3 -c "print(42)"'`
+	out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rootless str run: %v\n%s", err, out)
+	}
+	fields := strings.Fields(string(out))
+	want := []string{"65534", "65534", "65534", "1", "CapEff:", "0000000000000000", "NoNewPrivs:", "1", "Seccomp:", "2", "42"}
+	if strings.Join(fields, " ") != strings.Join(want, " ") {
+		t.Fatalf("rootless sandbox:\ngot  %q\nwant %q", fields, want)
+	}
+	// The caller (host uid 65534) is what 65534 inside maps to.
+	if !strings.Contains(string(out), "65534      65534          1") {
+		t.Fatalf("uid map: %s", out)
+	}
+}
+
+func ownV1(controller string) (string, bool) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == controller {
+				return parts[2], true
+			}
+		}
+	}
+	return "", false
+}

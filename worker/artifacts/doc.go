@@ -1,0 +1,46 @@
+// Package artifacts stores the files tools read and write, in the layout
+// the reference agents share (spec §9):
+//
+//	{base}/{basename(namespace.rstrip("/"))}/{user_id}/{session_id}/{filename}/{N}
+//	{base}/{...}/{filename}/{N}.meta     exactly {"mime_type": "<type>"}
+//	{base}/{...}/{user_id}/user/{name}/{N}   for a filename "user:{name}"
+//
+// NewFilesystem writes and reads that layout byte for byte (the .meta file
+// as Python's json.dumps writes it); NewMemory keeps the same semantics in
+// process memory for tests and single-process use.
+//
+// What it protects against:
+//   - Path traversal through ids and names. Every component (user id,
+//     session id, filename, the namespace's last level) must be one safe
+//     path component (CheckName): not empty, ".", "..", absolute, not
+//     containing "/", "\" or NUL, at most 255 bytes, valid UTF-8. Where the
+//     reference silently reduces a component to its basename (so "../x"
+//     becomes "x"), str rejects it with ErrUnsafeName instead. Filenames
+//     are NFKC-normalised first, as in the reference (golang.org/x/text),
+//     so that a fullwidth "／" or "．．" is checked in its normalised form.
+//     The session id "user" is rejected: its directory is where user-scoped
+//     artifacts live.
+//   - Lost or torn versions under concurrency. A save takes an in-process
+//     mutex and an flock on {filename}/.lock, writes the data to a
+//     temporary file that it fsyncs and links (never renames over) to
+//     {N}, then writes {N}.meta the same way and renames it into place.
+//     A reader sees a version only once both files exist, and a writer
+//     that ignores the lock (the reference) is never overwritten.
+//   - Symlinks planted in the store: data and .meta files are opened
+//     O_NOFOLLOW and must be regular files.
+//   - Unaudited access, when WithAuditLog is given: every save and load,
+//     refused ones included, appends a JSON line with the sha256 of the
+//     content; a failed audit write fails the operation.
+//
+// What it does not do: it does not authenticate users (the ids come from
+// the request, which the worker may verify with a signature), enforce
+// quotas or sizes, delete old versions, or remove temporary files left by
+// a crash between link and unlink (their names start with ".tmp-", which
+// the reference does not list). Directories are created 0755 and files
+// 0644 (umask applies), as the reference's defaults, so that agents
+// running as another user can read them.
+//
+// What it trusts: the base directory and the path to it (created by the
+// operator, not writable by tools), and the local filesystem's link(2),
+// rename(2) and flock(2) semantics (not NFS).
+package artifacts

@@ -1,0 +1,47 @@
+// Package manifest reads the tool manifest (spec §5), watches it for
+// changes, locates and hash-checks each tool's source, and installs the
+// packages tools name.
+//
+// The manifest is policy as data: Parse decodes it strictly (unknown and
+// duplicate keys, YAML anchors/aliases/merge keys and mistyped values are
+// errors), runs its named checks over every entry and returns every
+// problem at once, with line numbers, in an *Error. A missing "version"
+// reads as 1 because manifests written for the reference often omit it;
+// any other version is rejected. Checks: runtime is "python" (the default
+// and only runtime); module is a dotted ASCII Python identifier; function
+// and class_name are ASCII identifiers (the runner looks the function up
+// with getattr, so it cannot be dotted); a tool name is one broker topic
+// level (no "/", "*", ">", whitespace or control characters, not starting
+// with "#", at most 128 bytes); timeout_seconds is 0..86400 (0 or absent
+// means the default of 300); version needs package and must parse as PEP
+// 440 specifiers; sha256 is 64 hex digits.
+//
+// What it protects against:
+//   - A tool's module being swapped after review: with sha256 set,
+//     Tool.Verify hashes the module's source file (resolved as Python
+//     would, packages before modules) and refuses a mismatch, saying
+//     expected and actual. Symlinks that leave the tools dir are refused.
+//   - A broken edit taking tools offline: Watch keeps the previous
+//     manifest when the new one is invalid or missing and logs why, once
+//     per distinct content.
+//   - Hostile wheels on the unpack path: absolute names, "..", "\",
+//     symlinks, more than 20000 entries or 512 MiB are refused; a RECORD,
+//     if present, must match the extracted files' sha256 (a wheel without
+//     RECORD is accepted); files are created O_EXCL in a staging dir and
+//     moved into the site dir only when all succeeded.
+//   - Argument injection into pip: package names and version specifiers
+//     are re-validated before they reach a command line.
+//
+// What it does not do: the sha256 covers one file, not the modules it
+// imports, installed packages, or a .pyc Python may prefer (run with
+// PYTHONDONTWRITEBYTECODE and keep the tools dir read-only). The unpack
+// path installs no dependencies and skips a wheel's scripts, headers and
+// data; it evaluates ==, !=, >=, <=, >, < (and ==X.*) but leaves ~= and
+// === to pip. pip itself runs on the worker host (not in a sandbox) and
+// executes whatever a source distribution's build runs, so IndexURL and
+// WheelsDir must be trusted; the importability check only locates the
+// module's top-level name and never imports tool code on the host.
+//
+// What it trusts: the operator who owns the manifest, the tools dir, the
+// wheels dir and the index; the Python interpreter it is given.
+package manifest

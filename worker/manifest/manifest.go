@@ -1,0 +1,447 @@
+package manifest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"unicode"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+// SchemaVersion is the only manifest version str reads.
+const SchemaVersion = 1
+
+// DefaultTimeoutSeconds is a tool's timeout bound when the manifest gives
+// none (or 0), spec §5.
+const DefaultTimeoutSeconds = 300
+
+// MaxTimeoutSeconds is the largest timeout_seconds accepted (one day).
+const MaxTimeoutSeconds = 86400
+
+// MaxManifestBytes bounds the manifest file Load reads.
+const MaxManifestBytes = 4 << 20
+
+// maxToolNameBytes keeps an invoke topic within Solace's topic length.
+const maxToolNameBytes = 128
+
+// RuntimePython is the only runtime (and the default).
+const RuntimePython = "python"
+
+// Tool is one manifest entry (spec §5).
+type Tool struct {
+	Name           string // the key under tools:, one topic level
+	Runtime        string // always "python"
+	Module         string // dotted Python module, e.g. "example_tools" or "pkg.sub"
+	Function       string // attribute of the module (or method of ClassName)
+	ClassName      string // class-based tool: the class to instantiate
+	Package        string // pip distribution to install when the module is not importable
+	Version        string // version specifiers for Package, e.g. ">=1.0,<2.0"
+	Description    string
+	SandboxProfile string // "" = the request's, else the worker default
+	SHA256         string // lowercase hex sha256 of the module's source file, "" = not checked
+	TimeoutSeconds int    // upper bound for a request's timeout; always > 0 after Parse
+}
+
+// Manifest is the parsed manifest file.
+type Manifest struct {
+	Version int
+	Tools   map[string]*Tool
+}
+
+// Error lists every problem found in a manifest.
+type Error struct {
+	Source   string
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("manifest %s: %d problem(s):\n  %s", e.Source, len(e.Problems), strings.Join(e.Problems, "\n  "))
+}
+
+var (
+	identRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	packageRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	profileRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+	sha256RE  = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+)
+
+// Load reads and parses the manifest at path (at most MaxManifestBytes,
+// no symlink restrictions: the operator owns the manifest's path).
+func Load(path string) (*Manifest, error) {
+	data, err := readLimited(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(data, path)
+}
+
+func readLimited(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: open: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: stat: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("manifest %s: not a regular file (%s)", path, st.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: read: %w", path, err)
+	}
+	if len(data) > MaxManifestBytes {
+		return nil, fmt.Errorf("manifest %s: larger than %d bytes", path, MaxManifestBytes)
+	}
+	return data, nil
+}
+
+// Parse decodes a manifest strictly: unknown keys, duplicate keys, YAML
+// anchors/aliases and wrongly typed values are errors, and every problem
+// is collected into one *Error (with line numbers) before returning.
+// A missing "version" reads as 1 (manifests written for the reference
+// often omit it); any other value than 1 is an error. "tools" is required
+// (it may be an empty mapping).
+func Parse(data []byte, source string) (*Manifest, error) {
+	p := &parser{}
+	m := &Manifest{Version: SchemaVersion, Tools: map[string]*Tool{}}
+
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{Source: source, Problems: []string{"the manifest is empty"}}
+		}
+		return nil, &Error{Source: source, Problems: []string{"not valid YAML: " + err.Error()}}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		p.add(&extra, "more than one YAML document")
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+
+	fields := p.mapping(root, "the manifest", map[string]bool{"version": true, "tools": true})
+	if v, ok := fields["version"]; ok {
+		if n, ok := p.integer(v, "version"); ok && n != SchemaVersion {
+			p.add(v, fmt.Sprintf("version: %d is not supported (want %d)", n, SchemaVersion))
+		}
+	}
+	tools, ok := fields["tools"]
+	switch {
+	case !ok:
+		if root.Kind == yaml.MappingNode {
+			p.add(root, `"tools" is required`)
+		}
+	case tools.Tag == "!!null":
+		// "tools:" with nothing under it: no tools
+	default:
+		for _, entry := range p.pairs(tools, "tools") {
+			name := entry[0]
+			if t := p.tool(name, entry[1]); t != nil {
+				m.Tools[t.Name] = t
+			}
+		}
+	}
+	if len(p.problems) > 0 {
+		return nil, &Error{Source: source, Problems: p.problems}
+	}
+	return m, nil
+}
+
+var toolFields = map[string]bool{
+	"runtime": true, "module": true, "function": true, "class_name": true, "package": true, "version": true,
+	"description": true, "timeout_seconds": true, "sandbox_profile": true, "sha256": true,
+}
+
+func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
+	name, ok := p.str(nameNode, "tool name")
+	if !ok {
+		return nil
+	}
+	before := len(p.problems)
+	where := fmt.Sprintf("tools.%s", name)
+	if reason := checkToolName(name); reason != "" {
+		p.add(nameNode, fmt.Sprintf("tool name %q %s", name, reason))
+	}
+	t := &Tool{Name: name, Runtime: RuntimePython, TimeoutSeconds: DefaultTimeoutSeconds}
+	fields := p.mapping(node, where, toolFields)
+	strField := func(key string, dst *string) {
+		if v, ok := fields[key]; ok && v.Tag != "!!null" {
+			if s, ok := p.str(v, where+"."+key); ok {
+				*dst = s
+			}
+		}
+	}
+	strField("runtime", &t.Runtime)
+	strField("module", &t.Module)
+	strField("function", &t.Function)
+	strField("class_name", &t.ClassName)
+	strField("package", &t.Package)
+	strField("version", &t.Version)
+	strField("description", &t.Description)
+	strField("sandbox_profile", &t.SandboxProfile)
+	strField("sha256", &t.SHA256)
+	if v, ok := fields["timeout_seconds"]; ok {
+		if n, ok := p.integer(v, where+".timeout_seconds"); ok {
+			switch {
+			case n < 0:
+				p.add(v, fmt.Sprintf("%s.timeout_seconds: %d is negative", where, n))
+			case n > MaxTimeoutSeconds:
+				p.add(v, fmt.Sprintf("%s.timeout_seconds: %d is more than %d", where, n, MaxTimeoutSeconds))
+			case n > 0:
+				t.TimeoutSeconds = n
+			}
+		}
+	}
+
+	// Named checks over the decoded entry; each adds its own problem.
+	if node.Kind == yaml.MappingNode {
+		if t.Runtime != RuntimePython {
+			p.add(fieldOr(fields, "runtime", node), fmt.Sprintf("%s.runtime: %q is not supported (only %q)", where, t.Runtime, RuntimePython))
+		}
+		if t.Module == "" {
+			if absent(fields, "module") {
+				p.add(node, where+".module is required")
+			}
+		} else if !validDotted(t.Module) {
+			p.add(fields["module"], fmt.Sprintf("%s.module: %q is not a dotted Python identifier", where, t.Module))
+		}
+		if t.Function == "" {
+			if absent(fields, "function") {
+				p.add(node, where+".function is required")
+			}
+		} else if !identRE.MatchString(t.Function) {
+			p.add(fields["function"], fmt.Sprintf("%s.function: %q is not a Python identifier", where, t.Function))
+		}
+		if t.ClassName != "" && !identRE.MatchString(t.ClassName) {
+			p.add(fields["class_name"], fmt.Sprintf("%s.class_name: %q is not a Python identifier", where, t.ClassName))
+		}
+		if t.Package != "" && !packageRE.MatchString(t.Package) {
+			p.add(fields["package"], fmt.Sprintf("%s.package: %q is not a valid distribution name", where, t.Package))
+		}
+		if t.Version != "" {
+			if t.Package == "" {
+				p.add(fields["version"], where+".version is set without package")
+			} else if _, err := ParseSpecifiers(t.Version); err != nil {
+				p.add(fields["version"], fmt.Sprintf("%s.version: %v", where, err))
+			}
+		}
+		if t.SandboxProfile != "" && !profileRE.MatchString(t.SandboxProfile) {
+			p.add(fields["sandbox_profile"], fmt.Sprintf("%s.sandbox_profile: %q is not a profile name", where, t.SandboxProfile))
+		}
+		if t.SHA256 != "" {
+			if !sha256RE.MatchString(t.SHA256) {
+				p.add(fields["sha256"], fmt.Sprintf("%s.sha256: want 64 hex characters, got %q", where, t.SHA256))
+			}
+			t.SHA256 = strings.ToLower(t.SHA256)
+		}
+	}
+	if len(p.problems) > before {
+		return nil
+	}
+	return t
+}
+
+// absent reports whether key is missing, null or an empty string (a
+// mistyped value has already been reported).
+func absent(fields map[string]*yaml.Node, key string) bool {
+	n, ok := fields[key]
+	return !ok || n.Tag == "!!null" || (n.Tag == "!!str" && n.Value == "")
+}
+
+func fieldOr(fields map[string]*yaml.Node, key string, fallback *yaml.Node) *yaml.Node {
+	if n, ok := fields[key]; ok {
+		return n
+	}
+	return fallback
+}
+
+// checkToolName returns why name cannot be one topic level, or "".
+func checkToolName(name string) string {
+	switch {
+	case name == "":
+		return "is empty"
+	case len(name) > maxToolNameBytes:
+		return fmt.Sprintf("is longer than %d bytes", maxToolNameBytes)
+	case !utf8.ValidString(name):
+		return "is not valid UTF-8"
+	case strings.HasPrefix(name, "#"):
+		return `starts with "#" (reserved by Solace)`
+	}
+	for _, r := range name {
+		switch {
+		case r == '/':
+			return `contains "/" (a topic level separator)`
+		case r == '*' || r == '>':
+			return fmt.Sprintf("contains the topic wildcard %q", r)
+		case unicode.IsSpace(r) || unicode.IsControl(r):
+			return fmt.Sprintf("contains whitespace or a control character (%U)", r)
+		}
+	}
+	return ""
+}
+
+func validDotted(s string) bool {
+	for _, part := range strings.Split(s, ".") {
+		if !identRE.MatchString(part) {
+			return false
+		}
+	}
+	return true
+}
+
+// parser walks yaml.Nodes and collects problems with their positions.
+type parser struct {
+	problems []string
+}
+
+func (p *parser) add(n *yaml.Node, msg string) {
+	if n != nil && n.Line > 0 {
+		msg = fmt.Sprintf("line %d: %s", n.Line, msg)
+	}
+	p.problems = append(p.problems, msg)
+}
+
+// pairs returns the key/value nodes of a mapping, reporting duplicates,
+// aliases and merge keys (and dropping them).
+func (p *parser) pairs(n *yaml.Node, what string) [][2]*yaml.Node {
+	if n.Kind == yaml.AliasNode || n.Anchor != "" {
+		p.add(n, what+": YAML anchors and aliases are not allowed")
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.add(n, fmt.Sprintf("%s must be a mapping, not %s", what, kindName(n)))
+		return nil
+	}
+	seen := map[string]bool{}
+	var out [][2]*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.AliasNode || v.Kind == yaml.AliasNode || k.Anchor != "" || v.Anchor != "" {
+			p.add(k, fmt.Sprintf("%s.%s: YAML anchors and aliases are not allowed", what, k.Value))
+			continue
+		}
+		if k.Tag == "!!merge" {
+			p.add(k, what+": YAML merge keys (<<) are not allowed")
+			continue
+		}
+		if seen[k.Value] {
+			p.add(k, fmt.Sprintf("%s: duplicate key %q", what, k.Value))
+			continue
+		}
+		seen[k.Value] = true
+		out = append(out, [2]*yaml.Node{k, v})
+	}
+	return out
+}
+
+// mapping returns the fields of a mapping with known keys, reporting
+// unknown ones.
+func (p *parser) mapping(n *yaml.Node, what string, known map[string]bool) map[string]*yaml.Node {
+	out := map[string]*yaml.Node{}
+	for _, kv := range p.pairs(n, what) {
+		if !known[kv[0].Value] {
+			p.add(kv[0], fmt.Sprintf("%s: unknown field %q (known: %s)", what, kv[0].Value, strings.Join(sortedKeys(known), ", ")))
+			continue
+		}
+		out[kv[0].Value] = kv[1]
+	}
+	return out
+}
+
+func (p *parser) str(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		hint := ""
+		if n.Kind == yaml.ScalarNode {
+			hint = " (quote it)"
+		}
+		p.add(n, fmt.Sprintf("%s must be a string, not %s%s", what, kindName(n), hint))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) integer(n *yaml.Node, what string) (int, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		p.add(n, fmt.Sprintf("%s must be an integer, not %s", what, kindName(n)))
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n.Value, 0, 32)
+	if err != nil {
+		p.add(n, fmt.Sprintf("%s: %q is not a usable integer", what, n.Value))
+		return 0, false
+	}
+	return int(v), true
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%s %q", strings.TrimPrefix(n.Tag, "!!"), n.Value)
+	}
+	return "an empty document"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Names returns the tool names in sorted order.
+func (m *Manifest) Names() []string {
+	if m == nil {
+		return nil
+	}
+	return sortedKeys(m.Tools)
+}
+
+// Diff compares two manifests by tool name. old may be nil (everything in
+// new is added). Each list is sorted.
+func Diff(old, new *Manifest) (added, removed, changed []string) {
+	var oldTools, newTools map[string]*Tool
+	if old != nil {
+		oldTools = old.Tools
+	}
+	if new != nil {
+		newTools = new.Tools
+	}
+	for _, name := range sortedKeys(newTools) {
+		o, ok := oldTools[name]
+		switch {
+		case !ok:
+			added = append(added, name)
+		case o == nil || newTools[name] == nil || *o != *newTools[name]:
+			changed = append(changed, name)
+		}
+	}
+	for _, name := range sortedKeys(oldTools) {
+		if _, ok := newTools[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	return added, removed, changed
+}

@@ -1,0 +1,469 @@
+package manifest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const specExample = `version: 1
+tools:
+  echo_tool: {runtime: python, module: example_tools, function: echo_tool, description: "Echo"}
+  execute_python: {module: example_tools, function: execute_python, timeout_seconds: 60, sandbox_profile: restrictive}
+  data_processor: {package: sam-tool-data-processor, version: ">=1.0,<2.0", module: m, function: f}
+`
+
+func TestParseSpecExample(t *testing.T) {
+	m, err := Parse([]byte(specExample), "spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]*Tool{
+		"echo_tool": {Name: "echo_tool", Runtime: "python", Module: "example_tools", Function: "echo_tool",
+			Description: "Echo", TimeoutSeconds: 300},
+		"execute_python": {Name: "execute_python", Runtime: "python", Module: "example_tools", Function: "execute_python",
+			TimeoutSeconds: 60, SandboxProfile: "restrictive"},
+		"data_processor": {Name: "data_processor", Runtime: "python", Module: "m", Function: "f",
+			Package: "sam-tool-data-processor", Version: ">=1.0,<2.0", TimeoutSeconds: 300},
+	}
+	if m.Version != 1 || !reflect.DeepEqual(m.Tools, want) {
+		for k, v := range m.Tools {
+			t.Logf("%s: %+v", k, *v)
+		}
+		t.Fatalf("parsed manifest differs")
+	}
+	if got := m.Names(); !reflect.DeepEqual(got, []string{"data_processor", "echo_tool", "execute_python"}) {
+		t.Errorf("Names = %v", got)
+	}
+}
+
+func TestParseValidVariants(t *testing.T) {
+	cases := map[string]string{
+		"no version":      "tools:\n  t: {module: a.b.c, function: f}\n",
+		"empty tools":     "version: 1\ntools: {}\n",
+		"null tools":      "version: 1\ntools:\n",
+		"block style":     "version: 1\ntools:\n  t:\n    module: pkg\n    function: run\n    class_name: Tool\n    sha256: " + strings.Repeat("AB", 32) + "\n    timeout_seconds: 0\n",
+		"null optional":   "version: 1\ntools:\n  t: {module: m, function: f, class_name: ~, description: }\n",
+		"unicode name ok": "version: 1\ntools:\n  outil_é: {module: m, function: f}\n",
+	}
+	for name, src := range cases {
+		m, err := Parse([]byte(src), name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if name == "block style" {
+			tool := m.Tools["t"]
+			if tool.SHA256 != strings.Repeat("ab", 32) || tool.TimeoutSeconds != DefaultTimeoutSeconds || tool.ClassName != "Tool" {
+				t.Errorf("block style: %+v", *tool)
+			}
+		}
+	}
+}
+
+func TestParseCollectsEveryProblem(t *testing.T) {
+	src := `version: 2
+extra: true
+tools:
+  "bad/name": {module: m, function: f}
+  "wild*": {module: m, function: f}
+  "has space": {module: m, function: f}
+  no_module: {function: f}
+  no_function: {module: m}
+  empty_function: {module: m, function: ""}
+  bad_runtime: {runtime: node, module: m, function: f}
+  bad_module: {module: "a..b", function: f}
+  dotted_function: {module: m, function: a.b}
+  negative: {module: m, function: f, timeout_seconds: -1}
+  huge: {module: m, function: f, timeout_seconds: 999999}
+  short_hash: {module: m, function: f, sha256: abc}
+  unknown_field: {module: m, function: f, modul: x}
+  version_only: {module: m, function: f, version: ">=1"}
+  bad_spec: {module: m, function: f, package: p, version: "1.0"}
+  number_string: {module: m, function: 12}
+  dup: {module: m, function: f, module: n}
+  list_value: [1, 2]
+  bad_profile: {module: m, function: f, sandbox_profile: "Rest Rictive"}
+  bad_package: {module: m, function: f, package: "-e git+x"}
+  good: {module: m, function: f}
+`
+	_, err := Parse([]byte(src), "broken.yaml")
+	var me *Error
+	if !errors.As(err, &me) {
+		t.Fatalf("error %v is not *Error", err)
+	}
+	wants := []string{
+		"line 1: version: 2 is not supported",
+		`line 2: the manifest: unknown field "extra"`,
+		`tool name "bad/name" contains "/"`,
+		`tool name "wild*" contains the topic wildcard '*'`,
+		`tool name "has space" contains whitespace`,
+		"tools.no_module.module is required",
+		"tools.no_function.function is required",
+		"tools.empty_function.function is required",
+		`tools.bad_runtime.runtime: "node" is not supported`,
+		`tools.bad_module.module: "a..b" is not a dotted Python identifier`,
+		`tools.dotted_function.function: "a.b" is not a Python identifier`,
+		"tools.negative.timeout_seconds: -1 is negative",
+		"tools.huge.timeout_seconds: 999999 is more than 86400",
+		"tools.short_hash.sha256: want 64 hex characters",
+		`tools.unknown_field: unknown field "modul"`,
+		"tools.version_only.version is set without package",
+		`tools.bad_spec.version: specifier "1.0" has no operator`,
+		"tools.number_string.function must be a string, not int \"12\" (quote it)",
+		`tools.dup: duplicate key "module"`,
+		"tools.list_value must be a mapping, not a list",
+		`tools.bad_profile.sandbox_profile: "Rest Rictive" is not a profile name`,
+		`tools.bad_package.package: "-e git+x" is not a valid distribution name`,
+	}
+	for _, w := range wants {
+		found := false
+		for _, p := range me.Problems {
+			if strings.Contains(p, w) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no problem mentions %q", w)
+		}
+	}
+	if len(me.Problems) != len(wants) {
+		t.Errorf("%d problems, want %d:\n%s", len(me.Problems), len(wants), strings.Join(me.Problems, "\n"))
+	}
+	if !strings.Contains(err.Error(), "broken.yaml") {
+		t.Errorf("error does not name the source: %v", err)
+	}
+}
+
+func TestParseRejectsStructure(t *testing.T) {
+	cases := map[string]string{
+		"":             "empty",
+		"- a\n- b\n":   "the manifest must be a mapping",
+		"version: 1\n": `"tools" is required`,
+		"tools: [a]\n": "tools must be a mapping",
+		"tools: {t: {module: m, function: f}}\n---\ntools: {}\n": "more than one YAML document",
+		"base: &b {module: m, function: f}\ntools: {t: *b}\n":    "anchors and aliases",
+		"version: '1'\ntools: {}\n":                              "version must be an integer",
+		"tools: {t: {<<: {module: m}, function: f}}\n":           "merge keys",
+		"tools: {t: {module: m, function: f}\n":                  "not valid YAML",
+	}
+	for src, want := range cases {
+		_, err := Parse([]byte(src), "x")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", src, err, want)
+		}
+	}
+}
+
+func TestDiff(t *testing.T) {
+	old, _ := Parse([]byte("tools:\n  a: {module: m, function: f}\n  b: {module: m, function: g}\n  c: {module: m, function: h}\n"), "old")
+	new, _ := Parse([]byte("tools:\n  b: {module: m, function: g}\n  c: {module: m, function: h, timeout_seconds: 10}\n  d: {module: m, function: i}\n"), "new")
+	added, removed, changed := Diff(old, new)
+	if !reflect.DeepEqual(added, []string{"d"}) || !reflect.DeepEqual(removed, []string{"a"}) || !reflect.DeepEqual(changed, []string{"c"}) {
+		t.Errorf("Diff = %v %v %v", added, removed, changed)
+	}
+	added, removed, changed = Diff(nil, old)
+	if !reflect.DeepEqual(added, []string{"a", "b", "c"}) || removed != nil || changed != nil {
+		t.Errorf("Diff(nil, old) = %v %v %v", added, removed, changed)
+	}
+	added, removed, changed = Diff(old, old)
+	if added != nil || removed != nil || changed != nil {
+		t.Errorf("Diff(old, old) = %v %v %v", added, removed, changed)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "manifest.yaml")
+	if err := os.WriteFile(p, []byte(specExample), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(p)
+	if err != nil || len(m.Tools) != 3 {
+		t.Fatalf("Load = %v, %v", m, err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+	if _, err := Load(dir); err == nil {
+		t.Error("loading a directory succeeded")
+	}
+}
+
+func TestSourcePathAndVerify(t *testing.T) {
+	root := t.TempDir()
+	tools := filepath.Join(root, "tools")
+	files := map[string]string{
+		"example_tools.py":    "def echo_tool(ctx, message='Hello'):\n    return message\n",
+		"pkg/__init__.py":     "",
+		"pkg/sub/__init__.py": "def f(ctx):\n    return None\n",
+		"pkg/sub.py":          "# shadowed by the package pkg/sub/\n",
+		"pkg/mod.py":          "def g(ctx):\n    return None\n",
+	}
+	for rel, content := range files {
+		p := filepath.Join(tools, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outside := filepath.Join(root, "outside.py")
+	if err := os.WriteFile(outside, []byte("evil = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(tools, "escape.py")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(tools, "pkg", "mod.py"), filepath.Join(tools, "inside.py")); err != nil {
+		t.Fatal(err)
+	}
+	realTools, _ := filepath.EvalSymlinks(tools)
+	cases := map[string]string{
+		"example_tools": filepath.Join(realTools, "example_tools.py"),
+		"pkg.sub":       filepath.Join(realTools, "pkg", "sub", "__init__.py"),
+		"pkg.mod":       filepath.Join(realTools, "pkg", "mod.py"),
+		"inside":        filepath.Join(realTools, "pkg", "mod.py"),
+	}
+	for module, want := range cases {
+		got, err := (&Tool{Name: "t", Module: module}).SourcePath(tools)
+		if err != nil || got != want {
+			t.Errorf("SourcePath(%s) = %q, %v, want %q", module, got, err, want)
+		}
+	}
+	if _, err := (&Tool{Name: "t", Module: "escape"}).SourcePath(tools); err == nil || !strings.Contains(err.Error(), "outside the tools dir") {
+		t.Errorf("escape: %v", err)
+	}
+	if _, err := (&Tool{Name: "t", Module: "nothere"}).SourcePath(tools); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing module: %v", err)
+	}
+	if _, err := (&Tool{Name: "t", Module: "../x"}).SourcePath(tools); err == nil {
+		t.Error("module ../x accepted")
+	}
+
+	sum := sha256.Sum256([]byte(files["example_tools.py"]))
+	good := hex.EncodeToString(sum[:])
+	tool := &Tool{Name: "echo_tool", Module: "example_tools", Function: "echo_tool", SHA256: good}
+	if err := tool.Verify(tools); err != nil {
+		t.Errorf("Verify with the right hash: %v", err)
+	}
+	if err := (&Tool{Name: "nohash", Module: "nothere"}).Verify(tools); err != nil {
+		t.Errorf("Verify without sha256: %v", err)
+	}
+	bad := strings.Repeat("0", 64)
+	err := (&Tool{Name: "echo_tool", Module: "example_tools", SHA256: bad}).Verify(tools)
+	if !errors.Is(err, ErrHashMismatch) || !strings.Contains(err.Error(), "expected sha256 "+bad) || !strings.Contains(err.Error(), "actual "+good) {
+		t.Errorf("Verify mismatch: %v", err)
+	}
+	// a changed file is caught
+	if err := os.WriteFile(filepath.Join(tools, "example_tools.py"), []byte("import os\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := tool.Verify(tools); !errors.Is(err, ErrHashMismatch) {
+		t.Errorf("Verify after edit: %v", err)
+	}
+}
+
+// recorder collects applied manifests and log lines.
+type recorder struct {
+	mu      sync.Mutex
+	applied []*Manifest
+	logs    []string
+	fail    error
+}
+
+func (r *recorder) apply(m *Manifest) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		return r.fail
+	}
+	r.applied = append(r.applied, m)
+	return nil
+}
+
+func (r *recorder) logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+}
+
+func write(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatcherPoll(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "manifest.yaml")
+	write(t, p, "version: 1\ntools:\n  a: {module: m, function: f}\n")
+	r := &recorder{}
+	w := NewWatcher(p, time.Second, r.apply, r.logf)
+
+	// start: the manifest as found is applied
+	if !w.Poll() || len(r.applied) != 1 || r.applied[0].Names()[0] != "a" {
+		t.Fatalf("first poll: applied %v", r.applied)
+	}
+	// unchanged: nothing
+	if w.Poll() || len(r.applied) != 1 {
+		t.Fatal("unchanged manifest applied again")
+	}
+	// a tool added (same size edits included: b vs a)
+	write(t, p, "version: 1\ntools:\n  a: {module: m, function: f}\n  b: {module: m, function: g}\n")
+	if !w.Poll() {
+		t.Fatal("added tool not applied")
+	}
+	added, removed, _ := Diff(r.applied[0], r.applied[1])
+	if !reflect.DeepEqual(added, []string{"b"}) || removed != nil {
+		t.Errorf("diff after add: %v %v", added, removed)
+	}
+	// a same-size edit (a -> c) is seen through the hash
+	write(t, p, "version: 1\ntools:\n  c: {module: m, function: f}\n  b: {module: m, function: g}\n")
+	if !w.Poll() {
+		t.Fatal("same-size edit not applied")
+	}
+	_, removed, _ = Diff(r.applied[1], r.applied[2])
+	if !reflect.DeepEqual(removed, []string{"a"}) {
+		t.Errorf("diff after rename: removed %v", removed)
+	}
+	// a broken edit keeps the previous manifest and logs once
+	write(t, p, "version: 1\ntools:\n  c: {module: m}\n")
+	for i := 0; i < 2; i++ {
+		if w.Poll() {
+			t.Fatal("broken manifest applied")
+		}
+	}
+	if w.Current() != r.applied[2] {
+		t.Error("current manifest changed on a broken edit")
+	}
+	if len(r.logs) != 1 || !strings.Contains(r.logs[0], "function is required") || !strings.Contains(r.logs[0], "keeping the previous") {
+		t.Errorf("logs = %q", r.logs)
+	}
+	// the file vanishing (an editor replacing it) keeps it too
+	os.Remove(p)
+	if w.Poll() {
+		t.Fatal("missing manifest applied")
+	}
+	// the next valid edit is applied
+	write(t, p, "version: 1\ntools:\n  c: {module: m, function: f}\n")
+	if !w.Poll() || len(r.applied) != 4 {
+		t.Fatal("valid edit after a broken one not applied")
+	}
+	// apply failing: retried at the next poll
+	write(t, p, "version: 1\ntools:\n  d: {module: m, function: f}\n")
+	r.fail = errors.New("broker down")
+	if w.Poll() {
+		t.Fatal("failed apply reported as applied")
+	}
+	r.fail = nil
+	if !w.Poll() || r.applied[len(r.applied)-1].Names()[0] != "d" {
+		t.Fatal("failed apply not retried")
+	}
+}
+
+func TestWatchPicksUpChanges(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "manifest.yaml")
+	write(t, p, "version: 1\ntools:\n  a: {module: m, function: f}\n")
+	applied := make(chan *Manifest, 16)
+	logs := make(chan string, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Watch(ctx, p, 20*time.Millisecond, func(m *Manifest) error { applied <- m; return nil },
+			func(f string, a ...any) { logs <- fmt.Sprintf(f, a...) })
+	}()
+	next := func(what string) *Manifest {
+		select {
+		case m := <-applied:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no manifest applied: %s", what)
+			return nil
+		}
+	}
+	if got := next("initial").Names(); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Fatalf("initial = %v", got)
+	}
+	write(t, p, "version: 1\ntools:\n  a: {module: m, function: f}\n  added: {module: m, function: g}\n")
+	if got := next("added").Names(); !reflect.DeepEqual(got, []string{"a", "added"}) {
+		t.Fatalf("after add = %v", got)
+	}
+	write(t, p, "version: 1\ntools:\n  added: {module: m, function: g}\n")
+	if got := next("removed").Names(); !reflect.DeepEqual(got, []string{"added"}) {
+		t.Fatalf("after remove = %v", got)
+	}
+	write(t, p, "version: 1\ntools:\n  added: {module: m, function: g, bogus: 1}\n")
+	select {
+	case l := <-logs:
+		if !strings.Contains(l, `unknown field "bogus"`) {
+			t.Errorf("log = %q", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("broken edit not logged")
+	}
+	write(t, p, "version: 1\ntools:\n  fixed: {module: m, function: g}\n")
+	if got := next("fixed").Names(); !reflect.DeepEqual(got, []string{"fixed"}) {
+		t.Fatalf("after fix = %v", got)
+	}
+	cancel()
+	<-done
+	select {
+	case m := <-applied:
+		t.Errorf("unexpected apply of %v (the broken edit must not be applied)", m.Names())
+	default:
+	}
+}
+
+func TestSpecifiers(t *testing.T) {
+	cases := []struct {
+		version, spec string
+		want          bool
+	}{
+		{"1.5", ">=1.0,<2.0", true},
+		{"2.0", ">=1.0,<2.0", false},
+		{"1.0", ">=1.0", true},
+		{"0.9", ">=1.0", false},
+		{"1.2.3", "==1.2.3", true},
+		{"1.2", "==1.2.0", true},
+		{"1.2.4", "==1.2.*", true},
+		{"1.3.0", "==1.2.*", false},
+		{"1.2.4", "!=1.2.*", false},
+		{"1.0rc1", "<1.0", true},
+		{"1.0", ">1.0rc1", true},
+		{"1.0.post1", ">1.0", true},
+		{"10.0", ">9.9", true},
+		{"1.0", "!=1.0", false},
+		{"1.0", "<=1.0", true},
+	}
+	for _, c := range cases {
+		specs, err := ParseSpecifiers(c.spec)
+		if err != nil {
+			t.Fatalf("%s: %v", c.spec, err)
+		}
+		got, err := Satisfies(c.version, specs)
+		if err != nil || got != c.want {
+			t.Errorf("Satisfies(%s, %s) = %v, %v; want %v", c.version, c.spec, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"1.0", ">=", ">=1.0,", ">=x", ">=1.*", "~1.0"} {
+		if _, err := ParseSpecifiers(bad); err == nil {
+			t.Errorf("ParseSpecifiers(%q) accepted", bad)
+		}
+	}
+	specs, _ := ParseSpecifiers("~=1.4")
+	if _, err := Satisfies("1.5", specs); err == nil {
+		t.Error("~= evaluated without pip")
+	}
+}

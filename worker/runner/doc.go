@@ -1,0 +1,33 @@
+// Package runner holds the Python tool runner (runner.py, embedded as
+// Source) and the Go side of its file protocol: runner_args.json written by
+// the worker (WriteArgs, spec §7.3) and result.json written by the runner
+// (ReadResult, spec §7.5). Install places runner.py read-only where the
+// sandbox can see it.
+//
+// runner.py runs inside the sandbox as the tool's own process: it imports
+// the tool module, builds the ctx object of spec §8, calls the tool with
+// the calling convention of spec §8, normalises the return value (spec §3)
+// and writes result.json atomically with an error kind ("import",
+// "execution" or "tool") so the worker can pick IMPORT_ERROR,
+// EXECUTION_ERROR or TOOL_ERROR. Status lines go through the FIFO named in
+// status_pipe, one open/write/close per line ({"status": "..."}\n).
+//
+// What it protects against: nothing inside the sandbox. The runner shares
+// its process with the tool, so a tool can rewrite the runner's state,
+// write any result file it likes, or skip the runner's checks
+// (save_artifact's filename checks only protect honest tools from
+// mistakes). Everything the runner produces is therefore read by the
+// worker as untrusted input: ReadResult refuses symlinks and non-regular
+// files (opened O_NOFOLLOW|O_NONBLOCK, so a FIFO in place of result.json
+// cannot hang the worker), enforces a size limit, and accepts only the two
+// documented shapes with a known error kind.
+//
+// What it does not do: it does not sandbox anything (the launcher does),
+// does not enforce time or memory limits (the sandbox's rlimits and the
+// worker's wall-clock timeout do), and does not validate the tool's
+// arguments against a schema.
+//
+// What it trusts: the worker to write runner_args.json before the sandbox
+// starts and to open the FIFO's read end before the tool runs; python3
+// (3.9 or newer) inside the sandbox. Kernel features: none beyond FIFOs.
+package runner

@@ -1,0 +1,300 @@
+package runner
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Source is runner.py, the Python program that runs one tool call inside a
+// sandbox (spec §8). It uses the standard library only (Python 3.9+).
+//
+//go:embed runner.py
+var Source []byte
+
+// FileName is the name Install gives the runner inside its directory.
+const FileName = "runner.py"
+
+// Error kinds written by runner.py next to an error (spec §7.5). The worker
+// maps them to IMPORT_ERROR, EXECUTION_ERROR and TOOL_ERROR.
+const (
+	KindImport    = "import"
+	KindExecution = "execution"
+	KindTool      = "tool"
+)
+
+// ArtifactMeta describes one input artifact (spec §7.3 artifact_metadata).
+type ArtifactMeta struct {
+	Filename  string `json:"filename"`
+	MimeType  string `json:"mime_type"`
+	Version   int    `json:"version"`
+	LocalPath string `json:"local_path"`
+}
+
+// Args is runner_args.json (spec §7.3), the whole input of one run. Args and
+// ToolConfig are kept as raw JSON so that numbers reach the tool exactly as
+// the agent sent them; each must be a JSON object (empty means {}).
+type Args struct {
+	Module           string                  `json:"module"`
+	Function         string                  `json:"function"`
+	ClassName        string                  `json:"class_name"`
+	Args             json.RawMessage         `json:"args"`
+	ToolConfig       json.RawMessage         `json:"tool_config"`
+	ArtifactPaths    map[string]string       `json:"artifact_paths"`
+	ArtifactMetadata map[string]ArtifactMeta `json:"artifact_metadata"`
+	StatusPipe       string                  `json:"status_pipe"`
+	ResultFile       string                  `json:"result_file"`
+	OutputDir        string                  `json:"output_dir"`
+	UserID           string                  `json:"user_id"`
+	SessionID        string                  `json:"session_id"`
+	AppName          string                  `json:"app_name"`
+}
+
+// WriteArgs validates a and writes it as JSON to path, which must not exist
+// yet (O_EXCL, no symlink followed), mode 0644.
+func WriteArgs(path string, a *Args) error {
+	if a == nil {
+		return fmt.Errorf("runner: write args %s: nil arguments", path)
+	}
+	// 1. validate: everything the runner cannot run without, collected.
+	var problems []string
+	if a.Module == "" {
+		problems = append(problems, "module is empty")
+	}
+	if a.Function == "" && a.ClassName == "" {
+		problems = append(problems, "function is empty")
+	}
+	if a.ResultFile == "" {
+		problems = append(problems, "result_file is empty")
+	}
+	argsJSON, err := objectOrEmpty(a.Args)
+	if err != nil {
+		problems = append(problems, "args: "+err.Error())
+	}
+	configJSON, err := objectOrEmpty(a.ToolConfig)
+	if err != nil {
+		problems = append(problems, "tool_config: "+err.Error())
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("runner: write args %s: %s", path, strings.Join(problems, "; "))
+	}
+
+	// 2. encode, with nil maps as {} (the runner treats null as {} too, but
+	// the file is read by people debugging a run).
+	doc := *a
+	doc.Args, doc.ToolConfig = argsJSON, configJSON
+	if doc.ArtifactPaths == nil {
+		doc.ArtifactPaths = map[string]string{}
+	}
+	if doc.ArtifactMetadata == nil {
+		doc.ArtifactMetadata = map[string]ArtifactMeta{}
+	}
+	data, err := json.Marshal(&doc)
+	if err != nil {
+		return fmt.Errorf("runner: write args %s: encode: %w", path, err)
+	}
+
+	// 3. create exclusively and write.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("runner: write args %s: create: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("runner: write args %s: write: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("runner: write args %s: close: %w", path, err)
+	}
+	return nil
+}
+
+// objectOrEmpty returns raw if it is a JSON object, {} if it is empty or null.
+func objectOrEmpty(raw json.RawMessage) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return json.RawMessage("{}"), nil
+	}
+	if trimmed[0] != '{' || !json.Valid(trimmed) {
+		return nil, errors.New("not a JSON object")
+	}
+	return json.RawMessage(trimmed), nil
+}
+
+// Outcome is what a run produced, read from result.json (spec §7.5).
+// Exactly one of Result (a JSON object, the tool_result) and Error is set;
+// ErrorKind is one of KindImport, KindExecution, KindTool when Error is.
+type Outcome struct {
+	Result    json.RawMessage
+	Error     string
+	ErrorKind string
+	// OutputMimeTypes holds the mime types the tool passed to
+	// ctx.save_artifact, by output filename. The worker may prefer them
+	// over the extension table; files not listed use the table.
+	OutputMimeTypes map[string]string
+}
+
+// ErrNoResult is wrapped by ReadResult when the result file does not exist
+// (the runner died before writing it).
+var ErrNoResult = errors.New("no result file")
+
+// ReadResult reads and checks the result file at path. It refuses a
+// symlink or any non-regular file (the sandboxed tool can write the work
+// dir, so the file is untrusted), a file over maxBytes, a document that is
+// not exactly {"result": {...}} or {"error": "...", "error_kind": "..."}
+// (plus the optional "output_mime_types"), and an unknown error_kind. A
+// missing error_kind (a reference-style runner) is read as "execution".
+func ReadResult(path string, maxBytes int64) (*Outcome, error) {
+	// 1. open without following a symlink and without blocking on a FIFO.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("runner: read result %s: %w", path, ErrNoResult)
+		}
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("runner: read result %s: refusing a symlink: %w", path, err)
+		}
+		return nil, fmt.Errorf("runner: read result %s: open: %w", path, err)
+	}
+	defer f.Close()
+
+	// 2. a regular file within the size limit.
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("runner: read result %s: stat: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("runner: read result %s: not a regular file (%s)", path, st.Mode().Type())
+	}
+	if maxBytes > 0 && st.Size() > maxBytes {
+		return nil, fmt.Errorf("runner: read result %s: %d bytes exceeds the limit of %d", path, st.Size(), maxBytes)
+	}
+	reader := io.Reader(f)
+	if maxBytes > 0 {
+		reader = io.LimitReader(f, maxBytes+1)
+	}
+	data, err := io.ReadAll(reader)
+	if err != nil {
+		return nil, fmt.Errorf("runner: read result %s: read: %w", path, err)
+	}
+	if maxBytes > 0 && int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("runner: read result %s: grew beyond the limit of %d bytes", path, maxBytes)
+	}
+
+	// 3. decode strictly.
+	out, err := parseResult(data)
+	if err != nil {
+		return nil, fmt.Errorf("runner: read result %s: %w", path, err)
+	}
+	return out, nil
+}
+
+func parseResult(data []byte) (*Outcome, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if doc == nil {
+		return nil, errors.New("not a JSON object: null")
+	}
+	for k := range doc {
+		switch k {
+		case "result", "error", "error_kind", "output_mime_types":
+		default:
+			return nil, fmt.Errorf("unknown key %q", k)
+		}
+	}
+	out := &Outcome{}
+	if raw, ok := doc["output_mime_types"]; ok {
+		if err := json.Unmarshal(raw, &out.OutputMimeTypes); err != nil {
+			return nil, fmt.Errorf("output_mime_types: %w", err)
+		}
+	}
+	rawResult, hasResult := doc["result"]
+	rawError, hasError := doc["error"]
+	switch {
+	case hasResult && hasError:
+		return nil, errors.New(`both "result" and "error" are present`)
+	case hasResult:
+		if _, ok := doc["error_kind"]; ok {
+			return nil, errors.New(`"error_kind" without "error"`)
+		}
+		trimmed := bytes.TrimSpace(rawResult)
+		if len(trimmed) == 0 || trimmed[0] != '{' {
+			return nil, fmt.Errorf("result is not a JSON object: %.64s", trimmed)
+		}
+		out.Result = json.RawMessage(trimmed)
+		return out, nil
+	case hasError:
+		if err := json.Unmarshal(rawError, &out.Error); err != nil {
+			return nil, fmt.Errorf("error is not a string: %w", err)
+		}
+		out.ErrorKind = KindExecution
+		if rawKind, ok := doc["error_kind"]; ok {
+			if err := json.Unmarshal(rawKind, &out.ErrorKind); err != nil {
+				return nil, fmt.Errorf("error_kind is not a string: %w", err)
+			}
+		}
+		switch out.ErrorKind {
+		case KindImport, KindExecution, KindTool:
+		default:
+			return nil, fmt.Errorf("unknown error_kind %q", out.ErrorKind)
+		}
+		return out, nil
+	default:
+		return nil, errors.New(`neither "result" nor "error" is present`)
+	}
+}
+
+// Install writes runner.py into dir as a read-only (0444) file and returns
+// its path. An identical read-only regular file already there is kept;
+// anything else is replaced atomically (temporary file in dir, fsync,
+// rename), so a sandbox never sees a half-written runner.
+func Install(dir string) (string, error) {
+	path := filepath.Join(dir, FileName)
+
+	// 1. already installed?
+	if st, err := os.Lstat(path); err == nil && st.Mode().IsRegular() && st.Mode().Perm() == 0o444 {
+		if existing, err := os.ReadFile(path); err == nil && bytes.Equal(existing, Source) {
+			return path, nil
+		}
+	}
+
+	// 2. write a temporary file next to it.
+	tmp, err := os.CreateTemp(dir, ".runner-*.py")
+	if err != nil {
+		return "", fmt.Errorf("runner: install %s: create temporary file: %w", path, err)
+	}
+	tmpName := tmp.Name()
+	fail := func(step string, err error) (string, error) {
+		tmp.Close()
+		os.Remove(tmpName)
+		return "", fmt.Errorf("runner: install %s: %s %s: %w", path, step, tmpName, err)
+	}
+	if _, err := tmp.Write(Source); err != nil {
+		return fail("write", err)
+	}
+	if err := tmp.Chmod(0o444); err != nil {
+		return fail("chmod", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fail("fsync", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fail("close", err)
+	}
+
+	// 3. rename over the final name.
+	if err := os.Rename(tmpName, path); err != nil {
+		os.Remove(tmpName)
+		return "", fmt.Errorf("runner: install %s: rename %s: %w", path, tmpName, err)
+	}
+	return path, nil
+}
