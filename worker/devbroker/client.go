@@ -1,0 +1,830 @@
+package devbroker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/securetoolruntime/str/worker/transport"
+)
+
+// Client defaults.
+const (
+	DefaultRetryDelay     = 3 * time.Second // CONNECT_RETRY_DELAY_MS
+	DefaultReceiveTimeout = time.Second
+	DefaultCommandTimeout = 10 * time.Second
+	// PublisherSuffix is appended to ClientID to name the publishing
+	// connection when ClientOptions.PublisherID is empty.
+	PublisherSuffix = "-pub"
+)
+
+// ClientOptions configures a Client.
+type ClientOptions struct {
+	Host string // DEV_BROKER_HOST; required
+	Port int    // DEV_BROKER_PORT; 0 means DefaultPort
+	// ClientID is the client_id of the receiving connection, the identity
+	// that owns the subscriptions. Required.
+	ClientID string
+	// QueueName is sent in the receiving connection's CONNECT. On str's
+	// broker clients sharing a non-empty queue name share the work.
+	QueueName string
+	// PublisherID is the client_id of the publishing connection; empty
+	// means ClientID+PublisherSuffix. A distinct id is the default because
+	// the reference broker keeps one session per client_id and a second
+	// CONNECT under the same id would steal the receiver's session; str's
+	// broker accepts either.
+	PublisherID string
+	// RetryDelay is the wait between connection attempts, before the
+	// first connection and after every drop (CONNECT_RETRY_DELAY_MS).
+	// 0 means DefaultRetryDelay.
+	RetryDelay time.Duration
+	// Retries bounds the retries of the first connection in Connect
+	// (CONNECT_RETRIES): Connect fails after 1+Retries attempts. 0 means
+	// retry forever. Reconnection after a drop always retries forever.
+	Retries int
+	// ReceiveTimeout is the timeout_ms of each RECEIVE. Subscribe and
+	// Unsubscribe travel on the receiving connection between RECEIVEs, so
+	// this is also their worst-case delay. 0 means DefaultReceiveTimeout.
+	ReceiveTimeout time.Duration
+	// CommandTimeout bounds dialing and the wait for a reply to any other
+	// command (and is added to ReceiveTimeout for RECEIVE). 0 means
+	// DefaultCommandTimeout.
+	CommandTimeout time.Duration
+	// MaxLineBytes is the longest reply line accepted. 0 means
+	// DefaultMaxLineBytes.
+	MaxLineBytes int
+	// Logger receives connection events. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Client is a transport.Transport over the dev broker protocol. It keeps two
+// connections: a receiving one (CONNECT with the subscriptions, then
+// RECEIVE after RECEIVE, SUBSCRIBE/UNSUBSCRIBE in between) and a publishing
+// one. If either drops, both are closed and re-established every RetryDelay
+// until Close, with the current subscription set in the new CONNECT.
+type Client struct {
+	opts   ClientOptions
+	addr   string
+	log    *slog.Logger
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	done   chan struct{} // closed by Close
+
+	ctrl       chan *ctrlOp             // Subscribe/Unsubscribe → receive loop
+	deliveries chan *transport.Delivery // receive loop → Receive
+	loopDone   chan struct{}            // closed when the receive loop ends
+
+	mu      sync.Mutex
+	subs    []string      // desired subscriptions, in order of first subscription
+	sess    *session      // nil while disconnected
+	ready   chan struct{} // closed once sess is non-nil; replaced on drop
+	started bool
+	closed  bool
+}
+
+// session is one pair of live connections.
+type session struct {
+	recv  *lineConn // used only by Connect, then by the receive loop
+	pubMu sync.Mutex
+	pub   *lineConn // guarded by pubMu
+	once  sync.Once
+}
+
+func (s *session) kill() {
+	s.once.Do(func() {
+		s.recv.nc.Close()
+		s.pub.nc.Close()
+	})
+}
+
+type ctrlOp struct {
+	cmd     string
+	pattern string
+	sess    *session
+	result  chan error // capacity 1
+}
+
+var _ transport.Transport = (*Client)(nil)
+
+// NewClient checks opts and returns a client that is not yet connected.
+func NewClient(opts ClientOptions) (*Client, error) {
+	var problems []error
+	if opts.Host == "" {
+		problems = append(problems, errors.New("host is empty (set DEV_BROKER_HOST)"))
+	}
+	if opts.Port == 0 {
+		opts.Port = DefaultPort
+	}
+	if opts.Port < 1 || opts.Port > 65535 {
+		problems = append(problems, fmt.Errorf("port %d is outside 1-65535", opts.Port))
+	}
+	if opts.ClientID == "" {
+		problems = append(problems, errors.New("client id is empty"))
+	}
+	if opts.Retries < 0 {
+		problems = append(problems, fmt.Errorf("retries %d is negative (0 means forever)", opts.Retries))
+	}
+	for name, d := range map[string]time.Duration{
+		"RetryDelay": opts.RetryDelay, "ReceiveTimeout": opts.ReceiveTimeout, "CommandTimeout": opts.CommandTimeout,
+	} {
+		if d < 0 {
+			problems = append(problems, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("devbroker: client options: %w", errors.Join(problems...))
+	}
+	if opts.PublisherID == "" {
+		opts.PublisherID = opts.ClientID + PublisherSuffix
+	}
+	if opts.RetryDelay == 0 {
+		opts.RetryDelay = DefaultRetryDelay
+	}
+	if opts.ReceiveTimeout == 0 {
+		opts.ReceiveTimeout = DefaultReceiveTimeout
+	}
+	if opts.CommandTimeout == 0 {
+		opts.CommandTimeout = DefaultCommandTimeout
+	}
+	if opts.MaxLineBytes <= 0 {
+		opts.MaxLineBytes = DefaultMaxLineBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Client{
+		opts:       opts,
+		addr:       net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)),
+		done:       make(chan struct{}),
+		ctrl:       make(chan *ctrlOp),
+		deliveries: make(chan *transport.Delivery),
+		loopDone:   make(chan struct{}),
+		ready:      make(chan struct{}),
+	}
+	c.log = log.With("component", "devbroker-client", "broker", c.addr, "client_id", opts.ClientID)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Connect opens both connections, sending subscriptions (plus any given to
+// Subscribe before) inside the receiving connection's CONNECT, so nothing
+// published after Connect returns is missed. It tries 1+Retries times (0 =
+// until ctx ends), RetryDelay apart, then starts the background receive
+// loop, which repairs later drops by itself.
+func (c *Client) Connect(ctx context.Context, subscriptions []string) error {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return transport.ErrClosed
+	case c.started:
+		c.mu.Unlock()
+		return errors.New("devbroker: Connect called twice")
+	}
+	c.started = true
+	for _, p := range subscriptions {
+		if p == "" {
+			c.started = false
+			c.mu.Unlock()
+			return errors.New("devbroker: connect: empty subscription pattern")
+		}
+		if !slices.Contains(c.subs, p) {
+			c.subs = append(c.subs, p)
+		}
+	}
+	c.mu.Unlock()
+
+	ctx, stop := mergeDone(ctx, c.ctx)
+	defer stop()
+	for attempt := 1; ; attempt++ {
+		err := c.establish(ctx)
+		if err == nil {
+			break
+		}
+		if c.isClosed() {
+			close(c.loopDone)
+			return transport.ErrClosed
+		}
+		if ctx.Err() != nil || (c.opts.Retries > 0 && attempt > c.opts.Retries) {
+			close(c.loopDone)
+			return fmt.Errorf("devbroker: connect to %s failed after %d attempt(s): %w", c.addr, attempt, err)
+		}
+		c.log.Info("connect failed, retrying", "attempt", attempt, "retry_in", c.opts.RetryDelay, "err", err)
+		select {
+		case <-time.After(c.opts.RetryDelay):
+		case <-ctx.Done():
+			close(c.loopDone)
+			if c.isClosed() {
+				return transport.ErrClosed
+			}
+			return fmt.Errorf("devbroker: connect to %s failed after %d attempt(s): %w (last error: %v)", c.addr, attempt, ctx.Err(), err)
+		}
+	}
+	go c.run()
+	return nil
+}
+
+// mergeDone returns a context that ends when either a or b ends.
+func mergeDone(a, b context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(a)
+	stop := context.AfterFunc(b, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// establish dials and CONNECTs both connections and installs the session.
+// Steps:
+//  1. dial the receiving connection; CONNECT with ClientID, QueueName and
+//     a snapshot of the subscriptions;
+//  2. dial the publishing connection; CONNECT with PublisherID, no queue
+//     name and no subscriptions;
+//  3. install the session, then SUBSCRIBE/UNSUBSCRIBE whatever changed in
+//     the subscription set since the snapshot of step 1.
+func (c *Client) establish(ctx context.Context) (err error) {
+	c.mu.Lock()
+	snapshot := slices.Clone(c.subs)
+	c.mu.Unlock()
+
+	// 1. Receiving connection.
+	recv, err := c.dial(ctx, "receiving")
+	if err != nil {
+		return err
+	}
+	sess := &session{recv: recv}
+	defer func() {
+		if err != nil {
+			recv.nc.Close()
+			if sess.pub != nil {
+				sess.pub.nc.Close()
+			}
+		}
+	}()
+	// Closing the socket when ctx ends interrupts a blocked handshake.
+	stopRecv := context.AfterFunc(ctx, func() { recv.nc.Close() })
+	defer stopRecv()
+	if snapshot == nil {
+		snapshot = []string{}
+	}
+	err = recv.expectOK(CmdConnect, connectRequest{Cmd: CmdConnect, ClientID: c.opts.ClientID,
+		QueueName: c.opts.QueueName, Subscriptions: snapshot}, c.opts.CommandTimeout)
+	if err != nil {
+		return fmt.Errorf("receiving connection: %w", err)
+	}
+
+	// 2. Publishing connection.
+	pub, err := c.dial(ctx, "publishing")
+	if err != nil {
+		return err
+	}
+	sess.pub = pub
+	stopPub := context.AfterFunc(ctx, func() { pub.nc.Close() })
+	defer stopPub()
+	err = pub.expectOK(CmdConnect, connectRequest{Cmd: CmdConnect, ClientID: c.opts.PublisherID,
+		Subscriptions: []string{}}, c.opts.CommandTimeout)
+	if err != nil {
+		return fmt.Errorf("publishing connection: %w", err)
+	}
+
+	// 3. Install, then catch up with Subscribe/Unsubscribe calls made
+	// while the CONNECT was in flight (they saw no session and relied on
+	// this step).
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return transport.ErrClosed
+	}
+	var add, remove []string
+	for _, p := range c.subs {
+		if !slices.Contains(snapshot, p) {
+			add = append(add, p)
+		}
+	}
+	for _, p := range snapshot {
+		if !slices.Contains(c.subs, p) {
+			remove = append(remove, p)
+		}
+	}
+	c.sess = sess
+	close(c.ready)
+	c.mu.Unlock()
+	c.log.Info("connected", "queue_name", c.opts.QueueName, "publisher_id", c.opts.PublisherID,
+		"subscriptions", len(snapshot)+len(add)-len(remove))
+	for _, p := range add {
+		if err := recv.expectOK(CmdSubscribe, subscriptionRequest{Cmd: CmdSubscribe, TopicPattern: p}, c.opts.CommandTimeout); err != nil {
+			c.drop(sess, err)
+			return err
+		}
+	}
+	for _, p := range remove {
+		if err := recv.expectOK(CmdUnsubscribe, subscriptionRequest{Cmd: CmdUnsubscribe, TopicPattern: p}, c.opts.CommandTimeout); err != nil {
+			c.drop(sess, err)
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Client) dial(ctx context.Context, which string) (*lineConn, error) {
+	d := net.Dialer{Timeout: c.opts.CommandTimeout}
+	nc, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s connection: %w", which, err)
+	}
+	return &lineConn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), max: c.opts.MaxLineBytes}, nil
+}
+
+// drop retires sess after an error: the client becomes disconnected and
+// both sockets are closed. The receive loop then reconnects.
+func (c *Client) drop(sess *session, cause error) {
+	c.mu.Lock()
+	current := c.sess == sess
+	if current {
+		c.sess = nil
+		c.ready = make(chan struct{})
+	}
+	closed := c.closed
+	c.mu.Unlock()
+	sess.kill()
+	if current && !closed {
+		c.log.Warn("connection lost, reconnecting", "retry_in", c.opts.RetryDelay, "err", cause)
+	}
+}
+
+// run is the receive loop: RECEIVE, hand over, repeat; reconnect on any
+// error until Close.
+func (c *Client) run() {
+	defer close(c.loopDone)
+	c.mu.Lock()
+	sess := c.sess
+	c.mu.Unlock()
+	for {
+		if sess == nil {
+			select {
+			case <-time.After(c.opts.RetryDelay):
+			case <-c.done:
+				return
+			}
+			if err := c.establish(c.ctx); err != nil {
+				if c.isClosed() {
+					return
+				}
+				c.log.Info("reconnect failed, retrying", "retry_in", c.opts.RetryDelay, "err", err)
+				continue
+			}
+			c.mu.Lock()
+			sess = c.sess
+			c.mu.Unlock()
+			if sess == nil { // dropped again already
+				continue
+			}
+		}
+		if err := c.receiveOnce(sess); err != nil {
+			if c.isClosed() {
+				return
+			}
+			c.drop(sess, err)
+			sess = nil
+		}
+	}
+}
+
+// receiveOnce applies pending subscription changes, issues one RECEIVE and
+// hands a message, if any, to Receive.
+func (c *Client) receiveOnce(sess *session) error {
+	for {
+		select {
+		case op := <-c.ctrl:
+			if err := c.applyCtrl(sess, op); err != nil {
+				return err
+			}
+			continue
+		case <-c.done:
+			return transport.ErrClosed
+		default:
+		}
+		break
+	}
+	rep, err := sess.recv.roundTrip(CmdReceive, receiveRequest{Cmd: CmdReceive, TimeoutMS: c.opts.ReceiveTimeout.Milliseconds()},
+		c.opts.ReceiveTimeout+c.opts.CommandTimeout)
+	if err != nil {
+		return err
+	}
+	switch rep.Status {
+	case StatusTimeout:
+		return nil
+	case StatusOK:
+	default:
+		// NOT_CONNECTED means the broker lost our session; anything else is
+		// just as unexpected. A fresh CONNECT repairs both.
+		return rep.err(CmdReceive)
+	}
+	d, err := c.toDelivery(rep.Message)
+	if err != nil {
+		c.log.Error("dropping malformed message from broker", "err", err)
+		return nil
+	}
+	var ctrlErr error
+	for {
+		select {
+		case c.deliveries <- d:
+			return ctrlErr
+		case op := <-c.ctrl:
+			if ctrlErr != nil {
+				op.result <- ctrlErr
+				continue
+			}
+			ctrlErr = c.applyCtrl(sess, op)
+		case <-c.done:
+			return transport.ErrClosed
+		}
+	}
+}
+
+// applyCtrl sends one SUBSCRIBE/UNSUBSCRIBE on the receiving connection and
+// reports the outcome to the caller. An op made for an older session is
+// already covered by the newer session's CONNECT. Only I/O errors are
+// returned (they end the session).
+func (c *Client) applyCtrl(sess *session, op *ctrlOp) error {
+	if op.sess != sess {
+		op.result <- nil
+		return nil
+	}
+	rep, err := sess.recv.roundTrip(op.cmd, subscriptionRequest{Cmd: op.cmd, TopicPattern: op.pattern}, c.opts.CommandTimeout)
+	if err != nil {
+		op.result <- fmt.Errorf("devbroker: %s %s: %w (kept for the next connection)", op.cmd, op.pattern, err)
+		return err
+	}
+	if rep.Status != StatusOK {
+		op.result <- fmt.Errorf("devbroker: %s %s: %w", op.cmd, op.pattern, rep.err(op.cmd))
+		return nil
+	}
+	op.result <- nil
+	return nil
+}
+
+// Subscribe adds pattern to the subscription set. While connected it is
+// sent at once (between two RECEIVEs); while disconnected it is sent with
+// the next CONNECT and Subscribe returns nil. Either way it is part of every
+// later reconnection.
+func (c *Client) Subscribe(ctx context.Context, pattern string) error {
+	return c.changeSubscription(ctx, CmdSubscribe, pattern)
+}
+
+// Unsubscribe removes pattern from the subscription set, at once while
+// connected, and from every later CONNECT.
+func (c *Client) Unsubscribe(ctx context.Context, pattern string) error {
+	return c.changeSubscription(ctx, CmdUnsubscribe, pattern)
+}
+
+func (c *Client) changeSubscription(ctx context.Context, cmd, pattern string) error {
+	if pattern == "" {
+		return fmt.Errorf("devbroker: %s: empty pattern", cmd)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return transport.ErrClosed
+	}
+	has := slices.Contains(c.subs, pattern)
+	switch {
+	case cmd == CmdSubscribe && !has:
+		c.subs = append(c.subs, pattern)
+	case cmd == CmdUnsubscribe && has:
+		c.subs = slices.DeleteFunc(c.subs, func(p string) bool { return p == pattern })
+	}
+	sess := c.sess
+	c.mu.Unlock()
+	if sess == nil {
+		return nil // establish sends it
+	}
+	op := &ctrlOp{cmd: cmd, pattern: pattern, sess: sess, result: make(chan error, 1)}
+	select {
+	case c.ctrl <- op:
+	case <-ctx.Done():
+		return fmt.Errorf("devbroker: %s %s: %w (kept for the next connection)", cmd, pattern, ctx.Err())
+	case <-c.done:
+		return transport.ErrClosed
+	case <-c.loopDone:
+		return transport.ErrClosed
+	}
+	select {
+	case err := <-op.result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("devbroker: %s %s: %w (sent, outcome unknown)", cmd, pattern, ctx.Err())
+	case <-c.done:
+		return transport.ErrClosed
+	}
+}
+
+// Publish sends m on the publishing connection. While disconnected it
+// waits for the connection (until ctx ends). If the connection fails during
+// the exchange, Publish waits for the reconnection and tries once more, so a
+// message whose reply was lost can be delivered twice. The payload goes out
+// as a raw JSON value when it is valid JSON, else as a JSON string.
+func (c *Client) Publish(ctx context.Context, m transport.Message) error {
+	if m.Topic == "" {
+		return errors.New("devbroker: publish: empty topic")
+	}
+	req := publishRequest{Cmd: CmdPublish, Topic: m.Topic, UserProperties: m.UserProperties}
+	if json.Valid(m.Payload) {
+		req.Payload = json.RawMessage(m.Payload)
+	} else {
+		s, _ := json.Marshal(string(m.Payload)) // strings always marshal
+		req.Payload = s
+	}
+	if req.UserProperties == nil {
+		req.UserProperties = map[string]string{}
+	}
+	var lastErr error
+	for attempt := 1; attempt <= 2; attempt++ {
+		sess, err := c.waitSession(ctx)
+		if err != nil {
+			if lastErr != nil {
+				return fmt.Errorf("devbroker: publish %s: %w (after: %v)", m.Topic, err, lastErr)
+			}
+			return fmt.Errorf("devbroker: publish %s: %w", m.Topic, err)
+		}
+		// An exchange cut short leaves a reply in flight and so costs the
+		// session; do not start one that cannot finish.
+		timeout := c.opts.CommandTimeout
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = min(timeout, time.Until(dl))
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("devbroker: publish %s: %w", m.Topic, err)
+		}
+		if timeout <= 0 {
+			return fmt.Errorf("devbroker: publish %s: %w", m.Topic, context.DeadlineExceeded)
+		}
+		sess.pubMu.Lock()
+		rep, err := sess.pub.roundTrip(CmdPublish, req, timeout)
+		sess.pubMu.Unlock()
+		if err == nil {
+			if rep.Status != StatusOK {
+				return fmt.Errorf("devbroker: publish %s: %w", m.Topic, rep.err(CmdPublish))
+			}
+			return nil
+		}
+		c.drop(sess, err)
+		lastErr = err
+	}
+	return fmt.Errorf("devbroker: publish %s failed twice: %w", m.Topic, lastErr)
+}
+
+// waitSession returns the live session, waiting for one while disconnected.
+func (c *Client) waitSession(ctx context.Context) (*session, error) {
+	for {
+		c.mu.Lock()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return nil, transport.ErrClosed
+		case !c.started:
+			c.mu.Unlock()
+			return nil, errors.New("not connected (call Connect first)")
+		case c.sess != nil:
+			s := c.sess
+			c.mu.Unlock()
+			return s, nil
+		}
+		ready := c.ready
+		c.mu.Unlock()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the broker connection: %w", ctx.Err())
+		case <-c.done:
+			return nil, transport.ErrClosed
+		case <-c.loopDone:
+			return nil, transport.ErrClosed
+		}
+	}
+}
+
+// Receive returns the next message. Ack and Nack are no-ops: the dev broker
+// keeps nothing to settle.
+func (c *Client) Receive(ctx context.Context) (*transport.Delivery, error) {
+	select {
+	case d := <-c.deliveries:
+		return d, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.done:
+		return nil, transport.ErrClosed
+	}
+}
+
+// State reports whether both connections are up.
+func (c *Client) State() transport.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess != nil {
+		return transport.Connected
+	}
+	return transport.Disconnected
+}
+
+// Close closes both connections (the broker forgets the client when it sees
+// them go) and stops the receive loop. A message fetched but not yet
+// returned by Receive is dropped. Safe to call more than once.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	sess := c.sess
+	c.sess = nil
+	started := c.started
+	c.mu.Unlock()
+	close(c.done)
+	c.cancel()
+	if sess != nil {
+		sess.kill()
+	}
+	if started {
+		<-c.loopDone
+	}
+	c.log.Info("closed")
+	return nil
+}
+
+// toDelivery converts a RECEIVE reply's message. A JSON string payload is
+// handed over as its decoded content; any other value as its JSON text.
+// User property values that are not strings become their JSON text.
+func (c *Client) toDelivery(m *replyMessage) (*transport.Delivery, error) {
+	if m == nil {
+		return nil, errors.New("RECEIVE OK without a message")
+	}
+	d := &transport.Delivery{
+		Message: transport.Message{Topic: m.Topic, UserProperties: make(map[string]string, len(m.UserProperties))},
+		Ack:     func() error { return nil },
+		Nack:    func(error) error { return nil },
+	}
+	payload := bytes.TrimSpace(m.Payload)
+	if len(payload) > 0 && payload[0] == '"' {
+		var s string
+		if err := json.Unmarshal(payload, &s); err != nil {
+			return nil, fmt.Errorf("message %s payload: %w", jsonText(m.MessageID), err)
+		}
+		d.Payload = []byte(s)
+	} else {
+		d.Payload = slices.Clone(payload)
+	}
+	for k, v := range m.UserProperties {
+		d.UserProperties[k] = jsonText(v)
+	}
+	return d, nil
+}
+
+// jsonText is a JSON string's content, or any other value's compact text
+// (1700000000123 → "1700000000123").
+func jsonText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s
+		}
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) == nil {
+		return buf.String()
+	}
+	return string(raw)
+}
+
+// Requests, with fields in the reference client's order.
+type connectRequest struct {
+	Cmd           string   `json:"cmd"`
+	ClientID      string   `json:"client_id"`
+	QueueName     string   `json:"queue_name"`
+	Subscriptions []string `json:"subscriptions"`
+}
+
+type subscriptionRequest struct {
+	Cmd          string `json:"cmd"`
+	TopicPattern string `json:"topic_pattern"`
+}
+
+type publishRequest struct {
+	Cmd            string            `json:"cmd"`
+	Topic          string            `json:"topic"`
+	Payload        json.RawMessage   `json:"payload"`
+	UserProperties map[string]string `json:"user_properties"`
+}
+
+type receiveRequest struct {
+	Cmd       string `json:"cmd"`
+	TimeoutMS int64  `json:"timeout_ms"`
+}
+
+// reply is any response, decoded leniently.
+type reply struct {
+	Status       string        `json:"status"`
+	ClientID     string        `json:"client_id"`
+	Message      *replyMessage `json:"message"`
+	ErrorCode    string        `json:"error_code"`
+	ErrorMessage string        `json:"error_message"`
+}
+
+type replyMessage struct {
+	MessageID      json.RawMessage            `json:"message_id"`
+	Topic          string                     `json:"topic"`
+	Payload        json.RawMessage            `json:"payload"`
+	UserProperties map[string]json.RawMessage `json:"user_properties"`
+}
+
+// BrokerError is an ERROR (or otherwise not OK) reply.
+type BrokerError struct {
+	Cmd     string
+	Status  string
+	Code    string
+	Message string
+}
+
+func (e *BrokerError) Error() string {
+	return fmt.Sprintf("broker refused %s: status %s, %s: %s", e.Cmd, e.Status, e.Code, e.Message)
+}
+
+func (r *reply) err(cmd string) error {
+	return &BrokerError{Cmd: cmd, Status: r.Status, Code: r.ErrorCode, Message: r.ErrorMessage}
+}
+
+// lineConn is one connection speaking newline-delimited JSON.
+type lineConn struct {
+	nc  net.Conn
+	r   *bufio.Reader
+	max int
+}
+
+// roundTrip writes req as one line and reads one reply line, all within
+// timeout.
+func (lc *lineConn) roundTrip(cmd string, req any, timeout time.Duration) (*reply, error) {
+	data, err := encodeLine(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", cmd, err)
+	}
+	if err := lc.nc.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, fmt.Errorf("%s: set deadline: %w", cmd, err)
+	}
+	if _, err := lc.nc.Write(data); err != nil {
+		return nil, fmt.Errorf("send %s: %w", cmd, err)
+	}
+	line, err := readLine(lc.r, lc.max)
+	if err != nil {
+		return nil, fmt.Errorf("read %s reply: %w", cmd, err)
+	}
+	var rep reply
+	if err := json.Unmarshal(line, &rep); err != nil {
+		return nil, fmt.Errorf("decode %s reply: %w", cmd, err)
+	}
+	return &rep, nil
+}
+
+func (lc *lineConn) expectOK(cmd string, req any, timeout time.Duration) error {
+	rep, err := lc.roundTrip(cmd, req, timeout)
+	if err != nil {
+		return err
+	}
+	if rep.Status != StatusOK {
+		return rep.err(cmd)
+	}
+	return nil
+}
+
+// readLine reads one '\n'-terminated line of at most max bytes.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var buf []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if len(buf)+len(frag) > max+2 {
+			return nil, fmt.Errorf("reply line longer than %d bytes", max)
+		}
+		buf = append(buf, frag...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+}

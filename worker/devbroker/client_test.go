@@ -1,0 +1,513 @@
+package devbroker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/securetoolruntime/str/worker/transport"
+)
+
+func portOf(t *testing.T, a net.Addr) int {
+	t.Helper()
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("address %v is not TCP", a)
+	}
+	return ta.Port
+}
+
+// newClient returns an unconnected client for port with short test delays.
+func newClient(t *testing.T, port int, opts ClientOptions) *Client {
+	t.Helper()
+	opts.Host = "127.0.0.1"
+	opts.Port = port
+	if opts.RetryDelay == 0 {
+		opts.RetryDelay = 20 * time.Millisecond
+	}
+	if opts.ReceiveTimeout == 0 {
+		opts.ReceiveTimeout = 100 * time.Millisecond
+	}
+	if opts.CommandTimeout == 0 {
+		opts.CommandTimeout = 3 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t).With("test_client", opts.ClientID)
+	}
+	c, err := NewClient(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func connectClient(t *testing.T, s *Server, opts ClientOptions, subs ...string) *Client {
+	t.Helper()
+	c := newClient(t, portOf(t, s.Addr()), opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx, subs); err != nil {
+		t.Fatalf("connect %s: %v", opts.ClientID, err)
+	}
+	return c
+}
+
+func receive(t *testing.T, c *Client) *transport.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	d, err := c.Receive(ctx)
+	if err != nil {
+		t.Fatalf("receive: %v", err)
+	}
+	return d
+}
+
+func publish(t *testing.T, c *Client, topic, payload string, props map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Publish(ctx, transport.Message{Topic: topic, Payload: []byte(payload), UserProperties: props}); err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
+	}
+}
+
+func TestClientRoundTrip(t *testing.T) {
+	s := startServer(t, Options{})
+	worker := connectClient(t, s, ClientOptions{ClientID: "worker", QueueName: "q/worker"}, "ns/invoke/echo")
+	agent := connectClient(t, s, ClientOptions{ClientID: "agent"}, "ns/response/agent/>")
+	if worker.State() != transport.Connected {
+		t.Fatalf("state %v after Connect", worker.State())
+	}
+
+	publish(t, agent, "ns/invoke/echo", `{"jsonrpc": "2.0", "id": "r1"}`,
+		map[string]string{"replyTo": "ns/response/agent/c1", "statusTo": "ns/status/agent/c1"})
+	d := receive(t, worker)
+	if d.Topic != "ns/invoke/echo" || string(d.Payload) != `{"jsonrpc":"2.0","id":"r1"}` ||
+		d.UserProperties["replyTo"] != "ns/response/agent/c1" || d.UserProperties["statusTo"] != "ns/status/agent/c1" ||
+		len(d.UserProperties) != 2 {
+		t.Fatalf("worker got %q %q %v", d.Topic, d.Payload, d.UserProperties)
+	}
+	if d.Ack() != nil || d.Nack(errors.New("x")) != nil {
+		t.Fatal("Ack/Nack must be no-ops")
+	}
+
+	// A payload that is not JSON travels as a JSON string and comes back
+	// as the same bytes.
+	publish(t, worker, d.UserProperties["replyTo"], "plain <text> \"quoted\"", nil)
+	r := receive(t, agent)
+	if r.Topic != "ns/response/agent/c1" || string(r.Payload) != "plain <text> \"quoted\"" || len(r.UserProperties) != 0 {
+		t.Fatalf("agent got %q %q %v", r.Topic, r.Payload, r.UserProperties)
+	}
+}
+
+// TestClientWireForms checks what the client puts on the wire and how it
+// reads what Python clients send: string payloads, numeric properties.
+func TestClientWireForms(t *testing.T) {
+	s := startServer(t, Options{})
+	c := connectClient(t, s, ClientOptions{ClientID: "go"}, "in/>")
+	py := connectRaw(t, s, "python", "", "out/>")
+
+	publish(t, c, "out/1", "not json", map[string]string{"k": "v"})
+	publish(t, c, "out/2", `[1, 2]`, nil)
+	publish(t, c, "out/3", ``, nil)
+	for _, want := range []struct {
+		payload any
+		props   map[string]any
+	}{
+		{"not json", map[string]any{"k": "v"}},
+		{[]any{json.Number("1"), json.Number("2")}, map[string]any{}},
+		{"", map[string]any{}},
+	} {
+		r := py.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
+		m, _ := r["message"].(map[string]any)
+		same(t, "payload on the wire", map[string]any{"payload": m["payload"], "user_properties": m["user_properties"]},
+			map[string]any{"payload": want.payload, "user_properties": want.props})
+	}
+
+	py.send(`{"cmd": "PUBLISH", "topic": "in/1", "payload": "a \"string\" payload", "user_properties": {"timestamp": 1700000000123, "ok": true, "ratio": 0.5, "none": null, "obj": {"a": [1, 2]}, "s": "x"}}`)
+	if r := py.read(); r["status"] != "OK" {
+		t.Fatal(r)
+	}
+	d := receive(t, c)
+	if string(d.Payload) != `a "string" payload` {
+		t.Fatalf("string payload handed as %q", d.Payload)
+	}
+	wantProps := map[string]string{"timestamp": "1700000000123", "ok": "true", "ratio": "0.5", "none": "null", "obj": `{"a":[1,2]}`, "s": "x"}
+	if fmt.Sprint(d.UserProperties) != fmt.Sprint(wantProps) {
+		t.Fatalf("properties %v, want %v", d.UserProperties, wantProps)
+	}
+	// An object payload is handed over as its JSON text: key order and
+	// characters as sent, whitespace compacted.
+	if r := py.do(`{"cmd": "PUBLISH", "topic": "in/2", "payload": {"b": 2, "a": "<&>\u00e9"}}`); r["status"] != "OK" {
+		t.Fatal(r)
+	}
+	if d := receive(t, c); string(d.Payload) != `{"b":2,"a":"<&>\u00e9"}` {
+		t.Fatalf("object payload handed as %q", d.Payload)
+	}
+}
+
+// TestClientPublisherIdentity: with the default PublisherID the publishing
+// connection is another client id, so a client subscribed to a topic it
+// publishes gets its message back (as with the reference broker); with
+// PublisherID == ClientID str's broker recognises it and does not echo.
+func TestClientPublisherIdentity(t *testing.T) {
+	s := startServer(t, Options{})
+	other := connectRaw(t, s, "other", "")
+
+	distinct := connectClient(t, s, ClientOptions{ClientID: "d"}, "echo/d")
+	publish(t, distinct, "echo/d", `"mine"`, nil)
+	if d := receive(t, distinct); string(d.Payload) != "mine" {
+		t.Fatalf("distinct publisher id: got %q", d.Payload)
+	}
+
+	shared := connectClient(t, s, ClientOptions{ClientID: "s", PublisherID: "s"}, "echo/s")
+	publish(t, shared, "echo/s", `"mine"`, nil)
+	other.publish("echo/s", "marker")
+	if d := receive(t, shared); string(d.Payload) != "marker" {
+		t.Fatalf("shared publisher id: got %q first, want the marker (no echo)", d.Payload)
+	}
+}
+
+func TestClientSubscribeUnsubscribe(t *testing.T) {
+	s := startServer(t, Options{})
+	c := connectClient(t, s, ClientOptions{ClientID: "c"}, "m")
+	p := connectRaw(t, s, "p", "")
+	ctx := context.Background()
+
+	if err := c.Subscribe(ctx, "x/*"); err != nil {
+		t.Fatal(err)
+	}
+	p.publish("x/1", "one")
+	if d := receive(t, c); string(d.Payload) != "one" || d.Topic != "x/1" {
+		t.Fatalf("got %q on %s", d.Payload, d.Topic)
+	}
+	if err := c.Unsubscribe(ctx, "x/*"); err != nil {
+		t.Fatal(err)
+	}
+	p.publish("x/2", "two")
+	p.publish("m", "marker")
+	if d := receive(t, c); string(d.Payload) != "marker" {
+		t.Fatalf("got %q, want the marker (x/* was unsubscribed)", d.Payload)
+	}
+	if err := c.Subscribe(ctx, ""); err == nil {
+		t.Fatal("empty pattern accepted")
+	}
+}
+
+func TestClientQueueGroup(t *testing.T) {
+	s := startServer(t, Options{})
+	pub := connectClient(t, s, ClientOptions{ClientID: "agent"})
+	var members []*Client
+	for i := range 3 {
+		members = append(members, connectClient(t, s, ClientOptions{ClientID: fmt.Sprintf("w%d", i), QueueName: "pool"}, "jobs/>"))
+	}
+	unique := []*Client{
+		connectClient(t, s, ClientOptions{ClientID: "u1", QueueName: "u1"}, "jobs/>"),
+		connectClient(t, s, ClientOptions{ClientID: "u2"}, "jobs/*"),
+	}
+	for i := range 30 {
+		publish(t, pub, "jobs/run", fmt.Sprint(i), nil)
+	}
+	seen := make(map[string]bool)
+	for _, m := range members {
+		for range 10 {
+			p := string(receive(t, m).Payload)
+			if seen[p] {
+				t.Fatalf("message %s delivered twice to the group", p)
+			}
+			seen[p] = true
+		}
+	}
+	if len(seen) != 30 {
+		t.Fatalf("group got %d distinct messages, want 30", len(seen))
+	}
+	// Nothing extra is queued for any member: the next thing each gets is
+	// one of three markers (the group hands them out one each).
+	for i := range 3 {
+		publish(t, pub, "jobs/marker", fmt.Sprint("m", i), nil)
+	}
+	for i, m := range members {
+		if d := receive(t, m); d.Topic != "jobs/marker" {
+			t.Fatalf("member %d got %q on %s after its 10, want a marker", i, d.Payload, d.Topic)
+		}
+	}
+	for _, u := range unique {
+		for i := range 30 {
+			if p := string(receive(t, u).Payload); p != fmt.Sprint(i) {
+				t.Fatalf("unique-queue client got %s, want %d", p, i)
+			}
+		}
+	}
+}
+
+// TestClientReconnect stops the broker, changes subscriptions while the
+// client is cut off, starts a new broker on the same port and checks that
+// the client comes back by itself with the right subscription set and that
+// a Publish made during the outage completes.
+func TestClientReconnect(t *testing.T) {
+	s1 := startServer(t, Options{})
+	port := portOf(t, s1.Addr())
+	c := connectClient(t, s1, ClientOptions{ClientID: "w", QueueName: "q/w"}, "a")
+	ctx := context.Background()
+	if err := c.Subscribe(ctx, "b"); err != nil { // added after the first CONNECT
+		t.Fatal(err)
+	}
+	if err := c.Subscribe(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "client notices the drop", func() bool { return c.State() == transport.Disconnected })
+	if err := c.Subscribe(ctx, "d"); err != nil { // while disconnected
+		t.Fatal(err)
+	}
+	if err := c.Unsubscribe(ctx, "c"); err != nil { // while disconnected
+		t.Fatal(err)
+	}
+	published := make(chan error, 1)
+	go func() {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		published <- c.Publish(pctx, transport.Message{Topic: "during/outage", Payload: []byte(`{}`)})
+	}()
+
+	s2 := NewServer(Options{Logger: testLogger(t)})
+	if err := s2.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	waitFor(t, "client reconnects", func() bool { return c.State() == transport.Connected })
+	select {
+	case err := <-published:
+		if err != nil {
+			t.Fatalf("publish during the outage: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("publish during the outage did not return")
+	}
+
+	p := connectRaw(t, s2, "p", "")
+	for _, topic := range []string{"a", "b", "c", "d"} {
+		p.publish(topic, "on "+topic)
+	}
+	for _, want := range []string{"a", "b", "d"} { // c was unsubscribed
+		if d := receive(t, c); d.Topic != want {
+			t.Fatalf("after reconnect got %q on %s, want topic %s", d.Payload, d.Topic, want)
+		}
+	}
+	publish(t, c, "still/works", `{}`, nil)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := portOf(t, ln.Addr())
+	ln.Close()
+	return port
+}
+
+func TestClientConnectRetriesThenFails(t *testing.T) {
+	c := newClient(t, freePort(t), ClientOptions{ClientID: "w", Retries: 2, RetryDelay: 5 * time.Millisecond})
+	err := c.Connect(context.Background(), []string{"a"})
+	if err == nil || !strings.Contains(err.Error(), "after 3 attempt(s)") {
+		t.Fatalf("Connect with nothing listening: %v, want failure after 3 attempts", err)
+	}
+	if c.State() != transport.Disconnected {
+		t.Fatal("state after failed Connect")
+	}
+	if err := c.Publish(context.Background(), transport.Message{Topic: "x"}); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("publish after failed Connect: %v", err)
+	}
+}
+
+func TestClientConnectHonoursContext(t *testing.T) {
+	c := newClient(t, freePort(t), ClientOptions{ClientID: "w", RetryDelay: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Connect(ctx, nil) }()
+	time.Sleep(30 * time.Millisecond) // a few failed attempts
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Connect after cancel: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Connect ignored its context")
+	}
+}
+
+// TestClientConnectWaitsForBroker: with Retries 0 Connect keeps trying
+// until the broker appears (a worker may start before the broker).
+func TestClientConnectWaitsForBroker(t *testing.T) {
+	port := freePort(t)
+	c := newClient(t, port, ClientOptions{ClientID: "w"})
+	errc := make(chan error, 1)
+	go func() { errc <- c.Connect(context.Background(), []string{"t"}) }()
+	time.Sleep(50 * time.Millisecond)
+	s := NewServer(Options{Logger: testLogger(t)})
+	if err := s.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Connect did not succeed once the broker was up")
+	}
+	connectRaw(t, s, "p", "").publish("t", "hello")
+	if d := receive(t, c); string(d.Payload) != "hello" {
+		t.Fatalf("got %q", d.Payload)
+	}
+}
+
+func TestClientClose(t *testing.T) {
+	s := startServer(t, Options{})
+	c := connectClient(t, s, ClientOptions{ClientID: "w"}, "t")
+	errc := make(chan error, 1)
+	go func() { _, err := c.Receive(context.Background()); errc <- err }()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("Receive after Close: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Receive did not return after Close")
+	}
+	if err := c.Publish(context.Background(), transport.Message{Topic: "t"}); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Publish after Close: %v", err)
+	}
+	if err := c.Subscribe(context.Background(), "u"); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v", err)
+	}
+	if c.State() != transport.Disconnected {
+		t.Fatal("state after Close")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The broker forgets both connections' clients.
+	waitFor(t, "broker forgets w and w-pub", func() bool { return !s.hasClient("w") && !s.hasClient("w-pub") })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	c2 := connectClient(t, s, ClientOptions{ClientID: "w2"})
+	if _, err := c2.Receive(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive with an expiring context: %v", err)
+	}
+}
+
+func TestNewClientValidation(t *testing.T) {
+	_, err := NewClient(ClientOptions{Port: 70000, Retries: -1, RetryDelay: -time.Second})
+	if err == nil {
+		t.Fatal("invalid options accepted")
+	}
+	for _, want := range []string{"host is empty", "port 70000", "client id is empty", "retries -1", "RetryDelay"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	c, err := NewClient(ClientOptions{Host: "h", ClientID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.addr != "h:55555" || c.opts.PublisherID != "w-pub" || c.opts.RetryDelay != 3*time.Second {
+		t.Fatalf("defaults: addr %s publisher %s delay %v", c.addr, c.opts.PublisherID, c.opts.RetryDelay)
+	}
+}
+
+// TestClientConnectLinesAndCatchUp plays the broker by hand to check the
+// exact lines the client sends, and that subscription changes made while
+// the CONNECT is in flight are sent right after it.
+func TestClientConnectLinesAndCatchUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := newClient(t, portOf(t, ln.Addr()), ClientOptions{ClientID: "w", QueueName: "q/w"})
+	connected := make(chan error, 1)
+	go func() { connected <- c.Connect(context.Background(), []string{"a", "a", "x/>"}) }()
+
+	accept := func() *raw {
+		t.Helper()
+		ln.(*net.TCPListener).SetDeadline(time.Now().Add(3 * time.Second))
+		nc, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
+	}
+	expectLine := func(r *raw, want string) {
+		t.Helper()
+		r.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+		got, err := r.r.ReadString('\n')
+		if err != nil || got != want+"\n" {
+			t.Fatalf("client sent %q (err %v), want %q", got, err, want)
+		}
+	}
+
+	recv := accept()
+	expectLine(recv, `{"cmd":"CONNECT","client_id":"w","queue_name":"q/w","subscriptions":["a","x/>"]}`)
+	// The CONNECT is unanswered: these only change the desired set.
+	if err := c.Subscribe(context.Background(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Unsubscribe(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	recv.send(`{"status": "OK", "client_id": "w"}`)
+
+	pub := accept()
+	expectLine(pub, `{"cmd":"CONNECT","client_id":"w-pub","queue_name":"","subscriptions":[]}`)
+	pub.send(`{"status": "OK", "client_id": "w-pub"}`)
+
+	expectLine(recv, `{"cmd":"SUBSCRIBE","topic_pattern":"b"}`)
+	recv.send(`{"status": "OK"}`)
+	expectLine(recv, `{"cmd":"UNSUBSCRIBE","topic_pattern":"a"}`)
+	recv.send(`{"status": "OK"}`)
+	select {
+	case err := <-connected:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Connect did not return")
+	}
+	expectLine(recv, `{"cmd":"RECEIVE","timeout_ms":100}`)
+	recv.send(`{"status": "OK", "message": {"message_id": "m1", "topic": "x/y", "payload": "hi", "user_properties": {"n": 5}}}`)
+	if d := receive(t, c); d.Topic != "x/y" || string(d.Payload) != "hi" || d.UserProperties["n"] != "5" {
+		t.Fatalf("got %q %q %v", d.Topic, d.Payload, d.UserProperties)
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.Publish(context.Background(), transport.Message{Topic: "r/1", Payload: []byte(`{"ok": true}`), UserProperties: map[string]string{"k": "v"}})
+	}()
+	expectLine(pub, `{"cmd":"PUBLISH","topic":"r/1","payload":{"ok":true},"user_properties":{"k":"v"}}`)
+	pub.send(`{"status": "ERROR", "error_code": "INTERNAL_ERROR", "error_message": "boom"}`)
+	var be *BrokerError
+	if err := <-errc; !errors.As(err, &be) || be.Code != CodeInternalError || be.Message != "boom" {
+		t.Fatalf("publish refused by the broker: %v", err)
+	}
+}

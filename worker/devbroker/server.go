@@ -1,0 +1,639 @@
+package devbroker
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/securetoolruntime/str/worker/transport"
+)
+
+// ErrServerClosed is returned by Serve once Close has been called.
+var ErrServerClosed = errors.New("devbroker: server closed")
+
+// Defaults for Options.
+const (
+	DefaultQueueSize    = 10000
+	DefaultMaxLineBytes = 16 << 20
+	// writeTimeout bounds one response write, so a peer that stops reading
+	// cannot pin a connection goroutine forever.
+	writeTimeout = 30 * time.Second
+	// maxReceiveWait caps a RECEIVE's timeout_ms; a client asking for more
+	// gets TIMEOUT after this long and simply asks again.
+	maxReceiveWait = time.Hour
+)
+
+// Options configures a Server. The zero value is valid.
+type Options struct {
+	// QueueSize is the most messages held for one client id; when full,
+	// the oldest is dropped (logged on the first drop and every 100th).
+	// 0 means DefaultQueueSize.
+	QueueSize int
+	// MaxLineBytes is the longest request line accepted (newline
+	// excluded). A longer line is discarded up to its newline and answered
+	// with INVALID_COMMAND. 0 means DefaultMaxLineBytes.
+	MaxLineBytes int
+	// Logger receives connection, routing and drop events. nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is str's embedded dev broker (spec §10). Create it with NewServer,
+// start it with Listen or Serve, stop it with Close.
+type Server struct {
+	queueSize int
+	maxLine   int
+	log       *slog.Logger
+	done      chan struct{} // closed by Close
+	wg        sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	listeners []net.Listener
+	conns     map[*conn]struct{}
+	clients   map[string]*client
+	order     []*client      // clients in connect order: queue groups rotate over it
+	turns     map[string]int // queue group -> messages handed to the group so far
+}
+
+// client is the broker-side state of one client id. Several connections may
+// carry the same id (a receiving and a publishing one); they share the
+// subscriptions and the queue, and the client goes away with the last one.
+type client struct {
+	id      string
+	queue   string              // queue group; "" = none
+	subs    map[string]struct{} // patterns as sent, matched with MatchDev
+	conns   int
+	pending []*wireMessage
+	dropped uint64
+	signal  chan struct{} // capacity 1: "pending may be non-empty"
+}
+
+// conn is one accepted TCP connection.
+type conn struct {
+	nc      net.Conn
+	session *client       // nil until CONNECT
+	gone    chan struct{} // closed when the peer's side is finished
+}
+
+// NewServer returns a server that is not yet listening.
+func NewServer(opts Options) *Server {
+	s := &Server{
+		queueSize: opts.QueueSize,
+		maxLine:   opts.MaxLineBytes,
+		log:       opts.Logger,
+		done:      make(chan struct{}),
+		conns:     make(map[*conn]struct{}),
+		clients:   make(map[string]*client),
+		turns:     make(map[string]int),
+	}
+	if s.queueSize <= 0 {
+		s.queueSize = DefaultQueueSize
+	}
+	if s.maxLine <= 0 {
+		s.maxLine = DefaultMaxLineBytes
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("component", "devbroker")
+	return s
+}
+
+// Listen binds addr ("host:port"; port 0 picks a free one) and serves it in
+// the background until Close. It returns once the socket is bound, so Addr
+// is valid when it returns nil.
+func (s *Server) Listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("devbroker: listen on %s: %w", addr, err)
+	}
+	if err := s.track(ln, true); err != nil {
+		ln.Close()
+		return err
+	}
+	go func() {
+		defer s.wg.Done()
+		if err := s.serve(ln); err != nil && !errors.Is(err, ErrServerClosed) {
+			s.log.Error("accept loop ended", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return nil
+}
+
+// Serve accepts connections on ln until Close, which makes it return
+// ErrServerClosed. It takes ownership of ln.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.track(ln, false); err != nil {
+		ln.Close()
+		return err
+	}
+	return s.serve(ln)
+}
+
+// Addr is the address of the first listener, or nil before Listen/Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.listeners) == 0 {
+		return nil
+	}
+	return s.listeners[0].Addr()
+}
+
+// Close stops accepting, closes every connection (a pending RECEIVE ends
+// without a reply), forgets every client and waits for the connection
+// goroutines. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	var errs []error
+	for _, ln := range s.listeners {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("devbroker: close listener %s: %w", ln.Addr(), err))
+		}
+	}
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// track registers ln so Close closes it. background counts the accept
+// goroutine Listen is about to start, under the same lock as the closed
+// check so Close cannot miss it.
+func (s *Server) track(ln net.Listener, background bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrServerClosed
+	}
+	if background {
+		s.wg.Add(1)
+	}
+	s.listeners = append(s.listeners, ln)
+	s.log.Info("listening", "addr", ln.Addr().String())
+	return nil
+}
+
+func (s *Server) serve(ln net.Listener) error {
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return ErrServerClosed
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("devbroker: accept on %s: %w", ln.Addr(), err)
+			}
+			// Out of file descriptors and the like: wait and retry.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed, retrying", "addr", ln.Addr().String(), "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		c := &conn{nc: nc, gone: make(chan struct{})}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.handleConn(c)
+	}
+}
+
+// line is one request read from a connection.
+type line struct {
+	data    []byte
+	tooLong bool
+}
+
+// readLines reads newline-terminated requests into out until the peer
+// closes or errs, then closes c.gone. Over-long lines are discarded up to
+// their newline and reported with tooLong, so the connection survives them.
+// A final line without a newline is still delivered (as Python's readline
+// does).
+func (s *Server) readLines(c *conn, out chan<- line, stop <-chan struct{}) {
+	defer close(c.gone)
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	var buf []byte
+	tooLong := false
+	for {
+		frag, err := r.ReadSlice('\n')
+		if !tooLong {
+			if len(buf)+len(frag) > s.maxLine+2 { // +2: "\r\n"
+				tooLong, buf = true, nil
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil && len(buf) == 0 && !tooLong {
+			return // EOF or error between requests
+		}
+		l := line{data: bytes.TrimRight(buf, "\r\n"), tooLong: tooLong}
+		if !tooLong && len(l.data) > s.maxLine {
+			l = line{tooLong: true}
+		}
+		select {
+		case out <- l:
+		case <-stop:
+			return
+		}
+		buf, tooLong = nil, false
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (s *Server) handleConn(c *conn) {
+	defer s.wg.Done()
+	remote := c.nc.RemoteAddr().String()
+	log := s.log.With("remote", remote)
+	log.Debug("connection opened")
+
+	lines := make(chan line)
+	stop := make(chan struct{})
+	go s.readLines(c, lines, stop)
+
+	defer func() {
+		close(stop)
+		c.nc.Close()
+		<-c.gone
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.detach(c, log)
+		s.mu.Unlock()
+		log.Debug("connection closed")
+	}()
+
+	for {
+		var l line
+		select {
+		case l = <-lines:
+		case <-c.gone:
+			return
+		case <-s.done:
+			return
+		}
+		resp, hangUp := s.handle(c, l, log)
+		if resp == nil {
+			return // RECEIVE cut short by the peer leaving or Close
+		}
+		out, err := encodeLine(resp)
+		if err != nil {
+			// Only reachable if a stored raw value were invalid JSON,
+			// which handlePublish rules out.
+			log.Error("encode response", "err", err)
+			out, _ = encodeLine(errorResponse(CodeInternalError, "cannot encode response: "+err.Error()))
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := c.nc.Write(out); err != nil {
+			log.Debug("write response failed, closing", "err", err)
+			return
+		}
+		if hangUp {
+			return
+		}
+	}
+}
+
+func errorResponse(code, msg string) *response {
+	return &response{Status: StatusError, ErrorCode: code, ErrorMessage: msg}
+}
+
+var okResponse = &response{Status: StatusOK}
+
+// handle answers one request line. hangUp asks the caller to close the
+// connection after writing the reply (DISCONNECT). A nil reply means the
+// connection is ending and gets no reply.
+func (s *Server) handle(c *conn, l line, log *slog.Logger) (resp *response, hangUp bool) {
+	// 1. Framing and JSON. Garbage is answered, never fatal.
+	if l.tooLong {
+		return errorResponse(CodeInvalidCommand, fmt.Sprintf("request line longer than %d bytes", s.maxLine)), false
+	}
+	if !utf8.Valid(l.data) {
+		return errorResponse(CodeInvalidCommand, "request is not valid UTF-8"), false
+	}
+	var req map[string]json.RawMessage
+	if err := json.Unmarshal(l.data, &req); err != nil {
+		return errorResponse(CodeInvalidCommand, "invalid JSON: "+err.Error()), false
+	}
+	if req == nil {
+		return errorResponse(CodeInvalidCommand, "request must be a JSON object"), false
+	}
+	var cmd string
+	if raw, ok := req["cmd"]; ok && json.Unmarshal(raw, &cmd) != nil {
+		cmd = string(raw) // not a string: reported as unknown below
+	}
+
+	// 2. CONNECT is the only command allowed on a fresh connection.
+	if cmd == CmdConnect {
+		return s.handleConnect(c, req, log), false
+	}
+	if c.session == nil {
+		return errorResponse(CodeNotConnected, "Not connected"), false
+	}
+
+	// 3. Everything else acts on the connection's client.
+	switch cmd {
+	case CmdSubscribe, CmdUnsubscribe:
+		return s.handleSubscription(c, cmd, req, log), false
+	case CmdPublish:
+		return s.handlePublish(c, req, log), false
+	case CmdReceive:
+		return s.handleReceive(c, req), false
+	case CmdAck:
+		// No persistence, so nothing to settle (as in the reference).
+		return okResponse, false
+	case CmdDisconnect:
+		return okResponse, true
+	default:
+		if cmd == "" {
+			return errorResponse(CodeInvalidCommand, "Missing cmd"), false
+		}
+		return errorResponse(CodeInvalidCommand, "Unknown command: "+cmd), false
+	}
+}
+
+// optString decodes field name of req as a string. Absent and null give
+// ("", false, nil); any other non-string is an error.
+func optString(req map[string]json.RawMessage, name string) (string, bool, error) {
+	raw, ok := req[name]
+	if !ok || string(raw) == "null" {
+		return "", false, nil
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", false, fmt.Errorf("%s must be a string", name)
+	}
+	return v, true, nil
+}
+
+func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slog.Logger) *response {
+	id, hasID, err := optString(req, "client_id")
+	if err != nil {
+		return errorResponse(CodeInvalidCommand, err.Error())
+	}
+	if !hasID {
+		id = newID()
+	}
+	queue, _, err := optString(req, "queue_name")
+	if err != nil {
+		return errorResponse(CodeInvalidCommand, err.Error())
+	}
+	var subs []string
+	if raw, ok := req["subscriptions"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &subs); err != nil {
+			return errorResponse(CodeInvalidCommand, "subscriptions must be an array of strings")
+		}
+	}
+	for i, p := range subs {
+		if p == "" {
+			return errorResponse(CodeInvalidCommand, fmt.Sprintf("subscriptions[%d] is empty", i))
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A second CONNECT on one connection moves it to the new identity
+	// (or, with the same client_id, just adds to it).
+	if c.session != nil && c.session.id != id {
+		s.detach(c, log)
+	}
+	cl := c.session
+	if cl == nil {
+		cl = s.clients[id]
+		if cl == nil {
+			cl = &client{id: id, subs: make(map[string]struct{}), signal: make(chan struct{}, 1)}
+			s.clients[id] = cl
+			s.order = append(s.order, cl)
+		}
+		cl.conns++
+	}
+	if queue != "" && queue != cl.queue {
+		// The latest non-empty queue name wins; "" (a publishing
+		// connection, typically) leaves the group alone.
+		cl.queue = queue
+	}
+	for _, p := range subs {
+		cl.subs[p] = struct{}{}
+	}
+	c.session = cl
+	log.Info("client connected", "client_id", id, "queue_name", cl.queue,
+		"subscriptions", len(subs), "connections", cl.conns)
+	return &response{Status: StatusOK, ClientID: &id}
+}
+
+// detach ends c's session, and forgets the client when c was its last
+// connection. The caller holds s.mu.
+func (s *Server) detach(c *conn, log *slog.Logger) {
+	cl := c.session
+	if cl == nil {
+		return
+	}
+	c.session = nil
+	cl.conns--
+	if cl.conns > 0 {
+		return
+	}
+	delete(s.clients, cl.id)
+	for i, o := range s.order {
+		if o == cl {
+			s.order = append(s.order[:i], s.order[i+1:]...)
+			break
+		}
+	}
+	log.Info("client disconnected", "client_id", cl.id, "undelivered", len(cl.pending))
+}
+
+func (s *Server) handleSubscription(c *conn, cmd string, req map[string]json.RawMessage, log *slog.Logger) *response {
+	pattern, _, err := optString(req, "topic_pattern")
+	if err != nil {
+		return errorResponse(CodeInvalidCommand, err.Error())
+	}
+	if pattern == "" {
+		return errorResponse(CodeInvalidCommand, "Missing topic_pattern")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cmd == CmdSubscribe {
+		c.session.subs[pattern] = struct{}{}
+	} else {
+		delete(c.session.subs, pattern)
+	}
+	log.Debug("subscription changed", "client_id", c.session.id, "cmd", cmd, "topic_pattern", pattern)
+	return okResponse
+}
+
+func (s *Server) handlePublish(c *conn, req map[string]json.RawMessage, log *slog.Logger) *response {
+	topic, _, err := optString(req, "topic")
+	if err != nil {
+		return errorResponse(CodeInvalidCommand, err.Error())
+	}
+	if topic == "" {
+		return errorResponse(CodeInvalidCommand, "Missing topic")
+	}
+	payload := req["payload"] // absent = null, as in the reference
+	if payload == nil {
+		payload = json.RawMessage("null")
+	}
+	props := req["user_properties"]
+	if props == nil || string(props) == "null" {
+		props = json.RawMessage("{}")
+	} else if props[0] != '{' { // json.Unmarshal left no leading space
+		return errorResponse(CodeInvalidCommand, "user_properties must be a JSON object")
+	}
+	msg := &wireMessage{MessageID: newID(), Topic: topic, Payload: payload, UserProperties: props}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	from := c.session.id
+	// Every other matching client gets the message, except that a queue
+	// group gets it once, at its next member in turn.
+	var groups map[string][]*client
+	var groupOrder []string
+	delivered := 0
+	for _, cl := range s.order {
+		if cl.id == from || !cl.matches(topic) {
+			continue
+		}
+		if cl.queue == "" {
+			s.enqueue(cl, msg, log)
+			delivered++
+			continue
+		}
+		if groups == nil {
+			groups = make(map[string][]*client)
+		}
+		if _, seen := groups[cl.queue]; !seen {
+			groupOrder = append(groupOrder, cl.queue)
+		}
+		groups[cl.queue] = append(groups[cl.queue], cl)
+	}
+	for _, q := range groupOrder {
+		members := groups[q]
+		s.enqueue(members[s.turns[q]%len(members)], msg, log)
+		s.turns[q]++
+		delivered++
+	}
+	log.Debug("published", "client_id", from, "topic", topic, "message_id", msg.MessageID, "receivers", delivered)
+	return &response{Status: StatusOK, MessageID: msg.MessageID}
+}
+
+// matches reports whether one of cl's subscriptions matches topic. The
+// caller holds s.mu.
+func (cl *client) matches(topic string) bool {
+	for p := range cl.subs {
+		if transport.MatchDev(p, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// enqueue appends msg to cl's queue, dropping the oldest message when the
+// queue is full. The caller holds s.mu. Messages are shared between
+// receivers: nothing mutates a wireMessage after it is built.
+func (s *Server) enqueue(cl *client, msg *wireMessage, log *slog.Logger) {
+	if len(cl.pending) >= s.queueSize {
+		old := cl.pending[0]
+		cl.pending[0] = nil
+		cl.pending = cl.pending[1:]
+		cl.dropped++
+		// One line for the first drop, then one per 100, so a stuck
+		// consumer cannot flood the log.
+		if cl.dropped == 1 || cl.dropped%100 == 0 {
+			log.Warn("client queue full, dropped oldest message",
+				"client_id", cl.id, "queue_size", s.queueSize,
+				"dropped_message_id", old.MessageID, "dropped_topic", old.Topic,
+				"dropped_total", cl.dropped)
+		}
+	}
+	cl.pending = append(cl.pending, msg)
+	select {
+	case cl.signal <- struct{}{}:
+	default:
+	}
+}
+
+// handleReceive waits up to timeout_ms for a message of the connection's
+// client. It returns nil, meaning "no reply", when the peer leaves or the
+// server closes meanwhile.
+func (s *Server) handleReceive(c *conn, req map[string]json.RawMessage) *response {
+	wait := time.Duration(DefaultReceiveTimeoutMS) * time.Millisecond
+	if raw, ok := req["timeout_ms"]; ok && string(raw) != "null" {
+		var ms float64
+		if err := json.Unmarshal(raw, &ms); err != nil {
+			return errorResponse(CodeInvalidCommand, "timeout_ms must be a number")
+		}
+		switch {
+		case ms <= 0 || math.IsNaN(ms):
+			wait = 0
+		case ms >= float64(maxReceiveWait/time.Millisecond):
+			wait = maxReceiveWait
+		default:
+			wait = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	cl := c.session // stays valid: this connection holds a reference
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		if len(cl.pending) > 0 {
+			msg := cl.pending[0]
+			cl.pending[0] = nil
+			cl.pending = cl.pending[1:]
+			if len(cl.pending) > 0 {
+				// Another connection of this client may be waiting.
+				select {
+				case cl.signal <- struct{}{}:
+				default:
+				}
+			}
+			s.mu.Unlock()
+			return &response{Status: StatusOK, Message: msg}
+		}
+		s.mu.Unlock()
+		select {
+		case <-cl.signal:
+		case <-timer.C:
+			return &response{Status: StatusTimeout}
+		case <-c.gone:
+			// The peer is gone: take nothing off the queue for it, and
+			// send no reply.
+			return nil
+		case <-s.done:
+			return nil
+		}
+	}
+}

@@ -1,0 +1,617 @@
+package devbroker
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"reflect"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testLogger discards log output unless -v is given.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func startServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
+	s := NewServer(opts)
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// raw is a test-side connection speaking the protocol by hand.
+type raw struct {
+	t  *testing.T
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr net.Addr) *raw {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
+}
+
+func (c *raw) send(line string) {
+	c.t.Helper()
+	c.nc.SetWriteDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c.nc, line+"\n"); err != nil {
+		c.t.Fatalf("send %s: %v", line, err)
+	}
+}
+
+// read returns the next response line, decoded with numbers kept as text.
+func (c *raw) read() map[string]any {
+	c.t.Helper()
+	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	line, err := c.r.ReadBytes('\n')
+	if err != nil {
+		c.t.Fatalf("read response: %v (partial %q)", err, line)
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		c.t.Fatalf("response %q is not a JSON object: %v", line, err)
+	}
+	return m
+}
+
+func (c *raw) do(line string) map[string]any {
+	c.t.Helper()
+	c.send(line)
+	return c.read()
+}
+
+// expectEOF checks that the server closed the connection. A reset counts
+// too: closing a socket with unread input makes the kernel send RST.
+func (c *raw) expectEOF() {
+	c.t.Helper()
+	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if b, err := c.r.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		c.t.Fatalf("want EOF, got byte %q err %v", b, err)
+	}
+}
+
+// same compares a response with the expected one field by field: the same
+// keys, and equal values (JSON numbers compared as their text).
+func same(t *testing.T, what string, got map[string]any, want map[string]any) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		t.Fatalf("%s:\n got %s\nwant %s", what, g, w)
+	}
+}
+
+func errorCode(t *testing.T, what string, got map[string]any, code string) {
+	t.Helper()
+	if got["status"] != StatusError || got["error_code"] != code {
+		t.Fatalf("%s: got %v, want status ERROR with %s", what, got, code)
+	}
+	if msg, ok := got["error_message"].(string); !ok || msg == "" {
+		t.Fatalf("%s: no error_message in %v", what, got)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%s: want exactly status, error_code, error_message; got %v", what, got)
+	}
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// TestSpecExchange replays a whole agent/worker exchange with the exact
+// request lines of spec §10 (Python's json.dumps spacing included) and
+// checks every response field by field.
+func TestSpecExchange(t *testing.T) {
+	s := startServer(t, Options{})
+	worker := dialRaw(t, s.Addr())
+	agent := dialRaw(t, s.Addr())
+
+	errorCode(t, "RECEIVE before CONNECT", worker.do(`{"cmd": "RECEIVE", "timeout_ms": 10}`), CodeNotConnected)
+
+	same(t, "worker CONNECT", worker.do(`{"cmd": "CONNECT", "client_id": "sandbox-worker-001", "queue_name": "ns/q/sandbox/sandbox-worker-001", "subscriptions": ["ns/a2a/v1/sam_remote_tool/invoke/echo_tool", "ns/a2a/v1/discovery/>"]}`),
+		map[string]any{"status": "OK", "client_id": "sandbox-worker-001"})
+	same(t, "agent CONNECT", agent.do(`{"cmd":"CONNECT","client_id":"agent-1","queue_name":"q-agent-1","subscriptions":["ns/a2a/v1/sam_remote_tool/response/agent-1/>"]}`),
+		map[string]any{"status": "OK", "client_id": "agent-1"})
+
+	invoke := `{"cmd": "PUBLISH", "topic": "ns/a2a/v1/sam_remote_tool/invoke/echo_tool", "payload": {"jsonrpc": "2.0", "id": "r-1", "method": "sam_remote_tool/invoke", "params": {"tool_name": "echo_tool", "args": {"message": "hi <&>"}}}, "user_properties": {"replyTo": "ns/a2a/v1/sam_remote_tool/response/agent-1/c-1", "statusTo": "ns/a2a/v1/sam_remote_tool/status/agent-1/c-1", "timestamp": 1700000000123}}`
+	pub := agent.do(invoke)
+	if len(pub) != 2 || pub["status"] != "OK" || !uuidRE.MatchString(fmt.Sprint(pub["message_id"])) {
+		t.Fatalf("PUBLISH response %v, want status OK and a UUID message_id only", pub)
+	}
+
+	var req map[string]any
+	dec := json.NewDecoder(strings.NewReader(invoke))
+	dec.UseNumber()
+	if err := dec.Decode(&req); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "worker RECEIVE", worker.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`), map[string]any{
+		"status": "OK",
+		"message": map[string]any{
+			"message_id":      pub["message_id"],
+			"topic":           "ns/a2a/v1/sam_remote_tool/invoke/echo_tool",
+			"payload":         req["payload"],
+			"user_properties": req["user_properties"],
+		},
+	})
+	same(t, "worker ACK", worker.do(fmt.Sprintf(`{"cmd": "ACK", "message_id": %q}`, pub["message_id"])), map[string]any{"status": "OK"})
+	same(t, "worker RECEIVE nothing", worker.do(`{"cmd": "RECEIVE", "timeout_ms": 20}`), map[string]any{"status": "TIMEOUT"})
+
+	// The worker's reply: a second connection of the worker publishes.
+	workerPub := dialRaw(t, s.Addr())
+	same(t, "worker publisher CONNECT", workerPub.do(`{"cmd": "CONNECT", "client_id": "sandbox-worker-001-pub", "queue_name": "", "subscriptions": []}`),
+		map[string]any{"status": "OK", "client_id": "sandbox-worker-001-pub"})
+	reply := `{"cmd": "PUBLISH", "topic": "ns/a2a/v1/sam_remote_tool/response/agent-1/c-1", "payload": {"jsonrpc": "2.0", "id": "r-1", "result": {"ok": true}}, "user_properties": {}}`
+	if r := workerPub.do(reply); r["status"] != "OK" {
+		t.Fatalf("reply PUBLISH: %v", r)
+	}
+	got := agent.do(`{"cmd": "RECEIVE"}`) // default timeout_ms
+	msg, _ := got["message"].(map[string]any)
+	if got["status"] != "OK" || msg["topic"] != "ns/a2a/v1/sam_remote_tool/response/agent-1/c-1" ||
+		!reflect.DeepEqual(msg["user_properties"], map[string]any{}) {
+		t.Fatalf("agent RECEIVE: %v", got)
+	}
+
+	same(t, "SUBSCRIBE", agent.do(`{"cmd": "SUBSCRIBE", "topic_pattern": "ns/a2a/v1/sam_remote_tool/status/agent-1/>"}`), map[string]any{"status": "OK"})
+	same(t, "UNSUBSCRIBE", agent.do(`{"cmd": "UNSUBSCRIBE", "topic_pattern": "ns/a2a/v1/sam_remote_tool/status/agent-1/>"}`), map[string]any{"status": "OK"})
+	same(t, "DISCONNECT", agent.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	agent.expectEOF()
+}
+
+func TestCONNECTWithoutClientID(t *testing.T) {
+	s := startServer(t, Options{})
+	c := dialRaw(t, s.Addr())
+	r := c.do(`{"cmd":"CONNECT"}`)
+	if r["status"] != "OK" || !uuidRE.MatchString(fmt.Sprint(r["client_id"])) || len(r) != 2 {
+		t.Fatalf("CONNECT without client_id: %v, want a generated UUID", r)
+	}
+}
+
+// TestInvalidCommands sends garbage of every kind and checks each gets
+// INVALID_COMMAND (or NOT_CONNECTED, in the reference's order of checks)
+// while the connection keeps working.
+func TestInvalidCommands(t *testing.T) {
+	s := startServer(t, Options{})
+	c := dialRaw(t, s.Addr())
+
+	errorCode(t, "bad JSON before CONNECT", c.do(`{"cmd": "CONNECT",`), CodeInvalidCommand)
+	errorCode(t, "unknown cmd before CONNECT", c.do(`{"cmd": "FROB"}`), CodeNotConnected)
+	errorCode(t, "lower-case connect", c.do(`{"cmd": "connect", "client_id": "x"}`), CodeNotConnected)
+	errorCode(t, "client_id not a string", c.do(`{"cmd": "CONNECT", "client_id": 7}`), CodeInvalidCommand)
+	errorCode(t, "subscriptions not strings", c.do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": [1]}`), CodeInvalidCommand)
+	errorCode(t, "empty subscription", c.do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": [""]}`), CodeInvalidCommand)
+	if r := c.do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": ["t/>"]}`); r["status"] != "OK" {
+		t.Fatalf("CONNECT: %v", r)
+	}
+
+	for _, bad := range []struct{ what, line string }{
+		{"truncated JSON", `{"cmd": "PUBLISH", "topic": "t/a"`},
+		{"not JSON", `hello`},
+		{"empty line", ``},
+		{"array", `[1, 2]`},
+		{"null", `null`},
+		{"string", `"RECEIVE"`},
+		{"unknown cmd", `{"cmd": "FROB"}`},
+		{"missing cmd", `{"topic": "t/a"}`},
+		{"cmd not a string", `{"cmd": 5}`},
+		{"PUBLISH without topic", `{"cmd": "PUBLISH", "payload": {}}`},
+		{"PUBLISH topic not a string", `{"cmd": "PUBLISH", "topic": ["t"]}`},
+		{"PUBLISH user_properties not an object", `{"cmd": "PUBLISH", "topic": "t/a", "user_properties": [1]}`},
+		{"SUBSCRIBE without topic_pattern", `{"cmd": "SUBSCRIBE"}`},
+		{"UNSUBSCRIBE empty topic_pattern", `{"cmd": "UNSUBSCRIBE", "topic_pattern": ""}`},
+		{"RECEIVE timeout_ms not a number", `{"cmd": "RECEIVE", "timeout_ms": "10"}`},
+		{"invalid UTF-8", "{\"cmd\": \"PUBLISH\", \"topic\": \"t/\xff\"}"},
+	} {
+		errorCode(t, bad.what, c.do(bad.line), CodeInvalidCommand)
+	}
+
+	// The connection still works: it receives what another client
+	// publishes.
+	other := dialRaw(t, s.Addr())
+	if r := other.do(`{"cmd": "CONNECT", "client_id": "y", "subscriptions": []}`); r["status"] != "OK" {
+		t.Fatal(r)
+	}
+	if r := other.do(`{"cmd": "PUBLISH", "topic": "t/a", "payload": "still here"}`); r["status"] != "OK" {
+		t.Fatal(r)
+	}
+	r := c.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
+	if m, _ := r["message"].(map[string]any); r["status"] != "OK" || m["payload"] != "still here" {
+		t.Fatalf("RECEIVE after garbage: %v", r)
+	}
+	// An absent payload is null and absent user_properties are {}.
+	if r := other.do(`{"cmd": "PUBLISH", "topic": "t/b"}`); r["status"] != "OK" {
+		t.Fatal(r)
+	}
+	r = c.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
+	m, _ := r["message"].(map[string]any)
+	if p, ok := m["payload"]; !ok || p != nil || !reflect.DeepEqual(m["user_properties"], map[string]any{}) {
+		t.Fatalf("RECEIVE of a bare PUBLISH: %v", r)
+	}
+}
+
+func TestLineTooLong(t *testing.T) {
+	s := startServer(t, Options{MaxLineBytes: 1024})
+	c := dialRaw(t, s.Addr())
+	if r := c.do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": ["t"]}`); r["status"] != "OK" {
+		t.Fatal(r)
+	}
+	long := `{"cmd": "PUBLISH", "topic": "t", "payload": "` + strings.Repeat("a", 200<<10) + `"}`
+	errorCode(t, "200 KiB line", c.do(long), CodeInvalidCommand)
+	over := `{"cmd":"FROB","pad":"` + strings.Repeat("b", 1025-23) + `"}`
+	if len(over) != 1025 {
+		t.Fatalf("test bug: line is %d bytes", len(over))
+	}
+	errorCode(t, "1025-byte line", c.do(over), CodeInvalidCommand)
+	// Exactly at the limit is accepted (and is an unknown command).
+	atLimit := `{"cmd":"FROB","pad":"` + strings.Repeat("b", 1024-23) + `"}`
+	if len(atLimit) != 1024 {
+		t.Fatalf("test bug: line is %d bytes", len(atLimit))
+	}
+	r := c.do(atLimit)
+	if r["error_code"] != CodeInvalidCommand || !strings.Contains(fmt.Sprint(r["error_message"]), "Unknown command") {
+		t.Fatalf("1024-byte line: %v", r)
+	}
+	same(t, "after long lines", c.do(`{"cmd": "RECEIVE", "timeout_ms": 0}`), map[string]any{"status": "TIMEOUT"})
+}
+
+// connectRaw opens a connection and CONNECTs it.
+func connectRaw(t *testing.T, s *Server, id, queue string, subs ...string) *raw {
+	t.Helper()
+	c := dialRaw(t, s.Addr())
+	js, _ := json.Marshal(subs)
+	if subs == nil {
+		js = []byte("[]")
+	}
+	r := c.do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": %q, "queue_name": %q, "subscriptions": %s}`, id, queue, js))
+	if r["status"] != "OK" {
+		t.Fatalf("CONNECT %s: %v", id, r)
+	}
+	return c
+}
+
+func (c *raw) publish(topic string, payload any) {
+	c.t.Helper()
+	p, _ := json.Marshal(payload)
+	if r := c.do(fmt.Sprintf(`{"cmd": "PUBLISH", "topic": %q, "payload": %s}`, topic, p)); r["status"] != "OK" {
+		c.t.Fatalf("PUBLISH %s: %v", topic, r)
+	}
+}
+
+// next returns the payload and topic of the next message, failing on
+// TIMEOUT.
+func (c *raw) next() (payload any, topic string) {
+	c.t.Helper()
+	r := c.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
+	m, ok := r["message"].(map[string]any)
+	if r["status"] != "OK" || !ok {
+		c.t.Fatalf("RECEIVE: %v", r)
+	}
+	return m["payload"], m["topic"].(string)
+}
+
+func (c *raw) expectEmpty(what string) {
+	c.t.Helper()
+	same(c.t, what, c.do(`{"cmd": "RECEIVE", "timeout_ms": 0}`), map[string]any{"status": "TIMEOUT"})
+}
+
+// TestRouting checks the wildcards and the no-echo rule. Negative checks
+// need no waiting: delivery happens inside PUBLISH, so a message that was
+// wrongly routed would already be queued when RECEIVE with timeout 0 runs.
+func TestRouting(t *testing.T) {
+	s := startServer(t, Options{})
+	pub := connectRaw(t, s, "pub", "", "t/>")
+	pubSecond := connectRaw(t, s, "pub", "") // same client id, second connection
+	star := connectRaw(t, s, "star", "", "t/*/c")
+	rest := connectRaw(t, s, "rest", "", "t/a/>")
+	exact := connectRaw(t, s, "exact", "", "t/a/c")
+	literal := connectRaw(t, s, "literal", "", "t/a*")
+
+	pub.publish("t/a/c", "1")
+	for _, c := range []*raw{star, rest, exact} {
+		if p, topic := c.next(); p != "1" || topic != "t/a/c" {
+			t.Fatalf("got %v on %s", p, topic)
+		}
+	}
+	literal.expectEmpty("t/a* is literal for the dev broker")
+	pub.expectEmpty("publisher must not get its own message")
+	pubSecond.expectEmpty("publisher's second connection must not get its message")
+
+	pub.publish("t/a", "2")
+	for _, c := range []*raw{star, rest, exact, literal} {
+		c.expectEmpty("t/a matches none of */c, a/>, a/c, a*")
+	}
+	pub.publish("t/a*", "3")
+	if p, _ := literal.next(); p != "3" {
+		t.Fatalf("literal got %v", p)
+	}
+	pub.publish("t/a/b/c", "4")
+	if p, _ := rest.next(); p != "4" {
+		t.Fatalf("rest got %v", p)
+	}
+	star.expectEmpty("* is one level")
+
+	// Another client publishing reaches "pub" (either connection).
+	exact.publish("t/x", "5")
+	if p, _ := pubSecond.next(); p != "5" {
+		t.Fatalf("pub got %v", p)
+	}
+
+	// SUBSCRIBE and UNSUBSCRIBE take effect for the next PUBLISH.
+	same(t, "SUBSCRIBE", star.do(`{"cmd": "SUBSCRIBE", "topic_pattern": "u/*"}`), map[string]any{"status": "OK"})
+	same(t, "UNSUBSCRIBE", star.do(`{"cmd": "UNSUBSCRIBE", "topic_pattern": "t/*/c"}`), map[string]any{"status": "OK"})
+	pub.publish("t/b/c", "6")
+	pub.publish("u/v", "7")
+	if p, topic := star.next(); p != "7" {
+		t.Fatalf("star got %v on %s, want 7 (t/*/c was unsubscribed)", p, topic)
+	}
+}
+
+func TestQueueGroups(t *testing.T) {
+	s := startServer(t, Options{})
+	pub := connectRaw(t, s, "agent", "")
+	var members []*raw
+	for i := range 3 {
+		members = append(members, connectRaw(t, s, fmt.Sprintf("worker-%d", i), "pool", "jobs/>"))
+	}
+	solo := []*raw{
+		connectRaw(t, s, "solo-1", "queue-solo-1", "jobs/>"),
+		connectRaw(t, s, "solo-2", "", "jobs/*"),
+	}
+	for i := range 30 {
+		pub.publish("jobs/run", i)
+	}
+	seen := make(map[string]int)
+	for i, m := range members {
+		for range 10 {
+			p, _ := m.next()
+			seen[fmt.Sprint(p)]++
+		}
+		m.expectEmpty(fmt.Sprintf("member %d after its 10", i))
+	}
+	if len(seen) != 30 {
+		t.Fatalf("the group saw %d distinct messages, want 30: %v", len(seen), seen)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("message %s went to the group %d times", k, n)
+		}
+	}
+	for _, c := range solo {
+		for i := range 30 {
+			if p, _ := c.next(); fmt.Sprint(p) != fmt.Sprint(i) {
+				t.Fatalf("unique-queue client got %v, want %d", p, i)
+			}
+		}
+		c.expectEmpty("unique-queue client after 30")
+	}
+	// A member that leaves stops getting work; the others share it.
+	members[2].do(`{"cmd": "DISCONNECT"}`)
+	waitFor(t, "worker-2 forgotten", func() bool { return !s.hasClient("worker-2") })
+	for i := range 4 {
+		pub.publish("jobs/run", 100+i)
+	}
+	for _, m := range members[:2] {
+		for range 2 {
+			m.next()
+		}
+		m.expectEmpty("after 2 each")
+	}
+}
+
+func TestQueueBoundDropsOldest(t *testing.T) {
+	s := startServer(t, Options{QueueSize: 3})
+	pub := connectRaw(t, s, "p", "")
+	sub := connectRaw(t, s, "s", "", "t")
+	for i := range 5 {
+		pub.publish("t", i)
+	}
+	for _, want := range []string{"2", "3", "4"} {
+		if p, _ := sub.next(); fmt.Sprint(p) != want {
+			t.Fatalf("got %v, want %s (oldest two dropped)", p, want)
+		}
+	}
+	sub.expectEmpty("after the 3 kept")
+}
+
+func (s *Server) hasClient(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clients[id] != nil
+}
+
+func (s *Server) connCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// waitFor polls cond (for state another goroutine changes) for up to 3 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDisconnectCleansUp(t *testing.T) {
+	s := startServer(t, Options{})
+	pub := connectRaw(t, s, "p", "")
+
+	// Two connections under one id share the client; it lives until both
+	// are gone.
+	a1 := connectRaw(t, s, "a", "", "t")
+	a2 := connectRaw(t, s, "a", "")
+	a1.nc.Close()
+	waitFor(t, "first connection of a closed", func() bool { return s.connCount() == 2 })
+	pub.publish("t", "kept")
+	if p, _ := a2.next(); p != "kept" {
+		t.Fatalf("a2 got %v", p)
+	}
+	same(t, "DISCONNECT", a2.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	a2.expectEOF()
+	waitFor(t, "client a forgotten", func() bool { return !s.hasClient("a") })
+
+	// Back under the same id without subscriptions: nothing old remains.
+	pub.publish("t", "lost")
+	a3 := connectRaw(t, s, "a", "")
+	pub.publish("t", "also lost")
+	a3.expectEmpty("the old subscription is gone")
+}
+
+// TestReceiveAbortedByPeerClose checks that a RECEIVE whose connection died
+// takes no message off the queue.
+func TestReceiveAbortedByPeerClose(t *testing.T) {
+	s := startServer(t, Options{})
+	pub := connectRaw(t, s, "p", "")
+	a1 := connectRaw(t, s, "a", "", "t")
+	a2 := connectRaw(t, s, "a", "")
+	a1.send(`{"cmd": "RECEIVE", "timeout_ms": 60000}`)
+	a1.nc.Close()
+	waitFor(t, "a1 gone", func() bool { return s.connCount() == 2 })
+	pub.publish("t", "for a2")
+	if p, _ := a2.next(); p != "for a2" {
+		t.Fatalf("a2 got %v", p)
+	}
+}
+
+func TestCloseEndsEverything(t *testing.T) {
+	s := NewServer(Options{Logger: testLogger(t)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	waitFor(t, "Serve registered the listener", func() bool { return s.Addr() != nil })
+	c := connectRaw(t, s, "a", "", "t")
+	c.send(`{"cmd": "RECEIVE", "timeout_ms": 60000}`)
+	waitFor(t, "connection registered", func() bool { return s.connCount() == 1 })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if !errors.Is(err, ErrServerClosed) {
+			t.Fatalf("Serve returned %v, want ErrServerClosed", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Serve did not return after Close")
+	}
+	c.expectEOF()
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := s.Listen("127.0.0.1:0"); err == nil {
+		t.Fatal("Listen after Close succeeded")
+	}
+}
+
+func TestUnterminatedLastLine(t *testing.T) {
+	s := startServer(t, Options{})
+	c := dialRaw(t, s.Addr())
+	if _, err := io.WriteString(c.nc, `{"cmd": "CONNECT", "client_id": "x"}`); err != nil {
+		t.Fatal(err)
+	}
+	c.nc.(*net.TCPConn).CloseWrite()
+	same(t, "CONNECT without newline at EOF", c.read(), map[string]any{"status": "OK", "client_id": "x"})
+}
+
+// FuzzRequest feeds arbitrary request lines to a connected session and
+// checks that each gets a well-formed reply (or, for a RECEIVE cut short by
+// the peer leaving, none) and never a panic.
+func FuzzRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"cmd": "PUBLISH", "topic": "t/a", "payload": {"x": [1, 2.5, null]}, "user_properties": {"n": 1}}`,
+		`{"cmd": "SUBSCRIBE", "topic_pattern": "t/>"}`,
+		`{"cmd": "UNSUBSCRIBE", "topic_pattern": "t/*"}`,
+		`{"cmd": "RECEIVE", "timeout_ms": 1e308}`,
+		`{"cmd": "RECEIVE", "timeout_ms": -1}`,
+		`{"cmd": "CONNECT", "client_id": "other", "subscriptions": ["t/>"]}`,
+		`{"cmd": "CONNECT", "subscriptions": null, "queue_name": null}`,
+		`{"cmd": "ACK"}`,
+		`{"cmd": "DISCONNECT"}`,
+		`{"cmd": "PUBLISH", "topic": "t", "user_properties": "x"}`,
+		`{"cmd": {"a": 1}}`,
+		`{`, `[]`, `null`, `0`, "\xff", ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := NewServer(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), QueueSize: 4})
+		gone := make(chan struct{})
+		close(gone) // the peer has left: a RECEIVE must not wait
+		c := &conn{gone: gone}
+		log := s.log
+		if r, _ := s.handle(c, line{data: []byte(`{"cmd":"CONNECT","client_id":"me","subscriptions":["t/>"]}`)}, log); r.Status != StatusOK {
+			t.Fatalf("setup CONNECT: %+v", r)
+		}
+		peer := &conn{gone: gone}
+		if r, _ := s.handle(peer, line{data: []byte(`{"cmd":"CONNECT","client_id":"peer"}`)}, log); r.Status != StatusOK {
+			t.Fatalf("setup CONNECT: %+v", r)
+		}
+		s.handle(peer, line{data: []byte(`{"cmd":"PUBLISH","topic":"t/x","payload":1}`)}, log)
+
+		resp, _ := s.handle(c, line{data: data}, log)
+		if resp == nil {
+			var req struct{ Cmd string }
+			if json.Unmarshal(data, &req) != nil || req.Cmd != CmdReceive {
+				t.Fatalf("no reply to %q", data)
+			}
+			return
+		}
+		out, err := encodeLine(resp)
+		if err != nil {
+			t.Fatalf("reply to %q does not encode: %v", data, err)
+		}
+		var back map[string]any
+		if err := json.Unmarshal(out, &back); err != nil || out[len(out)-1] != '\n' || bytes.Count(out, []byte("\n")) != 1 {
+			t.Fatalf("reply to %q is not one JSON line: %q", data, out)
+		}
+		switch resp.Status {
+		case StatusOK, StatusTimeout:
+		case StatusError:
+			switch resp.ErrorCode {
+			case CodeInvalidCommand, CodeNotConnected, CodeInternalError:
+			default:
+				t.Fatalf("reply to %q has error code %q", data, resp.ErrorCode)
+			}
+		default:
+			t.Fatalf("reply to %q has status %q", data, resp.Status)
+		}
+	})
+}

@@ -1,0 +1,17 @@
+// Package memory is an in-process message bus implementing
+// transport.Transport, for tests that run the worker and its callers in one
+// process.
+//
+// Routing follows str's embedded dev broker (spec §10): a published message
+// goes to every other client with a subscription that matches under
+// transport.MatchDev; the publishing client (by client id) never receives its
+// own message; clients sharing a non-empty queue name form a group and each
+// message goes to exactly one matching member of the group, in turn
+// (round-robin). Every receiver gets its own copy of the payload and the user
+// properties.
+//
+// What it protects against: nothing; it runs inside the test process and
+// trusts every caller. What it does not do: persistence, acknowledgement
+// (Ack and Nack are no-ops), back-pressure (queues are unbounded), or any
+// failure injection; State is Connected from Connect until Close.
+package memory

@@ -1,0 +1,225 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+
+	"github.com/securetoolruntime/str/worker/transport"
+)
+
+// ErrNotConnected is returned by Publish before Connect.
+var ErrNotConnected = errors.New("memory: not connected")
+
+// Bus is an in-process broker. The zero value is not usable; call NewBus.
+type Bus struct {
+	mu      sync.Mutex
+	clients []*client      // creation order; closed clients are removed
+	turns   map[string]int // queue group -> messages handed to the group so far
+}
+
+// NewBus returns an empty bus.
+func NewBus() *Bus {
+	return &Bus{turns: make(map[string]int)}
+}
+
+// Client returns a new transport attached to the bus. Clients sharing a
+// non-empty queueName form a group: each message goes to one matching
+// member, in turn. A message is never delivered to a client whose clientID
+// equals the publisher's.
+func (b *Bus) Client(clientID, queueName string) transport.Transport {
+	c := &client{
+		bus:    b,
+		id:     clientID,
+		queue:  queueName,
+		subs:   make(map[string]struct{}),
+		signal: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	b.mu.Lock()
+	b.clients = append(b.clients, c)
+	b.mu.Unlock()
+	return c
+}
+
+type client struct {
+	bus    *Bus
+	id     string
+	queue  string
+	signal chan struct{} // capacity 1: "pending may be non-empty"
+	done   chan struct{} // closed by Close
+
+	// Guarded by bus.mu.
+	connected bool
+	closed    bool
+	subs      map[string]struct{}
+	pending   []transport.Message
+}
+
+func (c *client) Connect(ctx context.Context, subscriptions []string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: connect %s: %w", c.id, err)
+	}
+	c.bus.mu.Lock()
+	defer c.bus.mu.Unlock()
+	if c.closed {
+		return transport.ErrClosed
+	}
+	for _, s := range subscriptions {
+		c.subs[s] = struct{}{}
+	}
+	c.connected = true
+	return nil
+}
+
+func (c *client) Subscribe(ctx context.Context, pattern string) error {
+	c.bus.mu.Lock()
+	defer c.bus.mu.Unlock()
+	if c.closed {
+		return transport.ErrClosed
+	}
+	c.subs[pattern] = struct{}{}
+	return nil
+}
+
+func (c *client) Unsubscribe(ctx context.Context, pattern string) error {
+	c.bus.mu.Lock()
+	defer c.bus.mu.Unlock()
+	if c.closed {
+		return transport.ErrClosed
+	}
+	delete(c.subs, pattern)
+	return nil
+}
+
+// matches reports whether one of c's subscriptions matches topic. The
+// caller holds bus.mu.
+func (c *client) matches(topic string) bool {
+	for s := range c.subs {
+		if transport.MatchDev(s, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// Publish routes m as the dev broker does: one copy to every other
+// connected client with a matching subscription and no queue group, and
+// one copy to one matching member of each queue group (in turn).
+func (c *client) Publish(ctx context.Context, m transport.Message) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: publish %s: %w", m.Topic, err)
+	}
+	b := c.bus
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.closed {
+		return transport.ErrClosed
+	}
+	if !c.connected {
+		return fmt.Errorf("memory: publish %s from %s: %w", m.Topic, c.id, ErrNotConnected)
+	}
+	groups := make(map[string][]*client)
+	var groupOrder []string
+	for _, r := range b.clients {
+		if r.id == c.id || !r.connected || !r.matches(m.Topic) {
+			continue
+		}
+		if r.queue == "" {
+			r.deliver(m)
+			continue
+		}
+		if _, seen := groups[r.queue]; !seen {
+			groupOrder = append(groupOrder, r.queue)
+		}
+		groups[r.queue] = append(groups[r.queue], r)
+	}
+	for _, q := range groupOrder {
+		members := groups[q]
+		members[b.turns[q]%len(members)].deliver(m)
+		b.turns[q]++
+	}
+	return nil
+}
+
+// deliver queues a private copy of m. The caller holds bus.mu.
+func (c *client) deliver(m transport.Message) {
+	cp := transport.Message{
+		Topic:          m.Topic,
+		Payload:        append([]byte(nil), m.Payload...),
+		UserProperties: maps.Clone(m.UserProperties),
+	}
+	if cp.UserProperties == nil {
+		cp.UserProperties = map[string]string{}
+	}
+	c.pending = append(c.pending, cp)
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *client) Receive(ctx context.Context) (*transport.Delivery, error) {
+	noop := func() error { return nil }
+	for {
+		c.bus.mu.Lock()
+		if c.closed {
+			c.bus.mu.Unlock()
+			return nil, transport.ErrClosed
+		}
+		if len(c.pending) > 0 {
+			m := c.pending[0]
+			c.pending[0] = transport.Message{}
+			c.pending = c.pending[1:]
+			if len(c.pending) > 0 {
+				// Another Receive may be waiting for the same signal.
+				select {
+				case c.signal <- struct{}{}:
+				default:
+				}
+			}
+			c.bus.mu.Unlock()
+			return &transport.Delivery{Message: m, Ack: noop, Nack: func(error) error { return nil }}, nil
+		}
+		c.bus.mu.Unlock()
+		select {
+		case <-c.signal:
+		case <-c.done:
+			return nil, transport.ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (c *client) State() transport.State {
+	c.bus.mu.Lock()
+	defer c.bus.mu.Unlock()
+	if c.connected && !c.closed {
+		return transport.Connected
+	}
+	return transport.Disconnected
+}
+
+// Close detaches the client from the bus and drops its pending messages.
+func (c *client) Close() error {
+	b := c.bus
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.connected = false
+	c.pending = nil
+	for i, r := range b.clients {
+		if r == c {
+			b.clients = append(b.clients[:i], b.clients[i+1:]...)
+			break
+		}
+	}
+	close(c.done)
+	return nil
+}

@@ -1,0 +1,63 @@
+// Package transport is the broker abstraction the worker talks to. The
+// implementations are the in-memory bus (tests, one process), the dev
+// broker client (newline-JSON over TCP, spec §10) and Solace PubSub+.
+package transport
+
+import (
+	"context"
+	"errors"
+)
+
+// Message is one broker message. Payload is the raw bytes (UTF-8 JSON for
+// every message str sends). User properties are strings on the wire of
+// every transport (numbers arriving from a dev broker are formatted).
+type Message struct {
+	Topic          string
+	Payload        []byte
+	UserProperties map[string]string
+}
+
+// Delivery is a received message plus its settlement. Exactly one of Ack or
+// Nack must be called once the message has been handled (after the reply has
+// been published). Transports without acknowledgement make both no-ops.
+type Delivery struct {
+	Message
+	Ack  func() error
+	Nack func(reason error) error
+}
+
+// State is the connection state reported on /readyz.
+type State int
+
+const (
+	Disconnected State = iota
+	Connected
+)
+
+func (s State) String() string {
+	if s == Connected {
+		return "connected"
+	}
+	return "disconnected"
+}
+
+// ErrClosed is returned by Receive and Publish after Close.
+var ErrClosed = errors.New("transport: closed")
+
+// Transport is what the worker needs from a broker.
+type Transport interface {
+	// Connect establishes the session with the initial subscriptions
+	// (they are sent together with the connect where the protocol allows,
+	// so no request published right after the connection is missed). It
+	// returns once the first connection is up; later drops are repaired in
+	// the background (with re-subscription) until Close.
+	Connect(ctx context.Context, subscriptions []string) error
+	Subscribe(ctx context.Context, pattern string) error
+	Unsubscribe(ctx context.Context, pattern string) error
+	Publish(ctx context.Context, m Message) error
+	// Receive blocks until a message arrives, ctx ends or the transport is
+	// closed.
+	Receive(ctx context.Context) (*Delivery, error)
+	State() State
+	Close() error
+}
