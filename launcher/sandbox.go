@@ -182,10 +182,12 @@ func (s *Sandbox) run() {
 		}
 	}
 
+	s.mark("enter_cgroup")
 	// L5. Send the plan. Only now does nsinit start its setup.
 	data, _ := json.Marshal(&s.plan.Child)
 	_, werr := s.configW.Write(data)
 	s.configW.Close()
+	s.mark("plan_sent")
 	_ = werr // a write error means the child died; Wait reports how
 	close(s.started)
 

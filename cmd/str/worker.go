@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/worker"
+	"github.com/securetoolruntime/str/worker/artifacts"
+	"github.com/securetoolruntime/str/worker/devbroker"
+	"github.com/securetoolruntime/str/worker/manifest"
+	"github.com/securetoolruntime/str/worker/transport"
+)
+
+// cmdWorker runs `str worker`: configuration (flags > env > file >
+// defaults, see worker.ConfigUsage), then the server until SIGTERM/SIGINT.
+func cmdWorker(args []string) int {
+	cfg, err := worker.LoadConfig(args, os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "str worker: %v\n", err)
+		return 2
+	}
+	log := newLogger(cfg.LogLevel)
+	if err := runWorker(cfg, log); err != nil {
+		log.Error("worker failed", "error", err.Error())
+		fmt.Fprintf(os.Stderr, "str worker: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func runWorker(cfg *worker.Config, log *slog.Logger) error {
+	// 1. signals: the first SIGTERM/SIGINT starts the graceful shutdown.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	// 2. the embedded dev broker, when asked for; the worker connects to it.
+	if cfg.EmbeddedBroker != "" {
+		srv := devbroker.NewServer(devbroker.Options{Logger: log})
+		if err := srv.Listen(cfg.EmbeddedBroker); err != nil {
+			return fmt.Errorf("embedded broker on %s: %w", cfg.EmbeddedBroker, err)
+		}
+		defer srv.Close()
+		host, port, _ := net.SplitHostPort(srv.Addr().String())
+		cfg.DevBrokerHost = host
+		cfg.DevBrokerPort, _ = strconv.Atoi(port)
+		log.Info("embedded dev broker listening", "addr", srv.Addr().String())
+	}
+
+	// 3. the transport.
+	tr, err := newTransport(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+
+	// 4. the launcher and the artifact store.
+	l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, CgroupParent: cfg.CgroupParent, Logger: log})
+	if err != nil {
+		return err
+	}
+	var store artifacts.Store
+	switch cfg.ArtifactType {
+	case "filesystem":
+		fs, err := artifacts.NewFilesystem(cfg.ArtifactBasePath, cfg.Namespace)
+		if err != nil {
+			return fmt.Errorf("artifact store %s: %w", cfg.ArtifactBasePath, err)
+		}
+		store = fs
+	default:
+		store = artifacts.NewMemory(cfg.Namespace)
+	}
+
+	// 5. the server and its health/metrics endpoint.
+	srv, err := worker.New(worker.Options{
+		Config: cfg, Transport: tr, Sandboxes: worker.NewLauncherSandboxes(l), Store: store, Logger: log,
+		Installer: &manifest.Installer{
+			Python: cfg.PythonBin, SiteDir: cfg.SiteDir,
+			WheelsDir: filepath.Join(filepath.Dir(cfg.ManifestPath), "wheels"), IndexURL: cfg.PackageIndex,
+			ToolsDir: cfg.ToolsDir,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.HealthPort > 0 {
+		hs := &http.Server{Addr: net.JoinHostPort("", strconv.Itoa(cfg.HealthPort)), Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		ln, err := net.Listen("tcp", hs.Addr)
+		if err != nil {
+			return fmt.Errorf("health server on port %d: %w", cfg.HealthPort, err)
+		}
+		go hs.Serve(ln)
+		defer hs.Close()
+		log.Info("health and metrics listening", "addr", ln.Addr().String())
+	}
+
+	// 6. serve until the signal; Run answers everything it took.
+	return srv.Run(ctx)
+}
+
+// newTransport picks the broker: SOLACE_HOST, else the dev broker.
+func newTransport(cfg *worker.Config, log *slog.Logger) (transport.Transport, error) {
+	if cfg.SolaceHost != "" {
+		return newSolaceTransport(cfg, log)
+	}
+	c, err := devbroker.NewClient(devbroker.ClientOptions{
+		Host: cfg.DevBrokerHost, Port: cfg.DevBrokerPort,
+		ClientID: cfg.WorkerID, QueueName: cfg.QueueName(),
+		RetryDelay: cfg.ConnectRetryDelay, Retries: cfg.ConnectRetries, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dev broker client: %w", err)
+	}
+	return c, nil
+}
+
+// newSolaceTransport: the Solace transport is wired by issue 4.
+// TODO(issue 4): solace.ConfigFromEnv(os.Getenv, cfg.Namespace, cfg.WorkerID) + solace.New(cfg, log).
+func newSolaceTransport(cfg *worker.Config, log *slog.Logger) (transport.Transport, error) {
+	_ = log
+	return nil, fmt.Errorf("SOLACE_HOST=%s set but the Solace transport is not built yet (issue 4); use DEV_BROKER_HOST or --embedded-broker", cfg.SolaceHost)
+}

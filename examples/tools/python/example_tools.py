@@ -1,0 +1,141 @@
+"""Example tools for str (spec §8). Plain Python functions: the runner
+passes the context object as the first parameter when it is unannotated
+and not one of the arguments."""
+
+import asyncio
+import errno
+import os
+import socket
+import time
+
+
+def echo_tool(ctx, message="Hello"):
+    """Returns the message it was given."""
+    ctx.send_status("echoing")
+    return {"echo": message, "user_id": ctx.user_id, "session_id": ctx.session_id}
+
+
+def process_file(ctx, input_file):
+    """Counts the lines of the input artifact and saves summary.txt."""
+    ctx.send_status("Loading input file...")
+    text = ctx.load_artifact_text("input_file")
+    lines = text.splitlines()
+    ctx.send_status(f"Processing {len(lines)} lines...")
+    summary = f"Lines: {len(lines)}\nWords: {len(text.split())}\n"
+    ctx.save_artifact("summary.txt", summary.encode())
+    ctx.save_artifact_text("upper.txt", text.upper())
+    return {"status": "success", "lines": len(lines)}
+
+
+def execute_python(ctx, code, timeout_hint=None):
+    """Runs submitted code with exec and returns what it printed and the
+    value of a variable named `result`, if set. The sandbox (restrictive
+    profile) is the protection: this function adds none."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    scope = {"__name__": "__submitted__"}
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "<submitted>", "exec"), scope)
+    result = scope.get("result")
+    return {"stdout": out.getvalue(), "result": repr(result) if result is not None else None}
+
+
+def slow_operation(ctx, steps=5, delay=1.0):
+    """Sleeps `steps` times, reporting progress before each step."""
+    steps = int(steps)
+    for i in range(steps):
+        ctx.send_status(f"Step {i + 1} of {steps}")
+        time.sleep(float(delay))
+    ctx.send_status("done")
+    return {"steps": steps}
+
+
+def failing_tool(ctx, mode="tool"):
+    """mode "tool": raises ToolError (TOOL_ERROR); anything else raises a
+    plain exception (EXECUTION_ERROR)."""
+    if mode == "tool":
+        raise ctx.ToolError("the tool reports failure on purpose")
+    raise RuntimeError("an unexpected exception, on purpose")
+
+
+async def async_fetch(ctx, items=("a", "b", "c")):
+    """Processes items concurrently with asyncio."""
+
+    async def one(item):
+        await asyncio.sleep(0.05)
+        return item.upper()
+
+    ctx.send_status(f"gathering {len(items)} items")
+    results = await asyncio.gather(*(one(i) for i in items))
+    return {"results": list(results)}
+
+
+def _attempt(name, fn):
+    try:
+        detail = fn()
+        return {"attempt": name, "blocked": False, "detail": str(detail)[:200]}
+    except BaseException as e:  # noqa: BLE001 - every failure is a result here
+        return {"attempt": name, "blocked": True, "detail": f"{type(e).__name__}: {e}"[:200]}
+
+
+def _read_shadow():
+    with open("/etc/shadow") as f:
+        return f.read(64)
+
+
+def _mount():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return "mounted tmpfs on /tmp"
+
+
+def _unshare():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWUSER = 0x10000000
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return "created a user namespace"
+
+
+def _connect_out():
+    s = socket.create_connection(("1.1.1.1", 53), timeout=2)
+    s.close()
+    return "connected to 1.1.1.1:53"
+
+
+def _write_outside():
+    with open("/usr/pwned", "w") as f:
+        f.write("x")
+    return "wrote /usr/pwned"
+
+
+def _see_host_processes():
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    if len(pids) > 5:
+        return f"sees {len(pids)} processes"
+    raise PermissionError(errno.EPERM, f"only {len(pids)} processes visible: {pids}")
+
+
+def escape_attempt(ctx):
+    """Tries to break out and returns, for each attempt, whether it was
+    blocked. Every attempt must be blocked in the restrictive profile."""
+    attempts = [
+        _attempt("read /etc/shadow", _read_shadow),
+        _attempt("mount tmpfs", _mount),
+        _attempt("unshare user namespace", _unshare),
+        _attempt("connect to 1.1.1.1:53", _connect_out),
+        _attempt("write /usr", _write_outside),
+        _attempt("see host processes", _see_host_processes),
+    ]
+    for a in attempts:
+        ctx.send_status(f"{a['attempt']}: {'blocked' if a['blocked'] else 'NOT BLOCKED'}")
+    return {"all_blocked": all(a["blocked"] for a in attempts), "attempts": attempts}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# make demo: a scripted tour against a running worker (make run):
+# echo, an artifact round trip, a timeout, an escape attempt that is stopped.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STR="${STR:-bin/str}"
+[ -x "$STR" ] || go build -o bin/str ./cmd/str
+BROKER="${BROKER:-127.0.0.1:55554}"
+inv() { "$STR" invoke "$@" --broker "$BROKER" --namespace "${SAM_NAMESPACE:-demo/}"; }
+step() { printf '\n=== %s\n' "$*"; }
+fail=0
+
+step "1. echo_tool: a message goes in and comes back"
+inv echo_tool --args '{"message":"hello from the demo"}' || fail=1
+
+step "2. process_file: an artifact goes in (inline), two come out into the store"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+printf 'alpha\nbeta\ngamma\n' > "$tmp/data.txt"
+inv process_file --artifact input_file="$tmp/data.txt" --session demo-session || fail=1
+step "2b. the same tool again, reading the previous output from the store by reference"
+inv process_file --ref input_file=upper.txt --session demo-session || fail=1
+
+step "3. slow_operation with a 2 s timeout: status lines, then a timed_out result"
+if inv slow_operation --args '{"steps":10,"delay":1}' --timeout 2; then
+  echo "demo: expected a timeout"; fail=1
+else
+  echo "(timed out as expected)"
+fi
+
+step "4. escape_attempt: every attempt must be blocked"
+out="$(inv escape_attempt)"; echo "$out"
+if echo "$out" | grep -q '"all_blocked":true'; then echo "(all blocked)"; else echo "demo: something was NOT blocked"; fail=1; fi
+
+step "5. failing_tool: a tool error comes back as TOOL_ERROR"
+inv failing_tool && fail=1 || true
+
+exit $fail

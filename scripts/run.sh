@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# make run: build str and start a worker with the embedded dev broker on
+# 127.0.0.1:55554, namespace demo/, the example tools and a filesystem
+# artifact store under ./var/artifacts. Then, from a second terminal:
+#   bin/str invoke echo_tool --args '{"message":"hi"}'
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# 1. what is missing: Go and Python.
+command -v go >/dev/null || { echo "run.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
+PYTHON="${SANDBOX_PYTHON_BIN:-$(command -v python3 || true)}"
+if [ -z "$PYTHON" ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get install -y python3 >/dev/null
+    PYTHON="$(command -v python3)"
+  else
+    echo "run.sh: python3 is not installed" >&2; exit 1
+  fi
+fi
+
+# 2. build.
+mkdir -p bin
+go build -o bin/str ./cmd/str
+
+# 3. state directories.
+mkdir -p var/artifacts var/work var/runner var/site
+
+# 4. the worker (the sandbox needs root or unprivileged user namespaces; see bin/str doctor).
+export SAM_NAMESPACE="${SAM_NAMESPACE:-demo/}"
+export MANIFEST_PATH="${MANIFEST_PATH:-$PWD/examples/tools/manifest.yaml}"
+export TOOLS_PYTHON_DIR="${TOOLS_PYTHON_DIR:-$PWD/examples/tools/python}"
+export ARTIFACT_SERVICE_TYPE="${ARTIFACT_SERVICE_TYPE:-filesystem}"
+export ARTIFACT_BASE_PATH="${ARTIFACT_BASE_PATH:-$PWD/var/artifacts}"
+export SANDBOX_WORK_DIR="${SANDBOX_WORK_DIR:-$PWD/var/work}"
+export STR_RUNNER_DIR="${STR_RUNNER_DIR:-$PWD/var/runner}"
+export STR_SITE_DIR="${STR_SITE_DIR:-$PWD/var/site}"
+export SANDBOX_PYTHON_BIN="$PYTHON"
+export HEALTH_PORT="${HEALTH_PORT:-8081}"
+echo "run.sh: worker on 127.0.0.1:55554 (namespace $SAM_NAMESPACE); try: bin/str invoke echo_tool --args '{\"message\":\"hi\"}'" >&2
+exec bin/str worker --embedded-broker 127.0.0.1:55554 "$@"

@@ -1,0 +1,336 @@
+package worker
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the worker's configuration. Every setting has one name, used
+// verbatim as the environment variable and as the key in the YAML file
+// (--config), and a flag. Precedence, highest first:
+//
+//	flags > environment > config file > defaults
+//
+// An environment variable set to the empty string counts as unset.
+type Config struct {
+	Namespace         string        // SAM_NAMESPACE (required)
+	WorkerID          string        // SAM_WORKER_ID
+	ManifestPath      string        // MANIFEST_PATH
+	ToolsDir          string        // TOOLS_PYTHON_DIR
+	DefaultTimeout    time.Duration // DEFAULT_TIMEOUT_SECONDS
+	DevBrokerHost     string        // DEV_BROKER_HOST (selects dev mode)
+	DevBrokerPort     int           // DEV_BROKER_PORT
+	ConnectRetries    int           // CONNECT_RETRIES (0 = forever)
+	ConnectRetryDelay time.Duration // CONNECT_RETRY_DELAY_MS
+	EmbeddedBroker    string        // STR_EMBEDDED_BROKER: host:port of an in-process dev broker
+
+	SolaceHost           string // SOLACE_HOST (selects Solace)
+	SolaceVPN            string
+	SolaceUsername       string
+	SolacePassword       string
+	SolaceTrustStorePath string
+	SolaceClientCertPath string
+	SolaceClientKeyPath  string
+	SolaceReconnectTries int
+	SolaceReconnectDelay time.Duration
+
+	PythonBin      string // SANDBOX_PYTHON_BIN
+	WorkDir        string // SANDBOX_WORK_DIR
+	DefaultProfile string // SANDBOX_DEFAULT_PROFILE
+	MaxConcurrent  int    // SANDBOX_MAX_CONCURRENT
+	MaxQueued      int    // SANDBOX_MAX_QUEUED
+	ProfileDir     string // SANDBOX_PROFILE_DIR: extra profile files
+	CgroupParent   string // SANDBOX_CGROUP_PARENT
+	RunnerDir      string // STR_RUNNER_DIR
+	SiteDir        string // STR_SITE_DIR
+	PackageIndex   string // STR_PACKAGE_INDEX_URL
+
+	ArtifactType     string // ARTIFACT_SERVICE_TYPE
+	ArtifactBasePath string // ARTIFACT_BASE_PATH
+	ArtifactS3Bucket string
+	ArtifactS3Region string
+	ArtifactGCSBuck  string
+
+	HealthPort int // HEALTH_PORT (0 = no health server)
+
+	MaxPayloadBytes int           // STR_MAX_PAYLOAD_BYTES
+	MaxOutputBytes  int64         // STR_MAX_OUTPUT_BYTES: all outputs of one run
+	ShutdownGrace   time.Duration // SHUTDOWN_GRACE_SECONDS
+	SigningSecret   string        // STR_SIGNING_SECRET: HMAC-SHA256 request signing when set
+	RatePerMinute   float64       // STR_USER_RATE_PER_MINUTE (0 = off)
+	RateBurst       int           // STR_USER_RATE_BURST
+	ReloadInterval  time.Duration // STR_MANIFEST_POLL_MS
+	LogLevel        string        // STR_LOG_LEVEL
+}
+
+// setting is one configuration entry: name (env var and file key), flag,
+// default and help.
+type setting struct {
+	name, flag, def, help string
+	secret                bool
+}
+
+var settings = []setting{
+	{name: "SAM_NAMESPACE", flag: "namespace", help: "topic namespace (required), e.g. demo/"},
+	{name: "SAM_WORKER_ID", flag: "worker-id", def: "sandbox-worker-001", help: "worker id (Solace queue name and client id)"},
+	{name: "MANIFEST_PATH", flag: "manifest", def: "/tools/manifest.yaml", help: "tool manifest"},
+	{name: "TOOLS_PYTHON_DIR", flag: "tools-dir", def: "/tools/python", help: "directory of the tools' Python modules (read-only in sandboxes)"},
+	{name: "DEFAULT_TIMEOUT_SECONDS", flag: "default-timeout", def: "300", help: "timeout when a request names none"},
+	{name: "DEV_BROKER_HOST", flag: "dev-broker-host", help: "dev broker host (selects dev mode)"},
+	{name: "DEV_BROKER_PORT", flag: "dev-broker-port", def: "55555", help: "dev broker port"},
+	{name: "CONNECT_RETRIES", flag: "connect-retries", def: "0", help: "dev broker connection attempts (0 = forever)"},
+	{name: "CONNECT_RETRY_DELAY_MS", flag: "connect-retry-delay-ms", def: "3000", help: "delay between dev broker connection attempts"},
+	{name: "STR_EMBEDDED_BROKER", flag: "embedded-broker", help: "start a dev broker in this process on ADDR (host:port) and connect to it"},
+	{name: "SOLACE_HOST", flag: "solace-host", help: "Solace broker (host:port or URL; selects Solace)"},
+	{name: "SOLACE_VPN", flag: "solace-vpn", def: "default", help: "Solace message VPN"},
+	{name: "SOLACE_USERNAME", flag: "solace-username", help: "Solace user"},
+	{name: "SOLACE_PASSWORD", flag: "solace-password", help: "Solace password", secret: true},
+	{name: "SOLACE_TRUST_STORE_PATH", flag: "solace-trust-store", help: "CA directory for TLS"},
+	{name: "SOLACE_CLIENT_CERT_PATH", flag: "solace-client-cert", help: "client certificate"},
+	{name: "SOLACE_CLIENT_KEY_PATH", flag: "solace-client-key", help: "client key"},
+	{name: "SOLACE_RECONNECT_RETRIES", flag: "solace-reconnect-retries", def: "10", help: "Solace reconnection attempts"},
+	{name: "SOLACE_RECONNECT_DELAY_MS", flag: "solace-reconnect-delay-ms", def: "3000", help: "Solace reconnection interval"},
+	{name: "SANDBOX_PYTHON_BIN", flag: "python", def: "/usr/bin/python3", help: "Python interpreter used inside sandboxes"},
+	{name: "SANDBOX_WORK_DIR", flag: "work-dir", def: "/sandbox/work", help: "base of the per-task work dirs (stale entries are removed at startup)"},
+	{name: "SANDBOX_DEFAULT_PROFILE", flag: "default-profile", def: "standard", help: "profile when neither manifest nor request names one"},
+	{name: "SANDBOX_MAX_CONCURRENT", flag: "max-concurrent", def: "4", help: "executions running at once"},
+	{name: "SANDBOX_MAX_QUEUED", flag: "max-queued", def: "256", help: "executions waiting; beyond this RESOURCE_EXHAUSTED"},
+	{name: "SANDBOX_PROFILE_DIR", flag: "profile-dir", help: "directory of extra profile files"},
+	{name: "SANDBOX_CGROUP_PARENT", flag: "cgroup-parent", help: "cgroup under which sandboxes are created"},
+	{name: "STR_RUNNER_DIR", flag: "runner-dir", def: "/sandbox/runner", help: "where the embedded tool runner is installed (read-only in sandboxes)"},
+	{name: "STR_SITE_DIR", flag: "site-dir", def: "/sandbox/site", help: "worker-owned site directory for manifest packages (read-only in sandboxes)"},
+	{name: "STR_PACKAGE_INDEX_URL", flag: "package-index", help: "package index for manifest packages (default: offline, <manifest dir>/wheels)"},
+	{name: "ARTIFACT_SERVICE_TYPE", flag: "artifact-type", def: "memory", help: "memory | filesystem (s3 and gcs are not built)"},
+	{name: "ARTIFACT_BASE_PATH", flag: "artifact-base-path", def: "/sam/artifacts", help: "filesystem artifact store base"},
+	{name: "ARTIFACT_S3_BUCKET", flag: "artifact-s3-bucket", help: "S3 bucket (not supported)"},
+	{name: "ARTIFACT_S3_REGION", flag: "artifact-s3-region", help: "S3 region (not supported)"},
+	{name: "ARTIFACT_GCS_BUCKET", flag: "artifact-gcs-bucket", help: "GCS bucket (not supported)"},
+	{name: "HEALTH_PORT", flag: "health-port", def: "8081", help: "port of /healthz, /readyz and /metrics (0 = off)"},
+	{name: "STR_MAX_PAYLOAD_BYTES", flag: "max-payload-bytes", def: "10485760", help: "largest accepted invoke payload"},
+	{name: "STR_MAX_OUTPUT_BYTES", flag: "max-output-bytes", def: "104857600", help: "largest total size of one run's output artifacts"},
+	{name: "SHUTDOWN_GRACE_SECONDS", flag: "shutdown-grace", def: "30", help: "on SIGTERM, how long running tools may finish"},
+	{name: "STR_SIGNING_SECRET", flag: "signing-secret", help: "require HMAC-SHA256 request signatures (user property \"signature\", hex)", secret: true},
+	{name: "STR_USER_RATE_PER_MINUTE", flag: "user-rate-per-minute", def: "0", help: "per-user invocation rate (token bucket; 0 = off)"},
+	{name: "STR_USER_RATE_BURST", flag: "user-rate-burst", def: "0", help: "per-user burst (0 = one minute's rate)"},
+	{name: "STR_MANIFEST_POLL_MS", flag: "manifest-poll-ms", def: "500", help: "manifest reload poll interval"},
+	{name: "STR_LOG_LEVEL", flag: "log-level", def: "info", help: "debug | info | warn | error"},
+}
+
+// ConfigUsage is printed by `str worker --help`.
+const ConfigUsage = `usage: str worker [flags]
+
+Serves tool invocations from a broker (spec: docs of package worker).
+Every setting has an environment variable (same name as the key of the
+optional YAML file given with --config) and a flag. Precedence, highest
+first: flags > environment > config file > defaults. An environment
+variable set to "" counts as unset. The broker is chosen by SOLACE_HOST,
+else --embedded-broker (a dev broker in this process), else DEV_BROKER_HOST.
+
+`
+
+// LoadConfig builds the configuration from args (flags), getenv and the
+// YAML file named by --config (or STR_CONFIG). Every problem is reported.
+// flag.ErrHelp is returned after printing the usage for -h/--help.
+func LoadConfig(args []string, getenv func(string) string, out io.Writer) (*Config, error) {
+	// 1. flags.
+	fs := flag.NewFlagSet("str worker", flag.ContinueOnError)
+	fs.SetOutput(out)
+	flagVals := map[string]*string{}
+	for _, s := range settings {
+		help := s.help + " [" + s.name
+		if s.def != "" {
+			help += ", default " + s.def
+		}
+		help += "]"
+		flagVals[s.name] = fs.String(s.flag, "", help)
+	}
+	configPath := fs.String("config", "", "YAML file of settings (keys are the environment variable names) [STR_CONFIG]")
+	fs.Usage = func() {
+		fmt.Fprint(out, ConfigUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("str worker: unexpected arguments %q", fs.Args())
+	}
+	setFlags := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { setFlags[f.Name] = true })
+
+	// 2. defaults, then the file, then the environment, then the flags.
+	values := map[string]string{}
+	for _, s := range settings {
+		values[s.name] = s.def
+	}
+	path := *configPath
+	if path == "" {
+		path = getenv("STR_CONFIG")
+	}
+	if path != "" {
+		fileVals, err := readConfigFile(path)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range fileVals {
+			values[k] = v
+		}
+	}
+	for _, s := range settings {
+		if v := getenv(s.name); v != "" {
+			values[s.name] = v
+		}
+		if setFlags[s.flag] {
+			values[s.name] = *flagVals[s.name]
+		}
+	}
+	// 3. typed values, every problem collected.
+	return configFromValues(values)
+}
+
+func readConfigFile(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var raw map[string]yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&raw); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.name] = true
+	}
+	out := map[string]string{}
+	var problems []error
+	for _, k := range sortedKeys(raw) {
+		n := raw[k]
+		switch {
+		case !known[k]:
+			problems = append(problems, fmt.Errorf("config file %s line %d: unknown setting %q", path, n.Line, k))
+		case n.Kind != yaml.ScalarNode:
+			problems = append(problems, fmt.Errorf("config file %s line %d: %s must be a scalar", path, n.Line, k))
+		default:
+			out[k] = n.Value
+		}
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	return out, nil
+}
+
+func configFromValues(v map[string]string) (*Config, error) {
+	var problems []error
+	bad := func(name string, why string) {
+		problems = append(problems, fmt.Errorf("%s=%q: %s", name, v[name], why))
+	}
+	integer := func(name string, min int) int {
+		n, err := strconv.Atoi(strings.TrimSpace(v[name]))
+		if err != nil {
+			bad(name, "not an integer")
+			return 0
+		}
+		if n < min {
+			bad(name, fmt.Sprintf("must be at least %d", min))
+		}
+		return n
+	}
+	number := func(name string) float64 {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v[name]), 64)
+		if err != nil || f < 0 {
+			bad(name, "not a non-negative number")
+			return 0
+		}
+		return f
+	}
+	ms := func(name string) time.Duration { return time.Duration(integer(name, 0)) * time.Millisecond }
+	secs := func(name string, min int) time.Duration { return time.Duration(integer(name, min)) * time.Second }
+
+	c := &Config{
+		Namespace: v["SAM_NAMESPACE"], WorkerID: v["SAM_WORKER_ID"], ManifestPath: v["MANIFEST_PATH"],
+		ToolsDir: v["TOOLS_PYTHON_DIR"], DefaultTimeout: secs("DEFAULT_TIMEOUT_SECONDS", 1),
+		DevBrokerHost: v["DEV_BROKER_HOST"], DevBrokerPort: integer("DEV_BROKER_PORT", 1),
+		ConnectRetries: integer("CONNECT_RETRIES", 0), ConnectRetryDelay: ms("CONNECT_RETRY_DELAY_MS"),
+		EmbeddedBroker: v["STR_EMBEDDED_BROKER"],
+		SolaceHost:     v["SOLACE_HOST"], SolaceVPN: v["SOLACE_VPN"], SolaceUsername: v["SOLACE_USERNAME"],
+		SolacePassword: v["SOLACE_PASSWORD"], SolaceTrustStorePath: v["SOLACE_TRUST_STORE_PATH"],
+		SolaceClientCertPath: v["SOLACE_CLIENT_CERT_PATH"], SolaceClientKeyPath: v["SOLACE_CLIENT_KEY_PATH"],
+		SolaceReconnectTries: integer("SOLACE_RECONNECT_RETRIES", 0), SolaceReconnectDelay: ms("SOLACE_RECONNECT_DELAY_MS"),
+		PythonBin: v["SANDBOX_PYTHON_BIN"], WorkDir: v["SANDBOX_WORK_DIR"], DefaultProfile: v["SANDBOX_DEFAULT_PROFILE"],
+		MaxConcurrent: integer("SANDBOX_MAX_CONCURRENT", 1), MaxQueued: integer("SANDBOX_MAX_QUEUED", 0),
+		ProfileDir: v["SANDBOX_PROFILE_DIR"], CgroupParent: v["SANDBOX_CGROUP_PARENT"],
+		RunnerDir: v["STR_RUNNER_DIR"], SiteDir: v["STR_SITE_DIR"], PackageIndex: v["STR_PACKAGE_INDEX_URL"],
+		ArtifactType: v["ARTIFACT_SERVICE_TYPE"], ArtifactBasePath: v["ARTIFACT_BASE_PATH"],
+		ArtifactS3Bucket: v["ARTIFACT_S3_BUCKET"], ArtifactS3Region: v["ARTIFACT_S3_REGION"], ArtifactGCSBuck: v["ARTIFACT_GCS_BUCKET"],
+		HealthPort:      integer("HEALTH_PORT", 0),
+		MaxPayloadBytes: integer("STR_MAX_PAYLOAD_BYTES", 1024), MaxOutputBytes: int64(integer("STR_MAX_OUTPUT_BYTES", 0)),
+		ShutdownGrace: secs("SHUTDOWN_GRACE_SECONDS", 0), SigningSecret: v["STR_SIGNING_SECRET"],
+		RatePerMinute: number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
+		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
+	}
+	// Cross-field checks.
+	if strings.Trim(c.Namespace, "/") == "" {
+		bad("SAM_NAMESPACE", "required (an empty namespace is a configuration error)")
+	}
+	if c.HealthPort > 65535 {
+		bad("HEALTH_PORT", "not a port")
+	}
+	if c.DevBrokerPort > 65535 {
+		bad("DEV_BROKER_PORT", "not a port")
+	}
+	if c.EmbeddedBroker != "" {
+		if _, _, err := net.SplitHostPort(c.EmbeddedBroker); err != nil {
+			bad("STR_EMBEDDED_BROKER", "not host:port")
+		}
+	}
+	switch c.ArtifactType {
+	case "memory", "filesystem":
+	case "s3", "gcs":
+		bad("ARTIFACT_SERVICE_TYPE", "the s3 and gcs backends are not built into str; use memory or filesystem")
+	default:
+		bad("ARTIFACT_SERVICE_TYPE", "must be memory or filesystem")
+	}
+	if c.WorkerID == "" || unsafeName(c.WorkerID, maxIDLen) != "" {
+		bad("SAM_WORKER_ID", "must be a non-empty name without / or ..")
+	}
+	if c.ReloadInterval <= 0 || c.ReloadInterval > 2*time.Second {
+		bad("STR_MANIFEST_POLL_MS", "must be between 1 and 2000 (reload within 2 s)")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("STR_LOG_LEVEL", "must be debug, info, warn or error")
+	}
+	if c.SolaceHost == "" && c.DevBrokerHost == "" && c.EmbeddedBroker == "" {
+		problems = append(problems, errors.New("no broker: set SOLACE_HOST, DEV_BROKER_HOST or STR_EMBEDDED_BROKER (--embedded-broker)"))
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("configuration: %w", errors.Join(problems...))
+	}
+	return c, nil
+}
+
+// Base is the topic base: namespace without trailing "/" + "/a2a/v1".
+func (c *Config) Base() string { return TopicBase(c.Namespace) }
+
+// TopicBase is the topic base of a namespace (spec §1).
+func TopicBase(namespace string) string {
+	return strings.TrimRight(namespace, "/") + "/a2a/v1"
+}
+
+// QueueName is the worker's queue name (spec §1).
+func (c *Config) QueueName() string {
+	return strings.Trim(c.Namespace, "/") + "/q/sandbox/" + c.WorkerID
+}

@@ -1,0 +1,83 @@
+package worker
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := LoadConfig(nil, envOf(map[string]string{"SAM_NAMESPACE": "demo/", "DEV_BROKER_HOST": "localhost"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WorkerID != "sandbox-worker-001" || c.ManifestPath != "/tools/manifest.yaml" || c.ToolsDir != "/tools/python" ||
+		c.DefaultTimeout != 300*time.Second || c.DevBrokerPort != 55555 || c.ConnectRetries != 0 ||
+		c.ConnectRetryDelay != 3*time.Second || c.SolaceVPN != "default" || c.SolaceReconnectTries != 10 ||
+		c.SolaceReconnectDelay != 3*time.Second || c.WorkDir != "/sandbox/work" || c.DefaultProfile != "standard" ||
+		c.MaxConcurrent != 4 || c.ArtifactType != "memory" || c.ArtifactBasePath != "/sam/artifacts" ||
+		c.HealthPort != 8081 || c.MaxPayloadBytes != DefaultMaxPayloadBytes || c.ShutdownGrace != 30*time.Second {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if c.Base() != "demo/a2a/v1" || c.QueueName() != "demo/q/sandbox/sandbox-worker-001" {
+		t.Fatalf("base %s queue %s", c.Base(), c.QueueName())
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "w.yaml")
+	os.WriteFile(file, []byte("SAM_NAMESPACE: file/\nSAM_WORKER_ID: from-file\nSANDBOX_MAX_CONCURRENT: 2\nHEALTH_PORT: 9000\nDEV_BROKER_HOST: h\n"), 0o600)
+	env := map[string]string{"SAM_WORKER_ID": "from-env", "SANDBOX_MAX_CONCURRENT": "3", "HEALTH_PORT": ""}
+	c, err := LoadConfig([]string{"--config", file, "--max-concurrent", "5"}, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Namespace != "file/" || c.WorkerID != "from-env" || c.MaxConcurrent != 5 || c.HealthPort != 9000 {
+		t.Fatalf("precedence: ns %s id %s max %d port %d", c.Namespace, c.WorkerID, c.MaxConcurrent, c.HealthPort)
+	}
+}
+
+func TestConfigErrorsCollected(t *testing.T) {
+	_, err := LoadConfig([]string{"--max-concurrent", "zero", "--artifact-type", "s3"},
+		envOf(map[string]string{"HEALTH_PORT": "x"}), io.Discard)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{"SAM_NAMESPACE", "SANDBOX_MAX_CONCURRENT", "ARTIFACT_SERVICE_TYPE", "HEALTH_PORT", "no broker"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %s: %v", w, err)
+		}
+	}
+	if _, err := LoadConfig([]string{"--namespace", "/", "--dev-broker-host", "h"}, envOf(nil), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "empty namespace") {
+		t.Fatalf("empty namespace: %v", err)
+	}
+}
+
+func TestConfigFileUnknownKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "w.yaml")
+	os.WriteFile(file, []byte("SAM_NAMESPACE: a\nSAM_NAMESPCE: b\n"), 0o600)
+	_, err := LoadConfig([]string{"--config", file}, envOf(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `unknown setting "SAM_NAMESPCE"`) || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestConfigHelp(t *testing.T) {
+	var b strings.Builder
+	_, err := LoadConfig([]string{"--help"}, envOf(nil), &b)
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(b.String(), "flags > environment > config file > defaults") ||
+		!strings.Contains(b.String(), "SANDBOX_MAX_CONCURRENT, default 4") {
+		t.Fatalf("help: %v\n%s", err, b.String())
+	}
+}

@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// hostSandboxes runs the tool as a plain child process, without any
+// isolation. The package's unit tests use it to exercise the worker's own
+// logic (protocol, FIFO relay, inputs, outputs, queueing, cancellation,
+// reload) deterministically and without privileges; containment through
+// the real launcher is covered by test/e2e.
+type hostSandboxes struct{}
+
+var knownTestProfiles = map[string]bool{"restrictive": true, "standard": true, "permissive": true}
+
+func (hostSandboxes) CheckProfile(name string) error {
+	if !knownTestProfiles[name] {
+		return fmt.Errorf("%w: %q", ErrUnknownProfile, name)
+	}
+	return nil
+}
+
+func (hostSandboxes) ToolOwner(string) (int, int, error) { return os.Geteuid(), os.Getegid(), nil }
+
+func (hostSandboxes) Start(ctx context.Context, spec SandboxSpec) (RunningSandbox, error) {
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Workdir
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}, spec.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	h := &hostSandbox{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		timer := time.NewTimer(spec.Timeout)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			h.mark(&h.timedOut)
+		case <-ctx.Done():
+			h.mark(&h.cancelled)
+		case <-h.done:
+		}
+	}()
+	return h, nil
+}
+
+type hostSandbox struct {
+	cmd                 *exec.Cmd
+	done                chan struct{}
+	mu                  sync.Mutex
+	timedOut, cancelled bool
+}
+
+func (h *hostSandbox) mark(b *bool) {
+	h.mu.Lock()
+	*b = true
+	h.mu.Unlock()
+	h.Kill()
+}
+
+func (h *hostSandbox) Kill() error {
+	return syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+func (h *hostSandbox) Wait() (*SandboxExit, error) {
+	err := h.cmd.Wait()
+	close(h.done)
+	// The whole process group is gone before Wait returns, as with the
+	// launcher.
+	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := &SandboxExit{TimedOut: h.timedOut, Cancelled: h.cancelled, SetupTime: time.Millisecond}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			e.Signal = int(ws.Signal())
+			e.SignalName = "SIG" + ws.Signal().String()
+			e.ExitCode = 128 + e.Signal
+		} else {
+			e.ExitCode = ws.ExitStatus()
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	return e, nil
+}

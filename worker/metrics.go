@@ -1,0 +1,128 @@
+package worker
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the worker's Prometheus metrics, in their own registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Invocations   *prometheus.CounterVec   // str_worker_invocations_total{tool,outcome}
+	ExecutionTime *prometheus.HistogramVec // str_worker_execution_seconds{tool}
+	Timeouts      *prometheus.CounterVec   // str_worker_timeouts_total{tool}
+	Errors        *prometheus.CounterVec   // str_worker_errors_total{code}
+	Running       prometheus.Gauge         // str_worker_running_executions
+	RunningMax    prometheus.Gauge         // str_worker_running_executions_max
+	Queued        prometheus.Gauge         // str_worker_queued_executions
+	SetupTime     prometheus.Histogram     // str_worker_sandbox_setup_seconds
+	StatusLines   prometheus.Counter       // str_worker_status_lines_total
+
+	mu         sync.Mutex
+	running    int
+	runningMax int
+}
+
+// NewMetrics creates the metrics in a fresh registry (plus the Go and
+// process collectors).
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		Invocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "str_worker_invocations_total",
+			Help: "Invocations answered, by tool and outcome (success, timeout, or the error code).",
+		}, []string{"tool", "outcome"}),
+		ExecutionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "str_worker_execution_seconds",
+			Help:    "Time from receipt (queueing included) to the tool's exit.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"tool"}),
+		Timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "str_worker_timeouts_total", Help: "Executions that hit their timeout.",
+		}, []string{"tool"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "str_worker_errors_total", Help: "Error replies by code.",
+		}, []string{"code"}),
+		Running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "str_worker_running_executions", Help: "Executions running now.",
+		}),
+		RunningMax: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "str_worker_running_executions_max", Help: "Highest number of executions running at once since start.",
+		}),
+		Queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "str_worker_queued_executions", Help: "Executions waiting for a slot.",
+		}),
+		SetupTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "str_worker_sandbox_setup_seconds",
+			Help:    "Sandbox creation and start time.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+		StatusLines: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "str_worker_status_lines_total", Help: "Status lines relayed from tools.",
+		}),
+	}
+	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
+		m.Queued, m.SetupTime, m.StatusLines,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// startRunning and stopRunning maintain Running and RunningMax together.
+func (m *Metrics) startRunning() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.running++
+	if m.running > m.runningMax {
+		m.runningMax = m.running
+		m.RunningMax.Set(float64(m.runningMax))
+	}
+	m.Running.Set(float64(m.running))
+}
+
+func (m *Metrics) stopRunning() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.running--
+	m.Running.Set(float64(m.running))
+}
+
+// MaxRunning is the highest number of executions that ran at once.
+func (m *Metrics) MaxRunning() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runningMax
+}
+
+type healthBody struct {
+	OK     bool   `json:"ok"`
+	Broker string `json:"broker"`
+}
+
+// Handler serves /healthz (the process is alive: always 200 unless the
+// worker has stopped), /readyz (200 only while connected to the broker
+// and taking work, else 503) and /metrics.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	write := func(w http.ResponseWriter, ok bool) {
+		w.Header().Set("Content-Type", "application/json")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		json.NewEncoder(w).Encode(healthBody{OK: ok, Broker: s.tr.State().String()})
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		write(w, !s.stopped.Load())
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		write(w, s.Ready())
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
