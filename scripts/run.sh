@@ -8,19 +8,20 @@ cd "$(dirname "$0")/.."
 
 # 1. what is missing: Go and Python.
 command -v go >/dev/null || { echo "run.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
-PYTHON="${SANDBOX_PYTHON_BIN:-$(command -v python3 || true)}"
-if [ -z "$PYTHON" ]; then
+# The sandbox binds the host's /usr, so the interpreter must live there:
+# Debian's /usr/bin/python3, not a version-manager shim from PATH.
+PYTHON="${SANDBOX_PYTHON_BIN:-/usr/bin/python3}"
+if [ ! -x "$PYTHON" ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    apt-get install -y python3 >/dev/null
-    PYTHON="$(command -v python3)"
+    apt-get update -qq && apt-get install -y -qq python3 >/dev/null
   else
-    echo "run.sh: python3 is not installed" >&2; exit 1
+    echo "run.sh: $PYTHON is missing (apt-get install python3)" >&2; exit 1
   fi
 fi
 
 # 2. build.
 mkdir -p bin
-go build -o bin/str ./cmd/str
+make -s build
 
 # 3. state directories.
 mkdir -p var/artifacts var/work var/runner var/site
