@@ -1,0 +1,120 @@
+// Package seccomp holds str's seccomp policies as data and turns them into
+// classic-BPF programs that the sandbox's init installs as its last step.
+//
+// # Policies
+//
+// A policy is a YAML file under policies/ (embedded with go:embed), one
+// strict schema, version 1, unknown fields rejected:
+//
+//	version: 1
+//	name: standard
+//	description: "..."
+//	default_action: {action: errno, errno: ENOSYS}
+//	rules:
+//	  - names: [read, write, close]
+//	    action: allow                      # allow | errno | kill_process | kill_thread | log
+//	    reason: "basic I/O"                # mandatory on every rule
+//	  - names: [ioctl]
+//	    action: errno
+//	    errno: EPERM                       # only with action errno
+//	    args: [{index: 1, op: masked_eq, mask: 0xffffffff, value: 0x5412}]
+//	    reason: "TIOCSTI ..."
+//
+// Ops are eq, ne, lt, le, gt, ge (64-bit unsigned) and masked_eq
+// ((arg & mask) == value). Semantics: for a syscall, its conditional rules
+// are tried in file order and the first whose conditions all hold decides;
+// otherwise its unconditional rule decides; otherwise default_action.
+// Policy.Evaluate is that sentence in Go. Validate collects every problem
+// (errors.Join of *ValidationError naming policy, rule index and field).
+//
+// There are three policies: restrictive, standard and permissive. Each
+// allows what CPython 3.11 with its standard library needs and what Go's
+// runtime and syscall.ForkExec do after the filter is in place; they
+// differ in the extras (SysV IPC, xattr writes, AIO, personalities).
+// The known-dangerous set is EPERM in all three (a test enforces it).
+//
+// # What it protects against
+//
+//   - Kernel attack surface that a sandboxed tool never needs: the mount
+//     API, namespace creation and joining (unshare, setns, clone with any
+//     CLONE_NEW* flag), keyrings, bpf, perf_event_open, userfaultfd,
+//     io_uring, module and kexec loading, ptrace and process_vm_*,
+//     open_by_handle_at, clock and hostname changes, syslog, iopl, ...
+//     (EPERM, each with its reason in the policy file).
+//   - Terminal injection: ioctl TIOCSTI/TIOCLINUX/TIOCSETD are refused,
+//     compared on the low 32 bits only, so setting the upper bits of the
+//     command cannot bypass the rule (the CVE-2019-10063 class).
+//   - Architecture confusion: any arch other than the native one, and on
+//     amd64 any x32 syscall number (bit 0x40000000), kills the process.
+//     This is checked twice: by a six-instruction guard written here in
+//     front of the program, and by libseccomp's own bad-arch handling.
+//   - Unknown or new syscalls: ENOSYS, so software falls back gracefully
+//     (clone3 is ENOSYS on purpose: its flags live in memory seccomp cannot
+//     read, and glibc and Go fall back to clone, whose flags are checked).
+//
+// # What it does not protect against
+//
+//   - Bugs in allowed syscalls. Seccomp narrows the kernel interface; it
+//     does not make read, mmap or futex safe.
+//   - Anything reached through arguments in memory (paths, sockaddrs,
+//     clone3 args): seccomp sees only the six register values. Which files
+//     and networks exist is the job of the mount and network namespaces.
+//   - Threads other than the one that installs the filter. Install is
+//     per thread (no TSYNC); see the ordering rule below.
+//   - Resource exhaustion (cgroups do that) and information available
+//     through allowed calls (uname, sysinfo).
+//
+// # What it trusts
+//
+//   - The kernel's seccomp implementation and its BPF checker.
+//   - libseccomp (2.5.x, through libseccomp-golang and cgo) for syscall
+//     name resolution and for the program of syscalls without argument
+//     conditions. Syscalls with argument conditions are emitted by
+//     argcode.go instead, because libseccomp silently drops conditional
+//     rules when the same syscall also has an unconditional rule with
+//     another action (it would turn "allow ioctl except TIOCSTI" into
+//     "allow ioctl"). Compile runs every program it produces through
+//     Simulate and compares it with Evaluate before returning it, and the
+//     tests compare the two on tens of thousands of rows.
+//   - The embedded policy files, which are reviewed like code.
+//
+// # Kernel features needed
+//
+//   - seccomp filter mode (CONFIG_SECCOMP_FILTER, seccomp(2): Linux 3.17)
+//   - SECCOMP_RET_ERRNO and SECCOMP_RET_KILL_PROCESS (Linux 4.14)
+//   - no_new_privs (Linux 3.5), so that installing needs no privilege
+//
+// A missing feature is a hard error from Install; there is no fallback.
+//
+// # Ordering rule
+//
+// The filter is installed last, after prctl(PR_SET_NO_NEW_PRIVS, 1), on
+// the locked OS thread that then execs the tool with syscall.ForkExec:
+//
+//	runtime.LockOSThread()
+//	... every other setup step (mounts, pivot_root, rlimits, ids, fds) ...
+//	prctl(PR_SET_NO_NEW_PRIVS, 1)
+//	seccomp.Install(prog.Filter)        // nothing but the exec is left to do
+//	syscall.ForkExec(tool, ...)         // from the same thread
+//
+// Last, so the policy need not allow setup syscalls (mount, pivot_root);
+// after no_new_privs, because the kernel demands it of unprivileged
+// callers and so that exec cannot gain privileges the filter did not
+// anticipate; on the exec'ing thread, because a filter belongs to the
+// thread that installed it and to what that thread clones, not to the
+// Go program's other threads. Every policy therefore allows what Go's
+// ForkExec does between installation and exec (clone with CLONE_VM|
+// CLONE_VFORK, pipe2, dup3, fcntl, setsid, setpgid, prctl(PR_SET_PDEATHSIG),
+// prlimit64 on itself, execve, wait4). ForkExec must not use
+// SysProcAttr.UseCgroupFD after installation: that path needs clone3,
+// which every policy answers with ENOSYS, and Go does not fall back.
+//
+// # Tests
+//
+// Filters are tested twice (STYLE.md rule 11): rows of seccomp_data
+// through Simulate in plain unit tests, and for real in a re-executed
+// copy of the test binary that sets no_new_privs, installs each policy,
+// checks the errnos the kernel returns, runs CPython under it, and dies of
+// SIGSYS on an x32 call. The go test process itself never installs a
+// filter.
+package seccomp

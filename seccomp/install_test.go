@@ -1,0 +1,371 @@
+package seccomp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// childEnv selects the re-executed child mode of this test binary:
+// "<policy>" installs that policy and runs the probes, "none" runs the
+// probes without a filter (the control), "no-nnp" calls Install without
+// no_new_privs, "x32:<policy>" installs the policy and makes an x32 call. The filter is never installed in the go test process
+// itself (STYLE.md rule 11).
+const childEnv = "STR_SECCOMP_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if mode, ok := os.LookupEnv(childEnv); ok {
+		os.Exit(seccompChild(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// pythonScript exercises what a tool typically does with CPython 3.11's
+// standard library and prints python-stdlib-ok; then it expects socket
+// families other than unix/inet/inet6/netlink to be refused with
+// EAFNOSUPPORT (exit 3 if AF_PACKET works, 4 on another errno).
+const pythonScript = `
+import json, os, socket, subprocess, sys, tempfile, threading, hashlib, time, select
+out = {}
+def work(i):
+    out[i] = hashlib.sha256(str(i).encode()).hexdigest()
+ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+assert len(out) == 4
+assert subprocess.run(["/bin/true"]).returncode == 0
+r = subprocess.run([sys.executable, "-c", "print(6*7)"], capture_output=True, text=True, check=True)
+assert r.stdout.strip() == "42", r.stdout
+assert len(os.urandom(32)) == 32
+a, b = socket.socketpair()
+a.sendall(b"ping"); assert b.recv(4) == b"ping"
+select.select([a], [], [], 0)
+with tempfile.TemporaryDirectory() as d:
+    p = os.path.join(d, "x.json")
+    with open(p, "w") as f:
+        json.dump({"ok": True}, f)
+    with open(p) as f:
+        assert json.load(f) == {"ok": True}
+time.sleep(0.01)
+print("python-stdlib-ok")
+import errno
+try:
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    print("AF_PACKET socket created"); sys.exit(3)
+except OSError as e:
+    if e.errno != errno.EAFNOSUPPORT:
+        print("AF_PACKET:", e); sys.exit(4)
+print("python-ok")
+`
+
+// probe is one raw syscall made by the child after the filter is loaded.
+type probe struct {
+	name string
+	nr   uintptr
+	args [6]uintptr
+}
+
+func childProbes() []probe {
+	// cachestat is not named in any policy; it is 451 on amd64 and arm64
+	// and exists on kernels >= 6.5 (older kernels answer ENOSYS too, so
+	// the control test does not rely on it).
+	const nrCachestat uintptr = 451
+	// Every probe must be harmless when it is NOT filtered: the control
+	// run (mode "none") makes the same calls as root in the host's
+	// namespaces. So mount targets a path that does not exist (ENOENT
+	// from the kernel, EPERM from the filter).
+	none := []byte("none\x00")
+	target := []byte("/nonexistent-str-seccomp-probe/mnt\x00")
+	tmpfs := []byte("tmpfs\x00")
+	ptr := func(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+	return []probe{
+		{"getpid", unix.SYS_GETPID, [6]uintptr{}},
+		{"unshare(CLONE_NEWUSER)", unix.SYS_UNSHARE, [6]uintptr{unix.CLONE_NEWUSER}},
+		{"keyctl(GET_KEYRING_ID)", unix.SYS_KEYCTL, [6]uintptr{0, ^uintptr(3) + 1}}, // KEY_SPEC_SESSION_KEYRING = -3
+		{"mount(tmpfs, missing target)", unix.SYS_MOUNT, [6]uintptr{ptr(none), ptr(target), ptr(tmpfs), 0, 0}},
+		{"clone3(NULL)", unix.SYS_CLONE3, [6]uintptr{0, 0}},
+		// PTRACE_ATTACH to a pid that cannot exist: ESRCH from the kernel,
+		// EPERM from the filter, and no side effect either way (TRACEME
+		// would stop the child for a tracer that never comes).
+		{"ptrace(ATTACH, no such pid)", unix.SYS_PTRACE, [6]uintptr{unix.PTRACE_ATTACH, 0x7ffffff0}},
+		{"ioctl(-1, TIOCSTI)", unix.SYS_IOCTL, [6]uintptr{^uintptr(0), unix.TIOCSTI}},
+		{"ioctl(-1, TIOCSTI|1<<32)", unix.SYS_IOCTL, [6]uintptr{^uintptr(0), unix.TIOCSTI | 1<<32}},
+		{"ioctl(-1, TCGETS)", unix.SYS_IOCTL, [6]uintptr{^uintptr(0), unix.TCGETS}},
+		{"personality(ADDR_NO_RANDOMIZE)", unix.SYS_PERSONALITY, [6]uintptr{0x0040000}},
+		{"cachestat(-1)", nrCachestat, [6]uintptr{^uintptr(0)}},
+		{"bpf", unix.SYS_BPF, [6]uintptr{^uintptr(0)}},
+		{"userfaultfd", unix.SYS_USERFAULTFD, [6]uintptr{0}},
+	}
+}
+
+type childReport struct {
+	Errnos     map[string]string `json:"errnos"`
+	PythonExit int               `json:"python_exit"`
+	Error      string            `json:"error,omitempty"`
+}
+
+func errnoText(e syscall.Errno) string {
+	if e == 0 {
+		return "OK"
+	}
+	return unix.ErrnoName(e)
+}
+
+// seccompChild runs in the re-executed test binary.
+//
+//  1. lock the OS thread: the filter and the exec happen on this thread
+//  2. compile the policy
+//  3. prctl(PR_SET_NO_NEW_PRIVS, 1)
+//  4. Install
+//  5. raw syscall probes
+//  6. syscall.ForkExec python3 from this thread, wait for it
+//  7. print the report as the last stdout line
+func seccompChild(mode string) int {
+	if pol, ok := strings.CutPrefix(mode, "x32:"); ok {
+		return x32Child(pol)
+	}
+	rep := childReport{Errnos: map[string]string{}, PythonExit: -1}
+	emit := func() int {
+		b, _ := json.Marshal(rep)
+		fmt.Printf("\nREPORT %s\n", b)
+		return 0
+	}
+	// 1.
+	runtime.LockOSThread()
+	// 2.
+	var filter []unix.SockFilter
+	if mode != "none" && mode != "no-nnp" {
+		p, err := Load(mode)
+		if err != nil {
+			rep.Error = err.Error()
+			return emit()
+		}
+		prog, err := p.Compile()
+		if err != nil {
+			rep.Error = err.Error()
+			return emit()
+		}
+		filter = prog.Filter
+	}
+	if mode == "no-nnp" {
+		p, _ := Load("standard")
+		prog, _ := p.Compile()
+		err := Install(prog.Filter)
+		rep.Error = fmt.Sprint(err)
+		if errors.Is(err, ErrNoNewPrivs) {
+			rep.Errnos["install"] = "ErrNoNewPrivs"
+		}
+		return emit()
+	}
+	// 3.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		rep.Error = "prctl(PR_SET_NO_NEW_PRIVS): " + err.Error()
+		return emit()
+	}
+	// 4.
+	if filter != nil {
+		if err := Install(filter); err != nil {
+			rep.Error = err.Error()
+			return emit()
+		}
+	}
+	// 5.
+	for _, p := range childProbes() {
+		_, _, e := unix.RawSyscall6(p.nr, p.args[0], p.args[1], p.args[2], p.args[3], p.args[4], p.args[5])
+		rep.Errnos[p.name] = errnoText(e)
+	}
+	// 6.
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		rep.Error = err.Error()
+		return emit()
+	}
+	pid, err := syscall.ForkExec("/usr/bin/python3", []string{"python3", "-I", "-c", pythonScript}, &syscall.ProcAttr{
+		Env:   []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"},
+		Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
+		Sys:   &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		rep.Error = "ForkExec python3: " + err.Error()
+		return emit()
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+		rep.Error = "wait4: " + err.Error()
+		return emit()
+	}
+	switch {
+	case ws.Exited():
+		rep.PythonExit = ws.ExitStatus()
+	case ws.Signaled():
+		rep.PythonExit = 128 + int(ws.Signal())
+	}
+	// 7.
+	return emit()
+}
+
+// x32Child installs a policy and then makes an x32 syscall (getpid with
+// __X32_SYSCALL_BIT). The filter must kill the process with SIGSYS before
+// the kernel looks at the number; returning at all is a failure.
+func x32Child(policy string) int {
+	runtime.LockOSThread()
+	p, err := Load(policy)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	prog, err := p.Compile()
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	if err := Install(prog.Filter); err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	_, _, e := unix.RawSyscall(uintptr(X32SyscallBit)|unix.SYS_GETPID, 0, 0, 0)
+	fmt.Printf("x32 getpid returned: %v\n", e)
+	return 1
+}
+
+func runChild(t *testing.T, mode string) (childReport, string) {
+	t.Helper()
+	// The deadline only keeps a wedged child from hanging the suite; it
+	// is not an assertion about speed.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	out := stdout.String()
+	i := strings.LastIndex(out, "\nREPORT ")
+	if err != nil || i < 0 {
+		t.Fatalf("child %s: %v\nstdout:\n%s\nstderr:\n%s", mode, err, out, stderr.String())
+	}
+	var rep childReport
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out[i+len("\nREPORT "):])), &rep); err != nil {
+		t.Fatalf("child %s: bad report: %v\n%s", mode, err, out)
+	}
+	return rep, out + "\nstderr:\n" + stderr.String()
+}
+
+// TestInstalledFilter loads each policy for real in a re-executed child
+// (no_new_privs makes this unprivileged, so it never skips) and checks the
+// errnos the kernel returns, then runs CPython under the filter.
+func TestInstalledFilter(t *testing.T) {
+	want := map[string]string{
+		"getpid":                         "OK",
+		"unshare(CLONE_NEWUSER)":         "EPERM",
+		"keyctl(GET_KEYRING_ID)":         "EPERM",
+		"mount(tmpfs, missing target)":   "EPERM",
+		"clone3(NULL)":                   "ENOSYS",
+		"ptrace(ATTACH, no such pid)":    "EPERM",
+		"ioctl(-1, TIOCSTI)":             "EPERM",
+		"ioctl(-1, TIOCSTI|1<<32)":       "EPERM",
+		"ioctl(-1, TCGETS)":              "EBADF", // reached the kernel
+		"personality(ADDR_NO_RANDOMIZE)": "EPERM",
+		"cachestat(-1)":                  "ENOSYS",
+		"bpf":                            "EPERM",
+		"userfaultfd":                    "EPERM",
+	}
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			rep, out := runChild(t, name)
+			if rep.Error != "" {
+				t.Fatalf("child error: %s\n%s", rep.Error, out)
+			}
+			for probe, w := range want {
+				if got := rep.Errnos[probe]; got != w {
+					t.Errorf("%s under %s = %s, want %s", probe, name, got, w)
+				}
+			}
+			if rep.PythonExit != 0 || !strings.Contains(out, "python-ok") {
+				t.Errorf("python3 under %s exited %d\n%s", name, rep.PythonExit, out)
+			}
+		})
+	}
+}
+
+// TestProbesDiscriminate is the control: without a filter the same probes
+// must give different answers, or TestInstalledFilter proves nothing.
+func TestProbesDiscriminate(t *testing.T) {
+	rep, out := runChild(t, "none")
+	if rep.Error != "" {
+		t.Fatalf("child error: %s\n%s", rep.Error, out)
+	}
+	for probe, filtered := range map[string]string{
+		"ioctl(-1, TIOCSTI)":          "EPERM",
+		"ioctl(-1, TIOCSTI|1<<32)":    "EPERM",
+		"clone3(NULL)":                "ENOSYS",
+		"bpf":                         "EPERM",
+		"ptrace(ATTACH, no such pid)": "EPERM",
+	} {
+		if got := rep.Errnos[probe]; got == filtered {
+			t.Errorf("without a filter %s = %s, the same as with one: the probe cannot tell them apart", probe, got)
+		}
+	}
+	// Without the filter the standard-library part works and AF_PACKET is
+	// not refused with EAFNOSUPPORT (created as root: 3; EPERM otherwise: 4).
+	if (rep.PythonExit != 3 && rep.PythonExit != 4) || !strings.Contains(out, "python-stdlib-ok") {
+		t.Errorf("python3 without a filter exited %d, want 3 or 4 after python-stdlib-ok\n%s", rep.PythonExit, out)
+	}
+}
+
+// TestX32SyscallKills makes a real x32 syscall under each policy: the
+// process must die of SIGSYS (SECCOMP_RET_KILL_PROCESS).
+func TestX32SyscallKills(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("x32 exists only on amd64 (GOARCH=%s)", runtime.GOARCH)
+	}
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), childEnv+"=x32:"+name)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			ws := ee.Sys().(syscall.WaitStatus)
+			if !ws.Signaled() || ws.Signal() != syscall.SIGSYS {
+				t.Fatalf("child ended with %v, want death by SIGSYS\n%s", ee, out)
+			}
+		})
+	}
+}
+
+func TestInstallRequiresNoNewPrivs(t *testing.T) {
+	rep, out := runChild(t, "no-nnp")
+	if rep.Errnos["install"] != "ErrNoNewPrivs" || !strings.Contains(rep.Error, "step 2, check no_new_privs") {
+		t.Fatalf("Install without no_new_privs = %q\n%s", rep.Error, out)
+	}
+}
+
+func TestInstallRejectsEmptyProgram(t *testing.T) {
+	// Step 1 returns before any syscall: safe in the test process.
+	err := Install(nil)
+	var ie *InstallError
+	if !errors.As(err, &ie) || ie.Step != 1 || !strings.Contains(err.Error(), "check program size") {
+		t.Fatalf("Install(nil) = %v", err)
+	}
+}

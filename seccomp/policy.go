@@ -1,0 +1,449 @@
+package seccomp
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"gopkg.in/yaml.v3"
+)
+
+// SchemaVersion is the only policy schema version this package reads.
+const SchemaVersion = 1
+
+//go:embed policies/*.yaml
+var embedded embed.FS
+
+// Policy is one seccomp policy as written in its YAML file. It is plain
+// data: Decode fills it, Validate checks it, Compile turns it into BPF.
+type Policy struct {
+	Version       int    `yaml:"version"`
+	Name          string `yaml:"name"`
+	Description   string `yaml:"description"`
+	DefaultAction Action `yaml:"default_action"`
+	Rules         []Rule `yaml:"rules"`
+
+	// source is where the policy came from ("embedded:standard.yaml",
+	// a file path, or the caller's label); errors name it.
+	source string
+}
+
+// Action is what the kernel does when a rule matches.
+//
+//	action: allow | errno | kill_process | kill_thread | log
+//	errno:  EPERM | ENOSYS | ...   (required with action errno, forbidden otherwise)
+type Action struct {
+	Kind  string `yaml:"action"`
+	Errno string `yaml:"errno,omitempty"`
+}
+
+// Rule gives one action for a list of syscalls, optionally only when every
+// argument condition in Args holds. Reason is mandatory: it is what a
+// reviewer reads and what `str profile show --plan` prints.
+type Rule struct {
+	Names  []string `yaml:"names"`
+	Action `yaml:",inline"`
+	Args   []Arg  `yaml:"args,omitempty"`
+	Reason string `yaml:"reason"`
+}
+
+// Arg is one condition on a syscall argument. Value is required (a pointer
+// so that a forgotten value is an error, not 0). Mask is required for
+// masked_eq and forbidden for every other op.
+//
+//	{index: 1, op: masked_eq, mask: 0xffffffff, value: 0x5412}
+type Arg struct {
+	Index uint    `yaml:"index"`
+	Op    string  `yaml:"op"`
+	Mask  *uint64 `yaml:"mask,omitempty"`
+	Value *uint64 `yaml:"value"`
+}
+
+// Action kinds.
+const (
+	ActionAllow       = "allow"
+	ActionErrno       = "errno"
+	ActionKillProcess = "kill_process"
+	ActionKillThread  = "kill_thread"
+	ActionLog         = "log"
+)
+
+var actionKinds = map[string]bool{
+	ActionAllow: true, ActionErrno: true, ActionKillProcess: true, ActionKillThread: true, ActionLog: true,
+}
+
+// Argument comparison operators (64-bit, unsigned, like libseccomp's).
+const (
+	OpEq       = "eq"
+	OpNe       = "ne"
+	OpLt       = "lt"
+	OpLe       = "le"
+	OpGt       = "gt"
+	OpGe       = "ge"
+	OpMaskedEq = "masked_eq"
+)
+
+var argOps = map[string]bool{OpEq: true, OpNe: true, OpLt: true, OpLe: true, OpGt: true, OpGe: true, OpMaskedEq: true}
+
+// errnos are the errno values a policy may name. The list is short on
+// purpose: a policy author picks between "not permitted" (EPERM, a known
+// dangerous call) and "does not exist" (ENOSYS, so callers fall back).
+var errnos = map[string]unix.Errno{
+	"EPERM":        unix.EPERM,
+	"EACCES":       unix.EACCES,
+	"ENOSYS":       unix.ENOSYS,
+	"EINVAL":       unix.EINVAL,
+	"EAFNOSUPPORT": unix.EAFNOSUPPORT,
+	"EOPNOTSUPP":   unix.EOPNOTSUPP,
+	"ENOTTY":       unix.ENOTTY,
+}
+
+func errnoName(e unix.Errno) string {
+	for n, v := range errnos {
+		if v == e {
+			return n
+		}
+	}
+	return fmt.Sprintf("%d", int(e))
+}
+
+// String renders the action the way the plan prints it: "allow",
+// "errno EPERM", "kill_process".
+func (a Action) String() string {
+	if a.Kind == ActionErrno {
+		return a.Kind + " " + a.Errno
+	}
+	return a.Kind
+}
+
+// String renders the condition the way the plan prints it:
+// "arg1 & 0xffffffff == 0x5412".
+func (c Arg) String() string {
+	val := "?"
+	if c.Value != nil {
+		val = fmt.Sprintf("%#x", *c.Value)
+	}
+	switch c.Op {
+	case OpMaskedEq:
+		mask := "?"
+		if c.Mask != nil {
+			mask = fmt.Sprintf("%#x", *c.Mask)
+		}
+		return fmt.Sprintf("arg%d & %s == %s", c.Index, mask, val)
+	case OpEq:
+		return fmt.Sprintf("arg%d == %s", c.Index, val)
+	case OpNe:
+		return fmt.Sprintf("arg%d != %s", c.Index, val)
+	case OpLt:
+		return fmt.Sprintf("arg%d < %s", c.Index, val)
+	case OpLe:
+		return fmt.Sprintf("arg%d <= %s", c.Index, val)
+	case OpGt:
+		return fmt.Sprintf("arg%d > %s", c.Index, val)
+	case OpGe:
+		return fmt.Sprintf("arg%d >= %s", c.Index, val)
+	}
+	return fmt.Sprintf("arg%d %s %s", c.Index, c.Op, val)
+}
+
+// Source says where the policy was read from.
+func (p *Policy) Source() string { return p.source }
+
+// Names returns the names of the embedded policies, sorted.
+func Names() []string {
+	ents, err := embedded.ReadDir("policies")
+	if err != nil {
+		// The directory is part of the binary; failing to read it is a
+		// build defect, not a runtime condition.
+		panic("seccomp: embedded policies missing: " + err.Error())
+	}
+	var names []string
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".yaml"); ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+var policyName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+
+// Load decodes and validates the embedded policy called name.
+func Load(name string) (*Policy, error) {
+	if !policyName.MatchString(name) {
+		return nil, fmt.Errorf("seccomp: load policy %q: not a valid policy name (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	file := path.Join("policies", name+".yaml")
+	data, err := embedded.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: load policy %q: no such embedded policy (known: %s): %w", name, strings.Join(Names(), ", "), err)
+	}
+	p, err := Decode(data, "embedded:"+name+".yaml")
+	if err != nil {
+		return nil, err
+	}
+	if p.Name != name {
+		return nil, fmt.Errorf("seccomp: policy %s: name %q does not match its file name %q", p.source, p.Name, name)
+	}
+	return p, nil
+}
+
+// LoadFile decodes and validates a policy file.
+func LoadFile(file string) (*Policy, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: read policy file %s: %w", file, err)
+	}
+	return Decode(data, file)
+}
+
+// Decode parses one policy document strictly (unknown fields and trailing
+// documents are errors) and validates it. source names the document in
+// error messages. Every validation problem is reported, joined with
+// errors.Join.
+func Decode(data []byte, source string) (*Policy, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var p Policy
+	if err := dec.Decode(&p); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("seccomp: policy %s: empty document", source)
+		}
+		return nil, fmt.Errorf("seccomp: policy %s: decode: %w", source, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("seccomp: policy %s: more than one YAML document (or trailing garbage after the first)", source)
+	}
+	p.source = source
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ValidationError is one problem found by Validate. Rule is -1 for
+// policy-level fields.
+type ValidationError struct {
+	Policy string // source of the policy
+	Rule   int
+	Field  string // "names[2]", "errno", "args[0].mask", ...
+	Msg    string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Rule < 0 {
+		return fmt.Sprintf("seccomp: policy %s: %s: %s", e.Policy, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("seccomp: policy %s: rules[%d].%s: %s", e.Policy, e.Rule, e.Field, e.Msg)
+}
+
+// Validate runs every check and returns all problems joined with
+// errors.Join (nil when the policy is valid). The checks:
+//
+//  1. version is 1
+//  2. name is a lower-case identifier; description is set
+//  3. default_action is a valid action and is not allow (default deny)
+//  4. there is at least one rule
+//  5. per rule: names non-empty, each a syscall libseccomp knows on amd64
+//     or arm64, no name twice in a rule; action known; errno given iff
+//     action is errno and from the allowed list; reason non-empty;
+//     args: index 0..5 at most once, op known, value given, mask given
+//     iff op is masked_eq
+//  6. across rules: a syscall has at most one unconditional rule; a
+//     syscall with an unconditional rule has no conditional rule with the
+//     same action (it would be dead); two conditional rules for a syscall
+//     never repeat the same conditions; a rule whose action equals the
+//     default action is documentation only, so its syscalls appear in no
+//     other rule (libseccomp cannot express the difference anyway).
+func (p *Policy) Validate() error {
+	src := p.source
+	if src == "" {
+		src = p.Name
+	}
+	var errs []error
+	add := func(rule int, field, format string, a ...any) {
+		errs = append(errs, &ValidationError{Policy: src, Rule: rule, Field: field, Msg: fmt.Sprintf(format, a...)})
+	}
+
+	// 1. version
+	if p.Version != SchemaVersion {
+		add(-1, "version", "is %d, want %d", p.Version, SchemaVersion)
+	}
+	// 2. name, description
+	if !policyName.MatchString(p.Name) {
+		add(-1, "name", "%q is not a lower-case identifier ([a-z][a-z0-9_-]*)", p.Name)
+	}
+	if strings.TrimSpace(p.Description) == "" {
+		add(-1, "description", "is empty")
+	}
+	// 3. default action
+	for _, m := range checkAction(p.DefaultAction) {
+		add(-1, "default_action."+m.field, "%s", m.msg)
+	}
+	if p.DefaultAction.Kind == ActionAllow {
+		add(-1, "default_action.action", "allow is not permitted: policies are default-deny")
+	}
+	// 4. rules
+	if len(p.Rules) == 0 {
+		add(-1, "rules", "no rules")
+	}
+
+	type seen struct {
+		rule   int
+		action string
+	}
+	uncond := map[string]seen{}
+	cond := map[string][]seen{}
+	condKeys := map[string]int{}
+
+	for i, r := range p.Rules {
+		// 5. per rule
+		if len(r.Names) == 0 {
+			add(i, "names", "empty")
+		}
+		inRule := map[string]bool{}
+		for j, n := range r.Names {
+			if inRule[n] {
+				add(i, fmt.Sprintf("names[%d]", j), "%q listed twice in this rule", n)
+				continue
+			}
+			inRule[n] = true
+			if !knownSyscall(n) {
+				add(i, fmt.Sprintf("names[%d]", j), "unknown syscall %q (not known to libseccomp on amd64 or arm64)", n)
+			}
+		}
+		for _, m := range checkAction(r.Action) {
+			add(i, m.field, "%s", m.msg)
+		}
+		if strings.TrimSpace(r.Reason) == "" {
+			add(i, "reason", "missing: every rule must say why")
+		}
+		argIdx := map[uint]bool{}
+		for j, c := range r.Args {
+			f := fmt.Sprintf("args[%d]", j)
+			if c.Index > 5 {
+				add(i, f+".index", "%d out of range 0..5", c.Index)
+			} else if argIdx[c.Index] {
+				add(i, f+".index", "argument %d already has a condition in this rule", c.Index)
+			}
+			argIdx[c.Index] = true
+			if !argOps[c.Op] {
+				add(i, f+".op", "unknown op %q (want one of %s)", c.Op, keys(argOps))
+			}
+			if c.Value == nil {
+				add(i, f+".value", "missing")
+			}
+			switch {
+			case c.Op == OpMaskedEq && c.Mask == nil:
+				add(i, f+".mask", "required with op masked_eq")
+			case c.Op != OpMaskedEq && c.Mask != nil:
+				add(i, f+".mask", "only allowed with op masked_eq")
+			case c.Op == OpMaskedEq && c.Value != nil && *c.Value&^*c.Mask != 0:
+				add(i, f+".value", "%#x has bits outside mask %#x: the condition can never match", *c.Value, *c.Mask)
+			}
+		}
+
+		// 6. across rules
+		act := r.Action.String()
+		for _, n := range r.Names {
+			if len(r.Args) == 0 {
+				if prev, ok := uncond[n]; ok {
+					add(i, "names", "%q already has an unconditional rule (rules[%d], %s)", n, prev.rule, prev.action)
+					continue
+				}
+				uncond[n] = seen{i, act}
+			} else {
+				key := n + "\x00" + argsKey(r.Args)
+				if prev, ok := condKeys[key]; ok {
+					add(i, "args", "%q already has a rule with the same conditions (rules[%d])", n, prev)
+				} else {
+					condKeys[key] = i
+				}
+				cond[n] = append(cond[n], seen{i, act})
+			}
+		}
+	}
+	rulesOf := map[string][]int{}
+	for i, r := range p.Rules {
+		for _, n := range r.Names {
+			rulesOf[n] = append(rulesOf[n], i)
+		}
+	}
+	for i, r := range p.Rules {
+		if r.Action != p.DefaultAction {
+			continue
+		}
+		for _, n := range r.Names {
+			if len(rulesOf[n]) > 1 {
+				add(i, "action", "%q: a rule with the default action (%s) only documents a decision, so %q must not appear in other rules (it is in rules%v)", n, r.Action, n, rulesOf[n])
+			}
+		}
+	}
+	for n, cs := range cond {
+		u, ok := uncond[n]
+		if !ok {
+			continue
+		}
+		for _, c := range cs {
+			if c.action == u.action {
+				add(c.rule, "args", "%q has an unconditional rule with the same action (rules[%d], %s): this conditional rule is dead", n, u.rule, u.action)
+			}
+		}
+	}
+	sort.SliceStable(errs, func(a, b int) bool {
+		ea, eb := errs[a].(*ValidationError), errs[b].(*ValidationError)
+		if ea.Rule != eb.Rule {
+			return ea.Rule < eb.Rule
+		}
+		return ea.Error() < eb.Error()
+	})
+	return errors.Join(errs...)
+}
+
+type fieldMsg struct{ field, msg string }
+
+func checkAction(a Action) []fieldMsg {
+	var out []fieldMsg
+	if !actionKinds[a.Kind] {
+		out = append(out, fieldMsg{"action", fmt.Sprintf("unknown action %q (want one of %s)", a.Kind, keys(actionKinds))})
+	}
+	switch {
+	case a.Kind == ActionErrno && a.Errno == "":
+		out = append(out, fieldMsg{"errno", "required with action errno"})
+	case a.Kind == ActionErrno:
+		if _, ok := errnos[a.Errno]; !ok {
+			out = append(out, fieldMsg{"errno", fmt.Sprintf("unknown errno %q (want one of %s)", a.Errno, keys(errnos))})
+		}
+	case a.Errno != "":
+		out = append(out, fieldMsg{"errno", fmt.Sprintf("only allowed with action errno (action is %q)", a.Kind)})
+	}
+	return out
+}
+
+func argsKey(args []Arg) string {
+	parts := make([]string, len(args))
+	for i, a := range args {
+		parts[i] = a.String()
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "&&")
+}
+
+func keys[V any](m map[string]V) string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ", ")
+}

@@ -1,0 +1,263 @@
+package seccomp
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const goodPolicy = `version: 1
+name: tiny
+description: "a small valid policy"
+default_action: {action: errno, errno: ENOSYS}
+rules:
+  - names: [read, write]
+    action: allow
+    reason: "basic I/O"
+  - names: [mount]
+    action: errno
+    errno: EPERM
+    reason: "no mounts"
+`
+
+func TestNamesListsEmbeddedPolicies(t *testing.T) {
+	want := []string{"permissive", "restrictive", "standard"}
+	if got := Names(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Names() = %v, want %v", got, want)
+	}
+	for _, n := range want {
+		p, err := Load(n)
+		if err != nil {
+			t.Fatalf("Load(%q): %v", n, err)
+		}
+		if p.Name != n || p.Version != 1 || p.Source() != "embedded:"+n+".yaml" {
+			t.Errorf("Load(%q) = name %q version %d source %q", n, p.Name, p.Version, p.Source())
+		}
+	}
+}
+
+func TestLoadUnknownPolicy(t *testing.T) {
+	for _, n := range []string{"nosuch", "../standard", "Standard", ""} {
+		_, err := Load(n)
+		if err == nil || !strings.Contains(err.Error(), "known: permissive, restrictive, standard") {
+			t.Errorf("Load(%q) = %v, want an error listing the known policies", n, err)
+		}
+	}
+}
+
+func TestDecodeValid(t *testing.T) {
+	p, err := Decode([]byte(goodPolicy), "test:tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Rules) != 2 || p.Rules[1].Action.String() != "errno EPERM" || p.DefaultAction.String() != "errno ENOSYS" {
+		t.Fatalf("decoded %+v", p)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tiny.yaml")
+	if err := os.WriteFile(file, []byte(goodPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := LoadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Source() != file {
+		t.Errorf("source %q, want %q", p.Source(), file)
+	}
+	_, err = LoadFile(filepath.Join(dir, "missing.yaml"))
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("LoadFile(missing) = %v, want ErrNotExist naming the path", err)
+	}
+}
+
+// validationErrors flattens the errors.Join result of Validate.
+func validationErrors(t *testing.T, err error) []*ValidationError {
+	t.Helper()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("error %q is not an errors.Join list", err)
+	}
+	var out []*ValidationError
+	for _, e := range joined.Unwrap() {
+		var ve *ValidationError
+		if !errors.As(e, &ve) {
+			t.Fatalf("error %q is not a *ValidationError", e)
+		}
+		out = append(out, ve)
+	}
+	return out
+}
+
+func TestValidateCollectsEveryProblem(t *testing.T) {
+	// Three independent problems in three rules: all must be reported.
+	src := `version: 1
+name: bad
+description: "three problems"
+default_action: {action: errno, errno: ENOSYS}
+rules:
+  - names: [read, not_a_syscall]
+    action: allow
+    reason: "x"
+  - names: [write]
+    action: allow
+  - names: [mount]
+    action: errno
+    errno: EWHATEVER
+    reason: "x"
+`
+	_, err := Decode([]byte(src), "test:bad")
+	errs := validationErrors(t, err)
+	if len(errs) != 3 {
+		t.Fatalf("got %d problems, want 3:\n%v", len(errs), err)
+	}
+	want := []struct {
+		rule  int
+		field string
+		msg   string
+	}{
+		{0, "names[1]", `unknown syscall "not_a_syscall"`},
+		{1, "reason", "missing"},
+		{2, "errno", `unknown errno "EWHATEVER"`},
+	}
+	for i, w := range want {
+		e := errs[i]
+		if e.Policy != "test:bad" || e.Rule != w.rule || e.Field != w.field || !strings.Contains(e.Msg, w.msg) {
+			t.Errorf("problem %d = %+v, want rule %d field %s msg ~%q", i, e, w.rule, w.field, w.msg)
+		}
+		if !strings.HasPrefix(e.Error(), "seccomp: policy test:bad: rules[") {
+			t.Errorf("problem %d message %q does not name policy and rule", i, e.Error())
+		}
+	}
+}
+
+func TestDecodeRejectsUnknownField(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"top level", strings.Replace(goodPolicy, "description:", "comment: x\ndescription:", 1), "field comment not found"},
+		{"in a rule", strings.Replace(goodPolicy, `reason: "basic I/O"`, `reasons: "basic I/O"`, 1), "field reasons not found"},
+		{"in an arg", strings.Replace(goodPolicy, `reason: "no mounts"`, "reason: x\n    args: [{index: 0, op: eq, value: 1, flags: 2}]", 1), "field flags not found"},
+	} {
+		_, err := Decode([]byte(tc.src), "test:unknown")
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "test:unknown") {
+			t.Errorf("%s: err = %v, want it to contain %q and the source", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestDecodeRejectsSecondDocument(t *testing.T) {
+	_, err := Decode([]byte(goodPolicy+"---\nversion: 1\n"), "test:two")
+	if err == nil || !strings.Contains(err.Error(), "more than one YAML document") {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = Decode(nil, "test:empty")
+	if err == nil || !strings.Contains(err.Error(), "empty document") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestValidateChecks(t *testing.T) {
+	rule := func(body string) string {
+		return strings.Replace(goodPolicy, "  - names: [mount]", body+"\n  - names: [mount]", 1)
+	}
+	for _, tc := range []struct {
+		name, src, field, msg string
+	}{
+		{"version", strings.Replace(goodPolicy, "version: 1", "version: 2", 1), "version", "is 2, want 1"},
+		{"name", strings.Replace(goodPolicy, "name: tiny", "name: Tiny Policy", 1), "name", "not a lower-case identifier"},
+		{"description", strings.Replace(goodPolicy, `description: "a small valid policy"`, `description: ""`, 1), "description", "empty"},
+		{"default allow", strings.Replace(goodPolicy, "{action: errno, errno: ENOSYS}", "{action: allow}", 1), "default_action.action", "default-deny"},
+		{"default errno missing", strings.Replace(goodPolicy, "{action: errno, errno: ENOSYS}", "{action: errno}", 1), "default_action.errno", "required"},
+		{"unknown action", rule("  - names: [close]\n    action: permit\n    reason: x"), "action", `unknown action "permit"`},
+		{"errno on allow", rule("  - names: [close]\n    action: allow\n    errno: EPERM\n    reason: x"), "errno", "only allowed with action errno"},
+		{"empty names", rule("  - names: []\n    action: allow\n    reason: x"), "names", "empty"},
+		{"name twice", rule("  - names: [close, close]\n    action: allow\n    reason: x"), "names[1]", "listed twice"},
+		{"duplicate unconditional", rule("  - names: [read]\n    action: errno\n    errno: EPERM\n    reason: x"), "names", `"read" already has an unconditional rule`},
+		{"index", rule("  - names: [close]\n    action: allow\n    args: [{index: 6, op: eq, value: 1}]\n    reason: x"), "args[0].index", "out of range"},
+		{"same index twice", rule("  - names: [close]\n    action: allow\n    args: [{index: 0, op: eq, value: 1}, {index: 0, op: eq, value: 2}]\n    reason: x"), "args[1].index", "already has a condition"},
+		{"unknown op", rule("  - names: [close]\n    action: allow\n    args: [{index: 0, op: equals, value: 1}]\n    reason: x"), "args[0].op", `unknown op "equals"`},
+		{"missing value", rule("  - names: [close]\n    action: allow\n    args: [{index: 0, op: eq}]\n    reason: x"), "args[0].value", "missing"},
+		{"masked_eq without mask", rule("  - names: [close]\n    action: allow\n    args: [{index: 0, op: masked_eq, value: 1}]\n    reason: x"), "args[0].mask", "required"},
+		{"mask with eq", rule("  - names: [close]\n    action: allow\n    args: [{index: 0, op: eq, mask: 1, value: 1}]\n    reason: x"), "args[0].mask", "only allowed with op masked_eq"},
+		{"value outside mask", rule("  - names: [close]\n    action: allow\n    args: [{index: 0, op: masked_eq, mask: 0xff, value: 0x100}]\n    reason: x"), "args[0].value", "can never match"},
+		{"dead conditional", rule("  - names: [read]\n    action: allow\n    args: [{index: 0, op: eq, value: 1}]\n    reason: x"), "args", "this conditional rule is dead"},
+		{"same conditions twice", rule("  - names: [close]\n    action: allow\n    args: [{index: 0, op: eq, value: 1}]\n    reason: x\n  - names: [close]\n    action: errno\n    errno: EPERM\n    args: [{index: 0, op: eq, value: 1}]\n    reason: x"), "args", "same conditions"},
+		{"default action mixed", rule("  - names: [close]\n    action: errno\n    errno: ENOSYS\n    reason: x\n  - names: [close]\n    action: allow\n    args: [{index: 0, op: eq, value: 1}]\n    reason: x"), "action", "only documents a decision"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode([]byte(tc.src), "test:"+tc.name)
+			errs := validationErrors(t, err)
+			found := false
+			for _, e := range errs {
+				if e.Field == tc.field && strings.Contains(e.Msg, tc.msg) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("want a problem on %s containing %q, got:\n%v", tc.field, tc.msg, err)
+			}
+		})
+	}
+}
+
+func TestValidateWithoutSourceNamesPolicy(t *testing.T) {
+	p := &Policy{Version: 1, Name: "inline", Description: "d", DefaultAction: Action{Kind: ActionErrno, Errno: "ENOSYS"},
+		Rules: []Rule{{Names: []string{"read"}, Action: Action{Kind: ActionAllow}}}}
+	err := p.Validate()
+	if err == nil || !strings.Contains(err.Error(), "seccomp: policy inline: rules[0].reason: missing") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := p.Compile(); err == nil {
+		t.Fatal("Compile accepted an invalid policy")
+	}
+}
+
+// Every embedded policy must give each rule a reason of some substance,
+// and the known-dangerous set must be identical in all of them.
+func TestEmbeddedPoliciesShareTheDangerousSet(t *testing.T) {
+	deny := func(p *Policy) map[string]string {
+		m := map[string]string{}
+		for _, r := range p.Rules {
+			if len(strings.Fields(r.Reason)) < 3 {
+				t.Errorf("policy %s: rule %v has a too-short reason %q", p.Name, r.Names, r.Reason)
+			}
+			if len(r.Args) == 0 && r.Action.String() == "errno EPERM" {
+				for _, n := range r.Names {
+					m[n] = r.Reason
+				}
+			}
+		}
+		return m
+	}
+	var first map[string]string
+	var firstName string
+	for _, n := range Names() {
+		p, err := Load(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := deny(p)
+		if first == nil {
+			first, firstName = d, n
+			continue
+		}
+		for s := range first {
+			if _, ok := d[s]; !ok && s != "prlimit64" {
+				t.Errorf("%s denies %s with EPERM but %s does not", firstName, s, n)
+			}
+		}
+		for s := range d {
+			if _, ok := first[s]; !ok && s != "prlimit64" {
+				t.Errorf("%s denies %s with EPERM but %s does not", n, s, firstName)
+			}
+		}
+	}
+}

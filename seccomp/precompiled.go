@@ -1,0 +1,97 @@
+package seccomp
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+//go:generate env STR_UPDATE_PRECOMPILED=1 go test -count=1 -run TestPrecompiledUpToDate .
+
+// The embedded policies are compiled ahead of time (go generate): the
+// self-check that proves a compiled program equals the policy's meaning
+// (selfCheck, ~150-250 ms) runs once, at generation, instead of in every
+// `str run`. TestPrecompiledUpToDate compiles every embedded policy afresh
+// with the full check and fails unless the result is byte-identical to
+// the file here, so a policy edit without regeneration cannot pass CI.
+// A precompiled program is used only when its recorded content key equals
+// the policy's own; policies loaded from files always compile at run time.
+//
+//go:embed precompiled/*.json
+var precompiledFS embed.FS
+
+// precompiled is one file under precompiled/.
+type precompiled struct {
+	Policy string `json:"policy"`
+	Arch   string `json:"arch"`
+	// Key is the hex SHA-256 of the policy's content key (cacheKey).
+	Key string `json:"key"`
+	// Filter is the program as struct sock_filter records, 8 bytes each.
+	Filter []byte `json:"filter"`
+}
+
+func precompiledPath(policy, arch string) string {
+	return fmt.Sprintf("precompiled/%s_%s.json", policy, arch)
+}
+
+func hexKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// fromPrecompiled returns the precompiled program for p when one exists
+// for this architecture and matches p's content exactly.
+func fromPrecompiled(p *Policy, key string) (*Program, bool) {
+	arch, err := native()
+	if err != nil {
+		return nil, false
+	}
+	data, err := precompiledFS.ReadFile(precompiledPath(p.Name, arch.name))
+	if err != nil {
+		return nil, false
+	}
+	var pc precompiled
+	if json.Unmarshal(data, &pc) != nil || pc.Key != hexKey(key) || pc.Arch != arch.name {
+		return nil, false
+	}
+	filter, err := decodeSockFilters(pc.Filter)
+	if err != nil {
+		return nil, false
+	}
+	plan := planRules(p, arch)
+	return &Program{Policy: p.Name, Arch: arch.name, DefaultAction: p.DefaultAction.String(), Rules: plan.views, Filter: filter}, true
+}
+
+// writePrecompiled compiles p with the full self-check and writes its
+// precompiled file into dir (the package directory). Used by go generate.
+func writePrecompiled(p *Policy, dir string) error {
+	key, err := cacheKey(p)
+	if err != nil {
+		return err
+	}
+	prog, err := p.compile()
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), Filter: encodeSockFilters(prog.Filter)}, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, precompiledPath(p.Name, prog.Arch))
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+func encodeSockFilters(f []unix.SockFilter) []byte {
+	out := make([]byte, 0, 8*len(f))
+	for _, ins := range f {
+		out = append(out, byte(ins.Code), byte(ins.Code>>8), ins.Jt, ins.Jf,
+			byte(ins.K), byte(ins.K>>8), byte(ins.K>>16), byte(ins.K>>24))
+	}
+	return out
+}

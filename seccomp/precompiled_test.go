@@ -1,0 +1,59 @@
+package seccomp
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+// TestPrecompiledUpToDate compiles every embedded policy afresh, with the
+// full self-check, and requires the precompiled file to hold exactly that
+// program. STR_UPDATE_PRECOMPILED=1 (go generate) rewrites the files.
+func TestPrecompiledUpToDate(t *testing.T) {
+	update := os.Getenv("STR_UPDATE_PRECOMPILED") == "1"
+	for _, name := range Names() {
+		p, err := Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if update {
+			// The embedded copies are those of this test binary's build:
+			// write the files, and let the next run check them.
+			if err := writePrecompiled(p, "."); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			continue
+		}
+		fresh, err := p.compile()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		key, _ := cacheKey(p)
+		pre, ok := fromPrecompiled(p, key)
+		if !ok {
+			t.Fatalf("%s: no precompiled program for this policy content and arch %s: run go generate ./seccomp", name, fresh.Arch)
+		}
+		if !bytes.Equal(encodeSockFilters(pre.Filter), encodeSockFilters(fresh.Filter)) {
+			t.Fatalf("%s: precompiled program differs from a fresh compile: run go generate ./seccomp", name)
+		}
+		// And Compile uses it.
+		prog, err := p.Compile()
+		if err != nil || !bytes.Equal(encodeSockFilters(prog.Filter), encodeSockFilters(fresh.Filter)) || len(prog.Rules) != len(fresh.Rules) {
+			t.Fatalf("%s: Compile did not return the checked program (err %v)", name, err)
+		}
+	}
+}
+
+// A policy whose content differs from the precompiled one is compiled
+// (and self-checked) at run time, never served stale.
+func TestPrecompiledNotUsedForChangedPolicy(t *testing.T) {
+	p, err := Load("standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Description += " (edited)"
+	key, _ := cacheKey(p)
+	if _, ok := fromPrecompiled(p, key); ok {
+		t.Fatal("precompiled program used for an edited policy")
+	}
+}
