@@ -20,6 +20,7 @@ import (
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/devbroker"
 	"github.com/securetoolruntime/str/worker/manifest"
+	"github.com/securetoolruntime/str/worker/solace"
 	"github.com/securetoolruntime/str/worker/transport"
 )
 
@@ -134,9 +135,33 @@ func newTransport(cfg *worker.Config, log *slog.Logger) (transport.Transport, er
 	return c, nil
 }
 
-// newSolaceTransport: the Solace transport is wired by issue 4.
-// TODO(issue 4): solace.ConfigFromEnv(os.Getenv, cfg.Namespace, cfg.WorkerID) + solace.New(cfg, log).
+// newSolaceTransport builds the Solace PubSub+ transport. The SOLACE_*
+// settings the worker's config knows come from it (so flags and the config
+// file take precedence as documented); the transport's own extras
+// (SOLACE_DELIVERY_MODE, SOLACE_QUEUE_NAME, SOLACE_POOL_NAME,
+// SOLACE_CLIENT_NAME, SOLACE_RECEIVE_BUFFER) come from the environment.
 func newSolaceTransport(cfg *worker.Config, log *slog.Logger) (transport.Transport, error) {
-	_ = log
-	return nil, fmt.Errorf("SOLACE_HOST=%s set but the Solace transport is not built yet (issue 4); use DEV_BROKER_HOST or --embedded-broker", cfg.SolaceHost)
+	known := map[string]string{
+		"SOLACE_HOST": cfg.SolaceHost, "SOLACE_VPN": cfg.SolaceVPN,
+		"SOLACE_USERNAME": cfg.SolaceUsername, "SOLACE_PASSWORD": cfg.SolacePassword,
+		"SOLACE_TRUST_STORE_PATH": cfg.SolaceTrustStorePath,
+		"SOLACE_CLIENT_CERT_PATH": cfg.SolaceClientCertPath, "SOLACE_CLIENT_KEY_PATH": cfg.SolaceClientKeyPath,
+		"SOLACE_RECONNECT_RETRIES":  strconv.Itoa(cfg.SolaceReconnectTries),
+		"SOLACE_RECONNECT_DELAY_MS": strconv.FormatInt(cfg.SolaceReconnectDelay.Milliseconds(), 10),
+	}
+	getenv := func(k string) string {
+		if v, ok := known[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+	scfg, err := solace.ConfigFromEnv(getenv, cfg.Namespace, cfg.WorkerID)
+	if err != nil {
+		return nil, fmt.Errorf("solace: %w", err)
+	}
+	t, err := solace.New(scfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("solace: %w", err)
+	}
+	return t, nil
 }

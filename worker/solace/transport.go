@@ -31,8 +31,11 @@ const publishAckTimeout = 30 * time.Second
 
 // terminateGrace is how long Close lets receivers hand over buffered
 // messages before they are discarded (direct) or left for redelivery
-// (guaranteed).
-const terminateGrace = 2 * time.Second
+// (guaranteed); terminateWait bounds the whole termination call.
+const (
+	terminateGrace = 2 * time.Second
+	terminateWait  = 3 * time.Second
+)
 
 // Transport is the Solace PubSub+ implementation of transport.Transport.
 // It is safe for concurrent use.
@@ -52,6 +55,9 @@ type Transport struct {
 	wg       sync.WaitGroup
 
 	state atomic.Int32 // transport.State
+
+	// subMu serialises subscription changes; it is taken before mu.
+	subMu sync.Mutex
 
 	mu        sync.Mutex
 	connected bool            // Connect succeeded once
@@ -128,6 +134,16 @@ func (t *Transport) Connect(ctx context.Context, subscriptions []string) error {
 	t.connected = true
 	t.state.Store(int32(transport.Connected))
 	t.mu.Unlock()
+	// A subscription change made while connecting may have missed the
+	// receiver's initial set.
+	t.reconcile(s)
+	// An interruption between step 2 and here was ignored (the session was
+	// not published yet): repair it now.
+	if !s.svc.IsConnected() {
+		t.state.Store(int32(transport.Disconnected))
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); t.rebuild(s) }()
+	}
 	return nil
 }
 
@@ -451,6 +467,9 @@ func userProperties(m message.InboundMessage) map[string]string {
 func (t *Transport) current(s *session) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed() {
+		return false
+	}
 	// During Connect the session is not published yet but its events count.
 	return t.sess == s || (t.sess == nil && !t.connected)
 }
@@ -459,23 +478,33 @@ func (t *Transport) current(s *session) bool {
 // set after a library reconnect (a Subscribe or Unsubscribe made while the
 // connection was down could not reach the broker).
 func (t *Transport) reconcile(s *session) {
+	t.subMu.Lock()
+	defer t.subMu.Unlock()
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.sess != s {
+		t.mu.Unlock()
 		return
 	}
+	var add, remove []string
 	for p := range t.desired {
 		if !s.applied[p] {
-			if err := t.addLocked(s, p); err != nil {
-				t.log.Error("solace: re-apply subscription after reconnect", "topic", p, "err", err)
-			}
+			add = append(add, p)
 		}
 	}
 	for p := range s.applied {
 		if !t.desired[p] {
-			if err := t.removeLocked(s, p); err != nil {
-				t.log.Error("solace: drop subscription after reconnect", "topic", p, "err", err)
-			}
+			remove = append(remove, p)
+		}
+	}
+	t.mu.Unlock()
+	for _, p := range add {
+		if err := t.apply(s, p, true); err != nil {
+			t.log.Error("solace: re-apply subscription after reconnect", "topic", p, "err", err)
+		}
+	}
+	for _, p := range remove {
+		if err := t.apply(s, p, false); err != nil {
+			t.log.Error("solace: drop subscription after reconnect", "topic", p, "err", err)
 		}
 	}
 }
@@ -505,78 +534,94 @@ func (t *Transport) rebuild(old *session) {
 	t.state.Store(int32(transport.Connected))
 	t.mu.Unlock()
 	t.log.Info("solace: new service connected")
+	t.reconcile(s)
 }
 
 // Subscribe adds pattern. While the connection is down the change is
 // recorded and applied on reconnect; a broker refusal is returned.
 func (t *Transport) Subscribe(ctx context.Context, pattern string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed() {
-		return transport.ErrClosed
-	}
-	if t.desired[pattern] {
-		return nil
-	}
-	s := t.sess
-	if s == nil || t.State() != transport.Connected {
-		t.desired[pattern] = true
-		t.log.Info("solace: subscription recorded; applied on reconnect", "topic", pattern)
-		return nil
-	}
-	if err := t.addLocked(s, pattern); err != nil {
-		return err
-	}
-	t.desired[pattern] = true
-	return nil
+	return t.change(pattern, true)
 }
 
 // Unsubscribe removes pattern, like Subscribe.
 func (t *Transport) Unsubscribe(ctx context.Context, pattern string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed() {
-		return transport.ErrClosed
-	}
-	if !t.desired[pattern] {
-		return nil
-	}
-	delete(t.desired, pattern)
-	s := t.sess
-	if s == nil || t.State() != transport.Connected {
-		t.log.Info("solace: unsubscription recorded; applied on reconnect", "topic", pattern)
-		return nil
-	}
-	return t.removeLocked(s, pattern)
+	return t.change(pattern, false)
 }
 
-func (t *Transport) addLocked(s *session, pattern string) error {
-	var err error
-	if s.prx != nil {
-		// On a persistent receiver this adds a topic subscription to the
-		// queue itself (the client needs modify-topic permission on it).
-		err = s.prx.AddSubscription(resource.TopicSubscriptionOf(pattern))
-	} else {
-		err = s.drx.AddSubscription(resource.TopicSubscriptionOf(pattern))
+// change records the desired state of pattern and applies it to the live
+// session. Subscription changes are serialised by subMu; mu is not held
+// while the library blocks for the broker's confirmation, so Close can
+// always proceed (its disconnect ends a call stuck on a dead connection).
+func (t *Transport) change(pattern string, subscribe bool) error {
+	t.subMu.Lock()
+	defer t.subMu.Unlock()
+	t.mu.Lock()
+	if t.closed() {
+		t.mu.Unlock()
+		return transport.ErrClosed
 	}
-	if err != nil {
-		return fmt.Errorf("solace: subscribe %q on %s: %w", pattern, t.cfg.Host, err)
+	if t.desired[pattern] == subscribe {
+		t.mu.Unlock()
+		return nil
 	}
-	s.applied[pattern] = true
+	s := t.sess
+	if s == nil || t.State() != transport.Connected {
+		if subscribe {
+			t.desired[pattern] = true
+		} else {
+			delete(t.desired, pattern)
+		}
+		t.mu.Unlock()
+		t.log.Info("solace: subscription change recorded; applied on reconnect", "topic", pattern, "subscribe", subscribe)
+		return nil
+	}
+	if !subscribe {
+		// Removed from the desired set first: if the call fails because
+		// the connection drops, reconcile removes it after the reconnect.
+		delete(t.desired, pattern)
+	}
+	t.mu.Unlock()
+	if err := t.apply(s, pattern, subscribe); err != nil {
+		return err
+	}
+	if subscribe {
+		t.mu.Lock()
+		t.desired[pattern] = true
+		t.mu.Unlock()
+	}
 	return nil
 }
 
-func (t *Transport) removeLocked(s *session, pattern string) error {
+// apply adds or removes pattern on s's receiver and records it in
+// s.applied. On a persistent receiver this changes the queue's own topic
+// subscriptions (the client needs modify-topic permission on the queue).
+func (t *Transport) apply(s *session, pattern string, subscribe bool) error {
+	sub := resource.TopicSubscriptionOf(pattern)
 	var err error
-	if s.prx != nil {
-		err = s.prx.RemoveSubscription(resource.TopicSubscriptionOf(pattern))
-	} else {
-		err = s.drx.RemoveSubscription(resource.TopicSubscriptionOf(pattern))
+	switch {
+	case s.prx != nil && subscribe:
+		err = s.prx.AddSubscription(sub)
+	case s.prx != nil:
+		err = s.prx.RemoveSubscription(sub)
+	case subscribe:
+		err = s.drx.AddSubscription(sub)
+	default:
+		err = s.drx.RemoveSubscription(sub)
 	}
 	if err != nil {
-		return fmt.Errorf("solace: unsubscribe %q on %s: %w", pattern, t.cfg.Host, err)
+		op := "subscribe"
+		if !subscribe {
+			op = "unsubscribe"
+		}
+		return fmt.Errorf("solace: %s %q on %s: %w", op, pattern, t.cfg.Host, err)
 	}
-	delete(s.applied, pattern)
+	t.mu.Lock()
+	if subscribe {
+		s.applied[pattern] = true
+	} else {
+		delete(s.applied, pattern)
+	}
+	t.mu.Unlock()
 	return nil
 }
 
@@ -609,6 +654,9 @@ func (t *Transport) Publish(ctx context.Context, m transport.Message) error {
 		timeout := publishAckTimeout
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = time.Until(dl)
+			if timeout <= 0 {
+				return fmt.Errorf("solace: publish to %q: %w", m.Topic, context.DeadlineExceeded)
+			}
 		}
 		err = s.ppub.PublishAwaitAcknowledgement(out, resource.TopicOf(m.Topic), timeout, nil)
 	} else {
@@ -666,35 +714,54 @@ func (t *Transport) closed() bool {
 	}
 }
 
-// teardown ends s. graceful (the connection is up) terminates the receiver
-// first, letting it hand over buffered messages, then the publisher, then
-// disconnects. Otherwise (the connection is down, the library may be
-// reconnecting) it only disconnects: terminating a receiver then waits for
-// unsubscribe confirmations that cannot come (10 s each, measured in peer
-// mode), and the service ends its receivers and publishers itself.
+// teardown ends s. graceful (the connection was up) first terminates the
+// receiver, letting it hand over buffered messages, then the publisher,
+// each bounded by terminateWait: on a connection that has just died the
+// library's receiver termination waits for unsubscribe confirmations that
+// cannot come (measured in peer mode: 10 s, and indefinitely while it is
+// reconnecting forever). Then it disconnects, which ends the receivers and
+// publishers that are left and any call still waiting on the connection.
 func (t *Transport) teardown(s *session, graceful bool) error {
 	var errs []error
 	if graceful {
+		var parts []sol.LifecycleControl
 		if s.drx != nil {
-			errs = append(errs, s.drx.Terminate(terminateGrace))
+			parts = append(parts, s.drx)
 		}
 		if s.prx != nil {
-			errs = append(errs, s.prx.Terminate(terminateGrace))
+			parts = append(parts, s.prx)
 		}
 		if s.dpub != nil {
-			errs = append(errs, s.dpub.Terminate(terminateGrace))
+			parts = append(parts, s.dpub)
 		}
 		if s.ppub != nil {
-			errs = append(errs, s.ppub.Terminate(terminateGrace))
+			parts = append(parts, s.ppub)
+		}
+		for _, p := range parts {
+			errs = append(errs, bounded(terminateWait, func() error { return p.Terminate(terminateGrace) }))
 		}
 	}
-	if s.svc.IsConnected() {
-		errs = append(errs, s.svc.Disconnect())
+	if err := s.svc.Disconnect(); err != nil && graceful {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("solace: close session on %s: %w", t.cfg.Host, err)
 	}
 	return nil
+}
+
+// bounded runs f and waits at most d for it; f keeps running after that.
+func bounded(d time.Duration, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("no answer within %v; disconnecting", d)
+	}
 }
 
 // connectHint adds the usual cause to a connect error.
