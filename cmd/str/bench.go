@@ -1,9 +1,256 @@
 package main
 
-import "fmt"
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"syscall"
+	"time"
 
-// cmdBench is filled in by the benchmark work (make bench).
+	"golang.org/x/sys/unix"
+)
+
+const benchUsage = `usage: str bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] -- CMD [ARGS...]
+
+Spawns CMD N times in a row (after WARMUP unmeasured spawns), with no shell
+and stdin/stdout/stderr on /dev/null, and prints one line of key=value
+figures in microseconds:
+  p50_us, p99_us, ...        fork+exec until CMD itself is reaped
+  full_p50_us, full_p99_us   until every process CMD left behind is reaped
+                             too (str bench is a child subreaper)
+  cpu_p50_us                 user+system CPU of CMD and of everything it left
+It is the fallback driver of scripts/bench.sh (make bench) where
+shared/bench/spawnloop.c is not available, with the same flags, output line
+and RAW format: one line per measured spawn, "lat_us cpu_us maxrss_kb
+wait_status full_us". It asserts nothing about the numbers.
+`
+
+// cmdBench is `str bench`: the spawn driver (spawn) and the worker's end
+// to end measurement (echo, bench_echo.go).
 func cmdBench(args []string) int {
-	fmt.Println("str bench: use make bench")
-	return 2
+	if len(args) > 0 {
+		switch args[0] {
+		case "spawn":
+			return benchSpawn(args[1:], os.Stdout)
+		case "echo":
+			return benchEcho(args[1:], os.Stdout)
+		}
+	}
+	fmt.Fprint(os.Stderr, benchUsage+"\n"+benchEchoUsage)
+	return exitUsage
+}
+
+// benchSample is one measured spawn.
+type benchSample struct {
+	lat, full, cpu time.Duration
+	maxRSSKB       int64
+	status         syscall.WaitStatus
+	leftovers      int
+}
+
+// benchLeftoverLimit bounds the wait for what a command leaves behind: a
+// command that leaves a daemon running is an error, not a measurement.
+const benchLeftoverLimit = 10 * time.Second
+
+func benchSpawn(args []string, stdout io.Writer) int {
+	fs := flag.NewFlagSet("bench spawn", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage+"\nflags:\n"); fs.PrintDefaults() }
+	n := fs.Int("n", 200, "measured spawns")
+	warm := fs.Int("w", 5, "unmeasured warm-up spawns")
+	label := fs.String("l", "run", "label printed with the figures")
+	rawPath := fs.String("o", "", "append one line per measured spawn to `RAW`")
+	keepErr := fs.Bool("e", false, "keep CMD's stderr (debugging)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	argv := fs.Args()
+	if len(argv) == 0 || *n < 1 || *warm < 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "str bench:", err)
+		return 1
+	}
+
+	// Orphans of CMD (a launcher's sandbox init still exiting, a daemon)
+	// are re-parented to us rather than to init, so they are waited for and
+	// charged to the spawn that left them.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "str bench: PR_SET_CHILD_SUBREAPER:", err)
+		return 1
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "str bench:", err)
+		return 1
+	}
+	defer devnull.Close()
+	errFD := devnull.Fd()
+	if *keepErr {
+		errFD = os.Stderr.Fd()
+	}
+	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{devnull.Fd(), devnull.Fd(), errFD}}
+
+	samples := make([]benchSample, 0, *n)
+	start := time.Time{}
+	for i := 0; i < *warm+*n; i++ {
+		if i == *warm {
+			start = time.Now()
+		}
+		s, err := benchOne(path, argv, attr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "str bench: spawn %s: %v\n", path, err)
+			return 1
+		}
+		if i >= *warm {
+			samples = append(samples, s)
+		}
+	}
+	elapsed := time.Since(start)
+
+	if *rawPath != "" {
+		if err := benchWriteRaw(*rawPath, samples); err != nil {
+			fmt.Fprintln(os.Stderr, "str bench:", err)
+			return 1
+		}
+	}
+	fmt.Fprintln(stdout, benchSummary(*label, samples, elapsed))
+	return 0
+}
+
+// benchOne spawns argv once, reaps it, then reaps every descendant that
+// was re-parented to us.
+func benchOne(path string, argv []string, attr *syscall.ProcAttr) (benchSample, error) {
+	var s benchSample
+	t0 := time.Now()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		return s, err
+	}
+	var ru syscall.Rusage
+	for {
+		_, err = syscall.Wait4(pid, &s.status, 0, &ru)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return s, fmt.Errorf("wait4 %d: %w", pid, err)
+	}
+	s.lat = time.Since(t0)
+	s.cpu = benchCPU(&ru)
+	s.maxRSSKB = ru.Maxrss
+
+	// Leftovers: wait4(-1) until ECHILD, bounded by benchLeftoverLimit.
+	type reaped struct {
+		cpu  time.Duration
+		rss  int64
+		n    int
+		err  error
+		done time.Time
+	}
+	ch := make(chan reaped, 1)
+	go func() {
+		var r reaped
+		for {
+			var ws syscall.WaitStatus
+			var ru syscall.Rusage
+			_, err := syscall.Wait4(-1, &ws, 0, &ru)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if errors.Is(err, syscall.ECHILD) {
+				break
+			}
+			if err != nil {
+				r.err = err
+				break
+			}
+			r.n++
+			r.cpu += benchCPU(&ru)
+			r.rss = max(r.rss, ru.Maxrss)
+		}
+		r.done = time.Now()
+		ch <- r
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return s, fmt.Errorf("reap descendants: %w", r.err)
+		}
+		s.full = r.done.Sub(t0)
+		s.cpu += r.cpu
+		s.maxRSSKB = max(s.maxRSSKB, r.rss)
+		s.leftovers = r.n
+	case <-time.After(benchLeftoverLimit):
+		return s, fmt.Errorf("descendants of %s still running after %v", path, benchLeftoverLimit)
+	}
+	return s, nil
+}
+
+func benchCPU(ru *syscall.Rusage) time.Duration {
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchWriteRaw(path string, samples []benchSample) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	for _, s := range samples {
+		fmt.Fprintf(f, "%.1f %.0f %d %d %.1f\n", benchUs(s.lat), benchUs(s.cpu), s.maxRSSKB, int(s.status), benchUs(s.full))
+	}
+	return f.Close()
+}
+
+func benchUs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// benchPercentile is the nearest-rank percentile of sorted (as spawnloop
+// computes it).
+func benchPercentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	k := int(math.Ceil(p / 100 * float64(len(sorted))))
+	k = min(max(k, 1), len(sorted))
+	return sorted[k-1]
+}
+
+// benchSummary is spawnloop's output line for samples.
+func benchSummary(label string, samples []benchSample, elapsed time.Duration) string {
+	var lat, full, cpu []float64
+	var sum float64
+	var rss int64
+	left, fails := 0, 0
+	for _, s := range samples {
+		lat = append(lat, benchUs(s.lat))
+		full = append(full, benchUs(s.full))
+		cpu = append(cpu, benchUs(s.cpu))
+		sum += benchUs(s.lat)
+		rss = max(rss, s.maxRSSKB)
+		left += s.leftovers
+		if !s.status.Exited() || s.status.ExitStatus() != 0 {
+			fails++
+		}
+	}
+	sort.Float64s(lat)
+	sort.Float64s(full)
+	sort.Float64s(cpu)
+	n := len(samples)
+	perSec := 0.0
+	if elapsed > 0 {
+		perSec = float64(n) / elapsed.Seconds()
+	}
+	return fmt.Sprintf("label=%s jobs=1 n=%d mean_us=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f min_us=%.1f max_us=%.1f "+
+		"full_p50_us=%.1f full_p99_us=%.1f cpu_p50_us=%.1f per_sec=%.1f maxrss_kb=%d leftovers=%d fails=%d",
+		label, n, sum/float64(n), benchPercentile(lat, 50), benchPercentile(lat, 90), benchPercentile(lat, 99),
+		lat[0], lat[n-1], benchPercentile(full, 50), benchPercentile(full, 99), benchPercentile(cpu, 50), perSec,
+		rss, left, fails)
 }

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/securetoolruntime/str/worker"
+	"github.com/securetoolruntime/str/worker/devbroker"
+	"github.com/securetoolruntime/str/worker/transport"
+)
+
+const benchEchoUsage = `usage: str bench echo --broker HOST:PORT [-n N] [-c C] [--namespace NS] [--python PATH]
+
+Against a running str worker (scripts/bench.sh starts one with the example
+manifest and the embedded broker): sends N echo_tool invocations one after
+another and reports publish-to-reply latency p50/p99, then N more with C in
+flight and reports invocations per second; and, in the same run, N spawns of
+PYTHON -c pass for comparison. Prints key=value lines; asserts nothing.
+`
+
+// benchEcho measures the worker end to end, as an agent sees it.
+func benchEcho(args []string, stdout io.Writer) int {
+	fs := flag.NewFlagSet("bench echo", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, benchEchoUsage); fs.PrintDefaults() }
+	broker := fs.String("broker", "127.0.0.1:55554", "dev broker `HOST:PORT`")
+	ns := fs.String("namespace", "demo/", "SAM namespace of the worker")
+	n := fs.Int("n", 100, "invocations per phase")
+	conc := fs.Int("c", 4, "invocations in flight in the throughput phase")
+	python := fs.String("python", "/usr/bin/python3", "interpreter for the python3 -c pass reference")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	host, portStr, err := net.SplitHostPort(*broker)
+	port, perr := strconv.Atoi(portStr)
+	if err != nil || perr != nil || *n < 1 || *conc < 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	client, err := devbroker.NewClient(devbroker.ClientOptions{Host: host, Port: port, ClientID: "str-bench-" + randomID(),
+		Retries: 3, RetryDelay: 500 * time.Millisecond, ReceiveTimeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "str bench echo:", err)
+		return 1
+	}
+	defer client.Close()
+	base := worker.TopicBase(*ns)
+	replyBase := base + "/sam_remote_tool/response/bench"
+	if err := client.Connect(ctx, []string{replyBase + "/>"}); err != nil {
+		fmt.Fprintln(os.Stderr, "str bench echo: connect:", err)
+		return 1
+	}
+
+	// One receive loop hands replies to whoever waits for that id.
+	var mu sync.Mutex
+	waiting := map[string]chan []byte{}
+	go func() {
+		for {
+			d, err := client.Receive(ctx)
+			if err != nil {
+				return
+			}
+			var r struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(d.Payload, &r) == nil {
+				mu.Lock()
+				ch := waiting[r.ID]
+				mu.Unlock()
+				if ch != nil {
+					ch <- d.Payload
+				}
+			}
+		}
+	}()
+	invoke := func() (time.Duration, error) {
+		id := randomID()
+		ch := make(chan []byte, 1)
+		mu.Lock()
+		waiting[id] = ch
+		mu.Unlock()
+		defer func() { mu.Lock(); delete(waiting, id); mu.Unlock() }()
+		payload, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": worker.MethodInvoke,
+			"params": map[string]any{"task_id": "task-" + id, "tool_name": "echo_tool", "args": map[string]any{"message": "bench"},
+				"app_name": "bench", "user_id": "bench-user", "session_id": "bench-session"}})
+		t0 := time.Now()
+		err := client.Publish(ctx, transport.Message{Topic: base + "/sam_remote_tool/invoke/echo_tool", Payload: payload,
+			UserProperties: map[string]string{worker.PropReplyTo: replyBase + "/" + id, "clientId": "str-bench", "userId": "bench-user"}})
+		if err != nil {
+			return 0, err
+		}
+		select {
+		case reply := <-ch:
+			var r struct {
+				Result *json.RawMessage `json:"result"`
+			}
+			if json.Unmarshal(reply, &r) != nil || r.Result == nil {
+				return 0, fmt.Errorf("not a success: %s", reply)
+			}
+			return time.Since(t0), nil
+		case <-time.After(60 * time.Second):
+			return 0, fmt.Errorf("no reply to %s within 60 s", id)
+		}
+	}
+
+	// 1. Latency, one at a time (after a few unmeasured warm-ups).
+	for i := 0; i < 3; i++ {
+		if _, err := invoke(); err != nil {
+			fmt.Fprintln(os.Stderr, "str bench echo: warm-up:", err)
+			return 1
+		}
+	}
+	var lat []time.Duration
+	for i := 0; i < *n; i++ {
+		d, err := invoke()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "str bench echo:", err)
+			return 1
+		}
+		lat = append(lat, d)
+	}
+	// 2. Throughput with C in flight.
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	jobs := make(chan struct{})
+	var failed int
+	for w := 0; w < *conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				if _, err := invoke(); err != nil {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := 0; i < *n; i++ {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	wg.Wait()
+	rate := float64(*n-failed) / time.Since(t0).Seconds()
+
+	// 3. The reference: python3 -c pass, spawned the same number of times.
+	var py []time.Duration
+	for i := 0; i < *n; i++ {
+		t := time.Now()
+		if err := exec.Command(*python, "-c", "pass").Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "str bench echo:", *python, err)
+			return 1
+		}
+		py = append(py, time.Since(t))
+	}
+	pct := func(d []time.Duration, p float64) float64 {
+		s := append([]time.Duration(nil), d...)
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000
+	}
+	fmt.Fprintf(stdout, "echo_p50_ms=%.2f echo_p99_ms=%.2f python_p50_ms=%.2f python_p99_ms=%.2f ratio_p50=%.2f invocations_per_s=%.1f concurrency=%d failed=%d n=%d\n",
+		pct(lat, 0.5), pct(lat, 0.99), pct(py, 0.5), pct(py, 0.99), pct(lat, 0.5)/pct(py, 0.5), rate, *conc, failed, *n)
+	return 0
+}
