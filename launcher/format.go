@@ -42,7 +42,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	w("\ncgroup (%s):\n", pl.Cgroup.Mode)
 	w("  memory.max %s, swap %d\n", bytes(profiles.Quantity(pl.Cgroup.MemoryMax)), pl.Cgroup.SwapMax)
 	w("  cpu.max %d %d (%.2f CPUs)\n", pl.Cgroup.CPUQuotaUs, pl.Cgroup.CPUPeriodUs, float64(pl.Cgroup.CPUQuotaUs)/float64(pl.Cgroup.CPUPeriodUs))
-	w("  pids.max %d\n", pl.Cgroup.PidsMax)
+	w("  pids.max %d (the profile's %d + %d for nsinit's own threads)\n", pl.Cgroup.PidsMax, pl.Cgroup.PidsMax-NsinitPidsAllowance, NsinitPidsAllowance)
 	if pl.Timeout > 0 {
 		w("\ntimeout: %s wall clock, then the whole sandbox is killed\n", pl.Timeout.Round(time.Millisecond))
 	}
@@ -51,7 +51,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 		w("  %s\n", e)
 	}
 	w("\nseccomp policy %q (%d BPF instructions), loaded last before exec; default: %s; foreign/x32 arch: kill process\n",
-		pl.Child.SeccompPolicy, len(pl.Child.Seccomp), pl.SeccompDefault)
+		pl.Child.SeccompPolicy, len(pl.Child.Seccomp)/8, pl.SeccompDefault)
 	for _, r := range pl.Seccomp {
 		cond := ""
 		if r.Condition != "" {

@@ -112,13 +112,11 @@ func (l *Launcher) Plan(req Request) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	pol, err := seccomp.Load(tight.Seccomp)
+	// Embedded policies come precompiled and self-checked (go generate);
+	// the result is cached per process, so a worker pays this once.
+	prog, err := seccomp.CompileEmbedded(tight.Seccomp)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: profile %s: seccomp policy %q: %w", tight.Name, tight.Seccomp, err)
-	}
-	prog, err := pol.Compile()
-	if err != nil {
-		return nil, fmt.Errorf("launcher: compile seccomp policy %s: %w", tight.Seccomp, err)
 	}
 	return NewPlan(tight, req, l.host, prog)
 }

@@ -97,6 +97,12 @@ type CgroupPlan struct {
 
 const cpuPeriodUs = 100000
 
+// NsinitPidsAllowance is added to the profile's pids limit for pids.max:
+// pids.max counts threads, and nsinit (PID 1, a Go program) runs a few of
+// its own, so without it a tool under "pids: 8" could hardly fork at all.
+// The tool itself still gets the profile's number (and RLIMIT_NPROC).
+const NsinitPidsAllowance = 8
+
 // NewPlan turns a (tightened) profile and a request into a Plan. prog is
 // the compiled seccomp policy the profile names.
 func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program) (*Plan, error) {
@@ -176,7 +182,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		SwapMax:     0,
 		CPUQuotaUs:  int64(p.Cgroup.CPUs) * cpuPeriodUs / 1000,
 		CPUPeriodUs: cpuPeriodUs,
-		PidsMax:     p.Cgroup.Pids,
+		PidsMax:     p.Cgroup.Pids + NsinitPidsAllowance,
 	}
 	if host.Cgroup == CgroupNone && !p.BestEffort {
 		bad("no writable cgroup hierarchy on this host and profile %s is not best_effort (see str doctor)", p.Name)
@@ -198,10 +204,12 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	c.Env = env
 	if prog != nil {
 		c.SeccompPolicy = prog.Policy
-		c.Seccomp = make([]nsinit.SockFilter, len(prog.Filter))
+		n := len(prog.Filter)
+		code, jt, jf, k := make([]uint16, n), make([]uint8, n), make([]uint8, n), make([]uint32, n)
 		for i, f := range prog.Filter {
-			c.Seccomp[i] = nsinit.SockFilter{Code: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}
+			code[i], jt[i], jf[i], k[i] = f.Code, f.Jt, f.Jf, f.K
 		}
+		c.Seccomp = nsinit.EncodeFilter(code, jt, jf, k)
 		pl.Seccomp = prog.Rules
 		pl.SeccompDefault = prog.DefaultAction
 	}

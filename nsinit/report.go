@@ -2,6 +2,7 @@ package nsinit
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"sync"
 	"unsafe"
@@ -54,10 +55,15 @@ func (r *reporter) send(e event) {
 // installSeccomp loads a classic-BPF seccomp filter on the calling thread
 // only (no TSYNC: the caller is the locked thread that forks the tool).
 // no_new_privs must already be set.
-func installSeccomp(filter []SockFilter) error {
-	prog := make([]unix.SockFilter, len(filter))
-	for i, f := range filter {
-		prog[i] = unix.SockFilter{Code: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}
+func installSeccomp(filter []byte) error {
+	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > 4096 {
+		return fmt.Errorf("seccomp program of %d bytes is not 1-4096 sock_filter records", len(filter))
+	}
+	prog := make([]unix.SockFilter, len(filter)/8)
+	for i := range prog {
+		r := filter[8*i:]
+		prog[i] = unix.SockFilter{Code: uint16(r[0]) | uint16(r[1])<<8, Jt: r[2], Jf: r[3],
+			K: uint32(r[4]) | uint32(r[5])<<8 | uint32(r[6])<<16 | uint32(r[7])<<24}
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	_, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))

@@ -146,6 +146,10 @@ func CompileEmbedded(name string) (*Program, error) {
 	if v, ok := embeddedCache.Load(name); ok {
 		return v.(*Program).clone(), nil
 	}
+	if prog, ok := embeddedPrecompiled(name); ok {
+		embeddedCache.Store(name, prog)
+		return prog.clone(), nil
+	}
 	p, err := Load(name)
 	if err != nil {
 		return nil, err

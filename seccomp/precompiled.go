@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,12 @@ type precompiled struct {
 	Key string `json:"key"`
 	// Filter is the program as struct sock_filter records, 8 bytes each.
 	Filter []byte `json:"filter"`
+	// SourceSHA256 is the hex SHA-256 of the embedded YAML file's bytes:
+	// CompileEmbedded matches on it without decoding the YAML (which costs
+	// milliseconds in every `str run`).
+	SourceSHA256  string     `json:"source_sha256"`
+	DefaultAction string     `json:"default_action"`
+	Rules         []RuleView `json:"rules"`
 }
 
 func precompiledPath(policy, arch string) string {
@@ -79,12 +86,17 @@ func writePrecompiled(p *Policy, dir string) error {
 	if err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), Filter: encodeSockFilters(prog.Filter)}, "", "  ")
+	src, err := embedded.ReadFile(path.Join("policies", p.Name+".yaml"))
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, precompiledPath(p.Name, prog.Arch))
-	return os.WriteFile(path, append(data, '\n'), 0o644)
+	sum := sha256.Sum256(src)
+	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), Filter: encodeSockFilters(prog.Filter),
+		SourceSHA256: hex.EncodeToString(sum[:]), DefaultAction: prog.DefaultAction, Rules: prog.Rules}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, precompiledPath(p.Name, prog.Arch)), append(data, '\n'), 0o644)
 }
 
 func encodeSockFilters(f []unix.SockFilter) []byte {
@@ -94,4 +106,32 @@ func encodeSockFilters(f []unix.SockFilter) []byte {
 			byte(ins.K), byte(ins.K>>8), byte(ins.K>>16), byte(ins.K>>24))
 	}
 	return out
+}
+
+// embeddedPrecompiled returns the precompiled program of an embedded
+// policy when the embedded YAML is byte-for-byte the one it was generated
+// from: no YAML decode, no compile.
+func embeddedPrecompiled(name string) (*Program, bool) {
+	arch, err := native()
+	if err != nil {
+		return nil, false
+	}
+	src, err := embedded.ReadFile(path.Join("policies", name+".yaml"))
+	if err != nil {
+		return nil, false
+	}
+	data, err := precompiledFS.ReadFile(precompiledPath(name, arch.name))
+	if err != nil {
+		return nil, false
+	}
+	var pc precompiled
+	sum := sha256.Sum256(src)
+	if json.Unmarshal(data, &pc) != nil || pc.SourceSHA256 != hex.EncodeToString(sum[:]) || pc.Arch != arch.name || len(pc.Rules) == 0 {
+		return nil, false
+	}
+	filter, err := decodeSockFilters(pc.Filter)
+	if err != nil {
+		return nil, false
+	}
+	return &Program{Policy: name, Arch: arch.name, DefaultAction: pc.DefaultAction, Rules: pc.Rules, Filter: filter}, true
 }

@@ -36,6 +36,17 @@ func TestPrecompiledUpToDate(t *testing.T) {
 		if !bytes.Equal(encodeSockFilters(pre.Filter), encodeSockFilters(fresh.Filter)) {
 			t.Fatalf("%s: precompiled program differs from a fresh compile: run go generate ./seccomp", name)
 		}
+		// CompileEmbedded serves the same program, with the same rule views,
+		// without decoding the YAML.
+		emb, ok := embeddedPrecompiled(name)
+		if !ok || !bytes.Equal(encodeSockFilters(emb.Filter), encodeSockFilters(fresh.Filter)) || len(emb.Rules) != len(fresh.Rules) || emb.DefaultAction != fresh.DefaultAction {
+			t.Fatalf("%s: embedded precompiled program missing or different: run go generate ./seccomp", name)
+		}
+		for i := range emb.Rules {
+			if emb.Rules[i] != fresh.Rules[i] {
+				t.Fatalf("%s: rule view %d differs: %+v vs %+v", name, i, emb.Rules[i], fresh.Rules[i])
+			}
+		}
 		// And Compile uses it.
 		prog, err := p.Compile()
 		if err != nil || !bytes.Equal(encodeSockFilters(prog.Filter), encodeSockFilters(fresh.Filter)) || len(prog.Rules) != len(fresh.Rules) {

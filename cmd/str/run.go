@@ -102,7 +102,9 @@ func cmdRun(args []string) int {
 		return exitUsage
 	}
 
-	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir})
+	// STR_CGROUP_PARENT names the cgroup v2 parent for sandboxes (a
+	// delegated subtree); unset, the launcher picks "<own cgroup>/str".
+	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir, CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str run:", err)
 		return exitLauncher
