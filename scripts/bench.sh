@@ -118,3 +118,24 @@ echo "ratio str / bwrap restrictive, p50: /bin/true $(ratio "${p50[str-true]}" "
 echo "str over plain exec, p50: /bin/true +$(awk -v a="${p50[str-true]}" -v b="${p50[plain-true]}" 'BEGIN { printf "%.2f", a - b }') ms, python3 +$(awk -v a="${p50[str-py]}" -v b="${p50[plain-py]}" 'BEGIN { printf "%.2f", a - b }') ms"
 echo "(p50/p99: until the launcher is reaped; full: until its whole process tree is gone; cpu: the whole tree)"
 echo "bench: $(($(date +%s) - t0)) s; raw samples in $out"
+
+# 4. The worker end to end (issue 3): echo_tool from publish to reply
+# through the embedded broker, next to python3 -c pass in the same run, and
+# invocations per second at the default concurrency (4). A throw-away
+# worker on a free loopback port, with the example tools.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+hport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+wstate=$(mktemp -d "${TMPDIR:-/tmp}/str-bench-worker.XXXXXX")
+SAM_NAMESPACE=bench/ MANIFEST_PATH=$root/examples/tools/manifest.yaml TOOLS_PYTHON_DIR=$root/examples/tools/python \
+  ARTIFACT_SERVICE_TYPE=memory SANDBOX_WORK_DIR=$wstate/work STR_RUNNER_DIR=$wstate/runner STR_SITE_DIR=$wstate/site \
+  SANDBOX_PYTHON_BIN=/usr/bin/python3 HEALTH_PORT=$hport STR_LOG_LEVEL=warn \
+  "$STR_BIN" worker --embedded-broker "127.0.0.1:$port" >"$out/worker.log" 2>&1 &
+wpid=$!
+trap 'kill $wpid 2>/dev/null; wait $wpid 2>/dev/null; rm -rf "$w" "$wstate"' EXIT
+for _ in $(seq 100); do
+  python3 -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$hport/readyz',timeout=1).status==200 else 1)" 2>/dev/null && break
+  sleep 0.1
+done
+echo
+echo "worker: echo_tool end to end through the embedded broker (${n}x$rounds sequential, then the same with 4 in flight)"
+"$STR_BIN" bench echo --broker "127.0.0.1:$port" --namespace bench/ -n $((n * rounds)) -c 4 | tee "$out/echo.txt"

@@ -38,7 +38,6 @@ Tools may "import str_tool" (registered by this runner) to reach ToolError,
 ToolContext and ToolContextFacade; ctx.ToolError is the same class.
 """
 
-import asyncio
 import importlib
 import inspect
 import json
@@ -390,6 +389,10 @@ def _run_tool(fn, positional, kwargs):
     """Step 4: calls fn; runs a coroutine to completion."""
     result = fn(*positional, **kwargs)
     if inspect.isawaitable(result):
+        # Imported here, not at the top: asyncio costs ~35 ms of start-up
+        # and only async tools need it.
+        import asyncio
+
         result = asyncio.run(_await(result))
     return result
 
