@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -244,8 +245,9 @@ func TestCgroupV2PidsMax(t *testing.T) {
 	}
 	r := p.wait(t)
 	t.Logf("tool stdout: %q", r.Stdout)
-	if pidsMax != "16" {
-		t.Errorf("pids.max of the sandbox cgroup = %q, want 16", pidsMax)
+	// The planned pids.max is the request plus nsinit's fixed allowance.
+	if want := strconv.Itoa(16 + launcher.NsinitPidsAllowance); pidsMax != want {
+		t.Errorf("pids.max of the sandbox cgroup = %q, want %s (16 + nsinit allowance)", pidsMax, want)
 	}
 	if !strings.Contains(r.Stdout, "nsinit-threads=") {
 		t.Fatalf("the tool did not start (exit %d):\n%s", r.Exit, r.Stderr)
