@@ -204,12 +204,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	c.Env = env
 	if prog != nil {
 		c.SeccompPolicy = prog.Policy
-		n := len(prog.Filter)
-		code, jt, jf, k := make([]uint16, n), make([]uint8, n), make([]uint8, n), make([]uint32, n)
-		for i, f := range prog.Filter {
-			code[i], jt[i], jf[i], k[i] = f.Code, f.Jt, f.Jf, f.K
-		}
-		c.Seccomp = nsinit.EncodeFilter(code, jt, jf, k)
+		c.Seccomp = seccomp.EncodeFilter(prog.Filter)
 		pl.Seccomp = prog.Rules
 		pl.SeccompDefault = prog.DefaultAction
 	}

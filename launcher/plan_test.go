@@ -3,7 +3,6 @@ package launcher
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +235,3 @@ func TestLauncherPlanRefusesLoosening(t *testing.T) {
 		t.Fatalf("alias untrusted: %v %+v", err, pl)
 	}
 }
-
-var _ = os.Getpid

@@ -74,13 +74,3 @@ type Rlimit struct {
 	Resource int    `json:"resource"`
 	Value    uint64 `json:"value"`
 }
-
-// EncodeFilter packs classic-BPF instructions as struct sock_filter
-// records for Config.Seccomp.
-func EncodeFilter(code []uint16, jt, jf []uint8, k []uint32) []byte {
-	out := make([]byte, 0, 8*len(code))
-	for i := range code {
-		out = append(out, byte(code[i]), byte(code[i]>>8), jt[i], jf[i], byte(k[i]), byte(k[i]>>8), byte(k[i]>>16), byte(k[i]>>24))
-	}
-	return out
-}

@@ -91,7 +91,7 @@ func writePrecompiled(p *Policy, dir string) error {
 		return err
 	}
 	sum := sha256.Sum256(src)
-	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), Filter: encodeSockFilters(prog.Filter),
+	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), Filter: EncodeFilter(prog.Filter),
 		SourceSHA256: hex.EncodeToString(sum[:]), DefaultAction: prog.DefaultAction, Rules: prog.Rules}, "", "  ")
 	if err != nil {
 		return err
@@ -99,7 +99,9 @@ func writePrecompiled(p *Policy, dir string) error {
 	return os.WriteFile(filepath.Join(dir, precompiledPath(p.Name, prog.Arch)), append(data, '\n'), 0o644)
 }
 
-func encodeSockFilters(f []unix.SockFilter) []byte {
+// EncodeFilter packs a program as struct sock_filter records (8 bytes
+// each, little-endian fields): the form nsinit receives and installs.
+func EncodeFilter(f []unix.SockFilter) []byte {
 	out := make([]byte, 0, 8*len(f))
 	for _, ins := range f {
 		out = append(out, byte(ins.Code), byte(ins.Code>>8), ins.Jt, ins.Jf,

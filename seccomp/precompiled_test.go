@@ -33,13 +33,13 @@ func TestPrecompiledUpToDate(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no precompiled program for this policy content and arch %s: run go generate ./seccomp", name, fresh.Arch)
 		}
-		if !bytes.Equal(encodeSockFilters(pre.Filter), encodeSockFilters(fresh.Filter)) {
+		if !bytes.Equal(EncodeFilter(pre.Filter), EncodeFilter(fresh.Filter)) {
 			t.Fatalf("%s: precompiled program differs from a fresh compile: run go generate ./seccomp", name)
 		}
 		// CompileEmbedded serves the same program, with the same rule views,
 		// without decoding the YAML.
 		emb, ok := embeddedPrecompiled(name)
-		if !ok || !bytes.Equal(encodeSockFilters(emb.Filter), encodeSockFilters(fresh.Filter)) || len(emb.Rules) != len(fresh.Rules) || emb.DefaultAction != fresh.DefaultAction {
+		if !ok || !bytes.Equal(EncodeFilter(emb.Filter), EncodeFilter(fresh.Filter)) || len(emb.Rules) != len(fresh.Rules) || emb.DefaultAction != fresh.DefaultAction {
 			t.Fatalf("%s: embedded precompiled program missing or different: run go generate ./seccomp", name)
 		}
 		for i := range emb.Rules {
@@ -49,7 +49,7 @@ func TestPrecompiledUpToDate(t *testing.T) {
 		}
 		// And Compile uses it.
 		prog, err := p.Compile()
-		if err != nil || !bytes.Equal(encodeSockFilters(prog.Filter), encodeSockFilters(fresh.Filter)) || len(prog.Rules) != len(fresh.Rules) {
+		if err != nil || !bytes.Equal(EncodeFilter(prog.Filter), EncodeFilter(fresh.Filter)) || len(prog.Rules) != len(fresh.Rules) {
 			t.Fatalf("%s: Compile did not return the checked program (err %v)", name, err)
 		}
 	}
