@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -57,16 +56,7 @@ func DetectCgroup() CgroupMode {
 	}
 	// v1: our own cgroup in the memory and pids hierarchies must be
 	// writable (root, or a subtree delegated to this user).
-	own := map[string]string{}
-	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if parts := strings.SplitN(line, ":", 3); len(parts) == 3 {
-				for _, c := range strings.Split(parts[1], ",") {
-					own[c] = parts[2]
-				}
-			}
-		}
-	}
+	own, _ := OwnCgroups()
 	for _, c := range []string{"memory", "pids"} {
 		p, ok := own[c]
 		if !ok || unix.Access(filepath.Join(cgroupRoot, c, p), unix.W_OK) != nil {
@@ -120,18 +110,33 @@ func v2Parent(explicit string) (string, error) {
 }
 
 func ownCgroupV2() (string, error) {
-	f, err := os.Open("/proc/self/cgroup")
+	own, err := OwnCgroups()
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if p, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
-			return p, nil
+	p, ok := own[""]
+	if !ok {
+		return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
+	}
+	return p, nil
+}
+
+// OwnCgroups reads /proc/self/cgroup: the calling process's cgroup path
+// per v1 controller name, and under "" its cgroup v2 path (the "0::" line).
+func OwnCgroups() (map[string]string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 {
+			for _, c := range strings.Split(parts[1], ",") {
+				own[c] = parts[2]
+			}
 		}
 	}
-	return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
+	return own, nil
 }
 
 func newCgroupV2(parent, id string, pl CgroupPlan) (*cgroupV2, error) {
@@ -389,22 +394,14 @@ func staleDirs(mode CgroupMode, v2parent string) []string {
 		}
 		return []string{filepath.Join(cgroupRoot, v2parent)}
 	case CgroupV1:
-		var dirs []string
-		b, err := os.ReadFile("/proc/self/cgroup")
+		own, err := OwnCgroups()
 		if err != nil {
 			return nil
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			parts := strings.SplitN(line, ":", 3)
-			if len(parts) != 3 {
-				continue
-			}
-			for _, ctrl := range strings.Split(parts[1], ",") {
-				for _, c := range v1Controllers {
-					if ctrl == c {
-						dirs = append(dirs, filepath.Join(cgroupRoot, c, parts[2], "str"))
-					}
-				}
+		var dirs []string
+		for _, c := range v1Controllers {
+			if p, ok := own[c]; ok {
+				dirs = append(dirs, filepath.Join(cgroupRoot, c, p, "str"))
 			}
 		}
 		return dirs

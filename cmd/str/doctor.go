@@ -54,7 +54,8 @@ func cmdDoctor(args []string) int {
 	case launcher.CgroupV2:
 		ctrl := strings.TrimSpace(readFile("/sys/fs/cgroup/cgroup.controllers"))
 		check("cgroup", true, "v2 (unified), root controllers: "+ctrl, "")
-		own := strings.TrimPrefix(strings.TrimSpace(firstLine(readFile("/proc/self/cgroup"))), "0::")
+		cgs, _ := launcher.OwnCgroups()
+		own := cgs[""]
 		w := unix.Access("/sys/fs/cgroup"+own, unix.W_OK) == nil
 		check("cgroup delegation", w, "own cgroup "+own+map[bool]string{true: " is writable", false: " is not writable"}[w],
 			"run as root, or under systemd with Delegate=yes (deploy/systemd/str-worker.service), or chown the subtree to this user")
@@ -119,15 +120,6 @@ func cmdDoctor(args []string) int {
 func readFile(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
-}
-
-func firstLine(s string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if strings.HasPrefix(l, "0::") {
-			return l
-		}
-	}
-	return ""
 }
 
 func fieldOf(s, key string) string {

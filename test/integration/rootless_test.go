@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/securetoolruntime/str/launcher"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,8 +39,9 @@ func TestRootless(t *testing.T) {
 	// launcher uses (v1 here; on a v2 host the VM test covers delegation).
 	deleg := fmt.Sprintf("str-rootless-%d", os.Getpid())
 	var moves []string
+	cgs, _ := launcher.OwnCgroups()
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
-		own, ok := ownV1(c)
+		own, ok := cgs[c]
 		if !ok {
 			continue
 		}
@@ -69,23 +71,4 @@ func TestRootless(t *testing.T) {
 	if !strings.Contains(string(out), "65534      65534          1") {
 		t.Fatalf("uid map: %s", out)
 	}
-}
-
-func ownV1(controller string) (string, bool) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == controller {
-				return parts[2], true
-			}
-		}
-	}
-	return "", false
 }
