@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/worker"
-	"github.com/securetoolruntime/str/worker/devbroker"
 	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
 const benchEchoUsage = `usage: str bench echo --broker HOST:PORT [-n N] [-c C] [--namespace NS] [--python PATH]

@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/securetoolruntime/str/worker/devbroker"
+	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
 // cmdBroker runs `str broker`: the dev broker (spec §10, plus queue

@@ -22,8 +22,8 @@ import (
 
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/artifacts"
-	"github.com/securetoolruntime/str/worker/devbroker"
 	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
 const invokeUsage = `usage: str invoke TOOL [flags]

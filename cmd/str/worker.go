@@ -18,10 +18,10 @@ import (
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/artifacts"
-	"github.com/securetoolruntime/str/worker/devbroker"
 	"github.com/securetoolruntime/str/worker/manifest"
-	"github.com/securetoolruntime/str/worker/solace"
 	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/devbroker"
+	"github.com/securetoolruntime/str/worker/transport/solace"
 )
 
 // cmdWorker runs `str worker`: configuration (flags > env > file >

@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/securetoolruntime/str/worker/devbroker"
 	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
 var strBin string

@@ -26,8 +26,8 @@ import (
 	"solace.dev/go/messaging/pkg/solace/config"
 	"solace.dev/go/messaging/pkg/solace/resource"
 
-	"github.com/securetoolruntime/str/worker/solace"
 	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/solace"
 )
 
 type brokerEnv struct{ url, vpn, user, password string }

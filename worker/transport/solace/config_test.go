@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/securetoolruntime/str/worker/solace"
+	"github.com/securetoolruntime/str/worker/transport/solace"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

@@ -26,8 +26,8 @@ import (
 	"solace.dev/go/messaging/pkg/solace/message"
 	"solace.dev/go/messaging/pkg/solace/resource"
 
-	"github.com/securetoolruntime/str/worker/solace"
 	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/solace"
 )
 
 // bound is the most any single step may take before the test gives up. It
