@@ -365,3 +365,8 @@ func cloneDetail(pl *Plan) string {
 	}
 	return d
 }
+
+// ToolOwner is the host uid and gid this sandbox's tool runs as, and so
+// the owner its work dir must have. It is known from Create on (each
+// sandbox may get its own ids), before anything runs.
+func (s *Sandbox) ToolOwner() (uid, gid int) { return s.plan.ToolUID, s.plan.ToolGID }
