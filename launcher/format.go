@@ -16,8 +16,12 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	var b strings.Builder
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	w("profile: %s\n", pl.Profile)
-	w("mode: %s\n", map[bool]string{true: "rootless (user namespace, caller mapped to the tool uid)", false: "root"}[pl.Rootless])
+	w("mode: %s\n", map[bool]string{true: "rootless (user namespace, caller mapped to the tool uid)", false: "root (user namespace, a host id block leased per sandbox)"}[pl.Rootless])
 	w("\nnamespaces (clone flags): %s\n", strings.Join(pl.CloneNames, " | "))
+	if !pl.Rootless && len(pl.UIDMappings) == 0 {
+		w("  uid/gid map: inside 0 (the init) -> the block's first host id, inside %d (the tool) -> its second; blocks of %d ids leased from %s\n",
+			pl.Child.UID, IDsPerSandbox, pl.IDRange)
+	}
 	for _, m := range pl.UIDMappings {
 		w("  uid map: inside %d -> host %d (size %d)\n", m.Inside, m.Outside, m.Size)
 	}
@@ -32,9 +36,13 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 		w("  %2d. %s\n", i+1, describeMount(m))
 	}
 	w("  then: pivot_root, detach old root, remount / read-only, chdir %s\n", pl.Child.Workdir)
-	w("\nidentity: uid %d gid %d inside (host uid %d gid %d); hostname %q; loopback up: %v\n",
-		pl.Child.UID, pl.Child.GID, pl.ToolUID, pl.ToolGID, pl.Child.Hostname, pl.Child.LoopbackUp)
-	w("privileges: bounding, ambient, effective, permitted, inheritable sets emptied; no_new_privs; new session (setsid)\n")
+	host := fmt.Sprintf("host uid %d gid %d", pl.ToolUID, pl.ToolGID)
+	if pl.ToolUID < 0 {
+		host = "host ids: the leased block's"
+	}
+	w("\nidentity: uid %d gid %d inside (%s); hostname %q; loopback up: %v\n",
+		pl.Child.UID, pl.Child.GID, host, pl.Child.Hostname, pl.Child.LoopbackUp)
+	w("privileges: bounding, ambient, effective, permitted, inheritable sets emptied; no_new_privs; new session (setsid); the tool is executed as PID 1\n")
 	w("\nrlimits (soft = hard):\n")
 	for _, r := range pl.Child.Rlimits {
 		w("  %-14s %d\n", r.Name, r.Value)
@@ -42,7 +50,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	w("\ncgroup (%s):\n", pl.Cgroup.Mode)
 	w("  memory.max %s, swap %d\n", bytes(profiles.Quantity(pl.Cgroup.MemoryMax)), pl.Cgroup.SwapMax)
 	w("  cpu.max %d %d (%.2f CPUs)\n", pl.Cgroup.CPUQuotaUs, pl.Cgroup.CPUPeriodUs, float64(pl.Cgroup.CPUQuotaUs)/float64(pl.Cgroup.CPUPeriodUs))
-	w("  pids.max %d (the profile's %d + %d for nsinit's own threads)\n", pl.Cgroup.PidsMax, pl.Cgroup.PidsMax-NsinitPidsAllowance, NsinitPidsAllowance)
+	w("  pids.max %d (the profile's %d + %d for the init's threads during setup)\n", pl.Cgroup.PidsMax, pl.Cgroup.PidsMax-NsinitPidsAllowance, NsinitPidsAllowance)
 	if pl.Timeout > 0 {
 		w("\ntimeout: %s wall clock, then the whole sandbox is killed\n", pl.Timeout.Round(time.Millisecond))
 	}
@@ -50,7 +58,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	for _, e := range pl.Child.Env {
 		w("  %s\n", e)
 	}
-	w("\nseccomp policy %q (%d BPF instructions), loaded last before exec; default: %s; foreign/x32 arch: kill process\n",
+	w("\nseccomp policy %q (%d BPF instructions), loaded before the rlimits and execve; default: %s; foreign/x32 arch: kill process\n",
 		pl.Child.SeccompPolicy, len(pl.Child.Seccomp)/8, pl.SeccompDefault)
 	for _, r := range pl.Seccomp {
 		cond := ""

@@ -36,6 +36,10 @@ type Launcher struct {
 	host     Host
 	log      *slog.Logger
 	v2parent string
+
+	// Root mode: the host id range sandboxes lease their ids from.
+	ids       IDRange
+	idLockDir string
 }
 
 // New loads the profiles and looks at the host once.
@@ -54,6 +58,12 @@ func New(opts Options) (*Launcher, error) {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	l.host = DetectHost()
+	if l.host.UID == 0 {
+		if l.ids, err = LoadIDRange(os.Getenv, "/etc/subuid"); err != nil {
+			return nil, fmt.Errorf("launcher: host id range: %w", err)
+		}
+		l.idLockDir = IDLockDir
+	}
 	// Leftovers of launchers that were SIGKILLed are removed now.
 	if l.host.Cgroup == CgroupV2 && opts.CgroupParent == "" {
 		v2parentMu.Lock()
@@ -72,6 +82,9 @@ func New(opts Options) (*Launcher, error) {
 func DetectHost() Host {
 	return Host{UID: os.Geteuid(), GID: os.Getegid(), Cgroup: DetectCgroup(), Getenv: os.Getenv}
 }
+
+// IDRange is the host id range sandboxes lease from (root mode).
+func (l *Launcher) IDRange() IDRange { return l.ids }
 
 // Host returns what the launcher found out about this machine.
 func (l *Launcher) Host() Host { return l.host }
@@ -118,17 +131,25 @@ func (l *Launcher) Plan(req Request) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launcher: profile %s: seccomp policy %q: %w", tight.Name, tight.Seccomp, err)
 	}
-	return NewPlan(tight, req, l.host, prog)
+	pl, err := NewPlan(tight, req, l.host, prog)
+	if err != nil {
+		return nil, err
+	}
+	pl.IDRange = l.ids
+	return pl, nil
 }
 
-// ToolOwner returns the host uid and gid the tool's files appear as under
-// profile: what the work dir must be writable by.
-func (l *Launcher) ToolOwner(profile string) (uid, gid int, err error) {
-	pl, err := l.Plan(Request{Profile: profile, Argv: []string{"/bin/true"}})
-	if err != nil {
-		return 0, 0, err
+// PlanWithViews is Plan plus the reviewer's view of the seccomp rules
+// (what `str profile show --plan` prints); sandboxes do not need it.
+func (l *Launcher) PlanWithViews(req Request) (*Plan, error) {
+	pl, err := l.Plan(req)
+	if err != nil || len(pl.Seccomp) > 0 || pl.Child.SeccompPolicy == "" {
+		return pl, err
 	}
-	return pl.ToolUID, pl.ToolGID, nil
+	if pl.Seccomp, pl.SeccompDefault, err = seccomp.EmbeddedViews(pl.Child.SeccompPolicy); err != nil {
+		return nil, err
+	}
+	return pl, nil
 }
 
 // Run creates, starts and waits for one sandbox.
@@ -177,4 +198,11 @@ func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
 		return newCgroupV1(id, pl.Cgroup)
 	}
 	return nil, errors.New("no cgroup hierarchy")
+}
+
+// ToolOwner is gone with per-sandbox host ids: the owner of a sandbox's
+// files is known only once Create has leased its ids (Sandbox.ToolOwner).
+// Kept for one commit so the tree builds while the worker moves over.
+func (l *Launcher) ToolOwner(profile string) (uid, gid int, err error) {
+	return -1, -1, errors.New("launcher: the tool's host ids are per sandbox: use Sandbox.ToolOwner after Create")
 }

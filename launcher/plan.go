@@ -57,11 +57,12 @@ type Plan struct {
 	CloneNames    []string `json:"clone_flag_names"`
 	UIDMappings   []IDMap  `json:"uid_mappings,omitempty"`
 	GIDMappings   []IDMap  `json:"gid_mappings,omitempty"`
-	// AmbientCaps are the capabilities nsinit keeps across its own exec in
-	// rootless mode (it is not uid 0 inside); nsinit drops them all
-	// before the tool runs.
+	// AmbientCaps are the capabilities the init keeps across its own exec
+	// in rootless mode (it is not uid 0 inside); it drops them all before
+	// the tool runs.
 	AmbientCaps []string `json:"ambient_caps,omitempty"`
-	// ToolUID/ToolGID are the host ids the tool's files appear as.
+	// ToolUID/ToolGID are the host ids the tool runs as and its files
+	// belong to; -1 in a root-mode plan until Create leases an id block.
 	ToolUID int `json:"tool_host_uid"`
 	ToolGID int `json:"tool_host_gid"`
 
@@ -74,6 +75,9 @@ type Plan struct {
 	SeccompDefault string `json:"seccomp_default_action"`
 
 	BestEffort bool `json:"best_effort"`
+
+	// IDRange is where root-mode sandboxes lease their host ids.
+	IDRange IDRange `json:"id_range"`
 
 	ambient []uintptr
 }
@@ -98,9 +102,10 @@ type CgroupPlan struct {
 const cpuPeriodUs = 100000
 
 // NsinitPidsAllowance is added to the profile's pids limit for pids.max:
-// pids.max counts threads, and nsinit (PID 1, a Go program) runs a few of
-// its own, so without it a tool under "pids: 8" could hardly fork at all.
-// The tool itself still gets the profile's number (and RLIMIT_NPROC).
+// pids.max counts threads, and the init (a Go program) starts a few of its
+// own during setup; they are gone once it has become the tool, so the
+// tool's own processes are bounded by the profile's number through
+// RLIMIT_NPROC and by pids.max with this small margin.
 const NsinitPidsAllowance = 8
 
 // NewPlan turns a (tightened) profile and a request into a Plan. prog is
@@ -125,54 +130,38 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		pl.Timeout = req.Timeout
 	}
 
-	// Namespaces. pid, mount, ipc, uts and cgroup always; net when the
-	// profile isolates the network; user when not root or when asked.
-	pl.CloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
-	pl.CloneNames = []string{"CLONE_NEWNS", "CLONE_NEWPID", "CLONE_NEWIPC", "CLONE_NEWUTS", "CLONE_NEWCGROUP"}
+	// Namespaces: user, pid, mount, ipc, uts and cgroup always; net when
+	// the profile isolates the network.
+	pl.CloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+	pl.CloneNames = []string{"CLONE_NEWUSER", "CLONE_NEWNS", "CLONE_NEWPID", "CLONE_NEWIPC", "CLONE_NEWUTS", "CLONE_NEWCGROUP"}
 	if p.Network == "none" {
 		pl.CloneFlags |= unix.CLONE_NEWNET
 		pl.CloneNames = append(pl.CloneNames, "CLONE_NEWNET")
 		pl.Child.LoopbackUp = true
 	}
+	// Every sandbox has its own user namespace, root mode too: the init is
+	// root of that namespace only, an unprivileged uid on the host.
 	pl.Rootless = host.UID != 0
-	switch p.UserNamespace {
-	case "always":
-		pl.UserNamespace = true
-	case "never":
-		if pl.Rootless {
-			bad("profile %s: user_namespace is never, but str runs as uid %d (not root)", p.Name, host.UID)
-		}
-	default: // auto
-		pl.UserNamespace = pl.Rootless
+	pl.UserNamespace = true
+	if p.UserNamespace == "never" {
+		bad("profile %s: user_namespace: never is no longer supported: every sandbox has its own user namespace", p.Name)
 	}
-	pl.ToolUID, pl.ToolGID = int(p.UID), int(p.GID)
-	pl.Child.SetGroups = true
-	if pl.UserNamespace {
-		pl.CloneFlags |= unix.CLONE_NEWUSER
-		pl.CloneNames = append(pl.CloneNames, "CLONE_NEWUSER")
-		if pl.Rootless {
-			// One id is all an unprivileged user may map: the caller becomes
-			// the tool's uid inside. setgroups is denied by the kernel.
-			pl.UIDMappings = []IDMap{{Inside: int(p.UID), Outside: host.UID, Size: 1}}
-			pl.GIDMappings = []IDMap{{Inside: int(p.GID), Outside: host.GID, Size: 1}}
-			pl.ToolUID, pl.ToolGID = host.UID, host.GID
-			pl.Child.SetGroups = false
-			// nsinit runs as the mapped uid, not 0, so its capabilities in
-			// the new namespace survive its own exec only as ambient ones.
-			pl.ambient = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID}
-			pl.AmbientCaps = []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID"}
-		} else {
-			// Root may map more: root to root for the setup, and the tool's
-			// uid to itself so its files on the work dir keep their owner.
-			pl.UIDMappings = []IDMap{{Inside: 0, Outside: 0, Size: 1}}
-			pl.GIDMappings = []IDMap{{Inside: 0, Outside: 0, Size: 1}}
-			if p.UID != 0 {
-				pl.UIDMappings = append(pl.UIDMappings, IDMap{Inside: int(p.UID), Outside: int(p.UID), Size: 1})
-			}
-			if p.GID != 0 {
-				pl.GIDMappings = append(pl.GIDMappings, IDMap{Inside: int(p.GID), Outside: int(p.GID), Size: 1})
-			}
-		}
+	if pl.Rootless {
+		// One id is all an unprivileged user may map: the caller becomes
+		// the tool's uid inside. setgroups is denied by the kernel.
+		pl.UIDMappings = []IDMap{{Inside: int(p.UID), Outside: host.UID, Size: 1}}
+		pl.GIDMappings = []IDMap{{Inside: int(p.GID), Outside: host.GID, Size: 1}}
+		pl.ToolUID, pl.ToolGID = host.UID, host.GID
+		pl.Child.SetGroups = false
+		// The init runs as the mapped uid, not 0, so its capabilities in
+		// the new namespace survive its own exec only as ambient ones.
+		pl.ambient = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID}
+		pl.AmbientCaps = []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID"}
+	} else {
+		// Root: the ids come from a block leased per sandbox at Create
+		// (assignIDs); until then the tool's host ids are unknown (-1).
+		pl.ToolUID, pl.ToolGID = -1, -1
+		pl.Child.SetGroups = true
 	}
 
 	// Cgroup limits. Swap is always 0: a sandbox never swaps.

@@ -3,6 +3,8 @@ package launcher
 import (
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +70,8 @@ func mustPlan(t *testing.T, profile string, req Request, host Host) *Plan {
 }
 
 func TestPlanNamespacesPerProfile(t *testing.T) {
-	base := unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+	// A user namespace always, root mode too.
+	base := unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 	cases := []struct {
 		profile string
 		uid     int
@@ -78,8 +81,8 @@ func TestPlanNamespacesPerProfile(t *testing.T) {
 		{"confidential", 0, uintptr(base | unix.CLONE_NEWNET)},
 		{"standard", 0, uintptr(base)},
 		{"permissive", 0, uintptr(base)},
-		{"restrictive", 1000, uintptr(base | unix.CLONE_NEWNET | unix.CLONE_NEWUSER)},
-		{"standard", 1000, uintptr(base | unix.CLONE_NEWUSER)},
+		{"restrictive", 1000, uintptr(base | unix.CLONE_NEWNET)},
+		{"standard", 1000, uintptr(base)},
 	}
 	for _, c := range cases {
 		pl := mustPlan(t, c.profile, Request{}, fakeHost(c.uid, CgroupV1))
@@ -101,10 +104,89 @@ func TestPlanRootlessMapsCallerTo65534(t *testing.T) {
 	if pl.Child.SetGroups || !pl.Rootless || pl.ToolUID != 1000 {
 		t.Fatalf("rootless: setgroups %v rootless %v tool uid %d", pl.Child.SetGroups, pl.Rootless, pl.ToolUID)
 	}
+	// Root mode: the maps wait for a leased id block (assignIDs).
 	root := mustPlan(t, "restrictive", Request{}, fakeHost(0, CgroupV1))
-	if root.UIDMappings != nil || !root.Child.SetGroups || root.ToolUID != 65534 || len(root.AmbientCaps) != 0 {
-		t.Fatalf("root mode: maps %v setgroups %v tool uid %d ambient %v", root.UIDMappings, root.Child.SetGroups, root.ToolUID, root.AmbientCaps)
+	if root.UIDMappings != nil || !root.Child.SetGroups || root.ToolUID != -1 || len(root.AmbientCaps) != 0 || !root.UserNamespace {
+		t.Fatalf("root mode: maps %v setgroups %v tool uid %d ambient %v userns %v", root.UIDMappings, root.Child.SetGroups, root.ToolUID, root.AmbientCaps, root.UserNamespace)
 	}
+}
+
+// A leased block maps the init (inside 0) to its first id and the tool
+// to its second; neither is host root or 65534.
+func TestAssignIDs(t *testing.T) {
+	pl := mustPlan(t, "restrictive", Request{}, fakeHost(0, CgroupV1))
+	base := DefaultIDRange.Start + 2*7
+	pl.assignIDs(base)
+	want := []IDMap{{Inside: 0, Outside: base, Size: 1}, {Inside: 65534, Outside: base + 1, Size: 1}}
+	if len(pl.UIDMappings) != 2 || pl.UIDMappings[0] != want[0] || pl.UIDMappings[1] != want[1] ||
+		len(pl.GIDMappings) != 2 || pl.GIDMappings[1] != want[1] {
+		t.Fatalf("maps uid %v gid %v, want %v", pl.UIDMappings, pl.GIDMappings, want)
+	}
+	if pl.ToolUID != base+1 || pl.ToolGID != base+1 {
+		t.Fatalf("tool host ids %d:%d, want %d", pl.ToolUID, pl.ToolGID, base+1)
+	}
+}
+
+func TestLoadIDRange(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "STR_ID_RANGE" {
+				return v
+			}
+			return ""
+		}
+	}
+	sub := filepath.Join(t.TempDir(), "subuid")
+	if err := os.WriteFile(sub, []byte("alice:100000:65536\nstr:300000:64\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env, subuid string
+		want        IDRange
+		bad         bool
+	}{
+		{"", "/nonexistent", DefaultIDRange, false},
+		{"", sub, IDRange{Start: 300000, Count: 64, Source: sub}, false},
+		{"2000000:1000", sub, IDRange{Start: 2000000, Count: 1000, Source: "STR_ID_RANGE"}, false},
+		{"1000:100", "", IDRange{}, true},        // overlaps normal accounts
+		{"2000000:1", "", IDRange{}, true},       // holds no sandbox
+		{"4294967000:1000", "", IDRange{}, true}, // past the last id
+		{"x", "", IDRange{}, true},
+	} {
+		got, err := LoadIDRange(env(c.env), c.subuid)
+		if c.bad != (err != nil) || (!c.bad && got != c.want) {
+			t.Errorf("STR_ID_RANGE=%q subuid %s: %+v %v, want %+v bad=%v", c.env, c.subuid, got, err, c.want, c.bad)
+		}
+	}
+}
+
+// Two leases never share a block while held; a released block whose
+// recorded holder is gone is leased again.
+func TestLeaseIDs(t *testing.T) {
+	dir := t.TempDir()
+	r := IDRange{Start: 5000000, Count: 4}
+	a, err := leaseIDs(r, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := leaseIDs(r, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.base == b.base {
+		t.Fatalf("two live leases share block %d", a.base)
+	}
+	if _, err := leaseIDs(r, dir); err == nil || !strings.Contains(err.Error(), "all 2 id blocks") {
+		t.Fatalf("a third lease of a 2-block range: %v", err)
+	}
+	a.record(os.Getpid()) // our uid is not in the block: not a holder
+	a.release()
+	c, err := leaseIDs(r, dir)
+	if err != nil || c.base != a.base {
+		t.Fatalf("released block not leased again: %v", err)
+	}
+	b.release()
+	c.release()
 }
 
 func TestPlanReferenceNumbers(t *testing.T) {

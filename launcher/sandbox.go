@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher/initbin"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -25,6 +27,7 @@ type Sandbox struct {
 	ctx  context.Context
 	id   string
 	cg   sandboxCgroup
+	ids  *idLease // root mode: this sandbox's host id block
 
 	cmd               *exec.Cmd
 	configR, configW  *os.File
@@ -40,9 +43,14 @@ type Sandbox struct {
 	exited    bool
 
 	t0      time.Time
+	last    time.Time
 	timings []Phase
 	result  *Result
 }
+
+// CancelGrace is how long a cancelled sandbox's tool (its PID 1) has
+// between SIGINT and SIGKILL. A timeout kills at once.
+const CancelGrace = 500 * time.Millisecond
 
 // Phase is one timed setup phase (launcher or nsinit side).
 type Phase = nsinit.Phase
@@ -52,8 +60,31 @@ var v2parentMu sync.Mutex
 // CreateFromPlan prepares a sandbox from an existing plan (Create does
 // Plan + CreateFromPlan). The cgroup exists afterwards; nothing runs.
 func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) (*Sandbox, error) {
-	s := &Sandbox{l: l, plan: plan, req: req, ctx: ctx, id: newID(), t0: time.Now(),
+	now := time.Now()
+	s := &Sandbox{l: l, req: req, ctx: ctx, id: newID(), t0: now, last: now,
 		started: make(chan struct{}), finished: make(chan struct{})}
+	if len(req.ExtraFiles) > initbin.MaxPassFDs {
+		return nil, fmt.Errorf("%w: %d descriptors to pass, at most %d", ErrInvalidRequest, len(req.ExtraFiles), initbin.MaxPassFDs)
+	}
+	initPath, err := initbin.Path()
+	if err != nil {
+		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "memfd", Msg: err.Error(), Err: err}
+	}
+
+	// L1a. Root mode: lease this sandbox's host ids; the plan is copied so
+	// a shared plan never carries one sandbox's ids into another.
+	p := *plan
+	if !p.Rootless {
+		lease, err := leaseIDs(l.ids, l.idLockDir)
+		if err != nil {
+			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "lease host ids", Path: l.idLockDir,
+				Detail: l.ids.String(), Msg: err.Error(), Err: err, Hint: "set STR_ID_RANGE=START:COUNT, or a str line in /etc/subuid; see str doctor"}
+		}
+		s.ids = lease
+		p.assignIDs(lease.base)
+	}
+	s.plan = &p
+	plan = &p
 
 	// L1. The sandbox's cgroup, with its limits, before anything runs.
 	if plan.Cgroup.Mode != CgroupNone {
@@ -61,10 +92,11 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		cg, err := l.createCgroup(s.id, plan)
 		v2parentMu.Unlock()
 		if err != nil {
-			se := &StepError{Who: "launcher", Step: 1, Action: "create cgroup", Path: "str/" + s.id,
+			se := &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "create cgroup", Path: "str/" + s.id,
 				Detail: string(plan.Cgroup.Mode), Msg: err.Error(), Err: err,
 				Hint: "no writable cgroup? run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or set best_effort; see str doctor"}
 			if !plan.BestEffort {
+				s.release()
 				return nil, se
 			}
 			l.log.Warn("best_effort: running without a cgroup", "error", se.Error())
@@ -74,48 +106,60 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	}
 	s.mark("cgroup")
 
-	// L2. The two pipes: config (parent → child, fd 3) and report
-	// (child → parent, fd 4). os.Pipe makes them close-on-exec in the
-	// parent; ExtraFiles dup them into the child without that flag, and
-	// nsinit's step 1 sets it again before the tool runs.
-	var err error
+	// L2. The two pipes: config (launcher -> init) and report (init ->
+	// launcher). os.Pipe makes them close-on-exec here; ExtraFiles dup
+	// them into the child without that flag, after the tool's pass-list,
+	// and the init's step 1 sets it again before the tool runs.
 	if s.configR, s.configW, err = os.Pipe(); err != nil {
 		s.release()
-		return nil, &StepError{Who: "launcher", Step: 2, Action: "pipe", Path: "config", Msg: err.Error(), Err: err}
+		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "pipe", Path: "config", Msg: err.Error(), Err: err}
 	}
 	if s.reportR, s.reportW, err = os.Pipe(); err != nil {
+		s.configR.Close()
+		s.configW.Close()
 		s.release()
-		return nil, &StepError{Who: "launcher", Step: 2, Action: "pipe", Path: "report", Msg: err.Error(), Err: err}
+		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "pipe", Path: "report", Msg: err.Error(), Err: err}
 	}
 
-	// L3. The child: /proc/self/exe re-executed as nsinit, in new
+	// L3. The child: the static init from its sealed memfd, in new
 	// namespaces from the clone flags; no code of ours runs between fork
 	// and exec (Go's forkAndExecInChild does the maps and flags).
 	uids, gids := plan.sysProcIDMaps()
 	cmd := &exec.Cmd{
-		Path: "/proc/self/exe",
-		Args: []string{nsinit.ChildArg0},
-		// nsinit needs no environment (the tool's is in the plan); one P
-		// is plenty for a process that sets up and then waits.
+		Path: initPath,
+		Args: []string{"str-init", strconv.Itoa(len(req.ExtraFiles))},
+		// The init needs no environment (the tool's is in the plan); one
+		// P is plenty for a process that sets up and then execs.
 		Env:        []string{"GOMAXPROCS=1"},
 		Stdin:      req.Stdin,
 		Stdout:     req.Stdout,
 		Stderr:     req.Stderr,
-		ExtraFiles: append([]*os.File{s.configR, s.reportW}, req.ExtraFiles...),
+		ExtraFiles: append(append([]*os.File(nil), req.ExtraFiles...), s.configR, s.reportW),
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  plan.CloneFlags,
 			UidMappings: uids,
 			GidMappings: gids,
 			// An unprivileged user namespace must deny setgroups before
-			// its gid map can be written.
+			// its gid map can be written; root writes the maps itself.
 			GidMappingsEnableSetgroups: !plan.Rootless,
 			AmbientCaps:                plan.ambient,
+			// A new session with no controlling terminal: TIOCSTI and
+			// TIOCLINUX cannot reach the caller's terminal (CVE-2017-5226).
+			Setsid: true,
 			// Pdeathsig fires when the *thread* that forked exits, so the
 			// fork happens from a locked thread that lives until Wait
-			// returns (see run). If str itself dies, nsinit gets SIGKILL and,
-			// as PID 1, takes the whole pid namespace with it.
+			// returns (see run). The init re-arms it after its uid change
+			// (step 16), so the tool, PID 1 of its namespace, dies with
+			// str and takes the whole pid namespace with it.
 			Pdeathsig: syscall.SIGKILL,
 		},
+	}
+	if !plan.Rootless {
+		// The clone keeps the caller's host ids (root), which the new
+		// namespace does not map: become its root (the leased block's
+		// first id) before the exec, so the init gets the namespace's full
+		// capability set there and nothing on the host.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 	}
 	if s.cg != nil {
 		if fd, ok := s.cg.CloneFD(); ok {
@@ -153,7 +197,7 @@ func (s *Sandbox) run() {
 	s.configR.Close()
 	s.reportW.Close()
 	if err != nil {
-		s.startErr = &StepError{Who: "launcher", Step: 3, Action: "clone nsinit", Path: "/proc/self/exe",
+		s.startErr = &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "clone init", Path: s.cmd.Path,
 			Detail: cloneDetail(s.plan), Msg: err.Error(), Err: err, Hint: "user namespaces disabled or not permitted? see str doctor"}
 		s.configW.Close()
 		s.reportR.Close()
@@ -163,13 +207,16 @@ func (s *Sandbox) run() {
 	}
 	s.mark("clone")
 	pid := s.cmd.Process.Pid
+	if s.ids != nil {
+		s.ids.record(pid)
+	}
 
 	// L4. cgroup v1: move the child in before it may continue; it is
 	// blocked reading its plan until step L5.
 	if s.cg != nil {
 		if _, ok := s.cg.CloneFD(); !ok {
 			if err := s.cg.Enter(pid); err != nil {
-				s.startErr = &StepError{Who: "launcher", Step: 4, Action: "enter cgroup", Path: s.cg.Path(), Msg: err.Error(), Err: err}
+				s.startErr = &StepError{Who: "launcher", Step: nsinit.StepLEnterCgrp, Action: "enter cgroup", Path: s.cg.Path(), Msg: err.Error(), Err: err}
 				_ = s.cmd.Process.Kill()
 				s.configW.Close()
 				_ = s.cmd.Wait()
@@ -182,7 +229,7 @@ func (s *Sandbox) run() {
 	}
 
 	s.mark("enter_cgroup")
-	// L5. Send the plan. Only now does nsinit start its setup.
+	// L5. Send the plan. Only now does the init start its setup.
 	data, _ := json.Marshal(&s.plan.Child)
 	_, werr := s.configW.Write(data)
 	s.configW.Close()
@@ -190,7 +237,8 @@ func (s *Sandbox) run() {
 	_ = werr // a write error means the child died; Wait reports how
 	close(s.started)
 
-	// The report pipe: events until nsinit exits (EOF).
+	// The report pipe: events until the init has become the tool or has
+	// exited (EOF either way: the pipe is close-on-exec).
 	reportDone := make(chan struct{})
 	go func() {
 		defer close(reportDone)
@@ -205,12 +253,13 @@ func (s *Sandbox) run() {
 		s.reportR.Close()
 	}()
 
-	// L6. Timeout and cancellation kill the whole sandbox.
+	// L6. A timeout kills the whole sandbox; a cancellation asks the tool
+	// (SIGINT) and kills it CancelGrace later.
 	var timer *time.Timer
 	if s.plan.Timeout > 0 {
 		timer = time.AfterFunc(s.plan.Timeout, func() { s.kill(&s.timedOut) })
 	}
-	stopCtx := context.AfterFunc(s.ctx, func() { s.kill(&s.cancelled) })
+	stopCtx := context.AfterFunc(s.ctx, func() { s.interrupt() })
 
 	s.waitErr = s.cmd.Wait()
 	s.mu.Lock()
@@ -223,13 +272,33 @@ func (s *Sandbox) run() {
 	<-reportDone
 	s.mark("run")
 
-	// L7. Teardown: nsinit was PID 1, so its exit already killed the pid
+	// L7. Teardown: the tool was PID 1, so its exit already killed the pid
 	// namespace; the cgroup kill catches anything else, then the cgroup
-	// is read and removed.
+	// is read and removed and the id block released.
 	s.result = s.collect()
 }
 
-// kill marks why and kills nsinit and the cgroup.
+// interrupt is a cancellation: SIGINT to the tool (PID 1 of the sandbox:
+// only a signal it handles reaches it), SIGKILL after CancelGrace.
+func (s *Sandbox) interrupt() {
+	s.mu.Lock()
+	if s.exited {
+		s.mu.Unlock()
+		return
+	}
+	s.cancelled = true
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGINT)
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.finished:
+	case <-time.After(CancelGrace):
+		s.kill(nil)
+	}
+}
+
+// kill marks why and kills the sandbox's PID 1 and its cgroup.
 func (s *Sandbox) kill(why *bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -281,17 +350,11 @@ func (s *Sandbox) collect() *Result {
 			r.Warnings = append(r.Warnings, ev.Message)
 		case "error":
 			r.SetupError = ev.Error
-		case "exit":
-			r.ExitCode, r.Signal = ev.Code, ev.Signal
 		}
 	}
-	haveExit := false
-	for _, ev := range s.events {
-		haveExit = haveExit || ev.Type == "exit"
-	}
-	if !haveExit && ps != nil {
-		// nsinit did not report: it was killed (timeout, cancel, OOM) or
-		// died in setup; take its own status.
+	// The child is the init until its execve and the tool after it: its
+	// wait status is the tool's (or the init's 125/126/127 after an error).
+	if ps != nil {
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
 			switch {
 			case ws.Signaled():
@@ -301,6 +364,10 @@ func (s *Sandbox) collect() *Result {
 				r.ExitCode = ws.ExitStatus()
 			}
 		}
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			r.CPUTimeMs = float64(time.Duration(ru.Utime.Nano()+ru.Stime.Nano())) / 1e6
+			r.PeakMemoryBytes = ru.Maxrss * 1024
+		}
 	}
 	if r.Signal != 0 {
 		r.SignalName = unix.SignalName(syscall.Signal(r.Signal))
@@ -309,12 +376,6 @@ func (s *Sandbox) collect() *Result {
 	r.TimedOut, r.Cancelled = s.timedOut, s.cancelled
 	s.mu.Unlock()
 
-	if ps != nil {
-		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			r.CPUTimeMs = float64(time.Duration(ru.Utime.Nano()+ru.Stime.Nano())) / 1e6
-			r.PeakMemoryBytes = ru.Maxrss * 1024
-		}
-	}
 	if s.cg != nil {
 		if !s.cg.Empty() {
 			_ = s.cg.Kill()
@@ -331,28 +392,36 @@ func (s *Sandbox) collect() *Result {
 		if err := s.cg.Delete(); err != nil {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("remove cgroup %s: %v", s.cg.Path(), err))
 		}
-		s.mark("teardown")
+		s.cg = nil
 	}
+	s.ids.release()
+	s.ids = nil
+	s.mark("teardown")
 	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
-	// Launcher phases first, nsinit's in between clone and run.
 	r.Timings = s.timings
-	if s.waitErr != nil && r.SetupError == nil && !haveExit && !r.TimedOut && !r.Cancelled && !r.OOMKilled && r.Signal == 0 && r.ExitCode == nsinit.ExitSetupFailed {
-		r.SetupError = &StepError{Who: "launcher", Step: 7, Action: "wait nsinit", Msg: s.waitErr.Error(), Err: s.waitErr}
+	if s.waitErr != nil && r.SetupError == nil && ps == nil {
+		r.SetupError = &StepError{Who: "launcher", Step: nsinit.StepLTeardown, Action: "wait init", Msg: s.waitErr.Error(), Err: s.waitErr}
 	}
 	return r
 }
 
-// mark records a launcher phase as the time since Create began.
+// mark records a launcher phase: its duration since the previous mark.
+// Every phase, launcher's and init's, is a duration, so a sum of phases
+// is a total (the init's phases arrive between clone and run).
 func (s *Sandbox) mark(name string) {
-	s.timings = append(s.timings, Phase{Name: "launcher_" + name, Ms: float64(time.Since(s.t0).Microseconds()) / 1000})
+	now := time.Now()
+	s.timings = append(s.timings, Phase{Name: "launcher_" + name, Ms: float64(now.Sub(s.last).Microseconds()) / 1000})
+	s.last = now
 }
 
-// release removes the cgroup of a sandbox that never ran.
+// release removes the cgroup and id lease of a sandbox that never ran.
 func (s *Sandbox) release() {
 	if s.cg != nil {
 		_ = s.cg.Delete()
 		s.cg = nil
 	}
+	s.ids.release()
+	s.ids = nil
 }
 
 func cloneDetail(pl *Plan) string {

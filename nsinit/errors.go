@@ -2,7 +2,6 @@ package nsinit
 
 import (
 	"errors"
-	"fmt"
 	"syscall"
 )
 
@@ -14,7 +13,7 @@ import (
 //	nsinit: bind-mount /usr -> /newroot/usr (step 4, MS_BIND|MS_REC): operation not permitted
 type StepError struct {
 	Who    string `json:"who"`
-	Step   int    `json:"step"`
+	Step   Step   `json:"step"`
 	Action string `json:"action"` // "bind-mount", "pivot_root", "setrlimit", ...
 	Path   string `json:"path,omitempty"`
 	Detail string `json:"detail,omitempty"` // flags or argument, e.g. "MS_BIND|MS_REC"
@@ -29,7 +28,7 @@ func (e *StepError) Error() string {
 	if e.Path != "" {
 		s += " " + e.Path
 	}
-	s += fmt.Sprintf(" (step %d", e.Step)
+	s += " (step " + e.Step.String()
 	if e.Detail != "" {
 		s += ", " + e.Detail
 	}
@@ -51,7 +50,7 @@ func (e *StepError) Unwrap() error {
 
 // stepErr builds a StepError for nsinit; errno is kept so that the parent
 // can still match the cause with errors.Is after the JSON round trip.
-func stepErr(step int, action, path, detail string, err error) *StepError {
+func stepErr(step Step, action, path, detail string, err error) *StepError {
 	se := &StepError{Who: "nsinit", Step: step, Action: action, Path: path, Detail: detail, Err: err}
 	if err != nil {
 		se.Msg = err.Error()

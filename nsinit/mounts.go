@@ -34,7 +34,7 @@ func cloneSources(mounts []Mount) ([]int, error) {
 			if m.Optional && errors.Is(err, unix.ENOENT) {
 				continue
 			}
-			return nil, stepErr(3, "clone bind source", m.Source, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err)
+			return nil, stepErr(StepCloneSources, "clone bind source", m.Source, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err)
 		}
 		fds[i] = fd
 	}
@@ -45,7 +45,7 @@ func cloneSources(mounts []Mount) ([]int, error) {
 // is root. Targets are created inside our own fresh tmpfs with a walk that
 // never follows a symlink, so no path we create can redirect a mount.
 func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
-	const step = 5
+	const step = StepMounts
 	if !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target {
 		return stepErr(step, "check target", m.Target, "", errors.New("target must be absolute and clean"))
 	}

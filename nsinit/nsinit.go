@@ -6,29 +6,37 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// ChildArg0 is argv[0] of the re-exec'd child; it is how main() knows it is
-// nsinit and not the str command.
-const ChildArg0 = "str-nsinit"
+// The init's descriptors, set up by the launcher through ExtraFiles: the
+// tool's pass-list first, at 3..3+n-1, exactly where the tool gets them;
+// then the config pipe (read end: the JSON Config, then EOF) at 3+n and
+// the report pipe (write end: JSON events) at 4+n. n is argv[1].
+type fdLayout struct{ pass, config, report int }
 
-// Fixed descriptors of the child, set up by the launcher through ExtraFiles.
-const (
-	configFD    = 3 // read end: the JSON Config, then EOF
-	reportFD    = 4 // write end: JSON events (timings, warnings, error, exit)
-	firstPassFD = 5 // first fd handed on to the tool (as its fd 3)
-)
+func layoutFromArgs(args []string) (fdLayout, error) {
+	n := 0
+	if len(args) > 1 {
+		v, err := strconv.Atoi(args[1])
+		if err != nil || v < 0 || v > 64 {
+			return fdLayout{}, fmt.Errorf("argv[1] %q is not a pass-fd count 0..64", args[1])
+		}
+		n = v
+	}
+	return fdLayout{pass: n, config: 3 + n, report: 4 + n}, nil
+}
 
-// Exit codes of nsinit itself, distinct from anything it forwards from a
-// tool only by the report pipe (the launcher reads the "exit" event).
+// str's own exit codes, the same for `str run` and the init: a tool's own
+// status is passed through unchanged, so these are the only values str
+// adds (with 124, timed out, which only the launcher knows).
 const (
 	ExitSetupFailed = 125 // a setup step failed; the report pipe says which
 	ExitCannotExec  = 126 // the tool exists but could not be executed
@@ -41,120 +49,114 @@ const (
 // paths under /tmp stay reachable.
 const staging = "/tmp"
 
-// IsChild reports whether this process is the re-exec'd sandbox init.
-func IsChild() bool {
-	return len(os.Args) > 0 && os.Args[0] == ChildArg0
-}
-
-func init() {
-	if IsChild() {
-		// Keep the main goroutine on the main thread: the setup steps run
-		// here, and the per-thread steps run on their own locked thread.
-		runtime.LockOSThread()
-	}
-}
-
-// Main is the entry point of the sandbox init. It never returns: it exits
-// with the tool's status, or ExitSetupFailed after reporting the failed
-// step on the report pipe (and on stderr).
+// Main is the entry point of the sandbox init (cmd/str-init, a small
+// static program the launcher executes from a sealed memfd). It returns
+// only by exiting: on success the process has become the tool (execve),
+// on failure it reports the failed step on the report pipe and exits with
+// ExitSetupFailed, ExitCannotExec or ExitNotFound. It prints nothing: the
+// launcher prints the error once.
 func Main() {
-	rep := newReporter(os.NewFile(reportFD, "report"))
-	code, err := run(rep)
+	fds, err := layoutFromArgs(os.Args)
 	if err != nil {
-		var se *StepError
-		if !errors.As(err, &se) {
-			se = stepErr(0, "setup", "", "", err)
-		}
-		rep.send(event{Type: "error", Error: se})
-		fmt.Fprintln(os.Stderr, se.Error())
-		if code == 0 {
-			code = ExitSetupFailed
-		}
+		// No report pipe to speak on: stderr, once.
+		fmt.Fprintln(os.Stderr, "str-init:", err)
+		os.Exit(ExitSetupFailed)
 	}
+	rep := newReporter(os.NewFile(uintptr(fds.report), "report"))
+	code, err := run(fds, rep)
+	var se *StepError
+	if !errors.As(err, &se) {
+		se = stepErr(StepReadPlan, "setup", "", "", err)
+	}
+	rep.send(event{Type: "error", Error: se})
 	os.Exit(code)
 }
 
-// run performs the sandbox setup as one linear sequence, then runs the tool
-// as PID 2 and stays as PID 1 until it exits. The steps, in order:
+// run performs the sandbox setup as one linear sequence and ends by
+// executing the tool in its own place, so the tool is the sandbox's PID 1
+// and no str process stays inside (nothing privileged, no memory of ours).
+// It returns only on failure. The steps, in order (nsinit.DocList; the
+// same list is in SECURITY.md):
 //
-//  0. read the plan from fd 3 (the launcher writes it only once this
-//     process is in its cgroup, so nothing below runs outside the limits)
-//  1. mark every inherited fd but 0-2 and the pass-list close-on-exec
+//  0. read the plan from fd 3 (sent once this process is in its cgroup)
+//  1. mark every inherited fd from 3 up close-on-exec
 //  2. make / private, recursively
-//  3. clone every bind source (open_tree) while host paths are still visible
-//  4. mount a fresh tmpfs as the new root (at the staging dir)
-//  5. perform the planned mounts in order: dirs, files, symlinks, read-only
-//     bind trees, tmpfs, /dev nodes, devpts, a fresh /proc
+//  3. clone every bind source (open_tree) while host paths are visible
+//  4. mount a fresh tmpfs as the new root
+//  5. perform the planned mounts in order
 //  6. pivot_root into the new root and detach the old one
-//  7. remount the root tmpfs read-only
+//  7. remount the new root read-only
 //  8. chdir into the work dir and check getcwd
 //  9. set the hostname
-//  10. bring up loopback (own network namespace only)
-//  11. prepare the rlimits (applied by prlimit(1) in step 19)
-//  12. resolve the tool's path inside the sandbox
+//  10. bring up loopback
+//  11. resolve the tool's path and build argv and envp
 //
-// Then on one locked OS thread that exits after the fork (per-thread state
-// never leaks back into this process's other threads):
+// Then on one locked OS thread, which is the one that calls execve (the
+// per-thread state below is what the tool inherits; no other thread of
+// ours ever has it):
 //
-//  13. drop the capability bounding set
-//  14. clear the ambient capabilities
-//  15. set groups, gid, uid
-//  16. clear the effective, permitted and inheritable capabilities
+//  12. drop the capability bounding set
+//  13. clear the ambient capabilities
+//  14. set groups, gid, uid
+//  15. clear the effective, permitted and inheritable capabilities
+//  16. re-arm the parent-death signal and check the launcher is alive
 //  17. set no_new_privs
-//  18. load seccomp (last: the filter need not allow any setup syscall)
-//  19. fork and exec the tool in a new session, through prlimit(1), which
-//     sets the rlimits on itself and then execs the tool
+//  18. load seccomp
+//  19. set the rlimits (raw prlimit64, RLIMIT_AS last)
+//  20. execve the tool (raw syscall): the tool becomes PID 1
 //
-// and finally, as PID 1:
-//
-//  20. forward SIGTERM/SIGINT/SIGHUP to the tool's process group, reap every
-//     zombie, and exit with the tool's status when it exits (which kills
-//     every other process of the pid namespace).
-func run(rep *reporter) (int, error) {
+// The init runs in the sandbox's own user namespace as root of that
+// namespace only: on the host it is an unprivileged uid of its own (see
+// launcher: one id block per sandbox), so even before step 12 it holds no
+// capability over anything of the host.
+func run(fds fdLayout, rep *reporter) (int, error) {
 	t := newTimer(rep)
 
 	// 0. Read the plan. EOF without a plan means the launcher went away.
-	cfg, err := readConfig()
+	cfg, err := readConfig(fds.config)
 	if err != nil {
-		return 0, stepErr(0, "read config", "fd 3", "", err)
+		return ExitSetupFailed, stepErr(StepReadPlan, "read config", fmt.Sprintf("fd %d", fds.config), "", err)
+	}
+	if cfg.PassFDs != fds.pass {
+		return ExitSetupFailed, stepErr(StepReadPlan, "check config", "pass_fds", fmt.Sprintf("plan %d, argv %d", cfg.PassFDs, fds.pass), errors.New("the plan and the launcher disagree"))
 	}
 	t.mark("config")
 
-	// 1. Close-on-exec for every inherited fd from 3 up: nothing the
-	// launcher or the Go runtime holds may leak into the tool; the tool
-	// gets exactly 0-2 and the pass-list, re-numbered by the fork (runc's
-	// leaked cgroup fd, CVE-2024-21626, is the bug this prevents).
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return 0, stepErr(1, "close_range", "fd 3..", "CLOSE_RANGE_CLOEXEC", err)
+	// 1. Close-on-exec for every inherited fd past the pass-list: nothing
+	// the launcher or the Go runtime holds may leak into the tool; the
+	// tool gets exactly 0-2 and the pass-list (runc's leaked cgroup fd,
+	// CVE-2024-21626, is the bug this prevents).
+	if err := unix.CloseRange(uint(fds.config), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return ExitSetupFailed, stepErr(StepCloseFDs, "close_range", fmt.Sprintf("fd %d..", fds.config), "CLOSE_RANGE_CLOEXEC", err)
 	}
 
 	// 2. Make every mount private: nothing we mount may propagate to the
 	// host's mount namespace, and host mount events must not reach us.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return 0, stepErr(2, "make private", "/", "MS_REC|MS_PRIVATE", err).hint(hintUserns)
+		return ExitSetupFailed, stepErr(StepMakePrivate, "make private", "/", "MS_REC|MS_PRIVATE", err).hint(hintUserns)
 	}
 
 	// 3. Clone the bind sources now: step 4 hides the host's staging dir.
 	trees, err := cloneSources(cfg.Mounts)
 	if err != nil {
-		return 0, err
+		return ExitSetupFailed, err
 	}
 	t.mark("clone_sources")
 
 	// 4. A fresh tmpfs becomes the new root: nothing of the host is in it
 	// but what step 5 binds. nosuid,nodev like every mount we make.
 	if err := unix.Mount("tmpfs", staging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
-		return 0, stepErr(4, "mount tmpfs root", staging, "MS_NOSUID|MS_NODEV", err)
+		return ExitSetupFailed, stepErr(StepRootTmpfs, "mount tmpfs root", staging, "MS_NOSUID|MS_NODEV", err)
 	}
 	root, err := unix.Open(staging, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, stepErr(4, "open new root", staging, "O_PATH", err)
+		return ExitSetupFailed, stepErr(StepRootTmpfs, "open new root", staging, "O_PATH", err)
 	}
 
 	// 5. The planned mounts, in plan order (parents before children).
 	for i, m := range cfg.Mounts {
 		if err := doMount(rep, cfg, root, m, trees[i]); err != nil {
-			return 0, err
+			return ExitSetupFailed, err
 		}
 	}
 	t.mark("mounts")
@@ -163,16 +165,16 @@ func run(rep *reporter) (int, error) {
 	// pivot_root(".", ".") form stacks the old root on top of the new one;
 	// the lazy unmount then removes every host mount from our view.
 	if err := unix.Fchdir(root); err != nil {
-		return 0, stepErr(6, "chdir", staging, "", err)
+		return ExitSetupFailed, stepErr(StepPivotRoot, "chdir", staging, "", err)
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
-		return 0, stepErr(6, "pivot_root", staging, "", err)
+		return ExitSetupFailed, stepErr(StepPivotRoot, "pivot_root", staging, "", err)
 	}
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return 0, stepErr(6, "detach old root", "/", "MNT_DETACH", err)
+		return ExitSetupFailed, stepErr(StepPivotRoot, "detach old root", "/", "MNT_DETACH", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return 0, stepErr(6, "chdir", "/", "", err)
+		return ExitSetupFailed, stepErr(StepPivotRoot, "chdir", "/", "", err)
 	}
 	unix.Close(root)
 	t.mark("pivot_root")
@@ -180,7 +182,7 @@ func run(rep *reporter) (int, error) {
 	// 7. The root tmpfs is read-only from now on: the tool writes only to
 	// the work dir and the planned tmpfs mounts.
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return 0, stepErr(7, "remount read-only", "/", "MS_REMOUNT|MS_BIND|MS_RDONLY", err)
+		return ExitSetupFailed, stepErr(StepRootReadOnly, "remount read-only", "/", "MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV", err)
 	}
 
 	// 8. chdir into the work dir and check we are where we meant to be
@@ -190,43 +192,32 @@ func run(rep *reporter) (int, error) {
 		wd = "/"
 	}
 	if err := unix.Chdir(wd); err != nil {
-		return 0, stepErr(8, "chdir", wd, "", err)
+		return ExitSetupFailed, stepErr(StepChdir, "chdir", wd, "", err)
 	}
 	if got, err := os.Getwd(); err != nil || got != wd {
-		return 0, stepErr(8, "getcwd after chdir", wd, "got "+got, errOr(err, errors.New("working directory is not the planned one")))
+		return ExitSetupFailed, stepErr(StepChdir, "getcwd after chdir", wd, "got "+got, errOr(err, errors.New("working directory is not the planned one")))
 	}
 
 	// 9. Hostname (own UTS namespace).
 	if cfg.Hostname != "" {
 		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-			return 0, stepErr(9, "sethostname", cfg.Hostname, "", err)
+			return ExitSetupFailed, stepErr(StepHostname, "sethostname", cfg.Hostname, "", err)
 		}
 	}
 
 	// 10. Loopback up in the sandbox's own network namespace.
 	if cfg.LoopbackUp {
 		if err := loopbackUp(); err != nil {
-			return 0, stepErr(10, "bring up", "lo", "SIOCSIFFLAGS IFF_UP", err)
+			return ExitSetupFailed, stepErr(StepLoopback, "bring up", "lo", "SIOCSIFFLAGS IFF_UP", err)
 		}
 	}
 	t.mark("net")
 
-	// 11. rlimits are applied by util-linux prlimit(1), which the tool is
-	// started through (step 20): prlimit sets every limit on itself and
-	// then execs the tool, so the tool never runs a single instruction
-	// without them, while nsinit (PID 1) carries none. It cannot: a Go
-	// process reserves over 1 GiB of address space, more than RLIMIT_AS.
-	// prlimit runs after privileges are dropped and seccomp is loaded, so
-	// it is trusted with nothing the tool does not already have.
-	launch, err := limitedArgv(cfg)
-	if err != nil {
-		return 0, stepErr(11, "find", prlimitPath, "RLIMIT_* via prlimit(1)", err).hint(
-			"the sandbox must contain /usr/bin/prlimit (util-linux): bind /usr read-only in the profile")
-	}
-
-	// 12. Resolve the tool inside the sandbox (before seccomp: stat only).
+	// 11. Resolve the tool inside the sandbox (before seccomp: stat only)
+	// and build everything execve needs now: after step 19 this process
+	// may not allocate (RLIMIT_AS is below what the Go runtime reserves).
 	if len(cfg.Argv) == 0 {
-		return 0, stepErr(12, "resolve tool", "", "", errors.New("empty argv"))
+		return ExitSetupFailed, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
 	}
 	path, err := lookPath(cfg.Argv[0], cfg.Env)
 	if err != nil {
@@ -234,175 +225,207 @@ func run(rep *reporter) (int, error) {
 		if errors.Is(err, unix.EACCES) {
 			code = ExitCannotExec
 		}
-		return code, stepErr(12, "resolve tool", cfg.Argv[0], "", err)
+		return code, stepErr(StepResolveTool, "resolve tool", cfg.Argv[0], "PATH of the tool's environment", err)
 	}
-	// prlimit(1) execs what follows "--"; the tool sees its resolved path
-	// as argv[0].
-	argv := append(append(launch, "--", path), cfg.Argv[1:]...)
+	ex, err := prepareExec(cfg, path)
+	if err != nil {
+		return ExitSetupFailed, stepErr(StepResolveTool, "prepare execve", path, "", err)
+	}
 	t.mark("setup")
 
-	// PID 1 handles these from now on (step 20); registering before the
-	// fork means no signal is lost and no runtime thread is started later.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
-
-	// 13-19 run on their own locked thread.
-	pid, err := startTool(cfg, argv, t)
-	if err != nil {
-		code := ExitSetupFailed
-		if errors.Is(err, unix.ENOENT) {
-			code = ExitNotFound
-		} else if errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOEXEC) {
-			code = ExitCannotExec
-		}
-		return code, err
+	// 12-20 run on their own locked thread; on success they never return.
+	err = execTool(cfg, ex, rep, t)
+	code := ExitSetupFailed
+	if errors.Is(err, unix.ENOENT) {
+		code = ExitNotFound
+	} else if errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOEXEC) {
+		code = ExitCannotExec
 	}
-	t.mark("exec")
-	t.flush()
-
-	// 20. PID 1: forward signals, reap, exit with the tool's status.
-	return reap(rep, pid, sigs), nil
+	return code, err
 }
 
-// startTool performs steps 13-20 on a fresh OS thread that is never
-// unlocked, so the Go runtime ends the thread when this returns and none of
-// the per-thread state (credentials, capabilities, no_new_privs, seccomp)
-// is ever seen by another goroutine of nsinit. The fork happens from that
-// thread, so the tool inherits exactly that state.
-func startTool(cfg *Config, argv []string, t *timer) (int, error) {
-	type out struct {
-		pid int
-		err error
-	}
-	ch := make(chan out, 1)
+// execTool performs steps 12-20 on a fresh OS thread that is never
+// unlocked: that thread calls execve, so the credentials, capabilities,
+// no_new_privs, seccomp filter and rlimits it sets are exactly the tool's,
+// and no other goroutine of the init ever runs with them. It returns only
+// when a step failed (the thread then dies with its goroutine).
+func execTool(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
+	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
-		pid, err := dropAndExec(cfg, argv, t)
-		ch <- out{pid, err}
+		ch <- dropAndExec(cfg, ex, rep, t)
 	}()
-	o := <-ch
-	return o.pid, o.err
+	return <-ch
 }
 
-func dropAndExec(cfg *Config, argv []string, t *timer) (int, error) {
-	// 13. Empty the bounding set so no later exec (setuid or file-caps
+func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
+	// 12. Empty the bounding set so no later exec (setuid or file-caps
 	// binary) can ever regain a capability. Needs CAP_SETPCAP, so it comes
-	// before the uid change in step 15.
+	// before the uid change in step 14.
 	lastCap, err := lastCapability()
 	if err != nil {
-		return 0, stepErr(13, "read", "/proc/sys/kernel/cap_last_cap", "", err)
+		return stepErr(StepDropBounding, "read", "/proc/sys/kernel/cap_last_cap", "", err)
 	}
 	for c := 0; c <= lastCap; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-			return 0, stepErr(13, "drop bounding capability", fmt.Sprintf("cap %d", c), "PR_CAPBSET_DROP", err)
+			return stepErr(StepDropBounding, "drop bounding capability", fmt.Sprintf("cap %d", c), "PR_CAPBSET_DROP", err)
 		}
 	}
 
-	// 14. Ambient capabilities would survive the exec: clear them.
+	// 13. Ambient capabilities would survive the exec: clear them.
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return 0, stepErr(14, "clear ambient capabilities", "", "PR_CAP_AMBIENT_CLEAR_ALL", err)
+		return stepErr(StepClearAmbient, "clear ambient capabilities", "", "PR_CAP_AMBIENT_CLEAR_ALL", err)
 	}
 
-	// 15. Identity: groups, then gid, then uid (after the uid change we
+	// 14. Identity: groups, then gid, then uid (after the uid change we
 	// could no longer change groups or gid). Raw per-thread syscalls: the
-	// libc/Go wrappers would change every thread of nsinit.
+	// libc/Go wrappers would change every thread of the init.
 	if cfg.SetGroups {
 		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-			return 0, stepErr(15, "setgroups", "[]", "", e)
+			return stepErr(StepSetIDs, "setgroups", "[]", "", e)
 		}
 	}
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(cfg.GID), uintptr(cfg.GID), uintptr(cfg.GID)); e != 0 {
-		return 0, stepErr(15, "setresgid", fmt.Sprint(cfg.GID), "", e)
+		return stepErr(StepSetIDs, "setresgid", fmt.Sprint(cfg.GID), "", e)
 	}
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(cfg.UID), uintptr(cfg.UID), uintptr(cfg.UID)); e != 0 {
-		return 0, stepErr(15, "setresuid", fmt.Sprint(cfg.UID), "", e)
+		return stepErr(StepSetIDs, "setresuid", fmt.Sprint(cfg.UID), "", e)
 	}
 
-	// 16. Empty effective, permitted and inheritable sets. A non-zero uid
-	// already lost them in step 15; a profile running as uid 0 inside
+	// 15. Empty effective, permitted and inheritable sets. A non-zero uid
+	// already lost them in step 14; a profile running as uid 0 inside
 	// relies on this step.
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return 0, stepErr(16, "capset", "all sets empty", "", err)
+		return stepErr(StepClearCaps, "capset", "all sets empty", "", err)
+	}
+
+	// 16. The uid change of step 14 cleared the parent-death signal the
+	// launcher asked for at clone (the kernel does so on every credential
+	// change): set it again, then make sure the launcher did not die in
+	// between, or the tool could outlive it. The report pipe's read end is
+	// the launcher's: POLLERR on our write end means it is gone.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return stepErr(StepParentDeath, "prctl", "PR_SET_PDEATHSIG", "SIGKILL", err)
+	}
+	if rep.readerGone() {
+		return stepErr(StepParentDeath, "check launcher", "report pipe", "POLLERR", errors.New("the launcher exited during setup"))
 	}
 
 	// 17. no_new_privs: exec can never grant privileges again (setuid bits,
 	// file capabilities), and it lets an unprivileged thread load seccomp.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return 0, stepErr(17, "prctl", "PR_SET_NO_NEW_PRIVS", "", err)
+		return stepErr(StepNoNewPrivs, "prctl", "PR_SET_NO_NEW_PRIVS", "", err)
 	}
 
-	// 18. seccomp, last: every setup syscall above is already done, so the
-	// filter need not allow mount, pivot_root, capset or setresuid for us.
-	// Loaded on this thread only; the fork below inherits it.
+	// 18. seccomp, after every setup syscall above, so the filter need not
+	// allow mount, pivot_root, capset or setresuid for us. Loaded on this
+	// thread only; execve keeps it. The filter allows what steps 19-20
+	// need (prlimit64 on itself, execve).
 	if len(cfg.Seccomp) > 0 {
-		if err := installSeccomp(cfg.Seccomp); err != nil {
-			return 0, stepErr(18, "load seccomp", cfg.SeccompPolicy, "SECCOMP_SET_MODE_FILTER", err)
+		if err := InstallSeccomp(cfg.Seccomp); err != nil {
+			return stepErr(StepSeccomp, "load seccomp", cfg.SeccompPolicy, "SECCOMP_SET_MODE_FILTER", err)
 		}
 	}
 	t.mark("privileges")
+	t.flush()
 
-	// 19. Fork and exec prlimit(1) with the tool's argv; it applies the
-	// rlimits to itself and execs the tool (step 11). setsid gives it a
-	// new session with no controlling terminal, so TIOCSTI cannot push
-	// input into the caller's terminal (CVE-2017-5226). Files lists
-	// exactly what the tool gets.
-	files := []uintptr{0, 1, 2}
-	for i := 0; i < cfg.PassFDs; i++ {
-		files = append(files, uintptr(firstPassFD+i))
+	// 19. rlimits, as raw prlimit64 calls on ourselves right before
+	// execve: the tool never runs one instruction without them, and no
+	// helper program sits in between. RLIMIT_AS goes last: the Go runtime
+	// of this process reserves more address space than a tool's limit, so
+	// after it nothing here may allocate (a Go setrlimit + syscall.Exec
+	// crashed in 5 of 3,260 runs; raw calls on prepared arrays had none).
+	for i := range ex.limits {
+		l := &ex.limits[i]
+		if _, _, e := unix.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(l.resource), uintptr(unsafe.Pointer(&l.lim)), 0, 0, 0); e != 0 {
+			return stepErr(StepRlimits, "prlimit64", l.name, fmt.Sprint(l.lim.Max), e)
+		}
 	}
-	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
-		Env:   cfg.Env,
-		Files: files,
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
-	if err != nil {
-		return 0, stepErr(19, "exec", argv[len(argv)-len(cfg.Argv)], "via "+prlimitPath, err)
-	}
-	return pid, nil
+
+	// 20. execve, raw: no allocation between the rlimits and the new
+	// image. The report pipe is close-on-exec, so the launcher sees EOF
+	// exactly when the tool starts (or this thread reports why not).
+	// The launcher made this process a session leader with no
+	// controlling terminal (setsid at clone), so TIOCSTI cannot push input
+	// into the caller's terminal (CVE-2017-5226).
+	_, _, e := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(ex.path)),
+		uintptr(unsafe.Pointer(&ex.argv[0])), uintptr(unsafe.Pointer(&ex.envp[0])))
+	runtime.KeepAlive(ex)
+	return stepErr(StepExec, "execve", cfg.Argv[0], "", e)
 }
 
-// reap is PID 1's loop: it forwards termination signals to the tool's
-// process group and reaps every child until the tool itself has exited.
-func reap(rep *reporter, tool int, sigs chan os.Signal) int {
-	go func() {
-		for s := range sigs {
-			// The tool leads its own session and process group (setsid).
-			_ = unix.Kill(-tool, s.(syscall.Signal))
+// execArgs is everything steps 19 and 20 use, built in step 11 so that
+// they allocate nothing.
+type execArgs struct {
+	path   *byte
+	argv   []*byte // NULL-terminated
+	envp   []*byte // NULL-terminated
+	limits []limit // RLIMIT_AS last
+}
+
+type limit struct {
+	name     string
+	resource int
+	lim      unix.Rlimit
+}
+
+// prepareExec builds argv/envp as C arrays and the rlimits in the order
+// step 19 sets them.
+// A limit above the current hard limit is lowered to it: in its user
+// namespace the init cannot raise a hard limit, and lower is tighter.
+func prepareExec(cfg *Config, path string) (*execArgs, error) {
+	ex := &execArgs{}
+	var err error
+	if ex.path, err = unix.BytePtrFromString(path); err != nil {
+		return nil, err
+	}
+	argv := append([]string{path}, cfg.Argv[1:]...)
+	if ex.argv, err = cStrings(argv); err != nil {
+		return nil, fmt.Errorf("argv: %w", err)
+	}
+	if ex.envp, err = cStrings(cfg.Env); err != nil {
+		return nil, fmt.Errorf("environment: %w", err)
+	}
+	var as *limit
+	for _, rl := range cfg.Rlimits {
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(rl.Resource, &cur); err != nil {
+			return nil, fmt.Errorf("getrlimit %s: %w", rl.Name, err)
 		}
-	}()
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, 0, nil)
-		if err == unix.EINTR {
+		v := rl.Value
+		if v > cur.Max {
+			v = cur.Max
+		}
+		l := limit{name: rl.Name, resource: rl.Resource, lim: unix.Rlimit{Cur: v, Max: v}}
+		if rl.Resource == unix.RLIMIT_AS {
+			as = &l
 			continue
 		}
-		if err != nil {
-			// ECHILD: nothing left, cannot happen before the tool exits.
-			rep.send(event{Type: "exit", Code: ExitSetupFailed})
-			return ExitSetupFailed
-		}
-		if pid != tool {
-			continue // an orphan re-parented to us: reaped, nothing else
-		}
-		ev := event{Type: "exit"}
-		switch {
-		case ws.Exited():
-			ev.Code = ws.ExitStatus()
-		case ws.Signaled():
-			ev.Signal = int(ws.Signal())
-			ev.Code = 128 + ev.Signal
-		}
-		rep.send(ev)
-		// Exiting as PID 1 makes the kernel kill every other process of the
-		// pid namespace, double-forked daemons included.
-		return ev.Code
+		ex.limits = append(ex.limits, l)
 	}
+	if as != nil {
+		ex.limits = append(ex.limits, *as)
+	}
+	return ex, nil
 }
 
-func readConfig() (*Config, error) {
-	f := os.NewFile(configFD, "config")
+// cStrings is a NULL-terminated array of C strings.
+func cStrings(ss []string) ([]*byte, error) {
+	out := make([]*byte, len(ss)+1)
+	for i, s := range ss {
+		p, err := unix.BytePtrFromString(s)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+func readConfig(fd int) (*Config, error) {
+	f := os.NewFile(uintptr(fd), "config")
 	data, err := io.ReadAll(io.LimitReader(f, 16<<20))
 	f.Close()
 	if err != nil {
@@ -496,28 +519,3 @@ func (t *timer) mark(name string) {
 }
 
 func (t *timer) flush() { t.rep.send(event{Type: "timings", Phases: t.phases}) }
-
-// prlimitPath is util-linux prlimit(1), inside the sandbox (under /usr).
-const prlimitPath = "/usr/bin/prlimit"
-
-// limitedArgv returns the prlimit(1) command line that applies cfg's
-// rlimits (soft = hard) and then runs what follows "--".
-func limitedArgv(cfg *Config) ([]string, error) {
-	if err := checkExec(prlimitPath); err != nil {
-		return nil, err
-	}
-	flags := map[int]string{
-		unix.RLIMIT_AS: "--as", unix.RLIMIT_CPU: "--cpu", unix.RLIMIT_FSIZE: "--fsize",
-		unix.RLIMIT_NOFILE: "--nofile", unix.RLIMIT_NPROC: "--nproc", unix.RLIMIT_STACK: "--stack",
-		unix.RLIMIT_CORE: "--core",
-	}
-	argv := []string{prlimitPath}
-	for _, rl := range cfg.Rlimits {
-		f, ok := flags[rl.Resource]
-		if !ok {
-			return nil, fmt.Errorf("rlimit %s has no prlimit(1) option", rl.Name)
-		}
-		argv = append(argv, fmt.Sprintf("%s=%d:%d", f, rl.Value, rl.Value))
-	}
-	return argv, nil
-}

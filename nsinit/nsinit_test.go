@@ -3,6 +3,7 @@ package nsinit
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -40,23 +41,8 @@ func TestMkdirAllRefusesSymlinks(t *testing.T) {
 	}
 }
 
-func TestLimitedArgv(t *testing.T) {
-	if _, err := os.Stat(prlimitPath); err != nil {
-		t.Skip("no " + prlimitPath + " on this host")
-	}
-	cfg := &Config{Rlimits: []Rlimit{{Name: "RLIMIT_AS", Resource: unix.RLIMIT_AS, Value: 1 << 20}, {Name: "RLIMIT_CORE", Resource: unix.RLIMIT_CORE}}}
-	argv, err := limitedArgv(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{prlimitPath, "--as=1048576:1048576", "--core=0:0"}
-	if len(argv) != len(want) || argv[1] != want[1] || argv[2] != want[2] {
-		t.Fatalf("argv %q want %q", argv, want)
-	}
-}
-
 func TestStepErrorMessage(t *testing.T) {
-	e := stepErr(5, "bind-mount", "/usr -> /newroot/usr", "MS_BIND|MS_REC", unix.EPERM)
+	e := stepErr(StepMounts, "bind-mount", "/usr -> /newroot/usr", "MS_BIND|MS_REC", unix.EPERM)
 	want := "nsinit: bind-mount /usr -> /newroot/usr (step 5, MS_BIND|MS_REC): operation not permitted"
 	if e.Error() != want {
 		t.Fatalf("%q\nwant %q", e.Error(), want)
@@ -64,5 +50,70 @@ func TestStepErrorMessage(t *testing.T) {
 	e.Err = nil // as after the report pipe
 	if e.Unwrap() != unix.EPERM {
 		t.Fatalf("errno not recovered: %v", e.Unwrap())
+	}
+}
+
+// The numbered list in run's doc comment and in SECURITY.md is DocList,
+// line for line: the steps, the code and the threat model cannot drift.
+func TestStepListsAgree(t *testing.T) {
+	want := DocList()
+	for _, f := range []struct{ path, prefix string }{{"nsinit.go", "//  "}, {"../SECURITY.md", "    "}} {
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, line := range strings.Split(string(data), "\n") {
+			rest, ok := strings.CutPrefix(line, f.prefix)
+			rest = strings.TrimLeft(rest, " ")
+			if ok && len(rest) > 2 && rest[0] >= '0' && rest[0] <= '9' && strings.Contains(rest[:4], ". ") {
+				got = append(got, rest)
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s: step list\n%s\nwant (nsinit.DocList)\n%s", f.path, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	if StepExec.String() != "20" || StepLCgroup.String() != "L1" || StepLTeardown.String() != "L7" {
+		t.Fatalf("step names: %s %s %s", StepExec, StepLCgroup, StepLTeardown)
+	}
+}
+
+func TestLayoutFromArgs(t *testing.T) {
+	l, err := layoutFromArgs([]string{"str-init", "2"})
+	if err != nil || l != (fdLayout{pass: 2, config: 5, report: 6}) {
+		t.Fatalf("%+v %v", l, err)
+	}
+	for _, bad := range []string{"-1", "x", "65"} {
+		if _, err := layoutFromArgs([]string{"str-init", bad}); err == nil {
+			t.Errorf("argv[1] %q accepted", bad)
+		}
+	}
+}
+
+// prepareExec puts RLIMIT_AS last and never raises a limit above the
+// current hard one.
+func TestPrepareExecOrder(t *testing.T) {
+	var nofile unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{Argv: []string{"/bin/true", "a"}, Env: []string{"A=1"}, Rlimits: []Rlimit{
+		{Name: "RLIMIT_AS", Resource: unix.RLIMIT_AS, Value: 1 << 29},
+		{Name: "RLIMIT_NOFILE", Resource: unix.RLIMIT_NOFILE, Value: nofile.Max + 1},
+		{Name: "RLIMIT_CORE", Resource: unix.RLIMIT_CORE},
+	}}
+	ex, err := prepareExec(cfg, "/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ex.limits) != 3 || ex.limits[2].name != "RLIMIT_AS" {
+		t.Fatalf("limits %+v: RLIMIT_AS must be last", ex.limits)
+	}
+	if ex.limits[0].lim.Max != nofile.Max {
+		t.Fatalf("RLIMIT_NOFILE %d raised above the hard limit %d", ex.limits[0].lim.Max, nofile.Max)
+	}
+	if len(ex.argv) != 3 || ex.argv[2] != nil || len(ex.envp) != 2 || ex.envp[1] != nil {
+		t.Fatalf("argv/envp not NULL-terminated: %d %d", len(ex.argv), len(ex.envp))
 	}
 }

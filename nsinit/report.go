@@ -2,8 +2,10 @@ package nsinit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -19,18 +21,16 @@ type Phase struct {
 	Ms   float64 `json:"ms"`
 }
 
-// Event is one line on the report pipe (fd 4), nsinit -> launcher. The pipe
-// is close-on-exec, so the tool never holds it; the launcher sees EOF when
-// nsinit exits.
+// Event is one line on the report pipe, init -> launcher. The pipe is
+// close-on-exec, so the tool never holds it; the launcher sees EOF when the
+// init has become the tool (execve) or has exited.
 type Event = event
 
 type event struct {
-	Type    string     `json:"type"` // "timings", "warning", "error", "exit"
+	Type    string     `json:"type"` // "timings", "warning", "error"
 	Phases  []Phase    `json:"phases,omitempty"`
 	Message string     `json:"message,omitempty"`
 	Error   *StepError `json:"error,omitempty"`
-	Code    int        `json:"code,omitempty"`
-	Signal  int        `json:"signal,omitempty"`
 }
 
 type reporter struct {
@@ -52,23 +52,46 @@ func (r *reporter) send(e event) {
 	_, _ = r.f.Write(append(b, '\n'))
 }
 
-// installSeccomp loads a classic-BPF seccomp filter on the calling thread
-// only (no TSYNC: the caller is the locked thread that forks the tool).
-// no_new_privs must already be set.
-func installSeccomp(filter []byte) error {
-	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > 4096 {
-		return fmt.Errorf("seccomp program of %d bytes is not 1-4096 sock_filter records", len(filter))
+// readerGone reports whether the report pipe's read end, which only the
+// launcher holds, is closed: POLLERR on our write end.
+func (r *reporter) readerGone() bool {
+	fds := []unix.PollFd{{Fd: int32(r.f.Fd()), Events: unix.POLLOUT}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+}
+
+// ErrNoNewPrivs is the cause when InstallSeccomp runs on a thread without
+// no_new_privs.
+var ErrNoNewPrivs = errors.New("no_new_privs is not set on this thread")
+
+// InstallSeccomp is str's one seccomp installer: the init's step 18, and
+// the installer the seccomp package's kernel tests use. filter is the
+// program in the one byte format of str (package seccomp, EncodeFilter):
+// struct sock_filter records of 8 bytes in the machine's byte order,
+// handed to the kernel as they are. It loads the filter on the calling
+// thread only (no TSYNC): the caller holds a locked OS thread that then
+// execs, so the filter is exactly the new program's. no_new_privs must be
+// set first: without it the kernel takes a filter only from CAP_SYS_ADMIN,
+// and a setuid exec could shed it.
+func InstallSeccomp(filter []byte) error {
+	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > maxBPFInsns {
+		return fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(filter), maxBPFInsns)
 	}
-	prog := make([]unix.SockFilter, len(filter)/8)
-	for i := range prog {
-		r := filter[8*i:]
-		prog[i] = unix.SockFilter{Code: uint16(r[0]) | uint16(r[1])<<8, Jt: r[2], Jf: r[3],
-			K: uint32(r[4]) | uint32(r[5])<<8 | uint32(r[6])<<16 | uint32(r[7])<<24}
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("prctl(PR_GET_NO_NEW_PRIVS): %w", err)
 	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if nnp != 1 {
+		return ErrNoNewPrivs
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&filter[0]))}
 	_, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(filter)
 	if e != 0 {
 		return e
 	}
 	return nil
 }
+
+// maxBPFInsns is the kernel's BPF_MAXINSNS.
+const maxBPFInsns = 4096

@@ -739,3 +739,27 @@ func TestLoadDirMissing(t *testing.T) {
 		t.Errorf("LoadDir(missing) = %v", err)
 	}
 }
+
+// A lookup by name decodes that file alone; it gives exactly the profile
+// the full load gives, and aliases still resolve.
+func TestLazyEmbeddedLookup(t *testing.T) {
+	lazy, _ := Embedded()
+	p, err := lazy.Lookup("restrictive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lazy.pending == nil || len(lazy.single) != 1 {
+		t.Fatalf("a lookup by name decoded the whole set (pending %v, single %d)", lazy.pending != nil, len(lazy.single))
+	}
+	full, _ := Embedded()
+	if err := full.loadAll(); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := full.Lookup("restrictive")
+	if !reflect.DeepEqual(p, q) {
+		t.Fatalf("lazy and full decode differ:\n%+v\n%+v", p, q)
+	}
+	if a, err := lazy.Lookup("untrusted"); err != nil || a.Name != "restrictive" {
+		t.Fatalf("alias after a lazy lookup: %v %v", a, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 )
@@ -61,11 +62,19 @@ func Decode(data []byte, source string) (*Profile, error) {
 
 // Set is a collection of validated profiles, looked up by name or alias.
 // Names and aliases share one namespace: no name or alias is ever
-// resolved two ways. A Set is not safe for concurrent LoadDir and Lookup.
+// resolved two ways. Lookup is safe for concurrent use; LoadDir is not
+// safe concurrently with anything.
 type Set struct {
 	profiles map[string]*Profile // by name
 	aliases  map[string]string   // alias -> name
 	sources  map[string]string   // name -> file it came from
+
+	// The embedded profiles are decoded when first needed: a Lookup by
+	// name decodes that one file only (`str run` pays for one profile,
+	// not four); anything that needs the whole set decodes it all.
+	mu      sync.Mutex
+	pending fs.FS               // embedded files not loaded into the tables yet
+	single  map[string]*Profile // embedded profiles decoded one by one
 }
 
 func newSet() *Set {
@@ -74,13 +83,55 @@ func newSet() *Set {
 
 // Embedded returns a new Set holding the profiles compiled into str:
 // restrictive (alias untrusted), standard, permissive (alias trusted) and
-// confidential.
+// confidential. Decoding is lazy (see Set); TestEmbeddedFilesDecodeAndValidate
+// keeps the files valid, so the error is for a broken build only.
 func Embedded() (*Set, error) {
 	s := newSet()
-	if err := s.loadFS(embedded, ".", "embedded:"); err != nil {
-		return nil, err
-	}
+	s.pending = embedded
+	s.single = map[string]*Profile{}
 	return s, nil
+}
+
+// loadAll decodes the pending embedded profiles into the tables.
+func (s *Set) loadAll() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		return nil
+	}
+	fsys := s.pending
+	s.pending, s.single = nil, nil
+	return s.loadFS(fsys, ".", "embedded:")
+}
+
+// lookupSingle decodes the embedded file NAME.yaml alone, when the set's
+// embedded part is still pending and name is a profile's own name.
+func (s *Set) lookupSingle(name string) (*Profile, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		return nil, false
+	}
+	if p, ok := s.single[name]; ok {
+		return p.clone(), true
+	}
+	if !validFileName(name) {
+		return nil, false
+	}
+	data, err := fs.ReadFile(s.pending, name+".yaml")
+	if err != nil {
+		return nil, false
+	}
+	p, err := Decode(data, "embedded:"+name+".yaml")
+	if err != nil || p.Name != name {
+		return nil, false // the full load reports it
+	}
+	s.single[name] = p
+	return p.clone(), true
+}
+
+func validFileName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/\\.\x00")
 }
 
 // LoadDir adds every *.yaml file of dir (not recursive) to the set. Every
@@ -88,6 +139,9 @@ func Embedded() (*Set, error) {
 // one already in the set (or in another file) is an error, never a silent
 // override. When anything is wrong nothing is added.
 func (s *Set) LoadDir(dir string) error {
+	if err := s.loadAll(); err != nil {
+		return err
+	}
 	return s.loadFS(os.DirFS(dir), dir, "")
 }
 
@@ -137,7 +191,7 @@ func (s *Set) loadFS(fsys fs.FS, dir, prefix string) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	*s = *next
+	s.profiles, s.aliases, s.sources = next.profiles, next.aliases, next.sources
 	return nil
 }
 
@@ -165,6 +219,13 @@ func (s *Set) add(p *Profile, source string) error {
 	return nil
 }
 
+// canonical maps a name or alias to a canonical name, loading the whole
+// set first (for callers outside the loading path).
+func (s *Set) canonical(name string) (string, bool) {
+	_ = s.loadAll() // an error here is Lookup's to report
+	return s.resolve(name)
+}
+
 // resolve maps a name or alias to a canonical name.
 func (s *Set) resolve(name string) (string, bool) {
 	if _, ok := s.profiles[name]; ok {
@@ -177,6 +238,12 @@ func (s *Set) resolve(name string) (string, bool) {
 // Lookup returns a copy of the profile with this name or alias; the
 // caller may change it without affecting the set.
 func (s *Set) Lookup(name string) (*Profile, error) {
+	if p, ok := s.lookupSingle(name); ok {
+		return p, nil
+	}
+	if err := s.loadAll(); err != nil {
+		return nil, err
+	}
 	if canon, ok := s.resolve(name); ok {
 		return s.profiles[canon].clone(), nil
 	}
@@ -189,14 +256,21 @@ func (s *Set) Lookup(name string) (*Profile, error) {
 }
 
 // Names returns the canonical profile names, sorted.
-func (s *Set) Names() []string { return sortedKeys(s.profiles) }
+func (s *Set) Names() []string {
+	_ = s.loadAll() // an error here is Lookup's to report
+	return sortedKeys(s.profiles)
+}
 
 // Aliases returns a copy of the alias table (alias -> canonical name).
-func (s *Set) Aliases() map[string]string { return maps.Clone(s.aliases) }
+func (s *Set) Aliases() map[string]string {
+	_ = s.loadAll()
+	return maps.Clone(s.aliases)
+}
 
 // Source names the file a profile came from ("embedded:standard.yaml" or
 // a path under a LoadDir directory), or "" for an unknown name.
 func (s *Set) Source(name string) string {
+	_ = s.loadAll()
 	canon, _ := s.resolve(name)
 	return s.sources[canon]
 }

@@ -59,8 +59,9 @@
 //   - Anything reached through arguments in memory (paths, sockaddrs,
 //     clone3 args): seccomp sees only the six register values. Which files
 //     and networks exist is the job of the mount and network namespaces.
-//   - Threads other than the one that installs the filter. Install is
-//     per thread (no TSYNC); see the ordering rule below.
+//   - Threads other than the one that installs the filter. The installer
+//     (nsinit.InstallSeccomp, the only one) is per thread (no TSYNC); see
+//     the ordering rule below.
 //   - Resource exhaustion (cgroups do that) and information available
 //     through allowed calls (uname, sysinfo).
 //
@@ -84,30 +85,42 @@
 //   - SECCOMP_RET_ERRNO and SECCOMP_RET_KILL_PROCESS (Linux 4.14)
 //   - no_new_privs (Linux 3.5), so that installing needs no privilege
 //
-// A missing feature is a hard error from Install; there is no fallback.
+// A missing feature is a hard error from the installer; there is no
+// fallback.
+//
+// # One byte format, one installer
+//
+// A compiled program travels as bytes, and only as bytes: struct
+// sock_filter records of 8 bytes in the machine's byte order
+// (EncodeFilter writes them; the interpreter reads them back). The
+// embedded policies are compiled at go generate time into
+// precompiled/POLICY_ARCH.bpf (32 bytes of SHA-256 of the policy file,
+// then the records), so `str run` reads bytes and decodes no YAML and no
+// JSON; the reviewer's view of the rules (.json beside it) is read only
+// for `str profile show --plan`. The init (cmd/str-init, no libseccomp)
+// hands the bytes to seccomp(2) through nsinit.InstallSeccomp, the one
+// installer, which the kernel tests here use too. libseccomp is a
+// build-time tool and the compiler of policy files loaded at run time.
 //
 // # Ordering rule
 //
-// The filter is installed last, after prctl(PR_SET_NO_NEW_PRIVS, 1), on
-// the locked OS thread that then execs the tool with syscall.ForkExec:
+// The filter is installed after prctl(PR_SET_NO_NEW_PRIVS, 1), on the
+// locked OS thread that then sets the rlimits and calls execve itself
+// (nsinit steps 17-20):
 //
 //	runtime.LockOSThread()
-//	... every other setup step (mounts, pivot_root, rlimits, ids, fds) ...
+//	... every other setup step (mounts, pivot_root, ids, capabilities) ...
 //	prctl(PR_SET_NO_NEW_PRIVS, 1)
-//	seccomp.Install(prog.Filter)        // nothing but the exec is left to do
-//	syscall.ForkExec(tool, ...)         // from the same thread
+//	nsinit.InstallSeccomp(filter)       // only rlimits and execve follow
+//	prlimit64(0, ...) ...; execve(tool) // raw, from the same thread
 //
-// Last, so the policy need not allow setup syscalls (mount, pivot_root);
-// after no_new_privs, because the kernel demands it of unprivileged
-// callers and so that exec cannot gain privileges the filter did not
-// anticipate; on the exec'ing thread, because a filter belongs to the
-// thread that installed it and to what that thread clones, not to the
-// Go program's other threads. Every policy therefore allows what Go's
-// ForkExec does between installation and exec (clone with CLONE_VM|
-// CLONE_VFORK, pipe2, dup3, fcntl, setsid, setpgid, prctl(PR_SET_PDEATHSIG),
-// prlimit64 on itself, execve, wait4). ForkExec must not use
-// SysProcAttr.UseCgroupFD after installation: that path needs clone3,
-// which every policy answers with ENOSYS, and Go does not fall back.
+// After every setup step, so the policy need not allow setup syscalls
+// (mount, pivot_root); after no_new_privs, because the kernel demands it
+// of unprivileged callers and so that exec cannot gain privileges the
+// filter did not anticipate; on the exec'ing thread, because a filter
+// belongs to the thread that installed it, not to the Go program's other
+// threads. Every policy therefore allows prlimit64 on the caller itself
+// and execve.
 //
 // # Tests
 //

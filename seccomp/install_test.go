@@ -15,12 +15,13 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
 
 // childEnv selects the re-executed child mode of this test binary:
 // "<policy>" installs that policy and runs the probes, "none" runs the
-// probes without a filter (the control), "no-nnp" calls Install without
+// probes without a filter (the control), "no-nnp" calls the installer without
 // no_new_privs, "x32:<policy>" installs the policy and makes an x32 call. The filter is never installed in the go test process
 // itself (STYLE.md rule 11).
 const childEnv = "STR_SECCOMP_TEST_CHILD"
@@ -128,7 +129,7 @@ func errnoText(e syscall.Errno) string {
 //  1. lock the OS thread: the filter and the exec happen on this thread
 //  2. compile the policy
 //  3. prctl(PR_SET_NO_NEW_PRIVS, 1)
-//  4. Install
+//  4. nsinit.InstallSeccomp (the production installer)
 //  5. raw syscall probes
 //  6. syscall.ForkExec python3 from this thread, wait for it
 //  7. print the report as the last stdout line
@@ -145,7 +146,7 @@ func seccompChild(mode string) int {
 	// 1.
 	runtime.LockOSThread()
 	// 2.
-	var filter []unix.SockFilter
+	var filter []byte
 	if mode != "none" && mode != "no-nnp" {
 		p, err := Load(mode)
 		if err != nil {
@@ -157,14 +158,14 @@ func seccompChild(mode string) int {
 			rep.Error = err.Error()
 			return emit()
 		}
-		filter = prog.Filter
+		filter = EncodeFilter(prog.Filter)
 	}
 	if mode == "no-nnp" {
 		p, _ := Load("standard")
 		prog, _ := p.Compile()
-		err := Install(prog.Filter)
+		err := nsinit.InstallSeccomp(EncodeFilter(prog.Filter))
 		rep.Error = fmt.Sprint(err)
-		if errors.Is(err, ErrNoNewPrivs) {
+		if errors.Is(err, nsinit.ErrNoNewPrivs) {
 			rep.Errnos["install"] = "ErrNoNewPrivs"
 		}
 		return emit()
@@ -176,7 +177,7 @@ func seccompChild(mode string) int {
 	}
 	// 4.
 	if filter != nil {
-		if err := Install(filter); err != nil {
+		if err := nsinit.InstallSeccomp(filter); err != nil {
 			rep.Error = err.Error()
 			return emit()
 		}
@@ -235,7 +236,7 @@ func x32Child(policy string) int {
 		fmt.Println(err)
 		return 2
 	}
-	if err := Install(prog.Filter); err != nil {
+	if err := nsinit.InstallSeccomp(EncodeFilter(prog.Filter)); err != nil {
 		fmt.Println(err)
 		return 2
 	}
@@ -356,16 +357,16 @@ func TestX32SyscallKills(t *testing.T) {
 
 func TestInstallRequiresNoNewPrivs(t *testing.T) {
 	rep, out := runChild(t, "no-nnp")
-	if rep.Errnos["install"] != "ErrNoNewPrivs" || !strings.Contains(rep.Error, "step 2, check no_new_privs") {
+	if rep.Errnos["install"] != "ErrNoNewPrivs" || !strings.Contains(rep.Error, "no_new_privs is not set") {
 		t.Fatalf("Install without no_new_privs = %q\n%s", rep.Error, out)
 	}
 }
 
-func TestInstallRejectsEmptyProgram(t *testing.T) {
-	// Step 1 returns before any syscall: safe in the test process.
-	err := Install(nil)
-	var ie *InstallError
-	if !errors.As(err, &ie) || ie.Step != 1 || !strings.Contains(err.Error(), "check program size") {
-		t.Fatalf("Install(nil) = %v", err)
+func TestInstallRejectsMalformedProgram(t *testing.T) {
+	// The size check returns before any syscall: safe in the test process.
+	for _, f := range [][]byte{nil, make([]byte, 7), make([]byte, 8*4097)} {
+		if err := nsinit.InstallSeccomp(f); err == nil || !strings.Contains(err.Error(), "sock_filter records") {
+			t.Fatalf("InstallSeccomp(%d bytes) = %v", len(f), err)
+		}
 	}
 }

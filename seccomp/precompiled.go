@@ -24,27 +24,62 @@ import (
 // A precompiled program is used only when its recorded content key equals
 // the policy's own; policies loaded from files always compile at run time.
 //
-//go:embed precompiled/*.json
+//go:embed precompiled/*.json precompiled/*.bpf
 var precompiledFS embed.FS
 
-// precompiled is one file under precompiled/.
+// A precompiled policy is two files under precompiled/:
+//
+//   - POLICY_ARCH.bpf: the program, read by every `str run`: 32 bytes of
+//     SHA-256 of the embedded policy file it was compiled from, then the
+//     struct sock_filter records (EncodeFilter). CompileEmbedded matches
+//     the hash without decoding the YAML and decodes no JSON.
+//   - POLICY_ARCH.json: precompiled, the reviewer's view (rules with
+//     their reasons, default action) and the content key, read only to
+//     show a plan or for policies loaded by Load.
 type precompiled struct {
 	Policy string `json:"policy"`
 	Arch   string `json:"arch"`
 	// Key is the hex SHA-256 of the policy's content key (cacheKey).
 	Key string `json:"key"`
-	// Filter is the program as struct sock_filter records, 8 bytes each.
-	Filter []byte `json:"filter"`
-	// SourceSHA256 is the hex SHA-256 of the embedded YAML file's bytes:
-	// CompileEmbedded matches on it without decoding the YAML (which costs
-	// milliseconds in every `str run`).
-	SourceSHA256  string     `json:"source_sha256"`
+	// FilterSHA256 is the hex SHA-256 of the .bpf file.
+	FilterSHA256  string     `json:"filter_sha256"`
 	DefaultAction string     `json:"default_action"`
 	Rules         []RuleView `json:"rules"`
 }
 
-func precompiledPath(policy, arch string) string {
-	return fmt.Sprintf("precompiled/%s_%s.json", policy, arch)
+func precompiledPath(policy, arch, ext string) string {
+	return fmt.Sprintf("precompiled/%s_%s.%s", policy, arch, ext)
+}
+
+// readBPF returns the source hash and the program of a .bpf file.
+func readBPF(policy, arch string) (src [32]byte, filter []byte, ok bool) {
+	data, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "bpf"))
+	if err != nil || len(data) < 32+8 || (len(data)-32)%8 != 0 {
+		return src, nil, false
+	}
+	copy(src[:], data)
+	return src, data[32:], true
+}
+
+func readMeta(policy, arch string) (*precompiled, [32]byte, bool) {
+	var sum [32]byte
+	data, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "json"))
+	if err != nil {
+		return nil, sum, false
+	}
+	var pc precompiled
+	if json.Unmarshal(data, &pc) != nil || pc.Arch != arch {
+		return nil, sum, false
+	}
+	bpf, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "bpf"))
+	if err != nil {
+		return nil, sum, false
+	}
+	sum = sha256.Sum256(bpf)
+	if hex.EncodeToString(sum[:]) != pc.FilterSHA256 {
+		return nil, sum, false
+	}
+	return &pc, sum, true
 }
 
 func hexKey(key string) string {
@@ -59,15 +94,15 @@ func fromPrecompiled(p *Policy, key string) (*Program, bool) {
 	if err != nil {
 		return nil, false
 	}
-	data, err := precompiledFS.ReadFile(precompiledPath(p.Name, arch.name))
-	if err != nil {
+	pc, _, ok := readMeta(p.Name, arch.name)
+	if !ok || pc.Key != hexKey(key) {
 		return nil, false
 	}
-	var pc precompiled
-	if json.Unmarshal(data, &pc) != nil || pc.Key != hexKey(key) || pc.Arch != arch.name {
+	_, raw, ok := readBPF(p.Name, arch.name)
+	if !ok {
 		return nil, false
 	}
-	filter, err := decodeSockFilters(pc.Filter)
+	filter, err := decodeSockFilters(raw)
 	if err != nil {
 		return nil, false
 	}
@@ -76,7 +111,8 @@ func fromPrecompiled(p *Policy, key string) (*Program, bool) {
 }
 
 // writePrecompiled compiles p with the full self-check and writes its
-// precompiled file into dir (the package directory). Used by go generate.
+// two precompiled files into dir (the package directory). Used by go
+// generate.
 func writePrecompiled(p *Policy, dir string) error {
 	key, err := cacheKey(p)
 	if err != nil {
@@ -90,17 +126,23 @@ func writePrecompiled(p *Policy, dir string) error {
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(src)
-	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), Filter: EncodeFilter(prog.Filter),
-		SourceSHA256: hex.EncodeToString(sum[:]), DefaultAction: prog.DefaultAction, Rules: prog.Rules}, "", "  ")
+	srcSum := sha256.Sum256(src)
+	bpf := append(srcSum[:], EncodeFilter(prog.Filter)...)
+	bpfSum := sha256.Sum256(bpf)
+	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), FilterSHA256: hex.EncodeToString(bpfSum[:]),
+		DefaultAction: prog.DefaultAction, Rules: prog.Rules}, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, precompiledPath(p.Name, prog.Arch)), append(data, '\n'), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, precompiledPath(p.Name, prog.Arch, "bpf")), bpf, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, precompiledPath(p.Name, prog.Arch, "json")), append(data, '\n'), 0o644)
 }
 
 // EncodeFilter packs a program as struct sock_filter records (8 bytes
-// each, little-endian fields): the form nsinit receives and installs.
+// each, little-endian fields, which is the machine's order on every
+// architecture str builds for): str's one byte format of a program.
 func EncodeFilter(f []unix.SockFilter) []byte {
 	out := make([]byte, 0, 8*len(f))
 	for _, ins := range f {
@@ -112,7 +154,8 @@ func EncodeFilter(f []unix.SockFilter) []byte {
 
 // embeddedPrecompiled returns the precompiled program of an embedded
 // policy when the embedded YAML is byte-for-byte the one it was generated
-// from: no YAML decode, no compile.
+// from: no YAML decode, no compile, no JSON. Rules and DefaultAction are
+// left empty: EmbeddedViews reads them when a plan is shown.
 func embeddedPrecompiled(name string) (*Program, bool) {
 	arch, err := native()
 	if err != nil {
@@ -122,18 +165,28 @@ func embeddedPrecompiled(name string) (*Program, bool) {
 	if err != nil {
 		return nil, false
 	}
-	data, err := precompiledFS.ReadFile(precompiledPath(name, arch.name))
+	want, raw, ok := readBPF(name, arch.name)
+	if !ok || sha256.Sum256(src) != want {
+		return nil, false
+	}
+	filter, err := decodeSockFilters(raw)
 	if err != nil {
 		return nil, false
 	}
-	var pc precompiled
-	sum := sha256.Sum256(src)
-	if json.Unmarshal(data, &pc) != nil || pc.SourceSHA256 != hex.EncodeToString(sum[:]) || pc.Arch != arch.name || len(pc.Rules) == 0 {
-		return nil, false
-	}
-	filter, err := decodeSockFilters(pc.Filter)
+	return &Program{Policy: name, Arch: arch.name, Filter: filter}, true
+}
+
+// EmbeddedViews returns the reviewer's view of an embedded policy's
+// precompiled program: its rules with their reasons and its default
+// action.
+func EmbeddedViews(name string) ([]RuleView, string, error) {
+	arch, err := native()
 	if err != nil {
-		return nil, false
+		return nil, "", err
 	}
-	return &Program{Policy: name, Arch: arch.name, DefaultAction: pc.DefaultAction, Rules: pc.Rules, Filter: filter}, true
+	pc, _, ok := readMeta(name, arch.name)
+	if !ok {
+		return nil, "", fmt.Errorf("seccomp: no precompiled view of policy %q for %s: run go generate ./seccomp", name, arch.name)
+	}
+	return pc.Rules, pc.DefaultAction, nil
 }

@@ -1,15 +1,13 @@
 // Command str is the secure tool runtime: one binary whose subcommands run a
 // sandbox (run), serve tool invocations (worker), run the dev broker
 // (broker), send one invocation (invoke), show profiles (profile), check the
-// host (doctor) and measure spawn latency (bench). When re-executed as
-// "nsinit" it is the sandbox's PID 1 (see package nsinit).
+// host (doctor) and measure spawn latency (bench). The sandbox's init is a
+// separate static program embedded in it (cmd/str-init, launcher/initbin).
 package main
 
 import (
 	"fmt"
 	"os"
-
-	"github.com/securetoolruntime/str/nsinit"
 )
 
 const usage = `usage: str <command> [flags]
@@ -25,11 +23,6 @@ commands:
 `
 
 func main() {
-	// The sandbox child: re-executed from /proc/self/exe by the launcher.
-	// It never returns.
-	if nsinit.IsChild() {
-		nsinit.Main()
-	}
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)

@@ -12,17 +12,19 @@ import (
 	"syscall"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 )
 
 // Exit codes of `str run` when the failure is str's, not the tool's.
 // Everything else is the tool's own status (128+N when signal N killed it).
+// 125-127 are the init's own (defined once, in nsinit).
 const (
-	exitTimedOut    = 124 // the wall-clock timeout killed the sandbox
-	exitLauncher    = 125 // str could not build or start the sandbox (usage, profile, setup step)
-	exitCannotExec  = 126 // the command exists but cannot be executed
-	exitNotFound    = 127 // the command does not exist inside the sandbox
-	exitUsage       = 2   // bad flags (before anything was attempted)
+	exitTimedOut    = 124                    // the wall-clock timeout killed the sandbox
+	exitLauncher    = nsinit.ExitSetupFailed // str could not build or start the sandbox (usage, profile, setup step)
+	exitCannotExec  = nsinit.ExitCannotExec  // the command exists but cannot be executed
+	exitNotFound    = nsinit.ExitNotFound    // the command does not exist inside the sandbox
+	exitUsage       = 2                      // bad flags (before anything was attempted)
 	runUsageSummary = `usage: str run [flags] -- CMD [ARGS...]
 
 Runs CMD in a fresh sandbox and exits with its status (128+N if signal N

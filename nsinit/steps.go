@@ -1,0 +1,99 @@
+package nsinit
+
+import "strconv"
+
+// Step identifies one step of the sandbox setup. The init's steps are
+// numbered in the order run performs them; the launcher's are L1..L7. The
+// same constants name the step in every StepError, in run's doc comment and
+// in SECURITY.md (TestStepListsAgree checks that the three agree).
+type Step int
+
+// The init's steps, in order. Each one's title is in stepTitles.
+const (
+	StepReadPlan     Step = iota // 0
+	StepCloseFDs                 // 1
+	StepMakePrivate              // 2
+	StepCloneSources             // 3
+	StepRootTmpfs                // 4
+	StepMounts                   // 5
+	StepPivotRoot                // 6
+	StepRootReadOnly             // 7
+	StepChdir                    // 8
+	StepHostname                 // 9
+	StepLoopback                 // 10
+	StepResolveTool              // 11
+	StepDropBounding             // 12
+	StepClearAmbient             // 13
+	StepSetIDs                   // 14
+	StepClearCaps                // 15
+	StepParentDeath              // 16
+	StepNoNewPrivs               // 17
+	StepSeccomp                  // 18
+	StepRlimits                  // 19
+	StepExec                     // 20
+	numInitSteps
+)
+
+// The launcher's steps (who "launcher"): L1..L7.
+const (
+	StepLCgroup      Step = 101 + iota // L1
+	StepLPipes                         // L2
+	StepLClone                         // L3
+	StepLEnterCgrp                     // L4
+	StepLSendPlan                      // L5
+	StepLTimeout                       // L6
+	StepLTeardown                      // L7
+	numLauncherSteps = iota
+)
+
+// stepTitles is the one list of what each init step does: run's doc
+// comment and SECURITY.md carry exactly these lines.
+var stepTitles = [numInitSteps]string{
+	StepReadPlan:     "read the plan from fd 3 (sent once this process is in its cgroup)",
+	StepCloseFDs:     "mark every inherited fd from 3 up close-on-exec",
+	StepMakePrivate:  "make / private, recursively",
+	StepCloneSources: "clone every bind source (open_tree) while host paths are visible",
+	StepRootTmpfs:    "mount a fresh tmpfs as the new root",
+	StepMounts:       "perform the planned mounts in order",
+	StepPivotRoot:    "pivot_root into the new root and detach the old one",
+	StepRootReadOnly: "remount the new root read-only",
+	StepChdir:        "chdir into the work dir and check getcwd",
+	StepHostname:     "set the hostname",
+	StepLoopback:     "bring up loopback",
+	StepResolveTool:  "resolve the tool's path and build argv and envp",
+	StepDropBounding: "drop the capability bounding set",
+	StepClearAmbient: "clear the ambient capabilities",
+	StepSetIDs:       "set groups, gid, uid",
+	StepClearCaps:    "clear the effective, permitted and inheritable capabilities",
+	StepParentDeath:  "re-arm the parent-death signal and check the launcher is alive",
+	StepNoNewPrivs:   "set no_new_privs",
+	StepSeccomp:      "load seccomp",
+	StepRlimits:      "set the rlimits (raw prlimit64, RLIMIT_AS last)",
+	StepExec:         "execve the tool (raw syscall): the tool becomes PID 1",
+}
+
+// Title is the step's line in the documented sequence.
+func (s Step) Title() string {
+	if s >= 0 && s < numInitSteps {
+		return stepTitles[s]
+	}
+	return ""
+}
+
+// String is "5" for an init step and "L1" for a launcher step.
+func (s Step) String() string {
+	if s > StepLCgroup-1 {
+		return "L" + strconv.Itoa(int(s-StepLCgroup)+1)
+	}
+	return strconv.Itoa(int(s))
+}
+
+// DocList is the numbered list of the init's steps as run's doc comment
+// and SECURITY.md print it ("  0. read the plan ...").
+func DocList() []string {
+	out := make([]string, numInitSteps)
+	for s := Step(0); s < numInitSteps; s++ {
+		out[s] = strconv.Itoa(int(s)) + ". " + stepTitles[s]
+	}
+	return out
+}

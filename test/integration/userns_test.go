@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// held is a sandbox kept running until release: its tool writes "ready"
+// into its work dir, then waits for the test to create "go".
+type held struct {
+	t    *testing.T
+	wd   string
+	cmd  *exec.Cmd
+	errb bytes.Buffer
+}
+
+func hold(t *testing.T, profile, before string) *held {
+	t.Helper()
+	h := &held{t: t, wd: worldDir(t)}
+	h.cmd = exec.Command(strBin, "run", "--profile", profile, "--workdir", h.wd, "--", "/bin/sh", "-c",
+		before+`; touch ready; while [ ! -e go ]; do sleep 0.02; done`)
+	h.cmd.Stderr = &h.errb
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.release)
+	if !eventually(60*time.Second, func() bool { _, err := os.Stat(filepath.Join(h.wd, "ready")); return err == nil }) {
+		t.Fatalf("held sandbox never got ready: %s", h.errb.String())
+	}
+	return h
+}
+
+func (h *held) release() {
+	if h.cmd.ProcessState != nil {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(h.wd, "go"), nil, 0o644)
+	_ = h.cmd.Wait()
+}
+
+// hostUID is the host owner of a file the tool wrote.
+func hostUID(t *testing.T, path string) int {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(st.Sys().(*syscall.Stat_t).Uid)
+}
+
+// Two concurrent sandboxes run under different host uids, neither root nor
+// the shared 65534, and files a tool writes belong to its own uid: a
+// setuid binary it plants is setuid to nobody else's uid.
+func TestConcurrentSandboxesHaveUniqueHostUIDs(t *testing.T) {
+	needRoot(t)
+	a := hold(t, "restrictive", "cp /bin/true planted && chmod 4755 planted")
+	b := hold(t, "restrictive", "true")
+	ua, ub := hostUID(t, filepath.Join(a.wd, "ready")), hostUID(t, filepath.Join(b.wd, "ready"))
+	if ua == ub || ua == 0 || ub == 0 || ua == 65534 || ub == 65534 {
+		t.Fatalf("host uids of two live sandboxes: %d and %d; want distinct, neither 0 nor 65534", ua, ub)
+	}
+	if u := hostUID(t, filepath.Join(a.wd, "planted")); u != ua {
+		t.Fatalf("planted setuid binary owned by host uid %d, want the sandbox's own %d", u, ua)
+	}
+	// The sandbox's PID 1 (the tool) holds no capability on the host and
+	// its user namespace maps neither host root nor 65534.
+	pid := sandboxPID1(t, ua)
+	status, _ := os.ReadFile("/proc/" + pid + "/status")
+	for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if !strings.Contains(string(status), f+":\t0000000000000000") {
+			t.Fatalf("sandbox PID 1 (host pid %s) has %s set:\n%s", pid, f, status)
+		}
+	}
+	uidMap, _ := os.ReadFile("/proc/" + pid + "/uid_map")
+	for _, line := range strings.Split(strings.TrimSpace(string(uidMap)), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && (f[1] == "0" || f[1] == "65534") {
+			t.Fatalf("sandbox user namespace maps host uid %s:\n%s", f[1], uidMap)
+		}
+	}
+}
+
+// sandboxPID1 finds the host pid of the process running as uid that is
+// PID 1 of its pid namespace (NSpid ends in 1).
+func sandboxPID1(t *testing.T, uid int) string {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		st, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		s := string(st)
+		if strings.Contains(s, "\nUid:\t"+strconv.Itoa(uid)+"\t") && strings.Contains(s, "\nNSpid:\t"+e.Name()+"\t1\n") {
+			return e.Name()
+		}
+	}
+	t.Fatalf("no PID 1 of a sandbox runs as host uid %d", uid)
+	return ""
+}
+
+// A host process running as 65534 (the uid every tool shared before) can
+// read neither a tool's memory nor its environment.
+func TestHostNobodyCannotReadTool(t *testing.T) {
+	needRoot(t)
+	h := hold(t, "restrictive", "true")
+	pid := sandboxPID1(t, hostUID(t, filepath.Join(h.wd, "ready")))
+	for _, f := range []string{"mem", "environ"} {
+		cmd := exec.Command("/bin/cat", "/proc/"+pid+"/"+f)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("host nobody read /proc/%s/%s of a tool: %q", pid, f, out)
+		}
+	}
+}
+
+// A tool holding all the processes it may have does not stop a concurrent
+// sandbox from forking (RLIMIT_NPROC counts per host uid, and each sandbox
+// has its own).
+func TestProcessLimitNotShared(t *testing.T) {
+	needRoot(t)
+	hold(t, "restrictive", `i=0; while [ $i -lt 28 ]; do sleep 600 & i=$((i+1)); done`)
+	r := sh(t, "restrictive", `sh -c 'echo child' & wait; echo forked`)
+	if !strings.Contains(r.Stdout, "child") || !strings.Contains(r.Stdout, "forked") {
+		t.Fatalf("second sandbox could not fork:\n%s", r.Stdout)
+	}
+}
+
+// The init's executable cannot be written from inside: PID 1 is the tool
+// itself (the init replaced itself), and its binary is a read-only bind.
+func TestPID1ExeNotWritable(t *testing.T) {
+	needRoot(t)
+	r := sh(t, "restrictive", `readlink /proc/1/exe; if echo x >>/proc/1/exe; then echo WROTE; fi 2>/dev/null; echo done`)
+	if strings.Contains(r.Stdout, "WROTE") || !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("/proc/1/exe writable from inside:\n%s", r.Stdout)
+	}
+	if strings.Contains(r.Stdout, "memfd") || strings.Contains(r.Stdout, "str-init") {
+		t.Fatalf("the init is still PID 1 while the tool runs:\n%s", r.Stdout)
+	}
+}
