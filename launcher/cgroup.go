@@ -33,9 +33,11 @@ type sandboxCgroup interface {
 	Path() string
 	// CloneFD returns a directory fd for CLONE_INTO_CGROUP (v2 only).
 	CloneFD() (int, bool)
-	// Enter moves a process in (v1, after the clone, before the child
-	// is allowed to continue).
-	Enter(pid int) error
+	// SelfEntry (v1) makes the "tasks" file of every controller writable
+	// by the init's host ids and returns their paths: the init's exec
+	// thread moves itself in (nsinit step 12). v2 returns nil: the init is
+	// born in its cgroup.
+	SelfEntry(uid, gid int) ([]string, error)
 	// Empty reports whether no process is left.
 	Empty() bool
 	// Kill kills every process of the cgroup.
@@ -168,9 +170,8 @@ func newCgroupV2(parent, id string, pl CgroupPlan) (*cgroupV2, error) {
 
 func (c *cgroupV2) Path() string         { return c.path }
 func (c *cgroupV2) CloneFD() (int, bool) { return c.fd, true }
-func (c *cgroupV2) Enter(pid int) error {
-	return os.WriteFile(filepath.Join(c.path, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
-}
+func (c *cgroupV2) SelfEntry(uid, gid int) ([]string, error) { return nil, nil }
+
 func (c *cgroupV2) Empty() bool {
 	b, err := os.ReadFile(filepath.Join(c.path, "cgroup.procs"))
 	return err != nil || len(bytes.TrimSpace(b)) == 0
@@ -262,7 +263,21 @@ func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
 
 func (c *cgroupV1) Path() string         { return c.paths["memory"] }
 func (c *cgroupV1) CloneFD() (int, bool) { return -1, false }
-func (c *cgroupV1) Enter(pid int) error  { return c.cg.Add(cgroup1.Process{Pid: pid}) }
+func (c *cgroupV1) SelfEntry(uid, gid int) ([]string, error) {
+	var tasks []string
+	for _, ctl := range v1Controllers {
+		dir, ok := c.paths[ctl]
+		if !ok {
+			continue
+		}
+		t := filepath.Join(dir, "tasks")
+		if err := os.Lchown(t, uid, gid); err != nil {
+			return nil, fmt.Errorf("chown %s to the init's host ids %d:%d: %w", t, uid, gid, err)
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks, nil
+}
 func (c *cgroupV1) Empty() bool {
 	for _, p := range c.paths {
 		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))

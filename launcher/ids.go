@@ -179,3 +179,12 @@ func (pl *Plan) assignIDs(base int) {
 		pl.ToolGID = base
 	}
 }
+
+// initHostIDs are the host ids the init runs as: the block's first id in
+// root mode, the caller's own rootless.
+func (pl *Plan) initHostIDs() (uid, gid int) {
+	if len(pl.UIDMappings) > 0 && len(pl.GIDMappings) > 0 && pl.UIDMappings[0].Inside == 0 {
+		return pl.UIDMappings[0].Outside, pl.GIDMappings[0].Outside
+	}
+	return pl.ToolUID, pl.ToolGID
+}

@@ -104,6 +104,18 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			s.cg = cg
 		}
 	}
+	// L4. cgroup v1: the init's exec thread enters the cgroup itself
+	// (nsinit step 12); its tasks files become writable by the init's
+	// host ids, and nothing else of the cgroup does.
+	if s.cg != nil {
+		uid, gid := plan.initHostIDs()
+		tasks, err := s.cg.SelfEntry(uid, gid)
+		if err != nil {
+			s.release()
+			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroupOwner, Action: "prepare cgroup self-entry", Path: s.cg.Path(), Msg: err.Error(), Err: err}
+		}
+		plan.Child.CgroupTasks = tasks
+	}
 	s.mark("cgroup")
 
 	// L2. The two pipes: config (launcher -> init) and report (init ->
@@ -211,24 +223,6 @@ func (s *Sandbox) run() {
 		s.ids.record(pid)
 	}
 
-	// L4. cgroup v1: move the child in before it may continue; it is
-	// blocked reading its plan until step L5.
-	if s.cg != nil {
-		if _, ok := s.cg.CloneFD(); !ok {
-			if err := s.cg.Enter(pid); err != nil {
-				s.startErr = &StepError{Who: "launcher", Step: nsinit.StepLEnterCgrp, Action: "enter cgroup", Path: s.cg.Path(), Msg: err.Error(), Err: err}
-				_ = s.cmd.Process.Kill()
-				s.configW.Close()
-				_ = s.cmd.Wait()
-				s.reportR.Close()
-				s.release()
-				close(s.started)
-				return
-			}
-		}
-	}
-
-	s.mark("enter_cgroup")
 	// L5. Send the plan. Only now does the init start its setup.
 	data, _ := json.Marshal(&s.plan.Child)
 	_, werr := s.configW.Write(data)

@@ -25,9 +25,14 @@ type Config struct {
 	Env     []string `json:"env"`
 	Workdir string   `json:"workdir"` // path inside the sandbox
 
-	// PassFDs is how many inherited fds (starting at fd 5 in nsinit)
-	// are handed to the tool as fds 3, 4, ...; every other fd is closed.
+	// PassFDs is how many inherited fds (at 3, 4, ... already) the tool
+	// keeps; every other fd is closed at its execve.
 	PassFDs int `json:"pass_fds"`
+
+	// CgroupTasks are the sandbox's cgroup v1 "tasks" files, one per
+	// controller; the init's exec thread moves itself in (step 12). Empty
+	// on cgroup v2, where the init is born in its cgroup.
+	CgroupTasks []string `json:"cgroup_tasks,omitempty"`
 
 	// Seccomp is the compiled classic-BPF program, installed last, as
 	// struct sock_filter records (8 bytes each, little-endian fields):

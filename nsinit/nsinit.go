@@ -78,10 +78,10 @@ func Main() {
 // It returns only on failure. The steps, in order (nsinit.DocList; the
 // same list is in SECURITY.md):
 //
-//  0. read the plan from fd 3 (sent once this process is in its cgroup)
-//  1. mark every inherited fd from 3 up close-on-exec
+//  0. read the plan from the config pipe
+//  1. mark every inherited fd past the pass-list close-on-exec
 //  2. make / private, recursively
-//  3. clone every bind source (open_tree) while host paths are visible
+//  3. clone every bind source (open_tree) and open the cgroup v1 tasks files while host paths are visible
 //  4. mount a fresh tmpfs as the new root
 //  5. perform the planned mounts in order
 //  6. pivot_root into the new root and detach the old one
@@ -95,20 +95,26 @@ func Main() {
 // per-thread state below is what the tool inherits; no other thread of
 // ours ever has it):
 //
-//  12. drop the capability bounding set
-//  13. clear the ambient capabilities
-//  14. set groups, gid, uid
-//  15. clear the effective, permitted and inheritable capabilities
-//  16. re-arm the parent-death signal and check the launcher is alive
-//  17. set no_new_privs
-//  18. load seccomp
-//  19. set the rlimits (raw prlimit64, RLIMIT_AS last)
-//  20. execve the tool (raw syscall): the tool becomes PID 1
+//  12. cgroup v1: move this thread into the sandbox's cgroup (write 0 to each tasks file)
+//  13. drop the capability bounding set
+//  14. clear the ambient capabilities
+//  15. set groups, gid, uid
+//  16. clear the effective, permitted and inheritable capabilities
+//  17. re-arm the parent-death signal and check the launcher is alive
+//  18. set no_new_privs
+//  19. load seccomp
+//  20. set the rlimits (raw prlimit64, RLIMIT_AS last)
+//  21. execve the tool (raw syscall): the tool becomes PID 1
 //
 // The init runs in the sandbox's own user namespace as root of that
 // namespace only: on the host it is an unprivileged uid of its own (see
-// launcher: one id block per sandbox), so even before step 12 it holds no
-// capability over anything of the host.
+// launcher: one id block per sandbox), so even before step 13 it holds no
+// capability over anything of the host. On cgroup v2 it is born in the
+// sandbox's cgroup (CLONE_INTO_CGROUP); on v1 its setup runs in the
+// launcher's cgroup and the exec thread moves itself in at step 12, so the
+// tool never runs a single instruction outside the limits while no
+// process migration (an RCU grace period, 8-20 ms) sits on the critical
+// path.
 func run(fds fdLayout, rep *reporter) (int, error) {
 	t := newTimer(rep)
 
@@ -137,9 +143,17 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 	}
 
 	// 3. Clone the bind sources now: step 4 hides the host's staging dir.
+	// The cgroup v1 tasks files (the launcher made them writable by this
+	// process's host uid) are opened now too, for step 12.
 	trees, err := cloneSources(cfg.Mounts)
 	if err != nil {
 		return ExitSetupFailed, err
+	}
+	tasks := make([]int, len(cfg.CgroupTasks))
+	for i, p := range cfg.CgroupTasks {
+		if tasks[i], err = unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err != nil {
+			return ExitSetupFailed, stepErr(StepCloneSources, "open cgroup tasks file", p, "O_WRONLY", err)
+		}
 	}
 	t.mark("clone_sources")
 
@@ -214,7 +228,7 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 	t.mark("net")
 
 	// 11. Resolve the tool inside the sandbox (before seccomp: stat only)
-	// and build everything execve needs now: after step 19 this process
+	// and build everything execve needs now: after step 20 this process
 	// may not allocate (RLIMIT_AS is below what the Go runtime reserves).
 	if len(cfg.Argv) == 0 {
 		return ExitSetupFailed, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
@@ -233,8 +247,8 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 	}
 	t.mark("setup")
 
-	// 12-20 run on their own locked thread; on success they never return.
-	err = execTool(cfg, ex, rep, t)
+	// 12-21 run on their own locked thread; on success they never return.
+	err = execTool(cfg, ex, rep, t, tasks)
 	code := ExitSetupFailed
 	if errors.Is(err, unix.ENOENT) {
 		code = ExitNotFound
@@ -244,24 +258,37 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 	return code, err
 }
 
-// execTool performs steps 12-20 on a fresh OS thread that is never
+// execTool performs steps 12-21 on a fresh OS thread that is never
 // unlocked: that thread calls execve, so the credentials, capabilities,
 // no_new_privs, seccomp filter and rlimits it sets are exactly the tool's,
 // and no other goroutine of the init ever runs with them. It returns only
 // when a step failed (the thread then dies with its goroutine).
-func execTool(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
+func execTool(cfg *Config, ex *execArgs, rep *reporter, t *timer, tasks []int) error {
 	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
-		ch <- dropAndExec(cfg, ex, rep, t)
+		ch <- dropAndExec(cfg, ex, rep, t, tasks)
 	}()
 	return <-ch
 }
 
-func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
-	// 12. Empty the bounding set so no later exec (setuid or file-caps
+func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer, tasks []int) error {
+	// 12. cgroup v1: this thread, the one that becomes the tool, moves
+	// itself into the sandbox's cgroup, before it drops anything and
+	// before any tool code can run. A thread moving itself ("0" in
+	// tasks) takes no global lock; migrating the whole process from the
+	// launcher waits for an RCU grace period. Every thread the tool will
+	// ever have descends from this one (execve ends the others).
+	for i, fd := range tasks {
+		if _, err := unix.Write(fd, []byte("0")); err != nil {
+			return stepErr(StepEnterCgroup, "enter cgroup", cfg.CgroupTasks[i], "write 0 (this thread)", err)
+		}
+		unix.Close(fd)
+	}
+
+	// 13. Empty the bounding set so no later exec (setuid or file-caps
 	// binary) can ever regain a capability. Needs CAP_SETPCAP, so it comes
-	// before the uid change in step 14.
+	// before the uid change in step 15.
 	lastCap, err := lastCapability()
 	if err != nil {
 		return stepErr(StepDropBounding, "read", "/proc/sys/kernel/cap_last_cap", "", err)
@@ -272,12 +299,12 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
 		}
 	}
 
-	// 13. Ambient capabilities would survive the exec: clear them.
+	// 14. Ambient capabilities would survive the exec: clear them.
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return stepErr(StepClearAmbient, "clear ambient capabilities", "", "PR_CAP_AMBIENT_CLEAR_ALL", err)
 	}
 
-	// 14. Identity: groups, then gid, then uid (after the uid change we
+	// 15. Identity: groups, then gid, then uid (after the uid change we
 	// could no longer change groups or gid). Raw per-thread syscalls: the
 	// libc/Go wrappers would change every thread of the init.
 	if cfg.SetGroups {
@@ -292,8 +319,8 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
 		return stepErr(StepSetIDs, "setresuid", fmt.Sprint(cfg.UID), "", e)
 	}
 
-	// 15. Empty effective, permitted and inheritable sets. A non-zero uid
-	// already lost them in step 14; a profile running as uid 0 inside
+	// 16. Empty effective, permitted and inheritable sets. A non-zero uid
+	// already lost them in step 15; a profile running as uid 0 inside
 	// relies on this step.
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
@@ -301,7 +328,7 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
 		return stepErr(StepClearCaps, "capset", "all sets empty", "", err)
 	}
 
-	// 16. The uid change of step 14 cleared the parent-death signal the
+	// 17. The uid change of step 15 cleared the parent-death signal the
 	// launcher asked for at clone (the kernel does so on every credential
 	// change): set it again, then make sure the launcher did not die in
 	// between, or the tool could outlive it. The report pipe's read end is
@@ -313,13 +340,13 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
 		return stepErr(StepParentDeath, "check launcher", "report pipe", "POLLERR", errors.New("the launcher exited during setup"))
 	}
 
-	// 17. no_new_privs: exec can never grant privileges again (setuid bits,
+	// 18. no_new_privs: exec can never grant privileges again (setuid bits,
 	// file capabilities), and it lets an unprivileged thread load seccomp.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return stepErr(StepNoNewPrivs, "prctl", "PR_SET_NO_NEW_PRIVS", "", err)
 	}
 
-	// 18. seccomp, after every setup syscall above, so the filter need not
+	// 19. seccomp, after every setup syscall above, so the filter need not
 	// allow mount, pivot_root, capset or setresuid for us. Loaded on this
 	// thread only; execve keeps it. The filter allows what steps 19-20
 	// need (prlimit64 on itself, execve).
@@ -331,7 +358,7 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
 	t.mark("privileges")
 	t.flush()
 
-	// 19. rlimits, as raw prlimit64 calls on ourselves right before
+	// 20. rlimits, as raw prlimit64 calls on ourselves right before
 	// execve: the tool never runs one instruction without them, and no
 	// helper program sits in between. RLIMIT_AS goes last: the Go runtime
 	// of this process reserves more address space than a tool's limit, so
@@ -344,7 +371,7 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
 		}
 	}
 
-	// 20. execve, raw: no allocation between the rlimits and the new
+	// 21. execve, raw: no allocation between the rlimits and the new
 	// image. The report pipe is close-on-exec, so the launcher sees EOF
 	// exactly when the tool starts (or this thread reports why not).
 	// The launcher made this process a session leader with no
@@ -356,7 +383,7 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer) error {
 	return stepErr(StepExec, "execve", cfg.Argv[0], "", e)
 }
 
-// execArgs is everything steps 19 and 20 use, built in step 11 so that
+// execArgs is everything steps 20 and 21 use, built in step 11 so that
 // they allocate nothing.
 type execArgs struct {
 	path   *byte
@@ -372,7 +399,7 @@ type limit struct {
 }
 
 // prepareExec builds argv/envp as C arrays and the rlimits in the order
-// step 19 sets them.
+// step 20 sets them.
 // A limit above the current hard limit is lowered to it: in its user
 // namespace the init cannot raise a hard limit, and lower is tighter.
 func prepareExec(cfg *Config, path string) (*execArgs, error) {

@@ -74,7 +74,7 @@ func TestStepListsAgree(t *testing.T) {
 			t.Errorf("%s: step list\n%s\nwant (nsinit.DocList)\n%s", f.path, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	}
-	if StepExec.String() != "20" || StepLCgroup.String() != "L1" || StepLTeardown.String() != "L7" {
+	if StepExec.String() != "21" || StepLCgroup.String() != "L1" || StepLTeardown.String() != "L7" {
 		t.Fatalf("step names: %s %s %s", StepExec, StepLCgroup, StepLTeardown)
 	}
 }

@@ -22,37 +22,39 @@ const (
 	StepHostname                 // 9
 	StepLoopback                 // 10
 	StepResolveTool              // 11
-	StepDropBounding             // 12
-	StepClearAmbient             // 13
-	StepSetIDs                   // 14
-	StepClearCaps                // 15
-	StepParentDeath              // 16
-	StepNoNewPrivs               // 17
-	StepSeccomp                  // 18
-	StepRlimits                  // 19
-	StepExec                     // 20
+	StepEnterCgroup              // 12
+	StepDropBounding             // 13
+	StepClearAmbient             // 14
+	StepSetIDs                   // 15
+	StepClearCaps                // 16
+	StepParentDeath              // 17
+	StepNoNewPrivs               // 18
+	StepSeccomp                  // 19
+	StepRlimits                  // 20
+	StepExec                     // 21
 	numInitSteps
 )
 
-// The launcher's steps (who "launcher"): L1..L7.
+// The launcher's steps (who "launcher"): L1..L7: create the cgroup (and
+// lease the host ids), make the pipes, clone the init, open the cgroup v1
+// tasks files to the init, send the plan, time out or cancel, tear down.
 const (
 	StepLCgroup      Step = 101 + iota // L1
 	StepLPipes                         // L2
 	StepLClone                         // L3
-	StepLEnterCgrp                     // L4
+	StepLCgroupOwner                   // L4
 	StepLSendPlan                      // L5
 	StepLTimeout                       // L6
 	StepLTeardown                      // L7
-	numLauncherSteps = iota
 )
 
 // stepTitles is the one list of what each init step does: run's doc
 // comment and SECURITY.md carry exactly these lines.
 var stepTitles = [numInitSteps]string{
-	StepReadPlan:     "read the plan from fd 3 (sent once this process is in its cgroup)",
-	StepCloseFDs:     "mark every inherited fd from 3 up close-on-exec",
+	StepReadPlan:     "read the plan from the config pipe",
+	StepCloseFDs:     "mark every inherited fd past the pass-list close-on-exec",
 	StepMakePrivate:  "make / private, recursively",
-	StepCloneSources: "clone every bind source (open_tree) while host paths are visible",
+	StepCloneSources: "clone every bind source (open_tree) and open the cgroup v1 tasks files while host paths are visible",
 	StepRootTmpfs:    "mount a fresh tmpfs as the new root",
 	StepMounts:       "perform the planned mounts in order",
 	StepPivotRoot:    "pivot_root into the new root and detach the old one",
@@ -61,6 +63,7 @@ var stepTitles = [numInitSteps]string{
 	StepHostname:     "set the hostname",
 	StepLoopback:     "bring up loopback",
 	StepResolveTool:  "resolve the tool's path and build argv and envp",
+	StepEnterCgroup:  "cgroup v1: move this thread into the sandbox's cgroup (write 0 to each tasks file)",
 	StepDropBounding: "drop the capability bounding set",
 	StepClearAmbient: "clear the ambient capabilities",
 	StepSetIDs:       "set groups, gid, uid",
