@@ -168,8 +168,8 @@ func newCgroupV2(parent, id string, pl CgroupPlan) (*cgroupV2, error) {
 	return &cgroupV2{mgr: mgr, path: path, fd: fd}, nil
 }
 
-func (c *cgroupV2) Path() string         { return c.path }
-func (c *cgroupV2) CloneFD() (int, bool) { return c.fd, true }
+func (c *cgroupV2) Path() string                             { return c.path }
+func (c *cgroupV2) CloneFD() (int, bool)                     { return c.fd, true }
 func (c *cgroupV2) SelfEntry(uid, gid int) ([]string, error) { return nil, nil }
 
 func (c *cgroupV2) Empty() bool {
