@@ -66,14 +66,34 @@ func cmdDoctor(args []string) int {
 			"run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or use a best_effort profile (no memory/pids/cpu limits)")
 	}
 
-	// Spawn latency: without favordynmods, every move of a process into a
-	// cgroup (v1 attach, v2 migration) waits for an RCU grace period
-	// (cgroup_threadgroup_rwsem): measured 6-19 ms per sandbox on cgroup v1
-	// hosts. CLONE_INTO_CGROUP (v2) avoids the move entirely.
-	mi := readFile("/proc/self/mountinfo")
-	if mode == launcher.CgroupV1 && !strings.Contains(mi, "favordynmods") {
-		info("cgroup attach latency", "favordynmods is off: each sandbox start on cgroup v1 waits for an RCU grace period (~5-20 ms)")
-		fmt.Printf("       tune: mount -o remount,favordynmods /sys/fs/cgroup/unified (kernel >= 6.0; or boot with cgroup_favordynmods=1)\n")
+	// Spawn latency: no sandbox start migrates a process between cgroups
+	// (v2: CLONE_INTO_CGROUP; v1: the init's exec thread moves itself,
+	// which takes no global lock), so favordynmods is not needed.
+
+	// Host ids: every sandbox runs under a block of host ids of its own.
+	if uid == 0 {
+		r, err := launcher.LoadIDRange(os.Getenv, "/etc/subuid")
+		if err != nil {
+			check("sandbox host ids", false, err.Error(), "set STR_ID_RANGE=START:COUNT (START >= 65536) or a str:START:COUNT line in /etc/subuid")
+		} else {
+			clash := accountsInRange(readFile("/etc/passwd"), r)
+			check("sandbox host ids", len(clash) == 0,
+				fmt.Sprintf("range %s: %d concurrent sandboxes, %d ids each (the init, the tool)", r, r.Slots(), launcher.IDsPerSandbox)+
+					map[bool]string{true: "", false: "; accounts inside the range: " + strings.Join(clash, ", ")}[len(clash) == 0],
+				"pick a range no account uses: STR_ID_RANGE=START:COUNT or a str:START:COUNT line in /etc/subuid")
+		}
+	} else {
+		info("sandbox host ids", fmt.Sprintf("rootless: every sandbox runs as uid %d (the only id this user can map)", uid))
+	}
+
+	// A masked /proc (container runtimes mount over /proc/kcore, ...)
+	// forbids mounting a fresh /proc inside a user namespace.
+	if masked := procOvermounts(readFile("/proc/self/mountinfo")); len(masked) > 0 {
+		check("unmasked /proc", false, "mounts over /proc: "+strings.Join(masked, ", ")+"; a sandbox cannot mount its own /proc",
+			"run the worker's container with an unmasked /proc (Kubernetes: securityContext.procMount: Unmasked; docker: --security-opt systempaths=unconfined), "+
+				"or use a best_effort profile (runs without /proc and says so)")
+	} else {
+		check("unmasked /proc", true, "nothing is mounted over /proc's files", "")
 	}
 
 	// seccomp and libseccomp.
@@ -115,6 +135,40 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Println("\nsome checks failed: see the fixes above.")
 	return 1
+}
+
+// accountsInRange lists the /etc/passwd accounts whose uid is in r.
+func accountsInRange(passwd string, r launcher.IDRange) []string {
+	var out []string
+	for _, l := range strings.Split(passwd, "\n") {
+		f := strings.Split(l, ":")
+		if len(f) < 3 {
+			continue
+		}
+		var id int
+		if _, err := fmt.Sscan(f[2], &id); err == nil && id >= r.Start && id < r.Start+r.Count {
+			out = append(out, f[0]+"="+f[2])
+		}
+	}
+	return out
+}
+
+// procOvermounts lists mount points below /proc other than the ones the
+// kernel tolerates for a fresh proc mount in a user namespace (the
+// binfmt_misc automount on an empty directory).
+func procOvermounts(mountinfo string) []string {
+	var out []string
+	for _, l := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 || !strings.HasPrefix(f[4], "/proc/") {
+			continue
+		}
+		if strings.HasPrefix(f[4], "/proc/sys/fs/binfmt_misc") {
+			continue
+		}
+		out = append(out, f[4])
+	}
+	return out
 }
 
 func readFile(p string) string {
