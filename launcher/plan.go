@@ -214,7 +214,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 func rlimits(p *profiles.Profile) []nsinit.Rlimit {
 	r := p.Rlimits
 	return []nsinit.Rlimit{
-		{Name: "RLIMIT_AS", Resource: unix.RLIMIT_AS, Value: uint64(r.AS)},
+		{Name: "RLIMIT_AS", Resource: unix.RLIMIT_AS, Value: r.AS.Rlimit()},
 		{Name: "RLIMIT_CPU", Resource: unix.RLIMIT_CPU, Value: uint64(time.Duration(r.CPU) / time.Second)},
 		{Name: "RLIMIT_FSIZE", Resource: unix.RLIMIT_FSIZE, Value: uint64(r.FSize)},
 		{Name: "RLIMIT_NOFILE", Resource: unix.RLIMIT_NOFILE, Value: uint64(r.NoFile)},

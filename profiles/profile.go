@@ -37,13 +37,13 @@ type Profile struct {
 
 // Rlimits are the per-process resource limits (soft = hard).
 type Rlimits struct {
-	AS     Quantity `yaml:"as"`     // bytes
-	CPU    Duration `yaml:"cpu"`    // whole seconds
-	FSize  Quantity `yaml:"fsize"`  // bytes
-	NoFile int64    `yaml:"nofile"` // count
-	NProc  int64    `yaml:"nproc"`  // count
-	Stack  Quantity `yaml:"stack"`  // bytes
-	Core   Quantity `yaml:"core"`   // bytes; must be 0
+	AS     AddressSpace `yaml:"as"`     // bytes, or "unlimited" (see AddressSpace)
+	CPU    Duration     `yaml:"cpu"`    // whole seconds
+	FSize  Quantity     `yaml:"fsize"`  // bytes
+	NoFile int64        `yaml:"nofile"` // count
+	NProc  int64        `yaml:"nproc"`  // count
+	Stack  Quantity     `yaml:"stack"`  // bytes
+	Core   Quantity     `yaml:"core"`   // bytes; must be 0
 }
 
 // Cgroup limits for the sandbox's own cgroup.

@@ -3,6 +3,7 @@ package profiles
 import (
 	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -138,7 +139,7 @@ func TestReferenceNumbers(t *testing.T) {
 					writableVar = true
 				}
 			}
-			got := row{r.AS, r.FSize, p.Cgroup.Memory, tmp, p.Mounts.DevShm,
+			got := row{Quantity(r.AS), r.FSize, p.Cgroup.Memory, tmp, p.Mounts.DevShm,
 				time.Duration(r.CPU), time.Duration(p.Timeout), r.NoFile, r.NProc, p.Cgroup.Pids,
 				p.Cgroup.CPUs, p.Network, p.Seccomp, writableVar, p.Env.Passthrough}
 			if len(got.passthrough) == 0 {
@@ -534,7 +535,7 @@ func TestTighten(t *testing.T) {
 			func(p *Profile) bool { return p.Cgroup.Memory == 512*mi && p.Network == "none" }, nil},
 		{"all tighter", "standard", Overrides{Timeout: ptr(10 * time.Second), Memory: ptr(Quantity(256 * mi)), CPUs: ptr(Quantity(500)), Pids: ptr(int64(8)), Network: ptr("none")},
 			func(p *Profile) bool {
-				return p.Timeout == Duration(10*time.Second) && p.Cgroup.Memory == 256*mi && p.Rlimits.AS == 1*gi &&
+				return p.Timeout == Duration(10*time.Second) && p.Cgroup.Memory == 256*mi && p.Rlimits.AS == AddressSpace(1*gi) &&
 					p.Cgroup.CPUs == 500 && p.Cgroup.Pids == 8 && p.Network == "none"
 			}, nil},
 		{"memory looser", "restrictive", Overrides{Memory: ptr(Quantity(2 * gi))}, nil,
@@ -761,5 +762,25 @@ func TestLazyEmbeddedLookup(t *testing.T) {
 	}
 	if a, err := lazy.Lookup("untrusted"); err != nil || a.Name != "restrictive" {
 		t.Fatalf("alias after a lazy lookup: %v %v", a, err)
+	}
+}
+
+// rlimits.as may be "unlimited" (memory.max bounds the sandbox), never in a
+// best_effort profile (which may run without a cgroup); no other size may.
+func TestAddressSpaceUnlimited(t *testing.T) {
+	base, err := embedded.ReadFile("restrictive.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(string(base), "as: 512Mi", "as: unlimited", 1)
+	p, err := Decode([]byte(src), "t.yaml")
+	if err != nil || p.Rlimits.AS != UnlimitedAS || p.Rlimits.AS.Rlimit() != math.MaxUint64 {
+		t.Fatalf("as: unlimited: %v %v", p, err)
+	}
+	if _, err := Decode([]byte(strings.Replace(src, "best_effort: false", "best_effort: true", 1)), "t.yaml"); err == nil || !strings.Contains(err.Error(), "rlimits.as") {
+		t.Fatalf("unlimited address space in a best_effort profile: %v", err)
+	}
+	if _, err := Decode([]byte(strings.Replace(string(base), "fsize: 64Mi", "fsize: unlimited", 1)), "t.yaml"); err == nil {
+		t.Fatal("fsize: unlimited accepted")
 	}
 }

@@ -296,3 +296,47 @@ func (c Cgroup) MarshalYAML() (any, error) {
 		Pids   int64    `yaml:"pids"`
 	}{c.Memory, FormatCPUs(c.CPUs), c.Pids}, nil
 }
+
+// AddressSpace is rlimits.as: a byte size, or "unlimited". RLIMIT_AS
+// caps each process's virtual address space, which runtimes reserve far
+// beyond what they use: a Go or JVM program cannot even start under the
+// reference's 512 MiB although it needs 20 MB. Where memory.max bounds
+// the sandbox's real memory (always, unless best_effort), a profile may
+// therefore lift the address-space limit; the reference's numbers stay
+// the default of the embedded profiles for compatibility.
+type AddressSpace Quantity
+
+// UnlimitedAS is rlimits.as: unlimited (RLIM_INFINITY).
+const UnlimitedAS = AddressSpace(math.MaxInt64)
+
+// UnmarshalYAML decodes a byte size or "unlimited".
+func (a *AddressSpace) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Value == "unlimited" {
+		*a = UnlimitedAS
+		return nil
+	}
+	var q Quantity
+	if err := q.UnmarshalYAML(n); err != nil {
+		return err
+	}
+	*a = AddressSpace(q)
+	return nil
+}
+
+// MarshalYAML prints "unlimited" or the byte size.
+func (a AddressSpace) MarshalYAML() (any, error) { return a.String(), nil }
+
+func (a AddressSpace) String() string {
+	if a == UnlimitedAS {
+		return "unlimited"
+	}
+	return FormatBytes(Quantity(a))
+}
+
+// Rlimit is the value setrlimit takes: RLIM_INFINITY for unlimited.
+func (a AddressSpace) Rlimit() uint64 {
+	if a == UnlimitedAS {
+		return math.MaxUint64
+	}
+	return uint64(a)
+}

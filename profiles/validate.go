@@ -205,10 +205,13 @@ func checkRlimits(p *Profile, add func(string, string, ...any)) {
 	for _, q := range []struct {
 		field string
 		v     Quantity
-	}{{"rlimits.as", r.AS}, {"rlimits.fsize", r.FSize}, {"rlimits.stack", r.Stack}} {
+	}{{"rlimits.as", Quantity(r.AS)}, {"rlimits.fsize", r.FSize}, {"rlimits.stack", r.Stack}} {
 		if q.v <= 0 {
 			add(q.field, "must be set and > 0, got %s", FormatBytes(q.v))
 		}
+	}
+	if r.AS == UnlimitedAS && p.BestEffort {
+		add("rlimits.as", "unlimited needs memory.max to bound the sandbox, and a best_effort profile may run without a cgroup")
 	}
 	switch cpu := time.Duration(r.CPU); {
 	case cpu <= 0:

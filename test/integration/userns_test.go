@@ -145,3 +145,28 @@ func TestPID1ExeNotWritable(t *testing.T) {
 		t.Fatalf("the init is still PID 1 while the tool runs:\n%s", r.Stdout)
 	}
 }
+
+// rlimits.as: the reference's 512 MiB stops a program that reserves 1 GiB
+// of address space (as Go and JVM runtimes do) although it uses almost
+// none; a profile with as: unlimited lets it run, memory.max still bounds
+// what it uses.
+func TestAddressSpaceLimitIsAProfileField(t *testing.T) {
+	needRoot(t)
+	reserve := `import mmap; m = mmap.mmap(-1, 1 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000, prot=mmap.PROT_READ); print("reserved")`
+	if r := str(t, "--profile", "restrictive", "--", "/usr/bin/python3", "-c", reserve); r.Exit == 0 || strings.Contains(r.Stdout, "reserved") {
+		t.Fatalf("1 GiB reserved under restrictive's 512 MiB RLIMIT_AS: exit %d %s", r.Exit, r.Stdout)
+	}
+	src, err := os.ReadFile("../../profiles/restrictive.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	y := strings.Replace(strings.Replace(string(src), "name: restrictive", "name: bigvm", 1), "as: 512Mi", "as: unlimited", 1)
+	y = strings.Replace(y, "aliases: [untrusted]", "aliases: []", 1)
+	if err := os.WriteFile(filepath.Join(dir, "bigvm.yaml"), []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := str(t, "--profile-dir", dir, "--profile", "bigvm", "--", "/usr/bin/python3", "-c", reserve); r.Exit != 0 || !strings.Contains(r.Stdout, "reserved") {
+		t.Fatalf("as: unlimited did not lift the address-space limit: exit %d\n%s\n%s", r.Exit, r.Stdout, r.Stderr)
+	}
+}
