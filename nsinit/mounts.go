@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+const hintSearch = "the sandbox's init runs as an unprivileged host uid of its own: a bind source and every directory above it " +
+	"must be searchable by others (chmod o+x on the directories, o+r on files the tool reads)"
 const hintUserns = "user namespaces or mount namespaces unavailable? see str doctor"
 const hintProc = "a fresh /proc cannot be mounted here, usually because the container runtime masks /proc " +
 	"(docker: --security-opt systempaths=unconfined; Kubernetes: procMount: Unmasked); " +
@@ -34,7 +36,11 @@ func cloneSources(mounts []Mount) ([]int, error) {
 			if m.Optional && errors.Is(err, unix.ENOENT) {
 				continue
 			}
-			return nil, stepErr(StepCloneSources, "clone bind source", m.Source, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err)
+			se := stepErr(StepCloneSources, "clone bind source", m.Source, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err)
+			if errors.Is(err, unix.EACCES) {
+				se = se.hint(hintSearch)
+			}
+			return nil, se
 		}
 		fds[i] = fd
 	}
