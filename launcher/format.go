@@ -36,6 +36,10 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 		w("  %2d. %s\n", i+1, describeMount(m))
 	}
 	w("  then: pivot_root, detach old root, remount / read-only, chdir %s\n", pl.Child.Workdir)
+	w("\ninit sequence (nsinit, every sandbox):\n")
+	for _, l := range nsinit.DocList() {
+		w("  %s\n", l)
+	}
 	host := fmt.Sprintf("host uid %d gid %d", pl.ToolUID, pl.ToolGID)
 	if pl.ToolUID < 0 {
 		host = "host ids: the leased block's"

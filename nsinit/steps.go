@@ -75,14 +75,6 @@ var stepTitles = [numInitSteps]string{
 	StepExec:         "execve the tool (raw syscall): the tool becomes PID 1",
 }
 
-// Title is the step's line in the documented sequence.
-func (s Step) Title() string {
-	if s >= 0 && s < numInitSteps {
-		return stepTitles[s]
-	}
-	return ""
-}
-
 // String is "5" for an init step and "L1" for a launcher step.
 func (s Step) String() string {
 	if s > StepLCgroup-1 {
