@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,6 +30,7 @@ type Sandbox struct {
 
 	cmd               *exec.Cmd
 	configR, configW  *os.File
+	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
 	started, finished chan struct{}
 	startErr          error
@@ -118,19 +118,20 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	}
 	s.mark("cgroup")
 
-	// L2. The two pipes: config (launcher -> init) and report (init ->
-	// launcher). os.Pipe makes them close-on-exec here; ExtraFiles dup
-	// them into the child without that flag, after the tool's pass-list,
-	// and the init's step 1 sets it again before the tool runs.
+	// L2. The config pipe (launcher -> init) and the report socket (init
+	// -> launcher, SOCK_SEQPACKET: one event per message, and the egress
+	// listeners as SCM_RIGHTS). Both are close-on-exec here; ExtraFiles
+	// dup them into the child without that flag, after the tool's
+	// pass-list, and the init's step 1 sets it again before the tool runs.
 	if s.configR, s.configW, err = os.Pipe(); err != nil {
 		s.release()
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "pipe", Path: "config", Msg: err.Error(), Err: err}
 	}
-	if s.reportR, s.reportW, err = os.Pipe(); err != nil {
+	if s.reportR, s.reportW, err = seqpacketPair(); err != nil {
 		s.configR.Close()
 		s.configW.Close()
 		s.release()
-		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "pipe", Path: "report", Msg: err.Error(), Err: err}
+		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "socketpair", Path: "report", Detail: "AF_UNIX SOCK_SEQPACKET", Msg: err.Error(), Err: err}
 	}
 
 	// L3. The child: the static init from its sealed memfd, in new
@@ -231,20 +232,12 @@ func (s *Sandbox) run() {
 	_ = werr // a write error means the child died; Wait reports how
 	close(s.started)
 
-	// The report pipe: events until the init has become the tool or has
-	// exited (EOF either way: the pipe is close-on-exec).
+	// The report socket: events until the init has become the tool or has
+	// exited (EOF either way: the socket is close-on-exec).
 	reportDone := make(chan struct{})
 	go func() {
 		defer close(reportDone)
-		sc := bufio.NewScanner(s.reportR)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var ev nsinit.Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil {
-				s.events = append(s.events, ev)
-			}
-		}
-		s.reportR.Close()
+		s.readReports()
 	}()
 
 	// L6. A timeout kills the whole sandbox; a cancellation asks the tool
@@ -270,6 +263,64 @@ func (s *Sandbox) run() {
 	// namespace; the cgroup kill catches anything else, then the cgroup
 	// is read and removed and the id block released.
 	s.result = s.collect()
+}
+
+// readReports reads the init's events, one per message, and keeps the
+// descriptors of a "listeners" event.
+func (s *Sandbox) readReports() {
+	defer s.reportR.Close()
+	buf := make([]byte, 256<<10)
+	oob := make([]byte, unix.CmsgSpace(4*64))
+	fd := int(s.reportR.Fd())
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || (n == 0 && oobn == 0) {
+			return
+		}
+		var fds []int
+		if oobn > 0 {
+			if cms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+				for _, cm := range cms {
+					if got, err := unix.ParseUnixRights(&cm); err == nil {
+						fds = append(fds, got...)
+					}
+				}
+			}
+		}
+		var ev nsinit.Event
+		if json.Unmarshal(buf[:n], &ev) != nil {
+			closeFDs(fds)
+			continue
+		}
+		if ev.Type == "listeners" && len(fds) == len(ev.Listeners) && s.listeners == nil {
+			s.listeners = map[string]*os.File{}
+			for i, l := range ev.Listeners {
+				s.listeners[l.Name] = os.NewFile(uintptr(fds[i]), l.Name)
+			}
+			s.onListeners()
+			continue
+		}
+		closeFDs(fds)
+		s.events = append(s.events, ev)
+	}
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// seqpacketPair is the report socket: ours (read) and the init's (write).
+func seqpacketPair() (ours, theirs *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "report"), os.NewFile(uintptr(fds[1]), "report-init"), nil
 }
 
 // interrupt is a cancellation: SIGINT to the tool (PID 1 of the sandbox:
@@ -433,3 +484,9 @@ func cloneDetail(pl *Plan) string {
 // the owner its work dir must have. It is known from Create on (each
 // sandbox may get its own ids), before anything runs.
 func (s *Sandbox) ToolOwner() (uid, gid int) { return s.plan.ToolUID, s.plan.ToolGID }
+
+// onListeners takes the init's egress listeners (restricted and
+// allow_egress sandboxes) and starts serving them.
+func (s *Sandbox) onListeners() {
+	s.startEgress()
+}

@@ -12,6 +12,12 @@ type Config struct {
 	Hostname   string `json:"hostname"`
 	LoopbackUp bool   `json:"loopback_up"` // the sandbox has its own network namespace
 
+	// Listen are the egress listeners the init opens in the sandbox's
+	// network namespace once lo is up (step 10) and hands to the launcher
+	// (SCM_RIGHTS on the report socket): the egress proxy serves them from
+	// the host side, so no process of ours stays inside to relay.
+	Listen []Listener `json:"listen,omitempty"`
+
 	Rlimits []Rlimit `json:"rlimits"`
 
 	// Identity the tool runs as (inside the user namespace, if any).
@@ -78,4 +84,11 @@ type Rlimit struct {
 	Name     string `json:"name"` // "RLIMIT_AS"
 	Resource int    `json:"resource"`
 	Value    uint64 `json:"value"`
+}
+
+// Listener is one socket the init opens for the launcher's egress proxy.
+type Listener struct {
+	Name    string `json:"name"`    // "proxy", "dns-udp", "dns-tcp", "capture-443"
+	Network string `json:"network"` // "tcp" or "udp"
+	Addr    string `json:"addr"`    // "127.0.0.1:3128", "0.0.0.0:443"
 }

@@ -3,6 +3,7 @@ package nsinit
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,4 +263,42 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
+}
+
+// openListeners binds every planned listener in the current (the
+// sandbox's) network namespace and returns their descriptors in order.
+func openListeners(ls []Listener) ([]int, error) {
+	var fds []int
+	fail := func(err error) ([]int, error) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	for _, l := range ls {
+		ap, err := netip.ParseAddrPort(l.Addr)
+		if err != nil || !ap.Addr().Is4() {
+			return fail(fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr))
+		}
+		typ := unix.SOCK_STREAM
+		if l.Network == "udp" {
+			typ = unix.SOCK_DGRAM
+		} else if l.Network != "tcp" {
+			return fail(fmt.Errorf("listener %s: network %q is not tcp or udp", l.Name, l.Network))
+		}
+		fd, err := unix.Socket(unix.AF_INET, typ|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fail(fmt.Errorf("listener %s: socket: %w", l.Name, err))
+		}
+		fds = append(fds, fd)
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+			return fail(fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err))
+		}
+		if typ == unix.SOCK_STREAM {
+			if err := unix.Listen(fd, 128); err != nil {
+				return fail(fmt.Errorf("listener %s: listen %s: %w", l.Name, l.Addr, err))
+			}
+		}
+	}
+	return fds, nil
 }

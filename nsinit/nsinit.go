@@ -88,7 +88,7 @@ func Main() {
 //  7. remount the new root read-only
 //  8. chdir into the work dir and check getcwd
 //  9. set the hostname
-//  10. bring up loopback
+//  10. bring up loopback and hand the egress listeners to the launcher
 //  11. resolve the tool's path and build argv and envp
 //
 // Then on one locked OS thread, which is the one that calls execve (the
@@ -219,10 +219,25 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 		}
 	}
 
-	// 10. Loopback up in the sandbox's own network namespace.
+	// 10. Loopback up in the sandbox's own network namespace, then the
+	// egress listeners on it, handed to the launcher before any tool code
+	// runs: the tool finds them bound (it cannot take their ports) and
+	// every byte it sends there reaches the launcher's policy proxy.
 	if cfg.LoopbackUp {
 		if err := loopbackUp(); err != nil {
 			return ExitSetupFailed, stepErr(StepLoopback, "bring up", "lo", "SIOCSIFFLAGS IFF_UP", err)
+		}
+	}
+	if len(cfg.Listen) > 0 {
+		lfds, err := openListeners(cfg.Listen)
+		if err != nil {
+			return ExitSetupFailed, stepErr(StepLoopback, "open egress listeners", "lo", "", err)
+		}
+		if err := rep.sendFDs(event{Type: "listeners", Listeners: cfg.Listen}, lfds); err != nil {
+			return ExitSetupFailed, stepErr(StepLoopback, "hand over egress listeners", "report socket", "SCM_RIGHTS", err)
+		}
+		for _, fd := range lfds {
+			unix.Close(fd)
 		}
 	}
 	t.mark("net")

@@ -21,16 +21,20 @@ type Phase struct {
 	Ms   float64 `json:"ms"`
 }
 
-// Event is one line on the report pipe, init -> launcher. The pipe is
-// close-on-exec, so the tool never holds it; the launcher sees EOF when the
-// init has become the tool (execve) or has exited.
+// Event is one message on the report socket, init -> launcher: a unix
+// SOCK_SEQPACKET socketpair, one JSON event per message. The socket is
+// close-on-exec, so the tool never holds it; the launcher sees EOF when
+// the init has become the tool (execve) or has exited.
 type Event = event
 
 type event struct {
-	Type    string     `json:"type"` // "timings", "warning", "error"
+	Type    string     `json:"type"` // "timings", "warning", "error", "listeners"
 	Phases  []Phase    `json:"phases,omitempty"`
 	Message string     `json:"message,omitempty"`
 	Error   *StepError `json:"error,omitempty"`
+	// Listeners names the descriptors of a "listeners" event, in the order
+	// they travel as SCM_RIGHTS with it.
+	Listeners []Listener `json:"listeners,omitempty"`
 }
 
 type reporter struct {
@@ -40,7 +44,7 @@ type reporter struct {
 
 func newReporter(f *os.File) *reporter { return &reporter{f: f} }
 
-// send writes one event as a JSON line. A write error means the launcher
+// send writes one event as one message. A write error means the launcher
 // is gone; there is nobody left to tell, so it is ignored.
 func (r *reporter) send(e event) {
 	b, err := json.Marshal(e)
@@ -49,11 +53,22 @@ func (r *reporter) send(e event) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, _ = r.f.Write(append(b, '\n'))
+	_, _ = r.f.Write(b)
 }
 
-// readerGone reports whether the report pipe's read end, which only the
-// launcher holds, is closed: POLLERR on our write end.
+// sendFDs sends an event with descriptors attached (SCM_RIGHTS).
+func (r *reporter) sendFDs(e event, fds []int) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return unix.Sendmsg(int(r.f.Fd()), b, unix.UnixRights(fds...), nil, 0)
+}
+
+// readerGone reports whether the report socket's other end, which only
+// the launcher holds, is closed.
 func (r *reporter) readerGone() bool {
 	fds := []unix.PollFd{{Fd: int32(r.f.Fd()), Events: unix.POLLOUT}}
 	n, err := unix.Poll(fds, 0)

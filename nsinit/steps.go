@@ -61,7 +61,7 @@ var stepTitles = [numInitSteps]string{
 	StepRootReadOnly: "remount the new root read-only",
 	StepChdir:        "chdir into the work dir and check getcwd",
 	StepHostname:     "set the hostname",
-	StepLoopback:     "bring up loopback",
+	StepLoopback:     "bring up loopback and hand the egress listeners to the launcher",
 	StepResolveTool:  "resolve the tool's path and build argv and envp",
 	StepEnterCgroup:  "cgroup v1: move this thread into the sandbox's cgroup (write 0 to each tasks file)",
 	StepDropBounding: "drop the capability bounding set",
