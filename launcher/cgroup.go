@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -11,11 +13,24 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/cgroups/v3/cgroup1"
-	"github.com/containerd/cgroups/v3/cgroup2"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
+
+// The cgroup code is str's own, a few files written and read per sandbox:
+//
+//	v2: mkdir; memory.max, memory.swap.max, pids.max, cpu.max; the
+//	    directory fd for CLONE_INTO_CGROUP; cgroup.kill; memory.peak,
+//	    memory.events, pids.events, cpu.stat; rmdir.
+//	v1: mkdir in the memory, pids, cpu, cpuacct and freezer hierarchies;
+//	    memory.limit_in_bytes (+memsw), pids.max, cpu.cfs_*; the tasks
+//	    files opened to the init (self-entry); freezer.state around the
+//	    kill; memory.max_usage_in_bytes, memory.oom_control, cpuacct.usage,
+//	    pids.events; rmdir.
+//
+// Each sandbox cgroup has an opaque random name and a lock file held by
+// its launcher for the sandbox's life (cgroupLockDir): a later launcher
+// removes only cgroups whose lock nobody holds, so a SIGKILLed launcher's
+// leftovers go and a live one's never do.
 
 const cgroupRoot = "/sys/fs/cgroup"
 
@@ -43,21 +58,19 @@ type sandboxCgroup interface {
 	// Kill kills every process of the cgroup.
 	Kill() error
 	Stats() cgroupStats
-	// Delete removes the cgroup; it must be empty.
+	// Delete removes the cgroup (it must be empty) and drops its lock.
 	Delete() error
 }
 
 // DetectCgroup says which hierarchy limits go through: v2 if the unified
-// hierarchy is mounted at /sys/fs/cgroup with the memory and pids
-// controllers available to us, else v1 if its memory and pids controllers
-// are mounted and writable, else none.
+// hierarchy is mounted at /sys/fs/cgroup, else v1 if our own cgroup in its
+// memory and pids hierarchies is writable (root, or a subtree delegated
+// to this user), else none.
 func DetectCgroup() CgroupMode {
 	var st unix.Statfs_t
 	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		return CgroupV2
 	}
-	// v1: our own cgroup in the memory and pids hierarchies must be
-	// writable (root, or a subtree delegated to this user).
 	own, _ := OwnCgroups()
 	for _, c := range []string{"memory", "pids"} {
 		p, ok := own[c]
@@ -66,61 +79,6 @@ func DetectCgroup() CgroupMode {
 		}
 	}
 	return CgroupV1
-}
-
-// ---- cgroup v2 ----------------------------------------------------------
-
-type cgroupV2 struct {
-	mgr  *cgroup2.Manager
-	path string // absolute, under /sys/fs/cgroup
-	fd   int
-}
-
-// v2Parent returns the cgroup under which sandboxes are created. With an
-// explicit parent it is used as is. Otherwise it is "str" below our own
-// cgroup; because cgroup v2 forbids processes in a cgroup whose children
-// have controllers enabled, a launcher that is not in the root cgroup first
-// moves itself into a leaf "<own>/str-supervisor". This is what a
-// delegated subtree (systemd Delegate=yes) needs.
-func v2Parent(explicit string) (string, error) {
-	if explicit != "" {
-		return explicit, nil
-	}
-	own, err := ownCgroupV2()
-	if err != nil {
-		return "", err
-	}
-	if own != "/" {
-		procs, err := os.ReadFile(filepath.Join(cgroupRoot, own, "cgroup.procs"))
-		if err != nil {
-			return "", err
-		}
-		if len(bytes.Fields(procs)) > 0 && filepath.Base(own) != "str-supervisor" {
-			leaf := filepath.Join(own, "str-supervisor")
-			if err := os.Mkdir(filepath.Join(cgroupRoot, leaf), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return "", fmt.Errorf("create supervisor cgroup %s: %w", leaf, err)
-			}
-			pid := strconv.Itoa(os.Getpid())
-			if err := os.WriteFile(filepath.Join(cgroupRoot, leaf, "cgroup.procs"), []byte(pid), 0); err != nil {
-				return "", fmt.Errorf("move launcher into %s: %w", leaf, err)
-			}
-		} else if filepath.Base(own) == "str-supervisor" {
-			own = filepath.Dir(own)
-		}
-	}
-	return filepath.Join(own, "str"), nil
-}
-
-func ownCgroupV2() (string, error) {
-	own, err := OwnCgroups()
-	if err != nil {
-		return "", err
-	}
-	p, ok := own[""]
-	if !ok {
-		return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
-	}
-	return p, nil
 }
 
 // OwnCgroups reads /proc/self/cgroup: the calling process's cgroup path
@@ -141,31 +99,191 @@ func OwnCgroups() (map[string]string, error) {
 	return own, nil
 }
 
+// newCgroupID is an opaque sandbox cgroup name: nothing about the worker
+// (no pid) shows inside or outside.
+func newCgroupID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "s" + hex.EncodeToString(b[:])
+}
+
+// cgroupLockDir holds one lock file per live sandbox cgroup.
+func cgroupLockDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/str/cgroups"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "str", "cgroups")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("str-%d", os.Geteuid()), "cgroups")
+}
+
+// cgroupLock is created and locked before the cgroup's directories exist
+// and removed after they are gone, so an unlocked (or missing) lock file
+// next to an existing directory means its launcher died.
+type cgroupLock struct{ f *os.File }
+
+func lockCgroup(id string) (*cgroupLock, error) {
+	dir := cgroupLockDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, id), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &cgroupLock{f: f}, nil
+}
+
+func (l *cgroupLock) release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	_ = os.Remove(l.f.Name())
+	l.f.Close()
+	l.f = nil
+}
+
+// held reports whether a live launcher holds the lock of cgroup id.
+func cgroupHeld(id string) bool {
+	f, err := os.OpenFile(filepath.Join(cgroupLockDir(), id), os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return true
+	}
+	_ = os.Remove(f.Name())
+	return false
+}
+
+// writeFiles writes name=value pairs into dir, in order, naming the file
+// in any error.
+func writeFiles(dir string, kv [][2]string) error {
+	for _, e := range kv {
+		if err := os.WriteFile(filepath.Join(dir, e[0]), []byte(e[1]), 0); err != nil {
+			return fmt.Errorf("write %s=%s: %w", filepath.Join(dir, e[0]), e[1], err)
+		}
+	}
+	return nil
+}
+
+// ---- cgroup v2 ----------------------------------------------------------
+
+type cgroupV2 struct {
+	path string // absolute, under /sys/fs/cgroup
+	fd   int
+	lock *cgroupLock
+}
+
+// v2Controllers are enabled for sandbox cgroups.
+var v2Controllers = []string{"memory", "pids", "cpu"}
+
+// v2Parent returns the cgroup under which sandboxes are created. With an
+// explicit parent it is used as is. Otherwise it is "str" below our own
+// cgroup; because cgroup v2 forbids processes in a cgroup whose children
+// have controllers enabled, a launcher that is not in the root cgroup first
+// moves itself into a leaf "<own>/str-supervisor". This is what a
+// delegated subtree (systemd Delegate=yes) needs. It runs at the first
+// Create, never for commands that start no sandbox.
+func v2Parent(explicit string) (string, error) {
+	if explicit != "" {
+		return explicit, nil
+	}
+	own, err := OwnCgroups()
+	if err != nil {
+		return "", err
+	}
+	p, ok := own[""]
+	if !ok {
+		return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
+	}
+	if p != "/" {
+		procs, err := os.ReadFile(filepath.Join(cgroupRoot, p, "cgroup.procs"))
+		if err != nil {
+			return "", err
+		}
+		if len(bytes.Fields(procs)) > 0 && filepath.Base(p) != "str-supervisor" {
+			leaf := filepath.Join(p, "str-supervisor")
+			if err := os.Mkdir(filepath.Join(cgroupRoot, leaf), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return "", fmt.Errorf("create supervisor cgroup %s: %w", leaf, err)
+			}
+			pid := strconv.Itoa(os.Getpid())
+			if err := os.WriteFile(filepath.Join(cgroupRoot, leaf, "cgroup.procs"), []byte(pid), 0); err != nil {
+				return "", fmt.Errorf("move launcher into %s: %w", leaf, err)
+			}
+		} else if filepath.Base(p) == "str-supervisor" {
+			p = filepath.Dir(p)
+		}
+	}
+	return filepath.Join(p, "str"), nil
+}
+
+// prepareV2Parent creates the parent and enables the controllers for its
+// children, along the way from the launcher's own cgroup.
+func prepareV2Parent(parent string) error {
+	dir := filepath.Join(cgroupRoot, parent)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	enable := "+" + strings.Join(v2Controllers, " +")
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if !strings.HasPrefix(d, cgroupRoot) {
+			continue
+		}
+		cur, _ := os.ReadFile(filepath.Join(d, "cgroup.subtree_control"))
+		missing := false
+		for _, c := range v2Controllers {
+			missing = missing || !bytes.Contains(cur, []byte(c))
+		}
+		if !missing {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte(enable), 0); err != nil {
+			return fmt.Errorf("enable %s in %s/cgroup.subtree_control: %w", enable, d, err)
+		}
+	}
+	return nil
+}
+
 func newCgroupV2(parent, id string, pl CgroupPlan) (*cgroupV2, error) {
-	group := filepath.Join(parent, id)
-	res := &cgroup2.Resources{}
+	lock, err := lockCgroup(id)
+	if err != nil {
+		return nil, fmt.Errorf("lock cgroup %s: %w", id, err)
+	}
+	path := filepath.Join(cgroupRoot, parent, id)
+	if err := os.Mkdir(path, 0o755); err != nil {
+		lock.release()
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	c := &cgroupV2{path: path, fd: -1, lock: lock}
+	kv := [][2]string{}
 	if pl.MemoryMax > 0 {
-		mem, swap := pl.MemoryMax, pl.SwapMax
-		res.Memory = &cgroup2.Memory{Max: &mem, Swap: &swap}
+		kv = append(kv, [2]string{"memory.max", strconv.FormatInt(pl.MemoryMax, 10)})
+		if _, err := os.Stat(filepath.Join(path, "memory.swap.max")); err == nil {
+			kv = append(kv, [2]string{"memory.swap.max", strconv.FormatInt(pl.SwapMax, 10)})
+		}
 	}
 	if pl.PidsMax > 0 {
-		res.Pids = &cgroup2.Pids{Max: pl.PidsMax}
+		kv = append(kv, [2]string{"pids.max", strconv.FormatInt(pl.PidsMax, 10)})
 	}
 	if pl.CPUQuotaUs > 0 {
-		q, per := pl.CPUQuotaUs, uint64(pl.CPUPeriodUs)
-		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&q, &per)}
+		kv = append(kv, [2]string{"cpu.max", fmt.Sprintf("%d %d", pl.CPUQuotaUs, pl.CPUPeriodUs)})
 	}
-	mgr, err := cgroup2.NewManager(cgroupRoot, group, res)
-	if err != nil {
+	if err := writeFiles(path, kv); err != nil {
+		_ = c.Delete()
 		return nil, err
 	}
-	path := filepath.Join(cgroupRoot, group)
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		_ = mgr.Delete()
-		return nil, err
+	if c.fd, err = unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		_ = c.Delete()
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return &cgroupV2{mgr: mgr, path: path, fd: fd}, nil
+	return c, nil
 }
 
 func (c *cgroupV2) Path() string                             { return c.path }
@@ -178,99 +296,134 @@ func (c *cgroupV2) Empty() bool {
 }
 
 // Kill uses cgroup.kill (5.14+), which kills the whole subtree atomically,
-// forks in flight included; containerd falls back to freeze+kill.
-func (c *cgroupV2) Kill() error { return c.mgr.Kill() }
+// forks in flight included.
+func (c *cgroupV2) Kill() error {
+	return os.WriteFile(filepath.Join(c.path, "cgroup.kill"), []byte("1"), 0)
+}
 
 func (c *cgroupV2) Stats() cgroupStats {
 	var s cgroupStats
 	s.PeakMemory = readInt(filepath.Join(c.path, "memory.peak"))
-	kv := readKV(filepath.Join(c.path, "cpu.stat"))
-	s.CPUNanos = kv["usage_usec"] * 1000
+	s.CPUNanos = readKV(filepath.Join(c.path, "cpu.stat"))["usage_usec"] * 1000
 	s.OOMKills = readKV(filepath.Join(c.path, "memory.events"))["oom_kill"]
 	s.PidsMax = readKV(filepath.Join(c.path, "pids.events"))["max"]
 	return s
 }
 
 func (c *cgroupV2) Delete() error {
-	unix.Close(c.fd)
-	return retryBusy(c.mgr.Delete)
+	if c.fd >= 0 {
+		unix.Close(c.fd)
+		c.fd = -1
+	}
+	err := retryBusy(func() error { return unix.Rmdir(c.path) })
+	if err == nil {
+		c.lock.release()
+	}
+	return err
 }
 
 // ---- cgroup v1 ----------------------------------------------------------
 
 type cgroupV1 struct {
-	cg    cgroup1.Cgroup
 	paths map[string]string // controller -> absolute dir
+	order []string          // controllers in v1Controllers order
+	lock  *cgroupLock
 }
 
 // v1Controllers are the only v1 hierarchies str touches: fewer
 // hierarchies, fewer mkdirs per sandbox.
 var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 
-func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
-	var subs []cgroup1.Subsystem
+// v1Dirs is "<root>/<controller>/<own cgroup>/str" per mounted controller.
+func v1Dirs() map[string]string {
+	own, err := OwnCgroups()
+	if err != nil {
+		return nil
+	}
+	dirs := map[string]string{}
 	for _, c := range v1Controllers {
-		if _, err := os.Stat(filepath.Join(cgroupRoot, c)); err != nil {
+		p, ok := own[c]
+		if !ok {
 			continue
 		}
-		switch c {
-		case "memory":
-			subs = append(subs, cgroup1.NewMemory(cgroupRoot))
-		case "pids":
-			subs = append(subs, cgroup1.NewPids(cgroupRoot))
-		case "cpu":
-			subs = append(subs, cgroup1.NewCpu(cgroupRoot))
-		case "cpuacct":
-			subs = append(subs, cgroup1.NewCpuacct(cgroupRoot))
-		case "freezer":
-			subs = append(subs, cgroup1.NewFreezer(cgroupRoot))
+		// A hierarchy mounted with several controllers (cpu,cpuacct) has
+		// one directory under either name.
+		if _, err := os.Stat(filepath.Join(cgroupRoot, c)); err == nil {
+			dirs[c] = filepath.Join(cgroupRoot, c, p, "str")
 		}
 	}
-	hier := func() ([]cgroup1.Subsystem, error) { return subs, nil }
-	res := &specs.LinuxResources{}
-	if pl.MemoryMax > 0 {
-		mem := pl.MemoryMax
-		res.Memory = &specs.LinuxMemory{Limit: &mem}
-		// memory+swap equal to memory: no swap. Only where the kernel
-		// accounts swap (memsw files exist).
-		if _, err := os.Stat(filepath.Join(cgroupRoot, "memory", "memory.memsw.limit_in_bytes")); err == nil {
-			sw := pl.MemoryMax + pl.SwapMax
-			res.Memory.Swap = &sw
+	return dirs
+}
+
+func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
+	lock, err := lockCgroup(id)
+	if err != nil {
+		return nil, fmt.Errorf("lock cgroup %s: %w", id, err)
+	}
+	c := &cgroupV1{paths: map[string]string{}, lock: lock}
+	seen := map[string]bool{}
+	for ctl, parent := range v1Dirs() {
+		real, err := filepath.EvalSymlinks(filepath.Dir(filepath.Dir(parent)))
+		if err == nil && seen[real] {
+			continue // cpu and cpuacct share one hierarchy
 		}
+		seen[real] = true
+		_ = ctl
+	}
+	for _, ctl := range v1Controllers {
+		parent, ok := v1Dirs()[ctl]
+		if !ok {
+			continue
+		}
+		dir := filepath.Join(parent, id)
+		if err := os.MkdirAll(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			_ = c.Delete()
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+		c.paths[ctl] = dir
+		c.order = append(c.order, ctl)
+	}
+	if _, ok := c.paths["memory"]; !ok {
+		_ = c.Delete()
+		return nil, errors.New("no v1 memory hierarchy")
+	}
+	set := func(ctl string, kv [][2]string) error {
+		if dir, ok := c.paths[ctl]; ok {
+			return writeFiles(dir, kv)
+		}
+		return nil
+	}
+	var errs []error
+	if pl.MemoryMax > 0 {
+		kv := [][2]string{{"memory.limit_in_bytes", strconv.FormatInt(pl.MemoryMax, 10)}}
+		// memory+swap equal to memory: no swap, where the kernel accounts
+		// swap. After the memory limit: memsw may never be below it.
+		if _, err := os.Stat(filepath.Join(c.paths["memory"], "memory.memsw.limit_in_bytes")); err == nil {
+			kv = append(kv, [2]string{"memory.memsw.limit_in_bytes", strconv.FormatInt(pl.MemoryMax+pl.SwapMax, 10)})
+		}
+		errs = append(errs, set("memory", kv))
 	}
 	if pl.PidsMax > 0 {
-		lim := pl.PidsMax
-		res.Pids = &specs.LinuxPids{Limit: &lim}
+		errs = append(errs, set("pids", [][2]string{{"pids.max", strconv.FormatInt(pl.PidsMax, 10)}}))
 	}
 	if pl.CPUQuotaUs > 0 {
-		q, per := pl.CPUQuotaUs, uint64(pl.CPUPeriodUs)
-		res.CPU = &specs.LinuxCPU{Quota: &q, Period: &per}
+		errs = append(errs, set("cpu", [][2]string{{"cpu.cfs_period_us", strconv.FormatInt(pl.CPUPeriodUs, 10)},
+			{"cpu.cfs_quota_us", strconv.FormatInt(pl.CPUQuotaUs, 10)}}))
 	}
-	path := cgroup1.NestedPath(filepath.Join("str", id))
-	cg, err := cgroup1.New(path, res, cgroup1.WithHierarchy(hier))
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
+		_ = c.Delete()
 		return nil, err
-	}
-	c := &cgroupV1{cg: cg, paths: map[string]string{}}
-	for _, s := range cg.Subsystems() {
-		p, err := path(s.Name())
-		if err == nil {
-			c.paths[string(s.Name())] = filepath.Join(cgroupRoot, string(s.Name()), p)
-		}
 	}
 	return c, nil
 }
 
 func (c *cgroupV1) Path() string         { return c.paths["memory"] }
 func (c *cgroupV1) CloneFD() (int, bool) { return -1, false }
+
 func (c *cgroupV1) SelfEntry(uid, gid int) ([]string, error) {
 	var tasks []string
-	for _, ctl := range v1Controllers {
-		dir, ok := c.paths[ctl]
-		if !ok {
-			continue
-		}
-		t := filepath.Join(dir, "tasks")
+	for _, ctl := range c.order {
+		t := filepath.Join(c.paths[ctl], "tasks")
 		if err := os.Lchown(t, uid, gid); err != nil {
 			return nil, fmt.Errorf("chown %s to the init's host ids %d:%d: %w", t, uid, gid, err)
 		}
@@ -278,6 +431,7 @@ func (c *cgroupV1) SelfEntry(uid, gid int) ([]string, error) {
 	}
 	return tasks, nil
 }
+
 func (c *cgroupV1) Empty() bool {
 	for _, p := range c.paths {
 		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
@@ -291,17 +445,27 @@ func (c *cgroupV1) Empty() bool {
 // Kill freezes the cgroup so nothing can fork while we kill, SIGKILLs every
 // process, then thaws so the kills are delivered (v1 has no cgroup.kill).
 func (c *cgroupV1) Kill() error {
-	if err := c.cg.Freeze(); err != nil {
-		return fmt.Errorf("freeze %s: %w", c.Path(), err)
+	fz, ok := c.paths["freezer"]
+	if ok {
+		if err := os.WriteFile(filepath.Join(fz, "freezer.state"), []byte("FROZEN"), 0); err != nil {
+			return fmt.Errorf("freeze %s: %w", fz, err)
+		}
+		for i := 0; i < 200; i++ {
+			if st, _ := os.ReadFile(filepath.Join(fz, "freezer.state")); strings.TrimSpace(string(st)) == "FROZEN" {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
-	procs, err := c.cg.Processes(cgroup1.Freezer, true)
-	for _, p := range procs {
-		_ = unix.Kill(p.Pid, unix.SIGKILL)
+	for _, p := range c.paths {
+		killProcs(p)
 	}
-	if terr := c.cg.Thaw(); err == nil && terr != nil {
-		err = terr
+	if ok {
+		if err := os.WriteFile(filepath.Join(fz, "freezer.state"), []byte("THAWED"), 0); err != nil {
+			return fmt.Errorf("thaw %s: %w", fz, err)
+		}
 	}
-	return err
+	return nil
 }
 
 func (c *cgroupV1) Stats() cgroupStats {
@@ -319,22 +483,49 @@ func (c *cgroupV1) Stats() cgroupStats {
 	return s
 }
 
-func (c *cgroupV1) Delete() error { return retryBusy(c.cg.Delete) }
+func (c *cgroupV1) Delete() error {
+	var errs []error
+	for ctl, p := range c.paths {
+		if err := retryBusy(func() error { return unix.Rmdir(p) }); err != nil {
+			errs = append(errs, fmt.Errorf("rmdir %s: %w", p, err))
+			continue
+		}
+		delete(c.paths, ctl)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	c.lock.release()
+	return nil
+}
 
 // ---- helpers ------------------------------------------------------------
+
+// killProcs SIGKILLs every process listed in dir/cgroup.procs.
+func killProcs(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range bytes.Fields(b) {
+		if n, err := strconv.Atoi(string(f)); err == nil && n > 0 {
+			_ = unix.Kill(n, unix.SIGKILL)
+		}
+	}
+}
 
 // retryBusy retries a cgroup removal for a short while: the kernel may
 // still be tearing down the last killed task.
 func retryBusy(f func() error) error {
 	var err error
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 400; i++ {
 		if err = f(); err == nil || errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
-		if !errors.Is(err, syscall.EBUSY) && !strings.Contains(err.Error(), "still contains running tasks") {
+		if !errors.Is(err, syscall.EBUSY) {
 			return err
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Duration(min(i+1, 10)) * 500 * time.Microsecond)
 	}
 	return err
 }
@@ -366,10 +557,9 @@ func readKV(path string) map[string]int64 {
 
 // sweepStale removes sandbox cgroups left by launchers that died without
 // tearing down (SIGKILL of str run: Pdeathsig killed the sandbox, but
-// nobody was left to rmdir its cgroup). Sandbox cgroups are named
-// "<launcher pid>-<random>"; a directory whose launcher is gone is emptied
-// (any survivor is killed) and removed. A live launcher's cgroups are
-// never touched.
+// nobody was left to rmdir its cgroup): a directory whose lock file nobody
+// holds is emptied (any survivor is killed) and removed. A live
+// launcher's cgroups are never touched.
 func sweepStale(dirs []string) {
 	for _, dir := range dirs {
 		ents, err := os.ReadDir(dir)
@@ -377,22 +567,11 @@ func sweepStale(dirs []string) {
 			continue
 		}
 		for _, e := range ents {
-			pidStr, _, ok := strings.Cut(e.Name(), "-")
-			pid, err := strconv.Atoi(pidStr)
-			if !ok || err != nil || !e.IsDir() || pid <= 0 {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), "s") || cgroupHeld(e.Name()) {
 				continue
 			}
-			if unix.Kill(pid, 0) != unix.ESRCH {
-				continue // launcher alive (or not ours to judge)
-			}
 			p := filepath.Join(dir, e.Name())
-			if b, err := os.ReadFile(filepath.Join(p, "cgroup.procs")); err == nil {
-				for _, f := range bytes.Fields(b) {
-					if n, err := strconv.Atoi(string(f)); err == nil {
-						_ = unix.Kill(n, unix.SIGKILL)
-					}
-				}
-			}
+			killProcs(p)
 			_ = retryBusy(func() error { return unix.Rmdir(p) })
 		}
 	}
@@ -409,15 +588,9 @@ func staleDirs(mode CgroupMode, v2parent string) []string {
 		}
 		return []string{filepath.Join(cgroupRoot, v2parent)}
 	case CgroupV1:
-		own, err := OwnCgroups()
-		if err != nil {
-			return nil
-		}
 		var dirs []string
-		for _, c := range v1Controllers {
-			if p, ok := own[c]; ok {
-				dirs = append(dirs, filepath.Join(cgroupRoot, c, p, "str"))
-			}
+		for _, d := range v1Dirs() {
+			dirs = append(dirs, d)
 		}
 		return dirs
 	}

@@ -2,13 +2,11 @@ package launcher
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
+	"sync"
 
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -37,6 +35,11 @@ type Launcher struct {
 	log      *slog.Logger
 	v2parent string
 
+	// cgroupMu serialises cgroup creation; cgroupReady is set once the
+	// parent exists and stale cgroups were swept.
+	cgroupMu    sync.Mutex
+	cgroupReady bool
+
 	// Root mode: the host id range sandboxes lease their ids from.
 	ids       IDRange
 	idLockDir string
@@ -64,17 +67,6 @@ func New(opts Options) (*Launcher, error) {
 		}
 		l.idLockDir = IDLockDir
 	}
-	// Leftovers of launchers that were SIGKILLed are removed now.
-	if l.host.Cgroup == CgroupV2 && opts.CgroupParent == "" {
-		v2parentMu.Lock()
-		if p, err := v2Parent(""); err == nil {
-			l.v2parent = p
-		}
-		v2parentMu.Unlock()
-	} else if l.host.Cgroup == CgroupV2 {
-		l.v2parent = opts.CgroupParent
-	}
-	sweepStale(staleDirs(l.host.Cgroup, l.v2parent))
 	return l, nil
 }
 
@@ -174,25 +166,27 @@ func (l *Launcher) Create(ctx context.Context, req Request) (*Sandbox, error) {
 	return l.CreateFromPlan(ctx, plan, req)
 }
 
-// newID names a sandbox (and its cgroup) "<launcher pid>-<random>", so a
-// later launcher can tell a dead launcher's leftovers (sweepStale).
-func newID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
-}
-
 // createCgroup makes the sandbox's cgroup according to the plan's mode.
+// The first call also finds (v2: creates) the parent and removes the
+// cgroups of launchers that were SIGKILLed; commands that start no
+// sandbox never touch the cgroup tree. Callers hold cgroupMu.
 func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
-	switch pl.Cgroup.Mode {
-	case CgroupV2:
-		if l.v2parent == "" {
+	if !l.cgroupReady {
+		if pl.Cgroup.Mode == CgroupV2 {
 			p, err := v2Parent(l.opts.CgroupParent)
 			if err != nil {
 				return nil, err
 			}
+			if err := prepareV2Parent(p); err != nil {
+				return nil, err
+			}
 			l.v2parent = p
 		}
+		sweepStale(staleDirs(pl.Cgroup.Mode, l.v2parent))
+		l.cgroupReady = true
+	}
+	switch pl.Cgroup.Mode {
+	case CgroupV2:
 		return newCgroupV2(l.v2parent, id, pl.Cgroup)
 	case CgroupV1:
 		return newCgroupV1(id, pl.Cgroup)

@@ -55,13 +55,11 @@ const CancelGrace = 500 * time.Millisecond
 // Phase is one timed setup phase (launcher or nsinit side).
 type Phase = nsinit.Phase
 
-var v2parentMu sync.Mutex
-
 // CreateFromPlan prepares a sandbox from an existing plan (Create does
 // Plan + CreateFromPlan). The cgroup exists afterwards; nothing runs.
 func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) (*Sandbox, error) {
 	now := time.Now()
-	s := &Sandbox{l: l, req: req, ctx: ctx, id: newID(), t0: now, last: now,
+	s := &Sandbox{l: l, req: req, ctx: ctx, id: newCgroupID(), t0: now, last: now,
 		started: make(chan struct{}), finished: make(chan struct{})}
 	if len(req.ExtraFiles) > initbin.MaxPassFDs {
 		return nil, fmt.Errorf("%w: %d descriptors to pass, at most %d", ErrInvalidRequest, len(req.ExtraFiles), initbin.MaxPassFDs)
@@ -88,9 +86,9 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 
 	// L1. The sandbox's cgroup, with its limits, before anything runs.
 	if plan.Cgroup.Mode != CgroupNone {
-		v2parentMu.Lock()
+		l.cgroupMu.Lock()
 		cg, err := l.createCgroup(s.id, plan)
-		v2parentMu.Unlock()
+		l.cgroupMu.Unlock()
 		if err != nil {
 			se := &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "create cgroup", Path: "str/" + s.id,
 				Detail: string(plan.Cgroup.Mode), Msg: err.Error(), Err: err,

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -238,6 +239,7 @@ func TestTimeoutKillsDoubleForkedDaemon(t *testing.T) {
 func TestSIGKILLLeavesNothingBehind(t *testing.T) {
 	needRoot(t)
 	mountsBefore, _ := os.ReadFile("/proc/self/mountinfo")
+	cgroupsBefore := strCgroups()
 	marker := "2" + strconv.Itoa(os.Getpid()%100000) + "3"
 	cmd := exec.Command(strBin, "run", "--profile", "restrictive", "--", "/bin/sh", "-c",
 		`/bin/sh -c "setsid sleep `+marker+` &"; sleep `+marker)
@@ -248,15 +250,27 @@ func TestSIGKILLLeavesNothingBehind(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("sandbox processes never appeared")
 	}
+	var killed []string // the killed launcher's sandbox cgroups
+	for _, c := range strCgroups() {
+		if !slices.Contains(cgroupsBefore, c) {
+			killed = append(killed, c)
+		}
+	}
+	if len(killed) == 0 {
+		t.Fatal("the running sandbox has no cgroup under str/")
+	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 	if !eventually(10*time.Second, func() bool { return len(findProcs("sleep "+marker)) == 0 }) {
 		t.Fatalf("sandbox processes survived SIGKILL of str run: %v", findProcs("sleep "+marker))
 	}
-	// The next launcher start removes the cgroups of dead launchers.
+	// The next launcher to create a sandbox removes the cgroups of dead
+	// launchers (their lock files are free).
 	sh(t, "restrictive", "true")
-	if left := strCgroups(t, cmd.Process.Pid); len(left) > 0 {
-		t.Fatalf("cgroups of the killed str run left behind: %v", left)
+	for _, c := range strCgroups() {
+		if slices.Contains(killed, c) {
+			t.Fatalf("cgroup of the killed str run left behind: %s", c)
+		}
 	}
 	mountsAfter, _ := os.ReadFile("/proc/self/mountinfo")
 	if strings.Count(string(mountsAfter), "\n") != strings.Count(string(mountsBefore), "\n") {
@@ -264,15 +278,16 @@ func TestSIGKILLLeavesNothingBehind(t *testing.T) {
 	}
 }
 
-// strCgroups lists sandbox cgroup directories created by launcher pid.
-func strCgroups(t *testing.T, pid int) []string {
+// strCgroups lists the sandbox cgroup directories (below a "str" parent).
+func strCgroups() []string {
 	var found []string
 	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil
 		}
-		if strings.HasPrefix(d.Name(), strconv.Itoa(pid)+"-") && filepath.Base(filepath.Dir(p)) == "str" {
+		if filepath.Base(filepath.Dir(p)) == "str" {
 			found = append(found, p)
+			return filepath.SkipDir
 		}
 		return nil
 	})
