@@ -1,30 +1,40 @@
 // Package launcher is the parent side of a sandbox. It turns a profile and
 // a Request into a Plan (pure: NewPlan touches nothing but a description
 // of the host, and is what `str profile show NAME --plan` prints), then
-// applies it in a few numbered steps (Sandbox.run):
+// applies it in a few numbered steps (CreateFromPlan and Sandbox.run; the
+// step constants are nsinit.StepL1..StepL7):
 //
-//	L1. create the sandbox's cgroup with memory.max (swap 0), pids.max and
-//	    cpu.max (containerd/cgroups; v2, or the v1 fallback on hybrid hosts)
-//	L2. make the config and report pipes
-//	L3. clone /proc/self/exe as nsinit with the plan's clone flags, uid/gid
-//	    maps and Pdeathsig, from a locked OS thread that lives until the
+//	L1. root mode: lease the sandbox's host id block (ids.go); create its
+//	    cgroup with memory.max (swap 0), pids.max and cpu.max (cgroup.go,
+//	    v2, or the v1 fallback on hybrid hosts), under an opaque name and
+//	    a lock file held for the sandbox's life
+//	L2. make the config pipe and the report socket
+//	L3. clone the static init (launcher/initbin, from a sealed memfd) with
+//	    the plan's clone flags (a user namespace always), uid/gid maps,
+//	    setsid and Pdeathsig, from a locked OS thread that lives until the
 //	    child is reaped; on cgroup v2 the child is born in its cgroup
 //	    (CLONE_INTO_CGROUP)
-//	L4. cgroup v1 only: move the child into its cgroup before it may run
-//	L5. send the plan; only now does nsinit start its setup
-//	L6. enforce the wall-clock timeout and the caller's cancellation by
-//	    killing nsinit (PID 1: the whole pid namespace dies) and the cgroup
+//	L4. cgroup v1: open the cgroup's tasks files to the init's host ids;
+//	    its exec thread moves itself in before it drops anything
+//	L5. send the plan; the init performs its numbered sequence and
+//	    executes the tool in its own place (the tool is PID 1)
+//	L6. enforce the wall-clock timeout (SIGKILL) and the caller's
+//	    cancellation (SIGINT, SIGKILL after CancelGrace); PID 1's death
+//	    takes the whole pid namespace
 //	L7. after the child is reaped: kill what is left in the cgroup, read
-//	    peak memory, CPU, OOM and pids events, remove the cgroup
+//	    peak memory, CPU, OOM and pids events, remove the cgroup, release
+//	    the id block
 //
 // What it protects against: a request loosening its profile (overrides may
 // only tighten; every problem is collected before anything is created); a
-// sandbox outliving its launcher (Pdeathsig on nsinit, cgroup kill, and
-// the next launcher start removes the cgroups of launchers that died);
-// a sandbox running outside its limits for any moment.
+// sandbox outliving its launcher (Pdeathsig, re-armed by the init after
+// its uid change; cgroup kill; the next launcher to create a sandbox
+// removes the cgroups whose lock nobody holds); a tool running outside its
+// limits for any moment; two sandboxes sharing a host uid.
 //
 // What it does not: it trusts the profiles it loads (embedded, or from the
-// directory the operator names) and the host paths the caller binds.
+// directory the operator names) and the host paths the caller binds, which
+// must be searchable by the sandbox's unprivileged host uid.
 //
 // Needs: root, or user namespaces plus a delegated cgroup subtree
 // (cgroup v2: the launcher's cgroup writable, e.g. systemd Delegate=yes;
