@@ -108,6 +108,8 @@ func childProbes() []probe {
 		{"cachestat(-1)", nrCachestat, [6]uintptr{^uintptr(0)}},
 		{"bpf", unix.SYS_BPF, [6]uintptr{^uintptr(0)}},
 		{"userfaultfd", unix.SYS_USERFAULTFD, [6]uintptr{0}},
+		{"socket(AF_NETLINK, NETLINK_ROUTE)", unix.SYS_SOCKET, [6]uintptr{unix.AF_NETLINK, unix.SOCK_RAW | unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE}},
+		{"socket(AF_NETLINK, NETLINK_AUDIT)", unix.SYS_SOCKET, [6]uintptr{unix.AF_NETLINK, unix.SOCK_RAW | unix.SOCK_CLOEXEC, unix.NETLINK_AUDIT}},
 	}
 }
 
@@ -273,19 +275,21 @@ func runChild(t *testing.T, mode string) (childReport, string) {
 // errnos the kernel returns, then runs CPython under the filter.
 func TestInstalledFilter(t *testing.T) {
 	want := map[string]string{
-		"getpid":                         "OK",
-		"unshare(CLONE_NEWUSER)":         "EPERM",
-		"keyctl(GET_KEYRING_ID)":         "EPERM",
-		"mount(tmpfs, missing target)":   "EPERM",
-		"clone3(NULL)":                   "ENOSYS",
-		"ptrace(ATTACH, no such pid)":    "EPERM",
-		"ioctl(-1, TIOCSTI)":             "EPERM",
-		"ioctl(-1, TIOCSTI|1<<32)":       "EPERM",
-		"ioctl(-1, TCGETS)":              "EBADF", // reached the kernel
-		"personality(ADDR_NO_RANDOMIZE)": "EPERM",
-		"cachestat(-1)":                  "ENOSYS",
-		"bpf":                            "EPERM",
-		"userfaultfd":                    "EPERM",
+		"getpid":                            "OK",
+		"unshare(CLONE_NEWUSER)":            "EPERM",
+		"keyctl(GET_KEYRING_ID)":            "EPERM",
+		"mount(tmpfs, missing target)":      "EPERM",
+		"clone3(NULL)":                      "ENOSYS",
+		"ptrace(ATTACH, no such pid)":       "EPERM",
+		"ioctl(-1, TIOCSTI)":                "EPERM",
+		"ioctl(-1, TIOCSTI|1<<32)":          "EPERM",
+		"ioctl(-1, TCGETS)":                 "EBADF", // reached the kernel
+		"personality(ADDR_NO_RANDOMIZE)":    "EPERM",
+		"cachestat(-1)":                     "ENOSYS",
+		"bpf":                               "EPERM",
+		"userfaultfd":                       "EPERM",
+		"socket(AF_NETLINK, NETLINK_ROUTE)": "OK",
+		"socket(AF_NETLINK, NETLINK_AUDIT)": "EAFNOSUPPORT",
 	}
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
@@ -313,11 +317,12 @@ func TestProbesDiscriminate(t *testing.T) {
 		t.Fatalf("child error: %s\n%s", rep.Error, out)
 	}
 	for probe, filtered := range map[string]string{
-		"ioctl(-1, TIOCSTI)":          "EPERM",
-		"ioctl(-1, TIOCSTI|1<<32)":    "EPERM",
-		"clone3(NULL)":                "ENOSYS",
-		"bpf":                         "EPERM",
-		"ptrace(ATTACH, no such pid)": "EPERM",
+		"ioctl(-1, TIOCSTI)":                "EPERM",
+		"ioctl(-1, TIOCSTI|1<<32)":          "EPERM",
+		"clone3(NULL)":                      "ENOSYS",
+		"bpf":                               "EPERM",
+		"ptrace(ATTACH, no such pid)":       "EPERM",
+		"socket(AF_NETLINK, NETLINK_AUDIT)": "EAFNOSUPPORT",
 	} {
 		if got := rep.Errnos[probe]; got == filtered {
 			t.Errorf("without a filter %s = %s, the same as with one: the probe cannot tell them apart", probe, got)
