@@ -158,7 +158,12 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 	t.mark("clone_sources")
 
 	// 4. A fresh tmpfs becomes the new root: nothing of the host is in it
-	// but what step 5 binds. nosuid,nodev like every mount we make.
+	// but what step 5 binds. nosuid,nodev like every mount we make. The
+	// umask is fixed first: the directories and files the init creates
+	// (mount points, /etc/passwd) must be 0755/0644 for the tool's uid
+	// whatever umask the worker runs with (systemd's UMask=0027 would make
+	// them unreadable); the tool inherits the same 022.
+	unix.Umask(0o022)
 	if err := unix.Mount("tmpfs", staging, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return ExitSetupFailed, stepErr(StepRootTmpfs, "mount tmpfs root", staging, "MS_NOSUID|MS_NODEV", err)
 	}
