@@ -361,17 +361,9 @@ func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
 		return nil, fmt.Errorf("lock cgroup %s: %w", id, err)
 	}
 	c := &cgroupV1{paths: map[string]string{}, lock: lock}
-	seen := map[string]bool{}
-	for ctl, parent := range v1Dirs() {
-		real, err := filepath.EvalSymlinks(filepath.Dir(filepath.Dir(parent)))
-		if err == nil && seen[real] {
-			continue // cpu and cpuacct share one hierarchy
-		}
-		seen[real] = true
-		_ = ctl
-	}
+	dirs := v1Dirs()
 	for _, ctl := range v1Controllers {
-		parent, ok := v1Dirs()[ctl]
+		parent, ok := dirs[ctl]
 		if !ok {
 			continue
 		}
@@ -379,6 +371,15 @@ func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			_ = c.Delete()
 			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+		// Modes set explicitly, never through the umask (a worker under
+		// UMask=0027 would make them 0750): the init, an unprivileged uid,
+		// must reach its tasks file.
+		for _, d := range []string{parent, dir} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				_ = c.Delete()
+				return nil, fmt.Errorf("chmod %s: %w", d, err)
+			}
 		}
 		c.paths[ctl] = dir
 		c.order = append(c.order, ctl)

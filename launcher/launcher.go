@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/securetoolruntime/str/nsinit"
@@ -34,6 +35,9 @@ type Launcher struct {
 	host     Host
 	log      *slog.Logger
 	v2parent string
+
+	// policyFiles caches compiled policy files by path.
+	policyFiles sync.Map
 
 	// cgroupMu serialises cgroup creation; cgroupReady is set once the
 	// parent exists and stale cgroups were swept.
@@ -118,8 +122,9 @@ func (l *Launcher) Plan(req Request) (*Plan, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	// Embedded policies come precompiled and self-checked (go generate);
-	// the result is cached per process, so a worker pays this once.
-	prog, err := seccomp.CompileEmbedded(tight.Seccomp)
+	// an operator's policy file is compiled (and self-checked) once per
+	// launcher.
+	prog, err := l.seccompProgram(tight.Seccomp)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: profile %s: seccomp policy %q: %w", tight.Name, tight.Seccomp, err)
 	}
@@ -129,6 +134,27 @@ func (l *Launcher) Plan(req Request) (*Plan, error) {
 	}
 	pl.IDRange = l.ids
 	return pl, nil
+}
+
+// seccompProgram returns the compiled policy a profile names: an embedded
+// one by name, or a policy file by absolute path.
+func (l *Launcher) seccompProgram(name string) (*seccomp.Program, error) {
+	if !filepath.IsAbs(name) {
+		return seccomp.CompileEmbedded(name)
+	}
+	if v, ok := l.policyFiles.Load(name); ok {
+		return v.(*seccomp.Program), nil
+	}
+	p, err := seccomp.LoadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := p.Compile()
+	if err != nil {
+		return nil, err
+	}
+	l.policyFiles.Store(name, prog)
+	return prog, nil
 }
 
 // PlanWithViews is Plan plus the reviewer's view of the seccomp rules
@@ -192,11 +218,4 @@ func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
 		return newCgroupV1(id, pl.Cgroup)
 	}
 	return nil, errors.New("no cgroup hierarchy")
-}
-
-// ToolOwner is gone with per-sandbox host ids: the owner of a sandbox's
-// files is known only once Create has leased its ids (Sandbox.ToolOwner).
-// Kept for one commit so the tree builds while the worker moves over.
-func (l *Launcher) ToolOwner(profile string) (uid, gid int, err error) {
-	return -1, -1, errors.New("launcher: the tool's host ids are per sandbox: use Sandbox.ToolOwner after Create")
 }

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -315,5 +316,52 @@ func TestLauncherPlanRefusesLoosening(t *testing.T) {
 	pl, err := l.Plan(Request{Profile: "untrusted", Argv: []string{"/bin/true"}})
 	if err != nil || pl.Profile != "restrictive" || len(pl.Child.Seccomp) == 0 {
 		t.Fatalf("alias untrusted: %v %+v", err, pl)
+	}
+}
+
+// A profile from the operator's directory may name a seccomp policy file;
+// it is compiled (libseccomp, self-checked) once per launcher, and an
+// unchanged copy of an embedded policy compiles to the same program.
+func TestPolicyFileCompiled(t *testing.T) {
+	dir := t.TempDir()
+	pol, err := os.ReadFile("../seccomp/policies/restrictive.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	polFile := filepath.Join(dir, "mine.yaml")
+	if err := os.WriteFile(polFile, pol, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prof, err := os.ReadFile("../profiles/restrictive.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.NewReplacer("name: restrictive", "name: mine", "aliases: [untrusted]", "aliases: []",
+		"seccomp: restrictive", "seccomp: "+polFile).Replace(string(prof))
+	pdir := filepath.Join(dir, "profiles")
+	if err := os.Mkdir(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "mine.yaml"), []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Options{ProfileDir: pdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := l.Plan(Request{Profile: "mine", Argv: []string{"/bin/true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	emb, err := l.Plan(Request{Profile: "restrictive", Argv: []string{"/bin/true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine.Child.SeccompPolicy != "restrictive" || !bytes.Equal(mine.Child.Seccomp, emb.Child.Seccomp) || len(mine.Seccomp) == 0 {
+		t.Fatalf("policy file %s: policy %q, %d bytes, %d rule views; embedded: %d bytes",
+			polFile, mine.Child.SeccompPolicy, len(mine.Child.Seccomp), len(mine.Seccomp), len(emb.Child.Seccomp))
+	}
+	if _, ok := l.policyFiles.Load(polFile); !ok {
+		t.Fatal("the compiled policy file is not cached")
 	}
 }

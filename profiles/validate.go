@@ -1,6 +1,7 @@
 package profiles
 
 import (
+	"path/filepath"
 	"errors"
 	"fmt"
 	"math"
@@ -384,9 +385,17 @@ func checkEnv(p *Profile, add func(string, string, ...any)) {
 	}
 }
 
+// checkSeccomp: the name of an embedded policy, or the absolute path of a
+// policy file (an operator's own, compiled with libseccomp when the
+// launcher first needs it). Only the form is checked here; the launcher
+// checks that the policy exists and compiles.
 func checkSeccomp(p *Profile, add func(string, string, ...any)) {
-	// Only the form is checked here; the launcher checks that the policy
-	// exists in the seccomp package.
+	if strings.HasPrefix(p.Seccomp, "/") {
+		if filepath.Clean(p.Seccomp) != p.Seccomp || !strings.HasSuffix(p.Seccomp, ".yaml") {
+			add("seccomp", "policy file %q must be an absolute, clean path ending in .yaml", p.Seccomp)
+		}
+		return
+	}
 	if why := validName(p.Seccomp); why != "" {
 		add("seccomp", "%s", why)
 	}

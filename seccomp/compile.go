@@ -85,19 +85,6 @@ func knownSyscall(name string) bool {
 	return false
 }
 
-// SyscallNumber returns the native syscall number of name.
-func SyscallNumber(name string) (int32, error) {
-	arch, err := native()
-	if err != nil {
-		return -1, err
-	}
-	nr, err := libseccomp.GetSyscallFromNameByArch(name, arch.scmp)
-	if err != nil || nr < 0 {
-		return -1, fmt.Errorf("seccomp: syscall %q does not exist on %s", name, arch.name)
-	}
-	return int32(nr), nil
-}
-
 var programCache sync.Map // cache key (policy name + content hash) -> *Program
 
 // Compile validates the policy and compiles it for the native

@@ -1,6 +1,8 @@
 package seccomp
 
 import (
+	"fmt"
+	libseccomp "github.com/seccomp/libseccomp-golang"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -469,4 +471,17 @@ func BenchmarkCompileEmbedded(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// SyscallNumber (tests only) returns the native syscall number of name.
+func SyscallNumber(name string) (int32, error) {
+	arch, err := native()
+	if err != nil {
+		return -1, err
+	}
+	nr, err := libseccomp.GetSyscallFromNameByArch(name, arch.scmp)
+	if err != nil || nr < 0 {
+		return -1, fmt.Errorf("seccomp: syscall %q does not exist on %s", name, arch.name)
+	}
+	return int32(nr), nil
 }
