@@ -45,10 +45,17 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/str --create-h
  && mkdir -p /tools/python /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts \
  && chown str:str /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts
 
+# Artifacts go to the filesystem store, the layout agents share (mount a
+# volume at /sam/artifacts); its audit log is /sam/artifacts/.audit/
+# audit.jsonl (ARTIFACT_AUDIT_LOG). The in-memory store (memory) is for
+# tests: agents never see it. Health and metrics listen on 127.0.0.1 (the
+# HEALTHCHECK below runs inside the container); set HEALTH_ADDR=0.0.0.0 to
+# publish the port.
 ENV MANIFEST_PATH=/tools/manifest.yaml \
     TOOLS_PYTHON_DIR=/tools/python \
     SANDBOX_PYTHON_BIN=/usr/bin/python3 \
     SANDBOX_WORK_DIR=/sandbox/work \
+    ARTIFACT_SERVICE_TYPE=filesystem \
     ARTIFACT_BASE_PATH=/sam/artifacts \
     HEALTH_PORT=8081
 
@@ -57,9 +64,12 @@ EXPOSE 8081
 STOPSIGNAL SIGTERM
 # No curl in slim: python3 is there anyway. /healthz is 200 while the
 # process serves; readiness (/readyz, broker connected) is for
-# orchestrators that route traffic, which a worker does not receive.
+# orchestrators that route traffic, which a worker does not receive. The
+# check follows HEALTH_PORT and HEALTH_ADDR as the worker sees them at run
+# time (docker run -e ...): 127.0.0.1 unless HEALTH_ADDR names one
+# address; HEALTH_PORT=0 (no health server) leaves nothing to check.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
-  CMD ["python3", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8081/healthz', timeout=2).status == 200 else 1)"]
+  CMD ["python3", "-c", "import os, sys, urllib.request\nport = os.environ.get('HEALTH_PORT') or '8081'\nif port == '0': sys.exit(0)\nhost = os.environ.get('HEALTH_ADDR') or '127.0.0.1'\nif host in ('0.0.0.0', '::', '[::]'): host = '127.0.0.1'\nif ':' in host and not host.startswith('['): host = '[' + host + ']'\nsys.exit(0 if urllib.request.urlopen('http://%s:%s/healthz' % (host, port), timeout=2).status == 200 else 1)"]
 # str worker is PID 1: it handles SIGTERM (drains, then exits) and reaps its
 # own children; each sandbox has its own PID 1 (nsinit).
 ENTRYPOINT ["/usr/local/bin/str", "worker"]

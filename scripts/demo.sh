@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make demo: a scripted tour against a running worker (make run):
 # echo, an artifact round trip, a timeout, an escape attempt that is stopped.
+# Run it as the worker's user: str invoke reads the broker's token file
+# (bin/str broker --help says where; DEV_BROKER_TOKEN_FILE overrides).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STR="${STR:-bin/str}"

@@ -3,6 +3,10 @@
 # 127.0.0.1:55554, namespace demo/, the example tools and a filesystem
 # artifact store under ./var/artifacts. Then, from a second terminal:
 #   bin/str invoke echo_tool --args '{"message":"hi"}'
+# The embedded broker requires the token it writes (mode 0600) to
+# /run/str/broker-55554.token as root, else $XDG_RUNTIME_DIR/str/ or
+# /tmp/str-UID/ (see bin/str broker --help); str invoke reads it by itself
+# when run as the same user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,5 +41,5 @@ export STR_RUNNER_DIR="${STR_RUNNER_DIR:-$PWD/var/runner}"
 export STR_SITE_DIR="${STR_SITE_DIR:-$PWD/var/site}"
 export SANDBOX_PYTHON_BIN="$PYTHON"
 export HEALTH_PORT="${HEALTH_PORT:-8081}"
-echo "run.sh: worker on 127.0.0.1:55554 (namespace $SAM_NAMESPACE); try: bin/str invoke echo_tool --args '{\"message\":\"hi\"}'" >&2
+echo "run.sh: worker on 127.0.0.1:55554 (namespace $SAM_NAMESPACE); try, as the same user: bin/str invoke echo_tool --args '{\"message\":\"hi\"}'" >&2
 exec bin/str worker --embedded-broker 127.0.0.1:55554 "$@"

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -44,24 +45,29 @@ type Config struct {
 	SolaceReconnectTries int
 	SolaceReconnectDelay time.Duration
 
-	PythonBin      string // SANDBOX_PYTHON_BIN
-	WorkDir        string // SANDBOX_WORK_DIR
-	DefaultProfile string // SANDBOX_DEFAULT_PROFILE
-	MaxConcurrent  int    // SANDBOX_MAX_CONCURRENT
-	MaxQueued      int    // SANDBOX_MAX_QUEUED
-	ProfileDir     string // SANDBOX_PROFILE_DIR: extra profile files
-	CgroupParent   string // SANDBOX_CGROUP_PARENT
-	RunnerDir      string // STR_RUNNER_DIR
-	SiteDir        string // STR_SITE_DIR
-	PackageIndex   string // STR_PACKAGE_INDEX_URL
+	SandboxMode    SandboxMode // SANDBOX_MODE
+	PythonBin      string      // SANDBOX_PYTHON_BIN
+	WorkDir        string      // SANDBOX_WORK_DIR
+	DefaultProfile string      // SANDBOX_DEFAULT_PROFILE
+	MaxConcurrent  int         // SANDBOX_MAX_CONCURRENT
+	MaxQueued      int         // SANDBOX_MAX_QUEUED
+	ProfileDir     string      // SANDBOX_PROFILE_DIR: extra profile files
+	CgroupParent   string      // SANDBOX_CGROUP_PARENT
+	RunnerDir      string      // STR_RUNNER_DIR
+	SiteDir        string      // STR_SITE_DIR
+	PackageIndex   string      // STR_PACKAGE_INDEX_URL
 
 	ArtifactType     string // ARTIFACT_SERVICE_TYPE
 	ArtifactBasePath string // ARTIFACT_BASE_PATH
 	ArtifactS3Bucket string
 	ArtifactS3Region string
 	ArtifactGCSBuck  string
+	// ARTIFACT_AUDIT_LOG: audit log path ("" = the store's default, "off").
+	ArtifactAuditLog       string
+	ArtifactMemoryMaxBytes int64 // ARTIFACT_MEMORY_MAX_BYTES: the memory store's LRU budget
 
-	HealthPort int // HEALTH_PORT (0 = no health server)
+	HealthAddr string // HEALTH_ADDR: the address the health server binds (default 127.0.0.1)
+	HealthPort int    // HEALTH_PORT (0 = no health server)
 
 	MaxPayloadBytes int           // STR_MAX_PAYLOAD_BYTES
 	MaxOutputBytes  int64         // STR_MAX_OUTPUT_BYTES: all outputs of one run
@@ -71,6 +77,32 @@ type Config struct {
 	RateBurst       int           // STR_USER_RATE_BURST
 	ReloadInterval  time.Duration // STR_MANIFEST_POLL_MS
 	LogLevel        string        // STR_LOG_LEVEL
+
+	// toolsDirGiven is TOOLS_PYTHON_DIR as configured, before a relative
+	// path was resolved (for the start-up check's hints).
+	toolsDirGiven string
+}
+
+// SandboxMode says how tools are run (SANDBOX_MODE).
+type SandboxMode string
+
+const (
+	// ModeSandbox runs every call in a fresh sandbox of the launcher. The
+	// worker refuses to start when a probe sandbox cannot be created.
+	ModeSandbox SandboxMode = "sandbox"
+	// ModeNone runs every call as a plain child process of the worker,
+	// without any isolation, as the reference's "direct" mode does. Only
+	// an explicit SANDBOX_MODE=none selects it; the worker warns at
+	// start-up and on every call's log lines.
+	ModeNone SandboxMode = "none"
+)
+
+// relativePathSettings are the path settings resolved against the working
+// directory at start-up when they are relative: the sandbox binds need
+// absolute, clean paths, and a path must not change meaning later.
+var relativePathSettings = []string{
+	"MANIFEST_PATH", "TOOLS_PYTHON_DIR", "SANDBOX_WORK_DIR", "STR_RUNNER_DIR", "STR_SITE_DIR",
+	"SANDBOX_PROFILE_DIR", "ARTIFACT_BASE_PATH",
 }
 
 // setting is one configuration entry: name (env var and file key), flag,
@@ -84,7 +116,7 @@ var settings = []setting{
 	{name: "SAM_NAMESPACE", flag: "namespace", help: "topic namespace (required), e.g. demo/"},
 	{name: "SAM_WORKER_ID", flag: "worker-id", def: "sandbox-worker-001", help: "worker id (Solace queue name and client id)"},
 	{name: "MANIFEST_PATH", flag: "manifest", def: "/tools/manifest.yaml", help: "tool manifest"},
-	{name: "TOOLS_PYTHON_DIR", flag: "tools-dir", def: "/tools/python", help: "directory of the tools' Python modules (read-only in sandboxes)"},
+	{name: "TOOLS_PYTHON_DIR", flag: "tools-dir", def: "/tools/python", help: "directory of the tools' Python modules (read-only in sandboxes; a relative path is resolved against the working directory at start-up)"},
 	{name: "DEFAULT_TIMEOUT_SECONDS", flag: "default-timeout", def: "300", help: "timeout when a request names none"},
 	{name: "DEV_BROKER_HOST", flag: "dev-broker-host", help: "dev broker host (selects dev mode)"},
 	{name: "DEV_BROKER_PORT", flag: "dev-broker-port", def: "55555", help: "dev broker port"},
@@ -100,6 +132,7 @@ var settings = []setting{
 	{name: "SOLACE_CLIENT_KEY_PATH", flag: "solace-client-key", help: "client key"},
 	{name: "SOLACE_RECONNECT_RETRIES", flag: "solace-reconnect-retries", def: "10", help: "Solace reconnection attempts (-1 = forever)"},
 	{name: "SOLACE_RECONNECT_DELAY_MS", flag: "solace-reconnect-delay-ms", def: "3000", help: "Solace reconnection interval"},
+	{name: "SANDBOX_MODE", flag: "sandbox-mode", def: "sandbox", help: "sandbox | none: none runs tools as plain processes of the worker WITHOUT ANY ISOLATION (only for trusted tools on a host that cannot create sandboxes)"},
 	{name: "SANDBOX_PYTHON_BIN", flag: "python", def: "/usr/bin/python3", help: "Python interpreter used inside sandboxes"},
 	{name: "SANDBOX_WORK_DIR", flag: "work-dir", def: "/sandbox/work", help: "base of the per-task work dirs (stale entries are removed at startup)"},
 	{name: "SANDBOX_DEFAULT_PROFILE", flag: "default-profile", def: "standard", help: "profile when neither manifest nor request names one"},
@@ -115,11 +148,14 @@ var settings = []setting{
 	{name: "ARTIFACT_S3_BUCKET", flag: "artifact-s3-bucket", help: "S3 bucket (not supported)"},
 	{name: "ARTIFACT_S3_REGION", flag: "artifact-s3-region", help: "S3 region (not supported)"},
 	{name: "ARTIFACT_GCS_BUCKET", flag: "artifact-gcs-bucket", help: "GCS bucket (not supported)"},
+	{name: "ARTIFACT_AUDIT_LOG", flag: "artifact-audit-log", help: "append-only JSON-lines audit log of artifact saves and loads (default for the filesystem store: <ARTIFACT_BASE_PATH>/.audit/audit.jsonl; memory store: none; \"off\" = none)"},
+	{name: "ARTIFACT_MEMORY_MAX_BYTES", flag: "artifact-memory-max-bytes", def: "268435456", help: "byte budget of the memory store: least recently used versions are evicted beyond it"},
+	{name: "HEALTH_ADDR", flag: "health-addr", def: "127.0.0.1", help: "address /healthz, /readyz and /metrics listen on (0.0.0.0 or :: for every interface)"},
 	{name: "HEALTH_PORT", flag: "health-port", def: "8081", help: "port of /healthz, /readyz and /metrics (0 = off)"},
 	{name: "STR_MAX_PAYLOAD_BYTES", flag: "max-payload-bytes", def: "10485760", help: "largest accepted invoke payload"},
 	{name: "STR_MAX_OUTPUT_BYTES", flag: "max-output-bytes", def: "104857600", help: "largest total size of one run's output artifacts"},
 	{name: "SHUTDOWN_GRACE_SECONDS", flag: "shutdown-grace", def: "30", help: "on SIGTERM, how long running tools may finish"},
-	{name: "STR_SIGNING_SECRET", flag: "signing-secret", help: "require HMAC-SHA256 request signatures (user property \"signature\", hex)", secret: true},
+	{name: "STR_SIGNING_SECRET", flag: "signing-secret", help: "require signed requests (str-sign-v2: user properties \"timestamp\" and \"signature\", HMAC-SHA256 over the payload, topic, replyTo, statusTo, clientId, userId and timestamp; replays refused; see the worker package doc)", secret: true},
 	{name: "STR_USER_RATE_PER_MINUTE", flag: "user-rate-per-minute", def: "0", help: "per-user invocation rate (token bucket; 0 = off)"},
 	{name: "STR_USER_RATE_BURST", flag: "user-rate-burst", def: "0", help: "per-user burst (0 = one minute's rate)"},
 	{name: "STR_MANIFEST_POLL_MS", flag: "manifest-poll-ms", def: "500", help: "manifest reload poll interval"},
@@ -194,8 +230,31 @@ func LoadConfig(args []string, getenv func(string) string, out io.Writer) (*Conf
 			values[s.name] = *flagVals[s.name]
 		}
 	}
-	// 3. typed values, every problem collected.
-	return configFromValues(values)
+	// 3. relative paths, against the working directory.
+	var problems []error
+	toolsDirGiven := values["TOOLS_PYTHON_DIR"]
+	wd, wdErr := os.Getwd()
+	for _, name := range relativePathSettings {
+		switch v := values[name]; {
+		case v == "":
+		case filepath.IsAbs(v):
+			values[name] = filepath.Clean(v)
+		case wdErr != nil:
+			problems = append(problems, fmt.Errorf("%s=%q: relative, and the working directory is unknown: %w", name, v, wdErr))
+		default:
+			values[name] = filepath.Join(wd, v)
+		}
+	}
+	// 4. typed values, every problem collected.
+	c, err := configFromValues(values)
+	if err != nil {
+		problems = append(problems, err)
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	c.toolsDirGiven = toolsDirGiven
+	return c, nil
 }
 
 func readConfigFile(path string) (map[string]string, error) {
@@ -268,13 +327,14 @@ func configFromValues(v map[string]string) (*Config, error) {
 		SolacePassword: v["SOLACE_PASSWORD"], SolaceTrustStorePath: v["SOLACE_TRUST_STORE_PATH"],
 		SolaceClientCertPath: v["SOLACE_CLIENT_CERT_PATH"], SolaceClientKeyPath: v["SOLACE_CLIENT_KEY_PATH"],
 		SolaceReconnectTries: integer("SOLACE_RECONNECT_RETRIES", -1), SolaceReconnectDelay: ms("SOLACE_RECONNECT_DELAY_MS"),
-		PythonBin: v["SANDBOX_PYTHON_BIN"], WorkDir: v["SANDBOX_WORK_DIR"], DefaultProfile: v["SANDBOX_DEFAULT_PROFILE"],
+		SandboxMode: SandboxMode(v["SANDBOX_MODE"]), PythonBin: v["SANDBOX_PYTHON_BIN"], WorkDir: v["SANDBOX_WORK_DIR"], DefaultProfile: v["SANDBOX_DEFAULT_PROFILE"],
 		MaxConcurrent: integer("SANDBOX_MAX_CONCURRENT", 1), MaxQueued: integer("SANDBOX_MAX_QUEUED", 0),
 		ProfileDir: v["SANDBOX_PROFILE_DIR"], CgroupParent: v["SANDBOX_CGROUP_PARENT"],
 		RunnerDir: v["STR_RUNNER_DIR"], SiteDir: v["STR_SITE_DIR"], PackageIndex: v["STR_PACKAGE_INDEX_URL"],
 		ArtifactType: v["ARTIFACT_SERVICE_TYPE"], ArtifactBasePath: v["ARTIFACT_BASE_PATH"],
 		ArtifactS3Bucket: v["ARTIFACT_S3_BUCKET"], ArtifactS3Region: v["ARTIFACT_S3_REGION"], ArtifactGCSBuck: v["ARTIFACT_GCS_BUCKET"],
-		HealthPort:      integer("HEALTH_PORT", 0),
+		ArtifactAuditLog: v["ARTIFACT_AUDIT_LOG"], ArtifactMemoryMaxBytes: int64(integer("ARTIFACT_MEMORY_MAX_BYTES", 1)),
+		HealthAddr: v["HEALTH_ADDR"], HealthPort: integer("HEALTH_PORT", 0),
 		MaxPayloadBytes: integer("STR_MAX_PAYLOAD_BYTES", 1024), MaxOutputBytes: int64(integer("STR_MAX_OUTPUT_BYTES", 0)),
 		ShutdownGrace: secs("SHUTDOWN_GRACE_SECONDS", 0), SigningSecret: v["STR_SIGNING_SECRET"],
 		RatePerMinute: number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
@@ -286,6 +346,14 @@ func configFromValues(v map[string]string) (*Config, error) {
 	}
 	if c.HealthPort > 65535 {
 		bad("HEALTH_PORT", "not a port")
+	}
+	if h := c.HealthAddr; h == "" || strings.ContainsAny(h, "/[] \t") || (strings.Contains(h, ":") && net.ParseIP(h) == nil) {
+		bad("HEALTH_ADDR", "must be an IP address or a host name, without a port (the port is HEALTH_PORT)")
+	}
+	switch c.SandboxMode {
+	case ModeSandbox, ModeNone:
+	default:
+		bad("SANDBOX_MODE", `must be "sandbox" or "none"`)
 	}
 	if c.DevBrokerPort > 65535 {
 		bad("DEV_BROKER_PORT", "not a port")
@@ -328,6 +396,11 @@ func (c *Config) Base() string { return TopicBase(c.Namespace) }
 // TopicBase is the topic base of a namespace (spec §1).
 func TopicBase(namespace string) string {
 	return strings.TrimRight(namespace, "/") + "/a2a/v1"
+}
+
+// HealthListenAddr is the host:port the health server listens on.
+func (c *Config) HealthListenAddr() string {
+	return net.JoinHostPort(c.HealthAddr, strconv.Itoa(c.HealthPort))
 }
 
 // QueueName is the worker's queue name (spec §1).

@@ -81,3 +81,63 @@ func TestConfigHelp(t *testing.T) {
 		t.Fatalf("help: %v\n%s", err, b.String())
 	}
 }
+
+// TestConfigHealthAddr: health and metrics bind 127.0.0.1 unless
+// HEALTH_ADDR says otherwise (before: every interface).
+func TestConfigHealthAddr(t *testing.T) {
+	base := map[string]string{"SAM_NAMESPACE": "demo/", "DEV_BROKER_HOST": "localhost"}
+	c, err := LoadConfig(nil, envOf(base), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.HealthListenAddr(); got != "127.0.0.1:8081" {
+		t.Fatalf("default health address %s, want 127.0.0.1:8081", got)
+	}
+	for addr, want := range map[string]string{"0.0.0.0": "0.0.0.0:8081", "::": "[::]:8081", "localhost": "localhost:8081"} {
+		env := map[string]string{"HEALTH_ADDR": addr}
+		for k, v := range base {
+			env[k] = v
+		}
+		c, err := LoadConfig(nil, envOf(env), io.Discard)
+		if err != nil || c.HealthListenAddr() != want {
+			t.Errorf("HEALTH_ADDR=%s: %v %v", addr, c, err)
+		}
+	}
+	for _, bad := range []string{"127.0.0.1:9000", "[::1]", "a b"} {
+		_, err := LoadConfig([]string{"--health-addr", bad}, envOf(base), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "HEALTH_ADDR") {
+			t.Errorf("HEALTH_ADDR=%q accepted: %v", bad, err)
+		}
+	}
+}
+
+// TestConfigRelativePaths: relative paths are resolved against the working
+// directory at start-up (the sandbox binds need absolute, clean paths).
+func TestConfigRelativePaths(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig([]string{"--tools-dir", "tools/python/", "--work-dir", "/abs/../work"},
+		envOf(map[string]string{"SAM_NAMESPACE": "demo/", "DEV_BROKER_HOST": "localhost", "MANIFEST_PATH": "tools/manifest.yaml"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ToolsDir != filepath.Join(wd, "tools/python") || c.toolsDirGiven != "tools/python/" ||
+		c.ManifestPath != filepath.Join(wd, "tools/manifest.yaml") || c.WorkDir != "/work" {
+		t.Fatalf("tools %s (given %s) manifest %s work %s", c.ToolsDir, c.toolsDirGiven, c.ManifestPath, c.WorkDir)
+	}
+}
+
+func TestConfigSandboxMode(t *testing.T) {
+	base := envOf(map[string]string{"SAM_NAMESPACE": "demo/", "DEV_BROKER_HOST": "localhost"})
+	if c, err := LoadConfig(nil, base, io.Discard); err != nil || c.SandboxMode != ModeSandbox {
+		t.Fatalf("default mode: %v %v", c, err)
+	}
+	if c, err := LoadConfig([]string{"--sandbox-mode", "none"}, base, io.Discard); err != nil || c.SandboxMode != ModeNone {
+		t.Fatalf("none: %v %v", c, err)
+	}
+	if _, err := LoadConfig([]string{"--sandbox-mode", "direct"}, base, io.Discard); err == nil || !strings.Contains(err.Error(), "SANDBOX_MODE") {
+		t.Fatalf("unknown mode accepted: %v", err)
+	}
+}

@@ -24,22 +24,36 @@
 //
 //     User properties: replyTo (required: without it the request is logged,
 //     acked and not answered), statusTo (optional), clientId, userId,
-//     signature (required when STR_SIGNING_SECRET is set: hex HMAC-SHA256
-//     of the payload bytes). The checks, in order: replyTo; signature
-//     (AUTHENTICATION_FAILED); payload size (STR_MAX_PAYLOAD_BYTES, default
+//     timestamp and signature (both required when STR_SIGNING_SECRET is
+//     set; see "Request signing" below). The checks, in order: replyTo;
+//     signature (AUTHENTICATION_FAILED); payload size (STR_MAX_PAYLOAD_BYTES, default
 //     10 MB) and JSON-RPC shape, required fields, types, safe names
 //     (task_id, user_id, session_id: no "/", "\", "..", control
-//     characters, bounded length; filenames also not absolute) — all
-//     problems in one INVALID_REQUEST; tool_name equal to the topic's tool;
-//     the tool in the manifest (else TOOL_NOT_AVAILABLE, message "Tool
-//     '<t>' is not available on this worker", and the topic unsubscribed);
-//     the per-user rate limit (RESOURCE_EXHAUSTED); the profile (manifest,
-//     else request, else SANDBOX_DEFAULT_PROFILE; unknown = INVALID_REQUEST);
-//     no other execution with the same task id or request id
+//     characters, bounded length; session_id not "user", which the
+//     artifact store reserves for "user:" artifacts; filenames also not
+//     absolute) — all problems in one INVALID_REQUEST; tool_name equal to
+//     the topic's tool; the tool in the manifest (else TOOL_NOT_AVAILABLE,
+//     message "Tool '<t>' is not available on this worker", and the topic
+//     unsubscribed); the per-user rate limit (RESOURCE_EXHAUSTED); the
+//     profile, tighten-only: the ceiling is the manifest tool's
+//     sandbox_profile, else SANDBOX_DEFAULT_PROFILE; a request's
+//     sandbox_profile may name the ceiling or a stricter profile
+//     (permissive ⊃ standard ⊃ restrictive ⊃ confidential; the aliases
+//     trusted and untrusted are permissive and restrictive; a profile
+//     loaded from SANDBOX_PROFILE_DIR only itself), and an unknown or
+//     looser one is INVALID_REQUEST naming the asked profile and the
+//     ceiling; a ceiling the worker cannot use is TOOL_NOT_AVAILABLE; no
+//     other execution with the same task id or request id
 //     (INVALID_REQUEST); a free place in the queue (RESOURCE_EXHAUSTED).
 //     The timeout is the request's (else DEFAULT_TIMEOUT_SECONDS) bounded by
 //     the manifest's timeout_seconds (default 300); the sandbox's wall clock
-//     limit is that + 5 s, itself bounded by the profile.
+//     limit is that + 5 s, itself bounded by the profile. When an executor
+//     takes the request from the queue, the tool is looked up again: gone
+//     from the manifest, or its module missing or unreadable by the
+//     sandbox, is TOOL_NOT_AVAILABLE (the worker's fault, never
+//     INVALID_REQUEST); changed, its profile and timeout are chosen again.
+//     Names from the wire (tool names, ids, topics) are cut to 128 bytes,
+//     at a rune boundary, wherever a message or log line repeats them.
 //
 //  3. Status notification, worker → agent, on the request's statusTo, one
 //     per line the tool writes to its status FIFO, in order, all before
@@ -52,6 +66,15 @@
 //
 //     {"jsonrpc":"2.0","id":"<id>","result":{"tool_result":{…},"execution_time_ms":N,
 //     "timed_out":false,"created_artifacts":[{"filename","version","mime_type","size_bytes"}]}}
+//
+//     plus, only when output files were not stored because their names
+//     break the filename rule (artifacts.CheckFilename: control
+//     characters, invalid UTF-8, separators, …), str's own member
+//     "skipped_outputs":[{"filename","reason"}]; every other reply is
+//     byte-identical to the reference's. tool_result is nested at most 512
+//     levels (else TOOL_ERROR) and has invalid UTF-8 replaced by U+FFFD
+//     (logged); a reply over 16 MiB − 64 KiB (the dev broker's line less
+//     the PUBLISH envelope) is a TOOL_ERROR.
 //
 //     Timeout (a result, not an error; agents map it to SANDBOX_TIMEOUT):
 //
@@ -69,7 +92,11 @@
 //     saved), RESOURCE_EXHAUSTED (queue full, rate limit, disk space,
 //     shutting down), AUTHENTICATION_FAILED, CANCELLED, INTERNAL_ERROR.
 //     execution_time_ms runs from receipt (queueing included) to the tool's
-//     exit. The request is acked only after the reply is published.
+//     exit. The request is acked only after the reply is published; a
+//     reply is retried while the broker cannot be reached, until the
+//     task's deadline (at least 30 s), and one the broker refuses is
+//     replaced by INTERNAL_ERROR; either way the invocation is counted
+//     with outcome "reply_failed".
 //
 //  5. Cancel, agent → worker, on {base}/sam_remote_tool/cancel/{id}: id is
 //     the request's JSON-RPC id (or its task id; a payload {"task_id":…}
@@ -79,12 +106,60 @@
 //  6. Removed, worker → all, on {base}/sam_remote_tool/removed/{tool}
 //     with {"tool_name":"<tool>"}, when a reload drops a tool.
 //
+// # Request signing (str-sign-v2)
+//
+// When STR_SIGNING_SECRET is set, every invoke request must carry two
+// user properties, and anything else is AUTHENTICATION_FAILED (the older
+// payload-only signature is not accepted):
+//
+//   - timestamp: the sending time, integer milliseconds since the Unix
+//     epoch, in decimal ("1700000000000");
+//   - signature: lowercase (any case is read) hex of
+//     HMAC-SHA256(key = the secret's UTF-8 bytes, message = S).
+//
+// S is these eight fields joined by a single "\n" (0x0A), with no trailing
+// newline, each as its UTF-8 bytes:
+//
+//  1. the literal "str-sign-v2";
+//  2. the timestamp property, exactly as sent;
+//  3. the topic the request is published to
+//     ({base}/sam_remote_tool/invoke/{tool});
+//  4. the replyTo property;
+//  5. the statusTo property;
+//  6. the clientId property;
+//  7. the userId property;
+//  8. the lowercase hex SHA-256 of the payload bytes exactly as sent.
+//
+// An absent property is the empty string. A field containing "\n" cannot
+// be signed and the request is refused. In Python:
+//
+//	s = "\n".join(["str-sign-v2", ts, topic, reply_to, status_to or "",
+//	               client_id or "", user_id or "", hashlib.sha256(payload).hexdigest()])
+//	sig = hmac.new(secret.encode(), s.encode(), hashlib.sha256).hexdigest()
+//
+// The worker checks, in order: signature present (64 hex digits);
+// timestamp present, an integer, at most 5 minutes (SigningWindow) before
+// or after the worker's clock; the HMAC, compared in constant time; then
+// that the same signature has not been accepted within the last 10
+// minutes (twice the window: the span in which the same timestamp stays
+// acceptable). So a request replayed verbatim, replayed later, or replayed
+// with another replyTo, statusTo, clientId, userId or topic is refused.
+// Clocks of agents and workers must agree within the window. The seen
+// signatures live in the worker's memory: a restarted worker, or another
+// worker of the pool, does not know them; a broker redelivery of a
+// request the worker already accepted is refused as a replay.
+// worker.SignMessage implements the client side (str invoke
+// --signing-secret uses it).
+//
 // # One execution (spec §7)
 //
 // Work dir {SANDBOX_WORK_DIR}/{task_id}/ (created exclusively; stale ones
-// removed at startup) with input/ (worker-owned), output/ and the FIFO
-// status.pipe (0600), the dir, output/ and FIFO chowned to the tool's host
-// uid. Inputs are written O_EXCL|O_NOFOLLOW. runner_args.json is written;
+// removed at startup), then the sandbox is created (not started) and the
+// dir gets input/ (worker-owned), output/ and the FIFO status.pipe (0600),
+// the dir, output/ and FIFO chowned to that sandbox's own host uid; every
+// mode is set explicitly, whatever the umask. A sandbox created but not
+// started is killed on every error path. The sandbox's stderr is kept
+// (last 8 KiB) for SANDBOX_FAILED messages and the log. Inputs are written O_EXCL|O_NOFOLLOW. runner_args.json is written;
 // the FIFO's read end is opened (non-blocking) and a worker-held write end
 // keeps it from reaching EOF until the sandbox is gone, after which it is
 // drained to EOF, so no status line is lost. The launcher runs
@@ -99,8 +174,31 @@
 // # Operations
 //
 // Configuration: see ConfigUsage (flags > environment > file > defaults).
-// /healthz (alive), /readyz (connected and taking work) and /metrics on
-// HEALTH_PORT. Hot reload of the manifest: subscriptions are changed with
+// Relative paths (TOOLS_PYTHON_DIR, MANIFEST_PATH, SANDBOX_WORK_DIR, ...)
+// are resolved against the working directory at start-up, like any path
+// on a command line. /healthz (alive), /readyz (connected and taking
+// work; the JSON body's "unavailable_tools" maps each tool that cannot
+// work to why) and /metrics on HEALTH_ADDR:HEALTH_PORT (127.0.0.1:8081 by
+// default; HEALTH_ADDR=0.0.0.0 for every interface).
+//
+// Start-up, in order: work, runner and site dirs; the sandbox probe —
+// /bin/true in one sandbox of SANDBOX_DEFAULT_PROFILE through the same
+// launcher the calls use; if it fails the worker refuses to start with
+// the launcher's error and "run `str doctor`" (fail closed); the
+// manifest, with every tool checked (module file present under
+// TOOLS_PYTHON_DIR; the tools dir, package dirs and module readable by
+// the sandbox's uid, i.e. world-readable and world-searchable as root,
+// owner bits rootless; a manifest profile the worker knows; the common
+// mistake of naming the manifest's directory instead of its python/
+// folder, or a path relative to the manifest's directory, is named with
+// the fix), one error logged per tool that cannot work, again at every
+// manifest reload; then the broker connection. A SIGTERM before the
+// first connection is a clean stop (exit 0). SANDBOX_MODE=none (only
+// when set explicitly) runs tools as plain processes of the worker with
+// NO ISOLATION, skips the probe, warns at start-up and puts
+// sandbox_mode=NONE on every log line of every call.
+//
+// Hot reload of the manifest: subscriptions are changed with
 // the dispatch lock held, so no request is served against a half-applied
 // manifest; a broken manifest keeps the previous one. SIGTERM: invoke
 // topics unsubscribed, queued requests answered RESOURCE_EXHAUSTED,
@@ -115,8 +213,10 @@
 // from hostile tools writing into their work dir (symlinks, FIFOs,
 // oversized outputs, endless status lines). Containment of the tool's code
 // is the launcher's job. It does not authenticate the broker or agents
-// beyond the optional shared-secret signature (which does not prevent
-// replay), and it does not encrypt anything. It trusts the manifest, the
+// beyond the optional shared-secret signature (str-sign-v2: payload,
+// topic, routing and identifying properties and a timestamp, replays
+// refused within the window; every agent holding the secret can sign
+// anything), and it does not encrypt anything. It trusts the manifest, the
 // tools directory, the configuration and the artifact store's directory.
 // Kernel features are the launcher's (namespaces, seccomp, cgroups); the
 // worker itself needs FIFOs and, to chown for the tool, CAP_CHOWN or an

@@ -16,7 +16,10 @@ import (
 // logic (protocol, FIFO relay, inputs, outputs, queueing, cancellation,
 // reload) deterministically and without privileges; containment through
 // the real launcher is covered by test/e2e.
-type hostSandboxes struct{}
+//
+// uid and gid, when set, are the owner the "sandbox" reports and the ids
+// the tool runs as (root only), as a launcher sandbox's own host uid.
+type hostSandboxes struct{ uid, gid int }
 
 var knownTestProfiles = map[string]bool{"restrictive": true, "standard": true, "permissive": true}
 
@@ -27,13 +30,39 @@ func (hostSandboxes) CheckProfile(name string) error {
 	return nil
 }
 
-func (hostSandboxes) ToolOwner(string) (int, int, error) { return os.Geteuid(), os.Getegid(), nil }
+// Create makes nothing yet: the host "sandbox" is a plain child process,
+// owned by the test's own uid.
+func (hs hostSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
+	if _, err := os.Stat(spec.Workdir); err != nil {
+		return nil, fmt.Errorf("%w: work dir: %w", ErrInvalidSandboxRequest, err)
+	}
+	return &hostCreated{ctx: ctx, spec: spec, uid: hs.uid, gid: hs.gid}, nil
+}
 
-func (hostSandboxes) Start(ctx context.Context, spec SandboxSpec) (RunningSandbox, error) {
+type hostCreated struct {
+	ctx      context.Context
+	spec     SandboxSpec
+	uid, gid int
+}
+
+func (c *hostCreated) Owner() (int, int) {
+	if c.uid != 0 {
+		return c.uid, c.gid
+	}
+	return os.Geteuid(), os.Getegid()
+}
+func (c *hostCreated) Kill() error { return nil }
+
+func (c *hostCreated) Start() (RunningSandbox, error) {
+	spec := c.spec
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Workdir
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}, spec.Env...)
+	cmd.Stderr = spec.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if c.uid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -44,7 +73,7 @@ func (hostSandboxes) Start(ctx context.Context, spec SandboxSpec) (RunningSandbo
 		select {
 		case <-timer.C:
 			h.mark(&h.timedOut)
-		case <-ctx.Done():
+		case <-c.ctx.Done():
 			h.mark(&h.cancelled)
 		case <-h.done:
 		}

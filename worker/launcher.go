@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
@@ -15,14 +14,11 @@ import (
 // launcher (namespaces, pivot_root, seccomp, cgroup).
 type LauncherSandboxes struct {
 	L *launcher.Launcher
-
-	mu     sync.Mutex
-	owners map[string][2]int // profile -> uid, gid
 }
 
 // NewLauncherSandboxes wraps a launcher.
 func NewLauncherSandboxes(l *launcher.Launcher) *LauncherSandboxes {
-	return &LauncherSandboxes{L: l, owners: map[string][2]int{}}
+	return &LauncherSandboxes{L: l}
 }
 
 // CheckProfile looks the name up; unknown names wrap ErrUnknownProfile.
@@ -36,24 +32,10 @@ func (ls *LauncherSandboxes) CheckProfile(name string) error {
 	return nil
 }
 
-// ToolOwner returns (and caches) the tool's host uid/gid under profile.
-func (ls *LauncherSandboxes) ToolOwner(profile string) (int, int, error) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if o, ok := ls.owners[profile]; ok {
-		return o[0], o[1], nil
-	}
-	uid, gid, err := ls.L.ToolOwner(profile)
-	if err != nil {
-		return 0, 0, err
-	}
-	ls.owners[profile] = [2]int{uid, gid}
-	return uid, gid, nil
-}
-
-// Start creates and starts the sandbox. The wall-clock limit asked for is
-// capped at the profile's own (a request never loosens a profile).
-func (ls *LauncherSandboxes) Start(ctx context.Context, spec SandboxSpec) (RunningSandbox, error) {
+// Create plans the sandbox and creates it (cgroup, host ids); nothing
+// runs until Start. The wall-clock limit asked for is capped at the
+// profile's own (a request never loosens a profile).
+func (ls *LauncherSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
 	// 1. the request.
 	prof, err := ls.L.Profiles().Lookup(spec.Profile)
 	if err != nil {
@@ -63,11 +45,12 @@ func (ls *LauncherSandboxes) Start(ctx context.Context, spec SandboxSpec) (Runni
 	if limit := time.Duration(prof.Timeout); limit > 0 && timeout > limit {
 		timeout = limit
 	}
-	req := launcher.Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: spec.Workdir, Timeout: timeout}
+	req := launcher.Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: spec.Workdir,
+		Timeout: timeout, Stderr: spec.Stderr}
 	for _, p := range spec.ReadOnly {
 		req.Binds = append(req.Binds, launcher.Bind{Source: p})
 	}
-	// 2. create (plan + cgroup), then start.
+	// 2. create (plan, cgroup, the sandbox's own host ids).
 	sb, err := ls.L.Create(ctx, req)
 	if err != nil {
 		if errors.Is(err, launcher.ErrInvalidRequest) {
@@ -75,11 +58,23 @@ func (ls *LauncherSandboxes) Start(ctx context.Context, spec SandboxSpec) (Runni
 		}
 		return nil, err
 	}
-	if err := sb.Start(); err != nil {
-		sb.Kill()
+	return createdSandbox{sb}, nil
+}
+
+// createdSandbox is a launcher sandbox before Start.
+type createdSandbox struct{ sb *launcher.Sandbox }
+
+func (c createdSandbox) Owner() (int, int) { return c.sb.ToolOwner() }
+func (c createdSandbox) Kill() error       { return c.sb.Kill() }
+
+// Start starts the sandbox; a sandbox that fails to start is killed
+// (released) before the error is returned.
+func (c createdSandbox) Start() (RunningSandbox, error) {
+	if err := c.sb.Start(); err != nil {
+		c.sb.Kill()
 		return nil, err
 	}
-	return launcherSandbox{sb}, nil
+	return launcherSandbox(c), nil
 }
 
 type launcherSandbox struct{ sb *launcher.Sandbox }

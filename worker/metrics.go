@@ -37,7 +37,7 @@ func NewMetrics() *Metrics {
 		Registry: r,
 		Invocations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "str_worker_invocations_total",
-			Help: "Invocations answered, by tool and outcome (success, timeout, or the error code).",
+			Help: "Invocations answered, by tool and outcome (success, timeout, the error code, or reply_failed when the reply could not be published).",
 		}, []string{"tool", "outcome"}),
 		ExecutionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "str_worker_execution_seconds",
@@ -93,35 +93,42 @@ func (m *Metrics) stopRunning() {
 	m.Running.Set(float64(m.running))
 }
 
-// MaxRunning is the highest number of executions that ran at once.
-func (m *Metrics) MaxRunning() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.runningMax
-}
-
 type healthBody struct {
 	OK     bool   `json:"ok"`
 	Broker string `json:"broker"`
+	// UnavailableTools (/readyz only) maps each manifest tool that cannot
+	// work on this worker to why (module missing or unreadable by the
+	// sandbox, unknown profile); omitted when there is none.
+	UnavailableTools map[string]string `json:"unavailable_tools,omitempty"`
 }
 
 // Handler serves /healthz (the process is alive: always 200 unless the
 // worker has stopped), /readyz (200 only while connected to the broker
-// and taking work, else 503) and /metrics.
+// and taking work, else 503; the body lists the tools that cannot work,
+// checked when asked) and /metrics. A tool that cannot work does not make
+// the worker unready: its other tools still serve.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	write := func(w http.ResponseWriter, ok bool) {
+	write := func(w http.ResponseWriter, ok bool, body healthBody) {
 		w.Header().Set("Content-Type", "application/json")
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		json.NewEncoder(w).Encode(healthBody{OK: ok, Broker: s.tr.State().String()})
+		body.OK, body.Broker = ok, s.tr.State().String()
+		json.NewEncoder(w).Encode(body)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		write(w, !s.stopped.Load())
+		write(w, !s.stopped.Load(), healthBody{})
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		write(w, s.Ready())
+		s.mu.RLock()
+		m := s.manifest
+		s.mu.RUnlock()
+		bad := s.unavailableTools(m)
+		if len(bad) == 0 {
+			bad = nil
+		}
+		write(w, s.Ready(), healthBody{UnavailableTools: bad})
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	return mux

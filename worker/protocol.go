@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -11,7 +12,10 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/securetoolruntime/str/worker/artifacts"
 )
 
 // Method names of the JSON-RPC messages (spec §2, §3).
@@ -29,10 +33,17 @@ const DefaultMaxPayloadBytes = 10 << 20
 // Name limits. Task ids become directory names and user and session ids
 // become artifact store path components, so all three are bounded.
 const (
-	maxTaskIDLen   = 128
-	maxIDLen       = 256
-	maxFilenameLen = 255
+	maxTaskIDLen = 128
+	maxIDLen     = 256
+	// maxNameInMessage bounds a name from the wire (tool name, id, topic)
+	// repeated in a reply message or a log line.
+	maxNameInMessage = 128
 )
+
+// reservedSessionID is the session id the artifact stores use for the
+// directory of a user's "user:" artifacts ({user_id}/user/{name}); a
+// request with it would fail only when its outputs are saved.
+const reservedSessionID = "user"
 
 // Code is one error code of spec §4. Agents require it to be a string.
 type Code string
@@ -178,6 +189,9 @@ func ParseRequest(payload []byte, lim ParseLimits) (*Request, string, *Error) {
 	r.AppName = p.requiredString("app_name")
 	r.UserID = p.name("user_id", maxIDLen)
 	r.SessionID = p.name("session_id", maxIDLen)
+	if r.SessionID == reservedSessionID {
+		p.fail("params.session_id %q is reserved: the artifact store keeps user-scoped (\"user:\") artifacts under it", reservedSessionID)
+	}
 	r.Args = p.object("args")
 	r.ToolConfig = p.object("tool_config")
 	r.TimeoutSeconds, r.TimeoutSet = p.timeout("timeout_seconds")
@@ -481,29 +495,33 @@ func unsafeName(s string, maxLen int) string {
 	return ""
 }
 
-// UnsafeFilename says why an artifact filename is unsafe ("" = safe):
-// empty, too long, absolute, "..", a backslash, a slash, a control
-// character. A "user:" prefix is allowed (user-scoped artifacts, spec §9).
+// UnsafeFilename says why an artifact filename is unsafe ("" = safe). It
+// is artifacts.CheckFilename, str's one filename rule (a "user:" prefix is
+// allowed: user-scoped artifacts, spec §9).
 func UnsafeFilename(name string) string {
-	if name == "" {
-		return "empty"
+	var fe *artifacts.FilenameError
+	if err := artifacts.CheckFilename(name); errors.As(err, &fe) {
+		return fe.Reason
+	} else if err != nil {
+		return err.Error()
 	}
-	if strings.HasPrefix(name, "/") {
-		return "absolute path"
-	}
-	rest := LocalInputName(name)
-	if rest == "" {
-		return "empty after the user: prefix"
-	}
-	return unsafeName(rest, maxFilenameLen)
+	return ""
 }
 
+// truncate cuts s to at most n bytes, at a rune boundary (a reply must
+// stay valid UTF-8), and marks the cut with "…".
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
 	return s[:n] + "…"
 }
+
+// truncateName is a name from the wire as it may appear in a message.
+func truncateName(s string) string { return truncate(s, maxNameInMessage) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
@@ -528,11 +546,23 @@ type CreatedArtifact struct {
 	SizeBytes int64  `json:"size_bytes"`
 }
 
+// SkippedOutput is one entry of skipped_outputs: a regular file the tool
+// left in output/ that was not stored because its name breaks the
+// filename rule (artifacts.CheckFilename). The member is str's addition
+// and is omitted when empty, so every other reply is byte-identical to
+// the reference's; agents read the result's members by name (JSON-RPC
+// leaves "result" free-form) and ignore one they do not know.
+type SkippedOutput struct {
+	Filename string `json:"filename"` // invalid UTF-8 replaced by U+FFFD
+	Reason   string `json:"reason"`
+}
+
 type resultBody struct {
 	ToolResult       json.RawMessage   `json:"tool_result"`
 	ExecutionTimeMs  int64             `json:"execution_time_ms"`
 	TimedOut         bool              `json:"timed_out"`
 	CreatedArtifacts []CreatedArtifact `json:"created_artifacts"`
+	SkippedOutputs   []SkippedOutput   `json:"skipped_outputs,omitempty"`
 }
 
 type replyEnvelope struct {
@@ -560,14 +590,15 @@ func marshal(v any) []byte {
 }
 
 // EncodeResult is a success reply. toolResult must be a JSON object (see
-// NormalizeToolResult); artifacts may be nil (encoded as []).
-func EncodeResult(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact) []byte {
+// NormalizeToolResult); artifacts may be nil (encoded as []); skipped
+// outputs, if any, are listed in "skipped_outputs".
+func EncodeResult(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact, skipped ...SkippedOutput) []byte {
 	if artifacts == nil {
 		artifacts = []CreatedArtifact{}
 	}
 	return marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
 		ToolResult: toolResult, ExecutionTimeMs: executionTime.Milliseconds(),
-		CreatedArtifacts: artifacts,
+		CreatedArtifacts: artifacts, SkippedOutputs: skipped,
 	}})
 }
 
@@ -651,6 +682,99 @@ func NormalizeToolResult(value json.RawMessage) (json.RawMessage, error) {
 		r.Text = &s
 	}
 	return marshal(r), nil
+}
+
+// MaxResultDepth bounds how deeply a tool result may nest objects and
+// arrays. Agents parse replies with recursive JSON parsers (Python's json
+// gives up near 1,000 levels, and the broker's reply adds two); a result
+// nested deeper is refused with TOOL_ERROR instead of being forwarded.
+const MaxResultDepth = 512
+
+// ErrResultTooDeep is wrapped by CleanToolResult for a result nested more
+// than MaxResultDepth levels.
+var ErrResultTooDeep = errors.New("the tool's result is nested too deeply")
+
+// CleanToolResult checks a tool result (JSON text) before it is
+// forwarded: nesting beyond MaxResultDepth is an error wrapping
+// ErrResultTooDeep; invalid UTF-8 inside strings (which a broker refuses)
+// and \u escapes of unpaired surrogates (which strict parsers refuse) are
+// replaced by U+FFFD. It returns the cleaned text and how many
+// replacements were made; value itself is never modified. Outside strings
+// valid JSON has only ASCII, so value is otherwise passed through.
+func CleanToolResult(value []byte) ([]byte, int, error) {
+	var (
+		out    []byte // nil until the first replacement
+		copied int    // value[:copied] is already in out
+		fixes  int
+		depth  int
+		inStr  bool
+	)
+	replace := func(at, n int, with string) {
+		out = append(out, value[copied:at]...)
+		out = append(out, with...)
+		copied = at + n
+		fixes++
+	}
+	for i := 0; i < len(value); {
+		c := value[i]
+		if !inStr {
+			switch c {
+			case '"':
+				inStr = true
+			case '{', '[':
+				if depth++; depth > MaxResultDepth {
+					return nil, 0, fmt.Errorf("%w: more than %d levels of objects and arrays", ErrResultTooDeep, MaxResultDepth)
+				}
+			case '}', ']':
+				depth--
+			}
+			i++
+			continue
+		}
+		switch {
+		case c == '"':
+			inStr = false
+			i++
+		case c == '\\' && i+1 < len(value) && value[i+1] == 'u':
+			r, ok := hexEscape(value, i)
+			if !ok || !utf16.IsSurrogate(r) {
+				i += 2
+				continue
+			}
+			if r < 0xDC00 { // a high surrogate must be followed by a low one
+				if r2, ok := hexEscape(value, i+6); ok && r2 >= 0xDC00 && r2 <= 0xDFFF {
+					i += 12
+					continue
+				}
+			}
+			replace(i, 6, `\ufffd`)
+			i += 6
+		case c == '\\':
+			i += 2
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			if r, n := utf8.DecodeRune(value[i:]); r == utf8.RuneError && n <= 1 {
+				replace(i, 1, "\uFFFD")
+				i++
+			} else {
+				i += n
+			}
+		}
+	}
+	if out == nil {
+		return value, 0, nil
+	}
+	return append(out, value[copied:]...), fixes, nil
+}
+
+// hexEscape reads the \uXXXX escape at value[i:], if there is one.
+func hexEscape(value []byte, i int) (rune, bool) {
+	if i+6 > len(value) || value[i] != '\\' || value[i+1] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(value[i+2:i+6]), 16, 32)
+	return rune(n), err == nil
 }
 
 // pyStr renders a decoded JSON value as Python's str() of the value the

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func golden(t *testing.T, name string) string {
@@ -143,6 +144,7 @@ func TestParseRejects(t *testing.T) {
 		{"dotdot task", base(ok + `"task_id":"../etc","user_id":"u","session_id":"s"`), "r9", []string{"params.task_id", `contains ".."`}},
 		{"slash user", base(ok + `"task_id":"t","user_id":"a/b","session_id":"s"`), "r9", []string{"params.user_id", "path separator"}},
 		{"dot session", base(ok + `"task_id":"t","user_id":"u","session_id":".."`), "r9", []string{"params.session_id"}},
+		{"reserved session", base(ok + `"task_id":"t","user_id":"u","session_id":"user"`), "r9", []string{`params.session_id "user" is reserved`}},
 		{"nul task", base(ok + `"task_id":"a\u0000b","user_id":"u","session_id":"s"`), "r9", []string{"control character"}},
 		{"long task", base(ok + `"task_id":"` + strings.Repeat("a", 129) + `","user_id":"u","session_id":"s"`), "r9", []string{"longer than 128"}},
 		{"bad types", base(ok + `"task_id":1,"user_id":"u","session_id":"s","args":[],"timeout_seconds":"x"`), "r9",
@@ -194,5 +196,22 @@ func TestLenientID(t *testing.T) {
 	}
 	if got := LenientID([]byte(`{"id":"abc"}`), 3); got != UnknownID {
 		t.Fatalf("oversized: %q", got)
+	}
+}
+
+func TestTruncateKeepsUTF8(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdef", 3, "abc…"},
+		{"éé", 3, "é…"}, // the cut would split the second é
+		{"ééé", 1, "…"},
+	} {
+		if got := truncate(c.in, c.n); got != c.want || !utf8.ValidString(got) {
+			t.Errorf("truncate(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -13,13 +14,25 @@ type Sandboxes interface {
 	// CheckProfile validates a profile name; an unknown name is an error
 	// (the worker replies INVALID_REQUEST).
 	CheckProfile(name string) error
-	// ToolOwner is the host uid/gid the sandboxed tool's files appear as.
-	// The work dir, output/ and the status FIFO are chowned to it.
-	ToolOwner(profile string) (uid, gid int, err error)
-	// Start creates and starts one sandbox. An error wrapping
-	// ErrInvalidSandboxRequest is the request's fault (INVALID_REQUEST);
-	// any other is SANDBOX_FAILED. The sandbox is killed when ctx ends.
-	Start(ctx context.Context, spec SandboxSpec) (RunningSandbox, error)
+	// Create plans one sandbox and reserves what it holds before it runs
+	// (its cgroup, its host uid); nothing runs until Start. spec.Workdir
+	// must exist. An error wrapping ErrInvalidSandboxRequest is the
+	// request's fault (INVALID_REQUEST); any other is SANDBOX_FAILED. The
+	// sandbox is killed when ctx ends. Every CreatedSandbox is either
+	// started or released with Kill.
+	Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error)
+}
+
+// CreatedSandbox is a sandbox that exists but runs nothing yet.
+type CreatedSandbox interface {
+	// Owner is the host uid/gid the sandboxed tool runs as, and so what
+	// its files appear as: the work dir, output/ and the status FIFO are
+	// chowned to it. Each sandbox may have its own.
+	Owner() (uid, gid int)
+	// Start runs spec.Argv. On error the sandbox is already released.
+	Start() (RunningSandbox, error)
+	// Kill releases a sandbox that will not be started.
+	Kill() error
 }
 
 // SandboxSpec is one tool execution as the launcher sees it.
@@ -33,6 +46,9 @@ type SandboxSpec struct {
 	ReadOnly []string
 	// Timeout is the wall-clock limit (request timeout + 5 s).
 	Timeout time.Duration
+	// Stderr receives the sandbox's standard error (the runner's, the
+	// tool's and the sandbox setup's); nil discards it.
+	Stderr io.Writer
 }
 
 // RunningSandbox is a started sandbox.
@@ -58,7 +74,7 @@ type SandboxExit struct {
 	SetupTime time.Duration
 }
 
-// ErrInvalidSandboxRequest marks Start errors that are the request's fault.
+// ErrInvalidSandboxRequest marks Create errors that are the request's fault.
 var ErrInvalidSandboxRequest = errors.New("invalid sandbox request")
 
 // ErrUnknownProfile marks CheckProfile errors for names no profile has.

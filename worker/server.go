@@ -2,9 +2,6 @@ package worker
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
@@ -45,19 +43,25 @@ type Options struct {
 	Installer *manifest.Installer
 	Logger    *slog.Logger
 	Metrics   *Metrics // nil = NewMetrics()
+	// Profiles resolves profile names and orders them for the
+	// tighten-only rule (a request may name its ceiling or a stricter
+	// profile); nil = the embedded profiles. `str worker` passes the
+	// launcher's set.
+	Profiles *profiles.Set
 }
 
 // Server serves tool invocations: one receive loop, MaxConcurrent
 // executors fed by a bounded queue, a manifest watcher.
 type Server struct {
-	cfg     *Config
-	tr      transport.Transport
-	sb      Sandboxes
-	store   artifacts.Store
-	inst    *manifest.Installer
-	log     *slog.Logger
-	metrics *Metrics
-	base    string
+	cfg      *Config
+	tr       transport.Transport
+	sb       Sandboxes
+	store    artifacts.Store
+	inst     *manifest.Installer
+	log      *slog.Logger
+	metrics  *Metrics
+	profiles *profiles.Set
+	base     string
 
 	runnerPath string
 
@@ -68,16 +72,17 @@ type Server struct {
 	manifest *manifest.Manifest
 	subs     map[string]bool // invoke topics subscribed
 
-	queue    chan *task
-	inflight sync.Map // request id and task id -> *task
+	queue    chan *queuedTask
+	inflight sync.Map // request id and task id -> *queuedTask
 	execCtx  context.Context
 	execStop context.CancelCauseFunc
 	execWG   sync.WaitGroup
 
 	limiter  *rateLimiter
-	stopping atomic.Bool // no new work is taken
-	stopped  atomic.Bool // Run has returned
-	serving  atomic.Bool // Connect succeeded and not stopping
+	replays  *replayGuard // signatures accepted within SigningWindow
+	stopping atomic.Bool  // no new work is taken
+	stopped  atomic.Bool  // Run has returned
+	serving  atomic.Bool  // Connect succeeded and not stopping
 }
 
 // Causes recorded when a task's context is cancelled.
@@ -113,23 +118,31 @@ func New(opts Options) (*Server, error) {
 		m = NewMetrics()
 	}
 	cfg := opts.Config
+	set := opts.Profiles
+	if set == nil {
+		var err error
+		if set, err = profiles.Embedded(); err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+	}
 	if err := opts.Sandboxes.CheckProfile(cfg.DefaultProfile); err != nil {
+		return nil, fmt.Errorf("worker: SANDBOX_DEFAULT_PROFILE %q: %w", cfg.DefaultProfile, err)
+	}
+	if _, err := set.Lookup(cfg.DefaultProfile); err != nil {
 		return nil, fmt.Errorf("worker: SANDBOX_DEFAULT_PROFILE %q: %w", cfg.DefaultProfile, err)
 	}
 	execCtx, execStop := context.WithCancelCause(context.Background())
 	s := &Server{
 		cfg: cfg, tr: opts.Transport, sb: opts.Sandboxes, store: opts.Store, inst: opts.Installer,
-		log: log, metrics: m, base: cfg.Base(),
+		log: log, metrics: m, profiles: set, base: cfg.Base(),
 		subs:    map[string]bool{},
-		queue:   make(chan *task, cfg.MaxQueued),
+		queue:   make(chan *queuedTask, cfg.MaxQueued),
 		execCtx: execCtx, execStop: execStop,
 		limiter: newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
+		replays: newReplayGuard(),
 	}
 	return s, nil
 }
-
-// Metrics returns the server's metrics.
-func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // Ready reports whether the worker is connected and taking work.
 func (s *Server) Ready() bool {
@@ -147,7 +160,9 @@ func (s *Server) discoveryPattern() string { return s.base + "/discovery/>" }
 // Run serves until ctx ends, then shuts down: it stops taking work
 // (unsubscribes), rejects queued requests with RESOURCE_EXHAUSTED, lets
 // running tools finish within ShutdownGrace, then kills them and replies
-// CANCELLED. It returns after every taken request has been answered.
+// CANCELLED. It returns after every taken request has been answered. A
+// ctx that ends before the first broker connection is a clean stop (nil),
+// not a failure.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stopped.Store(true)
 	// 1. directories: stale work dirs from a crash removed, the runner
@@ -155,39 +170,63 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.prepareDirs(); err != nil {
 		return err
 	}
-	// 2. the manifest: a broken manifest at startup is fatal (there is no
-	// previous one to keep).
+	// 2. fail closed: one real sandbox of the default profile, or no
+	// start at all (SANDBOX_MODE=none skips it, loudly).
+	if err := s.probeSandbox(ctx); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	// 3. the manifest: a broken manifest at startup is fatal (there is no
+	// previous one to keep). Each tool that cannot work here (module
+	// missing or unreadable by the sandbox, unknown profile) is logged;
+	// /readyz lists them and their calls are answered TOOL_NOT_AVAILABLE.
 	m, err := manifest.Load(s.cfg.ManifestPath)
 	if err != nil {
 		return fmt.Errorf("worker: load manifest: %w", err)
 	}
+	s.mu.Lock()
 	s.manifest = m
-	// 3. connect with every subscription inside the connect, so a request
+	s.mu.Unlock()
+	if s.cfg.toolsDirGiven != "" && s.cfg.toolsDirGiven != s.cfg.ToolsDir {
+		s.log.Info("TOOLS_PYTHON_DIR resolved against the working directory", "given", s.cfg.toolsDirGiven, "path", s.cfg.ToolsDir)
+	}
+	s.logToolProblems(m)
+	// 4. connect with every subscription inside the connect, so a request
 	// published the moment the worker appears is not missed.
 	subs := []string{s.cancelPattern(), s.discoveryPattern()}
-	for _, name := range sortedKeys(m.Tools) {
+	for _, name := range m.Names() {
 		topic := s.invokeTopic(name)
 		subs = append(subs, topic)
 		s.subs[topic] = true
 	}
 	if err := s.tr.Connect(ctx, subs); err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM before the first connection: nothing was taken.
+			s.log.Info("worker stopped before connecting to the broker")
+			return nil
+		}
 		return fmt.Errorf("worker: connect: %w", err)
 	}
 	s.serving.Store(true)
 	s.log.Info("worker serving", "namespace", s.cfg.Namespace, "worker_id", s.cfg.WorkerID,
-		"tools", sortedKeys(m.Tools), "max_concurrent", s.cfg.MaxConcurrent)
-	// 4. executors.
+		"tools", m.Names(), "max_concurrent", s.cfg.MaxConcurrent, "sandbox_mode", s.cfg.SandboxMode)
+	// 5. executors. A queued task is claimed once: by the executor that
+	// dequeues it, or by a cancel that answers it at once (see cancel).
 	for i := 0; i < s.cfg.MaxConcurrent; i++ {
 		s.execWG.Add(1)
 		go func() {
 			defer s.execWG.Done()
-			for t := range s.queue {
+			for q := range s.queue {
 				s.metrics.Queued.Dec()
-				s.runTask(t)
+				if q.claimed.CompareAndSwap(false, true) {
+					s.runTask(q.task)
+				}
 			}
 		}()
 	}
-	// 5. manifest hot reload.
+	// 6. manifest hot reload.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
 	go func() {
@@ -195,7 +234,7 @@ func (s *Server) Run(ctx context.Context) error {
 		manifest.Watch(watchCtx, s.cfg.ManifestPath, s.cfg.ReloadInterval, s.applyManifest,
 			func(format string, a ...any) { s.log.Warn(fmt.Sprintf(format, a...)) })
 	}()
-	// 6. the receive loop.
+	// 7. the receive loop.
 	var loopErr error
 	for {
 		d, err := s.tr.Receive(ctx)
@@ -213,10 +252,79 @@ func (s *Server) Run(ctx context.Context) error {
 	return loopErr
 }
 
+// probeTimeout bounds the start-up probe sandbox.
+const probeTimeout = 30 * time.Second
+
+// probeSandbox creates and runs one sandbox of the default profile
+// (/bin/true in an empty work dir) through the same Sandboxes the calls
+// use. If that fails the worker refuses to start: a worker that cannot
+// isolate tools must not take any (fail closed). Only SANDBOX_MODE=none
+// skips it, with a warning. A ctx that ends during the probe is a stop,
+// not a failure. Runs after prepareDirs (the work base exists).
+func (s *Server) probeSandbox(ctx context.Context) error {
+	if s.cfg.SandboxMode == ModeNone {
+		s.log.Warn("SANDBOX_MODE=none: TOOLS RUN WITHOUT ANY ISOLATION, as plain processes of the worker with its uid, " +
+			"its files, its network and its environment; use it only for trusted tools on a host that cannot create sandboxes " +
+			"(`str doctor` says why), never for tools that run model- or user-supplied code")
+		return nil
+	}
+	fail := func(err error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("worker: refusing to start: this host cannot create sandboxes "+
+			"(start-up probe: /bin/true in a %q sandbox): %w; run `str doctor` to see what is missing and how to fix it "+
+			"(only SANDBOX_MODE=none runs tools without isolation)", s.cfg.DefaultProfile, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	// 1. a work dir (the sandbox binds one and starts in it), removed
+	// afterwards; its marker lets the next start-up sweep remove it if
+	// the worker dies during the probe.
+	dir, err := os.MkdirTemp(s.cfg.WorkDir, ".probe-")
+	if err != nil {
+		return fmt.Errorf("worker: start-up probe: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, WorkDirMarker), nil, 0o444); err != nil {
+		return fmt.Errorf("worker: start-up probe: %w", err)
+	}
+	// 2. create, hand the dir to the sandbox's uid, start, wait.
+	created, err := s.sb.Create(pctx, SandboxSpec{Profile: s.cfg.DefaultProfile, Argv: []string{"/bin/true"}, Workdir: dir, Timeout: probeTimeout})
+	if err != nil {
+		return fail(err)
+	}
+	uid, gid := created.Owner()
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		created.Kill()
+		return fail(fmt.Errorf("chown the probe's work dir %s to %d:%d: %w", dir, uid, gid, err))
+	}
+	sb, err := created.Start()
+	if err != nil {
+		return fail(err)
+	}
+	exit, err := sb.Wait()
+	// 3. the verdict.
+	switch {
+	case err != nil:
+		return fail(err)
+	case exit.SetupError != nil:
+		return fail(exit.SetupError)
+	case exit.TimedOut:
+		return fail(fmt.Errorf("the probe did not finish within %s", probeTimeout))
+	case exit.ExitCode != 0 || exit.Signal != 0:
+		return fail(fmt.Errorf("the probe ended with exit code %d (signal %d %s, out of memory %v, pids limit %v)",
+			exit.ExitCode, exit.Signal, exit.SignalName, exit.OOMKilled, exit.PidsLimit))
+	}
+	s.log.Info("sandbox probe passed", "profile", s.cfg.DefaultProfile, "setup_ms", exit.SetupTime.Milliseconds())
+	return nil
+}
+
 // prepareDirs runs at startup.
 func (s *Server) prepareDirs() error {
-	// 1. the work base exists and is not group/world writable.
-	if err := os.MkdirAll(s.cfg.WorkDir, 0o711); err != nil {
+	// 1. the work base exists, is not group/world writable and can be
+	// traversed by the sandboxes' uids (modes set whatever the umask).
+	if err := ensureDir(s.cfg.WorkDir, 0o711); err != nil {
 		return fmt.Errorf("worker: create work dir %s: %w", s.cfg.WorkDir, err)
 	}
 	// 2. every task work dir left by a previous run (crash, SIGKILL) is
@@ -241,7 +349,7 @@ func (s *Server) prepareDirs() error {
 		s.log.Info("removed stale work dir", "path", p)
 	}
 	// 3. the runner, read-only.
-	if err := os.MkdirAll(s.cfg.RunnerDir, 0o755); err != nil {
+	if err := ensureDir(s.cfg.RunnerDir, 0o755); err != nil {
 		return fmt.Errorf("worker: create runner dir %s: %w", s.cfg.RunnerDir, err)
 	}
 	path, err := runner.Install(s.cfg.RunnerDir)
@@ -249,8 +357,13 @@ func (s *Server) prepareDirs() error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	s.runnerPath = path
+	// The runner module's bytecode cache saves ~5 ms of CPU per call;
+	// without it each call compiles the module, so a failure only warns.
+	if _, err := runner.Compile(s.cfg.RunnerDir, s.cfg.PythonBin); err != nil {
+		s.log.Warn("runner bytecode cache not written: every call compiles the runner", "error", err)
+	}
 	// 4. the package site dir.
-	if err := os.MkdirAll(s.cfg.SiteDir, 0o755); err != nil {
+	if err := ensureDir(s.cfg.SiteDir, 0o755); err != nil {
 		return fmt.Errorf("worker: create site dir %s: %w", s.cfg.SiteDir, err)
 	}
 	return nil
@@ -313,6 +426,7 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	s.manifest = m
 	if len(added)+len(removed)+len(changed) > 0 {
 		s.log.Info("manifest reloaded", "added", added, "removed", removed, "changed", changed)
+		s.logToolProblems(m)
 	}
 	return nil
 }
@@ -346,12 +460,14 @@ func (s *Server) reject(d *transport.Delivery, replyTo, id, tool string, e *Erro
 	ack(log, d)
 }
 
-// toolLabel keeps metric label cardinality bounded for unknown tools.
+// toolLabel is a tool name as a metric label: "-" for none, truncated
+// (only subscribed topics reach dispatch, so the names are the
+// manifest's plus stale subscriptions, which are dropped on first use).
 func toolLabel(tool string) string {
 	if tool == "" {
 		return "-"
 	}
-	return tool
+	return truncateName(tool)
 }
 
 // dispatch handles one delivery in the receive loop.
@@ -370,18 +486,22 @@ func (s *Server) dispatch(d *transport.Delivery, received time.Time) {
 }
 
 func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, received time.Time) {
-	log := s.log.With("tool", topicTool)
+	// Names from the wire are truncated wherever they are repeated (log
+	// attributes, messages, metric labels).
+	shownTool := truncateName(topicTool)
+	log := s.log.With("tool", shownTool)
 	// 1. no replyTo: nobody to answer; log and ack.
 	replyTo := d.UserProperties[PropReplyTo]
 	if replyTo == "" {
-		log.Warn("invoke request without replyTo ignored", "topic", d.Topic, "id", LenientID(d.Payload, s.cfg.MaxPayloadBytes))
+		log.Warn("invoke request without replyTo ignored", "topic", truncateName(d.Topic), "id", truncateName(LenientID(d.Payload, s.cfg.MaxPayloadBytes)))
 		ack(log, d)
 		return
 	}
-	// 2. signature over the exact payload bytes, before anything else is
-	// believed (§13).
+	// 2. signature (str-sign-v2: payload, topic, routing and identifying
+	// user properties, timestamp within the window, no replay), before
+	// anything else is believed (§13).
 	if s.cfg.SigningSecret != "" {
-		if e := checkSignature(s.cfg.SigningSecret, d.Payload, d.UserProperties[PropSignature]); e != nil {
+		if e := s.checkSignature(d, received); e != nil {
 			s.reject(d, replyTo, LenientID(d.Payload, s.cfg.MaxPayloadBytes), topicTool, e, log)
 			return
 		}
@@ -389,13 +509,13 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 	// 3. parse and validate.
 	req, id, perr := ParseRequest(d.Payload, ParseLimits{MaxPayloadBytes: s.cfg.MaxPayloadBytes})
 	if perr != nil {
-		s.reject(d, replyTo, id, topicTool, perr, log.With("id", id))
+		s.reject(d, replyTo, id, topicTool, perr, log.With("id", truncateName(id)))
 		return
 	}
-	log = log.With("id", req.ID, "task_id", req.TaskID, "user_id", req.UserID)
+	log = log.With("id", truncateName(req.ID), "task_id", req.TaskID, "user_id", req.UserID)
 	if req.ToolName != topicTool {
 		s.reject(d, replyTo, id, topicTool, errorf(CodeInvalidRequest,
-			"params.tool_name %q does not match the topic's tool %q", req.ToolName, topicTool), log)
+			"params.tool_name %q does not match the topic's tool %q", truncateName(req.ToolName), shownTool), log)
 		return
 	}
 	// 4. the tool, under the dispatch lock (a reload is either fully
@@ -408,7 +528,7 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 	}
 	tool := s.manifest.Tools[topicTool]
 	if tool == nil {
-		s.reject(d, replyTo, id, topicTool, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", topicTool), log)
+		s.reject(d, replyTo, id, topicTool, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", shownTool), log)
 		s.dropStaleSubscription(d.Topic, log)
 		return
 	}
@@ -417,49 +537,38 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 		s.reject(d, replyTo, id, topicTool, errorf(CodeResourceExhausted, "rate limit for user %q exceeded", req.UserID), log)
 		return
 	}
-	// 6. profile: manifest, else request, else worker default; unknown
-	// names are refused, never replaced.
-	profile, source := tool.SandboxProfile, "manifest"
-	if profile == "" {
-		profile, source = req.SandboxProfile, "request"
-	}
-	if profile == "" {
-		profile, source = s.cfg.DefaultProfile, "worker default"
-	}
-	if err := s.sb.CheckProfile(profile); err != nil {
-		s.reject(d, replyTo, id, topicTool, errorf(CodeInvalidRequest, "sandbox profile %q (from the %s): %v", profile, source, err), log)
+	// 6. profile (tighten-only) and timeout (bounded by the manifest).
+	profile, timeout, perr := s.choose(tool, req)
+	if perr != nil {
+		s.reject(d, replyTo, id, topicTool, perr, log)
 		return
 	}
-	// 7. timeout: the request's (or the worker default) bounded by the
-	// manifest's.
-	timeout := s.cfg.DefaultTimeout
-	if req.TimeoutSet {
-		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
-	}
-	if limit := manifestTimeout(tool); timeout > limit {
-		timeout = limit
-	}
-	// 8. one execution per task id and per request id at a time.
+	// 7. one execution per task id and per request id at a time.
 	t := &task{
 		req: req, tool: tool, profile: profile, timeout: timeout,
 		replyTo: replyTo, statusTo: d.UserProperties[PropStatusTo],
 		received: received, delivery: d, log: log.With("profile", profile),
 	}
+	if s.cfg.SandboxMode == ModeNone {
+		t.log = t.log.With("sandbox_mode", "NONE: this tool runs WITHOUT ISOLATION")
+		t.log.Warn("SANDBOX_MODE=none: running the tool as a plain process of the worker, without any sandbox")
+	}
 	t.ctx, t.cancel = context.WithCancelCause(s.execCtx)
-	if _, dup := s.inflight.LoadOrStore("task:"+req.TaskID, t); dup {
+	q := &queuedTask{task: t}
+	if _, dup := s.inflight.LoadOrStore("task:"+req.TaskID, q); dup {
 		t.cancel(nil)
 		s.reject(d, replyTo, id, topicTool, errorf(CodeInvalidRequest, "task %q is already being executed", req.TaskID), log)
 		return
 	}
-	if _, dup := s.inflight.LoadOrStore("id:"+req.ID, t); dup {
+	if _, dup := s.inflight.LoadOrStore("id:"+req.ID, q); dup {
 		s.inflight.Delete("task:" + req.TaskID)
 		t.cancel(nil)
-		s.reject(d, replyTo, id, topicTool, errorf(CodeInvalidRequest, "request id %q is already being executed", req.ID), log)
+		s.reject(d, replyTo, id, topicTool, errorf(CodeInvalidRequest, "request id %q is already being executed", truncateName(req.ID)), log)
 		return
 	}
-	// 9. queue, bounded.
+	// 8. queue, bounded.
 	select {
-	case s.queue <- t:
+	case s.queue <- q:
 		s.metrics.Queued.Inc()
 		log.Debug("request queued")
 	default:
@@ -470,6 +579,55 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 	}
 }
 
+// queuedTask is a task between dispatch and its answer. claimed decides,
+// once, who answers it: the executor that dequeues it (and runs it), or
+// a cancel that arrives while it waits (and answers CANCELLED at once).
+type queuedTask struct {
+	*task
+	claimed atomic.Bool
+}
+
+// choose returns the profile and the timeout of one call.
+//
+// The profile's ceiling is the manifest tool's profile, else the worker
+// default (SANDBOX_DEFAULT_PROFILE). A request may name that profile or a
+// stricter one (profiles.Set.Within holds the order); a looser or
+// unknown name is the caller's fault (INVALID_REQUEST), a ceiling the
+// worker cannot use is the worker's (TOOL_NOT_AVAILABLE). The timeout is
+// the request's (else DEFAULT_TIMEOUT_SECONDS) bounded by the manifest's.
+func (s *Server) choose(tool *manifest.Tool, req *Request) (string, time.Duration, *Error) {
+	// 1. the ceiling.
+	ceiling, from := tool.SandboxProfile, "the manifest's profile of tool "+tool.Name
+	if ceiling == "" {
+		ceiling, from = s.cfg.DefaultProfile, "the worker default SANDBOX_DEFAULT_PROFILE"
+	}
+	if err := s.sb.CheckProfile(ceiling); err != nil {
+		return "", 0, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: its sandbox profile %q cannot be used here", tool.Name, ceiling)
+	}
+	// 2. the request's profile: the ceiling or stricter.
+	profile := ceiling
+	if asked := req.SandboxProfile; asked != "" {
+		if err := s.sb.CheckProfile(asked); err != nil {
+			return "", 0, errorf(CodeInvalidRequest, "sandbox profile %q (from the request): %v", truncateName(asked), err)
+		}
+		if err := s.profiles.Within(asked, ceiling); err != nil {
+			return "", 0, errorf(CodeInvalidRequest,
+				"sandbox profile %q (from the request) is looser than %q, the ceiling (%s): a request may name %s",
+				asked, ceiling, from, strings.Join(s.profiles.AllowedUnder(ceiling), ", "))
+		}
+		profile = asked
+	}
+	// 3. the timeout.
+	timeout := s.cfg.DefaultTimeout
+	if req.TimeoutSet {
+		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
+	}
+	if limit := manifestTimeout(tool); timeout > limit {
+		timeout = limit
+	}
+	return profile, timeout, nil
+}
+
 // manifestTimeout is the tool's upper bound (default 300 s).
 func manifestTimeout(tool *manifest.Tool) time.Duration {
 	if tool.TimeoutSeconds > 0 {
@@ -478,13 +636,40 @@ func manifestTimeout(tool *manifest.Tool) time.Duration {
 	return 300 * time.Second
 }
 
+// availableNow is checked when an executor takes a queued task, before
+// anything is created for it: the manifest may have dropped or changed the
+// tool while it waited, and its module may have become unreadable. A
+// changed tool gets its profile and timeout chosen again (a tightened
+// ceiling applies to calls already queued).
+func (s *Server) availableNow(t *task) *Error {
+	s.mu.RLock()
+	cur := s.manifest.Tools[t.req.ToolName]
+	s.mu.RUnlock()
+	if cur == nil {
+		return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker (removed from the manifest while the request was queued)", truncateName(t.req.ToolName))
+	}
+	if *cur != *t.tool {
+		profile, timeout, e := s.choose(cur, t.req)
+		if e != nil {
+			return e
+		}
+		t.tool, t.profile, t.timeout = cur, profile, timeout
+		t.log.Info("the tool changed in the manifest while the request was queued; running the new definition", "profile", profile)
+	}
+	if err := s.toolProblem(cur); err != nil {
+		t.log.Error("tool cannot work on this worker", "error", err)
+		return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", truncateName(cur.Name))
+	}
+	return nil
+}
+
 // dropStaleSubscription unsubscribes an invoke topic of a tool that is
 // not in the manifest (spec §4 TOOL_NOT_AVAILABLE). Called under s.mu.
 func (s *Server) dropStaleSubscription(topic string, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.tr.Unsubscribe(ctx, topic); err != nil {
-		log.Warn("unsubscribing a tool that is not available failed", "topic", topic, "error", err)
+		log.Warn("unsubscribing a tool that is not available failed", "topic", truncateName(topic), "error", err)
 	}
 }
 
@@ -495,7 +680,10 @@ func (s *Server) forget(t *task) {
 
 // cancel handles a message on .../cancel/{correlation_id}: the id is the
 // request's JSON-RPC id (or its task id); a payload may also name the
-// task id in "task_id" or "params.task_id".
+// task id in "task_id" or "params.task_id". A running sandbox is killed
+// (the executor answers CANCELLED); a queued request is claimed and
+// answered CANCELLED here, at once, and the executor that later dequeues
+// it skips it.
 func (s *Server) cancel(id string, payload []byte) {
 	keys := []string{"id:" + id, "task:" + id}
 	if tid := cancelTaskID(payload); tid != "" {
@@ -503,37 +691,16 @@ func (s *Server) cancel(id string, payload []byte) {
 	}
 	for _, k := range keys {
 		if v, ok := s.inflight.Load(k); ok {
-			t := v.(*task)
-			t.log.Info("cancel requested", "correlation_id", id)
-			t.cancel(errCancelRequested)
+			q := v.(*queuedTask)
+			q.log.Info("cancel requested", "correlation_id", truncateName(id))
+			q.cancel(errCancelRequested)
+			if q.claimed.CompareAndSwap(false, true) {
+				s.runTask(q.task) // answers CANCELLED: its context is done
+			}
 			return
 		}
 	}
-	s.log.Info("cancel for no running task ignored", "correlation_id", id)
-}
-
-// checkSignature verifies the hex HMAC-SHA256 of payload.
-func checkSignature(secret string, payload []byte, sig string) *Error {
-	if sig == "" {
-		return errorf(CodeAuthenticationFailed, "request signature missing (user property %q)", PropSignature)
-	}
-	got, err := hex.DecodeString(sig)
-	if err != nil {
-		return errorf(CodeAuthenticationFailed, "request signature is not hex")
-	}
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(payload)
-	if !hmac.Equal(got, mac.Sum(nil)) {
-		return errorf(CodeAuthenticationFailed, "request signature does not match the payload")
-	}
-	return nil
-}
-
-// Sign returns the hex HMAC-SHA256 signature of payload (for clients).
-func Sign(secret string, payload []byte) string {
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(payload)
-	return hex.EncodeToString(mac.Sum(nil))
+	s.log.Info("cancel for no running task ignored", "correlation_id", truncateName(id))
 }
 
 // shutdown: stop taking work, reject what is queued, let running tools
@@ -562,9 +729,11 @@ func (s *Server) shutdown() {
 	// 2. queued requests are answered RESOURCE_EXHAUSTED (executors do the
 	// same for any they pick up from now on).
 	close(s.queue)
-	for t := range s.queue {
+	for q := range s.queue {
 		s.metrics.Queued.Dec()
-		s.runTask(t)
+		if q.claimed.CompareAndSwap(false, true) {
+			s.runTask(q.task)
+		}
 	}
 	// 3. grace period for running tools, then kill.
 	done := make(chan struct{})
@@ -578,61 +747,4 @@ func (s *Server) shutdown() {
 	}
 	s.execStop(errShutdown)
 	s.log.Info("worker stopped")
-}
-
-// rateLimiter is a per-user token bucket; nil when off.
-type rateLimiter struct {
-	mu      sync.Mutex
-	rate    float64 // tokens per second
-	burst   float64
-	buckets map[string]*bucket
-	sweep   time.Time
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
-}
-
-func newRateLimiter(perMinute float64, burst int) *rateLimiter {
-	if perMinute <= 0 {
-		return nil
-	}
-	b := float64(burst)
-	if b <= 0 {
-		b = perMinute
-	}
-	return &rateLimiter{rate: perMinute / 60, burst: b, buckets: map[string]*bucket{}}
-}
-
-func (r *rateLimiter) allow(user string, now time.Time) bool {
-	if r == nil {
-		return true
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	// Forget full buckets now and then so idle users cost nothing.
-	if now.Sub(r.sweep) > time.Minute {
-		for u, b := range r.buckets {
-			if b.tokens+now.Sub(b.last).Seconds()*r.rate >= r.burst {
-				delete(r.buckets, u)
-			}
-		}
-		r.sweep = now
-	}
-	b := r.buckets[user]
-	if b == nil {
-		b = &bucket{tokens: r.burst, last: now}
-		r.buckets[user] = b
-	}
-	b.tokens += now.Sub(b.last).Seconds() * r.rate
-	if b.tokens > r.burst {
-		b.tokens = r.burst
-	}
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
 }

@@ -514,7 +514,10 @@ func TestConcurrencyLimitAndQueue(t *testing.T) {
 			t.Errorf("%s: not a result", id)
 		}
 	}
-	if m := h.srv.Metrics().MaxRunning(); m != 2 {
+	h.srv.metrics.mu.Lock()
+	m := h.srv.metrics.runningMax
+	h.srv.metrics.mu.Unlock()
+	if m != 2 {
 		t.Fatalf("max running %d, want 2", m)
 	}
 }
@@ -580,13 +583,13 @@ func TestSigningAndRateLimit(t *testing.T) {
 	if code, _ := errorCode(t, h.reply("unsigned")); code != "AUTHENTICATION_FAILED" {
 		t.Fatalf("unsigned: %s", code)
 	}
-	h.sendRaw("echo", "forged", payload("forged"), map[string]string{PropSignature: Sign("wrong", payload("forged"))})
+	h.sendSigned("echo", "forged", payload("forged"), "wrong", time.Now(), nil)
 	if code, _ := errorCode(t, h.reply("forged")); code != "AUTHENTICATION_FAILED" {
 		t.Fatalf("forged: %s", code)
 	}
 	for i, want := range []bool{true, true, false} {
 		id := fmt.Sprintf("signed%d", i)
-		h.sendRaw("echo", id, payload(id), map[string]string{PropSignature: Sign("s3cret", payload(id))})
+		h.sendSigned("echo", id, payload(id), "s3cret", time.Now(), nil)
 		reply := h.reply(id)
 		if _, ok := shapeResult(reply); ok != want {
 			t.Fatalf("%s: %s", id, reply)

@@ -51,7 +51,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 	defer cancel()
 	client, err := devbroker.NewClient(devbroker.ClientOptions{Host: host, Port: port, ClientID: "str-bench-" + randomID(),
 		Retries: 3, RetryDelay: 500 * time.Millisecond, ReceiveTimeout: 100 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		TokenFile: devbroker.TokenFileFor(port), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str bench echo:", err)
 		return 1

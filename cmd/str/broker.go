@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,15 +12,36 @@ import (
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
+const brokerUsage = `usage: str broker [--listen host:port] [--token-file PATH | --anonymous]
+
+Runs the dev broker: newline-delimited JSON over TCP (spec §10). Clients
+sharing a queue_name get each message once, round-robin.
+
+Every CONNECT must carry this run's token in a "token" field. The token is
+made at start-up and written, mode 0600, to --token-file, default
+$DEV_BROKER_TOKEN_FILE, else:
+  as root:                   /run/str/broker-PORT.token
+  XDG_RUNTIME_DIR set:       $XDG_RUNTIME_DIR/str/broker-PORT.token
+  otherwise:                 $TMPDIR/str-UID/broker-PORT.token
+It is removed at exit. str invoke and str worker read the same file (by
+port) by themselves. --anonymous accepts CONNECTs without a token, for the
+reference's own clients: then any local user (and any tool sharing the
+host's network) can read and forge every message.
+
+`
+
 // cmdBroker runs `str broker`: the dev broker (spec §10, plus queue
-// groups) until SIGTERM/SIGINT.
+// groups and the connection token) until SIGTERM/SIGINT.
 func cmdBroker(args []string) int {
 	fs := flag.NewFlagSet("str broker", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:55555", "address to listen on (host:port)")
 	queue := fs.Int("queue-size", devbroker.DefaultQueueSize, "messages held per client before the oldest are dropped")
+	queueBytes := fs.Int("queue-bytes", devbroker.DefaultMaxQueueBytes, "bytes of messages held per client before the oldest are dropped")
+	tokenFile := fs.String("token-file", "", "where to write the connection token (default: see above)")
+	anonymous := fs.Bool("anonymous", false, "require no token (for the reference's clients; anyone who can connect can read and forge everything)")
 	level := fs.String("log-level", "info", "debug | info | warn | error")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: str broker [--listen host:port]\n\nRuns the dev broker: newline-delimited JSON over TCP, no authentication.\nClients sharing a queue_name get each message once, round-robin.\n\n")
+		fmt.Fprint(fs.Output(), brokerUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -28,13 +50,43 @@ func cmdBroker(args []string) int {
 		}
 		return 2
 	}
+	if *anonymous && *tokenFile != "" {
+		fmt.Fprintln(os.Stderr, "str broker: --anonymous and --token-file exclude each other")
+		return 2
+	}
 	log := newLogger(*level)
-	srv := devbroker.NewServer(devbroker.Options{QueueSize: *queue, Logger: log})
+
+	// 1. the token (unless anonymous). It exists before the socket does,
+	// so there is no moment when the broker accepts anyone.
+	opts := devbroker.Options{QueueSize: *queue, MaxQueueBytes: *queueBytes, Logger: log, Anonymous: *anonymous}
+	if !*anonymous {
+		opts.Token = devbroker.NewToken()
+	}
+	srv := devbroker.NewServer(opts)
+
+	// 2. the socket.
 	if err := srv.Listen(*listen); err != nil {
 		fmt.Fprintf(os.Stderr, "str broker: listen %s: %v\n", *listen, err)
 		return 1
 	}
-	log.Info("dev broker listening", "addr", srv.Addr().String())
+	defer srv.Close()
+
+	// 3. the token file, named by the port actually bound (--listen may
+	// say port 0).
+	if !*anonymous {
+		path, err := writeBrokerToken(srv, *tokenFile, opts.Token)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "str broker: %v\n", err)
+			return 1
+		}
+		defer devbroker.RemoveTokenFile(path, opts.Token)
+		log.Info("dev broker listening", "addr", srv.Addr().String(), "token_file", path)
+	} else {
+		log.Warn("dev broker listening WITHOUT authentication (--anonymous): anyone who can connect can read and forge every message",
+			"addr", srv.Addr().String())
+	}
+
+	// 4. serve until a signal.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	<-ctx.Done()
@@ -43,4 +95,19 @@ func cmdBroker(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// writeBrokerToken writes token to path, or (path empty) to the token file
+// clients of srv's port look for, and returns where it went. It also tells
+// the server the path, for its refusal messages.
+func writeBrokerToken(srv *devbroker.Server, path, token string) (string, error) {
+	if path == "" {
+		port := srv.Addr().(*net.TCPAddr).Port
+		path = devbroker.TokenFileFor(port)
+	}
+	if err := devbroker.WriteTokenFile(path, token); err != nil {
+		return "", err
+	}
+	srv.SetTokenFile(path)
+	return path, nil
 }

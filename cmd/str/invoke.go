@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,12 +30,44 @@ import (
 const invokeUsage = `usage: str invoke TOOL [flags]
 
 Publishes one invocation of TOOL to a dev broker (or a worker's embedded
-one), prints each status line as it arrives, then the reply JSON. Exit
-status 0 when the reply is a successful (not timed out) result, 1 otherwise,
-2 on a usage error. Ctrl-C sends a cancel for the invocation and waits for
-the reply.
+one), prints each status line as it arrives, then the reply JSON.
+
+The broker is --broker, else DEV_BROKER_HOST:DEV_BROKER_PORT, either of
+which may be unset: the host defaults to 127.0.0.1, the port to 55555 when
+DEV_BROKER_HOST is set and to 55554 (make run's) when it is not. The
+broker's connection token is read from --token-file, else
+$DEV_BROKER_TOKEN_FILE, else the default token file of the broker's port
+(see str broker --help); when that file does not exist, no token is sent.
+
+When neither a status line nor the reply has come 5 s after publishing (or
+after half of --wait, if that is shorter), a note on stderr says that no
+worker has answered yet and names the topic the request went to. Ctrl-C
+publishes a cancel for the invocation and keeps waiting for the reply; a
+second Ctrl-C, or SIGTERM, exits at once.
+
+Exit status:
+  0    the reply is a successful (not timed out) result
+  1    any other reply, or the broker could not be reached
+  2    usage error
+  3    no reply within --wait
+  130  interrupted (a second Ctrl-C, or Ctrl-C before the request was sent)
+  143  terminated (SIGTERM)
 
 `
+
+// str invoke's exit codes besides exitUsage (see invokeUsage).
+const (
+	exitInvokeOK         = 0
+	exitInvokeFailed     = 1
+	exitInvokeNoReply    = 3
+	exitInvokeInterrupt  = 130 // 128 + SIGINT, as a shell reports it
+	exitInvokeTerminated = 143 // 128 + SIGTERM
+)
+
+// noAnswerHint is how long str invoke waits for a first status line or
+// reply before saying on stderr that no worker has answered (capped at half
+// of --wait).
+const noAnswerHint = 5 * time.Second
 
 // repeatFlag collects a repeatable flag.
 type repeatFlag []string
@@ -49,12 +82,25 @@ func envOr(name, def string) string {
 	return def
 }
 
+// defaultBroker is --broker's default, from DEV_BROKER_HOST and
+// DEV_BROKER_PORT, each of which may be unset.
+func defaultBroker(getenv func(string) string) string {
+	host, port := getenv("DEV_BROKER_HOST"), getenv("DEV_BROKER_PORT")
+	if port == "" {
+		port = "55554" // make run's embedded broker
+		if host != "" {
+			port = strconv.Itoa(devbroker.DefaultPort) // the reference's default
+		}
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
 func cmdInvoke(args []string) int {
 	fs := flag.NewFlagSet("str invoke", flag.ContinueOnError)
-	defBroker := "127.0.0.1:55554"
-	if h := os.Getenv("DEV_BROKER_HOST"); h != "" {
-		defBroker = net.JoinHostPort(h, envOr("DEV_BROKER_PORT", "55555"))
-	}
+	defBroker := defaultBroker(os.Getenv)
 	var (
 		argsJSON   = fs.String("args", "{}", "tool arguments (a JSON object)")
 		toolConfig = fs.String("tool-config", "{}", "tool config (a JSON object)")
@@ -66,7 +112,8 @@ func cmdInvoke(args []string) int {
 		session    = fs.String("session", "cli-session", "session_id")
 		app        = fs.String("app", "str-invoke", "app_name (also the agent name in the reply topics)")
 		taskID     = fs.String("task-id", "", "task_id (default: random)")
-		wait       = fs.Duration("wait", 0, "give up waiting for the reply after this long (default: timeout + 60s)")
+		wait       = fs.Duration("wait", 0, "give up waiting for the reply after this long, exit status 3 (default: --timeout + 60s; 6m0s without --timeout, the worker's default 300 s + 60 s)")
+		tokenFile  = fs.String("token-file", os.Getenv(devbroker.TokenFileEnv), "the broker's token file [DEV_BROKER_TOKEN_FILE] (default: the port's, see str broker --help)")
 		secret     = fs.String("signing-secret", os.Getenv("STR_SIGNING_SECRET"), "sign the request (HMAC-SHA256) [STR_SIGNING_SECRET]")
 		preloaded  repeatFlag
 		refs       repeatFlag
@@ -86,17 +133,17 @@ func cmdInvoke(args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		return 2
+		return exitUsage
 	}
 	if tool == "" && fs.NArg() > 0 {
 		tool = fs.Arg(0)
 	} else if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "str invoke: unexpected arguments %q\n", fs.Args())
-		return 2
+		return exitUsage
 	}
 	if tool == "" {
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
 
 	// 1. the request.
@@ -169,16 +216,29 @@ func cmdInvoke(args []string) int {
 	if strings.Trim(*namespace, "/") == "" {
 		problems = append(problems, "--namespace must not be empty")
 	}
+	if *wait < 0 {
+		problems = append(problems, "--wait must not be negative")
+	}
+	if *tokenFile != "" {
+		if _, err := os.Stat(*tokenFile); err != nil {
+			problems = append(problems, fmt.Sprintf("--token-file: %v", err))
+		}
+	} else if err == nil && perr == nil {
+		*tokenFile = devbroker.DefaultTokenFile(port)
+	}
 	if len(problems) > 0 {
 		for _, p := range problems {
 			fmt.Fprintf(os.Stderr, "str invoke: %s\n", p)
 		}
-		return 2
+		return exitUsage
 	}
 	payload, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": worker.MethodInvoke, "params": params})
 
-	// 2. connect, subscribed to the reply and status topics.
+	// 2. signals: from here on, SIGTERM ends the run at once, and so does
+	// SIGINT until the request is out; after that the first SIGINT
+	// publishes a cancel and the second ends the run.
 	base := worker.TopicBase(*namespace)
+	invokeTopic := base + "/sam_remote_tool/invoke/" + tool
 	replyTo := base + "/sam_remote_tool/response/" + *app + "/" + id
 	statusTo := base + "/sam_remote_tool/status/" + *app + "/" + id
 	maxWait := *wait
@@ -191,58 +251,150 @@ func cmdInvoke(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), maxWait)
 	defer cancel()
-	client, err := devbroker.NewClient(devbroker.ClientOptions{
-		Host: host, Port: port, ClientID: "str-invoke-" + id, Retries: 1, RetryDelay: 500 * time.Millisecond,
-		ReceiveTimeout: 200 * time.Millisecond,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "str invoke: %v\n", err)
-		return 2
-	}
-	defer client.Close()
-	if err := client.Connect(ctx, []string{replyTo, statusTo}); err != nil {
-		fmt.Fprintf(os.Stderr, "str invoke: connect to %s: %v\n", *brokerAddr, err)
-		return 1
-	}
-
-	// 3. publish.
-	props := map[string]string{
-		worker.PropReplyTo: replyTo, worker.PropStatusTo: statusTo, "clientId": "str-invoke-" + id,
-		"userId": *user, worker.PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10),
-	}
-	if *secret != "" {
-		props[worker.PropSignature] = worker.Sign(*secret, payload)
-	}
-	if err := client.Publish(ctx, transport.Message{Topic: base + "/sam_remote_tool/invoke/" + tool, Payload: payload, UserProperties: props}); err != nil {
-		fmt.Fprintf(os.Stderr, "str invoke: publish: %v\n", err)
-		return 1
-	}
-
-	// 4. status lines as they come, then the reply; Ctrl-C cancels.
-	sigs := make(chan os.Signal, 1)
+	var (
+		published atomic.Bool
+		signalled atomic.Int32 // the exit code a signal asked for
+		client    *devbroker.Client
+	)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	go func() {
-		for range sigs {
-			fmt.Fprintln(os.Stderr, "str invoke: cancelling")
-			client.Publish(context.Background(), transport.Message{
+		cancelSent := false
+		for {
+			var sig os.Signal
+			select {
+			case sig = <-sigs:
+			case <-ctx.Done():
+				return
+			}
+			switch {
+			case sig == syscall.SIGTERM:
+				signalled.Store(exitInvokeTerminated)
+				cancel()
+				return
+			case !published.Load() || cancelSent:
+				signalled.Store(exitInvokeInterrupt)
+				cancel()
+				return
+			}
+			cancelSent = true
+			fmt.Fprintln(os.Stderr, "str invoke: cancelling (Ctrl-C again to quit without waiting for the reply)")
+			go client.Publish(ctx, transport.Message{
 				Topic: base + "/sam_remote_tool/cancel/" + id, Payload: []byte(fmt.Sprintf(`{"task_id":%q}`, *taskID)),
 				UserProperties: map[string]string{"timestamp": strconv.FormatInt(time.Now().UnixMilli(), 10)},
 			})
 		}
 	}()
+	// stopped reports a signal's exit code once ctx has ended because of
+	// one.
+	stopped := func() (int, bool) {
+		code := int(signalled.Load())
+		if code == 0 {
+			return 0, false
+		}
+		if code == exitInvokeTerminated {
+			fmt.Fprintln(os.Stderr, "str invoke: terminated")
+		} else {
+			fmt.Fprintln(os.Stderr, "str invoke: interrupted")
+		}
+		return code, true
+	}
+
+	// 3. connect, subscribed to the reply and status topics.
+	client, err = devbroker.NewClient(devbroker.ClientOptions{
+		Host: host, Port: port, ClientID: "str-invoke-" + id, Retries: 1, RetryDelay: 500 * time.Millisecond,
+		ReceiveTimeout: 200 * time.Millisecond, TokenFile: *tokenFile,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "str invoke: %v\n", err)
+		return exitUsage
+	}
+	defer client.Close()
+	if err := client.Connect(ctx, []string{replyTo, statusTo}); err != nil {
+		if code, ok := stopped(); ok {
+			return code
+		}
+		fmt.Fprintf(os.Stderr, "str invoke: connect to %s: %v\n", *brokerAddr, err)
+		var be *devbroker.BrokerError
+		if errors.As(err, &be) && strings.Contains(be.Message, "token") {
+			fmt.Fprintf(os.Stderr, "str invoke: the broker wants its token; looked in %s (--token-file, %s)\n", *tokenFile, devbroker.TokenFileEnv)
+		}
+		return exitInvokeFailed
+	}
+
+	// 4. publish.
+	props := map[string]string{
+		worker.PropReplyTo: replyTo, worker.PropStatusTo: statusTo, "clientId": "str-invoke-" + id,
+		"userId": *user, worker.PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10),
+	}
+	msg := transport.Message{Topic: invokeTopic, Payload: payload, UserProperties: props}
+	if *secret != "" {
+		worker.SignMessage(*secret, &msg, time.Now())
+	}
+	if err := client.Publish(ctx, msg); err != nil {
+		if code, ok := stopped(); ok {
+			return code
+		}
+		fmt.Fprintf(os.Stderr, "str invoke: publish: %v\n", err)
+		return exitInvokeFailed
+	}
+	published.Store(true)
+
+	// 5. status lines as they come, then the reply. Until something comes
+	// back, a note after a few seconds says nobody has answered yet.
+	hint := time.NewTimer(min(noAnswerHint, maxWait/2))
+	defer hint.Stop()
+	answered := false
+	deliveries := make(chan *transport.Delivery)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			d, err := client.Receive(ctx)
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case deliveries <- d:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	for {
-		d, err := client.Receive(ctx)
-		if err != nil {
+		var d *transport.Delivery
+		select {
+		case <-hint.C:
+			if !answered {
+				fmt.Fprintf(os.Stderr, "str invoke: no worker has answered yet (no status or reply %v after publishing to %s); is a worker serving %q in namespace %q? Waiting up to %v in all (--wait).\n",
+					min(noAnswerHint, maxWait/2), invokeTopic, tool, *namespace, maxWait)
+			}
+			continue
+		case err := <-recvErr:
+			if code, ok := stopped(); ok {
+				return code
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				if !answered {
+					fmt.Fprintf(os.Stderr, "str invoke: no worker answered within %v (--wait): nothing came back on %s after publishing to %s; is a worker serving %q in namespace %q?\n",
+						maxWait, replyTo, invokeTopic, tool, *namespace)
+				} else {
+					fmt.Fprintf(os.Stderr, "str invoke: a worker answered with status lines but sent no reply within %v (--wait)\n", maxWait)
+				}
+				return exitInvokeNoReply
+			}
 			fmt.Fprintf(os.Stderr, "str invoke: no reply: %v\n", err)
-			return 1
+			return exitInvokeFailed
+		case d = <-deliveries:
 		}
 		if d.Ack != nil {
 			d.Ack()
 		}
 		switch d.Topic {
 		case statusTo:
+			answered = true
 			var st struct {
 				Params struct {
 					StatusText string `json:"status_text"`
@@ -258,9 +410,9 @@ func cmdInvoke(args []string) int {
 				} `json:"result"`
 			}
 			if json.Unmarshal(d.Payload, &reply) == nil && reply.Result != nil && !reply.Result.TimedOut {
-				return 0
+				return exitInvokeOK
 			}
-			return 1
+			return exitInvokeFailed
 		}
 	}
 }

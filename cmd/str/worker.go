@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
@@ -55,17 +56,25 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	// 2. the embedded dev broker, when asked for; the worker connects to it.
+	// 2. the embedded dev broker, when asked for; the worker connects to it
+	// with the token it writes to the port's token file (see str broker
+	// --help; newTransport reads the same file).
 	if cfg.EmbeddedBroker != "" {
-		srv := devbroker.NewServer(devbroker.Options{Logger: log})
+		token := devbroker.NewToken()
+		srv := devbroker.NewServer(devbroker.Options{Token: token, Logger: log})
 		if err := srv.Listen(cfg.EmbeddedBroker); err != nil {
 			return fmt.Errorf("embedded broker on %s: %w", cfg.EmbeddedBroker, err)
 		}
 		defer srv.Close()
+		path, err := writeBrokerToken(srv, "", token)
+		if err != nil {
+			return fmt.Errorf("embedded broker on %s: %w", cfg.EmbeddedBroker, err)
+		}
+		defer devbroker.RemoveTokenFile(path, token)
 		host, port, _ := net.SplitHostPort(srv.Addr().String())
 		cfg.DevBrokerHost = host
 		cfg.DevBrokerPort, _ = strconv.Atoi(port)
-		log.Info("embedded dev broker listening", "addr", srv.Addr().String())
+		log.Info("embedded dev broker listening", "addr", srv.Addr().String(), "token_file", path)
 	}
 
 	// 3. the transport.
@@ -75,26 +84,44 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 	}
 	defer tr.Close()
 
-	// 4. the launcher and the artifact store.
-	l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, CgroupParent: cfg.CgroupParent, Logger: log})
-	if err != nil {
-		return err
-	}
-	var store artifacts.Store
-	switch cfg.ArtifactType {
-	case "filesystem":
-		fs, err := artifacts.NewFilesystem(cfg.ArtifactBasePath, cfg.Namespace)
-		if err != nil {
-			return fmt.Errorf("artifact store %s: %w", cfg.ArtifactBasePath, err)
+	// 4. the sandboxes (the launcher; without any isolation only when
+	// SANDBOX_MODE=none says so) and the artifact store.
+	var (
+		sandboxes worker.Sandboxes
+		set       *profiles.Set
+	)
+	switch cfg.SandboxMode {
+	case worker.ModeNone:
+		if set, err = profiles.Embedded(); err == nil && cfg.ProfileDir != "" {
+			err = set.LoadDir(cfg.ProfileDir)
 		}
-		store = fs
+		if err != nil {
+			return err
+		}
+		sandboxes = worker.Unsandboxed{Profiles: set}
 	default:
-		store = artifacts.NewMemory(cfg.Namespace)
+		l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, CgroupParent: cfg.CgroupParent, Logger: log})
+		if err != nil {
+			return err
+		}
+		sandboxes, set = worker.NewLauncherSandboxes(l), l.Profiles()
+	}
+	store, auditLog, err := artifacts.Open(artifacts.Settings{
+		Type: cfg.ArtifactType, BasePath: cfg.ArtifactBasePath, Namespace: cfg.Namespace,
+		AuditLog: cfg.ArtifactAuditLog, MemoryMaxBytes: cfg.ArtifactMemoryMaxBytes,
+	})
+	if err != nil {
+		return fmt.Errorf("artifact store (%s): %w", cfg.ArtifactType, err)
+	}
+	log.Info("artifact store", "type", cfg.ArtifactType, "audit_log", auditLog)
+	if cfg.ArtifactType == "memory" {
+		log.Warn("artifacts are kept in this process's memory: agents cannot read them, and the least recently used are evicted beyond ARTIFACT_MEMORY_MAX_BYTES; use ARTIFACT_SERVICE_TYPE=filesystem in deployments",
+			"budget_bytes", cfg.ArtifactMemoryMaxBytes)
 	}
 
 	// 5. the server and its health/metrics endpoint.
 	srv, err := worker.New(worker.Options{
-		Config: cfg, Transport: tr, Sandboxes: worker.NewLauncherSandboxes(l), Store: store, Logger: log,
+		Config: cfg, Transport: tr, Sandboxes: sandboxes, Profiles: set, Store: store, Logger: log,
 		Installer: &manifest.Installer{
 			Python: cfg.PythonBin, SiteDir: cfg.SiteDir,
 			WheelsDir: filepath.Join(filepath.Dir(cfg.ManifestPath), "wheels"), IndexURL: cfg.PackageIndex,
@@ -105,10 +132,10 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		return err
 	}
 	if cfg.HealthPort > 0 {
-		hs := &http.Server{Addr: net.JoinHostPort("", strconv.Itoa(cfg.HealthPort)), Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		hs := &http.Server{Addr: cfg.HealthListenAddr(), Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		ln, err := net.Listen("tcp", hs.Addr)
 		if err != nil {
-			return fmt.Errorf("health server on port %d: %w", cfg.HealthPort, err)
+			return fmt.Errorf("health server on %s (HEALTH_ADDR, HEALTH_PORT): %w", hs.Addr, err)
 		}
 		go hs.Serve(ln)
 		defer hs.Close()
@@ -125,7 +152,7 @@ func newTransport(cfg *worker.Config, log *slog.Logger) (transport.Transport, er
 		return newSolaceTransport(cfg, log)
 	}
 	c, err := devbroker.NewClient(devbroker.ClientOptions{
-		Host: cfg.DevBrokerHost, Port: cfg.DevBrokerPort,
+		Host: cfg.DevBrokerHost, Port: cfg.DevBrokerPort, TokenFile: devbroker.TokenFileFor(cfg.DevBrokerPort),
 		ClientID: cfg.WorkerID, QueueName: cfg.QueueName(),
 		RetryDelay: cfg.ConnectRetryDelay, Retries: cfg.ConnectRetries, Logger: log,
 	})

@@ -198,8 +198,10 @@ func TestDockerfile(t *testing.T) {
 		t.Fatalf("HEALTHCHECK %q has no CMD", hcs[0].args)
 	}
 	argv := execForm(t, hcs[0], cmd)
-	if len(argv) == 0 || argv[0] != "python3" || !strings.Contains(strings.Join(argv, " "), "http://127.0.0.1:8081/healthz") {
-		t.Errorf("HEALTHCHECK CMD %v: want python3 fetching http://127.0.0.1:8081/healthz", argv)
+	if len(argv) != 3 || argv[0] != "python3" || argv[1] != "-c" || !strings.Contains(argv[2], "HEALTH_PORT") || !strings.Contains(argv[2], "/healthz") {
+		t.Errorf("HEALTHCHECK CMD %v: want python3 -c fetching /healthz on $HEALTH_PORT", argv)
+	} else {
+		checkHealthcheck(t, argv)
 	}
 	exposed := false
 	for _, in := range find(rt, "EXPOSE") {

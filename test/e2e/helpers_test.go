@@ -29,7 +29,12 @@ import (
 
 var strBin string
 
+// TestMain builds str, or uses $STR_BIN when set (a binary built
+// beforehand from this tree).
 func TestMain(m *testing.M) {
+	if strBin = os.Getenv("STR_BIN"); strBin != "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "str-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -85,6 +90,11 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	root := t.TempDir()
+	// Every sandbox runs as an unprivileged host uid of its own: the
+	// worker's directories must be searchable by others, as they are
+	// under /var/lib/str in a deployment (t.TempDir makes them 0700).
+	must(t, os.Chmod(root, 0o755))
+	must(t, os.Chmod(filepath.Dir(root), 0o755))
 	e := &env{root: root, tools: filepath.Join(root, "tools"), manifest: filepath.Join(root, "manifest.yaml"),
 		work: filepath.Join(root, "work"), artifacts: filepath.Join(root, "artifacts")}
 	must(t, os.MkdirAll(e.tools, 0o755))
@@ -274,6 +284,7 @@ func newAgent(t *testing.T, port int) *agent {
 	t.Helper()
 	c, err := devbroker.NewClient(devbroker.ClientOptions{
 		Host: "127.0.0.1", Port: port, ClientID: fmt.Sprintf("e2e-agent-%d", time.Now().UnixNano()),
+		TokenFile:  devbroker.TokenFileFor(port), // the broker's token (str broker --help)
 		RetryDelay: 200 * time.Millisecond, ReceiveTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
@@ -73,6 +74,76 @@ func CheckName(s string) error {
 	return nil
 }
 
+// FilenameError says why an artifact filename breaks the filename rule
+// (CheckFilename). It wraps ErrUnsafeName.
+type FilenameError struct {
+	Name   string
+	Reason string
+}
+
+func (e *FilenameError) Error() string {
+	return fmt.Sprintf("unsafe filename %q: %s", e.Name, e.Reason)
+}
+
+func (e *FilenameError) Unwrap() error { return ErrUnsafeName }
+
+// CheckFilename is str's one rule for artifact filenames: input names in
+// a request, output files a tool leaves in output/, and every name the
+// store saves or loads. A name may start with "user:" (a user-scoped
+// artifact, spec §9); what follows must be, both as given and after NFKC
+// normalisation (the form the store keeps):
+//
+//   - valid UTF-8,
+//   - not empty, not "." or "..",
+//   - without "/" or "\" (so never absolute, always one path component),
+//   - without control characters (Unicode category Cc: U+0000–U+001F,
+//     U+007F–U+009F; a tab or a newline in a shared store's file name
+//     breaks listings and log lines),
+//   - at most MaxNameBytes bytes.
+//
+// runner.py's _unsafe_filename_reason applies the same rule to
+// ctx.save_artifact. The error is a *FilenameError (wrapping
+// ErrUnsafeName).
+func CheckFilename(name string) error {
+	if why := filenameProblem(name); why != "" {
+		return &FilenameError{Name: name, Reason: why}
+	}
+	return nil
+}
+
+func filenameProblem(name string) string {
+	if !utf8.ValidString(name) {
+		return "not valid UTF-8"
+	}
+	for i, form := range []string{name, norm.NFKC.String(name)} {
+		rest := strings.TrimPrefix(form, UserPrefix)
+		after := ""
+		if i == 1 && form != name {
+			after = " after NFKC normalisation"
+		}
+		switch {
+		case rest == "" && form != rest:
+			return "empty after the " + UserPrefix + " prefix"
+		case rest == "":
+			return "empty"
+		case rest == "." || rest == "..":
+			return "a directory reference" + after
+		case strings.HasPrefix(rest, "/"):
+			return "an absolute path" + after
+		case strings.ContainsAny(rest, `/\`):
+			return "contains a path separator" + after
+		case len(rest) > MaxNameBytes:
+			return fmt.Sprintf("%d bytes%s, more than %d", len(rest), after, MaxNameBytes)
+		}
+		for _, r := range rest {
+			if unicode.IsControl(r) {
+				return fmt.Sprintf("contains the control character %U%s", r, after)
+			}
+		}
+	}
+	return ""
+}
+
 // MimeByExtension returns the mime type for an output file by its
 // extension, case-insensitively (spec §7.6).
 func MimeByExtension(filename string) string {
@@ -112,19 +183,20 @@ type location struct {
 }
 
 // locate validates the ids and filename and returns the artifact's
-// location. The filename is NFKC-normalised first (as the reference
-// does), so that a fullwidth "／" cannot become a separator later.
+// location. The filename must pass CheckFilename, which checks it as
+// given and NFKC-normalised (the reference normalises, so a fullwidth
+// "／" must not become a separator later); the normalised form is stored.
 // Components are rejected, never rewritten: the reference's basename()
 // would silently turn "a/b" into "b".
 func locate(userID, sessionID, filename string) (location, error) {
 	if err := CheckName(userID); err != nil {
 		return location{}, fmt.Errorf("user id: %w", err)
 	}
+	if err := CheckFilename(filename); err != nil {
+		return location{}, err
+	}
 	name := norm.NFKC.String(filename)
 	if rest, ok := strings.CutPrefix(name, UserPrefix); ok {
-		if err := CheckName(rest); err != nil {
-			return location{}, fmt.Errorf("filename %q: %w", filename, err)
-		}
 		return location{filename: name, rel: []string{userID, userScopeDir, rest}}, nil
 	}
 	if err := CheckName(sessionID); err != nil {
@@ -132,9 +204,6 @@ func locate(userID, sessionID, filename string) (location, error) {
 	}
 	if sessionID == userScopeDir {
 		return location{}, fmt.Errorf("session id: %w: %q is reserved for user-scoped artifacts", ErrUnsafeName, sessionID)
-	}
-	if err := CheckName(name); err != nil {
-		return location{}, fmt.Errorf("filename %q: %w", filename, err)
 	}
 	return location{filename: name, rel: []string{userID, sessionID, name}}, nil
 }

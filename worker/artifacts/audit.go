@@ -15,12 +15,20 @@ import (
 type Option func(*options)
 
 type options struct {
-	audit *auditLog
+	audit        *auditLog
+	memoryBudget int64
+}
+
+// WithMemoryBudget sets the in-memory store's byte budget (NewMemory);
+// other stores ignore it. bytes <= 0 means DefaultMemoryBudget.
+func WithMemoryBudget(bytes int64) Option {
+	return func(o *options) { o.memoryBudget = bytes }
 }
 
 // WithAuditLog appends one JSON line per save and load (successful or
-// refused) to the file at path, created 0600 if missing and never
-// truncated (spec §13). A line reads
+// refused), and per eviction from the in-memory store ("op":"evict"), to
+// the file at path, created 0600 if missing and never truncated (spec
+// §13). Open turns it on from ARTIFACT_AUDIT_LOG. A line reads
 //
 //	{"time":"2026-02-09T12:34:56.789Z","op":"save","scope":"ns","user":"u","session":"s",
 //	 "filename":"a.txt","version":0,"size":5,"sha256":"…"}
@@ -50,6 +58,25 @@ type auditLine struct {
 	Size     *int   `json:"size,omitempty"`
 	SHA256   string `json:"sha256,omitempty"`
 	Error    string `json:"error,omitempty"`
+}
+
+// open opens the log file if it is not open yet.
+func (a *auditLog) open() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.openLocked()
+}
+
+func (a *auditLog) openLocked() error {
+	if a.f != nil {
+		return nil
+	}
+	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("audit log %s: open: %w", a.path, err)
+	}
+	a.f = f
+	return nil
 }
 
 // record appends one line. A nil log records nothing. version < 0 means
@@ -83,12 +110,8 @@ func (a *auditLog) record(op, user, session, filename string, version int, data 
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.f == nil {
-		f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-		if err != nil {
-			return fmt.Errorf("audit log %s: open: %w", a.path, err)
-		}
-		a.f = f
+	if err := a.openLocked(); err != nil {
+		return err
 	}
 	// One write per line: O_APPEND makes each write land whole at the end
 	// even with other processes appending to the same log.

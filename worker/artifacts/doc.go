@@ -7,13 +7,22 @@
 //
 // NewFilesystem writes and reads that layout byte for byte (the .meta file
 // as Python's json.dumps writes it); NewMemory keeps the same semantics in
-// process memory for tests and single-process use.
+// process memory for tests and single-process use, within a byte budget
+// (WithMemoryBudget, ARTIFACT_MEMORY_MAX_BYTES, default 256 MiB): the
+// least recently saved or loaded versions are evicted beyond it, a load of
+// an evicted version fails with ErrEvicted, and version numbers are never
+// reused. Open builds either from the ARTIFACT_* settings, with the audit
+// log (ARTIFACT_AUDIT_LOG, default <base>/.audit/audit.jsonl for the
+// filesystem store).
 //
 // What it protects against:
 //   - Path traversal through ids and names. Every component (user id,
-//     session id, filename, the namespace's last level) must be one safe
-//     path component (CheckName): not empty, ".", "..", absolute, not
-//     containing "/", "\" or NUL, at most 255 bytes, valid UTF-8. Where the
+//     session id, the namespace's last level) must be one safe path
+//     component (CheckName): not empty, ".", "..", absolute, not
+//     containing "/", "\" or NUL, at most 255 bytes, valid UTF-8.
+//     Filenames follow str's one filename rule (CheckFilename, also used
+//     by the worker for request and output names): the same, plus no
+//     control characters, checked as given and NFKC-normalised. Where the
 //     reference silently reduces a component to its basename (so "../x"
 //     becomes "x"), str rejects it with ErrUnsafeName instead. Filenames
 //     are NFKC-normalised first, as in the reference (golang.org/x/text),

@@ -46,7 +46,7 @@ type Tool struct {
 	Package        string // pip distribution to install when the module is not importable
 	Version        string // version specifiers for Package, e.g. ">=1.0,<2.0"
 	Description    string
-	SandboxProfile string // "" = the request's, else the worker default
+	SandboxProfile string // the ceiling of a call's profile (a request may only tighten it); "" = the worker default
 	SHA256         string // lowercase hex sha256 of the module's source file, "" = not checked
 	TimeoutSeconds int    // upper bound for a request's timeout; always > 0 after Parse
 }

@@ -344,8 +344,8 @@ func TestWatcherPoll(t *testing.T) {
 			t.Fatal("broken manifest applied")
 		}
 	}
-	if w.Current() != r.applied[2] {
-		t.Error("current manifest changed on a broken edit")
+	if len(r.applied) != 3 {
+		t.Errorf("a broken edit was applied: %d applies", len(r.applied))
 	}
 	if len(r.logs) != 1 || !strings.Contains(r.logs[0], "function is required") || !strings.Contains(r.logs[0], "keeping the previous") {
 		t.Errorf("logs = %q", r.logs)

@@ -21,7 +21,6 @@ type Watcher struct {
 	logf     func(msg string, args ...any)
 
 	mu      sync.Mutex
-	current *Manifest
 	applied [sha256.Size]byte // hash of the content last applied
 	hasAppl bool
 	seen    [sha256.Size]byte // hash of the content last looked at (for logging once)
@@ -65,13 +64,6 @@ func (w *Watcher) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// Current returns the manifest last applied successfully, or nil.
-func (w *Watcher) Current() *Manifest {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.current
 }
 
 // Poll checks the file once and applies a valid change. It reports
@@ -120,7 +112,7 @@ func (w *Watcher) Poll() bool {
 		w.logf("manifest %s: applying the new manifest failed (will retry): %v", w.path, err)
 		return false
 	}
-	w.current, w.applied, w.hasAppl = m, sum, true
+	w.applied, w.hasAppl = sum, true
 	w.seen, w.hasSeen = sum, true
 	return true
 }

@@ -1,8 +1,16 @@
-// Package runner holds the Python tool runner (runner.py, embedded as
-// Source) and the Go side of its file protocol: runner_args.json written by
-// the worker (WriteArgs, spec §7.3) and result.json written by the runner
-// (ReadResult, spec §7.5). Install places runner.py read-only where the
-// sandbox can see it.
+// Package runner holds the Python tool runner (runner.py, a small entry
+// point embedded as Source, and _str_runner.py, the runner itself, embedded
+// as ModuleSource) and the Go side of its file protocol: runner_args.json
+// written by the worker (WriteArgs, spec §7.3) and result.json written by
+// the runner (ReadResult, spec §7.5). Install places both files read-only
+// where the sandbox can see them; Compile writes the module's bytecode
+// cache (a checked-hash .pyc, used only while it matches the source) so
+// that a cold call does not compile the runner (about 5 ms of CPU).
+//
+// Start-up cost is part of the design: every call starts a fresh Python,
+// so the runner imports almost nothing (no inspect, json, re, threading,
+// traceback or asyncio unless a call needs them) and reads the calling
+// convention from the function's code object; see the module docstring.
 //
 // runner.py runs inside the sandbox as the tool's own process: it imports
 // the tool module, builds the ctx object of spec §8, calls the tool with

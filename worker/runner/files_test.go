@@ -165,6 +165,13 @@ func TestInstall(t *testing.T) {
 	if !bytes.Equal(got, Source) || len(Source) == 0 {
 		t.Fatal("installed content differs from Source")
 	}
+	mod := filepath.Join(dir, ModuleFileName)
+	if st, err := os.Lstat(mod); err != nil || st.Mode().Perm() != 0o444 || !st.Mode().IsRegular() {
+		t.Fatalf("installed module: %v", err)
+	}
+	if got, _ := os.ReadFile(mod); !bytes.Equal(got, ModuleSource) || len(ModuleSource) == 0 {
+		t.Fatal("installed module differs from ModuleSource")
+	}
 	ino := st.Sys().(*syscall.Stat_t).Ino
 	// second install keeps the identical file
 	if _, err := Install(dir); err != nil {
@@ -189,8 +196,8 @@ func TestInstall(t *testing.T) {
 		t.Error("symlink not replaced")
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("install left %d entries", len(entries))
+	if len(entries) != 2 {
+		t.Errorf("install left %d entries, want runner.py and %s", len(entries), ModuleFileName)
 	}
 	if _, err := Install(filepath.Join(dir, "missing")); err == nil {
 		t.Error("install into a missing dir succeeded")

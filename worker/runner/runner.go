@@ -2,25 +2,40 @@ package runner
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
-// Source is runner.py, the Python program that runs one tool call inside a
-// sandbox (spec §8). It uses the standard library only (Python 3.9+).
+// Source is runner.py, the entry point of the Python program that runs one
+// tool call inside a sandbox (spec §8): it imports ModuleSource and calls
+// it. Both use the standard library only (Python 3.9+).
 //
 //go:embed runner.py
 var Source []byte
 
-// FileName is the name Install gives the runner inside its directory.
-const FileName = "runner.py"
+// ModuleSource is _str_runner.py, the runner itself (its docstring is the
+// reference for what a run does). It is a module rather than the script so
+// that Python can load it from the bytecode cache Compile writes.
+//
+//go:embed _str_runner.py
+var ModuleSource []byte
+
+// FileName is the name Install gives the runner's entry point inside its
+// directory; ModuleFileName is the name of the module beside it.
+const (
+	FileName       = "runner.py"
+	ModuleFileName = "_str_runner.py"
+)
 
 // Error kinds written by runner.py next to an error (spec §7.5). The worker
 // maps them to IMPORT_ERROR, EXECUTION_ERROR and TOOL_ERROR.
@@ -57,8 +72,12 @@ type Args struct {
 	AppName          string                  `json:"app_name"`
 }
 
+// ArgsMode is the mode of runner_args.json (set explicitly, whatever the
+// umask): the sandbox's uid reads it, the worker owns it.
+const ArgsMode = 0o644
+
 // WriteArgs validates a and writes it as JSON to path, which must not exist
-// yet (O_EXCL, no symlink followed), mode 0644.
+// yet (O_EXCL, no symlink followed), mode ArgsMode.
 func WriteArgs(path string, a *Args) error {
 	if a == nil {
 		return fmt.Errorf("runner: write args %s: nil arguments", path)
@@ -101,10 +120,16 @@ func WriteArgs(path string, a *Args) error {
 		return fmt.Errorf("runner: write args %s: encode: %w", path, err)
 	}
 
-	// 3. create exclusively and write.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	// 3. create exclusively, set the mode on the descriptor (the umask
+	// must not take the sandbox's read access: under UMask=0027 an
+	// open(0644) gives 0640, which the sandbox's uid cannot read), write.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, ArgsMode)
 	if err != nil {
 		return fmt.Errorf("runner: write args %s: create: %w", path, err)
+	}
+	if err := f.Chmod(ArgsMode); err != nil {
+		f.Close()
+		return fmt.Errorf("runner: write args %s: chmod %o: %w", path, ArgsMode, err)
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
@@ -253,32 +278,76 @@ func parseResult(data []byte) (*Outcome, error) {
 	}
 }
 
-// Install writes runner.py into dir as a read-only (0444) file and returns
-// its path. An identical read-only regular file already there is kept;
-// anything else is replaced atomically (temporary file in dir, fsync,
-// rename), so a sandbox never sees a half-written runner.
+// Install writes runner.py and _str_runner.py into dir as read-only (0444)
+// files and returns the path of runner.py, the program to run. An identical
+// read-only regular file already there is kept; anything else is replaced
+// atomically (temporary file in dir, fsync, rename), so a sandbox never
+// sees a half-written runner. The module is installed before the entry
+// point that imports it. The sandbox's uid must read dir and the files:
+// dir gets r-x for group and others and the files 0444, set with
+// fchmod whatever the umask (under UMask=0027 a mkdir(0755) gives 0750
+// and no sandbox could start the runner).
 func Install(dir string) (string, error) {
-	path := filepath.Join(dir, FileName)
+	if err := openable(dir); err != nil {
+		return "", fmt.Errorf("runner: install into %s: %w", dir, err)
+	}
+	if err := installFile(dir, ModuleFileName, ModuleSource); err != nil {
+		return "", err
+	}
+	if err := installFile(dir, FileName, Source); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, FileName), nil
+}
+
+// openable makes the directory dir readable and searchable by group and
+// others (r-x added to its mode, nothing removed), through a descriptor
+// opened without following a symlink.
+func openable(dir string) error {
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open dir: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat dir: %w", err)
+	}
+	const need = 0o055
+	if st.Mode().Perm()&need != need {
+		// Bits beyond the permissions (sticky, setgid) are kept.
+		mode := st.Mode().Perm() | need | st.Mode()&(os.ModeSticky|os.ModeSetgid|os.ModeSetuid)
+		if err := f.Chmod(mode); err != nil {
+			return fmt.Errorf("chmod dir to %o: %w", mode.Perm(), err)
+		}
+	}
+	return nil
+}
+
+// installFile writes content to dir/name, read-only, unless an identical
+// read-only regular file is already there.
+func installFile(dir, name string, content []byte) error {
+	path := filepath.Join(dir, name)
 
 	// 1. already installed?
 	if st, err := os.Lstat(path); err == nil && st.Mode().IsRegular() && st.Mode().Perm() == 0o444 {
-		if existing, err := os.ReadFile(path); err == nil && bytes.Equal(existing, Source) {
-			return path, nil
+		if existing, err := os.ReadFile(path); err == nil && bytes.Equal(existing, content) {
+			return nil
 		}
 	}
 
 	// 2. write a temporary file next to it.
 	tmp, err := os.CreateTemp(dir, ".runner-*.py")
 	if err != nil {
-		return "", fmt.Errorf("runner: install %s: create temporary file: %w", path, err)
+		return fmt.Errorf("runner: install %s: create temporary file: %w", path, err)
 	}
 	tmpName := tmp.Name()
-	fail := func(step string, err error) (string, error) {
+	fail := func(step string, err error) error {
 		tmp.Close()
 		os.Remove(tmpName)
-		return "", fmt.Errorf("runner: install %s: %s %s: %w", path, step, tmpName, err)
+		return fmt.Errorf("runner: install %s: %s %s: %w", path, step, tmpName, err)
 	}
-	if _, err := tmp.Write(Source); err != nil {
+	if _, err := tmp.Write(content); err != nil {
 		return fail("write", err)
 	}
 	if err := tmp.Chmod(0o444); err != nil {
@@ -294,7 +363,55 @@ func Install(dir string) (string, error) {
 	// 3. rename over the final name.
 	if err := os.Rename(tmpName, path); err != nil {
 		os.Remove(tmpName)
-		return "", fmt.Errorf("runner: install %s: rename %s: %w", path, tmpName, err)
+		return fmt.Errorf("runner: install %s: rename %s: %w", path, tmpName, err)
 	}
-	return path, nil
+	return nil
+}
+
+// compileScript writes the bytecode cache of the module named by argv[1]:
+// a checked-hash .pyc (Python re-hashes the source before using it, so a
+// cache that does not match the installed source is never used), mode
+// 0444 in a 0755 __pycache__ whatever the umask, and prints its path.
+const compileScript = `import importlib.util, os, py_compile, sys
+src = sys.argv[1]
+cache = importlib.util.cache_from_source(src)
+os.makedirs(os.path.dirname(cache), mode=0o755, exist_ok=True)
+os.chmod(os.path.dirname(cache), 0o755)
+py_compile.compile(src, cfile=cache, doraise=True,
+                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+os.chmod(cache, 0o444)
+print(cache)
+`
+
+// compileTimeout bounds Compile: compiling one module takes milliseconds.
+const compileTimeout = 30 * time.Second
+
+// Compile writes the bytecode cache of the installed _str_runner.py in dir
+// with python, the interpreter the sandboxes run, and returns the cache's
+// path. It runs on the host, before any tool, on the worker's own embedded
+// source: "-I -S" keeps the environment, the user's and the system's site
+// packages (and their .pth files) out of it. A failure is not fatal to the
+// caller: without a cache every run compiles the module from source, which
+// costs about 5 ms of CPU more per tool call. A sandbox whose Python has a
+// different version looks for another cache file and compiles from source.
+func Compile(dir, python string) (string, error) {
+	src := filepath.Join(dir, ModuleFileName)
+	ctx, cancel := context.WithTimeout(context.Background(), compileTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-I", "-S", "-c", compileScript, src)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 2048 {
+			msg = "..." + msg[len(msg)-2048:]
+		}
+		return "", fmt.Errorf("runner: compile %s with %s: %w: %s", src, python, err, msg)
+	}
+	cache := strings.TrimSpace(stdout.String())
+	if !filepath.IsAbs(cache) {
+		return "", fmt.Errorf("runner: compile %s with %s: unexpected output %q", src, python, cache)
+	}
+	return cache, nil
 }

@@ -728,3 +728,561 @@ def listed(ctx, files, single):
 	out2, _ := h2.run(a2)
 	wantResult(t, out2, `{"path":"/work/input/data.csv"}`)
 }
+
+// contextShapes are the three generations of tool signatures of issue 7:
+// the reference's first "def f(ctx, x)", its later "def f(ctx: Any, x)"
+// (with the other spellings of Any and the facade), and a plain function
+// that takes its args alone. Each body reports whether it got ctx.
+var contextShapes = []struct {
+	name, imports, params string
+	wantCtx               bool
+}{
+	{"unannotated ctx", "", `ctx, message="Hello"`, true},
+	{"ctx: Any", "from typing import Any, Dict", `ctx: Any, message: str = "Hello"`, true},
+	{"ctx: typing.Any", "import typing", `ctx: typing.Any, message: str = "Hello"`, true},
+	{"ctx: 'Any'", "", `ctx: "Any", message: str = "Hello"`, true},
+	{"ctx: object", "", `ctx: object, message: str = "Hello"`, true},
+	{"ctx: ToolContextFacade", "from str_tool import ToolContextFacade", `ctx: ToolContextFacade, message: str = "Hello"`, true},
+	{"ctx: 'ToolContext'", "", `ctx: "ToolContext", message: str = "Hello"`, true},
+	{"positional-only ctx: Any", "from typing import Any", `ctx: Any, /, message: str = "Hello"`, true},
+	{"plain", "", `message: str = "Hello"`, false},
+	{"plain, annotated Any but among the args", "from typing import Any", `message: Any = "Hello"`, false},
+}
+
+// contextShapeTool writes one tool of a shape, sync or async, with or
+// without postponed (string) annotations.
+func contextShapeTool(imports, params string, async, future bool) string {
+	var b strings.Builder
+	if future {
+		b.WriteString("from __future__ import annotations\n")
+	}
+	b.WriteString(imports + "\n\n")
+	if async {
+		b.WriteString("async ")
+	}
+	fmt.Fprintf(&b, "def echo_tool(%s):\n", params)
+	b.WriteString("    got = locals().get('ctx')\n")
+	b.WriteString("    if got is not None:\n        got.send_status('echoing')\n")
+	b.WriteString("    return {'echo': message, 'ctx': got is not None and got.user_id == 'user-42'}\n")
+	return b.String()
+}
+
+func TestCallingConventionShapes(t *testing.T) {
+	for _, shape := range contextShapes {
+		for _, async := range []bool{false, true} {
+			for _, future := range []bool{false, true} {
+				name := shape.name
+				if async {
+					name += "/async"
+				}
+				if future {
+					name += "/future annotations"
+				}
+				t.Run(name, func(t *testing.T) {
+					h := newHarness(t, map[string]string{"shapes.py": contextShapeTool(shape.imports, shape.params, async, future)})
+					out, lines := h.run(h.args("shapes", "echo_tool", `{"message":"hi"}`))
+					wantResult(t, out, fmt.Sprintf(`{"echo":"hi","ctx":%t}`, shape.wantCtx))
+					if shape.wantCtx && !reflect.DeepEqual(lines, []string{"echoing"}) {
+						t.Errorf("status lines = %q", lines)
+					}
+					// the default of message when the args leave it out
+					h2 := newHarness(t, map[string]string{"shapes.py": h.readTool("shapes.py")})
+					out2, _ := h2.run(h2.args("shapes", "echo_tool", `{}`))
+					if shape.name == "plain, annotated Any but among the args" {
+						// message is not among the args here: it is the
+						// first parameter, annotated Any, so it gets ctx.
+						if m := resultMap(t, out2); !strings.Contains(fmt.Sprint(m["echo"]), "ToolContext object") {
+							t.Errorf("message = %v, want the context object", m["echo"])
+						}
+						return
+					}
+					wantResult(t, out2, fmt.Sprintf(`{"echo":"Hello","ctx":%t}`, shape.wantCtx))
+				})
+			}
+		}
+	}
+}
+
+// The reference's published echo tool, verbatim in its signature.
+func TestReferenceEchoToolRunsUnmodified(t *testing.T) {
+	h := newHarness(t, map[string]string{"ref_tools.py": `
+from typing import Any, Dict
+
+
+def echo_tool(ctx: Any, message: str = "Hello") -> Dict[str, Any]:
+    ctx.send_status("echoing")
+    return {"echo": message, "user_id": ctx.user_id}
+`})
+	out, lines := h.run(h.args("ref_tools", "echo_tool", `{"message":"hi"}`))
+	wantResult(t, out, `{"echo":"hi","user_id":"user-42"}`)
+	if !reflect.DeepEqual(lines, []string{"echoing"}) {
+		t.Errorf("status lines = %q", lines)
+	}
+}
+
+func TestFirstParameterNotContext(t *testing.T) {
+	src := `
+def needs_name(name: str, greeting="Hi"):
+    return {"text": greeting + " " + name}
+
+def counted(n: int = 3, label="x"):
+    return {"n": n, "label": label}
+
+def config_first(tool_config, x=1):
+    return {"key": tool_config.get("k"), "x": x}
+`
+	// a plain function whose first parameter is missing: no ctx is slipped in
+	h := newHarness(t, map[string]string{"nc.py": src})
+	out, _ := h.run(h.args("nc", "needs_name", `{"greeting":"Yo"}`))
+	wantError(t, out, KindExecution, "do not match the tool's signature", "missing a required argument: 'name'")
+
+	h2 := newHarness(t, map[string]string{"nc.py": src})
+	out2, _ := h2.run(h2.args("nc", "counted", `{"label":"y"}`))
+	wantResult(t, out2, `{"n":3,"label":"y"}`)
+
+	h3 := newHarness(t, map[string]string{"nc.py": src})
+	a3 := h3.args("nc", "config_first", `{}`)
+	a3.ToolConfig = json.RawMessage(`{"k":"v"}`)
+	out3, _ := h3.run(a3)
+	wantResult(t, out3, `{"key":"v","x":1}`)
+}
+
+// Methods, callable instances, decorated functions and partials: the
+// runner reads plain functions and methods from their code, and asks
+// inspect for the rest; the rule is the same for all.
+func TestCallingConventionUnusualCallables(t *testing.T) {
+	src := `
+import functools
+from typing import Any
+
+
+class Greeter:
+    def greet(self, ctx: Any, name):
+        return {"text": "hi " + name, "ctx": ctx.app_name}
+
+    async def agreet(self, ctx, name):
+        return {"text": "hi " + name, "ctx": ctx.app_name}
+
+    @classmethod
+    def cgreet(cls, ctx: Any, name):
+        return {"text": cls.__name__ + " " + name, "ctx": ctx.app_name}
+
+    @staticmethod
+    def sgreet(ctx: Any, name):
+        return {"text": "static " + name, "ctx": ctx.app_name}
+
+
+class Callable:
+    def __call__(self, ctx: Any, name):
+        return {"text": "call " + name, "ctx": ctx.app_name}
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@logged
+def decorated(ctx: Any, name):
+    return {"text": "decorated " + name, "ctx": ctx.app_name}
+
+
+def _base(ctx: Any, prefix, name):
+    return {"text": prefix + name, "ctx": ctx.app_name}
+
+
+partial = functools.partial(_base, prefix="partial ")
+
+instance = Callable()
+bound = Greeter().greet
+cgreet = Greeter.cgreet
+sgreet = Greeter.sgreet
+abound = Greeter().agreet
+
+
+def keyword_only(ctx, *, name, extra="e"):
+    return {"text": "kw " + name + extra, "ctx": ctx.app_name}
+
+
+def var_keywords(ctx: Any, **kwargs):
+    return {"text": "kwargs " + kwargs["name"], "ctx": ctx.app_name}
+
+
+def var_positional(*args, name):
+    return {"text": "varargs " + name, "ctx": bool(args) and args[0].app_name}
+`
+	cases := []struct{ fn, want string }{
+		{"bound", `{"text":"hi Ann","ctx":"MyAgent"}`},
+		{"abound", `{"text":"hi Ann","ctx":"MyAgent"}`},
+		{"cgreet", `{"text":"Greeter Ann","ctx":"MyAgent"}`},
+		{"sgreet", `{"text":"static Ann","ctx":"MyAgent"}`},
+		{"instance", `{"text":"call Ann","ctx":"MyAgent"}`},
+		{"decorated", `{"text":"decorated Ann","ctx":"MyAgent"}`},
+		{"partial", `{"text":"partial Ann","ctx":"MyAgent"}`},
+		{"keyword_only", `{"text":"kw Anne","ctx":"MyAgent"}`},
+		{"var_keywords", `{"text":"kwargs Ann","ctx":"MyAgent"}`},
+		// *args is not a positional parameter: no ctx
+		{"var_positional", `{"text":"varargs Ann","ctx":false}`},
+	}
+	for _, c := range cases {
+		t.Run(c.fn, func(t *testing.T) {
+			h := newHarness(t, map[string]string{"uc.py": src})
+			out, _ := h.run(h.args("uc", c.fn, `{"name":"Ann"}`))
+			wantResult(t, out, c.want)
+		})
+	}
+}
+
+// The signature check that replaces Signature.bind must refuse what the
+// call would refuse, with inspect's wording.
+func TestSignatureMismatch(t *testing.T) {
+	src := `
+def posonly(ctx, a, /, b):
+    return {}
+
+def kwonly(ctx, *, a):
+    return {}
+
+def takes_kwargs(ctx, a=0, /, **rest):
+    return {"a": a, "rest": sorted(rest)}
+`
+	cases := []struct{ fn, args, want string }{
+		// inspect's wording varies between Python versions: the name is kept.
+		{"posonly", `{"a": 1, "b": 2}`, "'a'"},
+		{"kwonly", `{}`, "'a'"},
+		{"kwonly", `{"a": 1, "z": 2}`, "unexpected keyword argument 'z'"},
+	}
+	for _, c := range cases {
+		t.Run(c.fn+c.args, func(t *testing.T) {
+			h := newHarness(t, map[string]string{"sm.py": src})
+			out, _ := h.run(h.args("sm", c.fn, c.args))
+			wantError(t, out, KindExecution, "do not match the tool's signature (ctx", c.want)
+		})
+	}
+	// a positional-only name among the args goes into **rest, as in a call
+	h := newHarness(t, map[string]string{"sm.py": src})
+	out, _ := h.run(h.args("sm", "takes_kwargs", `{"a": 1}`))
+	wantResult(t, out, `{"a":0,"rest":["a"]}`)
+}
+
+// startupModules are what the runner must not import for a plain tool
+// (issue 10): each costs milliseconds of every cold call.
+var startupModules = []string{"inspect", "json", "re", "threading", "traceback", "asyncio", "importlib", "typing", "ast", "dis", "tokenize", "enum", "types"}
+
+// baselineModules returns the modules a bare interpreter has loaded with
+// the harness's environment (site may import some on its own).
+func (h *harness) baselineModules() map[string]bool {
+	h.t.Helper()
+	cmd := exec.Command(h.python, "-c", "import sys; print(' '.join(sys.modules))")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "PYTHONPATH=" + h.tools, "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8"}
+	b, err := cmd.Output()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	loaded := map[string]bool{}
+	for _, m := range strings.Fields(string(b)) {
+		loaded[m] = true
+	}
+	return loaded
+}
+
+func TestRunnerImportsOnlyWhatTheToolNeeds(t *testing.T) {
+	src := `
+import sys
+
+WATCH = %s
+
+def echo_tool(ctx, message="Hello"):
+    ctx.send_status("echoing")
+    return {"loaded": sorted(m for m in WATCH if m in sys.modules)}
+
+async def async_echo(ctx, message="Hello"):
+    return {"loaded": sorted(m for m in WATCH if m in sys.modules)}
+`
+	watch, _ := json.Marshal(startupModules)
+	tools := map[string]string{"light.py": fmt.Sprintf(src, watch)}
+	cases := []struct {
+		fn   string
+		want []string // loaded on top of the bare interpreter's modules
+	}{
+		{"echo_tool", nil},
+		{"async_echo", []string{"asyncio"}},
+	}
+	for _, c := range cases {
+		t.Run(c.fn, func(t *testing.T) {
+			h := newHarness(t, tools)
+			base := h.baselineModules()
+			out, lines := h.run(h.args("light", c.fn, `{"message":"hi"}`))
+			var extra []string
+			for _, m := range resultMap(t, out)["loaded"].([]any) {
+				if !base[m.(string)] {
+					extra = append(extra, m.(string))
+				}
+			}
+			if c.fn == "echo_tool" {
+				if len(extra) != 0 {
+					t.Errorf("the runner imported %v for a plain tool", extra)
+				}
+				if !reflect.DeepEqual(lines, []string{"echoing"}) {
+					t.Errorf("status lines = %q", lines)
+				}
+				return
+			}
+			// (asyncio imports inspect and more itself)
+			if !strings.Contains(fmt.Sprint(extra), "asyncio") {
+				t.Errorf("asyncio not loaded for an async tool: %v", extra)
+			}
+		})
+	}
+}
+
+// jsonCheck compares the runner's JSON functions with the json package's,
+// value by value and error by error.
+const jsonCheck = `
+import json, math, sys
+sys.path.insert(0, sys.argv[1])
+import _str_runner as r
+
+class Odd:
+    pass
+
+circular = []
+circular.append(circular)
+values = [
+    None, True, False, 0, -1, 12345678901234567890, 1.5, 1e300, -0.0, 3.141592653589793,
+    "", "plain", "caf\u00e9 \u2603 \U0001F600", "\x00\x1f\"\\/\n\t", "\ud800",
+    [], {}, [1, [2, [3, {"a": None}]]], {"k": [1.0, "v"], "n": {"m": {}}},
+    {1: "int key", 2.5: "float key", True: "bool key", None: "null key"},
+    (1, 2), {"t": (3, 4)},
+    math.nan, math.inf, -math.inf, {"x": [math.nan]},
+    Odd(), {"o": Odd()}, {(1, 2): "tuple key"}, circular,
+]
+problems = []
+for v in values:
+    def outcome(fn):
+        try:
+            return ("ok", fn(v))
+        except Exception as e:
+            return (type(e).__name__, None)
+    want = outcome(lambda x: json.dumps(x, allow_nan=False))
+    got = outcome(r._json_dumps)
+    if want != got:
+        problems.append("dumps %r: json %r, runner %r" % (v, want, got))
+
+texts = [
+    '{"a": 1}', '  {"a": [1, 2.5, null, true, false, "s"]}  ', '\n\t{}\r\n', '[]', '"str"', '12', '-0.5e3',
+    '{"big": 12345678901234567890, "u": "\\u00e9\\ud83d\\ude00"}', 'NaN', '[Infinity, -Infinity]',
+    '', '   ', '{', '{"a": 1} x', '{"a": 1}{}', "{'a': 1}", '[1,]', '"\x01"', '\ufeff{}',
+]
+for text in texts:
+    def outcome(fn):
+        try:
+            return ("ok", repr(fn(text)))
+        except ValueError:
+            return ("ValueError", None)
+    want = outcome(json.loads)
+    got = outcome(r._json_loads)
+    if want != got:
+        problems.append("loads %r: json %r, runner %r" % (text, want, got))
+print("\n".join(problems) or "same")
+`
+
+func TestRunnerJSONMatchesJSONPackage(t *testing.T) {
+	py := pythonBin(t)
+	dir := t.TempDir()
+	if _, err := Install(dir); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-c", jsonCheck, dir)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8"}
+	b, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(b)) != "same" {
+		t.Fatalf("runner JSON differs from json (%v):\n%s", err, b)
+	}
+}
+
+// Without the _json accelerator the runner falls back to the json package
+// and behaves the same.
+func TestRunnerWithoutJSONAccelerator(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		// PYTHONPATH comes before lib-dynload: this hides the real _json.
+		"_json.py": "raise ImportError('no accelerator in this test')\n",
+		"acc.py": `
+import sys
+
+def echo_tool(ctx, message="Hello"):
+    ctx.send_status("caf\u00e9")
+    return {"echo": message, "json": "json" in sys.modules, "accelerated": sys.modules.get("_json") is not None}
+`,
+	})
+	out, lines := h.run(h.args("acc", "echo_tool", `{"message":"h\u00e9 \ud83d\ude00"}`))
+	wantResult(t, out, `{"echo":"hé 😀","json":true,"accelerated":false}`)
+	if !reflect.DeepEqual(lines, []string{"café"}) {
+		t.Errorf("status lines = %q", lines)
+	}
+}
+
+// A tool module may be named like the runner's own module.
+func TestToolModuleNamedLikeRunnerModule(t *testing.T) {
+	h := newHarness(t, map[string]string{"_str_runner.py": "def f(ctx):\n    return {'mine': ctx.app_name}\n"})
+	out, _ := h.run(h.args("_str_runner", "f", `{}`))
+	wantResult(t, out, `{"mine":"MyAgent"}`)
+}
+
+func TestCompile(t *testing.T) {
+	py := pythonBin(t)
+	h := newHarness(t, map[string]string{"example_tools.py": specExampleTools})
+	dir := filepath.Dir(h.runner)
+	cache, err := Compile(dir, py)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// modes are set, not left to the umask: the sandbox uid reads them
+	if st, err := os.Lstat(cache); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o444 {
+		t.Fatalf("cache %s: %v %v", cache, st.Mode(), err)
+	}
+	if st, err := os.Lstat(filepath.Dir(cache)); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("cache dir: %v %v", st.Mode(), err)
+	}
+	if filepath.Dir(filepath.Dir(cache)) != dir || !strings.HasPrefix(filepath.Base(cache), "_str_runner.") {
+		t.Fatalf("cache path %s", cache)
+	}
+	// a second compile replaces the read-only cache
+	if _, err := Compile(dir, py); err != nil {
+		t.Fatalf("second compile: %v", err)
+	}
+
+	// python -v names the file each module's code came from.
+	codeFrom := func() string {
+		t.Helper()
+		if err := os.Remove(h.result); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		os.Remove(h.argPath)
+		if err := WriteArgs(h.argPath, h.args("example_tools", "echo_tool", `{"message":"cached"}`)); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(py, "-v", h.runner, h.argPath)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "PYTHONPATH=" + h.tools, "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8"}
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("runner: %v\n%s", err, b)
+		}
+		out, err := ReadResult(h.result, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantResult(t, out, `{"text":"Echo: cached","data_objects":[]}`)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "code object from") && strings.Contains(line, "_str_runner") {
+				return line
+			}
+		}
+		return ""
+	}
+	if line := codeFrom(); !strings.Contains(line, cache) {
+		t.Errorf("the runner module was not loaded from its cache %s: %q", cache, line)
+	}
+	// a cache that does not match the source is not used
+	mod := filepath.Join(dir, ModuleFileName)
+	src, err := os.ReadFile(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chmod(mod, 0o644))
+	must(os.WriteFile(mod, bytes.Replace(src, []byte("TRACEBACK_TAIL_LINES = 20"), []byte("TRACEBACK_TAIL_LINES = 21"), 1), 0o644))
+	if line := codeFrom(); strings.Contains(line, cache) {
+		t.Errorf("a stale cache was used: %q", line)
+	}
+
+	// an interpreter that cannot run fails with its name in the error
+	if _, err := Compile(dir, filepath.Join(dir, "no-such-python")); err == nil || !strings.Contains(err.Error(), "no-such-python") {
+		t.Errorf("compile with a missing interpreter: %v", err)
+	}
+}
+
+// The shipped example tools: echo_tool (def f(ctx, ...)) and reference_echo
+// (the reference's def f(ctx: Any, ...)) answer alike.
+func TestShippedExampleEchoTools(t *testing.T) {
+	src, err := os.ReadFile("../../examples/tools/python/example_tools.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range []string{"echo_tool", "reference_echo"} {
+		t.Run(fn, func(t *testing.T) {
+			h := newHarness(t, map[string]string{"example_tools.py": string(src)})
+			out, lines := h.run(h.args("example_tools", fn, `{"message":"hi"}`))
+			wantResult(t, out, `{"echo":"hi","user_id":"user-42","session_id":"web-session-abc"}`)
+			if !reflect.DeepEqual(lines, []string{"echoing"}) {
+				t.Errorf("status lines = %q", lines)
+			}
+		})
+	}
+}
+
+// Class-based tools: the constructor gets tool_config when it names it,
+// whether the runner reads __init__'s code or asks inspect (a metaclass).
+func TestClassConstructorToolConfig(t *testing.T) {
+	src := `
+import abc
+import dataclasses
+
+
+class Plain:
+    def run(self, ctx, x):
+        return {"x": x}
+
+
+class Inherits(Plain):
+    pass
+
+
+class Configured:
+    def __init__(self, tool_config=None):
+        self.key = (tool_config or {}).get("k")
+
+    def run(self, ctx, x):
+        return {"x": x, "key": self.key}
+
+
+class Abstract(abc.ABC):
+    def __init__(self, tool_config):
+        self.key = tool_config.get("k")
+
+    def run(self, ctx, x):
+        return {"x": x, "key": self.key}
+
+
+@dataclasses.dataclass
+class Data:
+    tool_config: dict
+
+    def run(self, ctx, x):
+        return {"x": x, "key": self.tool_config.get("k")}
+`
+	cases := []struct{ class, want string }{
+		{"Plain", `{"x":1}`},
+		{"Inherits", `{"x":1}`},
+		{"Configured", `{"x":1,"key":"v"}`},
+		{"Abstract", `{"x":1,"key":"v"}`},
+		{"Data", `{"x":1,"key":"v"}`},
+	}
+	for _, c := range cases {
+		t.Run(c.class, func(t *testing.T) {
+			h := newHarness(t, map[string]string{"ctor.py": src})
+			a := h.args("ctor", "run", `{"x":1}`)
+			a.ClassName = c.class
+			a.ToolConfig = json.RawMessage(`{"k":"v"}`)
+			out, _ := h.run(a)
+			wantResult(t, out, c.want)
+		})
+	}
+}

@@ -2,41 +2,23 @@ package transport
 
 import "strings"
 
-// Topic matching. Both functions compare a subscription pattern with a
-// published topic level by level, levels being separated by "/". A
-// published topic never contains wildcards: "*" and ">" in a topic are
-// ordinary characters. Neither function allocates.
-
 // MatchDev reports whether topic matches pattern under the dev broker's
-// rules (spec §10):
+// rules (spec §10), comparing level by level, levels being separated by
+// "/":
 //
 //   - a level that is exactly "*" matches one non-empty level;
 //   - a level that is exactly ">" and is the last level of the pattern
 //     matches the rest of the topic, which must hold at least one level;
 //   - every other level, including "a*", "*b" and a ">" that is not last,
 //     matches only itself.
-func MatchDev(pattern, topic string) bool {
-	return match(pattern, topic, false)
-}
-
-// MatchSolace reports whether topic matches pattern under Solace PubSub+'s
-// rules (spec §1):
 //
-//   - a level that is exactly "*" matches one non-empty level;
-//   - a level ending in "*" ("b*") matches any level starting with the
-//     prefix before the star, the prefix alone included ("b", "bcd");
-//   - a level that is exactly ">" and is the last level of the pattern
-//     matches one or more trailing levels ("a/>" matches "a/b" and "a/b/c"
-//     but not "a");
-//   - every other level, including a "*" inside a level ("a*b") and a ">"
-//     that is not last, matches only itself.
-func MatchSolace(pattern, topic string) bool {
-	return match(pattern, topic, true)
-}
-
-// match walks pattern and topic one level at a time. prefixStar enables
-// Solace's level-final prefix wildcard.
-func match(pattern, topic string, prefixStar bool) bool {
+// A published topic never contains wildcards: "*" and ">" in a topic are
+// ordinary characters. MatchDev does not allocate.
+//
+// There is no Solace counterpart: the Solace transport leaves matching to
+// the broker (Solace's level-final prefix wildcard "b*" is the broker's
+// business), and nothing in str matches Solace patterns locally.
+func MatchDev(pattern, topic string) bool {
 	for {
 		p, pRest, pMore := strings.Cut(pattern, "/")
 		if p == ">" && !pMore {
@@ -48,10 +30,6 @@ func match(pattern, topic string, prefixStar bool) bool {
 		switch {
 		case p == "*":
 			if t == "" {
-				return false
-			}
-		case prefixStar && strings.HasSuffix(p, "*"):
-			if !strings.HasPrefix(t, p[:len(p)-1]) {
 				return false
 			}
 		default:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -34,6 +35,16 @@ type ClientOptions struct {
 	// ClientID is the client_id of the receiving connection, the identity
 	// that owns the subscriptions. Required.
 	ClientID string
+	// Token is sent in every CONNECT (the "token" field) to a broker that
+	// requires one. At most one of Token and TokenFile may be set; with
+	// neither, CONNECT carries no token (an anonymous broker, or the
+	// reference's).
+	Token string
+	// TokenFile is read before every connection attempt, so a restarted
+	// broker's new token is picked up; while the file does not exist, no
+	// token is sent (and a broker that requires one refuses, with a
+	// message naming its token file). See TokenFileFor.
+	TokenFile string
 	// QueueName is sent in the receiving connection's CONNECT. On str's
 	// broker clients sharing a non-empty queue name share the work.
 	QueueName string
@@ -41,7 +52,7 @@ type ClientOptions struct {
 	// means ClientID+PublisherSuffix. A distinct id is the default because
 	// the reference broker keeps one session per client_id and a second
 	// CONNECT under the same id would steal the receiver's session; str's
-	// broker accepts either.
+	// broker refuses a second connection under a connected id.
 	PublisherID string
 	// RetryDelay is the wait between connection attempts, before the
 	// first connection and after every drop (CONNECT_RETRY_DELAY_MS).
@@ -129,6 +140,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	}
 	if opts.ClientID == "" {
 		problems = append(problems, errors.New("client id is empty"))
+	}
+	if opts.Token != "" && opts.TokenFile != "" {
+		problems = append(problems, errors.New("both Token and TokenFile are set"))
 	}
 	if opts.Retries < 0 {
 		problems = append(problems, fmt.Errorf("retries %d is negative (0 means forever)", opts.Retries))
@@ -259,6 +273,10 @@ func (c *Client) establish(ctx context.Context) (err error) {
 	c.mu.Lock()
 	snapshot := slices.Clone(c.subs)
 	c.mu.Unlock()
+	token, err := c.token()
+	if err != nil {
+		return err
+	}
 
 	// 1. Receiving connection.
 	recv, err := c.dial(ctx, "receiving")
@@ -281,7 +299,7 @@ func (c *Client) establish(ctx context.Context) (err error) {
 		snapshot = []string{}
 	}
 	err = recv.expectOK(CmdConnect, connectRequest{Cmd: CmdConnect, ClientID: c.opts.ClientID,
-		QueueName: c.opts.QueueName, Subscriptions: snapshot}, c.opts.CommandTimeout)
+		QueueName: c.opts.QueueName, Subscriptions: snapshot, Token: token}, c.opts.CommandTimeout)
 	if err != nil {
 		return fmt.Errorf("receiving connection: %w", err)
 	}
@@ -295,7 +313,7 @@ func (c *Client) establish(ctx context.Context) (err error) {
 	stopPub := context.AfterFunc(ctx, func() { pub.nc.Close() })
 	defer stopPub()
 	err = pub.expectOK(CmdConnect, connectRequest{Cmd: CmdConnect, ClientID: c.opts.PublisherID,
-		Subscriptions: []string{}}, c.opts.CommandTimeout)
+		Subscriptions: []string{}, Token: token}, c.opts.CommandTimeout)
 	if err != nil {
 		return fmt.Errorf("publishing connection: %w", err)
 	}
@@ -337,6 +355,19 @@ func (c *Client) establish(ctx context.Context) (err error) {
 		}
 	}
 	return nil
+}
+
+// token is what the next CONNECTs carry: Token, or TokenFile's content,
+// or "" when TokenFile does not exist (yet).
+func (c *Client) token() (string, error) {
+	if c.opts.TokenFile == "" {
+		return c.opts.Token, nil
+	}
+	tok, err := ReadTokenFile(c.opts.TokenFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	return tok, err
 }
 
 func (c *Client) dial(ctx context.Context, which string) (*lineConn, error) {
@@ -711,12 +742,14 @@ func jsonText(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// Requests, with fields in the reference client's order.
+// Requests, with fields in the reference client's order; CONNECT's token,
+// str's extension, comes last and only when there is one.
 type connectRequest struct {
 	Cmd           string   `json:"cmd"`
 	ClientID      string   `json:"client_id"`
 	QueueName     string   `json:"queue_name"`
 	Subscriptions []string `json:"subscriptions"`
+	Token         string   `json:"token,omitempty"`
 }
 
 type subscriptionRequest struct {

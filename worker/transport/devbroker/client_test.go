@@ -157,7 +157,8 @@ func TestClientWireForms(t *testing.T) {
 // TestClientPublisherIdentity: with the default PublisherID the publishing
 // connection is another client id, so a client subscribed to a topic it
 // publishes gets its message back (as with the reference broker); with
-// PublisherID == ClientID str's broker recognises it and does not echo.
+// PublisherID == ClientID str's broker refuses the publishing connection
+// (one connection per client id).
 func TestClientPublisherIdentity(t *testing.T) {
 	s := startServer(t, Options{})
 	other := connectRaw(t, s, "other", "")
@@ -168,11 +169,16 @@ func TestClientPublisherIdentity(t *testing.T) {
 		t.Fatalf("distinct publisher id: got %q", d.Payload)
 	}
 
-	shared := connectClient(t, s, ClientOptions{ClientID: "s", PublisherID: "s"}, "echo/s")
-	publish(t, shared, "echo/s", `"mine"`, nil)
-	other.publish("echo/s", "marker")
-	if d := receive(t, shared); string(d.Payload) != "marker" {
-		t.Fatalf("shared publisher id: got %q first, want the marker (no echo)", d.Payload)
+	other.publish("echo/d", "marker")
+	if d := receive(t, distinct); string(d.Payload) != "marker" {
+		t.Fatalf("distinct publisher id: got %q", d.Payload)
+	}
+
+	shared := newClient(t, portOf(t, s.Addr()), ClientOptions{ClientID: "s", PublisherID: "s", Retries: 1})
+	err := shared.Connect(context.Background(), []string{"echo/s"})
+	var be *BrokerError
+	if !errors.As(err, &be) || be.Code != CodeNotConnected || !strings.Contains(be.Message, "already connected") {
+		t.Fatalf("PublisherID == ClientID: Connect = %v, want the publishing CONNECT refused", err)
 	}
 }
 
@@ -281,7 +287,7 @@ func TestClientReconnect(t *testing.T) {
 		published <- c.Publish(pctx, transport.Message{Topic: "during/outage", Payload: []byte(`{}`)})
 	}()
 
-	s2 := NewServer(Options{Logger: testLogger(t)})
+	s2 := NewServer(Options{Logger: testLogger(t), Anonymous: true})
 	if err := s2.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +364,7 @@ func TestClientConnectWaitsForBroker(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- c.Connect(context.Background(), []string{"t"}) }()
 	time.Sleep(50 * time.Millisecond)
-	s := NewServer(Options{Logger: testLogger(t)})
+	s := NewServer(Options{Logger: testLogger(t), Anonymous: true})
 	if err := s.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 //
 // # The protocol
 //
-// TCP, no authentication, default port 55555. Each side sends UTF-8 JSON
+// TCP, default port 55555. Each side sends UTF-8 JSON
 // objects, one per line ('\n'; a trailing '\r' is ignored). Every request
 // line gets exactly one response line, in order, on the same connection.
 // Requests name their command in "cmd" (case-sensitive); unknown fields are
@@ -17,17 +17,27 @@
 // NOT_CONNECTED (after the JSON check: unparsable lines are always
 // INVALID_COMMAND).
 //
-//	→ {"cmd":"CONNECT","client_id":"w1","queue_name":"q/w1","subscriptions":["ns/a2a/v1/sam_remote_tool/invoke/echo_tool"]}
+//	→ {"cmd":"CONNECT","client_id":"w1","queue_name":"q/w1","subscriptions":["ns/a2a/v1/sam_remote_tool/invoke/echo_tool"],"token":"9f86…"}
 //	← {"status":"OK","client_id":"w1"}
 //
 // client_id names the client; absent or null, the server makes up a UUID
 // and returns it. queue_name is optional (str's broker: see queue groups
 // below). subscriptions are topic patterns, registered before the reply is
-// sent, so a message published after the reply is never missed. Connections
-// with the same client_id share one client: one set of subscriptions, one
-// queue; the client is forgotten (subscriptions and queued messages dropped)
-// when its last connection closes. A second CONNECT on a connection moves
-// the connection to the new client_id.
+// sent, so a message published after the reply is never missed. token is
+// str's extension (see Authentication below); the reference broker ignores
+// it, as it ignores every unknown field. One connection holds a client_id
+// at a time (str's broker; see below); the client is forgotten
+// (subscriptions and queued messages dropped) when its connection closes. A
+// second CONNECT on a connection moves the connection to the new client_id.
+//
+// A refused CONNECT is answered, and then the server closes the connection
+// (the one exception to "errors never close the connection" below):
+//
+//	← {"status":"ERROR","error_code":"NOT_CONNECTED","error_message":"CONNECT refused: missing or wrong token (…; it is in /run/str/broker-55554.token, readable by the broker's user only)"}
+//	← {"status":"ERROR","error_code":"NOT_CONNECTED","error_message":"CONNECT refused: client_id \"w1\" is already connected on another connection (…)"}
+//
+// NOT_CONNECTED is the spec's code for "this connection has no session",
+// which is what a refused CONNECT leaves; clients treat any ERROR as failure.
 //
 // SUBSCRIBE / UNSUBSCRIBE — add or remove one pattern of the client.
 //
@@ -77,19 +87,78 @@
 // limit, unknown or missing cmd, a missing or mistyped field) or
 // INTERNAL_ERROR.
 //
+// # Authentication (str's extension)
+//
+// str's broker requires a token in every CONNECT unless it was started
+// anonymous. The token is 32 bytes from crypto/rand in hex (64 characters),
+// made fresh at every start (NewToken). It travels as the CONNECT's "token"
+// string field, the one place in spec §10 where an extra field is
+// compatible: the reference broker ignores unknown fields and the reference
+// clients send none, so a str client works against the reference broker and
+// a reference client works against `str broker --anonymous`. The comparison
+// is constant-time. Missing, null, non-string or wrong: refused as above.
+// Every CONNECT of a connection is checked, the second one included.
+//
+// The token file. The broker writes the token, followed by a newline, mode
+// 0600, atomically (temporary file and rename; WriteTokenFile), before its
+// first client can have read anything, and removes it at exit if it still
+// holds its token (RemoveTokenFile). The path, for the broker listening on
+// PORT (DefaultTokenFile, TokenFileFor):
+//
+//	$DEV_BROKER_TOKEN_FILE                   when set (and --token-file for str broker and str invoke)
+//	/run/str/broker-PORT.token               when running as root (euid 0)
+//	$XDG_RUNTIME_DIR/str/broker-PORT.token   otherwise, when XDG_RUNTIME_DIR is set
+//	$TMPDIR/str-UID/broker-PORT.token        otherwise (TMPDIR defaults to /tmp)
+//
+// The directory is created 0700 when missing, and refused when it is a
+// symlink, owned by another uid or writable by group or others (so another
+// local user cannot pre-create /tmp/str-UID to read or swap the token). The
+// port is in the name so that several brokers on one host keep their
+// tokens apart. Readers trim white space and accept at most 4096 bytes.
+//
+// Who writes and who reads. `str broker` writes the file (--token-file, or
+// the default above; --anonymous writes none and requires no token);
+// `str worker --embedded-broker` writes it for its embedded broker, which
+// always requires the token. `str worker` (DEV_BROKER_HOST), `str invoke`
+// and `str bench echo` read the file of the port they connect to before
+// every connection attempt (ClientOptions.TokenFile), so a restarted broker's
+// new token is picked up; when the file does not exist they send no token,
+// which suits an anonymous or reference broker. So only the broker's own
+// user (root for a root worker) and whoever it hands the file to can
+// connect; a process that can reach the port but not read the file (another
+// local user, a sandboxed tool sharing the host's network) cannot. The
+// reference's own clients send no token: run `str broker --anonymous` for
+// them, knowingly.
+//
 // # What str's broker adds to the reference
 //
 // Queue groups: clients sharing a non-empty queue_name form a group, and
 // each message goes to one matching member of the group, in turn (the
 // members are taken in the order they connected), so several workers share
 // the work without running a request twice. Clients with distinct queue
-// names get the reference's behaviour: each gets a copy. Each client's queue
-// is bounded (Options.QueueSize): when it is full the oldest message is
-// dropped and logged. Request lines are bounded (Options.MaxLineBytes); a
-// longer line is skipped up to its newline and answered INVALID_COMMAND.
-// Malformed requests that crash or hang up the reference are answered
-// INVALID_COMMAND. Several connections may share one client_id safely (the
-// reference replaces the session and strands the first connection).
+// names get the reference's behaviour: each gets a copy.
+//
+// Bounded queues: each client's queue is bounded in messages
+// (Options.QueueSize, default 10000) and in bytes (Options.MaxQueueBytes,
+// default 64 MiB, counting topic, payload, user properties and message id
+// plus 128 bytes per message). A message that does not fit drops the oldest
+// queued messages until it does; a message larger than the byte bound by
+// itself is dropped instead. Drops are counted per client and logged as a
+// warning on the first drop and every 100th, with the running total, so a
+// slow or stuck subscriber costs at most the bound and never disconnects.
+// Request lines are bounded (Options.MaxLineBytes); a longer line is
+// skipped up to its newline and answered INVALID_COMMAND. Malformed
+// requests that crash or hang up the reference are answered
+// INVALID_COMMAND.
+//
+// One connection per client_id: a CONNECT claiming a client_id that
+// another connection holds is refused (and its connection closed), so a
+// peer cannot join a worker's client to take its share of a queue group,
+// read its requests, unsubscribe it or subscribe its publishing connection
+// to a flood. (The reference replaces the session and strands the first
+// connection.) The id is free again once its connection has closed; a
+// client reconnecting after a drop is refused until the broker has seen
+// the old connection end, and retries.
 //
 // # The client
 //
@@ -98,7 +167,9 @@
 // sent between two RECEIVEs) and a publishing connection (CONNECT as
 // PublisherID, by default ClientID+"-pub", with no subscriptions: against
 // the reference broker a second CONNECT under the same id would steal the
-// receiver's session). When either connection fails, both are closed and
+// receiver's session, and str's broker refuses it). Both CONNECTs carry the
+// token from ClientOptions.Token or, read afresh before every attempt,
+// ClientOptions.TokenFile. When either connection fails, both are closed and
 // re-established every RetryDelay until Close, with the current
 // subscription set in the new CONNECT. A payload that is valid JSON is
 // published as that JSON value, anything else as a JSON string; on receipt a
@@ -108,14 +179,24 @@
 //
 // # Security
 //
-// What it protects against: a misbehaving peer cannot crash the server,
-// exhaust it with one unbounded line, or desynchronise other connections;
-// every malformed request gets an error reply. What it does not protect
-// against: anything else. There is no authentication, no encryption, no
-// authorisation of topics (any peer can subscribe to ">" and read every
-// request and reply, or publish forged invocations) and no bound on the
-// number of connections or clients; memory per client is bounded only by
-// QueueSize × MaxLineBytes. Listen on 127.0.0.1 or a private network and use
-// Solace PubSub+ in production. What it trusts: every peer that can reach the
-// port.
+// What it protects against: a peer that cannot read the token file (another
+// local user; a tool whose sandbox shares the host's network but not its
+// files) cannot CONNECT, hence cannot read, forge, or divert any message; a
+// peer cannot take over or join a connected client_id; a slow or stuck
+// subscriber holds at most QueueSize messages and MaxQueueBytes bytes; a
+// misbehaving peer cannot crash the server, exhaust it with one unbounded
+// line, or desynchronise other connections; every malformed request gets an
+// error reply.
+//
+// What it does not protect against: anyone holding the token (it is one
+// shared secret, not per-client credentials) may subscribe to ">" and read
+// every request and reply, or publish forged invocations: there is no
+// authorisation of topics. There is no encryption (the token crosses the
+// network in clear text off loopback). There is no bound on the number of
+// connections (unauthenticated ones included, until they send a CONNECT),
+// clients or subscriptions, so total memory is bounded only per client.
+// With --anonymous, everything above that relies on the token is gone.
+// Listen on 127.0.0.1 or a private network and use Solace PubSub+ in
+// production. What it trusts: whoever can read the token file (and, when
+// anonymous, every peer that can reach the port).
 package devbroker

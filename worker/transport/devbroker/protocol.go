@@ -55,6 +55,12 @@ type wireMessage struct {
 	UserProperties json.RawMessage `json:"user_properties"`
 }
 
+// size is what msg counts against a client's MaxQueueBytes: its fields'
+// bytes plus a fixed allowance for the struct and the JSON around them.
+func (m *wireMessage) size() int {
+	return len(m.MessageID) + len(m.Topic) + len(m.Payload) + len(m.UserProperties) + 128
+}
+
 // encodeLine renders v as one JSON line. HTML escaping is off so payload
 // text passes through as sent ("<" stays "<").
 func encodeLine(v any) ([]byte, error) {

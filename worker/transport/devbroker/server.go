@@ -16,13 +16,14 @@ import (
 	"github.com/securetoolruntime/str/worker/transport"
 )
 
-// ErrServerClosed is returned by Serve once Close has been called.
+// ErrServerClosed is returned by Listen once Close has been called.
 var ErrServerClosed = errors.New("devbroker: server closed")
 
 // Defaults for Options.
 const (
-	DefaultQueueSize    = 10000
-	DefaultMaxLineBytes = 16 << 20
+	DefaultQueueSize     = 10000
+	DefaultMaxQueueBytes = 64 << 20
+	DefaultMaxLineBytes  = 16 << 20
 	// writeTimeout bounds one response write, so a peer that stops reading
 	// cannot pin a connection goroutine forever.
 	writeTimeout = 30 * time.Second
@@ -31,12 +32,27 @@ const (
 	maxReceiveWait = time.Hour
 )
 
-// Options configures a Server. The zero value is valid.
+// Options configures a Server. Exactly one of Token and Anonymous must be
+// set; Listen refuses anything else, so a broker never ends up open by
+// omission.
 type Options struct {
+	// Token is the secret every CONNECT must carry in its "token" field
+	// (see NewToken; the caller publishes it with WriteTokenFile and names
+	// the file with SetTokenFile).
+	Token string
+	// Anonymous accepts every CONNECT without a token, as the reference
+	// broker does (for the reference's own clients, which send none).
+	Anonymous bool
 	// QueueSize is the most messages held for one client id; when full,
 	// the oldest is dropped (logged on the first drop and every 100th).
 	// 0 means DefaultQueueSize.
 	QueueSize int
+	// MaxQueueBytes is the most bytes of messages (topic, payload, user
+	// properties and message id) held for one client id; a message that
+	// does not fit makes room by dropping the oldest, exactly as a full
+	// QueueSize does, and a message larger than MaxQueueBytes on its own
+	// is dropped. 0 means DefaultMaxQueueBytes.
+	MaxQueueBytes int
 	// MaxLineBytes is the longest request line accepted (newline
 	// excluded). A longer line is discarded up to its newline and answered
 	// with INVALID_COMMAND. 0 means DefaultMaxLineBytes.
@@ -47,34 +63,38 @@ type Options struct {
 }
 
 // Server is str's embedded dev broker (spec §10). Create it with NewServer,
-// start it with Listen or Serve, stop it with Close.
+// start it with Listen, stop it with Close.
 type Server struct {
-	queueSize int
-	maxLine   int
-	log       *slog.Logger
-	done      chan struct{} // closed by Close
-	wg        sync.WaitGroup
+	token      string // "" with anonymous
+	anonymous  bool
+	queueSize  int
+	queueBytes int
+	maxLine    int
+	log        *slog.Logger
+	done       chan struct{} // closed by Close
+	wg         sync.WaitGroup
 
 	mu        sync.Mutex
 	closed    bool
 	listeners []net.Listener
 	conns     map[*conn]struct{}
+	tokenFile string // named in refusals; see SetTokenFile
 	clients   map[string]*client
 	order     []*client      // clients in connect order: queue groups rotate over it
 	turns     map[string]int // queue group -> messages handed to the group so far
 }
 
-// client is the broker-side state of one client id. Several connections may
-// carry the same id (a receiving and a publishing one); they share the
-// subscriptions and the queue, and the client goes away with the last one.
+// client is the broker-side state of one client id. Exactly one connection
+// carries it (a CONNECT claiming an id that another connection holds is
+// refused), and the client goes away with that connection.
 type client struct {
-	id      string
-	queue   string              // queue group; "" = none
-	subs    map[string]struct{} // patterns as sent, matched with MatchDev
-	conns   int
-	pending []*wireMessage
-	dropped uint64
-	signal  chan struct{} // capacity 1: "pending may be non-empty"
+	id           string
+	queue        string              // queue group; "" = none
+	subs         map[string]struct{} // patterns as sent, matched with MatchDev
+	pending      []*wireMessage
+	pendingBytes int // sum of size() over pending
+	dropped      uint64
+	signal       chan struct{} // capacity 1: "pending may be non-empty"
 }
 
 // conn is one accepted TCP connection.
@@ -87,16 +107,22 @@ type conn struct {
 // NewServer returns a server that is not yet listening.
 func NewServer(opts Options) *Server {
 	s := &Server{
-		queueSize: opts.QueueSize,
-		maxLine:   opts.MaxLineBytes,
-		log:       opts.Logger,
-		done:      make(chan struct{}),
-		conns:     make(map[*conn]struct{}),
-		clients:   make(map[string]*client),
-		turns:     make(map[string]int),
+		token:      opts.Token,
+		anonymous:  opts.Anonymous,
+		queueSize:  opts.QueueSize,
+		queueBytes: opts.MaxQueueBytes,
+		maxLine:    opts.MaxLineBytes,
+		log:        opts.Logger,
+		done:       make(chan struct{}),
+		conns:      make(map[*conn]struct{}),
+		clients:    make(map[string]*client),
+		turns:      make(map[string]int),
 	}
 	if s.queueSize <= 0 {
 		s.queueSize = DefaultQueueSize
+	}
+	if s.queueBytes <= 0 {
+		s.queueBytes = DefaultMaxQueueBytes
 	}
 	if s.maxLine <= 0 {
 		s.maxLine = DefaultMaxLineBytes
@@ -112,11 +138,17 @@ func NewServer(opts Options) *Server {
 // the background until Close. It returns once the socket is bound, so Addr
 // is valid when it returns nil.
 func (s *Server) Listen(addr string) error {
+	switch {
+	case s.token == "" && !s.anonymous:
+		return errors.New("devbroker: no token and not anonymous: set Options.Token (or, for clients that send none, Options.Anonymous)")
+	case s.token != "" && s.anonymous:
+		return errors.New("devbroker: both a token and anonymous: choose one")
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("devbroker: listen on %s: %w", addr, err)
 	}
-	if err := s.track(ln, true); err != nil {
+	if err := s.track(ln); err != nil {
 		ln.Close()
 		return err
 	}
@@ -129,17 +161,16 @@ func (s *Server) Listen(addr string) error {
 	return nil
 }
 
-// Serve accepts connections on ln until Close, which makes it return
-// ErrServerClosed. It takes ownership of ln.
-func (s *Server) Serve(ln net.Listener) error {
-	if err := s.track(ln, false); err != nil {
-		ln.Close()
-		return err
-	}
-	return s.serve(ln)
+// SetTokenFile records where the token was written, so that the reply to a
+// refused CONNECT can say where to look. (The path usually depends on the
+// port, known only after Listen.)
+func (s *Server) SetTokenFile(path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokenFile = path
 }
 
-// Addr is the address of the first listener, or nil before Listen/Serve.
+// Addr is the address of the first listener, or nil before Listen.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,20 +207,18 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
-// track registers ln so Close closes it. background counts the accept
-// goroutine Listen is about to start, under the same lock as the closed
-// check so Close cannot miss it.
-func (s *Server) track(ln net.Listener, background bool) error {
+// track registers ln so Close closes it, and counts the accept goroutine
+// Listen is about to start, under the same lock as the closed check so
+// Close cannot miss it.
+func (s *Server) track(ln net.Listener) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrServerClosed
 	}
-	if background {
-		s.wg.Add(1)
-	}
+	s.wg.Add(1)
 	s.listeners = append(s.listeners, ln)
-	s.log.Info("listening", "addr", ln.Addr().String())
+	s.log.Info("listening", "addr", ln.Addr().String(), "anonymous", s.anonymous)
 	return nil
 }
 
@@ -355,9 +384,10 @@ func (s *Server) handle(c *conn, l line, log *slog.Logger) (resp *response, hang
 		cmd = string(raw) // not a string: reported as unknown below
 	}
 
-	// 2. CONNECT is the only command allowed on a fresh connection.
+	// 2. CONNECT is the only command allowed on a fresh connection. A
+	// refused CONNECT (wrong token, client id taken) closes the connection.
 	if cmd == CmdConnect {
-		return s.handleConnect(c, req, log), false
+		return s.handleConnect(c, req, log)
 	}
 	if c.session == nil {
 		return errorResponse(CodeNotConnected, "Not connected"), false
@@ -398,46 +428,76 @@ func optString(req map[string]json.RawMessage, name string) (string, bool, error
 	return v, true, nil
 }
 
-func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slog.Logger) *response {
+// handleConnect answers a CONNECT. Its steps:
+//  1. the token, before anything else is looked at (unless anonymous);
+//  2. the fields;
+//  3. the client id: refused when another connection holds it;
+//  4. the session: created (or kept, for a repeated CONNECT with the same
+//     id), with the queue name and subscriptions.
+//
+// refused asks the caller to close the connection after the reply.
+func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slog.Logger) (resp *response, refused bool) {
+	// 1. The token.
+	if !s.anonymous {
+		tok, _, err := optString(req, "token")
+		if err != nil || !tokenEqual(tok, s.token) {
+			where := "see str broker --help"
+			s.mu.Lock()
+			if s.tokenFile != "" {
+				where = "it is in " + s.tokenFile + ", readable by the broker's user only"
+			}
+			s.mu.Unlock()
+			log.Warn("CONNECT refused: missing or wrong token", "present", tok != "")
+			return errorResponse(CodeNotConnected, "CONNECT refused: missing or wrong token (this broker requires the \"token\" field; "+where+")"), true
+		}
+	}
+
+	// 2. The fields.
 	id, hasID, err := optString(req, "client_id")
 	if err != nil {
-		return errorResponse(CodeInvalidCommand, err.Error())
+		return errorResponse(CodeInvalidCommand, err.Error()), false
 	}
 	if !hasID {
 		id = newID()
 	}
 	queue, _, err := optString(req, "queue_name")
 	if err != nil {
-		return errorResponse(CodeInvalidCommand, err.Error())
+		return errorResponse(CodeInvalidCommand, err.Error()), false
 	}
 	var subs []string
 	if raw, ok := req["subscriptions"]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &subs); err != nil {
-			return errorResponse(CodeInvalidCommand, "subscriptions must be an array of strings")
+			return errorResponse(CodeInvalidCommand, "subscriptions must be an array of strings"), false
 		}
 	}
 	for i, p := range subs {
 		if p == "" {
-			return errorResponse(CodeInvalidCommand, fmt.Sprintf("subscriptions[%d] is empty", i))
+			return errorResponse(CodeInvalidCommand, fmt.Sprintf("subscriptions[%d] is empty", i)), false
 		}
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// A second CONNECT on one connection moves it to the new identity
-	// (or, with the same client_id, just adds to it).
+	// 3. One connection per client id: a second connection claiming a
+	// connected id would share its queue and subscriptions (take its
+	// messages, unsubscribe it, subscribe it to a flood).
+	if c.session == nil || c.session.id != id {
+		if _, taken := s.clients[id]; taken {
+			log.Warn("CONNECT refused: client id already connected", "client_id", id)
+			return errorResponse(CodeNotConnected, fmt.Sprintf("CONNECT refused: client_id %q is already connected on another connection (another process with the same id?)", id)), true
+		}
+	}
+
+	// 4. The session. A second CONNECT on one connection moves it to the
+	// new identity (or, with the same client_id, just adds to it).
 	if c.session != nil && c.session.id != id {
 		s.detach(c, log)
 	}
 	cl := c.session
 	if cl == nil {
-		cl = s.clients[id]
-		if cl == nil {
-			cl = &client{id: id, subs: make(map[string]struct{}), signal: make(chan struct{}, 1)}
-			s.clients[id] = cl
-			s.order = append(s.order, cl)
-		}
-		cl.conns++
+		cl = &client{id: id, subs: make(map[string]struct{}), signal: make(chan struct{}, 1)}
+		s.clients[id] = cl
+		s.order = append(s.order, cl)
 	}
 	if queue != "" && queue != cl.queue {
 		// The latest non-empty queue name wins; "" (a publishing
@@ -448,23 +508,17 @@ func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slo
 		cl.subs[p] = struct{}{}
 	}
 	c.session = cl
-	log.Info("client connected", "client_id", id, "queue_name", cl.queue,
-		"subscriptions", len(subs), "connections", cl.conns)
-	return &response{Status: StatusOK, ClientID: &id}
+	log.Info("client connected", "client_id", id, "queue_name", cl.queue, "subscriptions", len(subs))
+	return &response{Status: StatusOK, ClientID: &id}, false
 }
 
-// detach ends c's session, and forgets the client when c was its last
-// connection. The caller holds s.mu.
+// detach ends c's session and forgets its client. The caller holds s.mu.
 func (s *Server) detach(c *conn, log *slog.Logger) {
 	cl := c.session
 	if cl == nil {
 		return
 	}
 	c.session = nil
-	cl.conns--
-	if cl.conns > 0 {
-		return
-	}
 	delete(s.clients, cl.id)
 	for i, o := range s.order {
 		if o == cl {
@@ -560,28 +614,41 @@ func (cl *client) matches(topic string) bool {
 	return false
 }
 
-// enqueue appends msg to cl's queue, dropping the oldest message when the
-// queue is full. The caller holds s.mu. Messages are shared between
-// receivers: nothing mutates a wireMessage after it is built.
+// enqueue appends msg to cl's queue, dropping the oldest messages while the
+// queue is over QueueSize messages or MaxQueueBytes bytes; a message larger
+// than MaxQueueBytes by itself is dropped instead. The caller holds s.mu.
+// Messages are shared between receivers: nothing mutates a wireMessage
+// after it is built, and each client's queue counts its full size.
 func (s *Server) enqueue(cl *client, msg *wireMessage, log *slog.Logger) {
-	if len(cl.pending) >= s.queueSize {
+	size := msg.size()
+	if size > s.queueBytes {
+		s.dropped(cl, msg, "message larger than the queue's byte bound, dropped", log)
+		return
+	}
+	for len(cl.pending) >= s.queueSize || cl.pendingBytes+size > s.queueBytes {
 		old := cl.pending[0]
 		cl.pending[0] = nil
 		cl.pending = cl.pending[1:]
-		cl.dropped++
-		// One line for the first drop, then one per 100, so a stuck
-		// consumer cannot flood the log.
-		if cl.dropped == 1 || cl.dropped%100 == 0 {
-			log.Warn("client queue full, dropped oldest message",
-				"client_id", cl.id, "queue_size", s.queueSize,
-				"dropped_message_id", old.MessageID, "dropped_topic", old.Topic,
-				"dropped_total", cl.dropped)
-		}
+		cl.pendingBytes -= old.size()
+		s.dropped(cl, old, "client queue full, dropped oldest message", log)
 	}
 	cl.pending = append(cl.pending, msg)
+	cl.pendingBytes += size
 	select {
 	case cl.signal <- struct{}{}:
 	default:
+	}
+}
+
+// dropped counts a message dropped for cl and logs the first drop and then
+// one per 100, so a stuck consumer cannot flood the log.
+func (s *Server) dropped(cl *client, msg *wireMessage, what string, log *slog.Logger) {
+	cl.dropped++
+	if cl.dropped == 1 || cl.dropped%100 == 0 {
+		log.Warn(what, "client_id", cl.id, "queue_size", s.queueSize, "queue_bytes", s.queueBytes,
+			"queued", len(cl.pending), "queued_bytes", cl.pendingBytes,
+			"dropped_message_id", msg.MessageID, "dropped_topic", msg.Topic,
+			"dropped_bytes", msg.size(), "dropped_total", cl.dropped)
 	}
 }
 
@@ -613,13 +680,7 @@ func (s *Server) handleReceive(c *conn, req map[string]json.RawMessage) *respons
 			msg := cl.pending[0]
 			cl.pending[0] = nil
 			cl.pending = cl.pending[1:]
-			if len(cl.pending) > 0 {
-				// Another connection of this client may be waiting.
-				select {
-				case cl.signal <- struct{}{}:
-				default:
-				}
-			}
+			cl.pendingBytes -= msg.size()
 			s.mu.Unlock()
 			return &response{Status: StatusOK, Message: msg}
 		}

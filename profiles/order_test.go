@@ -1,0 +1,127 @@
+package profiles
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestWithinEveryPair: every (ceiling, asked) pair of built-in names and
+// trust-level aliases. A request may name its ceiling or a stricter
+// profile, never a looser one.
+func TestWithinEveryPair(t *testing.T) {
+	s := mustEmbedded(t)
+	// Canonical rank, loosest first, written out here independently of
+	// the strictness list.
+	rank := map[string]int{"permissive": 0, "trusted": 0, "standard": 1, "restrictive": 2, "untrusted": 2, "confidential": 3}
+	names := []string{"permissive", "trusted", "standard", "restrictive", "untrusted", "confidential"}
+	for _, ceiling := range names {
+		for _, asked := range names {
+			t.Run(ceiling+"/"+asked, func(t *testing.T) {
+				err := s.Within(asked, ceiling)
+				want := rank[asked] >= rank[ceiling]
+				if (err == nil) != want {
+					t.Fatalf("Within(%q, ceiling %q) = %v, want allowed=%v", asked, ceiling, err, want)
+				}
+				if err == nil {
+					return
+				}
+				if !errors.Is(err, ErrLooser) {
+					t.Errorf("error does not wrap ErrLooser: %v", err)
+				}
+				for _, w := range []string{fmt.Sprintf("%q", asked), fmt.Sprintf("%q", ceiling), "looser than"} {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not name %s", err, w)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestWithinUnknownAndLoaded(t *testing.T) {
+	s := mustEmbedded(t)
+	if err := s.Within("bogus", "standard"); !errors.Is(err, ErrUnknownProfile) {
+		t.Errorf("unknown asked: %v", err)
+	}
+	if err := s.Within("standard", "bogus"); !errors.Is(err, ErrUnknownProfile) {
+		t.Errorf("unknown ceiling: %v", err)
+	}
+	dir := t.TempDir()
+	writeFile(t, dir, "extra.yaml", validYAML)
+	if err := s.LoadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	// A loaded profile is comparable only with itself (and its aliases).
+	if err := s.Within("extra-alias", "extra"); err != nil {
+		t.Errorf("alias of the ceiling refused: %v", err)
+	}
+	for _, c := range [][2]string{{"extra", "permissive"}, {"restrictive", "extra"}, {"confidential", "extra"}} {
+		err := s.Within(c[0], c[1])
+		if !errors.Is(err, ErrLooser) || !strings.Contains(err.Error(), "not comparable") {
+			t.Errorf("Within(%q, %q) = %v, want not comparable", c[0], c[1], err)
+		}
+	}
+	if got := s.AllowedUnder("untrusted"); !slices.Equal(got, []string{"restrictive", "confidential"}) {
+		t.Errorf("AllowedUnder(untrusted) = %v", got)
+	}
+	if got := s.AllowedUnder("extra"); !slices.Equal(got, []string{"extra"}) {
+		t.Errorf("AllowedUnder(extra) = %v", got)
+	}
+}
+
+// TestStrictnessMatchesLimits pins the strictness list to the files: each
+// profile is at most as loose as the one before it in every limit,
+// mount and network setting.
+func TestStrictnessMatchesLimits(t *testing.T) {
+	s := mustEmbedded(t)
+	if got := s.Names(); !slices.Equal(slices.Sorted(slices.Values(strictness)), got) {
+		t.Fatalf("strictness %v does not list exactly the embedded profiles %v", strictness, got)
+	}
+	for i := 1; i < len(strictness); i++ {
+		loose, strict := mustLookup(t, s, strictness[i-1]), mustLookup(t, s, strictness[i])
+		where := strict.Name + " vs " + loose.Name
+		atMost := func(what string, a, b int64) {
+			if a > b {
+				t.Errorf("%s: %s %d is looser than %d", where, what, a, b)
+			}
+		}
+		atMost("cgroup.memory", int64(strict.Cgroup.Memory), int64(loose.Cgroup.Memory))
+		atMost("cgroup.cpus", int64(strict.Cgroup.CPUs), int64(loose.Cgroup.CPUs))
+		atMost("cgroup.pids", strict.Cgroup.Pids, loose.Cgroup.Pids)
+		atMost("rlimits.as", int64(strict.Rlimits.AS), int64(loose.Rlimits.AS))
+		atMost("rlimits.cpu", int64(strict.Rlimits.CPU), int64(loose.Rlimits.CPU))
+		atMost("rlimits.fsize", int64(strict.Rlimits.FSize), int64(loose.Rlimits.FSize))
+		atMost("rlimits.nofile", strict.Rlimits.NoFile, loose.Rlimits.NoFile)
+		atMost("rlimits.nproc", strict.Rlimits.NProc, loose.Rlimits.NProc)
+		atMost("rlimits.stack", int64(strict.Rlimits.Stack), int64(loose.Rlimits.Stack))
+		atMost("timeout", int64(strict.Timeout), int64(loose.Timeout))
+		atMost("dev_shm", int64(strict.Mounts.DevShm), int64(loose.Mounts.DevShm))
+		if loose.Network == "none" && strict.Network != "none" {
+			t.Errorf("%s: network %s is looser than %s", where, strict.Network, loose.Network)
+		}
+		if strict.UID == 0 || strict.GID == 0 {
+			t.Errorf("%s: runs as root", where)
+		}
+		for _, b := range strict.Mounts.ReadOnly {
+			if !slices.ContainsFunc(loose.Mounts.ReadOnly, func(l PathSpec) bool { return l.Path == b.Path }) {
+				t.Errorf("%s: binds %s, which the looser profile does not", where, b.Path)
+			}
+		}
+		for _, m := range strict.Mounts.Tmpfs {
+			i := slices.IndexFunc(loose.Mounts.Tmpfs, func(l TmpfsSpec) bool { return l.Path == m.Path })
+			if i < 0 {
+				t.Errorf("%s: writable tmpfs %s, which the looser profile does not have", where, m.Path)
+				continue
+			}
+			atMost("tmpfs "+m.Path, int64(m.Size), int64(loose.Mounts.Tmpfs[i].Size))
+		}
+		for _, e := range strict.Env.Passthrough {
+			if !slices.Contains(loose.Env.Passthrough, e) {
+				t.Errorf("%s: passes %s through, which the looser profile does not", where, e)
+			}
+		}
+	}
+}

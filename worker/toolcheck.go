@@ -1,0 +1,69 @@
+package worker
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/securetoolruntime/str/worker/manifest"
+)
+
+// Start-up checks of the tools (issue: a worker that starts "serving" and
+// then fails every call). They run at start-up and at every manifest
+// reload (each problem logged as an error), for /readyz (listed), and when
+// an executor takes a queued call (answered TOOL_NOT_AVAILABLE: the
+// worker's configuration is at fault, never the caller).
+
+// sourceCheck is how the sandboxes of this worker read the tools dir.
+func (s *Server) sourceCheck() manifest.SourceCheck {
+	c := manifest.SourceCheck{
+		ToolsDir: s.cfg.ToolsDir, Given: s.cfg.toolsDirGiven,
+		ManifestDir: filepath.Dir(s.cfg.ManifestPath), OwnerUID: -1,
+	}
+	switch {
+	case s.cfg.SandboxMode == ModeNone:
+		// The tool runs as the worker: existence is all that matters.
+		c.SkipPermissions = true
+	case os.Geteuid() != 0:
+		// Rootless: the launcher maps the worker's uid to the tool's uid
+		// inside the sandbox, so files the worker owns are read with the
+		// owner's bits. As root, each sandbox's uid owns nothing here.
+		c.OwnerUID = os.Geteuid()
+	}
+	return c
+}
+
+// toolProblem says why tool cannot work on this worker, or nil.
+func (s *Server) toolProblem(tool *manifest.Tool) error {
+	if p := tool.SandboxProfile; p != "" {
+		if err := s.sb.CheckProfile(p); err != nil {
+			return fmt.Errorf("tool %s: %w: sandbox_profile %q: %v", tool.Name, manifest.ErrToolUnavailable, p, err)
+		}
+	}
+	return tool.CheckSource(s.sourceCheck())
+}
+
+// unavailableTools maps each tool of m that cannot work to why.
+func (s *Server) unavailableTools(m *manifest.Manifest) map[string]string {
+	out := map[string]string{}
+	if m == nil {
+		return out
+	}
+	for _, name := range m.Names() {
+		if err := s.toolProblem(m.Tools[name]); err != nil {
+			out[name] = err.Error()
+		}
+	}
+	return out
+}
+
+// logToolProblems logs one error per tool of m that cannot work.
+func (s *Server) logToolProblems(m *manifest.Manifest) {
+	bad := s.unavailableTools(m)
+	for _, name := range sortedKeys(bad) {
+		s.log.Error("tool cannot work on this worker: its calls will be answered TOOL_NOT_AVAILABLE", "tool", name, "error", bad[name])
+	}
+	if len(bad) > 0 {
+		s.log.Error("tools unavailable (see /readyz)", "count", len(bad), "of", len(m.Tools))
+	}
+}

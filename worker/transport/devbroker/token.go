@@ -1,0 +1,161 @@
+package devbroker
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// The connection token (see "Authentication" in the package doc).
+
+// TokenFileEnv names the environment variable that overrides the token
+// file's path, for the broker that writes it and the clients that read it.
+const TokenFileEnv = "DEV_BROKER_TOKEN_FILE"
+
+// maxTokenFileBytes bounds what ReadTokenFile reads: a token is 64 hex
+// digits and a newline.
+const maxTokenFileBytes = 4096
+
+// NewToken returns a fresh random token: 32 bytes from crypto/rand, in hex.
+func NewToken() string {
+	var b [32]byte
+	rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return hex.EncodeToString(b[:])
+}
+
+// DefaultTokenFile is where the broker listening on port writes its token
+// and where clients of that port look for it:
+//
+//	root (euid 0):              /run/str/broker-PORT.token
+//	others, XDG_RUNTIME_DIR set: $XDG_RUNTIME_DIR/str/broker-PORT.token
+//	others, otherwise:           $TMPDIR/str-UID/broker-PORT.token
+//
+// The port is in the name so that several brokers on one host (tests, a
+// worker's embedded broker beside `str broker`) keep their tokens apart.
+func DefaultTokenFile(port int) string {
+	name := "broker-" + strconv.Itoa(port) + ".token"
+	uid := os.Geteuid()
+	switch {
+	case uid == 0:
+		return filepath.Join("/run/str", name)
+	case os.Getenv("XDG_RUNTIME_DIR") != "":
+		return filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "str", name)
+	default:
+		return filepath.Join(os.TempDir(), "str-"+strconv.Itoa(uid), name)
+	}
+}
+
+// TokenFileFor is the token file of the broker on port: $DEV_BROKER_TOKEN_FILE
+// when set, else DefaultTokenFile(port).
+func TokenFileFor(port int) string {
+	if p := os.Getenv(TokenFileEnv); p != "" {
+		return p
+	}
+	return DefaultTokenFile(port)
+}
+
+// WriteTokenFile writes token to path, mode 0600, atomically (a temporary
+// file in the same directory, then rename), creating the directory with mode
+// 0700 when it is missing. The directory must be owned by the caller's euid
+// and writable by nobody else, so another local user cannot have planted it
+// (e.g. /tmp/str-UID) to read or swap the token.
+func WriteTokenFile(path, token string) error {
+	dir := filepath.Dir(path)
+	// 1. the directory: ours, not a symlink, not group/world writable.
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("devbroker: token file %s: create directory: %w", path, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("devbroker: token file %s: %w", path, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("devbroker: token file %s: %s is not a directory (a symlink?)", path, dir)
+	case !ok || int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("devbroker: token file %s: directory %s is not owned by uid %d; remove it or choose another path (--token-file, %s)", path, dir, os.Geteuid(), TokenFileEnv)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("devbroker: token file %s: directory %s is writable by group or others (mode %v)", path, dir, fi.Mode().Perm())
+	}
+	// 2. the file: created 0600 (CreateTemp's mode; fchmod makes it
+	// independent of the umask), then renamed over any stale one.
+	f, err := os.CreateTemp(dir, ".broker-token-*")
+	if err != nil {
+		return fmt.Errorf("devbroker: token file %s: %w", path, err)
+	}
+	tmp := f.Name()
+	err = f.Chmod(0o600)
+	if err == nil {
+		_, err = f.WriteString(token + "\n")
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("devbroker: token file %s: write: %w", path, err)
+	}
+	return nil
+}
+
+// ReadTokenFile returns the token in path (surrounding white space
+// removed).
+func ReadTokenFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("devbroker: read token file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("devbroker: read token file %s: %w", path, err)
+	}
+	if len(b) > maxTokenFileBytes {
+		return "", fmt.Errorf("devbroker: token file %s is larger than %d bytes", path, maxTokenFileBytes)
+	}
+	tok := string(bytes.TrimSpace(b))
+	if tok == "" {
+		return "", fmt.Errorf("devbroker: token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// RemoveTokenFile removes path if it still holds token (a broker started
+// since on the same port may have replaced it).
+func RemoveTokenFile(path, token string) error {
+	got, err := ReadTokenFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	if !tokenEqual(got, token) {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("devbroker: remove token file: %w", err)
+	}
+	return nil
+}
+
+// tokenEqual compares in constant time (for equal lengths), so response
+// timing does not reveal how much of a guess was right.
+func tokenEqual(a, b string) bool {
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}

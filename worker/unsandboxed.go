@@ -1,0 +1,135 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/securetoolruntime/str/profiles"
+)
+
+// Unsandboxed runs each tool as a plain child process of the worker,
+// WITHOUT ANY ISOLATION: the tool has the worker's uid, files, network and
+// capabilities. It is what SANDBOX_MODE=none selects, explicitly, for
+// trusted tools on a host that cannot create sandboxes (the reference's
+// "direct" mode); the worker says so at start-up and on every call's log
+// lines. What it keeps: the profile's wall-clock timeout (capped as the
+// launcher caps it), the profile's fixed environment plus the call's (never
+// the worker's own environment, which holds its secrets), its own process
+// group killed as a whole at the end.
+type Unsandboxed struct {
+	// Profiles resolves profile names (the tighten-only rule still
+	// applies to names even though nothing enforces the limits).
+	Profiles *profiles.Set
+}
+
+// CheckProfile looks the name up; unknown names wrap ErrUnknownProfile.
+func (u Unsandboxed) CheckProfile(name string) error {
+	if _, err := u.Profiles.Lookup(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnknownProfile, err)
+	}
+	return nil
+}
+
+// Create checks the profile and the work dir; nothing runs until Start.
+func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
+	prof, err := u.Profiles.Lookup(spec.Profile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSandboxRequest, err)
+	}
+	if limit := time.Duration(prof.Timeout); limit > 0 && (spec.Timeout <= 0 || spec.Timeout > limit) {
+		spec.Timeout = limit
+	}
+	if _, err := os.Stat(spec.Workdir); err != nil {
+		return nil, fmt.Errorf("%w: work dir: %w", ErrInvalidSandboxRequest, err)
+	}
+	env := make([]string, 0, len(prof.Env.Set)+len(spec.Env))
+	for _, k := range sortedKeys(prof.Env.Set) {
+		env = append(env, k+"="+prof.Env.Set[k])
+	}
+	return &unsandboxedCreated{ctx: ctx, spec: spec, env: append(env, spec.Env...)}, nil
+}
+
+type unsandboxedCreated struct {
+	ctx  context.Context
+	spec SandboxSpec
+	env  []string
+}
+
+// Owner is the worker itself.
+func (c *unsandboxedCreated) Owner() (int, int) { return os.Geteuid(), os.Getegid() }
+func (c *unsandboxedCreated) Kill() error       { return nil }
+
+func (c *unsandboxedCreated) Start() (RunningSandbox, error) {
+	spec := c.spec
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Workdir
+	cmd.Env = c.env
+	cmd.Stderr = spec.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("SANDBOX_MODE=none: start %s: %w", spec.Argv[0], err)
+	}
+	p := &unsandboxedProc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		timer := time.NewTimer(spec.Timeout)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			p.mark(&p.timedOut)
+		case <-c.ctx.Done():
+			p.mark(&p.cancelled)
+		case <-p.done:
+		}
+	}()
+	return p, nil
+}
+
+type unsandboxedProc struct {
+	cmd                 *exec.Cmd
+	done                chan struct{}
+	mu                  sync.Mutex
+	timedOut, cancelled bool
+}
+
+func (p *unsandboxedProc) mark(b *bool) {
+	p.mu.Lock()
+	*b = true
+	p.mu.Unlock()
+	p.Kill()
+}
+
+// Kill kills the tool's whole process group.
+func (p *unsandboxedProc) Kill() error {
+	return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Wait returns when the tool has exited; its process group is killed
+// first, so nothing it started outlives it (as with the launcher).
+func (p *unsandboxedProc) Wait() (*SandboxExit, error) {
+	err := p.cmd.Wait()
+	close(p.done)
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := &SandboxExit{TimedOut: p.timedOut, Cancelled: p.cancelled}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			e.Signal = int(ws.Signal())
+			e.SignalName = "SIG" + ws.Signal().String()
+			e.ExitCode = 128 + e.Signal
+		} else {
+			e.ExitCode = ws.ExitStatus()
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
