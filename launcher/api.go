@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"os"
 	"time"
@@ -21,10 +22,11 @@ type Request struct {
 
 	// Tighten-only limits; zero values mean "the profile's value".
 	Timeout time.Duration
-	Memory  int64  // bytes
-	CPUs    int64  // milli-CPUs
-	Pids    int64  // pids.max
-	Network string // "", "none" or "host"
+	Memory  int64 // bytes
+	CPUs    int64 // milli-CPUs
+	Pids    int64 // pids.max
+	// Network narrows the profile's network policy (nil: the profile's).
+	Network *egress.Policy
 
 	Stdin  io.Reader
 	Stdout io.Writer
@@ -59,6 +61,15 @@ type Result struct {
 	Timings []Phase `json:"timings"`
 	// Warnings lists best-effort fallbacks that were taken.
 	Warnings []string `json:"warnings,omitempty"`
+
+	// Violations are the network policy's denials (aggregated, capped),
+	// ViolationsDropped how many distinct ones the cap left out, and
+	// ViolationSummary the short text block an agent can show its model.
+	Violations        []egress.Event `json:"violations,omitempty"`
+	ViolationsDropped int            `json:"violations_dropped,omitempty"`
+	ViolationSummary  string         `json:"violation_summary,omitempty"`
+	// KilledForViolation: the policy says on_violation: kill, and it did.
+	KilledForViolation bool `json:"killed_for_violation,omitempty"`
 
 	// SetupError is set when the sandbox failed before the tool ran.
 	SetupError *StepError `json:"setup_error,omitempty"`

@@ -114,9 +114,7 @@ func (l *Launcher) Plan(req Request) (*Plan, error) {
 	if req.Pids > 0 {
 		o.Pids = &req.Pids
 	}
-	if req.Network != "" {
-		o.Network = &req.Network
-	}
+	o.Network = req.Network
 	tight, err := prof.Tighten(o)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)

@@ -1,9 +1,90 @@
 package launcher
 
-// startEgress serves the sandbox's egress listeners (wired to package
-// egress in the next step; until then nothing is planned to listen).
+import (
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/securetoolruntime/str/egress"
+)
+
+// startEgress serves the listeners the init opened on the sandbox's lo
+// (nsinit step 10) with the plan's network policy: the one decision point
+// for everything that leaves the sandbox. Called from the report reader
+// before the tool runs; a failure leaves the listeners closed, so the
+// sandbox has no network at all (fail closed), and is reported.
 func (s *Sandbox) startEgress() {
-	for _, f := range s.listeners {
+	var l egress.Listeners
+	var files []*os.File
+	for name, f := range s.listeners {
+		files = append(files, f)
+		switch {
+		case name == "proxy":
+			l.Proxy, _ = net.FileListener(f)
+		case name == "dns-tcp":
+			l.DNSTCP, _ = net.FileListener(f)
+		case name == "dns-udp":
+			l.DNSUDP, _ = net.FilePacketConn(f)
+		case strings.HasPrefix(name, "capture-"):
+			port, err := strconv.Atoi(strings.TrimPrefix(name, "capture-"))
+			if ln, lerr := net.FileListener(f); err == nil && lerr == nil {
+				if l.Capture == nil {
+					l.Capture = map[int]net.Listener{}
+				}
+				l.Capture[port] = ln
+			}
+		}
+	}
+	// net.File* dup the descriptors: ours are closed either way.
+	for _, f := range files {
 		f.Close()
 	}
+	sess, err := egress.Start(s.ctx, s.plan.Network, l, egress.Options{
+		OnKill: func(ev egress.Event) {
+			s.mu.Lock()
+			s.violationKill = true
+			s.mu.Unlock()
+			s.kill(nil)
+		},
+	})
+	if err != nil {
+		closeListeners(l)
+		s.mu.Lock()
+		s.egressErr = err
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	s.egress = sess
+	s.mu.Unlock()
+}
+
+func closeListeners(l egress.Listeners) {
+	for _, c := range []interface{ Close() error }{l.Proxy, l.DNSTCP, l.DNSUDP} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	for _, c := range l.Capture {
+		c.Close()
+	}
+}
+
+// stopEgress closes the sandbox's egress session and moves its record of
+// denials into the result.
+func (s *Sandbox) stopEgress(r *Result) {
+	s.mu.Lock()
+	sess, err := s.egress, s.egressErr
+	s.egress = nil
+	s.mu.Unlock()
+	if err != nil {
+		r.Warnings = append(r.Warnings, "network: the egress proxy did not start, the sandbox had no network: "+err.Error())
+	}
+	if sess == nil {
+		return
+	}
+	_ = sess.Close()
+	r.Violations, r.ViolationsDropped = sess.Violations()
+	r.ViolationSummary = sess.Summary()
 }

@@ -6,12 +6,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
@@ -76,6 +78,10 @@ type Plan struct {
 
 	BestEffort bool `json:"best_effort"`
 
+	// Network is the sandbox's network policy, served by the launcher's
+	// egress proxy on the listeners the init opens (Child.Listen).
+	Network egress.Policy `json:"network"`
+
 	// IDRange is where root-mode sandboxes lease their host ids.
 	IDRange IDRange `json:"id_range"`
 
@@ -130,15 +136,15 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		pl.Timeout = req.Timeout
 	}
 
-	// Namespaces: user, pid, mount, ipc, uts and cgroup always; net when
-	// the profile isolates the network.
-	pl.CloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
-	pl.CloneNames = []string{"CLONE_NEWUSER", "CLONE_NEWNS", "CLONE_NEWPID", "CLONE_NEWIPC", "CLONE_NEWUTS", "CLONE_NEWCGROUP"}
-	if p.Network == "none" {
-		pl.CloneFlags |= unix.CLONE_NEWNET
-		pl.CloneNames = append(pl.CloneNames, "CLONE_NEWNET")
-		pl.Child.LoopbackUp = true
-	}
+	// Namespaces: all of them, always. The network namespace holds only
+	// lo; what leaves it goes through the launcher's egress proxy, whose
+	// listeners the init opens on lo (the network policy decides; the
+	// sandbox enforces nothing).
+	pl.CloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWNET
+	pl.CloneNames = []string{"CLONE_NEWUSER", "CLONE_NEWNS", "CLONE_NEWPID", "CLONE_NEWIPC", "CLONE_NEWUTS", "CLONE_NEWCGROUP", "CLONE_NEWNET"}
+	pl.Child.LoopbackUp = true
+	pl.Network = p.Network
+	pl.Child.Listen = egressListeners(p.Network)
 	// Every sandbox has its own user namespace, root mode too: the init is
 	// root of that namespace only, an unprivileged uid on the host.
 	pl.Rootless = host.UID != 0
@@ -155,8 +161,9 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		pl.Child.SetGroups = false
 		// The init runs as the mapped uid, not 0, so its capabilities in
 		// the new namespace survive its own exec only as ambient ones.
-		pl.ambient = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID}
-		pl.AmbientCaps = []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID"}
+		// CAP_NET_BIND_SERVICE: the DNS stub's port 53 on the sandbox's lo.
+		pl.ambient = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID}
+		pl.AmbientCaps = []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID"}
 	} else {
 		// Root: the ids come from a block leased per sandbox at Create
 		// (assignIDs); until then the tool's host ids are unknown (-1).
@@ -186,7 +193,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	c.BestEffort = p.BestEffort
 	c.PassFDs = len(req.ExtraFiles)
 	c.Rlimits = rlimits(p)
-	env, err := buildEnv(p, req.Env, host.Getenv)
+	env, err := buildEnv(p, append(slices.Clone(req.Env), egress.Env(p.Network)...), host.Getenv)
 	if err != nil {
 		bad("%v", err)
 	}
@@ -295,8 +302,11 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 		add(nsinit.Mount{Kind: nsinit.MountBind, Source: ps.Path, Target: ps.Path, ReadOnly: true, Optional: ps.Optional})
 	}
 
-	// 2. Minimal generated /etc/passwd and /etc/group: the host's list of
-	// accounts is none of the tool's business.
+	// 2. Generated /etc/resolv.conf (the egress DNS stub on lo) and
+	// /etc/hosts (localhost only: the host's names are none of the tool's
+	// business); minimal generated /etc/passwd and /etc/group likewise.
+	add(nsinit.Mount{Kind: nsinit.MountFile, Target: "/etc/resolv.conf", Mode: 0o644, Contents: egress.ResolvConf()})
+	add(nsinit.Mount{Kind: nsinit.MountFile, Target: "/etc/hosts", Mode: 0o644, Contents: "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"})
 	if p.Mounts.GeneratePasswd {
 		add(nsinit.Mount{Kind: nsinit.MountFile, Target: "/etc/passwd", Mode: 0o644, Contents: passwd(p.UID, p.GID)})
 		add(nsinit.Mount{Kind: nsinit.MountFile, Target: "/etc/group", Mode: 0o644, Contents: group(p.GID)})
@@ -382,6 +392,22 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 	add(nsinit.Mount{Kind: nsinit.MountTmpfs, Target: "/var/run/secrets", ReadOnly: true, Data: "size=4k,mode=0755"})
 
 	return ms, workdir, errs
+}
+
+// egressListeners are the sockets the init opens on the sandbox's lo for
+// the egress proxy: the HTTP/SOCKS5 port and the DNS stub always (an
+// isolated sandbox's attempts are recorded too), plus one capture port per
+// port the policy lets proxy-unaware clients reach.
+func egressListeners(p egress.Policy) []nsinit.Listener {
+	ls := []nsinit.Listener{
+		{Name: "proxy", Network: "tcp", Addr: egress.ProxyAddr},
+		{Name: "dns-udp", Network: "udp", Addr: egress.DNSAddr},
+		{Name: "dns-tcp", Network: "tcp", Addr: egress.DNSAddr},
+	}
+	for _, port := range p.CapturePorts() {
+		ls = append(ls, nsinit.Listener{Name: "capture-" + strconv.Itoa(port), Network: "tcp", Addr: "0.0.0.0:" + strconv.Itoa(port)})
+	}
+	return ls
 }
 
 func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }

@@ -3,9 +3,11 @@ package launcher
 import (
 	"bytes"
 	"errors"
+	"github.com/securetoolruntime/str/egress"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,19 +73,16 @@ func mustPlan(t *testing.T, profile string, req Request, host Host) *Plan {
 }
 
 func TestPlanNamespacesPerProfile(t *testing.T) {
-	// A user namespace always, root mode too.
-	base := unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+	// Every namespace, always: a user namespace in root mode too, and a
+	// network namespace whatever the policy.
+	all := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWNET)
 	cases := []struct {
 		profile string
 		uid     int
 		flags   uintptr
 	}{
-		{"restrictive", 0, uintptr(base | unix.CLONE_NEWNET)},
-		{"confidential", 0, uintptr(base | unix.CLONE_NEWNET)},
-		{"standard", 0, uintptr(base)},
-		{"permissive", 0, uintptr(base)},
-		{"restrictive", 1000, uintptr(base | unix.CLONE_NEWNET)},
-		{"standard", 1000, uintptr(base)},
+		{"restrictive", 0, all}, {"confidential", 0, all}, {"standard", 0, all}, {"permissive", 0, all},
+		{"restrictive", 1000, all}, {"standard", 1000, all},
 	}
 	for _, c := range cases {
 		pl := mustPlan(t, c.profile, Request{}, fakeHost(c.uid, CgroupV1))
@@ -305,7 +304,7 @@ func TestLauncherPlanRefusesLoosening(t *testing.T) {
 	if l.profiles, err = profiles.Embedded(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = l.Plan(Request{Profile: "restrictive", Argv: []string{"/bin/true"}, Memory: 2 << 30, Network: "host"})
+	_, err = l.Plan(Request{Profile: "restrictive", Argv: []string{"/bin/true"}, Memory: 2 << 30, Network: &egress.Policy{Mode: egress.AllowEgress}})
 	if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "memory") || !strings.Contains(err.Error(), "network") {
 		t.Fatalf("loosening: %v", err)
 	}
@@ -363,5 +362,39 @@ func TestPolicyFileCompiled(t *testing.T) {
 	}
 	if _, ok := l.policyFiles.Load(polFile); !ok {
 		t.Fatal("the compiled policy file is not cached")
+	}
+}
+
+// The egress listeners follow the policy: proxy and DNS always, capture
+// ports for what proxy-unaware clients may reach; the tool's environment
+// points at the proxy, and resolv.conf at the stub.
+func TestPlanEgressListeners(t *testing.T) {
+	names := func(pl *Plan) []string {
+		var n []string
+		for _, l := range pl.Child.Listen {
+			n = append(n, l.Name+"="+l.Network+"/"+l.Addr)
+		}
+		return n
+	}
+	iso := mustPlan(t, "restrictive", Request{}, fakeHost(0, CgroupV1))
+	if got := strings.Join(names(iso), " "); got != "proxy=tcp/127.0.0.1:3128 dns-udp=udp/127.0.0.1:53 dns-tcp=tcp/127.0.0.1:53" {
+		t.Fatalf("isolated listeners: %s", got)
+	}
+	std := mustPlan(t, "standard", Request{}, fakeHost(0, CgroupV1))
+	if got := strings.Join(names(std), " "); !strings.Contains(got, "capture-80=tcp/0.0.0.0:80") || !strings.Contains(got, "capture-443=tcp/0.0.0.0:443") {
+		t.Fatalf("allow_egress listeners: %s", got)
+	}
+	if !slices.Contains(std.Child.Env, "HTTPS_PROXY=http://127.0.0.1:3128") || !slices.Contains(iso.Child.Env, "STR_NETWORK=isolated") ||
+		slices.ContainsFunc(iso.Child.Env, func(e string) bool { return strings.HasPrefix(e, "HTTPS_PROXY=") }) {
+		t.Fatalf("environment: standard %v isolated %v", std.Child.Env, iso.Child.Env)
+	}
+	var resolv string
+	for _, m := range std.Child.Mounts {
+		if m.Target == "/etc/resolv.conf" {
+			resolv = m.Contents
+		}
+	}
+	if resolv != egress.ResolvConf() {
+		t.Fatalf("/etc/resolv.conf: %q", resolv)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher/initbin"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
@@ -37,10 +38,13 @@ type Sandbox struct {
 	waitErr           error
 	events            []nsinit.Event
 
-	mu        sync.Mutex
-	timedOut  bool
-	cancelled bool
-	exited    bool
+	mu            sync.Mutex
+	timedOut      bool
+	cancelled     bool
+	exited        bool
+	violationKill bool            // on_violation: kill ended the sandbox
+	egress        *egress.Session // the network policy's proxy, once the init handed over its listeners
+	egressErr     error
 
 	t0      time.Time
 	last    time.Time
@@ -298,7 +302,7 @@ func (s *Sandbox) readReports() {
 			for i, l := range ev.Listeners {
 				s.listeners[l.Name] = os.NewFile(uintptr(fds[i]), l.Name)
 			}
-			s.onListeners()
+			s.startEgress()
 			continue
 		}
 		closeFDs(fds)
@@ -416,8 +420,9 @@ func (s *Sandbox) collect() *Result {
 		r.SignalName = unix.SignalName(syscall.Signal(r.Signal))
 	}
 	s.mu.Lock()
-	r.TimedOut, r.Cancelled = s.timedOut, s.cancelled
+	r.TimedOut, r.Cancelled, r.KilledForViolation = s.timedOut, s.cancelled, s.violationKill
 	s.mu.Unlock()
+	s.stopEgress(r)
 
 	if s.cg != nil {
 		if !s.cg.Empty() {
@@ -482,9 +487,3 @@ func cloneDetail(pl *Plan) string {
 // the owner its work dir must have. It is known from Create on (each
 // sandbox may get its own ids), before anything runs.
 func (s *Sandbox) ToolOwner() (uid, gid int) { return s.plan.ToolUID, s.plan.ToolGID }
-
-// onListeners takes the init's egress listeners (restricted and
-// allow_egress sandboxes) and starts serving them.
-func (s *Sandbox) onListeners() {
-	s.startEgress()
-}

@@ -1,5 +1,7 @@
 package profiles
 
+import "github.com/securetoolruntime/str/egress"
+
 import "time"
 
 // Profile is one sandbox profile as decoded from YAML (schema version 1).
@@ -18,11 +20,13 @@ type Profile struct {
 
 	// UserNamespace: "auto" (only when not root), "always", "never".
 	UserNamespace string `yaml:"user_namespace"`
-	// Network: "none" (own netns with only lo) or "host".
-	Network  string `yaml:"network"`
-	Hostname string `yaml:"hostname"`
-	UID      uint32 `yaml:"uid"`
-	GID      uint32 `yaml:"gid"`
+	// Network is the sandbox's network policy (package egress): every
+	// sandbox has its own network namespace; isolated, restricted and
+	// allow_egress say what leaves it through the launcher's proxy.
+	Network  egress.Policy `yaml:"network"`
+	Hostname string        `yaml:"hostname"`
+	UID      uint32        `yaml:"uid"`
+	GID      uint32        `yaml:"gid"`
 
 	Rlimits Rlimits  `yaml:"rlimits"`
 	Cgroup  Cgroup   `yaml:"cgroup"`

@@ -3,6 +3,7 @@ package profiles
 import (
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"maps"
 	"slices"
 	"time"
@@ -15,10 +16,10 @@ var ErrLoosening = errors.New("overrides may only tighten")
 // Each may only tighten the profile.
 type Overrides struct {
 	Timeout *time.Duration
-	Memory  *Quantity // bytes; tightens cgroup.memory (rlimits.as is left as is)
-	CPUs    *Quantity // milli-CPUs; tightens cgroup.cpus
-	Pids    *int64    // tightens cgroup.pids
-	Network *string   // "none" | "host"
+	Memory  *Quantity      // bytes; tightens cgroup.memory (rlimits.as is left as is)
+	CPUs    *Quantity      // milli-CPUs; tightens cgroup.cpus
+	Pids    *int64         // tightens cgroup.pids
+	Network *egress.Policy // narrows the network policy (mode, hosts, ports, CIDRs)
 }
 
 // LoosenError is one override that would loosen the profile.
@@ -91,12 +92,10 @@ func (p *Profile) Tighten(o Overrides) (*Profile, error) {
 		}
 	}
 	if o.Network != nil {
-		switch n := *o.Network; {
-		case !validNetwork(n):
-			invalid("network", "%q is not one of none, host", n)
-		case n == "host" && p.Network != "host":
-			loosen("network", fmt.Sprintf("%q", n), fmt.Sprintf("only %q", p.Network))
-		default:
+		n, err := p.Network.Tighten(*o.Network)
+		if err != nil {
+			loosen("network", describeNetwork(*o.Network), fmt.Sprintf("a narrowing of %s (%v)", describeNetwork(p.Network), err))
+		} else {
 			t.Network = n
 		}
 	}
@@ -111,6 +110,21 @@ func (p *Profile) Tighten(o Overrides) (*Profile, error) {
 	return t, nil
 }
 
+// describeNetwork is a policy in one line for messages.
+func describeNetwork(n egress.Policy) string {
+	s := string(n.Mode)
+	if len(n.AllowedHosts) > 0 {
+		s += fmt.Sprintf(" hosts %v", n.AllowedHosts)
+	}
+	if len(n.AllowedPorts) > 0 {
+		s += fmt.Sprintf(" ports %v", n.AllowedPorts)
+	}
+	if len(n.AllowedCIDRs) > 0 {
+		s += fmt.Sprintf(" cidrs %v", n.AllowedCIDRs)
+	}
+	return fmt.Sprintf("%q", s)
+}
+
 // clone returns a deep copy of p: no slice or map is shared.
 func (p *Profile) clone() *Profile {
 	c := *p
@@ -119,5 +133,9 @@ func (p *Profile) clone() *Profile {
 	c.Mounts.Tmpfs = slices.Clone(p.Mounts.Tmpfs)
 	c.Env.Set = maps.Clone(p.Env.Set)
 	c.Env.Passthrough = slices.Clone(p.Env.Passthrough)
+	c.Network.AllowedHosts = slices.Clone(p.Network.AllowedHosts)
+	c.Network.AllowedPorts = slices.Clone(p.Network.AllowedPorts)
+	c.Network.AllowedCIDRs = slices.Clone(p.Network.AllowedCIDRs)
+	c.Network.DNSServers = slices.Clone(p.Network.DNSServers)
 	return &c
 }

@@ -1,11 +1,11 @@
 package profiles
 
 import (
-	"path/filepath"
 	"errors"
 	"fmt"
 	"math"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -155,12 +155,14 @@ func checkUserNamespace(p *Profile, add func(string, string, ...any)) {
 }
 
 func checkNetwork(p *Profile, add func(string, string, ...any)) {
-	if !validNetwork(p.Network) {
-		add("network", "%q is not one of none, host", p.Network)
+	if p.Network.Mode == "" {
+		add("network", "policy must be set: isolated, restricted or allow_egress")
+		return
+	}
+	if err := p.Network.Validate(); err != nil {
+		add("network", "%v", err)
 	}
 }
-
-func validNetwork(s string) bool { return s == "none" || s == "host" }
 
 // checkHostname accepts an RFC 1123 host name: dot-separated labels of
 // letters, digits and '-', each 1..63 characters, 253 in all.
@@ -257,7 +259,7 @@ func checkTimeout(p *Profile, add func(string, string, ...any)) {
 
 // reservedTargets are paths the launcher provides itself; a profile mount
 // there would hide or replace them.
-var reservedTargets = []string{"/proc", "/dev", "/sys", "/var/run/secrets", "/run/secrets"}
+var reservedTargets = []string{"/proc", "/dev", "/sys", "/var/run/secrets", "/run/secrets", "/etc/resolv.conf", "/etc/hosts"}
 
 // badPath reports why target is not usable as a mount target, or "".
 func badPath(target string) string {

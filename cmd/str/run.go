@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -55,7 +57,11 @@ func cmdRun(args []string) int {
 	memory := fs.String("memory", "", "memory limit (`Q`: 256Mi, 1G; may only be lower than the profile's)")
 	cpus := fs.String("cpus", "", "CPU limit (`Q`: 1, 500m; may only be lower than the profile's)")
 	pids := fs.Int64("pids", 0, "max processes in the sandbox (may only be lower than the profile's)")
-	netMode := fs.String("net", "", "network: none or host (host only where the profile allows it)")
+	netMode := fs.String("net", "", "network policy: isolated, restricted or allow_egress (may only narrow the profile's)")
+	var allowHosts, allowPorts, allowCIDRs multiFlag
+	fs.Var(&allowHosts, "allow-host", "restricted: a `HOST` or *.DOMAIN the tool may reach (repeatable)")
+	fs.Var(&allowPorts, "allow-port", "restricted: a `PORT` the allowed hosts may be reached on (repeatable; default 443)")
+	fs.Var(&allowCIDRs, "allow-cidr", "a `CIDR` the tool may reach although private or an IP literal (repeatable; must be within the profile's)")
 	fs.Var(&envs, "env", "add `K=V` to the tool's environment (repeatable)")
 	resultPath := fs.String("result", "", "write the result JSON to `PATH` (- for stdout, after the command's output)")
 	if err := fs.Parse(args); err != nil {
@@ -68,10 +74,21 @@ func cmdRun(args []string) int {
 	}
 
 	req := launcher.Request{
-		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, Network: *netMode, Pids: *pids,
+		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, Pids: *pids,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	var bad []error
+	if *netMode != "" || len(allowHosts) > 0 || len(allowPorts) > 0 || len(allowCIDRs) > 0 {
+		n := &egress.Policy{Mode: egress.Mode(*netMode), AllowedHosts: allowHosts, AllowedCIDRs: allowCIDRs}
+		for _, p := range allowPorts {
+			port, err := strconv.Atoi(p)
+			if err != nil {
+				bad = append(bad, fmt.Errorf("--allow-port %q: not a number", p))
+			}
+			n.AllowedPorts = append(n.AllowedPorts, port)
+		}
+		req.Network = n
+	}
 	for _, b := range binds {
 		req.Binds = append(req.Binds, parseBind(b, true))
 	}
@@ -129,6 +146,9 @@ func cmdRun(args []string) int {
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintln(os.Stderr, "str run: warning:", w)
+	}
+	if res.ViolationSummary != "" {
+		fmt.Fprintln(os.Stderr, res.ViolationSummary)
 	}
 	switch {
 	case res.SetupError != nil:
