@@ -1,7 +1,10 @@
 package egress
 
 import (
+	"net"
 	"net/netip"
+	"sync"
+	"time"
 )
 
 // refusedPrefixes are destinations no policy reaches unless an allowed_cidrs
@@ -60,6 +63,9 @@ func refusedAddr(a netip.Addr) bool {
 			return true
 		}
 	}
+	if hostAddr(a) {
+		return true
+	}
 	if a.Is6() {
 		b := a.As16()
 		switch {
@@ -94,4 +100,41 @@ func addrAllowed(a netip.Addr, cidrs []netip.Prefix) bool {
 		return true
 	}
 	return !refusedAddr(a)
+}
+
+// The worker host's own addresses, on every interface, are refused like
+// loopback: a public address of the host reaches the same listeners (the
+// dev broker, the health port) as 127.0.0.1 does. The list is read from
+// the kernel and refreshed at most every hostAddrTTL, so an address added
+// at run time is refused from then on.
+const hostAddrTTL = 2 * time.Second
+
+var hostAddrs struct {
+	mu    sync.Mutex
+	at    time.Time
+	addrs []netip.Addr
+}
+
+func hostAddr(a netip.Addr) bool {
+	hostAddrs.mu.Lock()
+	defer hostAddrs.mu.Unlock()
+	if time.Since(hostAddrs.at) > hostAddrTTL {
+		hostAddrs.addrs = hostAddrs.addrs[:0]
+		if ifas, err := net.InterfaceAddrs(); err == nil {
+			for _, ifa := range ifas {
+				if pn, ok := ifa.(*net.IPNet); ok {
+					if ip, ok := netip.AddrFromSlice(pn.IP); ok {
+						hostAddrs.addrs = append(hostAddrs.addrs, ip.Unmap())
+					}
+				}
+			}
+		}
+		hostAddrs.at = time.Now()
+	}
+	for _, h := range hostAddrs.addrs {
+		if h == a {
+			return true
+		}
+	}
+	return false
 }

@@ -126,6 +126,10 @@ func readHead(br *bufio.Reader) (requestLine, []byte, error) {
 			return rl, nil, errHeadTooLarge
 		}
 		head = append(head, line...)
+		if n == 0 {
+			m, _, _ := strings.Cut(string(line), " ")
+			rl.method = m // names the adapter in the event if the line is malformed
+		}
 		if len(line) < 2 || line[len(line)-2] != '\r' {
 			return rl, nil, errBadLine // bare LF
 		}
@@ -134,9 +138,11 @@ func readHead(br *bufio.Reader) (requestLine, []byte, error) {
 			return rl, nil, errBadLine
 		}
 		if n == 0 {
-			if rl, err = parseRequestLine(l); err != nil {
+			parsed, err := parseRequestLine(l)
+			if err != nil {
 				return rl, nil, err
 			}
+			rl = parsed
 			continue
 		}
 		if l == "" {

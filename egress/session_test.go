@@ -122,6 +122,10 @@ func TestCONNECTInjection(t *testing.T) {
 			t.Errorf("%q: %d %v", req, resp.StatusCode, resp.Header)
 		}
 	}
+	mustEventVia(t, ts.Session, ReasonMalformedRequest, ViaHTTPConnect)
+	if evs, _ := ts.Violations(); len(evs) != 1 || evs[0].Count != 10 {
+		t.Errorf("events %+v", evs)
+	}
 }
 
 func TestAbsoluteHTTP(t *testing.T) {
@@ -733,8 +737,18 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if err := ts.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if g := sessionGoroutines(); len(g) != 0 {
-		t.Fatalf("goroutines left after Close:\n%s", strings.Join(g, "\n\n"))
+	// Close has waited for every session goroutine to call wg.Done; a
+	// goroutine may still be between its deferred Done and its exit, so
+	// give the scheduler a bounded moment.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		g := sessionGoroutines()
+		if len(g) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines left after Close:\n%s", strings.Join(g, "\n\n"))
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if err := ts.Close(); err != nil {
 		t.Fatal("second Close:", err)
@@ -794,5 +808,29 @@ func TestDialFailureIsNotAViolation(t *testing.T) {
 	}
 	if evs, _ := ts.Violations(); len(evs) != 0 {
 		t.Errorf("events %+v", evs)
+	}
+}
+
+// The host's own addresses are refused on every interface, not only
+// loopback: a public address of the worker's host reaches its listeners.
+func TestHostAddressesRefused(t *testing.T) {
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ifa := range ifas {
+		pn, ok := ifa.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		a, _ := netip.AddrFromSlice(pn.IP)
+		if !refusedAddr(a.Unmap()) {
+			t.Errorf("host address %s is not refused", a)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no interface addresses on this host")
 	}
 }
