@@ -12,17 +12,17 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
 
-.PHONY: help deps build run demo test test-unit test-integration test-vm bench lint tools clean
+.PHONY: help deps init build run demo test test-unit test-integration test-vm bench lint tools clean
 
 help:
 	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job)"
 	@echo "make test    every test: unit, host integration (as root), cgroup v2 in a VM"
 	@echo "make demo    scripted tour against a running 'make run'"
-	@echo "make bench   spawn latency: str vs bubblewrap vs python3 -c pass"
+	@echo "make bench   str bench: str vs bubblewrap, the clone floor and python3 -c pass (BENCH_ARGS=--quick)"
 	@echo "make lint    gofmt, go vet, staticcheck, deadcode, govulncheck (tools pinned in bin/tools)"
 
 # What a fresh Debian 12 machine lacks: libseccomp headers for cgo, python3
-# for tools, util-linux (prlimit, setpriv), and the Go modules.
+# for tools, util-linux (setpriv for the rootless test), and the Go modules.
 deps:
 	@missing=""; \
 	for p in libseccomp-dev python3 util-linux gcc; do \
@@ -34,7 +34,13 @@ deps:
 	fi
 	$(GO) mod download
 
-build: deps
+# The sandbox init is a separate static program embedded in str
+# (launcher/initbin/str-init, committed; a unit test fails when it is
+# stale). build regenerates it, so bin/str always carries the current one.
+init:
+	$(GO) generate ./launcher/initbin
+
+build: deps init
 	$(GO) build -o $(BIN) ./cmd/str
 
 run: build
@@ -60,8 +66,10 @@ test-integration: build
 test-vm: build
 	./scripts/test-vm.sh
 
+# str bench: the whole interleaved comparison (a few minutes; BENCH_ARGS=--quick
+# for the one-minute run). Installs bubblewrap when it is missing (as root).
 bench: build
-	./scripts/bench.sh
+	STR_BIN=$(CURDIR)/$(BIN) ./scripts/bench.sh $(BENCH_ARGS)
 
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -44,6 +44,27 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	if pl.ToolUID < 0 {
 		host = "host ids: the leased block's"
 	}
+	n := pl.Network
+	w("\nnetwork: policy %s", n.Mode)
+	if len(n.AllowedHosts) > 0 {
+		w(", hosts %v", n.AllowedHosts)
+	}
+	if n.Mode != "isolated" {
+		w(", ports %v", n.CapturePorts())
+	}
+	if len(n.AllowedCIDRs) > 0 {
+		w(", cidrs %v", n.AllowedCIDRs)
+	}
+	if len(n.DNSServers) > 0 {
+		w(", resolved with %v", n.DNSServers)
+	}
+	if n.OnViolation != "" {
+		w(", on violation: %s", n.OnViolation)
+	}
+	w("\n  own network namespace with only lo; the launcher's egress proxy serves (the sandbox enforces nothing):\n")
+	for _, l := range pl.Child.Listen {
+		w("    %-12s %s %s\n", l.Name, l.Network, l.Addr)
+	}
 	w("\nidentity: uid %d gid %d inside (%s); hostname %q; loopback up: %v\n",
 		pl.Child.UID, pl.Child.GID, host, pl.Child.Hostname, pl.Child.LoopbackUp)
 	w("privileges: bounding, ambient, effective, permitted, inheritable sets emptied; no_new_privs; new session (setsid); the tool is executed as PID 1\n")
