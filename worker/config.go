@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/worker/manifest"
 )
 
 // Config is the worker's configuration. Every setting has one name, used
@@ -77,6 +80,11 @@ type Config struct {
 	RateBurst       int           // STR_USER_RATE_BURST
 	ReloadInterval  time.Duration // STR_MANIFEST_POLL_MS
 	LogLevel        string        // STR_LOG_LEVEL
+
+	// The warm pool (pool.go).
+	WarmDefault int           // STR_WARM_DEFAULT: pool size of a tool whose manifest entry has no warm
+	WarmMemory  int64         // STR_WARM_MEMORY: bytes; each pooled sandbox counts at its profile's memory limit
+	WarmMaxAge  time.Duration // STR_WARM_MAX_AGE_SECONDS: an idle pooled sandbox older than this is recycled
 
 	// toolsDirGiven is TOOLS_PYTHON_DIR as configured, before a relative
 	// path was resolved (for the start-up check's hints).
@@ -160,6 +168,9 @@ var settings = []setting{
 	{name: "STR_USER_RATE_BURST", flag: "user-rate-burst", def: "0", help: "per-user burst (0 = one minute's rate)"},
 	{name: "STR_MANIFEST_POLL_MS", flag: "manifest-poll-ms", def: "500", help: "manifest reload poll interval"},
 	{name: "STR_LOG_LEVEL", flag: "log-level", def: "info", help: "debug | info | warn | error"},
+	{name: "STR_WARM_DEFAULT", flag: "warm-default", def: "0", help: "pre-started sandboxes per tool when its manifest entry has no warm: N (0..16)"},
+	{name: "STR_WARM_MEMORY", flag: "warm-memory", def: "4Gi", help: "memory budget of the warm pool (e.g. 4Gi): each pooled sandbox counts at its profile's cgroup memory limit, the most it may use; 0 = no pool"},
+	{name: "STR_WARM_MAX_AGE_SECONDS", flag: "warm-max-age", def: "120", help: "a pooled sandbox unused for this long is replaced by a fresh one"},
 }
 
 // ConfigUsage is printed by `str worker --help`.
@@ -339,6 +350,15 @@ func configFromValues(v map[string]string) (*Config, error) {
 		ShutdownGrace: secs("SHUTDOWN_GRACE_SECONDS", 0), SigningSecret: v["STR_SIGNING_SECRET"],
 		RatePerMinute: number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
 		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
+		WarmDefault: integer("STR_WARM_DEFAULT", 0), WarmMaxAge: secs("STR_WARM_MAX_AGE_SECONDS", 1),
+	}
+	if q, err := profiles.ParseBytes(strings.TrimSpace(v["STR_WARM_MEMORY"])); err != nil {
+		bad("STR_WARM_MEMORY", "not a size (e.g. 512Mi, 4Gi): "+err.Error())
+	} else {
+		c.WarmMemory = int64(q)
+	}
+	if c.WarmDefault > manifest.MaxWarm {
+		bad("STR_WARM_DEFAULT", fmt.Sprintf("must be at most %d", manifest.MaxWarm))
 	}
 	// Cross-field checks.
 	if strings.Trim(c.Namespace, "/") == "" {

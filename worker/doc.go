@@ -163,13 +163,49 @@
 // the FIFO's read end is opened (non-blocking) and a worker-held write end
 // keeps it from reaching EOF until the sandbox is gone, after which it is
 // drained to EOF, so no status line is lost. The launcher runs
-// [python, runner.py, runner_args.json] with the tools, runner and site
-// dirs bound read-only and PYTHONPATH=<tools>:<site>. result.json is read
-// without following symlinks; outputs are the top-level regular files of
-// output/, opened through a directory fd with O_NOFOLLOW, capped in count
-// and total size (STR_MAX_OUTPUT_BYTES), saved to the artifact store.
-// Then: reply, ack, remove the work dir. At most SANDBOX_MAX_CONCURRENT
-// run at once; up to SANDBOX_MAX_QUEUED wait.
+// [python, runner.py, --done-fd, 3, runner_args.json] with the tools,
+// runner and site dirs bound read-only and PYTHONPATH=<tools>:<site>;
+// descriptor 3 is the done pipe, on which the runner writes one byte once
+// result.json is complete (renamed into place). Reply before teardown:
+// on that byte the worker relays the status lines already in the FIFO
+// (non-blocking, no wait for EOF: a process of the tool may still hold a
+// write end), reads result.json and stores the outputs while the sandbox
+// may still be exiting; without the byte (the runner died, or
+// SANDBOX_MODE=none, which has no done pipe) or when result.json is then
+// unreadable (a tool can write on the descriptor too), it waits for the
+// sandbox's end as before. result.json is read without following
+// symlinks; outputs are the top-level regular files of output/, opened
+// through a directory fd with O_NOFOLLOW|O_NONBLOCK (the tool may still
+// run: no path it can change is followed, a FIFO or a leased file cannot
+// block the read), fstat'ed as regular files, read up to the remaining
+// budget (a file growing meanwhile cannot exceed it), capped in count and
+// total size (STR_MAX_OUTPUT_BYTES), saved to the artifact store. Then:
+// reply, ack, and only then the sandbox is killed if still there, waited
+// for (cgroup removed) and the work dir removed. At most
+// SANDBOX_MAX_CONCURRENT run at once (a sandbox being torn down still
+// counts); up to SANDBOX_MAX_QUEUED wait.
+//
+// # The warm pool
+//
+// A tool may keep sandboxes started ahead of its calls: warm: N in its
+// manifest entry (0..16), else STR_WARM_DEFAULT (default 0). A pooled
+// sandbox is an ordinary one (nothing is shared or reused; each serves
+// one call and is destroyed) whose work dir is a fresh work area
+// {SANDBOX_WORK_DIR}/.warm-<random> and whose runner runs in warm mode:
+// it imports the tool's module ahead of time and waits for the call's
+// runner arguments on descriptor 3. A call of that tool with the
+// manifest's profile takes the oldest one that is alive, younger than
+// STR_WARM_MAX_AGE_SECONDS (default 120), has wall clock left for the
+// call and whose module file has not changed since (the sha256, when
+// set, is checked for every call as always); else it runs cold, as
+// above. Its inputs go through the input/ descriptor the worker holds,
+// its arguments over the pipe; its timeout and cancellation count from
+// the claim. STR_WARM_MEMORY (default 4Gi) bounds the pool, each pooled
+// sandbox counted at its profile's memory limit. The pool follows
+// manifest reloads (a changed or removed tool's sandboxes are killed)
+// and is emptied at shutdown. Metrics: str_worker_warm_hits_total,
+// _misses_total, _discarded_total{reason}, _refill_seconds, _pool_size,
+// _memory_bytes. Details: pool.go.
 //
 // # Operations
 //

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -97,6 +98,7 @@ func (s *Server) runTask(t *task) {
 	defer s.forget(t)
 	defer t.cancel(nil)
 	var out outcome
+	var teardown func() // after the reply: the sandbox, its pipes, its work dir
 	if s.stopping.Load() && t.ctx.Err() == nil && context.Cause(t.ctx) == nil {
 		// Queued when the shutdown began: not started.
 		out = s.errorOutcome(t, errorf(CodeResourceExhausted, "worker is shutting down; the request was not started"))
@@ -107,8 +109,8 @@ func (s *Server) runTask(t *task) {
 		out = s.errorOutcome(t, e)
 	} else {
 		s.metrics.startRunning()
-		out = s.execute(t)
-		s.metrics.stopRunning()
+		out, teardown = s.execute(t)
+		defer s.metrics.stopRunning()
 	}
 	// 1. the reply, retried while the task's deadline allows; one the
 	// broker refuses is replaced by an error reply, so the agent does not
@@ -139,10 +141,10 @@ func (s *Server) runTask(t *task) {
 	// 3. settle the message only now (guaranteed delivery redelivers
 	// requests whose worker died before answering).
 	ack(t.log, t.delivery)
-	// 4. the work dir.
-	dir := s.workDir(t)
-	if err := os.RemoveAll(dir); err != nil {
-		t.log.Error("removing the work dir failed", "path", dir, "error", err)
+	// 4. only now the sandbox (killed if still there: its result is
+	// taken), its pipes and the work dir.
+	if teardown != nil {
+		teardown()
 	}
 }
 
@@ -160,23 +162,68 @@ func cancelledError(cause error) *Error {
 	return errorf(CodeCancelled, "the tool was cancelled by a cancel request")
 }
 
-// execute runs the steps of spec §7 for one task. The sandbox is created
-// before its work dir is filled, because the work dir's owner is the
-// sandbox's own host uid, known only once the sandbox exists; a sandbox
-// created but not started is released on every path (the deferred Kill).
-func (s *Server) execute(t *task) outcome {
-	fail := func(e *Error) outcome { return s.errorOutcome(t, e) }
-	dir := s.workDir(t)
-	// 1. the tool's code is what the manifest pinned, and its package is
+// execute runs the steps of spec §7 for one task in a sandbox of the warm
+// pool when one fits (executeWarm, pool.go), else in a new one. It
+// returns the outcome as soon as the result is complete (the runner's
+// done signal) and the outputs are stored, and the teardown to run after
+// the reply: kill what is left of the sandbox, wait until it is gone,
+// close its pipes, remove the work dir.
+func (s *Server) execute(t *task) (outcome, func()) {
+	// 1. the tool's code is what the manifest pinned (checked again for
+	// every call, also one a pooled sandbox serves: the code may have
+	// changed on disk since the pool imported it), and its package is
 	// installed.
 	if err := t.tool.Verify(s.cfg.ToolsDir); err != nil {
-		return fail(errorf(CodeImportError, "tool %s cannot be loaded: %v", t.req.ToolName, err))
+		return s.errorOutcome(t, errorf(CodeImportError, "tool %s cannot be loaded: %v", t.req.ToolName, err)), nil
 	}
 	if s.inst != nil && t.tool.Package != "" {
 		if err := s.inst.Ensure(t.ctx, t.tool); err != nil {
-			return fail(errorf(CodeImportError, "tool %s: installing package %s: %v", t.req.ToolName, t.tool.Package, err))
+			return s.errorOutcome(t, errorf(CodeImportError, "tool %s: installing package %s: %v", t.req.ToolName, t.tool.Package, err)), nil
 		}
 	}
+	// 2. a pre-started sandbox of the pool, if one fits this call.
+	if w := s.pool.claim(t); w != nil {
+		return s.executeWarm(t, w)
+	}
+	return s.executeCold(t)
+}
+
+// runnerArgv is the runner's command line in a sandbox that gets its done
+// pipe as descriptor doneFD (none in SANDBOX_MODE=none, where the tool is
+// a plain process: doneFD < 0).
+func (s *Server) runnerArgv(doneFD int, rest ...string) []string {
+	argv := []string{s.cfg.PythonBin, s.runnerPath}
+	if doneFD >= 0 {
+		argv = append(argv, "--done-fd", strconv.Itoa(doneFD))
+	}
+	return append(argv, rest...)
+}
+
+// sandboxSpec is what every sandbox of a call of this worker has in
+// common: the profile, PYTHONPATH, the work dir, the read-only binds.
+func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr io.Writer) SandboxSpec {
+	return SandboxSpec{
+		Profile:  profile,
+		Env:      []string{"PYTHONPATH=" + s.cfg.ToolsDir + ":" + s.cfg.SiteDir},
+		Workdir:  dir,
+		ReadOnly: []string{s.cfg.ToolsDir, filepath.Dir(s.runnerPath), s.cfg.SiteDir},
+		Timeout:  timeout,
+		Stderr:   stderr,
+	}
+}
+
+// executeCold runs t in a sandbox created for it. The sandbox is created
+// before its work dir is filled, because the work dir's owner is the
+// sandbox's own host uid, known only once the sandbox exists; a sandbox
+// created but not started is released on every path (the deferred Kill).
+func (s *Server) executeCold(t *task) (outcome, func()) {
+	dir := s.workDir(t)
+	removeDir := func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.log.Error("removing the work dir failed", "path", dir, "error", err)
+		}
+	}
+	fail := func(e *Error) (outcome, func()) { return s.errorOutcome(t, e), removeDir }
 	// 2. the work dir itself, exclusively, still the worker's (the
 	// sandbox's plan binds it, so it must exist before step 3).
 	if err := makeTaskDir(dir); err != nil {
@@ -185,23 +232,34 @@ func (s *Server) execute(t *task) outcome {
 		}
 		return fail(workDirError(err))
 	}
-	// 3. the sandbox, created (plan, cgroup, its host ids) but not started.
+	// 3. the done pipe (the runner's "result complete", descriptor 3 in
+	// the sandbox) and the sandbox, created (plan, cgroup, its host ids)
+	// but not started.
 	argsPath := filepath.Join(dir, "runner_args.json")
 	resultPath := filepath.Join(dir, "result.json")
-	outputDir := filepath.Join(dir, "output")
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := SandboxSpec{
-		Profile:  t.profile,
-		Argv:     []string{s.cfg.PythonBin, s.runnerPath, argsPath},
-		Env:      []string{"PYTHONPATH=" + s.cfg.ToolsDir + ":" + s.cfg.SiteDir},
-		Workdir:  dir,
-		ReadOnly: []string{s.cfg.ToolsDir, filepath.Dir(s.runnerPath), s.cfg.SiteDir},
-		Timeout:  t.timeout + timeoutSlack,
-		Stderr:   stderr,
+	spec := s.sandboxSpec(t.profile, dir, t.timeout+timeoutSlack, stderr)
+	var doneR, doneW *os.File
+	if s.cfg.SandboxMode != ModeNone {
+		var err error
+		if doneR, doneW, err = os.Pipe(); err != nil {
+			return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"done pipe\": %v", err))
+		}
+		spec.ExtraFiles = []*os.File{doneW}
+		spec.Argv = s.runnerArgv(3, argsPath)
+	} else {
+		spec.Argv = s.runnerArgv(-1, argsPath)
+	}
+	closePipes := func() {
+		if doneR != nil {
+			doneR.Close()
+			doneW.Close()
+		}
 	}
 	setupStart := time.Now()
 	created, err := s.sb.Create(t.ctx, spec)
 	if err != nil {
+		closePipes()
 		if errors.Is(err, ErrInvalidSandboxRequest) {
 			return fail(errorf(CodeInvalidRequest, "the sandbox refused the request: %v", err))
 		}
@@ -214,6 +272,7 @@ func (s *Server) execute(t *task) outcome {
 	defer func() {
 		if !started {
 			created.Kill()
+			closePipes()
 		}
 	}()
 	setupTime := time.Since(setupStart)
@@ -224,63 +283,156 @@ func (s *Server) execute(t *task) outcome {
 		return fail(workDirError(err))
 	}
 	// 5. inputs.
-	paths, meta, perr := s.writeInputs(t, dir)
+	paths, meta, perr := s.writeInputs(t, dir, -1)
 	if perr != nil {
 		return fail(perr)
 	}
 	// 6. runner_args.json.
-	err = runner.WriteArgs(argsPath, &runner.Args{
-		Module: t.tool.Module, Function: t.tool.Function, ClassName: t.tool.ClassName,
-		Args: t.req.Args, ToolConfig: t.req.ToolConfig,
-		ArtifactPaths: paths, ArtifactMetadata: meta,
-		StatusPipe: pipePath, ResultFile: resultPath, OutputDir: outputDir,
-		UserID: t.req.UserID, SessionID: t.req.SessionID, AppName: t.req.AppName,
-	})
+	err = runner.WriteArgs(argsPath, s.runnerArgs(t, dir, paths, meta))
 	if err != nil {
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"runner arguments\": %v", err))
 	}
 	// 7. the FIFO's read end, before the tool starts: the tool's blocking
 	// open would hang otherwise. A write end held by the worker keeps the
-	// reader from seeing EOF when the tool closes it between lines; it is
-	// closed after the sandbox is gone, and the reader drains to EOF.
+	// reader from seeing EOF when the tool closes it between lines.
 	relay, err := s.startStatusRelay(t, pipePath)
 	if err != nil {
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"status pipe\": %v", err))
 	}
-	// 8. start.
+	// 8. start; the sandbox holds its end of the done pipe now.
 	startAt := time.Now()
 	started = true // Start releases the sandbox itself when it fails
 	sb, err := created.Start()
+	if doneW != nil {
+		doneW.Close()
+	}
 	if err != nil {
 		relay.finish()
+		if doneR != nil {
+			doneR.Close()
+		}
 		if cause := context.Cause(t.ctx); cause != nil {
 			return fail(cancelledError(cause))
 		}
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"start\": %v%s", err, stderrNote(stderr)))
 	}
 	setupTime += time.Since(startAt)
-	exit, err := sb.Wait()
-	exitedAt := time.Now()
-	// 9. the sandbox is gone: drain the status FIFO to EOF.
-	relay.finish()
-	if err != nil {
-		return fail(errorf(CodeSandboxFailed, "waiting for the sandbox: %v%s", err, stderrNote(stderr)))
+	run := watchSandbox(sb, doneR)
+	// 9. the result, as soon as it is complete.
+	out := s.awaitResult(t, &execution{run: run, dir: dir, resultPath: resultPath, relay: relay, stderr: stderr, setupTime: setupTime})
+	return out, func() {
+		run.teardown()
+		relay.finish()
+		removeDir()
 	}
-	if exit.SetupTime > 0 {
+}
+
+// runnerArgs is runner_args.json (spec §7.3) of t in work dir dir.
+func (s *Server) runnerArgs(t *task, dir string, paths map[string]string, meta map[string]runner.ArtifactMeta) *runner.Args {
+	return &runner.Args{
+		Module: t.tool.Module, Function: t.tool.Function, ClassName: t.tool.ClassName,
+		Args: t.req.Args, ToolConfig: t.req.ToolConfig,
+		ArtifactPaths: paths, ArtifactMetadata: meta,
+		StatusPipe: filepath.Join(dir, "status.pipe"), ResultFile: filepath.Join(dir, "result.json"), OutputDir: filepath.Join(dir, "output"),
+		UserID: t.req.UserID, SessionID: t.req.SessionID, AppName: t.req.AppName,
+	}
+}
+
+// execution is one started sandbox of a call as awaitResult sees it.
+type execution struct {
+	run        *sandboxRun
+	dir        string
+	resultPath string
+	relay      *statusRelay
+	stderr     *tailBuffer
+	setupTime  time.Duration // 0 = not on the call's path (a pooled sandbox)
+	// warm: the worker's own timeout and cancellation of a pooled
+	// sandbox (its launcher limits count from its start, not the call's).
+	timedOut, cancelled *atomic.Bool
+}
+
+// awaitResult waits for the runner's done signal or the sandbox's end,
+// whichever comes first. On the signal the status lines written so far
+// are relayed and result.json is read while the sandbox may still be
+// exiting (reply before teardown); a result that cannot be read then
+// (a tool can write on the descriptor too) falls back to waiting for the
+// end, as without the signal.
+func (s *Server) awaitResult(t *task, x *execution) outcome {
+	run := x.run
+	select {
+	case <-run.done:
+		doneAt := time.Now()
+		x.relay.drain()
+		if out, ok := s.classifyDone(t, x, doneAt.Sub(t.received)); ok {
+			out.exitedAt = doneAt
+			if x.setupTime > 0 {
+				s.metrics.SetupTime.Observe(x.setupTime.Seconds())
+			}
+			if out.label == "success" {
+				t.log.Info("tool finished", "execution_ms", doneAt.Sub(t.received).Milliseconds(), "before_exit", true)
+			}
+			return out
+		}
+		t.log.Warn("done signal without a readable result: waiting for the sandbox's end")
+		<-run.exited
+	case <-run.exited:
+	}
+	exitedAt := time.Now()
+	// the sandbox is gone: drain the status FIFO to EOF.
+	x.relay.finish()
+	if run.waitErr != nil {
+		return s.errorOutcome(t, errorf(CodeSandboxFailed, "waiting for the sandbox: %v%s", run.waitErr, stderrNote(x.stderr)))
+	}
+	exit := *run.exit
+	if x.timedOut != nil && x.timedOut.Load() {
+		exit.TimedOut = true
+	}
+	if x.cancelled != nil && x.cancelled.Load() {
+		exit.Cancelled = true
+	}
+	setupTime := x.setupTime
+	if exit.SetupTime > 0 && setupTime > 0 {
 		setupTime = exit.SetupTime
 	}
-	s.metrics.SetupTime.Observe(setupTime.Seconds())
-	out := s.classify(t, exit, dir, resultPath, exitedAt.Sub(t.received), stderr)
+	if setupTime > 0 {
+		s.metrics.SetupTime.Observe(setupTime.Seconds())
+	}
+	out := s.classify(t, &exit, x.dir, x.resultPath, exitedAt.Sub(t.received), x.stderr)
 	out.exitedAt = exitedAt
 	if out.label == "success" || out.label == "timeout" {
 		// execution_time_ms runs from receipt to the tool's exit.
 		t.log.Info("tool finished", "execution_ms", exitedAt.Sub(t.received).Milliseconds(),
 			"exit_code", exit.ExitCode, "timed_out", exit.TimedOut)
-		if tail := stderr.String(); tail != "" {
+		if tail := x.stderr.String(); tail != "" {
 			t.log.Debug("sandbox stderr", "stderr", tail)
 		}
 	}
 	return out
+}
+
+// classifyDone is classify for a sandbox that may still be running: its
+// runner said result.json is complete. ok is false when the result cannot
+// be read (then the caller waits for the sandbox's end and classifies
+// that).
+func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (outcome, bool) {
+	if cause := context.Cause(t.ctx); cause != nil {
+		return s.errorOutcome(t, cancelledError(cause)), true
+	}
+	if x.timedOut != nil && x.timedOut.Load() {
+		return outcome{payload: EncodeTimeout(t.req.ID, elapsed), label: "timeout"}, true
+	}
+	if out, ok := s.resultTooLarge(t, x.resultPath); ok {
+		return out, true
+	}
+	res, err := runner.ReadResult(x.resultPath, maxResultBytes)
+	if err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) && strings.Contains(se.Error(), "max depth") {
+			return s.errorOutcome(t, errorf(CodeToolError, "the tool's result is nested too deeply (more than %d levels): %v", MaxResultDepth, err)), true
+		}
+		return outcome{}, false
+	}
+	return s.resultOutcome(t, res, x.dir, elapsed), true
 }
 
 // workDirError is the reply for a work dir that could not be made.
@@ -320,9 +472,8 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 	case exit.OOMKilled:
 		return fail(errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)%s", t.profile, stderrNote(stderr)))
 	}
-	// A result too large to send is the tool's fault, not the sandbox's.
-	if fi, err := os.Lstat(resultPath); err == nil && fi.Mode().IsRegular() && fi.Size() > maxResultBytes {
-		return fail(errorf(CodeToolError, "the tool's result is too large: result.json has %d bytes, the limit is %d (the broker's message limit less the reply envelope)", fi.Size(), maxResultBytes))
+	if out, ok := s.resultTooLarge(t, resultPath); ok {
+		return out
 	}
 	res, err := runner.ReadResult(resultPath, maxResultBytes)
 	if err != nil {
@@ -345,6 +496,22 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 		}
 		return fail(errorf(CodeSandboxFailed, "unusable result (%s): %v%s", how, err, stderrNote(stderr)))
 	}
+	return s.resultOutcome(t, res, dir, elapsed)
+}
+
+// resultTooLarge is the reply for a result.json too large to send (the
+// tool's fault, not the sandbox's); ok is false when it is not.
+func (s *Server) resultTooLarge(t *task, resultPath string) (outcome, bool) {
+	if fi, err := os.Lstat(resultPath); err == nil && fi.Mode().IsRegular() && fi.Size() > maxResultBytes {
+		return s.errorOutcome(t, errorf(CodeToolError, "the tool's result is too large: result.json has %d bytes, the limit is %d (the broker's message limit less the reply envelope)", fi.Size(), maxResultBytes)), true
+	}
+	return outcome{}, false
+}
+
+// resultOutcome turns a readable result into the reply: the tool's error,
+// or its result cleaned and normalised plus the stored outputs.
+func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed time.Duration) outcome {
+	fail := func(e *Error) outcome { return s.errorOutcome(t, e) }
 	if res.Error != "" || res.Result == nil {
 		switch res.ErrorKind {
 		case runner.KindImport:
@@ -509,8 +676,22 @@ func ensureDir(path string, mode os.FileMode) error {
 	return nil
 }
 
-// writeInputs places every input artifact under input/.
-func (s *Server) writeInputs(t *task, dir string) (map[string]string, map[string]runner.ArtifactMeta, *Error) {
+// writeInputs places every input artifact under input/, through a
+// descriptor of input/: inputFd, held since the worker created it (a
+// pooled sandbox's tool already runs and owns the work dir, so it could
+// put something else at the path input/), or, when inputFd < 0, input/
+// opened here without following a symlink (a sandbox not started yet).
+// Each file is created O_EXCL|O_NOFOLLOW in that directory, which only
+// the worker can write.
+func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]string, map[string]runner.ArtifactMeta, *Error) {
+	if inputFd < 0 {
+		fd, err := unix.Open(filepath.Join(dir, "input"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir\": open %s/input: %v", dir, err)
+		}
+		defer unix.Close(fd)
+		inputFd = fd
+	}
 	paths := map[string]string{}
 	meta := map[string]runner.ArtifactMeta{}
 	write := func(param, filename string, data []byte, mime string, version int) *Error {
@@ -519,7 +700,7 @@ func (s *Server) writeInputs(t *task, dir string) (map[string]string, map[string
 			return errorf(CodeInvalidRequest, "input %q: %v", param, err)
 		}
 		path := filepath.Join(dir, "input", local)
-		if err := writeNewFile(path, data, modeInputFile); err != nil {
+		if err := writeNewFileAt(inputFd, local, path, data, modeInputFile); err != nil {
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 				return errorf(CodeResourceExhausted, "no disk space for input %q: %v", param, err)
 			}
@@ -565,6 +746,29 @@ func (s *Server) writeInputs(t *task, dir string) (map[string]string, map[string
 		}
 	}
 	return paths, meta, nil
+}
+
+// writeNewFileAt creates name exclusively in the directory dirFd (no
+// symlink followed), sets its mode on the descriptor (whatever the umask)
+// and writes data; path is for messages.
+func writeNewFileAt(dirFd int, name, path string, data []byte, mode os.FileMode) error {
+	fd, err := unix.Openat(dirFd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return fmt.Errorf("chmod %s to %o: %w", path, mode, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
 }
 
 // writeNewFile creates path exclusively (no symlink followed), sets its
@@ -681,8 +885,10 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 
 // statusRelay reads the status FIFO and publishes each line, in order.
 type statusRelay struct {
-	r, w *os.File
-	done chan struct{}
+	r, w   *os.File
+	reader *fifoReader
+	done   chan struct{}
+	once   sync.Once
 }
 
 func (s *Server) startStatusRelay(t *task, path string) (*statusRelay, error) {
@@ -704,21 +910,94 @@ func (s *Server) startStatusRelay(t *task, path string) (*statusRelay, error) {
 		r.Close()
 		return nil, fmt.Errorf("open %s for writing: %w", path, err)
 	}
-	rel := &statusRelay{r: r, w: w, done: make(chan struct{})}
+	rel := &statusRelay{r: r, w: w, reader: &fifoReader{f: r}, done: make(chan struct{})}
 	go func() {
 		defer close(rel.done)
-		s.relayLines(t, r)
+		s.relayLines(t, rel.reader)
 	}()
 	return rel, nil
 }
 
-// finish closes the worker's write end and waits until every line
-// written before has been relayed (EOF), within statusDrainWindow.
-func (r *statusRelay) finish() {
-	r.w.Close()
-	r.r.SetReadDeadline(time.Now().Add(statusDrainWindow))
+// drain relays what the FIFO holds now and stops, without waiting for
+// EOF (a process of the tool may still hold a write end): used when the
+// runner has signalled its result, after which every line it wrote is in
+// the FIFO or relayed already (its writes are blocking and complete).
+func (r *statusRelay) drain() {
+	r.reader.draining.Store(true)
+	r.r.SetReadDeadline(time.Unix(1, 0)) // wakes a blocked read
 	<-r.done
-	r.r.Close()
+}
+
+// finish closes the worker's write end and waits until every line
+// written before has been relayed (EOF), within statusDrainWindow; after
+// drain it only closes. Safe to call more than once.
+func (r *statusRelay) finish() {
+	r.once.Do(func() {
+		r.w.Close()
+		select {
+		case <-r.done:
+		default:
+			r.r.SetReadDeadline(time.Now().Add(statusDrainWindow))
+			<-r.done
+		}
+		r.r.Close()
+	})
+}
+
+// fifoReader reads the status FIFO through Go's poller until draining is
+// set; from then on each read takes only what is there (non-blocking) and
+// reports EOF when nothing is, after at most drainLimit bytes (a tool
+// that keeps writing cannot hold the reply).
+type fifoReader struct {
+	f        *os.File
+	draining atomic.Bool
+	drained  int
+}
+
+const drainLimit = 4 << 20
+
+func (r *fifoReader) Read(p []byte) (int, error) {
+	if !r.draining.Load() {
+		n, err := r.f.Read(p)
+		if n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) || !r.draining.Load() {
+			return n, err
+		}
+	}
+	if r.drained >= drainLimit {
+		return 0, io.EOF
+	}
+	rc, err := r.f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	for attempt := 0; ; attempt++ {
+		// drain's deadline is in the past: clear it, so the raw read below
+		// is not refused (it never waits: the function returns true).
+		r.f.SetReadDeadline(time.Time{})
+		var n int
+		var rerr error
+		err = rc.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = unix.Read(int(fd), p)
+				if rerr != unix.EINTR {
+					return true
+				}
+			}
+		})
+		if errors.Is(err, os.ErrDeadlineExceeded) && attempt == 0 {
+			continue // drain set its deadline after ours was cleared
+		}
+		switch {
+		case err != nil:
+			return 0, err
+		case rerr == unix.EAGAIN || n == 0:
+			return 0, io.EOF
+		case rerr != nil:
+			return 0, rerr
+		}
+		r.drained += n
+		return n, nil
+	}
 }
 
 func (s *Server) relayLines(t *task, r io.Reader) {
@@ -888,4 +1167,75 @@ func (b *tailBuffer) String() string {
 		return ""
 	}
 	return prefix + s
+}
+
+// The runner's signals on its done pipe (runner.py --done-fd).
+const (
+	signalReady = 'r' // warm runner: imports done, waiting for its arguments
+	signalDone  = 'd' // result.json is complete (written and renamed)
+)
+
+// sandboxRun is a started sandbox as the worker watches it: its end
+// (Wait, in a goroutine) and the runner's signals on the done pipe.
+type sandboxRun struct {
+	sb      RunningSandbox
+	exited  chan struct{} // closed when Wait has returned; exit and waitErr are set then
+	exit    *SandboxExit
+	waitErr error
+	ready   chan struct{} // closed on signalReady; readyAt is set before
+	readyAt time.Time
+	done    chan struct{} // closed on signalDone
+}
+
+// watchSandbox starts watching sb; doneR (nil = no done pipe) is the
+// worker's read end of the runner's done pipe, closed by the watcher.
+func watchSandbox(sb RunningSandbox, doneR *os.File) *sandboxRun {
+	run := &sandboxRun{sb: sb, exited: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		run.exit, run.waitErr = sb.Wait()
+		close(run.exited)
+	}()
+	if doneR != nil {
+		go run.readSignals(doneR)
+	}
+	return run
+}
+
+// readSignals reads the done pipe until signalDone or EOF (every write
+// end is closed once the sandbox is gone). The bytes are hints only: a
+// tool can write on the descriptor too, so nothing but timing depends on
+// them (awaitResult reads result.json itself).
+func (run *sandboxRun) readSignals(doneR *os.File) {
+	defer doneR.Close()
+	var b [1]byte
+	for {
+		n, err := doneR.Read(b[:])
+		if n == 1 {
+			switch b[0] {
+			case signalReady:
+				if run.readyAt.IsZero() {
+					run.readyAt = time.Now()
+					close(run.ready)
+				}
+			case signalDone:
+				close(run.done)
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// teardown kills what is left of the sandbox (its result is taken, or it
+// is not wanted) and returns once the whole sandbox is gone.
+func (run *sandboxRun) teardown() {
+	select {
+	case <-run.exited:
+		return
+	default:
+	}
+	run.sb.Kill()
+	<-run.exited
 }

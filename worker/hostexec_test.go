@@ -59,6 +59,7 @@ func (c *hostCreated) Start() (RunningSandbox, error) {
 	cmd.Dir = spec.Workdir
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}, spec.Env...)
 	cmd.Stderr = spec.Stderr
+	cmd.ExtraFiles = spec.ExtraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if c.uid != 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)}

@@ -46,7 +46,7 @@ func (ls *LauncherSandboxes) Create(ctx context.Context, spec SandboxSpec) (Crea
 		timeout = limit
 	}
 	req := launcher.Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: spec.Workdir,
-		Timeout: timeout, Stderr: spec.Stderr}
+		Timeout: timeout, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles}
 	for _, p := range spec.ReadOnly {
 		req.Binds = append(req.Binds, launcher.Bind{Source: p})
 	}

@@ -24,6 +24,14 @@ type Metrics struct {
 	SetupTime     prometheus.Histogram     // str_worker_sandbox_setup_seconds
 	StatusLines   prometheus.Counter       // str_worker_status_lines_total
 
+	// The warm pool (pool.go).
+	WarmHits     *prometheus.CounterVec // str_worker_warm_hits_total{tool}
+	WarmMisses   *prometheus.CounterVec // str_worker_warm_misses_total{tool}
+	WarmDiscards *prometheus.CounterVec // str_worker_warm_discarded_total{reason}
+	WarmRefill   prometheus.Histogram   // str_worker_warm_refill_seconds
+	WarmSize     *prometheus.GaugeVec   // str_worker_warm_pool_size{tool}
+	WarmMemory   prometheus.Gauge       // str_worker_warm_memory_bytes
+
 	mu         sync.Mutex
 	running    int
 	runningMax int
@@ -67,9 +75,30 @@ func NewMetrics() *Metrics {
 		StatusLines: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "str_worker_status_lines_total", Help: "Status lines relayed from tools.",
 		}),
+		WarmHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "str_worker_warm_hits_total", Help: "Executions served by a pre-started sandbox of the warm pool.",
+		}, []string{"tool"}),
+		WarmMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "str_worker_warm_misses_total", Help: "Executions of a tool with a warm pool that found none usable and started a sandbox (cold).",
+		}, []string{"tool"}),
+		WarmDiscards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "str_worker_warm_discarded_total", Help: "Pooled sandboxes destroyed unused, by reason (aged, code_changed, too_old_for_request, died, drained).",
+		}, []string{"reason"}),
+		WarmRefill: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "str_worker_warm_refill_seconds",
+			Help:    "Time from creating a pooled sandbox to its runner being ready (tool module imported, waiting for a call).",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		WarmSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "str_worker_warm_pool_size", Help: "Pre-started sandboxes waiting in the pool, by tool.",
+		}, []string{"tool"}),
+		WarmMemory: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "str_worker_warm_memory_bytes", Help: "Memory the pool holds, each pooled sandbox counted at its profile's memory limit (the budget is STR_WARM_MEMORY).",
+		}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
 		m.Queued, m.SetupTime, m.StatusLines,
+		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmMemory,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

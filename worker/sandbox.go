@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"time"
 )
 
@@ -38,7 +39,7 @@ type CreatedSandbox interface {
 // SandboxSpec is one tool execution as the launcher sees it.
 type SandboxSpec struct {
 	Profile string
-	Argv    []string // [python, runner.py, runner_args.json]
+	Argv    []string // [python, runner.py, --done-fd, 3, runner_args.json] (see runner.py)
 	Env     []string // added to the profile's environment
 	Workdir string   // bound read-write at the same path; the tool's cwd
 	// ReadOnly host directories bound at the same path (tools dir,
@@ -49,6 +50,10 @@ type SandboxSpec struct {
 	// Stderr receives the sandbox's standard error (the runner's, the
 	// tool's and the sandbox setup's); nil discards it.
 	Stderr io.Writer
+	// ExtraFiles become the tool's descriptors 3, 4, ... (the runner's
+	// done pipe; a warm sandbox's arguments pipe). The caller keeps its
+	// copies and closes them once Start has returned.
+	ExtraFiles []*os.File
 }
 
 // RunningSandbox is a started sandbox.

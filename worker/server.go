@@ -65,6 +65,9 @@ type Server struct {
 
 	runnerPath string
 
+	// pool holds pre-started sandboxes (pool.go); nil = none.
+	pool *warmPool
+
 	// mu guards the manifest and the subscriptions: a reload holds it
 	// while it changes subscriptions, the receive loop while it dispatches
 	// one request, so no request is served against a half-applied reload.
@@ -141,6 +144,7 @@ func New(opts Options) (*Server, error) {
 		limiter: newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
 		replays: newReplayGuard(),
 	}
+	s.pool = newWarmPool(s)
 	return s, nil
 }
 
@@ -226,6 +230,9 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	// The warm pool, after the probe and with the manifest's tools.
+	s.pool.start()
+	s.pool.configure(m)
 	// 6. manifest hot reload.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -424,6 +431,7 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 		return errors.Join(errs...)
 	}
 	s.manifest = m
+	s.pool.configure(m)
 	if len(added)+len(removed)+len(changed) > 0 {
 		s.log.Info("manifest reloaded", "added", added, "removed", removed, "changed", changed)
 		s.logToolProblems(m)
@@ -726,6 +734,8 @@ func (s *Server) shutdown() {
 	wg.Wait()
 	cancel()
 	s.mu.Unlock()
+	// The warm pool stops filling and kills its idle sandboxes.
+	s.pool.stop()
 	// 2. queued requests are answered RESOURCE_EXHAUSTED (executors do the
 	// same for any they pick up from now on).
 	close(s.queue)
@@ -746,5 +756,7 @@ func (s *Server) shutdown() {
 		<-done
 	}
 	s.execStop(errShutdown)
+	// 4. every pooled sandbox gone and its work area removed.
+	s.pool.wait()
 	s.log.Info("worker stopped")
 }

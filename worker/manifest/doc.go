@@ -14,7 +14,9 @@
 // level (no "/", "*", ">", whitespace or control characters, not starting
 // with "#", at most 128 bytes); timeout_seconds is 0..86400 (0 or absent
 // means the default of 300); version needs package and must parse as PEP
-// 440 specifiers; sha256 is 64 hex digits.
+// 440 specifiers; sha256 is 64 hex digits; warm (the tool's number of
+// pre-started sandboxes in the worker's pool) is 0..MaxWarm, absent means
+// the worker's default.
 //
 // What it protects against:
 //   - A tool's module being swapped after review: with sha256 set,

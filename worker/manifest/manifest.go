@@ -49,7 +49,15 @@ type Tool struct {
 	SandboxProfile string // the ceiling of a call's profile (a request may only tighten it); "" = the worker default
 	SHA256         string // lowercase hex sha256 of the module's source file, "" = not checked
 	TimeoutSeconds int    // upper bound for a request's timeout; always > 0 after Parse
+	// Warm is how many pre-started sandboxes the worker keeps for this
+	// tool (0..MaxWarm), when WarmSet; otherwise the worker's default
+	// (STR_WARM_DEFAULT) applies.
+	Warm    int
+	WarmSet bool
 }
+
+// MaxWarm is the largest warm pool size one tool may ask for.
+const MaxWarm = 16
 
 // Manifest is the parsed manifest file.
 type Manifest struct {
@@ -164,7 +172,7 @@ func Parse(data []byte, source string) (*Manifest, error) {
 
 var toolFields = map[string]bool{
 	"runtime": true, "module": true, "function": true, "class_name": true, "package": true, "version": true,
-	"description": true, "timeout_seconds": true, "sandbox_profile": true, "sha256": true,
+	"description": true, "timeout_seconds": true, "sandbox_profile": true, "sha256": true, "warm": true,
 }
 
 func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
@@ -204,6 +212,16 @@ func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
 				p.add(v, fmt.Sprintf("%s.timeout_seconds: %d is more than %d", where, n, MaxTimeoutSeconds))
 			case n > 0:
 				t.TimeoutSeconds = n
+			}
+		}
+	}
+
+	if v, ok := fields["warm"]; ok {
+		if n, ok := p.integer(v, where+".warm"); ok {
+			if n < 0 || n > MaxWarm {
+				p.add(v, fmt.Sprintf("%s.warm: %d is not between 0 and %d", where, n, MaxWarm))
+			} else {
+				t.Warm, t.WarmSet = n, true
 			}
 		}
 	}

@@ -467,3 +467,32 @@ func TestSpecifiers(t *testing.T) {
 		t.Error("~= evaluated without pip")
 	}
 }
+
+func TestParseWarm(t *testing.T) {
+	m, err := Parse([]byte(`tools:
+  a: {module: m, function: f, warm: 2}
+  b: {module: m, function: f, warm: 0}
+  c: {module: m, function: f}
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]struct {
+		n   int
+		set bool
+	}{"a": {2, true}, "b": {0, true}, "c": {0, false}} {
+		if got := m.Tools[name]; got.Warm != want.n || got.WarmSet != want.set {
+			t.Errorf("%s: warm %d set %v, want %d %v", name, got.Warm, got.WarmSet, want.n, want.set)
+		}
+	}
+	_, err = Parse([]byte(`tools:
+  a: {module: m, function: f, warm: -1}
+  b: {module: m, function: f, warm: 17}
+  c: {module: m, function: f, warm: "2"}
+`), "test")
+	for _, want := range []string{"tools.a.warm: -1 is not between 0 and 16", "tools.b.warm: 17 is not between 0 and 16", "tools.c.warm must be an integer"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}

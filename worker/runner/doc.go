@@ -18,7 +18,11 @@
 // and writes result.json atomically with an error kind ("import",
 // "execution" or "tool") so the worker can pick IMPORT_ERROR,
 // EXECUTION_ERROR or TOOL_ERROR. Status lines go through the FIFO named in
-// status_pipe, one open/write/close per line ({"status": "..."}\n).
+// status_pipe, one open/write/close per line ({"status": "..."}\n). With
+// --done-fd N it writes "d" on that pipe once result.json is in place (the
+// worker replies then, before the sandbox is gone); with --warm (the
+// worker's pool) it imports the tool first, writes "r", and reads the
+// runner arguments (EncodeArgs) from a pipe instead of a file.
 //
 // What it protects against: nothing inside the sandbox. The runner shares
 // its process with the tool, so a tool can rewrite the runner's state,

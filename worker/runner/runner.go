@@ -76,11 +76,11 @@ type Args struct {
 // umask): the sandbox's uid reads it, the worker owns it.
 const ArgsMode = 0o644
 
-// WriteArgs validates a and writes it as JSON to path, which must not exist
-// yet (O_EXCL, no symlink followed), mode ArgsMode.
-func WriteArgs(path string, a *Args) error {
+// EncodeArgs validates a and returns it as JSON (what WriteArgs writes;
+// a warm sandbox's runner reads it from a pipe instead of a file).
+func EncodeArgs(a *Args) ([]byte, error) {
 	if a == nil {
-		return fmt.Errorf("runner: write args %s: nil arguments", path)
+		return nil, errors.New("nil arguments")
 	}
 	// 1. validate: everything the runner cannot run without, collected.
 	var problems []string
@@ -102,7 +102,7 @@ func WriteArgs(path string, a *Args) error {
 		problems = append(problems, "tool_config: "+err.Error())
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("runner: write args %s: %s", path, strings.Join(problems, "; "))
+		return nil, errors.New(strings.Join(problems, "; "))
 	}
 
 	// 2. encode, with nil maps as {} (the runner treats null as {} too, but
@@ -117,7 +117,17 @@ func WriteArgs(path string, a *Args) error {
 	}
 	data, err := json.Marshal(&doc)
 	if err != nil {
-		return fmt.Errorf("runner: write args %s: encode: %w", path, err)
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	return data, nil
+}
+
+// WriteArgs validates a and writes it as JSON to path, which must not exist
+// yet (O_EXCL, no symlink followed), mode ArgsMode.
+func WriteArgs(path string, a *Args) error {
+	data, err := EncodeArgs(a)
+	if err != nil {
+		return fmt.Errorf("runner: write args %s: %w", path, err)
 	}
 
 	// 3. create exclusively, set the mode on the descriptor (the umask

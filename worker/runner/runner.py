@@ -1,4 +1,5 @@
-"""str tool runner entry point: python3 runner.py RUNNER_ARGS_JSON
+"""str tool runner entry point: python3 runner.py [--done-fd N] RUNNER_ARGS_JSON
+(or, in a warm sandbox of the worker's pool: --warm ARGS_FD MODULE FUNCTION [CLASS_NAME])
 
 The runner itself is _str_runner.py, next to this file: read its docstring
 for what a run does, the calling convention and the result file. This

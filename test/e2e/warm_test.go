@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const warmE2EManifest = `version: 1
+tools:
+  traces: {module: warm_tools, function: traces, warm: 2, timeout_seconds: 60}
+`
+
+// labelledMetric reads one sample with its labels (as printed) from
+// /metrics; 0 when absent.
+func (w *workerProc) labelledMetric(sample string) float64 {
+	w.t.Helper()
+	_, body := w.get("/metrics")
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	must(w.t, err)
+	return v
+}
+
+func toolResult(t *testing.T, reply []byte) map[string]any {
+	t.Helper()
+	var r struct {
+		Result *struct {
+			ToolResult map[string]any `json:"tool_result"`
+		} `json:"result"`
+	}
+	must(t, json.Unmarshal(reply, &r))
+	if r.Result == nil {
+		t.Fatalf("not a success: %s", reply)
+	}
+	return r.Result.ToolResult
+}
+
+// TestWarmPoolIsolation: a call served by a pooled sandbox writes to
+// every writable place it has (work dir, output/, /tmp, /dev/shm, ...,
+// its module's globals, os.environ) and leaves a background process
+// running; the next call of the same tool, served by the other pooled
+// sandbox (which existed, started and imported the tool, while the first
+// call ran), finds none of it, nor does a call served by a sandbox of the
+// refilled pool. Every sandbox serves exactly one call, and the worker
+// leaves no work area and no process behind when it stops.
+func TestWarmPoolIsolation(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	copyFile(t, "testdata/warm_tools.py", filepath.Join(e.tools, "warm_tools.py"))
+	writeManifest(t, e.manifest, warmE2EManifest)
+	w := startWorker(t, e, 0, nil)
+	a := newAgent(t, w.port)
+	poolFull := func() bool { return w.labelledMetric(`str_worker_warm_pool_size{tool="traces"}`) == 2 }
+	waitFor(t, "the pool full", 60*time.Second, poolFull)
+	hits := func() float64 { return w.labelledMetric(`str_worker_warm_hits_total{tool="traces"}`) }
+
+	// 1. the traces.
+	res := toolResult(t, a.reply(a.invoke("traces", map[string]any{"args": map[string]any{"mode": "leave"}}), 60*time.Second))
+	var written []string
+	for _, p := range res["written"].([]any) {
+		written = append(written, p.(string))
+	}
+	firstDir := res["cwd"].(string)
+	for _, want := range []string{"/tmp", "/dev/shm", firstDir, filepath.Join(firstDir, "output")} {
+		if !contains(written, want) {
+			t.Errorf("the first call could not write %s (wrote %v): the test proves nothing there", want, written)
+		}
+	}
+	t.Logf("the first call wrote to %v and left process %v running", written, res["background_pid"])
+	if hits() != 1 {
+		t.Fatal("the first call was not served by a pooled sandbox")
+	}
+	// 2. the same tool, served warm twice more: by the sandbox pooled
+	// beside the first one, then by one of the refilled pool.
+	for i := 2; i <= 3; i++ {
+		if i == 3 {
+			waitFor(t, "the pool refilled", 60*time.Second, poolFull)
+		}
+		res := toolResult(t, a.reply(a.invoke("traces", nil), 60*time.Second))
+		if found := res["found"].([]any); len(found) != 0 {
+			t.Errorf("call %d found traces of the first call: %v", i, found)
+		}
+		if res["cwd"] == firstDir {
+			t.Errorf("call %d ran in the first call's work dir %s", i, firstDir)
+		}
+		if got := hits(); got != float64(i) {
+			t.Fatalf("call %d: hits = %v, want %v (not served by a pooled sandbox)", i, got, i)
+		}
+	}
+	// 3. the first call's work dir is gone (removed after its reply).
+	waitFor(t, "the first call's work dir removed", 30*time.Second, func() bool {
+		_, err := os.Lstat(firstDir)
+		return os.IsNotExist(err)
+	})
+	// 4. the worker stops: no work area, no process of a sandbox left.
+	w.stop(syscall.SIGTERM)
+	entries, err := os.ReadDir(e.work)
+	must(t, err)
+	for _, ent := range entries {
+		t.Errorf("left in the work dir after the worker stopped: %s", ent.Name())
+	}
+	if procs := processesUnder(e.root); len(procs) > 0 {
+		t.Errorf("processes left with their cwd under %s: %v", e.root, procs)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// processesUnder lists the processes whose working directory is under
+// dir (a sandbox's tool runs in its work dir).
+func processesUnder(dir string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err == nil && strings.HasPrefix(cwd, dir+"/") {
+			cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+		}
+	}
+	return out
+}
