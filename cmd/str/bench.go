@@ -9,13 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-const benchUsage = `usage: str bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] -- CMD [ARGS...]
+const benchUsage = `usage: str bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] [--ns LIST] [-j J] -- CMD [ARGS...]
 
 Spawns CMD N times in a row (after WARMUP unmeasured spawns), with no shell
 and stdin/stdout/stderr on /dev/null, and prints one line of key=value
@@ -24,14 +26,21 @@ figures in microseconds:
   full_p50_us, full_p99_us   until every process CMD left behind is reaped
                              too (str bench is a child subreaper)
   cpu_p50_us                 user+system CPU of CMD and of everything it left
-It is the fallback driver of scripts/bench.sh (make bench) where
-shared/bench/spawnloop.c is not available, with the same flags, output line
-and RAW format: one line per measured spawn, "lat_us cpu_us maxrss_kb
-wait_status full_us". It asserts nothing about the numbers.
+  per_sec                    measured spawns per second of wall time
+--ns pid,mnt,ipc,uts[,net,user,cgroup] clones CMD into new namespaces
+straight from this resident process (Go's SysProcAttr; a user namespace
+maps 0 to the caller's uid): the kernel's floor that a launcher is compared
+with. -j J keeps J spawns in flight (throughput); then what CMD leaves
+behind is reaped once at the end, not per spawn (full_us = lat_us).
+It is the driver of str bench (the whole comparison, bench_suite.go), with
+spawnloop.c's flags, output line and RAW format: one line per measured
+spawn, "lat_us cpu_us maxrss_kb wait_status full_us". It asserts nothing
+about the numbers.
 `
 
-// cmdBench is `str bench`: the spawn driver (spawn) and the worker's end
-// to end measurement (echo, bench_echo.go).
+// cmdBench is `str bench`: without a subcommand the whole interleaved
+// comparison (bench_suite.go); the spawn driver (spawn) and the worker's end
+// to end measurement (echo, bench_echo.go) are its building blocks.
 func cmdBench(args []string) int {
 	if len(args) > 0 {
 		switch args[0] {
@@ -39,11 +48,21 @@ func cmdBench(args []string) int {
 			return benchSpawn(args[1:], os.Stdout)
 		case "echo":
 			return benchEcho(args[1:], os.Stdout)
+		case "warm":
+			return benchWarm(args[1:], os.Stdout)
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			fmt.Fprintf(os.Stderr, "str bench: %s %q\n\n%s\n%s\n%s", benchUnknownCommand, args[0], benchSuiteUsage, benchUsage, benchEchoUsage)
+			return exitUsage
 		}
 	}
-	fmt.Fprint(os.Stderr, benchUsage+"\n"+benchEchoUsage)
-	return exitUsage
+	return benchSuite(args, os.Stdout, os.Stderr)
 }
+
+// benchUnknownCommand starts the message for a subcommand this binary does
+// not have (str bench looks for it to tell "no such subcommand" from a
+// subcommand whose -h exits non-zero).
+const benchUnknownCommand = "unknown bench command"
 
 // benchSample is one measured spawn.
 type benchSample struct {
@@ -65,12 +84,19 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	label := fs.String("l", "run", "label printed with the figures")
 	rawPath := fs.String("o", "", "append one line per measured spawn to `RAW`")
 	keepErr := fs.Bool("e", false, "keep CMD's stderr (debugging)")
+	nsList := fs.String("ns", "", "clone CMD into these new namespaces (`LIST`: pid,mnt,ipc,uts,net,user,cgroup)")
+	jobs := fs.Int("j", 1, "spawns in flight")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	argv := fs.Args()
-	if len(argv) == 0 || *n < 1 || *warm < 0 {
+	if len(argv) == 0 || *n < 1 || *warm < 0 || *jobs < 1 {
 		fs.Usage()
+		return exitUsage
+	}
+	sys, err := benchCloneAttr(*nsList)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "str bench spawn:", err)
 		return exitUsage
 	}
 	path, err := exec.LookPath(argv[0])
@@ -96,21 +122,30 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	if *keepErr {
 		errFD = os.Stderr.Fd()
 	}
-	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{devnull.Fd(), devnull.Fd(), errFD}}
+	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{devnull.Fd(), devnull.Fd(), errFD}, Sys: sys}
 
 	samples := make([]benchSample, 0, *n)
-	start := time.Time{}
-	for i := 0; i < *warm+*n; i++ {
-		if i == *warm {
-			start = time.Now()
-		}
-		s, err := benchOne(path, argv, attr)
-		if err != nil {
+	for i := 0; i < *warm; i++ {
+		if _, err := benchOne(path, argv, attr); err != nil {
 			fmt.Fprintf(os.Stderr, "str bench: spawn %s: %v\n", path, err)
 			return 1
 		}
-		if i >= *warm {
+	}
+	start := time.Now()
+	if *jobs == 1 {
+		for i := 0; i < *n; i++ {
+			s, err := benchOne(path, argv, attr)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "str bench: spawn %s: %v\n", path, err)
+				return 1
+			}
 			samples = append(samples, s)
+		}
+	} else {
+		samples, err = benchParallel(path, argv, attr, *n, *jobs)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "str bench: spawn %s: %v\n", path, err)
+			return 1
 		}
 	}
 	elapsed := time.Since(start)
@@ -121,8 +156,126 @@ func benchSpawn(args []string, stdout io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintln(stdout, benchSummary(*label, samples, elapsed))
+	fmt.Fprintln(stdout, benchSummary(*label, *jobs, samples, elapsed))
 	return 0
+}
+
+// benchNamespaces are the --ns names and their clone flags.
+var benchNamespaces = map[string]uintptr{
+	"pid": syscall.CLONE_NEWPID, "mnt": syscall.CLONE_NEWNS, "ipc": syscall.CLONE_NEWIPC,
+	"uts": syscall.CLONE_NEWUTS, "net": syscall.CLONE_NEWNET, "user": syscall.CLONE_NEWUSER,
+	"cgroup": syscall.CLONE_NEWCGROUP,
+}
+
+// benchCloneAttr turns --ns LIST into the SysProcAttr the floor spawns
+// with: clone flags only, plus a one-id map (0 -> the caller's uid and gid)
+// when a user namespace is asked for, which Go's ForkExec writes from the
+// parent as spawnref.c does. "" is a plain fork+exec.
+func benchCloneAttr(list string) (*syscall.SysProcAttr, error) {
+	if list == "" {
+		return nil, nil
+	}
+	sys := &syscall.SysProcAttr{}
+	for _, name := range strings.Split(list, ",") {
+		f, ok := benchNamespaces[name]
+		if !ok {
+			return nil, fmt.Errorf("--ns: unknown namespace %q (want pid,mnt,ipc,uts,net,user,cgroup)", name)
+		}
+		sys.Cloneflags |= f
+	}
+	if sys.Cloneflags&syscall.CLONE_NEWUSER != 0 {
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+	}
+	return sys, nil
+}
+
+// benchParallel keeps jobs spawns of argv in flight until n have been
+// reaped. Each spawn is waited for by its pid (the CPU of its own waited-for
+// descendants included); orphans are reaped once at the end, since a
+// wait4(-1) per spawn would take another spawn's child.
+func benchParallel(path string, argv []string, attr *syscall.ProcAttr, n, jobs int) ([]benchSample, error) {
+	var mu sync.Mutex
+	var samples []benchSample
+	var firstErr error
+	next := 0
+	var wg sync.WaitGroup
+	for j := 0; j < jobs; j++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next >= n || firstErr != nil {
+					mu.Unlock()
+					return
+				}
+				next++
+				mu.Unlock()
+				var s benchSample
+				t0 := time.Now()
+				pid, err := syscall.ForkExec(path, argv, attr)
+				var ru syscall.Rusage
+				if err == nil {
+					for {
+						if _, err = syscall.Wait4(pid, &s.status, 0, &ru); !errors.Is(err, syscall.EINTR) {
+							break
+						}
+					}
+				}
+				s.lat = time.Since(t0)
+				s.full, s.cpu, s.maxRSSKB = s.lat, benchCPU(&ru), ru.Maxrss
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				samples = append(samples, s)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	left, err := benchReapAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(samples) > 0 {
+		samples[len(samples)-1].leftovers = left
+	}
+	return samples, nil
+}
+
+// benchReapAll reaps every remaining child (orphans re-parented to us),
+// bounded by benchLeftoverLimit, and returns how many there were.
+func benchReapAll() (int, error) {
+	ch := make(chan error, 1)
+	count := 0
+	go func() {
+		for {
+			var ws syscall.WaitStatus
+			_, err := syscall.Wait4(-1, &ws, 0, nil)
+			switch {
+			case errors.Is(err, syscall.EINTR):
+				continue
+			case errors.Is(err, syscall.ECHILD):
+				ch <- nil
+				return
+			case err != nil:
+				ch <- err
+				return
+			}
+			count++
+		}
+	}()
+	select {
+	case err := <-ch:
+		return count, err
+	case <-time.After(benchLeftoverLimit):
+		return 0, fmt.Errorf("descendants still running after %v", benchLeftoverLimit)
+	}
 }
 
 // benchOne spawns argv once, reaps it, then reaps every descendant that
@@ -224,7 +377,7 @@ func benchPercentile(sorted []float64, p float64) float64 {
 }
 
 // benchSummary is spawnloop's output line for samples.
-func benchSummary(label string, samples []benchSample, elapsed time.Duration) string {
+func benchSummary(label string, jobs int, samples []benchSample, elapsed time.Duration) string {
 	var lat, full, cpu []float64
 	var sum float64
 	var rss int64
@@ -248,9 +401,9 @@ func benchSummary(label string, samples []benchSample, elapsed time.Duration) st
 	if elapsed > 0 {
 		perSec = float64(n) / elapsed.Seconds()
 	}
-	return fmt.Sprintf("label=%s jobs=1 n=%d mean_us=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f min_us=%.1f max_us=%.1f "+
+	return fmt.Sprintf("label=%s jobs=%d n=%d mean_us=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f min_us=%.1f max_us=%.1f "+
 		"full_p50_us=%.1f full_p99_us=%.1f cpu_p50_us=%.1f per_sec=%.1f maxrss_kb=%d leftovers=%d fails=%d",
-		label, n, sum/float64(n), benchPercentile(lat, 50), benchPercentile(lat, 90), benchPercentile(lat, 99),
+		label, jobs, n, sum/float64(n), benchPercentile(lat, 50), benchPercentile(lat, 90), benchPercentile(lat, 99),
 		lat[0], lat[n-1], benchPercentile(full, 50), benchPercentile(full, 99), benchPercentile(cpu, 50), perSec,
 		rss, left, fails)
 }

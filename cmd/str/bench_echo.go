@@ -20,13 +20,14 @@ import (
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
-const benchEchoUsage = `usage: str bench echo --broker HOST:PORT [-n N] [-c C] [--namespace NS] [--python PATH]
+const benchEchoUsage = `usage: str bench echo --broker HOST:PORT [-n N] [-c C] [--namespace NS] [--python PATH] [-o RAW]
 
 Against a running str worker (scripts/bench.sh starts one with the example
 manifest and the embedded broker): sends N echo_tool invocations one after
 another and reports publish-to-reply latency p50/p99, then N more with C in
 flight and reports invocations per second; and, in the same run, N spawns of
 PYTHON -c pass for comparison. Prints key=value lines; asserts nothing.
+-o RAW appends the one-at-a-time latencies to RAW, one "lat_us" per line.
 `
 
 // benchEcho measures the worker end to end, as an agent sees it.
@@ -38,6 +39,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 	n := fs.Int("n", 100, "invocations per phase")
 	conc := fs.Int("c", 4, "invocations in flight in the throughput phase")
 	python := fs.String("python", "/usr/bin/python3", "interpreter for the python3 -c pass reference")
+	rawPath := fs.String("o", "", "append the one-at-a-time latencies to `RAW` (lat_us per line)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -131,6 +133,12 @@ func benchEcho(args []string, stdout io.Writer) int {
 			return 1
 		}
 		lat = append(lat, d)
+	}
+	if *rawPath != "" {
+		if err := benchWriteLatencies(*rawPath, lat); err != nil {
+			fmt.Fprintln(os.Stderr, "str bench echo:", err)
+			return 1
+		}
 	}
 	// 2. Throughput with C in flight.
 	t0 := time.Now()

@@ -1,13 +1,23 @@
 package main
 
 import (
+	"bytes"
+	"encoding/csv"
 	"encoding/json"
+	"encoding/xml"
+	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 // TestBenchHelperProcess is not a test: the tests below re-execute the test
@@ -97,5 +107,286 @@ func TestBenchPercentile(t *testing.T) {
 	}
 	if got := benchPercentile([]float64{7}, 50); got != 7 {
 		t.Errorf("p50 of one sample = %v", got)
+	}
+}
+
+func TestBenchStatsOf(t *testing.T) {
+	var rows []benchRow
+	for i := 1; i <= 10; i++ {
+		rows = append(rows, benchRow{cell: "c", lat: float64(i * 1000), cpu: float64(i * 100), full: math.NaN()})
+	}
+	rows[9].status = 256 // exit 1
+	rows = append(rows, benchRow{cell: "c", lat: 11000, cpu: math.NaN(), full: math.NaN()})
+	st := benchStatsOf(rows)
+	if st.n != 11 || st.fails != 1 || st.p50 != 6000 || st.p90 != 10000 || st.p99 != 11000 || st.min != 1000 {
+		t.Errorf("stats = %+v", st)
+	}
+	if st.cpuP50 != 500 { // the sample without CPU is left out: 10 values, nearest rank 5
+		t.Errorf("cpu p50 = %v, want 500", st.cpuP50)
+	}
+	if st := benchStatsOf(nil); st.n != 0 || !math.IsNaN(st.p50) {
+		t.Errorf("no samples: %+v", st)
+	}
+	if got := benchMedian([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("median = %v", got)
+	}
+}
+
+func TestBenchWriteCSV(t *testing.T) {
+	rows := []benchRow{
+		{cell: "true/plain", round: 1, lat: 812.25, cpu: 700, full: 820, status: 0},
+		{cell: "echo/cold, \"quoted\"", round: 2, lat: 40000, cpu: math.NaN(), full: math.NaN(), status: 256},
+	}
+	var buf bytes.Buffer
+	if err := benchWriteCSV(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatalf("not CSV: %v\n%s", err, buf.String())
+	}
+	want := [][]string{
+		{"cell", "round", "lat_us", "cpu_us", "full_us", "status"},
+		{"true/plain", "1", "812.2", "700.0", "820.0", "0"},
+		{"echo/cold, \"quoted\"", "2", "40000.0", "", "", "256"},
+	}
+	if !reflect.DeepEqual(recs, want) {
+		t.Errorf("CSV:\n got %q\nwant %q", recs, want)
+	}
+}
+
+// The chart parses as XML and has one panel per target, whatever the
+// samples (none, one, a wide spread, labels that need escaping).
+func TestBenchSVGWellFormed(t *testing.T) {
+	st := &benchState{cfg: benchSuiteConfig{rounds: 2, n: 3}}
+	st.cells = benchSpawnCells(benchSuiteConfig{python: "/usr/bin/python3"}, "/bin/str", "/usr/bin/bwrap", "/tmp/w")
+	st.cells = append(st.cells,
+		&benchCell{id: "echo/cold", target: "echo", title: "echo_tool <cold> & \"warm: 0\"", kind: cellEcho},
+		&benchCell{id: "echo/warm", target: "echo", title: "echo_tool warm", kind: cellEcho, skip: "no pool"},
+		&benchCell{id: "true/warm-dispatch", target: "true", kind: cellWarm})
+	for i, c := range st.cells {
+		if c.skip != "" || c.id == "true/floor" { // a cell without samples
+			continue
+		}
+		for j := 0; j < 50; j++ {
+			st.rows = append(st.rows, benchRow{cell: c.id, round: 1 + j%2, lat: float64((i+1)*(j+1)) * 37, cpu: math.NaN(), full: math.NaN()})
+		}
+	}
+	st.rows = append(st.rows, benchRow{cell: "true/plain", lat: 5e6}) // an outlier far out
+	raw := filepath.Join(t.TempDir(), "warm.raw")
+	if err := os.WriteFile(raw, []byte("330.1 870.0 5375.3 23105.9 0\n372.5 866.2 4999.7 22181.1 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	warmRows, err := benchReadWarmRaw(raw, "true/warm-dispatch", 1)
+	if err != nil || len(warmRows) != 6 || warmRows[0].cell != "true/warm-dispatch-running" || warmRows[5].lat != 4999.7 {
+		t.Fatalf("warm RAW: %v %+v", err, warmRows)
+	}
+	st.rows = append(st.rows, warmRows...)
+	var buf bytes.Buffer
+	if err := benchWriteSVG(&buf, st.svgHeading(), st.panels()); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
+	panels, cells, depth := 0, 0, 0
+	var texts []string
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("latency.svg is not well-formed XML: %v\n%s", err, buf.String())
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if depth == 0 && se.Name.Local != "svg" {
+				t.Fatalf("root element %q, want svg", se.Name.Local)
+			}
+			depth++
+			for _, a := range se.Attr {
+				if a.Name.Local == "class" && a.Value == "panel" {
+					panels++
+				}
+				if a.Name.Local == "class" && a.Value == "cell" {
+					cells++
+				}
+			}
+		}
+		if _, ok := tok.(xml.EndElement); ok {
+			depth--
+		}
+		if cd, ok := tok.(xml.CharData); ok {
+			texts = append(texts, string(cd))
+		}
+	}
+	for _, title := range []string{"/bin/true", "python3 -c pass", "echo_tool end to end"} {
+		if !slices.Contains(texts, title) {
+			t.Errorf("no panel titled %q", title)
+		}
+	}
+	if panels != 3 {
+		t.Errorf("%d panels, want 3 (/bin/true, python3 -c pass, echo)", panels)
+	}
+	// 7 /bin/true cells + 3 warm dispatch phases, 7 python cells, python
+	// + echo cold (warm skipped).
+	if cells != 19 {
+		t.Errorf("%d cells drawn, want 19", cells)
+	}
+	if !strings.Contains(buf.String(), "latency, ms (log scale)") {
+		t.Error("no axis label")
+	}
+}
+
+// The floor cell: clone with namespace flags from the resident driver.
+func TestBenchFloorCellRuns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("STR_MUST_WORK") == "1" {
+			t.Fatal("the floor cell needs root (CLONE_NEWPID|NEWNS|NEWIPC|NEWUTS without a user namespace)")
+		}
+		t.Skip("the floor cell needs root (CLONE_NEWPID|NEWNS|NEWIPC|NEWUTS without a user namespace)")
+	}
+	for _, ns := range []string{"pid,mnt,ipc,uts", "pid,mnt,ipc,uts,net,user"} {
+		kv := benchExec(t, "spawn", "--ns", ns, "-n", "3", "-w", "1", "-l", "floor", "--", "/bin/true")
+		if kv["n"] != "3" || kv["fails"] != "0" || kv["leftovers"] != "0" {
+			t.Errorf("--ns %s: want n=3 fails=0 leftovers=0, got %v", ns, kv)
+		}
+	}
+	// The child really is PID 1 of a new pid namespace.
+	kv := benchExec(t, "spawn", "--ns", "pid,mnt,ipc,uts", "-n", "1", "-w", "0", "--", "/bin/sh", "-c", `test "$$" = 1`)
+	if kv["fails"] != "0" {
+		t.Errorf("the floor's child is not PID 1 of its namespace: %v", kv)
+	}
+}
+
+func TestBenchCloneAttr(t *testing.T) {
+	if sys, err := benchCloneAttr(""); sys != nil || err != nil {
+		t.Errorf("no --ns: %v %v", sys, err)
+	}
+	sys, err := benchCloneAttr("pid,mnt,user")
+	if err != nil || sys.Cloneflags != syscall.CLONE_NEWPID|syscall.CLONE_NEWNS|syscall.CLONE_NEWUSER ||
+		len(sys.UidMappings) != 1 || sys.UidMappings[0].HostID != os.Getuid() || len(sys.GidMappings) != 1 {
+		t.Errorf("pid,mnt,user: %+v %v", sys, err)
+	}
+	if _, err := benchCloneAttr("pid,time"); err == nil {
+		t.Error("an unknown namespace was accepted")
+	}
+}
+
+// -j keeps several spawns in flight and still counts every one.
+func TestBenchSpawnParallel(t *testing.T) {
+	raw := filepath.Join(t.TempDir(), "raw")
+	kv := benchExec(t, "spawn", "-j", "3", "-n", "7", "-w", "1", "-o", raw, "--", "/bin/true")
+	if kv["n"] != "7" || kv["jobs"] != "3" || kv["fails"] != "0" {
+		t.Fatalf("want n=7 jobs=3 fails=0, got %v", kv)
+	}
+	rows, err := benchReadRaw(raw, "c", 1)
+	if err != nil || len(rows) != 7 {
+		t.Fatalf("RAW: %d rows, %v", len(rows), err)
+	}
+}
+
+func TestBenchSuiteFlags(t *testing.T) {
+	for _, c := range []struct {
+		args              []string
+		rounds, n, warmup int
+		quick             bool
+	}{
+		{nil, 5, 40, 3, false},
+		{[]string{"--quick"}, 3, 10, 2, true},
+		{[]string{"-quick", "-n", "7"}, 3, 7, 2, true},
+		{[]string{"--quick", "--rounds", "1", "--out", "/tmp/x"}, 1, 10, 2, true},
+		{[]string{"--rounds", "2", "-n", "4"}, 2, 4, 3, false},
+	} {
+		cfg, err := benchParseSuite(c.args, io.Discard)
+		if err != nil {
+			t.Errorf("%q: %v", c.args, err)
+			continue
+		}
+		if cfg.rounds != c.rounds || cfg.n != c.n || cfg.warmups != c.warmup || cfg.quick != c.quick || cfg.conc != 4 || cfg.k != 8 {
+			t.Errorf("%q: got rounds=%d n=%d warmups=%d quick=%v conc=%d k=%d", c.args, cfg.rounds, cfg.n, cfg.warmups, cfg.quick, cfg.conc, cfg.k)
+		}
+	}
+	if cfg, _ := benchParseSuite([]string{"--quick", "--out", "/tmp/x"}, io.Discard); cfg.out != "/tmp/x" {
+		t.Errorf("--out: %q", cfg.out)
+	}
+	for _, bad := range [][]string{{"--rounds", "0"}, {"-n", "-1"}, {"extra"}, {"--python", "python3"}, {"--nosuch"}} {
+		if _, err := benchParseSuite(bad, io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// Without bubblewrap there is nothing to compare with: exit 1 and say how
+// to install it. An unknown subcommand is a usage error that says so.
+func TestBenchSuiteRefusesWithoutBwrap(t *testing.T) {
+	run := func(env []string, args ...string) (int, string) {
+		js, _ := json.Marshal(args)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBenchHelperProcess$")
+		cmd.Env = append(append(os.Environ(), env...), "STR_BENCH_HELPER=1", "STR_BENCH_ARGS="+string(js))
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	code, out := run([]string{"PATH=/nonexistent"}, "--quick", "--out", t.TempDir())
+	if code != 1 || !strings.Contains(out, "apt-get install bubblewrap") {
+		t.Errorf("without bwrap: exit %d, output %q", code, out)
+	}
+	code, out = run(nil, "nosuch")
+	if code != exitUsage || !strings.Contains(out, benchUnknownCommand) {
+		t.Errorf("unknown subcommand: exit %d, output %q", code, out)
+	}
+}
+
+func TestBenchSetWarm(t *testing.T) {
+	in := []byte("# comment\nversion: 1\ntools:\n  echo_tool:\n    module: m\n    function: f\n    warm: 3\n  other:\n    module: m\n    function: g\n")
+	if n, ok := benchManifestWarm(in, "echo_tool"); !ok || n != 3 {
+		t.Errorf("warm of echo_tool = %d %v", n, ok)
+	}
+	if _, ok := benchManifestWarm(in, "other"); ok {
+		t.Error("other has no warm field")
+	}
+	out, err := benchSetWarm(in, func(string) (int, bool) { return 0, true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Version int
+		Tools   map[string]map[string]any
+	}
+	if err := yaml.Unmarshal(out, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Version != 1 || m.Tools["echo_tool"]["warm"] != 0 || m.Tools["other"]["warm"] != 0 || m.Tools["other"]["function"] != "g" {
+		t.Errorf("rewritten manifest:\n%s", out)
+	}
+	out, err = benchSetWarm(in, func(tool string) (int, bool) { return 2, tool == "other" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := benchManifestWarm(out, "other"); n != 2 {
+		t.Errorf("other: warm %d, want 2:\n%s", n, out)
+	}
+	if n, _ := benchManifestWarm(out, "echo_tool"); n != 3 {
+		t.Errorf("echo_tool changed:\n%s", out)
+	}
+}
+
+func TestBenchWarmRows(t *testing.T) {
+	rounds := []map[string]string{
+		{"n": "10", "fails": "0", "running_p50_us": "900", "running_p90_us": "1000", "running_p99_us": "1200", "reaped_p50_us": "1500"},
+		{"n": "10", "fails": "1", "running_p50_us": "800", "running_p90_us": "950", "running_p99_us": "1100", "reaped_p50_us": "1400"},
+		{"n": "10", "running_p50_us": "1000", "running_p90_us": "1100", "running_p99_us": "1300", "reaped_p50_us": "1600"},
+	}
+	rows := benchWarmRows(rounds)
+	if len(rows) != 2 || rows[0].name != "running" || rows[1].name != "reaped" {
+		t.Fatalf("rows %+v", rows)
+	}
+	r := rows[0].stats
+	if r.p50 != 900 || r.p90 != 1000 || r.p99 != 1200 || r.n != 30 || r.fails != 1 {
+		t.Errorf("running: %+v", r)
 	}
 }

@@ -1,0 +1,977 @@
+package main
+
+// str bench without a subcommand: the whole comparison of issue 10 item 6
+// and issue 8's benchmark section, interleaved in one run. Every timed cell
+// is a child process (str bench spawn, str bench echo, str bench warm) so
+// that the subreaper and wait4(-1) of the spawn driver never meet the
+// workers this process keeps running.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const benchSuiteUsage = `usage: str bench [--quick] [--out DIR] [--rounds R] [-n N] [--python PATH] [-k K] [--examples DIR]
+
+Measures str next to bubblewrap, plain exec and the kernel's clone floor,
+interleaved in one run: R rounds, each running every cell once (N measured
+spawns or invocations per cell per round), so that machine noise spreads
+evenly over the cells. Compare the ratios, not the absolute numbers.
+
+Cells, for /bin/true and for PYTHON -c pass: plain exec; the clone floor
+(str bench spawn --ns: clone(pid,mnt,ipc,uts) and exec from a resident
+process, and the same with net and user namespaces); str run --profile
+restrictive and standard; bubblewrap's restrictive and standard lines.
+Then: warm dispatch (str bench warm, when this binary has it); echo_tool
+end to end through two throw-away workers with the embedded broker, one
+with every tool's warm pool off (cold) and one with echo_tool's on (warm);
+invocations per second with 4 in flight next to bubblewrap + PYTHON -c pass
+spawned 4 at a time; and the Pss of str's own processes per sandbox while
+K tools sleep, next to bubblewrap's.
+
+Prints the table and the ratios on stdout and writes DIR/summary.txt (the
+same), DIR/samples.csv (cell,round,lat_us,cpu_us,full_us,status) and
+DIR/latency.svg. A progress line with an ETA goes to stderr. Cells that
+cannot run here are skipped with the reason; without bubblewrap nothing is
+compared (exit 1). Asserts nothing about the numbers.
+
+Its building blocks run on their own too: str bench spawn (the spawn driver
+and the clone floor), str bench echo (one worker end to end), and str bench
+warm where this binary has it.
+`
+
+// benchSuiteConfig is what the flags decide.
+type benchSuiteConfig struct {
+	quick     bool
+	out       string
+	rounds, n int
+	warmups   int    // unmeasured spawns per cell per round
+	k         int    // concurrent sandboxes of the memory cells
+	python    string // absolute interpreter path (a version-manager shim costs ~165 ms a start)
+	examples  string // examples/tools (manifest.yaml, python/); "" = find it
+	conc      int    // invocations in flight in the throughput cells (the worker's default)
+}
+
+// benchParseSuite parses str bench's flags. --quick changes the defaults
+// (3 rounds of 10); an explicit --rounds or -n wins over it.
+func benchParseSuite(args []string, stderr io.Writer) (benchSuiteConfig, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, benchSuiteUsage+"\nflags:\n"); fs.PrintDefaults() }
+	cfg := benchSuiteConfig{conc: 4}
+	fs.BoolVar(&cfg.quick, "quick", false, "3 rounds of 10: under a minute on 2 cores")
+	fs.StringVar(&cfg.out, "out", "var/bench", "write summary.txt, samples.csv and latency.svg to `DIR`")
+	fs.IntVar(&cfg.rounds, "rounds", 5, "rounds over all cells")
+	fs.IntVar(&cfg.n, "n", 40, "measured spawns or invocations per cell per round")
+	fs.IntVar(&cfg.k, "k", 8, "concurrent sandboxes of the memory cells")
+	fs.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python of the python3 -c pass cells and of the workers (absolute `PATH`)")
+	fs.StringVar(&cfg.examples, "examples", "", "the example tools `DIR` (default: examples/tools here or next to bin/)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.quick {
+		if !set["rounds"] {
+			cfg.rounds = 3
+		}
+		if !set["n"] {
+			cfg.n = 10
+		}
+	}
+	cfg.warmups = 3
+	if cfg.quick {
+		cfg.warmups = 2
+	}
+	if cfg.rounds < 1 || cfg.n < 1 || cfg.k < 1 {
+		return cfg, fmt.Errorf("--rounds, -n and -k must be at least 1")
+	}
+	if !filepath.IsAbs(cfg.python) {
+		return cfg, fmt.Errorf("--python %q: want an absolute path", cfg.python)
+	}
+	return cfg, nil
+}
+
+// Kinds of cells.
+const (
+	cellSpawn = iota // str bench spawn: one launcher command per spawn
+	cellWarm         // str bench warm: a pre-created sandbox's dispatch
+	cellEcho         // str bench echo against a worker
+	cellTput         // str bench spawn -j: spawns per second with conc in flight
+)
+
+// benchCell is one row of the table.
+type benchCell struct {
+	id     string // samples.csv's cell column: TARGET/LAUNCHER
+	target string // the panel: true, py, echo
+	title  string
+	kind   int
+	argv   []string     // spawn, tput: the command timed
+	ns     string       // spawn: str bench spawn --ns (the clone floor)
+	worker *benchWorker // echo
+	skip   string       // why it does not run here ("" = it runs)
+}
+
+// benchState is everything one run collects.
+type benchState struct {
+	cfg      benchSuiteConfig
+	str      string // this binary (resolved)
+	bwrap    string
+	cells    []*benchCell
+	rows     []benchRow
+	tput     map[string][]float64           // per-round invocations (or spawns) per second
+	echoCPU  map[string][]float64           // per-round worker CPU per invocation, µs
+	warmKV   map[string][]map[string]string // per-round str bench warm output
+	errs     map[string][]string            // per-round failures of a cell's command
+	echoOut  bytes.Buffer                   // str bench echo's lines, as they came
+	memory   []benchMemory
+	memSkips []string
+	notes    []string
+}
+
+func benchSuite(args []string, stdout, stderr io.Writer) int {
+	cfg, err := benchParseSuite(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "str bench:", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := benchRunSuite(ctx, cfg, stdout, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "str bench:", err)
+	}
+	return code
+}
+
+func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.Writer) (int, error) {
+	// 1. What there is to compare with.
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		return 1, errors.New("bubblewrap is missing, and str bench compares against it: apt-get install bubblewrap")
+	}
+	self, err := os.Executable()
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
+	}
+	if err != nil {
+		return 1, fmt.Errorf("this binary's path: %w", err)
+	}
+	st := &benchState{cfg: cfg, str: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{},
+		warmKV: map[string][]map[string]string{}, errs: map[string][]string{}}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return 1, err
+	}
+	tmp, err := os.MkdirTemp("", "str-bench.")
+	if err != nil {
+		return 1, err
+	}
+	defer os.RemoveAll(tmp)
+	// The workers' work dirs live below tmp: each sandbox's init runs as a
+	// host uid of its own and must be able to traverse it.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return 1, err
+	}
+	work := filepath.Join(tmp, "w") // bwrap's --bind W W --chdir W
+	if err := os.Mkdir(work, 0o755); err != nil {
+		return 1, err
+	}
+	prog := newBenchProgress(stderr)
+	defer prog.end()
+
+	// 2. The cells, each tried once before anything is timed.
+	st.cells = benchSpawnCells(cfg, self, bwrap, work)
+	pythonOK := benchExecutable(cfg.python)
+	for _, c := range st.cells {
+		if c.target == "py" && !pythonOK {
+			c.skip = fmt.Sprintf("no python at %s (--python)", cfg.python)
+		}
+	}
+	prog.note("checking cells")
+	for _, c := range st.cells {
+		if c.skip == "" {
+			c.skip = benchCheckSpawn(ctx, self, c)
+		}
+	}
+	// Warm dispatch goes next to the clone floor.
+	for i, c := range st.cells {
+		if c.id == "true/floor-net-user" {
+			st.cells = append(st.cells[:i+1], append([]*benchCell{benchWarmCell(ctx, self, cfg.python)}, st.cells[i+1:]...)...)
+			break
+		}
+	}
+
+	// 3. Two throw-away workers (cold: every pool off; warm: echo_tool's on).
+	cold := &benchCell{id: "echo/cold", target: "echo", title: "echo_tool end to end, cold (warm: 0)", kind: cellEcho}
+	warm := &benchCell{id: "echo/warm", target: "echo", title: "echo_tool end to end, warm pool", kind: cellEcho}
+	var workers []*benchWorker
+	defer func() {
+		for _, w := range workers {
+			w.stop()
+		}
+	}()
+	switch examples, why := benchFindExamples(cfg.examples, self); {
+	case !pythonOK:
+		cold.skip = fmt.Sprintf("no python at %s (--python)", cfg.python)
+		warm.skip = cold.skip
+	case why != "":
+		cold.skip, warm.skip = why, why
+	default:
+		prog.note("starting the workers")
+		workers, cold.skip, warm.skip = benchStartWorkers(ctx, cfg, self, examples, tmp)
+		for _, w := range workers {
+			switch w.name {
+			case "cold":
+				cold.worker = w
+			case "warm":
+				warm.worker = w
+			}
+		}
+	}
+	tput := &benchCell{id: "tput/bwrap-standard-py", target: "tput", kind: cellTput,
+		title: fmt.Sprintf("bwrap standard line + python3 -c pass, %d in flight", cfg.conc),
+		argv:  append(benchBwrapLine(bwrap, work, false), cfg.python, "-c", "pass")}
+	if !pythonOK {
+		tput.skip = fmt.Sprintf("no python at %s (--python)", cfg.python)
+	} else if c := st.cell("py/bwrap-standard"); c != nil && c.skip != "" {
+		tput.skip = c.skip
+	}
+	st.cells = append(st.cells, cold, warm, tput)
+
+	// 4. The rounds: every runnable cell once per round, in a fixed order.
+	var run []*benchCell
+	for _, c := range st.cells {
+		if c.skip == "" {
+			run = append(run, c)
+		}
+	}
+	prog.start(len(run), cfg.rounds, 3)
+	for r := 1; r <= cfg.rounds; r++ {
+		for i, c := range run {
+			if ctx.Err() != nil {
+				return 130, errors.New("interrupted")
+			}
+			prog.cell(i+1, r, c.id)
+			t0 := time.Now()
+			if err := st.runCell(ctx, c, r, tmp); err != nil {
+				st.errs[c.id] = append(st.errs[c.id], fmt.Sprintf("round %d: %v", r, err))
+			}
+			prog.done(c.id, time.Since(t0))
+		}
+	}
+
+	// 5. Memory: K sandboxes at once, one launcher at a time; the workers
+	// are stopped after their own.
+	st.measureMemory(ctx, prog, cold.worker, func() {
+		for _, w := range workers {
+			st.notes = append(st.notes, w.poolMetrics()...)
+			w.stop()
+		}
+	}, tmp, work)
+	prog.finish()
+
+	// 6. The report.
+	report := st.report()
+	fmt.Fprint(stdout, report)
+	var errs []error
+	write := func(name string, fill func(io.Writer) error) {
+		path := filepath.Join(cfg.out, name)
+		f, err := os.Create(path)
+		if err == nil {
+			err = fill(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("write %s: %w", path, err))
+		}
+	}
+	write("summary.txt", func(w io.Writer) error { _, err := io.WriteString(w, report); return err })
+	write("samples.csv", func(w io.Writer) error { return benchWriteCSV(w, st.rows) })
+	write("latency.svg", func(w io.Writer) error { return benchWriteSVG(w, st.svgHeading(), st.panels()) })
+	write("echo.txt", func(w io.Writer) error { _, err := w.Write(st.echoOut.Bytes()); return err })
+	if err := errors.Join(errs...); err != nil {
+		return 1, err
+	}
+	fmt.Fprintf(stdout, "\nwritten: %s/{summary.txt,samples.csv,latency.svg,echo.txt}\n", cfg.out)
+	return 0, nil
+}
+
+func (st *benchState) cell(id string) *benchCell {
+	for _, c := range st.cells {
+		if c.id == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// benchBwrapLine is bubblewrap's standard line, or with restrictive its
+// restrictive one (+ --unshare-net --clearenv), exactly as
+// shared/spec/baseline.md measured them.
+func benchBwrapLine(bwrap, work string, restrictive bool) []string {
+	argv := []string{bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"}
+	if restrictive {
+		argv = append(argv, "--unshare-net", "--clearenv")
+	}
+	return append(argv, "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", work, work, "--chdir", work, "--")
+}
+
+// benchSpawnCells are the launcher x target cells, in table order.
+func benchSpawnCells(cfg benchSuiteConfig, self, bwrap, work string) []*benchCell {
+	targets := []struct {
+		id, title string
+		argv      []string
+	}{
+		{"true", "/bin/true", []string{"/bin/true"}},
+		{"py", "python3 -c pass", []string{cfg.python, "-c", "pass"}},
+	}
+	var cells []*benchCell
+	for _, t := range targets {
+		add := func(id, title, ns string, launcher ...string) {
+			cells = append(cells, &benchCell{id: t.id + "/" + id, target: t.id, title: t.title + ", " + title,
+				kind: cellSpawn, ns: ns, argv: append(append([]string(nil), launcher...), t.argv...)})
+		}
+		add("plain", "plain exec", "")
+		add("floor", "clone floor (pid,mnt,ipc,uts)", "pid,mnt,ipc,uts")
+		add("floor-net-user", "clone floor (+net,user)", "pid,mnt,ipc,uts,net,user")
+		add("str-restrictive", "str run --profile restrictive", "", self, "run", "--profile", "restrictive", "--")
+		add("str-standard", "str run --profile standard", "", self, "run", "--profile", "standard", "--")
+		add("bwrap-restrictive", "bwrap restrictive line", "", benchBwrapLine(bwrap, work, true)...)
+		add("bwrap-standard", "bwrap standard line", "", benchBwrapLine(bwrap, work, false)...)
+	}
+	return cells
+}
+
+func benchExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// benchSpawnArgs is the str bench spawn command line of a cell.
+func benchSpawnArgs(self string, c *benchCell, n, warmups, jobs int, label, raw string, keepErr bool) []string {
+	argv := []string{self, "bench", "spawn", "-n", strconv.Itoa(n), "-w", strconv.Itoa(warmups), "-l", label}
+	if raw != "" {
+		argv = append(argv, "-o", raw)
+	}
+	if jobs > 1 {
+		argv = append(argv, "-j", strconv.Itoa(jobs))
+	}
+	if c.ns != "" {
+		argv = append(argv, "--ns", c.ns)
+	}
+	if keepErr {
+		argv = append(argv, "-e")
+	}
+	return append(append(argv, "--"), c.argv...)
+}
+
+// benchCheckSpawn runs a cell once through the driver and returns why it
+// cannot be timed here ("" = it can).
+func benchCheckSpawn(ctx context.Context, self string, c *benchCell) string {
+	out, errOut, err := benchCommand(ctx, 60*time.Second, benchSpawnArgs(self, c, 1, 0, 1, "check", "", true)...)
+	kv := benchKV(out)
+	if err == nil && kv["fails"] == "0" {
+		return ""
+	}
+	why := benchFirstLine(errOut)
+	if why == "" && err != nil {
+		why = err.Error()
+	}
+	if why == "" {
+		why = "the command failed (" + strings.TrimSpace(out) + ")"
+	}
+	if os.Geteuid() != 0 {
+		why += " (not root)"
+	}
+	return why
+}
+
+// benchWarmCell finds out whether this binary has str bench warm (another
+// part of issue 10). Without it the cell is skipped, never made up.
+func benchWarmCell(ctx context.Context, self, python string) *benchCell {
+	c := &benchCell{id: "true/warm-dispatch", target: "true", title: "warm dispatch (str bench warm)", kind: cellWarm}
+	_, errOut, err := benchCommand(ctx, 30*time.Second, self, "bench", "warm", "-h")
+	switch {
+	case err == nil:
+	case strings.Contains(errOut, benchUnknownCommand):
+		c.skip = "this str has no `str bench warm` yet (the warm pool's own measurement)"
+	case strings.Contains(errOut, "bench warm"): // -h exits non-zero but the command exists
+	default:
+		c.skip = "str bench warm -h: " + benchFirstLine(errOut+" "+err.Error())
+	}
+	if c.skip == "" {
+		if _, errOut, err := benchCommand(ctx, 2*time.Minute, self, "bench", "warm", "-n", "2", "--python", python); err != nil {
+			c.skip = fmt.Sprintf("str bench warm -n 2 --python %s: %v: %s", python, err, benchFirstLine(errOut))
+		}
+	}
+	return c
+}
+
+// runCell runs one cell for one round and collects its samples.
+func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp string) error {
+	cfg := st.cfg
+	raw := filepath.Join(tmp, "raw")
+	os.Remove(raw)
+	defer os.Remove(raw)
+	switch c.kind {
+	case cellSpawn, cellTput:
+		n, jobs := cfg.n, 1
+		if c.kind == cellTput {
+			n, jobs = max(cfg.n, 5*cfg.conc), cfg.conc
+		}
+		out, errOut, err := benchCommand(ctx, 20*time.Minute, benchSpawnArgs(st.str, c, n, cfg.warmups, jobs, c.id, raw, false)...)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
+		}
+		rows, err := benchReadRaw(raw, c.id, round)
+		if err != nil {
+			return err
+		}
+		st.rows = append(st.rows, rows...)
+		if c.kind == cellTput {
+			if v, err := strconv.ParseFloat(benchKV(out)["per_sec"], 64); err == nil {
+				st.tput[c.id] = append(st.tput[c.id], v)
+			}
+		}
+	case cellWarm:
+		out, errOut, err := benchCommand(ctx, 20*time.Minute, st.str, "bench", "warm", "-n", strconv.Itoa(cfg.n), "--python", cfg.python, "-o", raw)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
+		}
+		st.warmKV[c.id] = append(st.warmKV[c.id], benchKV(out))
+		// Its samples when the RAW format is the one this code knows;
+		// otherwise the report uses the printed percentiles.
+		if rows, err := benchReadWarmRaw(raw, c.id, round); err == nil {
+			st.rows = append(st.rows, rows...)
+		}
+	case cellEcho:
+		w := c.worker
+		cpu0, err0 := benchProcCPU(w.pid())
+		out, errOut, err := benchCommand(ctx, 20*time.Minute, st.str, "bench", "echo", "--broker", w.broker, "--namespace", benchWorkerNamespace,
+			"-n", strconv.Itoa(cfg.n), "-c", strconv.Itoa(cfg.conc), "--python", cfg.python, "-o", raw)
+		cpu1, err1 := benchProcCPU(w.pid())
+		fmt.Fprintf(&st.echoOut, "%s round=%d %s", c.id, round, out)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
+		}
+		rows, err := benchReadLatencies(raw, c.id, round)
+		if err != nil {
+			return err
+		}
+		st.rows = append(st.rows, rows...)
+		kv := benchKV(out)
+		if v, err := strconv.ParseFloat(kv["invocations_per_s"], 64); err == nil {
+			st.tput[c.id] = append(st.tput[c.id], v)
+		}
+		if err0 == nil && err1 == nil {
+			// 3 warm-ups, N one at a time, N with conc in flight.
+			st.echoCPU[c.id] = append(st.echoCPU[c.id], float64(cpu1-cpu0)/float64(3+2*cfg.n))
+		}
+	}
+	return nil
+}
+
+// benchCommand runs argv with a timeout and returns its stdout and stderr.
+func benchCommand(ctx context.Context, limit time.Duration, argv ...string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// benchKV parses "k=v k=v" output (several lines are merged).
+func benchKV(out string) map[string]string {
+	kv := map[string]string{}
+	for _, f := range strings.Fields(out) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			kv[k] = v
+		}
+	}
+	return kv
+}
+
+func benchFirstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+// benchProcCPU is the CPU in µs of pid and of its reaped children
+// (utime+stime+cutime+cstime of /proc/PID/stat; USER_HZ is 100 on Linux).
+func benchProcCPU(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no comm", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 15 { // f[0] is field 3 (state); utime..cstime are fields 14-17
+		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:15] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += v
+	}
+	return ticks * 10000, nil
+}
+
+// benchProgress is the progress line on stderr: one line rewritten in
+// place on a terminal, one line per round (and per phase) otherwise.
+type benchProgress struct {
+	w       io.Writer
+	tty     bool
+	t0      time.Time
+	cells   int
+	rounds  int
+	extra   int // phases after the rounds (memory)
+	done_   int
+	took    map[string][]time.Duration
+	round   int
+	pending bool // a progress line without its newline (terminal)
+}
+
+func newBenchProgress(w io.Writer) *benchProgress {
+	p := &benchProgress{w: w, t0: time.Now(), took: map[string][]time.Duration{}}
+	if f, ok := w.(*os.File); ok {
+		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+		p.tty = err == nil
+	}
+	return p
+}
+
+func (p *benchProgress) line(s string, final bool) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", s)
+		p.pending = !final
+		if final {
+			fmt.Fprintln(p.w)
+		}
+		return
+	}
+	fmt.Fprintln(p.w, s)
+}
+
+func (p *benchProgress) note(s string) { p.line("str bench: "+s, !p.tty) }
+
+func (p *benchProgress) start(cells, rounds, extra int) {
+	p.cells, p.rounds, p.extra = cells, rounds, extra
+}
+
+// eta estimates what is left from each cell's mean duration so far (the
+// overall mean for cells not yet seen) plus ~6 s per memory phase.
+func (p *benchProgress) eta() time.Duration {
+	left := p.cells*p.rounds - p.done_
+	if p.done_ == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range p.took {
+		for _, x := range d {
+			sum += x
+		}
+	}
+	mean := sum / time.Duration(p.done_)
+	return time.Duration(left)*mean + time.Duration(p.extra)*6*time.Second
+}
+
+func (p *benchProgress) cell(i, round int, id string) {
+	el := time.Since(p.t0).Round(time.Second)
+	eta := "?"
+	if p.done_ > 0 {
+		eta = p.eta().Round(time.Second).String()
+	}
+	s := fmt.Sprintf("str bench: round %d/%d, cell %d/%d %-24s elapsed %v, ETA %s", round, p.rounds, i, p.cells, id, el, eta)
+	if p.tty || round != p.round {
+		p.line(s, false)
+	}
+	p.round = round
+}
+
+func (p *benchProgress) done(id string, d time.Duration) {
+	p.done_++
+	p.took[id] = append(p.took[id], d)
+}
+
+func (p *benchProgress) phase(s string) {
+	if p.extra > 0 {
+		p.extra--
+	}
+	p.line(fmt.Sprintf("str bench: %s, elapsed %v, ETA %v", s, time.Since(p.t0).Round(time.Second),
+		(time.Duration(p.extra+1)*6*time.Second).Round(time.Second)), false)
+}
+
+// end ends a pending terminal line, so that what follows starts on its own.
+func (p *benchProgress) end() {
+	if p.pending {
+		fmt.Fprintln(p.w)
+		p.pending = false
+	}
+}
+
+func (p *benchProgress) finish() {
+	p.line(fmt.Sprintf("str bench: done in %v", time.Since(p.t0).Round(time.Second)), true)
+}
+
+// report is the table, the ratios, throughput and memory, as text.
+func (st *benchState) report() string {
+	var b strings.Builder
+	cfg := st.cfg
+	st.header(&b)
+	fmt.Fprintf(&b, "\n%-52s %8s %8s %8s %10s %6s %5s\n", "cell", "p50 ms", "p90 ms", "p99 ms", "cpu p50 ms", "n", "fails")
+	stats := map[string]benchStats{}
+	byCell := map[string][]benchRow{}
+	for _, r := range st.rows {
+		byCell[r.cell] = append(byCell[r.cell], r)
+	}
+	ms := func(v float64) string {
+		if math.IsNaN(v) {
+			return "-"
+		}
+		return strconv.FormatFloat(v/1000, 'f', 2, 64)
+	}
+	var skipped []string
+	var warmRows []benchWarmRow
+	for _, c := range st.cells {
+		if c.skip != "" {
+			skipped = append(skipped, fmt.Sprintf("  %s: %s", c.id, c.skip))
+			continue
+		}
+		switch c.kind {
+		case cellSpawn, cellEcho:
+			s := benchStatsOf(byCell[c.id])
+			s.fails += len(st.errs[c.id]) * cfg.n
+			if c.kind == cellEcho {
+				s.cpuP50 = benchMedian(st.echoCPU[c.id])
+			}
+			stats[c.id] = s
+			fmt.Fprintf(&b, "%-52s %8s %8s %8s %10s %6d %5d\n", c.title, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.cpuP50), s.n, s.fails)
+		case cellWarm:
+			warmRows = benchWarmRowsOf(c.id, byCell, st.warmKV[c.id])
+			for _, w := range warmRows {
+				fmt.Fprintf(&b, "%-52s %8s %8s %8s %10s %6d %5d\n", "warm dispatch, handed over -> "+w.name, ms(w.stats.p50), ms(w.stats.p90), ms(w.stats.p99), "-", w.stats.n, w.stats.fails+len(st.errs[c.id])*cfg.n)
+			}
+		}
+	}
+	b.WriteString("(p50/p90/p99: until the launcher is reaped, echo: publish until reply; cpu: user+sys of the whole tree from wait4,\n" +
+		" echo: the worker's CPU with its sandboxes per invocation; warm dispatch: str bench warm, a pre-created sandbox with\n" +
+		" the runner and a no-op tool imported, from the call handed over)\n")
+
+	// Throughput.
+	fmt.Fprintf(&b, "\nthroughput, %d in flight %28s %10s   per round\n", cfg.conc, "", "inv/s p50")
+	for _, c := range st.cells {
+		if v := st.tput[c.id]; c.skip == "" && len(v) > 0 && (c.kind == cellEcho || c.kind == cellTput) {
+			var per []string
+			for _, x := range v {
+				per = append(per, strconv.FormatFloat(x, 'f', 1, 64))
+			}
+			fmt.Fprintf(&b, "%-52s %10.1f   %s\n", c.title, benchMedian(v), strings.Join(per, " "))
+		}
+	}
+
+	// Memory.
+	if len(st.memory) > 0 || len(st.memSkips) > 0 {
+		fmt.Fprintf(&b, "\nmemory: Pss of the launcher's own processes per sandbox while %d tools sleep at once (the tools not counted)\n", cfg.k)
+		for _, m := range st.memory {
+			fmt.Fprintf(&b, "%-52s %7.2f MiB  (%s)\n", m.title, m.perSandboxKB/1024, m.detail)
+		}
+		for _, s := range st.memSkips {
+			fmt.Fprintf(&b, "  skipped: %s\n", s)
+		}
+		b.WriteString("(str run from a private copy of the binary, so only its K launchers share its pages; the worker's figure moves\n" +
+			" by a few 100 KiB with its heap and the tools' sharing of libraries: near 0 means no per-sandbox str process)\n")
+	}
+
+	// Ratios.
+	b.WriteString("\nratios (p50 unless said; <1 means str is faster or smaller; [target])\n")
+	p50 := func(id string) float64 {
+		if s, ok := stats[id]; ok && s.n > 0 {
+			return s.p50
+		}
+		return math.NaN()
+	}
+	cpu := func(id string) float64 {
+		if s, ok := stats[id]; ok {
+			return s.cpuP50
+		}
+		return math.NaN()
+	}
+	ratio := func(label string, a, b2 float64, target string) {
+		v := "n/a"
+		if !math.IsNaN(a) && !math.IsNaN(b2) && b2 > 0 {
+			v = strconv.FormatFloat(a/b2, 'f', 2, 64) + "x"
+		}
+		fmt.Fprintf(&b, "  %-66s %8s  %s\n", label, v, target)
+	}
+	for _, t := range []struct{ id, name string }{{"true", "/bin/true"}, {"py", "python3 -c pass"}} {
+		ratio("str run restrictive / bwrap restrictive, "+t.name, p50(t.id+"/str-restrictive"), p50(t.id+"/bwrap-restrictive"), "[<= 1.0]")
+		ratio("str run standard / bwrap standard, "+t.name, p50(t.id+"/str-standard"), p50(t.id+"/bwrap-standard"), "")
+		ratio("CPU str run restrictive / bwrap restrictive, "+t.name, cpu(t.id+"/str-restrictive"), cpu(t.id+"/bwrap-restrictive"), "[<= 1.5]")
+		ratio("CPU str run standard / bwrap standard, "+t.name, cpu(t.id+"/str-standard"), cpu(t.id+"/bwrap-standard"), "")
+	}
+	ratio("str run restrictive / clone floor (+net,user), /bin/true", p50("true/str-restrictive"), p50("true/floor-net-user"), "")
+	if c := st.cell("true/warm-dispatch"); c != nil && c.skip == "" {
+		for _, w := range warmRows {
+			target := ""
+			if strings.Contains(w.name, "run") {
+				target = "[<= 1.0]"
+			}
+			ratio("warm dispatch "+w.name+" / clone floor (pid,mnt,ipc,uts)", w.stats.p50, p50("true/floor"), target)
+		}
+	} else if c != nil {
+		fmt.Fprintf(&b, "  %-66s %8s  (%s)\n", "warm dispatch / clone floor", "skipped", c.skip)
+	}
+	ratio("echo_tool warm / python3 -c pass", p50("echo/warm"), p50("py/plain"), "[<= 1.0]")
+	ratio("echo_tool cold / python3 -c pass", p50("echo/cold"), p50("py/plain"), "[<= 2.0]")
+	tp := func(id string) float64 { return benchMedian(st.tput[id]) }
+	ratio(fmt.Sprintf("inv/s echo_tool warm / bwrap + python3 -c pass, %d in flight", cfg.conc), tp("echo/warm"), tp("tput/bwrap-standard-py"), "[>= 1.0]")
+	ratio(fmt.Sprintf("inv/s echo_tool cold / bwrap + python3 -c pass, %d in flight", cfg.conc), tp("echo/cold"), tp("tput/bwrap-standard-py"), "")
+	mem := map[string]float64{}
+	for _, m := range st.memory {
+		mem[m.id] = m.perSandboxKB
+	}
+	memOr := func(id string) float64 {
+		if v, ok := mem[id]; ok {
+			return v
+		}
+		return math.NaN()
+	}
+	ratio("Pss per sandbox, str run / bwrap", memOr("str-run"), memOr("bwrap"), "[str <= 1 MiB]")
+	ratio("Pss per sandbox, str worker / bwrap", memOr("worker"), memOr("bwrap"), "")
+
+	if len(skipped) > 0 {
+		b.WriteString("\nskipped:\n" + strings.Join(skipped, "\n") + "\n")
+	}
+	var failures []string
+	for _, c := range st.cells {
+		for _, e := range st.errs[c.id] {
+			failures = append(failures, fmt.Sprintf("  %s %s", c.id, e))
+		}
+	}
+	if len(failures) > 0 {
+		b.WriteString("\nfailed runs (counted as n fails):\n" + strings.Join(failures, "\n") + "\n")
+	}
+	if len(st.notes) > 0 {
+		b.WriteString("\nnotes:\n  " + strings.Join(st.notes, "\n  ") + "\n")
+	}
+	return b.String()
+}
+
+func (st *benchState) header(b *strings.Builder) {
+	cfg := st.cfg
+	kernel := "?"
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	cgfs := "?"
+	var sfs unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &sfs) == nil {
+		cgfs = "tmpfs (v1)"
+		if sfs.Type == unix.CGROUP2_SUPER_MAGIC {
+			cgfs = "cgroup2"
+		}
+	}
+	bw, _, _ := benchCommand(context.Background(), 10*time.Second, st.bwrap, "--version")
+	mode := "full"
+	if cfg.quick {
+		mode = "quick"
+	}
+	fmt.Fprintf(b, "str bench (%s): %s, kernel %s, %d CPUs, cgroup fs %s, uid %d\n", mode, time.Now().UTC().Format(time.RFC3339),
+		kernel, runtime.NumCPU(), cgfs, os.Geteuid())
+	fmt.Fprintf(b, "str %s; %s; python %s\n", st.str, strings.TrimSpace(bw), cfg.python)
+	fmt.Fprintf(b, "%d rounds x %d per cell, interleaved (every cell once per round); compare ratios, not absolute numbers\n", cfg.rounds, cfg.n)
+}
+
+// benchWarmRow is one phase reported by str bench warm.
+type benchWarmRow struct {
+	name  string
+	stats benchStats
+}
+
+// benchWarmPhases are the columns of str bench warm's RAW lines that are
+// times from the call's hand-over ("running_us done_us reaped_us ready_us
+// exit_code"; ready_us is the pool's refill, not on a call's path).
+var benchWarmPhases = []string{"running", "done", "reaped"}
+
+// benchReadWarmRaw reads str bench warm's RAW file as rows of the cells
+// CELL-running, CELL-done and CELL-reaped.
+func benchReadWarmRaw(path, cell string, round int) ([]benchRow, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rows []benchRow
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 5 {
+			return nil, fmt.Errorf("%s: line %q: want 5 fields", path, l)
+		}
+		var v [5]float64
+		for i := range f {
+			if v[i], err = strconv.ParseFloat(f[i], 64); err != nil {
+				return nil, fmt.Errorf("%s: line %q: %w", path, l, err)
+			}
+		}
+		for i, ph := range benchWarmPhases {
+			rows = append(rows, benchRow{cell: cell + "-" + ph, round: round, lat: v[i], cpu: math.NaN(), full: math.NaN(), status: int(v[4])})
+		}
+	}
+	return rows, nil
+}
+
+// benchWarmRowsOf is the warm cell's rows of the table: from its samples
+// when there are any, else from the percentiles it printed.
+func benchWarmRowsOf(cell string, byCell map[string][]benchRow, kv []map[string]string) []benchWarmRow {
+	var rows []benchWarmRow
+	for _, ph := range benchWarmPhases {
+		if r := byCell[cell+"-"+ph]; len(r) > 0 {
+			rows = append(rows, benchWarmRow{name: ph, stats: benchStatsOf(r)})
+		}
+	}
+	if len(rows) > 0 {
+		return rows
+	}
+	return benchWarmRows(kv)
+}
+
+// benchWarmRows turns str bench warm's per-round key=value lines into
+// one row per phase: every key PREFIXp50_us is a phase (PREFIX trimmed of
+// "_"), its p50/p90/p99 the medians over the rounds.
+func benchWarmRows(rounds []map[string]string) []benchWarmRow {
+	phases := map[string]bool{}
+	for _, kv := range rounds {
+		for k := range kv {
+			if p, ok := strings.CutSuffix(k, "p50_us"); ok {
+				phases[p] = true
+			}
+		}
+	}
+	var names []string
+	for p := range phases {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	var rows []benchWarmRow
+	for _, p := range names {
+		var p50, p90, p99 []float64
+		s := benchStats{cpuP50: math.NaN()}
+		for _, kv := range rounds {
+			get := func(k string) float64 {
+				v, err := strconv.ParseFloat(kv[p+k], 64)
+				if err != nil {
+					return math.NaN()
+				}
+				return v
+			}
+			if v := get("p50_us"); !math.IsNaN(v) {
+				p50 = append(p50, v)
+				p90 = append(p90, get("p90_us"))
+				p99 = append(p99, get("p99_us"))
+			}
+			if n, err := strconv.Atoi(kv["n"]); err == nil {
+				s.n += n
+			}
+			if f, err := strconv.Atoi(kv["fails"]); err == nil {
+				s.fails += f
+			}
+		}
+		s.p50, s.p90, s.p99 = benchMedian(p50), benchMedian(p90), benchMedian(p99)
+		name := strings.Trim(p, "_")
+		if name == "" {
+			name = "all"
+		}
+		rows = append(rows, benchWarmRow{name: name, stats: s})
+	}
+	// Phases in the order they happen: the earlier one has the smaller p50.
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].stats.p50 < rows[j].stats.p50 })
+	return rows
+}
+
+func (st *benchState) svgHeading() string {
+	return fmt.Sprintf("str bench, %s, %d rounds x %d: latency per cell", time.Now().UTC().Format("2006-01-02 15:04Z"), st.cfg.rounds, st.cfg.n)
+}
+
+// panels groups the samples by target for latency.svg: /bin/true,
+// python3 -c pass, and echo_tool next to python3 -c pass.
+func (st *benchState) panels() []benchPanel {
+	byCell := map[string][]float64{}
+	for _, r := range st.rows {
+		byCell[r.cell] = append(byCell[r.cell], r.lat/1000)
+	}
+	titles := map[string]string{}
+	for _, c := range st.cells {
+		titles[c.id] = c.title
+	}
+	panel := func(title string, ids ...string) benchPanel {
+		p := benchPanel{title: title}
+		for _, id := range ids {
+			c := st.cell(id)
+			if (c != nil && c.skip == "" && c.kind != cellWarm) || (c == nil && len(byCell[id]) > 0) {
+				p.cells = append(p.cells, benchPanelCell{label: strings.TrimPrefix(titles[id], title+", "), ms: byCell[id]})
+			}
+		}
+		return p
+	}
+	var trueIDs, pyIDs []string
+	for _, c := range st.cells {
+		if c.kind == cellSpawn && c.target == "true" {
+			trueIDs = append(trueIDs, c.id)
+		}
+		if c.kind == cellWarm && c.skip == "" {
+			for _, ph := range benchWarmPhases {
+				if id := c.id + "-" + ph; len(byCell[id]) > 0 {
+					titles[id] = "/bin/true, warm dispatch -> " + ph
+					trueIDs = append(trueIDs, id)
+				}
+			}
+		}
+		if c.kind == cellSpawn && c.target == "py" {
+			pyIDs = append(pyIDs, c.id)
+		}
+	}
+	return []benchPanel{
+		panel("/bin/true", trueIDs...),
+		panel("python3 -c pass", pyIDs...),
+		panel("echo_tool end to end", "py/plain", "echo/cold", "echo/warm"),
+	}
+}

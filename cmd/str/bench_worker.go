@@ -1,0 +1,648 @@
+package main
+
+// The parts of str bench that need a running worker (echo_tool end to end,
+// cold and warm) and the memory cells (Pss of str's own processes per
+// sandbox while the tools sleep, next to bubblewrap's).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/securetoolruntime/str/worker"
+	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/devbroker"
+)
+
+// benchWorkerNamespace is the SAM namespace of str bench's workers.
+const benchWorkerNamespace = "bench/"
+
+// benchWorker is one throw-away `str worker --embedded-broker` on free
+// loopback ports.
+type benchWorker struct {
+	name     string // cold, warm
+	manifest string
+	broker   string // 127.0.0.1:PORT
+	port     int
+	health   string // http://127.0.0.1:PORT
+	log      string
+	cmd      *exec.Cmd
+	exited   chan struct{}
+}
+
+func (w *benchWorker) pid() int { return w.cmd.Process.Pid }
+
+// stop ends the worker (SIGTERM, then SIGKILL after 10 s); idempotent.
+func (w *benchWorker) stop() {
+	if w == nil || w.cmd == nil || w.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-w.exited:
+		return
+	default:
+	}
+	w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.exited:
+	case <-time.After(10 * time.Second):
+		w.cmd.Process.Kill()
+		<-w.exited
+	}
+}
+
+// poolMetrics are the worker's /metrics lines about its warm pool, if it
+// has any (hits, misses, size), for the report's notes.
+func (w *benchWorker) poolMetrics() []string {
+	c := http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(w.health + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 4<<20))
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "#") && !strings.Contains(l, "_bucket") && (strings.Contains(l, "pool") || strings.Contains(l, "warm")) {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return []string{"worker " + w.name + " /metrics at the end: " + strings.Join(out, ", ")}
+}
+
+// benchFindExamples locates examples/tools (manifest.yaml and python/):
+// the flag, else ./examples/tools, else next to the directory holding this
+// binary (bin/str -> examples/tools). It returns why not when there is none.
+func benchFindExamples(flagDir, self string) (string, string) {
+	cands := []string{flagDir}
+	if flagDir == "" {
+		cands = []string{"examples/tools", filepath.Join(filepath.Dir(filepath.Dir(self)), "examples/tools")}
+	}
+	for _, d := range cands {
+		if _, err := os.Stat(filepath.Join(d, "manifest.yaml")); err == nil {
+			abs, err := filepath.Abs(d)
+			if err == nil {
+				return abs, ""
+			}
+		}
+	}
+	return "", fmt.Sprintf("no example tools (looked for %s/manifest.yaml; run from the repository or pass --examples)", strings.Join(cands, "/manifest.yaml, "))
+}
+
+// benchManifestWarm returns tool's warm: value in a manifest, if set.
+func benchManifestWarm(data []byte, tool string) (int, bool) {
+	var m struct {
+		Tools map[string]map[string]any `yaml:"tools"`
+	}
+	if yaml.Unmarshal(data, &m) != nil {
+		return 0, false
+	}
+	n, ok := m.Tools[tool]["warm"].(int)
+	return n, ok
+}
+
+// benchSetWarm rewrites a manifest so that every tool for which set
+// returns true gets `warm: N` (replacing any value it had); the rest of
+// the document is kept as it is.
+func benchSetWarm(data []byte, set func(tool string) (int, bool)) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, errors.New("manifest: not a mapping")
+	}
+	root := doc.Content[0]
+	var tools *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "tools" {
+			tools = root.Content[i+1]
+		}
+	}
+	if tools == nil || tools.Kind != yaml.MappingNode {
+		return nil, errors.New("manifest: no tools mapping")
+	}
+	for i := 0; i+1 < len(tools.Content); i += 2 {
+		n, ok := set(tools.Content[i].Value)
+		tool := tools.Content[i+1]
+		if !ok || tool.Kind != yaml.MappingNode {
+			continue
+		}
+		val := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(n)}
+		replaced := false
+		for j := 0; j+1 < len(tool.Content); j += 2 {
+			if tool.Content[j].Value == "warm" {
+				tool.Content[j+1], replaced = val, true
+			}
+		}
+		if !replaced {
+			tool.Content = append(tool.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "warm"}, val)
+		}
+	}
+	return yaml.Marshal(&doc)
+}
+
+// benchFreePort asks the kernel for a free loopback port.
+func benchFreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// benchStartWorker starts one worker as scripts/run.sh does, with the
+// example tools and the manifest at manifest, and waits for /readyz.
+func benchStartWorker(ctx context.Context, cfg benchSuiteConfig, self, name, examples, manifest, dir string) (*benchWorker, error) {
+	port, err := benchFreePort()
+	if err != nil {
+		return nil, err
+	}
+	hport, err := benchFreePort()
+	if err != nil {
+		return nil, err
+	}
+	state := filepath.Join(dir, "worker-"+name)
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return nil, err
+	}
+	w := &benchWorker{name: name, manifest: manifest, broker: fmt.Sprintf("127.0.0.1:%d", port), port: port,
+		health: fmt.Sprintf("http://127.0.0.1:%d", hport), log: filepath.Join(cfg.out, "worker-"+name+".log"), exited: make(chan struct{})}
+	logf, err := os.Create(w.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	w.cmd = exec.Command(self, "worker", "--embedded-broker", w.broker)
+	w.cmd.Env = append(os.Environ(),
+		"SAM_NAMESPACE="+benchWorkerNamespace, "MANIFEST_PATH="+manifest, "TOOLS_PYTHON_DIR="+filepath.Join(examples, "python"),
+		"ARTIFACT_SERVICE_TYPE=memory", "SANDBOX_WORK_DIR="+filepath.Join(state, "work"), "STR_RUNNER_DIR="+filepath.Join(state, "runner"),
+		"STR_SITE_DIR="+filepath.Join(state, "site"), "SANDBOX_PYTHON_BIN="+cfg.python, "HEALTH_PORT="+strconv.Itoa(hport),
+		"STR_LOG_LEVEL=warn", "SANDBOX_MAX_CONCURRENT="+strconv.Itoa(max(cfg.k, cfg.conc)))
+	w.cmd.Stdout, w.cmd.Stderr = logf, logf
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := w.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { w.cmd.Wait(); close(w.exited) }()
+	c := http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if resp, err := c.Get(w.health + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return w, nil
+			}
+		}
+		select {
+		case <-w.exited:
+			return nil, fmt.Errorf("worker %s exited: %s", name, benchLogTail(w.log))
+		case <-ctx.Done():
+			w.stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			w.stop()
+			return nil, fmt.Errorf("worker %s not ready within 60 s: %s", name, benchLogTail(w.log))
+		}
+	}
+}
+
+// benchLogTail is the last line of a worker's log (its fatal error), and
+// where the whole log is.
+func benchLogTail(path string) string {
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	s := lines[len(lines)-1]
+	if len(s) > 400 {
+		s = s[:400] + "..."
+	}
+	if s == "" {
+		return "(empty log " + path + ")"
+	}
+	return s + " (log: " + path + ")"
+}
+
+// benchWarmRejected returns the line of a worker log that rejects the
+// manifest's warm field, if there is one.
+func benchWarmRejected(path string) (string, bool) {
+	data, _ := os.ReadFile(path)
+	for _, l := range strings.Split(string(data), "\n") {
+		if i := strings.Index(l, `field "warm"`); i >= 0 {
+			l = strings.TrimSpace(l)
+			if j := strings.Index(l, "tools."); j >= 0 {
+				l = l[j:]
+			}
+			l, _, _ = strings.Cut(l, " (known")
+			return l, true
+		}
+	}
+	return "", false
+}
+
+// benchStartWorkers starts the cold worker (every tool warm: 0) and the
+// warm one (the example manifest as it is when it gives echo_tool a pool,
+// else echo_tool warm: 2). When the worker rejects the warm field, the cold
+// worker runs the example manifest as it is (there is no pool to turn off)
+// and the warm cell is skipped with the worker's reason.
+func benchStartWorkers(ctx context.Context, cfg benchSuiteConfig, self, examples, dir string) (workers []*benchWorker, coldSkip, warmSkip string) {
+	example := filepath.Join(examples, "manifest.yaml")
+	data, err := os.ReadFile(example)
+	if err != nil {
+		return nil, err.Error(), err.Error()
+	}
+	writeManifest := func(name string, set func(string) (int, bool)) (string, error) {
+		out, err := benchSetWarm(data, set)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", example, err)
+		}
+		path := filepath.Join(dir, "manifest-"+name+".yaml")
+		return path, os.WriteFile(path, out, 0o644)
+	}
+	coldManifest, err := writeManifest("cold", func(string) (int, bool) { return 0, true })
+	if err != nil {
+		return nil, err.Error(), err.Error()
+	}
+	cold, err := benchStartWorker(ctx, cfg, self, "cold", examples, coldManifest, dir)
+	if err != nil {
+		if why, ok := benchWarmRejected(filepath.Join(cfg.out, "worker-cold.log")); ok {
+			warmSkip = "the worker rejects the manifest field warm, so this str has no warm pool (" + why + ")"
+			cold, err = benchStartWorker(ctx, cfg, self, "cold", examples, example, dir)
+		}
+	}
+	if err != nil {
+		if warmSkip == "" {
+			warmSkip = "the cold worker did not start"
+		}
+		return nil, err.Error(), warmSkip
+	}
+	workers = append(workers, cold)
+	if warmSkip != "" {
+		return workers, "", warmSkip
+	}
+	warmManifest := example
+	if n, ok := benchManifestWarm(data, "echo_tool"); !ok || n < 1 {
+		warmManifest, err = writeManifest("warm", func(tool string) (int, bool) { return 2, tool == "echo_tool" })
+		if err != nil {
+			return workers, "", err.Error()
+		}
+	}
+	warm, err := benchStartWorker(ctx, cfg, self, "warm", examples, warmManifest, dir)
+	if err != nil {
+		return workers, "", err.Error()
+	}
+	return append(workers, warm), "", ""
+}
+
+// The process tree, read from /proc.
+
+// benchChildren maps each pid to its children (from /proc/*/stat).
+func benchChildren() map[int][]int {
+	ents, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	return children
+}
+
+// benchTree is root and its descendants.
+func benchTree(children map[int][]int, root int) []int {
+	out := []int{root}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// benchMemKB is a process's memory in kB from /proc/PID/smaps_rollup:
+// Pss (shared pages divided among their mappers) and private (pages only
+// it maps, Private_Clean + Private_Dirty, which no other process changes).
+type benchMemKB struct{ pss, private int64 }
+
+func benchReadMem(pid int) (benchMemKB, error) {
+	var m benchMemKB
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return m, err
+	}
+	seen := false
+	for _, l := range strings.Split(string(data), "\n") {
+		k, rest, ok := strings.Cut(l, ":")
+		f := strings.Fields(rest)
+		if !ok || len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "Pss":
+			m.pss, seen = v, true
+		case "Private_Clean", "Private_Dirty":
+			m.private += v
+		}
+	}
+	if !seen {
+		return m, fmt.Errorf("/proc/%d/smaps_rollup: no Pss line", pid)
+	}
+	return m, nil
+}
+
+// benchExited says whether pid is gone or a zombie.
+func benchExited(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(data, ')')
+	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z' || data[i+2] == 'X'
+}
+
+func benchComm(pid int) string {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(data))
+}
+
+// benchOwn says whether pid runs the launcher's own code: the binary
+// exe, or (for str) an init started from a memfd.
+func benchOwn(pid int, exe string) bool {
+	link, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return false
+	}
+	link = strings.TrimSuffix(link, " (deleted)")
+	return link == exe || strings.HasPrefix(link, "/memfd:")
+}
+
+// benchSyncBuffer is a bytes.Buffer several commands write their stderr to.
+type benchSyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *benchSyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *benchSyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func (b *benchSyncBuffer) Len() int { return len(b.String()) }
+
+// benchMemory is one memory cell's result.
+type benchMemory struct {
+	id, title    string
+	perSandboxKB float64
+	detail       string
+}
+
+// benchOwnMem sums the memory of the launcher's own processes in the
+// trees of roots, and counts them.
+func benchOwnMem(roots []int, exe string) (sum benchMemKB, procs int, err error) {
+	children := benchChildren()
+	for _, r := range roots {
+		for _, pid := range benchTree(children, r) {
+			if !benchOwn(pid, exe) {
+				continue
+			}
+			m, err := benchReadMem(pid)
+			if err != nil {
+				return sum, 0, err
+			}
+			sum.pss += m.pss
+			sum.private += m.private
+			procs++
+		}
+	}
+	return sum, procs, nil
+}
+
+// benchWaitTools waits until the trees of roots hold want processes whose
+// comm starts with tool, then a little longer (a Python still importing).
+// A root that has exited (a zombie not yet waited for) ends the wait.
+func benchWaitTools(ctx context.Context, roots []int, tool string, want int, settle time.Duration) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		children := benchChildren()
+		got := 0
+		for _, r := range roots {
+			if benchExited(r) {
+				return fmt.Errorf("process %d exited before its %s ran", r, tool)
+			}
+			for _, pid := range benchTree(children, r) {
+				if strings.HasPrefix(benchComm(pid), tool) {
+					got++
+				}
+			}
+		}
+		if got >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d %s processes running after 30 s", got, want, tool)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(settle):
+	}
+	return nil
+}
+
+// benchMemLaunchers starts k copies of argv at once, measures the Pss of
+// the launcher's own processes (exe) once every tree runs its `sleep`, and
+// waits for them to finish.
+func benchMemLaunchers(ctx context.Context, k int, exe string, argv []string) (mem benchMemKB, procs int, err error) {
+	var cmds []*exec.Cmd
+	var roots []int
+	var errOut benchSyncBuffer
+	defer func() {
+		for _, c := range cmds {
+			if werr := c.Wait(); werr != nil && err == nil {
+				err = fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), werr, benchFirstLine(errOut.String()))
+			}
+		}
+		if err != nil && errOut.Len() > 0 && !strings.Contains(err.Error(), benchFirstLine(errOut.String())) {
+			err = fmt.Errorf("%w: %s", err, benchFirstLine(errOut.String()))
+		}
+	}()
+	for i := 0; i < k; i++ {
+		c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		c.Stderr = &errOut
+		if err := c.Start(); err != nil {
+			return mem, 0, err
+		}
+		cmds = append(cmds, c)
+		roots = append(roots, c.Process.Pid)
+	}
+	if err := benchWaitTools(ctx, roots, "sleep", k, 100*time.Millisecond); err != nil {
+		return mem, 0, err
+	}
+	return benchOwnMem(roots, exe)
+}
+
+// measureMemory fills st.memory: first the cold worker with K concurrent
+// slow_operation tools sleeping 5 s ((busy - idle) / K); then, with the
+// workers stopped (stopWorkers), str run and bwrap with K concurrent
+// `sleep 5`. Pss divides a shared page among the processes that map it,
+// so nothing else may map the launcher's binary while it is measured: the
+// workers are gone, the tools are invoked from this process (not by str
+// invoke processes), and str run runs from a private copy of the binary
+// that only its K launchers share.
+func (st *benchState) measureMemory(ctx context.Context, prog *benchProgress, worker *benchWorker, stopWorkers func(), tmp, work string) {
+	k := st.cfg.k
+	prog.phase(fmt.Sprintf("memory: str worker with %d tools sleeping", k))
+	if worker == nil {
+		st.memSkips = append(st.memSkips, "str worker: no cold worker running (see the echo cells)")
+	} else if err := st.memWorker(ctx, worker); err != nil {
+		st.memSkips = append(st.memSkips, "str worker: "+err.Error())
+	}
+	stopWorkers()
+
+	prog.phase(fmt.Sprintf("memory: %d x str run -- sleep 5", k))
+	strCopy := filepath.Join(tmp, "str-mem")
+	if err := benchCopyFile(st.str, strCopy); err != nil {
+		st.memSkips = append(st.memSkips, "str run: copy the binary: "+err.Error())
+	} else if mem, procs, err := benchMemLaunchers(ctx, k, strCopy, []string{strCopy, "run", "--", "sleep", "5"}); err != nil {
+		st.memSkips = append(st.memSkips, "str run: "+err.Error())
+	} else {
+		st.memory = append(st.memory, benchMemory{id: "str-run", title: "str run (standard), per sandbox",
+			perSandboxKB: float64(mem.pss) / float64(k), detail: fmt.Sprintf("%d str processes for %d sandboxes; private %.2f MiB per sandbox",
+				procs, k, float64(mem.private)/1024/float64(k))})
+	}
+	prog.phase(fmt.Sprintf("memory: %d x bwrap standard line sleep 5", k))
+	if mem, procs, err := benchMemLaunchers(ctx, k, st.bwrap, append(benchBwrapLine(st.bwrap, work, false), "sleep", "5")); err != nil {
+		st.memSkips = append(st.memSkips, "bwrap: "+err.Error())
+	} else {
+		st.memory = append(st.memory, benchMemory{id: "bwrap", title: "bwrap standard line, per sandbox",
+			perSandboxKB: float64(mem.pss) / float64(k), detail: fmt.Sprintf("%d bwrap processes for %d sandboxes; private %.2f MiB per sandbox",
+				procs, k, float64(mem.private)/1024/float64(k))})
+	}
+}
+
+func benchCopyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
+}
+
+func (st *benchState) memWorker(ctx context.Context, w *benchWorker) error {
+	k := st.cfg.k
+	idle, idleProcs, err := benchOwnMem([]int{w.pid()}, st.str)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	client, err := devbroker.NewClient(devbroker.ClientOptions{Host: "127.0.0.1", Port: w.port, ClientID: "str-bench-mem-" + randomID(),
+		Retries: 3, RetryDelay: 500 * time.Millisecond, ReceiveTimeout: 100 * time.Millisecond,
+		TokenFile: devbroker.TokenFileFor(w.port), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	base := worker.TopicBase(benchWorkerNamespace)
+	replyBase := base + "/sam_remote_tool/response/benchmem"
+	if err := client.Connect(ctx, []string{replyBase + "/>"}); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	ids := map[string]bool{}
+	for i := 0; i < k; i++ {
+		id := randomID()
+		ids[id] = true
+		payload, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": worker.MethodInvoke,
+			"params": map[string]any{"task_id": "task-" + id, "tool_name": "slow_operation", "args": map[string]any{"steps": 1, "delay": 5},
+				"app_name": "bench", "user_id": "bench-user", "session_id": "bench-session"}})
+		err := client.Publish(ctx, transport.Message{Topic: base + "/sam_remote_tool/invoke/slow_operation", Payload: payload,
+			UserProperties: map[string]string{worker.PropReplyTo: replyBase + "/" + id, "clientId": "str-bench", "userId": "bench-user"}})
+		if err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+	}
+	if err := benchWaitTools(ctx, []int{w.pid()}, "python", k, 500*time.Millisecond); err != nil {
+		return err
+	}
+	busy, procs, err := benchOwnMem([]int{w.pid()}, st.str)
+	if err != nil {
+		return err
+	}
+	// Every reply, so that the tools are gone before the next phase.
+	for len(ids) > 0 {
+		d, err := client.Receive(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for %d slow_operation replies: %w", len(ids), err)
+		}
+		var r struct {
+			ID     string           `json:"id"`
+			Result *json.RawMessage `json:"result"`
+			Error  *json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(d.Payload, &r) == nil && (r.Result != nil || r.Error != nil) {
+			if r.Error != nil && ids[r.ID] {
+				return fmt.Errorf("slow_operation failed: %s", d.Payload)
+			}
+			delete(ids, r.ID)
+		}
+	}
+	st.memory = append(st.memory, benchMemory{id: "worker", title: "str worker, per sandbox ((busy - idle) / K)",
+		perSandboxKB: float64(busy.pss-idle.pss) / float64(k),
+		detail: fmt.Sprintf("Pss idle %.1f MiB in %d str process(es), busy %.1f MiB in %d; private per sandbox %.2f MiB",
+			float64(idle.pss)/1024, idleProcs, float64(busy.pss)/1024, procs, float64(busy.private-idle.private)/1024/float64(k))})
+	return nil
+}
