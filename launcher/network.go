@@ -88,3 +88,16 @@ func (s *Sandbox) stopEgress(r *Result) {
 	r.Violations, r.ViolationsDropped = sess.Violations()
 	r.ViolationSummary = sess.Summary()
 }
+
+// NetworkReport is the network policy's record so far, while the sandbox
+// runs: the worker replies before teardown and takes it then.
+func (s *Sandbox) NetworkReport() (events []egress.Event, dropped int, summary string) {
+	s.mu.Lock()
+	sess := s.egress
+	s.mu.Unlock()
+	if sess == nil {
+		return nil, 0, ""
+	}
+	events, dropped = sess.Violations()
+	return events, dropped, sess.Summary()
+}

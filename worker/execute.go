@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"log/slog"
 	"os"
@@ -201,9 +202,10 @@ func (s *Server) runnerArgv(doneFD int, rest ...string) []string {
 
 // sandboxSpec is what every sandbox of a call of this worker has in
 // common: the profile, PYTHONPATH, the work dir, the read-only binds.
-func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr io.Writer) SandboxSpec {
+func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr io.Writer, network *egress.Policy) SandboxSpec {
 	return SandboxSpec{
 		Profile:  profile,
+		Network:  network,
 		Env:      []string{"PYTHONPATH=" + s.cfg.ToolsDir + ":" + s.cfg.SiteDir},
 		Workdir:  dir,
 		ReadOnly: []string{s.cfg.ToolsDir, filepath.Dir(s.runnerPath), s.cfg.SiteDir},
@@ -238,7 +240,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	argsPath := filepath.Join(dir, "runner_args.json")
 	resultPath := filepath.Join(dir, "result.json")
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(t.profile, dir, t.timeout+timeoutSlack, stderr)
+	spec := s.sandboxSpec(t.profile, dir, t.timeout+timeoutSlack, stderr, t.tool.Network)
 	var doneR, doneW *os.File
 	if s.cfg.SandboxMode != ModeNone {
 		var err error
@@ -432,7 +434,7 @@ func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (out
 		}
 		return outcome{}, false
 	}
-	return s.resultOutcome(t, res, x.dir, elapsed), true
+	return s.resultOutcome(t, res, x.dir, elapsed, liveNetworkReport(x.run.sb)), true
 }
 
 // workDirError is the reply for a work dir that could not be made.
@@ -471,6 +473,9 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 		return outcome{payload: EncodeTimeout(t.req.ID, elapsed), label: "timeout"}
 	case exit.OOMKilled:
 		return fail(errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)%s", t.profile, stderrNote(stderr)))
+	case exit.KilledForViolation:
+		s.countViolations(t, exit.Network)
+		return fail(errorf(CodeSandboxFailed, "the tool was killed: it broke the network policy (on_violation: kill)\n%s", exit.Network.Summary))
 	}
 	if out, ok := s.resultTooLarge(t, resultPath); ok {
 		return out
@@ -496,7 +501,7 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 		}
 		return fail(errorf(CodeSandboxFailed, "unusable result (%s): %v%s", how, err, stderrNote(stderr)))
 	}
-	return s.resultOutcome(t, res, dir, elapsed)
+	return s.resultOutcome(t, res, dir, elapsed, exit.Network)
 }
 
 // resultTooLarge is the reply for a result.json too large to send (the
@@ -510,7 +515,8 @@ func (s *Server) resultTooLarge(t *task, resultPath string) (outcome, bool) {
 
 // resultOutcome turns a readable result into the reply: the tool's error,
 // or its result cleaned and normalised plus the stored outputs.
-func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed time.Duration) outcome {
+func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed time.Duration, net NetworkReport) outcome {
+	s.countViolations(t, net)
 	fail := func(e *Error) outcome { return s.errorOutcome(t, e) }
 	if res.Error != "" || res.Result == nil {
 		switch res.ErrorKind {
@@ -539,11 +545,22 @@ func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed
 	if aerr != nil {
 		return fail(aerr)
 	}
-	payload := EncodeResult(t.req.ID, toolResult, elapsed, created, skipped...)
+	payload := EncodeResultReport(t.req.ID, toolResult, elapsed, created, skipped, net)
 	if len(payload) > maxReplyBytes {
 		return fail(errorf(CodeToolError, "the tool's result is too large: the reply would have %d bytes, the limit is %d (the broker's message limit less the publish envelope)", len(payload), maxReplyBytes))
 	}
 	return outcome{payload: payload, label: "success"}
+}
+
+// countViolations logs and counts what the call's network policy denied.
+func (s *Server) countViolations(t *task, net NetworkReport) {
+	if len(net.Violations) == 0 {
+		return
+	}
+	for _, v := range net.Violations {
+		s.metrics.NetworkViolations.WithLabelValues(v.Kind, v.Reason).Add(float64(max(v.Count, 1)))
+	}
+	t.log.Warn("network policy denials", "count", len(net.Violations), "dropped", net.Dropped, "summary", net.Summary)
 }
 
 // WorkDirMarker is the file every task work dir carries (see makeTaskDir).

@@ -46,7 +46,7 @@ func (ls *LauncherSandboxes) Create(ctx context.Context, spec SandboxSpec) (Crea
 		timeout = limit
 	}
 	req := launcher.Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: spec.Workdir,
-		Timeout: timeout, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles}
+		Timeout: timeout, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network}
 	for _, p := range spec.ReadOnly {
 		req.Binds = append(req.Binds, launcher.Bind{Source: p})
 	}
@@ -81,6 +81,11 @@ type launcherSandbox struct{ sb *launcher.Sandbox }
 
 func (s launcherSandbox) Kill() error { return s.sb.Kill() }
 
+func (s launcherSandbox) NetworkReport() NetworkReport {
+	ev, dropped, summary := s.sb.NetworkReport()
+	return NetworkReport{Violations: ev, Dropped: dropped, Summary: summary}
+}
+
 func (s launcherSandbox) Wait() (*SandboxExit, error) {
 	r, err := s.sb.Wait()
 	if err != nil {
@@ -89,13 +94,20 @@ func (s launcherSandbox) Wait() (*SandboxExit, error) {
 	e := &SandboxExit{
 		ExitCode: r.ExitCode, Signal: r.Signal, SignalName: r.SignalName,
 		TimedOut: r.TimedOut, OOMKilled: r.OOMKilled, PidsLimit: r.PidsLimit, Cancelled: r.Cancelled,
+		Network:            NetworkReport{Violations: r.Violations, Dropped: r.ViolationsDropped, Summary: r.ViolationSummary},
+		KilledForViolation: r.KilledForViolation,
 	}
 	if r.SetupError != nil {
 		e.SetupError = r.SetupError
 	}
+	// Every phase is a duration. Setup is the launcher's phases before the
+	// run plus the init's (which fall inside the launcher's "run"), not the
+	// run itself or the teardown.
 	var setup float64
 	for _, ph := range r.Timings {
-		setup += ph.Ms
+		if ph.Name != "launcher_run" && ph.Name != "launcher_teardown" {
+			setup += ph.Ms
+		}
 	}
 	e.SetupTime = time.Duration(setup * float64(time.Millisecond))
 	return e, nil

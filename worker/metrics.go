@@ -23,6 +23,8 @@ type Metrics struct {
 	Queued        prometheus.Gauge         // str_worker_queued_executions
 	SetupTime     prometheus.Histogram     // str_worker_sandbox_setup_seconds
 	StatusLines   prometheus.Counter       // str_worker_status_lines_total
+	// NetworkViolations counts the network policy's denials.
+	NetworkViolations *prometheus.CounterVec // str_worker_network_violations_total{kind,reason}
 
 	// The warm pool (pool.go).
 	WarmHits     *prometheus.CounterVec // str_worker_warm_hits_total{tool}
@@ -75,6 +77,9 @@ func NewMetrics() *Metrics {
 		StatusLines: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "str_worker_status_lines_total", Help: "Status lines relayed from tools.",
 		}),
+		NetworkViolations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "str_worker_network_violations_total", Help: "Connections and DNS lookups the network policy denied, by kind (net, dns) and reason.",
+		}, []string{"kind", "reason"}),
 		WarmHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "str_worker_warm_hits_total", Help: "Executions served by a pre-started sandbox of the warm pool.",
 		}, []string{"tool"}),
@@ -97,7 +102,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
-		m.Queued, m.SetupTime, m.StatusLines,
+		m.Queued, m.SetupTime, m.StatusLines, m.NetworkViolations,
 		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmMemory,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

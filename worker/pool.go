@@ -59,7 +59,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"os"
 	"path/filepath"
 	"sort"
@@ -90,8 +92,33 @@ const warmTick = time.Second
 // this manifest entry (module, function, sha256, timeout, ... any change
 // is a new key) with this profile.
 type warmKey struct {
-	tool    manifest.Tool
+	tool    manifest.Tool // with Network nil: the policy is in network
 	profile string
+	network string // the tool's network policy as JSON ("" = the profile's)
+}
+
+// newWarmKey is the key of tool's sandboxes under profile: comparable
+// with ==, and equal for equal manifest entries of different loads.
+func newWarmKey(tool *manifest.Tool, profile string) warmKey {
+	k := warmKey{tool: *tool, profile: profile}
+	if tool.Network != nil {
+		b, _ := json.Marshal(tool.Network)
+		k.network = string(b)
+	}
+	k.tool.Network = nil
+	return k
+}
+
+// networkPolicy is the key's network policy for a sandbox spec.
+func (k warmKey) networkPolicy() *egress.Policy {
+	if k.network == "" {
+		return nil
+	}
+	var n egress.Policy
+	if json.Unmarshal([]byte(k.network), &n) != nil {
+		return &egress.Policy{Mode: egress.Isolated} // fail closed
+	}
+	return &n
 }
 
 type warmState int
@@ -225,7 +252,7 @@ func (p *warmPool) configure(m *manifest.Manifest) {
 		if err != nil {
 			continue
 		}
-		set := &warmSet{name: name, key: warmKey{tool: *tool, profile: profile}, size: size,
+		set := &warmSet{name: name, key: newWarmKey(tool, profile), size: size,
 			memory: int64(prof.Cgroup.Memory), limit: time.Duration(prof.Timeout)}
 		if set.memory <= 0 {
 			set.memory = s.cfg.WarmMemory
@@ -306,7 +333,7 @@ func (p *warmPool) claim(t *task) *warmSandbox {
 	p.mu.Lock()
 	var got *warmSandbox
 	var kill []*warmSandbox
-	if cur := p.sets[t.req.ToolName]; cur != nil && cur.key == (warmKey{tool: *t.tool, profile: t.profile}) {
+	if cur := p.sets[t.req.ToolName]; cur != nil && cur.key == newWarmKey(t.tool, t.profile) {
 		set = cur
 		var keep []*warmSandbox
 		for i, w := range set.idle {
@@ -644,7 +671,7 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 	undo = append(undo, func() { doneR.Close(); doneW.Close() })
 	// 4. the sandbox, created, not started.
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(set.key.profile, dir, set.limit, stderr)
+	spec := s.sandboxSpec(set.key.profile, dir, set.limit, stderr, set.key.networkPolicy())
 	spec.Argv = s.runnerArgv(4, "--warm", "3", tool.Module, tool.Function, tool.ClassName)
 	spec.ExtraFiles = []*os.File{argsR, doneW}
 	created, err := s.sb.Create(ctx, spec)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"math"
 	"sort"
 	"strconv"
@@ -563,6 +564,12 @@ type resultBody struct {
 	TimedOut         bool              `json:"timed_out"`
 	CreatedArtifacts []CreatedArtifact `json:"created_artifacts"`
 	SkippedOutputs   []SkippedOutput   `json:"skipped_outputs,omitempty"`
+	// The network policy's denials during the call (an optional member
+	// the reference's agents ignore; absent when there were none) and the
+	// text block an agent can show its model.
+	Violations        []egress.Event `json:"violations,omitempty"`
+	ViolationsDropped int            `json:"violations_dropped,omitempty"`
+	ViolationSummary  string         `json:"violation_summary,omitempty"`
 }
 
 type replyEnvelope struct {
@@ -593,12 +600,18 @@ func marshal(v any) []byte {
 // NormalizeToolResult); artifacts may be nil (encoded as []); skipped
 // outputs, if any, are listed in "skipped_outputs".
 func EncodeResult(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact, skipped ...SkippedOutput) []byte {
+	return EncodeResultReport(id, toolResult, executionTime, artifacts, skipped, NetworkReport{})
+}
+
+// EncodeResultReport is EncodeResult with the network policy's report.
+func EncodeResultReport(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact, skipped []SkippedOutput, net NetworkReport) []byte {
 	if artifacts == nil {
 		artifacts = []CreatedArtifact{}
 	}
 	return marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
 		ToolResult: toolResult, ExecutionTimeMs: executionTime.Milliseconds(),
 		CreatedArtifacts: artifacts, SkippedOutputs: skipped,
+		Violations: net.Violations, ViolationsDropped: net.Dropped, ViolationSummary: net.Summary,
 	}})
 }
 

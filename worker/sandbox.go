@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"os"
 	"time"
@@ -50,6 +51,9 @@ type SandboxSpec struct {
 	// Stderr receives the sandbox's standard error (the runner's, the
 	// tool's and the sandbox setup's); nil discards it.
 	Stderr io.Writer
+	// Network narrows the profile's network policy (the manifest tool's
+	// `network`); nil keeps the profile's.
+	Network *egress.Policy
 	// ExtraFiles become the tool's descriptors 3, 4, ... (the runner's
 	// done pipe; a warm sandbox's arguments pipe). The caller keeps its
 	// copies and closes them once Start has returned.
@@ -77,6 +81,33 @@ type SandboxExit struct {
 	SetupError error
 	// SetupTime is how long the sandbox took to set up (0 = unknown).
 	SetupTime time.Duration
+	// Network is what the network policy denied; KilledForViolation says
+	// the policy's on_violation: kill ended the sandbox.
+	Network            NetworkReport
+	KilledForViolation bool
+}
+
+// NetworkReport is what a sandbox's network policy denied, aggregated
+// and capped (Dropped counts the distinct denials the cap left out), with
+// the short text block an agent can show its model.
+type NetworkReport struct {
+	Violations []egress.Event
+	Dropped    int
+	Summary    string
+}
+
+// networkReporter is a running sandbox that can tell what its network
+// policy denied so far (the worker replies before the sandbox is gone).
+type networkReporter interface {
+	NetworkReport() NetworkReport
+}
+
+// liveNetworkReport is sb's report so far, or none.
+func liveNetworkReport(sb RunningSandbox) NetworkReport {
+	if r, ok := sb.(networkReporter); ok {
+		return r.NetworkReport()
+	}
+	return NetworkReport{}
 }
 
 // ErrInvalidSandboxRequest marks Create errors that are the request's fault.

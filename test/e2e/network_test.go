@@ -88,3 +88,47 @@ func TestStandardToolCannotReachTheWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestViolationsInTheReply: a tool whose manifest entry narrows the
+// network to restricted (api.example.com only) tries another host; the
+// reply's result carries the denial (host, port, reason) and the summary
+// an agent can show its model.
+func TestViolationsInTheReply(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	must(t, os.WriteFile(filepath.Join(e.tools, "net_tools.py"), []byte(netTools), 0o644))
+	writeManifest(t, e.manifest, e2eManifest+netManifest+
+		"  narrowed: {module: net_tools, function: connect_proxy, network: {policy: restricted, allowed_hosts: [api.example.com]}}\n")
+	w := startWorker(t, e, 0, nil)
+	a := newAgent(t, w.port)
+	r := a.reply(a.invoke("narrowed", map[string]any{"args": map[string]any{"targets": []string{"evil.example.net:443", "api.example.com:8443"}}}), replyWait)
+	var rep struct {
+		Result struct {
+			ToolResult map[string]string `json:"tool_result"`
+			Violations []struct {
+				Kind, Reason, Host string
+				Port               int
+			} `json:"violations"`
+			Summary string `json:"violation_summary"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(r, &rep); err != nil {
+		t.Fatalf("%v\n%s", err, r)
+	}
+	want := map[string]string{"evil.example.net:443": "not_allowlisted", "api.example.com:8443": "port_not_allowed"}
+	for dst, reason := range want {
+		found := false
+		for _, v := range rep.Result.Violations {
+			found = found || (v.Host+":"+strconv.Itoa(v.Port) == dst && v.Reason == reason && v.Kind == "net")
+		}
+		if !found {
+			t.Errorf("no violation %s %s in the reply: %s", dst, reason, r)
+		}
+		if !strings.Contains(rep.Result.ToolResult[dst], "403") {
+			t.Errorf("%s: the tool saw %q, want a 403", dst, rep.Result.ToolResult[dst])
+		}
+	}
+	if !strings.Contains(rep.Result.Summary, "<sandbox_violations>") || !strings.Contains(rep.Result.Summary, "evil.example.net:443") {
+		t.Errorf("summary: %q", rep.Result.Summary)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"os"
 	"regexp"
@@ -54,6 +55,10 @@ type Tool struct {
 	// (STR_WARM_DEFAULT) applies.
 	Warm    int
 	WarmSet bool
+	// Network narrows the profile's network policy for this tool (nil:
+	// the profile's): `network: {policy: restricted, allowed_hosts: [...]}`.
+	// It may only tighten; the launcher refuses a looser one.
+	Network *egress.Policy
 }
 
 // MaxWarm is the largest warm pool size one tool may ask for.
@@ -173,6 +178,11 @@ func Parse(data []byte, source string) (*Manifest, error) {
 var toolFields = map[string]bool{
 	"runtime": true, "module": true, "function": true, "class_name": true, "package": true, "version": true,
 	"description": true, "timeout_seconds": true, "sandbox_profile": true, "sha256": true, "warm": true,
+	"network": true,
+}
+
+var networkFields = map[string]bool{
+	"policy": true, "allowed_hosts": true, "allowed_ports": true, "allowed_cidrs": true, "dns_servers": true, "on_violation": true,
 }
 
 func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
@@ -222,6 +232,24 @@ func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
 				p.add(v, fmt.Sprintf("%s.warm: %d is not between 0 and %d", where, n, MaxWarm))
 			} else {
 				t.Warm, t.WarmSet = n, true
+			}
+		}
+	}
+
+	if v, ok := fields["network"]; ok && v.Tag != "!!null" {
+		p.mapping(v, where+".network", networkFields) // unknown keys are problems
+		var n egress.Policy
+		dec := v.Decode(&n)
+		switch {
+		case dec != nil:
+			p.add(v, fmt.Sprintf("%s.network: %v", where, dec))
+		case n.Mode == "":
+			p.add(v, where+".network.policy is required (isolated, restricted or allow_egress)")
+		default:
+			if err := n.Validate(); err != nil {
+				p.add(v, fmt.Sprintf("%s.%v", where, err))
+			} else {
+				t.Network = &n
 			}
 		}
 	}

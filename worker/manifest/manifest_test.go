@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -493,6 +494,39 @@ func TestParseWarm(t *testing.T) {
 	for _, want := range []string{"tools.a.warm: -1 is not between 0 and 16", "tools.b.warm: 17 is not between 0 and 16", "tools.c.warm must be an integer"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}
+
+// A tool may narrow its profile's network policy; the entry is checked
+// strictly (unknown keys, bad patterns) when the manifest loads.
+func TestParseNetwork(t *testing.T) {
+	m, err := Parse([]byte(`version: 1
+tools:
+  api: {module: m, function: f, network: {policy: restricted, allowed_hosts: [api.example.com, "*.example.org"], allowed_ports: [443, 8443]}}
+  none: {module: m, function: f, network: {policy: isolated}}
+  plain: {module: m, function: f}
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := m.Tools["api"].Network; n == nil || n.Mode != egress.Restricted || len(n.AllowedHosts) != 2 || len(n.AllowedPorts) != 2 {
+		t.Fatalf("api network: %+v", n)
+	}
+	if m.Tools["none"].Network.Mode != egress.Isolated || m.Tools["plain"].Network != nil {
+		t.Fatalf("none %+v plain %+v", m.Tools["none"].Network, m.Tools["plain"].Network)
+	}
+	for _, bad := range []string{
+		`{policy: restricted, allowed_hosts: ["*"]}`,
+		`{policy: restricted, allowed_hosts: ["*.com"]}`,
+		`{policy: sideways}`,
+		`{allowed_hosts: [a.example.com]}`,
+		`{policy: restricted, allowed_hostz: [a.example.com]}`,
+		`{policy: isolated, allowed_ports: [80]}`,
+	} {
+		_, err := Parse([]byte("version: 1\ntools:\n  t: {module: m, function: f, network: "+bad+"}\n"), "t.yaml")
+		if err == nil || !strings.Contains(err.Error(), "tools.t.network") {
+			t.Errorf("network %s: %v, want a problem naming tools.t.network", bad, err)
 		}
 	}
 }
