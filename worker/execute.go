@@ -545,7 +545,7 @@ func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed
 	if aerr != nil {
 		return fail(aerr)
 	}
-	payload := EncodeResultReport(t.req.ID, toolResult, elapsed, created, skipped, net)
+	payload := EncodeResult(t.req.ID, toolResult, elapsed, created, skipped, net)
 	if len(payload) > maxReplyBytes {
 		return fail(errorf(CodeToolError, "the tool's result is too large: the reply would have %d bytes, the limit is %d (the broker's message limit less the publish envelope)", len(payload), maxReplyBytes))
 	}

@@ -598,13 +598,9 @@ func marshal(v any) []byte {
 
 // EncodeResult is a success reply. toolResult must be a JSON object (see
 // NormalizeToolResult); artifacts may be nil (encoded as []); skipped
-// outputs, if any, are listed in "skipped_outputs".
-func EncodeResult(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact, skipped ...SkippedOutput) []byte {
-	return EncodeResultReport(id, toolResult, executionTime, artifacts, skipped, NetworkReport{})
-}
-
-// EncodeResultReport is EncodeResult with the network policy's report.
-func EncodeResultReport(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact, skipped []SkippedOutput, net NetworkReport) []byte {
+// outputs, if any, are listed in "skipped_outputs", and the network
+// policy's denials, if any, in "violations" (with "violation_summary").
+func EncodeResult(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact, skipped []SkippedOutput, net NetworkReport) []byte {
 	if artifacts == nil {
 		artifacts = []CreatedArtifact{}
 	}

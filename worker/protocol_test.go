@@ -26,8 +26,8 @@ func TestEncodersMatchGolden(t *testing.T) {
 		got    []byte
 	}{
 		{"result.json", EncodeResult("req-1", json.RawMessage(`{"status":"success"}`), 150*time.Millisecond,
-			[]CreatedArtifact{{Filename: "summary.txt", Version: 0, MimeType: "text/plain", SizeBytes: 256}})},
-		{"result_none.json", EncodeResult("req-1", mustNormalize(t, "null"), 7*time.Millisecond, nil)},
+			[]CreatedArtifact{{Filename: "summary.txt", Version: 0, MimeType: "text/plain", SizeBytes: 256}}, nil, NetworkReport{})},
+		{"result_none.json", EncodeResult("req-1", mustNormalize(t, "null"), 7*time.Millisecond, nil, nil, NetworkReport{})},
 		{"timeout.json", EncodeTimeout("req-1", 35012*time.Millisecond)},
 		{"error_tool_not_available.json", EncodeError("req-1", errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", "nope"))},
 		{"error_with_data.json", EncodeError("req-1", &Error{Code: CodeSandboxFailed, Message: "m", Data: json.RawMessage(`{"step":4}`)})},
