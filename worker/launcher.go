@@ -100,15 +100,20 @@ func (s launcherSandbox) Wait() (*SandboxExit, error) {
 	if r.SetupError != nil {
 		e.SetupError = r.SetupError
 	}
-	// Every phase is a duration. Setup is the launcher's phases before the
-	// run plus the init's (which fall inside the launcher's "run"), not the
-	// run itself or the teardown.
-	var setup float64
-	for _, ph := range r.Timings {
+	e.SetupTime = setupTime(r.Timings)
+	return e, nil
+}
+
+// setupTime is how long a sandbox took to set up, from its timings. Every
+// phase is a duration (one convention, launcher's and init's alike);
+// setup is the launcher's phases before the run plus the init's (which
+// fall inside the launcher's "run"), not the run itself or the teardown.
+func setupTime(phases []launcher.Phase) time.Duration {
+	var ms float64
+	for _, ph := range phases {
 		if ph.Name != "launcher_run" && ph.Name != "launcher_teardown" {
-			setup += ph.Ms
+			ms += ph.Ms
 		}
 	}
-	e.SetupTime = time.Duration(setup * float64(time.Millisecond))
-	return e, nil
+	return time.Duration(ms * float64(time.Millisecond))
 }
