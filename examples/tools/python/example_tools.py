@@ -164,3 +164,21 @@ def escape_attempt(ctx):
     for a in attempts:
         ctx.send_status(f"{a['attempt']}: {'blocked' if a['blocked'] else 'NOT BLOCKED'}")
     return {"all_blocked": all(a["blocked"] for a in attempts), "attempts": attempts}
+
+
+def http_get(ctx, url, max_bytes=65536):
+    """Fetches a URL through the sandbox's egress proxy (urllib honours
+    HTTPS_PROXY, which the sandbox sets). Its manifest entry narrows the
+    network to restricted: hosts outside the allowlist are refused by the
+    worker's proxy and reported in the reply's "violations"."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = r.read(int(max_bytes))
+            return {"status": r.status, "bytes": len(body), "head": body[:200].decode("utf-8", "replace")}
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, "error": e.reason, "proxy_reason": e.headers.get("X-Str-Reason")}
+    except OSError as e:
+        return {"status": None, "error": str(e)}
