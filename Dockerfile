@@ -27,12 +27,11 @@ RUN CGO_ENABLED=1 go build -trimpath -o /out/str ./cmd/str
 
 # ---- runtime -------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
-# python3: runs the tools. libseccomp2: str's seccomp filters. libssl3 and
-# ca-certificates: TLS to the Solace broker (tcps://). util-linux: prlimit,
-# which starts the tool under its rlimits (essential in Debian, listed so
-# that nobody removes it).
+# python3: runs the tools. libseccomp2: str links it (policy files; the
+# sandbox's init does not). libssl3 and ca-certificates: TLS to the Solace
+# broker (tcps://).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 libseccomp2 libssl3 ca-certificates util-linux \
+ && apt-get install -y --no-install-recommends python3 libseccomp2 libssl3 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/str /usr/local/bin/str
 
