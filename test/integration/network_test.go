@@ -351,3 +351,43 @@ func TestNetworkViolationsReported(t *testing.T) {
 		t.Errorf("summary missing: %q / %s", res.Summary, out)
 	}
 }
+
+// on_violation: kill ends the sandbox at the first denial, and the result
+// says so.
+func TestNetworkOnViolationKill(t *testing.T) {
+	needRoot(t)
+	base, err := os.ReadFile("../../profiles/restrictive.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(base), "name: restrictive", "name: nettest-kill", 1)
+	y = strings.Replace(y, "aliases: [untrusted]", "aliases: []", 1)
+	i, j := strings.Index(y, "network:"), strings.Index(y, "hostname:")
+	y = y[:i] + "network:\n  policy: restricted\n  allowed_hosts: [api.example.com]\n  on_violation: kill\n" + y[j:]
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "nettest-kill.yaml"), []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	resFile := filepath.Join(t.TempDir(), "r.json")
+	cmd := exec.Command(strBin, "run", "--result", resFile, "--profile-dir", dir, "--profile", "nettest-kill", "--",
+		"/usr/bin/python3", "-c", `
+import socket, time
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(b"CONNECT evil.example.net:443 HTTP/1.1\r\nHost: evil.example.net\r\n\r\n")
+try: s.recv(100)
+except Exception: pass
+time.sleep(30)
+print("survived")`)
+	out, _ := cmd.CombinedOutput()
+	var res struct {
+		Killed bool `json:"killed_for_violation"`
+		Signal int  `json:"signal"`
+	}
+	data, _ := os.ReadFile(resFile)
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !res.Killed || res.Signal != 9 || strings.Contains(string(out), "survived") {
+		t.Fatalf("on_violation: kill did not end the sandbox: %s\n%s", data, out)
+	}
+}
