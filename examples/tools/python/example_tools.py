@@ -182,3 +182,55 @@ def http_get(ctx, url, max_bytes=65536):
         return {"status": e.code, "error": e.reason, "proxy_reason": e.headers.get("X-Str-Reason")}
     except OSError as e:
         return {"status": None, "error": str(e)}
+
+
+def self_check(ctx):
+    """Reports what the sandbox looks like from inside, for a test (and an
+    operator) to compare with what it must be: namespaces (the inode of
+    each /proc/self/ns link: compare them with the host's), capability
+    sets, seccomp mode, no_new_privs, mounts, visible processes, network
+    interfaces, uid/gid and the user namespace's maps."""
+    import socket
+
+    def read(path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError as e:
+            return "error: %s" % e.strerror
+
+    namespaces = {}
+    for ns in sorted(os.listdir("/proc/self/ns")):
+        try:
+            namespaces[ns] = os.stat("/proc/self/ns/" + ns).st_ino
+        except OSError:
+            namespaces[ns] = None
+    status = {}
+    for line in read("/proc/self/status").splitlines():
+        key, _, value = line.partition(":")
+        status[key] = value.strip()
+    mounts = []
+    for line in read("/proc/self/mountinfo").splitlines():
+        fields = line.split(" ")
+        sep = fields.index("-")
+        options = fields[5].split(",")
+        mounts.append({"path": fields[4], "fstype": fields[sep + 1], "rw": "rw" in options})
+    processes = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            processes[pid] = read("/proc/%s/comm" % pid).strip()
+    return {
+        "namespaces": namespaces,
+        "capabilities": {k: status.get(k) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
+        "seccomp": status.get("Seccomp"),
+        "no_new_privs": status.get("NoNewPrivs"),
+        "mounts": mounts,
+        "processes": processes,
+        "interfaces": [name for _, name in socket.if_nameindex()],
+        "uid": list(os.getresuid()),
+        "gid": list(os.getresgid()),
+        "groups": os.getgroups(),
+        "uid_map": read("/proc/self/uid_map").split(),
+        "gid_map": read("/proc/self/gid_map").split(),
+        "hostname": socket.gethostname(),
+    }

@@ -1,0 +1,272 @@
+package hostile
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/securetoolruntime/str/worker/transport/devbroker"
+)
+
+// The manifest: one tool per profile, all the same function (attack),
+// which runs the case named in its arguments.
+const manifest = `version: 1
+tools:
+  h_restrictive: {module: hostile_tools, function: attack, sandbox_profile: restrictive, timeout_seconds: 120}
+  h_confidential: {module: hostile_tools, function: attack, sandbox_profile: confidential, timeout_seconds: 120}
+  h_standard: {module: hostile_tools, function: attack, sandbox_profile: standard, timeout_seconds: 120}
+  h_permissive: {module: hostile_tools, function: attack, sandbox_profile: permissive, timeout_seconds: 120}
+  h_short: {module: hostile_tools, function: attack, sandbox_profile: restrictive, timeout_seconds: 2}
+  h_restricted: {module: hostile_tools, function: attack, sandbox_profile: standard, timeout_seconds: 120, network: {policy: restricted, allowed_hosts: [api.example.com], allowed_ports: [443]}}
+  self_check: {module: example_tools, function: self_check, sandbox_profile: restrictive}
+  self_check_standard: {module: example_tools, function: self_check, sandbox_profile: standard}
+`
+
+// hcase is one attempt: the tool of its profile runs the Python case py
+// (default: name) with args, where "{var}" in a string is replaced by the
+// harness's value (ports, paths, secrets of this run). The outcome must
+// be exactly want (the tool result's "outcome"), or the error code (and
+// a message containing msg), or a timeout; check adds assertions; run
+// replaces the whole sequence for a case of several calls.
+type hcase struct {
+	name, profile, py string
+	args              map[string]any
+	params            map[string]any // request fields (artifact references, ids)
+	want              string
+	code, msg         string
+	timedOut          bool
+	check             func(t *testing.T, h *harness, r reply, res map[string]any)
+	run               func(t *testing.T, h *harness, c hcase)
+	// defect: when the outcome is not the expected one and this says
+	// why, the case is skipped as a known defect another change fixes.
+	defect func(r reply, res map[string]any) string
+}
+
+// harness is one worker and what the cases aim at.
+type harness struct {
+	e       *env
+	w       *workerProc
+	a       *agent
+	vars    map[string]string
+	accepts atomic.Int64 // connections the host listeners accepted
+	secret  string
+	hostTxt string
+}
+
+const rpcWait = 5 * time.Minute // bound on one reply: cases queue behind each other
+
+func (h *harness) sub(v any) any {
+	switch x := v.(type) {
+	case string:
+		for k, val := range h.vars {
+			x = strings.ReplaceAll(x, "{"+k+"}", val)
+		}
+		return x
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = h.sub(x[i])
+		}
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for k, val := range x {
+			out[k] = h.sub(val)
+		}
+		return out
+	}
+	return v
+}
+
+// call runs one case's tool and returns its reply.
+func (h *harness) call(t *testing.T, profile, py string, args, params map[string]any) (reply, map[string]any, []byte, string) {
+	t.Helper()
+	a := map[string]any{"case": py}
+	for k, v := range args {
+		a[k] = h.sub(v)
+	}
+	p := map[string]any{"args": a, "session_id": "s-" + strings.ReplaceAll(py, "_", "-")}
+	for k, v := range params {
+		p[k] = h.sub(v)
+	}
+	id := h.a.invoke("h_"+profile, p)
+	raw := h.a.reply(t, id, rpcWait)
+	var r reply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatalf("reply: %v\n%.2000s", err, raw)
+	}
+	var res map[string]any
+	if r.Result != nil {
+		_ = json.Unmarshal(r.Result.ToolResult, &res)
+	}
+	return r, res, raw, id
+}
+
+func TestHostile(t *testing.T) {
+	requireRoot(t)
+	h := &harness{e: newEnv(t, manifest), secret: fmt.Sprintf("STR-PLANTED-SECRET-%d", time.Now().UnixNano())}
+	h.hostTxt = "HOST-ONLY-" + h.secret
+	hostFile := filepath.Join(h.e.root, "host-secret.txt")
+	must(t, os.WriteFile(hostFile, []byte(h.hostTxt), 0o644)) // world-readable: only the mount namespace hides it
+	// A setuid-root copy of id(1) in the tools dir (bound read-only).
+	copyFile(t, "/usr/bin/id", filepath.Join(h.e.tools, "suid-id"))
+	must(t, os.Chmod(filepath.Join(h.e.tools, "suid-id"), 0o4755))
+	// Another user's artifacts, in the reference layout.
+	for _, rel := range []string{"u-2/s-1/secret.txt", "u-2/user/secret.txt", "u-1/s-1/mine.txt"} {
+		dir := filepath.Join(h.e.artifacts, "e2e", rel)
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "0"), []byte("U2-SECRET"), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, "0.meta"), []byte(`{"mime_type": "text/plain"}`), 0o644))
+	}
+
+	// Host listeners the sandbox must not reach: TCP on 127.0.0.1 and on
+	// the host's other address, and an abstract unix socket.
+	listen := func(network, addr string) net.Listener {
+		ln, err := net.Listen(network, addr)
+		must(t, err)
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				h.accepts.Add(1)
+				c.Close()
+			}
+		}()
+		return ln
+	}
+	lo := listen("tcp", "127.0.0.1:0")
+	abstract := fmt.Sprintf("str-hostile-%d", os.Getpid())
+	listen("unix", "@"+abstract)
+	hostAddr := hostAddress()
+	hostPort := "1"
+	if hostAddr != "" {
+		hostPort = strconv.Itoa(listen("tcp", hostAddr+":0").Addr().(*net.TCPAddr).Port)
+	}
+
+	h.w = startWorker(t, h.e, map[string]string{"STR_TEST_SECRET": h.secret, "SANDBOX_MAX_CONCURRENT": "6"})
+	h.a = newAgent(t, h.w.port)
+	h.vars = map[string]string{
+		"broker": strconv.Itoa(h.w.port), "health": strconv.Itoa(h.w.health),
+		"listener": strconv.Itoa(lo.Addr().(*net.TCPAddr).Port), "hostaddr": hostAddr, "hostport": hostPort,
+		"abstract": abstract, "secret": h.secret, "hostfile": hostFile, "manifest": h.e.manifest,
+		"token": tokenFile(h.w.port), "workerpid": strconv.Itoa(h.w.cmd.Process.Pid), "testpid": strconv.Itoa(os.Getpid()),
+		"work": h.e.work, "artifacts": h.e.artifacts,
+	}
+
+	// After every case: nothing reached the host listeners, no stored
+	// artifact holds the host file or the planted secret, the worker serves.
+	t.Cleanup(func() {
+		if n := h.accepts.Load(); n != 0 {
+			t.Errorf("the host's listeners accepted %d connections from sandboxes", n)
+		}
+		filepath.WalkDir(h.e.artifacts, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				b, _ := os.ReadFile(p)
+				if strings.Contains(string(b), h.hostTxt) || strings.Contains(string(b), h.secret) {
+					t.Errorf("stored artifact %s holds a host secret", p)
+				}
+			}
+			return nil
+		})
+		if code, _ := h.w.get("/readyz"); code != 200 || !h.w.alive() {
+			t.Errorf("the worker is not ready after the battery (readyz %d)", code)
+		}
+	})
+
+	for _, c := range cases() {
+		c := c
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if c.profile == "" || (c.want == "" && c.code == "" && !c.timedOut && c.check == nil && c.run == nil) {
+				t.Fatalf("case %s says neither its profile nor its outcome", c.name)
+			}
+			if c.run != nil {
+				c.run(t, h, c)
+				return
+			}
+			py := c.py
+			if py == "" {
+				py = c.name
+			}
+			r, res, raw, _ := h.call(t, c.profile, py, c.args, c.params)
+			if c.defect != nil {
+				if why := c.defect(r, res); why != "" {
+					t.Skip("known defect: " + why)
+				}
+			}
+			switch {
+			case c.code != "":
+				if r.Error == nil || r.Error.Code != c.code || !strings.Contains(r.Error.Message, c.msg) {
+					t.Fatalf("want error %s (%q), got %.3000s", c.code, c.msg, raw)
+				}
+			case c.timedOut:
+				if r.Result == nil || !r.Result.TimedOut {
+					t.Fatalf("want a timed_out reply, got %.3000s", raw)
+				}
+			case c.want != "":
+				if r.Result == nil || res["outcome"] != c.want {
+					t.Fatalf("outcome: want %q, got %.3000s", c.want, raw)
+				}
+			default:
+				if r.Result == nil {
+					t.Fatalf("want a result, got %.3000s", raw)
+				}
+			}
+			if c.check != nil {
+				c.check(t, h, r, res)
+			}
+		})
+	}
+}
+
+func tokenFile(port int) string { return devbroker.TokenFileFor(port) }
+
+// created is the sorted list of stored output names.
+func created(r reply) []string {
+	var out []string
+	if r.Result != nil {
+		for _, c := range r.Result.Created {
+			out = append(out, c.Filename)
+		}
+	}
+	return out
+}
+
+func onlyOK(t *testing.T, _ *harness, r reply, _ map[string]any) {
+	t.Helper()
+	if got := strings.Join(created(r), ","); got != "ok.txt" {
+		t.Fatalf("stored outputs %q, want only ok.txt", got)
+	}
+}
+
+// per expands one case over several profiles (name_profile).
+func per(profiles []string, c hcase) []hcase {
+	var out []hcase
+	for _, p := range profiles {
+		d := c
+		d.profile = p
+		d.name = c.name + "_" + p
+		if d.py == "" {
+			d.py = c.name
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+var (
+	all      = []string{"restrictive", "confidential", "standard", "permissive"}
+	isolated = []string{"restrictive", "confidential"}
+	egress   = []string{"standard", "permissive"}
+)

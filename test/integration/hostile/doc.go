@@ -1,0 +1,20 @@
+// Package hostile is the battery of hostile tools (issue 11): each case is
+// a small Python tool (testdata/hostile_tools.py) run end to end through a
+// real `str worker` with the embedded broker, under the profile it
+// targets, with the exact outcome it must produce (an errno, a refused
+// connection, an error code, a timeout, an empty listing...).
+//
+// What it protects against: regressions of the sandbox's containment as a
+// tool sees it — files, processes, privileges, the kernel surface, the
+// network, resources and information of the host, of the worker and of
+// other tasks and users. What it does not: it tests through Python and
+// ctypes, so a case Python cannot express (none so far) is covered by the
+// seccomp package's kernel tests instead; it runs on the host it is given
+// (cgroup v1 or v2), not on every kernel.
+//
+// It trusts the str binary under test ($STR_BIN, else built from this
+// tree) and needs root (namespaces, cgroups, a host uid per sandbox):
+// without it every test skips with the reason, and STR_MUST_WORK=1 turns
+// the skip into a failure. SECURITY.md's "Tested by" table names its
+// cases; TestSecurityTestedByTable keeps the two in step.
+package hostile
