@@ -5,106 +5,104 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/securetoolruntime/str/internal/prom"
 )
 
 // Metrics are the worker's Prometheus metrics, in their own registry.
 type Metrics struct {
-	Registry *prometheus.Registry
+	Registry *prom.Registry
 
-	Invocations   *prometheus.CounterVec   // str_worker_invocations_total{tool,outcome}
-	ExecutionTime *prometheus.HistogramVec // str_worker_execution_seconds{tool}
-	Timeouts      *prometheus.CounterVec   // str_worker_timeouts_total{tool}
-	Errors        *prometheus.CounterVec   // str_worker_errors_total{code}
-	Running       prometheus.Gauge         // str_worker_running_executions
-	RunningMax    prometheus.Gauge         // str_worker_running_executions_max
-	Queued        prometheus.Gauge         // str_worker_queued_executions
-	SetupTime     prometheus.Histogram     // str_worker_sandbox_setup_seconds
-	StatusLines   prometheus.Counter       // str_worker_status_lines_total
+	Invocations   *prom.CounterVec   // str_worker_invocations_total{tool,outcome}
+	ExecutionTime *prom.HistogramVec // str_worker_execution_seconds{tool}
+	Timeouts      *prom.CounterVec   // str_worker_timeouts_total{tool}
+	Errors        *prom.CounterVec   // str_worker_errors_total{code}
+	Running       *prom.Gauge        // str_worker_running_executions
+	RunningMax    *prom.Gauge        // str_worker_running_executions_max
+	Queued        *prom.Gauge        // str_worker_queued_executions
+	SetupTime     *prom.Histogram    // str_worker_sandbox_setup_seconds
+	StatusLines   *prom.Counter      // str_worker_status_lines_total
 	// NetworkViolations counts the network policy's denials.
-	NetworkViolations *prometheus.CounterVec // str_worker_network_violations_total{kind,reason}
+	NetworkViolations *prom.CounterVec // str_worker_network_violations_total{kind,reason}
 
 	// The warm pool (pool.go).
-	WarmHits     *prometheus.CounterVec // str_worker_warm_hits_total{tool}
-	WarmMisses   *prometheus.CounterVec // str_worker_warm_misses_total{tool}
-	WarmDiscards *prometheus.CounterVec // str_worker_warm_discarded_total{reason}
-	WarmRefill   prometheus.Histogram   // str_worker_warm_refill_seconds
-	WarmSize     *prometheus.GaugeVec   // str_worker_warm_pool_size{tool}
-	WarmMemory   prometheus.Gauge       // str_worker_warm_memory_bytes
+	WarmHits     *prom.CounterVec // str_worker_warm_hits_total{tool}
+	WarmMisses   *prom.CounterVec // str_worker_warm_misses_total{tool}
+	WarmDiscards *prom.CounterVec // str_worker_warm_discarded_total{reason}
+	WarmRefill   *prom.Histogram  // str_worker_warm_refill_seconds
+	WarmSize     *prom.GaugeVec   // str_worker_warm_pool_size{tool}
+	WarmMemory   *prom.Gauge      // str_worker_warm_memory_bytes
 
 	mu         sync.Mutex
 	running    int
 	runningMax int
 }
 
-// NewMetrics creates the metrics in a fresh registry (plus the Go and
-// process collectors).
+// NewMetrics creates the metrics in a fresh registry (plus a few Go and
+// process metrics: goroutines, CPU, memory, file descriptors, start time).
 func NewMetrics() *Metrics {
-	r := prometheus.NewRegistry()
+	r := prom.NewRegistry()
 	m := &Metrics{
 		Registry: r,
-		Invocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Invocations: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_invocations_total",
 			Help: "Invocations answered, by tool and outcome (success, timeout, the error code, or reply_failed when the reply could not be published).",
 		}, []string{"tool", "outcome"}),
-		ExecutionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		ExecutionTime: prom.NewHistogramVec(prom.HistogramOpts{
 			Name:    "str_worker_execution_seconds",
 			Help:    "Time from receipt (queueing included) to the tool's exit.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"tool"}),
-		Timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Timeouts: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_timeouts_total", Help: "Executions that hit their timeout.",
 		}, []string{"tool"}),
-		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Errors: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_errors_total", Help: "Error replies by code.",
 		}, []string{"code"}),
-		Running: prometheus.NewGauge(prometheus.GaugeOpts{
+		Running: prom.NewGauge(prom.Opts{
 			Name: "str_worker_running_executions", Help: "Executions running now.",
 		}),
-		RunningMax: prometheus.NewGauge(prometheus.GaugeOpts{
+		RunningMax: prom.NewGauge(prom.Opts{
 			Name: "str_worker_running_executions_max", Help: "Highest number of executions running at once since start.",
 		}),
-		Queued: prometheus.NewGauge(prometheus.GaugeOpts{
+		Queued: prom.NewGauge(prom.Opts{
 			Name: "str_worker_queued_executions", Help: "Executions waiting for a slot.",
 		}),
-		SetupTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+		SetupTime: prom.NewHistogram(prom.HistogramOpts{
 			Name:    "str_worker_sandbox_setup_seconds",
 			Help:    "Sandbox creation and start time.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}),
-		StatusLines: prometheus.NewCounter(prometheus.CounterOpts{
+		StatusLines: prom.NewCounter(prom.Opts{
 			Name: "str_worker_status_lines_total", Help: "Status lines relayed from tools.",
 		}),
-		NetworkViolations: prometheus.NewCounterVec(prometheus.CounterOpts{
+		NetworkViolations: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_network_violations_total", Help: "Connections and DNS lookups the network policy denied, by kind (net, dns) and reason.",
 		}, []string{"kind", "reason"}),
-		WarmHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+		WarmHits: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_warm_hits_total", Help: "Executions served by a pre-started sandbox of the warm pool.",
 		}, []string{"tool"}),
-		WarmMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
+		WarmMisses: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_warm_misses_total", Help: "Executions of a tool with a warm pool that found none usable and started a sandbox (cold).",
 		}, []string{"tool"}),
-		WarmDiscards: prometheus.NewCounterVec(prometheus.CounterOpts{
+		WarmDiscards: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_warm_discarded_total", Help: "Pooled sandboxes destroyed unused, by reason (aged, code_changed, too_old_for_request, died, drained).",
 		}, []string{"reason"}),
-		WarmRefill: prometheus.NewHistogram(prometheus.HistogramOpts{
+		WarmRefill: prom.NewHistogram(prom.HistogramOpts{
 			Name:    "str_worker_warm_refill_seconds",
 			Help:    "Time from creating a pooled sandbox to its runner being ready (tool module imported, waiting for a call).",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
-		WarmSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		WarmSize: prom.NewGaugeVec(prom.Opts{
 			Name: "str_worker_warm_pool_size", Help: "Pre-started sandboxes waiting in the pool, by tool.",
 		}, []string{"tool"}),
-		WarmMemory: prometheus.NewGauge(prometheus.GaugeOpts{
+		WarmMemory: prom.NewGauge(prom.Opts{
 			Name: "str_worker_warm_memory_bytes", Help: "Memory the pool holds, each pooled sandbox counted at its profile's memory limit (the budget is STR_WARM_MEMORY).",
 		}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
 		m.Queued, m.SetupTime, m.StatusLines, m.NetworkViolations,
 		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmMemory,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		prom.NewProcessCollector())
 	return m
 }
 
@@ -164,6 +162,6 @@ func (s *Server) Handler() http.Handler {
 		}
 		write(w, s.Ready(), healthBody{UnavailableTools: bad})
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", s.metrics.Registry)
 	return mux
 }
