@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
@@ -175,11 +176,12 @@ func Names() []string {
 	return names
 }
 
-var policyName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+// policyName is compiled when first used, not at every str start.
+var policyName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_-]*$`) })
 
 // Load decodes and validates the embedded policy called name.
 func Load(name string) (*Policy, error) {
-	if !policyName.MatchString(name) {
+	if !policyName().MatchString(name) {
 		return nil, fmt.Errorf("seccomp: load policy %q: not a valid policy name (known: %s)", name, strings.Join(Names(), ", "))
 	}
 	file := path.Join("policies", name+".yaml")
@@ -280,7 +282,7 @@ func (p *Policy) Validate() error {
 		add(-1, "version", "is %d, want %d", p.Version, SchemaVersion)
 	}
 	// 2. name, description
-	if !policyName.MatchString(p.Name) {
+	if !policyName().MatchString(p.Name) {
 		add(-1, "name", "%q is not a lower-case identifier ([a-z][a-z0-9_-]*)", p.Name)
 	}
 	if strings.TrimSpace(p.Description) == "" {

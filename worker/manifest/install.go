@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -73,7 +72,7 @@ func (i *Installer) Ensure(ctx context.Context, t *Tool) error {
 		return nil
 	}
 	// 0. inputs that end up on a command line are re-checked here.
-	if !packageRE.MatchString(t.Package) {
+	if !packageRE().MatchString(t.Package) {
 		return fmt.Errorf("install %s: package %q is not a valid distribution name", t.Name, t.Package)
 	}
 	specs, err := parseOptionalSpecifiers(t.Version)
@@ -257,10 +256,10 @@ type wheelName struct {
 	file, dist, version, python, abi, platform string
 }
 
-var distSepRE = regexp.MustCompile(`[-_.]+`)
+var distSepRE = lazyRegexp(`[-_.]+`)
 
 func normalizeDist(name string) string {
-	return distSepRE.ReplaceAllString(strings.ToLower(name), "-")
+	return distSepRE().ReplaceAllString(strings.ToLower(name), "-")
 }
 
 func parseWheelName(file string) (wheelName, bool) {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unicode"
 	"unicode/utf8"
@@ -59,7 +60,37 @@ type Tool struct {
 	// the profile's): `network: {policy: restricted, allowed_hosts: [...]}`.
 	// It may only tighten; the launcher refuses a looser one.
 	Network *egress.Policy
+	// UserScope is what the tool may do with user-scoped ("user:")
+	// artifacts, shared across all of the user's sessions:
+	// `artifacts: {user_scope: read|write|none}`; "" (absent) is read.
+	UserScope UserScope
 }
+
+// UserScope is a tool's permission on user-scoped ("user:") artifacts.
+type UserScope string
+
+// The user_scope values. read (the default, also the zero value) lets a
+// call's inputs name "user:" artifacts but not its outputs; write allows
+// both; none neither.
+const (
+	UserScopeNone  UserScope = "none"
+	UserScopeRead  UserScope = "read"
+	UserScopeWrite UserScope = "write"
+)
+
+// CanRead reports whether a call's inputs may reference "user:" artifacts.
+func (u UserScope) CanRead() bool { return u != UserScopeNone }
+
+// String is the permission's name ("read" for the zero value).
+func (u UserScope) String() string {
+	if u == "" {
+		return string(UserScopeRead)
+	}
+	return string(u)
+}
+
+// CanWrite reports whether a call's outputs may be saved as "user:" artifacts.
+func (u UserScope) CanWrite() bool { return u == UserScopeWrite }
 
 // MaxWarm is the largest warm pool size one tool may ask for.
 const MaxWarm = 16
@@ -80,12 +111,18 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("manifest %s: %d problem(s):\n  %s", e.Source, len(e.Problems), strings.Join(e.Problems, "\n  "))
 }
 
+// The patterns are compiled when first used, not at init: every `str run`
+// links this package but only the worker checks manifests.
 var (
-	identRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	packageRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
-	profileRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
-	sha256RE  = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+	identRE   = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	packageRE = lazyRegexp(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	profileRE = lazyRegexp(`^[a-z][a-z0-9_-]{0,63}$`)
+	sha256RE  = lazyRegexp(`^[0-9a-fA-F]{64}$`)
 )
+
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // Load reads and parses the manifest at path (at most MaxManifestBytes,
 // no symlink restrictions: the operator owns the manifest's path).
@@ -178,8 +215,10 @@ func Parse(data []byte, source string) (*Manifest, error) {
 var toolFields = map[string]bool{
 	"runtime": true, "module": true, "function": true, "class_name": true, "package": true, "version": true,
 	"description": true, "timeout_seconds": true, "sandbox_profile": true, "sha256": true, "warm": true,
-	"network": true,
+	"network": true, "artifacts": true,
 }
+
+var artifactsFields = map[string]bool{"user_scope": true}
 
 var networkFields = map[string]bool{
 	"policy": true, "allowed_hosts": true, "allowed_ports": true, "allowed_cidrs": true, "dns_servers": true, "on_violation": true,
@@ -254,6 +293,20 @@ func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
 		}
 	}
 
+	if v, ok := fields["artifacts"]; ok && v.Tag != "!!null" {
+		af := p.mapping(v, where+".artifacts", artifactsFields)
+		if us, ok := af["user_scope"]; ok {
+			if s, ok := p.str(us, where+".artifacts.user_scope"); ok {
+				switch UserScope(s) {
+				case UserScopeNone, UserScopeRead, UserScopeWrite:
+					t.UserScope = UserScope(s)
+				default:
+					p.add(us, fmt.Sprintf("%s.artifacts.user_scope: %q is not one of read, write, none", where, s))
+				}
+			}
+		}
+	}
+
 	// Named checks over the decoded entry; each adds its own problem.
 	if node.Kind == yaml.MappingNode {
 		if t.Runtime != RuntimePython {
@@ -270,13 +323,13 @@ func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
 			if absent(fields, "function") {
 				p.add(node, where+".function is required")
 			}
-		} else if !identRE.MatchString(t.Function) {
+		} else if !identRE().MatchString(t.Function) {
 			p.add(fields["function"], fmt.Sprintf("%s.function: %q is not a Python identifier", where, t.Function))
 		}
-		if t.ClassName != "" && !identRE.MatchString(t.ClassName) {
+		if t.ClassName != "" && !identRE().MatchString(t.ClassName) {
 			p.add(fields["class_name"], fmt.Sprintf("%s.class_name: %q is not a Python identifier", where, t.ClassName))
 		}
-		if t.Package != "" && !packageRE.MatchString(t.Package) {
+		if t.Package != "" && !packageRE().MatchString(t.Package) {
 			p.add(fields["package"], fmt.Sprintf("%s.package: %q is not a valid distribution name", where, t.Package))
 		}
 		if t.Version != "" {
@@ -286,11 +339,11 @@ func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
 				p.add(fields["version"], fmt.Sprintf("%s.version: %v", where, err))
 			}
 		}
-		if t.SandboxProfile != "" && !profileRE.MatchString(t.SandboxProfile) {
+		if t.SandboxProfile != "" && !profileRE().MatchString(t.SandboxProfile) {
 			p.add(fields["sandbox_profile"], fmt.Sprintf("%s.sandbox_profile: %q is not a profile name", where, t.SandboxProfile))
 		}
 		if t.SHA256 != "" {
-			if !sha256RE.MatchString(t.SHA256) {
+			if !sha256RE().MatchString(t.SHA256) {
 				p.add(fields["sha256"], fmt.Sprintf("%s.sha256: want 64 hex characters, got %q", where, t.SHA256))
 			}
 			t.SHA256 = strings.ToLower(t.SHA256)
@@ -343,7 +396,7 @@ func checkToolName(name string) string {
 
 func validDotted(s string) bool {
 	for _, part := range strings.Split(s, ".") {
-		if !identRE.MatchString(part) {
+		if !identRE().MatchString(part) {
 			return false
 		}
 	}
