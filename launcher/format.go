@@ -36,6 +36,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 		w("  %2d. %s\n", i+1, describeMount(m))
 	}
 	w("  then: pivot_root, detach old root, remount / read-only, chdir %s\n", pl.Child.Workdir)
+	w("  the work dir: root mode, a tmpfs the worker mounts on it per task, capped by profile %s's work_dir (size, inodes; see `str profile show %s`); rootless, an uncapped bind\n", pl.Profile, pl.Profile)
 	w("\ninit sequence (nsinit, every sandbox):\n")
 	for _, l := range nsinit.DocList() {
 		w("  %s\n", l)

@@ -35,6 +35,10 @@ type Profile struct {
 	Mounts Mounts `yaml:"mounts"`
 	Env    Env    `yaml:"env"`
 
+	// WorkDir caps the task's work dir (its inputs, outputs, status FIFO
+	// and whatever the tool writes in its cwd).
+	WorkDir WorkDir `yaml:"work_dir"`
+
 	// Seccomp names a policy in the seccomp package ("restrictive", ...).
 	Seccomp string `yaml:"seccomp"`
 }
@@ -82,6 +86,17 @@ type TmpfsSpec struct {
 	Path string   `yaml:"path"`
 	Size Quantity `yaml:"size"`
 	Mode string   `yaml:"mode"` // octal, e.g. "1777"
+}
+
+// WorkDir is the cap of a task's work dir. In root mode the worker
+// mounts a tmpfs of this size and inode count on it (its pages are
+// charged to the memory cgroup of whoever writes them: the tool); a tool
+// that reaches either limit gets ENOSPC. Rootless, the work dir is a
+// plain bind of a host directory and these limits are not enforced (the
+// worker says so at start-up).
+type WorkDir struct {
+	Size   Quantity `yaml:"size"`   // bytes (tmpfs size=)
+	Inodes int64    `yaml:"inodes"` // files, directories and FIFOs (tmpfs nr_inodes=)
 }
 
 // Env is the tool's environment, always rebuilt from scratch.

@@ -304,6 +304,7 @@ mounts:
   tmpfs: [{path: /tmp, size: 10Mi, mode: "1777"}]
   dev_shm: 0
   generate_passwd: false
+work_dir: {size: 64Mi, inodes: 1000}
 env:
   set: {PATH: /usr/bin}
   passthrough: [TZ]
@@ -386,6 +387,7 @@ mounts:
   ro_binds: [{path: usr}, {path: /usr/../etc}, {path: /usr/}, {path: /proc/self}, {path: /}, {path: /opt}, {path: /opt}]
   tmpfs: [{path: /tmp, size: 0, mode: "4777"}, {path: /var, size: 1Mi, mode: "9"}, {path: /dev/shm, size: 1Mi, mode: "1777"}]
   dev_shm: 0
+work_dir: {size: 0, inodes: -1}
 env:
   set: {"1BAD": x, "OK": y}
   passthrough: [OK, "BAD-NAME", TZ, TZ]
@@ -409,6 +411,7 @@ seccomp: ""
 		"mounts.tmpfs[2].path",
 		"mounts.ro_binds[6].path", // duplicate of [5]
 		"mounts.tmpfs[0].size", "mounts.tmpfs[0].mode", "mounts.tmpfs[1].mode",
+		"work_dir.size", "work_dir.inodes",
 		"env.set", "env.passthrough[0]", "env.passthrough[1]", "env.passthrough[3]",
 		"seccomp",
 	}

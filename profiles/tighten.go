@@ -20,12 +20,15 @@ type Overrides struct {
 	CPUs    *Quantity      // milli-CPUs; tightens cgroup.cpus
 	Pids    *int64         // tightens cgroup.pids
 	Network *egress.Policy // narrows the network policy (mode, hosts, ports, CIDRs)
+	// WorkDirSize and WorkDirInodes tighten work_dir.size and .inodes.
+	WorkDirSize   *Quantity
+	WorkDirInodes *int64
 }
 
 // LoosenError is one override that would loosen the profile.
 type LoosenError struct {
 	Profile string
-	Field   string // "memory", "cpus", "pids", "timeout", "network"
+	Field   string // "memory", "cpus", "pids", "timeout", "network", "work_dir.size", "work_dir.inodes"
 	Asked   string
 	Allowed string // e.g. "at most 512Mi", `only "none"`
 }
@@ -89,6 +92,26 @@ func (p *Profile) Tighten(o Overrides) (*Profile, error) {
 			loosen("pids", fmt.Sprint(n), fmt.Sprintf("at most %d", p.Cgroup.Pids))
 		default:
 			t.Cgroup.Pids = n
+		}
+	}
+	if o.WorkDirSize != nil {
+		switch q := *o.WorkDirSize; {
+		case q <= 0:
+			invalid("work_dir.size", "must be > 0, got %d", q)
+		case q > p.WorkDir.Size:
+			loosen("work_dir.size", FormatBytes(q), "at most "+FormatBytes(p.WorkDir.Size))
+		default:
+			t.WorkDir.Size = q
+		}
+	}
+	if o.WorkDirInodes != nil {
+		switch n := *o.WorkDirInodes; {
+		case n <= 0:
+			invalid("work_dir.inodes", "must be > 0, got %d", n)
+		case n > p.WorkDir.Inodes:
+			loosen("work_dir.inodes", fmt.Sprint(n), fmt.Sprintf("at most %d", p.WorkDir.Inodes))
+		default:
+			t.WorkDir.Inodes = n
 		}
 	}
 	if o.Network != nil {

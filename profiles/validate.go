@@ -60,6 +60,7 @@ var checks = []check{
 	{"mount targets unique", checkMountTargetsUnique},
 	{"tmpfs", checkTmpfs},
 	{"dev_shm", checkDevShm},
+	{"work_dir", checkWorkDir},
 	{"env", checkEnv},
 	{"seccomp", checkSeccomp},
 }
@@ -350,6 +351,18 @@ func checkTmpfs(p *Profile, add func(string, string, ...any)) {
 func checkDevShm(p *Profile, add func(string, string, ...any)) {
 	if p.Mounts.DevShm < 0 {
 		add("mounts.dev_shm", "must be >= 0 (0 = no /dev/shm), got %d", p.Mounts.DevShm)
+	}
+}
+
+// checkWorkDir requires both caps of the work dir: an uncapped work dir
+// is a host directory a tool can fill (bytes or inodes) for every other
+// task on the host.
+func checkWorkDir(p *Profile, add func(string, string, ...any)) {
+	if p.WorkDir.Size <= 0 {
+		add("work_dir.size", "must be set and > 0 (an uncapped work dir can fill the host's disk), got %s", FormatBytes(p.WorkDir.Size))
+	}
+	if p.WorkDir.Inodes <= 0 {
+		add("work_dir.inodes", "must be set and > 0 (an uncapped work dir can exhaust the host's inodes), got %d", p.WorkDir.Inodes)
 	}
 }
 

@@ -62,6 +62,16 @@
 //     {"jsonrpc":"2.0","method":"sam_remote_tool/status","params":{"task_id":"<task_id>",
 //     "status_text":"…","timestamp":"2026-02-09T12:34:56.789012+00:00"}}
 //
+//     Bounds per task: a line is cut to 64 KiB; at most 10,000 lines and
+//     16 MiB of status text are relayed; lines read from the FIFO wait for
+//     their publish in a queue of at most 1 MiB (the FIFO is read at the
+//     tool's pace whatever the broker's, so a slow subscriber costs the
+//     worker at most that much memory per task). A line beyond any bound
+//     is dropped: the first drop is logged with its reason, the count
+//     (status_lines_dropped, status_bytes_dropped) is logged at the end,
+//     and one last status line "[str] N status lines (B bytes) were
+//     dropped: <reason>" tells the agent.
+//
 //  4. Reply, worker → agent, on exactly the request's replyTo, once. Success:
 //
 //     {"jsonrpc":"2.0","id":"<id>","result":{"tool_result":{…},"execution_time_ms":N,
@@ -69,9 +79,19 @@
 //
 //     plus, only when output files were not stored because their names
 //     break the filename rule (artifacts.CheckFilename: control
-//     characters, invalid UTF-8, separators, …), str's own member
+//     characters, invalid UTF-8, separators, …) or because they are
+//     user-scoped ("user:…") and the tool's manifest entry does not say
+//     artifacts: {user_scope: write}, str's own member
 //     "skipped_outputs":[{"filename","reason"}]; every other reply is
-//     byte-identical to the reference's. tool_result is nested at most 512
+//     byte-identical to the reference's. Outputs are all or nothing:
+//     every output is read and checked (count, total size, name, scope,
+//     mime type) before any is saved, so a call that fails on its
+//     outputs stores none of them; a store failure part-way (which
+//     cannot be undone: versions are never removed) is an ARTIFACT_ERROR
+//     naming each output already saved and its version. A mime type the
+//     tool gave that breaks artifacts.CheckMimeType (more than 255 bytes,
+//     not RFC 6838 type/subtype with optional parameters) is replaced by
+//     the extension's and logged. tool_result is nested at most 512
 //     levels (else TOOL_ERROR) and has invalid UTF-8 replaced by U+FFFD
 //     (logged); a reply over 16 MiB − 64 KiB (the dev broker's line less
 //     the PUBLISH envelope) is a TOOL_ERROR.
@@ -91,6 +111,10 @@
 //     no result), ARTIFACT_ERROR (input missing/unreadable, output not
 //     saved), RESOURCE_EXHAUSTED (queue full, rate limit, disk space,
 //     shutting down), AUTHENTICATION_FAILED, CANCELLED, INTERNAL_ERROR.
+//     A reference to a user-scoped artifact ("user:…", also after NFKC)
+//     by a tool whose manifest entry says artifacts: {user_scope: none}
+//     is an ARTIFACT_ERROR naming the permission (read, the default, and
+//     write allow it).
 //     execution_time_ms runs from receipt (queueing included) to the tool's
 //     exit. The request is acked only after the reply is published; a
 //     reply is retried while the broker cannot be reached, until the
@@ -154,7 +178,24 @@
 // # One execution (spec §7)
 //
 // Work dir {SANDBOX_WORK_DIR}/{task_id}/ (created exclusively; stale ones
-// removed at startup), then the sandbox is created (not started) and the
+// removed at startup), then the sandbox is created (not started). In root
+// mode the worker then mounts a tmpfs of the work dir's own on it (source
+// "str-workdir", nosuid, nodev, mode 0700, owned by the sandbox's host
+// ids; size= and nr_inodes= from the profile's work_dir: restrictive and
+// confidential 256Mi / 65536 inodes, standard 1Gi / 262144, permissive
+// 4Gi / 1048576), so a tool that fills it gets ENOSPC and no other task
+// or host filesystem is touched; its pages are charged to the memory
+// cgroup of whoever writes them, the tool's for what it writes (so the
+// profile's memory limit bounds it too), the worker's for the inputs,
+// which count against the cap. It is unmounted (MNT_DETACH) at teardown,
+// after the outputs are stored; the warm pool's work areas and the
+// start-up probe get one the same way, and the start-up sweep unmounts
+// those a SIGKILLed worker left (str-workdir tmpfs mounts directly under
+// SANDBOX_WORK_DIR, read from /proc/self/mountinfo) before removing the
+// stale dirs. ROOTLESS MODE CANNOT MOUNT ON THE HOST: there the work dir
+// stays a plain, UNCAPPED bind of a host directory (the worker says so
+// loudly at start-up); put SANDBOX_WORK_DIR on a filesystem of its own
+// or with quotas. Then the
 // dir gets input/ (worker-owned), output/ and the FIFO status.pipe (0600),
 // the dir, output/ and FIFO chowned to that sandbox's own host uid; every
 // mode is set explicitly, whatever the umask. A sandbox created but not
@@ -247,7 +288,9 @@
 // malformed, path traversal through task ids, user and session ids and
 // filenames, unsigned requests when signing is on, floods per user) and
 // from hostile tools writing into their work dir (symlinks, FIFOs,
-// oversized outputs, endless status lines). Containment of the tool's code
+// oversized outputs, endless status lines, filling it: capped in root
+// mode only) and from tools writing user-scoped artifacts they were not
+// given (manifest artifacts.user_scope). Containment of the tool's code
 // is the launcher's job. It does not authenticate the broker or agents
 // beyond the optional shared-secret signature (str-sign-v2: payload,
 // topic, routing and identifying properties and a timestamp, replays
@@ -255,6 +298,7 @@
 // anything), and it does not encrypt anything. It trusts the manifest, the
 // tools directory, the configuration and the artifact store's directory.
 // Kernel features are the launcher's (namespaces, seccomp, cgroups); the
-// worker itself needs FIFOs and, to chown for the tool, CAP_CHOWN or an
-// identity mapping where the tool is the worker's own uid.
+// worker itself needs FIFOs, to chown for the tool, CAP_CHOWN or an
+// identity mapping where the tool is the worker's own uid, and, to cap
+// work dirs, root (mount(2) of a tmpfs on the host).
 package worker

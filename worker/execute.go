@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
@@ -32,9 +33,17 @@ import (
 
 // Bounds on what one execution may produce.
 const (
-	maxStatusLine     = 64 << 10 // longer status lines are truncated
-	maxStatusLines    = 10000    // further lines are read and dropped
-	maxOutputFiles    = 1000
+	maxStatusLine  = 64 << 10 // longer status lines are truncated
+	maxStatusLines = 10000    // further lines are read and dropped
+	maxOutputFiles = 1000
+	// The status relay's memory: lines read from the FIFO wait for their
+	// publish in a queue of at most statusQueueBytes (line bytes); a line
+	// that does not fit while the publishes lag is dropped. At most
+	// statusTaskBytes of status text are published per task; the rest is
+	// dropped. Drops are counted, logged and announced by one last
+	// status line.
+	statusQueueBytes  = 1 << 20
+	statusTaskBytes   = 16 << 20
 	statusDrainWindow = 10 * time.Second // after exit, to read what is buffered
 	// stderrTailBytes is how much of the end of a sandbox's standard
 	// error is kept for the error message and the log.
@@ -221,7 +230,7 @@ func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr 
 func (s *Server) executeCold(t *task) (outcome, func()) {
 	dir := s.workDir(t)
 	removeDir := func() {
-		if err := os.RemoveAll(dir); err != nil {
+		if err := removeWorkDir(dir); err != nil {
 			t.log.Error("removing the work dir failed", "path", dir, "error", err)
 		}
 	}
@@ -278,8 +287,12 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		}
 	}()
 	setupTime := time.Since(setupStart)
-	// 4. input/, output/ and the status FIFO, owned by the sandbox's uid.
+	// 4. the work dir's own capped tmpfs (root mode), then input/,
+	// output/ and the status FIFO, owned by the sandbox's uid.
 	uid, gid := created.Owner()
+	if err := s.capWorkDir(dir, t.profile, uid, gid); err != nil {
+		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir cap\": %v", err))
+	}
 	pipePath, err := fillWorkDir(dir, uid, gid)
 	if err != nil {
 		return fail(workDirError(err))
@@ -443,6 +456,157 @@ func workDirError(err error) *Error {
 		return errorf(CodeResourceExhausted, "no disk space for the work dir: %v", err)
 	}
 	return errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir\": %v", err)
+}
+
+// workDirSource is the source name of every work dir tmpfs the worker
+// mounts: the start-up sweep unmounts exactly these (tmpfs, this source,
+// directly under SANDBOX_WORK_DIR), never an operator's mount.
+const workDirSource = "str-workdir"
+
+// capsWorkDirs reports whether work dirs are capped by a tmpfs of their
+// own: only for real sandboxes (the launcher's) of a root worker, which
+// can mount on the host. Rootless, a work dir is a plain bind of a host
+// directory, uncapped (warned at start-up: warnUncappedWorkDirs).
+func (s *Server) capsWorkDirs() bool {
+	_, launcher := s.sb.(*LauncherSandboxes)
+	return launcher && s.cfg.SandboxMode != ModeNone && os.Geteuid() == 0
+}
+
+// workDirCap is the work dir cap of profile name (zero when unknown:
+// then the sandbox cannot be created either).
+func (s *Server) workDirCap(name string) profiles.WorkDir {
+	if p, err := s.profiles.Lookup(name); err == nil {
+		return p.WorkDir
+	}
+	return profiles.WorkDir{}
+}
+
+// capWorkDir mounts the work dir's own tmpfs on dir (which the worker
+// made and nothing else can write: the work base is the worker's),
+// size- and inode-capped by the profile and owned by the sandbox's host
+// ids, before anything is put in it: the tool gets ENOSPC at either cap,
+// and the pages count against the memory cgroup of whoever writes them
+// (the tool's: its sandbox's limit covers what it writes there). The
+// mount goes through an O_PATH descriptor of dir, so no symlink is
+// followed. A no-op when work dirs are not capped (capsWorkDirs).
+func (s *Server) capWorkDir(dir, profile string, uid, gid int) error {
+	if !s.capsWorkDirs() {
+		return nil
+	}
+	wd := s.workDirCap(profile)
+	if wd.Size <= 0 || wd.Inodes <= 0 {
+		return fmt.Errorf("profile %s sets no work_dir cap", profile)
+	}
+	return mountWorkDir(dir, wd, uid, gid)
+}
+
+// mountWorkDir mounts a tmpfs capped by wd, mode 0700 and owned by
+// uid:gid, on dir (nosuid, nodev; opened O_PATH|O_NOFOLLOW).
+func mountWorkDir(dir string, wd profiles.WorkDir, uid, gid int) error {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	data := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", int64(wd.Size), wd.Inodes, uid, gid)
+	if err := unix.Mount(workDirSource, fmt.Sprintf("/proc/self/fd/%d", fd), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return fmt.Errorf("mount tmpfs (%s) on %s: %w", data, dir, err)
+	}
+	return nil
+}
+
+// unmountWorkDir detaches the work dir's tmpfs, if dir has one (the
+// sandbox may still hold it: MNT_DETACH; its pages are freed once the
+// last user is gone). Not a mount point is not an error.
+func unmountWorkDir(dir string) error {
+	err := unix.Unmount(dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("unmount %s: %w", dir, err)
+}
+
+// removeWorkDir unmounts dir's tmpfs (if any) and removes dir.
+func removeWorkDir(dir string) error {
+	if err := unmountWorkDir(dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// unmountStaleWorkDirs detaches every work dir tmpfs a previous run left
+// mounted directly under base (a worker SIGKILLed with sandboxes
+// running): tmpfs mounts whose source is workDirSource, read from
+// /proc/self/mountinfo. It returns the mount points it detached. Runs at
+// start-up, before the stale work dirs themselves are removed (their
+// markers lie under the tmpfs).
+func unmountStaleWorkDirs(base string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read /proc/self/mountinfo: %w", err)
+	}
+	var done []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 2 || g[0] != "tmpfs" || g[1] != workDirSource {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if filepath.Dir(mp) != base || seen[mp] {
+			continue
+		}
+		seen[mp] = true
+		// Stacked mounts (none are made, but never leave one behind).
+		for i := 0; i < 16; i++ {
+			if err := unix.Unmount(mp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+				if i == 0 && !errors.Is(err, unix.EINVAL) {
+					return done, fmt.Errorf("unmount stale work dir %s: %w", mp, err)
+				}
+				break
+			}
+		}
+		done = append(done, mp)
+	}
+	return done, nil
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// warnUncappedWorkDirs says, once at start-up, when work dirs are not
+// capped: a rootless worker cannot mount on the host, so each is a plain
+// bind of a host directory whose size and file count only the host
+// filesystem bounds.
+func (s *Server) warnUncappedWorkDirs() {
+	if s.cfg.SandboxMode == ModeNone || s.capsWorkDirs() {
+		return
+	}
+	s.log.Warn("WORK DIRS ARE NOT CAPPED: the worker is not root (rootless) or does not use the launcher's sandboxes, so it cannot mount "+
+		"a size- and inode-capped tmpfs per task; each work dir is a plain bind of a directory under SANDBOX_WORK_DIR and a tool can fill "+
+		"that filesystem (bytes and inodes) for every other task. Put SANDBOX_WORK_DIR on a filesystem of its own (or with quotas), or run the worker as root",
+		"work_dir", s.cfg.WorkDir)
 }
 
 // stderrNote is the sandbox's stderr tail as a message suffix ("" when
@@ -719,7 +883,7 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 		path := filepath.Join(dir, "input", local)
 		if err := writeNewFileAt(inputFd, local, path, data, modeInputFile); err != nil {
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-				return errorf(CodeResourceExhausted, "no disk space for input %q: %v", param, err)
+				return errorf(CodeResourceExhausted, "no space for input %q in the work dir (the profile's work_dir cap, or the host's disk): %v", param, err)
 			}
 			return errorf(CodeArtifactError, "input %q: %v", param, err)
 		}
@@ -742,8 +906,14 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 		}
 	}
 	// 2. referenced: loaded from the store, mime type from its metadata.
+	// A user-scoped one only when the tool's manifest entry lets it read
+	// them (artifacts.user_scope read or write).
 	for _, param := range sortedKeys(t.req.References) {
 		ref := t.req.References[param]
+		if artifacts.IsUserScoped(ref.Filename) && !t.tool.UserScope.CanRead() {
+			return nil, nil, errorf(CodeArtifactError, "input %q: artifact %q is user-scoped (%q), and tool %s may not read user-scoped artifacts (manifest artifacts.user_scope: %s)",
+				param, ref.Filename, artifacts.UserPrefix, t.req.ToolName, t.tool.UserScope)
+		}
 		art, err := s.store.Load(t.ctx, t.req.UserID, t.req.SessionID, ref.Filename, ref.Version)
 		if err != nil {
 			which := "latest version"
@@ -809,13 +979,21 @@ func writeNewFile(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-// saveOutputs stores the top-level regular files of output/. The tool
-// owns the work dir, so output/ is opened without following a symlink and
-// every file through that directory fd, also without following one.
-// Regular files whose names break the filename rule
-// (artifacts.CheckFilename) are not stored and are returned as skipped;
-// anything that is not a regular file is not an output (spec §7.6) and is
-// only logged.
+// saveOutputs stores the top-level regular files of output/, all or
+// nothing: every output is read and checked first (count, total size,
+// name, scope, mime type), and only when all pass is any saved. The tool
+// owns the work dir, so output/ is opened without following a symlink
+// and every file through that directory fd, also without following one.
+// Regular files that cannot be stored are returned as skipped, with the
+// reason: names breaking the filename rule (artifacts.CheckFilename), and
+// user-scoped ("user:") names when the tool's manifest entry does not
+// allow writing them (artifacts.user_scope read or none). Anything that
+// is not a regular file is not an output (spec §7.6) and is only logged.
+// A mime type the tool gave that breaks artifacts.CheckMimeType (longer
+// than 255 bytes, not type/subtype) is replaced by the one of the
+// file's extension, and logged. A save that fails after others succeeded
+// cannot be undone (the store keeps versions): the error lists exactly
+// what was saved.
 func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) ([]CreatedArtifact, []SkippedOutput, *Error) {
 	// 1. the directory, by fd.
 	dirFd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -834,18 +1012,25 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 		return nil, nil, errorf(CodeArtifactError, "list %s/output: %v", dir, err)
 	}
 	if len(names) > maxOutputFiles {
-		return nil, nil, errorf(CodeArtifactError, "the tool wrote more than %d files to output/", maxOutputFiles)
+		return nil, nil, errorf(CodeArtifactError, "the tool wrote more than %d files to output/; nothing was saved", maxOutputFiles)
 	}
 	sort.Strings(names)
-	// 2. each regular file, read through an O_NOFOLLOW fd, size-capped.
+	// 2. every output read and checked; nothing saved yet.
+	type pending struct {
+		name, mime string
+		data       []byte
+	}
+	var todo []pending
 	var total int64
-	created := []CreatedArtifact{}
 	var skipped []SkippedOutput
+	isRegular := func(name string) bool {
+		var st unix.Stat_t
+		return unix.Fstatat(outFd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+	}
 	for _, name := range names {
 		log := t.log.With("output", name)
 		if err := artifacts.CheckFilename(name); err != nil {
-			var st unix.Stat_t
-			if unix.Fstatat(outFd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			if isRegular(name) {
 				reason := err.Error()
 				var fe *artifacts.FilenameError
 				if errors.As(err, &fe) {
@@ -855,6 +1040,15 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 				skipped = append(skipped, SkippedOutput{Filename: strings.ToValidUTF8(name, "\uFFFD"), Reason: reason})
 			} else {
 				log.Debug("not an output (not a regular file) and an unsafe name", "error", err)
+			}
+			continue
+		}
+		if artifacts.IsUserScoped(name) && !t.tool.UserScope.CanWrite() {
+			if isRegular(name) {
+				reason := fmt.Sprintf("a user-scoped artifact (%q), shared by all of the user's sessions: tool %s may not write them (manifest artifacts.user_scope: %s; write allows it)",
+					artifacts.UserPrefix, t.req.ToolName, t.tool.UserScope)
+				log.Warn("output skipped: user-scoped artifacts are not allowed for this tool", "user_scope", t.tool.UserScope.String())
+				skipped = append(skipped, SkippedOutput{Filename: name, Reason: reason})
 			}
 			continue
 		}
@@ -872,7 +1066,7 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 		}
 		if s.cfg.MaxOutputBytes > 0 && total+st.Size() > s.cfg.MaxOutputBytes {
 			f.Close()
-			return nil, nil, errorf(CodeArtifactError, "outputs exceed the limit of %d bytes", s.cfg.MaxOutputBytes)
+			return nil, nil, errorf(CodeArtifactError, "outputs exceed the limit of %d bytes; nothing was saved", s.cfg.MaxOutputBytes)
 		}
 		limit := st.Size() + 1
 		if s.cfg.MaxOutputBytes > 0 {
@@ -881,30 +1075,55 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 		data, err := io.ReadAll(io.LimitReader(f, limit))
 		f.Close()
 		if err != nil {
-			return nil, nil, errorf(CodeArtifactError, "read output %s: %v", name, err)
+			return nil, nil, errorf(CodeArtifactError, "read output %s: %v; nothing was saved", name, err)
 		}
 		total += int64(len(data))
 		if s.cfg.MaxOutputBytes > 0 && total > s.cfg.MaxOutputBytes {
-			return nil, nil, errorf(CodeArtifactError, "outputs exceed the limit of %d bytes", s.cfg.MaxOutputBytes)
+			return nil, nil, errorf(CodeArtifactError, "outputs exceed the limit of %d bytes; nothing was saved", s.cfg.MaxOutputBytes)
 		}
 		mime := toolMimes[name]
+		if mime != "" {
+			if err := artifacts.CheckMimeType(mime); err != nil {
+				log.Warn("the tool's mime type for this output is refused; the extension's is used", "mime_type_bytes", len(mime), "reason", err.Error())
+				mime = ""
+			}
+		}
 		if mime == "" {
 			mime = artifacts.MimeByExtension(name)
 		}
-		v, err := s.store.Save(t.ctx, t.req.UserID, t.req.SessionID, name, data, mime)
+		todo = append(todo, pending{name: name, mime: mime, data: data})
+	}
+	// 3. save them, in name order.
+	created := []CreatedArtifact{}
+	for _, p := range todo {
+		v, err := s.store.Save(t.ctx, t.req.UserID, t.req.SessionID, p.name, p.data, p.mime)
 		if err != nil {
-			return nil, nil, errorf(CodeArtifactError, "save output %s: %v", name, err)
+			saved := "nothing was saved"
+			if len(created) > 0 {
+				list := make([]string, len(created))
+				for i, c := range created {
+					list[i] = fmt.Sprintf("%q version %d", c.Filename, c.Version)
+				}
+				saved = fmt.Sprintf("already saved (and kept: versions are never removed): %s", strings.Join(list, ", "))
+			}
+			t.log.Error("saving an output failed", "output", p.name, "saved_before", len(created), "error", err)
+			return nil, nil, errorf(CodeArtifactError, "save output %s: %v; %d of %d outputs were saved before: %s", p.name, err, len(created), len(todo), saved)
 		}
-		created = append(created, CreatedArtifact{Filename: name, Version: v, MimeType: mime, SizeBytes: int64(len(data))})
+		created = append(created, CreatedArtifact{Filename: p.name, Version: v, MimeType: p.mime, SizeBytes: int64(len(p.data))})
 	}
 	return created, skipped, nil
 }
 
 // statusRelay reads the status FIFO and publishes each line, in order.
+// Reading and publishing are two goroutines joined by a queue bounded in
+// bytes (statusQueue): the FIFO is drained at the tool's pace whatever
+// the broker's, and a slow subscriber costs at most statusQueueBytes of
+// the worker's memory per task, never more (lines beyond are dropped and
+// counted).
 type statusRelay struct {
 	r, w   *os.File
 	reader *fifoReader
-	done   chan struct{}
+	done   chan struct{} // closed once every queued line is published
 	once   sync.Once
 }
 
@@ -928,9 +1147,24 @@ func (s *Server) startStatusRelay(t *task, path string) (*statusRelay, error) {
 		return nil, fmt.Errorf("open %s for writing: %w", path, err)
 	}
 	rel := &statusRelay{r: r, w: w, reader: &fifoReader{f: r}, done: make(chan struct{})}
+	q := newStatusQueue(statusQueueBytes, statusTaskBytes, maxStatusLines)
+	// 3. the publisher: in order, until the reader has closed the queue
+	// and it is empty; then the drop notice, if any.
 	go func() {
 		defer close(rel.done)
-		s.relayLines(t, rel.reader)
+		for {
+			line, ok := q.pop()
+			if !ok {
+				break
+			}
+			s.relayStatus(t, line)
+		}
+		s.finishStatus(t, q)
+	}()
+	// 4. the reader.
+	go func() {
+		defer q.close()
+		s.relayLines(t, rel.reader, q)
 	}()
 	return rel, nil
 }
@@ -939,6 +1173,7 @@ func (s *Server) startStatusRelay(t *task, path string) (*statusRelay, error) {
 // EOF (a process of the tool may still hold a write end): used when the
 // runner has signalled its result, after which every line it wrote is in
 // the FIFO or relayed already (its writes are blocking and complete).
+// It returns once every line read is published (or dropped).
 func (r *statusRelay) drain() {
 	r.reader.draining.Store(true)
 	r.r.SetReadDeadline(time.Unix(1, 0)) // wakes a blocked read
@@ -1017,17 +1252,94 @@ func (r *fifoReader) Read(p []byte) (int, error) {
 	}
 }
 
-func (s *Server) relayLines(t *task, r io.Reader) {
+// statusQueue holds the status lines read and not yet published: FIFO
+// order, bounded in queued bytes (maxQueued), in bytes accepted over the
+// task's life (maxTotal) and in lines accepted (maxLines). push never
+// blocks: a line that does not fit is dropped and counted.
+type statusQueue struct {
+	mu                  sync.Mutex
+	cond                *sync.Cond
+	lines               [][]byte
+	queued, peak        int // bytes in lines now; the most ever
+	total, accepted     int // bytes and lines accepted so far
+	dropped, droppedB   int // lines and bytes dropped
+	maxQueued, maxTotal int
+	maxLines            int
+	closed              bool
+	firstDropReason     string
+}
+
+func newStatusQueue(maxQueued, maxTotal, maxLines int) *statusQueue {
+	q := &statusQueue{maxQueued: maxQueued, maxTotal: maxTotal, maxLines: maxLines}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// push queues line, or drops it; it returns why it was dropped ("" when
+// queued) and whether it was the task's first drop.
+func (q *statusQueue) push(line []byte) (reason string, first bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.accepted >= q.maxLines:
+		reason = fmt.Sprintf("more than %d status lines", q.maxLines)
+	case q.total+len(line) > q.maxTotal:
+		reason = fmt.Sprintf("more than %d bytes of status text", q.maxTotal)
+	case q.queued+len(line) > q.maxQueued:
+		reason = fmt.Sprintf("%d bytes already wait for a slow publish", q.queued)
+	}
+	if reason != "" {
+		q.dropped++
+		q.droppedB += len(line)
+		if q.dropped == 1 {
+			q.firstDropReason = reason
+		}
+		return reason, q.dropped == 1
+	}
+	q.lines = append(q.lines, line)
+	q.queued += len(line)
+	q.peak = max(q.peak, q.queued)
+	q.total += len(line)
+	q.accepted++
+	q.cond.Signal()
+	return "", false
+}
+
+// pop returns the oldest line, waiting for one; ok is false once the
+// queue is closed and empty.
+func (q *statusQueue) pop() ([]byte, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.lines) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.lines) == 0 {
+		return nil, false
+	}
+	line := q.lines[0]
+	q.lines[0] = nil
+	q.lines = q.lines[1:]
+	q.queued -= len(line)
+	return line, true
+}
+
+func (q *statusQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+// relayLines reads the FIFO line by line (each cut to maxStatusLine) into
+// q until EOF or a read error.
+func (s *Server) relayLines(t *task, r io.Reader, q *statusQueue) {
 	br := bufio.NewReaderSize(r, maxStatusLine)
-	n := 0
 	for {
 		line, err := readLine(br)
 		if len(line) > 0 {
-			n++
-			if n <= maxStatusLines {
-				s.relayStatus(t, line)
-			} else if n == maxStatusLines+1 {
-				t.log.Warn("too many status lines; the rest are dropped", "limit", maxStatusLines)
+			if reason, first := q.push(line); first {
+				t.log.Warn("status lines dropped; the rest of the task's drops are counted and reported at its end", "reason", reason,
+					"queue_limit_bytes", statusQueueBytes, "task_limit_bytes", statusTaskBytes, "line_limit", maxStatusLines)
 			}
 		}
 		if err != nil {
@@ -1037,6 +1349,21 @@ func (s *Server) relayLines(t *task, r io.Reader) {
 			return
 		}
 	}
+}
+
+// finishStatus runs once every queued line is published: dropped lines
+// are logged with their count (there is no metric for them yet: the log
+// line is the count) and announced to the agent by one last status line.
+func (s *Server) finishStatus(t *task, q *statusQueue) {
+	q.mu.Lock()
+	dropped, droppedB, accepted, peak, why := q.dropped, q.droppedB, q.accepted, q.peak, q.firstDropReason
+	q.mu.Unlock()
+	if dropped == 0 {
+		return
+	}
+	t.log.Warn("status lines dropped", "status_lines_dropped", dropped, "status_bytes_dropped", droppedB,
+		"status_lines_relayed", accepted, "status_queue_peak_bytes", peak, "first_reason", why)
+	s.publishStatusText(t, fmt.Sprintf("[str] %d status lines (%d bytes) were dropped: %s", dropped, droppedB, why))
 }
 
 // readLine returns one line without its newline, truncated to
@@ -1069,7 +1396,11 @@ func (s *Server) relayStatus(t *task, line []byte) {
 	if json.Unmarshal(line, &doc) == nil && doc.Status != nil {
 		text = *doc.Status
 	}
-	text = strings.ToValidUTF8(text, "\uFFFD")
+	s.publishStatusText(t, strings.ToValidUTF8(text, "\uFFFD"))
+}
+
+// publishStatusText publishes one status notification of t.
+func (s *Server) publishStatusText(t *task, text string) {
 	s.metrics.StatusLines.Inc()
 	if t.statusTo == "" {
 		return

@@ -54,6 +54,9 @@ package worker
 // kills its idle sandboxes and waits for every one to be gone and its
 // work area removed (stop, wait); work areas carry the work dir marker, so
 // a crashed worker's are swept at the next start-up like any work dir.
+// In root mode a work area is capped like a call's work dir: a tmpfs of
+// the profile's work_dir size and inode count, mounted after the sandbox
+// is created and unmounted when the area is removed.
 
 import (
 	"context"
@@ -156,7 +159,7 @@ func (w *warmSandbox) release(s *Server) {
 		unix.Close(w.inputFd)
 		w.inputFd = -1
 	}
-	if err := os.RemoveAll(w.dir); err != nil {
+	if err := removeWorkDir(w.dir); err != nil {
 		s.log.Error("removing a warm work area failed", "path", w.dir, "error", err)
 	}
 }
@@ -655,7 +658,7 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 	if err := makeTaskDir(dir); err != nil {
 		return nil, fmt.Errorf("work area: %w", err)
 	}
-	undo = append(undo, func() { os.RemoveAll(dir) })
+	undo = append(undo, func() { removeWorkDir(dir) })
 	// 2. the module file's identity, before the runner can read it.
 	source := sourceID(s.cfg.ToolsDir, &tool)
 	// 3. the arguments pipe (the tool's fd 3) and the done pipe (fd 4).
@@ -684,9 +687,13 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 			created.Kill()
 		}
 	})
-	// 5. input/, output/, the status FIFO, chowned to the sandbox's uid;
-	// input/ held open for the call's inputs.
+	// 5. the work area's own capped tmpfs (root mode, as a call's work
+	// dir; unmounted by removeWorkDir), input/, output/, the status FIFO,
+	// chowned to the sandbox's uid; input/ held open for the call's inputs.
 	uid, gid := created.Owner()
+	if err := s.capWorkDir(dir, set.key.profile, uid, gid); err != nil {
+		return nil, fmt.Errorf("work area cap: %w", err)
+	}
 	if _, err := fillWorkDir(dir, uid, gid); err != nil {
 		return nil, fmt.Errorf("work area: %w", err)
 	}

@@ -412,6 +412,8 @@ func TestSandboxModeNone(t *testing.T) {
 	if r, ok := shapeResult(h.reply(id)); !ok || !strings.Contains(fmt.Sprint(r), "direct") {
 		t.Fatalf("not served: %v", r)
 	}
+	// "invocation answered" is logged just after the reply is published.
+	waitFor(t, "the call's answered log line", func() bool { return strings.Contains(logs.String(), "invocation answered") })
 	out := logs.String()
 	if !strings.Contains(out, `"level":"WARN","msg":"SANDBOX_MODE=none: TOOLS RUN WITHOUT ANY ISOLATION`) {
 		t.Errorf("no start-up warning:\n%s", out)

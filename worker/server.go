@@ -179,6 +179,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.probeSandbox(ctx); err != nil {
 		return err
 	}
+	s.warnUncappedWorkDirs()
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -302,6 +303,13 @@ func (s *Server) probeSandbox(ctx context.Context) error {
 		return fail(err)
 	}
 	uid, gid := created.Owner()
+	// The work dir cap as a call's (root mode): the probe checks the
+	// mount works too; unmounted before the dir is removed.
+	if err := s.capWorkDir(dir, s.cfg.DefaultProfile, uid, gid); err != nil {
+		created.Kill()
+		return fail(fmt.Errorf("cap the probe's work dir %s: %w", dir, err))
+	}
+	defer unmountWorkDir(dir)
 	if err := os.Lchown(dir, uid, gid); err != nil {
 		created.Kill()
 		return fail(fmt.Errorf("chown the probe's work dir %s to %d:%d: %w", dir, uid, gid, err))
@@ -335,8 +343,17 @@ func (s *Server) prepareDirs() error {
 		return fmt.Errorf("worker: create work dir %s: %w", s.cfg.WorkDir, err)
 	}
 	// 2. every task work dir left by a previous run (crash, SIGKILL) is
-	// removed. Only real directories carrying str's marker count: anything
-	// else under the base (an operator's files, a symlink) is left alone.
+	// removed. First the work dir tmpfs mounts it left (their markers lie
+	// under them); then only real directories carrying str's marker
+	// count: anything else under the base (an operator's files, a
+	// symlink) is left alone.
+	unmounted, err := unmountStaleWorkDirs(s.cfg.WorkDir)
+	for _, mp := range unmounted {
+		s.log.Info("unmounted a stale work dir tmpfs", "path", mp)
+	}
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	entries, err := os.ReadDir(s.cfg.WorkDir)
 	if err != nil {
 		return fmt.Errorf("worker: read work dir %s: %w", s.cfg.WorkDir, err)

@@ -44,6 +44,13 @@ var ErrUnsafeName = errors.New("unsafe name")
 // UserPrefix marks a filename shared across the user's sessions.
 const UserPrefix = "user:"
 
+// IsUserScoped reports whether filename names a user-scoped artifact:
+// it starts with UserPrefix as given or after NFKC normalisation (the
+// form the store keeps, so a fullwidth "ｕｓｅｒ:" is user-scoped too).
+func IsUserScoped(filename string) bool {
+	return strings.HasPrefix(filename, UserPrefix) || strings.HasPrefix(norm.NFKC.String(filename), UserPrefix)
+}
+
 // userScopeDir is the directory that holds the user-scoped artifacts, in
 // place of a session id (spec §9).
 const userScopeDir = "user"
@@ -142,6 +149,79 @@ func filenameProblem(name string) string {
 		}
 	}
 	return ""
+}
+
+// MaxMimeTypeBytes bounds a stored mime type (the .meta file, every
+// created_artifacts entry that repeats it).
+const MaxMimeTypeBytes = 255
+
+// ErrBadMimeType is wrapped by CheckMimeType's errors and by Save when it
+// refuses a mime type.
+var ErrBadMimeType = errors.New("bad mime type")
+
+// CheckMimeType is the rule for a mime type the store keeps: at most
+// MaxMimeTypeBytes bytes of printable ASCII shaped as RFC 6838's
+// type "/" subtype (each a restricted-name: a letter or digit, then up to
+// 126 of letters, digits and !#$&-^_.+), optionally followed by
+// parameters "; name=value" (name a restricted-name; value printable
+// ASCII without ';', or a quoted string). The error wraps ErrBadMimeType
+// and says what is wrong (the value itself is not repeated when long).
+func CheckMimeType(m string) error {
+	bad := func(format string, a ...any) error {
+		shown := m
+		if len(shown) > 64 {
+			shown = shown[:64] + "…"
+		}
+		return fmt.Errorf("%w %q: %s", ErrBadMimeType, strings.ToValidUTF8(shown, "\uFFFD"), fmt.Sprintf(format, a...))
+	}
+	if len(m) > MaxMimeTypeBytes {
+		return bad("%d bytes, more than %d", len(m), MaxMimeTypeBytes)
+	}
+	for i := 0; i < len(m); i++ {
+		if m[i] < 0x20 || m[i] > 0x7e {
+			return bad("contains the byte 0x%02x (only printable ASCII)", m[i])
+		}
+	}
+	main, params, _ := strings.Cut(m, ";")
+	typ, sub, ok := strings.Cut(strings.TrimSpace(main), "/")
+	if !ok {
+		return bad("not of the form type/subtype")
+	}
+	if !restrictedName(typ) || !restrictedName(sub) {
+		return bad("type and subtype must be RFC 6838 names (a letter or digit, then letters, digits and !#$&-^_.+, at most 127 each)")
+	}
+	if params == "" && strings.HasSuffix(m, ";") {
+		return bad("empty parameter")
+	}
+	for _, p := range strings.Split(params, ";") {
+		if params == "" {
+			break
+		}
+		name, value, ok := strings.Cut(strings.TrimSpace(p), "=")
+		quoted := len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"'
+		if !ok || !restrictedName(name) || value == "" || (!quoted && strings.ContainsAny(value, " \t\"")) {
+			return bad("parameter %q is not name=value", strings.TrimSpace(p))
+		}
+	}
+	return nil
+}
+
+// restrictedName is RFC 6838's restricted-name.
+func restrictedName(s string) bool {
+	if s == "" || len(s) > 127 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if i == 0 && !alnum {
+			return false
+		}
+		if !alnum && !strings.ContainsRune("!#$&-^_.+", rune(c)) {
+			return false
+		}
+	}
+	return true
 }
 
 // MimeByExtension returns the mime type for an output file by its

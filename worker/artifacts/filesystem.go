@@ -119,6 +119,9 @@ func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, 
 	if mimeType == "" {
 		mimeType = MimeByExtension(loc.filename)
 	}
+	if err := CheckMimeType(mimeType); err != nil {
+		return 0, "", fmt.Errorf("artifacts: save %s: %w", loc.filename, err)
+	}
 	dir := s.dir(loc)
 
 	// 2. directory

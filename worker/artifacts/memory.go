@@ -101,6 +101,11 @@ func (s *memoryStore) check(ctx context.Context, userID, sessionID, filename str
 // whole budget is refused.
 func (s *memoryStore) Save(ctx context.Context, userID, sessionID, filename string, data []byte, mimeType string) (int, error) {
 	loc, err := s.check(ctx, userID, sessionID, filename)
+	if err == nil && mimeType != "" {
+		if merr := CheckMimeType(mimeType); merr != nil {
+			err = fmt.Errorf("artifacts: memory store: save %s: %w", loc.filename, merr)
+		}
+	}
 	if err == nil && int64(len(data)) > s.budget {
 		err = fmt.Errorf("artifacts: memory store: save %s: %d bytes exceed the store's whole budget of %d bytes (ARTIFACT_MEMORY_MAX_BYTES; or use ARTIFACT_SERVICE_TYPE=filesystem)", loc.key(), len(data), s.budget)
 	}

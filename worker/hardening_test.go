@@ -1,0 +1,399 @@
+package worker
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/worker/artifacts"
+	"github.com/securetoolruntime/str/worker/transport"
+)
+
+// Tools of the hardening tests (issue 11's defects).
+const hardeningTools = `
+import os
+
+def status_flood(ctx, n=2000, size=16384):
+    # Straight into the FIFO, as a hostile tool can, as fast as it can.
+    line = ('{"status": "' + "s" * (int(size) - 14) + '"}\n').encode()
+    fd = os.open("status.pipe", os.O_WRONLY)
+    for _ in range(int(n)):
+        os.write(fd, line)
+    os.close(fd)
+    return {"sent": int(n)}
+
+def outputs(ctx, names=(), big="", mime=""):
+    for name in names:
+        ctx.save_artifact(name, b"data of " + name.encode(), mime or None)
+    if big:
+        ctx.save_artifact(big, b"x" * 4096)
+    return {"ok": True}
+
+def read_ref(ctx, f):
+    return {"f": ctx.load_artifact_text("f")}
+`
+
+const hardeningManifest = `  status_flood: {module: hardtools, function: status_flood}
+  outputs: {module: hardtools, function: outputs}
+  outputs_write: {module: hardtools, function: outputs, artifacts: {user_scope: write}}
+  outputs_none: {module: hardtools, function: outputs, artifacts: {user_scope: none}}
+  read_ref: {module: hardtools, function: read_ref}
+  read_ref_none: {module: hardtools, function: read_ref, artifacts: {user_scope: none}}
+`
+
+func newHardeningHarness(t *testing.T, mod func(*Config), opts func(*Options)) *harness {
+	t.Helper()
+	h := newExecHarness(t, mod, nil)
+	must(t, os.WriteFile(filepath.Join(h.dir, "tools", "hardtools.py"), []byte(hardeningTools), 0o644))
+	m, err := os.ReadFile(h.cfg.ManifestPath)
+	must(t, err)
+	must(t, os.WriteFile(h.cfg.ManifestPath, append(m, hardeningManifest...), 0o644))
+	if opts != nil {
+		o := Options{Config: h.cfg, Transport: h.bus.Client("worker-hard", h.cfg.QueueName()), Sandboxes: hostSandboxes{},
+			Store: h.store, Logger: h.srv.log}
+		opts(&o)
+		h.srv, err = New(o)
+		must(t, err)
+	}
+	return h
+}
+
+// ---- status lines cannot pin the worker's memory
+
+// blockingStatus holds every status publish until release is closed.
+type blockingStatus struct {
+	transport.Transport
+	release chan struct{}
+}
+
+func (b *blockingStatus) Publish(ctx context.Context, m transport.Message) error {
+	if strings.Contains(m.Topic, "/status/") {
+		<-b.release
+	}
+	return b.Transport.Publish(ctx, m)
+}
+
+// A tool floods its status FIFO while the status publishes are stuck: the
+// worker keeps reading (the tool is not blocked), queues at most
+// statusQueueBytes, drops the rest with one counted warning, and after
+// the lines it kept sends one status line saying how many it dropped.
+func TestStatusFloodBoundedWithBlockedPublish(t *testing.T) {
+	logs := &logBuffer{}
+	bs := &blockingStatus{release: make(chan struct{})}
+	h := newHardeningHarness(t, nil, func(o *Options) {
+		bs.Transport = o.Transport
+		o.Transport = bs
+		o.Logger = logs.logger()
+	})
+	h.start()
+	id := h.send("status_flood", map[string]any{"args": map[string]any{"n": 2000, "size": 16384}})
+	// The first drop is logged while the publish is still blocked: the
+	// reader did not wait for the broker.
+	waitFor(t, "the first status drop", func() bool { return strings.Contains(logs.String(), "status lines dropped; the rest") })
+	close(bs.release)
+	reply := h.reply(id)
+	if _, ok := shapeResult(reply); !ok {
+		t.Fatalf("reply %s", reply)
+	}
+	st := h.status(id)
+	if len(st) == 0 {
+		t.Fatal("no status lines")
+	}
+	last := st[len(st)-1]
+	m := regexp.MustCompile(`^\[str\] (\d+) status lines \((\d+) bytes\) were dropped`).FindStringSubmatch(last)
+	if m == nil {
+		t.Fatalf("last status line %.200q does not report the drops", last)
+	}
+	dropped, _ := strconv.Atoi(m[1])
+	if kept := len(st) - 1; kept+dropped != 2000 || kept*16384 > statusTaskBytes {
+		t.Errorf("%d lines relayed, %d dropped: want 2000 in all and at most %d bytes relayed", kept, dropped, statusTaskBytes)
+	}
+	// The final log line carries the count and the queue's peak.
+	pm := regexp.MustCompile(`"status_lines_dropped":(\d+).*"status_queue_peak_bytes":(\d+)`).FindStringSubmatch(logs.String())
+	if pm == nil {
+		t.Fatalf("no count in the log:\n%s", grepLines(logs.String(), "status"))
+	}
+	if n, _ := strconv.Atoi(pm[1]); n != dropped {
+		t.Errorf("log counts %d drops, the status line %d", n, dropped)
+	}
+	if peak, _ := strconv.Atoi(pm[2]); peak > statusQueueBytes {
+		t.Errorf("queue peak %d bytes > %d", peak, statusQueueBytes)
+	}
+}
+
+// The queue's bounds, without a tool: lines, total bytes, queued bytes.
+func TestStatusQueueBounds(t *testing.T) {
+	q := newStatusQueue(100, 250, 5)
+	line := make([]byte, 40)
+	var reasons []string
+	for i := 0; i < 4; i++ {
+		if r, _ := q.push(line); r != "" {
+			reasons = append(reasons, r)
+		}
+	}
+	// 2 fit in 100 queued bytes; the next two wait for a pop.
+	if q.accepted != 2 || q.dropped != 2 || q.peak != 80 || !strings.Contains(reasons[0], "wait for a slow publish") {
+		t.Fatalf("accepted %d dropped %d peak %d reasons %q", q.accepted, q.dropped, q.peak, reasons)
+	}
+	for i := 0; i < 2; i++ {
+		if _, ok := q.pop(); !ok {
+			t.Fatal("pop")
+		}
+	}
+	for i := 0; i < 4; i++ {
+		if r, _ := q.push(line); r == "" {
+			q.pop()
+		}
+	}
+	// 250 total bytes: 6 lines of 40 would be 240, but the line cap is 5.
+	if q.accepted != 5 || q.total != 200 {
+		t.Fatalf("accepted %d total %d", q.accepted, q.total)
+	}
+	q2 := newStatusQueue(1000, 100, 100)
+	q2.push(line)
+	q2.pop()
+	q2.push(line)
+	q2.pop()
+	if r, _ := q2.push(line); !strings.Contains(r, "more than 100 bytes of status text") {
+		t.Fatalf("total cap: %q", r)
+	}
+	q2.close()
+	if _, ok := q2.pop(); ok {
+		t.Fatal("pop after close and empty")
+	}
+}
+
+// ---- outputs: all or nothing, mime types capped
+
+// Outputs over the limit after an earlier one fit: nothing is stored.
+func TestOutputsAllOrNothingOnLimit(t *testing.T) {
+	h := newHardeningHarness(t, func(c *Config) { c.MaxOutputBytes = 1000 }, nil)
+	h.start()
+	reply := h.reply(h.send("outputs", map[string]any{"args": map[string]any{"names": []string{"a.txt"}, "big": "z.txt"}}))
+	if code, msg := errorCode(t, reply); code != "ARTIFACT_ERROR" || !strings.Contains(msg, "nothing was saved") {
+		t.Fatalf("reply %s", reply)
+	}
+	if vs, _ := h.store.ListVersions(context.Background(), "u1", "s1", "a.txt"); len(vs) != 0 {
+		t.Fatalf("a.txt stored (versions %v) although the call failed", vs)
+	}
+}
+
+// failingStore fails the save of one name.
+type failingStore struct {
+	artifacts.Store
+	fail string
+}
+
+func (f failingStore) Save(ctx context.Context, u, s, name string, data []byte, mime string) (int, error) {
+	if name == f.fail {
+		return 0, errors.New("disk on fire")
+	}
+	return f.Store.Save(ctx, u, s, name, data, mime)
+}
+
+// A save that fails after others succeeded says exactly what was saved.
+func TestOutputSaveFailureSaysWhatWasSaved(t *testing.T) {
+	h := newHardeningHarness(t, nil, func(o *Options) { o.Store = failingStore{Store: o.Store, fail: "c.txt"} })
+	h.start()
+	reply := h.reply(h.send("outputs", map[string]any{"args": map[string]any{"names": []string{"a.txt", "b.txt", "c.txt", "d.txt"}}}))
+	code, msg := errorCode(t, reply)
+	if code != "ARTIFACT_ERROR" || !strings.Contains(msg, "save output c.txt: disk on fire; 2 of 4 outputs were saved before") ||
+		!strings.Contains(msg, `"a.txt" version 0, "b.txt" version 0`) {
+		t.Fatalf("reply %s", reply)
+	}
+}
+
+// A megabyte mime type is not stored: the extension's is; a valid one
+// with parameters is kept.
+func TestOutputMimeTypeCapped(t *testing.T) {
+	logs := &logBuffer{}
+	h := newHardeningHarness(t, nil, func(o *Options) { o.Logger = logs.logger() })
+	h.start()
+	huge := "text/" + strings.Repeat("x", 1<<20)
+	reply := h.reply(h.send("outputs", map[string]any{"args": map[string]any{"names": []string{"a.csv"}, "mime": huge}}))
+	if len(reply) > 64<<10 {
+		t.Fatalf("reply of %d bytes repeats the mime type", len(reply))
+	}
+	r, ok := shapeResult(reply)
+	if !ok {
+		t.Fatalf("reply %.300s", reply)
+	}
+	if !strings.Contains(string(mustJSON(t, r["created_artifacts"])), `"mime_type":"text/csv"`) {
+		t.Fatalf("created %v", r["created_artifacts"])
+	}
+	if a, err := h.store.Load(context.Background(), "u1", "s1", "a.csv", nil); err != nil || a.MimeType != "text/csv" {
+		t.Fatalf("stored %v %v", a, err)
+	}
+	if !strings.Contains(logs.String(), "mime type for this output is refused") {
+		t.Error("the refusal is not logged")
+	}
+	reply = h.reply(h.send("outputs", map[string]any{"args": map[string]any{"names": []string{"b.txt"}, "mime": "text/plain; charset=utf-8"}}))
+	if a, err := h.store.Load(context.Background(), "u1", "s1", "b.txt", nil); err != nil || a.MimeType != "text/plain; charset=utf-8" {
+		t.Fatalf("stored %v %v (reply %s)", a, err, reply)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	must(t, err)
+	return b
+}
+
+// ---- user-scoped artifacts are a manifest permission
+
+func TestUserScopeOutputs(t *testing.T) {
+	h := newHardeningHarness(t, nil, nil)
+	h.start()
+	ctx := context.Background()
+	args := map[string]any{"args": map[string]any{"names": []string{"user:shared.txt", "mine.txt"}}}
+	// read (the default) and none: the user: output is skipped with the
+	// reason, the session's output is stored.
+	for _, tool := range []string{"outputs", "outputs_none"} {
+		var r struct {
+			Result struct {
+				Created []CreatedArtifact `json:"created_artifacts"`
+				Skipped []SkippedOutput   `json:"skipped_outputs"`
+			}
+		}
+		reply := h.reply(h.send(tool, args))
+		must(t, json.Unmarshal(reply, &r))
+		if len(r.Result.Created) != 1 || r.Result.Created[0].Filename != "mine.txt" ||
+			len(r.Result.Skipped) != 1 || r.Result.Skipped[0].Filename != "user:shared.txt" ||
+			!strings.Contains(r.Result.Skipped[0].Reason, "may not write them (manifest artifacts.user_scope: ") {
+			t.Fatalf("%s: %s", tool, reply)
+		}
+		if vs, _ := h.store.ListVersions(ctx, "u1", "other-session", "user:shared.txt"); len(vs) != 0 {
+			t.Fatalf("%s: a user-scoped artifact was written", tool)
+		}
+	}
+	// write: stored, visible from another session of the user.
+	reply := h.reply(h.send("outputs_write", args))
+	if _, ok := shapeResult(reply); !ok || strings.Contains(string(reply), "skipped_outputs") {
+		t.Fatalf("write: %s", reply)
+	}
+	if vs, _ := h.store.ListVersions(ctx, "u1", "other-session", "user:shared.txt"); len(vs) != 1 {
+		t.Fatalf("write: versions %v", vs)
+	}
+}
+
+func TestUserScopeInputs(t *testing.T) {
+	h := newHardeningHarness(t, nil, nil)
+	h.start()
+	_, err := h.store.Save(context.Background(), "u1", "elsewhere", "user:notes.txt", []byte("shared notes"), "")
+	must(t, err)
+	ref := map[string]any{"artifact_references": map[string]any{"f": map[string]any{"filename": "user:notes.txt"}}}
+	if r, ok := shapeResult(h.reply(h.send("read_ref", ref))); !ok || !strings.Contains(string(mustJSON(t, r["tool_result"])), "shared notes") {
+		t.Fatalf("read (default): %v", r)
+	}
+	for _, name := range []string{"user:notes.txt", "ｕｓｅｒ:notes.txt"} { // NFKC: the fullwidth prefix is the same scope
+		reply := h.reply(h.send("read_ref_none", map[string]any{"artifact_references": map[string]any{"f": map[string]any{"filename": name}}}))
+		if code, msg := errorCode(t, reply); code != "ARTIFACT_ERROR" || !strings.Contains(msg, "may not read user-scoped artifacts (manifest artifacts.user_scope: none)") {
+			t.Fatalf("none, %q: %s", name, reply)
+		}
+	}
+	// A preloaded input named user:… is the request's bytes, not the store's.
+	reply := h.reply(h.send("read_ref_none", map[string]any{"preloaded_artifacts": map[string]any{"f": map[string]any{
+		"filename": "local.txt", "content": base64.StdEncoding.EncodeToString([]byte("inline"))}}}))
+	if _, ok := shapeResult(reply); !ok {
+		t.Fatalf("preloaded: %s", reply)
+	}
+}
+
+// ---- the work dir's tmpfs (root mode)
+
+// TestWorkDirTmpfs mounts, fills, sweeps and unmounts a work dir tmpfs in
+// a child process with a mount namespace of its own (nothing is mounted
+// in the test process or on the host).
+func TestWorkDirTmpfs(t *testing.T) {
+	if os.Getenv("STR_TEST_TMPFS_CHILD") == "1" {
+		tmpfsChild(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		msg := "mounting a tmpfs needs root (CAP_SYS_ADMIN)"
+		if os.Getenv("STR_MUST_WORK") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkDirTmpfs$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "STR_TEST_TMPFS_CHILD=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestWorkDirTmpfs") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func tmpfsChild(t *testing.T) {
+	// The child's mount namespace must not propagate anything back.
+	must(t, unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
+	base := t.TempDir()
+	dir := filepath.Join(base, "task-1")
+	must(t, makeTaskDir(dir))
+	const owner = 4242
+	must(t, mountWorkDir(dir, profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner))
+	var st unix.Stat_t
+	must(t, unix.Stat(dir, &st))
+	if st.Uid != owner || st.Gid != owner || st.Mode&0o7777 != 0o700 {
+		t.Fatalf("tmpfs root: uid %d gid %d mode %o", st.Uid, st.Gid, st.Mode&0o7777)
+	}
+	// Bytes: the cap is ENOSPC.
+	err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, 2<<20), 0o600)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("writing past the size cap: %v", err)
+	}
+	must(t, os.Remove(filepath.Join(dir, "big")))
+	// Inodes: the cap is ENOSPC too.
+	var ierr error
+	for i := 0; i < 100 && ierr == nil; i++ {
+		ierr = os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o600)
+	}
+	if !errors.Is(ierr, syscall.ENOSPC) {
+		t.Fatalf("creating past the inode cap: %v", ierr)
+	}
+	// The start-up sweep finds and detaches it (a SIGKILLed worker's); the
+	// marker underneath is visible again.
+	other := filepath.Join(t.TempDir(), "x")
+	must(t, os.Mkdir(other, 0o700))
+	must(t, unix.Mount("tmpfs", other, "tmpfs", 0, "size=4k")) // not ours: left alone
+	done, err := unmountStaleWorkDirs(base)
+	must(t, err)
+	if len(done) != 1 || done[0] != dir {
+		t.Fatalf("swept %q", done)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, WorkDirMarker)); err != nil {
+		t.Fatalf("marker after the sweep: %v", err)
+	}
+	if done, _ := unmountStaleWorkDirs(filepath.Dir(other)); len(done) != 0 {
+		t.Fatalf("an operator's tmpfs was swept: %q", done)
+	}
+	unix.Unmount(other, 0)
+	// removeWorkDir unmounts before removing; a dir without a mount is fine.
+	must(t, mountWorkDir(dir, profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner))
+	must(t, removeWorkDir(dir))
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Fatalf("work dir left: %v", err)
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mi), " "+dir+" ") {
+		t.Fatalf("the work dir tmpfs is still mounted:\n%s", mi)
+	}
+	// Mount points with spaces are unescaped.
+	if got := unescapeMountinfo(`/a\040b/c`); got != "/a b/c" {
+		t.Fatalf("unescape: %q", got)
+	}
+}
