@@ -12,12 +12,13 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
 
-.PHONY: help deps init build run demo test test-unit test-integration test-vm bench lint tools clean
+.PHONY: help deps init build run demo test test-unit test-fuzz test-integration test-vm fuzz bench lint tools clean
 
 help:
 	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job)"
-	@echo "make test    every test: unit, host integration (as root), cgroup v2 in a VM"
+	@echo "make test    every test: unit, fuzz (20 s a target), host integration (as root), cgroup v2 in a VM"
 	@echo "make demo    scripted tour against a running 'make run'"
+	@echo "make fuzz    every go test -fuzz target for FUZZTIME each (default 20s; e.g. FUZZTIME=10m)"
 	@echo "make bench   str bench: str vs bubblewrap, the clone floor and python3 -c pass (BENCH_ARGS=--quick)"
 	@echo "make lint    gofmt, go vet, staticcheck, deadcode, govulncheck (tools pinned in bin/tools)"
 
@@ -49,7 +50,7 @@ run: build
 demo:
 	./scripts/demo.sh
 
-test: deps test-unit test-integration test-vm
+test: deps test-unit test-fuzz test-integration test-vm
 
 # Unit tests of every package, then the host integration tests (real
 # namespaces, seccomp, cgroup v1 fallback); privileged ones skip with the
@@ -58,6 +59,17 @@ test: deps test-unit test-integration test-vm
 test-unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
 	$(GO) test -count=1 -race ./worker/... ./launcher/... ./nsinit/...
+
+# The fuzz targets (scripts/fuzz.sh lists them all, each with its seed
+# corpus in testdata/fuzz/): test-fuzz runs the ones marked ci for 20 s
+# each within make test; make fuzz runs every one for FUZZTIME.
+FUZZTIME ?= 20s
+
+test-fuzz:
+	FUZZTIME=20s GO=$(GO) ./scripts/fuzz.sh --ci
+
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
 
 test-integration: build
 	STR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/...

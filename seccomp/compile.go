@@ -473,7 +473,8 @@ func probes(p *Policy, arch nativeArch) []Data {
 		{Nr: 1, Arch: 0},
 	}
 	if arch.audit == AuditArchX86_64 {
-		out = append(out, Data{Nr: X32SyscallBit, Arch: arch.audit}, Data{Nr: X32SyscallBit | 1, Arch: arch.audit})
+		out = append(out, Data{Nr: X32SyscallBit, Arch: arch.audit}, Data{Nr: X32SyscallBit | 1, Arch: arch.audit},
+			Data{Nr: -1 << 31, Arch: arch.audit}) // above the x32 range, without its bit
 	}
 	var values []uint64
 	for _, r := range p.Rules {

@@ -13,7 +13,9 @@ import (
 // compare the two on many rows.
 //
 //  1. an arch other than the native one: kill_process
-//  2. on amd64, a syscall number with the x32 bit: kill_process
+//  2. on amd64, a syscall number with the x32 bit or above it (0x40000000
+//     and up as unsigned; negative numbers are never syscalls):
+//     kill_process
 //  3. the syscall's conditional rules in file order: the first whose
 //     conditions all hold decides
 //  4. else the syscall's unconditional rule
@@ -27,8 +29,9 @@ func (p *Policy) Evaluate(d Data) (uint32, error) {
 	if d.Arch != arch.audit {
 		return RetKillProcess, nil
 	}
-	// 2.
-	if arch.audit == AuditArchX86_64 && d.Nr&X32SyscallBit != 0 {
+	// 2. The guard kills the x32 bit; libseccomp's x86_64 program kills
+	// every number from 0x40000000 up but -1, which has the bit.
+	if arch.audit == AuditArchX86_64 && uint32(d.Nr) >= uint32(X32SyscallBit) {
 		return RetKillProcess, nil
 	}
 	var uncond *Rule

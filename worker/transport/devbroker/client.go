@@ -843,7 +843,8 @@ func (lc *lineConn) expectOK(cmd string, req any, timeout time.Duration) error {
 	return nil
 }
 
-// readLine reads one '\n'-terminated line of at most max bytes.
+// readLine reads one '\n'-terminated line of at most max bytes before
+// its "\r\n" or "\n" (the server's rule for requests, readLines).
 func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	var buf []byte
 	for {
@@ -857,6 +858,10 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		// The +2 above leaves room for "\r\n", not for a longer line.
+		if len(bytes.TrimRight(buf, "\r\n")) > max {
+			return nil, fmt.Errorf("reply line longer than %d bytes", max)
 		}
 		return buf, nil
 	}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# make fuzz / make test-fuzz: run str's native Go fuzz targets, one
+# `go test -run '^$' -fuzz '^Target$'` per target, each for FUZZTIME
+# (default 20s), with the seed corpora in each package's testdata/fuzz/.
+# A failure does not stop the others; the run fails at the end, naming
+# every target that failed (its crasher is written to testdata/fuzz/).
+#
+#   scripts/fuzz.sh            every target          (make fuzz FUZZTIME=10m)
+#   scripts/fuzz.sh --ci       the ones marked ci    (make test-fuzz, 20 s each)
+#   scripts/fuzz.sh NAME...    only these targets
+#
+# FUZZMINIMIZETIME (default 5s) bounds the minimisation of each new input;
+# Go's default of 60s can eat a short run whole.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+FUZZTIME=${FUZZTIME:-20s}
+FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-5s}
+
+# Every fuzz target of the repository: package, target, and "ci" for the
+# ones `make test` runs (one per area of the fuzzing plan; keep the number
+# of ci targets x 20 s under four minutes). A Fuzz function missing here
+# fails the run.
+targets=(
+  "./worker                    FuzzParseRequest      ci" # request parsing and validation
+  "./worker/manifest           FuzzParse             ci" # the tool manifest
+  "./profiles                  FuzzDecode            ci" # profiles: decode, validate, Tighten never loosens
+  "./profiles                  FuzzParseQuantity     ci" # 512Mi, 500m, 60s and their formatters
+  "./seccomp                   FuzzEmbeddedPolicies  ci" # shipped BPF vs policy semantics (Simulate vs Evaluate)
+  "./seccomp                   FuzzCompile           ci" # random small policies: compile vs Evaluate
+  "./worker/transport/devbroker FuzzLineReaders      ci" # dev broker line framing, server and client
+  "./worker/artifacts          FuzzLocate            ci" # artifact names and store paths, NFKC look-alikes
+  "./egress                    FuzzNormalizeHost     ci" # network policy host patterns and matching
+  "./egress                    FuzzParseConnectLine  -"  # the proxy's CONNECT line
+  "./egress                    FuzzParseSOCKSRequest -"  # the proxy's SOCKS5 request
+  "./egress                    FuzzParseDNSQuery     -"  # the DNS stub
+  "./egress                    FuzzClientHelloSNI    -"  # SNI of captured TLS connections
+  "./worker/transport/devbroker FuzzRequest          -"  # dev broker request handling
+  "./worker/transport          FuzzMatch             -"  # topic matching
+)
+
+ci=0
+only=()
+for a in "$@"; do
+  case $a in
+    --ci) ci=1 ;;
+    -*) echo "fuzz.sh: unknown option $a" >&2; exit 2 ;;
+    *) only+=("$a") ;;
+  esac
+done
+
+# Every Fuzz function in the tree must be listed above.
+listed=" "
+for t in "${targets[@]}"; do
+  read -r pkg name _ <<<"$t"
+  listed+="${pkg#./}:$name "
+done
+missing=()
+while IFS=: read -r file _ decl; do
+  name=${decl#func }
+  name=${name%%(*}
+  dir=$(dirname "$file")
+  [[ $listed == *" ${dir#./}:$name "* ]] || missing+=("${dir#./}:$name")
+done < <(grep -rnE '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' --include='*_test.go' . | sed 's/:[0-9]*:/::/')
+if ((${#missing[@]})); then
+  echo "fuzz.sh: fuzz targets not listed in scripts/fuzz.sh: ${missing[*]}" >&2
+  exit 1
+fi
+
+failed=()
+ran=0
+for t in "${targets[@]}"; do
+  read -r pkg name tier <<<"$t"
+  if ((ci)) && [[ $tier != ci ]]; then continue; fi
+  if ((${#only[@]})) && [[ " ${only[*]} " != *" $name "* ]]; then continue; fi
+  echo "=== fuzz $pkg $name for $FUZZTIME"
+  ran=$((ran + 1))
+  if ! "$GO" test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$FUZZMINIMIZETIME" "$pkg"; then
+    failed+=("$pkg $name")
+  fi
+done
+if ((ran == 0)); then
+  echo "fuzz.sh: no target matches ${only[*]}" >&2
+  exit 2
+fi
+if ((${#failed[@]})); then
+  echo "fuzz.sh: ${#failed[@]} of $ran target(s) failed:" >&2
+  printf '  %s\n' "${failed[@]}" >&2
+  exit 1
+fi
+echo "fuzz.sh: $ran target(s) passed, $FUZZTIME each"
