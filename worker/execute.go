@@ -961,22 +961,7 @@ func writeNewFileAt(dirFd int, name, path string, data []byte, mode os.FileMode)
 // writeNewFile creates path exclusively (no symlink followed), sets its
 // mode on the descriptor (whatever the umask) and writes data.
 func writeNewFile(path string, data []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, mode)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return fmt.Errorf("chmod %s to %o: %w", path, mode, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
-	}
-	return nil
+	return writeNewFileAt(unix.AT_FDCWD, path, path, data, mode)
 }
 
 // saveOutputs stores the top-level regular files of output/, all or
