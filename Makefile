@@ -58,7 +58,7 @@ test: deps test-unit test-fuzz test-integration test-vm
 # The trusted core and the worker run under the race detector too.
 test-unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
-	$(GO) test -count=1 -race ./worker/... ./launcher/... ./nsinit/...
+	$(GO) test -count=1 -race ./worker/... ./launcher/... ./nsinit/... ./internal/...
 
 # The fuzz targets (scripts/fuzz.sh lists them all, each with its seed
 # corpus in testdata/fuzz/): test-fuzz runs the ones marked ci for 20 s
