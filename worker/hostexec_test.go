@@ -2,13 +2,10 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
-	"time"
 )
 
 // hostSandboxes runs the tool as a plain child process, without any
@@ -60,67 +57,13 @@ func (c *hostCreated) Start() (RunningSandbox, error) {
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}, spec.Env...)
 	cmd.Stderr = spec.Stderr
 	cmd.ExtraFiles = spec.ExtraFiles
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if c.uid != 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)}}
 	}
-	if err := cmd.Start(); err != nil {
+	// The same process handling as SANDBOX_MODE=none (unsandboxed.go).
+	p, err := startProcess(c.ctx, cmd, spec.Timeout)
+	if err != nil {
 		return nil, err
 	}
-	h := &hostSandbox{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		timer := time.NewTimer(spec.Timeout)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-			h.mark(&h.timedOut)
-		case <-c.ctx.Done():
-			h.mark(&h.cancelled)
-		case <-h.done:
-		}
-	}()
-	return h, nil
-}
-
-type hostSandbox struct {
-	cmd                 *exec.Cmd
-	done                chan struct{}
-	mu                  sync.Mutex
-	timedOut, cancelled bool
-}
-
-func (h *hostSandbox) mark(b *bool) {
-	h.mu.Lock()
-	*b = true
-	h.mu.Unlock()
-	h.Kill()
-}
-
-func (h *hostSandbox) Kill() error {
-	return syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-}
-
-func (h *hostSandbox) Wait() (*SandboxExit, error) {
-	err := h.cmd.Wait()
-	close(h.done)
-	// The whole process group is gone before Wait returns, as with the
-	// launcher.
-	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := &SandboxExit{TimedOut: h.timedOut, Cancelled: h.cancelled, SetupTime: time.Millisecond}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		ws := ee.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
-			e.Signal = int(ws.Signal())
-			e.SignalName = "SIG" + ws.Signal().String()
-			e.ExitCode = 128 + e.Signal
-		} else {
-			e.ExitCode = ws.ExitStatus()
-		}
-	} else if err != nil {
-		return nil, err
-	}
-	return e, nil
+	return p, nil
 }

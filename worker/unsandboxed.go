@@ -71,18 +71,32 @@ func (c *unsandboxedCreated) Start() (RunningSandbox, error) {
 	cmd.Dir = spec.Workdir
 	cmd.Env = c.env
 	cmd.Stderr = spec.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	p, err := startProcess(c.ctx, cmd, spec.Timeout)
+	if err != nil {
 		return nil, fmt.Errorf("SANDBOX_MODE=none: start %s: %w", spec.Argv[0], err)
+	}
+	return p, nil
+}
+
+// startProcess starts cmd in a process group of its own and kills the
+// group at timeout (TimedOut) or when ctx ends (Cancelled). It is how
+// SANDBOX_MODE=none runs a tool, and the unit tests' host double too.
+func startProcess(ctx context.Context, cmd *exec.Cmd, timeout time.Duration) (*unsandboxedProc, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
 	p := &unsandboxedProc{cmd: cmd, done: make(chan struct{})}
 	go func() {
-		timer := time.NewTimer(spec.Timeout)
+		timer := time.NewTimer(timeout)
 		defer timer.Stop()
 		select {
 		case <-timer.C:
 			p.mark(&p.timedOut)
-		case <-c.ctx.Done():
+		case <-ctx.Done():
 			p.mark(&p.cancelled)
 		case <-p.done:
 		}
