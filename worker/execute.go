@@ -67,11 +67,14 @@ const (
 // replyRetryMax between attempts) until the task's deadline (receipt +
 // timeout + 5 s) and for at least replyRetryWindow. Once the worker is
 // stopping, a reply gets two attempts, so that a dead broker cannot hold a
-// shutdown for the deadline of every queued request.
+// shutdown for the deadline of every queued request; and an attempt still
+// waiting for the broker replyShutdownWindow after the grace period is
+// abandoned (the reply is reported lost).
 var (
-	replyRetryWindow = 30 * time.Second
-	replyRetryFirst  = 100 * time.Millisecond
-	replyRetryMax    = 5 * time.Second
+	replyRetryWindow    = 30 * time.Second
+	replyRetryFirst     = 100 * time.Millisecond
+	replyRetryMax       = 5 * time.Second
+	replyShutdownWindow = 5 * time.Second
 )
 
 // outcomeReplyFailed is the outcome label of an invocation whose reply
@@ -1425,7 +1428,7 @@ func (s *Server) publishReply(t *task, payload []byte) error {
 	if least := time.Now().Add(replyRetryWindow); deadline.Before(least) {
 		deadline = least
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(s.replyCtx, deadline)
 	defer cancel()
 	wait := replyRetryFirst
 	for attempt := 1; ; attempt++ {
@@ -1449,6 +1452,9 @@ func (s *Server) publishReply(t *task, payload []byte) error {
 		t.log.Warn("publishing the reply failed; retrying", "attempt", attempt, "retry_until", deadline.UTC().Format(time.RFC3339), "error", err)
 		select {
 		case <-ctx.Done():
+			if s.replyCtx.Err() != nil {
+				return fmt.Errorf("worker stopped: reply not published %v after the shutdown grace period (%d attempts): %w", replyShutdownWindow, attempt, err)
+			}
 			return fmt.Errorf("reply not published within the task's deadline (%d attempts): %w", attempt, err)
 		case <-time.After(wait):
 		}

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/securetoolruntime/str/worker/artifacts"
@@ -376,6 +377,7 @@ type flakyTransport struct {
 	failFirst int
 	always    bool
 	refuse    bool
+	hang      bool // wait for ctx like a client waiting for its broker
 	attempts  int
 }
 
@@ -388,6 +390,10 @@ func (f *flakyTransport) Publish(ctx context.Context, m transport.Message) error
 		if refuse && n == 1 {
 			return fmt.Errorf("devbroker: publish %s: %w", m.Topic, &devbroker.BrokerError{
 				Cmd: "PUBLISH", Status: "ERROR", Code: devbroker.CodeInvalidCommand, Message: "request line longer than 16777216 bytes"})
+		}
+		if f.hang {
+			<-ctx.Done()
+			return fmt.Errorf("waiting for the broker connection: %w", ctx.Err())
 		}
 		if always || n <= f.failFirst {
 			return errors.New("broker unreachable")
@@ -451,6 +457,40 @@ func TestReplyNeverPublishedIsAFailure(t *testing.T) {
 		t.Fatalf("%d attempts: the reply was not retried", attempts)
 	}
 	if m := waitMetric(t, h, `str_worker_invocations_total{outcome="reply_failed",tool="echo"} 1`); strings.Contains(m, `outcome="success"`) {
+		t.Fatalf("metrics:\n%s", grepLines(m, "invocations"))
+	}
+}
+
+// TestShutdownReplyWaitIsBounded: a reply waiting for a broker that is
+// gone holds the shutdown for the grace period and replyShutdownWindow,
+// not for the task's deadline; it is then reported lost, never a success.
+// (CI saw a worker hang at SIGTERM with the dev broker stopped between its
+// forwarding of a reply and its acknowledgement.)
+func TestShutdownReplyWaitIsBounded(t *testing.T) {
+	var logs logBuffer
+	var ft *flakyTransport
+	h := newExecHarness(t, func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond }, func(o *Options) {
+		ft = &flakyTransport{Transport: o.Transport, hang: true}
+		o.Transport = ft
+		o.Logger = logs.logger()
+	})
+	saved := replyShutdownWindow
+	replyShutdownWindow = 100 * time.Millisecond
+	t.Cleanup(func() { replyShutdownWindow = saved })
+	h.start()
+	// A task deadline of an hour: only the shutdown can end the wait.
+	h.send("echo", map[string]any{"timeout_seconds": 3600})
+	waitFor(t, "the reply waiting for the broker", func() bool {
+		ft.mu.Lock()
+		defer ft.mu.Unlock()
+		return ft.attempts > 0
+	})
+	h.stop() // fails the test when Run does not return
+	if !strings.Contains(logs.String(), "worker stopped: reply not published") {
+		t.Fatalf("the lost reply is not reported:\n%s", logs.String())
+	}
+	if m := metricsText(t, h); !strings.Contains(m, `str_worker_invocations_total{outcome="reply_failed",tool="echo"} 1`) ||
+		strings.Contains(m, `outcome="success"`) {
 		t.Fatalf("metrics:\n%s", grepLines(m, "invocations"))
 	}
 }

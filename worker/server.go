@@ -80,6 +80,11 @@ type Server struct {
 	execCtx  context.Context
 	execStop context.CancelCauseFunc
 	execWG   sync.WaitGroup
+	// replyCtx ends replyShutdownWindow after the shutdown grace period:
+	// a reply still waiting for a broker that is gone is then reported
+	// lost, so the broker cannot hold the shutdown.
+	replyCtx  context.Context
+	replyStop context.CancelCauseFunc
 
 	limiter  *rateLimiter
 	replays  *replayGuard // signatures accepted within SigningWindow
@@ -135,12 +140,14 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("worker: SANDBOX_DEFAULT_PROFILE %q: %w", cfg.DefaultProfile, err)
 	}
 	execCtx, execStop := context.WithCancelCause(context.Background())
+	replyCtx, replyStop := context.WithCancelCause(context.Background())
 	s := &Server{
 		cfg: cfg, tr: opts.Transport, sb: opts.Sandboxes, store: opts.Store, inst: opts.Installer,
 		log: log, metrics: m, profiles: set, base: cfg.Base(),
 		subs:    map[string]bool{},
 		queue:   make(chan *queuedTask, cfg.MaxQueued),
 		execCtx: execCtx, execStop: execStop,
+		replyCtx: replyCtx, replyStop: replyStop,
 		limiter: newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
 		replays: newReplayGuard(),
 	}
@@ -770,7 +777,11 @@ func (s *Server) shutdown() {
 	case <-time.After(s.cfg.ShutdownGrace):
 		s.log.Warn("shutdown grace period over: stopping running tools", "grace", s.cfg.ShutdownGrace)
 		s.execStop(errShutdown)
+		// The stopped tools' replies, and any reply waiting for the
+		// broker, get replyShutdownWindow; then they are reported lost.
+		lost := time.AfterFunc(replyShutdownWindow, func() { s.replyStop(errShutdown) })
 		<-done
+		lost.Stop()
 	}
 	s.execStop(errShutdown)
 	// 4. every pooled sandbox gone and its work area removed.

@@ -326,6 +326,9 @@ func TestReconnectAfterBrokerRestart(t *testing.T) {
 		return cmd
 	}
 	b := startBroker()
+	// Cleanups run last first: the worker (registered by startWorker)
+	// stops while the broker is still up, then the broker.
+	t.Cleanup(func() { b.Process.Signal(syscall.SIGTERM); b.Wait() })
 	w := startWorker(t, e, port, nil)
 	a := newAgent(t, port)
 	if r := a.reply(a.invoke("echo_tool", nil), replyWait); !isSuccess(r) {
@@ -335,7 +338,6 @@ func TestReconnectAfterBrokerRestart(t *testing.T) {
 	b.Wait()
 	w.waitReady(false)
 	b = startBroker()
-	defer func() { b.Process.Signal(syscall.SIGTERM); b.Wait() }()
 	w.waitReady(true)
 	// The agent reconnects on its own schedule; a request published before
 	// its subscriptions are back gets lost (no persistence), so retry.
