@@ -322,6 +322,9 @@ func TestWatcherPoll(t *testing.T) {
 	}
 	// a tool added (same size edits included: b vs a)
 	write(t, p, "version: 1\ntools:\n  a: {module: m, function: f}\n  b: {module: m, function: g}\n")
+	if w.Poll() {
+		t.Fatal("a change applied at the first poll that read it (it may be half-written)")
+	}
 	if !w.Poll() {
 		t.Fatal("added tool not applied")
 	}
@@ -331,7 +334,7 @@ func TestWatcherPoll(t *testing.T) {
 	}
 	// a same-size edit (a -> c) is seen through the hash
 	write(t, p, "version: 1\ntools:\n  c: {module: m, function: f}\n  b: {module: m, function: g}\n")
-	if !w.Poll() {
+	if w.Poll() || !w.Poll() {
 		t.Fatal("same-size edit not applied")
 	}
 	_, removed, _ = Diff(r.applied[1], r.applied[2])
@@ -340,7 +343,7 @@ func TestWatcherPoll(t *testing.T) {
 	}
 	// a broken edit keeps the previous manifest and logs once
 	write(t, p, "version: 1\ntools:\n  c: {module: m}\n")
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 3; i++ {
 		if w.Poll() {
 			t.Fatal("broken manifest applied")
 		}
@@ -358,18 +361,29 @@ func TestWatcherPoll(t *testing.T) {
 	}
 	// the next valid edit is applied
 	write(t, p, "version: 1\ntools:\n  c: {module: m, function: f}\n")
-	if !w.Poll() || len(r.applied) != 4 {
+	if w.Poll() || !w.Poll() || len(r.applied) != 4 {
 		t.Fatal("valid edit after a broken one not applied")
 	}
 	// apply failing: retried at the next poll
 	write(t, p, "version: 1\ntools:\n  d: {module: m, function: f}\n")
 	r.fail = errors.New("broker down")
-	if w.Poll() {
+	if w.Poll() || w.Poll() {
 		t.Fatal("failed apply reported as applied")
 	}
 	r.fail = nil
 	if !w.Poll() || r.applied[len(r.applied)-1].Names()[0] != "d" {
 		t.Fatal("failed apply not retried")
+	}
+	// a half-written file (read between truncate and write) that parses
+	// is never applied: the complete content follows before it is stable
+	n := len(r.applied)
+	write(t, p, "version: 1\ntools:\n  e: {module: m, function: f}\n")
+	if w.Poll() {
+		t.Fatal("the half-written content was applied")
+	}
+	write(t, p, "version: 1\ntools:\n  e: {module: m, function: f}\n  f: {module: m, function: g}\n")
+	if w.Poll() || !w.Poll() || len(r.applied) != n+1 || !reflect.DeepEqual(r.applied[n].Names(), []string{"e", "f"}) {
+		t.Fatal("the complete content was not applied")
 	}
 }
 

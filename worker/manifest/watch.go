@@ -26,6 +26,10 @@ type Watcher struct {
 	seen    [sha256.Size]byte // hash of the content last looked at (for logging once)
 	hasSeen bool
 	missing bool
+	// last is the hash read at the previous poll: a change is acted on
+	// only once the same content has been read at two polls in a row.
+	last    [sha256.Size]byte
+	hasLast bool
 }
 
 // NewWatcher returns a Watcher; interval <= 0 means DefaultWatchInterval,
@@ -48,6 +52,12 @@ func NewWatcher(path string, interval time.Duration, apply func(*Manifest) error
 // new manifest is valid. An invalid or missing manifest keeps the previous
 // one and is logged once per distinct content. If apply fails, the error is
 // logged and the same content is applied again at the next poll.
+//
+// After the first poll a change is acted on only when two polls in a row
+// read the same content: a file rewritten in place (truncated, then
+// written) can be read half-written, and a half that parses would remove
+// tools and announce their removal to every agent. So a change is applied
+// within two intervals of being made (spec §5's 2 s at the default 1 s).
 func Watch(ctx context.Context, path string, interval time.Duration, apply func(*Manifest) error, logf func(msg string, args ...any)) {
 	NewWatcher(path, interval, apply, logf).Run(ctx)
 }
@@ -96,8 +106,13 @@ func (w *Watcher) Poll() bool {
 		return false
 	}
 	sum := sha256.Sum256(data)
+	stable := w.hasLast && sum == w.last
+	w.last, w.hasLast = sum, true
 	if w.hasAppl && sum == w.applied {
 		return false
+	}
+	if w.hasAppl && !stable {
+		return false // a change: acted on at the next poll if it stays
 	}
 
 	// 3. parse; an invalid manifest is logged once per content.
