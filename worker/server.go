@@ -560,8 +560,10 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 	}
 	tool := s.manifest.Tools[topicTool]
 	if tool == nil {
-		s.reject(d, replyTo, id, topicTool, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", shownTool), log)
+		// Unsubscribed before the answer, so that a caller who retries on
+		// the answer does not reach this worker again.
 		s.dropStaleSubscription(d.Topic, log)
+		s.reject(d, replyTo, id, topicTool, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", shownTool), log)
 		return
 	}
 	// 5. per-user rate limit.
