@@ -367,7 +367,8 @@ func TestWatcherPoll(t *testing.T) {
 	// apply failing: retried at the next poll
 	write(t, p, "version: 1\ntools:\n  d: {module: m, function: f}\n")
 	r.fail = errors.New("broker down")
-	if w.Poll() || w.Poll() {
+	first, second := w.Poll(), w.Poll()
+	if first || second {
 		t.Fatal("failed apply reported as applied")
 	}
 	r.fail = nil
