@@ -682,7 +682,7 @@ func (s *Server) availableNow(t *task) *Error {
 	if cur == nil {
 		return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker (removed from the manifest while the request was queued)", truncateName(t.req.ToolName))
 	}
-	if *cur != *t.tool {
+	if !cur.Equal(t.tool) {
 		profile, timeout, e := s.choose(cur, t.req)
 		if e != nil {
 			return e

@@ -7,6 +7,7 @@ import (
 	"github.com/securetoolruntime/str/egress"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -91,6 +92,20 @@ func (u UserScope) String() string {
 
 // CanWrite reports whether a call's outputs may be saved as "user:" artifacts.
 func (u UserScope) CanWrite() bool { return u == UserScopeWrite }
+
+// Equal reports whether t and u are the same manifest entry, every field
+// compared by value: the network policy by its content (two loads of one
+// file give two pointers), so a reload that only changes a tool's
+// network policy or its artifacts permission is a change, and a reload
+// that changes nothing of a tool is none. Two nils are equal.
+func (t *Tool) Equal(u *Tool) bool {
+	if t == nil || u == nil {
+		return t == u
+	}
+	a, b := *t, *u
+	a.Network, b.Network = nil, nil
+	return a == b && reflect.DeepEqual(t.Network, u.Network)
+}
 
 // MaxWarm is the largest warm pool size one tool may ask for.
 const MaxWarm = 16
@@ -533,7 +548,7 @@ func Diff(old, new *Manifest) (added, removed, changed []string) {
 		switch {
 		case !ok:
 			added = append(added, name)
-		case o == nil || newTools[name] == nil || *o != *newTools[name]:
+		case !o.Equal(newTools[name]):
 			changed = append(changed, name)
 		}
 	}

@@ -545,3 +545,77 @@ tools:
 		}
 	}
 }
+
+// Every field of a tool takes part in Equal (and so in Diff): a reload
+// that changes only one field, the network policy and the artifacts
+// permission included, is a change. A field added to Tool without a
+// value here fails the test.
+func TestToolEqualEveryField(t *testing.T) {
+	base := Tool{Name: "t", Runtime: RuntimePython, Module: "m", Function: "f", TimeoutSeconds: 300}
+	other := map[string]any{
+		"Name": "u", "Runtime": "other", "Module": "m2", "Function": "g", "ClassName": "C",
+		"Package": "p", "Version": ">=1", "Description": "d", "SandboxProfile": "restrictive",
+		"SHA256": strings.Repeat("a", 64), "TimeoutSeconds": 10, "Warm": 2, "WarmSet": true,
+		"Network":   &egress.Policy{Mode: egress.Isolated},
+		"UserScope": UserScopeWrite,
+	}
+	typ := reflect.TypeOf(base)
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		v, ok := other[f.Name]
+		if !ok {
+			t.Errorf("Tool.%s has no changed value in this test: add one (and check Equal compares it)", f.Name)
+			continue
+		}
+		changed := base
+		reflect.ValueOf(&changed).Elem().Field(i).Set(reflect.ValueOf(v))
+		if base.Equal(&changed) || changed.Equal(&base) {
+			t.Errorf("Tool.Equal ignores %s", f.Name)
+		}
+	}
+	// the network policy by content, not by pointer.
+	a, b := base, base
+	a.Network = &egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"a.example.com"}}
+	b.Network = &egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"a.example.com"}}
+	if !a.Equal(&b) {
+		t.Error("two equal network policies (two pointers) compare unequal")
+	}
+	b.Network = &egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"b.example.com"}}
+	if a.Equal(&b) {
+		t.Error("a changed allowed_hosts compares equal")
+	}
+	var nilTool *Tool
+	if !nilTool.Equal(nil) || nilTool.Equal(&base) || base.Equal(nil) {
+		t.Error("nil handling")
+	}
+}
+
+// A reload that changes only a tool's network policy, or only its
+// artifacts permission, is applied (Diff reports the tool changed); a
+// reload of the same content reports nothing, also for a tool with a
+// network policy.
+func TestDiffNetworkAndArtifacts(t *testing.T) {
+	const src = "version: 1\ntools:\n  api: {module: m, function: f, network: {policy: restricted, allowed_hosts: [a.example.com]}}\n  plain: {module: m, function: f}\n"
+	old, err := Parse([]byte(src), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _ := Parse([]byte(src), "same")
+	if a, r, c := Diff(old, same); a != nil || r != nil || c != nil {
+		t.Errorf("Diff of two loads of one file = %v %v %v, want nothing", a, r, c)
+	}
+	net, err := Parse([]byte(strings.Replace(src, "a.example.com", "b.example.com", 1)), "net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, c := Diff(old, net); !reflect.DeepEqual(c, []string{"api"}) {
+		t.Errorf("a network-only change: changed = %v, want [api]", c)
+	}
+	art, err := Parse([]byte(strings.Replace(src, "plain: {module: m, function: f}", "plain: {module: m, function: f, artifacts: {user_scope: write}}", 1)), "art")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, c := Diff(old, art); !reflect.DeepEqual(c, []string{"plain"}) {
+		t.Errorf("an artifacts-only change: changed = %v, want [plain]", c)
+	}
+}
