@@ -34,6 +34,16 @@ type Store interface {
 	ListVersions(ctx context.Context, userID, sessionID, filename string) ([]int, error)
 }
 
+// Checker is implemented by stores whose saves need a filesystem (the
+// filesystem store): it says, cheaply and without storing anything,
+// whether a save could succeed now.
+type Checker interface {
+	// Check returns why a save would fail now because of the store's
+	// filesystem (full, read-only, not writable), and separately because
+	// of its audit log (an *AuditError); nil when it would not.
+	Check() (store, audit error)
+}
+
 // ErrNotFound is wrapped by Load when the artifact or version does not exist.
 var ErrNotFound = errors.New("artifact not found")
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -44,8 +45,19 @@ type auditLog struct {
 	path  string
 	scope string
 	mu    sync.Mutex
-	f     *os.File
 }
+
+// AuditError is a failure to write the audit log: the store's operation
+// itself may have succeeded (a save's version is stored), but it is
+// reported failed (fail closed). Path is the log's.
+type AuditError struct {
+	Path string
+	Op   string // "open", "append", "encode"
+	Err  error
+}
+
+func (e *AuditError) Error() string { return fmt.Sprintf("audit log %s: %s: %v", e.Path, e.Op, e.Err) }
+func (e *AuditError) Unwrap() error { return e.Err }
 
 type auditLine struct {
 	Time     string `json:"time"`
@@ -60,22 +72,35 @@ type auditLine struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// open opens the log file if it is not open yet.
-func (a *auditLog) open() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.openLocked()
-}
-
-func (a *auditLog) openLocked() error {
-	if a.f != nil {
-		return nil
-	}
+// open opens the log file for appending (created 0600 if missing, never
+// followed through a symlink). The log is opened for each line, not held
+// open: a log rotated away (renamed, a new one created) is followed at
+// the next line, and no descriptor open for writing keeps the store's
+// filesystem from being remounted read-only, or repaired, while the
+// worker runs.
+func (a *auditLog) open() (*os.File, error) {
 	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("audit log %s: open: %w", a.path, err)
+		return nil, &AuditError{Path: a.path, Op: "open", Err: err}
 	}
-	a.f = f
+	return f, nil
+}
+
+// check reports whether a line could be appended now: the log opens for
+// appending and its directory's filesystem takes a write (checkDir),
+// without writing to the log itself. A nil log is fine.
+func (a *auditLog) check() error {
+	if a == nil {
+		return nil
+	}
+	f, err := a.open()
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := checkDir(filepath.Dir(a.path)); err != nil {
+		return &AuditError{Path: a.path, Op: "append", Err: err}
+	}
 	return nil
 }
 
@@ -104,19 +129,24 @@ func (a *auditLog) record(op, user, session, filename string, version int, data 
 	}
 	b, err := json.Marshal(&line)
 	if err != nil {
-		return fmt.Errorf("audit log %s: encode: %w", a.path, err)
+		return &AuditError{Path: a.path, Op: "encode", Err: err}
 	}
 	b = append(b, '\n')
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.openLocked(); err != nil {
+	f, err := a.open()
+	if err != nil {
 		return err
 	}
 	// One write per line: O_APPEND makes each write land whole at the end
 	// even with other processes appending to the same log.
-	if _, err := a.f.Write(b); err != nil {
-		return fmt.Errorf("audit log %s: append: %w", a.path, err)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return &AuditError{Path: a.path, Op: "append", Err: err}
+	}
+	if err := f.Close(); err != nil {
+		return &AuditError{Path: a.path, Op: "append", Err: err}
 	}
 	return nil
 }

@@ -160,13 +160,19 @@ func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, 
 	}
 
 	// 6. metadata, exactly as Python's json.dump({"mime_type": ...}) writes it
+	// A failure here removes the data file just linked: a failed save
+	// leaves no version behind, not even an incomplete one (which Load
+	// skips but ListVersions, and the reference, would list).
+	dataPath := filepath.Join(dir, strconv.Itoa(next))
 	tmpMeta, err := writeTemp(dir, metaJSON(mimeType))
 	if err != nil {
+		os.Remove(dataPath)
 		return 0, "", fmt.Errorf("artifacts: save %s (step 6, metadata): %w", dir, err)
 	}
 	metaPath := filepath.Join(dir, strconv.Itoa(next)+MetaSuffix)
 	if err := os.Rename(tmpMeta, metaPath); err != nil {
 		os.Remove(tmpMeta)
+		os.Remove(dataPath)
 		return 0, "", fmt.Errorf("artifacts: save %s (step 6, rename): %w", metaPath, err)
 	}
 
@@ -412,6 +418,37 @@ func writeTemp(dir string, data []byte) (string, error) {
 		return "", err
 	}
 	return name, nil
+}
+
+// Check is Checker's: the scope directory takes a new file with one byte
+// of data (checkDir: full, read-only and permission problems show), and
+// the audit log opens for appending.
+func (s *fsStore) Check() (store, audit error) {
+	if err := checkDir(s.root); err != nil {
+		store = fmt.Errorf("artifacts: store %s: %w", s.root, err)
+	}
+	return store, s.audit.check()
+}
+
+// checkProbePrefix names checkDir's file; no reader of the store takes
+// a dot file for an artifact, a user or a session.
+const checkProbePrefix = ".str-check-"
+
+// checkDir creates a file in dir, writes one byte to it (a full
+// filesystem refuses the byte, not the empty file), and removes it. The
+// error names the path and the errno.
+func checkDir(dir string) error {
+	f, err := os.CreateTemp(dir, checkProbePrefix)
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	defer os.Remove(name)
+	if _, err := f.Write([]byte{0}); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func syncDir(dir string) error {

@@ -57,11 +57,11 @@ func Open(s Settings) (Store, string, error) {
 		}
 		// Opened (created 0600, appended to, never truncated) once now,
 		// so that an unusable path fails at start-up.
-		probe := &auditLog{path: auditPath}
-		if err := probe.open(); err != nil {
+		probe, err := (&auditLog{path: auditPath}).open()
+		if err != nil {
 			return nil, "", fmt.Errorf("artifacts: %w", err)
 		}
-		probe.f.Close()
+		probe.Close()
 		opts = append(opts, WithAuditLog(auditPath))
 	}
 	opts = append(opts, WithMemoryBudget(s.MemoryMaxBytes))

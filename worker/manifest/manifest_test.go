@@ -619,3 +619,65 @@ func TestDiffNetworkAndArtifacts(t *testing.T) {
 		t.Errorf("an artifacts-only change: changed = %v, want [plain]", c)
 	}
 }
+
+// OnProblem follows the file: garbage, a valid YAML document breaking the
+// schema, a missing file and a failing apply are reported (each once the
+// content has been read at two polls in a row), with the previous
+// manifest kept; the content applied again (the file repaired) reports
+// nil.
+func TestWatcherOnProblem(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "manifest.yaml")
+	const good = "version: 1\ntools:\n  a: {module: m, function: f}\n"
+	write(t, p, good)
+	r := &recorder{}
+	w := NewWatcher(p, time.Second, r.apply, r.logf)
+	var last error
+	calls := 0
+	w.OnProblem = func(err error) { last, calls = err, calls+1 }
+	if !w.Poll() || last != nil || calls != 1 {
+		t.Fatalf("start: last %v calls %d", last, calls)
+	}
+	for _, c := range []struct{ name, content, want string }{
+		{"garbage", "\x00\xff{{{ not yaml", "invalid manifest"},
+		{"schema", "version: 1\ntools:\n  a: {module: m, funktion: f}\n", "funktion"},
+	} {
+		write(t, p, c.content)
+		calls = 0
+		w.Poll() // first read of the change: nothing reported yet
+		if calls != 0 {
+			t.Errorf("%s: reported at the first poll of a change: %v", c.name, last)
+		}
+		w.Poll()
+		if last == nil || !strings.Contains(last.Error(), c.want) || !strings.Contains(last.Error(), "keeping the previous") {
+			t.Errorf("%s: problem %v, want one containing %q", c.name, last, c.want)
+		}
+		write(t, p, good) // repaired: the applied content again
+		w.Poll()
+		if last != nil {
+			t.Errorf("%s: repaired, still reported: %v", c.name, last)
+		}
+	}
+	if len(r.applied) != 1 {
+		t.Errorf("applied %d manifests, want only the first", len(r.applied))
+	}
+	// missing
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	w.Poll()
+	if last == nil || !strings.Contains(last.Error(), "missing") {
+		t.Errorf("missing: %v", last)
+	}
+	// a failing apply of a new valid manifest
+	write(t, p, good+"  b: {module: m, function: g}\n")
+	r.fail = fmt.Errorf("subscribe refused")
+	w.Poll()
+	w.Poll()
+	if last == nil || !strings.Contains(last.Error(), "subscribe refused") {
+		t.Errorf("failing apply: %v", last)
+	}
+	r.fail = nil
+	if !w.Poll() || last != nil {
+		t.Errorf("apply succeeded, still reported: %v", last)
+	}
+}

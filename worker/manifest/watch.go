@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -19,6 +20,16 @@ type Watcher struct {
 	interval time.Duration
 	apply    func(*Manifest) error
 	logf     func(msg string, args ...any)
+
+	// OnProblem, when set (before Run), is called at each poll that
+	// keeps the previous manifest because of the file (missing,
+	// unreadable, invalid) or because apply failed, with why; and with
+	// nil at each poll that finds the file's content applied (again, or
+	// just now): a repaired file clears the problem. It runs
+	// synchronously, with the watcher's lock held, and must not call the
+	// watcher. A changed content seen at only one poll so far (see Watch)
+	// reports nothing yet.
+	OnProblem func(error)
 
 	mu      sync.Mutex
 	applied [sha256.Size]byte // hash of the content last applied
@@ -85,14 +96,15 @@ func (w *Watcher) Poll() bool {
 	// 1. stat: a missing file keeps the previous manifest (an editor may be
 	// replacing it).
 	if _, err := os.Stat(w.path); err != nil {
+		problem := fmt.Errorf("manifest %s: %w; keeping the previous manifest", w.path, err)
+		if errors.Is(err, os.ErrNotExist) {
+			problem = fmt.Errorf("manifest %s is missing; keeping the previous manifest", w.path)
+		}
 		if !w.missing {
 			w.missing = true
-			if errors.Is(err, os.ErrNotExist) {
-				w.logf("manifest %s is missing; keeping the previous manifest", w.path)
-			} else {
-				w.logf("manifest %s: %v; keeping the previous manifest", w.path, err)
-			}
+			w.logf("%v", problem)
 		}
+		w.report(problem)
 		return false
 	}
 	w.missing = false
@@ -103,12 +115,14 @@ func (w *Watcher) Poll() bool {
 	data, err := readLimited(w.path)
 	if err != nil {
 		w.logOnce(sha256.Sum256([]byte(err.Error())), "%v; keeping the previous manifest", err)
+		w.report(fmt.Errorf("%w; keeping the previous manifest", err))
 		return false
 	}
 	sum := sha256.Sum256(data)
 	stable := w.hasLast && sum == w.last
 	w.last, w.hasLast = sum, true
 	if w.hasAppl && sum == w.applied {
+		w.report(nil)
 		return false
 	}
 	if w.hasAppl && !stable {
@@ -119,17 +133,27 @@ func (w *Watcher) Poll() bool {
 	m, err := Parse(data, w.path)
 	if err != nil {
 		w.logOnce(sum, "invalid manifest, keeping the previous one: %v", err)
+		w.report(fmt.Errorf("invalid manifest, keeping the previous one: %w", err))
 		return false
 	}
 
 	// 4. apply synchronously.
 	if err := w.apply(m); err != nil {
 		w.logf("manifest %s: applying the new manifest failed (will retry): %v", w.path, err)
+		w.report(fmt.Errorf("manifest %s: applying the new manifest failed (will retry): %w", w.path, err))
 		return false
 	}
 	w.applied, w.hasAppl = sum, true
 	w.seen, w.hasSeen = sum, true
+	w.report(nil)
 	return true
+}
+
+// report passes a poll's problem (nil: none) to OnProblem, if set.
+func (w *Watcher) report(problem error) {
+	if w.OnProblem != nil {
+		w.OnProblem(problem)
+	}
 }
 
 func (w *Watcher) logOnce(key [sha256.Size]byte, format string, args ...any) {
