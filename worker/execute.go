@@ -244,6 +244,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		if errors.Is(err, os.ErrExist) {
 			return fail(errorf(CodeInvalidRequest, "task %q already has a work dir", t.req.TaskID))
 		}
+		s.noteWorkDirFault(err)
 		return fail(workDirError(err))
 	}
 	// 3. the done pipe (the runner's "result complete", descriptor 3 in
@@ -298,6 +299,9 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	}
 	pipePath, err := fillWorkDir(dir, uid, gid)
 	if err != nil {
+		if !s.capsWorkDirs() {
+			s.noteWorkDirFault(err)
+		}
 		return fail(workDirError(err))
 	}
 	// 5. inputs.
@@ -308,6 +312,11 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	// 6. runner_args.json.
 	err = runner.WriteArgs(argsPath, s.runnerArgs(t, dir, paths, meta))
 	if err != nil {
+		if isNoSpace(err) {
+			// uncapped work dirs share the work base's filesystem.
+			s.noteWorkDirFault(err)
+			return fail(errorf(CodeResourceExhausted, "no disk space for the work dir: runner arguments: %v", err))
+		}
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"runner arguments\": %v", err))
 	}
 	// 7. the FIFO's read end, before the tool starts: the tool's blocking
@@ -886,6 +895,9 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 		path := filepath.Join(dir, "input", local)
 		if err := writeNewFileAt(inputFd, local, path, data, modeInputFile); err != nil {
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+				if !s.capsWorkDirs() {
+					s.noteWorkDirFault(err) // else the profile's cap, the call's own
+				}
 				return errorf(CodeResourceExhausted, "no space for input %q in the work dir (the profile's work_dir cap, or the host's disk): %v", param, err)
 			}
 			return errorf(CodeArtifactError, "input %q: %v", param, err)
@@ -929,7 +941,8 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 			if errors.Is(err, artifacts.ErrUnsafeName) {
 				return nil, nil, errorf(CodeInvalidRequest, "input %q: %v", param, err)
 			}
-			return nil, nil, errorf(CodeArtifactError, "input %q: loading artifact %q (%s): %v", param, ref.Filename, which, err)
+			s.noteStoreFault(err)
+			return nil, nil, errorf(storeErrorCode(err), "input %q: loading artifact %q (%s): %v", param, ref.Filename, which, err)
 		}
 		if e := write(param, ref.Filename, art.Data, art.MimeType, art.Version); e != nil {
 			return nil, nil, e
@@ -1095,7 +1108,13 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 				saved = fmt.Sprintf("already saved (and kept: versions are never removed): %s", strings.Join(list, ", "))
 			}
 			t.log.Error("saving an output failed", "output", p.name, "saved_before", len(created), "error", err)
-			return nil, nil, errorf(CodeArtifactError, "save output %s: %v; %d of %d outputs were saved before: %s", p.name, err, len(created), len(todo), saved)
+			s.noteStoreFault(err)
+			var ae *artifacts.AuditError
+			if errors.As(err, &ae) {
+				// stored, but unaudited: reported failed (fail closed).
+				saved = fmt.Sprintf("%s; %s itself was stored but its audit line was not written", saved, p.name)
+			}
+			return nil, nil, errorf(storeErrorCode(err), "save output %s: %v; %d of %d outputs were saved before: %s", p.name, err, len(created), len(todo), saved)
 		}
 		created = append(created, CreatedArtifact{Filename: p.name, Version: v, MimeType: p.mime, SizeBytes: int64(len(p.data))})
 	}

@@ -128,6 +128,14 @@ func (m *Metrics) stopRunning() {
 type healthBody struct {
 	OK     bool   `json:"ok"`
 	Broker string `json:"broker"`
+	// Faults (/readyz only) maps each resource the worker cannot use to
+	// the error seen (artifact_store, artifact_audit_log, work_dir; see
+	// readiness.go); any fault makes /readyz 503. Omitted when none.
+	Faults map[string]string `json:"faults,omitempty"`
+	// Degraded (/readyz only) maps each degradation to why (manifest: the
+	// file is missing or invalid, the last good manifest serves); /readyz
+	// stays 200. Omitted when none.
+	Degraded map[string]string `json:"degraded,omitempty"`
 	// UnavailableTools (/readyz only) maps each manifest tool that cannot
 	// work on this worker to why (module missing or unreadable by the
 	// sandbox, unknown profile); omitted when there is none.
@@ -135,10 +143,14 @@ type healthBody struct {
 }
 
 // Handler serves /healthz (the process is alive: always 200 unless the
-// worker has stopped), /readyz (200 only while connected to the broker
-// and taking work, else 503; the body lists the tools that cannot work,
-// checked when asked) and /metrics. A tool that cannot work does not make
-// the worker unready: its other tools still serve.
+// worker has stopped), /readyz (200 only while connected to the broker,
+// taking work and without a fault, else 503; the body names the faults,
+// the degradations and the tools that cannot work, checked when asked)
+// and /metrics. A tool that cannot work does not make the worker unready:
+// its other tools still serve; nor does a degradation (a broken manifest
+// file: the last good one serves). A fault does: a resource every call
+// of some kind needs (the work dir, the artifact store or its audit log)
+// is unusable.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, ok bool, body healthBody) {
@@ -160,7 +172,11 @@ func (s *Server) Handler() http.Handler {
 		if len(bad) == 0 {
 			bad = nil
 		}
-		write(w, s.Ready(), healthBody{UnavailableTools: bad})
+		if s.serving.Load() {
+			s.checkResources(resourceCheckMinAge)
+		}
+		faults, degraded := s.ready.snapshot()
+		write(w, s.Ready() && len(faults) == 0, healthBody{Faults: faults, Degraded: degraded, UnavailableTools: bad})
 	})
 	mux.Handle("/metrics", s.metrics.Registry)
 	return mux

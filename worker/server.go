@@ -88,6 +88,7 @@ type Server struct {
 
 	limiter  *rateLimiter
 	replays  *replayGuard // signatures accepted within SigningWindow
+	ready    *readiness   // faults and degradations for /readyz (readiness.go)
 	stopping atomic.Bool  // no new work is taken
 	stopped  atomic.Bool  // Run has returned
 	serving  atomic.Bool  // Connect succeeded and not stopping
@@ -150,6 +151,7 @@ func New(opts Options) (*Server, error) {
 		replyCtx: replyCtx, replyStop: replyStop,
 		limiter: newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
 		replays: newReplayGuard(),
+		ready:   newReadiness(log),
 	}
 	s.pool = newWarmPool(s)
 	return s, nil
@@ -244,11 +246,21 @@ func (s *Server) Run(ctx context.Context) error {
 	// 6. manifest hot reload.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
+	watcher := manifest.NewWatcher(s.cfg.ManifestPath, s.cfg.ReloadInterval, s.applyManifest,
+		func(format string, a ...any) { s.log.Warn(fmt.Sprintf(format, a...)) })
+	// A manifest that cannot be applied keeps the last good one serving:
+	// /readyz reports it under "degraded" until the file is repaired.
+	watcher.OnProblem = func(err error) { s.ready.setDegraded(degradedManifest, err) }
 	go func() {
 		defer close(watchDone)
-		manifest.Watch(watchCtx, s.cfg.ManifestPath, s.cfg.ReloadInterval, s.applyManifest,
-			func(format string, a ...any) { s.log.Warn(fmt.Sprintf(format, a...)) })
+		watcher.Run(watchCtx)
 	}()
+	// 6b. the resources a call needs (work dir, artifact store, audit
+	// log), checked now and every resourceCheckInterval (readiness.go).
+	s.checkResources(0)
+	checksDone := make(chan struct{})
+	go s.runResourceChecks(checksDone)
+	defer close(checksDone)
 	// 7. the receive loop.
 	var loopErr error
 	for {
@@ -368,6 +380,13 @@ func (s *Server) prepareDirs() error {
 	for _, e := range entries {
 		p := filepath.Join(s.cfg.WorkDir, e.Name())
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if strings.HasPrefix(e.Name(), workCheckPrefix) {
+			// a work dir check's directory (readiness.go) a crash left.
+			if err := os.RemoveAll(p); err != nil {
+				return fmt.Errorf("worker: remove stale check dir %s: %w", p, err)
+			}
 			continue
 		}
 		if fi, err := os.Lstat(filepath.Join(p, WorkDirMarker)); err != nil || !fi.Mode().IsRegular() {

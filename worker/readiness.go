@@ -1,0 +1,252 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/securetoolruntime/str/worker/artifacts"
+)
+
+// The readiness model (/readyz, issue 11). Beyond the broker connection,
+// /readyz reports two kinds of trouble, each under a fixed name with the
+// error actually seen (path and errno text):
+//
+//   - faults: a resource every call of some kind needs is unusable, so
+//     the worker cannot do its job and /readyz answers 503 —
+//     "artifact_store" (the store's filesystem full, read-only, not
+//     writable), "artifact_audit_log" (the audit log cannot be appended
+//     to: every save and load fails closed), "work_dir" (no work dir can
+//     be made under SANDBOX_WORK_DIR);
+//   - degraded: the worker serves, with a caveat, and /readyz stays 200 —
+//     "manifest" (the manifest file is missing, unreadable or invalid:
+//     the last good manifest keeps serving).
+//
+// A fault is set the moment a call fails on it, and every fault is
+// re-checked by checkResources: on a timer (resourceCheckInterval) and
+// when /readyz is asked (at most once per resourceCheckMinAge). A check
+// is cheap: a directory made and removed under the work base (plus one
+// byte written when work dirs are not capped), a one-byte file written
+// and removed in the store's scope dir, the audit log opened for
+// appending. A repaired resource clears its fault at the next check,
+// without a restart. Each change is logged: a new fault as an error, a
+// cleared one as info.
+
+// Fault and degradation names, the keys of /readyz's "faults" and
+// "degraded" objects.
+const (
+	faultArtifactStore = "artifact_store"
+	faultAuditLog      = "artifact_audit_log"
+	faultWorkDir       = "work_dir"
+	degradedManifest   = "manifest"
+)
+
+const (
+	// resourceCheckInterval is how often the resources are re-checked
+	// while the worker serves.
+	resourceCheckInterval = 5 * time.Second
+	// resourceCheckMinAge: /readyz re-checks when the last check is older.
+	resourceCheckMinAge = time.Second
+)
+
+// workCheckPrefix names the directories the work dir check makes under
+// the work base (removed at once; a crash's leftovers at start-up).
+const workCheckPrefix = ".str-check-"
+
+// readiness holds the faults and degradations. The zero value is not
+// usable; a nil *readiness reports nothing and records nothing.
+type readiness struct {
+	log *slog.Logger
+
+	mu       sync.Mutex
+	faults   map[string]string
+	degraded map[string]string
+	checked  time.Time // the last checkResources
+
+	checking sync.Mutex // one checkResources at a time
+}
+
+func newReadiness(log *slog.Logger) *readiness {
+	return &readiness{log: log, faults: map[string]string{}, degraded: map[string]string{}}
+}
+
+// setFault sets (err != nil) or clears (nil) the fault name, logging a
+// change.
+func (r *readiness) setFault(name string, err error) {
+	r.set(true, name, err)
+}
+
+// setDegraded sets or clears the degradation name, logging a change.
+func (r *readiness) setDegraded(name string, err error) {
+	r.set(false, name, err)
+}
+
+func (r *readiness) set(fault bool, name string, err error) {
+	if r == nil {
+		return
+	}
+	kind := "degradation"
+	r.mu.Lock()
+	m := r.degraded
+	if fault {
+		kind, m = "fault", r.faults
+	}
+	old, had := m[name]
+	if err == nil {
+		delete(m, name)
+	} else {
+		m[name] = err.Error()
+	}
+	r.mu.Unlock()
+	switch {
+	case err == nil && had:
+		r.log.Info("worker "+kind+" cleared", kind, name, "was", old)
+	case err != nil && (!had || old != err.Error()):
+		r.log.Error("worker "+kind+" (see /readyz)", kind, name, "error", err.Error())
+	}
+}
+
+// snapshot returns copies of the faults and degradations (nil when none).
+func (r *readiness) snapshot() (faults, degraded map[string]string) {
+	if r == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cp := func(m map[string]string) map[string]string {
+		if len(m) == 0 {
+			return nil
+		}
+		out := make(map[string]string, len(m))
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
+	}
+	return cp(r.faults), cp(r.degraded)
+}
+
+// checkResources re-checks every resource a fault can name and sets or
+// clears each fault. With maxAge > 0 it does nothing when the last check
+// is younger.
+func (s *Server) checkResources(maxAge time.Duration) {
+	r := s.ready
+	if r == nil {
+		return
+	}
+	r.checking.Lock()
+	defer r.checking.Unlock()
+	r.mu.Lock()
+	fresh := maxAge > 0 && time.Since(r.checked) < maxAge
+	r.mu.Unlock()
+	if fresh {
+		return
+	}
+	r.setFault(faultWorkDir, s.checkWorkDir())
+	if c, ok := s.store.(artifacts.Checker); ok {
+		store, audit := c.Check()
+		r.setFault(faultArtifactStore, store)
+		r.setFault(faultAuditLog, audit)
+	}
+	r.mu.Lock()
+	r.checked = time.Now()
+	r.mu.Unlock()
+}
+
+// checkWorkDir says whether a call's work dir can be made now: a
+// directory is made (and removed) under the work base. When work dirs are
+// not capped (rootless, SANDBOX_MODE=none) a call's files go to the work
+// base's filesystem too, so one byte is written in it; capped, a call's
+// files go to its own tmpfs and the base only gives its directory.
+func (s *Server) checkWorkDir() error {
+	dir, err := os.MkdirTemp(s.cfg.WorkDir, workCheckPrefix)
+	if err != nil {
+		return fmt.Errorf("work dir %s: cannot make a directory: %w", s.cfg.WorkDir, err)
+	}
+	defer os.RemoveAll(dir)
+	if s.capsWorkDirs() {
+		return nil
+	}
+	f, err := os.Create(filepath.Join(dir, "probe"))
+	if err == nil {
+		_, err = f.Write([]byte{0})
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("work dir %s: cannot write: %w", s.cfg.WorkDir, err)
+	}
+	return nil
+}
+
+// runResourceChecks re-checks the resources every resourceCheckInterval
+// until done is closed.
+func (s *Server) runResourceChecks(done <-chan struct{}) {
+	t := time.NewTicker(resourceCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			s.checkResources(0)
+		}
+	}
+}
+
+// isFilesystemFault reports whether err is the filesystem refusing a
+// write for a reason of its own (full, quota, read-only, permissions, I/O
+// error), as opposed to a bad name or a missing artifact.
+func isFilesystemFault(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EACCES, syscall.EPERM, syscall.EIO} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
+}
+
+// isNoSpace reports whether err is a full filesystem or quota.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// storeErrorCode is the reply's code for an artifact store failure: a
+// full store or audit log filesystem (ENOSPC, EDQUOT) is
+// RESOURCE_EXHAUSTED (the worker cannot take the work now); anything
+// else (read-only, permissions, I/O) ARTIFACT_ERROR. Both blame the
+// worker's side, never the caller.
+func storeErrorCode(err error) Code {
+	if isNoSpace(err) {
+		return CodeResourceExhausted
+	}
+	return CodeArtifactError
+}
+
+// noteStoreFault sets the fault a store failure shows, if it is one of
+// the filesystem's (an audit log failure is the audit log's fault).
+func (s *Server) noteStoreFault(err error) {
+	if !isFilesystemFault(err) {
+		return
+	}
+	var ae *artifacts.AuditError
+	if errors.As(err, &ae) {
+		s.ready.setFault(faultAuditLog, err)
+		return
+	}
+	s.ready.setFault(faultArtifactStore, err)
+}
+
+// noteWorkDirFault sets the work_dir fault for a work dir that could not
+// be made, if the filesystem refused it.
+func (s *Server) noteWorkDirFault(err error) {
+	if isFilesystemFault(err) {
+		s.ready.setFault(faultWorkDir, fmt.Errorf("work dir %s: %w", s.cfg.WorkDir, err))
+	}
+}
