@@ -275,11 +275,20 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	created, err := s.sb.Create(t.ctx, spec)
 	if err != nil {
 		closePipes()
-		if errors.Is(err, ErrInvalidSandboxRequest) {
-			return fail(errorf(CodeInvalidRequest, "the sandbox refused the request: %v", err))
-		}
 		if cause := context.Cause(t.ctx); cause != nil {
 			return fail(cancelledError(cause))
+		}
+		if errors.Is(err, ErrInvalidSandboxRequest) {
+			// Everything of the call's that reaches the sandbox (its
+			// profile, its timeout) was checked at dispatch, so a refusal
+			// now is the worker's side: a bind source (the tools, runner
+			// or site dir) or the work dir gone, e.g. the tools dir
+			// removed after availableNow looked. Never INVALID_REQUEST.
+			if perr := s.toolProblem(t.tool); perr != nil {
+				t.log.Error("tool cannot work on this worker", "error", perr)
+				return fail(errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", truncateName(t.req.ToolName)))
+			}
+			return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"create\" (the worker's configuration): %v", err))
 		}
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"create\": %v", err))
 	}

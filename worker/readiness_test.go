@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -244,4 +246,55 @@ func TestReadyzManifestDegraded(t *testing.T) {
 		code, b := readyz(t, h)
 		return code == 200 && b.Degraded == nil
 	})
+}
+
+// bindCheckingSandboxes refuses a spec whose read-only bind source is
+// missing, as the launcher does (ErrInvalidSandboxRequest), after running
+// before: the window between the executor's availableNow check and the
+// sandbox's creation.
+type bindCheckingSandboxes struct {
+	hostSandboxes
+	before func()
+}
+
+func (b bindCheckingSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
+	b.before()
+	for _, p := range spec.ReadOnly {
+		if _, err := os.Lstat(p); err != nil {
+			return nil, fmt.Errorf("%w: bind source %s: %w", ErrInvalidSandboxRequest, p, err)
+		}
+	}
+	return b.hostSandboxes.Create(ctx, spec)
+}
+
+// A sandbox refusing a call's spec is the worker's side, never the
+// caller's: the tools dir gone after the executor looked is
+// TOOL_NOT_AVAILABLE, another bind source gone (the runner dir) is
+// SANDBOX_FAILED. INVALID_REQUEST was answered before.
+func TestSandboxRefusalBlamesWorker(t *testing.T) {
+	for _, c := range []struct {
+		name, code string
+		remove     func(h *harness) string
+	}{
+		{"tools dir", "TOOL_NOT_AVAILABLE", func(h *harness) string { return h.cfg.ToolsDir }},
+		{"runner dir", "SANDBOX_FAILED", func(h *harness) string { return h.cfg.RunnerDir }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			var armed atomic.Bool
+			h.rebuild(bindCheckingSandboxes{before: func() {
+				if armed.Load() {
+					p := c.remove(h)
+					must(t, os.RemoveAll(p+".away"))
+					must(t, os.Rename(p, p+".away"))
+				}
+			}}, nil)
+			h.start()
+			armed.Store(true)
+			code, msg := errorCode(t, h.reply(h.send("echo", nil)))
+			if code != c.code {
+				t.Errorf("%s removed before the sandbox's creation: %s %s, want %s", c.name, code, msg, c.code)
+			}
+		})
+	}
 }

@@ -18,8 +18,11 @@ type Sandboxes interface {
 	CheckProfile(name string) error
 	// Create plans one sandbox and reserves what it holds before it runs
 	// (its cgroup, its host uid); nothing runs until Start. spec.Workdir
-	// must exist. An error wrapping ErrInvalidSandboxRequest is the
-	// request's fault (INVALID_REQUEST); any other is SANDBOX_FAILED. The
+	// must exist. An error wrapping ErrInvalidSandboxRequest is a spec
+	// the sandbox refuses (a bind source missing, an unknown profile);
+	// the worker checks a call's own parts before, so it replies
+	// TOOL_NOT_AVAILABLE or SANDBOX_FAILED, never INVALID_REQUEST; any
+	// other error is SANDBOX_FAILED. The
 	// sandbox is killed when ctx ends. Every CreatedSandbox is either
 	// started or released with Kill.
 	Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error)
@@ -110,7 +113,9 @@ func liveNetworkReport(sb RunningSandbox) NetworkReport {
 	return NetworkReport{}
 }
 
-// ErrInvalidSandboxRequest marks Create errors that are the request's fault.
+// ErrInvalidSandboxRequest marks Create errors for a spec the sandbox
+// refuses (see Sandboxes.Create: the worker answers TOOL_NOT_AVAILABLE or
+// SANDBOX_FAILED on it, never INVALID_REQUEST).
 var ErrInvalidSandboxRequest = errors.New("invalid sandbox request")
 
 // ErrUnknownProfile marks CheckProfile errors for names no profile has.
