@@ -253,10 +253,38 @@
 // Configuration: see ConfigUsage (flags > environment > file > defaults).
 // Relative paths (TOOLS_PYTHON_DIR, MANIFEST_PATH, SANDBOX_WORK_DIR, ...)
 // are resolved against the working directory at start-up, like any path
-// on a command line. /healthz (alive), /readyz (connected and taking
-// work; the JSON body's "unavailable_tools" maps each tool that cannot
-// work to why) and /metrics on HEALTH_ADDR:HEALTH_PORT (127.0.0.1:8081 by
-// default; HEALTH_ADDR=0.0.0.0 for every interface).
+// on a command line. /healthz (alive), /readyz and /metrics on
+// HEALTH_ADDR:HEALTH_PORT (127.0.0.1:8081 by default; HEALTH_ADDR=0.0.0.0
+// for every interface).
+//
+// /readyz answers {"ok","broker","faults","degraded","unavailable_tools"}
+// (the last three omitted when empty), 200 when connected, taking work
+// and without a fault, else 503. Each of the three maps a name to the
+// error seen (path, errno text):
+//
+//   - faults (503: the worker cannot do its job): "artifact_store" (the
+//     store's filesystem full, read-only or not writable), "artifact_audit_log"
+//     (the audit log cannot be appended to), "work_dir" (no work dir can
+//     be made under SANDBOX_WORK_DIR);
+//   - degraded (200): "manifest" (the file missing, unreadable, invalid,
+//     or its subscriptions failing: the last good manifest serves);
+//   - unavailable_tools (200): each tool that cannot work here (module
+//     missing or unreadable by the sandbox, unknown profile).
+//
+// A fault is set the moment a call fails on it and re-checked every 5 s
+// and at each /readyz (at most once a second), cheaply: a directory made
+// and removed under the work base (and one byte written in it when work
+// dirs are not capped), a one-byte file written and removed in the
+// store's scope dir and beside the audit log, the audit log opened for
+// appending. A repaired resource clears its fault without a restart;
+// each change is logged. The codes blame the worker's side: a full store,
+// audit log filesystem or work dir filesystem is RESOURCE_EXHAUSTED;
+// a read-only or unwritable store or audit log ARTIFACT_ERROR (a save
+// whose audit line fails was stored, unaudited, and is reported failed);
+// a sandbox refusing a call's spec (a bind source gone) TOOL_NOT_AVAILABLE
+// when the tool cannot work here, else SANDBOX_FAILED. A failed save
+// leaves no file of its own in the store (temporary files removed, a
+// data file whose metadata failed unlinked).
 //
 // Start-up, in order: work, runner and site dirs; the sandbox probe —
 // /bin/true in one sandbox of SANDBOX_DEFAULT_PROFILE through the same
@@ -277,7 +305,8 @@
 //
 // Hot reload of the manifest: subscriptions are changed with
 // the dispatch lock held, so no request is served against a half-applied
-// manifest; a broken manifest keeps the previous one. SIGTERM: invoke
+// manifest; a broken manifest keeps the previous one (logged, and
+// reported under /readyz's degraded.manifest until repaired). SIGTERM: invoke
 // topics unsubscribed, queued requests answered RESOURCE_EXHAUSTED,
 // running tools given SHUTDOWN_GRACE_SECONDS, then killed and answered
 // CANCELLED.
