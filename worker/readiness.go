@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/fscheck"
 	"github.com/securetoolruntime/str/worker/artifacts"
 )
 
@@ -30,10 +29,10 @@ import (
 // A fault is set the moment a call fails on it, and every fault is
 // re-checked by checkResources: on a timer (resourceCheckInterval) and
 // when /readyz is asked (at most once per resourceCheckMinAge). A check
-// is cheap: a directory made and removed under the work base (plus one
-// byte written when work dirs are not capped), a one-byte file written
-// and removed in the store's scope dir, the audit log opened for
-// appending. A repaired resource clears its fault at the next check,
+// is cheap and writes nothing (a probe file would show, for an instant,
+// in directories agents and tests list): access(2) and statfs(2) of the
+// work base, the store's scope dir and the audit log's dir (free bytes,
+// free inodes, read-only), and the audit log opened for appending. A repaired resource clears its fault at the next check,
 // without a restart. Each change is logged: a new fault as an error, a
 // cleared one as info.
 
@@ -53,10 +52,6 @@ const (
 	// resourceCheckMinAge: /readyz re-checks when the last check is older.
 	resourceCheckMinAge = time.Second
 )
-
-// workCheckPrefix names the directories the work dir check makes under
-// the work base (removed at once; a crash's leftovers at start-up).
-const workCheckPrefix = ".str-check-"
 
 // readiness holds the faults and degradations. The zero value is not
 // usable; a nil *readiness reports nothing and records nothing.
@@ -158,29 +153,23 @@ func (s *Server) checkResources(maxAge time.Duration) {
 	r.mu.Unlock()
 }
 
-// checkWorkDir says whether a call's work dir can be made now: a
-// directory is made (and removed) under the work base. When work dirs are
-// not capped (rootless, SANDBOX_MODE=none) a call's files go to the work
-// base's filesystem too, so one byte is written in it; capped, a call's
-// files go to its own tmpfs and the base only gives its directory.
+// workDirMinFree is the free space below which an uncapped work base is
+// reported full.
+const workDirMinFree = 64 << 10
+
+// checkWorkDir says whether a call's work dir can be made now, without
+// making anything (fscheck.Writable): the work base writable, with an
+// inode free, and, when work dirs are not capped (rootless,
+// SANDBOX_MODE=none: a call's files go to the work base's filesystem),
+// workDirMinFree bytes free. Capped, a call's files go to its own tmpfs
+// and the base only gives its directory, so free bytes do not matter.
 func (s *Server) checkWorkDir() error {
-	dir, err := os.MkdirTemp(s.cfg.WorkDir, workCheckPrefix)
-	if err != nil {
-		return fmt.Errorf("work dir %s: cannot make a directory: %w", s.cfg.WorkDir, err)
+	var minFree uint64
+	if !s.capsWorkDirs() {
+		minFree = workDirMinFree
 	}
-	defer os.RemoveAll(dir)
-	if s.capsWorkDirs() {
-		return nil
-	}
-	f, err := os.Create(filepath.Join(dir, "probe"))
-	if err == nil {
-		_, err = f.Write([]byte{0})
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("work dir %s: cannot write: %w", s.cfg.WorkDir, err)
+	if err := fscheck.Writable(s.cfg.WorkDir, minFree); err != nil {
+		return fmt.Errorf("work dir: %w", err)
 	}
 	return nil
 }

@@ -382,13 +382,6 @@ func (s *Server) prepareDirs() error {
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			continue
 		}
-		if strings.HasPrefix(e.Name(), workCheckPrefix) {
-			// a work dir check's directory (readiness.go) a crash left.
-			if err := os.RemoveAll(p); err != nil {
-				return fmt.Errorf("worker: remove stale check dir %s: %w", p, err)
-			}
-			continue
-		}
 		if fi, err := os.Lstat(filepath.Join(p, WorkDirMarker)); err != nil || !fi.Mode().IsRegular() {
 			s.log.Warn("left alone under the work dir: not a str work dir", "path", p)
 			continue

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/securetoolruntime/str/internal/fscheck"
 )
 
 // Option configures a store.
@@ -87,8 +89,8 @@ func (a *auditLog) open() (*os.File, error) {
 }
 
 // check reports whether a line could be appended now: the log opens for
-// appending and its directory's filesystem takes a write (checkDir),
-// without writing to the log itself. A nil log is fine.
+// appending and its directory's filesystem has room for a line
+// (fscheck.Writable), without writing to the log. A nil log is fine.
 func (a *auditLog) check() error {
 	if a == nil {
 		return nil
@@ -98,7 +100,7 @@ func (a *auditLog) check() error {
 		return err
 	}
 	f.Close()
-	if err := checkDir(filepath.Dir(a.path)); err != nil {
+	if err := fscheck.Writable(filepath.Dir(a.path), 4096); err != nil {
 		return &AuditError{Path: a.path, Op: "append", Err: err}
 	}
 	return nil

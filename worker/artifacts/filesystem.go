@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf16"
 
+	"github.com/securetoolruntime/str/internal/fscheck"
 	"golang.org/x/sys/unix"
 )
 
@@ -420,35 +421,19 @@ func writeTemp(dir string, data []byte) (string, error) {
 	return name, nil
 }
 
-// Check is Checker's: the scope directory takes a new file with one byte
-// of data (checkDir: full, read-only and permission problems show), and
-// the audit log opens for appending.
+// checkMinFree is the free space below which Check reports the store
+// full: less than this cannot hold a useful output.
+const checkMinFree = 64 << 10
+
+// Check is Checker's, without writing anything (fscheck.Writable): the
+// scope directory writable, its filesystem with checkMinFree bytes and an
+// inode free; the audit log openable for appending, its filesystem with
+// room for a line.
 func (s *fsStore) Check() (store, audit error) {
-	if err := checkDir(s.root); err != nil {
-		store = fmt.Errorf("artifacts: store %s: %w", s.root, err)
+	if err := fscheck.Writable(s.root, checkMinFree); err != nil {
+		store = fmt.Errorf("artifacts: store: %w", err)
 	}
 	return store, s.audit.check()
-}
-
-// checkProbePrefix names checkDir's file; no reader of the store takes
-// a dot file for an artifact, a user or a session.
-const checkProbePrefix = ".str-check-"
-
-// checkDir creates a file in dir, writes one byte to it (a full
-// filesystem refuses the byte, not the empty file), and removes it. The
-// error names the path and the errno.
-func checkDir(dir string) error {
-	f, err := os.CreateTemp(dir, checkProbePrefix)
-	if err != nil {
-		return err
-	}
-	name := f.Name()
-	defer os.Remove(name)
-	if _, err := f.Write([]byte{0}); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func syncDir(dir string) error {
