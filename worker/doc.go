@@ -70,7 +70,11 @@
 //     is dropped: the first drop is logged with its reason, the count
 //     (status_lines_dropped, status_bytes_dropped) is logged at the end,
 //     and one last status line "[str] N status lines (B bytes) were
-//     dropped: <reason>" tells the agent.
+//     dropped: <reason>" tells the agent. A status publish that fails (the
+//     broker unreachable for the whole 30 s wait) ends the task's status
+//     publishing: that line and every later one are read and counted in
+//     str_worker_status_lines_lost_total without waiting for the broker
+//     again, and the failure is logged once; the reply is still sent.
 //
 //  4. Reply, worker → agent, on exactly the request's replyTo, once. Success:
 //
@@ -120,7 +124,9 @@
 //     reply is retried while the broker cannot be reached, until the
 //     task's deadline (at least 30 s), and one the broker refuses is
 //     replaced by INTERNAL_ERROR; either way the invocation is counted
-//     with outcome "reply_failed".
+//     with outcome "reply_failed". A reply that never reached the broker
+//     (nor its INTERNAL_ERROR replacement) is lost: logged "reply lost: the
+//     agent got no answer" and counted in str_worker_replies_lost_total.
 //
 //  5. Cancel, agent → worker, on {base}/sam_remote_tool/cancel/{id}: id is
 //     the request's JSON-RPC id (or its task id; a payload {"task_id":…}

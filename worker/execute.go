@@ -128,14 +128,21 @@ func (s *Server) runTask(t *task) {
 	// 1. the reply, retried while the task's deadline allows; one the
 	// broker refuses is replaced by an error reply, so the agent does not
 	// wait for nothing. Either way the invocation counts as a failure.
+	// A reply that never reaches the broker is lost: the agent gets no
+	// answer, which the log and str_worker_replies_lost_total say.
 	if err := s.publishReply(t, out.payload); err != nil {
 		t.log.Error("publishing the reply failed", "reply_to", t.replyTo, "reply_bytes", len(out.payload),
 			"outcome_not_delivered", out.label, "error", err)
+		lost := err
 		if errors.Is(err, errReplyRefused) {
 			e := errorf(CodeInternalError, "the worker could not deliver the reply (%d bytes): %v", len(out.payload), err)
-			if err2 := s.publishReply(t, EncodeError(t.req.ID, e)); err2 != nil {
-				t.log.Error("publishing the fallback error reply failed", "reply_to", t.replyTo, "error", err2)
+			if lost = s.publishReply(t, EncodeError(t.req.ID, e)); lost != nil {
+				t.log.Error("publishing the fallback error reply failed", "reply_to", t.replyTo, "error", lost)
 			}
+		}
+		if lost != nil {
+			s.metrics.RepliesLost.Inc()
+			t.log.Error("reply lost: the agent got no answer", "reply_to", t.replyTo, "outcome_not_delivered", out.label, "error", lost)
 		}
 		out.label, out.code = outcomeReplyFailed, ""
 	}
@@ -1137,17 +1144,34 @@ func (s *Server) startStatusRelay(t *task, path string) (*statusRelay, error) {
 	rel := &statusRelay{r: r, w: w, reader: &fifoReader{f: r}, done: make(chan struct{})}
 	q := newStatusQueue(statusQueueBytes, statusTaskBytes, maxStatusLines)
 	// 3. the publisher: in order, until the reader has closed the queue
-	// and it is empty; then the drop notice, if any.
+	// and it is empty; then the drop notice, if any. The first publish
+	// that fails (the broker unreachable for the publish's whole wait)
+	// ends the task's status publishing: the later lines are read and
+	// counted lost without waiting for the broker each (a tool writing
+	// 100 lines during an outage would otherwise hold its reply for 100
+	// waits); logged once, counted in str_worker_status_lines_lost_total.
 	go func() {
 		defer close(rel.done)
+		failed := false
 		for {
 			line, ok := q.pop()
 			if !ok {
 				break
 			}
-			s.relayStatus(t, line)
+			if !failed {
+				err := s.relayStatus(t, line)
+				if err == nil {
+					continue
+				}
+				failed = true
+				t.log.Warn("publishing a status line failed: this and the task's later status lines are lost",
+					"status_to", t.statusTo, "error", err)
+			}
+			s.metrics.StatusLost.Inc()
 		}
-		s.finishStatus(t, q)
+		if !failed {
+			s.finishStatus(t, q)
+		}
 	}()
 	// 4. the reader.
 	go func() {
@@ -1351,7 +1375,10 @@ func (s *Server) finishStatus(t *task, q *statusQueue) {
 	}
 	t.log.Warn("status lines dropped", "status_lines_dropped", dropped, "status_bytes_dropped", droppedB,
 		"status_lines_relayed", accepted, "status_queue_peak_bytes", peak, "first_reason", why)
-	s.publishStatusText(t, fmt.Sprintf("[str] %d status lines (%d bytes) were dropped: %s", dropped, droppedB, why))
+	if err := s.publishStatusText(t, fmt.Sprintf("[str] %d status lines (%d bytes) were dropped: %s", dropped, droppedB, why)); err != nil {
+		s.metrics.StatusLost.Inc()
+		t.log.Warn("publishing the status drop notice failed", "status_to", t.statusTo, "error", err)
+	}
 }
 
 // readLine returns one line without its newline, truncated to
@@ -1376,7 +1403,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 
 // relayStatus publishes one status line ({"status": "..."} as the runner
 // writes it; any other line is relayed as its text).
-func (s *Server) relayStatus(t *task, line []byte) {
+func (s *Server) relayStatus(t *task, line []byte) error {
 	text := string(line)
 	var doc struct {
 		Status *string `json:"status"`
@@ -1384,18 +1411,21 @@ func (s *Server) relayStatus(t *task, line []byte) {
 	if json.Unmarshal(line, &doc) == nil && doc.Status != nil {
 		text = *doc.Status
 	}
-	s.publishStatusText(t, strings.ToValidUTF8(text, "\uFFFD"))
+	return s.publishStatusText(t, strings.ToValidUTF8(text, "\uFFFD"))
 }
 
-// publishStatusText publishes one status notification of t.
-func (s *Server) publishStatusText(t *task, text string) {
-	s.metrics.StatusLines.Inc()
+// publishStatusText publishes one status notification of t; a request
+// without statusTo has nowhere to send it (nil).
+func (s *Server) publishStatusText(t *task, text string) error {
 	if t.statusTo == "" {
-		return
+		s.metrics.StatusLines.Inc()
+		return nil
 	}
 	if err := s.publish(t.statusTo, EncodeStatus(t.req.TaskID, text, time.Now())); err != nil {
-		t.log.Warn("publishing a status line failed", "status_to", t.statusTo, "error", err)
+		return err
 	}
+	s.metrics.StatusLines.Inc()
+	return nil
 }
 
 // cancelTaskID reads a task id from a cancel payload, if any.
