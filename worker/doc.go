@@ -131,7 +131,10 @@
 //  5. Cancel, agent → worker, on {base}/sam_remote_tool/cancel/{id}: id is
 //     the request's JSON-RPC id (or its task id; a payload {"task_id":…}
 //     is also read). A queued request is answered at once, a running
-//     sandbox is killed; either way the reply is the error CANCELLED.
+//     sandbox is killed; either way the reply is the error CANCELLED. A
+//     call whose result was complete (the runner's done signal, or the
+//     tool's own exit with a result) before the cancel, or before the end
+//     of the shutdown grace period, is answered with that result instead.
 //
 //  6. Removed, worker → all, on {base}/sam_remote_tool/removed/{tool}
 //     with {"tool_name":"<tool>"}, when a reload drops a tool.

@@ -94,6 +94,9 @@ type task struct {
 	log      *slog.Logger
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
+	// cancelAt is when a cancel message asked for the task's end, stored
+	// before its context is cancelled (see cancelledBefore).
+	cancelAt atomic.Pointer[time.Time]
 }
 
 // outcome is what one execution ends with: a reply payload plus the
@@ -386,6 +389,13 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 	run := x.run
 	select {
 	case <-run.done:
+	case <-run.exited:
+	}
+	// Both may have happened by now: a result the runner said is complete
+	// is taken as such whichever the select saw first (a cancellation
+	// that came after it must not turn it into CANCELLED).
+	select {
+	case <-run.done:
 		doneAt := time.Now()
 		x.relay.drain()
 		if out, ok := s.classifyDone(t, x, doneAt.Sub(t.received)); ok {
@@ -400,7 +410,7 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 		}
 		t.log.Warn("done signal without a readable result: waiting for the sandbox's end")
 		<-run.exited
-	case <-run.exited:
+	default:
 	}
 	exitedAt := time.Now()
 	// the sandbox is gone: drain the status FIFO to EOF.
@@ -438,10 +448,11 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 // classifyDone is classify for a sandbox that may still be running: its
 // runner said result.json is complete. ok is false when the result cannot
 // be read (then the caller waits for the sandbox's end and classifies
-// that).
+// that). The call is CANCELLED only when its cancellation was asked
+// before the runner's signal: a result complete before it is the reply.
 func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (outcome, bool) {
-	if cause := context.Cause(t.ctx); cause != nil {
-		return s.errorOutcome(t, cancelledError(cause)), true
+	if s.cancelledBefore(t, x.run.doneAt) {
+		return s.errorOutcome(t, cancelledError(context.Cause(t.ctx))), true
 	}
 	if x.timedOut != nil && x.timedOut.Load() {
 		return outcome{payload: EncodeTimeout(t.req.ID, elapsed), label: "timeout"}, true
@@ -637,7 +648,10 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 	switch {
 	case exit.SetupError != nil:
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed: %v%s", exit.SetupError, stderrNote(stderr)))
-	case exit.Cancelled || context.Cause(t.ctx) != nil:
+	case exit.Cancelled:
+		// Stopped by the cancellation while it ran. One asked after the
+		// tool had ended on its own does not count: its result (below)
+		// is the reply; without a result, it is CANCELLED (see there).
 		cause := context.Cause(t.ctx)
 		if cause == nil {
 			cause = errCancelRequested
@@ -669,6 +683,9 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 		}
 		if exit.PidsLimit {
 			return fail(errorf(CodeSandboxFailed, "the tool died (%s): process limit of profile %s reached%s", how, t.profile, stderrNote(stderr)))
+		}
+		if cause := context.Cause(t.ctx); cause != nil {
+			return fail(cancelledError(cause))
 		}
 		if errors.Is(err, runner.ErrNoResult) {
 			return fail(errorf(CodeSandboxFailed, "the tool died without a result (%s)%s", how, stderrNote(stderr)))
@@ -1553,7 +1570,8 @@ type sandboxRun struct {
 	waitErr error
 	ready   chan struct{} // closed on signalReady; readyAt is set before
 	readyAt time.Time
-	done    chan struct{} // closed on signalDone
+	done    chan struct{} // closed on signalDone; doneAt is set before
+	doneAt  time.Time
 }
 
 // watchSandbox starts watching sb; doneR (nil = no done pipe) is the
@@ -1587,6 +1605,7 @@ func (run *sandboxRun) readSignals(doneR *os.File) {
 					close(run.ready)
 				}
 			case signalDone:
+				run.doneAt = time.Now()
 				close(run.done)
 				return
 			}

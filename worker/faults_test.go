@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/securetoolruntime/str/worker/transport"
 )
@@ -80,6 +83,75 @@ func TestStatusOutageEndsStatusPublishing(t *testing.T) {
 	}
 	if st := h.status(id); len(st) != 0 {
 		t.Errorf("status lines published despite the failure: %q", st)
+	}
+}
+
+// processIn reports whether a process of this test has dir as its
+// working directory (the host double's tool runs in its work dir).
+func processIn(dir string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// TestResultBeforeCancelIsNotCancelled: a tool whose result is complete
+// (and which has exited) before a cancel message, or before the end of
+// the shutdown grace period, is answered with its result, never
+// CANCELLED. The reply is held after the result by a status line the
+// broker takes long to accept; the cancellation comes in that window.
+func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
+	for _, how := range []string{"cancel message", "shutdown"} {
+		t.Run(how, func(t *testing.T) {
+			var logs logBuffer
+			sb := &statusBroker{release: make(chan struct{})}
+			h := newExecHarness(t, func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond }, func(o *Options) {
+				sb.Transport = o.Transport
+				o.Transport = sb
+				o.Logger = logs.logger()
+			})
+			h.start()
+			id := h.send("echo", nil)
+			dir := filepath.Join(h.cfg.WorkDir, "task-"+id)
+			waitFor(t, "the result written", func() bool {
+				_, err := os.Stat(filepath.Join(dir, "result.json"))
+				return err == nil
+			})
+			waitFor(t, "the tool gone", func() bool { return !processIn(dir) })
+			waitFor(t, "the status line waiting for the broker", func() bool { return sb.count() > 0 })
+			switch how {
+			case "cancel message":
+				must(t, h.client.Publish(context.Background(), transport.Message{Topic: h.cfg.Base() + "/sam_remote_tool/cancel/" + id}))
+				waitFor(t, "the cancel taken", func() bool { return strings.Contains(logs.String(), `"msg":"cancel requested"`) })
+			case "shutdown":
+				h.cancel()
+				h.cancel = nil
+				waitFor(t, "the grace period over", func() bool {
+					return strings.Contains(logs.String(), "shutdown grace period over: stopping running tools")
+				})
+			}
+			close(sb.release)
+			r := h.reply(id)
+			if res, ok := shapeResult(r); !ok || res["tool_result"] == nil {
+				t.Fatalf("a result complete before the %s was answered %s", how, r)
+			}
+			if how == "shutdown" {
+				select {
+				case err := <-h.done:
+					if err != nil {
+						t.Errorf("Run: %v", err)
+					}
+				case <-time.After(30 * time.Second):
+					t.Error("Run did not return")
+				}
+			}
+		})
 	}
 }
 
