@@ -70,7 +70,11 @@
 //     is dropped: the first drop is logged with its reason, the count
 //     (status_lines_dropped, status_bytes_dropped) is logged at the end,
 //     and one last status line "[str] N status lines (B bytes) were
-//     dropped: <reason>" tells the agent.
+//     dropped: <reason>" tells the agent. A status publish that fails (the
+//     broker unreachable for the whole 30 s wait) ends the task's status
+//     publishing: that line and every later one are read and counted in
+//     str_worker_status_lines_lost_total without waiting for the broker
+//     again, and the failure is logged once; the reply is still sent.
 //
 //  4. Reply, worker → agent, on exactly the request's replyTo, once. Success:
 //
@@ -120,12 +124,17 @@
 //     reply is retried while the broker cannot be reached, until the
 //     task's deadline (at least 30 s), and one the broker refuses is
 //     replaced by INTERNAL_ERROR; either way the invocation is counted
-//     with outcome "reply_failed".
+//     with outcome "reply_failed". A reply that never reached the broker
+//     (nor its INTERNAL_ERROR replacement) is lost: logged "reply lost: the
+//     agent got no answer" and counted in str_worker_replies_lost_total.
 //
 //  5. Cancel, agent → worker, on {base}/sam_remote_tool/cancel/{id}: id is
 //     the request's JSON-RPC id (or its task id; a payload {"task_id":…}
 //     is also read). A queued request is answered at once, a running
-//     sandbox is killed; either way the reply is the error CANCELLED.
+//     sandbox is killed; either way the reply is the error CANCELLED. A
+//     call whose result was complete (the runner's done signal, or the
+//     tool's own exit with a result) before the cancel, or before the end
+//     of the shutdown grace period, is answered with that result instead.
 //
 //  6. Removed, worker → all, on {base}/sam_remote_tool/removed/{tool}
 //     with {"tool_name":"<tool>"}, when a reload drops a tool.

@@ -94,6 +94,9 @@ type task struct {
 	log      *slog.Logger
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
+	// cancelAt is when a cancel message asked for the task's end, stored
+	// before its context is cancelled (see cancelledBefore).
+	cancelAt atomic.Pointer[time.Time]
 }
 
 // outcome is what one execution ends with: a reply payload plus the
@@ -128,14 +131,21 @@ func (s *Server) runTask(t *task) {
 	// 1. the reply, retried while the task's deadline allows; one the
 	// broker refuses is replaced by an error reply, so the agent does not
 	// wait for nothing. Either way the invocation counts as a failure.
+	// A reply that never reaches the broker is lost: the agent gets no
+	// answer, which the log and str_worker_replies_lost_total say.
 	if err := s.publishReply(t, out.payload); err != nil {
 		t.log.Error("publishing the reply failed", "reply_to", t.replyTo, "reply_bytes", len(out.payload),
 			"outcome_not_delivered", out.label, "error", err)
+		lost := err
 		if errors.Is(err, errReplyRefused) {
 			e := errorf(CodeInternalError, "the worker could not deliver the reply (%d bytes): %v", len(out.payload), err)
-			if err2 := s.publishReply(t, EncodeError(t.req.ID, e)); err2 != nil {
-				t.log.Error("publishing the fallback error reply failed", "reply_to", t.replyTo, "error", err2)
+			if lost = s.publishReply(t, EncodeError(t.req.ID, e)); lost != nil {
+				t.log.Error("publishing the fallback error reply failed", "reply_to", t.replyTo, "error", lost)
 			}
+		}
+		if lost != nil {
+			s.metrics.RepliesLost.Inc()
+			t.log.Error("reply lost: the agent got no answer", "reply_to", t.replyTo, "outcome_not_delivered", out.label, "error", lost)
 		}
 		out.label, out.code = outcomeReplyFailed, ""
 	}
@@ -397,6 +407,13 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 	run := x.run
 	select {
 	case <-run.done:
+	case <-run.exited:
+	}
+	// Both may have happened by now: a result the runner said is complete
+	// is taken as such whichever the select saw first (a cancellation
+	// that came after it must not turn it into CANCELLED).
+	select {
+	case <-run.done:
 		doneAt := time.Now()
 		x.relay.drain()
 		if out, ok := s.classifyDone(t, x, doneAt.Sub(t.received)); ok {
@@ -411,7 +428,7 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 		}
 		t.log.Warn("done signal without a readable result: waiting for the sandbox's end")
 		<-run.exited
-	case <-run.exited:
+	default:
 	}
 	exitedAt := time.Now()
 	// the sandbox is gone: drain the status FIFO to EOF.
@@ -449,10 +466,11 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 // classifyDone is classify for a sandbox that may still be running: its
 // runner said result.json is complete. ok is false when the result cannot
 // be read (then the caller waits for the sandbox's end and classifies
-// that).
+// that). The call is CANCELLED only when its cancellation was asked
+// before the runner's signal: a result complete before it is the reply.
 func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (outcome, bool) {
-	if cause := context.Cause(t.ctx); cause != nil {
-		return s.errorOutcome(t, cancelledError(cause)), true
+	if s.cancelledBefore(t, x.run.doneAt) {
+		return s.errorOutcome(t, cancelledError(context.Cause(t.ctx))), true
 	}
 	if x.timedOut != nil && x.timedOut.Load() {
 		return outcome{payload: EncodeTimeout(t.req.ID, elapsed), label: "timeout"}, true
@@ -648,7 +666,10 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 	switch {
 	case exit.SetupError != nil:
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed: %v%s", exit.SetupError, stderrNote(stderr)))
-	case exit.Cancelled || context.Cause(t.ctx) != nil:
+	case exit.Cancelled:
+		// Stopped by the cancellation while it ran. One asked after the
+		// tool had ended on its own does not count: its result (below)
+		// is the reply; without a result, it is CANCELLED (see there).
 		cause := context.Cause(t.ctx)
 		if cause == nil {
 			cause = errCancelRequested
@@ -680,6 +701,9 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 		}
 		if exit.PidsLimit {
 			return fail(errorf(CodeSandboxFailed, "the tool died (%s): process limit of profile %s reached%s", how, t.profile, stderrNote(stderr)))
+		}
+		if cause := context.Cause(t.ctx); cause != nil {
+			return fail(cancelledError(cause))
 		}
 		if errors.Is(err, runner.ErrNoResult) {
 			return fail(errorf(CodeSandboxFailed, "the tool died without a result (%s)%s", how, stderrNote(stderr)))
@@ -1165,17 +1189,34 @@ func (s *Server) startStatusRelay(t *task, path string) (*statusRelay, error) {
 	rel := &statusRelay{r: r, w: w, reader: &fifoReader{f: r}, done: make(chan struct{})}
 	q := newStatusQueue(statusQueueBytes, statusTaskBytes, maxStatusLines)
 	// 3. the publisher: in order, until the reader has closed the queue
-	// and it is empty; then the drop notice, if any.
+	// and it is empty; then the drop notice, if any. The first publish
+	// that fails (the broker unreachable for the publish's whole wait)
+	// ends the task's status publishing: the later lines are read and
+	// counted lost without waiting for the broker each (a tool writing
+	// 100 lines during an outage would otherwise hold its reply for 100
+	// waits); logged once, counted in str_worker_status_lines_lost_total.
 	go func() {
 		defer close(rel.done)
+		failed := false
 		for {
 			line, ok := q.pop()
 			if !ok {
 				break
 			}
-			s.relayStatus(t, line)
+			if !failed {
+				err := s.relayStatus(t, line)
+				if err == nil {
+					continue
+				}
+				failed = true
+				t.log.Warn("publishing a status line failed: this and the task's later status lines are lost",
+					"status_to", t.statusTo, "error", err)
+			}
+			s.metrics.StatusLost.Inc()
 		}
-		s.finishStatus(t, q)
+		if !failed {
+			s.finishStatus(t, q)
+		}
 	}()
 	// 4. the reader.
 	go func() {
@@ -1379,7 +1420,10 @@ func (s *Server) finishStatus(t *task, q *statusQueue) {
 	}
 	t.log.Warn("status lines dropped", "status_lines_dropped", dropped, "status_bytes_dropped", droppedB,
 		"status_lines_relayed", accepted, "status_queue_peak_bytes", peak, "first_reason", why)
-	s.publishStatusText(t, fmt.Sprintf("[str] %d status lines (%d bytes) were dropped: %s", dropped, droppedB, why))
+	if err := s.publishStatusText(t, fmt.Sprintf("[str] %d status lines (%d bytes) were dropped: %s", dropped, droppedB, why)); err != nil {
+		s.metrics.StatusLost.Inc()
+		t.log.Warn("publishing the status drop notice failed", "status_to", t.statusTo, "error", err)
+	}
 }
 
 // readLine returns one line without its newline, truncated to
@@ -1404,7 +1448,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 
 // relayStatus publishes one status line ({"status": "..."} as the runner
 // writes it; any other line is relayed as its text).
-func (s *Server) relayStatus(t *task, line []byte) {
+func (s *Server) relayStatus(t *task, line []byte) error {
 	text := string(line)
 	var doc struct {
 		Status *string `json:"status"`
@@ -1412,18 +1456,21 @@ func (s *Server) relayStatus(t *task, line []byte) {
 	if json.Unmarshal(line, &doc) == nil && doc.Status != nil {
 		text = *doc.Status
 	}
-	s.publishStatusText(t, strings.ToValidUTF8(text, "\uFFFD"))
+	return s.publishStatusText(t, strings.ToValidUTF8(text, "\uFFFD"))
 }
 
-// publishStatusText publishes one status notification of t.
-func (s *Server) publishStatusText(t *task, text string) {
-	s.metrics.StatusLines.Inc()
+// publishStatusText publishes one status notification of t; a request
+// without statusTo has nowhere to send it (nil).
+func (s *Server) publishStatusText(t *task, text string) error {
 	if t.statusTo == "" {
-		return
+		s.metrics.StatusLines.Inc()
+		return nil
 	}
 	if err := s.publish(t.statusTo, EncodeStatus(t.req.TaskID, text, time.Now())); err != nil {
-		t.log.Warn("publishing a status line failed", "status_to", t.statusTo, "error", err)
+		return err
 	}
+	s.metrics.StatusLines.Inc()
+	return nil
 }
 
 // cancelTaskID reads a task id from a cancel payload, if any.
@@ -1551,7 +1598,8 @@ type sandboxRun struct {
 	waitErr error
 	ready   chan struct{} // closed on signalReady; readyAt is set before
 	readyAt time.Time
-	done    chan struct{} // closed on signalDone
+	done    chan struct{} // closed on signalDone; doneAt is set before
+	doneAt  time.Time
 }
 
 // watchSandbox starts watching sb; doneR (nil = no done pipe) is the
@@ -1585,6 +1633,7 @@ func (run *sandboxRun) readSignals(doneR *os.File) {
 					close(run.ready)
 				}
 			case signalDone:
+				run.doneAt = time.Now()
 				close(run.done)
 				return
 			}

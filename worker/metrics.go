@@ -21,6 +21,11 @@ type Metrics struct {
 	Queued        *prom.Gauge        // str_worker_queued_executions
 	SetupTime     *prom.Histogram    // str_worker_sandbox_setup_seconds
 	StatusLines   *prom.Counter      // str_worker_status_lines_total
+	// StatusLost counts status lines never published: the first failed
+	// publish of a task ends its status publishing (execute.go).
+	StatusLost *prom.Counter // str_worker_status_lines_lost_total
+	// RepliesLost counts invocations whose agent got no reply at all.
+	RepliesLost *prom.Counter // str_worker_replies_lost_total
 	// NetworkViolations counts the network policy's denials.
 	NetworkViolations *prom.CounterVec // str_worker_network_violations_total{kind,reason}
 
@@ -75,6 +80,14 @@ func NewMetrics() *Metrics {
 		StatusLines: prom.NewCounter(prom.Opts{
 			Name: "str_worker_status_lines_total", Help: "Status lines relayed from tools.",
 		}),
+		StatusLost: prom.NewCounter(prom.Opts{
+			Name: "str_worker_status_lines_lost_total",
+			Help: "Status lines not published because the broker could not take them: a task's first failed status publish ends its status publishing, that line and every later one count here.",
+		}),
+		RepliesLost: prom.NewCounter(prom.Opts{
+			Name: "str_worker_replies_lost_total",
+			Help: "Replies that never reached the broker (unreachable until the task's deadline or the end of the shutdown's reply window, or refused together with the error reply replacing it): the agent got no answer. Each also counts in str_worker_invocations_total with outcome reply_failed.",
+		}),
 		NetworkViolations: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_network_violations_total", Help: "Connections and DNS lookups the network policy denied, by kind (net, dns) and reason.",
 		}, []string{"kind", "reason"}),
@@ -100,7 +113,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
-		m.Queued, m.SetupTime, m.StatusLines, m.NetworkViolations,
+		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.NetworkViolations,
 		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmMemory,
 		prom.NewProcessCollector())
 	return m

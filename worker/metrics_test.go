@@ -21,6 +21,8 @@ func touchAll(m *Metrics) {
 	m.Queued.Inc()
 	m.SetupTime.Observe(0.004)
 	m.StatusLines.Inc()
+	m.StatusLost.Add(2)
+	m.RepliesLost.Inc()
 	m.NetworkViolations.WithLabelValues("dns", "not_allowed").Add(3)
 	m.WarmHits.WithLabelValues("echo").Inc()
 	m.WarmMisses.WithLabelValues("echo").Inc()

@@ -740,6 +740,15 @@ func (s *Server) executeWarm(t *task, w *warmSandbox) (outcome, func()) {
 	})
 	stopTimer = timer.Stop
 	stopCancel = context.AfterFunc(t.ctx, func() {
+		// A result already complete, or a sandbox already gone, is not
+		// stopped by the cancellation (and not marked cancelled).
+		select {
+		case <-run.done:
+			return
+		case <-run.exited:
+			return
+		default:
+		}
 		w.cancelled.Store(true)
 		run.sb.Kill()
 	})

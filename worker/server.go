@@ -92,6 +92,9 @@ type Server struct {
 	stopping atomic.Bool  // no new work is taken
 	stopped  atomic.Bool  // Run has returned
 	serving  atomic.Bool  // Connect succeeded and not stopping
+	// stopAt is when the shutdown grace period ended and running tools
+	// were told to stop, stored before execStop (see cancelledBefore).
+	stopAt atomic.Pointer[time.Time]
 }
 
 // Causes recorded when a task's context is cancelled.
@@ -719,6 +722,23 @@ func (s *Server) dropStaleSubscription(topic string, log *slog.Logger) {
 	}
 }
 
+// cancelledBefore reports whether t's cancellation (a cancel message, or
+// the shutdown's stop after the grace period) was asked before at, the
+// moment its result was complete. Each cause's time is stored before the
+// context is cancelled, so a cancelled context has one; a cause without
+// a time (none is expected) counts as before.
+func (s *Server) cancelledBefore(t *task, at time.Time) bool {
+	cause := context.Cause(t.ctx)
+	if cause == nil {
+		return false
+	}
+	when := t.cancelAt.Load()
+	if errors.Is(cause, errShutdown) {
+		when = s.stopAt.Load()
+	}
+	return when == nil || when.Before(at)
+}
+
 func (s *Server) forget(t *task) {
 	s.inflight.Delete("task:" + t.req.TaskID)
 	s.inflight.Delete("id:" + t.req.ID)
@@ -739,6 +759,8 @@ func (s *Server) cancel(id string, payload []byte) {
 		if v, ok := s.inflight.Load(k); ok {
 			q := v.(*queuedTask)
 			q.log.Info("cancel requested", "correlation_id", truncateName(id))
+			now := time.Now()
+			q.cancelAt.CompareAndSwap(nil, &now)
 			q.cancel(errCancelRequested)
 			if q.claimed.CompareAndSwap(false, true) {
 				s.runTask(q.task) // answers CANCELLED: its context is done
@@ -790,6 +812,8 @@ func (s *Server) shutdown() {
 	case <-done:
 	case <-time.After(s.cfg.ShutdownGrace):
 		s.log.Warn("shutdown grace period over: stopping running tools", "grace", s.cfg.ShutdownGrace)
+		now := time.Now()
+		s.stopAt.CompareAndSwap(nil, &now)
 		s.execStop(errShutdown)
 		// The stopped tools' replies, and any reply waiting for the
 		// broker, get replyShutdownWindow; then they are reported lost.
@@ -797,6 +821,8 @@ func (s *Server) shutdown() {
 		<-done
 		lost.Stop()
 	}
+	now := time.Now()
+	s.stopAt.CompareAndSwap(nil, &now)
 	s.execStop(errShutdown)
 	// 4. every pooled sandbox gone and its work area removed.
 	s.pool.wait()

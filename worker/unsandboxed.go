@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/profiles"
+	"golang.org/x/sys/unix"
 )
 
 // Unsandboxed runs each tool as a plain child process of the worker,
@@ -97,7 +98,11 @@ func startProcess(ctx context.Context, cmd *exec.Cmd, timeout time.Duration) (*u
 		case <-timer.C:
 			p.mark(&p.timedOut)
 		case <-ctx.Done():
-			p.mark(&p.cancelled)
+			// A tool that has already exited (not yet reaped) ended on
+			// its own: it is not marked cancelled.
+			if !p.exited() {
+				p.mark(&p.cancelled)
+			}
 		case <-p.done:
 		}
 	}()
@@ -116,6 +121,21 @@ func (p *unsandboxedProc) mark(b *bool) {
 	*b = true
 	p.mu.Unlock()
 	p.Kill()
+}
+
+// exited reports whether the tool has exited, reaped or not (waitid
+// with WNOWAIT leaves a zombie for Wait).
+func (p *unsandboxedProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+	}
+	// Linux zeroes info when no child is waitable; ECHILD: Wait has
+	// reaped it already.
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, p.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
+	return errors.Is(err, unix.ECHILD) || (err == nil && info.Signo == int32(unix.SIGCHLD))
 }
 
 // Kill kills the tool's whole process group.

@@ -282,31 +282,6 @@ func TestHostileRequests(t *testing.T) {
 	}
 }
 
-// TestRestartAfterSIGKILL: a worker killed mid-run leaves a work dir; the
-// next one removes it at startup and serves.
-func TestRestartAfterSIGKILL(t *testing.T) {
-	requireRoot(t)
-	e := newEnv(t)
-	w := startWorker(t, e, 0, nil)
-	a := newAgent(t, w.port)
-	id := a.invoke("sleeper", map[string]any{"args": map[string]any{"seconds": 120}})
-	waitFor(t, "the tool running", 30*time.Second, func() bool { return len(a.status(id)) > 0 })
-	if _, err := os.Stat(filepath.Join(e.work, "task-"+id)); err != nil {
-		t.Fatalf("work dir of the running task: %v", err)
-	}
-	w.stop(syscall.SIGKILL)
-	w2 := startWorker(t, e, 0, nil)
-	entries, err := os.ReadDir(e.work)
-	must(t, err)
-	if len(entries) != 0 {
-		t.Fatalf("stale work dirs after restart: %v", entries)
-	}
-	a2 := newAgent(t, w2.port)
-	if r := a2.reply(a2.invoke("echo_tool", nil), replyWait); !isSuccess(r) {
-		t.Fatalf("after restart: %s", r)
-	}
-}
-
 // TestReconnectAfterBrokerRestart: `str broker` restarted on the same
 // port; the worker (and the agent) reconnect, re-subscribe and serve.
 func TestReconnectAfterBrokerRestart(t *testing.T) {

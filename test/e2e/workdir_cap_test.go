@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -133,32 +132,5 @@ func TestWorkDirCapInodes(t *testing.T) {
 	}
 	if made := res["made"].(float64); made > 65536 {
 		t.Errorf("%v files made, the cap is 65536", made)
-	}
-}
-
-// A worker SIGKILLed with a capped work dir mounted leaves it mounted;
-// the next start-up unmounts and removes it.
-func TestWorkDirTmpfsSweptAfterSIGKILL(t *testing.T) {
-	requireRoot(t)
-	e := newCapEnv(t)
-	w := startWorker(t, e, 0, nil)
-	a := newAgent(t, w.port)
-	id := a.invoke("sleeper", map[string]any{"args": map[string]any{"seconds": 120}})
-	waitFor(t, "the tool running", 30*time.Second, func() bool { return len(a.status(id)) > 0 })
-	if m := workDirMounts(t, e.work); len(m) != 1 || m[0] != filepath.Join(e.work, "task-"+id) {
-		t.Fatalf("work dir mounts while running: %q", m)
-	}
-	w.stop(syscall.SIGKILL)
-	if m := workDirMounts(t, e.work); len(m) != 1 {
-		t.Fatalf("work dir mounts after SIGKILL: %q (the sweep has nothing to do)", m)
-	}
-	startWorker(t, e, 0, nil)
-	if m := workDirMounts(t, e.work); len(m) != 0 {
-		t.Fatalf("stale work dir mounts after restart: %q", m)
-	}
-	entries, err := os.ReadDir(e.work)
-	must(t, err)
-	if len(entries) != 0 {
-		t.Fatalf("stale work dirs after restart: %v", entries)
 	}
 }
