@@ -42,8 +42,9 @@ const (
 // 20 ms, never exceed 4 and do reach more than 1 (the sampling sees
 // them). The worker's RSS after the load and a settle period is within
 // 10% of its RSS after a warm-up of 24 calls (not at bare start: see
-// loadWarmup). The worker logs no error. The throughput is logged, not
-// asserted.
+// loadWarmup). Afterwards the worker has no child process, work dir or
+// work dir mount left, and it logged no error. The throughput is logged,
+// not asserted.
 func TestLoad(t *testing.T) {
 	requireRoot(t)
 	calls := envInt(t, "STR_LOAD_CALLS", 1000)
@@ -93,6 +94,7 @@ func TestLoad(t *testing.T) {
 	if after.rssKB > before.rssKB*110/100 {
 		t.Errorf("worker RSS %d kB after the load, %d kB after the warm-up: more than 10%% growth", after.rssKB, before.rssKB)
 	}
+	checkNoLeftovers(t, w, e)
 	checkNoErrorLogs(t, w)
 }
 
@@ -105,7 +107,8 @@ func TestLoad(t *testing.T) {
 // reply; the sandboxes running at once never exceed 4. The worker's open
 // fds, goroutines and RSS at the end (after a settle period) have not
 // grown from the start (after a warm-up): fds +5, goroutines +10% or +10,
-// RSS +10%. The samples are printed.
+// RSS +10%. The samples are printed. Nothing is left (as in TestLoad) and
+// the worker logged no error.
 func TestSoak(t *testing.T) {
 	requireRoot(t)
 	seconds := envInt(t, "STR_SOAK_SECONDS", 60)
@@ -211,6 +214,7 @@ func TestSoak(t *testing.T) {
 	for _, g := range grown(end) {
 		t.Errorf("the worker grew during the soak: %s", g)
 	}
+	checkNoLeftovers(t, w, e)
 	checkNoErrorLogs(t, w)
 }
 
@@ -438,8 +442,10 @@ func (a *loadAgent) reset() {
 }
 
 // sandboxSampler counts, every interval, the worker's live child
-// processes: each is one sandbox (its init, then the runner it becomes,
-// PID 1 of the sandbox's pid namespace); the worker starts no other
+// processes: each is one sandbox (just after the clone a copy of the
+// worker, comm "str"; then its init, comm the number of the descriptor it
+// was executed from; then the runner it becomes, python3, PID 1 of the
+// sandbox's pid namespace); the worker starts no other
 // process in sandbox mode, and with no warm pool a sandbox exists only
 // while its call holds an execution slot (it is reaped before the slot
 // is given up). Zombies are not counted: a child that has exited is no
@@ -568,6 +574,41 @@ func errOrEmpty(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// checkNoLeftovers fails the test when, once the calls are answered and
+// torn down (within 30 s), the worker still has a child process, a work
+// dir, or a mount (a work dir's tmpfs cap) under its work base.
+func checkNoLeftovers(t *testing.T, w *workerProc, e *env) {
+	t.Helper()
+	pid := w.cmd.Process.Pid
+	var left []string
+	waitUntil(30*time.Second, func() bool {
+		left = nil
+		for _, p := range liveChildren(pid) {
+			left = append(left, "child process "+p)
+		}
+		ents, err := os.ReadDir(e.work)
+		if err != nil {
+			left = append(left, err.Error())
+		}
+		for _, ent := range ents {
+			left = append(left, "work dir "+ent.Name())
+		}
+		mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			left = append(left, err.Error())
+		}
+		for l := range strings.Lines(string(mi)) {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], e.work+"/") {
+				left = append(left, "mount "+f[4])
+			}
+		}
+		return len(left) == 0
+	})
+	for _, l := range left {
+		t.Errorf("left after the calls: %s", l)
+	}
 }
 
 // checkNoErrorLogs fails the test when the worker logged an error, and
