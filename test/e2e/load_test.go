@@ -246,12 +246,19 @@ type loadAgent struct {
 	backoff time.Duration // how long a refused call's slot waits
 
 	mu       sync.Mutex
-	slots    chan struct{}       // one per unanswered call (drive)
-	sent     map[string]string   // request id -> the message the call carries
-	replies  map[string][][]byte // request id (from the reply topic) -> every reply to it
-	strays   []string            // replies to ids this agent never sent
-	errs     []string            // publish failures
-	statuses int
+	slots    chan struct{}           // one per unanswered call (drive)
+	sent     map[string]string       // request id -> the message the call carries
+	replies  map[string][][]byte     // request id (from the reply topic) -> every reply to it
+	strays   []string                // replies to ids this agent never sent
+	errs     []string                // publish failures
+	statuses map[string][]statusNote // request id (from the status topic) -> its status notes
+}
+
+// statusNote is a status notification and whether it came after a reply
+// to its call.
+type statusNote struct {
+	payload    []byte
+	afterReply bool
 }
 
 func newLoadAgents(t *testing.T, port, n int) []*loadAgent {
@@ -266,7 +273,7 @@ func newLoadAgents(t *testing.T, port, n int) []*loadAgent {
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		must(t, err)
-		a := &loadAgent{name: name, c: c, base: "e2e/a2a/v1", sent: map[string]string{}, replies: map[string][][]byte{}}
+		a := &loadAgent{name: name, c: c, base: "e2e/a2a/v1", sent: map[string]string{}, replies: map[string][][]byte{}, statuses: map[string][]statusNote{}}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		must(t, c.Connect(ctx, []string{a.base + "/sam_remote_tool/response/" + name + "/>", a.base + "/sam_remote_tool/status/" + name + "/>"}))
 		cancel()
@@ -289,7 +296,7 @@ func (a *loadAgent) loop() {
 		id := d.Topic[strings.LastIndexByte(d.Topic, '/')+1:]
 		if strings.Contains(d.Topic, "/status/") {
 			a.mu.Lock()
-			a.statuses++
+			a.statuses[id] = append(a.statuses[id], statusNote{d.Payload, len(a.replies[id]) > 0})
 			a.mu.Unlock()
 			continue
 		}
@@ -375,9 +382,10 @@ func (a *loadAgent) waitAnswered(t *testing.T, within time.Duration) {
 }
 
 // check verifies every reply: one per sent call, none to an id not sent,
-// the reply's id the call's, and the call's message echoed; with
-// overloadOK a RESOURCE_EXHAUSTED answer for a full queue is accepted
-// instead. It returns the echoed and refused counts.
+// the reply's id the call's, the call's message echoed, and before it
+// the tool's one status line ("echoing", for the call's task id); with
+// overloadOK a RESOURCE_EXHAUSTED answer for a full queue, with no
+// status, is accepted instead. It returns the echoed and refused counts.
 func (a *loadAgent) check(t *testing.T, overloadOK bool) (ok, refused int) {
 	t.Helper()
 	a.mu.Lock()
@@ -387,6 +395,11 @@ func (a *loadAgent) check(t *testing.T, overloadOK bool) (ok, refused int) {
 	}
 	for _, s := range a.strays {
 		t.Errorf("%s: a reply to a call it never made, on %s", a.name, s)
+	}
+	for id := range a.statuses {
+		if _, ok := a.sent[id]; !ok {
+			t.Errorf("%s: a status for a call it never made: %s", a.name, id)
+		}
 	}
 	bad := 0
 	report := func(format string, args ...any) {
@@ -421,8 +434,16 @@ func (a *loadAgent) check(t *testing.T, overloadOK bool) (ok, refused int) {
 		case r.JSONRPC != "2.0" || r.ID != id:
 			report("reply on %s's topic has jsonrpc %q, id %q: %s", id, r.JSONRPC, r.ID, rs[0])
 		case r.Result != nil && !r.Result.TimedOut && r.Result.ToolResult.Echo == msg && r.Result.ToolResult.UserID == "u-1":
+			if problem := checkEchoStatus(id, a.statuses[id]); problem != "" {
+				report("%s", problem)
+				continue
+			}
 			ok++
 		case overloadOK && r.Error != nil && r.Error.Code == "RESOURCE_EXHAUSTED" && strings.Contains(r.Error.Message, "queue is full"):
+			if n := len(a.statuses[id]); n != 0 {
+				report("%d status notes to %s, refused: %s", n, id, rs[0])
+				continue
+			}
 			refused++
 		default:
 			report("reply to %s (message %q): %s", id, msg, rs[0])
@@ -434,11 +455,34 @@ func (a *loadAgent) check(t *testing.T, overloadOK bool) (ok, refused int) {
 	return ok, refused
 }
 
+// checkEchoStatus says what is wrong with the status notes of an echoed
+// call, or "".
+func checkEchoStatus(id string, notes []statusNote) string {
+	if len(notes) != 1 {
+		return fmt.Sprintf("%d status notes to %s (want 1)", len(notes), id)
+	}
+	var st struct {
+		Method string `json:"method"`
+		Params struct {
+			TaskID     string `json:"task_id"`
+			StatusText string `json:"status_text"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(notes[0].payload, &st); err != nil || st.Method != "sam_remote_tool/status" ||
+		st.Params.TaskID != "task-"+id || st.Params.StatusText != "echoing" {
+		return fmt.Sprintf("status note to %s: %s", id, notes[0].payload)
+	}
+	if notes[0].afterReply {
+		return fmt.Sprintf("the status note to %s came after the reply", id)
+	}
+	return ""
+}
+
 // reset forgets the calls made so far.
 func (a *loadAgent) reset() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.sent, a.replies, a.strays, a.errs = map[string]string{}, map[string][][]byte{}, nil, nil
+	a.sent, a.replies, a.strays, a.errs, a.statuses = map[string]string{}, map[string][][]byte{}, nil, nil, map[string][]statusNote{}
 }
 
 // sandboxSampler counts, every interval, the worker's live child
