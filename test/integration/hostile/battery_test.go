@@ -59,6 +59,7 @@ type harness struct {
 	accepts atomic.Int64 // connections the host listeners accepted
 	secret  string
 	hostTxt string
+	mode    cgroupMode // the hierarchy the sandboxes' limits go through
 }
 
 const rpcWait = 5 * time.Minute // bound on one reply: cases queue behind each other
@@ -112,7 +113,8 @@ func (h *harness) call(t *testing.T, profile, py string, args, params map[string
 
 func TestHostile(t *testing.T) {
 	requireRoot(t)
-	h := &harness{e: newEnv(t, manifest), secret: fmt.Sprintf("STR-PLANTED-SECRET-%d", time.Now().UnixNano())}
+	h := &harness{e: newEnv(t, manifest), secret: fmt.Sprintf("STR-PLANTED-SECRET-%d", time.Now().UnixNano()), mode: hostCgroupMode(t)}
+	t.Logf("cgroup mode: %s", h.mode)
 	h.hostTxt = "HOST-ONLY-" + h.secret
 	hostFile := filepath.Join(h.e.root, "host-secret.txt")
 	must(t, os.WriteFile(hostFile, []byte(h.hostTxt), 0o644)) // world-readable: only the mount namespace hides it
@@ -184,6 +186,12 @@ func TestHostile(t *testing.T) {
 		}
 	})
 
+	// Not a case of the table (SECURITY.md names those): the mode the
+	// battery asserts is the mode its sandboxes really ran in.
+	t.Run("cgroup_mode", func(t *testing.T) {
+		t.Parallel()
+		checkCgroupMode(t, h, h.mode)
+	})
 	for _, c := range cases() {
 		c := c
 		t.Run(c.name, func(t *testing.T) {

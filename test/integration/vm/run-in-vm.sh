@@ -4,6 +4,7 @@
 #
 #   test/integration/vm/run-in-vm.sh [--allow-tcg|--tcg] [--timeout SEC]
 #       [--mem SIZE] [--cpus N] [-v] -- COMMAND [ARGS...]
+#   test/integration/vm/run-in-vm.sh --kvm-usable   # exit 0, or 1 and why
 #
 # Why: str's cgroup v2 path (CLONE_INTO_CGROUP, memory.max, pids.max,
 # cpu.max, cgroup.kill, delegation) cannot run on hosts whose controllers are
@@ -19,6 +20,8 @@
 #   command  runs as root in the host's cwd with the host's exported
 #            environment plus STR_CGROUP_V2=1, in the root cgroup (0::/);
 #            stdin is /dev/null; stdout/stderr come back over virtio-serial
+#   network  lo up, and dummy0 with 10.0.2.15/24: an address that is not
+#            loopback, as a host has one
 #   exit     the command's status; 124 timeout; 125 harness or guest failure
 #
 # Accelerator: KVM when it really works (/dev/kvm read-write and a CPU with
@@ -36,6 +39,18 @@ prog=run-in-vm
 die() { echo "$prog: $*" >&2; exit 125; }
 say() { echo "$prog: $*" >&2; }
 
+# kvm_unusable prints why KVM cannot run the guest and succeeds, or fails
+# silently when it can.
+kvm_unusable() {
+  if [[ ! -c /dev/kvm ]]; then echo "no /dev/kvm"
+  elif [[ ! -r /dev/kvm || ! -w /dev/kvm ]]; then echo "/dev/kvm is not read-write for $(id -un)"
+  elif ! grep -qwE 'vmx|svm' /proc/cpuinfo; then
+    if [[ -d /sys/module/kvm_pvm ]]; then echo "the CPU has no vmx/svm (/dev/kvm is PVM, which boots only PVM guest kernels)"
+    else echo "the CPU has no vmx/svm"; fi
+  else return 1
+  fi
+}
+
 # ---- 0. options -------------------------------------------------------------
 accel=auto allow_tcg=${STR_VM_ALLOW_TCG:-0} timeout=600 mem=2G cpus=$(nproc) verbose=0
 while [[ $# -gt 0 ]]; do
@@ -46,8 +61,9 @@ while [[ $# -gt 0 ]]; do
     --mem) mem=${2:?}; shift ;;
     --cpus) cpus=${2:?}; shift ;;
     -v) verbose=1 ;;
+    --kvm-usable) if why=$(kvm_unusable); then echo "$why"; exit 1; fi; exit 0 ;;
     --) shift; break ;;
-    *) sed -n '5,6s/^# \{0,1\}//p' "$0" >&2; exit 125 ;;
+    *) sed -n '5,7s/^# \{0,1\}//p' "$0" >&2; exit 125 ;;
   esac
   shift
 done
@@ -97,7 +113,9 @@ if [[ -z $kver ]]; then
   [[ -n $kver ]] || die "cannot resolve linux-image-amd64 to a kernel version (run apt-get update)"
 fi
 kdir=$cache/kernel-$kver
-if [[ ! -f $kdir/vmlinux ]]; then
+# The modules the initrd loads; a cache filled with another list is redone.
+modules="virtio_pci virtio_console 9pnet_virtio 9p overlay dummy"
+if [[ ! -f $kdir/vmlinux || $(cat "$kdir/modules" 2>/dev/null) != "$modules" ]]; then
   say "fetching linux-image-$kver (first run only)"
   tmp=$(mktemp -d "$cache/fetch.XXXXXX")
   if ! (cd "$tmp" && apt-get download -q "linux-image-$kver" >>"$cache/apt.log" 2>&1); then
@@ -120,7 +138,7 @@ if [[ ! -f $kdir/vmlinux ]]; then
     for d in $(awk -F': *' -v m="$m" '$1 == m { print $2 }' "$mdir/modules.dep"); do add_module "$d"; done
     load_order+=("$m")
   }
-  for name in virtio_pci virtio_console 9pnet_virtio 9p overlay; do
+  for name in $modules; do
     path=$(awk -F: -v n="/$name.ko" 'substr($1, length($1) - length(n) + 1) == n { print $1 }' "$mdir/modules.dep")
     if [[ -n $path ]]; then add_module "$path"
     elif ! grep -q "/$name.ko\$" "$mdir/modules.builtin"; then die "module $name: neither in modules.dep nor built in"; fi
@@ -135,6 +153,7 @@ if [[ ! -f $kdir/vmlinux ]]; then
   [[ -n $off ]] || die "no xz payload in $vmlinuz"
   tail -c +$((off + 1)) "$vmlinuz" | xz -dcq >"$tmp/k/vmlinux" 2>/dev/null || true # trailing data after the stream
   [[ $(LC_ALL=C od -An -c -N4 "$tmp/k/vmlinux" | tr -d ' ') == 177ELF ]] || die "could not extract vmlinux from $vmlinuz"
+  echo "$modules" >"$tmp/k/modules"
   rm -rf "$kdir" && mv "$tmp/k" "$kdir" && rm -rf "$tmp"
 fi
 
@@ -176,6 +195,10 @@ for c in $(cat $r/sys/fs/cgroup/cgroup.controllers); do
 done
 grep -q ' cgroup ' $r/proc/mounts && fail "a cgroup v1 hierarchy is mounted"
 ip link set lo up
+# A non-loopback address of the guest's own (dummy0, from dummy.ko's
+# numdummies=1): what the hostile battery's "host's other address" cases
+# listen on and expect the sandbox not to reach.
+ip link set dummy0 up && ip addr add 10.0.2.15/24 dev dummy0 || fail "dummy0 with 10.0.2.15"
 hostname str-vm
 export STR_CGROUP_V2=1
 exec switch_root $r /bin/sh -c '
@@ -198,13 +221,7 @@ exec 8>&- # cache ready
 
 # ---- 4. accelerator ---------------------------------------------------------
 if [[ $accel == auto ]]; then
-  why=
-  if [[ ! -c /dev/kvm ]]; then why="no /dev/kvm"
-  elif [[ ! -r /dev/kvm || ! -w /dev/kvm ]]; then why="/dev/kvm is not read-write for $(id -un)"
-  elif ! grep -qwE 'vmx|svm' /proc/cpuinfo; then
-    why="the CPU has no vmx/svm"
-    [[ -d /sys/module/kvm_pvm ]] && why+=" (/dev/kvm is PVM, which boots only PVM guest kernels)"
-  fi
+  why=$(kvm_unusable) || true
   if [[ -z $why ]]; then accel=kvm
   elif [[ $allow_tcg == 1 ]]; then say "KVM not usable ($why): TCG emulation, slow"; accel=tcg
   else die "KVM not usable: $why. Pass --allow-tcg (or STR_VM_ALLOW_TCG=1) to emulate with TCG (~50x slower process start)"

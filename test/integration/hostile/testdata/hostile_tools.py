@@ -739,6 +739,18 @@ def c_holder(ctx, kw):
     return {"outcome": "released"}
 
 
+def c_cgroup_probe(ctx, kw):
+    """Starts a child with marker on its command line (the harness finds
+    its cgroup from the host), reports its own view of /proc/self/cgroup,
+    and holds for kw["hold"] seconds."""
+    child = subprocess.Popen(["/bin/sleep", "600." + kw["marker"]])
+    ctx.send_status("probing " + read("/proc/self/cgroup").decode().strip().replace("\n", ";"))
+    time.sleep(float(kw["hold"]))
+    child.kill()
+    child.wait()
+    return {"outcome": "released"}
+
+
 def c_save_artifact(ctx, kw):
     try:
         ctx.save_artifact(kw["name"], b"x")
