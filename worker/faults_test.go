@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -104,28 +105,52 @@ func processIn(dir string) bool {
 // TestResultBeforeCancelIsNotCancelled: a tool whose result is complete
 // (and which has exited) before a cancel message, or before the end of
 // the shutdown grace period, is answered with its result, never
-// CANCELLED. The reply is held after the result by a status line the
-// broker takes long to accept; the cancellation comes in that window.
+// CANCELLED; in a cold sandbox and in a pooled one. The reply is held
+// after the result by a status line the broker takes long to accept; the
+// cancellation comes in that window.
 func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
-	for _, how := range []string{"cancel message", "shutdown"} {
-		t.Run(how, func(t *testing.T) {
+	for _, c := range []struct{ how, tool string }{
+		{"cancel message", "echo"}, {"shutdown", "echo"},
+		{"cancel message", "remember"}, {"shutdown", "remember"},
+	} {
+		t.Run(c.how+" "+c.tool, func(t *testing.T) {
 			var logs logBuffer
 			sb := &statusBroker{release: make(chan struct{})}
-			h := newExecHarness(t, func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond }, func(o *Options) {
-				sb.Transport = o.Transport
-				o.Transport = sb
-				o.Logger = logs.logger()
-			})
+			grace := func(c *Config) { c.ShutdownGrace = 100 * time.Millisecond }
+			var h *harness
+			if c.tool == "remember" { // warm: 2
+				h = newWarmHarness(t, grace)
+				sb.Transport = h.bus.Client("worker-warm", h.cfg.QueueName())
+				var err error
+				h.srv, err = New(Options{Config: h.cfg, Transport: sb, Sandboxes: hostSandboxes{}, Store: h.store, Logger: logs.logger()})
+				must(t, err)
+			} else {
+				h = newExecHarness(t, grace, func(o *Options) {
+					sb.Transport = o.Transport
+					o.Transport = sb
+					o.Logger = logs.logger()
+				})
+			}
 			h.start()
-			id := h.send("echo", nil)
-			dir := filepath.Join(h.cfg.WorkDir, "task-"+id)
+			if c.tool == "remember" {
+				waitPoolSize(t, h, "remember", 2)
+			}
+			id := h.send(c.tool, nil)
+			// The call's work dir: its own, or a pooled sandbox's work
+			// area (the one with a result).
+			var dir string
 			waitFor(t, "the result written", func() bool {
-				_, err := os.Stat(filepath.Join(dir, "result.json"))
-				return err == nil
+				for _, d := range append([]string{"task-" + id}, names(h.cfg.WorkDir)...) {
+					if _, err := os.Stat(filepath.Join(h.cfg.WorkDir, d, "result.json")); err == nil {
+						dir = filepath.Join(h.cfg.WorkDir, d)
+						return true
+					}
+				}
+				return false
 			})
 			waitFor(t, "the tool gone", func() bool { return !processIn(dir) })
 			waitFor(t, "the status line waiting for the broker", func() bool { return sb.count() > 0 })
-			switch how {
+			switch c.how {
 			case "cancel message":
 				must(t, h.client.Publish(context.Background(), transport.Message{Topic: h.cfg.Base() + "/sam_remote_tool/cancel/" + id}))
 				waitFor(t, "the cancel taken", func() bool { return strings.Contains(logs.String(), `"msg":"cancel requested"`) })
@@ -139,9 +164,9 @@ func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
 			close(sb.release)
 			r := h.reply(id)
 			if res, ok := shapeResult(r); !ok || res["tool_result"] == nil {
-				t.Fatalf("a result complete before the %s was answered %s", how, r)
+				t.Fatalf("a result complete before the %s was answered %s", c.how, r)
 			}
-			if how == "shutdown" {
+			if c.how == "shutdown" {
 				select {
 				case err := <-h.done:
 					if err != nil {
@@ -153,6 +178,15 @@ func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
 			}
 		})
 	}
+}
+
+func names(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
 }
 
 // TestReplyLostIsCounted: a reply that never reaches the broker is logged
@@ -186,5 +220,28 @@ func TestReplyLostIsCounted(t *testing.T) {
 				t.Errorf("%d \"reply lost\" log lines, want %d:\n%s", got, c.wantLost, logs.String())
 			}
 		})
+	}
+}
+
+// TestUnsandboxedExited: a tool process that has exited but is not yet
+// reaped counts as exited (a cancellation then does not mark it
+// cancelled); a running one does not.
+func TestUnsandboxedExited(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute)
+	must(t, err)
+	if p.exited() {
+		t.Fatal("a running process counts as exited")
+	}
+	must(t, p.Kill())
+	waitFor(t, "the killed process counted as exited (a zombie, not reaped)", p.exited)
+	e, err := p.Wait()
+	must(t, err)
+	if e.Cancelled {
+		t.Errorf("cancelled without a cancellation: %+v", e)
+	}
+	if !p.exited() {
+		t.Error("a reaped process does not count as exited")
 	}
 }

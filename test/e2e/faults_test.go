@@ -7,14 +7,22 @@ package e2e
 // sandboxes on the same machine at the same time.
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
 // faultTools: hold waits until a file named gate appears next to the
@@ -35,14 +43,17 @@ def hold(ctx, gate, seconds=300):
 `
 
 const faultManifest = `  hold: {module: fault_tools, function: hold}
-  warm_hold: {module: fault_tools, function: hold, warm: 2, timeout_seconds: 60}
 `
 
-func newFaultEnv(t *testing.T) *env {
+// warmHold is hold with a warm pool of two.
+const warmHold = `  warm_hold: {module: fault_tools, function: hold, warm: 2, timeout_seconds: 60}
+`
+
+func newFaultEnv(t *testing.T, more string) *env {
 	t.Helper()
 	e := newEnv(t)
 	must(t, os.WriteFile(filepath.Join(e.tools, "fault_tools.py"), []byte(faultTools), 0o644))
-	writeManifest(t, e.manifest, e2eManifest+faultManifest)
+	writeManifest(t, e.manifest, e2eManifest+faultManifest+more)
 	return e
 }
 
@@ -214,7 +225,7 @@ func strangers(dir string, keep int) []string {
 // pooled sandbox's work area; the new worker serves, cold and warm.
 func TestFaultWorkerSIGKILL(t *testing.T) {
 	requireRoot(t)
-	e := newFaultEnv(t)
+	e := newFaultEnv(t, warmHold)
 	extra := map[string]string{"SANDBOX_MAX_CONCURRENT": "8"}
 	w := startWorker(t, e, 0, extra)
 	a := newAgent(t, w.port)
@@ -348,4 +359,275 @@ func readOr(path string) string {
 		return err.Error()
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// ---- the broker -----------------------------------------------------------
+
+// startDevBroker starts `str broker` on port and waits until it listens.
+func startDevBroker(t *testing.T, port int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(strBin, "broker", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-level", "warn")
+	must(t, cmd.Start())
+	waitFor(t, "broker listening", 10*time.Second, func() bool {
+		c, err := netDial(port)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return cmd
+}
+
+// gate forwards the worker's broker connections (loopback TCP) to the
+// dev broker; while shut it accepts and closes them, so the test decides
+// when the worker gets back to a restarted broker (after the agent has).
+type gate struct {
+	ln     net.Listener
+	target int
+	open   atomic.Bool
+}
+
+func newGate(t *testing.T, target int) *gate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	g := &gate{ln: ln, target: target}
+	g.open.Store(true)
+	go g.serve()
+	t.Cleanup(func() { ln.Close() })
+	return g
+}
+
+func (g *gate) port() int { return g.ln.Addr().(*net.TCPAddr).Port }
+
+func (g *gate) serve() {
+	for {
+		c, err := g.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !g.open.Load() {
+			c.Close()
+			continue
+		}
+		up, err := netDial(g.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		go func() { io.Copy(up, c); up.Close(); c.Close() }()
+		go func() { io.Copy(c, up); c.Close(); up.Close() }()
+	}
+}
+
+// logged reports whether the worker logged msg for request id.
+func (w *workerProc) logged(msg, id string) bool {
+	for _, line := range strings.Split(w.log.String(), "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg && rec["id"] == id {
+			return true
+		}
+	}
+	return false
+}
+
+// answeredOutcome is the outcome the worker logged for request id ("" if none).
+func (w *workerProc) answeredOutcome(id string) string {
+	for _, line := range strings.Split(w.log.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "invocation answered" && rec["id"] == id {
+			s, _ := rec["outcome"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+const replyLostMsg = "reply lost: the agent got no answer"
+
+// outcomes maps each id to the outcome the worker logged for it.
+func outcomes(w *workerProc, ids []string) map[string]string {
+	m := map[string]string{}
+	for _, id := range ids {
+		m[id] = w.answeredOutcome(id)
+	}
+	return m
+}
+
+// TestFaultBrokerCutMidRun: the dev broker SIGKILLed with six calls
+// running and restarted on the same port. Three calls finish during the
+// outage (their replies wait for the broker), three after the worker is
+// back. Every call is either answered to the agent or reported lost by
+// the worker (log line and str_worker_replies_lost_total), never both,
+// never neither; the success metric counts exactly the answered ones.
+func TestFaultBrokerCutMidRun(t *testing.T) {
+	requireRoot(t)
+	e := newFaultEnv(t, "")
+	port := freePort(t)
+	b := startDevBroker(t, port)
+	// Cleanups run last first: the worker stops, then the broker.
+	t.Cleanup(func() { b.Process.Signal(syscall.SIGTERM); b.Wait() })
+	g := newGate(t, port)
+	w := startWorker(t, e, g.port(), map[string]string{devbroker.TokenFileEnv: devbroker.TokenFileFor(port), "SANDBOX_MAX_CONCURRENT": "8"})
+	a := newAgent(t, port)
+
+	// 1. six calls running.
+	var early, late, all []string
+	// A reply the worker cannot publish is retried until the task's
+	// deadline (receipt + 60 s + 5 s), within the wait of step 6.
+	for i := 0; i < 3; i++ {
+		early = append(early, a.invoke("hold", map[string]any{"args": map[string]any{"gate": "early"}, "timeout_seconds": 60}))
+		late = append(late, a.invoke("hold", map[string]any{"args": map[string]any{"gate": "late"}, "timeout_seconds": 60}))
+	}
+	all = append(append(all, early...), late...)
+	for _, id := range all {
+		waitFor(t, "call "+id+" running", 60*time.Second, func() bool { return len(a.status(id)) > 0 })
+	}
+
+	// 2. the broker killed; the worker's way back shut.
+	must(t, b.Process.Kill())
+	b.Wait()
+	g.open.Store(false)
+	w.waitReady(false)
+
+	// 3. three calls finish while it is down: their replies wait.
+	e.release(t, "early")
+	for _, id := range early {
+		waitFor(t, "call "+id+" finished", 60*time.Second, func() bool { return w.logged("tool finished", id) })
+	}
+
+	// 4. the broker back on the same port; the agent reconnects (its
+	// subscriptions ride in its CONNECT), then the worker may.
+	b = startDevBroker(t, port)
+	waitFor(t, "the agent reconnected", 30*time.Second, func() bool { return a.c.State() == transport.Connected })
+	g.open.Store(true)
+	w.waitReady(true)
+
+	// 5. the other three finish.
+	e.release(t, "late")
+
+	// 6. each call answered or reported lost.
+	answered := map[string][]byte{}
+	lost := map[string]bool{}
+	var missing []string
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		missing = missing[:0]
+		for _, id := range all {
+			select {
+			case r := <-a.replyChan(id):
+				answered[id] = r
+			default:
+			}
+			if w.logged(replyLostMsg, id) {
+				lost[id] = true
+			}
+			if answered[id] == nil && !lost[id] {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("calls neither answered nor reported lost 120 s after the broker came back: %v (answered %d, lost %d of %d); worker outcomes: %v",
+			missing, len(answered), len(lost), len(all), outcomes(w, missing))
+	}
+	successes := 0
+	for _, id := range all {
+		switch {
+		case answered[id] != nil && lost[id]:
+			t.Errorf("call %s both answered (%s) and reported lost", id, answered[id])
+		case answered[id] != nil && isSuccess(answered[id]):
+			successes++
+		case answered[id] != nil:
+			t.Errorf("call %s answered with a failure: %s", id, answered[id])
+		}
+	}
+	t.Logf("%d calls: %d answered, %d reported lost", len(all), len(answered), len(lost))
+	if got := w.labelledMetric(`str_worker_invocations_total{outcome="success",tool="hold"}`); got != float64(successes) {
+		t.Errorf("success metric %v, want %d (the answered calls)", got, successes)
+	}
+	if got := w.labelledMetric(`str_worker_invocations_total{outcome="reply_failed",tool="hold"}`); got != float64(len(lost)) {
+		t.Errorf("reply_failed metric %v, want %d (the lost calls)", got, len(lost))
+	}
+	if got := w.metric("str_worker_replies_lost_total"); got != float64(len(lost)) {
+		t.Errorf("str_worker_replies_lost_total %v, want %d", got, len(lost))
+	}
+}
+
+// TestFaultBrokerCutReplyLost: the broker gone for longer than the worker
+// waits to publish a reply (the task's deadline, at least 30 s): the
+// reply is reported lost (log, str_worker_replies_lost_total, outcome
+// reply_failed), its work dir unmounted. Then a second call's result is
+// complete and its reply waiting for the broker when SIGTERM comes: the
+// worker ends within the shutdown grace period and its reply window (plus
+// a generous margin), reports that reply lost too (not CANCELLED: the
+// result was complete), and leaves no mount and no work dir.
+func TestFaultBrokerCutReplyLost(t *testing.T) {
+	requireRoot(t)
+	e := newFaultEnv(t, "")
+	port := freePort(t)
+	b := startDevBroker(t, port)
+	t.Cleanup(func() { b.Process.Kill(); b.Wait() })
+	const grace = 2 * time.Second
+	w := startWorker(t, e, port, map[string]string{"SHUTDOWN_GRACE_SECONDS": strconv.Itoa(int(grace.Seconds()))})
+	a := newAgent(t, port)
+	first := a.invoke("hold", map[string]any{"args": map[string]any{"gate": "first"}, "timeout_seconds": 5})
+	second := a.invoke("hold", map[string]any{"args": map[string]any{"gate": "second"}, "timeout_seconds": 120})
+	for _, id := range []string{first, second} {
+		waitFor(t, "call "+id+" running", 60*time.Second, func() bool { return len(a.status(id)) > 0 })
+	}
+	must(t, b.Process.Kill())
+	b.Wait()
+	w.waitReady(false)
+
+	// 1. the first reply waits for the broker until it gives up.
+	e.release(t, "first")
+	waitFor(t, "the first reply reported lost", 120*time.Second, func() bool { return w.logged(replyLostMsg, first) })
+	if got := w.metric("str_worker_replies_lost_total"); got != 1 {
+		t.Errorf("str_worker_replies_lost_total %v, want 1", got)
+	}
+	if got := w.labelledMetric(`str_worker_invocations_total{outcome="reply_failed",tool="hold"}`); got != 1 {
+		t.Errorf("reply_failed metric %v, want 1", got)
+	}
+	if got := w.labelledMetric(`str_worker_invocations_total{outcome="success",tool="hold"}`); got != 0 {
+		t.Errorf("success metric %v, want 0: a lost reply counted as a success", got)
+	}
+	firstDir := filepath.Join(e.work, "task-"+first)
+	waitFor(t, "the first work dir unmounted and removed", 30*time.Second, func() bool {
+		_, err := os.Lstat(firstDir)
+		return !contains(mountsUnder(t, e.work), firstDir) && os.IsNotExist(err)
+	})
+
+	// 2. the second result complete, its reply waiting; SIGTERM.
+	e.release(t, "second")
+	waitFor(t, "the second call finished", 60*time.Second, func() bool { return w.logged("tool finished", second) })
+	if !contains(mountsUnder(t, e.work), filepath.Join(e.work, "task-"+second)) {
+		t.Fatalf("the second call's work dir is not mounted while its reply waits: %q", mountsUnder(t, e.work))
+	}
+	sent := time.Now()
+	must(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	limit := grace + 5*time.Second + 20*time.Second // grace + the reply window (worker/execute.go) + margin
+	select {
+	case <-w.done:
+	case <-time.After(limit):
+		t.Fatalf("the worker did not end within %v of SIGTERM with a reply waiting for a dead broker:\n%s", limit, tail(w.log.String(), 30))
+	}
+	t.Logf("the worker ended %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
+	if !w.logged(replyLostMsg, second) {
+		t.Errorf("the second reply is not reported lost:\n%s", tail(w.log.String(), 30))
+	}
+	if got := w.answeredOutcome(second); got != "reply_failed" {
+		t.Errorf("the second call's outcome %q, want reply_failed", got)
+	}
+	if m := mountsUnder(t, e.root); len(m) > 0 {
+		t.Errorf("mounts left after the worker ended: %q", m)
+	}
+	if n := names(e.work); len(n) > 0 {
+		t.Errorf("left in the work dir after the worker ended: %v", n)
+	}
 }
