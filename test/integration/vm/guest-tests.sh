@@ -6,8 +6,9 @@
 #   guest-tests.sh NAME DIR BINARY [ARGS...] [--- NAME DIR BINARY [ARGS...]]...
 #
 # Each binary runs in DIR (its package directory: the tests read their
-# testdata relative to it) with -test.v; the === RUN/PAUSE/CONT/NAME lines
-# are left out of the output, every --- PASS/FAIL/SKIP line and log stays.
+# testdata relative to it) with -test.v; the === RUN/PAUSE/CONT lines
+# are left out of the output; every --- PASS/FAIL/SKIP line, log and
+# === NAME line (which test the logs below it belong to) stays.
 set -uo pipefail
 
 [[ ${STR_CGROUP_V2:-} == 1 ]] || { echo "guest-tests.sh: STR_CGROUP_V2 is not 1: not in the cgroup v2 guest" >&2; exit 125; }
@@ -22,7 +23,7 @@ while [[ $# -ge 3 ]]; do
   echo "==== $name: $bin -test.v ${args[*]} (in $dir)"
   log=$(mktemp "/tmp/str-vm-$name.XXXXXX")
   t0=$(date +%s)
-  (cd "$dir" && "$bin" -test.v "${args[@]}") 2>&1 | tee "$log" | grep -vE '^ *=== (RUN|PAUSE|CONT|NAME) '
+  (cd "$dir" && "$bin" -test.v "${args[@]}") 2>&1 | tee "$log" | grep -vE '^ *=== (RUN|PAUSE|CONT) '
   rc=${PIPESTATUS[0]}
   secs=$(($(date +%s) - t0))
   pass=$(grep -cE '^ *--- PASS: ' "$log")
