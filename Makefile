@@ -74,7 +74,9 @@ fuzz:
 test-integration: build
 	STR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/...
 
-# cgroup v2 for real, in a QEMU guest with a pure v2 hierarchy.
+# cgroup v2 for real, in a QEMU guest with a pure v2 hierarchy: the
+# TestCgroupV2 set, then the whole hostile battery (with KVM; under TCG only
+# when STR_VM_BATTERY=1 asks, see scripts/test-vm.sh).
 test-vm: build
 	./scripts/test-vm.sh
 

@@ -188,7 +188,7 @@ func TestHostile(t *testing.T) {
 
 	// Not a case of the table (SECURITY.md names those): the mode the
 	// battery asserts is the mode its sandboxes really ran in.
-	t.Run("cgroup_mode", func(t *testing.T) {
+	t.Run(cgroupModeCase, func(t *testing.T) {
 		t.Parallel()
 		checkCgroupMode(t, h, h.mode)
 	})

@@ -46,6 +46,10 @@ func hostCgroupMode(t *testing.T) cgroupMode {
 	return modeV1
 }
 
+// cgroupModeCase is checkCgroupMode's subtest of TestHostile, which
+// SECURITY.md's table may name though it is not one of cases().
+const cgroupModeCase = "cgroup_mode"
+
 var sandboxCgroupName = regexp.MustCompile(`^s[0-9a-f]{16}$`)
 
 // checkCgroupMode: a standard sandbox holds while the harness finds its

@@ -9,8 +9,12 @@
 // network, resources and information of the host, of the worker and of
 // other tasks and users. What it does not: it tests through Python and
 // ctypes, so a case Python cannot express (none so far) is covered by the
-// seccomp package's kernel tests instead; it runs on the host it is given
-// (cgroup v1 or v2), not on every kernel.
+// seccomp package's kernel tests instead; it runs on the host it is given,
+// not on every kernel: `make test-integration` runs it on the host (there,
+// the cgroup v1 fallback) and `make test-vm` in a guest with a pure cgroup
+// v2 hierarchy, which sets STR_CGROUP_V2=1. TestHostile/cgroup_mode checks
+// from the host that the sandboxes really got cgroups of the mode found
+// (STR_CGROUP_V2=1 demands v2), so a silent fallback fails the battery.
 //
 // It trusts the str binary under test ($STR_BIN, else built from this
 // tree) and needs root (namespaces, cgroups, a host uid per sandbox):

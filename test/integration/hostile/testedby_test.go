@@ -53,6 +53,9 @@ func TestSecurityTestedByTable(t *testing.T) {
 		for _, m := range ref.FindAllStringSubmatch(cols[2], -1) {
 			name := m[1]
 			if c, ok := strings.CutPrefix(name, "TestHostile/"); ok {
+				if c == cgroupModeCase {
+					continue // a subtest of TestHostile beside the table's cases
+				}
 				matched := 0
 				for n := range names {
 					if n == c || (strings.HasSuffix(c, "_*") && strings.HasPrefix(n, strings.TrimSuffix(c, "*"))) {

@@ -176,13 +176,19 @@ def c_output_device(ctx, kw):
 
 def c_output_swap(ctx, kw):
     """Writes x.txt, then leaves a process that keeps swapping it for a
-    symlink to a host file while the worker collects the outputs."""
+    symlink to a host file while the worker collects the outputs. Both
+    are staged outside output/ and renamed over x.txt, so whenever the
+    process dies output/ holds x.txt alone (a symlink or the original),
+    never a staging name. The tool returns once a first swap worked, so
+    the swapping is under way however fast the tool would end."""
     out = ctx._output_dir
     path = os.path.join(out, "x.txt")
     ctx.save_artifact_text("x.txt", "original")
+    r, w = os.pipe()
     if os.fork() == 0:
         os.setsid()
-        link = os.path.join(out, ".lnk")
+        os.close(r)
+        link = os.path.join(os.getcwd(), ".lnk")  # outside output/
         keep = os.path.join(os.getcwd(), ".keep")  # outside output/
         os.link(path, keep)
         end = time.time() + 30
@@ -192,10 +198,16 @@ def c_output_swap(ctx, kw):
                 os.rename(link, path)
                 os.link(keep, link)
                 os.rename(link, path)
-            except OSError:
-                pass
+                status = b"planted"
+            except OSError as e:
+                status = en(e).encode()
+            if w >= 0:
+                os.write(w, status)
+                os.close(w)
+                w = -1
         os._exit(0)
-    return {"outcome": "planted"}
+    os.close(w)
+    return {"outcome": os.read(r, 64).decode() or "no swap"}
 
 
 def c_output_many(ctx, kw):
