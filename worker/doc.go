@@ -281,10 +281,10 @@
 //     missing or unreadable by the sandbox, unknown profile).
 //
 // A fault is set the moment a call fails on it and re-checked every 5 s
-// and at each /readyz (at most once a second), cheaply: a directory made
-// and removed under the work base (and one byte written in it when work
-// dirs are not capped), a one-byte file written and removed in the
-// store's scope dir and beside the audit log, the audit log opened for
+// and at each /readyz (at most once a second), cheaply and without
+// writing anything (internal/fscheck): access(2) and statfs(2) of the
+// work base, the store's scope dir and the audit log's dir (writable,
+// free bytes, free inodes, read-only), the audit log opened for
 // appending. A repaired resource clears its fault without a restart;
 // each change is logged. The codes blame the worker's side: a full store,
 // audit log filesystem or work dir filesystem is RESOURCE_EXHAUSTED;

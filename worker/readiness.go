@@ -32,8 +32,9 @@ import (
 // is cheap and writes nothing (a probe file would show, for an instant,
 // in directories agents and tests list): access(2) and statfs(2) of the
 // work base, the store's scope dir and the audit log's dir (free bytes,
-// free inodes, read-only), and the audit log opened for appending. A repaired resource clears its fault at the next check,
-// without a restart. Each change is logged: a new fault as an error, a
+// free inodes, read-only), and the audit log opened for appending. A
+// repaired resource clears its fault at the next check, without a
+// restart. Each change is logged: a new fault as an error, a
 // cleared one as info.
 
 // Fault and degradation names, the keys of /readyz's "faults" and
