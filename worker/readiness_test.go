@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/testfs"
 	"github.com/securetoolruntime/str/worker/artifacts"
-	"golang.org/x/sys/unix"
 )
 
 // The store's errors blame the worker's side: a full filesystem or quota
@@ -108,43 +108,6 @@ func TestReadinessSetClear(t *testing.T) {
 	}
 }
 
-// mountTmpfs mounts a tmpfs (options opts) on dir, unmounted at the end
-// of the test; needs root (skips without, fails with STR_MUST_WORK=1).
-func mountTmpfs(t *testing.T, dir, opts string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		msg := "needs root: the resource faults are made on a real tmpfs mounted by the test"
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(msg + " (STR_MUST_WORK=1)")
-		}
-		t.Skip(msg)
-	}
-	must(t, os.MkdirAll(dir, 0o755))
-	must(t, unix.Mount("str-test", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts))
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-}
-
-// fillFile writes path until its filesystem is full.
-func fillFile(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	must(t, err)
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling %s: %v", path, err)
-			}
-			return
-		}
-	}
-}
-
 type readyzBody struct {
 	OK       bool              `json:"ok"`
 	Faults   map[string]string `json:"faults"`
@@ -170,7 +133,7 @@ func readyz(t *testing.T, h *harness) (int, readyzBody) {
 func TestReadyzArtifactStoreFull(t *testing.T) {
 	h := newHarness(t, nil)
 	base := filepath.Join(h.dir, "store")
-	mountTmpfs(t, base, "size=1m,mode=0755")
+	testfs.Tmpfs(t, base, "size=1m,mode=0755")
 	st, _, err := artifacts.Open(artifacts.Settings{Type: "filesystem", BasePath: base, Namespace: h.cfg.Namespace})
 	must(t, err)
 	h.store = st
@@ -179,7 +142,7 @@ func TestReadyzArtifactStoreFull(t *testing.T) {
 	if code, b := readyz(t, h); code != 200 || b.Faults != nil {
 		t.Fatalf("readyz before: %d %+v", code, b)
 	}
-	fillFile(t, filepath.Join(base, "filler"))
+	testfs.FillBytes(t, filepath.Join(base, "filler"))
 	code, msg := errorCode(t, h.reply(h.send("big_output", nil)))
 	if code != "RESOURCE_EXHAUSTED" || !strings.Contains(msg, "no space left on device") {
 		t.Errorf("an output on a full store: %s %s", code, msg)
@@ -205,9 +168,9 @@ func TestReadyzArtifactStoreFull(t *testing.T) {
 // filesystem: RESOURCE_EXHAUSTED, /readyz names work_dir; freed, clear.
 func TestReadyzWorkDirFull(t *testing.T) {
 	h := newHarness(t, nil)
-	mountTmpfs(t, h.cfg.WorkDir, "size=256k,mode=0711")
+	testfs.Tmpfs(t, h.cfg.WorkDir, "size=256k,mode=0711")
 	h.start()
-	fillFile(t, filepath.Join(h.cfg.WorkDir, "filler"))
+	testfs.FillBytes(t, filepath.Join(h.cfg.WorkDir, "filler"))
 	code, msg := errorCode(t, h.reply(h.send("echo", nil)))
 	if code != "RESOURCE_EXHAUSTED" || !strings.Contains(msg, "no disk space") {
 		t.Errorf("a call with the work dir full: %s %s", code, msg)

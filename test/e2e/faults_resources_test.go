@@ -2,17 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/securetoolruntime/str/internal/testfs"
 )
 
 // Fault survival, part B (issue 11): resource and configuration faults.
@@ -26,68 +23,6 @@ import (
 // (the worker re-checks at every /readyz at most once a second, and every
 // 5 s on its own).
 const faultWait = 30 * time.Second
-
-// mountTmpfs mounts a tmpfs with opts on dir (made if missing); it is
-// unmounted when the test ends, after the worker started later has
-// stopped (cleanups run last-registered first).
-func mountTmpfs(t *testing.T, dir, opts string) {
-	t.Helper()
-	must(t, os.MkdirAll(dir, 0o755))
-	if err := unix.Mount("str-e2e-fault", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		t.Fatalf("mount tmpfs (%s) on %s: %v", opts, dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-}
-
-// remount remounts the tmpfs at dir read-only (ro) or read-write.
-func remount(t *testing.T, dir string, ro bool) {
-	t.Helper()
-	var flags uintptr = unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV
-	if ro {
-		flags |= unix.MS_RDONLY
-	}
-	if err := unix.Mount("", dir, "", flags, ""); err != nil {
-		t.Fatalf("remount %s (read-only %v): %v", dir, ro, err)
-	}
-}
-
-// fillBytes writes path until its filesystem refuses (ENOSPC).
-func fillBytes(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	must(t, err)
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling %s: %v", path, err)
-			}
-			return
-		}
-	}
-}
-
-// fillInodes creates empty files in dir until the filesystem has no
-// inode left (ENOSPC).
-func fillInodes(t *testing.T, dir string) {
-	t.Helper()
-	must(t, os.MkdirAll(dir, 0o755))
-	for i := 0; ; i++ {
-		f, err := os.Create(filepath.Join(dir, fmt.Sprint(i)))
-		if err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling the inodes of %s: %v", dir, err)
-			}
-			return
-		}
-		f.Close()
-	}
-}
 
 type readyBody struct {
 	OK               bool              `json:"ok"`
@@ -252,7 +187,7 @@ func TestFaultToolsDirRemoved(t *testing.T) {
 func TestFaultArtifactStoreFull(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
-	mountTmpfs(t, e.artifacts, "size=2m,mode=0755")
+	testfs.Tmpfs(t, e.artifacts, "size=2m,mode=0755")
 	w := startWorker(t, e, 0, nil)
 	a := newAgent(t, w.port)
 	if r := callOutputs(t, a); !isSuccess(r) {
@@ -263,7 +198,7 @@ func TestFaultArtifactStoreFull(t *testing.T) {
 		t.Fatalf("store after one call: %q, want two versions and their .meta", before)
 	}
 
-	fillBytes(t, filepath.Join(e.artifacts, "filler"))
+	testfs.FillBytes(t, filepath.Join(e.artifacts, "filler"))
 	wantCode(t, "outputs on a full store", callOutputs(t, a), "RESOURCE_EXHAUSTED", "no space left on device", "nothing was saved")
 	if after := storeFiles(t, e.artifacts); strings.Join(after, " ") != strings.Join(before, " ") {
 		t.Errorf("a failed save changed the store: %q, was %q", after, before)
@@ -294,8 +229,8 @@ func TestFaultArtifactStoreReadOnly(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
 	auditDir := filepath.Join(e.root, "audit")
-	mountTmpfs(t, e.artifacts, "size=2m,mode=0755")
-	mountTmpfs(t, auditDir, "size=1m,mode=0700")
+	testfs.Tmpfs(t, e.artifacts, "size=2m,mode=0755")
+	testfs.Tmpfs(t, auditDir, "size=1m,mode=0700")
 	auditLog := filepath.Join(auditDir, "audit.jsonl")
 	w := startWorker(t, e, 0, map[string]string{"ARTIFACT_AUDIT_LOG": auditLog})
 	a := newAgent(t, w.port)
@@ -304,28 +239,28 @@ func TestFaultArtifactStoreReadOnly(t *testing.T) {
 	}
 
 	// 1. the store read-only.
-	remount(t, e.artifacts, true)
+	testfs.Remount(t, e.artifacts, true)
 	wantCode(t, "outputs on a read-only store", callOutputs(t, a), "ARTIFACT_ERROR", "read-only file system", "nothing was saved")
 	b := w.waitReadyz(t, "the artifact_store fault", 503, func(b readyBody) bool { return b.Faults["artifact_store"] != "" })
 	if f := b.Faults["artifact_store"]; !strings.Contains(f, e.artifacts) || !strings.Contains(f, "read-only file system") || b.Faults["artifact_audit_log"] != "" {
 		t.Errorf("/readyz with the store read-only: %+v", b)
 	}
 	callEcho(t, a, "(no outputs) with the store read-only")
-	remount(t, e.artifacts, false)
+	testfs.Remount(t, e.artifacts, false)
 	w.waitReadyz(t, "the store fault cleared", 200, func(b readyBody) bool { return b.OK && b.Faults == nil })
 	if r := callOutputs(t, a); !isSuccess(r) {
 		t.Errorf("outputs after remounting the store read-write: %s", r)
 	}
 
 	// 2. the audit log read-only (the store writable).
-	remount(t, auditDir, true)
+	testfs.Remount(t, auditDir, true)
 	wantCode(t, "outputs with a read-only audit log", callOutputs(t, a), "ARTIFACT_ERROR", "audit log "+auditLog, "read-only file system")
 	b = w.waitReadyz(t, "the artifact_audit_log fault", 503, func(b readyBody) bool { return b.Faults["artifact_audit_log"] != "" })
 	if f := b.Faults["artifact_audit_log"]; !strings.Contains(f, auditLog) || !strings.Contains(f, "read-only file system") || b.Faults["artifact_store"] != "" {
 		t.Errorf("/readyz with the audit log read-only: %+v", b)
 	}
 	callEcho(t, a, "(no outputs) with the audit log read-only")
-	remount(t, auditDir, false)
+	testfs.Remount(t, auditDir, false)
 	w.waitReadyz(t, "the audit log fault cleared", 200, func(b readyBody) bool { return b.OK && b.Faults == nil })
 	if r := callOutputs(t, a); !isSuccess(r) {
 		t.Errorf("outputs after remounting the audit log read-write: %s", r)
@@ -345,14 +280,14 @@ func TestFaultWorkDirFull(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
 	fsDir := filepath.Join(e.root, "workfs")
-	mountTmpfs(t, fsDir, "size=2m,nr_inodes=256,mode=0755")
+	testfs.Tmpfs(t, fsDir, "size=2m,nr_inodes=256,mode=0755")
 	e.work = filepath.Join(fsDir, "work")
 	w := startWorker(t, e, 0, nil)
 	a := newAgent(t, w.port)
 	callEcho(t, a, "before the fault")
 
-	fillBytes(t, filepath.Join(fsDir, "filler"))
-	fillInodes(t, filepath.Join(fsDir, "many"))
+	testfs.FillBytes(t, filepath.Join(fsDir, "filler"))
+	testfs.FillInodes(t, filepath.Join(fsDir, "many"))
 	wantCode(t, "a call with the work dir full", a.reply(a.invoke("echo_tool", nil), replyWait), "RESOURCE_EXHAUSTED", "no disk space for the work dir")
 	b := w.waitReadyz(t, "the work_dir fault", 503, func(b readyBody) bool { return b.Faults["work_dir"] != "" })
 	if f := b.Faults["work_dir"]; b.OK || !strings.Contains(f, e.work) || !strings.Contains(f, "no space left on device") {

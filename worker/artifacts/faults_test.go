@@ -9,58 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/securetoolruntime/str/internal/testfs"
 )
-
-// smallTmpfs mounts a tmpfs of size bytes on a new directory, unmounted
-// at the end of the test. It needs root (mount(2)); it skips without,
-// and fails with STR_MUST_WORK=1.
-func smallTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		msg := "needs root: the store's faults are tested on a real tmpfs mounted by the test"
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(msg + " (STR_MUST_WORK=1)")
-		}
-		t.Skip(msg)
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("str-test", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size="+size+",mode=0755"); err != nil {
-		t.Fatalf("mount tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fill writes a file at path until its filesystem is full.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling %s: %v", path, err)
-			}
-			return
-		}
-	}
-}
-
-func remount(t *testing.T, dir string, flags uintptr) {
-	t.Helper()
-	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|flags, ""); err != nil {
-		t.Fatalf("remount %s (flags %#x): %v", dir, flags, err)
-	}
-}
 
 // leftovers lists every file under dir other than .lock files.
 func leftovers(t *testing.T, dir string) []string {
@@ -79,7 +29,7 @@ func leftovers(t *testing.T, dir string) []string {
 // RESOURCE_EXHAUSTED on it) and leaves no file behind, Check says so with
 // the path and errno; freed, both work again.
 func TestFilesystemStoreFull(t *testing.T) {
-	base := smallTmpfs(t, "1m")
+	base := testfs.Tmpfs(t, "", "size=1m,mode=0755")
 	s, err := NewFilesystem(filepath.Join(base, "store"), "ns")
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +38,7 @@ func TestFilesystemStoreFull(t *testing.T) {
 	if serr, aerr := c.Check(); serr != nil || aerr != nil {
 		t.Fatalf("Check of an empty store: %v, %v", serr, aerr)
 	}
-	fill(t, filepath.Join(base, "filler"))
+	testfs.FillBytes(t, filepath.Join(base, "filler"))
 	_, err = s.Save(bg, "u", "s", "out.txt", []byte(strings.Repeat("x", 8192)), "")
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Save on a full store: %v, want ENOSPC", err)
@@ -119,7 +69,7 @@ func TestFilesystemStoreFull(t *testing.T) {
 // the save as an *AuditError and is Check's audit error; remounted
 // read-write, both work again.
 func TestFilesystemStoreReadOnly(t *testing.T) {
-	base, logDir := smallTmpfs(t, "1m"), smallTmpfs(t, "1m")
+	base, logDir := testfs.Tmpfs(t, "", "size=1m,mode=0755"), testfs.Tmpfs(t, "", "size=1m,mode=0755")
 	logPath := filepath.Join(logDir, "audit.jsonl")
 	s, err := NewFilesystem(filepath.Join(base, "store"), "ns", WithAuditLog(logPath))
 	if err != nil {
@@ -131,7 +81,7 @@ func TestFilesystemStoreReadOnly(t *testing.T) {
 	c := s.(Checker)
 	// the store read-only (the audit log open between lines does not
 	// keep the remount from happening).
-	remount(t, base, unix.MS_RDONLY)
+	testfs.Remount(t, base, true)
 	_, err = s.Save(bg, "u", "s", "b.txt", []byte("b"), "")
 	var ae *AuditError
 	if !errors.Is(err, syscall.EROFS) || errors.As(err, &ae) {
@@ -140,12 +90,12 @@ func TestFilesystemStoreReadOnly(t *testing.T) {
 	if serr, aerr := c.Check(); !errors.Is(serr, syscall.EROFS) || aerr != nil {
 		t.Errorf("Check of a read-only store: %v, %v", serr, aerr)
 	}
-	remount(t, base, 0)
+	testfs.Remount(t, base, false)
 	if serr, aerr := c.Check(); serr != nil || aerr != nil {
 		t.Errorf("Check after remounting read-write: %v, %v", serr, aerr)
 	}
 	// the audit log read-only.
-	remount(t, logDir, unix.MS_RDONLY)
+	testfs.Remount(t, logDir, true)
 	_, err = s.Save(bg, "u", "s", "c.txt", []byte("c"), "")
 	if !errors.As(err, &ae) || !errors.Is(err, syscall.EROFS) || ae.Path != logPath {
 		t.Errorf("Save with a read-only audit log: %v, want an *AuditError with EROFS", err)
@@ -153,7 +103,7 @@ func TestFilesystemStoreReadOnly(t *testing.T) {
 	if serr, aerr := c.Check(); serr != nil || !errors.As(aerr, &ae) || !errors.Is(aerr, syscall.EROFS) {
 		t.Errorf("Check with a read-only audit log: %v, %v", serr, aerr)
 	}
-	remount(t, logDir, 0)
+	testfs.Remount(t, logDir, false)
 	if _, err := s.Save(bg, "u", "s", "d.txt", []byte("d"), ""); err != nil {
 		t.Errorf("Save after remounting the audit log read-write: %v", err)
 	}

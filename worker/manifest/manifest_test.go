@@ -397,8 +397,8 @@ func TestWatchPicksUpChanges(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Watch(ctx, p, 20*time.Millisecond, func(m *Manifest) error { applied <- m; return nil },
-			func(f string, a ...any) { logs <- fmt.Sprintf(f, a...) })
+		NewWatcher(p, 20*time.Millisecond, func(m *Manifest) error { applied <- m; return nil },
+			func(f string, a ...any) { logs <- fmt.Sprintf(f, a...) }).Run(ctx)
 	}()
 	next := func(what string) *Manifest {
 		select {

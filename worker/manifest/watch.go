@@ -27,7 +27,7 @@ type Watcher struct {
 	// nil at each poll that finds the file's content applied (again, or
 	// just now): a repaired file clears the problem. It runs
 	// synchronously, with the watcher's lock held, and must not call the
-	// watcher. A changed content seen at only one poll so far (see Watch)
+	// watcher. A changed content seen at only one poll so far (see Run)
 	// reports nothing yet.
 	OnProblem func(error)
 
@@ -55,9 +55,9 @@ func NewWatcher(path string, interval time.Duration, apply func(*Manifest) error
 	return &Watcher{path: path, interval: interval, apply: apply, logf: logf}
 }
 
-// Watch polls path every interval until ctx is done. The first poll reads
+// Run polls the file every interval until ctx is done. The first poll reads
 // the manifest as it is and calls apply with it (so a change made between
-// the caller's own Load and the start of Watch is never missed; apply must
+// the caller's own Load and the start of Run is never missed; apply must
 // treat an unchanged manifest as a no-op, e.g. through Diff). Afterwards,
 // apply is called, synchronously, each time the content changes and the
 // new manifest is valid. An invalid or missing manifest keeps the previous
@@ -69,11 +69,6 @@ func NewWatcher(path string, interval time.Duration, apply func(*Manifest) error
 // written) can be read half-written, and a half that parses would remove
 // tools and announce their removal to every agent. So a change is applied
 // within two intervals of being made (spec §5's 2 s at the default 1 s).
-func Watch(ctx context.Context, path string, interval time.Duration, apply func(*Manifest) error, logf func(msg string, args ...any)) {
-	NewWatcher(path, interval, apply, logf).Run(ctx)
-}
-
-// Run polls until ctx is done.
 func (w *Watcher) Run(ctx context.Context) {
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
