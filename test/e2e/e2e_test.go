@@ -288,19 +288,7 @@ func TestReconnectAfterBrokerRestart(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
 	port := freePort(t)
-	startBroker := func() *exec.Cmd {
-		cmd := exec.Command(strBin, "broker", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-level", "warn")
-		must(t, cmd.Start())
-		waitFor(t, "broker listening", 10*time.Second, func() bool {
-			c, err := netDial(port)
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		})
-		return cmd
-	}
-	b := startBroker()
+	b := startDevBroker(t, port)
 	// Cleanups run last first: the worker (registered by startWorker)
 	// stops while the broker is still up, then the broker.
 	t.Cleanup(func() { b.Process.Signal(syscall.SIGTERM); b.Wait() })
@@ -312,7 +300,7 @@ func TestReconnectAfterBrokerRestart(t *testing.T) {
 	b.Process.Signal(syscall.SIGTERM)
 	b.Wait()
 	w.waitReady(false)
-	b = startBroker()
+	b = startDevBroker(t, port)
 	w.waitReady(true)
 	// The agent reconnects on its own schedule; a request published before
 	// its subscriptions are back gets lost (no persistence), so retry.

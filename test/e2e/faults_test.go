@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -362,21 +361,6 @@ func readOr(path string) string {
 }
 
 // ---- the broker -----------------------------------------------------------
-
-// startDevBroker starts `str broker` on port and waits until it listens.
-func startDevBroker(t *testing.T, port int) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(strBin, "broker", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-level", "warn")
-	must(t, cmd.Start())
-	waitFor(t, "broker listening", 10*time.Second, func() bool {
-		c, err := netDial(port)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return cmd
-}
 
 // gate forwards the worker's broker connections (loopback TCP) to the
 // dev broker; while shut it accepts and closes them, so the test decides

@@ -280,6 +280,21 @@ type agent struct {
 	removed  chan string
 }
 
+// startDevBroker starts `str broker` on port and waits until it listens.
+func startDevBroker(t *testing.T, port int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(strBin, "broker", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-level", "warn")
+	must(t, cmd.Start())
+	waitFor(t, "broker listening", 10*time.Second, func() bool {
+		c, err := netDial(port)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return cmd
+}
+
 func newAgent(t *testing.T, port int) *agent {
 	t.Helper()
 	c, err := devbroker.NewClient(devbroker.ClientOptions{
