@@ -286,7 +286,8 @@
 // work base, the store's scope dir and the audit log's dir (writable,
 // free bytes, free inodes, read-only), the audit log opened for
 // appending. A repaired resource clears its fault without a restart;
-// each change is logged. The codes blame the worker's side: a full store,
+// each change is logged and shown as str_worker_faults{kind,name} (1
+// while set, else 0). The codes blame the worker's side: a full store,
 // audit log filesystem or work dir filesystem is RESOURCE_EXHAUSTED;
 // a read-only or unwritable store or audit log ARTIFACT_ERROR (a save
 // whose audit line fails was stored, unaudited, and is reported failed);

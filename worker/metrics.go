@@ -26,6 +26,9 @@ type Metrics struct {
 	StatusLost *prom.Counter // str_worker_status_lines_lost_total
 	// RepliesLost counts invocations whose agent got no reply at all.
 	RepliesLost *prom.Counter // str_worker_replies_lost_total
+	// Faults is 1 while the worker has the fault or degradation name
+	// (readiness.go), else 0: an alert needs no JSON parsing of /readyz.
+	Faults *prom.GaugeVec // str_worker_faults{kind,name}
 	// NetworkViolations counts the network policy's denials.
 	NetworkViolations *prom.CounterVec // str_worker_network_violations_total{kind,reason}
 
@@ -88,6 +91,10 @@ func NewMetrics() *Metrics {
 			Name: "str_worker_replies_lost_total",
 			Help: "Replies that never reached the broker (unreachable until the task's deadline or the end of the shutdown's reply window, or refused together with the error reply replacing it): the agent got no answer. Each also counts in str_worker_invocations_total with outcome reply_failed.",
 		}),
+		Faults: prom.NewGaugeVec(prom.Opts{
+			Name: "str_worker_faults",
+			Help: "1 while the worker has this fault (kind fault: /readyz answers 503) or degradation (kind degraded: it serves, /readyz 200), else 0; /readyz has the error seen.",
+		}, []string{"kind", "name"}),
 		NetworkViolations: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_network_violations_total", Help: "Connections and DNS lookups the network policy denied, by kind (net, dns) and reason.",
 		}, []string{"kind", "reason"}),
@@ -113,7 +120,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
-		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.NetworkViolations,
+		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.Faults, m.NetworkViolations,
 		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmMemory,
 		prom.NewProcessCollector())
 	return m

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/internal/fscheck"
+	"github.com/securetoolruntime/str/internal/prom"
 	"github.com/securetoolruntime/str/worker/artifacts"
 )
 
@@ -57,7 +58,8 @@ const (
 // readiness holds the faults and degradations. The zero value is not
 // usable; a nil *readiness reports nothing and records nothing.
 type readiness struct {
-	log *slog.Logger
+	log   *slog.Logger
+	gauge *prom.GaugeVec // str_worker_faults{kind,name}; nil: none
 
 	mu       sync.Mutex
 	faults   map[string]string
@@ -67,8 +69,23 @@ type readiness struct {
 	checking sync.Mutex // one checkResources at a time
 }
 
-func newReadiness(log *slog.Logger) *readiness {
-	return &readiness{log: log, faults: map[string]string{}, degraded: map[string]string{}}
+// Kinds, the str_worker_faults label kind.
+const (
+	kindFault    = "fault"
+	kindDegraded = "degraded"
+)
+
+// newReadiness returns a readiness with nothing set. With a gauge, every
+// fault and degradation name starts at 0, so each series exists before
+// its first fault.
+func newReadiness(log *slog.Logger, gauge *prom.GaugeVec) *readiness {
+	if gauge != nil {
+		for _, name := range []string{faultArtifactStore, faultAuditLog, faultWorkDir} {
+			gauge.WithLabelValues(kindFault, name).Set(0)
+		}
+		gauge.WithLabelValues(kindDegraded, degradedManifest).Set(0)
+	}
+	return &readiness{log: log, gauge: gauge, faults: map[string]string{}, degraded: map[string]string{}}
 }
 
 // setFault sets (err != nil) or clears (nil) the fault name, logging a
@@ -86,17 +103,22 @@ func (r *readiness) set(fault bool, name string, err error) {
 	if r == nil {
 		return
 	}
-	kind := "degradation"
+	kind, label := "degradation", kindDegraded
 	r.mu.Lock()
 	m := r.degraded
 	if fault {
-		kind, m = "fault", r.faults
+		kind, label, m = "fault", kindFault, r.faults
 	}
 	old, had := m[name]
+	value := 0.0
 	if err == nil {
 		delete(m, name)
 	} else {
 		m[name] = err.Error()
+		value = 1
+	}
+	if r.gauge != nil { // under the lock: the gauge and the map agree
+		r.gauge.WithLabelValues(label, name).Set(value)
 	}
 	r.mu.Unlock()
 	switch {

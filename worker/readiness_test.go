@@ -49,7 +49,7 @@ func TestStoreErrorMapping(t *testing.T) {
 		if got := storeErrorCode(c.err); got != c.code {
 			t.Errorf("%s: code %s, want %s", c.name, got, c.code)
 		}
-		s := &Server{cfg: &Config{}, ready: newReadiness(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+		s := &Server{cfg: &Config{}, ready: newReadiness(slog.New(slog.NewTextHandler(io.Discard, nil)), nil)}
 		s.noteStoreFault(c.err)
 		faults, _ := s.ready.snapshot()
 		if c.fault == "" {
@@ -68,10 +68,28 @@ func TestStoreErrorMapping(t *testing.T) {
 // one, cleared by nil; each change is logged once, a repeat is not.
 func TestReadinessSetClear(t *testing.T) {
 	logs := &lockedBuffer{}
-	r := newReadiness(slog.New(slog.NewJSONHandler(logs, nil)))
+	m := NewMetrics()
+	r := newReadiness(slog.New(slog.NewJSONHandler(logs, nil)), m.Faults)
 	if f, d := r.snapshot(); f != nil || d != nil {
 		t.Fatalf("new: %v %v", f, d)
 	}
+	// str_worker_faults follows every change, each name present from the start.
+	gauges := func(what, want string) {
+		t.Helper()
+		var got []string
+		for l := range strings.Lines(string(m.Registry.Text())) {
+			if strings.HasPrefix(l, "str_worker_faults{") {
+				got = append(got, strings.TrimSpace(l))
+			}
+		}
+		if g := strings.Join(got, "\n"); g != want {
+			t.Errorf("%s: str_worker_faults:\n%s\nwant:\n%s", what, g, want)
+		}
+	}
+	gauges("new", `str_worker_faults{kind="degraded",name="manifest"} 0
+str_worker_faults{kind="fault",name="artifact_audit_log"} 0
+str_worker_faults{kind="fault",name="artifact_store"} 0
+str_worker_faults{kind="fault",name="work_dir"} 0`)
 	r.setFault(faultWorkDir, errors.New("work dir /w: no space left on device"))
 	r.setFault(faultWorkDir, errors.New("work dir /w: no space left on device"))
 	r.setDegraded(degradedManifest, errors.New("invalid manifest"))
@@ -79,6 +97,10 @@ func TestReadinessSetClear(t *testing.T) {
 	if f[faultWorkDir] != "work dir /w: no space left on device" || d[degradedManifest] != "invalid manifest" || len(f) != 1 || len(d) != 1 {
 		t.Fatalf("set: %v %v", f, d)
 	}
+	gauges("set", `str_worker_faults{kind="degraded",name="manifest"} 1
+str_worker_faults{kind="fault",name="artifact_audit_log"} 0
+str_worker_faults{kind="fault",name="artifact_store"} 0
+str_worker_faults{kind="fault",name="work_dir"} 1`)
 	f[faultArtifactStore] = "changed by the caller"
 	if f2, _ := r.snapshot(); len(f2) != 1 {
 		t.Fatal("snapshot shares its map")
@@ -90,6 +112,10 @@ func TestReadinessSetClear(t *testing.T) {
 	if f, d := r.snapshot(); f != nil || d != nil {
 		t.Fatalf("cleared: %v %v", f, d)
 	}
+	gauges("cleared", `str_worker_faults{kind="degraded",name="manifest"} 0
+str_worker_faults{kind="fault",name="artifact_audit_log"} 0
+str_worker_faults{kind="fault",name="artifact_store"} 0
+str_worker_faults{kind="fault",name="work_dir"} 0`)
 	out := logs.String()
 	for what, n := range map[string]int{
 		`"msg":"worker fault (see /readyz)","fault":"work_dir"`:             2, // set, changed

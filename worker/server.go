@@ -154,7 +154,7 @@ func New(opts Options) (*Server, error) {
 		replyCtx: replyCtx, replyStop: replyStop,
 		limiter: newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
 		replays: newReplayGuard(),
-		ready:   newReadiness(log),
+		ready:   newReadiness(log, m.Faults),
 	}
 	s.pool = newWarmPool(s)
 	return s, nil

@@ -207,10 +207,17 @@ func TestFaultArtifactStoreFull(t *testing.T) {
 	if f := b.Faults["artifact_store"]; b.OK || !strings.Contains(f, e.artifacts) || !strings.Contains(f, "no space left on device") {
 		t.Errorf("/readyz with the store full: %+v", b)
 	}
+	const gauge = `str_worker_faults{kind="fault",name="artifact_store"}`
+	if v := w.metric(gauge); v != 1 {
+		t.Errorf("%s = %v with the store full, want 1", gauge, v)
+	}
 	callEcho(t, a, "(no outputs) with the store full")
 
 	must(t, os.Remove(filepath.Join(e.artifacts, "filler")))
 	w.waitReadyz(t, "the fault cleared", 200, func(b readyBody) bool { return b.OK && b.Faults == nil })
+	if v := w.metric(gauge); v != 0 {
+		t.Errorf("%s = %v once cleared, want 0", gauge, v)
+	}
 	if r := callOutputs(t, a); !isSuccess(r) {
 		t.Errorf("outputs after freeing space: %s", r)
 	}
