@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/securetoolruntime/str/profiles"
@@ -192,6 +193,33 @@ func TestStartupToolChecks(t *testing.T) {
 		!strings.Contains(body.UnavailableTools["ghostmod"], "nosuchmodule") ||
 		!strings.Contains(body.UnavailableTools["badprofile"], `sandbox_profile "nosuch"`) {
 		t.Fatalf("readyz %d %+v", resp.StatusCode, body)
+	}
+
+	// A reload is checked the same way: the three leave the list with
+	// the manifest, a new tool that cannot work joins it and is logged.
+	mpath := h.cfg.ManifestPath
+	must(t, os.WriteFile(mpath+".tmp", []byte(testManifest+"  ghost2: {module: nosuchmodule2, function: f}\n"), 0o644))
+	must(t, os.Rename(mpath+".tmp", mpath))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := hs.Client().Get(hs.URL + "/readyz")
+		must(t, err)
+		body.UnavailableTools = nil
+		must(t, json.NewDecoder(resp.Body).Decode(&body))
+		resp.Body.Close()
+		if len(body.UnavailableTools) == 1 && strings.Contains(body.UnavailableTools["ghost2"], "nosuchmodule2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz 10 s after the reload: %+v, want only ghost2", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), `"msg":"tool cannot work on this worker: its calls will be answered TOOL_NOT_AVAILABLE","tool":"ghost2"`) {
+		t.Errorf("no error logged for ghost2 at the reload:\n%s", logs)
+	}
+	if code, msg := errorCode(t, h.reply(h.send("ghost2", nil))); code != "TOOL_NOT_AVAILABLE" {
+		t.Errorf("ghost2 after the reload: %s %q", code, msg)
 	}
 }
 
