@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Tools of the execution tests, beside example_tools and e2e_tools.
@@ -147,4 +149,23 @@ func (w *workerProc) metricLine(prefix string) string {
 		}
 	}
 	return ""
+}
+
+// TestWorkerSIGTERMBeforeBroker: a worker stopped before it ever reached
+// its broker exits 0 without "worker failed" (issue 7: it logged an error
+// and exited 1, which a supervisor reads as a crash).
+func TestWorkerSIGTERMBeforeBroker(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	w := launchWorker(t, e, freePort(t), nil) // nothing listens there
+	waitFor(t, "a failed connect attempt in the log", 30*time.Second, func() bool {
+		return strings.Contains(w.log.String(), "connect failed, retrying")
+	})
+	w.stop(syscall.SIGTERM)
+	if code := w.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGTERM before the first connection, want 0", code)
+	}
+	if strings.Contains(w.log.String(), "worker failed") {
+		t.Errorf("the log says the worker failed:\n%s", tail(w.log.String(), 20))
+	}
 }

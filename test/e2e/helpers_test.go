@@ -157,6 +157,15 @@ func (s *syncBuffer) String() string {
 // brokerPort > 0, against that dev broker) and waits until it is ready.
 func startWorker(t *testing.T, e *env, brokerPort int, extra map[string]string) *workerProc {
 	t.Helper()
+	w := launchWorker(t, e, brokerPort, extra)
+	w.waitReady(true)
+	return w
+}
+
+// launchWorker starts `str worker` as startWorker does, without waiting
+// for it to be ready.
+func launchWorker(t *testing.T, e *env, brokerPort int, extra map[string]string) *workerProc {
+	t.Helper()
 	w := &workerProc{t: t, health: freePort(t), log: &syncBuffer{}, done: make(chan struct{})}
 	vars := map[string]string{
 		"SAM_NAMESPACE": "e2e/", "MANIFEST_PATH": e.manifest, "TOOLS_PYTHON_DIR": e.tools,
@@ -191,7 +200,6 @@ func startWorker(t *testing.T, e *env, brokerPort int, extra map[string]string) 
 			t.Logf("worker log:\n%s", tail(w.log.String(), 60))
 		}
 	})
-	w.waitReady(true)
 	return w
 }
 
