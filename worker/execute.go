@@ -318,9 +318,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	}
 	pipePath, err := fillWorkDir(dir, uid, gid)
 	if err != nil {
-		if !s.capsWorkDirs() {
-			s.noteWorkDirFault(err)
-		}
+		s.noteWorkDirFileFault(err)
 		return fail(workDirError(err))
 	}
 	// 5. inputs.
@@ -332,8 +330,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	err = runner.WriteArgs(argsPath, s.runnerArgs(t, dir, paths, meta))
 	if err != nil {
 		if isNoSpace(err) {
-			// uncapped work dirs share the work base's filesystem.
-			s.noteWorkDirFault(err)
+			s.noteWorkDirFileFault(err)
 			return fail(errorf(CodeResourceExhausted, "no disk space for the work dir: runner arguments: %v", err))
 		}
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"runner arguments\": %v", err))
@@ -491,7 +488,7 @@ func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (out
 
 // workDirError is the reply for a work dir that could not be made.
 func workDirError(err error) *Error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+	if isNoSpace(err) {
 		return errorf(CodeResourceExhausted, "no disk space for the work dir: %v", err)
 	}
 	return errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir\": %v", err)
@@ -927,10 +924,8 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 		}
 		path := filepath.Join(dir, "input", local)
 		if err := writeNewFileAt(inputFd, local, path, data, modeInputFile); err != nil {
-			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-				if !s.capsWorkDirs() {
-					s.noteWorkDirFault(err) // else the profile's cap, the call's own
-				}
+			if isNoSpace(err) {
+				s.noteWorkDirFileFault(err)
 				return errorf(CodeResourceExhausted, "no space for input %q in the work dir (the profile's work_dir cap, or the host's disk): %v", param, err)
 			}
 			return errorf(CodeArtifactError, "input %q: %v", param, err)

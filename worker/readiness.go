@@ -262,3 +262,13 @@ func (s *Server) noteWorkDirFault(err error) {
 		s.ready.setFault(faultWorkDir, fmt.Errorf("work dir %s: %w", s.cfg.WorkDir, err))
 	}
 }
+
+// noteWorkDirFileFault is noteWorkDirFault for a file written inside a
+// call's work dir: that is the work base's filesystem only when work dirs
+// are not capped; capped, it is the call's own tmpfs, full by the
+// profile's work_dir cap (the call's own doing, no fault of the worker).
+func (s *Server) noteWorkDirFileFault(err error) {
+	if !s.capsWorkDirs() {
+		s.noteWorkDirFault(err)
+	}
+}

@@ -739,6 +739,15 @@ func (s *Server) cancelledBefore(t *task, at time.Time) bool {
 	return when == nil || when.Before(at)
 }
 
+// stopTools cancels every running tool with errShutdown. The time is
+// stored first (only the first time), so cancelledBefore can tell a
+// result complete before the stop from one the stop cut short.
+func (s *Server) stopTools() {
+	now := time.Now()
+	s.stopAt.CompareAndSwap(nil, &now)
+	s.execStop(errShutdown)
+}
+
 func (s *Server) forget(t *task) {
 	s.inflight.Delete("task:" + t.req.TaskID)
 	s.inflight.Delete("id:" + t.req.ID)
@@ -812,18 +821,14 @@ func (s *Server) shutdown() {
 	case <-done:
 	case <-time.After(s.cfg.ShutdownGrace):
 		s.log.Warn("shutdown grace period over: stopping running tools", "grace", s.cfg.ShutdownGrace)
-		now := time.Now()
-		s.stopAt.CompareAndSwap(nil, &now)
-		s.execStop(errShutdown)
+		s.stopTools()
 		// The stopped tools' replies, and any reply waiting for the
 		// broker, get replyShutdownWindow; then they are reported lost.
 		lost := time.AfterFunc(replyShutdownWindow, func() { s.replyStop(errShutdown) })
 		<-done
 		lost.Stop()
 	}
-	now := time.Now()
-	s.stopAt.CompareAndSwap(nil, &now)
-	s.execStop(errShutdown)
+	s.stopTools()
 	// 4. every pooled sandbox gone and its work area removed.
 	s.pool.wait()
 	s.log.Info("worker stopped")
