@@ -73,36 +73,9 @@ type proc struct {
 
 func (p proc) String() string { return fmt.Sprintf("%d (%s)", p.pid, p.cmd) }
 
-// procStat returns the parent pid and the start time of pid.
-func procStat(pid int) (ppid int, start string, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, "", false
-	}
-	// The command name (field 2) may hold spaces: fields count from its ")".
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 20 {
-		return 0, "", false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return ppid, f[19], true
-}
-
 func cmdline(pid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
-}
-
-func allPids() []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if n, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // descendants lists the processes below root (not root itself).
@@ -110,9 +83,9 @@ func descendants(root int) []proc {
 	children := map[int][]int{}
 	starts := map[int]string{}
 	for _, pid := range allPids() {
-		if ppid, start, ok := procStat(pid); ok {
-			children[ppid] = append(children[ppid], pid)
-			starts[pid] = start
+		if st, ok := readStat(pid); ok {
+			children[st.ppid] = append(children[st.ppid], pid)
+			starts[pid] = st.start
 		}
 	}
 	var out []proc
@@ -129,21 +102,21 @@ func descendants(root int) []proc {
 // below reports whether pid is a descendant of root now.
 func below(pid, root int) bool {
 	for i := 0; i < 64 && pid > 1; i++ {
-		ppid, _, ok := procStat(pid)
+		st, ok := readStat(pid)
 		if !ok {
 			return false
 		}
-		if ppid == root {
+		if st.ppid == root {
 			return true
 		}
-		pid = ppid
+		pid = st.ppid
 	}
 	return false
 }
 
 func (p proc) alive() bool {
-	_, start, ok := procStat(p.pid)
-	return ok && start == p.start
+	st, ok := readStat(p.pid)
+	return ok && st.start == p.start
 }
 
 // sandboxCgroups returns the sandbox cgroup directories (every v1

@@ -499,3 +499,44 @@ func messageTo(topic string) transport.Message {
 func netDial(port int) (net.Conn, error) {
 	return net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
 }
+
+// stat is what the tests read of /proc/PID/stat.
+type stat struct {
+	comm  string // field 2, without its parentheses
+	state string // field 3: R, S, Z, ...
+	ppid  int    // field 4
+	start string // field 22, the start time: with pid, a process's identity
+}
+
+// readStat reads /proc/PID/stat (false: the process is gone).
+func readStat(pid int) (stat, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return stat{}, false
+	}
+	// The command name may hold spaces and parentheses: the fields after
+	// it count from its last ')'.
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return stat{}, false
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 20 {
+		return stat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return stat{comm: s[open+1 : end], state: f[0], ppid: ppid, start: f[19]}, true
+}
+
+// allPids lists the pids in /proc now.
+func allPids() []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}

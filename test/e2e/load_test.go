@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -548,26 +547,11 @@ func (s *sandboxSampler) stop() (int, int, []string) {
 // liveChildren lists the processes whose parent is pid and that have not
 // exited ("pid comm"), from /proc/*/stat.
 func liveChildren(pid int) []string {
-	ents, _ := os.ReadDir("/proc")
 	var out []string
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
+	for _, p := range allPids() {
+		if st, ok := readStat(p); ok && st.ppid == pid && st.state != "Z" && st.state != "X" {
+			out = append(out, fmt.Sprintf("%d %s", p, st.comm))
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		s := string(b)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		f := strings.Fields(s[end+1:]) // state, ppid, ...
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" || f[1] != strconv.Itoa(pid) {
-			continue
-		}
-		out = append(out, e.Name()+" "+s[open+1:end])
 	}
 	return out
 }
@@ -645,14 +629,8 @@ func checkNoLeftovers(t *testing.T, w *workerProc, e *env) {
 		for _, ent := range ents {
 			left = append(left, "work dir "+ent.Name())
 		}
-		mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
-		if err != nil {
-			left = append(left, err.Error())
-		}
-		for l := range strings.Lines(string(mi)) {
-			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], e.work+"/") {
-				left = append(left, "mount "+f[4])
-			}
+		for _, m := range mountsUnder(t, e.work) { // the worker's mount namespace is ours
+			left = append(left, "mount "+m)
 		}
 		return len(left) == 0
 	})
