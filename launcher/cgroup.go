@@ -84,19 +84,26 @@ func DetectCgroup() CgroupMode {
 // OwnCgroups reads /proc/self/cgroup: the calling process's cgroup path
 // per v1 controller name, and under "" its cgroup v2 path (the "0::" line).
 func OwnCgroups() (map[string]string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
+	return ProcCgroups("self")
+}
+
+// ProcCgroups is OwnCgroups for the process pid ("self", or a number):
+// /proc/PID/cgroup as a map from v1 controller name (or "name=..." of a
+// named hierarchy) to cgroup path, the v2 path under "".
+func ProcCgroups(pid string) (map[string]string, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/cgroup")
 	if err != nil {
 		return nil, err
 	}
-	own := map[string]string{}
+	cgs := map[string]string{}
 	for _, line := range strings.Split(string(b), "\n") {
 		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 {
 			for _, c := range strings.Split(parts[1], ",") {
-				own[c] = parts[2]
+				cgs[c] = parts[2]
 			}
 		}
 	}
-	return own, nil
+	return cgs, nil
 }
 
 // newCgroupID is an opaque sandbox cgroup name: nothing about the worker

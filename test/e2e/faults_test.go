@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -125,23 +126,17 @@ func (p proc) alive() bool {
 func sandboxCgroups(procs []proc) map[string]bool {
 	dirs := map[string]bool{}
 	for _, p := range procs {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
+		cgs, err := launcher.ProcCgroups(strconv.Itoa(p.pid))
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			parts := strings.SplitN(line, ":", 3)
-			if len(parts) != 3 || !strings.Contains(parts[2], "/str/s") {
+		for ctl, path := range cgs { // ctl "": the v2 hierarchy, at the root
+			if !strings.Contains(path, "/str/s") {
 				continue
 			}
-			for _, ctl := range strings.Split(parts[1], ",") {
-				dir := filepath.Join("/sys/fs/cgroup", ctl, parts[2])
-				if parts[1] == "" {
-					dir = filepath.Join("/sys/fs/cgroup", parts[2])
-				}
-				if _, err := os.Stat(dir); err == nil {
-					dirs[dir] = true
-				}
+			dir := filepath.Join("/sys/fs/cgroup", ctl, path)
+			if _, err := os.Stat(dir); err == nil {
+				dirs[dir] = true
 			}
 		}
 	}

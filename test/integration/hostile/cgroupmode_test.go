@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/profiles"
-	"golang.org/x/sys/unix"
 )
 
 // cgroupMode is the hierarchy the battery runs on, decided before any
@@ -74,10 +75,9 @@ func checkCgroupMode(t *testing.T, h *harness, mode cgroupMode) {
 	inside := strings.TrimPrefix(h.a.status(id)[0], "probing ")
 	var pids []string
 	waitFor(t, "the probe's child on the host", time.Minute, func() bool { pids = findProcs("600." + marker); return len(pids) > 0 })
-	b, err := os.ReadFile("/proc/" + pids[0] + "/cgroup")
+	paths, err := launcher.ProcCgroups(pids[0])
 	must(t, err)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	t.Logf("cgroup mode %s; the sandbox's /proc/PID/cgroup on the host: %q, inside: %q", mode, lines, inside)
+	t.Logf("cgroup mode %s; the sandbox's /proc/PID/cgroup on the host: %q, inside: %q", mode, paths, inside)
 	read := func(p string) string {
 		v, err := os.ReadFile(p)
 		must(t, err)
@@ -85,9 +85,9 @@ func checkCgroupMode(t *testing.T, h *harness, mode cgroupMode) {
 	}
 	switch mode {
 	case modeV2:
-		path, ok := strings.CutPrefix(lines[0], "0::")
-		if len(lines) != 1 || !ok {
-			t.Fatalf("v2: the sandbox's /proc/PID/cgroup is %q, want a single 0:: line (a v1 line means a fallback to v1)", lines)
+		path, ok := paths[""]
+		if len(paths) != 1 || !ok {
+			t.Fatalf("v2: the sandbox's /proc/PID/cgroup is %q, want a single 0:: line (a v1 line means a fallback to v1)", paths)
 		}
 		if !sandboxCgroupName.MatchString(filepath.Base(path)) {
 			t.Fatalf("v2: the sandbox runs in %s, not a sandbox cgroup of its own", path)
@@ -103,18 +103,10 @@ func checkCgroupMode(t *testing.T, h *harness, mode cgroupMode) {
 			t.Errorf("v2: the tool sees /proc/self/cgroup %q, want 0::/ (its own cgroup namespace)", inside)
 		}
 	case modeV1:
-		paths := map[string]string{}
-		for _, l := range lines {
-			if parts := strings.SplitN(l, ":", 3); len(parts) == 3 {
-				for _, c := range strings.Split(parts[1], ",") {
-					paths[c] = parts[2]
-				}
-			}
-		}
 		for ctl, file := range map[string][2]string{"memory": {"memory.limit_in_bytes", memMax}, "pids": {"pids.max", pidsMax}} {
 			p, ok := paths[ctl]
 			if !ok || !sandboxCgroupName.MatchString(filepath.Base(p)) {
-				t.Fatalf("v1: the sandbox's %s cgroup is %q, not a sandbox cgroup of its own (%q)", ctl, p, lines)
+				t.Fatalf("v1: the sandbox's %s cgroup is %q, not a sandbox cgroup of its own (%q)", ctl, p, paths)
 			}
 			if got := read(filepath.Join("/sys/fs/cgroup", ctl, p, file[0])); got != file[1] {
 				t.Errorf("v1: %s/%s = %q, want %q (profile standard)", p, file[0], got, file[1])
