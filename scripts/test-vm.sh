@@ -13,9 +13,10 @@
 # sandboxes really got v2 cgroups), STR_MUST_WORK=1 and STR_BIN=<absolute
 # bin/str>.
 #
-# Accelerator: KVM when usable (CI has it): both sets run. Without KVM the
-# guest is emulated (TCG, ~15x slower here: the battery takes ~190 s instead
-# of the host's 13 s): set 1 still runs, but the battery is skipped, loudly,
+# Accelerator: KVM when usable: both sets run. Without KVM (these machines,
+# CI included: their /dev/kvm cannot run a guest) the guest is emulated
+# (TCG, ~10-15x slower here: the battery takes 111-134 s instead of the
+# host's ~10 s): set 1 still runs, but the battery is skipped, loudly,
 # unless STR_VM_BATTERY=1 asks for it, because under emulation on a loaded
 # machine its time-bound cases (status_flood, memory_hog: the restrictive
 # profile's 60 s wall-clock limit) can time out. STR_MUST_WORK=1 (CI sets
