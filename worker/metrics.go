@@ -38,6 +38,7 @@ type Metrics struct {
 	WarmDiscards *prom.CounterVec // str_worker_warm_discarded_total{reason}
 	WarmRefill   *prom.Histogram  // str_worker_warm_refill_seconds
 	WarmSize     *prom.GaugeVec   // str_worker_warm_pool_size{tool}
+	WarmReady    *prom.GaugeVec   // str_worker_warm_pool_ready{tool}
 	WarmMemory   *prom.Gauge      // str_worker_warm_memory_bytes
 
 	mu         sync.Mutex
@@ -115,13 +116,16 @@ func NewMetrics() *Metrics {
 		WarmSize: prom.NewGaugeVec(prom.Opts{
 			Name: "str_worker_warm_pool_size", Help: "Pre-started sandboxes waiting in the pool, by tool.",
 		}, []string{"tool"}),
+		WarmReady: prom.NewGaugeVec(prom.Opts{
+			Name: "str_worker_warm_pool_ready", Help: "Pre-started sandboxes waiting in the pool whose runner is ready (tool module imported), by tool.",
+		}, []string{"tool"}),
 		WarmMemory: prom.NewGauge(prom.Opts{
 			Name: "str_worker_warm_memory_bytes", Help: "Memory the pool holds, each pooled sandbox counted at its profile's memory limit (the budget is STR_WARM_MEMORY).",
 		}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
 		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.Faults, m.NetworkViolations,
-		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmMemory,
+		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmReady, m.WarmMemory,
 		prom.NewProcessCollector())
 	return m
 }

@@ -30,6 +30,7 @@ func touchAll(m *Metrics) {
 	m.WarmDiscards.WithLabelValues("aged").Inc()
 	m.WarmRefill.Observe(2)
 	m.WarmSize.WithLabelValues("echo").Set(2)
+	m.WarmReady.WithLabelValues("echo").Set(1)
 	m.WarmMemory.Set(2 << 30)
 }
 

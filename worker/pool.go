@@ -280,12 +280,13 @@ func (p *warmPool) configure(m *manifest.Manifest) {
 		kill = append(kill, p.discardAllLocked(old, "drained")...)
 		delete(p.sets, name)
 		s.metrics.WarmSize.DeleteLabelValues(name)
+		s.metrics.WarmReady.DeleteLabelValues(name)
 	}
 	if !p.stopped {
 		for name, nw := range want {
 			if p.sets[name] == nil {
 				p.sets[name] = nw
-				s.metrics.WarmSize.WithLabelValues(name).Set(0)
+				p.gaugeLocked(nw)
 			}
 		}
 	}
@@ -294,6 +295,20 @@ func (p *warmPool) configure(m *manifest.Manifest) {
 		w.run.sb.Kill()
 	}
 	p.wake()
+}
+
+// gaugeLocked sets set's pool size and ready gauges from its idle list.
+func (p *warmPool) gaugeLocked(set *warmSet) {
+	ready := 0
+	for _, w := range set.idle {
+		select {
+		case <-w.run.ready:
+			ready++
+		default:
+		}
+	}
+	p.s.metrics.WarmSize.WithLabelValues(set.name).Set(float64(len(set.idle)))
+	p.s.metrics.WarmReady.WithLabelValues(set.name).Set(float64(ready))
 }
 
 // discardAllLocked marks every idle sandbox of set discarded and returns
@@ -371,7 +386,7 @@ func (p *warmPool) claim(t *task) *warmSandbox {
 			got = w
 		}
 		set.idle = keep
-		p.s.metrics.WarmSize.WithLabelValues(set.name).Set(float64(len(set.idle)))
+		p.gaugeLocked(set)
 		p.s.metrics.WarmMemory.Set(float64(p.held))
 	}
 	p.mu.Unlock()
@@ -424,7 +439,7 @@ func (p *warmPool) recycle() {
 		}
 		if len(keep) != len(set.idle) {
 			set.idle = keep
-			p.s.metrics.WarmSize.WithLabelValues(set.name).Set(float64(len(keep)))
+			p.gaugeLocked(set)
 		}
 	}
 	p.mu.Unlock()
@@ -468,7 +483,7 @@ func (p *warmPool) fill() {
 			p.discardLocked(w, "drained")
 		} else {
 			set.idle = append(set.idle, w)
-			p.s.metrics.WarmSize.WithLabelValues(set.name).Set(float64(len(set.idle)))
+			p.gaugeLocked(set)
 		}
 		discarded := w.state == warmDiscarded
 		p.wg.Add(1)
@@ -519,6 +534,9 @@ func (p *warmPool) watch(w *warmSandbox, t0 time.Time) {
 		p.s.metrics.WarmRefill.Observe(w.run.readyAt.Sub(t0).Seconds())
 		p.mu.Lock()
 		w.set.failures = 0
+		if p.sets[w.set.name] == w.set {
+			p.gaugeLocked(w.set)
+		}
 		p.mu.Unlock()
 	case <-w.run.exited:
 	}
@@ -548,7 +566,7 @@ func (p *warmPool) onExit(w *warmSandbox) {
 			p.backoffLocked(set)
 		}
 		p.discardLocked(w, reason)
-		p.s.metrics.WarmSize.WithLabelValues(set.name).Set(float64(len(set.idle)))
+		p.gaugeLocked(set)
 		if reason == "died" {
 			exitCode := -1
 			if w.run.exit != nil {
@@ -583,6 +601,7 @@ func (p *warmPool) stop() {
 	for name, set := range p.sets {
 		kill = append(kill, p.discardAllLocked(set, "drained")...)
 		p.s.metrics.WarmSize.DeleteLabelValues(name)
+		p.s.metrics.WarmReady.DeleteLabelValues(name)
 	}
 	p.mu.Unlock()
 	close(p.quit)

@@ -100,6 +100,29 @@ func waitPoolSize(t *testing.T, h *harness, tool string, n int) {
 	waitFor(t, sample+" = "+strconv.Itoa(n), func() bool { return metricValue(t, h, sample) == float64(n) })
 }
 
+// waitPoolReady waits until n of tool's pooled sandboxes have a runner
+// that imported the tool (str_worker_warm_pool_ready, which never exceeds
+// the pool size).
+func waitPoolReady(t *testing.T, h *harness, tool string, n int) {
+	t.Helper()
+	sample := `str_worker_warm_pool_ready{tool="` + tool + `"}`
+	waitFor(t, sample+" = "+strconv.Itoa(n), func() bool {
+		text := metricsText(t, h) // one scrape: both gauges are set under one lock
+		value := func(sample string) string {
+			m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindStringSubmatch(text)
+			if m == nil {
+				return "0"
+			}
+			return m[1]
+		}
+		ready, size := value(sample), value(`str_worker_warm_pool_size{tool="`+tool+`"}`)
+		if ready > size { // single digits
+			t.Fatalf("%s = %s above the pool size %s", sample, ready, size)
+		}
+		return ready == strconv.Itoa(n)
+	})
+}
+
 // warmAreas lists the work areas under the work dir.
 func warmAreas(t *testing.T, h *harness) []string {
 	t.Helper()
@@ -138,6 +161,7 @@ func TestWarmPoolServesEachSandboxOnce(t *testing.T) {
 	h := newWarmHarness(t, nil)
 	h.start()
 	waitPoolSize(t, h, "remember", 2)
+	waitPoolReady(t, h, "remember", 2)
 	pids := map[float64]bool{}
 	for i := 0; i < 3; i++ {
 		id := h.send("remember", map[string]any{"args": map[string]any{"mark": "call" + strconv.Itoa(i)}})
@@ -161,6 +185,7 @@ func TestWarmPoolServesEachSandboxOnce(t *testing.T) {
 			t.Errorf("call %d: work area holds %v", i, files)
 		}
 		waitPoolSize(t, h, "remember", 2)
+		waitPoolReady(t, h, "remember", 2)
 	}
 	if hits := metricValue(t, h, `str_worker_warm_hits_total{tool="remember"}`); hits != 3 {
 		t.Errorf("hits = %v, want 3", hits)
