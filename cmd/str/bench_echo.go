@@ -8,10 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +23,7 @@ import (
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
-const benchEchoUsage = `usage: str bench echo --broker HOST:PORT [-n N] [-c C] [--namespace NS] [--python PATH] [-o RAW]
+const benchEchoUsage = `usage: str bench echo --broker HOST:PORT [-n N] [-c C] [--namespace NS] [--python PATH] [-o RAW] [--ready-from URL]
 
 Against a running str worker (scripts/bench.sh starts one with the example
 manifest and the embedded broker): sends N echo_tool invocations one after
@@ -28,6 +31,13 @@ another and reports publish-to-reply latency p50/p99, then N more with C in
 flight and reports invocations per second; and, in the same run, N spawns of
 PYTHON -c pass for comparison. Prints key=value lines; asserts nothing.
 -o RAW appends the one-at-a-time latencies to RAW, one "lat_us" per line.
+
+--ready-from URL (the worker's health address, http://HOST:PORT) paces the
+one-at-a-time calls: each is sent once the worker's /metrics says every
+pooled echo_tool sandbox is ready (str_worker_warm_pool_ready equals
+str_worker_warm_pool_size, at least 1), so each call meets a warm pool at
+rest; without it the calls go back to back and meet a pool still refilling
+from the call before. The throughput phase is left out when pacing.
 `
 
 // benchEcho measures the worker end to end, as an agent sees it.
@@ -40,6 +50,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 	conc := fs.Int("c", 4, "invocations in flight in the throughput phase")
 	python := fs.String("python", "/usr/bin/python3", "interpreter for the python3 -c pass reference")
 	rawPath := fs.String("o", "", "append the one-at-a-time latencies to `RAW` (lat_us per line)")
+	readyFrom := fs.String("ready-from", "", "pace the one-at-a-time calls on the pool's readiness in `URL`/metrics")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -127,6 +138,12 @@ func benchEcho(args []string, stdout io.Writer) int {
 	}
 	var lat []time.Duration
 	for i := 0; i < *n; i++ {
+		if *readyFrom != "" {
+			if err := benchWaitPoolReady(ctx, *readyFrom, "echo_tool"); err != nil {
+				fmt.Fprintln(os.Stderr, "str bench echo:", err)
+				return 1
+			}
+		}
 		d, err := invoke()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "str bench echo:", err)
@@ -140,30 +157,37 @@ func benchEcho(args []string, stdout io.Writer) int {
 			return 1
 		}
 	}
-	// 2. Throughput with C in flight.
-	t0 := time.Now()
-	var wg sync.WaitGroup
-	jobs := make(chan struct{})
+	// 2. Throughput with C in flight (not when pacing: that measures the
+	// pool at rest, this one the pool under load).
 	var failed int
-	for w := 0; w < *conc; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range jobs {
-				if _, err := invoke(); err != nil {
-					mu.Lock()
-					failed++
-					mu.Unlock()
+	throughput := ""
+	if *readyFrom == "" {
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		jobs := make(chan struct{})
+		for w := 0; w < *conc; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range jobs {
+					if _, err := invoke(); err != nil {
+						mu.Lock()
+						failed++
+						mu.Unlock()
+					}
 				}
-			}
-		}()
+			}()
+		}
+		for i := 0; i < *n; i++ {
+			jobs <- struct{}{}
+		}
+		close(jobs)
+		wg.Wait()
+		rate := float64(*n-failed) / time.Since(t0).Seconds()
+		throughput = fmt.Sprintf(" invocations_per_s=%.1f concurrency=%d", rate, *conc)
+	} else {
+		throughput = " paced=ready"
 	}
-	for i := 0; i < *n; i++ {
-		jobs <- struct{}{}
-	}
-	close(jobs)
-	wg.Wait()
-	rate := float64(*n-failed) / time.Since(t0).Seconds()
 
 	// 3. The reference: python3 -c pass, spawned the same number of times.
 	var py []time.Duration
@@ -180,7 +204,59 @@ func benchEcho(args []string, stdout io.Writer) int {
 		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 		return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000
 	}
-	fmt.Fprintf(stdout, "echo_p50_ms=%.2f echo_p99_ms=%.2f python_p50_ms=%.2f python_p99_ms=%.2f ratio_p50=%.2f invocations_per_s=%.1f concurrency=%d failed=%d n=%d\n",
-		pct(lat, 0.5), pct(lat, 0.99), pct(py, 0.5), pct(py, 0.99), pct(lat, 0.5)/pct(py, 0.5), rate, *conc, failed, *n)
+	fmt.Fprintf(stdout, "echo_p50_ms=%.2f echo_p99_ms=%.2f python_p50_ms=%.2f python_p99_ms=%.2f ratio_p50=%.2f%s failed=%d n=%d\n",
+		pct(lat, 0.5), pct(lat, 0.99), pct(py, 0.5), pct(py, 0.99), pct(lat, 0.5)/pct(py, 0.5), throughput, failed, *n)
 	return 0
+}
+
+// benchWaitPoolReady polls base/metrics until every pooled sandbox of tool
+// is ready (str_worker_warm_pool_ready equals str_worker_warm_pool_size,
+// at least 1), for at most a minute.
+func benchWaitPoolReady(ctx context.Context, base, tool string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ready, size := `str_worker_warm_pool_ready{tool="`+tool+`"}`, `str_worker_warm_pool_size{tool="`+tool+`"}`
+	last := "no scrape"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err != nil {
+			last = err.Error()
+		} else {
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				last = err.Error()
+			} else {
+				v := benchMetricValues(body, ready, size)
+				if r, ok := v[ready]; ok && r >= 1 && r == v[size] {
+					return nil
+				}
+				last = fmt.Sprintf("%s %v, %s %v", ready, v[ready], size, v[size])
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the warm pool of %s at %s was not ready within a minute (last: %s)", tool, base, last)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// benchMetricValues returns the values of the named samples (name with
+// labels, as printed) in a Prometheus text page; absent ones are left out.
+func benchMetricValues(page []byte, samples ...string) map[string]float64 {
+	out := map[string]float64{}
+	for l := range strings.Lines(string(page)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(l), " ")
+		if !ok || !slices.Contains(samples, name) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out
 }

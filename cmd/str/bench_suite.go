@@ -41,7 +41,9 @@ process, and the same with net and user namespaces); str run --profile
 restrictive and standard; bubblewrap's restrictive and standard lines.
 Then: warm dispatch (str bench warm, when this binary has it); echo_tool
 end to end through two throw-away workers with the embedded broker, one
-with every tool's warm pool off (cold) and one with echo_tool's on (warm);
+with every tool's warm pool off (cold) and one with echo_tool's on (warm:
+calls back to back, each meeting a pool still refilling after the one
+before; and warm, pool ready: each call sent once the pool is ready again);
 invocations per second with 4 in flight next to bubblewrap + PYTHON -c pass
 spawned 4 at a time; and the Pss of str's own processes per sandbox while
 K tools sleep, next to bubblewrap's.
@@ -130,6 +132,7 @@ type benchCell struct {
 	argv   []string     // spawn, tput: the command timed
 	ns     string       // spawn: str bench spawn --ns (the clone floor)
 	worker *benchWorker // echo
+	paced  bool         // echo: each call waits for the warm pool to be ready (str bench echo --ready-from)
 	skip   string       // why it does not run here ("" = it runs)
 }
 
@@ -227,7 +230,11 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 
 	// 3. Two throw-away workers (cold: every pool off; warm: echo_tool's on).
 	cold := &benchCell{id: "echo/cold", target: "echo", title: "echo_tool end to end, cold (warm: 0)", kind: cellEcho}
-	warm := &benchCell{id: "echo/warm", target: "echo", title: "echo_tool end to end, warm pool", kind: cellEcho}
+	warm := &benchCell{id: "echo/warm", target: "echo", title: "echo_tool end to end, warm pool, back to back", kind: cellEcho}
+	// The same worker, each call sent once its pool is ready again: the
+	// latency of a call meeting a pool at rest (back to back, each call
+	// meets a pool still refilling after the call before).
+	ready := &benchCell{id: "echo/warm-ready", target: "echo", title: "echo_tool end to end, warm pool ready", kind: cellEcho, paced: true}
 	var workers []*benchWorker
 	defer func() {
 		for _, w := range workers {
@@ -252,6 +259,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 			}
 		}
 	}
+	ready.worker, ready.skip = warm.worker, warm.skip
 	tput := &benchCell{id: "tput/bwrap-standard-py", target: "tput", kind: cellTput,
 		title: fmt.Sprintf("bwrap standard line + python3 -c pass, %d in flight", cfg.conc),
 		argv:  append(benchBwrapLine(bwrap, work, false), cfg.python, "-c", "pass")}
@@ -260,7 +268,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	} else if c := st.cell("py/bwrap-standard"); c != nil && c.skip != "" {
 		tput.skip = c.skip
 	}
-	st.cells = append(st.cells, cold, warm, tput)
+	st.cells = append(st.cells, cold, warm, ready, tput)
 
 	// 4. The rounds: every runnable cell once per round, in a fixed order.
 	var run []*benchCell
@@ -472,9 +480,15 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		}
 	case cellEcho:
 		w := c.worker
+		argv := []string{st.str, "bench", "echo", "--broker", w.broker, "--namespace", benchWorkerNamespace,
+			"-n", strconv.Itoa(cfg.n), "-c", strconv.Itoa(cfg.conc), "--python", cfg.python, "-o", raw}
+		calls := 3 + 2*cfg.n // 3 warm-ups, N one at a time, N with conc in flight
+		if c.paced {
+			argv = append(argv, "--ready-from", w.health)
+			calls = 3 + cfg.n // no throughput phase
+		}
 		cpu0, err0 := benchProcCPU(w.pid())
-		out, errOut, err := benchCommand(ctx, 20*time.Minute, st.str, "bench", "echo", "--broker", w.broker, "--namespace", benchWorkerNamespace,
-			"-n", strconv.Itoa(cfg.n), "-c", strconv.Itoa(cfg.conc), "--python", cfg.python, "-o", raw)
+		out, errOut, err := benchCommand(ctx, 20*time.Minute, argv...)
 		cpu1, err1 := benchProcCPU(w.pid())
 		fmt.Fprintf(&st.echoOut, "%s round=%d %s", c.id, round, out)
 		if err != nil {
@@ -490,8 +504,7 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 			st.tput[c.id] = append(st.tput[c.id], v)
 		}
 		if err0 == nil && err1 == nil {
-			// 3 warm-ups, N one at a time, N with conc in flight.
-			st.echoCPU[c.id] = append(st.echoCPU[c.id], float64(cpu1-cpu0)/float64(3+2*cfg.n))
+			st.echoCPU[c.id] = append(st.echoCPU[c.id], float64(cpu1-cpu0)/float64(calls))
 		}
 	}
 	return nil
@@ -760,7 +773,8 @@ func (st *benchState) report() string {
 	} else if c != nil {
 		fmt.Fprintf(&b, "  %-66s %8s  (%s)\n", "warm dispatch / clone floor", "skipped", c.skip)
 	}
-	ratio("echo_tool warm / python3 -c pass", p50("echo/warm"), p50("py/plain"), "[<= 1.0]")
+	ratio("echo_tool warm, pool ready / python3 -c pass", p50("echo/warm-ready"), p50("py/plain"), "[<= 1.0]")
+	ratio("echo_tool warm, back to back (pool refilling) / python3 -c pass", p50("echo/warm"), p50("py/plain"), "")
 	ratio("echo_tool cold / python3 -c pass", p50("echo/cold"), p50("py/plain"), "[<= 2.0]")
 	tp := func(id string) float64 { return benchMedian(st.tput[id]) }
 	ratio(fmt.Sprintf("inv/s echo_tool warm / bwrap + python3 -c pass, %d in flight", cfg.conc), tp("echo/warm"), tp("tput/bwrap-standard-py"), "[>= 1.0]")
@@ -972,6 +986,6 @@ func (st *benchState) panels() []benchPanel {
 	return []benchPanel{
 		panel("/bin/true", trueIDs...),
 		panel("python3 -c pass", pyIDs...),
-		panel("echo_tool end to end", "py/plain", "echo/cold", "echo/warm"),
+		panel("echo_tool end to end", "py/plain", "echo/cold", "echo/warm", "echo/warm-ready"),
 	}
 }
