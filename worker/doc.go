@@ -255,7 +255,8 @@
 // manifest reloads (a changed or removed tool's sandboxes are killed)
 // and is emptied at shutdown. Metrics: str_worker_warm_hits_total,
 // _misses_total, _discarded_total{reason}, _refill_seconds, _pool_size,
-// _memory_bytes. Details: pool.go.
+// _pool_ready (those whose runner has imported the tool), _memory_bytes.
+// Details: pool.go.
 //
 // # Operations
 //
