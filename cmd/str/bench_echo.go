@@ -215,6 +215,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 func benchWaitPoolReady(ctx context.Context, base, tool string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	t0 := time.Now()
 	ready, size := `str_worker_warm_pool_ready{tool="`+tool+`"}`, `str_worker_warm_pool_size{tool="`+tool+`"}`
 	last := "no scrape"
 	for {
@@ -239,7 +240,7 @@ func benchWaitPoolReady(ctx context.Context, base, tool string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the warm pool of %s at %s was not ready within a minute (last: %s)", tool, base, last)
+			return fmt.Errorf("the warm pool of %s at %s was not ready after %s: %w (last: %s)", tool, base, time.Since(t0).Round(time.Millisecond), ctx.Err(), last)
 		case <-time.After(2 * time.Millisecond):
 		}
 	}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
 	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +17,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -388,5 +393,40 @@ func TestBenchWarmRows(t *testing.T) {
 	r := rows[0].stats
 	if r.p50 != 900 || r.p90 != 1000 || r.p99 != 1200 || r.n != 30 || r.fails != 1 {
 		t.Errorf("running: %+v", r)
+	}
+}
+
+// TestBenchWaitPoolReady: str bench echo --ready-from waits until the
+// pool's ready gauge equals its size (at least 1), and gives up with the
+// last values it saw.
+func TestBenchWaitPoolReady(t *testing.T) {
+	var scrapes atomic.Int32
+	pages := []string{
+		"", // no pool yet
+		`str_worker_warm_pool_size{tool="echo_tool"} 2` + "\n" + `str_worker_warm_pool_ready{tool="echo_tool"} 1` + "\n",
+		`str_worker_warm_pool_ready{tool="other"} 2` + "\n" + `str_worker_warm_pool_size{tool="echo_tool"} 2` + "\n" + `str_worker_warm_pool_ready{tool="echo_tool"} 2` + "\n",
+	}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := int(scrapes.Add(1)) - 1
+		io.WriteString(w, "# HELP x\n"+pages[min(n, len(pages)-1)])
+	}))
+	defer hs.Close()
+	if err := benchWaitPoolReady(t.Context(), hs.URL, "echo_tool"); err != nil {
+		t.Fatal(err)
+	}
+	if n := scrapes.Load(); n != 3 {
+		t.Errorf("ready after %d scrapes, want 3", n)
+	}
+
+	// A pool of 0 never counts as ready.
+	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `str_worker_warm_pool_size{tool="echo_tool"} 0`+"\n"+`str_worker_warm_pool_ready{tool="echo_tool"} 0`+"\n")
+	}))
+	defer empty.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	err := benchWaitPoolReady(ctx, empty.URL, "echo_tool")
+	if err == nil || !strings.Contains(err.Error(), `str_worker_warm_pool_ready{tool="echo_tool"} 0`) {
+		t.Errorf("empty pool: %v", err)
 	}
 }
