@@ -69,15 +69,17 @@ func newTestNet(t *testing.T) *testNet {
 	run("-n", n.ns, "link", "set", "lo", "up")
 	n.server = exec.Command("ip", "netns", "exec", n.ns, "/usr/bin/python3", "-c", `
 import socket, threading
-def serve(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port)); s.listen(64)
+def serve(s, port):
     while True:
         c, _ = s.accept()
         try: c.sendall(b"hello %d\n" % port)
         finally: c.close()
+# Both listen before "ready" (the threads only accept): a dial right
+# after "ready" must not find a port still closed.
 for p in (8443, 8080):
-    threading.Thread(target=serve, args=(p,), daemon=True).start()
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", p)); s.listen(64)
+    threading.Thread(target=serve, args=(s, p), daemon=True).start()
 print("ready", flush=True)
 threading.Event().wait()
 `)
