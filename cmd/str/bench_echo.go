@@ -224,7 +224,9 @@ func benchWaitPoolReady(ctx context.Context, base, tool string) error {
 			return err
 		}
 		if resp, err := http.DefaultClient.Do(req); err != nil {
-			last = err.Error()
+			if ctx.Err() == nil { // else keep what the last scrape said
+				last = err.Error()
+			}
 		} else {
 			body, err := io.ReadAll(resp.Body)
 			resp.Body.Close()

@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -418,15 +417,22 @@ func TestBenchWaitPoolReady(t *testing.T) {
 		t.Errorf("ready after %d scrapes, want 3", n)
 	}
 
-	// A pool of 0 never counts as ready.
+	// A pool of 0 never counts as ready: the third scrape ends the wait
+	// (no clock involved), and the error names what the second one said.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var emptyScrapes atomic.Int32
 	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if emptyScrapes.Add(1) == 3 {
+			cancel()
+			<-r.Context().Done() // the client gives up on this one
+			return
+		}
 		io.WriteString(w, `str_worker_warm_pool_size{tool="echo_tool"} 0`+"\n"+`str_worker_warm_pool_ready{tool="echo_tool"} 0`+"\n")
 	}))
 	defer empty.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
 	err := benchWaitPoolReady(ctx, empty.URL, "echo_tool")
-	if err == nil || !strings.Contains(err.Error(), `str_worker_warm_pool_ready{tool="echo_tool"} 0`) {
+	if err == nil || !strings.Contains(err.Error(), `(last: str_worker_warm_pool_ready{tool="echo_tool"} 0, str_worker_warm_pool_size{tool="echo_tool"} 0)`) {
 		t.Errorf("empty pool: %v", err)
 	}
 }
