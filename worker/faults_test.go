@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/testfs"
 	"github.com/securetoolruntime/str/worker/transport"
 )
 
@@ -140,7 +141,7 @@ func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
 			// area (the one with a result).
 			var dir string
 			waitFor(t, "the result written", func() bool {
-				for _, d := range append([]string{"task-" + id}, names(h.cfg.WorkDir)...) {
+				for _, d := range append([]string{"task-" + id}, testfs.Names(h.cfg.WorkDir)...) {
 					if _, err := os.Stat(filepath.Join(h.cfg.WorkDir, d, "result.json")); err == nil {
 						dir = filepath.Join(h.cfg.WorkDir, d)
 						return true
@@ -178,15 +179,6 @@ func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
 			}
 		})
 	}
-}
-
-func names(dir string) []string {
-	ents, _ := os.ReadDir(dir)
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
 }
 
 // TestReplyLostIsCounted: a reply that never reaches the broker is logged

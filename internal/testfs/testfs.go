@@ -101,3 +101,14 @@ func FillInodes(t testing.TB, dir string) {
 		f.Close()
 	}
 }
+
+// Names lists the entry names of dir, sorted; nil when dir is empty or
+// cannot be read (a test asserting "nothing left" wants both as empty).
+func Names(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/testfs"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -157,15 +158,6 @@ func mountsUnder(t *testing.T, base string) []string {
 	return out
 }
 
-func names(dir string) []string {
-	ents, _ := os.ReadDir(dir)
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 // strangers lists the processes, other than those below the worker
 // keep (0: none), whose working directory or root is under dir.
 func strangers(dir string, keep int) []string {
@@ -227,7 +219,7 @@ func TestFaultWorkerSIGKILL(t *testing.T) {
 			len(ids6), cgroups, len(procs))
 	}
 	mounts := mountsUnder(t, e.root)
-	work := names(e.work)
+	work := testfs.Names(e.work)
 	for _, id := range ids[:3] {
 		if !contains(mounts, filepath.Join(e.work, "task-"+id)) {
 			t.Fatalf("the work dir of running call %s is not mounted: %q", id, mounts)
@@ -295,7 +287,7 @@ func TestFaultWorkerSIGKILL(t *testing.T) {
 			t.Errorf("mount under %s that is not a work area of the new pool: %s", e.root, m)
 		}
 	}
-	for _, n := range names(e.work) {
+	for _, n := range testfs.Names(e.work) {
 		if contains(work, n) {
 			t.Errorf("work dir of the killed worker left: %s", filepath.Join(e.work, n))
 		}
@@ -315,7 +307,7 @@ func TestFaultWorkerSIGKILL(t *testing.T) {
 	if m := mountsUnder(t, e.root); len(m) > 0 {
 		t.Errorf("mounts left after the new worker stopped: %q", m)
 	}
-	if n := names(e.work); len(n) > 0 {
+	if n := testfs.Names(e.work); len(n) > 0 {
 		t.Errorf("left in the work dir after the new worker stopped: %v", n)
 	}
 }
@@ -579,7 +571,7 @@ func TestFaultBrokerCutReplyLost(t *testing.T) {
 	if m := mountsUnder(t, e.root); len(m) > 0 {
 		t.Errorf("mounts left after the worker ended: %q", m)
 	}
-	if n := names(e.work); len(n) > 0 {
+	if n := testfs.Names(e.work); len(n) > 0 {
 		t.Errorf("left in the work dir after the worker ended: %v", n)
 	}
 }
