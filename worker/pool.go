@@ -279,8 +279,7 @@ func (p *warmPool) configure(m *manifest.Manifest) {
 		}
 		kill = append(kill, p.discardAllLocked(old, "drained")...)
 		delete(p.sets, name)
-		s.metrics.WarmSize.DeleteLabelValues(name)
-		s.metrics.WarmReady.DeleteLabelValues(name)
+		p.dropGauges(name)
 	}
 	if !p.stopped {
 		for name, nw := range want {
@@ -309,6 +308,13 @@ func (p *warmPool) gaugeLocked(set *warmSet) {
 	}
 	p.s.metrics.WarmSize.WithLabelValues(set.name).Set(float64(len(set.idle)))
 	p.s.metrics.WarmReady.WithLabelValues(set.name).Set(float64(ready))
+}
+
+// dropGauges removes the pool size and ready gauges of a tool that no
+// longer has a pool.
+func (p *warmPool) dropGauges(name string) {
+	p.s.metrics.WarmSize.DeleteLabelValues(name)
+	p.s.metrics.WarmReady.DeleteLabelValues(name)
 }
 
 // discardAllLocked marks every idle sandbox of set discarded and returns
@@ -600,8 +606,7 @@ func (p *warmPool) stop() {
 	var kill []*warmSandbox
 	for name, set := range p.sets {
 		kill = append(kill, p.discardAllLocked(set, "drained")...)
-		p.s.metrics.WarmSize.DeleteLabelValues(name)
-		p.s.metrics.WarmReady.DeleteLabelValues(name)
+		p.dropGauges(name)
 	}
 	p.mu.Unlock()
 	close(p.quit)

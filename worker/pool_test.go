@@ -85,7 +85,13 @@ func newWarmHarness(t *testing.T, mod func(*Config)) *harness {
 // /metrics; 0 when absent.
 func metricValue(t *testing.T, h *harness, sample string) float64 {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindStringSubmatch(metricsText(t, h))
+	return sampleIn(t, metricsText(t, h), sample)
+}
+
+// sampleIn reads one sample from a scraped /metrics page; 0 when absent.
+func sampleIn(t *testing.T, page, sample string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindStringSubmatch(page)
 	if m == nil {
 		return 0
 	}
@@ -107,19 +113,12 @@ func waitPoolReady(t *testing.T, h *harness, tool string, n int) {
 	t.Helper()
 	sample := `str_worker_warm_pool_ready{tool="` + tool + `"}`
 	waitFor(t, sample+" = "+strconv.Itoa(n), func() bool {
-		text := metricsText(t, h) // one scrape: both gauges are set under one lock
-		value := func(sample string) string {
-			m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindStringSubmatch(text)
-			if m == nil {
-				return "0"
-			}
-			return m[1]
+		page := metricsText(t, h) // one scrape: both gauges are set under one lock
+		ready, size := sampleIn(t, page, sample), sampleIn(t, page, `str_worker_warm_pool_size{tool="`+tool+`"}`)
+		if ready > size {
+			t.Fatalf("%s = %v above the pool size %v", sample, ready, size)
 		}
-		ready, size := value(sample), value(`str_worker_warm_pool_size{tool="`+tool+`"}`)
-		if ready > size { // single digits
-			t.Fatalf("%s = %s above the pool size %s", sample, ready, size)
-		}
-		return ready == strconv.Itoa(n)
+		return ready == float64(n)
 	})
 }
 
