@@ -160,7 +160,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 	// 2. Throughput with C in flight (not when pacing: that measures the
 	// pool at rest, this one the pool under load).
 	var failed int
-	throughput := ""
+	throughput := " paced=ready"
 	if *readyFrom == "" {
 		t0 := time.Now()
 		var wg sync.WaitGroup
@@ -185,8 +185,6 @@ func benchEcho(args []string, stdout io.Writer) int {
 		wg.Wait()
 		rate := float64(*n-failed) / time.Since(t0).Seconds()
 		throughput = fmt.Sprintf(" invocations_per_s=%.1f concurrency=%d", rate, *conc)
-	} else {
-		throughput = " paced=ready"
 	}
 
 	// 3. The reference: python3 -c pass, spawned the same number of times.
@@ -219,26 +217,18 @@ func benchWaitPoolReady(ctx context.Context, base, tool string) error {
 	ready, size := `str_worker_warm_pool_ready{tool="`+tool+`"}`, `str_worker_warm_pool_size{tool="`+tool+`"}`
 	last := "no scrape"
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := http.DefaultClient.Do(req); err != nil {
-			if ctx.Err() == nil { // else keep what the last scrape said
-				last = err.Error()
+		page, err := benchScrapeMetrics(ctx, base)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// our own deadline cut it short: keep what the last scrape said
+		case err != nil:
+			last = err.Error()
+		default:
+			v := benchMetricValues(page, ready, size)
+			if r, ok := v[ready]; ok && r >= 1 && r == v[size] {
+				return nil
 			}
-		} else {
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				last = err.Error()
-			} else {
-				v := benchMetricValues(body, ready, size)
-				if r, ok := v[ready]; ok && r >= 1 && r == v[size] {
-					return nil
-				}
-				last = fmt.Sprintf("%s %v, %s %v", ready, v[ready], size, v[size])
-			}
+			last = fmt.Sprintf("%s %v, %s %v", ready, v[ready], size, v[size])
 		}
 		select {
 		case <-ctx.Done():
@@ -246,6 +236,24 @@ func benchWaitPoolReady(ctx context.Context, base, tool string) error {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// benchScrapeMetrics returns a worker's /metrics page (at most 4 MiB);
+// base is its health address, http://HOST:PORT.
+func benchScrapeMetrics(ctx context.Context, base string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/metrics: %s", base, resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 }
 
 // benchMetricValues returns the values of the named samples (name with

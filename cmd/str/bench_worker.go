@@ -5,7 +5,6 @@ package main
 // sandbox while the tools sleep, next to bubblewrap's).
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -71,16 +70,15 @@ func (w *benchWorker) stop() {
 // poolMetrics are the worker's /metrics lines about its warm pool, if it
 // has any (hits, misses, size), for the report's notes.
 func (w *benchWorker) poolMetrics() []string {
-	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get(w.health + "/metrics")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	page, err := benchScrapeMetrics(ctx, w.health)
 	if err != nil {
 		return nil
 	}
-	defer resp.Body.Close()
 	var out []string
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 4<<20))
-	for sc.Scan() {
-		l := sc.Text()
+	for l := range strings.Lines(string(page)) {
+		l = strings.TrimSuffix(l, "\n")
 		if !strings.HasPrefix(l, "#") && !strings.Contains(l, "_bucket") && (strings.Contains(l, "pool") || strings.Contains(l, "warm")) {
 			out = append(out, l)
 		}
