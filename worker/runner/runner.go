@@ -70,6 +70,41 @@ type Args struct {
 	UserID           string                  `json:"user_id"`
 	SessionID        string                  `json:"session_id"`
 	AppName          string                  `json:"app_name"`
+	// Mode is ModeInvoke (also when empty) or ModeInit; runner.py omits
+	// nothing else in init mode: it imports the module, instantiates
+	// ClassName with ToolConfig and writes {"result": InitInfo}.
+	Mode string `json:"mode,omitempty"`
+}
+
+// Runner modes (Args.Mode).
+const (
+	// ModeInvoke calls the tool (the default).
+	ModeInvoke = "invoke"
+	// ModeInit describes a class-based tool for the init sub-protocol
+	// (spec §14) without calling it.
+	ModeInit = "init"
+)
+
+// InitInfo is what runner.py writes as the result of a ModeInit run: the
+// class-based tool's own description of itself, as the reference's
+// dynamic-tool base class produces it. ParametersSchema is in the agent's
+// Schema dialect (upper-case type names); absent values are omitted. The
+// worker maps it onto both generations of the init reply (spec §14).
+type InitInfo struct {
+	ToolName           string                  `json:"tool_name"`
+	Description        string                  `json:"description,omitempty"`
+	ParametersSchema   json.RawMessage         `json:"parameters_schema,omitempty"`
+	CtxFacadeParamName string                  `json:"ctx_facade_param_name,omitempty"`
+	ArtifactParams     map[string]ArtifactSpec `json:"artifact_params,omitempty"`
+	Instructions       string                  `json:"instructions,omitempty"`
+	ConfigSchema       json.RawMessage         `json:"config_schema,omitempty"`
+}
+
+// ArtifactSpec describes one parameter annotated as an Artifact (or a list
+// of them) in InitInfo.ArtifactParams.
+type ArtifactSpec struct {
+	IsList     bool `json:"is_list"`
+	IsOptional bool `json:"is_optional"`
 }
 
 // ArgsMode is the mode of runner_args.json (set explicitly, whatever the
