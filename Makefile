@@ -50,7 +50,10 @@ run: build
 demo:
 	./scripts/demo.sh
 
-test: deps test-unit test-fuzz test-integration test-vm
+# The phases run in this order, each timed (scripts/phases.sh prints the
+# table at the end, also when one fails).
+test: deps
+	@MAKE="$(MAKE)" ./scripts/phases.sh test-unit test-fuzz test-integration test-vm
 
 # Unit tests of every package, then the host integration tests (real
 # namespaces, seccomp, cgroup v1 fallback); privileged ones skip with the
