@@ -115,6 +115,8 @@ func TestHostile(t *testing.T) {
 	requireRoot(t)
 	h := &harness{e: newEnv(t, manifest), secret: fmt.Sprintf("STR-PLANTED-SECRET-%d", time.Now().UnixNano()), mode: hostCgroupMode(t)}
 	t.Logf("cgroup mode: %s", h.mode)
+	int80, int80Why := int80Want()
+	t.Logf("int80_syscall wants %s: %s", int80, int80Why)
 	h.hostTxt = "HOST-ONLY-" + h.secret
 	hostFile := filepath.Join(h.e.root, "host-secret.txt")
 	must(t, os.WriteFile(hostFile, []byte(h.hostTxt), 0o644)) // world-readable: only the mount namespace hides it
