@@ -84,6 +84,7 @@ const outcomeReplyFailed = "reply_failed"
 // task is one accepted request.
 type task struct {
 	req      *Request
+	who      requester // who asked (identity.go): the key of per-requester state
 	tool     *manifest.Tool
 	profile  string
 	timeout  time.Duration // effective tool timeout (without the 5 s slack)

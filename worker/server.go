@@ -581,8 +581,9 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 		s.reject(d, replyTo, id, topicTool, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", shownTool), log)
 		return
 	}
-	// 5. per-user rate limit.
-	if !s.limiter.allow(req.UserID, received) {
+	// 5. per-requester rate limit.
+	who := requesterOf(req)
+	if !s.limiter.allow(who.key(), received) {
 		s.reject(d, replyTo, id, topicTool, errorf(CodeResourceExhausted, "rate limit for user %q exceeded", req.UserID), log)
 		return
 	}
@@ -594,7 +595,7 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 	}
 	// 7. one execution per task id and per request id at a time.
 	t := &task{
-		req: req, tool: tool, profile: profile, timeout: timeout,
+		req: req, who: who, tool: tool, profile: profile, timeout: timeout,
 		replyTo: replyTo, statusTo: d.UserProperties[PropStatusTo],
 		received: received, delivery: d, log: log.With("profile", profile),
 	}

@@ -1,0 +1,26 @@
+package worker
+
+// requester is who a request is from, as far as the worker could verify
+// it: the key that rate limits, fair shares, quotas, cancels and the audit
+// log are bound to. Without request signing or user tokens nothing is
+// verified and the claimed params.user_id is all there is (the
+// reference's model: anyone who can publish on the invoke topics can act
+// as any user); Verified says which case a requester is.
+type requester struct {
+	UserID   string // params.user_id, equal to the verified claim when Verified
+	Verified bool   // a signature or token bound UserID to this request
+	Via      string // what verified it ("" when unverified), for logs and audit
+}
+
+// key is the string per-requester state is kept under. Verified and
+// unverified requesters never share a key, so an unsigned request claiming
+// a user cannot spend or read that user's verified budget.
+func (r requester) key() string {
+	if r.Verified {
+		return "verified:" + r.UserID
+	}
+	return "unverified:" + r.UserID
+}
+
+// requesterOf is the requester of a request before any verification.
+func requesterOf(req *Request) requester { return requester{UserID: req.UserID} }
