@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // generationsManifest serves a tool of each generation of the reference's
@@ -20,6 +21,8 @@ tools:
   portable_echo: {module: portable_tools, function: portable_echo}
   portable_process_file: {module: portable_tools, function: portable_process_file}
   echo_tool: {module: example_tools, function: echo_tool}
+  greeter_warm: {module: class_tools, class_name: GreeterTool, warm: 1}
+  portable_echo_warm: {module: portable_tools, function: portable_echo, warm: 1}
 `
 
 // referenceDefaults are what a reference agent puts in every request.
@@ -110,6 +113,29 @@ func TestToolGenerations(t *testing.T) {
 		len(summary)))
 	if b, _ := storedArtifact(t, e, "processing_summary.txt"); b != summary {
 		t.Errorf("processing_summary.txt = %q", b)
+	}
+
+	// The same tools from the warm pool (imported ahead of the call, the
+	// class instantiated with the call's tool_config). timeout_seconds 60:
+	// a pooled sandbox's wall clock (the standard profile's timeout) runs
+	// from its start, so a call that may take the whole 300 s is served
+	// cold (worker/pool.go claim).
+	for _, tool := range []string{"greeter_warm", "portable_echo_warm"} {
+		waitFor(t, tool+"'s pool ready", 60*time.Second, func() bool {
+			return w.labelledMetric(`str_worker_warm_pool_size{tool="`+tool+`"}`) == 1
+		})
+	}
+	id = a.referenceCall("greeter_warm", map[string]any{"args": map[string]any{"name": "Bo"}, "tool_config": map[string]any{"greeting_prefix": "Yo"}, "timeout_seconds": 60})
+	wantReply(t, "greeter_warm", id, a.reply(id, replyWait),
+		`{"jsonrpc":"2.0","id":"ID","result":{"tool_result":{"greeting":"Yo, Bo!","tool_context_is_none":true},"execution_time_ms":0,"timed_out":false,"created_artifacts":[]}}`)
+	id = a.referenceCall("portable_echo_warm", map[string]any{"args": map[string]any{"message": "hey"}, "timeout_seconds": 60})
+	wantReply(t, "portable_echo_warm", id, a.reply(id, replyWait), fmt.Sprintf(
+		`{"jsonrpc":"2.0","id":"ID","result":{"tool_result":{"status":"success","message":"Echoed: hey","data":null,"data_objects":[],"error_code":null},"execution_time_ms":0,"timed_out":false,"created_artifacts":[{"filename":"echo_output.txt","version":1,"mime_type":"text/plain","size_bytes":%d}]}}`,
+		len(echoed)))
+	for _, tool := range []string{"greeter_warm", "portable_echo_warm"} {
+		if hits := w.labelledMetric(`str_worker_warm_hits_total{tool="` + tool + `"}`); hits != 1 {
+			t.Errorf("%s: warm hits = %v, want 1 (not served by its pooled sandbox)", tool, hits)
+		}
 	}
 
 	// A function tool taking ctx, beside them.

@@ -1923,11 +1923,18 @@ def _preload(module_name, function_name, class_name):
             _describe(e, with_traceback=True),
         )
         module = None
-    if module is not None and function_name and not class_name:
-        fn = getattr(module, function_name, None)
+    try:
+        fn = None
+        if module is not None and class_name:
+            # a DynamicTool's _run_async_impl (the class is instantiated per call)
+            fn = getattr(getattr(module, class_name, None), "_run_async_impl", None)
+        elif module is not None and function_name:
+            fn = getattr(module, function_name, None)
         code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-        if code is not None and code.co_flags & CO_COROUTINE:
-            import asyncio  # noqa: F401 - ~35 ms, now off the request path
+    except Exception:  # a module's or class's __getattr__: the call will say
+        code = None
+    if code is not None and code.co_flags & CO_COROUTINE:
+        import asyncio  # noqa: F401 - ~35 ms, now off the request path
     import traceback  # noqa: F401
     import unicodedata  # noqa: F401
 
