@@ -89,10 +89,18 @@ const (
 )
 
 // InitInfo is what runner.py writes as the result of a ModeInit run: the
-// class-based tool's own description of itself, as the reference's
-// dynamic-tool base class produces it. ParametersSchema is in the agent's
-// Schema dialect (upper-case type names); absent values are omitted. The
-// worker maps it onto both generations of the init reply (spec §14).
+// class-based tool's own description of itself after its init(), as the
+// reference's dynamic-tool base class produces it (for a function tool:
+// its name, docstring and a schema from its signature, as the reference's
+// agent describes a function it wraps). ToolName is the tool's own name
+// (the class's tool_name, the function's __name__), not the manifest key
+// the reference's replies carry. ParametersSchema is in the agent's
+// Schema dialect (upper-case type names) for the schemas the runner
+// builds; a class's own schema is passed as it gives it. ArtifactParams
+// comes from the class's artifact_params (the reference's init reply
+// leaves it, Instructions and ConfigSchema to the manifest). Absent values
+// are omitted. The worker maps it onto both generations of the init reply
+// (spec §14).
 type InitInfo struct {
 	ToolName           string                  `json:"tool_name"`
 	Description        string                  `json:"description,omitempty"`
