@@ -137,6 +137,15 @@ class ToDict(Modelled):
                 return {"type": "OBJECT", "properties": {}}
         return S()
 
+class SyncInit(Modelled):
+    # a synchronous init() and cleanup() (str calls them; the reference
+    # only awaits them)
+    tool_name = "sync_init"
+    def init(self, component, tool_config):
+        events.append("sync")
+    def cleanup(self, component, tool_config):
+        events.append("cleaned")
+
 class BrokenSchema(Modelled):
     tool_name = "broken"
     @property
@@ -146,6 +155,7 @@ class BrokenSchema(Modelled):
 	cases := []struct{ class, want string }{
 		{"Modelled", `{"tool_name":"modelled","description":"events: init(None,['k'])","parameters_schema":{"type":"OBJECT","properties":{"q":{"type":"STRING"}},"required":["q"]}}`},
 		{"ToDict", `{"tool_name":"to_dict","description":"events: init(None,['k'])","parameters_schema":{"type":"OBJECT","properties":{}}}`},
+		{"SyncInit", `{"tool_name":"sync_init","description":"events: sync","parameters_schema":{"type":"OBJECT","properties":{"q":{"type":"STRING"}},"required":["q"]}}`},
 		{"BrokenSchema", `{"tool_name":"broken","description":"events: init(None,['k'])"}`},
 	}
 	for _, c := range cases {
@@ -173,6 +183,15 @@ func TestInitModeFunction(t *testing.T) {
 			"separator": {"type": "STRING", "nullable": false}},
 			"required": ["parts"]},
 		"artifact_params": {"parts": {"is_list": true, "is_optional": false}, "header": {"is_list": false, "is_optional": true}}}`)
+
+	// an async function, with the facade: left out of the schema, named
+	h1 := newHarness(t, map[string]string{"portable_tools.py": exampleTool(t, "portable_tools.py")})
+	out1, _ := h1.run(h1.initArgs("portable_tools", "portable_echo", "", ``))
+	wantInit(t, out1, `{
+		"tool_name": "portable_echo",
+		"description": "Echoes a message and saves it as echo_output.txt.",
+		"ctx_facade_param_name": "ctx",
+		"parameters_schema": {"type": "OBJECT", "properties": {"message": {"type": "STRING", "nullable": false}}, "required": ["message"]}}`)
 
 	src := `
 from __future__ import annotations
