@@ -114,7 +114,9 @@ DataDisposition, Artifact, DynamicTool or ToolContextFacade from
 solace_agent_mesh gets the real package when it is importable in the
 sandbox. Otherwise a meta path finder, consulted after every other one,
 serves stand-ins under the same module names (_SHIM_MODULES): same
-constructors, attributes and model_dump() output, no pydantic.
+constructors, attributes and model_dump() output, no pydantic. As the
+reference's sandbox does, the runner sets _SAM_SANDBOX_LIGHT=1 (unless
+set) so that the real package skips importing its heavy built-in tools.
 
 Tools may "import str_tool" (registered by this runner) to reach ToolError,
 ToolContext and ToolContextFacade; ctx.ToolError is the same class.
@@ -901,6 +903,11 @@ class _ReferenceShimFinder:
 
 
 def _install_reference_shim():
+    """Prepares for tools of the reference: the stand-in finder, and
+    _SAM_SANDBOX_LIGHT=1 in the environment, which the reference's
+    sandbox sets so that its package, when installed, skips importing its
+    heavy built-in tools (about 5 s)."""
+    os.environ.setdefault("_SAM_SANDBOX_LIGHT", "1")
     if _ReferenceShimFinder not in sys.meta_path:
         sys.meta_path.append(_ReferenceShimFinder)
 

@@ -652,15 +652,19 @@ func TestReferencePackagePreferred(t *testing.T) {
 	tools := map[string]string{
 		"solace_agent_mesh/__init__.py":                "",
 		"solace_agent_mesh/agent/__init__.py":          "",
-		"solace_agent_mesh/agent/tools/__init__.py":    "",
+		"solace_agent_mesh/agent/tools/__init__.py":    "import os\nLIGHT = os.environ.get('_SAM_SANDBOX_LIGHT')\n",
 		"solace_agent_mesh/agent/tools/tool_result.py": "ORIGIN = 'installed'\nclass ToolResult:\n    def __init__(self, **kw):\n        self.data_objects = []\n    def model_dump(self):\n        return {'from': ORIGIN}\n",
-		"real.py":    "from solace_agent_mesh.agent.tools.tool_result import ToolResult\n\ndef f():\n    return ToolResult()\n",
+		"real.py":    "from solace_agent_mesh.agent.tools.tool_result import ToolResult\nfrom solace_agent_mesh.agent import tools\n\ndef f():\n    return ToolResult()\n\ndef light():\n    return {'light': tools.LIGHT}\n",
 		"partial.py": "from solace_agent_mesh.agent.tools.artifact_types import Artifact\n\ndef f():\n    return {}\n",
 		"standin.py": "import solace_agent_mesh.agent.tools.tool_result as tr\n\ndef f():\n    return {'doc': tr.__doc__}\n",
 	}
 	h := newHarness(t, tools)
 	out, _ := h.run(h.args("real", "f", `{}`))
 	wantResult(t, out, `{"from":"installed"}`)
+	// the reference's sandbox environment: its package's light import
+	hl := newHarness(t, tools)
+	outl, _ := hl.run(hl.args("real", "light", `{}`))
+	wantResult(t, outl, `{"light":"1"}`)
 
 	h2 := newHarness(t, tools)
 	out2, _ := h2.run(h2.args("partial", "f", `{}`))
