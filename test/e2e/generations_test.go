@@ -1,10 +1,10 @@
 package e2e
 
 import (
-	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +20,7 @@ tools:
   word_count: {module: class_tools, class_name: WordCountTool}
   portable_echo: {module: portable_tools, function: portable_echo}
   portable_process_file: {module: portable_tools, function: portable_process_file}
+  portable_merge: {module: portable_tools, function: portable_merge}
   echo_tool: {module: example_tools, function: echo_tool}
   greeter_warm: {module: class_tools, class_name: GreeterTool, warm: 1}
   portable_echo_warm: {module: portable_tools, function: portable_echo, warm: 1}
@@ -70,6 +71,24 @@ func TestToolGenerations(t *testing.T) {
 		copyFile(t, filepath.Join("../../examples/tools/python", m), filepath.Join(e.tools, m))
 	}
 	writeManifest(t, e.manifest, generationsManifest)
+	// The agent's artifacts, in the shared store (reference layout): a
+	// reference agent loads an Artifact parameter's artifact itself and
+	// sends an artifact_reference (filename and version) for it, keyed by
+	// the parameter (a list's items by "param[i]"), with the filename in
+	// the args.
+	stored := func(name, mime string, versions ...string) {
+		dir := filepath.Join(e.artifacts, "e2e", "u-1", "s-1", name)
+		must(t, os.MkdirAll(dir, 0o755))
+		for v, content := range versions {
+			must(t, os.WriteFile(filepath.Join(dir, strconv.Itoa(v)), []byte(content), 0o644))
+			must(t, os.WriteFile(filepath.Join(dir, strconv.Itoa(v)+".meta"), []byte(`{"mime_type": "`+mime+`"}`), 0o644))
+		}
+	}
+	notes := "one two three\nfour\n"
+	report := "# Title\nbody text here\n"
+	stored("notes.txt", "text/plain", "old", "older", notes)
+	stored("report.md", "text/markdown", "draft", report)
+	stored("header.txt", "text/plain", "HEADER")
 	w := startWorker(t, e, 0, nil)
 	a := newAgent(t, w.port)
 
@@ -80,10 +99,8 @@ func TestToolGenerations(t *testing.T) {
 		`{"jsonrpc":"2.0","id":"ID","result":{"tool_result":{"greeting":"Hey, Ann!","tool_context_is_none":true},"execution_time_ms":0,"timed_out":false,"created_artifacts":[]}}`)
 
 	// A class-based tool with an input artifact and the facade.
-	notes := "one two three\nfour\n"
 	id = a.referenceCall("word_count", map[string]any{"args": map[string]any{"document": "notes.txt"},
-		"preloaded_artifacts": map[string]any{"document": map[string]any{"filename": "notes.txt",
-			"content": base64.StdEncoding.EncodeToString([]byte(notes)), "mime_type": "text/plain", "version": 2}}})
+		"artifact_references": map[string]any{"document": map[string]any{"filename": "notes.txt", "version": 2}}})
 	wantReply(t, "word_count", id, a.reply(id, replyWait),
 		`{"jsonrpc":"2.0","id":"ID","result":{"tool_result":{"filename":"notes.txt","version":2,"words":4,"user_id":"u-1"},"execution_time_ms":0,"timed_out":false,"created_artifacts":[]}}`)
 	if got := a.status(id); len(got) != 1 || got[0] != "counting words of notes.txt" {
@@ -103,16 +120,28 @@ func TestToolGenerations(t *testing.T) {
 
 	// A portable tool with an Artifact parameter (the agent sends the
 	// filename; the tool gets the artifact).
-	report := "# Title\nbody text here\n"
 	id = a.referenceCall("portable_process_file", map[string]any{"args": map[string]any{"input_file": "report.md"},
-		"preloaded_artifacts": map[string]any{"input_file": map[string]any{"filename": "report.md",
-			"content": base64.StdEncoding.EncodeToString([]byte(report)), "mime_type": "text/markdown", "version": 1}}})
+		"artifact_references": map[string]any{"input_file": map[string]any{"filename": "report.md", "version": 1}}})
 	summary := "Filename: report.md\nMIME type: text/markdown\nVersion: 1\nLines: 3\nWords: 5"
 	wantReply(t, "portable_process_file", id, a.reply(id, replyWait), fmt.Sprintf(
 		`{"jsonrpc":"2.0","id":"ID","result":{"tool_result":{"status":"success","message":"Processed report.md: 3 lines","data":{"line_count":3,"facade_sees_same_bytes":true},"data_objects":[],"error_code":null},"execution_time_ms":0,"timed_out":false,"created_artifacts":[{"filename":"processing_summary.txt","version":0,"mime_type":"text/plain","size_bytes":%d}]}}`,
 		len(summary)))
 	if b, _ := storedArtifact(t, e, "processing_summary.txt"); b != summary {
 		t.Errorf("processing_summary.txt = %q", b)
+	}
+
+	// A list of Artifacts and an Optional one.
+	id = a.referenceCall("portable_merge", map[string]any{"args": map[string]any{"parts": []string{"notes.txt", "report.md"}, "header": "header.txt", "separator": "--"},
+		"artifact_references": map[string]any{
+			"parts[0]": map[string]any{"filename": "notes.txt", "version": 2},
+			"parts[1]": map[string]any{"filename": "report.md", "version": 1},
+			"header":   map[string]any{"filename": "header.txt", "version": 0}}})
+	merged := "HEADER--" + notes + "--" + report
+	wantReply(t, "portable_merge", id, a.reply(id, replyWait), fmt.Sprintf(
+		`{"jsonrpc":"2.0","id":"ID","result":{"tool_result":{"status":"success","message":"Merged 3 artifacts","data":{"names":["notes.txt","report.md"],"header":"header.txt"},"data_objects":[],"error_code":null},"execution_time_ms":0,"timed_out":false,"created_artifacts":[{"filename":"merged.bin","version":0,"mime_type":"application/octet-stream","size_bytes":%d}]}}`,
+		len(merged)))
+	if b, _ := storedArtifact(t, e, "merged.bin"); b != merged {
+		t.Errorf("merged.bin = %q, want %q", b, merged)
 	}
 
 	// The same tools from the warm pool (imported ahead of the call, the
