@@ -9,7 +9,8 @@
 // reads as 1 because manifests written for the reference often omit it;
 // any other version is rejected. Checks: runtime is "python" (the default
 // and only runtime); module is a dotted ASCII Python identifier; function
-// and class_name are ASCII identifiers (the runner looks the function up
+// (required unless class_name names a class-based tool) and class_name
+// are ASCII identifiers (the runner looks the function up
 // with getattr, so it cannot be dotted); a tool name is one broker topic
 // level (no "/", "*", ">", whitespace or control characters, not starting
 // with "#", at most 128 bytes); timeout_seconds is 0..86400 (0 or absent

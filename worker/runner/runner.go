@@ -70,9 +70,12 @@ type Args struct {
 	UserID           string                  `json:"user_id"`
 	SessionID        string                  `json:"session_id"`
 	AppName          string                  `json:"app_name"`
-	// Mode is ModeInvoke (also when empty) or ModeInit; runner.py omits
-	// nothing else in init mode: it imports the module, instantiates
-	// ClassName with ToolConfig and writes {"result": InitInfo}.
+	// Mode is ModeInvoke (also when empty) or ModeInit. In init mode the
+	// runner needs only Module, ClassName (or Function), ToolConfig and
+	// ResultFile: it imports the module, instantiates ClassName as for a
+	// call, awaits its init(), and writes {"result": InitInfo}; for a
+	// function tool it describes the function from its signature and
+	// docstring (see _str_runner.py's _run_init).
 	Mode string `json:"mode,omitempty"`
 }
 
@@ -86,10 +89,18 @@ const (
 )
 
 // InitInfo is what runner.py writes as the result of a ModeInit run: the
-// class-based tool's own description of itself, as the reference's
-// dynamic-tool base class produces it. ParametersSchema is in the agent's
-// Schema dialect (upper-case type names); absent values are omitted. The
-// worker maps it onto both generations of the init reply (spec §14).
+// class-based tool's own description of itself after its init(), as the
+// reference's dynamic-tool base class produces it (for a function tool:
+// its name, docstring and a schema from its signature, as the reference's
+// agent describes a function it wraps). ToolName is the tool's own name
+// (the class's tool_name, the function's __name__), not the manifest key
+// the reference's replies carry. ParametersSchema is in the agent's
+// Schema dialect (upper-case type names) for the schemas the runner
+// builds; a class's own schema is passed as it gives it. ArtifactParams
+// comes from the class's artifact_params (the reference's init reply
+// leaves it, Instructions and ConfigSchema to the manifest). Absent values
+// are omitted. The worker maps it onto both generations of the init reply
+// (spec §14).
 type InitInfo struct {
 	ToolName           string                  `json:"tool_name"`
 	Description        string                  `json:"description,omitempty"`
@@ -123,7 +134,12 @@ func EncodeArgs(a *Args) ([]byte, error) {
 		problems = append(problems, "module is empty")
 	}
 	if a.Function == "" && a.ClassName == "" {
-		problems = append(problems, "function is empty")
+		problems = append(problems, "function and class_name are both empty")
+	}
+	switch a.Mode {
+	case "", ModeInvoke, ModeInit:
+	default:
+		problems = append(problems, fmt.Sprintf("mode %q is neither %q nor %q", a.Mode, ModeInvoke, ModeInit))
 	}
 	if a.ResultFile == "" {
 		problems = append(problems, "result_file is empty")
