@@ -36,13 +36,16 @@
 //     message "Tool '<t>' is not available on this worker", and the topic
 //     unsubscribed); the per-user rate limit (RESOURCE_EXHAUSTED); the
 //     profile, tighten-only: the ceiling is the manifest tool's
-//     sandbox_profile, else SANDBOX_DEFAULT_PROFILE; a request's
-//     sandbox_profile may name the ceiling or a stricter profile
+//     sandbox_profile, else SANDBOX_DEFAULT_PROFILE; the call runs with
+//     the stricter of the ceiling and the request's sandbox_profile
 //     (permissive ⊃ standard ⊃ restrictive ⊃ confidential; the aliases
 //     trusted and untrusted are permissive and restrictive; a profile
-//     loaded from SANDBOX_PROFILE_DIR only itself), and an unknown or
-//     looser one is INVALID_REQUEST naming the asked profile and the
-//     ceiling; a ceiling the worker cannot use is TOOL_NOT_AVAILABLE; no
+//     loaded from SANDBOX_PROFILE_DIR is comparable only with itself, so
+//     under or against one the ceiling wins): a looser request is
+//     clamped, never refused and never honoured, logged at debug, and
+//     its reply carries the user property strProfileClamped
+//     ("asked->used"); an unknown name is INVALID_REQUEST; a ceiling the
+//     worker cannot use is TOOL_NOT_AVAILABLE; no
 //     other execution with the same task id or request id
 //     (INVALID_REQUEST); a free place in the queue (RESOURCE_EXHAUSTED).
 //     The timeout is the request's (else DEFAULT_TIMEOUT_SECONDS) bounded by

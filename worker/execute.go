@@ -86,6 +86,7 @@ type task struct {
 	req      *Request
 	tool     *manifest.Tool
 	profile  string
+	clamped  string        // "asked->used" when choose clamped the request's profile (PropProfileClamped)
 	timeout  time.Duration // effective tool timeout (without the 5 s slack)
 	replyTo  string
 	statusTo string
@@ -1502,10 +1503,11 @@ func (s *Server) publishReply(t *task, payload []byte) error {
 	defer cancel()
 	wait := replyRetryFirst
 	for attempt := 1; ; attempt++ {
-		err := s.tr.Publish(ctx, transport.Message{
-			Topic: t.replyTo, Payload: payload,
-			UserProperties: map[string]string{PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10)},
-		})
+		props := map[string]string{PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10)}
+		if t.clamped != "" {
+			props[PropProfileClamped] = t.clamped
+		}
+		err := s.tr.Publish(ctx, transport.Message{Topic: t.replyTo, Payload: payload, UserProperties: props})
 		if err == nil {
 			if attempt > 1 {
 				t.log.Info("reply published after retries", "attempts", attempt)

@@ -104,8 +104,8 @@ func cmdInvoke(args []string) int {
 	var (
 		argsJSON   = fs.String("args", "{}", "tool arguments (a JSON object)")
 		toolConfig = fs.String("tool-config", "{}", "tool config (a JSON object)")
-		profile    = fs.String("profile", "", "sandbox profile to ask for (the manifest's wins)")
-		timeout    = fs.Float64("timeout", 0, "timeout_seconds (0 = the worker's default)")
+		profile    = fs.String("profile", "", "sandbox_profile to ask for (a name or trust level; default: none, the tool's ceiling). The call runs with the stricter of it and the tool's ceiling (its manifest profile, else the worker's default): a looser one is clamped, never refused; an unknown name is INVALID_REQUEST")
+		timeout    = fs.Float64("timeout", 0, "timeout_seconds (0 = the worker's default, 300 s); at most the manifest's timeout_seconds, and the sandbox gets 5 s more (the reference's rule) before it is killed and the reply says timed_out")
 		brokerAddr = fs.String("broker", defBroker, "dev broker host:port [DEV_BROKER_HOST/PORT]")
 		namespace  = fs.String("namespace", envOr("SAM_NAMESPACE", "demo/"), "namespace [SAM_NAMESPACE]")
 		user       = fs.String("user", "cli-user", "user_id")
