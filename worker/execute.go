@@ -174,9 +174,13 @@ func (s *Server) runTask(t *task) {
 
 func (s *Server) workDir(t *task) string { return filepath.Join(s.cfg.WorkDir, t.req.TaskID) }
 
+// errorOutcome is the error reply of t: the log keeps the message as it
+// is, the agent reads it with the worker's host paths replaced
+// (agentpaths.go).
 func (s *Server) errorOutcome(t *task, e *Error) outcome {
 	t.log.Warn("invocation failed", "code", e.Code, "error", e.Message)
-	return outcome{payload: EncodeError(t.req.ID, e), label: string(e.Code), code: e.Code}
+	shown := &Error{Code: e.Code, Message: s.forAgent(e.Message, s.workDir(t)), Data: e.Data}
+	return outcome{payload: EncodeError(t.req.ID, shown), label: string(e.Code), code: e.Code}
 }
 
 func cancelledError(cause error) *Error {

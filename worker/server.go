@@ -92,11 +92,12 @@ type Server struct {
 	replyStop context.CancelCauseFunc
 
 	limiter  *rateLimiter
-	replays  *replayGuard // signatures accepted within SigningWindow
-	ready    *readiness   // faults and degradations for /readyz (readiness.go)
-	stopping atomic.Bool  // no new work is taken
-	stopped  atomic.Bool  // Run has returned
-	serving  atomic.Bool  // Connect succeeded and not stopping
+	toolsSem chan struct{} // tools replies in flight (toolsinfo.go)
+	replays  *replayGuard  // signatures accepted within SigningWindow
+	ready    *readiness    // faults and degradations for /readyz (readiness.go)
+	stopping atomic.Bool   // no new work is taken
+	stopped  atomic.Bool   // Run has returned
+	serving  atomic.Bool   // Connect succeeded and not stopping
 	// stopAt is when the shutdown grace period ended and running tools
 	// were told to stop, stored before execStop (see cancelledBefore).
 	stopAt atomic.Pointer[time.Time]
@@ -157,9 +158,10 @@ func New(opts Options) (*Server, error) {
 		queue:   make(chan *queuedTask, cfg.MaxQueued),
 		execCtx: execCtx, execStop: execStop,
 		replyCtx: replyCtx, replyStop: replyStop,
-		limiter: newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
-		replays: newReplayGuard(),
-		ready:   newReadiness(log, m.Faults),
+		limiter:  newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
+		toolsSem: make(chan struct{}, maxToolsRepliesInFlight),
+		replays:  newReplayGuard(),
+		ready:    newReadiness(log, m.Faults),
 	}
 	s.pool = newWarmPool(s)
 	return s, nil
@@ -217,7 +219,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.logToolProblems(m)
 	// 4. connect with every subscription inside the connect, so a request
 	// published the moment the worker appears is not missed.
-	subs := []string{s.cancelPattern(), s.discoveryPattern()}
+	subs := []string{s.cancelPattern(), s.discoveryPattern(), ToolsRequestTopic(s.cfg.Namespace)}
 	for _, name := range m.Names() {
 		topic := s.invokeTopic(name)
 		subs = append(subs, topic)
@@ -506,7 +508,8 @@ func (s *Server) reject(d *transport.Delivery, replyTo, id, tool string, e *Erro
 	s.metrics.Errors.WithLabelValues(string(e.Code)).Inc()
 	s.metrics.Invocations.WithLabelValues(toolLabel(tool), string(e.Code)).Inc()
 	log.Warn("request rejected", "code", e.Code, "error", e.Message)
-	if err := s.publish(replyTo, EncodeError(id, e)); err != nil {
+	shown := &Error{Code: e.Code, Message: s.forAgent(e.Message, ""), Data: e.Data}
+	if err := s.publish(replyTo, EncodeError(id, shown)); err != nil {
 		log.Error("publishing the error reply failed", "reply_to", replyTo, "error", err)
 	}
 	ack(log, d)
@@ -530,6 +533,8 @@ func (s *Server) dispatch(d *transport.Delivery, received time.Time) {
 	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"):
 		s.cancel(strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"), d.Payload)
 		ack(s.log, d)
+	case d.Topic == ToolsRequestTopic(s.cfg.Namespace):
+		s.toolsRequest(d, received)
 	default:
 		// discovery and anything else: ignored.
 		s.log.Debug("ignored message", "topic", d.Topic)
