@@ -34,6 +34,8 @@ func runStr(t *testing.T, env []string, args ...string) (int, string, string) {
 //   - a reference agent's defaults (sandbox_profile "standard",
 //     timeout_seconds 300) call the restrictive tools: clamped, not
 //     refused (they were INVALID_REQUEST);
+//   - error replies (a traceback, an artifact error, a crash with its
+//     stderr) name no path of the worker's host;
 //   - str tools lists every tool with its ceiling, network and warm size;
 //   - str invoke of a tool nobody serves exits 4 naming the served ones
 //     (it used to wait 6 minutes; --wait 5m here, so the old behaviour
@@ -64,6 +66,25 @@ func TestFirstContactWorker(t *testing.T) {
 		id = a.invoke("echo_tool", map[string]any{"args": map[string]any{"message": "x"}, "sandbox_profile": "nosuch"})
 		if code, msg := errorCode(t, a.reply(id, time.Minute)); code != "INVALID_REQUEST" || !strings.Contains(msg, `"nosuch"`) {
 			t.Fatalf("unknown profile: %s %q", code, msg)
+		}
+	})
+
+	t.Run("errors name no host paths", func(t *testing.T) {
+		for _, c := range []struct {
+			tool   string
+			params map[string]any
+			code   string
+			want   string
+		}{
+			{"failing_tool", map[string]any{"args": map[string]any{"mode": "raise"}}, "EXECUTION_ERROR", `File "<tools>/example_tools.py"`},
+			{"process_file", map[string]any{"artifact_references": map[string]any{"input_file": map[string]any{"filename": "nowhere.txt"}}}, "ARTIFACT_ERROR", "nowhere.txt"},
+			{"crash", nil, "SANDBOX_FAILED", "exit code 3"},
+		} {
+			reply := a.reply(a.invoke(c.tool, c.params), 2*time.Minute)
+			code, msg := errorCode(t, reply)
+			if code != c.code || !strings.Contains(msg, c.want) || strings.Contains(string(reply), e.root) {
+				t.Errorf("%s: %s %q, want %s containing %q and nothing under %s", c.tool, code, msg, c.code, c.want, e.root)
+			}
 		}
 	})
 
