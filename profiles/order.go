@@ -30,7 +30,9 @@ var strictness = []string{"permissive", "standard", "restrictive", "confidential
 //
 //  1. an unknown asked name wraps ErrUnknownProfile (the request's fault);
 //  2. an unknown ceiling wraps ErrUnknownProfile (the worker's);
-//  3. the same profile (names or aliases of one): asked, not clamped;
+//  3. the same profile (names or aliases of one): the ceiling as
+//     spelled, not clamped (the warm pool keys its sandboxes by the
+//     ceiling's spelling);
 //  4. both in the strictness order: the later one; clamped when that is
 //     the ceiling;
 //  5. otherwise (a profile loaded with LoadDir on either side, which the
@@ -51,7 +53,7 @@ func (s *Set) Clamp(asked, ceiling string) (used string, clamped bool, reason st
 	}
 	// 3. the same profile.
 	if a == c {
-		return asked, false, "", nil
+		return ceiling, false, "", nil
 	}
 	// 4. comparable: the stricter.
 	ra, rc := slices.Index(strictness, a), slices.Index(strictness, c)

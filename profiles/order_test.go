@@ -25,8 +25,14 @@ func TestClampEveryPair(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Clamp(%q, ceiling %q): %v", asked, ceiling, err)
 				}
+				// Stricter: the asked profile; the same one (a name or
+				// an alias of it): the ceiling's spelling, unclamped;
+				// looser: the ceiling, clamped.
 				want, wantClamped := asked, false
-				if rank[asked] < rank[ceiling] {
+				switch {
+				case rank[asked] == rank[ceiling]:
+					want = ceiling
+				case rank[asked] < rank[ceiling]:
 					want, wantClamped = ceiling, true
 				}
 				if used != want || clamped != wantClamped {
@@ -65,7 +71,7 @@ func TestClampUnknownAndLoaded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A loaded profile is comparable only with itself (and its aliases).
-	if used, clamped, _, err := s.Clamp("extra-alias", "extra"); err != nil || clamped || used != "extra-alias" {
+	if used, clamped, _, err := s.Clamp("extra-alias", "extra"); err != nil || clamped || used != "extra" {
 		t.Errorf("alias of the ceiling: %q clamped=%v %v", used, clamped, err)
 	}
 	// Incomparable, either way round: the ceiling, even when the asked

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,11 @@ func TestProfileCeilingEveryPair(t *testing.T) {
 						if got.profile != ceiling || got.clamped != "" {
 							t.Fatalf("no profile asked: got %+v, want the ceiling %q", got, ceiling)
 						}
-					case rank[asked] >= rank[ceiling]:
+					case rank[asked] == rank[ceiling]:
+						if got.profile != ceiling || got.clamped != "" {
+							t.Fatalf("got %+v, want the ceiling's spelling %q unclamped", got, ceiling)
+						}
+					case rank[asked] > rank[ceiling]:
 						if got.profile != asked || got.clamped != "" {
 							t.Fatalf("got %+v, want %q unclamped", got, asked)
 						}
@@ -194,6 +199,37 @@ func TestProfileCeilingThroughServer(t *testing.T) {
 	}
 	if got, ok := replyProps(id)[PropProfileClamped]; ok {
 		t.Errorf("unknown profile: %s = %q on the error reply", PropProfileClamped, got)
+	}
+}
+
+// TestClampedCallsAreServedWarm: a reference agent's "standard" on a
+// restrictive tool with a warm pool runs at the ceiling, so a pooled
+// sandbox (made at the ceiling) serves it; so does a call naming the
+// ceiling itself. A stricter profile than the ceiling is served cold.
+func TestClampedCallsAreServedWarm(t *testing.T) {
+	h := newWarmHarness(t, nil)
+	must(t, os.WriteFile(h.cfg.ManifestPath, []byte(`version: 1
+tools:
+  strict: {module: warmtools, function: remember, warm: 1, timeout_seconds: 10, sandbox_profile: restrictive}
+  loose: {module: warmtools, function: remember, warm: 1, timeout_seconds: 10, sandbox_profile: permissive}
+`), 0o644))
+	h.start()
+	for i, c := range []struct {
+		tool, asked string
+		hits        float64
+	}{
+		{"strict", "standard", 1},
+		{"strict", "restrictive", 2},
+		{"strict", "permissive", 3},
+		{"loose", "standard", 0},
+	} {
+		waitPoolReady(t, h, c.tool, 1)
+		id := h.send(c.tool, map[string]any{"sandbox_profile": c.asked, "args": map[string]any{"mark": strconv.Itoa(i)}})
+		resultOf(t, h.reply(id))
+		sample := `str_worker_warm_hits_total{tool="` + c.tool + `"}`
+		if got := metricValue(t, h, sample); got != c.hits {
+			t.Errorf("%s asking %s: %s = %v, want %v", c.tool, c.asked, sample, got, c.hits)
+		}
 	}
 }
 
