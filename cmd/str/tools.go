@@ -116,11 +116,15 @@ func decodeToolsReply(payload []byte) (worker.ToolsReply, error) {
 }
 
 // servedTools is the sorted names of the tools the answers list as
-// serving (not unavailable), and whether tool is one of them.
+// serving (not unavailable), and whether any answer lists tool at all (a
+// worker that lists it as unavailable answers its calls itself, with
+// TOOL_NOT_AVAILABLE and the reason).
 func servedTools(replies []worker.ToolsReply, tool string) ([]string, bool) {
 	seen := map[string]bool{}
+	listed := false
 	for _, r := range replies {
 		for _, ti := range r.Tools {
+			listed = listed || ti.Name == tool
 			if ti.Unavailable == "" {
 				seen[ti.Name] = true
 			}
@@ -131,7 +135,7 @@ func servedTools(replies []worker.ToolsReply, tool string) ([]string, bool) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return names, seen[tool]
+	return names, listed
 }
 
 // printTools writes one line per tool and distinct description; workers

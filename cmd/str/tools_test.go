@@ -54,8 +54,11 @@ func TestServedAndPrintTools(t *testing.T) {
 	if !ok || !slices.Equal(served, []string{"echo_tool", "http_get"}) {
 		t.Errorf("servedTools: %v %v", served, ok)
 	}
-	if _, ok := servedTools(replies, "broken"); ok {
-		t.Error("an unavailable tool counts as served")
+	if served, ok := servedTools(replies, "broken"); !ok || slices.Contains(served, "broken") {
+		t.Errorf("an unavailable tool: listed %v, among the served %v", ok, served)
+	}
+	if _, ok := servedTools(replies, "nobody"); ok {
+		t.Error("a tool no worker lists counts as listed")
 	}
 	var b strings.Builder
 	printTools(&b, replies)
