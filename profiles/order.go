@@ -1,77 +1,71 @@
 package profiles
 
 import (
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // strictness orders the built-in profiles from the loosest to the
 // strictest. Each profile is at least as strict as every profile before it
 // in every limit, mount and network setting (TestStrictnessMatchesLimits
-// checks the files against this list): a request may name its ceiling
-// (the manifest tool's profile, else the worker default) or any profile
-// after it, never one before it.
+// checks the files against this list), so the later of two listed
+// profiles is never looser than the earlier one in any field.
 //
 //	permissive ⊃ standard ⊃ restrictive ⊃ confidential
 //
 // confidential is restrictive without /dev/shm. Profiles loaded with
-// LoadDir are not in the list: they cannot be compared, so a request may
-// name one only when it is the ceiling itself. Built-in names cannot be
-// taken by a loaded profile (LoadDir refuses collisions), so this list
-// always means the embedded files.
+// LoadDir are not in the list: nothing says how they compare with any
+// other profile, field by field. Built-in names cannot be taken by a
+// loaded profile (LoadDir refuses collisions), so this list always means
+// the embedded files.
 var strictness = []string{"permissive", "standard", "restrictive", "confidential"}
 
-// ErrLooser is wrapped by Within when the asked profile is looser than the
-// ceiling or cannot be compared with it.
-var ErrLooser = errors.New("profile is looser than its ceiling")
-
-// Within returns nil when the profile asked for (a name or alias) is the
-// ceiling (a name or alias) or stricter than it. An unknown name wraps
-// ErrUnknownProfile; a looser or incomparable profile wraps ErrLooser and
-// the message names both and what may be asked for instead.
-func (s *Set) Within(asked, ceiling string) error {
+// Clamp is the tighten-only rule for a request's profile (spec §2): it
+// returns the profile a call runs with, the stricter of the ceiling (the
+// manifest tool's profile, else the worker default) and the profile the
+// request asked for, both names or aliases. The result is one of the two
+// arguments, as given. A request is never refused for being looser (an
+// agent cannot know each tool's ceiling, and reference agents ask for
+// "standard" on every call): it is clamped.
+//
+//  1. an unknown asked name wraps ErrUnknownProfile (the request's fault);
+//  2. an unknown ceiling wraps ErrUnknownProfile (the worker's);
+//  3. the same profile (names or aliases of one): the ceiling as
+//     spelled, not clamped (the warm pool keys its sandboxes by the
+//     ceiling's spelling);
+//  4. both in the strictness order: the later one; clamped when that is
+//     the ceiling;
+//  5. otherwise (a profile loaded with LoadDir on either side, which the
+//     order cannot compare): the ceiling, clamped. The asked profile may
+//     be stricter in some fields and looser in others; only the ceiling
+//     is known to be no looser than the ceiling in every field.
+//
+// reason says why a clamped request did not get its profile.
+func (s *Set) Clamp(asked, ceiling string) (used string, clamped bool, reason string, err error) {
+	// 1.-2. both names known.
 	a, ok := s.canonical(asked)
 	if !ok {
-		return fmt.Errorf("profiles: %w %q", ErrUnknownProfile, asked)
+		return "", false, "", fmt.Errorf("profiles: %w %q", ErrUnknownProfile, asked)
 	}
 	c, ok := s.canonical(ceiling)
 	if !ok {
-		return fmt.Errorf("profiles: ceiling: %w %q", ErrUnknownProfile, ceiling)
+		return "", false, "", fmt.Errorf("profiles: ceiling: %w %q", ErrUnknownProfile, ceiling)
 	}
+	// 3. the same profile.
 	if a == c {
-		return nil
+		return ceiling, false, "", nil
 	}
+	// 4. comparable: the stricter.
 	ra, rc := slices.Index(strictness, a), slices.Index(strictness, c)
-	if ra >= 0 && rc >= 0 && ra > rc {
-		return nil
-	}
-	why := "looser than"
-	if ra < 0 || rc < 0 {
-		why = "not comparable with (only the built-in profiles are ordered)"
-	}
-	return fmt.Errorf("profiles: %w: %s is %s the ceiling %s; allowed: %s",
-		ErrLooser, describe(asked, a), why, describe(ceiling, c), strings.Join(s.AllowedUnder(c), ", "))
-}
-
-// AllowedUnder lists the canonical names a request may ask for under the
-// ceiling (a name or alias), the ceiling first, then stricter ones in
-// order. An unknown ceiling gives nil.
-func (s *Set) AllowedUnder(ceiling string) []string {
-	c, ok := s.canonical(ceiling)
-	if !ok {
-		return nil
-	}
-	out := []string{c}
-	if i := slices.Index(strictness, c); i >= 0 {
-		for _, n := range strictness[i+1:] {
-			if _, ok := s.profiles[n]; ok {
-				out = append(out, n)
-			}
+	if ra >= 0 && rc >= 0 {
+		if ra > rc {
+			return asked, false, "", nil
 		}
+		return ceiling, true, fmt.Sprintf("%s is looser than the ceiling %s", describe(asked, a), describe(ceiling, c)), nil
 	}
-	return out
+	// 5. incomparable: the ceiling.
+	return ceiling, true, fmt.Sprintf("%s is not comparable with the ceiling %s (only the built-in profiles are ordered)",
+		describe(asked, a), describe(ceiling, c)), nil
 }
 
 // describe is `"untrusted" (restrictive)` for an alias, `"standard"` for

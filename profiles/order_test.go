@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-// TestWithinEveryPair: every (ceiling, asked) pair of built-in names and
-// trust-level aliases. A request may name its ceiling or a stricter
-// profile, never a looser one.
-func TestWithinEveryPair(t *testing.T) {
+// TestClampEveryPair: every (ceiling, asked) pair of built-in names and
+// trust-level aliases. The call runs with the stricter of the two: the
+// asked profile when it is the ceiling or stricter, else the ceiling
+// (clamped, with a reason naming both); never refused, never looser.
+func TestClampEveryPair(t *testing.T) {
 	s := mustEmbedded(t)
 	// Canonical rank, loosest first, written out here independently of
 	// the strictness list.
@@ -20,20 +21,35 @@ func TestWithinEveryPair(t *testing.T) {
 	for _, ceiling := range names {
 		for _, asked := range names {
 			t.Run(ceiling+"/"+asked, func(t *testing.T) {
-				err := s.Within(asked, ceiling)
-				want := rank[asked] >= rank[ceiling]
-				if (err == nil) != want {
-					t.Fatalf("Within(%q, ceiling %q) = %v, want allowed=%v", asked, ceiling, err, want)
+				used, clamped, reason, err := s.Clamp(asked, ceiling)
+				if err != nil {
+					t.Fatalf("Clamp(%q, ceiling %q): %v", asked, ceiling, err)
 				}
-				if err == nil {
+				// Stricter: the asked profile; the same one (a name or
+				// an alias of it): the ceiling's spelling, unclamped;
+				// looser: the ceiling, clamped.
+				want, wantClamped := asked, false
+				switch {
+				case rank[asked] == rank[ceiling]:
+					want = ceiling
+				case rank[asked] < rank[ceiling]:
+					want, wantClamped = ceiling, true
+				}
+				if used != want || clamped != wantClamped {
+					t.Fatalf("Clamp(%q, ceiling %q) = %q clamped=%v, want %q clamped=%v", asked, ceiling, used, clamped, want, wantClamped)
+				}
+				if rank[used] < rank[ceiling] {
+					t.Fatalf("Clamp(%q, ceiling %q) = %q, looser than the ceiling", asked, ceiling, used)
+				}
+				if !clamped {
+					if reason != "" {
+						t.Errorf("reason %q without a clamp", reason)
+					}
 					return
 				}
-				if !errors.Is(err, ErrLooser) {
-					t.Errorf("error does not wrap ErrLooser: %v", err)
-				}
 				for _, w := range []string{fmt.Sprintf("%q", asked), fmt.Sprintf("%q", ceiling), "looser than"} {
-					if !strings.Contains(err.Error(), w) {
-						t.Errorf("error %q does not name %s", err, w)
+					if !strings.Contains(reason, w) {
+						t.Errorf("reason %q does not name %s", reason, w)
 					}
 				}
 			})
@@ -41,12 +57,12 @@ func TestWithinEveryPair(t *testing.T) {
 	}
 }
 
-func TestWithinUnknownAndLoaded(t *testing.T) {
+func TestClampUnknownAndLoaded(t *testing.T) {
 	s := mustEmbedded(t)
-	if err := s.Within("bogus", "standard"); !errors.Is(err, ErrUnknownProfile) {
+	if _, _, _, err := s.Clamp("bogus", "standard"); !errors.Is(err, ErrUnknownProfile) || !strings.Contains(err.Error(), `"bogus"`) {
 		t.Errorf("unknown asked: %v", err)
 	}
-	if err := s.Within("standard", "bogus"); !errors.Is(err, ErrUnknownProfile) {
+	if _, _, _, err := s.Clamp("standard", "bogus"); !errors.Is(err, ErrUnknownProfile) || !strings.Contains(err.Error(), "ceiling") {
 		t.Errorf("unknown ceiling: %v", err)
 	}
 	dir := t.TempDir()
@@ -55,20 +71,16 @@ func TestWithinUnknownAndLoaded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A loaded profile is comparable only with itself (and its aliases).
-	if err := s.Within("extra-alias", "extra"); err != nil {
-		t.Errorf("alias of the ceiling refused: %v", err)
+	if used, clamped, _, err := s.Clamp("extra-alias", "extra"); err != nil || clamped || used != "extra" {
+		t.Errorf("alias of the ceiling: %q clamped=%v %v", used, clamped, err)
 	}
-	for _, c := range [][2]string{{"extra", "permissive"}, {"restrictive", "extra"}, {"confidential", "extra"}} {
-		err := s.Within(c[0], c[1])
-		if !errors.Is(err, ErrLooser) || !strings.Contains(err.Error(), "not comparable") {
-			t.Errorf("Within(%q, %q) = %v, want not comparable", c[0], c[1], err)
+	// Incomparable, either way round: the ceiling, even when the asked
+	// profile is the strictest built-in one.
+	for _, c := range [][2]string{{"extra", "permissive"}, {"extra", "confidential"}, {"restrictive", "extra"}, {"confidential", "extra"}, {"permissive", "extra"}} {
+		used, clamped, reason, err := s.Clamp(c[0], c[1])
+		if err != nil || used != c[1] || !clamped || !strings.Contains(reason, "not comparable") {
+			t.Errorf("Clamp(%q, %q) = %q clamped=%v %q %v, want the ceiling, not comparable", c[0], c[1], used, clamped, reason, err)
 		}
-	}
-	if got := s.AllowedUnder("untrusted"); !slices.Equal(got, []string{"restrictive", "confidential"}) {
-		t.Errorf("AllowedUnder(untrusted) = %v", got)
-	}
-	if got := s.AllowedUnder("extra"); !slices.Equal(got, []string{"extra"}) {
-		t.Errorf("AllowedUnder(extra) = %v", got)
 	}
 }
 

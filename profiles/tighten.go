@@ -115,8 +115,11 @@ func (p *Profile) Tighten(o Overrides) (*Profile, error) {
 		}
 	}
 	if o.Network != nil {
-		n, err := p.Network.Tighten(*o.Network)
-		if err != nil {
+		asked, have := slices.Index(networkModes, o.Network.Mode), slices.Index(networkModes, p.Network.Mode)
+		if asked >= 0 && have >= 0 && asked > have {
+			// A looser mode reads like the other limits.
+			loosen("network", string(o.Network.Mode), "at most "+string(p.Network.Mode))
+		} else if n, err := p.Network.Tighten(*o.Network); err != nil {
 			loosen("network", describeNetwork(*o.Network), fmt.Sprintf("a narrowing of %s (%v)", describeNetwork(p.Network), err))
 		} else {
 			t.Network = n
@@ -132,6 +135,9 @@ func (p *Profile) Tighten(o Overrides) (*Profile, error) {
 	}
 	return t, nil
 }
+
+// networkModes are the network modes from the strictest to the loosest.
+var networkModes = []egress.Mode{egress.Isolated, egress.Restricted, egress.AllowEgress}
 
 // describeNetwork is a policy in one line for messages.
 func describeNetwork(n egress.Policy) string {

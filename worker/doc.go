@@ -13,7 +13,8 @@
 //  1. Subscriptions (all sent inside the transport's connect, so a request
 //     published the moment the worker appears is not missed):
 //     {base}/sam_remote_tool/invoke/{tool} for every manifest tool,
-//     {base}/sam_remote_tool/cancel/> and {base}/discovery/> (ignored).
+//     {base}/sam_remote_tool/cancel/>, {base}/discovery/> (ignored) and
+//     {base}/str/v1/tools/request (item 7).
 //
 //  2. Invoke request, agent → worker, on {base}/sam_remote_tool/invoke/{tool}:
 //
@@ -36,13 +37,16 @@
 //     message "Tool '<t>' is not available on this worker", and the topic
 //     unsubscribed); the per-user rate limit (RESOURCE_EXHAUSTED); the
 //     profile, tighten-only: the ceiling is the manifest tool's
-//     sandbox_profile, else SANDBOX_DEFAULT_PROFILE; a request's
-//     sandbox_profile may name the ceiling or a stricter profile
+//     sandbox_profile, else SANDBOX_DEFAULT_PROFILE; the call runs with
+//     the stricter of the ceiling and the request's sandbox_profile
 //     (permissive ⊃ standard ⊃ restrictive ⊃ confidential; the aliases
 //     trusted and untrusted are permissive and restrictive; a profile
-//     loaded from SANDBOX_PROFILE_DIR only itself), and an unknown or
-//     looser one is INVALID_REQUEST naming the asked profile and the
-//     ceiling; a ceiling the worker cannot use is TOOL_NOT_AVAILABLE; no
+//     loaded from SANDBOX_PROFILE_DIR is comparable only with itself, so
+//     under or against one the ceiling wins): a looser request is
+//     clamped, never refused and never honoured, logged at debug, and
+//     its reply carries the user property strProfileClamped
+//     ("asked->used"); an unknown name is INVALID_REQUEST; a ceiling the
+//     worker cannot use is TOOL_NOT_AVAILABLE; no
 //     other execution with the same task id or request id
 //     (INVALID_REQUEST); a free place in the queue (RESOURCE_EXHAUSTED).
 //     The timeout is the request's (else DEFAULT_TIMEOUT_SECONDS) bounded by
@@ -108,6 +112,16 @@
 //
 //     {"jsonrpc":"2.0","id":"<id>","error":{"code":"<CODE>","message":"…"}}
 //
+//     An error message names the worker's directories as the agent may
+//     know them, never by their host paths (agentpaths.go): the call's
+//     work dir (and any other under SANDBOX_WORK_DIR) is /work, the tools
+//     dir <tools>, the runner <str runner>, the site dir <site-packages>,
+//     the artifact store <artifact store>; tracebacks and stderr tails
+//     included. The worker's log keeps the full message.
+//
+//     A reply (success or error) to a call whose sandbox_profile was
+//     clamped carries the user property strProfileClamped ("asked->used").
+//
 //     Codes: TOOL_NOT_AVAILABLE, INVALID_REQUEST, IMPORT_ERROR (module or
 //     function missing, sha256 mismatch, package install failed),
 //     EXECUTION_ERROR (the tool raised), TOOL_ERROR (the tool raised
@@ -138,6 +152,24 @@
 //
 //  6. Removed, worker → all, on {base}/sam_remote_tool/removed/{tool}
 //     with {"tool_name":"<tool>"}, when a reload drops a tool.
+//
+//  7. Tools listing (str's own, for `str tools` and `str invoke`; outside
+//     the reference's sam_remote_tool/ space), client → worker on
+//     {base}/str/v1/tools/request, any payload, user property replyTo,
+//     which must lie under {base}/str/v1/tools/reply/ (else the request is
+//     logged and dropped: the listing cannot be aimed at an agent's reply
+//     topic). With STR_SIGNING_SECRET set the request is signed as an
+//     invoke is (same eight fields, topic = the request topic), else the
+//     answer is an AUTHENTICATION_FAILED error. Each worker answers, from
+//     outside the receive loop, at most 4 at a time (more are dropped):
+//
+//     {"version":1,"worker_id":"w1","tools":[{"name":"echo_tool","description":"…",
+//     "profile":"standard","network":"allow_egress","allowed_hosts":[…],"warm":0,
+//     "timeout_seconds":300,"unavailable":"<why, when it cannot work>"}]}
+//
+//     or {"version":1,"worker_id":"w1","tools":[],"error":{"code":"AUTHENTICATION_FAILED","message":"…"}}.
+//     profile is the ceiling, network the profile's policy narrowed by the
+//     manifest's network:, warm the pool size wanted.
 //
 // # Request signing (str-sign-v2)
 //

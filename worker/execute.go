@@ -87,6 +87,7 @@ type task struct {
 	who      requester // who asked (identity.go): the key of per-requester state
 	tool     *manifest.Tool
 	profile  string
+	clamped  string        // "asked->used" when choose clamped the request's profile (PropProfileClamped)
 	timeout  time.Duration // effective tool timeout (without the 5 s slack)
 	replyTo  string
 	statusTo string
@@ -174,9 +175,13 @@ func (s *Server) runTask(t *task) {
 
 func (s *Server) workDir(t *task) string { return filepath.Join(s.cfg.WorkDir, t.req.TaskID) }
 
+// errorOutcome is the error reply of t: the log keeps the message as it
+// is, the agent reads it with the worker's host paths replaced
+// (agentpaths.go).
 func (s *Server) errorOutcome(t *task, e *Error) outcome {
 	t.log.Warn("invocation failed", "code", e.Code, "error", e.Message)
-	return outcome{payload: EncodeError(t.req.ID, e), label: string(e.Code), code: e.Code}
+	shown := &Error{Code: e.Code, Message: s.forAgent(e.Message, s.workDir(t)), Data: e.Data}
+	return outcome{payload: EncodeError(t.req.ID, shown), label: string(e.Code), code: e.Code}
 }
 
 func cancelledError(cause error) *Error {
@@ -1503,10 +1508,11 @@ func (s *Server) publishReply(t *task, payload []byte) error {
 	defer cancel()
 	wait := replyRetryFirst
 	for attempt := 1; ; attempt++ {
-		err := s.tr.Publish(ctx, transport.Message{
-			Topic: t.replyTo, Payload: payload,
-			UserProperties: map[string]string{PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10)},
-		})
+		props := map[string]string{PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10)}
+		if t.clamped != "" {
+			props[PropProfileClamped] = t.clamped
+		}
+		err := s.tr.Publish(ctx, transport.Message{Topic: t.replyTo, Payload: payload, UserProperties: props})
 		if err == nil {
 			if attempt > 1 {
 				t.log.Info("reply published after retries", "attempts", attempt)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,10 +77,11 @@ func (allProfiles) CheckProfile(name string) error {
 	return nil
 }
 
-// TestProfileCeilingEveryPair: issue 7 item 3. For every (ceiling, asked)
-// pair, with the ceiling from the manifest and from the worker default, a
-// request gets its ceiling or a stricter profile and is refused anything
-// looser, with INVALID_REQUEST naming both.
+// TestProfileCeilingEveryPair: issue 7 item 3, issue 15 §1. For every
+// (ceiling, asked) pair, with the ceiling from the manifest and from the
+// worker default, a call runs with the asked profile when it is the
+// ceiling or stricter, and with the ceiling otherwise (clamped, never
+// refused, never looser than the ceiling).
 func TestProfileCeilingEveryPair(t *testing.T) {
 	h := newHarness(t, nil)
 	h.rebuild(allProfiles{}, nil)
@@ -96,23 +98,30 @@ func TestProfileCeilingEveryPair(t *testing.T) {
 					} else {
 						h.srv.cfg.DefaultProfile = ceiling
 					}
-					got, _, e := h.srv.choose(tool, &Request{SandboxProfile: asked})
+					got, e := h.srv.choose(tool, &Request{SandboxProfile: asked})
+					if e != nil {
+						t.Fatalf("asked %q under the ceiling %q: refused %s %q", asked, ceiling, e.Code, e.Message)
+					}
+					if rank[got.profile] < rank[ceiling] {
+						t.Fatalf("asked %q under the ceiling %q: got %q, looser than the ceiling", asked, ceiling, got.profile)
+					}
 					switch {
 					case asked == "":
-						if e != nil || got != ceiling {
-							t.Fatalf("no profile asked: got %q %v, want the ceiling %q", got, e, ceiling)
+						if got.profile != ceiling || got.clamped != "" {
+							t.Fatalf("no profile asked: got %+v, want the ceiling %q", got, ceiling)
 						}
-					case rank[asked] >= rank[ceiling]:
-						if e != nil || got != asked {
-							t.Fatalf("got %q %v, want %q", got, e, asked)
+					case rank[asked] == rank[ceiling]:
+						if got.profile != ceiling || got.clamped != "" {
+							t.Fatalf("got %+v, want the ceiling's spelling %q unclamped", got, ceiling)
+						}
+					case rank[asked] > rank[ceiling]:
+						if got.profile != asked || got.clamped != "" {
+							t.Fatalf("got %+v, want %q unclamped", got, asked)
 						}
 					default:
-						if e == nil {
-							t.Fatalf("looser profile %q granted under the ceiling %q", asked, ceiling)
-						}
-						if e.Code != CodeInvalidRequest || !strings.Contains(e.Message, fmt.Sprintf("%q", asked)) ||
-							!strings.Contains(e.Message, fmt.Sprintf("%q, the ceiling", ceiling)) {
-							t.Fatalf("error %s %q does not name the asked profile and the ceiling", e.Code, e.Message)
+						if got.profile != ceiling || got.clamped != asked+"->"+ceiling ||
+							!strings.Contains(got.reason, fmt.Sprintf("%q", asked)) || !strings.Contains(got.reason, fmt.Sprintf("%q", ceiling)) {
+							t.Fatalf("looser %q under the ceiling %q: got %+v, want the ceiling, clamped, a reason naming both", asked, ceiling, got)
 						}
 					}
 				})
@@ -121,33 +130,105 @@ func TestProfileCeilingEveryPair(t *testing.T) {
 	}
 }
 
-// TestProfileCeilingThroughServer: the rule on the wire; before the fix,
-// any request got "permissive" for a tool without a manifest profile.
+// TestProfileCeilingThroughServer: the rule on the wire, as a reference
+// agent meets it (issue 15 §1: "standard" on every call used to be
+// INVALID_REQUEST for a restrictive tool). A looser request runs clamped,
+// its reply carries strProfileClamped; an unknown name is still
+// INVALID_REQUEST; the worker logs the clamp at debug.
 func TestProfileCeilingThroughServer(t *testing.T) {
 	h := newHarness(t, nil)
+	logs := &lockedBuffer{}
+	var err error
+	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker", h.cfg.QueueName()), Sandboxes: hostSandboxes{},
+		Store: h.store, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	must(t, err)
 	h.start()
+	// A second agent-side client sees the replies' user properties.
+	props := h.bus.Client("props", "")
+	must(t, props.Connect(context.Background(), []string{h.cfg.Base() + "/sam_remote_tool/response/>"}))
+	defer props.Close()
+	replyProps := func(id string) map[string]string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		for {
+			d, err := props.Receive(ctx)
+			if err != nil {
+				t.Fatalf("no reply to %s on the second client: %v", id, err)
+			}
+			if strings.HasSuffix(d.Topic, "/"+id) {
+				return d.UserProperties
+			}
+		}
+	}
 	cases := []struct {
 		tool, asked string
-		ok          bool
-		msg         string
+		clamped     string // "" = not clamped
 	}{
-		{"echo", "permissive", false, `"permissive" (from the request) is looser than "standard", the ceiling (the worker default SANDBOX_DEFAULT_PROFILE): a request may name standard, restrictive, confidential`},
-		{"echo", "standard", true, ""},
-		{"echo", "restrictive", true, ""},
-		{"restricted", "standard", false, `is looser than "restrictive", the ceiling (the manifest's profile of tool restricted)`},
-		{"restricted", "permissive", false, `is looser than "restrictive"`},
-		{"restricted", "restrictive", true, ""},
+		{"echo", "permissive", "permissive->standard"},
+		{"echo", "standard", ""},
+		{"echo", "restrictive", ""},
+		{"restricted", "standard", "standard->restrictive"},
+		{"restricted", "permissive", "permissive->restrictive"},
+		{"restricted", "restrictive", ""},
+		{"restricted", "", ""},
 	}
 	for _, c := range cases {
-		reply := h.reply(h.send(c.tool, map[string]any{"sandbox_profile": c.asked}))
-		if _, ok := shapeResult(reply); ok != c.ok {
-			t.Errorf("%s asking %s: %s", c.tool, c.asked, reply)
+		params := map[string]any{"sandbox_profile": c.asked}
+		if c.asked == "" {
+			params = map[string]any{"sandbox_profile": nil}
+		}
+		id := h.send(c.tool, params)
+		reply := h.reply(id)
+		if _, ok := shapeResult(reply); !ok {
+			t.Errorf("%s asking %q: %s", c.tool, c.asked, reply)
 			continue
 		}
-		if !c.ok {
-			if code, msg := errorCode(t, reply); code != "INVALID_REQUEST" || !strings.Contains(msg, c.msg) {
-				t.Errorf("%s asking %s: %s %q, want INVALID_REQUEST containing %q", c.tool, c.asked, code, msg, c.msg)
-			}
+		if got := replyProps(id)[PropProfileClamped]; got != c.clamped {
+			t.Errorf("%s asking %q: %s = %q, want %q", c.tool, c.asked, PropProfileClamped, got, c.clamped)
+		}
+		logged := strings.Contains(logs.String(), `"msg":"the request's sandbox profile was clamped to the tool's ceiling"`) &&
+			strings.Contains(logs.String(), `"clamped":"`+c.clamped+`"`)
+		if c.clamped != "" && !logged {
+			t.Errorf("%s asking %q: no debug line for the clamp:\n%s", c.tool, c.asked, logs)
+		}
+	}
+	id := h.send("restricted", map[string]any{"sandbox_profile": "nosuch"})
+	if code, msg := errorCode(t, h.reply(id)); code != "INVALID_REQUEST" || !strings.Contains(msg, `sandbox profile "nosuch" (from the request)`) {
+		t.Errorf("unknown profile: %s %q", code, msg)
+	}
+	if got, ok := replyProps(id)[PropProfileClamped]; ok {
+		t.Errorf("unknown profile: %s = %q on the error reply", PropProfileClamped, got)
+	}
+}
+
+// TestClampedCallsAreServedWarm: a reference agent's "standard" on a
+// restrictive tool with a warm pool runs at the ceiling, so a pooled
+// sandbox (made at the ceiling) serves it; so does a call naming the
+// ceiling itself. A stricter profile than the ceiling is served cold.
+func TestClampedCallsAreServedWarm(t *testing.T) {
+	h := newWarmHarness(t, nil)
+	must(t, os.WriteFile(h.cfg.ManifestPath, []byte(`version: 1
+tools:
+  strict: {module: warmtools, function: remember, warm: 1, timeout_seconds: 10, sandbox_profile: restrictive}
+  loose: {module: warmtools, function: remember, warm: 1, timeout_seconds: 10, sandbox_profile: permissive}
+`), 0o644))
+	h.start()
+	for i, c := range []struct {
+		tool, asked string
+		hits        float64
+	}{
+		{"strict", "standard", 1},
+		{"strict", "restrictive", 2},
+		{"strict", "permissive", 3},
+		{"loose", "standard", 0},
+	} {
+		waitPoolReady(t, h, c.tool, 1)
+		id := h.send(c.tool, map[string]any{"sandbox_profile": c.asked, "args": map[string]any{"mark": strconv.Itoa(i)}})
+		resultOf(t, h.reply(id))
+		sample := `str_worker_warm_hits_total{tool="` + c.tool + `"}`
+		if got := metricValue(t, h, sample); got != c.hits {
+			t.Errorf("%s asking %s: %s = %v, want %v", c.tool, c.asked, sample, got, c.hits)
 		}
 	}
 }

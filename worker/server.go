@@ -26,6 +26,11 @@ const (
 	PropStatusTo  = "statusTo"
 	PropTimestamp = "timestamp"
 	PropSignature = "signature"
+	// PropProfileClamped is set on the reply of a call whose requested
+	// sandbox_profile was looser than the tool's ceiling, to
+	// "asked->used" (e.g. "standard->restrictive"). str's own; agents
+	// ignore user properties they do not know.
+	PropProfileClamped = "strProfileClamped"
 )
 
 // timeoutSlack is added to the tool's timeout for the sandbox's wall-clock
@@ -44,8 +49,8 @@ type Options struct {
 	Logger    *slog.Logger
 	Metrics   *Metrics // nil = NewMetrics()
 	// Profiles resolves profile names and orders them for the
-	// tighten-only rule (a request may name its ceiling or a stricter
-	// profile); nil = the embedded profiles. `str worker` passes the
+	// tighten-only rule (a call runs with the stricter of its ceiling and
+	// the request's profile); nil = the embedded profiles. `str worker` passes the
 	// launcher's set.
 	Profiles *profiles.Set
 }
@@ -87,11 +92,12 @@ type Server struct {
 	replyStop context.CancelCauseFunc
 
 	limiter  *rateLimiter
-	replays  *replayGuard // signatures accepted within SigningWindow
-	ready    *readiness   // faults and degradations for /readyz (readiness.go)
-	stopping atomic.Bool  // no new work is taken
-	stopped  atomic.Bool  // Run has returned
-	serving  atomic.Bool  // Connect succeeded and not stopping
+	toolsSem chan struct{} // tools replies in flight (toolsinfo.go)
+	replays  *replayGuard  // signatures accepted within SigningWindow
+	ready    *readiness    // faults and degradations for /readyz (readiness.go)
+	stopping atomic.Bool   // no new work is taken
+	stopped  atomic.Bool   // Run has returned
+	serving  atomic.Bool   // Connect succeeded and not stopping
 	// stopAt is when the shutdown grace period ended and running tools
 	// were told to stop, stored before execStop (see cancelledBefore).
 	stopAt atomic.Pointer[time.Time]
@@ -152,9 +158,10 @@ func New(opts Options) (*Server, error) {
 		queue:   make(chan *queuedTask, cfg.MaxQueued),
 		execCtx: execCtx, execStop: execStop,
 		replyCtx: replyCtx, replyStop: replyStop,
-		limiter: newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
-		replays: newReplayGuard(),
-		ready:   newReadiness(log, m.Faults),
+		limiter:  newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
+		toolsSem: make(chan struct{}, maxToolsRepliesInFlight),
+		replays:  newReplayGuard(),
+		ready:    newReadiness(log, m.Faults),
 	}
 	s.pool = newWarmPool(s)
 	return s, nil
@@ -212,7 +219,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.logToolProblems(m)
 	// 4. connect with every subscription inside the connect, so a request
 	// published the moment the worker appears is not missed.
-	subs := []string{s.cancelPattern(), s.discoveryPattern()}
+	subs := []string{s.cancelPattern(), s.discoveryPattern(), ToolsRequestTopic(s.cfg.Namespace)}
 	for _, name := range m.Names() {
 		topic := s.invokeTopic(name)
 		subs = append(subs, topic)
@@ -501,7 +508,8 @@ func (s *Server) reject(d *transport.Delivery, replyTo, id, tool string, e *Erro
 	s.metrics.Errors.WithLabelValues(string(e.Code)).Inc()
 	s.metrics.Invocations.WithLabelValues(toolLabel(tool), string(e.Code)).Inc()
 	log.Warn("request rejected", "code", e.Code, "error", e.Message)
-	if err := s.publish(replyTo, EncodeError(id, e)); err != nil {
+	shown := &Error{Code: e.Code, Message: s.forAgent(e.Message, ""), Data: e.Data}
+	if err := s.publish(replyTo, EncodeError(id, shown)); err != nil {
 		log.Error("publishing the error reply failed", "reply_to", replyTo, "error", err)
 	}
 	ack(log, d)
@@ -525,6 +533,8 @@ func (s *Server) dispatch(d *transport.Delivery, received time.Time) {
 	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"):
 		s.cancel(strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"), d.Payload)
 		ack(s.log, d)
+	case d.Topic == ToolsRequestTopic(s.cfg.Namespace):
+		s.toolsRequest(d, received)
 	default:
 		// discovery and anything else: ignored.
 		s.log.Debug("ignored message", "topic", d.Topic)
@@ -587,17 +597,21 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 		s.reject(d, replyTo, id, topicTool, errorf(CodeResourceExhausted, "rate limit for user %q exceeded", req.UserID), log)
 		return
 	}
-	// 6. profile (tighten-only) and timeout (bounded by the manifest).
-	profile, timeout, perr := s.choose(tool, req)
+	// 6. profile (the stricter of the ceiling and the request's) and
+	// timeout (bounded by the manifest).
+	c, perr := s.choose(tool, req)
 	if perr != nil {
 		s.reject(d, replyTo, id, topicTool, perr, log)
 		return
 	}
+	if c.clamped != "" {
+		log.Debug("the request's sandbox profile was clamped to the tool's ceiling", "clamped", c.clamped, "reason", c.reason)
+	}
 	// 7. one execution per task id and per request id at a time.
 	t := &task{
-		req: req, who: who, tool: tool, profile: profile, timeout: timeout,
+		req: req, who: who, tool: tool, profile: c.profile, clamped: c.clamped, timeout: c.timeout,
 		replyTo: replyTo, statusTo: d.UserProperties[PropStatusTo],
-		received: received, delivery: d, log: log.With("profile", profile),
+		received: received, delivery: d, log: log.With("profile", c.profile),
 	}
 	if s.cfg.SandboxMode == ModeNone {
 		t.log = t.log.With("sandbox_mode", "NONE: this tool runs WITHOUT ISOLATION")
@@ -637,45 +651,60 @@ type queuedTask struct {
 	claimed atomic.Bool
 }
 
+// choice is what choose decides for one call.
+type choice struct {
+	profile string        // the profile the call runs with, as named in the manifest, config or request
+	clamped string        // "asked->used" when the request asked for a looser profile; "" otherwise
+	reason  string        // why it was clamped
+	timeout time.Duration // the tool's timeout, without timeoutSlack
+}
+
 // choose returns the profile and the timeout of one call.
 //
 // The profile's ceiling is the manifest tool's profile, else the worker
-// default (SANDBOX_DEFAULT_PROFILE). A request may name that profile or a
-// stricter one (profiles.Set.Within holds the order); a looser or
-// unknown name is the caller's fault (INVALID_REQUEST), a ceiling the
-// worker cannot use is the worker's (TOOL_NOT_AVAILABLE). The timeout is
-// the request's (else DEFAULT_TIMEOUT_SECONDS) bounded by the manifest's.
-func (s *Server) choose(tool *manifest.Tool, req *Request) (string, time.Duration, *Error) {
+// default (SANDBOX_DEFAULT_PROFILE). The call runs with the stricter of
+// the ceiling and the request's profile (profiles.Set.Clamp holds the
+// order): a looser request is clamped to the ceiling, never refused (spec
+// §2; reference agents ask for "standard" on every call) and never
+// honoured. An unknown name from the request is the caller's fault
+// (INVALID_REQUEST), a ceiling the worker cannot use is the worker's
+// (TOOL_NOT_AVAILABLE). The timeout is the request's (else
+// DEFAULT_TIMEOUT_SECONDS) bounded by the manifest's.
+func (s *Server) choose(tool *manifest.Tool, req *Request) (choice, *Error) {
 	// 1. the ceiling.
-	ceiling, from := tool.SandboxProfile, "the manifest's profile of tool "+tool.Name
+	ceiling := tool.SandboxProfile
 	if ceiling == "" {
-		ceiling, from = s.cfg.DefaultProfile, "the worker default SANDBOX_DEFAULT_PROFILE"
+		ceiling = s.cfg.DefaultProfile
 	}
 	if err := s.sb.CheckProfile(ceiling); err != nil {
-		return "", 0, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: its sandbox profile %q cannot be used here", tool.Name, ceiling)
+		return choice{}, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: its sandbox profile %q cannot be used here", tool.Name, ceiling)
 	}
-	// 2. the request's profile: the ceiling or stricter.
-	profile := ceiling
+	// 2. the request's profile: the stricter of it and the ceiling.
+	c := choice{profile: ceiling}
 	if asked := req.SandboxProfile; asked != "" {
 		if err := s.sb.CheckProfile(asked); err != nil {
-			return "", 0, errorf(CodeInvalidRequest, "sandbox profile %q (from the request): %v", truncateName(asked), err)
+			return choice{}, errorf(CodeInvalidRequest, "sandbox profile %q (from the request): %v", truncateName(asked), err)
 		}
-		if err := s.profiles.Within(asked, ceiling); err != nil {
-			return "", 0, errorf(CodeInvalidRequest,
-				"sandbox profile %q (from the request) is looser than %q, the ceiling (%s): a request may name %s",
-				asked, ceiling, from, strings.Join(s.profiles.AllowedUnder(ceiling), ", "))
+		used, clamped, reason, err := s.profiles.Clamp(asked, ceiling)
+		if err != nil {
+			// Both names passed CheckProfile: the launcher's set and
+			// this one disagree, a worker fault.
+			return choice{}, errorf(CodeInternalError, "sandbox profile %q (from the request) under the ceiling %q: %v", truncateName(asked), ceiling, err)
 		}
-		profile = asked
+		c.profile = used
+		if clamped {
+			c.clamped, c.reason = asked+"->"+used, reason
+		}
 	}
 	// 3. the timeout.
-	timeout := s.cfg.DefaultTimeout
+	c.timeout = s.cfg.DefaultTimeout
 	if req.TimeoutSet {
-		timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
+		c.timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
 	}
-	if limit := manifestTimeout(tool); timeout > limit {
-		timeout = limit
+	if limit := manifestTimeout(tool); c.timeout > limit {
+		c.timeout = limit
 	}
-	return profile, timeout, nil
+	return c, nil
 }
 
 // manifestTimeout is the tool's upper bound (default 300 s).
@@ -699,12 +728,12 @@ func (s *Server) availableNow(t *task) *Error {
 		return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker (removed from the manifest while the request was queued)", truncateName(t.req.ToolName))
 	}
 	if !cur.Equal(t.tool) {
-		profile, timeout, e := s.choose(cur, t.req)
+		c, e := s.choose(cur, t.req)
 		if e != nil {
 			return e
 		}
-		t.tool, t.profile, t.timeout = cur, profile, timeout
-		t.log.Info("the tool changed in the manifest while the request was queued; running the new definition", "profile", profile)
+		t.tool, t.profile, t.clamped, t.timeout = cur, c.profile, c.clamped, c.timeout
+		t.log.Info("the tool changed in the manifest while the request was queued; running the new definition", "profile", c.profile, "clamped", c.clamped)
 	}
 	if err := s.toolProblem(cur); err != nil {
 		t.log.Error("tool cannot work on this worker", "error", err)

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -27,7 +25,7 @@ import (
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
-const invokeUsage = `usage: str invoke TOOL [flags]
+const invokeUsage = `usage: str invoke TOOL [flags]   (flags may come before or after TOOL)
 
 Publishes one invocation of TOOL to a dev broker (or a worker's embedded
 one), prints each status line as it arrives, then the reply JSON.
@@ -39,17 +37,28 @@ broker's connection token is read from --token-file, else
 $DEV_BROKER_TOKEN_FILE, else the default token file of the broker's port
 (see str broker --help); when that file does not exist, no token is sent.
 
-When neither a status line nor the reply has come 5 s after publishing (or
-after half of --wait, if that is shorter), a note on stderr says that no
-worker has answered yet and names the topic the request went to. Ctrl-C
-publishes a cancel for the invocation and keeps waiting for the reply; a
-second Ctrl-C, or SIGTERM, exits at once.
+The tool runs for at most --timeout seconds (the worker's default, 300 s,
+without it), bounded by its manifest's timeout_seconds; the worker gives
+the sandbox 5 s more (the reference's rule) before it kills it and the
+reply says "timed_out":true.
+
+Alongside the invocation, str invoke asks the namespace's workers which
+tools they serve (as str tools does). When workers answer within 3 s and
+none serves TOOL, it says so, names the tools they serve and exits 4
+instead of waiting for a reply that cannot come. When neither a status
+line nor the reply has come 5 s after publishing (or after half of --wait,
+if that is shorter), a note on stderr says that no worker has answered
+yet and names the topic the request went to. A reply whose profile the
+worker clamped to the tool's ceiling is noted on stderr. Ctrl-C publishes
+a cancel for the invocation and keeps waiting for the reply; a second
+Ctrl-C, or SIGTERM, exits at once.
 
 Exit status:
   0    the reply is a successful (not timed out) result
   1    any other reply, or the broker could not be reached
   2    usage error
   3    no reply within --wait
+  4    no worker serves TOOL (the workers that answered serve others)
   130  interrupted (a second Ctrl-C, or Ctrl-C before the request was sent)
   143  terminated (SIGTERM)
 
@@ -60,6 +69,7 @@ const (
 	exitInvokeOK         = 0
 	exitInvokeFailed     = 1
 	exitInvokeNoReply    = 3
+	exitInvokeNotServed  = 4
 	exitInvokeInterrupt  = 130 // 128 + SIGINT, as a shell reports it
 	exitInvokeTerminated = 143 // 128 + SIGTERM
 )
@@ -68,6 +78,10 @@ const (
 // reply before saying on stderr that no worker has answered (capped at half
 // of --wait).
 const noAnswerHint = 5 * time.Second
+
+// servedWindow is how long str invoke waits for the workers' tools
+// answers before it may conclude that no worker serves the tool.
+const servedWindow = 3 * time.Second
 
 // repeatFlag collects a repeatable flag.
 type repeatFlag []string
@@ -104,8 +118,8 @@ func cmdInvoke(args []string) int {
 	var (
 		argsJSON   = fs.String("args", "{}", "tool arguments (a JSON object)")
 		toolConfig = fs.String("tool-config", "{}", "tool config (a JSON object)")
-		profile    = fs.String("profile", "", "sandbox profile to ask for (the manifest's wins)")
-		timeout    = fs.Float64("timeout", 0, "timeout_seconds (0 = the worker's default)")
+		profile    = fs.String("profile", "", "sandbox_profile to ask for (a name or trust level; default: none, the tool's ceiling). The call runs with the stricter of it and the tool's ceiling (its manifest profile, else the worker's default): a looser one is clamped, never refused; an unknown name is INVALID_REQUEST")
+		timeout    = fs.Float64("timeout", 0, "timeout_seconds (0 = the worker's default, 300 s); at most the manifest's timeout_seconds, and the sandbox gets 5 s more (the reference's rule) before it is killed and the reply says timed_out")
 		brokerAddr = fs.String("broker", defBroker, "dev broker host:port [DEV_BROKER_HOST/PORT]")
 		namespace  = fs.String("namespace", envOr("SAM_NAMESPACE", "demo/"), "namespace [SAM_NAMESPACE]")
 		user       = fs.String("user", "cli-user", "user_id")
@@ -124,27 +138,23 @@ func cmdInvoke(args []string) int {
 		fmt.Fprint(fs.Output(), invokeUsage)
 		fs.PrintDefaults()
 	}
-	// TOOL may come before or after the flags.
-	var tool string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		tool, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	// TOOL may come before, between or after the flags.
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return exitUsage
 	}
-	if tool == "" && fs.NArg() > 0 {
-		tool = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "str invoke: unexpected arguments %q\n", fs.Args())
+	if len(positional) > 1 {
+		fmt.Fprintf(os.Stderr, "str invoke: one TOOL, got %q\n", positional)
 		return exitUsage
 	}
-	if tool == "" {
+	if len(positional) == 0 {
 		fs.Usage()
 		return exitUsage
 	}
+	tool := positional[0]
 
 	// 1. the request.
 	id := randomID()
@@ -208,23 +218,13 @@ func cmdInvoke(args []string) int {
 	if len(ref) > 0 {
 		params["artifact_references"] = ref
 	}
-	host, portStr, err := net.SplitHostPort(*brokerAddr)
-	port, perr := strconv.Atoi(portStr)
-	if err != nil || perr != nil {
-		problems = append(problems, fmt.Sprintf("--broker %q: want host:port", *brokerAddr))
-	}
+	target, bad := resolveBroker(*brokerAddr, *tokenFile)
+	problems = append(problems, bad...)
 	if strings.Trim(*namespace, "/") == "" {
 		problems = append(problems, "--namespace must not be empty")
 	}
 	if *wait < 0 {
 		problems = append(problems, "--wait must not be negative")
-	}
-	if *tokenFile != "" {
-		if _, err := os.Stat(*tokenFile); err != nil {
-			problems = append(problems, fmt.Sprintf("--token-file: %v", err))
-		}
-	} else if err == nil && perr == nil {
-		*tokenFile = devbroker.DefaultTokenFile(port)
 	}
 	if len(problems) > 0 {
 		for _, p := range problems {
@@ -241,6 +241,7 @@ func cmdInvoke(args []string) int {
 	invokeTopic := base + "/sam_remote_tool/invoke/" + tool
 	replyTo := base + "/sam_remote_tool/response/" + *app + "/" + id
 	statusTo := base + "/sam_remote_tool/status/" + *app + "/" + id
+	toolsTo := worker.ToolsReplyPrefix(*namespace) + "str-invoke-" + id
 	maxWait := *wait
 	if maxWait == 0 {
 		t := *timeout
@@ -301,30 +302,26 @@ func cmdInvoke(args []string) int {
 		return code, true
 	}
 
-	// 3. connect, subscribed to the reply and status topics.
-	client, err = devbroker.NewClient(devbroker.ClientOptions{
-		Host: host, Port: port, ClientID: "str-invoke-" + id, Retries: 1, RetryDelay: 500 * time.Millisecond,
-		ReceiveTimeout: 200 * time.Millisecond, TokenFile: *tokenFile,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	// 3. connect, subscribed to the reply, status and tools reply topics.
+	client, err = target.connect(ctx, "str-invoke-"+id, []string{replyTo, statusTo, toolsTo})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "str invoke: %v\n", err)
-		return exitUsage
-	}
-	defer client.Close()
-	if err := client.Connect(ctx, []string{replyTo, statusTo}); err != nil {
 		if code, ok := stopped(); ok {
 			return code
 		}
-		fmt.Fprintf(os.Stderr, "str invoke: connect to %s: %v\n", *brokerAddr, err)
-		var be *devbroker.BrokerError
-		if errors.As(err, &be) && strings.Contains(be.Message, "token") {
-			fmt.Fprintf(os.Stderr, "str invoke: the broker wants its token; looked in %s (--token-file, %s)\n", *tokenFile, devbroker.TokenFileEnv)
-		}
+		fmt.Fprintf(os.Stderr, "str invoke: %v\n", err)
 		return exitInvokeFailed
 	}
+	defer client.Close()
 
-	// 4. publish.
+	// 4. publish: which tools the workers serve (answered on toolsTo),
+	// then the invocation.
+	if err := client.Publish(ctx, toolsRequest(*namespace, toolsTo, *secret)); err != nil {
+		if code, ok := stopped(); ok {
+			return code
+		}
+		fmt.Fprintf(os.Stderr, "str invoke: publish: %v\n", err)
+		return exitInvokeFailed
+	}
 	props := map[string]string{
 		worker.PropReplyTo: replyTo, worker.PropStatusTo: statusTo, "clientId": "str-invoke-" + id,
 		"userId": *user, worker.PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10),
@@ -343,10 +340,31 @@ func cmdInvoke(args []string) int {
 	published.Store(true)
 
 	// 5. status lines as they come, then the reply. Until something comes
-	// back, a note after a few seconds says nobody has answered yet.
+	// back, a note after a few seconds says nobody has answered yet, and
+	// once the tools answers have had servedWindow, workers that answered
+	// and do not serve the tool end the wait.
 	hint := time.NewTimer(min(noAnswerHint, maxWait/2))
 	defer hint.Stop()
-	answered := false
+	windowOver := time.NewTimer(min(servedWindow, maxWait/2))
+	defer windowOver.Stop()
+	answered, windowDone := false, false
+	var toolsReplies []worker.ToolsReply
+	notServed := func() bool {
+		if answered || !windowDone || len(toolsReplies) == 0 {
+			return false
+		}
+		served, ok := servedTools(toolsReplies, tool)
+		if ok {
+			return false
+		}
+		list := "none"
+		if len(served) > 0 {
+			list = strings.Join(served, ", ")
+		}
+		fmt.Fprintf(os.Stderr, "str invoke: no worker serves %q in namespace %q: the %d worker(s) that answered serve %s (str tools lists them)\n",
+			tool, *namespace, len(toolsReplies), list)
+		return true
+	}
 	deliveries := make(chan *transport.Delivery)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -366,6 +384,12 @@ func cmdInvoke(args []string) int {
 	for {
 		var d *transport.Delivery
 		select {
+		case <-windowOver.C:
+			windowDone = true
+			if notServed() {
+				return exitInvokeNotServed
+			}
+			continue
 		case <-hint.C:
 			if !answered {
 				fmt.Fprintf(os.Stderr, "str invoke: no worker has answered yet (no status or reply %v after publishing to %s); is a worker serving %q in namespace %q? Waiting up to %v in all (--wait).\n",
@@ -393,6 +417,13 @@ func cmdInvoke(args []string) int {
 			d.Ack()
 		}
 		switch d.Topic {
+		case toolsTo:
+			if r, err := decodeToolsReply(d.Payload); err == nil && r.Error == nil {
+				toolsReplies = append(toolsReplies, r)
+			}
+			if notServed() {
+				return exitInvokeNotServed
+			}
 		case statusTo:
 			answered = true
 			var st struct {
@@ -403,6 +434,9 @@ func cmdInvoke(args []string) int {
 			json.Unmarshal(d.Payload, &st)
 			fmt.Printf("status: %s\n", st.Params.StatusText)
 		case replyTo:
+			if c := d.UserProperties[worker.PropProfileClamped]; c != "" {
+				fmt.Fprintf(os.Stderr, "str invoke: the worker ran the tool with a stricter profile than asked (%s: the tool's ceiling)\n", c)
+			}
 			fmt.Println(string(d.Payload))
 			var reply struct {
 				Result *struct {
@@ -422,4 +456,28 @@ func randomID() string {
 	_, _ = rand.Read(b[:])
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// parseInterspersed parses fs's flags wherever they stand among the
+// positional arguments (the flag package stops at the first positional
+// one) and returns the positional ones in order; everything after "--"
+// is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional, rest []string
+	for i, a := range args {
+		if a == "--" {
+			args, rest = args[:i], args[i+1:]
+			break
+		}
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }

@@ -1,13 +1,15 @@
 // Command str is the secure tool runtime: one binary whose subcommands run a
 // sandbox (run), serve tool invocations (worker), run the dev broker
-// (broker), send one invocation (invoke), show profiles (profile), check the
-// host (doctor) and measure spawn latency (bench). The sandbox's init is a
+// (broker), send one invocation (invoke), list what workers serve (tools),
+// show profiles (profile), check the host (doctor), measure spawn latency
+// (bench) and print its version (version). The sandbox's init is a
 // separate static program embedded in it (cmd/str-init, launcher/initbin).
 package main
 
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 )
 
 const usage = `usage: str <command> [flags]
@@ -17,9 +19,11 @@ commands:
   worker   serve tool invocations from a broker
   broker   run the embedded dev broker
   invoke   send one tool invocation and print status lines and the reply
+  tools    list the tools the workers of a namespace serve
   profile  list profiles or show one (with --plan, the concrete plan)
   doctor   check what this host supports and how to fix what is missing
   bench    measure spawn latency against bubblewrap
+  version  print str's module version and VCS revision (also --version)
 `
 
 func main() {
@@ -38,6 +42,8 @@ func main() {
 		code = cmdBroker(args)
 	case "invoke":
 		code = cmdInvoke(args)
+	case "tools":
+		code = cmdTools(args)
 	case "profile":
 		code = cmdProfile(args)
 	case "doctor":
@@ -46,9 +52,39 @@ func main() {
 		code = cmdBench(args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
+	case "version", "--version", "-version":
+		info, _ := debug.ReadBuildInfo()
+		fmt.Println(versionLine(info))
 	default:
 		fmt.Fprintf(os.Stderr, "str: unknown command %q\n%s", os.Args[1], usage)
 		code = 2
 	}
 	os.Exit(code)
+}
+
+// versionLine is `str VERSION (revision REV[, modified], built DATE, GO)`
+// from the binary's build info: the module version ("(devel)" for a
+// build from a checkout) and the VCS stamp go build records (absent with
+// -buildvcs=false or outside a checkout).
+func versionLine(info *debug.BuildInfo) string {
+	if info == nil {
+		return "str (no build info)"
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	line := "str " + info.Main.Version
+	rev := settings["vcs.revision"]
+	if rev == "" {
+		return line + " (no VCS revision recorded), " + info.GoVersion
+	}
+	line += " (revision " + rev
+	if settings["vcs.modified"] == "true" {
+		line += ", modified"
+	}
+	if t := settings["vcs.time"]; t != "" {
+		line += ", committed " + t
+	}
+	return line + "), " + info.GoVersion
 }

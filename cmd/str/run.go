@@ -65,6 +65,9 @@ func cmdRun(args []string) int {
 	fs.Var(&envs, "env", "add `K=V` to the tool's environment (repeatable)")
 	resultPath := fs.String("result", "", "write the result JSON to `PATH` (- for stdout, after the command's output)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return exitUsage
 	}
 	argv := fs.Args()
