@@ -574,7 +574,9 @@ func shapeResult(b []byte) (map[string]any, bool) {
 }
 
 func TestSigningAndRateLimit(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.SigningSecret = "s3cret"; c.RatePerMinute = 60; c.RateBurst = 2 })
+	// 0.001 a minute: a token back every 16 h, so no refill within the
+	// test however loaded the machine is (60 a minute failed under load).
+	h := newHarness(t, func(c *Config) { c.SigningSecret = "s3cret"; c.RatePerMinute = 0.001; c.RateBurst = 2 })
 	h.start()
 	payload := func(id string) []byte {
 		return []byte(`{"jsonrpc":"2.0","id":"` + id + `","method":"sam_remote_tool/invoke","params":{"task_id":"t-` + id + `","tool_name":"echo","app_name":"a","user_id":"rl","session_id":"s"}}`)
