@@ -145,7 +145,10 @@ func PlanInstall(spec InstallSpec) (Request, egress.Policy, error) {
 		argv = append(argv, "--no-index", "--find-links", spec.WheelsDir)
 		binds = append(binds, Bind{Source: spec.WheelsDir})
 	} else {
-		argv = append(argv, "--index-url", spec.IndexURL)
+		// The proxy named explicitly: pip would otherwise honour NO_PROXY
+		// (loopback names) and bypass it for an index on a loopback
+		// address; every byte goes through the policy's proxy.
+		argv = append(argv, "--proxy", "http://"+egress.ProxyAddr, "--index-url", spec.IndexURL)
 	}
 	argv = append(argv, "--", spec.Requirement)
 	timeout := spec.Timeout

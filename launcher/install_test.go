@@ -55,7 +55,8 @@ func TestPlanInstall(t *testing.T) {
 		!slices.Equal(network.AllowedPorts, []int{8080}) || len(network.AllowedHosts) != 0 {
 		t.Errorf("network %+v", network)
 	}
-	if slices.Contains(req.Argv, "--only-binary=:all:") || !slices.Contains(req.Argv, "http://127.0.0.1:8080/simple/") || len(req.Binds) != 1 {
+	if slices.Contains(req.Argv, "--only-binary=:all:") || !slices.Contains(req.Argv, "http://127.0.0.1:8080/simple/") ||
+		!slices.Contains(req.Argv, "http://"+egress.ProxyAddr) || len(req.Binds) != 1 {
 		t.Errorf("argv %q binds %+v", req.Argv, req.Binds)
 	}
 
