@@ -287,6 +287,19 @@ func (l *Launcher) Install(ctx context.Context, spec InstallSpec) (out *InstallR
 	case res.ExitCode != 0:
 		err = fmt.Errorf("launcher: install %s: pip exited with status %d", spec.Requirement, res.ExitCode)
 	}
+	if err != nil && len(res.Violations) > 0 {
+		// What pip tried to reach and the policy refused: the usual cause
+		// of "no matching distribution" behind a restricted index.
+		var denied []string
+		for _, v := range res.Violations {
+			host := v.Host
+			if host == "" {
+				host = v.IP
+			}
+			denied = append(denied, fmt.Sprintf("%s (%s)", net.JoinHostPort(host, strconv.Itoa(v.Port)), v.Reason))
+		}
+		err = fmt.Errorf("%w; the installation's network policy (%s) denied %s", err, out.Network.Mode, strings.Join(denied, ", "))
+	}
 	return out, err
 }
 

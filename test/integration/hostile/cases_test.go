@@ -112,6 +112,7 @@ func cases() []hcase {
 		hcase{name: "install_sdist_refused", profile: "standard", run: installSdistRefused},
 		hcase{name: "install_sdist_build_sandboxed", profile: "standard", run: installSdistBuild},
 		hcase{name: "install_index_only", profile: "standard", run: installIndex},
+		hcase{name: "install_index_offsite_link", profile: "standard", run: installIndexOffsite},
 		hcase{name: "install_shadow_module", profile: "standard", run: installShadow},
 	)
 

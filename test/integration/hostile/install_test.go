@@ -350,3 +350,20 @@ func installShadow(t *testing.T, _ *harness, _ hcase) {
 		}
 	}
 }
+
+func installIndexOffsite(t *testing.T, _ *harness, _ hcase) {
+	r := newInstallRun(t, "tools:\n  sc: {module: install_tools, function: sitecustomize, package: str-evil-sc}\n")
+	// The index's page links the wheel on another port of the host's
+	// loopback (the counting listener): pip follows it and the policy,
+	// restricted to the index's port, refuses.
+	offsite := fmt.Sprintf("http://127.0.0.1:%d/files/str_evil_sc-1.0-py3-none-any.whl", r.listener)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		fmt.Fprintf(w, "<!DOCTYPE html><html><body><a href=%q>str_evil_sc-1.0-py3-none-any.whl</a></body></html>\n", offsite)
+	}))
+	t.Cleanup(srv.Close)
+	r.start(t, map[string]string{"STR_PACKAGE_INDEX_URL": srv.URL + "/simple/"})
+	why := r.unavailable(t, "sc")
+	if !strings.Contains(why, "could not be installed") || !strings.Contains(why, fmt.Sprintf("denied 127.0.0.1:%d", r.listener)) {
+		t.Fatalf("readyz reason %q: want the installation refused the off-index host", why)
+	}
+}
