@@ -158,7 +158,7 @@ var settings = []setting{
 	{name: "SANDBOX_PROFILE_DIR", flag: "profile-dir", help: "directory of extra profile files"},
 	{name: "SANDBOX_CGROUP_PARENT", flag: "cgroup-parent", help: "cgroup under which sandboxes are created"},
 	{name: "STR_RUNNER_DIR", flag: "runner-dir", def: "/sandbox/runner", help: "where the embedded tool runner is installed (read-only in sandboxes)"},
-	{name: "STR_SITE_DIR", flag: "site-dir", def: "/sandbox/site", help: "worker-owned site directory for manifest packages (read-only in sandboxes)"},
+	{name: "STR_SITE_DIR", flag: "site-dir", def: "/sandbox/site", help: "worker-owned base of the manifest packages' site dirs, one per distribution (<name>-<version>/, read-only in the sandboxes of the tools that declare it)"},
 	{name: "STR_PACKAGE_INDEX_URL", flag: "package-index", help: "package index for manifest packages (default: offline, <manifest dir>/wheels); pip runs in a sandbox that reaches only this host and port"},
 	{name: "STR_PACKAGE_HOSTS", flag: "package-hosts", help: "comma-separated extra hosts (port 443) the index's files come from, e.g. files.pythonhosted.org for pypi.org"},
 	{name: "STR_PACKAGE_ALLOW_BUILDS", flag: "package-allow-builds", def: "false", help: "true lets pip build source distributions (their build code runs in the installation sandbox); default: wheels only"},

@@ -448,3 +448,24 @@ func TestInstallerRefusesHostileWheels(t *testing.T) {
 		t.Errorf("wheel without RECORD: %v", err)
 	}
 }
+
+// TestDistInNeverFollowsSymlinks: a dist-info dir or METADATA that is a
+// symlink is not read through (it could name any host file).
+func TestDistInNeverFollowsSymlinks(t *testing.T) {
+	root := t.TempDir()
+	real := filepath.Join(root, "elsewhere")
+	must(t, os.MkdirAll(real, 0o755))
+	must(t, os.WriteFile(filepath.Join(real, "METADATA"), []byte("Name: str-tiny-pkg\nVersion: 9.9\n"), 0o644))
+	site := filepath.Join(root, "site")
+	must(t, os.MkdirAll(filepath.Join(site, "str_tiny_pkg-9.9.dist-info"), 0o755))
+	must(t, os.Symlink(filepath.Join(real, "METADATA"), filepath.Join(site, "str_tiny_pkg-9.9.dist-info", "METADATA")))
+	if v, ok, err := distIn(site, "str-tiny-pkg"); ok || err == nil || !strings.Contains(err.Error(), "too many levels of symbolic links") {
+		t.Errorf("symlinked METADATA: %q %v %v", v, ok, err)
+	}
+	linked := filepath.Join(root, "linked")
+	must(t, os.MkdirAll(linked, 0o755))
+	must(t, os.Symlink(real, filepath.Join(linked, "str_tiny_pkg-9.9.dist-info")))
+	if v, ok, err := distIn(linked, "str-tiny-pkg"); ok || err != nil {
+		t.Errorf("symlinked dist-info dir: %q %v %v", v, ok, err)
+	}
+}
