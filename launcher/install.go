@@ -251,7 +251,7 @@ func (l *Launcher) Install(ctx context.Context, spec InstallSpec) (out *InstallR
 	}
 	out = &InstallResult{Network: pl.Network}
 	if err := checkEmptyDir(spec.Target); err != nil {
-		return out, fmt.Errorf("launcher: install %s: step I4 check target %s: %w", spec.Requirement, spec.Target, err)
+		return out, fmt.Errorf("launcher: install %s: step I1 check target %s is an empty directory: %w", spec.Requirement, spec.Target, err)
 	}
 	// I4.
 	sb, err := l.CreateFromPlan(ctx, pl, req)
