@@ -25,6 +25,12 @@
 //	    peak memory, CPU, OOM and pids events, remove the cgroup, release
 //	    the id block
 //
+// Install (install.go, steps I1-I6) runs pip for a tool's declared
+// package in a sandbox of its own, planned the same way on the standard
+// profile with the installation's network (isolated for a wheels folder,
+// restricted to the index's host and port otherwise), the target its only
+// writable host path, handed to the sandbox's uid and taken back after.
+//
 // What it protects against: a request loosening its profile (overrides may
 // only tighten; every problem is collected before anything is created); a
 // sandbox outliving its launcher (Pdeathsig, re-armed by the init after

@@ -59,6 +59,15 @@ type Config struct {
 	RunnerDir      string      // STR_RUNNER_DIR
 	SiteDir        string      // STR_SITE_DIR
 	PackageIndex   string      // STR_PACKAGE_INDEX_URL
+	// PackageHosts (STR_PACKAGE_HOSTS) are more hosts, on port 443, the
+	// index's files come from (pypi.org serves them from
+	// files.pythonhosted.org); the installation sandbox reaches only the
+	// index and these.
+	PackageHosts []string
+	// PackageBuilds (STR_PACKAGE_ALLOW_BUILDS): pip may build source
+	// distributions, whose build code then runs in the installation
+	// sandbox; default false: wheels only.
+	PackageBuilds bool
 
 	ArtifactType     string // ARTIFACT_SERVICE_TYPE
 	ArtifactBasePath string // ARTIFACT_BASE_PATH
@@ -149,8 +158,10 @@ var settings = []setting{
 	{name: "SANDBOX_PROFILE_DIR", flag: "profile-dir", help: "directory of extra profile files"},
 	{name: "SANDBOX_CGROUP_PARENT", flag: "cgroup-parent", help: "cgroup under which sandboxes are created"},
 	{name: "STR_RUNNER_DIR", flag: "runner-dir", def: "/sandbox/runner", help: "where the embedded tool runner is installed (read-only in sandboxes)"},
-	{name: "STR_SITE_DIR", flag: "site-dir", def: "/sandbox/site", help: "worker-owned site directory for manifest packages (read-only in sandboxes)"},
-	{name: "STR_PACKAGE_INDEX_URL", flag: "package-index", help: "package index for manifest packages (default: offline, <manifest dir>/wheels)"},
+	{name: "STR_SITE_DIR", flag: "site-dir", def: "/sandbox/site", help: "worker-owned base of the manifest packages' site dirs, one per distribution (<name>-<version>/, read-only in the sandboxes of the tools that declare it)"},
+	{name: "STR_PACKAGE_INDEX_URL", flag: "package-index", help: "package index for manifest packages (default: offline, <manifest dir>/wheels); pip runs in a sandbox that reaches only this host and port"},
+	{name: "STR_PACKAGE_HOSTS", flag: "package-hosts", help: "comma-separated extra hosts (port 443) the index's files come from, e.g. files.pythonhosted.org for pypi.org"},
+	{name: "STR_PACKAGE_ALLOW_BUILDS", flag: "package-allow-builds", def: "false", help: "true lets pip build source distributions (their build code runs in the installation sandbox); default: wheels only"},
 	{name: "ARTIFACT_SERVICE_TYPE", flag: "artifact-type", def: "memory", help: "memory | filesystem (s3 and gcs are not built)"},
 	{name: "ARTIFACT_BASE_PATH", flag: "artifact-base-path", def: "/sam/artifacts", help: "filesystem artifact store base"},
 	{name: "ARTIFACT_S3_BUCKET", flag: "artifact-s3-bucket", help: "S3 bucket (not supported)"},
@@ -351,6 +362,16 @@ func configFromValues(v map[string]string) (*Config, error) {
 		RatePerMinute: number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
 		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
 		WarmDefault: integer("STR_WARM_DEFAULT", 0), WarmMaxAge: secs("STR_WARM_MAX_AGE_SECONDS", 1),
+	}
+	if b, err := strconv.ParseBool(strings.TrimSpace(v["STR_PACKAGE_ALLOW_BUILDS"])); err != nil {
+		bad("STR_PACKAGE_ALLOW_BUILDS", "must be true or false")
+	} else {
+		c.PackageBuilds = b
+	}
+	for _, h := range strings.Split(v["STR_PACKAGE_HOSTS"], ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.PackageHosts = append(c.PackageHosts, h)
+		}
 	}
 	if q, err := profiles.ParseBytes(strings.TrimSpace(v["STR_WARM_MEMORY"])); err != nil {
 		bad("STR_WARM_MEMORY", "not a size (e.g. 512Mi, 4Gi): "+err.Error())

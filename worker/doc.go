@@ -245,8 +245,9 @@
 // the FIFO's read end is opened (non-blocking) and a worker-held write end
 // keeps it from reaching EOF until the sandbox is gone, after which it is
 // drained to EOF, so no status line is lost. The launcher runs
-// [python, runner.py, --done-fd, 3, runner_args.json] with the tools,
-// runner and site dirs bound read-only and PYTHONPATH=<tools>:<site>;
+// [python, runner.py, --done-fd, 3, runner_args.json] with the tools
+// and runner dirs, and the site dir of the tool's declared package if it
+// has one (packages.go), bound read-only and PYTHONPATH=<tools>[:<site>];
 // descriptor 3 is the done pipe, on which the runner writes one byte once
 // result.json is complete (renamed into place). Reply before teardown:
 // on that byte the worker relays the status lines already in the FIFO
@@ -339,8 +340,9 @@
 // owner bits rootless; a manifest profile the worker knows; the common
 // mistake of naming the manifest's directory instead of its python/
 // folder, or a path relative to the manifest's directory, is named with
-// the fix), one error logged per tool that cannot work, again at every
-// manifest reload; then the broker connection. A SIGTERM before the
+// the fix; its declared package installed, see packages.go), one error
+// logged per tool that cannot work, again at every manifest reload; then
+// the broker connection. A SIGTERM before the
 // first connection is a clean stop (exit 0). SANDBOX_MODE=none (only
 // when set explicitly) runs tools as plain processes of the worker with
 // NO ISOLATION, skips the probe, warns at start-up and puts

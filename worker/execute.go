@@ -200,15 +200,10 @@ func cancelledError(cause error) *Error {
 func (s *Server) execute(t *task) (outcome, func()) {
 	// 1. the tool's code is what the manifest pinned (checked again for
 	// every call, also one a pooled sandbox serves: the code may have
-	// changed on disk since the pool imported it), and its package is
-	// installed.
+	// changed on disk since the pool imported it). Its declared package
+	// was installed at start-up or reload (availableNow checked it).
 	if err := t.tool.Verify(s.cfg.ToolsDir); err != nil {
 		return s.errorOutcome(t, errorf(CodeImportError, "tool %s cannot be loaded: %v", t.req.ToolName, err)), nil
-	}
-	if s.inst != nil && t.tool.Package != "" {
-		if err := s.inst.Ensure(t.ctx, t.tool); err != nil {
-			return s.errorOutcome(t, errorf(CodeImportError, "tool %s: installing package %s: %v", t.req.ToolName, t.tool.Package, err)), nil
-		}
 	}
 	// 2. a pre-started sandbox of the pool, if one fits this call.
 	if w := s.pool.claim(t); w != nil {
@@ -228,15 +223,24 @@ func (s *Server) runnerArgv(doneFD int, rest ...string) []string {
 	return append(argv, rest...)
 }
 
-// sandboxSpec is what every sandbox of a call of this worker has in
-// common: the profile, PYTHONPATH, the work dir, the read-only binds.
-func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr io.Writer, network *egress.Policy) SandboxSpec {
+// sandboxSpec is what every sandbox of a call of tool has in common: the
+// profile, PYTHONPATH, the work dir, the read-only binds. The import path
+// is the tools dir and, if the tool declares a package installed by the
+// worker, that package's own site dir: no other package's (so none can
+// shadow its modules), and never the whole site dir.
+func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr io.Writer, network *egress.Policy, tool *manifest.Tool) SandboxSpec {
+	path := []string{s.cfg.ToolsDir}
+	ro := []string{s.cfg.ToolsDir, filepath.Dir(s.runnerPath)}
+	if site := s.packageDir(tool); site != "" {
+		path = append(path, site)
+		ro = append(ro, site)
+	}
 	return SandboxSpec{
 		Profile:  profile,
 		Network:  network,
-		Env:      []string{"PYTHONPATH=" + s.cfg.ToolsDir + ":" + s.cfg.SiteDir},
+		Env:      []string{"PYTHONPATH=" + strings.Join(path, ":")},
 		Workdir:  dir,
-		ReadOnly: []string{s.cfg.ToolsDir, filepath.Dir(s.runnerPath), s.cfg.SiteDir},
+		ReadOnly: ro,
 		Timeout:  timeout,
 		Stderr:   stderr,
 	}
@@ -269,7 +273,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	argsPath := filepath.Join(dir, "runner_args.json")
 	resultPath := filepath.Join(dir, "result.json")
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(t.profile, dir, t.timeout+timeoutSlack, stderr, t.tool.Network)
+	spec := s.sandboxSpec(t.profile, dir, t.timeout+timeoutSlack, stderr, t.tool.Network, t.tool)
 	var doneR, doneW *os.File
 	if s.cfg.SandboxMode != ModeNone {
 		var err error

@@ -698,7 +698,7 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 	undo = append(undo, func() { doneR.Close(); doneW.Close() })
 	// 4. the sandbox, created, not started.
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(set.key.profile, dir, set.limit, stderr, set.key.networkPolicy())
+	spec := s.sandboxSpec(set.key.profile, dir, set.limit, stderr, set.key.networkPolicy(), &set.key.tool)
 	spec.Argv = s.runnerArgv(4, "--warm", "3", tool.Module, tool.Function, tool.ClassName)
 	spec.ExtraFiles = []*os.File{argsR, doneW}
 	created, err := s.sb.Create(ctx, spec)

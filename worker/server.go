@@ -43,8 +43,9 @@ type Options struct {
 	Transport transport.Transport
 	Sandboxes Sandboxes
 	Store     artifacts.Store
-	// Installer installs manifest packages; nil = tools with a package
-	// are run as they are (the import fails if it is missing).
+	// Installer installs the packages manifest tools declare, at start-up
+	// and at each reload (packages.go); nil = tools with a package are
+	// run as they are (the import fails if it is missing).
 	Installer *manifest.Installer
 	Logger    *slog.Logger
 	Metrics   *Metrics // nil = NewMetrics()
@@ -63,6 +64,7 @@ type Server struct {
 	sb       Sandboxes
 	store    artifacts.Store
 	inst     *manifest.Installer
+	pkgs     packageSet // where each declared package is (packages.go)
 	log      *slog.Logger
 	metrics  *Metrics
 	profiles *profiles.Set
@@ -204,7 +206,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// 3. the manifest: a broken manifest at startup is fatal (there is no
 	// previous one to keep). Each tool that cannot work here (module
-	// missing or unreadable by the sandbox, unknown profile) is logged;
+	// missing or unreadable by the sandbox, unknown profile, its declared
+	// package not installable) is logged;
 	// /readyz lists them and their calls are answered TOOL_NOT_AVAILABLE.
 	m, err := manifest.Load(s.cfg.ManifestPath)
 	if err != nil {
@@ -215,6 +218,12 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	if s.cfg.toolsDirGiven != "" && s.cfg.toolsDirGiven != s.cfg.ToolsDir {
 		s.log.Info("TOOLS_PYTHON_DIR resolved against the working directory", "given", s.cfg.toolsDirGiven, "path", s.cfg.ToolsDir)
+	}
+	// The declared packages, each installed if missing (in a sandbox of
+	// its own); a failure makes its tools unavailable, not the worker.
+	s.installPackages(ctx, m, nil)
+	if ctx.Err() != nil {
+		return nil
 	}
 	s.logToolProblems(m)
 	// 4. connect with every subscription inside the connect, so a request
@@ -422,10 +431,16 @@ func (s *Server) prepareDirs() error {
 	return nil
 }
 
-// applyManifest is the reload callback: it runs with the dispatch lock
-// held, so subscriptions for added tools exist and those of removed tools
+// applyManifest is the reload callback: it installs the new manifest's
+// declared packages, then applies it with the dispatch lock held, so subscriptions for added tools exist and those of removed tools
 // are gone before the next request is dispatched.
 func (s *Server) applyManifest(m *manifest.Manifest) error {
+	// The new manifest's packages first, without the dispatch lock (an
+	// installation may take minutes; requests keep being served).
+	s.mu.RLock()
+	added, _, changed := manifest.Diff(s.manifest, m)
+	s.mu.RUnlock()
+	s.installPackages(s.execCtx, m, append(added, changed...))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping.Load() {

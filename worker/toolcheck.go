@@ -40,6 +40,9 @@ func (s *Server) toolProblem(tool *manifest.Tool) error {
 			return fmt.Errorf("tool %s: %w: sandbox_profile %q: %v", tool.Name, manifest.ErrToolUnavailable, p, err)
 		}
 	}
+	if err := s.packageProblem(tool); err != nil {
+		return err
+	}
 	return tool.CheckSource(s.sourceCheck())
 }
 

@@ -89,6 +89,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 	var (
 		sandboxes worker.Sandboxes
 		set       *profiles.Set
+		pip       manifest.PipRunner // nil without a launcher: the wheel unpacker only
 	)
 	switch cfg.SandboxMode {
 	case worker.ModeNone:
@@ -105,6 +106,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 			return err
 		}
 		sandboxes, set = worker.NewLauncherSandboxes(l), l.Profiles()
+		pip = sandboxedPip{l: l, python: cfg.PythonBin}
 	}
 	store, auditLog, err := artifacts.Open(artifacts.Settings{
 		Type: cfg.ArtifactType, BasePath: cfg.ArtifactBasePath, Namespace: cfg.Namespace,
@@ -125,7 +127,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		Installer: &manifest.Installer{
 			Python: cfg.PythonBin, SiteDir: cfg.SiteDir,
 			WheelsDir: filepath.Join(filepath.Dir(cfg.ManifestPath), "wheels"), IndexURL: cfg.PackageIndex,
-			ToolsDir: cfg.ToolsDir,
+			ExtraHosts: cfg.PackageHosts, AllowBuilds: cfg.PackageBuilds, Pip: pip,
 		},
 	})
 	if err != nil {
@@ -144,6 +146,22 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 
 	// 6. serve until the signal; Run answers everything it took.
 	return srv.Run(ctx)
+}
+
+// sandboxedPip runs the installer's pip jobs in installation sandboxes
+// of the launcher (launcher/install.go).
+type sandboxedPip struct {
+	l      *launcher.Launcher
+	python string
+}
+
+func (p sandboxedPip) RunPip(ctx context.Context, job manifest.PipJob) error {
+	_, err := p.l.Install(ctx, launcher.InstallSpec{
+		Python: p.python, Requirement: job.Requirement, Target: job.Target,
+		WheelsDir: job.WheelsDir, IndexURL: job.IndexURL, ExtraHosts: job.ExtraHosts,
+		AllowBuilds: job.AllowBuilds, Output: job.Output,
+	})
+	return err
 }
 
 // newTransport picks the broker: SOLACE_HOST, else the dev broker.

@@ -43,8 +43,8 @@ type SourceCheck struct {
 //  1. the tools dir exists and is a directory (hint: a relative
 //     TOOLS_PYTHON_DIR is resolved against the working directory);
 //  2. the module file exists under it (SourcePath); a tool with a package
-//     whose module is not there is installed into the site dir instead
-//     and passes (hint: TOOLS_PYTHON_DIR names the manifest's directory
+//     whose module is not there passes (the module may be the package's,
+//     installed into its own site dir at start-up; hint: TOOLS_PYTHON_DIR names the manifest's directory
 //     instead of its python/ folder);
 //  3. the tools dir and every package directory down to the module can
 //     be listed and searched by the sandbox's uid, and the module file
@@ -74,7 +74,7 @@ func (t *Tool) CheckSource(c SourceCheck) error {
 			return fail("%v", err)
 		}
 		if t.Package != "" {
-			return nil // installed into the site dir at the first call
+			return nil // may be the package's own module (its site dir)
 		}
 		sub := filepath.Join(c.ToolsDir, "python")
 		if _, serr := t.SourcePath(sub); serr == nil {

@@ -1,6 +1,9 @@
 // Package manifest reads the tool manifest (spec §5), watches it for
 // changes, locates and hash-checks each tool's source, and installs the
-// packages tools name.
+// packages tools declare (Installer: each distribution into a site dir of
+// its own, SiteDir/<name>-<version>/; installed-ness read from dist-info
+// metadata as files; pip run through a PipRunner, the launcher's
+// installation sandbox, or a pure-Python wheel unpacked in Go).
 //
 // The manifest is policy as data: Parse decodes it strictly (unknown and
 // duplicate keys, YAML anchors/aliases/merge keys and mistyped values are
@@ -36,18 +39,25 @@
 //     RECORD is accepted); files are created O_EXCL in a staging dir and
 //     moved into the site dir only when all succeeded.
 //   - Argument injection into pip: package names and version specifiers
-//     are re-validated before they reach a command line.
+//     are re-validated before they reach a command line (and again by
+//     the launcher).
+//   - Package code running on the host: whether a package is installed
+//     is read from its metadata as files (O_NOFOLLOW), never by running
+//     Python with it on the path (a sitecustomize.py or .pth would run);
+//     pip and any sdist build run only in the PipRunner's sandbox.
+//   - One package replacing another's modules: one site dir per
+//     distribution and version.
 //
 // What it does not do: the sha256 covers one file, not the modules it
 // imports, installed packages, or a .pyc Python may prefer (run with
 // PYTHONDONTWRITEBYTECODE and keep the tools dir read-only). The unpack
 // path installs no dependencies and skips a wheel's scripts, headers and
-// data; it evaluates ==, !=, >=, <=, >, < (and ==X.*) but leaves ~= and
-// === to pip. pip itself runs on the worker host (not in a sandbox) and
-// executes whatever a source distribution's build runs, so IndexURL and
-// WheelsDir must be trusted; the importability check only locates the
-// module's top-level name and never imports tool code on the host.
+// data. Satisfies evaluates ==, !=, >=, <=, >, <, ~=, === (and ==X.*)
+// but not epochs, and orders pre-/post-release suffixes as text. The
+// Installer runs the interpreter on the host once, with -I -S, to list
+// its own site-packages dirs (standard library only).
 //
 // What it trusts: the operator who owns the manifest, the tools dir, the
-// wheels dir and the index; the Python interpreter it is given.
+// wheels dir and the index (what they serve is what gets installed); the
+// Python interpreter it is given; the PipRunner's sandbox.
 package manifest

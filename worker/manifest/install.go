@@ -23,10 +23,11 @@ import (
 type InstallMethod int
 
 const (
-	// MethodAuto uses pip when IndexURL is set or pip is available for
-	// the interpreter, and unpacks a pure-Python wheel otherwise.
+	// MethodAuto uses pip in a sandbox (Installer.Pip) when there is one
+	// and pip is installed for the interpreter, and unpacks a pure-Python
+	// wheel from WheelsDir otherwise.
 	MethodAuto InstallMethod = iota
-	// MethodPip always uses "python -m pip install --target SiteDir".
+	// MethodPip always uses pip in a sandbox.
 	MethodPip
 	// MethodUnpack always unpacks a pure-Python wheel from WheelsDir in Go.
 	MethodUnpack
@@ -38,101 +39,280 @@ const (
 	maxWheelTotalBytes = 512 << 20
 )
 
-// Installer installs the packages manifest tools name (spec §5: "package"
-// + "version", installed if the module is not importable) into SiteDir,
-// which the sandbox puts on the tool's import path.
-type Installer struct {
-	Python    string        // interpreter to check and install for; default "python3"
-	SiteDir   string        // install target (pip --target); required to install
-	WheelsDir string        // offline wheels (pip --no-index --find-links, or unpacked)
-	IndexURL  string        // package index for pip --index-url; "" = offline only
-	ToolsDir  string        // optional: also on the path when checking importability
-	Method    InstallMethod // MethodAuto by default
-
-	mu         sync.Mutex // one installation at a time (pip --target is not concurrent-safe)
-	pipChecked bool       // pipOK is known (under mu)
-	pipOK      bool
+// PipJob is one pip installation the Installer asks its PipRunner for:
+// Requirement into the empty directory Target, from WheelsDir or IndexURL
+// (exactly one is set).
+type PipJob struct {
+	Requirement string
+	Target      string
+	WheelsDir   string
+	IndexURL    string
+	ExtraHosts  []string // more hosts the index's files come from
+	AllowBuilds bool     // sdists may be built (in the sandbox); else wheels only
+	Output      io.Writer
 }
 
-// Ensure makes t's module importable: nothing to do when t.Package is
-// empty, or when the module's top-level package is already importable
-// from SiteDir, ToolsDir or the interpreter's own path in a version that
-// satisfies t.Version. Otherwise the package is installed into SiteDir:
+// PipRunner runs pip in a sandbox of its own (the launcher's Install): no
+// package code ever runs on the host.
+type PipRunner interface {
+	RunPip(ctx context.Context, job PipJob) error
+}
+
+// Installer installs the packages manifest tools declare (spec §5:
+// "package" + "version"), each distribution into a site directory of its
+// own, SiteDir/<normalised name>-<version>/, which is the only package
+// directory on the import path of that tool's sandboxes: no tool's
+// package can replace another's modules.
+type Installer struct {
+	Python      string        // interpreter the tools run with; default "python3"
+	SiteDir     string        // base of the per-package site dirs; required to install
+	WheelsDir   string        // offline wheels (and sdists): pip --no-index --find-links, or unpacked; "" or missing = none
+	IndexURL    string        // PEP 503 index for pip --index-url; takes precedence over WheelsDir
+	ExtraHosts  []string      // more hosts the index's files are served from (port 443)
+	AllowBuilds bool          // let pip build sdists (in its sandbox); default: wheels only
+	Pip         PipRunner     // where pip runs; nil = nowhere (the unpacker only)
+	Method      InstallMethod // MethodAuto by default
+
+	mu      sync.Mutex // one installation at a time
+	sysSite []string   // the interpreter's own site-packages dirs (under mu)
+	sysErr  error
+	sysDone bool
+}
+
+// Installed is where a tool's package is.
+type Installed struct {
+	Package string // the distribution name as declared
+	Version string // the version found or installed
+	// Dir is the package's own site dir to put on the tool's import
+	// path; "" when the interpreter's own site-packages has the package.
+	Dir string
+	// Fresh: this call installed it; From then says from where (the
+	// index URL or the wheels folder) and Method how ("pip in a sandbox",
+	// "unpacked").
+	Fresh  bool
+	From   string
+	Method string
+}
+
+// Ensure makes sure t's declared package is installed in a version that
+// satisfies t.Version, and returns where. Nothing to do when t.Package is
+// empty. In order:
 //
-//  1. with IndexURL set: pip install --index-url IndexURL;
-//  2. else from WheelsDir: pip install --no-index --find-links WheelsDir
-//     when pip is available for Python, else by unpacking the newest
-//     matching pure-Python wheel (*-none-any.whl) in Go;
-//  3. the module must be importable afterwards.
+//  0. the package name, specifiers and module are re-checked (they reach
+//     a command line);
+//  1. the interpreter's own site-packages has it in a satisfying version
+//     (read as files: dist-info metadata) → Dir "";
+//  2. a per-package dir SiteDir/<name>-<version>/ has it (newest first);
+//  3. else it is installed into a fresh staging dir under SiteDir: by pip
+//     in a sandbox (Pip) from IndexURL or WheelsDir, wheels only unless
+//     AllowBuilds, or by the Go unpacker from WheelsDir;
+//  4. the staging dir must then hold the distribution's metadata with a
+//     satisfying version; it is renamed to SiteDir/<name>-<version>/.
 //
-// The importability check only locates the top-level name (find_spec);
-// it never imports tool code on the host.
-func (i *Installer) Ensure(ctx context.Context, t *Tool) error {
+// No step runs Python with a package on its path on the host.
+func (i *Installer) Ensure(ctx context.Context, t *Tool) (Installed, error) {
+	out := Installed{Package: t.Package}
 	if t.Package == "" {
-		return nil
+		return out, nil
 	}
-	// 0. inputs that end up on a command line are re-checked here.
+	// 0.
 	if !packageRE().MatchString(t.Package) {
-		return fmt.Errorf("install %s: package %q is not a valid distribution name", t.Name, t.Package)
+		return out, fmt.Errorf("install %s: package %q is not a valid distribution name", t.Name, t.Package)
 	}
 	specs, err := parseOptionalSpecifiers(t.Version)
 	if err != nil {
-		return fmt.Errorf("install %s: version %q: %w", t.Name, t.Version, err)
+		return out, fmt.Errorf("install %s: version %q: %w", t.Name, t.Version, err)
 	}
 	if !validDotted(t.Module) {
-		return fmt.Errorf("install %s: module %q is not a dotted Python identifier", t.Name, t.Module)
+		return out, fmt.Errorf("install %s: module %q is not a dotted Python identifier", t.Name, t.Module)
 	}
+	norm := normalizeDist(t.Package)
 	i.mu.Lock()
 	defer i.mu.Unlock()
 
-	// 1. already importable in a suitable version?
-	ok, why, err := i.importable(ctx, t, specs)
-	if err != nil {
-		return fmt.Errorf("install %s: check importability: %w", t.Name, err)
-	}
-	if ok {
-		return nil
-	}
-	if i.SiteDir == "" {
-		return fmt.Errorf("install %s: %s and no site dir is configured to install %s into", t.Name, why, t.Package)
-	}
-	if err := os.MkdirAll(i.SiteDir, 0o755); err != nil {
-		return fmt.Errorf("install %s: create site dir %s: %w", t.Name, i.SiteDir, err)
-	}
-
-	// 2. install.
-	method := i.Method
-	if method == MethodAuto {
-		switch {
-		case i.IndexURL != "":
-			method = MethodPip
-		case i.WheelsDir == "":
-			return fmt.Errorf("install %s: %s; no wheels dir and no index URL to install %s from", t.Name, why, t.Package)
-		case i.pipAvailable(ctx):
-			method = MethodPip
-		default:
-			method = MethodUnpack
+	// 1.
+	var why []string
+	sys, sysErr := i.interpreterSite(ctx)
+	for _, d := range sys {
+		v, ok, err := distIn(d, norm)
+		if err != nil {
+			return out, fmt.Errorf("install %s: %w", t.Name, err)
+		}
+		if ok {
+			if satisfied(v, specs) {
+				out.Version = v
+				return out, nil
+			}
+			why = append(why, fmt.Sprintf("%s %s in %s does not satisfy %q", t.Package, v, d, t.Version))
 		}
 	}
-	if method == MethodPip {
-		err = i.pipInstall(ctx, t)
-	} else {
-		err = i.unpackInstall(t, specs)
+	// 2.
+	if dir, v, err := i.findInstalled(norm, specs); err != nil {
+		return out, fmt.Errorf("install %s: %w", t.Name, err)
+	} else if dir != "" {
+		out.Dir, out.Version = dir, v
+		return out, nil
 	}
-	if err != nil {
-		return fmt.Errorf("install %s: %w", t.Name, err)
+	if len(why) == 0 {
+		why = append(why, fmt.Sprintf("%s is not installed", t.Package))
+	}
+	if i.SiteDir == "" {
+		return out, fmt.Errorf("install %s: %s and no site dir is configured to install it into", t.Name, strings.Join(why, "; "))
 	}
 
-	// 3. check.
-	ok, why, err = i.importable(ctx, t, specs)
+	// 3.
+	method, err := i.method(sysErr)
 	if err != nil {
-		return fmt.Errorf("install %s: check after install: %w", t.Name, err)
+		return out, fmt.Errorf("install %s: %s, but %w", t.Name, strings.Join(why, "; "), err)
 	}
-	if !ok {
-		return fmt.Errorf("install %s: installed %s into %s but %s", t.Name, t.Package, i.SiteDir, why)
+	if err := os.MkdirAll(i.SiteDir, 0o755); err != nil {
+		return out, fmt.Errorf("install %s: create site dir %s: %w", t.Name, i.SiteDir, err)
 	}
-	return nil
+	staging, err := os.MkdirTemp(i.SiteDir, ".staging-"+norm+"-")
+	if err != nil {
+		return out, fmt.Errorf("install %s: staging dir: %w", t.Name, err)
+	}
+	defer os.RemoveAll(staging) // gone after the rename; else what a failure left
+	if err := os.Chmod(staging, 0o755); err != nil {
+		return out, fmt.Errorf("install %s: staging dir: %w", t.Name, err)
+	}
+	out.Fresh = true
+	if method == MethodPip {
+		out.Method = "pip in a sandbox"
+		job := PipJob{Requirement: t.Package + t.Version, Target: staging, AllowBuilds: i.AllowBuilds}
+		if i.IndexURL != "" {
+			job.IndexURL, job.ExtraHosts, out.From = i.IndexURL, i.ExtraHosts, i.IndexURL
+		} else {
+			job.WheelsDir, out.From = i.WheelsDir, i.WheelsDir
+		}
+		var log bytes.Buffer
+		job.Output = &log
+		if err := i.Pip.RunPip(ctx, job); err != nil {
+			return out, fmt.Errorf("install %s: pip install %s from %s: %w\n%s", t.Name, job.Requirement, out.From, err, tail(log.Bytes(), 20))
+		}
+	} else {
+		out.Method, out.From = "unpacked", i.WheelsDir
+		if err := i.unpackInstall(t, specs, staging); err != nil {
+			return out, fmt.Errorf("install %s: %w", t.Name, err)
+		}
+	}
+
+	// 4.
+	v, ok, err := distIn(staging, norm)
+	switch {
+	case err != nil:
+		return out, fmt.Errorf("install %s: after installing: %w", t.Name, err)
+	case !ok:
+		return out, fmt.Errorf("install %s: installed from %s, but no metadata of %s is in %s", t.Name, out.From, t.Package, staging)
+	case !satisfied(v, specs) && Satisfiable(v, specs):
+		return out, fmt.Errorf("install %s: installed %s %s from %s, which does not satisfy %q", t.Name, t.Package, v, out.From, t.Version)
+	}
+	final := filepath.Join(i.SiteDir, norm+"-"+safeVersion(v))
+	if err := os.RemoveAll(final); err != nil { // a broken earlier one (step 2 did not take it)
+		return out, fmt.Errorf("install %s: replace %s: %w", t.Name, final, err)
+	}
+	if err := os.Rename(staging, final); err != nil {
+		return out, fmt.Errorf("install %s: move into %s: %w", t.Name, final, err)
+	}
+	out.Dir, out.Version = final, v
+	return out, nil
 }
+
+// method picks how to install (step 3).
+func (i *Installer) method(sysErr error) (InstallMethod, error) {
+	wheels := i.WheelsDir != "" && isDir(i.WheelsDir)
+	pip := func() error {
+		switch {
+		case i.Pip == nil:
+			return errors.New("no sandbox to run pip in (SANDBOX_MODE=none installs only pure-Python wheels from the wheels folder)")
+		case sysErr != nil:
+			return fmt.Errorf("cannot tell whether pip is installed for %s: %w", i.python(), sysErr)
+		case !i.hasPip():
+			return fmt.Errorf("pip is not installed for %s", i.python())
+		}
+		return nil
+	}
+	switch i.Method {
+	case MethodPip:
+		if err := pip(); err != nil {
+			return 0, err
+		}
+		if i.IndexURL == "" && !wheels {
+			return 0, fmt.Errorf("no index URL and no wheels folder (%q) to install from", i.WheelsDir)
+		}
+		return MethodPip, nil
+	case MethodUnpack:
+		if !wheels {
+			return 0, fmt.Errorf("no wheels folder (%q) to unpack from", i.WheelsDir)
+		}
+		return MethodUnpack, nil
+	}
+	perr := pip()
+	switch {
+	case perr == nil && (i.IndexURL != "" || wheels):
+		return MethodPip, nil
+	case i.IndexURL != "":
+		return 0, fmt.Errorf("index %s needs pip: %w", i.IndexURL, perr)
+	case wheels:
+		return MethodUnpack, nil
+	}
+	return 0, fmt.Errorf("no index URL and no wheels folder (%q) to install from", i.WheelsDir)
+}
+
+// findInstalled returns the newest SiteDir/<norm>-<version>/ whose
+// metadata says a version that satisfies specs (step 2).
+func (i *Installer) findInstalled(norm string, specs []Specifier) (dir, version string, err error) {
+	if i.SiteDir == "" {
+		return "", "", nil
+	}
+	entries, err := os.ReadDir(i.SiteDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", "", nil
+		}
+		return "", "", fmt.Errorf("site dir %s: %w", i.SiteDir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), norm+"-") {
+			continue
+		}
+		d := filepath.Join(i.SiteDir, e.Name())
+		v, ok, err := distIn(d, norm)
+		if err != nil {
+			return "", "", err
+		}
+		if !ok || e.Name() != norm+"-"+safeVersion(v) || !satisfied(v, specs) {
+			continue
+		}
+		if dir == "" {
+			dir, version = d, v
+		} else if c, err := CompareVersions(v, version); err == nil && c > 0 {
+			dir, version = d, v
+		}
+	}
+	return dir, version, nil
+}
+
+// satisfied: no specifiers, or the version meets them all; a version or
+// operator Satisfies cannot evaluate counts as not satisfied (install).
+func satisfied(v string, specs []Specifier) bool {
+	if len(specs) == 0 {
+		return true
+	}
+	ok, err := Satisfies(v, specs)
+	return err == nil && ok
+}
+
+// Satisfiable reports whether Satisfies can evaluate v against specs.
+func Satisfiable(v string, specs []Specifier) bool {
+	_, err := Satisfies(v, specs)
+	return err == nil
+}
+
+var unsafeVersionRE = lazyRegexp(`[^A-Za-z0-9.+!_-]`)
+
+// safeVersion is a version as a directory name component.
+func safeVersion(v string) string { return unsafeVersionRE().ReplaceAllString(v, "_") }
 
 func parseOptionalSpecifiers(v string) ([]Specifier, error) {
 	if v == "" {
@@ -148,99 +328,42 @@ func (i *Installer) python() string {
 	return i.Python
 }
 
-// env is the environment for the interpreter: nothing inherited but PATH,
-// the site and tools dirs on PYTHONPATH, no user site.
-func (i *Installer) env() []string {
-	var pp []string
-	for _, d := range []string{i.SiteDir, i.ToolsDir} {
-		if d != "" {
-			pp = append(pp, d)
-		}
-	}
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8", "HOME=" + os.TempDir()}
-	if len(pp) > 0 {
-		env = append(env, "PYTHONPATH="+strings.Join(pp, string(os.PathListSeparator)))
-	}
-	return env
-}
-
-const importableScript = `import sys, importlib.util
-try:
-    found = importlib.util.find_spec(sys.argv[1]) is not None
-except Exception:
-    found = False
-if not found:
-    print("absent")
-    sys.exit(0)
-try:
-    from importlib.metadata import version, PackageNotFoundError
-    try:
-        print("present " + version(sys.argv[2]))
-    except PackageNotFoundError:
-        print("present")
-except ImportError:
-    print("present")
+// sitePackagesScript prints the interpreter's own site-packages dirs.
+// It runs with -I -S: no environment, no user site, no site-packages on
+// the path and no .pth or sitecustomize processing; it imports the
+// standard library's site module only to ask it.
+const sitePackagesScript = `import site
+for d in site.getsitepackages():
+    print(d)
 `
 
-// importable reports whether the module's top-level name is found and the
-// installed distribution (if it has metadata) satisfies specs; why says
-// what is missing.
-func (i *Installer) importable(ctx context.Context, t *Tool, specs []Specifier) (bool, string, error) {
-	top := strings.SplitN(t.Module, ".", 2)[0]
-	cmd := exec.CommandContext(ctx, i.python(), "-s", "-c", importableScript, top, t.Package)
-	cmd.Env = i.env()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return false, "", fmt.Errorf("%s: %w: %s", i.python(), err, strings.TrimSpace(stderr.String()))
+// interpreterSite returns the interpreter's own site-packages dirs, asked
+// once (called under i.mu).
+func (i *Installer) interpreterSite(ctx context.Context) ([]string, error) {
+	if !i.sysDone {
+		cmd := exec.CommandContext(ctx, i.python(), "-I", "-S", "-c", sitePackagesScript)
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		b, err := cmd.Output()
+		if err != nil {
+			i.sysErr = fmt.Errorf("%s -I -S: %w: %s", i.python(), err, strings.TrimSpace(stderr.String()))
+		} else {
+			i.sysSite = strings.Fields(string(b))
+		}
+		i.sysDone = ctx.Err() == nil
 	}
-	fields := strings.Fields(string(out))
-	if len(fields) == 0 || fields[0] == "absent" {
-		return false, fmt.Sprintf("module %s is not importable", top), nil
-	}
-	if len(fields) < 2 || len(specs) == 0 {
-		return true, "", nil
-	}
-	sat, err := Satisfies(fields[1], specs)
-	if err != nil {
-		// An operator only pip understands: trust what is installed.
-		return true, "", nil
-	}
-	if !sat {
-		return false, fmt.Sprintf("installed %s %s does not satisfy %s", t.Package, fields[1], t.Version), nil
-	}
-	return true, "", nil
+	return i.sysSite, i.sysErr
 }
 
-// pipAvailable reports whether "python -m pip" works, asked once per
-// Installer (called under i.mu).
-func (i *Installer) pipAvailable(ctx context.Context) bool {
-	if !i.pipChecked {
-		cmd := exec.CommandContext(ctx, i.python(), "-s", "-m", "pip", "--version")
-		cmd.Env = i.env()
-		i.pipOK = cmd.Run() == nil
-		i.pipChecked = ctx.Err() == nil
+// hasPip reports whether the interpreter's own site-packages has pip.
+func (i *Installer) hasPip() bool {
+	for _, d := range i.sysSite {
+		if _, ok, _ := distIn(d, "pip"); ok {
+			return true
+		}
 	}
-	return i.pipOK
-}
-
-func (i *Installer) pipInstall(ctx context.Context, t *Tool) error {
-	args := []string{"-s", "-m", "pip", "install", "--isolated", "--disable-pip-version-check", "--no-input",
-		"--no-cache-dir", "--upgrade", "--target", i.SiteDir}
-	if i.IndexURL != "" {
-		args = append(args, "--index-url", i.IndexURL)
-	} else {
-		args = append(args, "--no-index", "--find-links", i.WheelsDir)
-	}
-	args = append(args, t.Package+t.Version)
-	cmd := exec.CommandContext(ctx, i.python(), args...)
-	cmd.Env = i.env()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("pip install %s%s: %w\n%s", t.Package, t.Version, err, tail(out, 20))
-	}
-	return nil
+	return false
 }
 
 func tail(b []byte, lines int) string {
@@ -319,20 +442,17 @@ func findWheel(dir, pkg string, specs []Specifier) (wheelName, error) {
 	return candidates[0], nil
 }
 
-// unpackInstall installs a pure-Python wheel without pip:
+// unpackInstall installs a pure-Python wheel without pip, into target
+// (an empty staging dir); it runs no package code:
 //
 //  1. pick the wheel (findWheel);
-//  2. extract every entry into a staging dir inside SiteDir, refusing
-//     absolute names, "..", backslashes, symlinks and oversized archives;
-//     "<dist>.data/purelib" and "platlib" go to the top, other .data
-//     schemes (scripts, headers, data) are skipped;
+//  2. extract every entry into target, refusing absolute names, "..",
+//     backslashes, symlinks and oversized archives; files are created
+//     O_EXCL; "<dist>.data/purelib" and "platlib" go to the top, other
+//     .data schemes (scripts, headers, data) are skipped;
 //  3. if the wheel has a RECORD, check every sha256 it lists (a wheel
-//     without RECORD is accepted);
-//  4. move each top-level entry into SiteDir, replacing an older one.
-func (i *Installer) unpackInstall(t *Tool, specs []Specifier) error {
-	if i.WheelsDir == "" {
-		return errors.New("no wheels dir to unpack from")
-	}
+//     without RECORD is accepted).
+func (i *Installer) unpackInstall(t *Tool, specs []Specifier, target string) error {
 	// 1.
 	w, err := findWheel(i.WheelsDir, t.Package, specs)
 	if err != nil {
@@ -344,12 +464,6 @@ func (i *Installer) unpackInstall(t *Tool, specs []Specifier) error {
 		return fmt.Errorf("open wheel %s: %w", wheelPath, err)
 	}
 	defer zr.Close()
-
-	staging, err := os.MkdirTemp(i.SiteDir, ".str-unpack-")
-	if err != nil {
-		return fmt.Errorf("unpack %s: staging dir: %w", wheelPath, err)
-	}
-	defer os.RemoveAll(staging)
 
 	// 2.
 	if len(zr.File) > maxWheelEntries {
@@ -367,25 +481,25 @@ func (i *Installer) unpackInstall(t *Tool, specs []Specifier) error {
 		if f.Mode()&os.ModeSymlink != 0 {
 			return fmt.Errorf("unpack %s: entry %q is a symlink", wheelPath, name)
 		}
-		target := name
+		dest := name
 		if top, rest, ok := strings.Cut(name, "/"); ok && isDataDir(top, w) {
 			scheme, sub, _ := strings.Cut(rest, "/")
 			if scheme != "purelib" && scheme != "platlib" {
 				continue
 			}
-			target = sub
+			dest = sub
 		}
-		if target == "" || strings.HasSuffix(name, "/") {
-			if target != "" {
-				if err := os.MkdirAll(filepath.Join(staging, filepath.FromSlash(target)), 0o755); err != nil {
-					return fmt.Errorf("unpack %s: mkdir %s: %w", wheelPath, target, err)
+		if dest == "" || strings.HasSuffix(name, "/") {
+			if dest != "" {
+				if err := os.MkdirAll(filepath.Join(target, filepath.FromSlash(dest)), 0o755); err != nil {
+					return fmt.Errorf("unpack %s: mkdir %s: %w", wheelPath, dest, err)
 				}
 			}
 			continue
 		}
-		dst := filepath.Join(staging, filepath.FromSlash(target))
+		dst := filepath.Join(target, filepath.FromSlash(dest))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("unpack %s: mkdir for %s: %w", wheelPath, target, err)
+			return fmt.Errorf("unpack %s: mkdir for %s: %w", wheelPath, dest, err)
 		}
 		sum, n, content, err := extractEntry(f, dst, maxWheelTotalBytes-total, strings.HasSuffix(name, ".dist-info/RECORD"))
 		if err != nil {
@@ -402,21 +516,6 @@ func (i *Installer) unpackInstall(t *Tool, specs []Specifier) error {
 	if record != nil {
 		if err := checkRecord(record, hashes); err != nil {
 			return fmt.Errorf("unpack %s: %s: %w", wheelPath, recordName, err)
-		}
-	}
-
-	// 4.
-	tops, err := os.ReadDir(staging)
-	if err != nil {
-		return fmt.Errorf("unpack %s: list staging dir: %w", wheelPath, err)
-	}
-	for _, e := range tops {
-		dst := filepath.Join(i.SiteDir, e.Name())
-		if err := os.RemoveAll(dst); err != nil {
-			return fmt.Errorf("unpack %s: replace %s: %w", wheelPath, dst, err)
-		}
-		if err := os.Rename(filepath.Join(staging, e.Name()), dst); err != nil {
-			return fmt.Errorf("unpack %s: move into %s: %w", wheelPath, dst, err)
 		}
 	}
 	return nil

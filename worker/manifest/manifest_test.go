@@ -470,6 +470,13 @@ func TestSpecifiers(t *testing.T) {
 		{"10.0", ">9.9", true},
 		{"1.0", "!=1.0", false},
 		{"1.0", "<=1.0", true},
+		{"1.5", "~=1.4", true},
+		{"2.0", "~=1.4", false},
+		{"1.3", "~=1.4", false},
+		{"1.4.9", "~=1.4.2", true},
+		{"1.5.0", "~=1.4.2", false},
+		{"1.0+local", "===1.0+local", true},
+		{"1.0", "===1.0+local", false},
 	}
 	for _, c := range cases {
 		specs, err := ParseSpecifiers(c.spec)
@@ -486,9 +493,9 @@ func TestSpecifiers(t *testing.T) {
 			t.Errorf("ParseSpecifiers(%q) accepted", bad)
 		}
 	}
-	specs, _ := ParseSpecifiers("~=1.4")
+	specs, _ := ParseSpecifiers("~=1")
 	if _, err := Satisfies("1.5", specs); err == nil {
-		t.Error("~= evaluated without pip")
+		t.Error("~=1 (one release number) evaluated")
 	}
 }
 

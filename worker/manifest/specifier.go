@@ -135,16 +135,41 @@ func CompareVersions(a, b string) (int, error) {
 }
 
 // Satisfies reports whether version meets every specifier. It handles
-// ==, !=, >=, <=, >, < (and the ".*" prefix form of == and !=); "~=" and
-// "===" return an error: they need pip.
+// ==, !=, >=, <=, >, < (and the ".*" prefix form of == and !=), "~="
+// (compatible release: "~=1.4.2" is ">=1.4.2, ==1.4.*") and "===" (the
+// same string).
 func Satisfies(version string, specs []Specifier) (bool, error) {
+	for _, s := range specs {
+		if s.Op == "===" && strings.TrimSpace(version) != s.Version {
+			return false, nil
+		}
+	}
 	rv, err := parseRelease(version)
 	if err != nil {
 		return false, err
 	}
 	for _, s := range specs {
-		if s.Op == "~=" || s.Op == "===" {
-			return false, fmt.Errorf("operator %s needs pip", s.Op)
+		switch s.Op {
+		case "===":
+			continue
+		case "~=":
+			rs, err := parseRelease(s.Version)
+			if err != nil {
+				return false, err
+			}
+			if len(rs.nums) < 2 {
+				return false, fmt.Errorf("specifier ~=%s: a compatible release needs at least two release numbers", s.Version)
+			}
+			if compareRelease(rv, rs) < 0 {
+				return false, nil
+			}
+			prefix := rs.nums[:len(rs.nums)-1]
+			for i, n := range prefix {
+				if i >= len(rv.nums) || rv.nums[i] != n {
+					return false, nil
+				}
+			}
+			continue
 		}
 		if prefix, ok := strings.CutSuffix(s.Version, ".*"); ok {
 			rp, err := parseRelease(prefix)

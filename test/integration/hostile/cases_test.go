@@ -105,6 +105,18 @@ func cases() []hcase {
 			}},
 	)
 
+	// ---- package installation (install_test.go): each runs a worker of
+	// its own whose manifest declares the hostile package.
+	add(
+		hcase{name: "install_sitecustomize", profile: "standard", run: installSitecustomize},
+		hcase{name: "install_pth", profile: "standard", run: installPth},
+		hcase{name: "install_sdist_refused", profile: "standard", run: installSdistRefused},
+		hcase{name: "install_sdist_build_sandboxed", profile: "standard", run: installSdistBuild},
+		hcase{name: "install_index_only", profile: "standard", run: installIndex},
+		hcase{name: "install_index_offsite_link", profile: "standard", run: installIndexOffsite},
+		hcase{name: "install_shadow_module", profile: "standard", run: installShadow},
+	)
+
 	// ---- processes
 	add(per(all, hcase{name: "procs_visible", py: "procs", want: "1"})...)
 	add(

@@ -159,7 +159,10 @@ func startWorker(t *testing.T, e *env, extra map[string]string) *workerProc {
 			t.Logf("worker log:\n%s", tail(w.log.String(), 80))
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
+	// Generous: the installation cases' workers install their packages
+	// (a sandbox each) before they are ready, while the battery loads
+	// the machine.
+	deadline := time.Now().Add(rpcWait)
 	for {
 		if code, _ := w.get("/readyz"); code == 200 {
 			return w

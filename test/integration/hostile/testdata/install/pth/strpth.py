@@ -1,0 +1,3 @@
+def evidence():
+    import builtins
+    return getattr(builtins, "STR_PTH", None)
