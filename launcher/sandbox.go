@@ -65,8 +65,8 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	now := time.Now()
 	s := &Sandbox{l: l, req: req, ctx: ctx, id: newCgroupID(), t0: now, last: now,
 		started: make(chan struct{}), finished: make(chan struct{})}
-	if len(req.ExtraFiles) > initbin.MaxPassFDs {
-		return nil, fmt.Errorf("%w: %d descriptors to pass, at most %d", ErrInvalidRequest, len(req.ExtraFiles), initbin.MaxPassFDs)
+	if len(req.ExtraFiles) != plan.Child.PassFDs {
+		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
 	initPath, err := initbin.Path()
 	if err != nil {
@@ -106,7 +106,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			s.cg = cg
 		}
 	}
-	// L4. cgroup v1: the init's exec thread enters the cgroup itself
+	// L5. cgroup v1: the init's exec thread enters the cgroup itself
 	// (nsinit step 12); its tasks files become writable by the init's
 	// host ids, and nothing else of the cgroup does.
 	if s.cg != nil {
@@ -136,7 +136,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "socketpair", Path: "report", Detail: "AF_UNIX SOCK_SEQPACKET", Msg: err.Error(), Err: err}
 	}
 
-	// L3. The child: the static init from its sealed memfd, in new
+	// L4. The child: the static init from its sealed memfd, in new
 	// namespaces from the clone flags; no code of ours runs between fork
 	// and exec (Go's forkAndExecInChild does the maps and flags).
 	uids, gids := plan.sysProcIDMaps()
@@ -207,10 +207,32 @@ func (s *Sandbox) run() {
 	defer runtime.UnlockOSThread()
 	defer close(s.finished)
 
-	err := s.cmd.Start()
-	// The child holds its ends now; ours must be closed so EOF works.
+	// L3. The bind sources, cloned on the host now (root mode): after
+	// the caller's last change to them (a work dir's tmpfs) and right
+	// before the init that attaches them exists. They follow the report
+	// socket in the init's descriptors (nsinit.FirstTreeFD), where the
+	// plan numbered them.
+	trees, mounts, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs))
+	if err != nil {
+		s.startErr = err
+		s.configR.Close()
+		s.reportW.Close()
+		s.configW.Close()
+		s.reportR.Close()
+		s.release()
+		close(s.started)
+		return
+	}
+	s.plan.Child.Mounts = mounts
+	s.cmd.ExtraFiles = append(s.cmd.ExtraFiles, trees...)
+	s.mark("bind_sources")
+
+	err = s.cmd.Start()
+	// The child holds its ends and the trees now; ours must be closed so
+	// EOF works (and no tree outlives the sandbox in this process).
 	s.configR.Close()
 	s.reportW.Close()
+	closeFiles(trees)
 	if err != nil {
 		s.startErr = &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "clone init", Path: s.cmd.Path,
 			Detail: cloneDetail(s.plan), Msg: err.Error(), Err: err, Hint: "user namespaces disabled or not permitted? see str doctor"}
@@ -226,7 +248,7 @@ func (s *Sandbox) run() {
 		s.ids.record(pid)
 	}
 
-	// L5. Send the plan. Only now does the init start its setup.
+	// L6. Send the plan. Only now does the init start its setup.
 	data, _ := json.Marshal(&s.plan.Child)
 	_, werr := s.configW.Write(data)
 	s.configW.Close()
@@ -242,7 +264,7 @@ func (s *Sandbox) run() {
 		s.readReports()
 	}()
 
-	// L6. A timeout kills the whole sandbox; a cancellation asks the tool
+	// L7. A timeout kills the whole sandbox; a cancellation asks the tool
 	// (SIGINT) and kills it CancelGrace later.
 	var timer *time.Timer
 	if s.plan.Timeout > 0 {
@@ -261,7 +283,7 @@ func (s *Sandbox) run() {
 	<-reportDone
 	s.mark("run")
 
-	// L7. Teardown: the tool was PID 1, so its exit already killed the pid
+	// L8. Teardown: the tool was PID 1, so its exit already killed the pid
 	// namespace; the cgroup kill catches anything else, then the cgroup
 	// is read and removed and the id block released.
 	s.result = s.collect()

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,9 +31,10 @@ import (
 var Binary []byte
 
 // minFD is the lowest descriptor the memfd may have: above every fd the
-// launcher places in a child (0-2, the pass-list, two pipes), so the
-// child's fd shuffling before execve can never overwrite it.
-const minFD = 100
+// launcher places in a child (0-2, the pass-list, the config pipe, the
+// report socket and the mount trees: nsinit.MaxInitFDs), so the child's
+// fd shuffling before execve does not overwrite it.
+const minFD = nsinit.MaxInitFDs + 1
 
 var (
 	once    sync.Once
@@ -72,7 +74,3 @@ func seal() (string, error) {
 	}
 	return fmt.Sprintf("/proc/self/fd/%d", high), nil
 }
-
-// MaxPassFDs is how many descriptors a sandbox may pass on to its tool:
-// together with 0-2 and the two pipes they must stay below the memfd.
-const MaxPassFDs = minFD - 5
