@@ -14,7 +14,8 @@
 //	    made private) and pass the detached trees to the init, which
 //	    attaches them by descriptor: a bind needs no permission of the
 //	    sandbox's uids on the source's parent directories
-//	L4. clone the static init (launcher/initbin, from a sealed memfd) with
+//	L4. clone the static init (launcher/initbin, from a sealed memfd
+//	    passed as the init's last descriptor and executed by it) with
 //	    the plan's clone flags (a user namespace always), uid/gid maps,
 //	    setsid and Pdeathsig, from a locked OS thread that lives until the
 //	    child is reaped; on cgroup v2 the child is born in its cgroup

@@ -30,6 +30,7 @@ type Sandbox struct {
 	ids  *idLease // root mode: this sandbox's host id block
 
 	cmd               *exec.Cmd
+	initFile          *os.File // the sealed memfd of the init (initbin.File; shared, never closed)
 	configR, configW  *os.File
 	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
@@ -68,7 +69,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	initPath, err := initbin.Path()
+	initFile, err := initbin.File()
 	if err != nil {
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "memfd", Msg: err.Error(), Err: err}
 	}
@@ -141,7 +142,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	// and exec (Go's forkAndExecInChild does the maps and flags).
 	uids, gids := plan.sysProcIDMaps()
 	cmd := &exec.Cmd{
-		Path: initPath,
+		// Path is set at Start, when the init's descriptors are known.
 		Args: []string{"str-init", strconv.Itoa(len(req.ExtraFiles))},
 		// The init needs no environment (the tool's is in the plan); one
 		// P is plenty for a process that sets up and then execs.
@@ -185,6 +186,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		}
 	}
 	s.cmd = cmd
+	s.initFile = initFile
 	return s, nil
 }
 
@@ -224,7 +226,12 @@ func (s *Sandbox) run() {
 		return
 	}
 	s.plan.Child.Mounts = mounts
-	s.cmd.ExtraFiles = append(s.cmd.ExtraFiles, trees...)
+	// The init's own executable goes last, and is executed by that
+	// position: Go's fork moves descriptors around (upwards from the
+	// highest one passed) before execve, and only a passed one's final
+	// position is sure to hold what the launcher put there.
+	s.cmd.ExtraFiles = append(append(s.cmd.ExtraFiles, trees...), s.initFile)
+	s.cmd.Path = initbin.ExecPath(3 + len(s.cmd.ExtraFiles) - 1)
 	s.mark("bind_sources")
 
 	err = s.cmd.Start()

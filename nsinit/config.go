@@ -95,9 +95,10 @@ const SourceAbsent = -1
 
 // The init's descriptors, set up by the launcher (exec.Cmd.ExtraFiles):
 // 0-2, then the tool's pass-list at 3..3+n-1 (exactly where the tool gets
-// them), the config pipe at 3+n, the report socket at 4+n, and the mount
-// trees the launcher cloned at FirstTreeFD(n) onwards, in plan order. n is
-// the init's argv[1]. Every one of them is below MaxInitFDs.
+// them), the config pipe at 3+n, the report socket at 4+n, the mount
+// trees the launcher cloned at FirstTreeFD(n) onwards, in plan order, and
+// last the init's own executable (the sealed memfd it was executed from).
+// n is the init's argv[1]. Every one of them is below MaxInitFDs.
 const (
 	// MaxPassFDs is how many descriptors a sandbox may pass on to its
 	// tool: the one limit of the launcher's plan and the init's argv check.
@@ -105,9 +106,8 @@ const (
 	// MaxBindSources is how many bind and device-node mounts a plan may
 	// have (each is one descriptor of the init in root mode).
 	MaxBindSources = 30
-	// MaxInitFDs bounds every descriptor number the init inherits: the
-	// launcher keeps the init's own executable (a memfd) at or above it.
-	MaxInitFDs = 5 + MaxPassFDs + MaxBindSources
+	// MaxInitFDs bounds every descriptor number the init inherits.
+	MaxInitFDs = 5 + MaxPassFDs + MaxBindSources + 1
 )
 
 // FirstTreeFD is the descriptor of the first mount tree the launcher

@@ -97,9 +97,9 @@ func takeSources(mounts []Mount, fds fdLayout) ([]int, error) {
 				return nil, stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
 			}
 		case m.TreeFD > 0:
-			if m.TreeFD < fds.trees || m.TreeFD >= MaxInitFDs {
+			if last := fds.trees + MaxBindSources - 1; m.TreeFD < fds.trees || m.TreeFD > last {
 				return nil, stepErr(StepCloneSources, "take bind source", m.Source, fmt.Sprintf("tree_fd %d", m.TreeFD),
-					fmt.Errorf("not a mount tree descriptor (trees are fds %d..%d)", fds.trees, MaxInitFDs-1))
+					fmt.Errorf("not a mount tree descriptor (trees are fds %d..%d)", fds.trees, last))
 			}
 			out[i] = m.TreeFD
 		default:

@@ -19,7 +19,7 @@ import (
 // The init's descriptors (see MaxInitFDs): the tool's pass-list at
 // 3..3+n-1, the config pipe (read end: the JSON Config, then EOF) at 3+n,
 // the report socket (JSON events) at 4+n, then the launcher's mount trees
-// from FirstTreeFD(n) on. n is argv[1].
+// from FirstTreeFD(n) on, then its own executable. n is argv[1].
 type fdLayout struct{ pass, config, report, trees int }
 
 func layoutFromArgs(args []string) (fdLayout, error) {

@@ -138,8 +138,8 @@ func TestTakeSourcesChecksTreeFDs(t *testing.T) {
 		t.Fatalf("takeSources: %v %v", got, err)
 	}
 	for _, bad := range []Mount{
-		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: 5},          // the report socket
-		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: MaxInitFDs}, // past the layout
+		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: 5},                  // the report socket
+		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: 6 + MaxBindSources}, // past the trees
 		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: SourceAbsent},
 	} {
 		_, err := takeSources([]Mount{bad}, fds)
