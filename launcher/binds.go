@@ -2,7 +2,9 @@ package launcher
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"syscall"
 
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
@@ -42,7 +44,11 @@ func numberTrees(ms []nsinit.Mount, first int) {
 // renumbered when an optional source has gone missing since the plan
 // (marked nsinit.SourceAbsent; the plan itself is not changed). A rootless
 // plan has no launcher trees: the init clones its sources itself.
-func cloneBindSources(ms []nsinit.Mount, first int) ([]*os.File, []nsinit.Mount, error) {
+//
+// A tree marked IDMapOwner (the work dir of `str run`) is then made
+// id-mapped to the tool's host ids (owner.apply) while it is still
+// detached, the only time the kernel allows it.
+func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap) ([]*os.File, []nsinit.Mount, error) {
 	var trees []*os.File
 	fail := func(err error) ([]*os.File, []nsinit.Mount, error) {
 		closeFiles(trees)
@@ -73,6 +79,11 @@ func cloneBindSources(ms []nsinit.Mount, first int) ([]*os.File, []nsinit.Mount,
 			return fail(se)
 		}
 		trees = append(trees, os.NewFile(uintptr(fd), m.Source))
+		if m.IDMapOwner {
+			if err := owner.apply(fd, m.Source); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	if copied {
 		numberTrees(out, first)
@@ -84,4 +95,79 @@ func closeFiles(fs []*os.File) {
 	for _, f := range fs {
 		f.Close()
 	}
+}
+
+// ownerMap makes a tree id-mapped so that its owner is the tool: the
+// tool's host ids and the sealed memfd of the init, the one program the
+// launcher has at hand (it is never run here).
+type ownerMap struct {
+	uid, gid int      // the tool's host ids (root mode: the leased block's)
+	exe      *os.File // initbin.File
+}
+
+// apply (step L3) maps the detached tree's owner to the tool:
+//
+//  1. the owner is read from the tree itself (no second path lookup) and
+//     refused if it is root, uid or gid: a tool must not leave files
+//     owned by root on the host (a setuid-root program, a cron file);
+//  2. a user namespace whose only mapping is owner -> tool (uid and gid)
+//     is made by a child started in it, stopped at its execve before it
+//     runs one instruction (PTRACE_TRACEME), and killed once its
+//     namespace is open: the kernel takes an idmapping as a namespace;
+//  3. mount_setattr(MOUNT_ATTR_IDMAP, AT_RECURSIVE) on the detached tree.
+//
+// Through the mount the tool's host uid is the owner's on disk: what the
+// tool creates belongs to the owner, and the owner's files are the
+// tool's. Other ids are unmapped there (read by their "other" bits).
+// The caller's goroutine is on a locked OS thread (the stopped child's
+// tracer), as Sandbox.run is.
+func (o ownerMap) apply(tree int, src string) error {
+	se := func(action, detail string, err error) *StepError {
+		return &StepError{Who: "launcher", Step: nsinit.StepLBindSources, Action: action, Path: src, Detail: detail, Msg: err.Error(), Err: err}
+	}
+	// 1. the owner, from the tree.
+	var st unix.Stat_t
+	if err := unix.Fstat(tree, &st); err != nil {
+		return se("id-map work dir", "fstat", err)
+	}
+	if st.Uid == 0 || st.Gid == 0 {
+		e := se("id-map work dir", fmt.Sprintf("owner %d:%d", st.Uid, st.Gid), errors.New("owned by root: a tool may not create root's files on the host"))
+		e.Hint = "chown the work dir to the unprivileged user and group the tool's files should belong to"
+		return e
+	}
+	if o.uid < 0 || o.gid < 0 || o.exe == nil {
+		return se("id-map work dir", "", errors.New("the tool's host ids are not leased (root mode only)"))
+	}
+	// 2. the namespace holding the mapping.
+	detail := fmt.Sprintf("uid %d -> %d, gid %d -> %d", st.Uid, o.uid, st.Gid, o.gid)
+	p, err := os.StartProcess("/proc/self/fd/3", []string{"str-idmap"}, &os.ProcAttr{
+		Files: []*os.File{nil, nil, nil, o.exe},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: o.uid, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: o.gid, Size: 1}},
+			Ptrace:      true, // stopped at its execve: the program never runs
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	})
+	if err != nil {
+		return se("id-map work dir", "user namespace "+detail, err)
+	}
+	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", p.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	_ = p.Kill()
+	_, _ = p.Wait()
+	if err != nil {
+		return se("id-map work dir", "open the user namespace "+detail, err)
+	}
+	defer unix.Close(userns)
+	// 3. the mapping, on the detached tree.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		e := se("id-map work dir", "mount_setattr MOUNT_ATTR_IDMAP AT_RECURSIVE, "+detail, err)
+		if errors.Is(err, unix.EINVAL) {
+			e.Hint = "the work dir's filesystem (or one mounted below it) does not support id-mapped mounts (ext4, xfs, btrfs and tmpfs do)"
+		}
+		return e
+	}
+	return nil
 }

@@ -53,6 +53,17 @@ func TestPlanTreeDescriptors(t *testing.T) {
 		if sources < 8 || (!rootless && next >= nsinit.MaxInitFDs) {
 			t.Errorf("rootless=%v: %d sources, last tree fd %d (limit %d)", rootless, sources, next-1, nsinit.MaxInitFDs)
 		}
+		owned := mustPlan(t, "standard", Request{Workdir: "/work", WorkdirAsOwner: true}, fakeHost(uid, CgroupV1))
+		for _, m := range owned.Child.Mounts {
+			if m.IDMapOwner != (m.Target == "/work" && !rootless) {
+				t.Errorf("rootless=%v: %s id_map_owner %v; only the work dir, only as root", rootless, m.Target, m.IDMapOwner)
+			}
+		}
+		for _, m := range pl.Child.Mounts {
+			if m.IDMapOwner {
+				t.Errorf("%s id-mapped without WorkdirAsOwner", m.Target)
+			}
+		}
 		text := FormatPlan(pl, func(profiles.Quantity) string { return "" })
 		if !rootless && !strings.Contains(text, "bind rw /work -> /work, recursive, nosuid,nodev (no symlink); cloned on the host by the launcher (init fd ") {
 			t.Errorf("--plan does not say who clones the work dir:\n%s", text)
@@ -106,7 +117,7 @@ func TestCloneBindSourcesAbsentAndSymlink(t *testing.T) {
 	if ms[0].TreeFD != 5 || ms[1].TreeFD != 0 || ms[2].TreeFD != 6 {
 		t.Fatalf("numbering: %+v", ms)
 	}
-	trees, out, err := cloneBindSources(ms, 5)
+	trees, out, err := cloneBindSources(ms, 5, ownerMap{})
 	if err != nil || len(trees) != 0 {
 		t.Fatalf("absent optional sources: %v, %d trees", err, len(trees))
 	}
@@ -123,7 +134,7 @@ func TestCloneBindSourcesAbsentAndSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms = []nsinit.Mount{{Kind: nsinit.MountBind, Source: link, Target: "/w", NoFollow: true, TreeFD: 5}}
-	_, _, err = cloneBindSources(ms, 5)
+	_, _, err = cloneBindSources(ms, 5, ownerMap{})
 	var se *StepError
 	if !errors.As(err, &se) || se.Step != nsinit.StepLBindSources || se.Path != link || !errors.Is(err, nsinit.ErrSymlinkSource) ||
 		!strings.Contains(err.Error(), "launcher: clone bind source "+link+" (step L3, open O_PATH|O_NOFOLLOW)") {
@@ -131,7 +142,7 @@ func TestCloneBindSourcesAbsentAndSymlink(t *testing.T) {
 	}
 	// A missing source that is not optional is an error naming it.
 	ms = []nsinit.Mount{{Kind: nsinit.MountBind, Source: filepath.Join(dir, "gone"), Target: "/w", TreeFD: 5}}
-	if _, _, err = cloneBindSources(ms, 5); !errors.Is(err, unix.ENOENT) || !strings.Contains(err.Error(), "gone") {
+	if _, _, err = cloneBindSources(ms, 5, ownerMap{}); !errors.Is(err, unix.ENOENT) || !strings.Contains(err.Error(), "gone") {
 		t.Fatalf("missing source: %v", err)
 	}
 }

@@ -122,6 +122,9 @@ func describeMount(m nsinit.Mount) string {
 		if m.NoFollow {
 			opt += " (no symlink)"
 		}
+		if m.IDMapOwner {
+			opt += " (id-mapped: its owner's host uid and gid are the tool's)"
+		}
 		return fmt.Sprintf("bind %s %s -> %s, recursive, nosuid,nodev%s%s", mode, m.Source, m.Target, opt, treeSource(m))
 	case nsinit.MountDevNode:
 		return fmt.Sprintf("device %s -> %s, nosuid,noexec%s", m.Source, m.Target, treeSource(m))

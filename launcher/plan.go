@@ -379,7 +379,8 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 			// no_follow: checked a directory above, and cloned through an
 			// O_NOFOLLOW descriptor, so a symlink swapped in meanwhile is
 			// refused rather than followed.
-			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd, NoFollow: true})
+			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd, NoFollow: true,
+				IDMapOwner: req.WorkdirAsOwner && host.UID == 0})
 			workdir = wd
 		}
 	}

@@ -214,7 +214,8 @@ func (s *Sandbox) run() {
 	// before the init that attaches them exists. They follow the report
 	// socket in the init's descriptors (nsinit.FirstTreeFD), where the
 	// plan numbered them.
-	trees, mounts, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs))
+	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID, exe: s.initFile}
+	trees, mounts, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner)
 	if err != nil {
 		s.startErr = err
 		s.configR.Close()

@@ -87,6 +87,12 @@ type Mount struct {
 	// itself at step 3 (rootless: it is the caller's own uid on the host);
 	// SourceAbsent, an optional source the launcher found missing.
 	TreeFD int `json:"tree_fd,omitempty"`
+	// IDMapOwner: root mode, the launcher makes the tree id-mapped
+	// (MOUNT_ATTR_IDMAP) before passing it, so that the source's owner
+	// (uid and gid, neither 0) is the tool's host uid and gid through the
+	// mount: the tool writes where the owner can, and its files belong to
+	// the owner on the host. The init does nothing with it.
+	IDMapOwner bool `json:"id_map_owner,omitempty"`
 }
 
 // SourceAbsent is the TreeFD of an optional bind whose source the

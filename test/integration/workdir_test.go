@@ -310,3 +310,63 @@ cat /proc/self/mountinfo`
 		t.Fatalf("the namespace's mount table does not show the shared tmpfs at %s:\n%s", shared, after)
 	}
 }
+
+// str run --workdir DIR --workdir-owner (root mode): DIR, owned by an
+// unprivileged user and writable only by it, is bound id-mapped so that
+// its owner is the tool inside: the tool writes there, and its files
+// belong to the owner on the host (issue 18 §2). Files of other owners
+// stay someone else's; a root-owned DIR is refused.
+func TestWorkdirOwnerIDMapped(t *testing.T) {
+	needRoot(t)
+	inner := privateChain(t)
+	wd := filepath.Join(inner, "wd")
+	if err := os.Mkdir(wd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const owner, group = 4242, 4343
+	theirs := filepath.Join(wd, "theirs.txt")
+	if err := os.WriteFile(theirs, []byte("someone else's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path     string
+		uid, gid int
+	}{{wd, owner, group}, {theirs, 5555, 5555}} {
+		if err := os.Chown(c.path, c.uid, c.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Without the flag the tool's own uid cannot write in a 0755 dir.
+	r := str(t, "--workdir", wd, "--", "/bin/sh", "-c", "echo x > plain.txt")
+	if r.Exit == 0 {
+		t.Fatalf("the tool wrote into a 0755 dir it does not own without --workdir-owner")
+	}
+
+	script := `set -e; [ "$(stat -c %u:%g .)" = "$(id -u):$(id -g)" ]; echo mine > out.txt; mkdir sub; echo nested > sub/n.txt
+if echo x >> theirs.txt 2>/dev/null; then echo WROTE_THEIRS; fi; echo done`
+	r = sh(t, "standard", script, "--workdir", wd, "--workdir-owner")
+	if strings.Contains(r.Stdout, "WROTE_THEIRS") || !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("stdout %q: the tool must own the dir and not another owner's file", r.Stdout)
+	}
+	for _, p := range []string{"out.txt", "sub", "sub/n.txt"} {
+		st, err := os.Lstat(filepath.Join(wd, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		if int(sys.Uid) != owner || int(sys.Gid) != group {
+			t.Errorf("%s on the host: owner %d:%d, want the work dir's %d:%d", p, sys.Uid, sys.Gid, owner, group)
+		}
+	}
+
+	// A root-owned work dir is refused at launcher step L3, named.
+	rootwd := filepath.Join(inner, "rootwd")
+	if err := os.Mkdir(rootwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = str(t, "--workdir", rootwd, "--workdir-owner", "--", "/bin/true")
+	if r.Exit != 125 || !strings.Contains(r.Stderr, "launcher: id-map work dir "+rootwd+" (step L3, owner 0:0): owned by root") {
+		t.Fatalf("root-owned work dir: exit %d, stderr %q", r.Exit, r.Stderr)
+	}
+}
