@@ -40,6 +40,17 @@ func numberTrees(ms []nsinit.Mount, first int) {
 // needs no permission of the sandbox's host uids on the directories above
 // its source (a work dir under a 0700 mktemp directory works).
 //
+// Why the launcher clones, not the init from a descriptor the launcher
+// opened: open_tree(OPEN_TREE_CLONE) copies only a mount of the caller's
+// own mount namespace (the init gets EINVAL for an O_PATH descriptor
+// opened in the host's), and it needs CAP_SYS_ADMIN over that namespace,
+// which only root holds over the host's. The detached clone, in an
+// anonymous namespace of its own, may then be attached by move_mount in
+// any namespace whose owner the caller is privileged over: the init's,
+// owned by the sandbox's user namespace (checked on Linux 6.18). So root
+// mode clones here, and rootless the init clones by path, as the
+// caller's own uid.
+//
 // It returns the trees in plan order, and the mounts with their TreeFD
 // renumbered when an optional source has gone missing since the plan
 // (marked nsinit.SourceAbsent; the plan itself is not changed). A rootless
