@@ -292,14 +292,14 @@ mkdir -p "$1/outer/inner"
 echo ---
 cat /proc/self/mountinfo`
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", shared, strBin, nested)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("unshare: %v\n%s", err, out.String())
+		t.Fatalf("unshare: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
 	before, after, ok := strings.Cut(out.String(), "---\n")
 	if !ok || strings.TrimSpace(before) != "inner" {
-		t.Fatalf("the sandbox should list /data as [inner]; output:\n%s", out.String())
+		t.Fatalf("the sandbox should list /data as [inner]; stdout before the mount table: %q; stderr:\n%s", before, errb.String())
 	}
 	for _, line := range strings.Split(after, "\n") {
 		if strings.Contains(line, shared+"/outer") {
