@@ -27,8 +27,9 @@
 // reap its own orphans; zombies it leaves count against pids.max until it
 // exits, and its exit kills every process of the sandbox.
 //
-// What it trusts: the plan from the launcher, nothing else — nsinit takes
-// no decision of its own. It holds no host privilege at any time: it is
+// What it trusts: the plan from the launcher and, root mode, the mount
+// trees it passes (clones of the plan's bind sources), nothing else —
+// nsinit takes no decision of its own. It holds no host privilege at any time: it is
 // root only of the sandbox's own user namespace, mapped to an unprivileged
 // host uid of its own.
 //
