@@ -17,6 +17,13 @@ type Request struct {
 	// Workdir is a host directory bound read-write at the same path inside
 	// and made the tool's working directory. "" = /tmp inside.
 	Workdir string
+	// WorkdirAsOwner (root mode) binds Workdir id-mapped: its owner's host
+	// uid and gid are the tool's through the mount, so the tool may write
+	// where the owner may and what it writes belongs to the owner on the
+	// host, as rootless. A work dir owned by root (uid or gid 0) is
+	// refused: no tool may leave root's files on the host. Rootless the
+	// tool is the caller already; nothing is mapped.
+	WorkdirAsOwner bool
 	// Binds are extra host paths made visible inside.
 	Binds []Bind
 

@@ -2,26 +2,32 @@
 // a Request into a Plan (pure: NewPlan touches nothing but a description
 // of the host, and is what `str profile show NAME --plan` prints), then
 // applies it in a few numbered steps (CreateFromPlan and Sandbox.run; the
-// step constants are nsinit.StepL1..StepL7):
+// step constants are nsinit.StepLCgroup..StepLTeardown):
 //
 //	L1. root mode: lease the sandbox's host id block (ids.go); create its
 //	    cgroup with memory.max (swap 0), pids.max and cpu.max (cgroup.go,
 //	    v2, or the v1 fallback on hybrid hosts), under an opaque name and
 //	    a lock file held for the sandbox's life
 //	L2. make the config pipe and the report socket
-//	L3. clone the static init (launcher/initbin, from a sealed memfd) with
+//	L3. root mode, at Start: clone every bind source on the host
+//	    (binds.go: open O_PATH, open_tree OPEN_TREE_CLONE|AT_RECURSIVE,
+//	    made private) and pass the detached trees to the init, which
+//	    attaches them by descriptor: a bind needs no permission of the
+//	    sandbox's uids on the source's parent directories
+//	L4. clone the static init (launcher/initbin, from a sealed memfd
+//	    passed as the init's last descriptor and executed by it) with
 //	    the plan's clone flags (a user namespace always), uid/gid maps,
 //	    setsid and Pdeathsig, from a locked OS thread that lives until the
 //	    child is reaped; on cgroup v2 the child is born in its cgroup
 //	    (CLONE_INTO_CGROUP)
-//	L4. cgroup v1: open the cgroup's tasks files to the init's host ids;
+//	L5. cgroup v1: open the cgroup's tasks files to the init's host ids;
 //	    its exec thread moves itself in before it drops anything
-//	L5. send the plan; the init performs its numbered sequence and
+//	L6. send the plan; the init performs its numbered sequence and
 //	    executes the tool in its own place (the tool is PID 1)
-//	L6. enforce the wall-clock timeout (SIGKILL) and the caller's
+//	L7. enforce the wall-clock timeout (SIGKILL) and the caller's
 //	    cancellation (SIGINT, SIGKILL after CancelGrace); PID 1's death
 //	    takes the whole pid namespace
-//	L7. after the child is reaped: kill what is left in the cgroup, read
+//	L8. after the child is reaped: kill what is left in the cgroup, read
 //	    peak memory, CPU, OOM and pids events, remove the cgroup, release
 //	    the id block
 //
@@ -39,8 +45,12 @@
 // limits for any moment; two sandboxes sharing a host uid.
 //
 // What it does not: it trusts the profiles it loads (embedded, or from the
-// directory the operator names) and the host paths the caller binds, which
-// must be searchable by the sandbox's unprivileged host uid.
+// directory the operator names) and the host paths the caller binds. What
+// a tool reads or writes inside a bind is still judged by the file
+// permissions against the tool's own host uid (root mode: "other"; the
+// work dir the worker chowns to it); only the directories above a bind
+// source need nothing. Rootless, the init clones the sources as the
+// caller's own uid, so the caller must be able to reach them.
 //
 // Needs: root, or user namespaces plus a delegated cgroup subtree
 // (cgroup v2: the launcher's cgroup writable, e.g. systemd Delegate=yes;

@@ -96,6 +96,18 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	return b.String()
 }
 
+// treeSource says who clones a bind source: the launcher on the host
+// (root mode; the init's descriptor) or the init itself (rootless).
+func treeSource(m nsinit.Mount) string {
+	switch {
+	case m.TreeFD > 0:
+		return fmt.Sprintf("; cloned on the host by the launcher (init fd %d)", m.TreeFD)
+	case m.TreeFD == nsinit.SourceAbsent:
+		return "; absent, skipped"
+	}
+	return "; cloned by the init"
+}
+
 func describeMount(m nsinit.Mount) string {
 	switch m.Kind {
 	case nsinit.MountBind:
@@ -107,9 +119,15 @@ func describeMount(m nsinit.Mount) string {
 		if m.Optional {
 			opt = " (optional)"
 		}
-		return fmt.Sprintf("bind %s %s -> %s, recursive, nosuid,nodev%s", mode, m.Source, m.Target, opt)
+		if m.NoFollow {
+			opt += " (no symlink)"
+		}
+		if m.IDMapOwner {
+			opt += " (id-mapped: its owner's host uid and gid are the tool's)"
+		}
+		return fmt.Sprintf("bind %s %s -> %s, recursive, nosuid,nodev%s%s", mode, m.Source, m.Target, opt, treeSource(m))
 	case nsinit.MountDevNode:
-		return fmt.Sprintf("device %s -> %s, nosuid,noexec", m.Source, m.Target)
+		return fmt.Sprintf("device %s -> %s, nosuid,noexec%s", m.Source, m.Target, treeSource(m))
 	case nsinit.MountTmpfs:
 		ro := ""
 		if m.ReadOnly {

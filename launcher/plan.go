@@ -212,6 +212,27 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	c.Mounts = mounts
 	c.Workdir = workdir
 
+	// Descriptors: the tool's pass-list and, root mode, one detached tree
+	// per bind source, cloned on the host by the launcher (step L3) and
+	// found by the init at its TreeFD; rootless, the init clones the
+	// sources itself (it is the caller's uid on the host). One limit for
+	// both modes, so a plan valid as root is valid rootless.
+	if n := len(req.ExtraFiles); n > nsinit.MaxPassFDs {
+		bad("%d descriptors to pass, at most %d", n, nsinit.MaxPassFDs)
+	}
+	sources := 0
+	for _, m := range mounts {
+		if hasSource(m) {
+			sources++
+		}
+	}
+	if sources > nsinit.MaxBindSources {
+		bad("%d bind mounts (the profile's, the request's and /dev's nodes), at most %d", sources, nsinit.MaxBindSources)
+	}
+	if !pl.Rootless {
+		numberTrees(c.Mounts, nsinit.FirstTreeFD(c.PassFDs))
+	}
+
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
@@ -348,10 +369,18 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 		wd := req.Workdir
 		if !filepath.IsAbs(wd) || filepath.Clean(wd) != wd || wd == "/" {
 			errs = append(errs, fmt.Errorf("work dir %q must be an absolute, clean path other than /", wd))
-		} else if fi, err := host.Lstat(wd); err != nil || !fi.IsDir() {
-			errs = append(errs, fmt.Errorf("work dir %s: not an existing directory (%v)", wd, err))
+		} else if fi, err := host.Lstat(wd); err != nil {
+			errs = append(errs, fmt.Errorf("work dir %s: %v", wd, err))
+		} else if fi.Mode()&fs.ModeSymlink != 0 {
+			errs = append(errs, fmt.Errorf("work dir %s is a symlink: name the directory itself", wd))
+		} else if !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("work dir %s is not a directory", wd))
 		} else {
-			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd})
+			// no_follow: checked a directory above, and cloned through an
+			// O_NOFOLLOW descriptor, so a symlink swapped in meanwhile is
+			// refused rather than followed.
+			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd, NoFollow: true,
+				IDMapOwner: req.WorkdirAsOwner && host.UID == 0})
 			workdir = wd
 		}
 	}

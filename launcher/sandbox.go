@@ -30,6 +30,7 @@ type Sandbox struct {
 	ids  *idLease // root mode: this sandbox's host id block
 
 	cmd               *exec.Cmd
+	initFile          *os.File // the sealed memfd of the init (initbin.File; shared, never closed)
 	configR, configW  *os.File
 	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
@@ -65,10 +66,10 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	now := time.Now()
 	s := &Sandbox{l: l, req: req, ctx: ctx, id: newCgroupID(), t0: now, last: now,
 		started: make(chan struct{}), finished: make(chan struct{})}
-	if len(req.ExtraFiles) > initbin.MaxPassFDs {
-		return nil, fmt.Errorf("%w: %d descriptors to pass, at most %d", ErrInvalidRequest, len(req.ExtraFiles), initbin.MaxPassFDs)
+	if len(req.ExtraFiles) != plan.Child.PassFDs {
+		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	initPath, err := initbin.Path()
+	initFile, err := initbin.File()
 	if err != nil {
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "memfd", Msg: err.Error(), Err: err}
 	}
@@ -106,7 +107,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			s.cg = cg
 		}
 	}
-	// L4. cgroup v1: the init's exec thread enters the cgroup itself
+	// L5. cgroup v1: the init's exec thread enters the cgroup itself
 	// (nsinit step 12); its tasks files become writable by the init's
 	// host ids, and nothing else of the cgroup does.
 	if s.cg != nil {
@@ -136,12 +137,12 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "socketpair", Path: "report", Detail: "AF_UNIX SOCK_SEQPACKET", Msg: err.Error(), Err: err}
 	}
 
-	// L3. The child: the static init from its sealed memfd, in new
+	// L4. The child: the static init from its sealed memfd, in new
 	// namespaces from the clone flags; no code of ours runs between fork
 	// and exec (Go's forkAndExecInChild does the maps and flags).
 	uids, gids := plan.sysProcIDMaps()
 	cmd := &exec.Cmd{
-		Path: initPath,
+		// Path is set at Start, when the init's descriptors are known.
 		Args: []string{"str-init", strconv.Itoa(len(req.ExtraFiles))},
 		// The init needs no environment (the tool's is in the plan); one
 		// P is plenty for a process that sets up and then execs.
@@ -185,6 +186,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		}
 	}
 	s.cmd = cmd
+	s.initFile = initFile
 	return s, nil
 }
 
@@ -207,10 +209,38 @@ func (s *Sandbox) run() {
 	defer runtime.UnlockOSThread()
 	defer close(s.finished)
 
-	err := s.cmd.Start()
-	// The child holds its ends now; ours must be closed so EOF works.
+	// L3. The bind sources, cloned on the host now (root mode): after
+	// the caller's last change to them (a work dir's tmpfs) and right
+	// before the init that attaches them exists. They follow the report
+	// socket in the init's descriptors (nsinit.FirstTreeFD), where the
+	// plan numbered them.
+	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID, exe: s.initFile}
+	trees, mounts, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner)
+	if err != nil {
+		s.startErr = err
+		s.configR.Close()
+		s.reportW.Close()
+		s.configW.Close()
+		s.reportR.Close()
+		s.release()
+		close(s.started)
+		return
+	}
+	s.plan.Child.Mounts = mounts
+	// The init's own executable goes last, and is executed by that
+	// position: Go's fork moves descriptors around (upwards from the
+	// highest one passed) before execve, and only a passed one's final
+	// position is sure to hold what the launcher put there.
+	s.cmd.ExtraFiles = append(append(s.cmd.ExtraFiles, trees...), s.initFile)
+	s.cmd.Path = initbin.ExecPath(3 + len(s.cmd.ExtraFiles) - 1)
+	s.mark("bind_sources")
+
+	err = s.cmd.Start()
+	// The child holds its ends and the trees now; ours must be closed so
+	// EOF works (and no tree outlives the sandbox in this process).
 	s.configR.Close()
 	s.reportW.Close()
+	closeFiles(trees)
 	if err != nil {
 		s.startErr = &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "clone init", Path: s.cmd.Path,
 			Detail: cloneDetail(s.plan), Msg: err.Error(), Err: err, Hint: "user namespaces disabled or not permitted? see str doctor"}
@@ -226,7 +256,7 @@ func (s *Sandbox) run() {
 		s.ids.record(pid)
 	}
 
-	// L5. Send the plan. Only now does the init start its setup.
+	// L6. Send the plan. Only now does the init start its setup.
 	data, _ := json.Marshal(&s.plan.Child)
 	_, werr := s.configW.Write(data)
 	s.configW.Close()
@@ -242,7 +272,7 @@ func (s *Sandbox) run() {
 		s.readReports()
 	}()
 
-	// L6. A timeout kills the whole sandbox; a cancellation asks the tool
+	// L7. A timeout kills the whole sandbox; a cancellation asks the tool
 	// (SIGINT) and kills it CancelGrace later.
 	var timer *time.Timer
 	if s.plan.Timeout > 0 {
@@ -261,7 +291,7 @@ func (s *Sandbox) run() {
 	<-reportDone
 	s.mark("run")
 
-	// L7. Teardown: the tool was PID 1, so its exit already killed the pid
+	// L8. Teardown: the tool was PID 1, so its exit already killed the pid
 	// namespace; the cgroup kill catches anything else, then the cgroup
 	// is read and removed and the id block released.
 	s.result = s.collect()

@@ -77,7 +77,48 @@ type Mount struct {
 	Mode     uint32    `json:"mode,omitempty"`
 	// Optional entries whose Source is missing on the host are skipped.
 	Optional bool `json:"optional,omitempty"`
+	// NoFollow: Source's last component must not be a symlink (the work
+	// dir); it is opened O_PATH|O_NOFOLLOW and refused if it is one.
+	NoFollow bool `json:"no_follow,omitempty"`
+	// TreeFD says where a bind's (or device node's) source comes from:
+	// > 0, the init's descriptor holding the detached tree the launcher
+	// cloned from Source on the host (root mode: the init's host uid may
+	// not even reach the path's parents); 0, the init clones Source
+	// itself at step 3 (rootless: it is the caller's own uid on the host);
+	// SourceAbsent, an optional source the launcher found missing.
+	TreeFD int `json:"tree_fd,omitempty"`
+	// IDMapOwner: root mode, the launcher makes the tree id-mapped
+	// (MOUNT_ATTR_IDMAP) before passing it, so that the source's owner
+	// (uid and gid, neither 0) is the tool's host uid and gid through the
+	// mount: the tool writes where the owner can, and its files belong to
+	// the owner on the host. The init does nothing with it.
+	IDMapOwner bool `json:"id_map_owner,omitempty"`
 }
+
+// SourceAbsent is the TreeFD of an optional bind whose source the
+// launcher found missing: the init skips it.
+const SourceAbsent = -1
+
+// The init's descriptors, set up by the launcher (exec.Cmd.ExtraFiles):
+// 0-2, then the tool's pass-list at 3..3+n-1 (exactly where the tool gets
+// them), the config pipe at 3+n, the report socket at 4+n, the mount
+// trees the launcher cloned at FirstTreeFD(n) onwards, in plan order, and
+// last the init's own executable (the sealed memfd it was executed from).
+// n is the init's argv[1]. Every one of them is below MaxInitFDs.
+const (
+	// MaxPassFDs is how many descriptors a sandbox may pass on to its
+	// tool: the one limit of the launcher's plan and the init's argv check.
+	MaxPassFDs = 64
+	// MaxBindSources is how many bind and device-node mounts a plan may
+	// have (each is one descriptor of the init in root mode).
+	MaxBindSources = 30
+	// MaxInitFDs bounds every descriptor number the init inherits.
+	MaxInitFDs = 5 + MaxPassFDs + MaxBindSources + 1
+)
+
+// FirstTreeFD is the descriptor of the first mount tree the launcher
+// passes to an init whose tool keeps pass descriptors.
+func FirstTreeFD(pass int) int { return 5 + pass }
 
 // Rlimit is one setrlimit call; soft and hard limits are equal.
 type Rlimit struct {

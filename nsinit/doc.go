@@ -27,13 +27,19 @@
 // reap its own orphans; zombies it leaves count against pids.max until it
 // exits, and its exit kills every process of the sandbox.
 //
-// What it trusts: the plan from the launcher, nothing else — nsinit takes
-// no decision of its own. It holds no host privilege at any time: it is
+// What it trusts: the plan from the launcher and, root mode, the mount
+// trees it passes (clones of the plan's bind sources), nothing else —
+// nsinit takes no decision of its own. It holds no host privilege at any time: it is
 // root only of the sandbox's own user namespace, mapped to an unprivileged
 // host uid of its own.
 //
 // Kernel features: user namespaces; open_tree, move_mount and
-// mount_setattr (5.12+) for recursive read-only binds; close_range
+// mount_setattr (5.12+) for recursive read-only binds, and for attaching
+// the trees the launcher cloned on the host (root mode: a detached tree
+// made in another mount namespace is attached here by move_mount, so the
+// init needs no permission on a bind source's parent directories; the
+// id-mapped work dir needs a filesystem with idmapped-mount support, e.g.
+// ext4, xfs, btrfs, tmpfs 6.3+); close_range
 // (5.11+); seccomp filter mode; a /proc that can be mounted afresh (not
 // masked by a container runtime — see str doctor).
 //

@@ -11,41 +11,113 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const hintSearch = "the sandbox's init runs as an unprivileged host uid of its own: a bind source and every directory above it " +
-	"must be searchable by others (chmod o+x on the directories, o+r on files the tool reads)"
+const hintSearch = "rootless, the init clones a bind source as the caller's own host uid: the caller must be able to reach it " +
+	"(search permission on every directory above it)"
 const hintUserns = "user namespaces or mount namespaces unavailable? see str doctor"
 const hintProc = "a fresh /proc cannot be mounted here, usually because the container runtime masks /proc " +
 	"(docker: --security-opt systempaths=unconfined; Kubernetes: procMount: Unmasked); " +
 	"or set best_effort: true in the profile to run without /proc"
+const hintWorkdir = "the work dir itself must be searchable (and, to write in it, writable) by the tool's uid inside; " +
+	"the directories above it on the host need nothing"
 
 func (e *StepError) hint(h string) *StepError { e.Hint = h; return e }
 
-// cloneSources (step 3) clones each bind source with open_tree while every
-// host path is still reachable. The clones are detached mount trees held
-// by fd; step 5 makes them read-only and attaches them. Optional sources
-// that do not exist get fd -1.
-func cloneSources(mounts []Mount) ([]int, error) {
-	fds := make([]int, len(mounts))
+// ErrSymlinkSource is the cause when a NoFollow source is a symlink.
+var ErrSymlinkSource = errors.New("the source is a symlink (refused: it must be the directory itself)")
+
+// CloneSource clones the bind source of m as a detached, private mount
+// tree and returns its descriptor (close-on-exec). It is the one sequence
+// for both sides: the launcher runs it on the host for a root-mode plan
+// (launcher step L3), the init in its own mount namespace when rootless
+// (step 3). On failure detail names the call that failed, for the
+// caller's StepError; an optional source that does not exist fails with
+// ENOENT like any other, the caller skips it.
+//
+//  1. open the source O_PATH, with O_NOFOLLOW when m.NoFollow, and refuse
+//     a symlink there: the tree is cloned from that descriptor, so the
+//     path is resolved exactly once;
+//  2. open_tree(OPEN_TREE_CLONE|AT_RECURSIVE) on the descriptor: a copy of
+//     the mount and everything mounted below it, attached nowhere;
+//  3. make the copy private, recursively: a clone of a shared host mount
+//     is a peer of it, so without this a mount made in the sandbox under
+//     the bind would appear on the host, and host mounts inside the
+//     sandbox. Read-only and the other attributes are set by the init's
+//     step 5 for every tree alike.
+func CloneSource(m Mount) (tree int, detail string, err error) {
+	// 1. one resolution of the path.
+	flags := unix.O_PATH | unix.O_CLOEXEC
+	detail = "open O_PATH"
+	if m.NoFollow {
+		flags |= unix.O_NOFOLLOW
+		detail = "open O_PATH|O_NOFOLLOW"
+	}
+	src, err := unix.Open(m.Source, flags, 0)
+	if err != nil {
+		return -1, detail, err
+	}
+	defer unix.Close(src)
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return -1, "fstat", err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return -1, detail, ErrSymlinkSource
+	}
+	// 2. the detached copy.
+	const cloneFlags = unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_RECURSIVE | unix.AT_EMPTY_PATH
+	tree, err = unix.OpenTree(src, "", cloneFlags)
+	if err != nil {
+		return -1, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err
+	}
+	// 3. private, so no mount event crosses between host and sandbox.
+	attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(tree)
+		return -1, "mount_setattr MS_PRIVATE AT_RECURSIVE", err
+	}
+	return tree, "", nil
+}
+
+// takeSources (step 3) returns, for each mount, the descriptor of its
+// detached source tree, or -1 for a mount with no source (or an optional
+// one that is absent). A TreeFD from the plan is the launcher's clone,
+// inherited at that number; it must lie in the trees' part of the layout.
+// Without one, the init clones the source itself (rootless), while every
+// host path is still reachable.
+func takeSources(mounts []Mount, fds fdLayout) ([]int, error) {
+	out := make([]int, len(mounts))
 	for i, m := range mounts {
-		fds[i] = -1
+		out[i] = -1
 		if m.Kind != MountBind && m.Kind != MountDevNode {
 			continue
 		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source,
-			unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-		if err != nil {
-			if m.Optional && errors.Is(err, unix.ENOENT) {
-				continue
+		switch {
+		case m.TreeFD == SourceAbsent:
+			if !m.Optional {
+				return nil, stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
 			}
-			se := stepErr(StepCloneSources, "clone bind source", m.Source, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err)
-			if errors.Is(err, unix.EACCES) {
-				se = se.hint(hintSearch)
+		case m.TreeFD > 0:
+			if last := fds.trees + MaxBindSources - 1; m.TreeFD < fds.trees || m.TreeFD > last {
+				return nil, stepErr(StepCloneSources, "take bind source", m.Source, fmt.Sprintf("tree_fd %d", m.TreeFD),
+					fmt.Errorf("not a mount tree descriptor (trees are fds %d..%d)", fds.trees, last))
 			}
-			return nil, se
+			out[i] = m.TreeFD
+		default:
+			fd, detail, err := CloneSource(m)
+			if err != nil {
+				if m.Optional && errors.Is(err, unix.ENOENT) {
+					continue
+				}
+				se := stepErr(StepCloneSources, "clone bind source", m.Source, detail, err)
+				if errors.Is(err, unix.EACCES) {
+					se = se.hint(hintSearch)
+				}
+				return nil, se
+			}
+			out[i] = fd
 		}
-		fds[i] = fd
 	}
-	return fds, nil
+	return out, nil
 }
 
 // doMount performs one planned mount (step 5) under the new root, whose fd
@@ -130,6 +202,16 @@ func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 			return stepErr(step, "mount_setattr", m.Source, what+" AT_RECURSIVE", err)
 		}
+		// Attach. A launcher's tree was cloned in the host's mount
+		// namespace and lives in an anonymous one of its own until now:
+		// move_mount attaches a detached tree into whichever namespace the
+		// caller may mount in (CAP_SYS_ADMIN over our user namespace), so
+		// no host privilege is needed here. Unlike a tree cloned from our
+		// inherited copy of the host's mounts, it carries no MNT_LOCKED
+		// flags: a capability in our user namespace could unmount its
+		// submounts or clear its read-only flag. The init does neither,
+		// and the tool has no capability (steps 13-16) and no mount
+		// syscalls (seccomp).
 		if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 			return stepErr(step, "bind-mount", m.Source+" -> "+m.Target, "move_mount", err)
 		}

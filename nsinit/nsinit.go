@@ -16,22 +16,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The init's descriptors, set up by the launcher through ExtraFiles: the
-// tool's pass-list first, at 3..3+n-1, exactly where the tool gets them;
-// then the config pipe (read end: the JSON Config, then EOF) at 3+n and
-// the report pipe (write end: JSON events) at 4+n. n is argv[1].
-type fdLayout struct{ pass, config, report int }
+// The init's descriptors (see MaxInitFDs): the tool's pass-list at
+// 3..3+n-1, the config pipe (read end: the JSON Config, then EOF) at 3+n,
+// the report socket (JSON events) at 4+n, then the launcher's mount trees
+// from FirstTreeFD(n) on, then its own executable. n is argv[1].
+type fdLayout struct{ pass, config, report, trees int }
 
 func layoutFromArgs(args []string) (fdLayout, error) {
 	n := 0
 	if len(args) > 1 {
 		v, err := strconv.Atoi(args[1])
-		if err != nil || v < 0 || v > 64 {
-			return fdLayout{}, fmt.Errorf("argv[1] %q is not a pass-fd count 0..64", args[1])
+		if err != nil || v < 0 || v > MaxPassFDs {
+			return fdLayout{}, fmt.Errorf("argv[1] %q is not a pass-fd count 0..%d", args[1], MaxPassFDs)
 		}
 		n = v
 	}
-	return fdLayout{pass: n, config: 3 + n, report: 4 + n}, nil
+	return fdLayout{pass: n, config: 3 + n, report: 4 + n, trees: FirstTreeFD(n)}, nil
 }
 
 // str's own exit codes, the same for `str run` and the init: a tool's own
@@ -45,7 +45,7 @@ const (
 
 // staging is where the new root is assembled before pivot_root. It is
 // inside our private mount namespace, so the host never sees it; every bind
-// source is cloned (open_tree) before the staging tmpfs is mounted, so host
+// source is taken (step 3) before the staging tmpfs is mounted, so host
 // paths under /tmp stay reachable.
 const staging = "/tmp"
 
@@ -81,7 +81,7 @@ func Main() {
 //  0. read the plan from the config pipe
 //  1. mark every inherited fd past the pass-list close-on-exec
 //  2. make / private, recursively
-//  3. clone every bind source (open_tree) and open the cgroup v1 tasks files while host paths are visible
+//  3. take each bind source's detached tree (the launcher's descriptor, or open_tree here when rootless) and open the cgroup v1 tasks files
 //  4. mount a fresh tmpfs as the new root
 //  5. perform the planned mounts in order
 //  6. pivot_root into the new root and detach the old one
@@ -142,10 +142,14 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 		return ExitSetupFailed, stepErr(StepMakePrivate, "make private", "/", "MS_REC|MS_PRIVATE", err).hint(hintUserns)
 	}
 
-	// 3. Clone the bind sources now: step 4 hides the host's staging dir.
-	// The cgroup v1 tasks files (the launcher made them writable by this
-	// process's host uid) are opened now too, for step 12.
-	trees, err := cloneSources(cfg.Mounts)
+	// 3. Take every bind source's detached tree now: step 4 hides the
+	// host's staging dir. Root mode, the launcher cloned them on the host
+	// and they are our descriptors (a bind then needs no permission of
+	// ours on the source's parents); rootless, we clone them here, as the
+	// caller's own host uid. The cgroup v1 tasks files (the launcher made
+	// them writable by this process's host uid) are opened now too, for
+	// step 12.
+	trees, err := takeSources(cfg.Mounts, fds)
 	if err != nil {
 		return ExitSetupFailed, err
 	}
@@ -211,7 +215,11 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 		wd = "/"
 	}
 	if err := unix.Chdir(wd); err != nil {
-		return ExitSetupFailed, stepErr(StepChdir, "chdir", wd, "", err)
+		se := stepErr(StepChdir, "chdir", wd, "", err)
+		if errors.Is(err, unix.EACCES) {
+			se = se.hint(hintWorkdir)
+		}
+		return ExitSetupFailed, se
 	}
 	if got, err := os.Getwd(); err != nil || got != wd {
 		return ExitSetupFailed, stepErr(StepChdir, "getcwd after chdir", wd, "got "+got, errOr(err, errors.New("working directory is not the planned one")))

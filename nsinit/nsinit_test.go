@@ -1,6 +1,7 @@
 package nsinit
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,14 +75,14 @@ func TestStepListsAgree(t *testing.T) {
 			t.Errorf("%s: step list\n%s\nwant (nsinit.DocList)\n%s", f.path, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	}
-	if StepExec.String() != "21" || StepLCgroup.String() != "L1" || StepLTeardown.String() != "L7" {
+	if StepExec.String() != "21" || StepLCgroup.String() != "L1" || StepLTeardown.String() != "L8" {
 		t.Fatalf("step names: %s %s %s", StepExec, StepLCgroup, StepLTeardown)
 	}
 }
 
 func TestLayoutFromArgs(t *testing.T) {
 	l, err := layoutFromArgs([]string{"str-init", "2"})
-	if err != nil || l != (fdLayout{pass: 2, config: 5, report: 6}) {
+	if err != nil || l != (fdLayout{pass: 2, config: 5, report: 6, trees: 7}) {
 		t.Fatalf("%+v %v", l, err)
 	}
 	for _, bad := range []string{"-1", "x", "65"} {
@@ -115,5 +116,36 @@ func TestPrepareExecOrder(t *testing.T) {
 	}
 	if len(ex.argv) != 3 || ex.argv[2] != nil || len(ex.envp) != 2 || ex.envp[1] != nil {
 		t.Fatalf("argv/envp not NULL-terminated: %d %d", len(ex.argv), len(ex.envp))
+	}
+}
+
+// Step 3 takes a launcher's tree only from the trees' part of the layout,
+// skips an optional source the launcher found absent, and refuses an
+// absent one that is not optional.
+func TestTakeSourcesChecksTreeFDs(t *testing.T) {
+	fds, err := layoutFromArgs([]string{"str-init", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := []Mount{
+		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: 6},
+		{Kind: MountFile, Target: "/etc/hosts"},
+		{Kind: MountBind, Source: "/opt", Target: "/opt", Optional: true, TreeFD: SourceAbsent},
+		{Kind: MountDevNode, Source: "/dev/null", Target: "/dev/null", TreeFD: 7},
+	}
+	got, err := takeSources(ok, fds)
+	if err != nil || len(got) != 4 || got[0] != 6 || got[1] != -1 || got[2] != -1 || got[3] != 7 {
+		t.Fatalf("takeSources: %v %v", got, err)
+	}
+	for _, bad := range []Mount{
+		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: 5},                  // the report socket
+		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: 6 + MaxBindSources}, // past the trees
+		{Kind: MountBind, Source: "/usr", Target: "/usr", TreeFD: SourceAbsent},
+	} {
+		_, err := takeSources([]Mount{bad}, fds)
+		var se *StepError
+		if !errors.As(err, &se) || se.Step != StepCloneSources || se.Path != "/usr" {
+			t.Errorf("tree_fd %d: %v", bad.TreeFD, err)
+		}
 	}
 }

@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ConfigVersion is the version of Config this nsinit understands.
-const ConfigVersion = 1
+// ConfigVersion is the version of Config this nsinit understands (2: the
+// launcher passes the bind sources' trees, Mount.TreeFD).
+const ConfigVersion = 2
 
 // Phase is one timed setup phase, in milliseconds.
 type Phase struct {

@@ -3,7 +3,7 @@ package nsinit
 import "strconv"
 
 // Step identifies one step of the sandbox setup. The init's steps are
-// numbered in the order run performs them; the launcher's are L1..L7. The
+// numbered in the order run performs them; the launcher's are L1..L8. The
 // same constants name the step in every StepError, in run's doc comment and
 // in SECURITY.md (TestStepListsAgree checks that the three agree).
 type Step int
@@ -35,17 +35,19 @@ const (
 	numInitSteps
 )
 
-// The launcher's steps (who "launcher"): L1..L7: create the cgroup (and
-// lease the host ids), make the pipes, clone the init, open the cgroup v1
-// tasks files to the init, send the plan, time out or cancel, tear down.
+// The launcher's steps (who "launcher"): L1..L8: create the cgroup (and
+// lease the host ids), make the pipes, clone the bind sources on the host,
+// clone the init, open the cgroup v1 tasks files to the init, send the
+// plan, time out or cancel, tear down.
 const (
 	StepLCgroup      Step = 101 + iota // L1
 	StepLPipes                         // L2
-	StepLClone                         // L3
-	StepLCgroupOwner                   // L4
-	StepLSendPlan                      // L5
-	StepLTimeout                       // L6
-	StepLTeardown                      // L7
+	StepLBindSources                   // L3
+	StepLClone                         // L4
+	StepLCgroupOwner                   // L5
+	StepLSendPlan                      // L6
+	StepLTimeout                       // L7
+	StepLTeardown                      // L8
 )
 
 // stepTitles is the one list of what each init step does: run's doc
@@ -54,7 +56,7 @@ var stepTitles = [numInitSteps]string{
 	StepReadPlan:     "read the plan from the config pipe",
 	StepCloseFDs:     "mark every inherited fd past the pass-list close-on-exec",
 	StepMakePrivate:  "make / private, recursively",
-	StepCloneSources: "clone every bind source (open_tree) and open the cgroup v1 tasks files while host paths are visible",
+	StepCloneSources: "take each bind source's detached tree (the launcher's descriptor, or open_tree here when rootless) and open the cgroup v1 tasks files",
 	StepRootTmpfs:    "mount a fresh tmpfs as the new root",
 	StepMounts:       "perform the planned mounts in order",
 	StepPivotRoot:    "pivot_root into the new root and detach the old one",

@@ -52,7 +52,8 @@ func cmdRun(args []string) int {
 	profileDir := fs.String("profile-dir", os.Getenv("STR_PROFILE_DIR"), "directory with extra *.yaml profiles")
 	fs.Var(&binds, "bind", "bind host `SRC[:DST]` read-write (repeatable)")
 	fs.Var(&roBinds, "ro-bind", "bind host `SRC[:DST]` read-only (repeatable)")
-	workdir := fs.String("workdir", "", "host `DIR` bound read-write at the same path and made the working directory (must be writable by the sandbox uid)")
+	workdir := fs.String("workdir", "", "host `DIR` bound read-write at the same path and made the working directory (must be writable by the sandbox uid, or see -workdir-owner)")
+	workdirOwner := fs.Bool("workdir-owner", false, "as root: bind --workdir id-mapped, its owner's uid and gid on the host being the tool's: the tool writes where the owner may and its files belong to the owner (a root-owned DIR is refused)")
 	timeout := fs.String("timeout", "", "wall-clock timeout (`DUR`: 10s, 2m; may only be shorter than the profile's)")
 	memory := fs.String("memory", "", "memory limit (`Q`: 256Mi, 1G; may only be lower than the profile's)")
 	cpus := fs.String("cpus", "", "CPU limit (`Q`: 1, 500m; may only be lower than the profile's)")
@@ -77,7 +78,7 @@ func cmdRun(args []string) int {
 	}
 
 	req := launcher.Request{
-		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, Pids: *pids,
+		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: *workdirOwner, Pids: *pids,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	var bad []error

@@ -10,13 +10,17 @@
 // executable through /proc/PID/exe must never reach a file of the host it
 // could overwrite. The init is executed from an anonymous memfd sealed
 // against any write, shrink or grow before the first sandbox starts, one
-// per str process and reused by every sandbox (no copy per spawn). Once
-// the tool runs, the init's image is gone anyway: the tool replaced it.
+// per str process and reused by every sandbox (no copy per spawn). The
+// init holds it as a descriptor until its execve (close-on-exec from its
+// step 1 on, so the tool never does); once the tool runs, the init's image
+// is gone anyway: the tool replaced it.
 package initbin
 
 import (
 	_ "embed"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -29,50 +33,49 @@ import (
 //go:embed str-init
 var Binary []byte
 
-// minFD is the lowest descriptor the memfd may have: above every fd the
-// launcher places in a child (0-2, the pass-list, two pipes), so the
-// child's fd shuffling before execve can never overwrite it.
-const minFD = 100
-
 var (
 	once    sync.Once
-	path    string
+	file    *os.File
 	openErr error
 )
 
-// Path returns "/proc/self/fd/N" for the sealed memfd holding the init,
-// creating it on first use. Executed in a child before its descriptors
-// close (the memfd is close-on-exec), the path names this same sealed file.
-func Path() (string, error) {
-	once.Do(func() { path, openErr = seal() })
-	return path, openErr
+// File returns the sealed memfd holding the init, creating it on first
+// use. It is one per str process, shared by every sandbox: never close
+// it. The launcher passes it to each init as the last of its descriptors
+// and executes it by that position (ExecPath): the fork's descriptor
+// shuffling (Go's forkAndExecInChild dups descriptors upwards from the
+// highest one passed) can land on any number not passed, but never on a
+// passed one's final position, so the path names the memfd whatever
+// descriptors the launcher holds.
+func File() (*os.File, error) {
+	once.Do(func() { file, openErr = seal() })
+	return file, openErr
 }
 
-// seal: memfd_create, write, seal, move above minFD.
-func seal() (string, error) {
+// ExecPath is the path that executes the init from the child's
+// descriptor fd, where the launcher placed File. It is resolved by the
+// child's execve, after the descriptors are in place.
+func ExecPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// seal: memfd_create, write, seal.
+func seal() (*os.File, error) {
 	fd, err := unix.MemfdCreate("str-init", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return "", fmt.Errorf("initbin: memfd_create: %w", err)
+		return nil, fmt.Errorf("initbin: memfd_create: %w", err)
 	}
-	defer unix.Close(fd)
+	f := os.NewFile(uintptr(fd), "str-init")
 	for off := 0; off < len(Binary); {
 		n, err := unix.Write(fd, Binary[off:])
 		if err != nil {
-			return "", fmt.Errorf("initbin: write memfd: %w", err)
+			f.Close()
+			return nil, fmt.Errorf("initbin: write memfd: %w", err)
 		}
 		off += n
 	}
 	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
-		return "", fmt.Errorf("initbin: seal memfd (F_SEAL_SEAL|F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_WRITE): %w", err)
+		f.Close()
+		return nil, fmt.Errorf("initbin: seal memfd (F_SEAL_SEAL|F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_WRITE): %w", err)
 	}
-	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, minFD)
-	if err != nil {
-		return "", fmt.Errorf("initbin: move memfd to fd >= %d: %w", minFD, err)
-	}
-	return fmt.Sprintf("/proc/self/fd/%d", high), nil
+	return f, nil
 }
-
-// MaxPassFDs is how many descriptors a sandbox may pass on to its tool:
-// together with 0-2 and the two pipes they must stay below the memfd.
-const MaxPassFDs = minFD - 5

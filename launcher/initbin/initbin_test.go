@@ -39,20 +39,21 @@ func TestEmbeddedInitUpToDate(t *testing.T) {
 // The memfd is sealed: neither a write nor a resize gets through, also not
 // through a fresh open of its /proc path (what /proc/PID/exe would give).
 func TestMemfdSealed(t *testing.T) {
-	p, err := Path()
+	f, err := File()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p2, _ := Path(); p2 != p {
-		t.Fatalf("a second memfd: %s then %s", p, p2)
+	if f2, _ := File(); f2 != f {
+		t.Fatalf("a second memfd: %s then %s", f.Name(), f2.Name())
 	}
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	p := ExecPath(int(f.Fd()))
+	w, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err == nil {
-		defer f.Close()
-		if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, unix.EPERM) {
+		defer w.Close()
+		if _, err := w.WriteAt([]byte("x"), 0); !errors.Is(err, unix.EPERM) {
 			t.Fatalf("write to the init's memfd: %v, want EPERM", err)
 		}
-		if err := f.Truncate(1); !errors.Is(err, unix.EPERM) {
+		if err := w.Truncate(1); !errors.Is(err, unix.EPERM) {
 			t.Fatalf("truncate of the init's memfd: %v, want EPERM", err)
 		}
 	}

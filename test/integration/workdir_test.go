@@ -1,0 +1,372 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// privateChain makes base/inner, both mode 0700 and owned by root, as
+// `mktemp -d` makes them: no other uid can search either. Everything a
+// test puts under inner is reachable only through the launcher, which
+// clones each bind source on the host (launcher step L3).
+func privateChain(t *testing.T) string {
+	t.Helper()
+	base, err := os.MkdirTemp("", "str-0700-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	inner := filepath.Join(base, "inner")
+	if err := os.Mkdir(inner, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{base, inner} {
+		if err := os.Chmod(d, 0o700); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+		st, err := os.Stat(d)
+		if err != nil || st.Mode().Perm() != 0o700 {
+			t.Fatalf("%s: want mode 0700: %v %v", d, st.Mode(), err)
+		}
+	}
+	return inner
+}
+
+// A `str run` work dir and a read-only bind whose parents no other uid can
+// search: the sandbox's init (an unprivileged host uid of its own) could
+// not reach them by path; the launcher clones them on the host and hands
+// the init the trees.
+func TestWorkDirUnderPrivateParent(t *testing.T) {
+	needRoot(t)
+	inner := privateChain(t)
+	wd := filepath.Join(inner, "wd")
+	tools := filepath.Join(inner, "tools")
+	for _, d := range []string{wd, tools} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(wd, 0o777); err != nil { // the tool's leased uid writes here
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tools, "data.txt"), []byte("from the tools dir\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inner, "secret.txt"), []byte("host only\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := sh(t, "standard", `pwd; cat `+tools+`/data.txt; echo written > out.txt; echo; ls `+inner,
+		"--workdir", wd, "--ro-bind", tools)
+	if want := wd + "\nfrom the tools dir\n\ntools\nwd\n"; r.Stdout != want {
+		t.Fatalf("stdout %q, want %q: the work dir as cwd, the tools file, and in the private parent only the two mount points", r.Stdout, want)
+	}
+	got, err := os.ReadFile(filepath.Join(wd, "out.txt"))
+	if err != nil || string(got) != "written\n" {
+		t.Fatalf("the tool's file on the host: %q %v", got, err)
+	}
+
+	// What still cannot work is named: a work dir the tool's uid cannot
+	// search fails at step 8 with the path and a hint, not at a parent.
+	closed := filepath.Join(inner, "closed")
+	if err := os.Mkdir(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r = str(t, "--workdir", closed, "--", "/bin/true")
+	if r.Exit != 125 || r.Res.SetupError == nil || r.Res.SetupError.Step != 8 || r.Res.SetupError.Path != closed ||
+		!strings.Contains(r.Stderr, "hint: the work dir itself must be searchable") {
+		t.Fatalf("exit %d, setup error %+v, stderr %q: want step 8 at %s with the hint", r.Exit, r.Res.SetupError, r.Stderr, closed)
+	}
+
+	// A work dir that is a symlink is refused, not followed.
+	link := filepath.Join(inner, "link")
+	if err := os.Symlink(wd, link); err != nil {
+		t.Fatal(err)
+	}
+	r = str(t, "--workdir", link, "--", "/bin/true")
+	if r.Exit != 125 || !strings.Contains(r.Stderr, "is a symlink") {
+		t.Fatalf("symlinked work dir: exit %d, stderr %q", r.Exit, r.Stderr)
+	}
+}
+
+// The worker with SANDBOX_WORK_DIR, the tools dir, the runner and site
+// dirs and the artifact store all under a 0700 mktemp chain starts (its
+// probe sandbox binds a work dir there) and serves calls, cold and from
+// its warm pool.
+func TestWorkerUnderPrivateParent(t *testing.T) {
+	needRoot(t)
+	inner := privateChain(t)
+	tools := filepath.Join(inner, "tools")
+	if err := os.Mkdir(tools, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const tool = `import os
+
+def write_here(ctx, text="hi"):
+    with open("note.txt", "w") as f:
+        f.write(text)
+    with open("note.txt") as f:
+        back = f.read()
+    return {"cwd": os.getcwd(), "read_back": back}
+`
+	if err := os.WriteFile(filepath.Join(tools, "private_tools.py"), []byte(tool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(inner, "manifest.yaml")
+	if err := os.WriteFile(manifest, []byte(`version: 1
+tools:
+  write_cold: {module: private_tools, function: write_here, timeout_seconds: 60}
+  write_warm: {module: private_tools, function: write_here, timeout_seconds: 60, warm: 1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(inner, "work")
+	broker, health := freeTCPPort(t), freeTCPPort(t)
+	w := startWorker(t, broker, health, map[string]string{
+		"SAM_NAMESPACE": "it/", "MANIFEST_PATH": manifest, "TOOLS_PYTHON_DIR": tools,
+		"SANDBOX_WORK_DIR": work, "STR_RUNNER_DIR": filepath.Join(inner, "runner"), "STR_SITE_DIR": filepath.Join(inner, "site"),
+		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(inner, "artifacts"),
+	})
+	for _, name := range []string{"write_cold", "write_warm"} {
+		r, out := invoke(t, broker, name, `{"text": "private parent"}`)
+		if r.Result == nil || r.Result.TimedOut || r.Result.ToolResult["read_back"] != "private parent" ||
+			!strings.HasPrefix(fmt.Sprint(r.Result.ToolResult["cwd"]), work+"/") {
+			t.Fatalf("%s: want the text read back from a work dir under %s; output:\n%s\nworker log:\n%s", name, work, out, w.log.String())
+		}
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type lockedBuffer struct {
+	mu chan struct{}
+	b  bytes.Buffer
+}
+
+func newLockedBuffer() *lockedBuffer { return &lockedBuffer{mu: make(chan struct{}, 1)} }
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu <- struct{}{}
+	defer func() { <-l.mu }()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu <- struct{}{}
+	defer func() { <-l.mu }()
+	return l.b.String()
+}
+
+type worker struct {
+	cmd  *exec.Cmd
+	log  *lockedBuffer
+	done chan struct{}
+}
+
+// startWorker runs `str worker --embedded-broker` with vars and waits
+// (generously) until /readyz answers 200, or the worker exits.
+func startWorker(t *testing.T, broker, health int, vars map[string]string) *worker {
+	t.Helper()
+	w := &worker{log: newLockedBuffer(), done: make(chan struct{})}
+	w.cmd = exec.Command(strBin, "worker", "--embedded-broker", "127.0.0.1:"+strconv.Itoa(broker))
+	w.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HEALTH_PORT=" + strconv.Itoa(health), "STR_LOG_LEVEL=info"}
+	for k, v := range vars {
+		w.cmd.Env = append(w.cmd.Env, k+"="+v)
+	}
+	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.cmd.Wait(); close(w.done) }()
+	t.Cleanup(func() {
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-w.done:
+		case <-time.After(60 * time.Second):
+			_ = w.cmd.Process.Kill()
+			<-w.done
+		}
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", health)
+	ready := eventually(90*time.Second, func() bool {
+		select {
+		case <-w.done:
+			return true
+		default:
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	select {
+	case <-w.done:
+		t.Fatalf("the worker exited before it was ready:\n%s", w.log.String())
+	default:
+	}
+	if !ready {
+		t.Fatalf("the worker was not ready within 90 s:\n%s", w.log.String())
+	}
+	return w
+}
+
+// reply is what str invoke prints last: the worker's reply.
+type reply struct {
+	Result *struct {
+		ToolResult map[string]any `json:"tool_result"`
+		TimedOut   bool           `json:"timed_out"`
+	} `json:"result"`
+	Error *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// invoke calls tool through `str invoke` and returns the reply (its last
+// line of output) and the whole output.
+func invoke(t *testing.T, broker int, tool, args string) (reply, string) {
+	t.Helper()
+	cmd := exec.Command(strBin, "invoke", tool, "--broker", "127.0.0.1:"+strconv.Itoa(broker),
+		"--namespace", "it/", "--args", args, "--wait", "3m")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
+		t.Fatalf("str invoke: %v", err)
+	}
+	var r reply
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("str invoke %s: exit %d, last line is not a reply (%v):\n%s", tool, cmd.ProcessState.ExitCode(), err, out.String())
+	}
+	return r, out.String()
+}
+
+// A bind source on a shared mount (systemd makes / shared): the
+// launcher's clone of it would be a peer of the host's mount, and a mount
+// the init makes under it (here a nested bind) would then appear on the
+// host. The clone is made private before it is attached, so nothing
+// crosses. The "host" is a mount namespace of its own made by unshare(1),
+// so the test changes nothing of the machine's or its own mounts.
+func TestBindsDoNotPropagateToHost(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		skipOrFail(t, "needs unshare(1) (util-linux) to make a mount namespace with a shared mount")
+	}
+	dir := privateChain(t)
+	shared := filepath.Join(dir, "shared")
+	nested := filepath.Join(dir, "nested")
+	for _, d := range []string{shared, nested} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Inside the new namespace: a shared tmpfs holding outer/inner; the
+	// sandbox binds outer at /data and another directory at /data/inner,
+	// so the init attaches the second tree inside the first. Then the
+	// namespace's own mount table is printed.
+	script := `set -e
+mount -t tmpfs -o size=1m str-shared "$1"
+mount --make-shared "$1"
+mkdir -p "$1/outer/inner"
+"$2" run --bind "$1/outer:/data" --ro-bind "$3:/data/inner" -- /bin/ls /data
+echo ---
+cat /proc/self/mountinfo`
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", shared, strBin, nested)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("unshare: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	before, after, ok := strings.Cut(out.String(), "---\n")
+	if !ok || strings.TrimSpace(before) != "inner" {
+		t.Fatalf("the sandbox should list /data as [inner]; stdout before the mount table: %q; stderr:\n%s", before, errb.String())
+	}
+	for _, line := range strings.Split(after, "\n") {
+		if strings.Contains(line, shared+"/outer") {
+			t.Fatalf("a mount the sandbox made appeared outside it:\n%s", line)
+		}
+	}
+	if !strings.Contains(after, shared) {
+		t.Fatalf("the namespace's mount table does not show the shared tmpfs at %s:\n%s", shared, after)
+	}
+}
+
+// str run --workdir DIR --workdir-owner (root mode): DIR, owned by an
+// unprivileged user and writable only by it, is bound id-mapped so that
+// its owner is the tool inside: the tool writes there, and its files
+// belong to the owner on the host (issue 18 §2). Files of other owners
+// stay someone else's; a root-owned DIR is refused.
+func TestWorkdirOwnerIDMapped(t *testing.T) {
+	needRoot(t)
+	inner := privateChain(t)
+	wd := filepath.Join(inner, "wd")
+	if err := os.Mkdir(wd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const owner, group = 4242, 4343
+	theirs := filepath.Join(wd, "theirs.txt")
+	if err := os.WriteFile(theirs, []byte("someone else's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path     string
+		uid, gid int
+	}{{wd, owner, group}, {theirs, 5555, 5555}} {
+		if err := os.Chown(c.path, c.uid, c.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Without the flag the tool's own uid cannot write in a 0755 dir.
+	r := str(t, "--workdir", wd, "--", "/bin/sh", "-c", "echo x > plain.txt")
+	if r.Exit == 0 {
+		t.Fatalf("the tool wrote into a 0755 dir it does not own without --workdir-owner")
+	}
+
+	script := `set -e; [ "$(stat -c %u:%g .)" = "$(id -u):$(id -g)" ]; echo mine > out.txt; mkdir sub; echo nested > sub/n.txt
+if echo x >> theirs.txt 2>/dev/null; then echo WROTE_THEIRS; fi; echo done`
+	r = sh(t, "standard", script, "--workdir", wd, "--workdir-owner")
+	if strings.Contains(r.Stdout, "WROTE_THEIRS") || !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("stdout %q: the tool must own the dir and not another owner's file", r.Stdout)
+	}
+	for _, p := range []string{"out.txt", "sub", "sub/n.txt"} {
+		st, err := os.Lstat(filepath.Join(wd, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		if int(sys.Uid) != owner || int(sys.Gid) != group {
+			t.Errorf("%s on the host: owner %d:%d, want the work dir's %d:%d", p, sys.Uid, sys.Gid, owner, group)
+		}
+	}
+
+	// A root-owned work dir is refused at launcher step L3, named.
+	rootwd := filepath.Join(inner, "rootwd")
+	if err := os.Mkdir(rootwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = str(t, "--workdir", rootwd, "--workdir-owner", "--", "/bin/true")
+	if r.Exit != 125 || !strings.Contains(r.Stderr, "launcher: id-map work dir "+rootwd+" (step L3, owner 0:0): owned by root") {
+		t.Fatalf("root-owned work dir: exit %d, stderr %q", r.Exit, r.Stderr)
+	}
+}
