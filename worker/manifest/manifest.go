@@ -113,7 +113,14 @@ const MaxWarm = 16
 // Manifest is the parsed manifest file.
 type Manifest struct {
 	Version int
-	Tools   map[string]*Tool
+	// Tools holds the entries that passed every check: the tools served.
+	Tools map[string]*Tool
+	// Unavailable maps the name of each entry that failed a check to its
+	// problems (with line numbers, "; "-separated). One bad entry never
+	// rejects the manifest: the worker reports it (log, /readyz) and
+	// answers its calls TOOL_NOT_AVAILABLE with the reason, and serves
+	// the others. A name is never in both maps.
+	Unavailable map[string]string
 }
 
 // Error lists every problem found in a manifest.
@@ -172,15 +179,22 @@ func readLimited(path string) ([]byte, error) {
 	return data, nil
 }
 
-// Parse decodes a manifest strictly: unknown keys, duplicate keys, YAML
-// anchors/aliases and wrongly typed values are errors, and every problem
-// is collected into one *Error (with line numbers) before returning.
-// A missing "version" reads as 1 (manifests written for the reference
-// often omit it); any other value than 1 is an error. "tools" is required
-// (it may be an empty mapping).
+// Parse decodes a manifest strictly, in two tiers.
+//
+// Whole-file problems reject the manifest, every one collected into one
+// *Error (with line numbers): not YAML, empty, more than one document,
+// not a mapping, an unknown top-level key, a "version" other than 1 (a
+// missing one reads as 1: manifests written for the reference often omit
+// it), "tools" missing or not a mapping, and, among the tools, duplicate
+// names, keys that are not strings, YAML anchors, aliases and merge keys.
+//
+// An entry's own problems (an unknown or mistyped field, a value that
+// fails a check, a name that cannot be a topic level) make only that
+// entry unavailable: it goes to Manifest.Unavailable with its reasons and
+// the other entries load.
 func Parse(data []byte, source string) (*Manifest, error) {
 	p := &parser{}
-	m := &Manifest{Version: SchemaVersion, Tools: map[string]*Tool{}}
+	m := &Manifest{Version: SchemaVersion, Tools: map[string]*Tool{}, Unavailable: map[string]string{}}
 
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -206,6 +220,7 @@ func Parse(data []byte, source string) (*Manifest, error) {
 		}
 	}
 	tools, ok := fields["tools"]
+	var entryProblems []string
 	switch {
 	case !ok:
 		if root.Kind == yaml.MappingNode {
@@ -215,14 +230,26 @@ func Parse(data []byte, source string) (*Manifest, error) {
 		// "tools:" with nothing under it: no tools
 	default:
 		for _, entry := range p.pairs(tools, "tools") {
-			name := entry[0]
-			if t := p.tool(name, entry[1]); t != nil {
-				m.Tools[t.Name] = t
+			name, ok := p.str(entry[0], "tool name")
+			if !ok {
+				continue
 			}
+			// The entry's problems are its own: collected apart, they
+			// make this entry unavailable, not the manifest invalid.
+			ep := &parser{}
+			t := ep.tool(name, entry[0], entry[1])
+			if len(ep.problems) > 0 {
+				m.Unavailable[name] = strings.Join(ep.problems, "; ")
+				entryProblems = append(entryProblems, ep.problems...)
+				continue
+			}
+			m.Tools[name] = t
 		}
 	}
 	if len(p.problems) > 0 {
-		return nil, &Error{Source: source, Problems: p.problems}
+		// The file is rejected; its entries' problems are listed too, so
+		// that one fix-up round sees them all.
+		return nil, &Error{Source: source, Problems: append(p.problems, entryProblems...)}
 	}
 	return m, nil
 }
@@ -239,12 +266,10 @@ var networkFields = map[string]bool{
 	"policy": true, "allowed_hosts": true, "allowed_ports": true, "allowed_cidrs": true, "dns_servers": true, "on_violation": true,
 }
 
-func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
-	name, ok := p.str(nameNode, "tool name")
-	if !ok {
-		return nil
-	}
-	before := len(p.problems)
+// tool decodes one entry; every problem it finds is p's (the caller gives
+// each entry a parser of its own). The result is meaningless when p has
+// problems.
+func (p *parser) tool(name string, nameNode, node *yaml.Node) *Tool {
 	where := fmt.Sprintf("tools.%s", name)
 	if reason := checkToolName(name); reason != "" {
 		p.add(nameNode, fmt.Sprintf("tool name %q %s", name, reason))
@@ -364,9 +389,6 @@ func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
 			t.SHA256 = strings.ToLower(t.SHA256)
 		}
 	}
-	if len(p.problems) > before {
-		return nil
-	}
 	return t
 }
 
@@ -383,6 +405,11 @@ func fieldOr(fields map[string]*yaml.Node, key string, fallback *yaml.Node) *yam
 	}
 	return fallback
 }
+
+// ValidToolName reports whether name can be one broker topic level (the
+// check every entry's name passes; an entry whose name fails it is
+// unavailable and no topic can be subscribed for it).
+func ValidToolName(name string) bool { return checkToolName(name) == "" }
 
 // checkToolName returns why name cannot be one topic level, or "".
 func checkToolName(name string) string {
@@ -533,27 +560,54 @@ func (m *Manifest) Names() []string {
 	return sortedKeys(m.Tools)
 }
 
-// Diff compares two manifests by tool name. old may be nil (everything in
-// new is added). Each list is sorted.
+// Entries returns the names of every entry, served or unavailable, in
+// sorted order.
+func (m *Manifest) Entries() []string {
+	if m == nil {
+		return nil
+	}
+	names := make([]string, 0, len(m.Tools)+len(m.Unavailable))
+	names = append(names, sortedKeys(m.Tools)...)
+	names = append(names, sortedKeys(m.Unavailable)...)
+	sort.Strings(names)
+	return names
+}
+
+// has reports whether name is an entry of m, served or unavailable.
+func (m *Manifest) has(name string) bool {
+	if m == nil {
+		return false
+	}
+	_, ok := m.Tools[name]
+	_, bad := m.Unavailable[name]
+	return ok || bad
+}
+
+// sameEntry reports whether name is the same entry in a and b: the same
+// tool (Tool.Equal), or unavailable in both for the same reasons.
+func sameEntry(a, b *Manifest, name string) bool {
+	at, bt := a.Tools[name], b.Tools[name]
+	if at != nil || bt != nil {
+		return at.Equal(bt)
+	}
+	return a.Unavailable[name] == b.Unavailable[name]
+}
+
+// Diff compares two manifests by entry name, served or unavailable: an
+// entry that goes from one to the other, or changes its definition or its
+// reasons, is changed. old may be nil (everything in new is added). Each
+// list is sorted.
 func Diff(old, new *Manifest) (added, removed, changed []string) {
-	var oldTools, newTools map[string]*Tool
-	if old != nil {
-		oldTools = old.Tools
-	}
-	if new != nil {
-		newTools = new.Tools
-	}
-	for _, name := range sortedKeys(newTools) {
-		o, ok := oldTools[name]
+	for _, name := range new.Entries() {
 		switch {
-		case !ok:
+		case !old.has(name):
 			added = append(added, name)
-		case !o.Equal(newTools[name]):
+		case !sameEntry(old, new, name):
 			changed = append(changed, name)
 		}
 	}
-	for _, name := range sortedKeys(oldTools) {
-		if _, ok := newTools[name]; !ok {
+	for _, name := range old.Entries() {
+		if !new.has(name) {
 			removed = append(removed, name)
 		}
 	}
