@@ -44,7 +44,7 @@ type Tool struct {
 	Name           string // the key under tools:, one topic level
 	Runtime        string // always "python"
 	Module         string // dotted Python module, e.g. "example_tools" or "pkg.sub"
-	Function       string // attribute of the module (or method of ClassName)
+	Function       string // attribute of the module; with ClassName optional (see runner)
 	ClassName      string // class-based tool: the class to instantiate
 	Package        string // pip distribution to install when the module is not importable
 	Version        string // version specifiers for Package, e.g. ">=1.0,<2.0"
@@ -360,8 +360,10 @@ func (p *parser) tool(name string, nameNode, node *yaml.Node) *Tool {
 			p.add(fields["module"], fmt.Sprintf("%s.module: %q is not a dotted Python identifier", where, t.Module))
 		}
 		if t.Function == "" {
-			if absent(fields, "function") {
-				p.add(node, where+".function is required")
+			// A class-based tool (class_name) is called through the
+			// class's own method, as the reference calls it: no function.
+			if absent(fields, "function") && t.ClassName == "" {
+				p.add(node, where+".function is required (or class_name for a class-based tool)")
 			}
 		} else if !identRE().MatchString(t.Function) {
 			p.add(fields["function"], fmt.Sprintf("%s.function: %q is not a Python identifier", where, t.Function))

@@ -56,6 +56,7 @@ func TestParseValidVariants(t *testing.T) {
 		"block style":     "version: 1\ntools:\n  t:\n    module: pkg\n    function: run\n    class_name: Tool\n    sha256: " + strings.Repeat("AB", 32) + "\n    timeout_seconds: 0\n",
 		"null optional":   "version: 1\ntools:\n  t: {module: m, function: f, class_name: ~, description: }\n",
 		"unicode name ok": "version: 1\ntools:\n  outil_é: {module: m, function: f}\n",
+		"class only":      "version: 1\ntools:\n  t: {module: m, class_name: Tool}\n",
 	}
 	for name, src := range cases {
 		m, err := Parse([]byte(src), name)
@@ -67,6 +68,11 @@ func TestParseValidVariants(t *testing.T) {
 			tool := m.Tools["t"]
 			if tool.SHA256 != strings.Repeat("ab", 32) || tool.TimeoutSeconds != DefaultTimeoutSeconds || tool.ClassName != "Tool" {
 				t.Errorf("block style: %+v", *tool)
+			}
+		}
+		if name == "class only" {
+			if tool := m.Tools["t"]; tool.ClassName != "Tool" || tool.Function != "" {
+				t.Errorf("class only: %+v", *tool)
 			}
 		}
 	}
@@ -82,6 +88,7 @@ tools:
   no_module: {function: f}
   no_function: {module: m}
   empty_function: {module: m, function: ""}
+  empty_class: {module: m, class_name: ""}
   bad_runtime: {runtime: node, module: m, function: f}
   bad_module: {module: "a..b", function: f}
   dotted_function: {module: m, function: a.b}
@@ -112,6 +119,7 @@ tools:
 		"tools.no_module.module is required",
 		"tools.no_function.function is required",
 		"tools.empty_function.function is required",
+		"tools.empty_class.function is required (or class_name for a class-based tool)",
 		`tools.bad_runtime.runtime: "node" is not supported`,
 		`tools.bad_module.module: "a..b" is not a dotted Python identifier`,
 		`tools.dotted_function.function: "a.b" is not a Python identifier`,

@@ -11,17 +11,31 @@ Python 3.9 or newer. What the runner does, in order:
 
   1. read runner_args.json (keys of spec section 7.3);
   2. import the tool's module (the tools directory is on PYTHONPATH) and
-     find the function, or instantiate class_name and take its method;
-     any failure here is reported with error_kind "import";
+     find the function, or instantiate class_name (class-based tools,
+     below); any failure here is reported with error_kind "import";
   3. build the context object (ctx) and the call arguments following the
      calling convention (below);
   4. call the tool (an "async def" tool, or any awaitable it returns, runs
      under asyncio.run);
      an exception is reported with error_kind "execution", an exception
      whose class (or a base class) is named ToolError with error_kind "tool";
-  5. normalise the return value to a JSON object (spec section 3);
+  5. write the data objects of a ToolResult that are to become artifacts
+     into output_dir, and normalise the return value to a JSON object
+     (spec section 3; portable tools, below);
   6. write result_file atomically (temporary file, rename) as
      {"result": {...}} or {"error": "...", "error_kind": "..."}.
+
+Init mode ("mode": "init" in runner_args.json, or the reference's
+"init_mode": true) describes the tool instead of calling it, for the init
+sub-protocol (spec section 14): the result is the tool's InitInfo
+(tool_name, description, parameters_schema in the agent's Schema dialect,
+ctx_facade_param_name, artifact_params; absent ones left out). A
+class-based tool is instantiated as for a call, its init(component=None,
+tool_config=...) awaited, its tool_name, tool_description,
+parameters_schema, ctx_facade_param_name and artifact_params read, and its
+cleanup() awaited, as the reference's init does. A function tool is
+described from its signature and docstring as the reference's agent
+describes a function it wraps (see _describe_function).
 
 Done signal (--done-fd N, a pipe from the worker): after the result file
 is complete (step 6) the runner writes one byte "d" on it, so the worker
@@ -46,26 +60,61 @@ result path). Nothing the tool prints on stdout or stderr is interpreted.
 Calling convention (spec section 8): the first parameter receives ctx
 when it is positional, not among the args, not an input artifact
 parameter, not named tool_config, and either unannotated or annotated
-Any (typing.Any, "Any", object) or with the context facade
-(ToolContextFacade or ToolContext, a class or a string); the args go as
-keyword arguments. So both generations of reference tools,
+Any (typing.Any, "Any", object) or with a context type (below); the args
+go as keyword arguments. So both generations of reference tools,
 "def f(ctx, x)" and "def f(ctx: Any, x)", get ctx, and a plain
 "def hello(name: str)" gets its args alone. Any other parameter not among
-the args receives the tool config when it is named tool_config, ctx when
-it is annotated with the facade, and an input artifact as below. Strings
-(from "from __future__ import annotations") count like the names they
-spell, by their last dotted part ("typing.Any" is Any).
+the args receives the tool config when it is named tool_config, a context
+when it is annotated with a context type, and an input artifact as below.
+Strings (from "from __future__ import annotations") count like the names
+they spell, by their last dotted part ("typing.Any" is Any).
+
+Context types: a parameter annotated ToolContextFacade (the reference's
+rule: a class of that name or SandboxToolContextFacade, a string
+containing the name, or Optional of one) receives the portable facade
+(ToolContextFacade below: the reference's API, with async
+load_artifact(filename)); one annotated ToolContext, and an unannotated or
+Any first parameter, receive the legacy ctx (ToolContext: spec section 8's
+load_artifact(param) and friends).
 
 Input artifacts: a tool parameter that is not among the args but names an
 input artifact (a key of artifact_paths) receives the artifact's local path;
 a list-valued artifact parameter ("p[0]", "p[1]", ...) receives the list of
 paths. The bytes are read with ctx.load_artifact(param) as usual.
 
-Class-based tools: when class_name is set, the class is instantiated with
-no arguments, or with tool_config=<the tool config> when its constructor
-has a parameter named tool_config. The method called is the attribute named
-by "function"; only when "function" is empty does the runner fall back to
-the instance's __call__ (if the class defines one) and then to its "run".
+Portable tools (the reference's newer API): a parameter annotated
+Artifact, List[Artifact], Optional[Artifact] (or their string forms)
+receives Artifact objects (content, filename, version, mime_type,
+metadata, as_text(), as_bytes()) built from artifact_metadata in place
+of the filenames the agent sent, as the reference's runner builds them
+(a list from the entries "p[0]", "p[1]", ... of the filenames sent; an
+entry or file that is missing is skipped). A return value with
+model_dump and data_objects (a ToolResult) has each data object whose
+disposition is auto, artifact or artifact_with_preview written into
+output_dir under its name (ctx.save_artifact's checks; the worker then
+saves it with the other output files) and removed from data_objects; the
+result is its model_dump(), with what JSON cannot hold as its str() (the
+reference's json.dumps(default=str)).
+
+Class-based tools: when class_name is set, a class of the reference's
+DynamicTool shape (it has _run_async_impl) is run as the reference runs
+it: instantiated with tool_config=<config_model.model_validate(tool
+config)> when the class has a config_model, else tool_config=<the tool
+config>; called as _run_async_impl(args=<the args, plus Artifact objects
+for its artifact_params and the facade under its ctx_facade_param_name>,
+tool_context=None), awaited when it returns an awaitable; "function" is
+ignored. Any other class (str's older convention) is instantiated with
+tool_config=... when its constructor has that parameter, else with no
+arguments; the method called is the attribute named by "function", or,
+when "function" is empty, the instance's __call__ (if the class defines
+one) and then its "run".
+
+The reference's own types: a tool that imports ToolResult, DataObject,
+DataDisposition, Artifact, DynamicTool or ToolContextFacade from
+solace_agent_mesh gets the real package when it is importable in the
+sandbox. Otherwise a meta path finder, consulted after every other one,
+serves stand-ins under the same module names (_SHIM_MODULES): same
+constructors, attributes and model_dump() output, no pydantic.
 
 Tools may "import str_tool" (registered by this runner) to reach ToolError,
 ToolContext and ToolContextFacade; ctx.ToolError is the same class.
@@ -91,8 +140,12 @@ import sys
 TRACEBACK_TAIL_LINES = 20
 EXIT_NO_RESULT = 2
 
-# Annotation names that mark a parameter as "receives the context object".
-FACADE_ANNOTATION_NAMES = ("ToolContextFacade", "ToolContext")
+# Annotation names that mark a parameter as "receives the context object":
+# a name containing ToolContextFacade gets the portable facade (the
+# reference's rule, so SandboxToolContextFacade counts), ToolContext the
+# legacy ctx.
+FACADE_ANNOTATION_NAME = "ToolContextFacade"
+LEGACY_CONTEXT_ANNOTATION_NAME = "ToolContext"
 # Annotation names that let the first parameter receive the context object
 # (besides the facade names): the reference's "ctx: Any".
 ANY_ANNOTATION_NAMES = ("Any", "object")
@@ -348,6 +401,509 @@ class ToolContext:
         """Returns tool_config[key], or default."""
         return self._tool_config.get(key, default)
 
+    def _portable_facade(self):
+        """The run's ToolContextFacade (one per run, made on first use)."""
+        facade = self.__dict__.get("_facade")
+        if facade is None:
+            facade = self._facade = ToolContextFacade(self)
+        return facade
+
+
+class ToolContextFacade:
+    """The context of portable tools (the reference's ToolContextFacade API).
+
+    A parameter annotated ToolContextFacade (and a class-based tool's
+    ctx_facade_param_name) receives this object instead of the legacy ctx:
+    the same tool code runs in-process under an agent and here. Artifacts
+    are addressed by filename and loaded asynchronously, as the agent's
+    facade does; status, output artifacts and configuration go through the
+    run's ToolContext, so both objects share one output directory and one
+    record of mime types.
+    """
+
+    ToolError = ToolError
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self._state = {}
+        # {filename: {local_path, mime_type, version}} of the input artifacts.
+        self._artifacts = {}
+        for meta in ctx._artifact_metadata.values():
+            if isinstance(meta, dict) and meta.get("filename"):
+                self._artifacts[meta["filename"]] = {
+                    "local_path": meta.get("local_path") or "",
+                    "mime_type": meta.get("mime_type") or "application/octet-stream",
+                    "version": meta.get("version", 0),
+                }
+
+    user_id = property(lambda self: self._ctx.user_id)
+    session_id = property(lambda self: self._ctx.session_id)
+    app_name = property(lambda self: self._ctx.app_name)
+    state = property(lambda self: self._state)
+    # The agent's ADK ToolContext does not exist inside a sandbox.
+    raw_tool_context = property(lambda self: None)
+
+    def get_config(self, key, default=None):
+        return self._ctx.get_config(key, default)
+
+    def send_status(self, message):
+        return self._ctx.send_status(message)
+
+    def send_signal(self, signal_data, skip_buffer_flush=False):
+        """Not available in a sandbox (only text status lines are relayed)."""
+        return False
+
+    def _artifact(self, filename):
+        info = self._artifacts.get(filename)
+        if not info:
+            raise FileNotFoundError("Artifact %r not found in preloaded artifacts" % filename)
+        return info
+
+    async def load_artifact(self, filename, version="latest", as_text=False):
+        """The bytes (as_text: UTF-8 text) of the input artifact filename;
+        version is ignored (only the version the worker loaded is here)."""
+        info = self._artifact(filename)
+        try:
+            with open(info["local_path"], "rb") as f:
+                content = f.read()
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise ValueError("Failed to read artifact %r: %s" % (filename, e)) from e
+        return content.decode("utf-8") if as_text else content
+
+    async def load_artifact_metadata(self, filename, version="latest"):
+        info = self._artifact(filename)
+        try:
+            size = os.stat(info["local_path"]).st_size
+        except OSError:
+            size = 0
+        return {"mime_type": info["mime_type"], "size_bytes": size, "version": info["version"]}
+
+    async def list_artifacts(self):
+        return list(self._artifacts)
+
+    async def artifact_exists(self, filename):
+        return filename in self._artifacts
+
+    # The sandbox-only methods the reference's facade keeps for older tools.
+
+    def load_artifact_by_param(self, param_name):
+        return self._ctx.load_artifact(param_name)
+
+    def save_artifact(self, filename, content, mime_type=None):
+        return self._ctx.save_artifact(filename, content, mime_type)
+
+    def save_artifact_text(self, filename, content, encoding="utf-8", mime_type=None):
+        return self._ctx.save_artifact(filename, str(content).encode(encoding), mime_type)
+
+    def list_output_artifacts(self):
+        return self._ctx.list_output_artifacts()
+
+    def __repr__(self):
+        return "ToolContextFacade(app=%s, user=%s, session=%s)" % (
+            self.app_name,
+            self.user_id,
+            self.session_id,
+        )
+
+
+# --------------------------------------------------------------------------
+# The reference's portable types, for tools that import them where the
+# reference's package (solace_agent_mesh) is not installed
+#
+# Portable tools import ToolResult and DataObject, Artifact, DynamicTool and
+# ToolContextFacade from solace_agent_mesh. When that package is importable
+# the tool gets the real one (the finder below is consulted only after every
+# other finder failed, and serves a submodule only under its own stand-in
+# package). Otherwise it gets these stand-ins, written from the reference's
+# documented behaviour: same names, constructors, attributes and
+# model_dump() output, without pydantic.
+
+
+class Artifact:
+    """An input artifact handed to a parameter annotated Artifact."""
+
+    __slots__ = ("content", "filename", "version", "mime_type", "metadata")
+
+    def __init__(self, content, filename, version, mime_type, metadata=None):
+        self.content = content
+        self.filename = filename
+        self.version = version
+        self.mime_type = mime_type
+        self.metadata = {} if metadata is None else metadata
+
+    def as_text(self, encoding="utf-8"):
+        if isinstance(self.content, bytes):
+            return self.content.decode(encoding)
+        return self.content
+
+    def as_bytes(self, encoding="utf-8"):
+        if isinstance(self.content, str):
+            return self.content.encode(encoding)
+        return self.content
+
+    def _fields(self):
+        return (self.content, self.filename, self.version, self.mime_type, self.metadata)
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "Artifact(content=%r, filename=%r, version=%r, mime_type=%r, metadata=%r)" % self._fields()
+
+
+class ArtifactTypeInfo:
+    """What an Artifact annotation asks for (artifact_types.get_artifact_info)."""
+
+    __slots__ = ("is_artifact", "is_list", "is_optional")
+
+    def __init__(self, is_artifact=False, is_list=False, is_optional=False):
+        self.is_artifact = is_artifact
+        self.is_list = is_list
+        self.is_optional = is_optional
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return (self.is_artifact, self.is_list, self.is_optional) == (
+            other.is_artifact,
+            other.is_list,
+            other.is_optional,
+        )
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "ArtifactTypeInfo(is_artifact=%s, is_list=%s, is_optional=%s)" % (
+            self.is_artifact,
+            self.is_list,
+            self.is_optional,
+        )
+
+
+def _get_artifact_info(annotation):
+    info = _artifact_info(_NO_ANNOTATION if annotation is None else annotation)
+    if info is None:
+        return ArtifactTypeInfo()
+    return ArtifactTypeInfo(is_artifact=True, is_list=info[0], is_optional=info[1])
+
+
+def _build_artifact_types(mod):
+    mod.Artifact = Artifact
+    mod.ArtifactTypeInfo = ArtifactTypeInfo
+    mod.get_artifact_info = _get_artifact_info
+    mod.is_artifact_type = lambda annotation: _get_artifact_info(annotation).is_artifact
+
+
+_DATA_OBJECT_FIELDS = ("name", "content", "mime_type", "disposition", "description", "preview", "metadata", "tags")
+_TOOL_RESULT_FIELDS = ("status", "message", "data", "data_objects", "error_code")
+
+
+def _build_tool_result(mod):
+    """tool_result: DataDisposition, DataObject, ToolResult (enum is
+    imported here, only by tools that use them)."""
+    import base64
+    import enum
+
+    class DataDisposition(str, enum.Enum):
+        AUTO = "auto"
+        ARTIFACT = "artifact"
+        INLINE = "inline"
+        ARTIFACT_WITH_PREVIEW = "artifact_with_preview"
+
+    def check(owner, field, value, types, optional):
+        if value is None and optional:
+            return None
+        if not isinstance(value, types):
+            raise ValueError(
+                "%s.%s: %s is not a valid value" % (owner, field, type(value).__name__)
+            )
+        return value
+
+    class DataObject:
+        """A piece of tool output, inline or saved as an artifact."""
+
+        def __init__(self, *, name, content, mime_type="text/plain", disposition=DataDisposition.AUTO,
+                     description=None, preview=None, metadata=None, tags=None):
+            self.name = check("DataObject", "name", name, str, False)
+            if isinstance(content, (bytearray, memoryview)):
+                content = bytes(content)
+            self.content = check("DataObject", "content", content, (str, bytes), False)
+            self.mime_type = check("DataObject", "mime_type", mime_type, str, False)
+            # use_enum_values: the value, as the reference's model stores it
+            self.disposition = DataDisposition(disposition).value
+            self.description = check("DataObject", "description", description, str, True)
+            self.preview = check("DataObject", "preview", preview, str, True)
+            self.metadata = check("DataObject", "metadata", metadata, dict, True)
+            self.tags = None if tags is None else list(tags)
+
+        def model_dump(self):
+            return {field: getattr(self, field) for field in _DATA_OBJECT_FIELDS}
+
+        def to_serializable(self):
+            content, is_binary = self.content, isinstance(self.content, bytes)
+            if is_binary:
+                content = base64.b64encode(content).decode("utf-8")
+            return {
+                "name": self.name,
+                "content": content,
+                "is_binary": is_binary,
+                "mime_type": self.mime_type,
+                "disposition": self.disposition,
+                "description": self.description,
+                "preview": self.preview,
+                "metadata": self.metadata,
+            }
+
+        @classmethod
+        def from_serialized(cls, data):
+            content = data.get("content", "")
+            if data.get("is_binary", False):
+                content = base64.b64decode(content)
+            return cls(
+                name=data["name"],
+                content=content,
+                mime_type=data.get("mime_type", "text/plain"),
+                disposition=DataDisposition(data.get("disposition", "auto")),
+                description=data.get("description"),
+                preview=data.get("preview"),
+                metadata=data.get("metadata"),
+            )
+
+        def __eq__(self, other):
+            if type(other) is not type(self):
+                return NotImplemented
+            return self.model_dump() == other.model_dump()
+
+        __hash__ = None
+
+        def __repr__(self):
+            return "DataObject(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in _DATA_OBJECT_FIELDS)
+
+    class ToolResult:
+        """A tool's structured result: status, message, inline data, data objects."""
+
+        def __init__(self, *, status="success", message=None, data=None, data_objects=None, error_code=None):
+            self.status = check("ToolResult", "status", status, str, False)
+            self.message = check("ToolResult", "message", message, str, True)
+            self.data = check("ToolResult", "data", data, dict, True)
+            objects = []
+            for item in data_objects or ():
+                if isinstance(item, dict):
+                    item = DataObject(**item)
+                objects.append(check("ToolResult", "data_objects", item, DataObject, False))
+            self.data_objects = objects
+            self.error_code = check("ToolResult", "error_code", error_code, str, True)
+
+        @classmethod
+        def ok(cls, message, data=None, data_objects=None):
+            return cls(status="success", message=message, data=data, data_objects=data_objects or [])
+
+        @classmethod
+        def error(cls, message, code=None, data=None):
+            return cls(status="error", message=message, error_code=code, data=data)
+
+        @classmethod
+        def partial(cls, message, data=None, data_objects=None, error_code=None):
+            return cls(status="partial", message=message, data=data, data_objects=data_objects or [],
+                       error_code=error_code)
+
+        def model_dump(self):
+            out = {field: getattr(self, field) for field in _TOOL_RESULT_FIELDS}
+            out["data_objects"] = [obj.model_dump() for obj in self.data_objects]
+            return out
+
+        def to_serializable(self):
+            return {
+                "_schema": "ToolResult",
+                "_schema_version": mod.TOOL_RESULT_SCHEMA_VERSION,
+                "status": self.status,
+                "message": self.message,
+                "data": self.data,
+                "data_objects": [obj.to_serializable() for obj in self.data_objects],
+                "error_code": self.error_code,
+            }
+
+        @classmethod
+        def from_serialized(cls, data):
+            if data.get("_schema") != "ToolResult":
+                raise ValueError(
+                    "Invalid schema marker: expected 'ToolResult', got '%s'" % data.get("_schema")
+                )
+            objects = []
+            for item in data.get("data_objects", []):
+                try:
+                    objects.append(DataObject.from_serialized(item))
+                except Exception:
+                    pass
+            return cls(status=data.get("status", "success"), message=data.get("message"),
+                       data=data.get("data"), data_objects=objects, error_code=data.get("error_code"))
+
+        @staticmethod
+        def is_serialized_tool_result(data):
+            return isinstance(data, dict) and data.get("_schema") == "ToolResult"
+
+        def __eq__(self, other):
+            if type(other) is not type(self):
+                return NotImplemented
+            return self.model_dump() == other.model_dump()
+
+        __hash__ = None
+
+        def __repr__(self):
+            return "ToolResult(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in _TOOL_RESULT_FIELDS)
+
+    for cls in (DataDisposition, DataObject, ToolResult):
+        cls.__module__ = mod.__name__
+    mod.TOOL_RESULT_SCHEMA_VERSION = "1.0"
+    mod.DataDisposition = DataDisposition
+    mod.DataObject = DataObject
+    mod.ToolResult = ToolResult
+
+
+def _build_dynamic_tool(mod):
+    """dynamic_tool: DynamicTool, the base of class-based tools (without
+    the agent's ADK BaseTool; the runner calls _run_async_impl directly)."""
+    import abc
+
+    class DynamicTool(abc.ABC):
+        config_model = None
+
+        def __init__(self, tool_config=None):
+            self.name = "dynamic_tool_placeholder"
+            self.description = "dynamic_tool_placeholder"
+            self.tool_config = tool_config or {}
+
+        async def init(self, component, tool_config):
+            pass
+
+        async def cleanup(self, component, tool_config):
+            pass
+
+        @property
+        @abc.abstractmethod
+        def tool_name(self):
+            pass
+
+        @property
+        @abc.abstractmethod
+        def tool_description(self):
+            pass
+
+        @property
+        @abc.abstractmethod
+        def parameters_schema(self):
+            pass
+
+        @property
+        def raw_string_args(self):
+            return []
+
+        @property
+        def resolution_type(self):
+            return "early"
+
+        @property
+        def artifact_args(self):
+            return []
+
+        @property
+        def artifact_params(self):
+            return {name: ArtifactTypeInfo(is_artifact=True) for name in self.artifact_args}
+
+        @property
+        def ctx_facade_param_name(self):
+            return None
+
+        async def run_async(self, *, args, tool_context):
+            return await self._run_async_impl(args=dict(args), tool_context=tool_context, credential=None)
+
+        @abc.abstractmethod
+        async def _run_async_impl(self, args, tool_context, credential=None):
+            pass
+
+    DynamicTool.__module__ = mod.__name__
+    mod.DynamicTool = DynamicTool
+
+
+def _build_tools_package(mod):
+    """solace_agent_mesh.agent.tools re-exports what the reference's does."""
+    for sub in ("tool_result", "artifact_types", "dynamic_tool"):
+        __import__(mod.__name__ + "." + sub)
+    tool_result = sys.modules[mod.__name__ + ".tool_result"]
+    for name in ("ToolResult", "DataObject", "DataDisposition"):
+        setattr(mod, name, getattr(tool_result, name))
+    mod.Artifact = Artifact
+    mod.ArtifactTypeInfo = ArtifactTypeInfo
+    mod.get_artifact_info = _get_artifact_info
+
+
+def _build_facade_module(mod):
+    mod.ToolContextFacade = ToolContextFacade
+
+
+def _build_sandbox_facade_module(mod):
+    mod.SandboxToolContextFacade = ToolContextFacade
+
+
+_SHIM_ROOT = "solace_agent_mesh"
+# Module name -> (is a package, builder or None).
+_SHIM_MODULES = {
+    _SHIM_ROOT: (True, None),
+    _SHIM_ROOT + ".agent": (True, None),
+    _SHIM_ROOT + ".agent.tools": (True, _build_tools_package),
+    _SHIM_ROOT + ".agent.tools.tool_result": (False, _build_tool_result),
+    _SHIM_ROOT + ".agent.tools.artifact_types": (False, _build_artifact_types),
+    _SHIM_ROOT + ".agent.tools.dynamic_tool": (False, _build_dynamic_tool),
+    _SHIM_ROOT + ".agent.utils": (True, None),
+    _SHIM_ROOT + ".agent.utils.tool_context_facade": (False, _build_facade_module),
+    _SHIM_ROOT + ".sandbox": (True, None),
+    _SHIM_ROOT + ".sandbox.context_facade": (False, _build_sandbox_facade_module),
+}
+_ModuleSpec = type(sys.__spec__)  # importlib.machinery.ModuleSpec, without importlib
+
+
+class _ReferenceShimFinder:
+    """A meta path finder, last in sys.meta_path, that serves the
+    stand-in modules of _SHIM_MODULES: the root only when no other finder
+    found a real solace_agent_mesh, a submodule only under the stand-in
+    root (a real package keeps all of its own submodules)."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        entry = _SHIM_MODULES.get(name)
+        if entry is None:
+            return None
+        if name != _SHIM_ROOT:
+            parent = sys.modules.get(name.rpartition(".")[0])
+            if not getattr(parent, "__str_stand_in__", False):
+                return None
+        return _ModuleSpec(name, cls, is_package=entry[0])
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        is_package, build = _SHIM_MODULES[module.__name__]
+        module.__str_stand_in__ = True
+        module.__doc__ = "str runner stand-in for the reference's %s (not installed here)." % module.__name__
+        if is_package:
+            module.__path__ = []
+        if build is not None:
+            build(module)
+
+
+def _install_reference_shim():
+    if _ReferenceShimFinder not in sys.meta_path:
+        sys.meta_path.append(_ReferenceShimFinder)
+
 
 # --------------------------------------------------------------------------
 # Loading the tool
@@ -391,20 +947,9 @@ def _load_callable(run_args):
                 "%s.%s is not callable (%s)" % (module_name, function_name, type(fn).__name__)
             )
         return fn
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise _ImportFailure("module %r has no attribute %r" % (module_name, class_name))
-    if not isinstance(cls, type):
-        raise _ImportFailure("%s.%s is not a class" % (module_name, class_name))
-    try:
-        kwargs = {}
-        if _constructor_takes_tool_config(cls):
-            kwargs["tool_config"] = dict(run_args.get("tool_config") or {})
-        instance = cls(**kwargs)
-    except BaseException as e:
-        raise _ImportFailure(
-            "cannot instantiate %s.%s: %s" % (module_name, class_name, _describe(e, with_traceback=True))
-        )
+    instance = _instantiate(module, module_name, class_name, run_args.get("tool_config") or {})
+    if _is_dynamic_tool(instance):
+        return _DynamicTool(instance)
     if function_name:
         fn = getattr(instance, function_name, None)
         if fn is None or not callable(fn):
@@ -420,6 +965,51 @@ def _load_callable(run_args):
             "%s.%s has neither __call__ nor run and no function was named" % (module_name, class_name)
         )
     return fn
+
+
+class _DynamicTool:
+    """A class-based tool of the reference's DynamicTool shape (it has
+    _run_async_impl): called the way the reference's runner calls it."""
+
+    __slots__ = ("instance",)
+
+    def __init__(self, instance):
+        self.instance = instance
+
+
+def _is_dynamic_tool(instance):
+    return callable(getattr(instance, "_run_async_impl", None))
+
+
+def _instantiate(module, module_name, class_name, tool_config):
+    """Returns an instance of module.class_name. Raises _ImportFailure.
+
+    A class of the reference's DynamicTool shape (it defines
+    _run_async_impl) is built as the reference builds it: with
+    tool_config=<config_model.model_validate(tool_config)> when the class
+    has a config_model, else tool_config=<the tool config>. Any other class
+    gets tool_config=... when its constructor has that parameter, and no
+    arguments otherwise (str's own, older convention).
+    """
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise _ImportFailure("module %r has no attribute %r" % (module_name, class_name))
+    if not isinstance(cls, type):
+        raise _ImportFailure("%s.%s is not a class" % (module_name, class_name))
+    tool_config = dict(tool_config)
+    try:
+        if callable(getattr(cls, "_run_async_impl", None)):
+            config_model = getattr(cls, "config_model", None)
+            if config_model:
+                return cls(tool_config=config_model.model_validate(tool_config))
+            return cls(tool_config=tool_config)
+        if _constructor_takes_tool_config(cls):
+            return cls(tool_config=tool_config)
+        return cls()
+    except BaseException as e:
+        raise _ImportFailure(
+            "cannot instantiate %s.%s: %s" % (module_name, class_name, _describe(e, with_traceback=True))
+        )
 
 
 def _constructor_takes_tool_config(cls):
@@ -587,16 +1177,168 @@ def _annotation_name(annotation):
     return annotation.strip().strip("'\"").rsplit(".", 1)[-1]
 
 
-def _is_facade_annotation(annotation):
+# Kinds of context a parameter annotation asks for (_context_kind).
+_FACADE = "facade"
+_LEGACY = "legacy"
+
+
+def _context_kind(annotation):
+    """_FACADE for an annotation naming the portable ToolContextFacade
+    (a class of that name or SandboxToolContextFacade, a string containing
+    the name, or Optional of one), _LEGACY for the str ToolContext, else
+    None."""
     if annotation is _NO_ANNOTATION:
-        return False
+        return None
+    if annotation is ToolContextFacade:
+        return _FACADE
     if annotation is ToolContext:
-        return True
+        return _LEGACY
     if isinstance(annotation, str):
-        return _annotation_name(annotation) in FACADE_ANNOTATION_NAMES
-    if isinstance(annotation, type):
-        return annotation.__name__ == "ToolContextFacade"
-    return False
+        if FACADE_ANNOTATION_NAME in annotation:
+            return _FACADE
+        if _annotation_name(annotation) == LEGACY_CONTEXT_ANNOTATION_NAME:
+            return _LEGACY
+        return None
+    for attr in ("__name__", "__qualname__"):
+        name = getattr(annotation, attr, None)
+        if isinstance(name, str) and name.endswith(FACADE_ANNOTATION_NAME):
+            return _FACADE
+    origin, members = _generic_parts(annotation)
+    if _is_union(annotation, origin):
+        inner = [m for m in members if m is not type(None)]
+        if len(inner) == 1:
+            return _context_kind(inner[0])
+    return None
+
+
+def _is_facade_annotation(annotation):
+    return _context_kind(annotation) is not None
+
+
+def _generic_parts(annotation):
+    """(origin, args) of a generic alias such as List[X], list[X],
+    Optional[X] or X | None; (None, ()) for anything else. Read from the
+    alias's attributes, so typing is not imported for it."""
+    if isinstance(annotation, (str, type)) and not hasattr(annotation, "__args__"):
+        return None, ()
+    try:
+        origin = getattr(annotation, "__origin__", None)
+        members = getattr(annotation, "__args__", None)
+    except Exception:
+        return None, ()
+    if not isinstance(members, tuple):
+        members = ()
+    return origin, members
+
+
+def _is_union(annotation, origin):
+    """typing.Union[...] / Optional[...] or a PEP 604 X | Y."""
+    typing = sys.modules.get("typing")
+    if typing is not None and origin is getattr(typing, "Union", None):
+        return True
+    return type(annotation).__name__ == "UnionType"
+
+
+def _names_artifact(annotation):
+    """A class named Artifact, the string "Artifact" (also dotted, or a
+    forward reference to it)."""
+    if isinstance(annotation, str):
+        return _annotation_name(annotation) == "Artifact"
+    forward = getattr(annotation, "__forward_arg__", None)
+    if isinstance(forward, str):
+        return _annotation_name(forward) == "Artifact"
+    return getattr(annotation, "__name__", None) == "Artifact"
+
+
+def _artifact_info(annotation):
+    """(is_list, is_optional) when annotation asks for an input artifact
+    object (Artifact, List[Artifact], Optional[Artifact], Optional[List[
+    Artifact]], their string forms), else None: the rules of the
+    reference's get_artifact_info."""
+    if annotation is _NO_ANNOTATION or annotation is None:
+        return None
+    if _names_artifact(annotation):
+        return (False, False)
+    if isinstance(annotation, str):
+        if "Artifact" not in annotation:
+            return None
+        is_list = "List[Artifact]" in annotation or "list[Artifact]" in annotation
+        is_optional = "Optional[Artifact]" in annotation or "None" in annotation
+        if is_list or is_optional:
+            return (is_list, is_optional)
+        return None
+    origin, members = _generic_parts(annotation)
+    if not members:
+        return None
+    if origin is list:
+        return (True, False) if _names_artifact(members[0]) else None
+    if _is_union(annotation, origin):
+        has_none = type(None) in members
+        for member in members:
+            if member is type(None):
+                continue
+            if _names_artifact(member):
+                return (False, has_none)
+            inner_origin, inner = _generic_parts(member)
+            if inner_origin is list and inner and _names_artifact(inner[0]):
+                return (True, has_none)
+    return None
+
+
+def _artifact_class():
+    """The Artifact class to build input artifact objects with: the one the
+    tool imported when it imported the reference's artifact_types (the
+    real package or the runner's stand-in), else the stand-in."""
+    module = sys.modules.get("solace_agent_mesh.agent.tools.artifact_types")
+    cls = getattr(module, "Artifact", None)
+    return cls if isinstance(cls, type) else Artifact
+
+
+def _inject_artifact(kwargs, name, info, ctx, args):
+    """Puts the Artifact object(s) for parameter name into kwargs, in
+    place of the filename(s) the agent sent, as the reference's runner
+    does: a single artifact from artifact_metadata[name], a list from
+    artifact_metadata["name[0]"], ... for each filename in args[name]. A
+    missing entry or file is skipped (the parameter keeps what the agent
+    sent); a list parameter always receives a list (None stays None)."""
+    is_list, _ = info
+    metadata = ctx._artifact_metadata
+    artifact_cls = None
+
+    def load(meta):
+        nonlocal artifact_cls
+        if not isinstance(meta, dict) or not meta.get("local_path"):
+            return None
+        try:
+            with open(meta["local_path"], "rb") as f:
+                content = f.read()
+        except OSError:
+            return None
+        if artifact_cls is None:
+            artifact_cls = _artifact_class()
+        return artifact_cls(
+            content=content,
+            filename=meta.get("filename") or "",
+            version=meta.get("version", 0),
+            mime_type=meta.get("mime_type") or "application/octet-stream",
+        )
+
+    if not is_list:
+        artifact = load(metadata.get(name))
+        if artifact is not None:
+            kwargs[name] = artifact
+        return
+    filenames = args.get(name, [])
+    if filenames is None:
+        return
+    if not isinstance(filenames, (list, tuple)):
+        filenames = [filenames]
+    artifacts = []
+    for index in range(len(filenames)):
+        artifact = load(metadata.get("%s[%d]" % (name, index)))
+        if artifact is not None:
+            artifacts.append(artifact)
+    kwargs[name] = artifacts
 
 
 def _is_any_annotation(annotation):
@@ -633,12 +1375,14 @@ def _build_call(fn, convention, ctx, args, tool_config):
     """Step 3b: returns (positional, keyword) arguments for fn.
 
     The first parameter receives ctx positionally when _takes_context_first
-    says so; the args go as keyword arguments. A parameter not among the
-    args named tool_config receives the tool config, one annotated as the
-    context facade (ToolContextFacade or ToolContext, as a class or a
-    string) receives ctx, and one naming an input artifact receives its
-    local path (see the module docstring). Raises TypeError when the
-    result would not bind to fn's parameters.
+    says so; the args go as keyword arguments. A parameter annotated as an
+    Artifact (or a list or Optional of one) receives Artifact objects in
+    place of the filenames among the args. A parameter not among the args
+    named tool_config receives the tool config, one annotated as the
+    context facade receives the ToolContextFacade (ToolContext: the legacy
+    ctx), and one naming an input artifact receives its local path (see
+    the module docstring). Raises TypeError when the result would not bind
+    to fn's parameters.
     """
     params = convention.params
     if params is None:
@@ -649,15 +1393,23 @@ def _build_call(fn, convention, ctx, args, tool_config):
     rest = params
     artifact_params = _artifact_params(ctx.list_artifacts())
     if params and _takes_context_first(params[0], args, artifact_params):
-        positional.append(ctx)
+        first = params[0][2]
+        positional.append(ctx._portable_facade() if _context_kind(first) == _FACADE else ctx)
         rest = params[1:]
     for name, kind, annotation, _ in rest:
-        if kind in _VARIADIC_KINDS or name in args:
+        if kind in _VARIADIC_KINDS:
             continue
+        info = _artifact_info(annotation)
+        if info is not None:
+            _inject_artifact(kwargs, name, info, ctx, args)
+            continue
+        if name in args:
+            continue
+        context_kind = _context_kind(annotation)
         if name == "tool_config":
             kwargs["tool_config"] = tool_config
-        elif _is_facade_annotation(annotation):
-            kwargs[name] = ctx
+        elif context_kind is not None:
+            kwargs[name] = ctx._portable_facade() if context_kind == _FACADE else ctx
         elif name in artifact_params:
             kwargs[name] = artifact_params[name]
     if not _binds(params, len(positional), kwargs):
@@ -744,10 +1496,28 @@ def _is_awaitable(value):
     return isinstance(value, _GeneratorType) and bool(value.gi_code.co_flags & CO_ITERABLE_COROUTINE)
 
 
-def _run_tool(fn, convention, positional, kwargs):
-    """Step 4: calls fn; runs a coroutine to completion."""
-    result = fn(*positional, **kwargs)
-    if convention.is_coroutine or _is_awaitable(result):
+def _call_dynamic_tool(tool, ctx, args):
+    """Step 4 for a class-based tool of the DynamicTool shape, as the
+    reference's runner calls it: the args as one dict, with Artifact
+    objects for the instance's artifact_params and the ToolContextFacade
+    under its ctx_facade_param_name, passed to
+    _run_async_impl(args=..., tool_context=None)."""
+    instance = tool.instance
+    kwargs = dict(args)
+    artifact_params = getattr(instance, "artifact_params", None) or {}
+    for name, info in artifact_params.items():
+        spec = (bool(getattr(info, "is_list", False)), bool(getattr(info, "is_optional", False)))
+        _inject_artifact(kwargs, name, spec, ctx, args)
+    facade_param = getattr(instance, "ctx_facade_param_name", None)
+    if facade_param:
+        kwargs[facade_param] = ctx._portable_facade()
+    return instance._run_async_impl(args=kwargs, tool_context=None)
+
+
+def _run_tool(call, is_coroutine):
+    """Step 4: calls call(); runs a coroutine to completion."""
+    result = call()
+    if is_coroutine or _is_awaitable(result):
         # Imported here, not at the top: asyncio costs ~35 ms of start-up
         # and only async tools need it.
         import asyncio
@@ -784,8 +1554,40 @@ def _json_safe(value, depth=0, seen=None):
     return str(value)
 
 
+def _extract_output_artifacts(value, ctx):
+    """Step 5a: the data objects of a ToolResult that are to become
+    artifacts (disposition auto, artifact or artifact_with_preview) are
+    written into the output directory under their names, as the
+    reference's runner does, and removed from value.data_objects; the
+    worker then saves them with the other output files (their mime type
+    by extension, as for every output file). Inline ones stay in the
+    result. Raises ValueError for an unsafe name (ctx.save_artifact)."""
+    objects = getattr(value, "data_objects", None)
+    if not objects:
+        return
+    remaining = []
+    for obj in objects:
+        disposition = getattr(obj, "disposition", None)
+        if disposition in _ARTIFACT_DISPOSITIONS:
+            ctx.save_artifact(obj.name, obj.content)
+        else:
+            remaining.append(obj)
+    value.data_objects = remaining
+
+
+# DataDisposition values whose data objects are saved as artifacts (a
+# str-valued enum member compares equal to its value).
+_ARTIFACT_DISPOSITIONS = ("artifact", "auto", "artifact_with_preview")
+
+
 def _normalise(value):
-    """Step 5: the tool_result object."""
+    """Step 5b: the tool_result object. A ToolResult (anything with
+    model_dump and data_objects, the reference's test) becomes its
+    model_dump(); what JSON cannot hold becomes its str(), as the
+    reference's json.dumps(default=str) does (bytes content of an inline
+    data object reads "b'...'")."""
+    if hasattr(value, "model_dump") and hasattr(value, "data_objects"):
+        value = value.model_dump()
     if isinstance(value, dict):
         try:
             _json_dumps(value)
@@ -797,6 +1599,195 @@ def _normalise(value):
     if isinstance(value, str):
         return {"text": value, "data_objects": []}
     return {"text": str(value), "data_objects": []}
+
+
+# --------------------------------------------------------------------------
+# Init mode (mode "init"): describe the tool without calling it (spec
+# section 14)
+
+MODE_INIT = "init"
+
+
+def _run_init(run_args, tool_config):
+    """Returns {"result": InitInfo} or an error document.
+
+    A class-based tool is instantiated as for a call (_instantiate), then,
+    as the reference's init does: await instance.init(component=None,
+    tool_config=<the tool config>); read tool_name, tool_description,
+    parameters_schema (model_dump(exclude_none=True), to_dict() or a dict;
+    a failure to read it leaves it out), ctx_facade_param_name and
+    artifact_params; await instance.cleanup(...) (its failure is only
+    logged). A function tool is described from its signature and docstring,
+    as the reference's agent describes a function it wraps
+    (_describe_function).
+    """
+    module_name = run_args.get("module") or ""
+    class_name = run_args.get("class_name") or ""
+    function_name = run_args.get("function") or ""
+    if not module_name:
+        return _error("no module given in runner arguments", "import")
+    try:
+        module = _import_module(module_name)
+    except BaseException as e:
+        return _error("cannot import module %r: %s" % (module_name, _describe(e, with_traceback=True)), "import")
+    if not class_name:
+        fn = getattr(module, function_name, None) if function_name else None
+        if fn is None or not callable(fn):
+            return _error("module %r has no callable attribute %r" % (module_name, function_name), "import")
+        try:
+            return {"result": _describe_function(fn)}
+        except Exception as e:
+            return _error(_describe(e, with_traceback=True), "execution")
+    try:
+        instance = _instantiate(module, module_name, class_name, tool_config)
+    except _ImportFailure as e:
+        return _error(str(e), "import")
+
+    async def init_and_describe():
+        init = getattr(instance, "init", None)
+        if callable(init):
+            done = init(component=None, tool_config=tool_config)
+            if _is_awaitable(done):
+                await done
+        try:
+            return _describe_instance(instance)
+        finally:
+            cleanup = getattr(instance, "cleanup", None)
+            try:
+                if callable(cleanup):
+                    done = cleanup(component=None, tool_config=tool_config)
+                    if _is_awaitable(done):
+                        await done
+            except Exception as e:  # the reference only logs it
+                sys.stderr.write("str runner: cleanup() failed: %s\n" % _describe(e, with_traceback=False))
+
+    import asyncio
+
+    try:
+        info = asyncio.run(init_and_describe())
+    except BaseException as e:
+        if _is_tool_error(e):
+            return _error(str(e) or type(e).__name__, "tool")
+        return _error(_describe(e, with_traceback=True), "execution")
+    return {"result": info}
+
+
+def _schema_dict(schema):
+    """A parameters schema as JSON: a pydantic model (the agent's Schema)
+    by model_dump(exclude_none=True), else to_dict(), else the dict."""
+    if schema is None:
+        return None
+    if hasattr(schema, "model_dump"):
+        schema = schema.model_dump(exclude_none=True)
+    elif hasattr(schema, "to_dict"):
+        schema = schema.to_dict()
+    if not isinstance(schema, dict):
+        return None
+    return _json_safe(schema)
+
+
+def _describe_instance(instance):
+    """InitInfo of an initialised class-based tool; absent values omitted."""
+    info = {}
+    name = getattr(instance, "tool_name", None)
+    if isinstance(name, str) and name:
+        info["tool_name"] = name
+    description = getattr(instance, "tool_description", None)
+    if description is not None:
+        info["description"] = str(description)
+    try:
+        schema = _schema_dict(getattr(instance, "parameters_schema", None))
+    except Exception as e:  # the reference leaves the schema out
+        sys.stderr.write("str runner: cannot read parameters_schema: %s\n" % _describe(e, with_traceback=False))
+        schema = None
+    if schema is not None:
+        info["parameters_schema"] = schema
+    facade_param = getattr(instance, "ctx_facade_param_name", None)
+    if isinstance(facade_param, str) and facade_param:
+        info["ctx_facade_param_name"] = facade_param
+    artifact_params = getattr(instance, "artifact_params", None) or {}
+    if isinstance(artifact_params, dict) and artifact_params:
+        info["artifact_params"] = {
+            str(name): {
+                "is_list": bool(getattr(spec, "is_list", False)),
+                "is_optional": bool(getattr(spec, "is_optional", False)),
+            }
+            for name, spec in artifact_params.items()
+        }
+    return info
+
+
+# Python types -> the agent's Schema type names (the reference's type_map).
+_SCHEMA_TYPES = {str: "STRING", int: "INTEGER", float: "NUMBER", bool: "BOOLEAN", list: "ARRAY", dict: "OBJECT"}
+# Parameters the agent never sends (the reference's exclusions).
+_SCHEMA_SKIPPED = ("tool_context", "tool_config", "kwargs", "self", "cls")
+
+
+def _describe_function(fn):
+    """InitInfo of a function tool, as the reference's agent describes a
+    function it wraps (_FunctionAsDynamicTool): its __name__, its
+    docstring (inspect.getdoc), and a schema from its signature: str,
+    int, float, bool, list, dict as STRING, INTEGER, NUMBER, BOOLEAN,
+    ARRAY, OBJECT (generics by their origin, the rest STRING), Optional
+    as nullable, an Artifact parameter as STRING (a list of them as ARRAY
+    of STRING), required when it has no default and is not Optional. The
+    context facade parameter and those of _SCHEMA_SKIPPED are left out,
+    and, unlike the reference, so is the first parameter that str's
+    calling convention gives the legacy ctx. String annotations are
+    resolved with typing.get_type_hints where they can be."""
+    import inspect
+    import typing
+
+    convention = _convention(fn)
+    params = convention.params or []
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    info = {"tool_name": getattr(fn, "__name__", "") or ""}
+    doc = inspect.getdoc(fn)
+    if doc:
+        info["description"] = doc
+    properties, required, artifact_params = {}, [], {}
+    if params and _takes_context_first(params[0], {}, {}) and _context_kind(params[0][2]) != _FACADE:
+        params = params[1:]
+    for name, kind, annotation, has_default in params:
+        if name in _SCHEMA_SKIPPED or kind in _VARIADIC_KINDS:
+            continue
+        annotation = hints.get(name, annotation)
+        if _context_kind(annotation) is not None:
+            if _context_kind(annotation) == _FACADE:
+                info["ctx_facade_param_name"] = name
+            continue
+        optional = False
+        origin, members = _generic_parts(annotation)
+        if _is_union(annotation, origin) and type(None) in members:
+            optional = True
+        artifact = _artifact_info(annotation)
+        if artifact is not None:
+            is_list, artifact_optional = artifact
+            artifact_params[name] = {"is_list": is_list, "is_optional": artifact_optional}
+            nullable = optional or artifact_optional
+            if is_list:
+                prop = {"type": "ARRAY", "items": {"type": "STRING"}, "nullable": nullable}
+            else:
+                prop = {"type": "STRING", "nullable": nullable}
+        else:
+            if optional:
+                annotation = next((m for m in members if m is not type(None)), None)
+                origin, _ = _generic_parts(annotation)
+            try:
+                schema_type = _SCHEMA_TYPES.get(origin or annotation, "STRING")
+            except TypeError:  # an unhashable annotation
+                schema_type = "STRING"
+            prop = {"type": schema_type, "nullable": optional}
+        properties[name] = prop
+        if not has_default and not optional:
+            required.append(name)
+    info["parameters_schema"] = {"type": "OBJECT", "properties": properties, "required": required}
+    if artifact_params:
+        info["artifact_params"] = artifact_params
+    return info
 
 
 def _describe(exc, with_traceback):
@@ -1009,6 +2000,8 @@ def _run(run_args):
         return _error("runner arguments: args and tool_config must be JSON objects", "execution")
 
     _register_facade_module()
+    if run_args.get("mode") == MODE_INIT or run_args.get("init_mode") is True:
+        return _run_init(run_args, tool_config)
 
     # 2. import
     try:
@@ -1018,21 +2011,33 @@ def _run(run_args):
 
     # 3. context and call arguments
     ctx = ToolContext(run_args)
-    try:
-        convention = _convention(fn)
-        positional, kwargs = _build_call(fn, convention, ctx, args, tool_config)
-    except TypeError as e:
-        return _error("TypeError: %s" % e, "execution")
+    if isinstance(fn, _DynamicTool):
+        is_coroutine = False  # _run_tool awaits what _run_async_impl returns
 
-    # 4. run
+        def call():
+            return _call_dynamic_tool(fn, ctx, args)
+
+    else:
+        try:
+            convention = _convention(fn)
+            positional, kwargs = _build_call(fn, convention, ctx, args, tool_config)
+        except TypeError as e:
+            return _error("TypeError: %s" % e, "execution")
+        is_coroutine = convention.is_coroutine
+
+        def call():
+            return fn(*positional, **kwargs)
+
+    # 4. run, and 5a. write the artifacts of a ToolResult's data objects
     try:
-        value = _run_tool(fn, convention, positional, kwargs)
+        value = _run_tool(call, is_coroutine)
+        _extract_output_artifacts(value, ctx)
     except BaseException as e:
         if _is_tool_error(e):
             return _error(str(e) or type(e).__name__, "tool")
         return _error(_describe(e, with_traceback=True), "execution")
 
-    # 5. normalise
+    # 5b. normalise
     document = {"result": _normalise(value)}
     if ctx._output_mime_types:
         document["output_mime_types"] = dict(ctx._output_mime_types)
@@ -1044,8 +2049,9 @@ def _register_facade_module():
     mod.__doc__ = "Names a str tool may import while running under the str runner."
     mod.ToolError = ToolError
     mod.ToolContext = ToolContext
-    mod.ToolContextFacade = ToolContext
+    mod.ToolContextFacade = ToolContextFacade
     sys.modules.setdefault("str_tool", mod)
+    _install_reference_shim()
 
 
 def entry(argv):

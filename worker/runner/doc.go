@@ -14,10 +14,15 @@
 //
 // runner.py runs inside the sandbox as the tool's own process: it imports
 // the tool module, builds the ctx object of spec §8, calls the tool with
-// the calling convention of spec §8, normalises the return value (spec §3)
-// and writes result.json atomically with an error kind ("import",
-// "execution" or "tool") so the worker can pick IMPORT_ERROR,
-// EXECUTION_ERROR or TOOL_ERROR. Status lines go through the FIFO named in
+// the calling convention of spec §8 (every generation of the reference's
+// tools: plain functions, functions taking ctx, class-based DynamicTool
+// subclasses, portable tools with Artifact parameters and a ToolResult
+// return value, whose data objects it writes into the output directory),
+// normalises the return value (spec §3) and writes result.json atomically
+// with an error kind ("import", "execution" or "tool") so the worker can
+// pick IMPORT_ERROR, EXECUTION_ERROR or TOOL_ERROR. In ModeInit it
+// describes the tool instead (InitInfo, spec §14). Tools that import the
+// reference's own types get stand-ins when its package is not installed. Status lines go through the FIFO named in
 // status_pipe, one open/write/close per line ({"status": "..."}\n). With
 // --done-fd N it writes "d" on that pipe once result.json is in place (the
 // worker replies then, before the sandbox is gone); with --warm (the

@@ -61,7 +61,7 @@ func TestWriteArgs(t *testing.T) {
 	}
 	// every problem collected
 	err = WriteArgs(filepath.Join(dir, "bad.json"), &Args{Args: json.RawMessage(`[1]`), ToolConfig: json.RawMessage(`"x"`)})
-	for _, want := range []string{"module is empty", "function is empty", "result_file is empty", "args: not a JSON object", "tool_config: not a JSON object"} {
+	for _, want := range []string{"module is empty", "function and class_name are both empty", "result_file is empty", "args: not a JSON object", "tool_config: not a JSON object"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}

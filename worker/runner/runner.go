@@ -70,9 +70,12 @@ type Args struct {
 	UserID           string                  `json:"user_id"`
 	SessionID        string                  `json:"session_id"`
 	AppName          string                  `json:"app_name"`
-	// Mode is ModeInvoke (also when empty) or ModeInit; runner.py omits
-	// nothing else in init mode: it imports the module, instantiates
-	// ClassName with ToolConfig and writes {"result": InitInfo}.
+	// Mode is ModeInvoke (also when empty) or ModeInit. In init mode the
+	// runner needs only Module, ClassName (or Function), ToolConfig and
+	// ResultFile: it imports the module, instantiates ClassName as for a
+	// call, awaits its init(), and writes {"result": InitInfo}; for a
+	// function tool it describes the function from its signature and
+	// docstring (see _str_runner.py's _run_init).
 	Mode string `json:"mode,omitempty"`
 }
 
@@ -123,7 +126,12 @@ func EncodeArgs(a *Args) ([]byte, error) {
 		problems = append(problems, "module is empty")
 	}
 	if a.Function == "" && a.ClassName == "" {
-		problems = append(problems, "function is empty")
+		problems = append(problems, "function and class_name are both empty")
+	}
+	switch a.Mode {
+	case "", ModeInvoke, ModeInit:
+	default:
+		problems = append(problems, fmt.Sprintf("mode %q is neither %q nor %q", a.Mode, ModeInvoke, ModeInit))
 	}
 	if a.ResultFile == "" {
 		problems = append(problems, "result_file is empty")
