@@ -57,9 +57,9 @@ import (
 //
 // Notices. At start-up and for each tool added by a reload (or repaired),
 // the newer generation's init broadcast on {base}/sam_remote_tool/init/{tool}
-// with the manifest's description (tools with neither description nor
-// parameters are skipped, as the reference does; a manifest entry has no
-// parameters); for each entry that leaves the manifest,
+// with the manifest's description, parameters, artifact_params,
+// instructions and config_schema (tools with neither description nor
+// parameters are skipped, as the reference does); for each entry that leaves the manifest,
 // sam_remote_tool/removed on {base}/sam_remote_tool/removed/{tool}. Init
 // replies and notices go through the notice writer: one goroutine and a
 // bounded queue, so neither the receive loop nor a reload (which holds the
@@ -373,17 +373,35 @@ func errorMessage(payload []byte) string {
 }
 
 // broadcastInits queues the newer generation's init broadcast for each
-// of names served by m that has a description (the reference skips tools
-// with neither description nor parameters; a manifest entry has no
-// parameters).
+// of names served by m, with the manifest's description fields; tools
+// with neither description nor parameters are skipped, as the reference
+// skips them.
 func (s *Server) broadcastInits(m *manifest.Manifest, names []string) {
 	for _, name := range names {
 		tool := m.Tools[name]
-		if tool == nil || tool.Description == "" || !manifest.ValidToolName(name) {
+		if tool == nil || (tool.Description == "" && tool.Parameters == "") || !manifest.ValidToolName(name) {
 			continue
 		}
-		s.notify(s.initTopic(name), EncodeInitBroadcast(&runner.InitInfo{ToolName: name, Description: tool.Description}))
+		info := &runner.InitInfo{
+			ToolName: name, Description: tool.Description, Instructions: tool.Instructions,
+			ParametersSchema: rawOrNil(tool.Parameters), ConfigSchema: rawOrNil(tool.ConfigSchema),
+		}
+		if tool.ArtifactParams != "" {
+			// Checked by the manifest's parser: {param: {is_list, is_optional}}.
+			if err := json.Unmarshal([]byte(tool.ArtifactParams), &info.ArtifactParams); err != nil {
+				s.log.Warn("artifact_params not announced", "tool", name, "error", err)
+			}
+		}
+		s.notify(s.initTopic(name), EncodeInitBroadcast(info))
 	}
+}
+
+// rawOrNil is JSON text as a raw message, nil for "".
+func rawOrNil(text string) json.RawMessage {
+	if text == "" {
+		return nil
+	}
+	return json.RawMessage(text)
 }
 
 // notify queues one message for the notice writer; a full queue drops it,

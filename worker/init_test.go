@@ -27,6 +27,7 @@ tools:
   broken_class: {module: inittools, class_name: Broken, function: run}
   quiet: {module: inittools, function: plain_fn}
   bad_entry: {module: inittools, function: plain_fn, timeout_seconds: -5}
+  schema_only: {module: inittools, function: plain_fn, parameters: {type: object, properties: {x: {type: integer}}}, instructions: "x > 0", artifact_params: {doc: {is_list: true, is_optional: false}}, config_schema: [{name: k}]}
 `
 
 const initTools = `
@@ -264,13 +265,17 @@ func TestInitBroadcasts(t *testing.T) {
 	h.start()
 	base := h.cfg.Base()
 	seen := map[string]map[string]any{}
-	for len(seen) < 2 {
-		topic, m := h.nextNotice("start-up broadcasts of dyn and fn")
+	for len(seen) < 3 {
+		topic, m := h.nextNotice("start-up broadcasts of dyn, fn and schema_only")
 		seen[topic] = m
 	}
 	want := map[string]string{
 		base + "/sam_remote_tool/init/dyn": `{"jsonrpc":"2.0","method":"sam_remote_tool/init","params":{"description":"static dyn","tool_name":"dyn"}}`,
 		base + "/sam_remote_tool/init/fn":  `{"jsonrpc":"2.0","method":"sam_remote_tool/init","params":{"description":"a function tool","tool_name":"fn"}}`,
+		// parameters without a description: announced, with the other
+		// description fields.
+		base + "/sam_remote_tool/init/schema_only": `{"jsonrpc":"2.0","method":"sam_remote_tool/init","params":{"artifact_params":{"doc":{"is_list":true,"is_optional":false}},` +
+			`"config_schema":[{"name":"k"}],"instructions":"x \u003e 0","parameters":{"properties":{"x":{"type":"integer"}},"type":"object"},"tool_name":"schema_only"}}`,
 	}
 	for topic, w := range want {
 		got, _ := json.Marshal(seen[topic])

@@ -122,11 +122,11 @@ func TestNoticesDoNotBlock(t *testing.T) {
 	// Released: the notices queued meanwhile arrive.
 	close(tr.release)
 	seen := map[string]bool{}
-	for len(seen) < 4 {
+	for len(seen) < 5 {
 		topic, _ := h.nextNotice("the queued notices")
 		seen[strings.TrimPrefix(topic, h.cfg.Base()+"/sam_remote_tool/")] = true
 	}
-	for _, want := range []string{"init/dyn", "init/fn", "removed/fn", "init/fn2"} {
+	for _, want := range []string{"init/dyn", "init/fn", "init/schema_only", "removed/fn", "init/fn2"} {
 		if !seen[want] {
 			t.Errorf("notice %s not seen (seen %v)", want, seen)
 		}

@@ -23,7 +23,10 @@
 // the worker's default; artifacts.user_scope is read (the default), write
 // or none: what the tool may do with user-scoped ("user:") artifacts,
 // which every session of the user shares (read: its inputs may reference
-// them; write: its outputs may also create them; none: neither).
+// them; write: its outputs may also create them; none: neither). The
+// newer reference's description fields are read for the init broadcast:
+// parameters (a mapping), artifact_params ({param: {is_list,
+// is_optional}}), instructions (text) and config_schema (a list).
 //
 // What it protects against:
 //   - A tool's module being swapped after review: with sha256 set,

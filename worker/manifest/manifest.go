@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/securetoolruntime/str/egress"
@@ -65,6 +66,15 @@ type Tool struct {
 	// artifacts, shared across all of the user's sessions:
 	// `artifacts: {user_scope: read|write|none}`; "" (absent) is read.
 	UserScope UserScope
+	// The newer reference's description fields, announced in the tool's
+	// init broadcast (spec §14) and not otherwise used by str, kept as
+	// compact JSON text ("" = absent): Parameters, a mapping (the
+	// parameters' schema); ArtifactParams, {param: {is_list, is_optional}};
+	// ConfigSchema, a list. Instructions is plain text.
+	Parameters     string
+	ArtifactParams string
+	Instructions   string
+	ConfigSchema   string
 }
 
 // UserScope is a tool's permission on user-scoped ("user:") artifacts.
@@ -258,6 +268,7 @@ var toolFields = map[string]bool{
 	"runtime": true, "module": true, "function": true, "class_name": true, "package": true, "version": true,
 	"description": true, "timeout_seconds": true, "sandbox_profile": true, "sha256": true, "warm": true,
 	"network": true, "artifacts": true,
+	"parameters": true, "artifact_params": true, "instructions": true, "config_schema": true,
 }
 
 var artifactsFields = map[string]bool{"user_scope": true}
@@ -292,6 +303,21 @@ func (p *parser) tool(name string, nameNode, node *yaml.Node) *Tool {
 	strField("description", &t.Description)
 	strField("sandbox_profile", &t.SandboxProfile)
 	strField("sha256", &t.SHA256)
+	strField("instructions", &t.Instructions)
+	t.Parameters = p.jsonField(fields, where, "parameters", yaml.MappingNode)
+	t.ArtifactParams = p.jsonField(fields, where, "artifact_params", yaml.MappingNode)
+	t.ConfigSchema = p.jsonField(fields, where, "config_schema", yaml.SequenceNode)
+	if t.ArtifactParams != "" {
+		dec := json.NewDecoder(strings.NewReader(t.ArtifactParams))
+		dec.DisallowUnknownFields()
+		var ap map[string]struct {
+			IsList     bool `json:"is_list"`
+			IsOptional bool `json:"is_optional"`
+		}
+		if err := dec.Decode(&ap); err != nil {
+			p.add(fields["artifact_params"], fmt.Sprintf("%s.artifact_params: want {param: {is_list: bool, is_optional: bool}}: %v", where, err))
+		}
+	}
 	if v, ok := fields["timeout_seconds"]; ok {
 		if n, ok := p.integer(v, where+".timeout_seconds"); ok {
 			switch {
@@ -392,6 +418,48 @@ func (p *parser) tool(name string, nameNode, node *yaml.Node) *Tool {
 		}
 	}
 	return t
+}
+
+// jsonField returns the value of key, which must be a node of kind (or
+// null), as compact JSON text; "" when absent. Anchors and aliases are
+// refused anywhere inside it, as everywhere in the manifest.
+func (p *parser) jsonField(fields map[string]*yaml.Node, where, key string, kind yaml.Kind) string {
+	n, ok := fields[key]
+	if !ok || n.Tag == "!!null" {
+		return ""
+	}
+	what := where + "." + key
+	if n.Kind != kind {
+		p.add(n, fmt.Sprintf("%s must be %s, not %s", what, map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}[kind], kindName(n)))
+		return ""
+	}
+	var walk func(*yaml.Node) bool
+	walk = func(n *yaml.Node) bool {
+		if n.Kind == yaml.AliasNode || n.Anchor != "" || n.Tag == "!!merge" {
+			p.add(n, what+": YAML anchors, aliases and merge keys are not allowed")
+			return false
+		}
+		for _, c := range n.Content {
+			if !walk(c) {
+				return false
+			}
+		}
+		return true
+	}
+	if !walk(n) {
+		return ""
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		p.add(n, fmt.Sprintf("%s: %v", what, err))
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		p.add(n, fmt.Sprintf("%s is not representable as JSON (keys must be strings): %v", what, err))
+		return ""
+	}
+	return string(b)
 }
 
 // absent reports whether key is missing, null or an empty string (a

@@ -565,8 +565,10 @@ func TestToolEqualEveryField(t *testing.T) {
 		"Name": "u", "Runtime": "other", "Module": "m2", "Function": "g", "ClassName": "C",
 		"Package": "p", "Version": ">=1", "Description": "d", "SandboxProfile": "restrictive",
 		"SHA256": strings.Repeat("a", 64), "TimeoutSeconds": 10, "Warm": 2, "WarmSet": true,
-		"Network":   &egress.Policy{Mode: egress.Isolated},
-		"UserScope": UserScopeWrite,
+		"Network":    &egress.Policy{Mode: egress.Isolated},
+		"UserScope":  UserScopeWrite,
+		"Parameters": `{"type":"object"}`, "ArtifactParams": `{"a":{"is_list":true,"is_optional":false}}`,
+		"Instructions": "use it", "ConfigSchema": `[{"name":"k"}]`,
 	}
 	typ := reflect.TypeOf(base)
 	for i := 0; i < typ.NumField(); i++ {
@@ -821,4 +823,43 @@ func sameSet(a, b []string) bool {
 	sort.Strings(x)
 	sort.Strings(y)
 	return reflect.DeepEqual(x, y)
+}
+
+// The newer reference's description fields load (as compact JSON text)
+// and are checked; a bad one makes only its entry unavailable.
+func TestParseDescriptionFields(t *testing.T) {
+	m, err := Parse([]byte(`version: 1
+tools:
+  t:
+    module: m
+    function: f
+    description: "d"
+    parameters: {type: object, properties: {q: {type: string}}, required: [q]}
+    artifact_params: {doc: {is_list: false, is_optional: true}}
+    instructions: "call it with q"
+    config_schema: [{name: api_key, required: true}]
+  bad_params: {module: m, function: f, parameters: [1]}
+  bad_artifacts: {module: m, function: f, artifact_params: {doc: {is_lst: true}}}
+  bad_keys: {module: m, function: f, parameters: {1: x}}
+  bad_config: {module: m, function: f, config_schema: {a: 1}}
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := m.Tools["t"]
+	if tool == nil || tool.Parameters != `{"properties":{"q":{"type":"string"}},"required":["q"],"type":"object"}` ||
+		tool.ArtifactParams != `{"doc":{"is_list":false,"is_optional":true}}` || tool.Instructions != "call it with q" ||
+		tool.ConfigSchema != `[{"name":"api_key","required":true}]` {
+		t.Fatalf("t = %+v", tool)
+	}
+	for name, want := range map[string]string{
+		"bad_params":    "tools.bad_params.parameters must be a mapping, not a list",
+		"bad_artifacts": `unknown field "is_lst"`,
+		"bad_keys":      "tools.bad_keys.parameters is not representable as JSON",
+		"bad_config":    "tools.bad_config.config_schema must be a list",
+	} {
+		if !strings.Contains(m.Unavailable[name], want) {
+			t.Errorf("%s: %q, want it to contain %q", name, m.Unavailable[name], want)
+		}
+	}
 }
