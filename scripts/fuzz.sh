@@ -23,6 +23,7 @@ FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-5s}
 # fails the run.
 targets=(
   "./worker                    FuzzParseRequest      ci" # request parsing and validation
+  "./worker                    FuzzParseInitRequest  -"  # init requests of both generations, notifications
   "./worker/manifest           FuzzParse             ci" # the tool manifest
   "./profiles                  FuzzDecode            ci" # profiles: decode, validate, Tighten never loosens
   "./profiles                  FuzzParseQuantity     ci" # 512Mi, 500m, 60s and their formatters

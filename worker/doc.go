@@ -12,9 +12,11 @@
 //
 //  1. Subscriptions (all sent inside the transport's connect, so a request
 //     published the moment the worker appears is not missed):
-//     {base}/sam_remote_tool/invoke/{tool} for every manifest tool,
-//     {base}/sam_remote_tool/cancel/>, {base}/discovery/> (ignored) and
-//     {base}/str/v1/tools/request (item 7).
+//     {base}/sam_remote_tool/invoke/{tool}, .../init/{tool} and
+//     .../init_request/{tool} for every manifest entry, served or
+//     unavailable (see 7), {base}/sam_remote_tool/cancel/>,
+//     {base}/discovery/> (ignored) and {base}/str/v1/tools/request (the
+//     str tools listing).
 //
 //  2. Invoke request, agent → worker, on {base}/sam_remote_tool/invoke/{tool}:
 //
@@ -33,9 +35,12 @@
 //     characters, bounded length; session_id not "user", which the
 //     artifact store reserves for "user:" artifacts; filenames also not
 //     absolute) — all problems in one INVALID_REQUEST; tool_name equal to
-//     the topic's tool; the tool in the manifest (else TOOL_NOT_AVAILABLE,
-//     message "Tool '<t>' is not available on this worker", and the topic
-//     unsubscribed); the per-user rate limit (RESOURCE_EXHAUSTED); the
+//     the topic's tool; a manifest entry that failed its checks is
+//     TOOL_NOT_AVAILABLE with the manifest's reason ("Tool '<t>' is not
+//     available on this worker: its manifest entry is invalid: line 12:
+//     tools.<t>.runtime: ..."); the tool in the manifest (else
+//     TOOL_NOT_AVAILABLE, message "Tool '<t>' is not available on this
+//     worker", and the topic unsubscribed); the per-user rate limit (RESOURCE_EXHAUSTED); the
 //     profile, tighten-only: the ceiling is the manifest tool's
 //     sandbox_profile, else SANDBOX_DEFAULT_PROFILE; the call runs with
 //     the stricter of the ceiling and the request's sandbox_profile
@@ -150,8 +155,34 @@
 //     tool's own exit with a result) before the cancel, or before the end
 //     of the shutdown grace period, is answered with that result instead.
 //
-//  6. Removed, worker → all, on {base}/sam_remote_tool/removed/{tool}
-//     with {"tool_name":"<tool>"}, when a reload drops a tool.
+//  6. Notices, worker → all, queued for one writer goroutine so that
+//     neither the receive loop nor a reload waits on the broker (a full
+//     queue of 1024 drops one, logged): {"jsonrpc":"2.0","method":
+//     "sam_remote_tool/removed","params":{"tool_name":"<tool>"}} on
+//     {base}/sam_remote_tool/removed/{tool} when a reload drops an entry;
+//     {"jsonrpc":"2.0","method":"sam_remote_tool/init","params":{"tool_name",
+//     "description"}} on {base}/sam_remote_tool/init/{tool} at start-up
+//     and for each tool a reload adds (or repairs), for tools with a
+//     description (spec §14, the reference's newer generation).
+//
+//  7. Init requests of class-based tools (spec §14), agent → worker, on
+//     {base}/sam_remote_tool/init/{tool} (method sam_remote_tool/init,
+//     the older generation) or .../init_request/{tool}
+//     (sam_remote_tool/init_request, the newer), params {tool_name,
+//     tool_config}, user property replyTo. A message there without an id
+//     is a notification (an init broadcast) and is ignored. The runner
+//     describes the class in init mode inside a sandbox of the tool's
+//     profile ceiling (at most 60 s and the tool's timeout; at most
+//     SANDBOX_MAX_CONCURRENT runs at a time), and the reply carries the
+//     generation's own fields: older {tool_name, tool_description,
+//     parameters_schema, ctx_facade_param_name}; newer {tool_name,
+//     description, parameters, artifact_params, instructions,
+//     config_schema, ctx_facade_param_name} (absent ones omitted). Errors:
+//     INIT_ERROR "Init failed: <why>"; TOOL_NOT_AVAILABLE for a tool that
+//     is not class-based, not in the manifest, or unavailable (with the
+//     reason); INVALID_REQUEST, AUTHENTICATION_FAILED (when signing is on)
+//     and RESOURCE_EXHAUSTED as for invokes. Descriptions are cached per
+//     (tool, tool_config, module source hash). Details: init.go.
 //
 //  7. Tools listing (str's own, for `str tools` and `str invoke`; outside
 //     the reference's sam_remote_tool/ space), client → worker on
@@ -311,8 +342,10 @@
 //     be made under SANDBOX_WORK_DIR);
 //   - degraded (200): "manifest" (the file missing, unreadable, invalid,
 //     or its subscriptions failing: the last good manifest serves);
-//   - unavailable_tools (200): each tool that cannot work here (module
-//     missing or unreadable by the sandbox, unknown profile).
+//   - unavailable_tools (200): each tool that cannot work here (a
+//     manifest entry that failed its checks, "manifest entry invalid:
+//     <reasons>"; module missing or unreadable by the sandbox, unknown
+//     profile).
 //
 // A fault is set the moment a call fails on it and re-checked every 5 s
 // and at each /readyz (at most once a second), cheaply and without
@@ -334,7 +367,8 @@
 // /bin/true in one sandbox of SANDBOX_DEFAULT_PROFILE through the same
 // launcher the calls use; if it fails the worker refuses to start with
 // the launcher's error and "run `str doctor`" (fail closed); the
-// manifest, with every tool checked (module file present under
+// manifest (a problem of the whole file is fatal; an entry's own
+// problem makes only that entry unavailable), with every tool checked (module file present under
 // TOOLS_PYTHON_DIR; the tools dir, package dirs and module readable by
 // the sandbox's uid, i.e. world-readable and world-searchable as root,
 // owner bits rootless; a manifest profile the worker knows; the common
@@ -350,8 +384,10 @@
 //
 // Hot reload of the manifest: subscriptions are changed with
 // the dispatch lock held, so no request is served against a half-applied
-// manifest; a broken manifest keeps the previous one (logged, and
-// reported under /readyz's degraded.manifest until repaired). SIGTERM: invoke
+// manifest; a broken manifest file keeps the previous one (logged, and
+// reported under /readyz's degraded.manifest until repaired), while a
+// manifest whose only problems are some entries' own is applied with those
+// entries unavailable. SIGTERM: invoke
 // topics unsubscribed, queued requests answered RESOURCE_EXHAUSTED,
 // running tools given SHUTDOWN_GRACE_SECONDS, then killed and answered
 // CANCELLED.

@@ -99,6 +99,10 @@ type task struct {
 	// cancelAt is when a cancel message asked for the task's end, stored
 	// before its context is cancelled (see cancelledBefore).
 	cancelAt atomic.Pointer[time.Time]
+	// mode is the runner's mode: "" (a call) or runner.ModeInit (a
+	// class-based tool describing itself, init.go: its result is taken
+	// as it is, nothing is saved).
+	mode string
 }
 
 // outcome is what one execution ends with: a reply payload plus the
@@ -388,6 +392,7 @@ func (s *Server) runnerArgs(t *task, dir string, paths map[string]string, meta m
 		ArtifactPaths: paths, ArtifactMetadata: meta,
 		StatusPipe: filepath.Join(dir, "status.pipe"), ResultFile: filepath.Join(dir, "result.json"), OutputDir: filepath.Join(dir, "output"),
 		UserID: t.req.UserID, SessionID: t.req.SessionID, AppName: t.req.AppName,
+		Mode: t.mode,
 	}
 }
 
@@ -743,6 +748,11 @@ func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed
 		default:
 			return fail(errorf(CodeExecutionError, "%s", res.Error))
 		}
+	}
+	if t.mode == runner.ModeInit {
+		// The tool's description of itself (runner.InitInfo), checked
+		// and mapped onto a reply by init.go; no output is saved.
+		return outcome{payload: res.Result, label: "success"}
 	}
 	// The result must be something every agent can parse: bounded
 	// nesting, valid UTF-8 (the broker refuses anything else).

@@ -160,9 +160,10 @@ type healthBody struct {
 	// file is missing or invalid, the last good manifest serves); /readyz
 	// stays 200. Omitted when none.
 	Degraded map[string]string `json:"degraded,omitempty"`
-	// UnavailableTools (/readyz only) maps each manifest tool that cannot
-	// work on this worker to why (module missing or unreadable by the
-	// sandbox, unknown profile); omitted when there is none.
+	// UnavailableTools (/readyz only) maps each manifest entry that cannot
+	// work on this worker to why (the entry failed the manifest's checks,
+	// module missing or unreadable by the sandbox, unknown profile);
+	// omitted when there is none.
 	UnavailableTools map[string]string `json:"unavailable_tools,omitempty"`
 }
 

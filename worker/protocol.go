@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/securetoolruntime/str/worker/artifacts"
+	"github.com/securetoolruntime/str/worker/runner"
 )
 
 // Method names of the JSON-RPC messages (spec §2, §3).
@@ -83,6 +84,9 @@ const (
 	CodeCancelled Code = "CANCELLED"
 	// CodeInternalError: a worker bug; never used for a tool's fault.
 	CodeInternalError Code = "INTERNAL_ERROR"
+	// CodeInitError: a class-based tool could not describe itself for the
+	// init sub-protocol (spec §14): "Init failed: <why>".
+	CodeInitError Code = "INIT_ERROR"
 )
 
 // Error is a protocol error: it becomes the reply's "error" member.
@@ -882,4 +886,154 @@ func pyStrRepr(s string) string {
 	}
 	b.WriteString(q)
 	return b.String()
+}
+
+// The init sub-protocol (spec §14): two generations of request, answered
+// with each one's own field names, and the newer generation's notices.
+const (
+	// MethodInit is the older generation's request on
+	// {base}/sam_remote_tool/init/{tool}, and the newer generation's
+	// broadcast notification (no id) on the same topic.
+	MethodInit = "sam_remote_tool/init"
+	// MethodInitRequest is the newer generation's request on
+	// {base}/sam_remote_tool/init_request/{tool}.
+	MethodInitRequest = "sam_remote_tool/init_request"
+	// MethodRemoved is the notification on {base}/sam_remote_tool/removed/{tool}.
+	MethodRemoved = "sam_remote_tool/removed"
+)
+
+// InitRequest is a validated init request of either generation.
+type InitRequest struct {
+	ID         string
+	ToolName   string
+	ToolConfig json.RawMessage // a JSON object, compact ({} when absent)
+}
+
+// ErrNotARequest is returned by ParseInitRequest for a message without an
+// "id": a notification (another worker's, or this one's own, init
+// broadcast on the same topic), which is never answered.
+var ErrNotARequest = errors.New("a notification, not a request")
+
+// ParseInitRequest parses one init request whose method must be method.
+// A payload that is a JSON object without an id (or with a null one) is
+// a notification: (nil, "", ErrNotARequest as the error's cause). Any
+// other problem is an INVALID_REQUEST listing every problem, with the id
+// read when it could be.
+func ParseInitRequest(payload []byte, method string, maxBytes int) (*InitRequest, string, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxPayloadBytes
+	}
+	// 1. size, then a JSON object.
+	if len(payload) > maxBytes {
+		return nil, UnknownID, errorf(CodeInvalidRequest, "payload of %d bytes exceeds the limit of %d bytes", len(payload), maxBytes)
+	}
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &env); err != nil || env == nil {
+		msg := "payload is not a JSON object"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		return nil, UnknownID, errorf(CodeInvalidRequest, "%s", msg)
+	}
+	// 2. no id: a notification, not ours to answer.
+	if raw, ok := env["id"]; !ok || isNull(raw) {
+		return nil, "", ErrNotARequest
+	}
+	id, idErr := parseID(env["id"])
+	var problems []string
+	if idErr != "" {
+		problems = append(problems, idErr)
+	}
+	// 3. the envelope.
+	if s, ok := jsonString(env["jsonrpc"]); !ok || s != "2.0" {
+		problems = append(problems, `"jsonrpc" must be "2.0"`)
+	}
+	if s, ok := jsonString(env["method"]); !ok || s != method {
+		problems = append(problems, fmt.Sprintf("%q must be %q", "method", method))
+	}
+	var params map[string]json.RawMessage
+	if raw, ok := env["params"]; !ok || isNull(raw) {
+		problems = append(problems, `"params" is missing`)
+	} else if err := json.Unmarshal(raw, &params); err != nil || params == nil {
+		problems = append(problems, `"params" must be an object`)
+	}
+	if params == nil {
+		return nil, id, invalid(problems)
+	}
+	// 4. params.
+	r := &InitRequest{ID: id}
+	p := &paramReader{params: params}
+	r.ToolName = p.requiredString("tool_name")
+	r.ToolConfig = p.object("tool_config")
+	problems = append(problems, p.problems...)
+	if len(problems) > 0 {
+		return nil, id, invalid(problems)
+	}
+	return r, id, nil
+}
+
+// initOlderResult is the older generation's init result.
+type initOlderResult struct {
+	ToolName           string          `json:"tool_name"`
+	ToolDescription    string          `json:"tool_description,omitempty"`
+	ParametersSchema   json.RawMessage `json:"parameters_schema,omitempty"`
+	CtxFacadeParamName string          `json:"ctx_facade_param_name,omitempty"`
+}
+
+// initNewerResult is the newer generation's init result, also the params
+// of its init broadcast.
+type initNewerResult struct {
+	ToolName           string                         `json:"tool_name"`
+	Description        string                         `json:"description,omitempty"`
+	Parameters         json.RawMessage                `json:"parameters,omitempty"`
+	ArtifactParams     map[string]runner.ArtifactSpec `json:"artifact_params,omitempty"`
+	Instructions       string                         `json:"instructions,omitempty"`
+	ConfigSchema       json.RawMessage                `json:"config_schema,omitempty"`
+	CtxFacadeParamName string                         `json:"ctx_facade_param_name,omitempty"`
+}
+
+func newerResult(info *runner.InitInfo) initNewerResult {
+	return initNewerResult{
+		ToolName: info.ToolName, Description: info.Description, Parameters: info.ParametersSchema,
+		ArtifactParams: info.ArtifactParams, Instructions: info.Instructions,
+		ConfigSchema: info.ConfigSchema, CtxFacadeParamName: info.CtxFacadeParamName,
+	}
+}
+
+// EncodeInitResult is the success reply to an init request of method
+// (MethodInit: the older generation's field names; MethodInitRequest:
+// the newer's). Absent values are omitted, as the reference does.
+func EncodeInitResult(id, method string, info *runner.InitInfo) []byte {
+	var result any
+	if method == MethodInit {
+		result = initOlderResult{
+			ToolName: info.ToolName, ToolDescription: info.Description,
+			ParametersSchema: info.ParametersSchema, CtxFacadeParamName: info.CtxFacadeParamName,
+		}
+	} else {
+		result = newerResult(info)
+	}
+	return marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      string `json:"id"`
+		Result  any    `json:"result"`
+	}{"2.0", id, result})
+}
+
+// EncodeInitBroadcast is the newer generation's init notification (no id).
+func EncodeInitBroadcast(info *runner.InitInfo) []byte {
+	return marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		Method  string          `json:"method"`
+		Params  initNewerResult `json:"params"`
+	}{"2.0", MethodInit, newerResult(info)})
+}
+
+// EncodeRemovedNotice is the notification that a tool left the manifest.
+func EncodeRemovedNotice(tool string) []byte {
+	return marshal(struct {
+		JSONRPC string            `json:"jsonrpc"`
+		Method  string            `json:"method"`
+		Params  map[string]string `json:"params"`
+	}{"2.0", MethodRemoved, map[string]string{"tool_name": tool}})
 }

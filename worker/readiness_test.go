@@ -138,6 +138,8 @@ type readyzBody struct {
 	OK       bool              `json:"ok"`
 	Faults   map[string]string `json:"faults"`
 	Degraded map[string]string `json:"degraded"`
+	// Unavailable is unavailable_tools.
+	Unavailable map[string]string `json:"unavailable_tools"`
 }
 
 func readyz(t *testing.T, h *harness) (int, readyzBody) {

@@ -97,6 +97,7 @@ type Server struct {
 	toolsSem chan struct{} // tools replies in flight (toolsinfo.go)
 	replays  *replayGuard  // signatures accepted within SigningWindow
 	ready    *readiness    // faults and degradations for /readyz (readiness.go)
+	init     *initState    // the init sub-protocol and the notice writer (init.go)
 	stopping atomic.Bool   // no new work is taken
 	stopped  atomic.Bool   // Run has returned
 	serving  atomic.Bool   // Connect succeeded and not stopping
@@ -164,6 +165,7 @@ func New(opts Options) (*Server, error) {
 		toolsSem: make(chan struct{}, maxToolsRepliesInFlight),
 		replays:  newReplayGuard(),
 		ready:    newReadiness(log, m.Faults),
+		init:     newInitState(cfg),
 	}
 	s.pool = newWarmPool(s)
 	return s, nil
@@ -174,10 +176,25 @@ func (s *Server) Ready() bool {
 	return s.serving.Load() && !s.stopping.Load() && s.tr.State() == transport.Connected
 }
 
-// Topic helpers (spec §1).
+// Topic helpers (spec §1, §14).
 func (s *Server) invokeTopic(tool string) string { return s.base + "/sam_remote_tool/invoke/" + tool }
 func (s *Server) removedTopic(tool string) string {
 	return s.base + "/sam_remote_tool/removed/" + tool
+}
+func (s *Server) initTopic(tool string) string { return s.base + "/sam_remote_tool/init/" + tool }
+func (s *Server) initRequestTopic(tool string) string {
+	return s.base + "/sam_remote_tool/init_request/" + tool
+}
+
+// entryTopics are the topics subscribed for one manifest entry, served
+// or unavailable (so that its calls are answered, not left to time out):
+// its invoke topic and both generations' init request topics (init.go).
+// An entry whose name cannot be one topic level has none.
+func (s *Server) entryTopics(name string) []string {
+	if !manifest.ValidToolName(name) {
+		return nil
+	}
+	return []string{s.invokeTopic(name), s.initTopic(name), s.initRequestTopic(name)}
 }
 func (s *Server) cancelPattern() string    { return s.base + "/sam_remote_tool/cancel/>" }
 func (s *Server) discoveryPattern() string { return s.base + "/discovery/>" }
@@ -204,11 +221,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	// 3. the manifest: a broken manifest at startup is fatal (there is no
-	// previous one to keep). Each tool that cannot work here (module
-	// missing or unreadable by the sandbox, unknown profile, its declared
-	// package not installable) is logged;
-	// /readyz lists them and their calls are answered TOOL_NOT_AVAILABLE.
+	// 3. the manifest: a broken manifest file at startup is fatal (there
+	// is no previous one to keep). Each entry that cannot work here (its
+	// own problems in the manifest, module missing or unreadable by the
+	// sandbox, unknown profile, its declared package not installable) is
+	// logged; /readyz lists them, their calls are answered
+	// TOOL_NOT_AVAILABLE with the reason, the others serve.
 	m, err := manifest.Load(s.cfg.ManifestPath)
 	if err != nil {
 		return fmt.Errorf("worker: load manifest: %w", err)
@@ -229,10 +247,11 @@ func (s *Server) Run(ctx context.Context) error {
 	// 4. connect with every subscription inside the connect, so a request
 	// published the moment the worker appears is not missed.
 	subs := []string{s.cancelPattern(), s.discoveryPattern(), ToolsRequestTopic(s.cfg.Namespace)}
-	for _, name := range m.Names() {
-		topic := s.invokeTopic(name)
-		subs = append(subs, topic)
-		s.subs[topic] = true
+	for _, name := range m.Entries() {
+		for _, topic := range s.entryTopics(name) {
+			subs = append(subs, topic)
+			s.subs[topic] = true
+		}
 	}
 	if err := s.tr.Connect(ctx, subs); err != nil {
 		if ctx.Err() != nil {
@@ -243,6 +262,10 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: connect: %w", err)
 	}
 	s.serving.Store(true)
+	// The newer generation's init broadcasts (spec §14), through the
+	// notice writer: the receive loop never waits on them.
+	s.startNotices()
+	s.broadcastInits(m, m.Names())
 	s.log.Info("worker serving", "namespace", s.cfg.Namespace, "worker_id", s.cfg.WorkerID,
 		"tools", m.Names(), "max_concurrent", s.cfg.MaxConcurrent, "sandbox_mode", s.cfg.SandboxMode)
 	// 5. executors. A queued task is claimed once: by the executor that
@@ -473,26 +496,43 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	}
 	var subsMu sync.Mutex
 	for _, name := range added {
-		topic := s.invokeTopic(name)
-		change(s.tr.Subscribe, "subscribe", topic, func() { subsMu.Lock(); s.subs[topic] = true; subsMu.Unlock() })
-	}
-	for _, name := range removed {
-		topic := s.invokeTopic(name)
-		change(s.tr.Unsubscribe, "unsubscribe", topic, func() { subsMu.Lock(); delete(s.subs, topic); subsMu.Unlock() })
-	}
-	wg.Wait()
-	for _, name := range removed {
-		if err := s.publish(s.removedTopic(name), []byte(fmt.Sprintf(`{"tool_name":%q}`, name))); err != nil {
-			s.log.Warn("publishing tool removal failed", "tool", name, "error", err)
+		for _, topic := range s.entryTopics(name) {
+			if !s.subs[topic] { // a retry after a partial failure
+				change(s.tr.Subscribe, "subscribe", topic, func() { subsMu.Lock(); s.subs[topic] = true; subsMu.Unlock() })
+			}
 		}
 	}
+	for _, name := range removed {
+		for _, topic := range s.entryTopics(name) {
+			if s.subs[topic] {
+				change(s.tr.Unsubscribe, "unsubscribe", topic, func() { subsMu.Lock(); delete(s.subs, topic); subsMu.Unlock() })
+			}
+		}
+	}
+	wg.Wait()
 	if len(errs) > 0 {
 		// Keep the previous manifest: the watcher applies this content
 		// again at the next poll and the failed subscriptions are retried.
 		return errors.Join(errs...)
 	}
+	old := s.manifest
 	s.manifest = m
 	s.pool.configure(m)
+	// Notices (spec §14), queued for the notice writer (no publish under
+	// the lock): removed for each entry that left, init for each tool
+	// that appeared or became servable.
+	for _, name := range removed {
+		if manifest.ValidToolName(name) {
+			s.notify(s.removedTopic(name), EncodeRemovedNotice(name))
+		}
+	}
+	var fresh []string
+	for _, name := range append(append([]string(nil), added...), changed...) {
+		if _, now := m.Tools[name]; now && (old == nil || old.Tools[name] == nil) {
+			fresh = append(fresh, name)
+		}
+	}
+	s.broadcastInits(m, fresh)
 	if len(added)+len(removed)+len(changed) > 0 {
 		s.log.Info("manifest reloaded", "added", added, "removed", removed, "changed", changed)
 		s.logToolProblems(m)
@@ -543,6 +583,10 @@ func toolLabel(tool string) string {
 // dispatch handles one delivery in the receive loop.
 func (s *Server) dispatch(d *transport.Delivery, received time.Time) {
 	switch {
+	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/init_request/"):
+		s.dispatchInit(d, initNewer, strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/init_request/"), received)
+	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/init/"):
+		s.dispatchInit(d, initOlder, strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/init/"), received)
 	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/invoke/"):
 		s.dispatchInvoke(d, strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/invoke/"), received)
 	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"):
@@ -599,6 +643,11 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 		return
 	}
 	tool := s.manifest.Tools[topicTool]
+	if reason, bad := s.manifest.Unavailable[topicTool]; bad {
+		// Subscribed so that its callers learn why at once.
+		s.reject(d, replyTo, id, topicTool, unavailableEntryError(topicTool, reason), log)
+		return
+	}
 	if tool == nil {
 		// Unsubscribed before the answer, so that a caller who retries on
 		// the answer does not reach this worker again.
@@ -738,8 +787,12 @@ func manifestTimeout(tool *manifest.Tool) time.Duration {
 func (s *Server) availableNow(t *task) *Error {
 	s.mu.RLock()
 	cur := s.manifest.Tools[t.req.ToolName]
+	reason, bad := s.manifest.Unavailable[t.req.ToolName]
 	s.mu.RUnlock()
 	if cur == nil {
+		if bad {
+			return unavailableEntryError(t.req.ToolName, reason)
+		}
 		return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker (removed from the manifest while the request was queued)", truncateName(t.req.ToolName))
 	}
 	if !cur.Equal(t.tool) {
@@ -874,7 +927,9 @@ func (s *Server) shutdown() {
 		lost.Stop()
 	}
 	s.stopTools()
-	// 4. every pooled sandbox gone and its work area removed.
+	// 4. every pooled sandbox gone and its work area removed; the queued
+	// notices and init replies sent (init.go).
 	s.pool.wait()
+	s.stopNotices()
 	s.log.Info("worker stopped")
 }

@@ -130,11 +130,13 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.done = make(chan error, 1)
-	go func() { h.done <- h.srv.Run(ctx) }()
+	// The agent is connected before the worker starts: it sees the
+	// worker's start-up notices (init broadcasts).
 	h.client = h.bus.Client("agent", "")
 	must(t, h.client.Connect(context.Background(), []string{
 		h.cfg.Base() + "/sam_remote_tool/response/>", h.cfg.Base() + "/sam_remote_tool/status/>",
-		h.cfg.Base() + "/sam_remote_tool/removed/>"}))
+		h.cfg.Base() + "/sam_remote_tool/removed/>", h.cfg.Base() + "/sam_remote_tool/init/>"}))
+	go func() { h.done <- h.srv.Run(ctx) }()
 	go h.receive()
 	waitFor(t, "worker ready", h.srv.Ready)
 	t.Cleanup(func() { h.stop() })

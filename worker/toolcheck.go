@@ -46,11 +46,27 @@ func (s *Server) toolProblem(tool *manifest.Tool) error {
 	return tool.CheckSource(s.sourceCheck())
 }
 
-// unavailableTools maps each tool of m that cannot work to why.
+// unavailableEntryError is the answer to a call of a manifest entry that
+// failed its checks: the worker's configuration is at fault, and the
+// reason (the manifest's own words, with line numbers) says what to fix.
+func unavailableEntryError(name, reason string) *Error {
+	return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: its manifest entry is invalid: %s",
+		truncateName(name), truncate(reason, maxReasonInMessage))
+}
+
+// maxReasonInMessage bounds a manifest entry's reasons in a reply.
+const maxReasonInMessage = 2048
+
+// unavailableTools maps each entry of m that cannot work to why: those
+// the manifest's checks refused (Manifest.Unavailable) and those that
+// passed them but cannot work on this host.
 func (s *Server) unavailableTools(m *manifest.Manifest) map[string]string {
 	out := map[string]string{}
 	if m == nil {
 		return out
+	}
+	for name, reason := range m.Unavailable {
+		out[name] = "manifest entry invalid: " + reason
 	}
 	for _, name := range m.Names() {
 		if err := s.toolProblem(m.Tools[name]); err != nil {
@@ -67,6 +83,6 @@ func (s *Server) logToolProblems(m *manifest.Manifest) {
 		s.log.Error("tool cannot work on this worker: its calls will be answered TOOL_NOT_AVAILABLE", "tool", name, "error", bad[name])
 	}
 	if len(bad) > 0 {
-		s.log.Error("tools unavailable (see /readyz)", "count", len(bad), "of", len(m.Tools))
+		s.log.Error("tools unavailable (see /readyz)", "count", len(bad), "of", len(m.Tools)+len(m.Unavailable))
 	}
 }

@@ -286,6 +286,15 @@ type agent struct {
 	statuses map[string][][]byte
 	replies  map[string]chan []byte
 	removed  chan string
+	// notices are the messages without an id seen on init topics (init
+	// broadcasts; the agent's own init requests are skipped).
+	notices chan notice
+}
+
+// notice is a message seen on a notification topic.
+type notice struct {
+	topic   string
+	payload map[string]any
 }
 
 // startDevBroker starts `str broker` on port and waits until it listens.
@@ -312,11 +321,12 @@ func newAgent(t *testing.T, port int) *agent {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	must(t, err)
-	a := &agent{t: t, c: c, base: "e2e/a2a/v1", statuses: map[string][][]byte{}, replies: map[string]chan []byte{}, removed: make(chan string, 10)}
+	a := &agent{t: t, c: c, base: "e2e/a2a/v1", statuses: map[string][][]byte{}, replies: map[string]chan []byte{}, removed: make(chan string, 10),
+		notices: make(chan notice, 256)}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	must(t, c.Connect(ctx, []string{a.base + "/sam_remote_tool/response/e2e/>", a.base + "/sam_remote_tool/status/e2e/>",
-		a.base + "/sam_remote_tool/removed/>"}))
+		a.base + "/sam_remote_tool/removed/>", a.base + "/sam_remote_tool/init/>"}))
 	go a.loop()
 	t.Cleanup(func() { c.Close() })
 	return a
@@ -342,6 +352,15 @@ func (a *agent) loop() {
 			a.replyChan(last) <- d.Payload
 		case strings.Contains(d.Topic, "/removed/"):
 			a.removed <- last
+		case strings.Contains(d.Topic, "/sam_remote_tool/init/"):
+			var m map[string]any
+			if json.Unmarshal(d.Payload, &m) != nil || m["id"] != nil {
+				continue // not a notification: an init request (ours)
+			}
+			select {
+			case a.notices <- notice{topic: d.Topic, payload: m}:
+			default: // a test that does not read them
+			}
 		}
 	}
 }
@@ -411,6 +430,57 @@ func (a *agent) publishInvoke(tool, id string, payload []byte) {
 			"statusTo": a.base + "/sam_remote_tool/status/e2e/" + id,
 			"clientId": "e2e", "userId": "u-1",
 		}}))
+}
+
+// initRequest publishes an init request as a reference agent does: kind
+// "init" (the older generation, method sam_remote_tool/init) or
+// "init_request" (the newer); it returns the id.
+func (a *agent) initRequest(kind, tool string, toolConfig map[string]any) string {
+	a.t.Helper()
+	id := newID("init")
+	method := "sam_remote_tool/init"
+	if kind == "init_request" {
+		method = "sam_remote_tool/init_request"
+	}
+	if toolConfig == nil {
+		toolConfig = map[string]any{}
+	}
+	payload, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method,
+		"params": map[string]any{"tool_name": tool, "tool_config": toolConfig}})
+	must(a.t, err)
+	must(a.t, a.c.Publish(context.Background(), transport.Message{
+		Topic: a.base + "/sam_remote_tool/" + kind + "/" + tool, Payload: payload,
+		UserProperties: map[string]string{"replyTo": a.base + "/sam_remote_tool/response/e2e/" + id, "clientId": "e2e"}}))
+	return id
+}
+
+// nextNotice returns the next notification seen on an init topic.
+func (a *agent) nextNotice(what string, within time.Duration) notice {
+	a.t.Helper()
+	select {
+	case n := <-a.notices:
+		return n
+	case <-time.After(within):
+		a.t.Fatalf("no notice within %v: %s", within, what)
+		return notice{}
+	}
+}
+
+// newReferenceEnv is a worker layout with testdata/reference_manifest.yaml
+// (the reference's example manifest plus str's additions) over the modules
+// of testdata/reference_tools.
+func newReferenceEnv(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t)
+	ents, err := os.ReadDir("testdata/reference_tools")
+	must(t, err)
+	for _, ent := range ents {
+		copyFile(t, filepath.Join("testdata/reference_tools", ent.Name()), filepath.Join(e.tools, ent.Name()))
+	}
+	b, err := os.ReadFile("testdata/reference_manifest.yaml")
+	must(t, err)
+	writeManifest(t, e.manifest, string(b))
+	return e
 }
 
 func (a *agent) reply(id string, within time.Duration) []byte {

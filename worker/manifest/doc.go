@@ -7,8 +7,12 @@
 //
 // The manifest is policy as data: Parse decodes it strictly (unknown and
 // duplicate keys, YAML anchors/aliases/merge keys and mistyped values are
-// errors), runs its named checks over every entry and returns every
-// problem at once, with line numbers, in an *Error. A missing "version"
+// errors) and runs its named checks over every entry, in two tiers. A
+// problem of the whole file (not YAML, not a mapping, an unknown top-level
+// key, a bad "version", duplicate tool names) rejects it, with every
+// problem at once and line numbers, in an *Error. A problem of one entry
+// only makes that entry unavailable (Manifest.Unavailable, with its
+// reasons): one bad entry never takes the other tools down. A missing "version"
 // reads as 1 because manifests written for the reference often omit it;
 // any other version is rejected. Checks: runtime is "python" (the default
 // and only runtime); module is a dotted ASCII Python identifier; function
@@ -23,7 +27,10 @@
 // the worker's default; artifacts.user_scope is read (the default), write
 // or none: what the tool may do with user-scoped ("user:") artifacts,
 // which every session of the user shares (read: its inputs may reference
-// them; write: its outputs may also create them; none: neither).
+// them; write: its outputs may also create them; none: neither). The
+// newer reference's description fields are read for the init broadcast:
+// parameters (a mapping), artifact_params ({param: {is_list,
+// is_optional}}), instructions (text) and config_schema (a list).
 //
 // What it protects against:
 //   - A tool's module being swapped after review: with sha256 set,
@@ -31,8 +38,9 @@
 //     would, packages before modules) and refuses a mismatch, saying
 //     expected and actual. Symlinks that leave the tools dir are refused.
 //   - A broken edit taking tools offline: Watch keeps the previous
-//     manifest when the new one is invalid or missing and logs why, once
-//     per distinct content.
+//     manifest when the new file is invalid or missing and logs why, once
+//     per distinct content; an edit that breaks one entry is applied with
+//     only that entry unavailable.
 //   - Hostile wheels on the unpack path: absolute names, "..", "\",
 //     symlinks, more than 20000 entries or 512 MiB are refused; a RECORD,
 //     if present, must match the extracted files' sha256 (a wheel without

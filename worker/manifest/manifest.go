@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/securetoolruntime/str/egress"
@@ -65,6 +66,15 @@ type Tool struct {
 	// artifacts, shared across all of the user's sessions:
 	// `artifacts: {user_scope: read|write|none}`; "" (absent) is read.
 	UserScope UserScope
+	// The newer reference's description fields, announced in the tool's
+	// init broadcast (spec §14) and not otherwise used by str, kept as
+	// compact JSON text ("" = absent): Parameters, a mapping (the
+	// parameters' schema); ArtifactParams, {param: {is_list, is_optional}};
+	// ConfigSchema, a list. Instructions is plain text.
+	Parameters     string
+	ArtifactParams string
+	Instructions   string
+	ConfigSchema   string
 }
 
 // UserScope is a tool's permission on user-scoped ("user:") artifacts.
@@ -113,7 +123,14 @@ const MaxWarm = 16
 // Manifest is the parsed manifest file.
 type Manifest struct {
 	Version int
-	Tools   map[string]*Tool
+	// Tools holds the entries that passed every check: the tools served.
+	Tools map[string]*Tool
+	// Unavailable maps the name of each entry that failed a check to its
+	// problems (with line numbers, "; "-separated). One bad entry never
+	// rejects the manifest: the worker reports it (log, /readyz) and
+	// answers its calls TOOL_NOT_AVAILABLE with the reason, and serves
+	// the others. A name is never in both maps.
+	Unavailable map[string]string
 }
 
 // Error lists every problem found in a manifest.
@@ -172,15 +189,22 @@ func readLimited(path string) ([]byte, error) {
 	return data, nil
 }
 
-// Parse decodes a manifest strictly: unknown keys, duplicate keys, YAML
-// anchors/aliases and wrongly typed values are errors, and every problem
-// is collected into one *Error (with line numbers) before returning.
-// A missing "version" reads as 1 (manifests written for the reference
-// often omit it); any other value than 1 is an error. "tools" is required
-// (it may be an empty mapping).
+// Parse decodes a manifest strictly, in two tiers.
+//
+// Whole-file problems reject the manifest, every one collected into one
+// *Error (with line numbers): not YAML, empty, more than one document,
+// not a mapping, an unknown top-level key, a "version" other than 1 (a
+// missing one reads as 1: manifests written for the reference often omit
+// it), "tools" missing or not a mapping, and, among the tools, duplicate
+// names, keys that are not strings, YAML anchors, aliases and merge keys.
+//
+// An entry's own problems (an unknown or mistyped field, a value that
+// fails a check, a name that cannot be a topic level) make only that
+// entry unavailable: it goes to Manifest.Unavailable with its reasons and
+// the other entries load.
 func Parse(data []byte, source string) (*Manifest, error) {
 	p := &parser{}
-	m := &Manifest{Version: SchemaVersion, Tools: map[string]*Tool{}}
+	m := &Manifest{Version: SchemaVersion, Tools: map[string]*Tool{}, Unavailable: map[string]string{}}
 
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -206,6 +230,7 @@ func Parse(data []byte, source string) (*Manifest, error) {
 		}
 	}
 	tools, ok := fields["tools"]
+	var entryProblems []string
 	switch {
 	case !ok:
 		if root.Kind == yaml.MappingNode {
@@ -215,14 +240,26 @@ func Parse(data []byte, source string) (*Manifest, error) {
 		// "tools:" with nothing under it: no tools
 	default:
 		for _, entry := range p.pairs(tools, "tools") {
-			name := entry[0]
-			if t := p.tool(name, entry[1]); t != nil {
-				m.Tools[t.Name] = t
+			name, ok := p.str(entry[0], "tool name")
+			if !ok {
+				continue
 			}
+			// The entry's problems are its own: collected apart, they
+			// make this entry unavailable, not the manifest invalid.
+			ep := &parser{}
+			t := ep.tool(name, entry[0], entry[1])
+			if len(ep.problems) > 0 {
+				m.Unavailable[name] = strings.Join(ep.problems, "; ")
+				entryProblems = append(entryProblems, ep.problems...)
+				continue
+			}
+			m.Tools[name] = t
 		}
 	}
 	if len(p.problems) > 0 {
-		return nil, &Error{Source: source, Problems: p.problems}
+		// The file is rejected; its entries' problems are listed too, so
+		// that one fix-up round sees them all.
+		return nil, &Error{Source: source, Problems: append(p.problems, entryProblems...)}
 	}
 	return m, nil
 }
@@ -231,6 +268,7 @@ var toolFields = map[string]bool{
 	"runtime": true, "module": true, "function": true, "class_name": true, "package": true, "version": true,
 	"description": true, "timeout_seconds": true, "sandbox_profile": true, "sha256": true, "warm": true,
 	"network": true, "artifacts": true,
+	"parameters": true, "artifact_params": true, "instructions": true, "config_schema": true,
 }
 
 var artifactsFields = map[string]bool{"user_scope": true}
@@ -239,12 +277,10 @@ var networkFields = map[string]bool{
 	"policy": true, "allowed_hosts": true, "allowed_ports": true, "allowed_cidrs": true, "dns_servers": true, "on_violation": true,
 }
 
-func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
-	name, ok := p.str(nameNode, "tool name")
-	if !ok {
-		return nil
-	}
-	before := len(p.problems)
+// tool decodes one entry; every problem it finds is p's (the caller gives
+// each entry a parser of its own). The result is meaningless when p has
+// problems.
+func (p *parser) tool(name string, nameNode, node *yaml.Node) *Tool {
 	where := fmt.Sprintf("tools.%s", name)
 	if reason := checkToolName(name); reason != "" {
 		p.add(nameNode, fmt.Sprintf("tool name %q %s", name, reason))
@@ -267,6 +303,21 @@ func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
 	strField("description", &t.Description)
 	strField("sandbox_profile", &t.SandboxProfile)
 	strField("sha256", &t.SHA256)
+	strField("instructions", &t.Instructions)
+	t.Parameters = p.jsonField(fields, where, "parameters", yaml.MappingNode)
+	t.ArtifactParams = p.jsonField(fields, where, "artifact_params", yaml.MappingNode)
+	t.ConfigSchema = p.jsonField(fields, where, "config_schema", yaml.SequenceNode)
+	if t.ArtifactParams != "" {
+		dec := json.NewDecoder(strings.NewReader(t.ArtifactParams))
+		dec.DisallowUnknownFields()
+		var ap map[string]struct {
+			IsList     bool `json:"is_list"`
+			IsOptional bool `json:"is_optional"`
+		}
+		if err := dec.Decode(&ap); err != nil {
+			p.add(fields["artifact_params"], fmt.Sprintf("%s.artifact_params: want {param: {is_list: bool, is_optional: bool}}: %v", where, err))
+		}
+	}
 	if v, ok := fields["timeout_seconds"]; ok {
 		if n, ok := p.integer(v, where+".timeout_seconds"); ok {
 			switch {
@@ -366,10 +417,49 @@ func (p *parser) tool(nameNode, node *yaml.Node) *Tool {
 			t.SHA256 = strings.ToLower(t.SHA256)
 		}
 	}
-	if len(p.problems) > before {
-		return nil
-	}
 	return t
+}
+
+// jsonField returns the value of key, which must be a node of kind (or
+// null), as compact JSON text; "" when absent. Anchors and aliases are
+// refused anywhere inside it, as everywhere in the manifest.
+func (p *parser) jsonField(fields map[string]*yaml.Node, where, key string, kind yaml.Kind) string {
+	n, ok := fields[key]
+	if !ok || n.Tag == "!!null" {
+		return ""
+	}
+	what := where + "." + key
+	if n.Kind != kind {
+		p.add(n, fmt.Sprintf("%s must be %s, not %s", what, map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}[kind], kindName(n)))
+		return ""
+	}
+	var walk func(*yaml.Node) bool
+	walk = func(n *yaml.Node) bool {
+		if n.Kind == yaml.AliasNode || n.Anchor != "" || n.Tag == "!!merge" {
+			p.add(n, what+": YAML anchors, aliases and merge keys are not allowed")
+			return false
+		}
+		for _, c := range n.Content {
+			if !walk(c) {
+				return false
+			}
+		}
+		return true
+	}
+	if !walk(n) {
+		return ""
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		p.add(n, fmt.Sprintf("%s: %v", what, err))
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		p.add(n, fmt.Sprintf("%s is not representable as JSON (keys must be strings): %v", what, err))
+		return ""
+	}
+	return string(b)
 }
 
 // absent reports whether key is missing, null or an empty string (a
@@ -385,6 +475,11 @@ func fieldOr(fields map[string]*yaml.Node, key string, fallback *yaml.Node) *yam
 	}
 	return fallback
 }
+
+// ValidToolName reports whether name can be one broker topic level (the
+// check every entry's name passes; an entry whose name fails it is
+// unavailable and no topic can be subscribed for it).
+func ValidToolName(name string) bool { return checkToolName(name) == "" }
 
 // checkToolName returns why name cannot be one topic level, or "".
 func checkToolName(name string) string {
@@ -535,27 +630,54 @@ func (m *Manifest) Names() []string {
 	return sortedKeys(m.Tools)
 }
 
-// Diff compares two manifests by tool name. old may be nil (everything in
-// new is added). Each list is sorted.
+// Entries returns the names of every entry, served or unavailable, in
+// sorted order.
+func (m *Manifest) Entries() []string {
+	if m == nil {
+		return nil
+	}
+	names := make([]string, 0, len(m.Tools)+len(m.Unavailable))
+	names = append(names, sortedKeys(m.Tools)...)
+	names = append(names, sortedKeys(m.Unavailable)...)
+	sort.Strings(names)
+	return names
+}
+
+// has reports whether name is an entry of m, served or unavailable.
+func (m *Manifest) has(name string) bool {
+	if m == nil {
+		return false
+	}
+	_, ok := m.Tools[name]
+	_, bad := m.Unavailable[name]
+	return ok || bad
+}
+
+// sameEntry reports whether name is the same entry in a and b: the same
+// tool (Tool.Equal), or unavailable in both for the same reasons.
+func sameEntry(a, b *Manifest, name string) bool {
+	at, bt := a.Tools[name], b.Tools[name]
+	if at != nil || bt != nil {
+		return at.Equal(bt)
+	}
+	return a.Unavailable[name] == b.Unavailable[name]
+}
+
+// Diff compares two manifests by entry name, served or unavailable: an
+// entry that goes from one to the other, or changes its definition or its
+// reasons, is changed. old may be nil (everything in new is added). Each
+// list is sorted.
 func Diff(old, new *Manifest) (added, removed, changed []string) {
-	var oldTools, newTools map[string]*Tool
-	if old != nil {
-		oldTools = old.Tools
-	}
-	if new != nil {
-		newTools = new.Tools
-	}
-	for _, name := range sortedKeys(newTools) {
-		o, ok := oldTools[name]
+	for _, name := range new.Entries() {
 		switch {
-		case !ok:
+		case !old.has(name):
 			added = append(added, name)
-		case !o.Equal(newTools[name]):
+		case !sameEntry(old, new, name):
 			changed = append(changed, name)
 		}
 	}
-	for _, name := range sortedKeys(oldTools) {
-		if _, ok := newTools[name]; !ok {
+	for _, name := range old.Entries() {
+		if !new.has(name) {
 			removed = append(removed, name)
 		}
 	}

@@ -10,9 +10,12 @@ import (
 // testdata/fuzz/FuzzParse) to Parse and checks, besides that it never
 // panics, that a refusal is an *Error listing at least one problem, and
 // that every tool of an accepted manifest has a usable name (one topic
-// level), the python runtime, a dotted module and an identifier function,
+// level), the python runtime, a dotted module and an identifier function
+// (or, for a class-based tool, none),
 // a timeout within 1..MaxTimeoutSeconds, warm within 0..MaxWarm, and a
-// network policy (if any) that validates. Parsing is deterministic.
+// network policy (if any) that validates; no entry is both served and
+// unavailable, and every unavailable one says why. Parsing is
+// deterministic.
 func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Parse(data, "fuzz")
@@ -28,6 +31,14 @@ func FuzzParse(f *testing.F) {
 		}
 		for key, tool := range m.Tools {
 			checkTool(t, key, tool)
+			if _, bad := m.Unavailable[key]; bad {
+				t.Fatalf("entry %q both served and unavailable", key)
+			}
+		}
+		for key, reason := range m.Unavailable {
+			if reason == "" {
+				t.Fatalf("entry %q unavailable without a reason", key)
+			}
 		}
 		again, err := Parse(data, "fuzz")
 		if err != nil || !reflect.DeepEqual(again, m) {
@@ -51,7 +62,7 @@ func checkTool(t *testing.T, key string, tool *Tool) {
 		fail("runtime")
 	case tool.Module == "" || !validDotted(tool.Module):
 		fail("module")
-	case !identRE().MatchString(tool.Function):
+	case tool.Function == "" && tool.ClassName == "", tool.Function != "" && !identRE().MatchString(tool.Function):
 		fail("function")
 	case tool.ClassName != "" && !identRE().MatchString(tool.ClassName):
 		fail("class_name")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -162,7 +163,7 @@ func TestParseRejectsStructure(t *testing.T) {
 		"tools: {t: {module: m, function: f}}\n---\ntools: {}\n": "more than one YAML document",
 		"base: &b {module: m, function: f}\ntools: {t: *b}\n":    "anchors and aliases",
 		"version: '1'\ntools: {}\n":                              "version must be an integer",
-		"tools: {t: {<<: {module: m}, function: f}}\n":           "merge keys",
+		"tools: {<<: {t: {module: m, function: f}}}\n":           "merge keys",
 		"tools: {t: {module: m, function: f}\n":                  "not valid YAML",
 	}
 	for src, want := range cases {
@@ -350,7 +351,7 @@ func TestWatcherPoll(t *testing.T) {
 		t.Errorf("diff after rename: removed %v", removed)
 	}
 	// a broken edit keeps the previous manifest and logs once
-	write(t, p, "version: 1\ntools:\n  c: {module: m}\n")
+	write(t, p, "version: 2\ntools:\n  c: {module: m, function: f}\n")
 	for i := 0; i < 3; i++ {
 		if w.Poll() {
 			t.Fatal("broken manifest applied")
@@ -359,7 +360,7 @@ func TestWatcherPoll(t *testing.T) {
 	if len(r.applied) != 3 {
 		t.Errorf("a broken edit was applied: %d applies", len(r.applied))
 	}
-	if len(r.logs) != 1 || !strings.Contains(r.logs[0], "function is required") || !strings.Contains(r.logs[0], "keeping the previous") {
+	if len(r.logs) != 1 || !strings.Contains(r.logs[0], "version: 2 is not supported") || !strings.Contains(r.logs[0], "keeping the previous") {
 		t.Errorf("logs = %q", r.logs)
 	}
 	// the file vanishing (an editor replacing it) keeps it too
@@ -428,7 +429,7 @@ func TestWatchPicksUpChanges(t *testing.T) {
 	if got := next("removed").Names(); !reflect.DeepEqual(got, []string{"added"}) {
 		t.Fatalf("after remove = %v", got)
 	}
-	write(t, p, "version: 1\ntools:\n  added: {module: m, function: g, bogus: 1}\n")
+	write(t, p, "version: 1\nbogus: 1\ntools:\n  added: {module: m, function: g}\n")
 	select {
 	case l := <-logs:
 		if !strings.Contains(l, `unknown field "bogus"`) {
@@ -516,11 +517,11 @@ func TestParseWarm(t *testing.T) {
 			t.Errorf("%s: warm %d set %v, want %d %v", name, got.Warm, got.WarmSet, want.n, want.set)
 		}
 	}
-	_, err = Parse([]byte(`tools:
+	err = problemsOf(t, `tools:
   a: {module: m, function: f, warm: -1}
   b: {module: m, function: f, warm: 17}
   c: {module: m, function: f, warm: "2"}
-`), "test")
+`)
 	for _, want := range []string{"tools.a.warm: -1 is not between 0 and 16", "tools.b.warm: 17 is not between 0 and 16", "tools.c.warm must be an integer"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
@@ -554,7 +555,7 @@ tools:
 		`{policy: restricted, allowed_hostz: [a.example.com]}`,
 		`{policy: isolated, allowed_ports: [80]}`,
 	} {
-		_, err := Parse([]byte("version: 1\ntools:\n  t: {module: m, function: f, network: "+bad+"}\n"), "t.yaml")
+		err := problemsOf(t, "version: 1\ntools:\n  t: {module: m, function: f, network: "+bad+"}\n")
 		if err == nil || !strings.Contains(err.Error(), "tools.t.network") {
 			t.Errorf("network %s: %v, want a problem naming tools.t.network", bad, err)
 		}
@@ -571,8 +572,10 @@ func TestToolEqualEveryField(t *testing.T) {
 		"Name": "u", "Runtime": "other", "Module": "m2", "Function": "g", "ClassName": "C",
 		"Package": "p", "Version": ">=1", "Description": "d", "SandboxProfile": "restrictive",
 		"SHA256": strings.Repeat("a", 64), "TimeoutSeconds": 10, "Warm": 2, "WarmSet": true,
-		"Network":   &egress.Policy{Mode: egress.Isolated},
-		"UserScope": UserScopeWrite,
+		"Network":    &egress.Policy{Mode: egress.Isolated},
+		"UserScope":  UserScopeWrite,
+		"Parameters": `{"type":"object"}`, "ArtifactParams": `{"a":{"is_list":true,"is_optional":false}}`,
+		"Instructions": "use it", "ConfigSchema": `[{"name":"k"}]`,
 	}
 	typ := reflect.TypeOf(base)
 	for i := 0; i < typ.NumField(); i++ {
@@ -654,7 +657,7 @@ func TestWatcherOnProblem(t *testing.T) {
 	}
 	for _, c := range []struct{ name, content, want string }{
 		{"garbage", "\x00\xff{{{ not yaml", "invalid manifest"},
-		{"schema", "version: 1\ntools:\n  a: {module: m, funktion: f}\n", "funktion"},
+		{"schema", "version: 1\nfunktion: f\ntools:\n  a: {module: m, function: f}\n", "funktion"},
 	} {
 		write(t, p, c.content)
 		calls = 0
@@ -694,5 +697,176 @@ func TestWatcherOnProblem(t *testing.T) {
 	r.fail = nil
 	if !w.Poll() || last != nil {
 		t.Errorf("apply succeeded, still reported: %v", last)
+	}
+}
+
+// problemsOf parses src and returns every problem found, of the file (the
+// error) and of its entries (Manifest.Unavailable), as one error; nil
+// when there is none.
+func problemsOf(t *testing.T, src string) error {
+	t.Helper()
+	m, err := Parse([]byte(src), "test.yaml")
+	if err != nil {
+		return err
+	}
+	var out []string
+	for _, name := range sortedKeys(m.Unavailable) {
+		out = append(out, name+": "+m.Unavailable[name])
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(out, "\n"))
+}
+
+// One bad entry never rejects the manifest: without a whole-file problem,
+// every entry with a problem of its own is unavailable with its reasons
+// and the good entries load.
+func TestParseEntryProblemsAreTheEntrysOwn(t *testing.T) {
+	src := `version: 1
+tools:
+  "bad/name": {module: m, function: f}
+  no_module: {function: f}
+  bad_runtime: {runtime: node, module: m, function: f}
+  unknown_field: {module: m, function: f, modul: x}
+  dup: {module: m, function: f, module: n}
+  merged: {<<: {module: m}, function: f}
+  list_value: [1, 2]
+  two_problems: {module: "a..b", function: f, timeout_seconds: -1}
+  good: {module: m, function: f}
+  also_good: {module: m2, function: g, sandbox_profile: restrictive}
+`
+	m, err := Parse([]byte(src), "entries.yaml")
+	if err != nil {
+		t.Fatalf("a manifest whose problems are all its entries' own was rejected: %v", err)
+	}
+	if got := m.Names(); !reflect.DeepEqual(got, []string{"also_good", "good"}) {
+		t.Errorf("served tools %v, want [also_good good]", got)
+	}
+	wants := map[string][]string{
+		"bad/name":      {`line 3: tool name "bad/name" contains "/"`},
+		"no_module":     {"line 4: tools.no_module.module is required"},
+		"bad_runtime":   {`line 5: tools.bad_runtime.runtime: "node" is not supported`},
+		"unknown_field": {`line 6: tools.unknown_field: unknown field "modul"`},
+		"dup":           {`line 7: tools.dup: duplicate key "module"`},
+		"merged":        {"line 8: tools.merged: YAML merge keys (<<) are not allowed"},
+		"list_value":    {"line 9: tools.list_value must be a mapping, not a list"},
+		"two_problems":  {`tools.two_problems.module: "a..b" is not a dotted Python identifier`, "tools.two_problems.timeout_seconds: -1 is negative"},
+	}
+	if len(m.Unavailable) != len(wants) {
+		t.Errorf("unavailable entries %v, want %d", sortedKeys(m.Unavailable), len(wants))
+	}
+	for name, ws := range wants {
+		reason, ok := m.Unavailable[name]
+		if !ok {
+			t.Errorf("%s: not unavailable", name)
+			continue
+		}
+		for _, w := range ws {
+			if !strings.Contains(reason, w) {
+				t.Errorf("%s: reason %q lacks %q", name, reason, w)
+			}
+		}
+		if _, served := m.Tools[name]; served {
+			t.Errorf("%s: both served and unavailable", name)
+		}
+	}
+	if want := append(sortedKeys(wants), "also_good", "good"); !sameSet(m.Entries(), want) {
+		t.Errorf("Entries() = %v", m.Entries())
+	}
+	if ValidToolName("bad/name") || !ValidToolName("good") {
+		t.Error("ValidToolName disagrees with the entry check")
+	}
+}
+
+// Diff sees an entry going from served to unavailable (and back), and an
+// unavailable entry's new reasons, as changes; an unavailable entry that
+// appears or leaves is added or removed like a tool.
+func TestDiffUnavailableEntries(t *testing.T) {
+	parse := func(src string) *Manifest {
+		t.Helper()
+		m, err := Parse([]byte(src), "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a := parse("tools:\n  x: {module: m, function: f}\n  y: {module: m}\n  z: {module: m, function: f}\n")
+	b := parse("tools:\n  x: {module: m, runtime: node, function: f}\n  y: {function: f}\n  w: {module: m}\n")
+	added, removed, changed := Diff(a, b)
+	if !reflect.DeepEqual(added, []string{"w"}) || !reflect.DeepEqual(removed, []string{"z"}) || !reflect.DeepEqual(changed, []string{"x", "y"}) {
+		t.Errorf("Diff = added %v removed %v changed %v", added, removed, changed)
+	}
+	if added, removed, changed := Diff(b, b); added != nil || removed != nil || changed != nil {
+		t.Errorf("Diff(b, b) = %v %v %v", added, removed, changed)
+	}
+	if added, _, _ := Diff(nil, b); !reflect.DeepEqual(added, []string{"w", "x", "y"}) {
+		t.Errorf("Diff(nil, b) added %v", added)
+	}
+}
+
+// A reload whose only problems are an entry's own is applied: the other
+// tools keep serving and the entry is unavailable.
+func TestWatcherAppliesEntryProblems(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "manifest.yaml")
+	write(t, p, "version: 1\ntools:\n  a: {module: m, function: f}\n")
+	r := &recorder{}
+	w := NewWatcher(p, time.Second, r.apply, r.logf)
+	if !w.Poll() {
+		t.Fatal("initial manifest not applied")
+	}
+	write(t, p, "version: 1\ntools:\n  a: {module: m, function: f}\n  b: {module: m, funktion: g}\n")
+	if w.Poll() || !w.Poll() {
+		t.Fatal("a manifest with one bad entry was not applied")
+	}
+	got := r.applied[len(r.applied)-1]
+	if !reflect.DeepEqual(got.Names(), []string{"a"}) || !strings.Contains(got.Unavailable["b"], `unknown field "funktion"`) {
+		t.Errorf("applied tools %v, unavailable %v", got.Names(), got.Unavailable)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	x, y := append([]string(nil), a...), append([]string(nil), b...)
+	sort.Strings(x)
+	sort.Strings(y)
+	return reflect.DeepEqual(x, y)
+}
+
+// The newer reference's description fields load (as compact JSON text)
+// and are checked; a bad one makes only its entry unavailable.
+func TestParseDescriptionFields(t *testing.T) {
+	m, err := Parse([]byte(`version: 1
+tools:
+  t:
+    module: m
+    function: f
+    description: "d"
+    parameters: {type: object, properties: {q: {type: string}}, required: [q]}
+    artifact_params: {doc: {is_list: false, is_optional: true}}
+    instructions: "call it with q"
+    config_schema: [{name: api_key, required: true}]
+  bad_params: {module: m, function: f, parameters: [1]}
+  bad_artifacts: {module: m, function: f, artifact_params: {doc: {is_lst: true}}}
+  bad_keys: {module: m, function: f, parameters: {1: x}}
+  bad_config: {module: m, function: f, config_schema: {a: 1}}
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := m.Tools["t"]
+	if tool == nil || tool.Parameters != `{"properties":{"q":{"type":"string"}},"required":["q"],"type":"object"}` ||
+		tool.ArtifactParams != `{"doc":{"is_list":false,"is_optional":true}}` || tool.Instructions != "call it with q" ||
+		tool.ConfigSchema != `[{"name":"api_key","required":true}]` {
+		t.Fatalf("t = %+v", tool)
+	}
+	for name, want := range map[string]string{
+		"bad_params":    "tools.bad_params.parameters must be a mapping, not a list",
+		"bad_artifacts": `unknown field "is_lst"`,
+		"bad_keys":      "tools.bad_keys.parameters is not representable as JSON",
+		"bad_config":    "tools.bad_config.config_schema must be a list",
+	} {
+		if !strings.Contains(m.Unavailable[name], want) {
+			t.Errorf("%s: %q, want it to contain %q", name, m.Unavailable[name], want)
+		}
 	}
 }

@@ -42,13 +42,13 @@ tools:
 		t.Errorf("user_scope change not seen as a change: %v", changed)
 	}
 
-	_, err = Parse([]byte(`version: 1
+	err = problemsOf(t, `version: 1
 tools:
   a: {module: m, function: f, artifacts: {user_scope: admin}}
   b: {module: m, function: f, artifacts: {user_scope: write, share: true}}
   c: {module: m, function: f, artifacts: {user_scope: 1}}
   d: {module: m, function: f, artifacts: write}
-`), "bad")
+`)
 	if err == nil {
 		t.Fatal("bad artifacts sections accepted")
 	}

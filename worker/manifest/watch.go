@@ -60,8 +60,9 @@ func NewWatcher(path string, interval time.Duration, apply func(*Manifest) error
 // the caller's own Load and the start of Run is never missed; apply must
 // treat an unchanged manifest as a no-op, e.g. through Diff). Afterwards,
 // apply is called, synchronously, each time the content changes and the
-// new manifest is valid. An invalid or missing manifest keeps the previous
-// one and is logged once per distinct content. If apply fails, the error is
+// new file is valid as a whole (entries with problems of their own are in
+// its Unavailable; see Parse). An invalid or missing file keeps the
+// previous manifest and is logged once per distinct content. If apply fails, the error is
 // logged and the same content is applied again at the next poll.
 //
 // After the first poll a change is acted on only when two polls in a row
