@@ -67,6 +67,8 @@ type Server struct {
 
 	// pool holds pre-started sandboxes (pool.go); nil = none.
 	pool *warmPool
+	// probe checks that the broker still delivers (probe.go); nil = off.
+	probe *prober
 
 	// mu guards the manifest and the subscriptions: a reload holds it
 	// while it changes subscriptions, the receive loop while it dispatches
@@ -157,12 +159,25 @@ func New(opts Options) (*Server, error) {
 		ready:   newReadiness(log, m.Faults),
 	}
 	s.pool = newWarmPool(s)
+	if cfg.ProbeInterval > 0 {
+		s.probe = newProber(s)
+	}
 	return s, nil
 }
 
-// Ready reports whether the worker is connected and taking work.
+// Ready reports whether the worker is connected, its broker delivers (the
+// probe, when on) and it is taking work.
 func (s *Server) Ready() bool {
-	return s.serving.Load() && !s.stopping.Load() && s.tr.State() == transport.Connected
+	return s.serving.Load() && !s.stopping.Load() && s.tr.State() == transport.Connected && !s.probe.isDeaf()
+}
+
+// brokerState is /readyz's "broker": the transport's state, or "deaf"
+// while the broker looks connected but the last probe was lost.
+func (s *Server) brokerState() string {
+	if s.probe.isDeaf() {
+		return "deaf"
+	}
+	return s.tr.State().String()
 }
 
 // Topic helpers (spec §1).
@@ -213,6 +228,9 @@ func (s *Server) Run(ctx context.Context) error {
 	// 4. connect with every subscription inside the connect, so a request
 	// published the moment the worker appears is not missed.
 	subs := []string{s.cancelPattern(), s.discoveryPattern()}
+	if s.probe != nil {
+		subs = append(subs, s.probe.pattern())
+	}
 	for _, name := range m.Names() {
 		topic := s.invokeTopic(name)
 		subs = append(subs, topic)
@@ -264,6 +282,12 @@ func (s *Server) Run(ctx context.Context) error {
 	checksDone := make(chan struct{})
 	go s.runResourceChecks(checksDone)
 	defer close(checksDone)
+	// 6c. the broker liveness probe (probe.go), until the receive loop
+	// ends.
+	probeDone := make(chan struct{})
+	if s.probe != nil {
+		go s.probe.run(probeDone)
+	}
 	// 7. the receive loop.
 	var loopErr error
 	for {
@@ -276,6 +300,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.dispatch(d, time.Now())
 	}
+	close(probeDone)
 	stopWatch()
 	<-watchDone
 	s.shutdown()
@@ -524,6 +549,9 @@ func (s *Server) dispatch(d *transport.Delivery, received time.Time) {
 		s.dispatchInvoke(d, strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/invoke/"), received)
 	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"):
 		s.cancel(strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"), d.Payload)
+		ack(s.log, d)
+	case s.probe != nil && s.probe.isProbe(d.Topic):
+		s.probe.arrived(d.Topic)
 		ack(s.log, d)
 	default:
 		// discovery and anything else: ignored.
