@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,7 +70,7 @@ func (p *prober) pattern() string { return p.prefix + "*" }
 
 // isProbe reports whether topic is on the probe subscription.
 func (p *prober) isProbe(topic string) bool {
-	return len(topic) > len(p.prefix) && topic[:len(p.prefix)] == p.prefix
+	return strings.HasPrefix(topic, p.prefix)
 }
 
 // arrived is called by dispatch for a message on the probe subscription.
