@@ -38,6 +38,11 @@ import (
 //     subscriptions (transport.Reestablish);
 //  4. the next probe that comes back clears it (logged).
 //
+// Two live workers under one id against such a broker take the session
+// from each other in turn (each one's re-establishment strands the
+// other): the probe keeps each serving part of the time, the log shows
+// the re-establishments; the id must be unique.
+//
 // A transport that cannot get its own message back (a Solace pool, whose
 // queue is shared) turns the probe off, logged once. A probe late only
 // because the receive loop is busy counts as lost: the bound is generous

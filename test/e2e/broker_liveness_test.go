@@ -33,10 +33,9 @@ func TestBrokerLivenessAfterRestartUnderSameID(t *testing.T) {
 
 	a := startWorker(t, newEnv(t), port, extra)
 	b := startWorker(t, newEnv(t), port, extra) // takes A's client ids over
-	if n := b.metric("str_worker_broker_reestablished_total"); n != 0 {
-		t.Fatalf("B re-established %v times before A left", n)
-	}
 	// A stops: its connections end, and the broker forgets B's session.
+	// (Had A's own probe taken the ids back meanwhile, B would be
+	// stranded already: deaf either way.)
 	a.stop(syscall.SIGTERM)
 	waitFor(t, "B to find its broker session deaf", 60*time.Second, func() bool {
 		return b.metric("str_worker_broker_reestablished_total") >= 1
