@@ -44,9 +44,8 @@ const (
 	// status text and maxStatusLines lines are published per task; the
 	// rest is dropped. Drops are counted, logged and announced by one
 	// last status line.
-	statusQueueBytes  = 1 << 20
-	statusTaskBytes   = 16 << 20
-	statusDrainWindow = 10 * time.Second // after exit, to read what is buffered
+	statusQueueBytes = 1 << 20
+	statusTaskBytes  = 16 << 20
 	// stderrTailBytes is how much of the end of a sandbox's standard
 	// error is kept for the error message and the log.
 	stderrTailBytes = 8 << 10
@@ -1238,18 +1237,20 @@ func (r *statusRelay) drain() {
 	<-r.done
 }
 
-// finish closes the worker's write end and waits until every line
-// written before has been relayed (EOF), within statusDrainWindow; after
-// drain it only closes. Safe to call more than once.
+// finish closes the worker's write end and relays what the FIFO holds,
+// as drain does: the sandbox is gone, and with it (its pid namespace)
+// every process that could write, so what they wrote is in the FIFO. No
+// clock bounds it: the reader may wait for a slow broker (back-pressure)
+// without losing those lines, and drainLimit bounds the reading.
+// (SANDBOX_MODE=none has no pid namespace: what a process the tool left
+// running writes after the tool's end is not relayed.) After drain it
+// only closes. Safe to call more than once.
 func (r *statusRelay) finish() {
 	r.once.Do(func() {
 		r.w.Close()
-		select {
-		case <-r.done:
-		default:
-			r.r.SetReadDeadline(time.Now().Add(statusDrainWindow))
-			<-r.done
-		}
+		r.reader.draining.Store(true)
+		r.r.SetReadDeadline(time.Unix(1, 0)) // wakes a blocked read
+		<-r.done
 		r.r.Close()
 	})
 }

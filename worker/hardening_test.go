@@ -30,7 +30,11 @@ import os
 def status_flood(ctx, n=2000, size=16384, pidfile=""):
     # Straight into the FIFO, as a hostile tool can, as fast as it can;
     # each line of size bytes (newline excluded) starts with its number.
+    # With pidfile: the pid goes there, and pidfile.count holds the
+    # number of lines written in full so far.
+    cfd = None
     if pidfile:
+        cfd = os.open(pidfile + ".count", os.O_WRONLY | os.O_CREAT, 0o644)
         with open(pidfile + ".tmp", "w") as f:
             f.write(str(os.getpid()))
         os.rename(pidfile + ".tmp", pidfile)
@@ -40,6 +44,8 @@ def status_flood(ctx, n=2000, size=16384, pidfile=""):
         line = ('{"status": "%06d ' % i + pad + '"}\n').encode()
         while line:
             line = line[os.write(fd, line):]
+        if cfd is not None:
+            os.pwrite(cfd, b"%010d" % (i + 1), 0)
     os.close(fd)
     return {"sent": int(n)}
 
@@ -160,7 +166,8 @@ func TestStatusBackPressureKeepsEveryLine(t *testing.T) {
 
 // A tool blocked writing status (the publishes are stuck) is still ended
 // by its timeout: once its process is gone the test releases the broker,
-// and the reply is TIMEOUT.
+// and the reply is TIMEOUT; every line the tool wrote in full before it
+// was killed is relayed, in order.
 func TestStatusBackPressureTimeoutEndsTheCall(t *testing.T) {
 	logs := &logBuffer{}
 	bs := &blockingStatus{release: make(chan struct{})}
@@ -197,6 +204,15 @@ func TestStatusBackPressureTimeoutEndsTheCall(t *testing.T) {
 	if !(r.Result != nil && r.Result.TimedOut) && !(r.Error != nil && r.Error.Code == "TIMEOUT") {
 		t.Fatalf("reply %.300s: want a timeout", reply)
 	}
+	b, err := os.ReadFile(pidfile + ".count")
+	must(t, err)
+	written, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	must(t, err)
+	st := h.status(id)
+	if written == 0 || len(st) < written {
+		t.Fatalf("%d status lines relayed, the tool wrote %d in full", len(st), written)
+	}
+	statusNumbers(t, st[:written], 16384) // a last one may be cut by the kill
 }
 
 // A tool writes more status text than a task may publish (statusTaskBytes)
