@@ -429,7 +429,7 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 	default:
 	}
 	exitedAt := time.Now()
-	// the sandbox is gone: drain the status FIFO to EOF.
+	// the sandbox is gone: relay what its status FIFO holds.
 	x.relay.finish()
 	if run.waitErr != nil {
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "waiting for the sandbox: %v%s", run.waitErr, stderrNote(x.stderr)))
