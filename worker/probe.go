@@ -110,8 +110,9 @@ func (p *prober) forget() {
 	p.mu.Unlock()
 }
 
-// run probes until done is closed (steps in the comment above).
-func (p *prober) run(done <-chan struct{}) {
+// run probes until ctx ends (steps in the comment above).
+func (p *prober) run(ctx context.Context) {
+	done := ctx.Done()
 	s := p.s
 	interval, bound := s.cfg.ProbeInterval, s.cfg.ProbeTimeout
 	log := s.log.With("probe_interval", interval, "probe_timeout", bound)
@@ -131,8 +132,8 @@ func (p *prober) run(done <-chan struct{}) {
 		topic := p.prefix + nonce()
 		back := p.expect(topic)
 		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		err := s.tr.PublishToSelf(ctx, transport.Message{Topic: topic, Payload: []byte(`{"probe":true}`),
+		pctx, cancel := context.WithTimeout(ctx, bound)
+		err := s.tr.PublishToSelf(pctx, transport.Message{Topic: topic, Payload: []byte(`{"probe":true}`),
 			UserProperties: map[string]string{PropTimestamp: strconv.FormatInt(sent.UnixMilli(), 10)}})
 		cancel()
 		if errors.Is(err, transport.ErrNoSelfDelivery) {
@@ -143,7 +144,7 @@ func (p *prober) run(done <-chan struct{}) {
 		}
 		if err != nil {
 			// Not a verdict on delivery: the transport sees and repairs
-			// its own publish failures.
+			// its own publish failures (or ctx ended).
 			p.forget()
 			log.Debug("broker probe not published", "error", err)
 			continue

@@ -284,10 +284,14 @@ func (s *Server) Run(ctx context.Context) error {
 	defer close(checksDone)
 	// 6c. the broker liveness probe (probe.go), until the receive loop
 	// ends.
+	probeCtx, stopProbe := context.WithCancel(context.Background())
 	probeDone := make(chan struct{})
-	if s.probe != nil {
-		go s.probe.run(probeDone)
-	}
+	go func() {
+		defer close(probeDone)
+		if s.probe != nil {
+			s.probe.run(probeCtx)
+		}
+	}()
 	// 7. the receive loop.
 	var loopErr error
 	for {
@@ -300,7 +304,8 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.dispatch(d, time.Now())
 	}
-	close(probeDone)
+	stopProbe()
+	<-probeDone
 	stopWatch()
 	<-watchDone
 	s.shutdown()
