@@ -90,6 +90,10 @@ type Config struct {
 	ReloadInterval  time.Duration // STR_MANIFEST_POLL_MS
 	LogLevel        string        // STR_LOG_LEVEL
 
+	// The broker liveness probe (probe.go).
+	ProbeInterval time.Duration // STR_BROKER_PROBE_INTERVAL_MS (0 = off)
+	ProbeTimeout  time.Duration // STR_BROKER_PROBE_TIMEOUT_MS
+
 	// The warm pool (pool.go).
 	WarmDefault int           // STR_WARM_DEFAULT: pool size of a tool whose manifest entry has no warm
 	WarmMemory  int64         // STR_WARM_MEMORY: bytes; each pooled sandbox counts at its profile's memory limit
@@ -179,6 +183,8 @@ var settings = []setting{
 	{name: "STR_USER_RATE_BURST", flag: "user-rate-burst", def: "0", help: "per-user burst (0 = one minute's rate)"},
 	{name: "STR_MANIFEST_POLL_MS", flag: "manifest-poll-ms", def: "500", help: "manifest reload poll interval"},
 	{name: "STR_LOG_LEVEL", flag: "log-level", def: "info", help: "debug | info | warn | error"},
+	{name: "STR_BROKER_PROBE_INTERVAL_MS", flag: "broker-probe-interval-ms", def: "10000", help: "how often the worker sends itself a probe message through its own subscription, to detect a session that looks connected but no longer delivers (0 = off)"},
+	{name: "STR_BROKER_PROBE_TIMEOUT_MS", flag: "broker-probe-timeout-ms", def: "30000", help: "a probe not back within this long makes /readyz say broker \"deaf\" and the worker re-establish its broker session"},
 	{name: "STR_WARM_DEFAULT", flag: "warm-default", def: "0", help: "pre-started sandboxes per tool when its manifest entry has no warm: N (0..16)"},
 	{name: "STR_WARM_MEMORY", flag: "warm-memory", def: "4Gi", help: "memory budget of the warm pool (e.g. 4Gi): each pooled sandbox counts at its profile's cgroup memory limit, the most it may use; 0 = no pool"},
 	{name: "STR_WARM_MAX_AGE_SECONDS", flag: "warm-max-age", def: "120", help: "a pooled sandbox unused for this long is replaced by a fresh one"},
@@ -361,6 +367,7 @@ func configFromValues(v map[string]string) (*Config, error) {
 		ShutdownGrace: secs("SHUTDOWN_GRACE_SECONDS", 0), SigningSecret: v["STR_SIGNING_SECRET"],
 		RatePerMinute: number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
 		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
+		ProbeInterval: ms("STR_BROKER_PROBE_INTERVAL_MS"), ProbeTimeout: ms("STR_BROKER_PROBE_TIMEOUT_MS"),
 		WarmDefault: integer("STR_WARM_DEFAULT", 0), WarmMaxAge: secs("STR_WARM_MAX_AGE_SECONDS", 1),
 	}
 	if b, err := strconv.ParseBool(strings.TrimSpace(v["STR_PACKAGE_ALLOW_BUILDS"])); err != nil {
@@ -416,6 +423,9 @@ func configFromValues(v map[string]string) (*Config, error) {
 	}
 	if c.ReloadInterval <= 0 || c.ReloadInterval > 2*time.Second {
 		bad("STR_MANIFEST_POLL_MS", "must be between 1 and 2000 (reload within 2 s)")
+	}
+	if c.ProbeInterval > 0 && c.ProbeTimeout <= 0 {
+		bad("STR_BROKER_PROBE_TIMEOUT_MS", "must be at least 1 while the probe is on (STR_BROKER_PROBE_INTERVAL_MS > 0)")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

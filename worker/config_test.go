@@ -141,3 +141,24 @@ func TestConfigSandboxMode(t *testing.T) {
 		t.Fatalf("unknown mode accepted: %v", err)
 	}
 }
+
+// The broker probe's settings: defaults on (10 s, 30 s), 0 turns it off,
+// and an interval without a bound is refused.
+func TestConfigBrokerProbe(t *testing.T) {
+	base := map[string]string{"SAM_NAMESPACE": "demo/", "DEV_BROKER_HOST": "localhost"}
+	c, err := LoadConfig(nil, envOf(base), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ProbeInterval != 10*time.Second || c.ProbeTimeout != 30*time.Second {
+		t.Fatalf("probe defaults %v %v", c.ProbeInterval, c.ProbeTimeout)
+	}
+	c, err = LoadConfig([]string{"--broker-probe-interval-ms", "0", "--broker-probe-timeout-ms", "0"}, envOf(base), io.Discard)
+	if err != nil || c.ProbeInterval != 0 {
+		t.Fatalf("probe off: %v %v", c, err)
+	}
+	_, err = LoadConfig([]string{"--broker-probe-timeout-ms", "0"}, envOf(base), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "STR_BROKER_PROBE_TIMEOUT_MS") {
+		t.Fatalf("probe on without a bound accepted: %v", err)
+	}
+}

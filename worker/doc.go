@@ -73,10 +73,13 @@
 //
 //     Bounds per task: a line is cut to 64 KiB; at most 10,000 lines and
 //     16 MiB of status text are relayed; lines read from the FIFO wait for
-//     their publish in a queue of at most 1 MiB (the FIFO is read at the
-//     tool's pace whatever the broker's, so a slow subscriber costs the
-//     worker at most that much memory per task). A line beyond any bound
-//     is dropped: the first drop is logged with its reason, the count
+//     their publish in a queue of at most 1 MiB. While that queue is full
+//     the worker stops reading the FIFO, so the tool's status writes block
+//     until the broker catches up (back-pressure, as the reference's
+//     synchronous publish slows the tool): no line within the bounds is
+//     lost, a slow subscriber costs the worker at most 1 MiB per task, and
+//     the tool's timeout still ends a tool blocked writing. A line beyond
+//     the line or byte bound is dropped: the first drop is logged with its reason, the count
 //     (status_lines_dropped, status_bytes_dropped) is logged at the end,
 //     and one last status line "[str] N status lines (B bytes) were
 //     dropped: <reason>" tells the agent. A status publish that fails (the
@@ -333,7 +336,15 @@
 //
 // /readyz answers {"ok","broker","faults","degraded","unavailable_tools"}
 // (the last three omitted when empty), 200 when connected, taking work
-// and without a fault, else 503. Each of the three maps a name to the
+// and without a fault, else 503. "broker" is "connected", "disconnected"
+// or "deaf": the broker looks connected but the worker's probe message,
+// sent to itself through its own subscription every
+// STR_BROKER_PROBE_INTERVAL_MS (10 s), did not come back within
+// STR_BROKER_PROBE_TIMEOUT_MS (30 s); the worker then re-establishes its
+// session and subscriptions (counted in
+// str_worker_broker_reestablished_total) and is 503 until a probe comes
+// back (probe.go has the topic and each transport's way of getting its
+// own message back). Each of the three maps a name to the
 // error seen (path, errno text):
 //
 //   - faults (503: the worker cannot do its job): "artifact_store" (the

@@ -37,14 +37,15 @@ const (
 	maxStatusLines = 10000    // further lines are read and dropped
 	maxOutputFiles = 1000
 	// The status relay's memory: lines read from the FIFO wait for their
-	// publish in a queue of at most statusQueueBytes (line bytes); a line
-	// that does not fit while the publishes lag is dropped. At most
-	// statusTaskBytes of status text are published per task; the rest is
-	// dropped. Drops are counted, logged and announced by one last
-	// status line.
-	statusQueueBytes  = 1 << 20
-	statusTaskBytes   = 16 << 20
-	statusDrainWindow = 10 * time.Second // after exit, to read what is buffered
+	// publish in a queue of at most statusQueueBytes (line bytes); while
+	// it is full the relay stops reading the FIFO, so the tool's status
+	// writes block until the broker catches up (back-pressure, as the
+	// reference's synchronous publish does). At most statusTaskBytes of
+	// status text and maxStatusLines lines are published per task; the
+	// rest is dropped. Drops are counted, logged and announced by one
+	// last status line.
+	statusQueueBytes = 1 << 20
+	statusTaskBytes  = 16 << 20
 	// stderrTailBytes is how much of the end of a sandbox's standard
 	// error is kept for the error message and the log.
 	stderrTailBytes = 8 << 10
@@ -443,7 +444,7 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 	default:
 	}
 	exitedAt := time.Now()
-	// the sandbox is gone: drain the status FIFO to EOF.
+	// the sandbox is gone: relay what its status FIFO holds.
 	x.relay.finish()
 	if run.waitErr != nil {
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "waiting for the sandbox: %v%s", run.waitErr, stderrNote(x.stderr)))
@@ -1171,10 +1172,14 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 
 // statusRelay reads the status FIFO and publishes each line, in order.
 // Reading and publishing are two goroutines joined by a queue bounded in
-// bytes (statusQueue): the FIFO is drained at the tool's pace whatever
-// the broker's, and a slow subscriber costs at most statusQueueBytes of
-// the worker's memory per task, never more (lines beyond are dropped and
-// counted).
+// bytes (statusQueue). While the queue is full the reader waits, so the
+// FIFO fills and the tool's next status write blocks: a broker slower
+// than the tool slows the tool down, no line within the caps is lost, and
+// a slow subscriber costs at most statusQueueBytes of the worker's memory
+// per task (plus the FIFO's own buffer in the kernel). Only lines beyond
+// the caps (maxStatusLines, statusTaskBytes) are dropped and counted. A
+// tool blocked writing status is still ended by its timeout or a cancel:
+// the sandbox is killed, the relay reads what is left.
 type statusRelay struct {
 	r, w   *os.File
 	reader *fifoReader
@@ -1252,18 +1257,20 @@ func (r *statusRelay) drain() {
 	<-r.done
 }
 
-// finish closes the worker's write end and waits until every line
-// written before has been relayed (EOF), within statusDrainWindow; after
-// drain it only closes. Safe to call more than once.
+// finish closes the worker's write end and relays what the FIFO holds,
+// as drain does: the sandbox is gone, and with it (its pid namespace)
+// every process that could write, so what they wrote is in the FIFO. No
+// clock bounds it: the reader may wait for a slow broker (back-pressure)
+// without losing those lines, and drainLimit bounds the reading.
+// (SANDBOX_MODE=none has no pid namespace: what a process the tool left
+// running writes after the tool's end is not relayed.) After drain it
+// only closes. Safe to call more than once.
 func (r *statusRelay) finish() {
 	r.once.Do(func() {
 		r.w.Close()
-		select {
-		case <-r.done:
-		default:
-			r.r.SetReadDeadline(time.Now().Add(statusDrainWindow))
-			<-r.done
-		}
+		r.reader.draining.Store(true)
+		r.r.SetReadDeadline(time.Unix(1, 0)) // wakes a blocked read
+		<-r.done
 		r.r.Close()
 	})
 }
@@ -1325,16 +1332,18 @@ func (r *fifoReader) Read(p []byte) (int, error) {
 }
 
 // statusQueue holds the status lines read and not yet published: FIFO
-// order, bounded in queued bytes (maxQueued), in bytes accepted over the
-// task's life (maxTotal) and in lines accepted (maxLines). push never
-// blocks: a line that does not fit is dropped and counted.
+// order, bounded in queued bytes (maxQueued: push waits for room), in
+// bytes accepted over the task's life (maxTotal) and in lines accepted
+// (maxLines): a line beyond either cap is dropped and counted, at once.
 type statusQueue struct {
 	mu                  sync.Mutex
-	cond                *sync.Cond
+	cond                *sync.Cond // signals a push, a pop and close
 	lines               [][]byte
-	queued, peak        int // bytes in lines now; the most ever
-	total, accepted     int // bytes and lines accepted so far
-	dropped, droppedB   int // lines and bytes dropped
+	queued, peak        int    // bytes in lines now; the most ever
+	total, accepted     int    // bytes and lines accepted so far
+	dropped, droppedB   int    // lines and bytes dropped
+	waits               int    // pushes that waited for room
+	onFirstWait         func() // called (under mu) as the first wait begins
 	maxQueued, maxTotal int
 	maxLines            int
 	closed              bool
@@ -1347,18 +1356,19 @@ func newStatusQueue(maxQueued, maxTotal, maxLines int) *statusQueue {
 	return q
 }
 
-// push queues line, or drops it; it returns why it was dropped ("" when
-// queued) and whether it was the task's first drop.
-func (q *statusQueue) push(line []byte) (reason string, first bool) {
+// push queues line, waiting while the queue holds maxQueued bytes (an
+// empty queue takes any line), or drops it when it is beyond the task's
+// caps. It returns why it was dropped ("" when queued), whether it was
+// the task's first drop, and whether it had to wait.
+func (q *statusQueue) push(line []byte) (reason string, first, waited bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	// 1. the caps: a line beyond them is dropped without waiting.
 	switch {
 	case q.accepted >= q.maxLines:
 		reason = fmt.Sprintf("more than %d status lines", q.maxLines)
 	case q.total+len(line) > q.maxTotal:
 		reason = fmt.Sprintf("more than %d bytes of status text", q.maxTotal)
-	case q.queued+len(line) > q.maxQueued:
-		reason = fmt.Sprintf("%d bytes already wait for a slow publish", q.queued)
 	}
 	if reason != "" {
 		q.dropped++
@@ -1366,15 +1376,28 @@ func (q *statusQueue) push(line []byte) (reason string, first bool) {
 		if q.dropped == 1 {
 			q.firstDropReason = reason
 		}
-		return reason, q.dropped == 1
+		return reason, q.dropped == 1, false
 	}
+	// 2. back-pressure: wait for the publisher to make room. The reader
+	// is the only pusher, so nothing else can take the room meanwhile.
+	for q.queued > 0 && q.queued+len(line) > q.maxQueued && !q.closed {
+		if !waited {
+			waited = true
+			q.waits++
+			if q.waits == 1 && q.onFirstWait != nil {
+				q.onFirstWait()
+			}
+		}
+		q.cond.Wait()
+	}
+	// 3. queue it.
 	q.lines = append(q.lines, line)
 	q.queued += len(line)
 	q.peak = max(q.peak, q.queued)
 	q.total += len(line)
 	q.accepted++
-	q.cond.Signal()
-	return "", false
+	q.cond.Broadcast()
+	return "", false, waited
 }
 
 // pop returns the oldest line, waiting for one; ok is false once the
@@ -1392,6 +1415,7 @@ func (q *statusQueue) pop() ([]byte, bool) {
 	q.lines[0] = nil
 	q.lines = q.lines[1:]
 	q.queued -= len(line)
+	q.cond.Broadcast() // room for a waiting push
 	return line, true
 }
 
@@ -1406,12 +1430,18 @@ func (q *statusQueue) close() {
 // q until EOF or a read error.
 func (s *Server) relayLines(t *task, r io.Reader, q *statusQueue) {
 	br := bufio.NewReaderSize(r, maxStatusLine)
+	q.mu.Lock()
+	q.onFirstWait = func() {
+		t.log.Debug("status queue full: the status pipe is read at the broker's pace (the tool's status writes wait)",
+			"queue_limit_bytes", statusQueueBytes)
+	}
+	q.mu.Unlock()
 	for {
 		line, err := readLine(br)
 		if len(line) > 0 {
-			if reason, first := q.push(line); first {
+			if reason, first, _ := q.push(line); first {
 				t.log.Warn("status lines dropped; the rest of the task's drops are counted and reported at its end", "reason", reason,
-					"queue_limit_bytes", statusQueueBytes, "task_limit_bytes", statusTaskBytes, "line_limit", maxStatusLines)
+					"task_limit_bytes", statusTaskBytes, "line_limit", maxStatusLines)
 			}
 		}
 		if err != nil {
@@ -1428,13 +1458,17 @@ func (s *Server) relayLines(t *task, r io.Reader, q *statusQueue) {
 // line is the count) and announced to the agent by one last status line.
 func (s *Server) finishStatus(t *task, q *statusQueue) {
 	q.mu.Lock()
-	dropped, droppedB, accepted, peak, why := q.dropped, q.droppedB, q.accepted, q.peak, q.firstDropReason
+	dropped, droppedB, accepted, peak, waits, why := q.dropped, q.droppedB, q.accepted, q.peak, q.waits, q.firstDropReason
 	q.mu.Unlock()
 	if dropped == 0 {
+		if waits > 0 {
+			t.log.Debug("status lines relayed at the broker's pace", "status_lines_relayed", accepted,
+				"status_queue_peak_bytes", peak, "status_queue_waits", waits)
+		}
 		return
 	}
 	t.log.Warn("status lines dropped", "status_lines_dropped", dropped, "status_bytes_dropped", droppedB,
-		"status_lines_relayed", accepted, "status_queue_peak_bytes", peak, "first_reason", why)
+		"status_lines_relayed", accepted, "status_queue_peak_bytes", peak, "status_queue_waits", waits, "first_reason", why)
 	if err := s.publishStatusText(t, fmt.Sprintf("[str] %d status lines (%d bytes) were dropped: %s", dropped, droppedB, why)); err != nil {
 		s.metrics.StatusLost.Inc()
 		t.log.Warn("publishing the status drop notice failed", "status_to", t.statusTo, "error", err)

@@ -5,10 +5,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,12 +27,25 @@ import (
 const hardeningTools = `
 import os
 
-def status_flood(ctx, n=2000, size=16384):
-    # Straight into the FIFO, as a hostile tool can, as fast as it can.
-    line = ('{"status": "' + "s" * (int(size) - 14) + '"}\n').encode()
+def status_flood(ctx, n=2000, size=16384, pidfile=""):
+    # Straight into the FIFO, as a hostile tool can, as fast as it can;
+    # each line of size bytes (newline excluded) starts with its number.
+    # With pidfile: the pid goes there, and pidfile.count holds the
+    # number of lines written in full so far.
+    cfd = None
+    if pidfile:
+        cfd = os.open(pidfile + ".count", os.O_WRONLY | os.O_CREAT, 0o644)
+        with open(pidfile + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(pidfile + ".tmp", pidfile)
+    pad = "s" * (int(size) - 21)
     fd = os.open("status.pipe", os.O_WRONLY)
-    for _ in range(int(n)):
-        os.write(fd, line)
+    for i in range(int(n)):
+        line = ('{"status": "%06d ' % i + pad + '"}\n').encode()
+        while line:
+            line = line[os.write(fd, line):]
+        if cfd is not None:
+            os.pwrite(cfd, b"%010d" % (i + 1), 0)
     os.close(fd)
     return {"sent": int(n)}
 
@@ -46,6 +61,7 @@ def read_ref(ctx, f):
 `
 
 const hardeningManifest = `  status_flood: {module: hardtools, function: status_flood}
+  status_flood_short: {module: hardtools, function: status_flood, timeout_seconds: 1}
   outputs: {module: hardtools, function: outputs}
   outputs_write: {module: hardtools, function: outputs, artifacts: {user_scope: write}}
   outputs_none: {module: hardtools, function: outputs, artifacts: {user_scope: none}}
@@ -85,10 +101,124 @@ func (b *blockingStatus) Publish(ctx context.Context, m transport.Message) error
 	return b.Transport.Publish(ctx, m)
 }
 
-// A tool floods its status FIFO while the status publishes are stuck: the
-// worker keeps reading (the tool is not blocked), queues at most
-// statusQueueBytes, drops the rest with one counted warning, and after
-// the lines it kept sends one status line saying how many it dropped.
+// statusNumbers checks that status lines are the flood's lines 0, 1, 2, ...
+// in order, each of size bytes of JSON, and returns how many there are.
+func statusNumbers(t *testing.T, st []string, size int) int {
+	t.Helper()
+	for i, s := range st {
+		if want := fmt.Sprintf("%06d ", i); !strings.HasPrefix(s, want) || len(s) != size-14 {
+			t.Fatalf("status line %d: %.20q... (%d bytes), want %q... (%d bytes)", i, s, len(s), want, size-14)
+		}
+	}
+	return len(st)
+}
+
+// The broker is slower than the tool: the status publishes are stuck
+// until the test releases them. The relay stops reading the FIFO once its
+// queue is full, so the tool's writes block (it cannot have finished),
+// and after the release every line arrives, in order, none dropped.
+func TestStatusBackPressureKeepsEveryLine(t *testing.T) {
+	logs := &logBuffer{}
+	bs := &blockingStatus{release: make(chan struct{})}
+	h := newHardeningHarness(t, nil, func(o *Options) {
+		bs.Transport = o.Transport
+		o.Transport = bs
+		o.Logger = logs.logger()
+	})
+	h.start()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", logs.String())
+		}
+	})
+	// 3.2 MB of status: more than the queue, the FIFO's buffer and the
+	// reader's buffer together, less than the task's cap.
+	const n, size = 200, 16384
+	id := h.send("status_flood", map[string]any{"args": map[string]any{"n": n, "size": size}})
+	waitFor(t, "the relay to wait for the broker", func() bool {
+		return strings.Contains(logs.String(), "status queue full: the status pipe is read at the broker's pace")
+	})
+	// The tool is blocked in a write: it has no result, so no reply.
+	select {
+	case r := <-h.replyChan(id):
+		t.Fatalf("reply while the tool's status writes should be blocked: %.200s", r)
+	default:
+	}
+	close(bs.release)
+	reply := h.reply(id)
+	if _, ok := shapeResult(reply); !ok {
+		t.Fatalf("reply %s", reply)
+	}
+	if got := statusNumbers(t, h.status(id), size); got != n {
+		t.Fatalf("%d status lines relayed, want all %d", got, n)
+	}
+	pm := regexp.MustCompile(`"status lines relayed at the broker's pace".*"status_lines_relayed":(\d+),"status_queue_peak_bytes":(\d+)`).FindStringSubmatch(logs.String())
+	if pm == nil {
+		t.Fatalf("no relay summary in the log:\n%s", grepLines(logs.String(), "status"))
+	}
+	if peak, _ := strconv.Atoi(pm[2]); peak > statusQueueBytes {
+		t.Errorf("queue peak %d bytes > %d", peak, statusQueueBytes)
+	}
+	if strings.Contains(logs.String(), "status lines dropped") {
+		t.Errorf("lines were dropped:\n%s", grepLines(logs.String(), "dropped"))
+	}
+}
+
+// A tool blocked writing status (the publishes are stuck) is still ended
+// by its timeout: once its process is gone the test releases the broker,
+// and the reply is TIMEOUT; every line the tool wrote in full before it
+// was killed is relayed, in order.
+func TestStatusBackPressureTimeoutEndsTheCall(t *testing.T) {
+	logs := &logBuffer{}
+	bs := &blockingStatus{release: make(chan struct{})}
+	h := newHardeningHarness(t, nil, func(o *Options) {
+		bs.Transport = o.Transport
+		o.Transport = bs
+		o.Logger = logs.logger()
+	})
+	h.start()
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	id := h.send("status_flood_short", map[string]any{"args": map[string]any{"n": 100000, "size": 16384, "pidfile": pidfile}})
+	waitFor(t, "the relay to wait for the broker", func() bool {
+		return strings.Contains(logs.String(), "status queue full: the status pipe is read at the broker's pace")
+	})
+	var pid int
+	waitFor(t, "the tool's pid", func() bool {
+		b, err := os.ReadFile(pidfile)
+		pid, _ = strconv.Atoi(string(b))
+		return err == nil && pid > 0
+	})
+	// The publishes are still stuck, so only the timeout can end the tool.
+	waitFor(t, "the tool to be killed by its timeout", func() bool {
+		return unix.Kill(pid, 0) == unix.ESRCH
+	})
+	close(bs.release)
+	reply := h.reply(id)
+	var r struct {
+		Result *struct {
+			TimedOut bool `json:"timed_out"`
+		} `json:"result"`
+		Error *struct{ Code string } `json:"error"`
+	}
+	must(t, json.Unmarshal(reply, &r))
+	if !(r.Result != nil && r.Result.TimedOut) && !(r.Error != nil && r.Error.Code == "TIMEOUT") {
+		t.Fatalf("reply %.300s: want a timeout", reply)
+	}
+	b, err := os.ReadFile(pidfile + ".count")
+	must(t, err)
+	written, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	must(t, err)
+	st := h.status(id)
+	if written == 0 || len(st) < written {
+		t.Fatalf("%d status lines relayed, the tool wrote %d in full", len(st), written)
+	}
+	statusNumbers(t, st[:written], 16384) // a last one may be cut by the kill
+}
+
+// A tool writes more status text than a task may publish (statusTaskBytes)
+// while the publishes are stuck: it is slowed down, not dropped, up to the
+// cap; the lines beyond the cap are dropped at once (the tool finishes),
+// counted, and announced by one last status line after the kept ones.
 func TestStatusFloodBoundedWithBlockedPublish(t *testing.T) {
 	logs := &logBuffer{}
 	bs := &blockingStatus{release: make(chan struct{})}
@@ -98,10 +228,11 @@ func TestStatusFloodBoundedWithBlockedPublish(t *testing.T) {
 		o.Logger = logs.logger()
 	})
 	h.start()
-	id := h.send("status_flood", map[string]any{"args": map[string]any{"n": 2000, "size": 16384}})
-	// The first drop is logged while the publish is still blocked: the
-	// reader did not wait for the broker.
-	waitFor(t, "the first status drop", func() bool { return strings.Contains(logs.String(), "status lines dropped; the rest") })
+	const n, size = 2000, 16384
+	id := h.send("status_flood", map[string]any{"args": map[string]any{"n": n, "size": size}})
+	waitFor(t, "the relay to wait for the broker", func() bool {
+		return strings.Contains(logs.String(), "status queue full: the status pipe is read at the broker's pace")
+	})
 	close(bs.release)
 	reply := h.reply(id)
 	if _, ok := shapeResult(reply); !ok {
@@ -112,13 +243,16 @@ func TestStatusFloodBoundedWithBlockedPublish(t *testing.T) {
 		t.Fatal("no status lines")
 	}
 	last := st[len(st)-1]
-	m := regexp.MustCompile(`^\[str\] (\d+) status lines \((\d+) bytes\) were dropped`).FindStringSubmatch(last)
+	m := regexp.MustCompile(`^\[str\] (\d+) status lines \((\d+) bytes\) were dropped: more than 16777216 bytes of status text`).FindStringSubmatch(last)
 	if m == nil {
 		t.Fatalf("last status line %.200q does not report the drops", last)
 	}
+	// Every line that fits the cap is kept, in order: the first
+	// statusTaskBytes/size of them.
+	kept := statusNumbers(t, st[:len(st)-1], size)
 	dropped, _ := strconv.Atoi(m[1])
-	if kept := len(st) - 1; kept+dropped != 2000 || kept*16384 > statusTaskBytes {
-		t.Errorf("%d lines relayed, %d dropped: want 2000 in all and at most %d bytes relayed", kept, dropped, statusTaskBytes)
+	if want := statusTaskBytes / size; kept != want || kept+dropped != n {
+		t.Errorf("%d lines relayed, %d dropped: want %d relayed and %d in all", kept, dropped, want, n)
 	}
 	// The final log line carries the count and the queue's peak.
 	pm := regexp.MustCompile(`"status_lines_dropped":(\d+).*"status_queue_peak_bytes":(\d+)`).FindStringSubmatch(logs.String())
@@ -133,41 +267,63 @@ func TestStatusFloodBoundedWithBlockedPublish(t *testing.T) {
 	}
 }
 
-// The queue's bounds, without a tool: lines, total bytes, queued bytes.
+// The queue's bounds, without a tool: a full queue makes push wait for a
+// pop (nothing dropped); the line and total caps drop at once.
 func TestStatusQueueBounds(t *testing.T) {
 	q := newStatusQueue(100, 250, 5)
 	line := make([]byte, 40)
-	var reasons []string
-	for i := 0; i < 4; i++ {
-		if r, _ := q.push(line); r != "" {
-			reasons = append(reasons, r)
+	for i := 0; i < 2; i++ {
+		if r, _, waited := q.push(line); r != "" || waited {
+			t.Fatalf("push %d: dropped %q, waited %v", i, r, waited)
 		}
 	}
-	// 2 fit in 100 queued bytes; the next two wait for a pop.
-	if q.accepted != 2 || q.dropped != 2 || q.peak != 80 || !strings.Contains(reasons[0], "wait for a slow publish") {
-		t.Fatalf("accepted %d dropped %d peak %d reasons %q", q.accepted, q.dropped, q.peak, reasons)
+	// A third line does not fit in 100 queued bytes: push waits until a
+	// pop makes room, and queues it.
+	pushed := make(chan bool)
+	go func() {
+		r, _, waited := q.push(line)
+		pushed <- r == "" && waited
+	}()
+	q.mu.Lock()
+	for q.waits == 0 {
+		q.mu.Unlock()
+		runtime.Gosched()
+		q.mu.Lock()
+	}
+	q.mu.Unlock()
+	if _, ok := q.pop(); !ok {
+		t.Fatal("pop")
+	}
+	if ok := <-pushed; !ok {
+		t.Fatal("the waiting push did not queue its line after the pop")
+	}
+	if q.accepted != 3 || q.dropped != 0 || q.peak != 80 {
+		t.Fatalf("accepted %d dropped %d peak %d", q.accepted, q.dropped, q.peak)
 	}
 	for i := 0; i < 2; i++ {
-		if _, ok := q.pop(); !ok {
-			t.Fatal("pop")
-		}
+		q.pop()
 	}
 	for i := 0; i < 4; i++ {
-		if r, _ := q.push(line); r == "" {
+		if r, _, _ := q.push(line); r == "" {
 			q.pop()
 		}
 	}
 	// 250 total bytes: 6 lines of 40 would be 240, but the line cap is 5.
-	if q.accepted != 5 || q.total != 200 {
-		t.Fatalf("accepted %d total %d", q.accepted, q.total)
+	if q.accepted != 5 || q.total != 200 || q.dropped != 2 || !strings.Contains(q.firstDropReason, "more than 5 status lines") {
+		t.Fatalf("accepted %d total %d dropped %d (%q)", q.accepted, q.total, q.dropped, q.firstDropReason)
 	}
 	q2 := newStatusQueue(1000, 100, 100)
 	q2.push(line)
 	q2.pop()
 	q2.push(line)
 	q2.pop()
-	if r, _ := q2.push(line); !strings.Contains(r, "more than 100 bytes of status text") {
+	if r, _, _ := q2.push(line); !strings.Contains(r, "more than 100 bytes of status text") {
 		t.Fatalf("total cap: %q", r)
+	}
+	// An empty queue takes a line larger than its bound (no deadlock).
+	q3 := newStatusQueue(10, 1000, 10)
+	if r, _, waited := q3.push(line); r != "" || waited {
+		t.Fatalf("oversized line into an empty queue: dropped %q, waited %v", r, waited)
 	}
 	q2.close()
 	if _, ok := q2.pop(); ok {

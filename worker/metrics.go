@@ -29,6 +29,9 @@ type Metrics struct {
 	// Faults is 1 while the worker has the fault or degradation name
 	// (readiness.go), else 0: an alert needs no JSON parsing of /readyz.
 	Faults *prom.GaugeVec // str_worker_faults{kind,name}
+	// BrokerReestablished counts broker sessions re-established because
+	// the liveness probe did not come back (probe.go).
+	BrokerReestablished *prom.Counter // str_worker_broker_reestablished_total
 	// NetworkViolations counts the network policy's denials.
 	NetworkViolations *prom.CounterVec // str_worker_network_violations_total{kind,reason}
 
@@ -96,6 +99,10 @@ func NewMetrics() *Metrics {
 			Name: "str_worker_faults",
 			Help: "1 while the worker has this fault (kind fault: /readyz answers 503) or degradation (kind degraded: it serves, /readyz 200), else 0; /readyz has the error seen.",
 		}, []string{"kind", "name"}),
+		BrokerReestablished: prom.NewCounter(prom.Opts{
+			Name: "str_worker_broker_reestablished_total",
+			Help: "Broker sessions the worker re-established because its probe message did not come back through its own subscription within STR_BROKER_PROBE_TIMEOUT_MS (the broker looked connected but no longer delivered).",
+		}),
 		NetworkViolations: prom.NewCounterVec(prom.Opts{
 			Name: "str_worker_network_violations_total", Help: "Connections and DNS lookups the network policy denied, by kind (net, dns) and reason.",
 		}, []string{"kind", "reason"}),
@@ -124,7 +131,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
-		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.Faults, m.NetworkViolations,
+		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.Faults, m.BrokerReestablished, m.NetworkViolations,
 		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmReady, m.WarmMemory,
 		prom.NewProcessCollector())
 	return m
@@ -150,7 +157,10 @@ func (m *Metrics) stopRunning() {
 }
 
 type healthBody struct {
-	OK     bool   `json:"ok"`
+	OK bool `json:"ok"`
+	// Broker is "connected", "disconnected", or "deaf": connected, but
+	// the worker's probe message did not come back (probe.go), so the
+	// session is being re-established; /readyz answers 503 meanwhile.
 	Broker string `json:"broker"`
 	// Faults (/readyz only) maps each resource the worker cannot use to
 	// the error seen (artifact_store, artifact_audit_log, work_dir; see
@@ -183,7 +193,7 @@ func (s *Server) Handler() http.Handler {
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		body.OK, body.Broker = ok, s.tr.State().String()
+		body.OK, body.Broker = ok, s.brokerState()
 		json.NewEncoder(w).Encode(body)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -23,6 +23,7 @@ func touchAll(m *Metrics) {
 	m.StatusLines.Inc()
 	m.StatusLost.Add(2)
 	m.RepliesLost.Inc()
+	m.BrokerReestablished.Inc()
 	m.Faults.WithLabelValues("fault", "work_dir").Set(1)
 	m.NetworkViolations.WithLabelValues("dns", "not_allowed").Add(3)
 	m.WarmHits.WithLabelValues("echo").Inc()

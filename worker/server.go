@@ -74,6 +74,8 @@ type Server struct {
 
 	// pool holds pre-started sandboxes (pool.go); nil = none.
 	pool *warmPool
+	// probe checks that the broker still delivers (probe.go); nil = off.
+	probe *prober
 
 	// mu guards the manifest and the subscriptions: a reload holds it
 	// while it changes subscriptions, the receive loop while it dispatches
@@ -168,12 +170,25 @@ func New(opts Options) (*Server, error) {
 		init:     newInitState(cfg),
 	}
 	s.pool = newWarmPool(s)
+	if cfg.ProbeInterval > 0 {
+		s.probe = newProber(s)
+	}
 	return s, nil
 }
 
-// Ready reports whether the worker is connected and taking work.
+// Ready reports whether the worker is connected, its broker delivers (the
+// probe, when on) and it is taking work.
 func (s *Server) Ready() bool {
-	return s.serving.Load() && !s.stopping.Load() && s.tr.State() == transport.Connected
+	return s.serving.Load() && !s.stopping.Load() && s.tr.State() == transport.Connected && !s.probe.isDeaf()
+}
+
+// brokerState is /readyz's "broker": the transport's state, or "deaf"
+// while the broker looks connected but the last probe was lost.
+func (s *Server) brokerState() string {
+	if s.probe.isDeaf() {
+		return "deaf"
+	}
+	return s.tr.State().String()
 }
 
 // Topic helpers (spec §1, §14).
@@ -247,6 +262,9 @@ func (s *Server) Run(ctx context.Context) error {
 	// 4. connect with every subscription inside the connect, so a request
 	// published the moment the worker appears is not missed.
 	subs := []string{s.cancelPattern(), s.discoveryPattern(), ToolsRequestTopic(s.cfg.Namespace)}
+	if s.probe != nil {
+		subs = append(subs, s.probe.pattern())
+	}
 	for _, name := range m.Entries() {
 		for _, topic := range s.entryTopics(name) {
 			subs = append(subs, topic)
@@ -303,6 +321,16 @@ func (s *Server) Run(ctx context.Context) error {
 	checksDone := make(chan struct{})
 	go s.runResourceChecks(checksDone)
 	defer close(checksDone)
+	// 6c. the broker liveness probe (probe.go), until the receive loop
+	// ends.
+	probeCtx, stopProbe := context.WithCancel(context.Background())
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		if s.probe != nil {
+			s.probe.run(probeCtx)
+		}
+	}()
 	// 7. the receive loop.
 	var loopErr error
 	for {
@@ -315,6 +343,8 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.dispatch(d, time.Now())
 	}
+	stopProbe()
+	<-probeDone
 	stopWatch()
 	<-watchDone
 	s.shutdown()
@@ -594,6 +624,9 @@ func (s *Server) dispatch(d *transport.Delivery, received time.Time) {
 		ack(s.log, d)
 	case d.Topic == ToolsRequestTopic(s.cfg.Namespace):
 		s.toolsRequest(d, received)
+	case s.probe != nil && s.probe.isProbe(d.Topic):
+		s.probe.arrived(d.Topic)
+		ack(s.log, d)
 	default:
 		// discovery and anything else: ignored.
 		s.log.Debug("ignored message", "topic", d.Topic)

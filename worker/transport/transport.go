@@ -44,6 +44,11 @@ func (s State) String() string {
 // ErrClosed is returned by Receive and Publish after Close.
 var ErrClosed = errors.New("transport: closed")
 
+// ErrNoSelfDelivery is returned by PublishToSelf when a message this
+// client publishes cannot come back to its own subscriptions (the
+// worker's liveness probe is then off; the error says why).
+var ErrNoSelfDelivery = errors.New("transport: this client cannot receive its own messages")
+
 // Transport is what the worker needs from a broker.
 type Transport interface {
 	// Connect establishes the session with the initial subscriptions
@@ -55,6 +60,19 @@ type Transport interface {
 	Subscribe(ctx context.Context, pattern string) error
 	Unsubscribe(ctx context.Context, pattern string) error
 	Publish(ctx context.Context, m Message) error
+	// PublishToSelf publishes m so that it reaches this client's own
+	// matching subscriptions, as long as the session still delivers: the
+	// worker's liveness probe (a broker may keep a session that looks
+	// connected but no longer routes anything to it). A broker never
+	// hands a client its own publishes back, so each transport says here
+	// how it gets round that; one that cannot returns an error wrapping
+	// ErrNoSelfDelivery.
+	PublishToSelf(ctx context.Context, m Message) error
+	// Reestablish ends the current session, however healthy it looks,
+	// and builds a new one with the current subscriptions, as after a
+	// lost connection (State is Disconnected until it is up). It returns
+	// at once; cause is logged.
+	Reestablish(cause error)
 	// Receive blocks until a message arrives, ctx ends or the transport is
 	// closed.
 	Receive(ctx context.Context) (*Delivery, error)

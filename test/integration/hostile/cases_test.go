@@ -176,13 +176,20 @@ func cases() []hcase {
 		hcase{name: "sleep_past_timeout", profile: "short", py: "sleep", timedOut: true},
 		hcase{name: "rlimits_restrictive", profile: "restrictive", py: "rlimits", want: "AS=536870912 CPU=60 FSIZE=67108864 NOFILE=128 NPROC=32 STACK=8388608 CORE=0"},
 		hcase{name: "rlimits_standard", profile: "standard", py: "rlimits", want: "AS=1073741824 CPU=300 FSIZE=268435456 NOFILE=512 NPROC=128 STACK=8388608 CORE=0"},
-		hcase{name: "status_flood", profile: "restrictive", args: map[string]any{"n": 2000, "size": 65536}, want: "flooded",
+		// 260 lines of 64 KiB: just over the 16 MiB a task may publish, so
+		// both caps act (each line cut to 64 KiB, the last 4 dropped) while
+		// the tool, slowed to the broker's pace, moves little data.
+		hcase{name: "status_flood", profile: "restrictive", args: map[string]any{"n": 260, "size": 65536}, want: "flooded",
 			check: func(t *testing.T, h *harness, _ reply, _ map[string]any) {
 				// Every relayed line is bounded (64 KiB), however many the tool wrote.
 				for _, st := range h.a.statusesWith("xxxx") {
 					if len(st) > 64<<10 {
 						t.Fatalf("a status line of %d bytes was relayed", len(st))
 					}
+				}
+				// What is over the task's cap is dropped and announced.
+				if n := len(h.a.statusesWith("4 status lines (262144 bytes) were dropped: more than 16777216 bytes of status text")); n != 1 {
+					t.Fatalf("%d drop notices for the 4 lines over the cap, want 1", n)
 				}
 			}},
 		hcase{name: "huge_result", profile: "standard", code: "TOOL_ERROR"},

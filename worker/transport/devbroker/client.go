@@ -618,6 +618,37 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 	return fmt.Errorf("devbroker: publish %s failed twice: %w", m.Topic, lastErr)
 }
 
+// PublishToSelf publishes m as Publish does. It comes back to this
+// client because the publishing connection has its own client id
+// (PublisherID) and the broker skips only the publishing id: the
+// receiving connection's subscriptions get it as any other client's.
+// With PublisherID equal to ClientID it cannot come back
+// (ErrNoSelfDelivery).
+func (c *Client) PublishToSelf(ctx context.Context, m transport.Message) error {
+	if c.opts.PublisherID == c.opts.ClientID {
+		return fmt.Errorf("devbroker: publish %s to self: the publishing connection uses the receiving connection's client id %q: %w",
+			m.Topic, c.opts.ClientID, transport.ErrNoSelfDelivery)
+	}
+	return c.Publish(ctx, m)
+}
+
+// Reestablish closes both connections of the live session, however
+// healthy they look; the receive loop reconnects after RetryDelay (a
+// broker that has not yet seen the old connections end gets time to),
+// with the current subscriptions in the new CONNECT.
+func (c *Client) Reestablish(cause error) {
+	c.mu.Lock()
+	sess := c.sess
+	c.mu.Unlock()
+	if sess == nil {
+		return // already reconnecting
+	}
+	if cause == nil {
+		cause = errors.New("asked by the caller")
+	}
+	c.drop(sess, fmt.Errorf("re-establishing the session: %w", cause))
+}
+
 // waitSession returns the live session, waiting for one while disconnected.
 func (c *Client) waitSession(ctx context.Context) (*session, error) {
 	for {

@@ -517,3 +517,63 @@ func TestClientConnectLinesAndCatchUp(t *testing.T) {
 		t.Fatalf("publish refused by the broker: %v", err)
 	}
 }
+
+// A client whose session the broker forgot (ReferenceSessions: a second
+// client took its id over and then left) still reports Connected, and its
+// PublishToSelf no longer comes back; after Reestablish (repeated while
+// the broker may still be finishing the old connections, as the worker's
+// probe does) its own publish comes back again.
+func TestClientPublishToSelfAndReestablish(t *testing.T) {
+	s := startServer(t, Options{ReferenceSessions: true})
+	probe := func(c *Client, n int) string {
+		topic := fmt.Sprintf("probe/w/%d", n)
+		publish(t, c, topic, `"p"`, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond) // a poll, not a verdict
+		defer cancel()
+		for {
+			d, err := c.Receive(ctx)
+			if err != nil {
+				return ""
+			}
+			if d.Topic == topic {
+				return d.Topic
+			}
+		}
+	}
+	w := connectClient(t, s, ClientOptions{ClientID: "w"}, "probe/w/*")
+	ctx := context.Background()
+	if err := w.PublishToSelf(ctx, transport.Message{Topic: "probe/w/0", Payload: []byte(`"p"`)}); err != nil {
+		t.Fatal(err)
+	}
+	if d := receive(t, w); d.Topic != "probe/w/0" {
+		t.Fatalf("own publish: got %s", d.Topic)
+	}
+	// A second client under the same ids takes the session over, then
+	// leaves: the broker forgets "w" and "w-pub" for good.
+	intruder := connectClient(t, s, ClientOptions{ClientID: "w"}, "probe/w/*")
+	conns := s.connCount()
+	intruder.Close()
+	waitFor(t, "the broker to see the intruder's connections end", func() bool { return s.connCount() <= conns-2 })
+	if w.State() != transport.Connected {
+		t.Fatalf("state %v: the failure is that it still looks connected", w.State())
+	}
+	if s.hasClient("w") {
+		t.Fatal(`"w" still registered: the reproduction did not happen`)
+	}
+	w.Reestablish(errors.New("test: probe lost"))
+	deadline := time.Now().Add(20 * time.Second)
+	for n := 1; probe(w, n) == ""; n++ {
+		if time.Now().After(deadline) {
+			t.Fatal("own publishes never came back after Reestablish")
+		}
+		w.Reestablish(errors.New("test: probe lost again"))
+	}
+	if !s.hasClient("w") {
+		t.Fatal(`"w" not registered after Reestablish`)
+	}
+
+	same := newClient(t, portOf(t, s.Addr()), ClientOptions{ClientID: "x", PublisherID: "x"})
+	if err := same.PublishToSelf(ctx, transport.Message{Topic: "t"}); !errors.Is(err, transport.ErrNoSelfDelivery) {
+		t.Fatalf("PublisherID == ClientID: %v, want ErrNoSelfDelivery", err)
+	}
+}

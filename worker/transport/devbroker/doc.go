@@ -158,7 +158,10 @@
 // to a flood. (The reference replaces the session and strands the first
 // connection.) The id is free again once its connection has closed; a
 // client reconnecting after a drop is refused until the broker has seen
-// the old connection end, and retries.
+// the old connection end, and retries. (Options.ReferenceSessions restores
+// the reference's way, for tests of what a client must survive there: the
+// id is taken over, and the old connection's end later forgets the new
+// session's registration, leaving it connected and deaf.)
 //
 // # The client
 //
@@ -171,7 +174,11 @@
 // token from ClientOptions.Token or, read afresh before every attempt,
 // ClientOptions.TokenFile. When either connection fails, both are closed and
 // re-established every RetryDelay until Close, with the current
-// subscription set in the new CONNECT. A payload that is valid JSON is
+// subscription set in the new CONNECT; Reestablish does the same on
+// request (the worker's probe found the session deaf). Because the
+// publishing connection has its own client id, a message the client
+// publishes reaches its own receiving connection's subscriptions
+// (PublishToSelf). A payload that is valid JSON is
 // published as that JSON value, anything else as a JSON string; on receipt a
 // JSON string payload is handed over as its content and any other value as
 // its JSON text. User property values that are not strings are handed over

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -60,6 +61,17 @@ type Options struct {
 	// Logger receives connection, routing and drop events. nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// ReferenceSessions reproduces the reference broker's handling of
+	// client ids, for tests of what clients must survive there: a
+	// CONNECT claiming a connected client id takes the id over (the
+	// first connection keeps running, stranded, as the reference leaves
+	// it), and the end of any connection forgets its client id's
+	// registration, whoever holds the id by then. A client that
+	// reconnects under its id before the broker has seen its previous
+	// connection end is then left connected and receiving nothing. Never
+	// for a broker that serves anyone: it gives up "one connection per
+	// client_id" (see the package doc).
+	ReferenceSessions bool
 }
 
 // Server is str's embedded dev broker (spec §10). Create it with NewServer,
@@ -70,6 +82,7 @@ type Server struct {
 	queueSize  int
 	queueBytes int
 	maxLine    int
+	refSess    bool // Options.ReferenceSessions
 	log        *slog.Logger
 	done       chan struct{} // closed by Close
 	wg         sync.WaitGroup
@@ -112,6 +125,7 @@ func NewServer(opts Options) *Server {
 		queueSize:  opts.QueueSize,
 		queueBytes: opts.MaxQueueBytes,
 		maxLine:    opts.MaxLineBytes,
+		refSess:    opts.ReferenceSessions,
 		log:        opts.Logger,
 		done:       make(chan struct{}),
 		conns:      make(map[*conn]struct{}),
@@ -483,8 +497,14 @@ func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slo
 	// messages, unsubscribe it, subscribe it to a flood).
 	if c.session == nil || c.session.id != id {
 		if _, taken := s.clients[id]; taken {
-			log.Warn("CONNECT refused: client id already connected", "client_id", id)
-			return errorResponse(CodeNotConnected, fmt.Sprintf("CONNECT refused: client_id %q is already connected on another connection (another process with the same id?)", id)), true
+			if !s.refSess {
+				log.Warn("CONNECT refused: client id already connected", "client_id", id)
+				return errorResponse(CodeNotConnected, fmt.Sprintf("CONNECT refused: client_id %q is already connected on another connection (another process with the same id?)", id)), true
+			}
+			// The reference's way: the id moves to this connection; the
+			// other one keeps its session object, registered nowhere.
+			log.Warn("CONNECT takes over a connected client id (ReferenceSessions)", "client_id", id)
+			s.unregister(id)
 		}
 	}
 
@@ -519,14 +539,18 @@ func (s *Server) detach(c *conn, log *slog.Logger) {
 		return
 	}
 	c.session = nil
-	delete(s.clients, cl.id)
-	for i, o := range s.order {
-		if o == cl {
-			s.order = append(s.order[:i], s.order[i+1:]...)
-			break
-		}
-	}
+	// By id: without ReferenceSessions the id is cl's alone; with it, a
+	// connection that lost its id to a newer one unregisters the newer
+	// one here (the reference's failure this option reproduces).
+	s.unregister(cl.id)
 	log.Info("client disconnected", "client_id", cl.id, "undelivered", len(cl.pending))
+}
+
+// unregister removes the client registered under id from routing. The
+// caller holds s.mu.
+func (s *Server) unregister(id string) {
+	delete(s.clients, id)
+	s.order = slices.DeleteFunc(s.order, func(o *client) bool { return o.id == id })
 }
 
 func (s *Server) handleSubscription(c *conn, cmd string, req map[string]json.RawMessage, log *slog.Logger) *response {

@@ -595,3 +595,34 @@ func FuzzRequest(f *testing.F) {
 		}
 	})
 }
+
+// ReferenceSessions reproduces the reference broker's client-id handling:
+// a second CONNECT under a connected id takes it over, and the first
+// connection's end then forgets the id, which now belongs to the second:
+// that one stays connected (RECEIVE answers) and gets nothing more.
+// Without the option the second CONNECT is refused.
+func TestReferenceSessionsStrandAndForget(t *testing.T) {
+	s := startServer(t, Options{ReferenceSessions: true})
+	pub := connectRaw(t, s, "p", "")
+	old := connectRaw(t, s, "w", "", "t")
+	fresh := connectRaw(t, s, "w", "", "t") // takes "w" over
+	pub.publish("t", 1)
+	if p, _ := fresh.next(); fmt.Sprint(p) != "1" {
+		t.Fatalf("the connection holding the id got %v", p)
+	}
+	old.expectEmpty("the stranded connection")
+	conns := s.connCount()
+	old.nc.Close()
+	waitFor(t, "the broker to see the old connection end", func() bool { return s.connCount() < conns })
+	pub.publish("t", 2)
+	fresh.expectEmpty("the connection whose id the old one's end forgot (deaf)")
+	if s.hasClient("w") {
+		t.Fatal(`"w" is still registered`)
+	}
+
+	strict := startServer(t, Options{})
+	connectRaw(t, strict, "w", "", "t")
+	second := dialRaw(t, strict.Addr())
+	errorCode(t, "second CONNECT without ReferenceSessions",
+		second.do(`{"cmd": "CONNECT", "client_id": "w", "subscriptions": ["t"]}`), CodeNotConnected)
+}

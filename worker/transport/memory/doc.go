@@ -10,8 +10,14 @@
 // (round-robin). Every receiver gets its own copy of the payload and the user
 // properties.
 //
+// PublishToSelf routes a message the same way with the publishing client
+// included (the worker's liveness probe). Bus.Forget reproduces a broker
+// that drops a session by client id: the client still looks connected but
+// nothing is routed to it until its Reestablish.
+//
 // What it protects against: nothing; it runs inside the test process and
 // trusts every caller. What it does not do: persistence, acknowledgement
 // (Ack and Nack are no-ops), back-pressure (queues are unbounded), or any
-// failure injection; State is Connected from Connect until Close.
+// failure injection beyond Forget; State is Connected from Connect until
+// Close.
 package memory

@@ -54,8 +54,27 @@ type client struct {
 	// Guarded by bus.mu.
 	connected bool
 	closed    bool
-	subs      map[string]struct{}
+	subs      map[string]struct{} // what the client subscribed to
+	// forgotten: the bus has dropped the client's subscriptions (Forget)
+	// and routes nothing to it until it re-establishes its session.
+	forgotten bool
 	pending   []transport.Message
+}
+
+// Forget makes the bus drop the subscriptions of every client with
+// clientID while each keeps looking connected, as a broker that removes
+// a session by client id does (the reference dev broker when an old
+// connection of the id ends late): nothing is routed to them until they
+// re-establish their session (Reestablish). A test hook for the worker's
+// liveness probe.
+func (b *Bus) Forget(clientID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.clients {
+		if c.id == clientID {
+			c.forgotten = true
+		}
+	}
 }
 
 func (c *client) Connect(ctx context.Context, subscriptions []string) error {
@@ -97,6 +116,9 @@ func (c *client) Unsubscribe(ctx context.Context, pattern string) error {
 // matches reports whether one of c's subscriptions matches topic. The
 // caller holds bus.mu.
 func (c *client) matches(topic string) bool {
+	if c.forgotten {
+		return false
+	}
 	for s := range c.subs {
 		if transport.MatchDev(s, topic) {
 			return true
@@ -109,6 +131,25 @@ func (c *client) matches(topic string) bool {
 // connected client with a matching subscription and no queue group, and
 // one copy to one matching member of each queue group (in turn).
 func (c *client) Publish(ctx context.Context, m transport.Message) error {
+	return c.route(ctx, m, false)
+}
+
+// PublishToSelf routes m as Publish does, the publishing client included
+// (as if it came from another client of the bus): it comes back to c
+// when c's subscriptions match, unless the bus has forgotten them.
+func (c *client) PublishToSelf(ctx context.Context, m transport.Message) error {
+	return c.route(ctx, m, true)
+}
+
+// Reestablish makes the bus route to c again (the subscriptions c asked
+// for were kept on its side, as a client keeps them for a reconnection).
+func (c *client) Reestablish(cause error) {
+	c.bus.mu.Lock()
+	defer c.bus.mu.Unlock()
+	c.forgotten = false
+}
+
+func (c *client) route(ctx context.Context, m transport.Message, self bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: publish %s: %w", m.Topic, err)
 	}
@@ -124,7 +165,7 @@ func (c *client) Publish(ctx context.Context, m transport.Message) error {
 	groups := make(map[string][]*client)
 	var groupOrder []string
 	for _, r := range b.clients {
-		if r.id == c.id || !r.connected || !r.matches(m.Topic) {
+		if (r.id == c.id && !(self && r == c)) || !r.connected || !r.matches(m.Topic) {
 			continue
 		}
 		if r.queue == "" {

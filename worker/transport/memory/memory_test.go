@@ -194,3 +194,44 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("bus holds %d clients, want 1", len(bus.clients))
 	}
 }
+
+// PublishToSelf comes back to the publisher (Publish does not); Forget
+// makes the client deaf while it still looks connected, and Reestablish
+// makes it hear again, with the subscriptions it had.
+func TestPublishToSelfForgetReestablish(t *testing.T) {
+	bus := NewBus()
+	a, b := bus.Client("a", ""), bus.Client("b", "")
+	connect(t, a, "ns/probe/a/*")
+	connect(t, b, "ns/x")
+	ctx := context.Background()
+	probe := transport.Message{Topic: "ns/probe/a/1", Payload: []byte("p")}
+	if err := a.Publish(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	none(t, a, "a after its own Publish")
+	if err := a.PublishToSelf(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	if d := recv(t, a); d.Topic != probe.Topic || string(d.Payload) != "p" {
+		t.Fatalf("got %+v", d.Message)
+	}
+	bus.Forget("a")
+	if a.State() != transport.Connected {
+		t.Fatalf("a forgotten client looks %v, want connected (that is the failure)", a.State())
+	}
+	must(t, a.PublishToSelf(ctx, probe))
+	must(t, b.Publish(ctx, transport.Message{Topic: "ns/probe/a/2"}))
+	none(t, a, "a forgotten client")
+	a.Reestablish(errors.New("test"))
+	must(t, b.Publish(ctx, transport.Message{Topic: "ns/probe/a/3"}))
+	if d := recv(t, a); d.Topic != "ns/probe/a/3" {
+		t.Fatalf("after Reestablish: got %s", d.Topic)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -30,7 +30,16 @@
 // times and re-applies the subscriptions; subscription changes made while
 // the connection was down are reconciled after the reconnect. When the
 // library gives up, the transport builds new services until Close. State
-// follows the service's lifecycle events and feeds /readyz.
+// follows the service's lifecycle events and feeds /readyz. Reestablish
+// (the worker's probe found the session deaf) builds a new service the
+// same way at once.
+//
+// The worker's probe (PublishToSelf) is a publish on the same session:
+// a Solace broker hands a session its own messages unless "no local" is
+// set, which str never sets (for the session or a queue's flow). The C
+// library's peer-to-peer mode does not, so the probe cannot be tested
+// there; with a pool (SOLACE_POOL_NAME) the shared queue could give the
+// probe to another worker, so PublishToSelf refuses and the probe is off.
 //
 // # What it protects against, and what not
 //

@@ -9,6 +9,7 @@ package solace_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -636,5 +637,46 @@ func TestRebuildAfterLibraryGivesUp(t *testing.T) {
 	}
 	if got := syncUntil(t, p2, tr, marker); !slices.Equal(got, []string{kept, added}) {
 		t.Fatalf("after the rebuild received %v, want [%s %s] (%s was unsubscribed while down)", got, kept, added, dropped)
+	}
+}
+
+// TestReestablish: the worker's probe found the session deaf and asks for
+// a new one. The transport drops the live session at once (State
+// Disconnected) and builds a new service with the subscriptions, which
+// delivers again (the peer, whose connection the teardown ended, comes
+// back as a new listener, as a broker would take the new connection).
+func TestReestablish(t *testing.T) {
+	kept, marker := "re/kept", "re/sync"
+	p, tr, port := connectPair(t, kept, marker)
+	tr.Reestablish(errors.New("test: probe lost"))
+	if s := tr.State(); s != transport.Disconnected {
+		t.Fatalf("state right after Reestablish: %v, want disconnected", s)
+	}
+	p.close()
+	p2 := listen(t, port)
+	defer p2.close()
+	p2.waitConnected()
+	waitState(t, tr, transport.Connected)
+	p2.publish(kept, []byte("k"), nil)
+	if got := syncUntil(t, p2, tr, marker); !slices.Equal(got, []string{kept}) {
+		t.Fatalf("after Reestablish received %v, want [%s]", got, kept)
+	}
+}
+
+// TestPublishToSelfRefusedForAPool: a pool's queue is shared, so a probe
+// published to it could reach another worker; PublishToSelf says so
+// instead of publishing (the worker then runs without the probe).
+func TestPublishToSelfRefusedForAPool(t *testing.T) {
+	tr, err := solace.New(solace.Config{
+		Host: "tcp://127.0.0.1:1", VPN: "default", Mode: solace.ModeGuaranteed, PoolName: "p", QueueName: "ns/q/sandbox/pool/p",
+		ReconnectRetries: 0, ReconnectInterval: 100 * time.Millisecond, BackPressureBuffer: 8,
+	}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	err = tr.PublishToSelf(context.Background(), transport.Message{Topic: "ns/a2a/v1/str/v1/probe/w/1"})
+	if !errors.Is(err, transport.ErrNoSelfDelivery) || !strings.Contains(err.Error(), "ns/q/sandbox/pool/p") {
+		t.Fatalf("PublishToSelf in a pool: %v, want ErrNoSelfDelivery naming the queue", err)
 	}
 }

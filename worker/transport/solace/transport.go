@@ -668,6 +668,38 @@ func (t *Transport) Publish(ctx context.Context, m transport.Message) error {
 	return nil
 }
 
+// PublishToSelf publishes m as Publish does. On a Solace broker it comes
+// back to this session: "no local" is off by default, for the session
+// (direct subscriptions) and for the queue's flow (guaranteed), so a
+// session receives its own publishes that match its subscriptions or
+// its queue's. It does not in the C library's peer-to-peer mode (the
+// tests' stand-in), nor with a pool (SOLACE_POOL_NAME): the pool's queue
+// is shared, so the message could go to another worker of the pool; that
+// case is refused here (ErrNoSelfDelivery).
+func (t *Transport) PublishToSelf(ctx context.Context, m transport.Message) error {
+	if t.cfg.PoolName != "" {
+		return fmt.Errorf("solace: publish %q to self: the pool queue %q is shared by the pool's workers, any of which may get it: %w",
+			m.Topic, t.cfg.QueueName, transport.ErrNoSelfDelivery)
+	}
+	return t.Publish(ctx, m)
+}
+
+// Reestablish tears the live session down and builds a new service, as
+// after the library gives up reconnecting (rebuild), with the desired
+// subscriptions.
+func (t *Transport) Reestablish(cause error) {
+	t.mu.Lock()
+	s := t.sess
+	t.mu.Unlock()
+	if s == nil || t.closed() {
+		return // being rebuilt already, or closed
+	}
+	t.state.Store(int32(transport.Disconnected))
+	t.log.Warn("solace: re-establishing the session", "cause", cause)
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); t.rebuild(s) }()
+}
+
 // Receive returns the next message.
 func (t *Transport) Receive(ctx context.Context) (*transport.Delivery, error) {
 	select {
