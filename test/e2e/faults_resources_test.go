@@ -263,7 +263,13 @@ func TestFaultArtifactStoreReadOnly(t *testing.T) {
 
 	// 2. the audit log read-only (the store writable).
 	testfs.Remount(t, auditDir, true)
-	wantCode(t, "outputs with a read-only audit log", callOutputs(t, a), "ARTIFACT_ERROR", "audit log "+auditLog, "read-only file system")
+	// The agent's reply names the log by its role, never the worker's
+	// host path (issue 15 §6); /readyz and the worker log keep the path.
+	r := callOutputs(t, a)
+	wantCode(t, "outputs with a read-only audit log", r, "ARTIFACT_ERROR", "audit log <artifact audit log>", "read-only file system")
+	if strings.Contains(string(r), auditDir) {
+		t.Errorf("the reply names the host path %s: %s", auditDir, r)
+	}
 	b = w.waitReadyz(t, "the artifact_audit_log fault", 503, func(b readyBody) bool { return b.Faults["artifact_audit_log"] != "" })
 	if f := b.Faults["artifact_audit_log"]; !strings.Contains(f, auditLog) || !strings.Contains(f, "read-only file system") || b.Faults["artifact_store"] != "" {
 		t.Errorf("/readyz with the audit log read-only: %+v", b)
