@@ -263,7 +263,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	argsPath := filepath.Join(dir, "runner_args.json")
 	resultPath := filepath.Join(dir, "result.json")
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(t.profile, dir, t.timeout+timeoutSlack, stderr, t.tool.Network)
+	spec := s.sandboxSpec(t.profile, dir, s.callTimeout(t), stderr, t.tool.Network)
 	var doneR, doneW *os.File
 	if s.cfg.SandboxMode != ModeNone {
 		var err error
@@ -389,9 +389,9 @@ type execution struct {
 	relay      *statusRelay
 	stderr     *tailBuffer
 	setupTime  time.Duration // 0 = not on the call's path (a pooled sandbox)
-	// warm: the worker's own timeout and cancellation of a pooled
-	// sandbox (its launcher limits count from its start, not the call's).
-	timedOut, cancelled *atomic.Bool
+	// warm: the worker's own cancellation of a pooled sandbox (its
+	// launcher context is the pool's, not the call's).
+	cancelled *atomic.Bool
 }
 
 // awaitResult waits for the runner's done signal or the sandbox's end,
@@ -434,9 +434,6 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "waiting for the sandbox: %v%s", run.waitErr, stderrNote(x.stderr)))
 	}
 	exit := *run.exit
-	if x.timedOut != nil && x.timedOut.Load() {
-		exit.TimedOut = true
-	}
 	if x.cancelled != nil && x.cancelled.Load() {
 		exit.Cancelled = true
 	}
@@ -468,9 +465,6 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (outcome, bool) {
 	if s.cancelledBefore(t, x.run.doneAt) {
 		return s.errorOutcome(t, cancelledError(context.Cause(t.ctx))), true
-	}
-	if x.timedOut != nil && x.timedOut.Load() {
-		return outcome{payload: EncodeTimeout(t.req.ID, elapsed), label: "timeout"}, true
 	}
 	if out, ok := s.resultTooLarge(t, x.resultPath); ok {
 		return out, true
