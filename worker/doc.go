@@ -210,7 +210,11 @@
 // the dir, output/ and FIFO chowned to that sandbox's own host uid; every
 // mode is set explicitly, whatever the umask. A sandbox created but not
 // started is killed on every error path. The sandbox's stderr is kept
-// (last 8 KiB) for SANDBOX_FAILED messages and the log. Inputs are written O_EXCL|O_NOFOLLOW. runner_args.json is written;
+// (last 8 KiB) for SANDBOX_FAILED messages and the log. Inputs are written O_EXCL|O_NOFOLLOW
+// to input/<filename>; two parameters naming one file (an artifact passed
+// in a list and alone) share it when their bytes are the same, and are
+// INVALID_REQUEST when not (the reference's last write would give one the
+// other's bytes). runner_args.json is written;
 // the FIFO's read end is opened (non-blocking) and a worker-held write end
 // keeps it from reaching EOF until the sandbox is gone, after which it is
 // drained to EOF, so no status line is lost. The launcher runs

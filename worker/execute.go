@@ -899,7 +899,8 @@ func ensureDir(path string, mode os.FileMode) error {
 // put something else at the path input/), or, when inputFd < 0, input/
 // opened here without following a symlink (a sandbox not started yet).
 // Each file is created O_EXCL|O_NOFOLLOW in that directory, which only
-// the worker can write.
+// the worker can write. Parameters naming one file share it when their
+// bytes are the same (each keeps its own metadata); else INVALID_REQUEST.
 func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]string, map[string]runner.ArtifactMeta, *Error) {
 	if inputFd < 0 {
 		fd, err := unix.Open(filepath.Join(dir, "input"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -911,19 +912,36 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 	}
 	paths := map[string]string{}
 	meta := map[string]runner.ArtifactMeta{}
-	write := func(param, filename string, data []byte, mime string, version int) *Error {
+	// Two parameters may name one file (input/<filename>: the "user:"
+	// prefix dropped): the same bytes are written once and both point at
+	// them, as the reference does. Different bytes are refused: the tool
+	// sees one file per name, and the reference's last write would hand
+	// one parameter the other's bytes without a word.
+	type written struct {
+		param, what string
+		data        []byte
+	}
+	files := map[string]written{}
+	write := func(param, filename string, data []byte, mime string, version int, what string) *Error {
 		local := LocalInputName(filename)
 		if err := artifacts.CheckFilename(local); err != nil {
 			return errorf(CodeInvalidRequest, "input %q: %v", param, err)
 		}
 		path := filepath.Join(dir, "input", local)
-		if err := writeNewFileAt(inputFd, local, path, data, modeInputFile); err != nil {
+		if first, ok := files[local]; ok {
+			if !bytes.Equal(first.data, data) {
+				return errorf(CodeInvalidRequest, "inputs %q (%s) and %q (%s) are both input/%s but their contents differ (%d and %d bytes): "+
+					"a tool sees one file per name; pass the same version, or the file under another name",
+					first.param, first.what, param, what, local, len(first.data), len(data))
+			}
+		} else if err := writeNewFileAt(inputFd, local, path, data, modeInputFile); err != nil {
 			if isNoSpace(err) {
 				s.noteWorkDirFileFault(err)
 				return errorf(CodeResourceExhausted, "no space for input %q in the work dir (the profile's work_dir cap, or the host's disk): %v", param, err)
 			}
 			return errorf(CodeArtifactError, "input %q: %v", param, err)
 		}
+		files[local] = written{param: param, what: what, data: data}
 		if mime == "" {
 			mime = artifacts.MimeByExtension(local)
 		}
@@ -938,7 +956,7 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 		if a.Version != nil {
 			v = *a.Version
 		}
-		if e := write(param, a.Filename, a.Content, a.MimeType, v); e != nil {
+		if e := write(param, a.Filename, a.Content, a.MimeType, v, fmt.Sprintf("preloaded %q", a.Filename)); e != nil {
 			return nil, nil, e
 		}
 	}
@@ -966,7 +984,7 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 			s.noteStoreFault(err)
 			return nil, nil, errorf(storeErrorCode(err), "input %q: loading artifact %q (%s): %v", param, ref.Filename, which, err)
 		}
-		if e := write(param, ref.Filename, art.Data, art.MimeType, art.Version); e != nil {
+		if e := write(param, ref.Filename, art.Data, art.MimeType, art.Version, fmt.Sprintf("artifact %q version %d", ref.Filename, art.Version)); e != nil {
 			return nil, nil, e
 		}
 	}
