@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -148,6 +149,7 @@ const warmReferenceManifest = `version: 1
 tools:
   ref_sleeper: {module: e2e_tools, function: sleeper, warm: 2}
   ref_overrun: {module: e2e_tools, function: sleeper, warm: 1, timeout_seconds: 1}
+  ref_inputs: {module: warm_tools, function: inputs, warm: 1}
 `
 
 // TestWarmPoolServesReferenceDefaults: calls carrying exactly the
@@ -158,18 +160,29 @@ tools:
 // arms the call's own deadline. A pooled call that overruns its armed
 // deadline (the tool's manifest timeout of 1 s + 5 s, counted from the
 // claim; the pooled sandboxes' idle limit is an hour here) is killed by
-// its sandbox and answered timed_out: true.
+// its sandbox and answered timed_out: true. A pooled call given one
+// artifact twice, in a list and alone, as the reference's agents pass it,
+// gets it once in input/, under both parameters.
 func TestWarmPoolServesReferenceDefaults(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
+	copyFile(t, "testdata/warm_tools.py", filepath.Join(e.tools, "warm_tools.py"))
 	writeManifest(t, e.manifest, warmReferenceManifest)
+	// The store's layout: {base}/{namespace}/{user}/{session}/{file}/{version}.
+	for name, content := range map[string]string{"data.csv": "a,b\n1,2\n", "other.csv": "x\n"} {
+		dir := filepath.Join(e.artifacts, "e2e", "u-1", "s-1", name)
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "0"), []byte(content), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, "0.meta"), []byte(`{"mime_type": "text/csv"}`), 0o644))
+	}
 	w := startWorker(t, e, 0, map[string]string{"STR_WARM_MAX_AGE_SECONDS": "3600"})
 	a := newAgent(t, w.port)
 	metric := func(name, tool string) float64 {
 		return w.labelledMetric(name + `{tool="` + tool + `"}`)
 	}
 	waitFor(t, "the pools full and ready", 60*time.Second, func() bool {
-		return metric("str_worker_warm_pool_ready", "ref_sleeper") == 2 && metric("str_worker_warm_pool_ready", "ref_overrun") == 1
+		return metric("str_worker_warm_pool_ready", "ref_sleeper") == 2 && metric("str_worker_warm_pool_ready", "ref_overrun") == 1 &&
+			metric("str_worker_warm_pool_ready", "ref_inputs") == 1
 	})
 
 	// 1. two calls with the reference's defaults, each served warm.
@@ -188,8 +201,33 @@ func TestWarmPoolServesReferenceDefaults(t *testing.T) {
 		}
 	}
 
-	// 2. a pooled call that overruns its armed deadline.
-	params := map[string]any{"args": map[string]any{"seconds": 3600}}
+	// 2. one artifact in a list and alone, as the reference's agent
+	// sends an artifact list argument and an artifact argument.
+	params := map[string]any{
+		"args": map[string]any{"files": []string{"data.csv", "other.csv"}, "primary": "data.csv"},
+		"artifact_references": map[string]any{
+			"files[0]": map[string]any{"filename": "data.csv", "version": 0},
+			"files[1]": map[string]any{"filename": "other.csv", "version": nil},
+			"primary":  map[string]any{"filename": "data.csv", "version": nil},
+		},
+	}
+	for k, v := range referenceDefaults {
+		params[k] = v
+	}
+	res := toolResult(t, a.reply(a.invoke("ref_inputs", params), 60*time.Second))
+	text, _ := res["text"].(map[string]any)
+	if text["files[0]"] != "a,b\n1,2\n" || text["primary"] != "a,b\n1,2\n" || text["files[1]"] != "x\n" {
+		t.Errorf("inputs %v", res)
+	}
+	if got := fmt.Sprint(res["input"]); got != "[data.csv other.csv]" {
+		t.Errorf("input/ holds %s, want data.csv once and other.csv", got)
+	}
+	if hits := metric("str_worker_warm_hits_total", "ref_inputs"); hits != 1 {
+		t.Errorf("hits %v: the call with inputs was not served by a pooled sandbox", hits)
+	}
+
+	// 3. a pooled call that overruns its armed deadline.
+	params = map[string]any{"args": map[string]any{"seconds": 3600}}
 	for k, v := range referenceDefaults {
 		params[k] = v
 	}
