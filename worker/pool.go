@@ -30,9 +30,10 @@ package worker
 // the kernel counts it from the process's start, so the runner's and the
 // module's import CPU is charged to the call, as a cold call's own import
 // is; the runner then blocks in a read, so an ordinary module adds
-// nothing while pooled. A module that burns CPU while pooled only shortens
-// its own call, and one that exhausts RLIMIT_CPU dies idle (discarded
-// "died", with the backoff below).
+// nothing while pooled. A module that burns CPU while pooled (a thread
+// started at import) is held to the profile's cpu.max like any sandbox,
+// only shortens its own call, and once it exhausts RLIMIT_CPU dies idle
+// (discarded "died", with the backoff below).
 //
 // A call (executeWarm), in order: the manifest's sha256 is checked as for
 // every call (execute, step 1); claim takes the oldest idle sandbox of the
@@ -44,14 +45,14 @@ package worker
 // killed: it is discarded and the next one tried); otherwise the call is
 // cold (a sandbox created for it, the ordinary path) and counted as a
 // miss. Then the call's cancellation is armed (it kills the sandbox), the
-// inputs are written
-// through the descriptor of input/ the worker has held since it created
-// it (the tool already runs and owns the work area, so no path inside it
-// is trusted), the status FIFO is opened (O_NOFOLLOW, must be a FIFO),
-// and the arguments are written on the pipe, never into a file. The rest is
-// the cold path's: the reply as soon as result.json is complete and the
-// outputs are stored, then the sandbox is killed, waited for and its work
-// area removed. The pool refills in the background.
+// inputs are written through the descriptor of input/ the worker has held
+// since it created it (the tool already runs and owns the work area, so
+// no path inside it is trusted), the status FIFO is opened (O_NOFOLLOW,
+// must be a FIFO), and the arguments are written on the pipe, never into
+// a file. The rest is the cold path's: the reply as soon as result.json
+// is complete and the outputs are stored, then the sandbox is killed,
+// waited for and its work area removed. The pool refills in the
+// background.
 //
 // Sizing: a tool's manifest entry says warm: N (0..16), else
 // STR_WARM_DEFAULT (default 0). STR_WARM_MEMORY bounds the pool: each
