@@ -35,6 +35,14 @@ type Request struct {
 	// Network narrows the profile's network policy (nil: the profile's).
 	Network *egress.Policy
 
+	// Idle, when > 0, makes a sandbox that waits unarmed (a pooled one,
+	// started ahead of its call): its wall clock is Idle from Start, and
+	// Sandbox.Arm replaces it with the run's own timeout (at most Timeout)
+	// counted from the Arm. A sandbox never armed is killed Idle after its
+	// start (TimedOut). RLIMIT_CPU still counts from the process's start:
+	// what the tool does before the Arm is charged to its run.
+	Idle time.Duration
+
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer

@@ -26,7 +26,9 @@
 //	    executes the tool in its own place (the tool is PID 1)
 //	L7. enforce the wall-clock timeout (SIGKILL) and the caller's
 //	    cancellation (SIGINT, SIGKILL after CancelGrace); PID 1's death
-//	    takes the whole pid namespace
+//	    takes the whole pid namespace. A sandbox made to wait unarmed
+//	    (Request.Idle: a pooled one) gets its idle limit instead, until
+//	    Sandbox.Arm starts its timeout from the moment of the claim
 //	L8. after the child is reaped: kill what is left in the cgroup, read
 //	    peak memory, CPU, OOM and pids events, remove the cgroup, release
 //	    the id block

@@ -70,6 +70,9 @@ type Plan struct {
 
 	Cgroup  CgroupPlan    `json:"cgroup"`
 	Timeout time.Duration `json:"timeout_ns"`
+	// Idle > 0: the sandbox waits unarmed, killed Idle after its start
+	// unless Arm gives it its timeout (at most Timeout) first.
+	Idle time.Duration `json:"idle_ns,omitempty"`
 
 	Child   nsinit.Config      `json:"child"`
 	Seccomp []seccomp.RuleView `json:"seccomp_rules"`
@@ -135,6 +138,10 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	if req.Timeout > 0 && (pl.Timeout == 0 || req.Timeout < pl.Timeout) {
 		pl.Timeout = req.Timeout
 	}
+	if req.Idle < 0 {
+		bad("idle limit %s: must not be negative", req.Idle)
+	}
+	pl.Idle = req.Idle
 
 	// Namespaces: all of them, always. The network namespace holds only
 	// lo; what leaves it goes through the launcher's egress proxy, whose

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,6 +41,9 @@ type Sandbox struct {
 	events            []nsinit.Event
 
 	mu            sync.Mutex
+	timer         *time.Timer // the wall clock (L7): the idle limit until Arm, then the timeout
+	armed         bool        // Arm has replaced the idle limit
+	killed        bool        // kill has run: the sandbox is ending
 	timedOut      bool
 	cancelled     bool
 	exited        bool
@@ -262,6 +266,9 @@ func (s *Sandbox) run() {
 	s.configW.Close()
 	s.mark("plan_sent")
 	_ = werr // a write error means the child died; Wait reports how
+
+	// L7. The wall clock, set before Start returns (so before any Arm).
+	s.startClock()
 	close(s.started)
 
 	// The report socket: events until the init has become the tool or has
@@ -272,21 +279,17 @@ func (s *Sandbox) run() {
 		s.readReports()
 	}()
 
-	// L7. A timeout kills the whole sandbox; a cancellation asks the tool
-	// (SIGINT) and kills it CancelGrace later.
-	var timer *time.Timer
-	if s.plan.Timeout > 0 {
-		timer = time.AfterFunc(s.plan.Timeout, func() { s.kill(&s.timedOut) })
-	}
+	// L7 (cont.). A cancellation asks the tool (SIGINT) and kills it
+	// CancelGrace later.
 	stopCtx := context.AfterFunc(s.ctx, func() { s.interrupt() })
 
 	s.waitErr = s.cmd.Wait()
 	s.mu.Lock()
 	s.exited = true
-	s.mu.Unlock()
-	if timer != nil {
-		timer.Stop()
+	if s.timer != nil {
+		s.timer.Stop()
 	}
+	s.mu.Unlock()
 	stopCtx()
 	<-reportDone
 	s.mark("run")
@@ -295,6 +298,20 @@ func (s *Sandbox) run() {
 	// namespace; the cgroup kill catches anything else, then the cgroup
 	// is read and removed and the id block released.
 	s.result = s.collect()
+}
+
+// startClock starts the wall clock (L7): a timeout kills the whole
+// sandbox. A sandbox that waits unarmed (plan.Idle) gets its idle limit
+// instead, until Arm replaces it with its timeout.
+func (s *Sandbox) startClock() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.plan.Idle > 0:
+		s.timer = time.AfterFunc(s.plan.Idle, func() { s.kill(&s.timedOut) })
+	case s.plan.Timeout > 0:
+		s.timer = time.AfterFunc(s.plan.Timeout, func() { s.kill(&s.timedOut) })
+	}
 }
 
 // readReports reads the init's events, one per message, and keeps the
@@ -385,6 +402,7 @@ func (s *Sandbox) kill(why *bool) {
 	if why != nil {
 		*why = true
 	}
+	s.killed = true
 	if s.cmd.Process != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	}
@@ -403,6 +421,65 @@ func (s *Sandbox) Kill() error {
 		return nil
 	}
 	s.kill(nil)
+	return nil
+}
+
+// ErrEnded is returned by Arm for a sandbox that is gone or being
+// killed (its idle limit ran out, Kill, a cancellation): it cannot serve
+// a run.
+var ErrEnded = errors.New("the sandbox has ended")
+
+// Arm starts the wall clock of a sandbox created to wait unarmed
+// (Request.Idle): from now on it is killed (Result.TimedOut) after
+// timeout, instead of at its idle limit. It is called once, after Start,
+// when the sandbox is handed its run (a pooled sandbox claimed by a
+// call). In order:
+//
+//  1. the sandbox waits unarmed (plan.Idle > 0) and has started;
+//  2. timeout tightens only: > 0 and at most the plan's timeout (a run
+//     never gets more wall clock than its profile allows, whenever it
+//     starts);
+//  3. not armed already, not ending (killed, cancelled, exited), and its
+//     idle timer stopped before it fired; else ErrEnded, and the sandbox
+//     is left to its end;
+//  4. the new timer.
+//
+// RLIMIT_CPU is not reset: the kernel counts it from the process's start,
+// so CPU the tool used while waiting (a pooled Python's imports) is
+// charged to its run, as a cold run's own imports are.
+func (s *Sandbox) Arm(timeout time.Duration) error {
+	// 1.
+	if s.plan.Idle <= 0 {
+		return fmt.Errorf("%w: arm sandbox %s: it was not created to wait unarmed (Request.Idle is 0): its wall clock runs from Start", ErrInvalidRequest, s.id)
+	}
+	select {
+	case <-s.started:
+	default:
+		return fmt.Errorf("%w: arm sandbox %s: not started", ErrInvalidRequest, s.id)
+	}
+	if s.startErr != nil {
+		return fmt.Errorf("arm sandbox %s: %w: %w", s.id, ErrEnded, s.startErr)
+	}
+	// 2.
+	if timeout <= 0 || (s.plan.Timeout > 0 && timeout > s.plan.Timeout) {
+		return fmt.Errorf("%w: arm sandbox %s: timeout %s asked, profile %s allows more than 0 and at most %s (overrides may only tighten)",
+			ErrInvalidRequest, s.id, timeout, s.plan.Profile, s.plan.Timeout)
+	}
+	// 3.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.armed:
+		return fmt.Errorf("%w: arm sandbox %s: armed already", ErrInvalidRequest, s.id)
+	case s.killed || s.exited || s.cancelled:
+		return fmt.Errorf("arm sandbox %s: %w", s.id, ErrEnded)
+	case !s.timer.Stop():
+		// Fired: its kill waits for the lock we hold.
+		return fmt.Errorf("arm sandbox %s: %w (its idle limit of %s ran out)", s.id, ErrEnded, s.plan.Idle)
+	}
+	// 4.
+	s.armed = true
+	s.timer = time.AfterFunc(timeout, func() { s.kill(&s.timedOut) })
 	return nil
 }
 

@@ -56,7 +56,8 @@
 //     (INVALID_REQUEST); a free place in the queue (RESOURCE_EXHAUSTED).
 //     The timeout is the request's (else DEFAULT_TIMEOUT_SECONDS) bounded by
 //     the manifest's timeout_seconds (default 300); the sandbox's wall clock
-//     limit is that + 5 s, itself bounded by the profile. When an executor
+//     limit is that + 5 s, itself bounded by the profile (callTimeout, the
+//     one place; the sandboxes refuse more). When an executor
 //     takes the request from the queue, the tool is looked up again: gone
 //     from the manifest, or its module missing or unreadable by the
 //     sandbox, is TOOL_NOT_AVAILABLE (the worker's fault, never
@@ -275,7 +276,11 @@
 // the dir, output/ and FIFO chowned to that sandbox's own host uid; every
 // mode is set explicitly, whatever the umask. A sandbox created but not
 // started is killed on every error path. The sandbox's stderr is kept
-// (last 8 KiB) for SANDBOX_FAILED messages and the log. Inputs are written O_EXCL|O_NOFOLLOW. runner_args.json is written;
+// (last 8 KiB) for SANDBOX_FAILED messages and the log. Inputs are written O_EXCL|O_NOFOLLOW
+// to input/<filename>; two parameters naming one file (an artifact passed
+// in a list and alone) share it when their bytes are the same, and are
+// INVALID_REQUEST when not (the reference's last write would give one the
+// other's bytes). runner_args.json is written;
 // the FIFO's read end is opened (non-blocking) and a worker-held write end
 // keeps it from reaching EOF until the sandbox is gone, after which it is
 // drained to EOF, so no status line is lost. The launcher runs
@@ -312,12 +317,15 @@
 // it imports the tool's module ahead of time and waits for the call's
 // runner arguments on descriptor 3. A call of that tool with the
 // manifest's profile takes the oldest one that is alive, younger than
-// STR_WARM_MAX_AGE_SECONDS (default 120), has wall clock left for the
-// call and whose module file has not changed since (the sha256, when
-// set, is checked for every call as always); else it runs cold, as
-// above. Its inputs go through the input/ descriptor the worker holds,
-// its arguments over the pipe; its timeout and cancellation count from
-// the claim. STR_WARM_MEMORY (default 4Gi) bounds the pool, each pooled
+// STR_WARM_MAX_AGE_SECONDS (default 120) and whose module file has not
+// changed since (the sha256, when set, is checked for every call as
+// always); else it runs cold, as above. A pooled sandbox waits unarmed
+// (killed by its sandbox a minute after the max age if the pool has not
+// recycled it); the claim arms the call's own wall clock, counted from
+// the claim, so a call asking the profile's whole limit (the reference
+// agent's standard/300 s) is served warm too. Its inputs go through the
+// input/ descriptor the worker holds, its arguments over the pipe; its
+// cancellation counts from the claim as well. STR_WARM_MEMORY (default 4Gi) bounds the pool, each pooled
 // sandbox counted at its profile's memory limit. The pool follows
 // manifest reloads (a changed or removed tool's sandboxes are killed)
 // and is emptied at shutdown. Metrics: str_worker_warm_hits_total,

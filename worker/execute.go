@@ -278,7 +278,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	argsPath := filepath.Join(dir, "runner_args.json")
 	resultPath := filepath.Join(dir, "result.json")
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(t.profile, dir, t.timeout+timeoutSlack, stderr, t.tool.Network, t.tool)
+	spec := s.sandboxSpec(t.profile, dir, s.callTimeout(t), stderr, t.tool.Network, t.tool)
 	var doneR, doneW *os.File
 	if s.cfg.SandboxMode != ModeNone {
 		var err error
@@ -405,9 +405,9 @@ type execution struct {
 	relay      *statusRelay
 	stderr     *tailBuffer
 	setupTime  time.Duration // 0 = not on the call's path (a pooled sandbox)
-	// warm: the worker's own timeout and cancellation of a pooled
-	// sandbox (its launcher limits count from its start, not the call's).
-	timedOut, cancelled *atomic.Bool
+	// warm: the worker's own cancellation of a pooled sandbox (its
+	// launcher context is the pool's, not the call's).
+	cancelled *atomic.Bool
 }
 
 // awaitResult waits for the runner's done signal or the sandbox's end,
@@ -450,9 +450,6 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "waiting for the sandbox: %v%s", run.waitErr, stderrNote(x.stderr)))
 	}
 	exit := *run.exit
-	if x.timedOut != nil && x.timedOut.Load() {
-		exit.TimedOut = true
-	}
 	if x.cancelled != nil && x.cancelled.Load() {
 		exit.Cancelled = true
 	}
@@ -484,9 +481,6 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (outcome, bool) {
 	if s.cancelledBefore(t, x.run.doneAt) {
 		return s.errorOutcome(t, cancelledError(context.Cause(t.ctx))), true
-	}
-	if x.timedOut != nil && x.timedOut.Load() {
-		return outcome{payload: EncodeTimeout(t.req.ID, elapsed), label: "timeout"}, true
 	}
 	if out, ok := s.resultTooLarge(t, x.resultPath); ok {
 		return out, true
@@ -926,7 +920,8 @@ func ensureDir(path string, mode os.FileMode) error {
 // put something else at the path input/), or, when inputFd < 0, input/
 // opened here without following a symlink (a sandbox not started yet).
 // Each file is created O_EXCL|O_NOFOLLOW in that directory, which only
-// the worker can write.
+// the worker can write. Parameters naming one file share it when their
+// bytes are the same (each keeps its own metadata); else INVALID_REQUEST.
 func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]string, map[string]runner.ArtifactMeta, *Error) {
 	if inputFd < 0 {
 		fd, err := unix.Open(filepath.Join(dir, "input"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -938,19 +933,36 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 	}
 	paths := map[string]string{}
 	meta := map[string]runner.ArtifactMeta{}
-	write := func(param, filename string, data []byte, mime string, version int) *Error {
+	// Two parameters may name one file (input/<filename>: the "user:"
+	// prefix dropped): the same bytes are written once and both point at
+	// them, as the reference does. Different bytes are refused: the tool
+	// sees one file per name, and the reference's last write would hand
+	// one parameter the other's bytes without a word.
+	type written struct {
+		param, what string
+		data        []byte
+	}
+	files := map[string]written{}
+	write := func(param, filename string, data []byte, mime string, version int, what string) *Error {
 		local := LocalInputName(filename)
 		if err := artifacts.CheckFilename(local); err != nil {
 			return errorf(CodeInvalidRequest, "input %q: %v", param, err)
 		}
 		path := filepath.Join(dir, "input", local)
-		if err := writeNewFileAt(inputFd, local, path, data, modeInputFile); err != nil {
+		if first, ok := files[local]; ok {
+			if !bytes.Equal(first.data, data) {
+				return errorf(CodeInvalidRequest, "inputs %q (%s) and %q (%s) are both input/%s but their contents differ (%d and %d bytes): "+
+					"a tool sees one file per name; pass the same version, or the file under another name",
+					first.param, first.what, param, what, local, len(first.data), len(data))
+			}
+		} else if err := writeNewFileAt(inputFd, local, path, data, modeInputFile); err != nil {
 			if isNoSpace(err) {
 				s.noteWorkDirFileFault(err)
 				return errorf(CodeResourceExhausted, "no space for input %q in the work dir (the profile's work_dir cap, or the host's disk): %v", param, err)
 			}
 			return errorf(CodeArtifactError, "input %q: %v", param, err)
 		}
+		files[local] = written{param: param, what: what, data: data}
 		if mime == "" {
 			mime = artifacts.MimeByExtension(local)
 		}
@@ -965,7 +977,7 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 		if a.Version != nil {
 			v = *a.Version
 		}
-		if e := write(param, a.Filename, a.Content, a.MimeType, v); e != nil {
+		if e := write(param, a.Filename, a.Content, a.MimeType, v, fmt.Sprintf("preloaded %q", a.Filename)); e != nil {
 			return nil, nil, e
 		}
 	}
@@ -993,7 +1005,7 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 			s.noteStoreFault(err)
 			return nil, nil, errorf(storeErrorCode(err), "input %q: loading artifact %q (%s): %v", param, ref.Filename, which, err)
 		}
-		if e := write(param, ref.Filename, art.Data, art.MimeType, art.Version); e != nil {
+		if e := write(param, ref.Filename, art.Data, art.MimeType, art.Version, fmt.Sprintf("artifact %q version %d", ref.Filename, art.Version)); e != nil {
 			return nil, nil, e
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,12 +63,19 @@ def odd_names(ctx):
 
 def echo_input(ctx, f):
     return {"f": ctx.load_artifact_text("f")}
+
+def same_file(ctx, files, primary):
+    params = ["files[%d]" % i for i in range(len(files))] + ["primary"]
+    return {"text": {p: ctx.load_artifact_text(p) for p in params},
+            "meta": {p: ctx.get_artifact_metadata(p) for p in params},
+            "input": sorted(os.listdir("input"))}
 `
 
 const execManifest = `  stderr_crash: {module: exectools, function: stderr_crash}
   raw_result: {module: exectools, function: raw_result}
   odd_names: {module: exectools, function: odd_names}
   echo_input: {module: exectools, function: echo_input}
+  same_file: {module: exectools, function: same_file}
 `
 
 // newExecHarness is the package's harness with the execution tests' tools,
@@ -680,5 +688,101 @@ func TestOneFilenameRule(t *testing.T) {
 		if parserOK != (ruleErr == nil) || (saveErr == nil) != (ruleErr == nil) {
 			t.Errorf("%q: rule %v, request parser ok %v, store %v", name, ruleErr, parserOK, saveErr)
 		}
+	}
+}
+
+// referenceArtifactCall is an invoke shaped as the reference agent's
+// sandboxed executor builds it: each artifact argument becomes its
+// filename in args and an artifact_references entry, a list one entry
+// per element ("files[0]", "files[1]", ...), version as the agent holds
+// it (null: the latest).
+func referenceArtifactCall(files []map[string]any, primary map[string]any) map[string]any {
+	refs := map[string]any{"primary": primary}
+	var names []any
+	for i, f := range files {
+		refs[fmt.Sprintf("files[%d]", i)] = f
+		names = append(names, f["filename"])
+	}
+	return map[string]any{
+		"args":                map[string]any{"files": names, "primary": primary["filename"]},
+		"artifact_references": refs,
+		"sandbox_profile":     "standard", "timeout_seconds": 300,
+	}
+}
+
+// TestSameArtifactTwice: the reference agent passes one artifact in a
+// list and alone (two parameters naming one file). The same bytes are
+// written once, both parameters point at them and each keeps its own
+// metadata (as the reference does). Different bytes under one name (two
+// versions) are INVALID_REQUEST naming both parameters: the reference
+// would write both to input/<filename> and hand one parameter the other's
+// bytes. The worker keeps serving.
+func TestSameArtifactTwice(t *testing.T) {
+	h := newExecHarness(t, nil, nil)
+	h.start()
+	ctx := context.Background()
+	_, err := h.store.Save(ctx, "u1", "s1", "data.csv", []byte("a,b\n1,2\n"), "text/csv")
+	must(t, err)
+	_, err = h.store.Save(ctx, "u1", "s1", "other.csv", []byte("x\n"), "text/csv")
+	must(t, err)
+	var out struct {
+		Result struct {
+			ToolResult struct {
+				Text  map[string]string              `json:"text"`
+				Meta  map[string]runner.ArtifactMeta `json:"meta"`
+				Input []string                       `json:"input"`
+			} `json:"tool_result"`
+		} `json:"result"`
+	}
+
+	// 1. the same artifact in the list (version 0) and alone (latest: 0).
+	call := referenceArtifactCall([]map[string]any{{"filename": "data.csv", "version": 0}, {"filename": "other.csv", "version": nil}},
+		map[string]any{"filename": "data.csv", "version": nil})
+	reply := h.reply(h.send("same_file", call))
+	must(t, json.Unmarshal(reply, &out))
+	r := out.Result.ToolResult
+	if r.Text["files[0]"] != "a,b\n1,2\n" || r.Text["primary"] != "a,b\n1,2\n" || r.Text["files[1]"] != "x\n" {
+		t.Fatalf("contents %q: %s", r.Text, reply)
+	}
+	if !slices.Equal(r.Input, []string{"data.csv", "other.csv"}) {
+		t.Errorf("input/ holds %v, want data.csv written once and other.csv", r.Input)
+	}
+	if a, b := r.Meta["files[0]"], r.Meta["primary"]; a.LocalPath == "" || a.LocalPath != b.LocalPath || a.Filename != "data.csv" || b.Filename != "data.csv" || a.MimeType != "text/csv" {
+		t.Errorf("metadata %+v and %+v: want one local path, each its own filename and mime type", a, b)
+	}
+
+	// 2. preloaded twice with the same bytes: accepted too.
+	content := base64.StdEncoding.EncodeToString([]byte("inline"))
+	pre := map[string]any{"filename": "in.txt", "content": content, "mime_type": "text/plain"}
+	reply = h.reply(h.send("same_file", map[string]any{
+		"args":                map[string]any{"files": []any{"in.txt"}, "primary": "in.txt"},
+		"preloaded_artifacts": map[string]any{"files[0]": pre, "primary": pre},
+	}))
+	must(t, json.Unmarshal(reply, &out))
+	if r := out.Result.ToolResult; r.Text["files[0]"] != "inline" || r.Text["primary"] != "inline" || !slices.Equal(r.Input, []string{"in.txt"}) {
+		t.Errorf("preloaded twice: %s", reply)
+	}
+
+	// 3. two versions of one file with different bytes: refused, by name.
+	_, err = h.store.Save(ctx, "u1", "s1", "data.csv", []byte("a,b\n3,4\n5,6\n"), "text/csv")
+	must(t, err)
+	call = referenceArtifactCall([]map[string]any{{"filename": "data.csv", "version": 0}},
+		map[string]any{"filename": "data.csv", "version": nil})
+	code, msg := errorCode(t, h.reply(h.send("same_file", call)))
+	for _, want := range []string{`"files[0]" (artifact "data.csv" version 0)`, `"primary" (artifact "data.csv" version 1)`, "input/data.csv", "contents differ (8 and 12 bytes)"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q: %s", want, msg)
+		}
+	}
+	if code != string(CodeInvalidRequest) {
+		t.Errorf("code %s, want INVALID_REQUEST: %s", code, msg)
+	}
+	// 4. still serving: the same version twice again.
+	call = referenceArtifactCall([]map[string]any{{"filename": "data.csv", "version": 1}},
+		map[string]any{"filename": "data.csv", "version": nil})
+	reply = h.reply(h.send("same_file", call))
+	must(t, json.Unmarshal(reply, &out))
+	if r := out.Result.ToolResult; r.Text["files[0]"] != "a,b\n3,4\n5,6\n" || r.Text["primary"] != "a,b\n3,4\n5,6\n" {
+		t.Errorf("after the refusal: %s", reply)
 	}
 }

@@ -221,7 +221,7 @@ func TestReplyLostIsCounted(t *testing.T) {
 func TestUnsandboxedExited(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute)
+	p, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute, 0)
 	must(t, err)
 	if p.exited() {
 		t.Fatal("a running process counts as exited")

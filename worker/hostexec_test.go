@@ -61,7 +61,7 @@ func (c *hostCreated) Start() (RunningSandbox, error) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(c.uid), Gid: uint32(c.gid)}}
 	}
 	// The same process handling as SANDBOX_MODE=none (unsandboxed.go).
-	p, err := startProcess(c.ctx, cmd, spec.Timeout)
+	p, err := startProcess(c.ctx, cmd, spec.Timeout, spec.Idle)
 	if err != nil {
 		return nil, err
 	}

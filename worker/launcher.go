@@ -33,20 +33,13 @@ func (ls *LauncherSandboxes) CheckProfile(name string) error {
 }
 
 // Create plans the sandbox and creates it (cgroup, host ids); nothing
-// runs until Start. The wall-clock limit asked for is capped at the
-// profile's own (a request never loosens a profile).
+// runs until Start. The wall-clock limit is the spec's, already within
+// the profile's (Server.callTimeout); the launcher's plan refuses one
+// that is not (a request never loosens a profile).
 func (ls *LauncherSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
 	// 1. the request.
-	prof, err := ls.L.Profiles().Lookup(spec.Profile)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidSandboxRequest, err)
-	}
-	timeout := spec.Timeout
-	if limit := time.Duration(prof.Timeout); limit > 0 && timeout > limit {
-		timeout = limit
-	}
 	req := launcher.Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: spec.Workdir,
-		Timeout: timeout, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network}
+		Timeout: spec.Timeout, Idle: spec.Idle, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network}
 	for _, p := range spec.ReadOnly {
 		req.Binds = append(req.Binds, launcher.Bind{Source: p})
 	}
@@ -80,6 +73,8 @@ func (c createdSandbox) Start() (RunningSandbox, error) {
 type launcherSandbox struct{ sb *launcher.Sandbox }
 
 func (s launcherSandbox) Kill() error { return s.sb.Kill() }
+
+func (s launcherSandbox) Arm(timeout time.Duration) error { return s.sb.Arm(timeout) }
 
 func (s launcherSandbox) NetworkReport() NetworkReport {
 	ev, dropped, summary := s.sb.NetworkReport()

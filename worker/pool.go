@@ -19,23 +19,40 @@ package worker
 // tool) are loaded before any call arrives, and the runner blocks reading
 // descriptor 3.
 //
+// The wall clock: a pooled sandbox waits unarmed. It is created with an
+// idle limit (warmIdleLimit: STR_WARM_MAX_AGE_SECONDS plus a minute, a
+// backstop: the pool recycles it at the max age) instead of a timeout;
+// claim arms it (RunningSandbox.Arm) with the call's own wall clock
+// (callTimeout: the request's timeout + 5 s, at most the profile's, the
+// one place that computes it), counted from the claim. So a call may ask
+// the profile's whole limit and still be served warm, and it never gets
+// more than a cold call of the same request. RLIMIT_CPU is not re-armed:
+// the kernel counts it from the process's start, so the runner's and the
+// module's import CPU is charged to the call, as a cold call's own import
+// is; the runner then blocks in a read, so an ordinary module adds
+// nothing while pooled. A module that burns CPU while pooled (a thread
+// started at import) is held to the profile's cpu.max like any sandbox,
+// only shortens its own call, and once it exhausts RLIMIT_CPU dies idle
+// (discarded "died", with the backoff below).
+//
 // A call (executeWarm), in order: the manifest's sha256 is checked as for
 // every call (execute, step 1); claim takes the oldest idle sandbox of the
 // tool whose key (the whole manifest entry and the call's profile) matches,
-// that is alive, younger than STR_WARM_MAX_AGE_SECONDS, whose wall-clock
-// allowance left (the profile's timeout counts from its start) covers the
-// call's timeout, and whose module file is still the one it imported
-// (device, inode, size, mtime and ctime unchanged since just before its
-// start); otherwise the call is cold (a sandbox created for it, the
-// ordinary path) and counted as a miss. Then the call's own timeout and
-// cancellation are armed (they kill the sandbox), the inputs are written
-// through the descriptor of input/ the worker has held since it created
-// it (the tool already runs and owns the work area, so no path inside it
-// is trusted), the status FIFO is opened (O_NOFOLLOW, must be a FIFO),
-// and the arguments are written on the pipe, never into a file. The rest is
-// the cold path's: the reply as soon as result.json is complete and the
-// outputs are stored, then the sandbox is killed, waited for and its work
-// area removed. The pool refills in the background.
+// that is alive, younger than STR_WARM_MAX_AGE_SECONDS, whose module file
+// is still the one it imported (device, inode, size, mtime and ctime
+// unchanged since just before its start) and that accepts the call's
+// wall clock (Arm fails for one whose idle limit ran out or that is being
+// killed: it is discarded and the next one tried); otherwise the call is
+// cold (a sandbox created for it, the ordinary path) and counted as a
+// miss. Then the call's cancellation is armed (it kills the sandbox), the
+// inputs are written through the descriptor of input/ the worker has held
+// since it created it (the tool already runs and owns the work area, so
+// no path inside it is trusted), the status FIFO is opened (O_NOFOLLOW,
+// must be a FIFO), and the arguments are written on the pipe, never into
+// a file. The rest is the cold path's: the reply as soon as result.json
+// is complete and the outputs are stored, then the sandbox is killed,
+// waited for and its work area removed. The pool refills in the
+// background.
 //
 // Sizing: a tool's manifest entry says warm: N (0..16), else
 // STR_WARM_DEFAULT (default 0). STR_WARM_MEMORY bounds the pool: each
@@ -142,13 +159,12 @@ type warmSandbox struct {
 	argsW     *os.File // the worker's end of the arguments pipe
 	stderr    *tailBuffer
 	createdAt time.Time
-	deadline  time.Time // the launcher's wall-clock limit ends (no later than) here
-	source    fileID    // the module file just before the sandbox started
-	memory    int64     // what it counts against STR_WARM_MEMORY
+	source    fileID // the module file just before the sandbox started
+	memory    int64  // what it counts against STR_WARM_MEMORY
 
 	state warmState // guarded by warmPool.mu
-	// Set by the call's own timeout and cancellation (executeWarm).
-	timedOut, cancelled atomic.Bool
+	// Set by the call's cancellation (executeWarm).
+	cancelled atomic.Bool
 }
 
 // release closes the worker's descriptors of w and removes its work
@@ -168,9 +184,8 @@ func (w *warmSandbox) release(s *Server) {
 type warmSet struct {
 	name     string
 	key      warmKey
-	size     int           // sandboxes wanted
-	memory   int64         // each one's share of the budget
-	limit    time.Duration // each one's wall-clock limit, from its start
+	size     int   // sandboxes wanted
+	memory   int64 // each one's share of the budget
 	idle     []*warmSandbox
 	filling  int
 	failures int
@@ -255,18 +270,9 @@ func (p *warmPool) configure(m *manifest.Manifest) {
 		if err != nil {
 			continue
 		}
-		set := &warmSet{name: name, key: newWarmKey(tool, profile), size: size,
-			memory: int64(prof.Cgroup.Memory), limit: time.Duration(prof.Timeout)}
+		set := &warmSet{name: name, key: newWarmKey(tool, profile), size: size, memory: int64(prof.Cgroup.Memory)}
 		if set.memory <= 0 {
 			set.memory = s.cfg.WarmMemory
-		}
-		callMax := manifestTimeout(tool) + timeoutSlack
-		if set.limit <= 0 {
-			set.limit = s.cfg.WarmMaxAge + callMax
-		}
-		if set.limit-s.cfg.WarmMaxAge < callMax {
-			s.log.Info("warm pool: the profile's timeout counts from a pooled sandbox's start, so calls with the longest timeouts may be served cold",
-				"tool", name, "profile", profile, "profile_timeout", set.limit, "tool_timeout_max", callMax, "max_age", s.cfg.WarmMaxAge)
 		}
 		want[name] = set
 	}
@@ -348,10 +354,10 @@ func (p *warmPool) claim(t *task) *warmSandbox {
 	if set == nil {
 		return nil // no pool for this tool: not a miss
 	}
-	// Outside the lock: the module file's identity now, and what the call
-	// needs of a sandbox's wall clock.
+	// Outside the lock: the module file's identity now, and the call's
+	// wall clock.
 	source := sourceID(p.s.cfg.ToolsDir, t.tool)
-	need := p.s.callTimeout(t)
+	timeout := p.s.callTimeout(t)
 	now := time.Now()
 
 	p.mu.Lock()
@@ -375,11 +381,13 @@ func (p *warmPool) claim(t *task) *warmSandbox {
 					reason = "aged"
 				case w.source != source:
 					reason = "code_changed"
-				case now.Add(need).After(w.deadline):
-					// Too little wall clock left for this call; it may
-					// still serve a call with a shorter timeout.
-					keep = append(keep, w)
-					continue
+				default:
+					// The call's wall clock, from now (replacing the idle
+					// limit). A failure: the sandbox is ending.
+					if err := w.run.sb.Arm(timeout); err != nil {
+						t.log.Warn("a pooled sandbox could not take the call", "work_dir", w.dir, "error", err)
+						reason = "died"
+					}
 				}
 			}
 			if reason != "" {
@@ -406,7 +414,7 @@ func (p *warmPool) claim(t *task) *warmSandbox {
 		return nil
 	}
 	p.s.metrics.WarmHits.WithLabelValues(t.req.ToolName).Inc()
-	t.log.Debug("served by a pooled sandbox", "work_dir", got.dir, "age_ms", now.Sub(got.createdAt).Milliseconds())
+	t.log.Debug("served by a pooled sandbox", "work_dir", got.dir, "age_ms", now.Sub(got.createdAt).Milliseconds(), "timeout", timeout)
 	return got
 }
 
@@ -551,9 +559,9 @@ func (p *warmPool) watch(w *warmSandbox, t0 time.Time) {
 }
 
 // onExit: a pooled sandbox is gone. An idle one died waiting (its module
-// crashed the interpreter, or its wall clock ran out): it leaves the pool,
-// which refills after a backoff unless it merely aged. A claimed one
-// belongs to its call, which releases it.
+// crashed the interpreter) or reached its idle limit (TimedOut: aged): it
+// leaves the pool, which refills, after a backoff unless it merely aged.
+// A claimed one belongs to its call, which releases it.
 func (p *warmPool) onExit(w *warmSandbox) {
 	p.mu.Lock()
 	state := w.state
@@ -566,7 +574,7 @@ func (p *warmPool) onExit(w *warmSandbox) {
 			}
 		}
 		reason := "died"
-		if !time.Now().Before(w.deadline.Add(-time.Second)) {
+		if w.run.exit != nil && w.run.exit.TimedOut {
 			reason = "aged"
 		} else {
 			p.backoffLocked(set)
@@ -626,14 +634,28 @@ func (p *warmPool) wait() {
 	p.wg.Wait()
 }
 
-// callTimeout is the wall clock a call's sandbox gets: the call's timeout
-// plus timeoutSlack, at most the profile's (as LauncherSandboxes caps it).
+// callTimeout is the wall clock a call's sandbox gets, cold (from its
+// start) or warm (armed at the claim): the call's timeout plus
+// timeoutSlack (spec §3), within the profile's (sandboxTimeout).
 func (s *Server) callTimeout(t *task) time.Duration {
-	d := t.timeout + timeoutSlack
-	if prof, err := s.profiles.Lookup(t.profile); err == nil && prof.Timeout > 0 && time.Duration(prof.Timeout) < d {
-		d = time.Duration(prof.Timeout)
+	return s.sandboxTimeout(t.profile, t.timeout+timeoutSlack)
+}
+
+// sandboxTimeout is the one place a sandbox's wall clock is fitted to its
+// profile: asked, at most the profile's timeout. The sandboxes refuse
+// more (the launcher's plan and Arm, Unsandboxed), they do not cap.
+func (s *Server) sandboxTimeout(profile string, asked time.Duration) time.Duration {
+	if prof, err := s.profiles.Lookup(profile); err == nil && prof.Timeout > 0 && time.Duration(prof.Timeout) < asked {
+		return time.Duration(prof.Timeout)
 	}
-	return d
+	return asked
+}
+
+// warmIdleLimit is how long a pooled sandbox may wait unclaimed before
+// its sandbox kills it: a backstop, a minute beyond the max age at which
+// the pool recycles it itself.
+func (s *Server) warmIdleLimit() time.Duration {
+	return s.cfg.WarmMaxAge + time.Minute
 }
 
 // fileID identifies one version of a file: a write or a rename changes
@@ -698,7 +720,10 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 	undo = append(undo, func() { doneR.Close(); doneW.Close() })
 	// 4. the sandbox, created, not started.
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(set.key.profile, dir, set.limit, stderr, set.key.networkPolicy(), &set.key.tool)
+	// No timeout yet (0: the profile's is the most Arm may give): it
+	// waits unarmed, up to its idle limit.
+	spec := s.sandboxSpec(set.key.profile, dir, 0, stderr, set.key.networkPolicy(), &set.key.tool)
+	spec.Idle = s.warmIdleLimit()
 	spec.Argv = s.runnerArgv(4, "--warm", "3", tool.Module, tool.Function, tool.ClassName)
 	spec.ExtraFiles = []*os.File{argsR, doneW}
 	created, err := s.sb.Create(ctx, spec)
@@ -736,8 +761,7 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 		return nil, fmt.Errorf("start: %w%s", err, stderrNote(stderr))
 	}
 	return &warmSandbox{key: set.key, set: set, dir: dir, inputFd: inputFd, run: watchSandbox(sb, doneR),
-		argsW: argsW, stderr: stderr, createdAt: createdAt, deadline: createdAt.Add(set.limit),
-		source: source, memory: set.memory}, nil
+		argsW: argsW, stderr: stderr, createdAt: createdAt, source: source, memory: set.memory}, nil
 }
 
 // executeWarm runs t in the pooled sandbox w (claimed for it). The
@@ -745,9 +769,8 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 func (s *Server) executeWarm(t *task, w *warmSandbox) (outcome, func()) {
 	run := w.run
 	var relay *statusRelay
-	var stopTimer, stopCancel func() bool
+	var stopCancel func() bool
 	teardown := func() {
-		stopTimer()
 		stopCancel()
 		run.teardown()
 		if relay != nil {
@@ -756,13 +779,8 @@ func (s *Server) executeWarm(t *task, w *warmSandbox) (outcome, func()) {
 		w.release(s)
 	}
 	fail := func(e *Error) (outcome, func()) { return s.errorOutcome(t, e), teardown }
-	// 1. the call's own wall clock and cancellation, from now (the
-	// sandbox's launcher limits count from its start).
-	timer := time.AfterFunc(s.callTimeout(t), func() {
-		w.timedOut.Store(true)
-		run.sb.Kill()
-	})
-	stopTimer = timer.Stop
+	// 1. the call's cancellation (its wall clock was armed by claim: the
+	// sandbox kills itself at it and reports TimedOut).
 	stopCancel = context.AfterFunc(t.ctx, func() {
 		// A result already complete, or a sandbox already gone, is not
 		// stopped by the cancellation (and not marked cancelled).
@@ -802,6 +820,6 @@ func (s *Server) executeWarm(t *task, w *warmSandbox) (outcome, func()) {
 	}()
 	// 5. the result.
 	out := s.awaitResult(t, &execution{run: run, dir: w.dir, resultPath: filepath.Join(w.dir, "result.json"),
-		relay: relay, stderr: w.stderr, timedOut: &w.timedOut, cancelled: &w.cancelled})
+		relay: relay, stderr: w.stderr, cancelled: &w.cancelled})
 	return out, teardown
 }

@@ -1,14 +1,18 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/securetoolruntime/str/worker/artifacts"
@@ -416,4 +420,147 @@ func hexOf(s string) string {
 		b = append(b, digits[s[i]>>4], digits[s[i]&15])
 	}
 	return string(b)
+}
+
+// armingSandboxes wraps hostSandboxes: it records the wall clock of every
+// sandbox created (Timeout, Idle) and every Arm.
+type armingSandboxes struct {
+	hostSandboxes
+	mu    sync.Mutex
+	specs []SandboxSpec // Profile, Argv, Timeout and Idle of each
+	arms  []time.Duration
+}
+
+func (as *armingSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
+	c, err := as.hostSandboxes.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	as.mu.Lock()
+	as.specs = append(as.specs, SandboxSpec{Profile: spec.Profile, Argv: spec.Argv, Timeout: spec.Timeout, Idle: spec.Idle})
+	as.mu.Unlock()
+	return armingCreated{c, as}, nil
+}
+
+type armingCreated struct {
+	CreatedSandbox
+	as *armingSandboxes
+}
+
+func (c armingCreated) Start() (RunningSandbox, error) {
+	sb, err := c.CreatedSandbox.Start()
+	if err != nil {
+		return nil, err
+	}
+	return armingRunning{sb, c.as}, nil
+}
+
+type armingRunning struct {
+	RunningSandbox
+	as *armingSandboxes
+}
+
+func (r armingRunning) Arm(d time.Duration) error {
+	r.as.mu.Lock()
+	r.as.arms = append(r.as.arms, d)
+	r.as.mu.Unlock()
+	return r.RunningSandbox.Arm(d)
+}
+
+func (as *armingSandboxes) seen() ([]SandboxSpec, []time.Duration) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return slices.Clone(as.specs), slices.Clone(as.arms)
+}
+
+// TestWarmClaimArmsTheCallsWallClock: a reference agent's call
+// (sandbox_profile "standard", timeout_seconds 300: the profile's whole
+// limit) is served by a pooled sandbox. The pooled sandboxes wait unarmed
+// (an idle limit, no timeout); claim arms the one it takes with the
+// call's wall clock, the same one a cold call of that request gets from
+// its start (300 s + 5 s within standard's 300 s). Before arming, such a
+// call never fit a pooled sandbox's remaining wall clock and ran cold.
+func TestWarmClaimArmsTheCallsWallClock(t *testing.T) {
+	h := newWarmHarness(t, nil)
+	must(t, os.WriteFile(h.cfg.ManifestPath, []byte(`version: 1
+tools:
+  whole: {module: warmtools, function: remember, warm: 1, timeout_seconds: 300}
+  whole_cold: {module: warmtools, function: remember, timeout_seconds: 300}
+`), 0o644))
+	as := &armingSandboxes{}
+	h.rebuild(as, nil)
+	h.start()
+	waitPoolReady(t, h, "whole", 1)
+	reference := map[string]any{"sandbox_profile": "standard", "timeout_seconds": 300}
+
+	resultOf(t, h.reply(h.send("whole", reference)))
+	if hits, misses := metricValue(t, h, `str_worker_warm_hits_total{tool="whole"}`), metricValue(t, h, `str_worker_warm_misses_total{tool="whole"}`); hits != 1 || misses != 0 {
+		t.Fatalf("hits %v misses %v: the reference's call was not served warm", hits, misses)
+	}
+	resultOf(t, h.reply(h.send("whole_cold", reference)))
+
+	specs, arms := as.seen()
+	if len(arms) != 1 || arms[0] != 300*time.Second {
+		t.Errorf("arms %v, want one of 300s (standard's whole limit)", arms)
+	}
+	var pooled, cold int
+	for _, s := range specs {
+		switch {
+		case s.Argv[0] == "/bin/true": // the start-up probe
+		case s.Idle > 0:
+			pooled++
+			if s.Idle != h.cfg.WarmMaxAge+time.Minute || s.Timeout != 0 {
+				t.Errorf("a pooled sandbox created with timeout %v, idle %v: want none (the profile's ceiling) and max age + 1m", s.Timeout, s.Idle)
+			}
+		default:
+			cold++
+			if s.Timeout != 300*time.Second {
+				t.Errorf("the cold call's timeout %v, want the armed one, 300s", s.Timeout)
+			}
+		}
+	}
+	if pooled < 1 || cold != 1 {
+		t.Errorf("%d pooled and %d cold sandboxes created, want at least 1 and 1", pooled, cold)
+	}
+}
+
+// TestUnsandboxedArm: the host double's (and SANDBOX_MODE=none's) Arm
+// has the launcher's checks: only a process waiting unarmed, once, within
+// its limit, before its idle limit ran out; the armed timeout kills it.
+func TestUnsandboxedArm(t *testing.T) {
+	ctx := context.Background()
+	plain, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute, 0)
+	must(t, err)
+	defer func() { plain.Kill(); plain.Wait() }()
+	if err := plain.Arm(time.Second); err == nil {
+		t.Error("armed a process not waiting unarmed")
+	}
+
+	p, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute, time.Hour)
+	must(t, err)
+	for _, d := range []time.Duration{0, time.Minute + 1} {
+		if err := p.Arm(d); err == nil {
+			t.Errorf("Arm(%v) accepted (limit 1m)", d)
+		}
+	}
+	must(t, p.Arm(time.Nanosecond))
+	if err := p.Arm(time.Second); err == nil {
+		t.Error("armed twice")
+	}
+	e, err := p.Wait()
+	must(t, err)
+	if !e.TimedOut {
+		t.Errorf("the armed timeout did not end the process: %+v", e)
+	}
+
+	idle, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute, time.Nanosecond)
+	must(t, err)
+	e, err = idle.Wait()
+	must(t, err)
+	if !e.TimedOut {
+		t.Errorf("the idle limit did not end the process: %+v", e)
+	}
+	if err := idle.Arm(time.Second); err == nil {
+		t.Error("armed after the idle limit ran out")
+	}
 }

@@ -203,7 +203,7 @@ func ParseRequest(payload []byte, lim ParseLimits) (*Request, string, *Error) {
 	r.SandboxProfile = p.optionalString("sandbox_profile")
 	r.Preloaded = p.preloaded("preloaded_artifacts")
 	r.References = p.references("artifact_references")
-	p.distinctInputs(r)
+	p.oneSourcePerInput(r)
 	problems = append(problems, p.problems...)
 	if len(problems) > 0 {
 		return nil, id, invalid(problems)
@@ -448,26 +448,15 @@ func (p *paramReader) references(key string) map[string]ArtifactReference {
 	return out
 }
 
-// distinctInputs rejects two inputs that would be written to the same
-// input/<filename>, and a parameter present in both maps.
-func (p *paramReader) distinctInputs(r *Request) {
-	seen := map[string]string{}
-	check := func(param, filename string) {
-		local := LocalInputName(filename)
-		if other, dup := seen[local]; dup {
-			p.fail("inputs %q and %q would both be written to input/%s", other, param, local)
-		}
-		seen[local] = param
-	}
-	for _, param := range sortedKeys(r.Preloaded) {
-		check(param, r.Preloaded[param].Filename)
-	}
+// oneSourcePerInput rejects a parameter present in both maps. Two
+// parameters may name the same file (an agent passes one artifact in a
+// list and alone, as the reference's agents do): writeInputs writes it
+// once when the contents are the same, and refuses them when not.
+func (p *paramReader) oneSourcePerInput(r *Request) {
 	for _, param := range sortedKeys(r.References) {
 		if _, both := r.Preloaded[param]; both {
 			p.fail("parameter %q is both preloaded and referenced", param)
-			continue
 		}
-		check(param, r.References[param].Filename)
 	}
 }
 

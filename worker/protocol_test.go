@@ -156,7 +156,7 @@ func TestParseRejects(t *testing.T) {
 		{"bad base64", base(ok + `"task_id":"t","user_id":"u","session_id":"s","preloaded_artifacts":{"f":{"filename":"a","content":"!!"}}`), "r9", []string{"base64"}},
 		{"no content", base(ok + `"task_id":"t","user_id":"u","session_id":"s","preloaded_artifacts":{"f":{"filename":"a"}}`), "r9", []string{"content is required"}},
 		{"bad version", base(ok + `"task_id":"t","user_id":"u","session_id":"s","artifact_references":{"f":{"filename":"a","version":-2}}`), "r9", []string{"non-negative integer"}},
-		{"same file twice", base(ok + `"task_id":"t","user_id":"u","session_id":"s","artifact_references":{"f":{"filename":"a"},"g":{"filename":"user:a"}}`), "r9", []string{"both be written to input/a"}},
+		{"both preloaded and referenced", base(ok + `"task_id":"t","user_id":"u","session_id":"s","artifact_references":{"f":{"filename":"a"}},"preloaded_artifacts":{"f":{"filename":"a","content":""}}`), "r9", []string{`parameter "f" is both preloaded and referenced`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -472,6 +472,7 @@ type exitedSandbox struct{ e *SandboxExit }
 
 func (s exitedSandbox) Wait() (*SandboxExit, error) { return s.e, nil }
 func (s exitedSandbox) Kill() error                 { return nil }
+func (s exitedSandbox) Arm(time.Duration) error     { return errors.New("arm: the sandbox has exited") }
 
 // TestProbeFailureRefusesStart: issue 7 item 6. A host that cannot create
 // sandboxes makes Run fail before it connects, saying why and pointing at

@@ -49,8 +49,14 @@ type SandboxSpec struct {
 	// ReadOnly host directories bound at the same path (tools dir,
 	// runner dir, site dir).
 	ReadOnly []string
-	// Timeout is the wall-clock limit (request timeout + 5 s).
+	// Timeout is the wall-clock limit, from Start: the call's
+	// (Server.callTimeout: request timeout + 5 s, at most the profile's;
+	// a sandbox refuses more). 0 = the profile's.
 	Timeout time.Duration
+	// Idle, when > 0, makes a sandbox that waits unarmed (a pooled one):
+	// it is killed (TimedOut) Idle after Start unless Arm gives it its
+	// call's timeout first; Timeout is then only the ceiling Arm may ask.
+	Idle time.Duration
 	// Stderr receives the sandbox's standard error (the runner's, the
 	// tool's and the sandbox setup's); nil discards it.
 	Stderr io.Writer
@@ -68,6 +74,12 @@ type RunningSandbox interface {
 	// Wait returns after the whole sandbox is gone.
 	Wait() (*SandboxExit, error)
 	Kill() error
+	// Arm starts the wall clock of a sandbox that waits unarmed
+	// (SandboxSpec.Idle): from now it is killed (TimedOut) after timeout,
+	// which may not exceed its Timeout. It fails for a sandbox created
+	// without Idle, armed already, or ending (its idle limit ran out, it
+	// was killed or it exited): then it cannot serve the call.
+	Arm(timeout time.Duration) error
 }
 
 // SandboxExit is how a sandbox ended.

@@ -389,7 +389,8 @@ func (s *Server) probeSandbox(ctx context.Context) error {
 		return fmt.Errorf("worker: start-up probe: %w", err)
 	}
 	// 2. create, hand the dir to the sandbox's uid, start, wait.
-	created, err := s.sb.Create(pctx, SandboxSpec{Profile: s.cfg.DefaultProfile, Argv: []string{"/bin/true"}, Workdir: dir, Timeout: probeTimeout})
+	created, err := s.sb.Create(pctx, SandboxSpec{Profile: s.cfg.DefaultProfile, Argv: []string{"/bin/true"}, Workdir: dir,
+		Timeout: s.sandboxTimeout(s.cfg.DefaultProfile, probeTimeout)})
 	if err != nil {
 		return fail(err)
 	}

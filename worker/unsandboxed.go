@@ -37,13 +37,21 @@ func (u Unsandboxed) CheckProfile(name string) error {
 	return nil
 }
 
-// Create checks the profile and the work dir; nothing runs until Start.
+// Create checks the profile, the timeout and the work dir; nothing runs
+// until Start. As the launcher's plan: Timeout 0 is the profile's, and
+// one above the profile's is refused (Server.callTimeout keeps within it).
 func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
 	prof, err := u.Profiles.Lookup(spec.Profile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSandboxRequest, err)
 	}
-	if limit := time.Duration(prof.Timeout); limit > 0 && (spec.Timeout <= 0 || spec.Timeout > limit) {
+	limit := time.Duration(prof.Timeout)
+	switch {
+	case spec.Timeout < 0 || spec.Idle < 0:
+		return nil, fmt.Errorf("%w: timeout %s, idle limit %s: must not be negative", ErrInvalidSandboxRequest, spec.Timeout, spec.Idle)
+	case limit > 0 && spec.Timeout > limit:
+		return nil, fmt.Errorf("%w: timeout %s asked, profile %s allows at most %s", ErrInvalidSandboxRequest, spec.Timeout, prof.Name, limit)
+	case spec.Timeout == 0:
 		spec.Timeout = limit
 	}
 	if _, err := os.Stat(spec.Workdir); err != nil {
@@ -72,7 +80,7 @@ func (c *unsandboxedCreated) Start() (RunningSandbox, error) {
 	cmd.Dir = spec.Workdir
 	cmd.Env = c.env
 	cmd.Stderr = spec.Stderr
-	p, err := startProcess(c.ctx, cmd, spec.Timeout)
+	p, err := startProcess(c.ctx, cmd, spec.Timeout, spec.Idle)
 	if err != nil {
 		return nil, fmt.Errorf("SANDBOX_MODE=none: start %s: %w", spec.Argv[0], err)
 	}
@@ -80,9 +88,11 @@ func (c *unsandboxedCreated) Start() (RunningSandbox, error) {
 }
 
 // startProcess starts cmd in a process group of its own and kills the
-// group at timeout (TimedOut) or when ctx ends (Cancelled). It is how
-// SANDBOX_MODE=none runs a tool, and the unit tests' host double too.
-func startProcess(ctx context.Context, cmd *exec.Cmd, timeout time.Duration) (*unsandboxedProc, error) {
+// group at timeout (TimedOut) or when ctx ends (Cancelled). With idle > 0
+// it waits unarmed: killed (TimedOut) at idle unless Arm comes first,
+// with timeout the most Arm may ask. It is how SANDBOX_MODE=none runs a
+// tool, and the unit tests' host double too.
+func startProcess(ctx context.Context, cmd *exec.Cmd, timeout, idle time.Duration) (*unsandboxedProc, error) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
@@ -90,29 +100,43 @@ func startProcess(ctx context.Context, cmd *exec.Cmd, timeout time.Duration) (*u
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &unsandboxedProc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		timer := time.NewTimer(timeout)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-			p.mark(&p.timedOut)
-		case <-ctx.Done():
-			// A tool that has already exited (not yet reaped) ended on
-			// its own: it is not marked cancelled.
-			if !p.exited() {
-				p.mark(&p.cancelled)
-			}
-		case <-p.done:
+	p := &unsandboxedProc{cmd: cmd, done: make(chan struct{}), limit: timeout, unarmed: idle > 0}
+	clock := timeout
+	if p.unarmed {
+		clock = idle
+	}
+	if clock > 0 { // 0: no wall clock (a profile without a timeout)
+		p.mu.Lock()
+		p.timer = time.AfterFunc(clock, func() { p.mark(&p.timedOut) })
+		p.mu.Unlock()
+	}
+	stopCtx := context.AfterFunc(ctx, func() {
+		// A tool that has already exited (not yet reaped) ended on its
+		// own: it is not marked cancelled.
+		if !p.exited() {
+			p.mark(&p.cancelled)
 		}
+	})
+	go func() {
+		<-p.done
+		stopCtx()
+		p.mu.Lock()
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		p.mu.Unlock()
 	}()
 	return p, nil
 }
 
 type unsandboxedProc struct {
-	cmd                 *exec.Cmd
-	done                chan struct{}
+	cmd   *exec.Cmd
+	done  chan struct{}
+	limit time.Duration // the most Arm may ask (0 = no limit)
+
 	mu                  sync.Mutex
+	timer               *time.Timer // the idle limit while unarmed, then the timeout
+	unarmed             bool
 	timedOut, cancelled bool
 }
 
@@ -121,6 +145,29 @@ func (p *unsandboxedProc) mark(b *bool) {
 	*b = true
 	p.mu.Unlock()
 	p.Kill()
+}
+
+// Arm: see RunningSandbox.Arm (the launcher's Sandbox.Arm, same checks).
+func (p *unsandboxedProc) Arm(timeout time.Duration) error {
+	if timeout <= 0 || (p.limit > 0 && timeout > p.limit) {
+		return fmt.Errorf("%w: arm: timeout %s asked, at most %s allowed", ErrInvalidSandboxRequest, timeout, p.limit)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !p.unarmed:
+		return fmt.Errorf("%w: arm: the process was not started to wait unarmed, or is armed already", ErrInvalidSandboxRequest)
+	case p.timedOut || p.cancelled || !p.timer.Stop():
+		return errors.New("arm: the process has ended (its idle limit ran out, or it was cancelled)")
+	}
+	select {
+	case <-p.done:
+		return errors.New("arm: the process has exited")
+	default:
+	}
+	p.unarmed = false
+	p.timer = time.AfterFunc(timeout, func() { p.mark(&p.timedOut) })
+	return nil
 }
 
 // exited reports whether the tool has exited, reaped or not (waitid

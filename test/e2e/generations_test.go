@@ -26,22 +26,6 @@ tools:
   portable_echo_warm: {module: portable_tools, function: portable_echo, warm: 1}
 `
 
-// referenceDefaults are what a reference agent puts in every request.
-var referenceDefaults = map[string]any{"sandbox_profile": "standard", "timeout_seconds": 300}
-
-// referenceCall invokes tool as a reference agent does: its defaults,
-// then params.
-func (a *agent) referenceCall(tool string, params map[string]any) string {
-	p := map[string]any{}
-	for k, v := range referenceDefaults {
-		p[k] = v
-	}
-	for k, v := range params {
-		p[k] = v
-	}
-	return a.invoke(tool, p)
-}
-
 // wantReply compares a reply byte for byte with want, where "ID" is the
 // request id and execution_time_ms is 0.
 func wantReply(t *testing.T, what, id string, got []byte, want string) {

@@ -610,3 +610,19 @@ func allPids() []int {
 	}
 	return out
 }
+
+// referenceDefaults are what a reference agent puts in every request.
+var referenceDefaults = map[string]any{"sandbox_profile": "standard", "timeout_seconds": 300}
+
+// referenceCall invokes tool as a reference agent does: its defaults,
+// then params.
+func (a *agent) referenceCall(tool string, params map[string]any) string {
+	p := map[string]any{}
+	for k, v := range referenceDefaults {
+		p[k] = v
+	}
+	for k, v := range params {
+		p[k] = v
+	}
+	return a.invoke(tool, p)
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -139,4 +140,129 @@ func processesUnder(dir string) []string {
 		}
 	}
 	return out
+}
+
+const warmReferenceManifest = `version: 1
+tools:
+  ref_sleeper: {module: e2e_tools, function: sleeper, warm: 2}
+  ref_overrun: {module: e2e_tools, function: sleeper, warm: 1, timeout_seconds: 1}
+  ref_inputs: {module: warm_tools, function: inputs, warm: 1}
+`
+
+// TestWarmPoolServesReferenceDefaults: calls carrying exactly the
+// reference agent's defaults (sandbox_profile "standard", timeout_seconds
+// 300: the standard profile's whole wall clock) are served by pooled
+// sandboxes (the hit counter, and the worker's log of each claim with the
+// wall clock it armed), because a pooled sandbox waits unarmed and claim
+// arms the call's own deadline. A pooled call that overruns its armed
+// deadline (the tool's manifest timeout of 1 s + 5 s, counted from the
+// claim; the pooled sandboxes' idle limit is an hour here) is killed by
+// its sandbox and answered timed_out: true. A pooled call given one
+// artifact twice, in a list and alone, as the reference's agents pass it,
+// gets it once in input/, under both parameters.
+func TestWarmPoolServesReferenceDefaults(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	copyFile(t, "testdata/warm_tools.py", filepath.Join(e.tools, "warm_tools.py"))
+	writeManifest(t, e.manifest, warmReferenceManifest)
+	// The store's layout: {base}/{namespace}/{user}/{session}/{file}/{version}.
+	for name, content := range map[string]string{"data.csv": "a,b\n1,2\n", "other.csv": "x\n"} {
+		dir := filepath.Join(e.artifacts, "e2e", "u-1", "s-1", name)
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "0"), []byte(content), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, "0.meta"), []byte(`{"mime_type": "text/csv"}`), 0o644))
+	}
+	w := startWorker(t, e, 0, map[string]string{"STR_WARM_MAX_AGE_SECONDS": "3600"})
+	a := newAgent(t, w.port)
+	metric := func(name, tool string) float64 {
+		return w.labelledMetric(name + `{tool="` + tool + `"}`)
+	}
+	waitFor(t, "the pools full and ready", 60*time.Second, func() bool {
+		return metric("str_worker_warm_pool_ready", "ref_sleeper") == 2 && metric("str_worker_warm_pool_ready", "ref_overrun") == 1 &&
+			metric("str_worker_warm_pool_ready", "ref_inputs") == 1
+	})
+
+	// 1. two calls with the reference's defaults, each served warm.
+	for i := 1; i <= 2; i++ {
+		params := map[string]any{"args": map[string]any{"seconds": 0}}
+		for k, v := range referenceDefaults {
+			params[k] = v
+		}
+		id := a.invoke("ref_sleeper", params)
+		toolResult(t, a.reply(id, 60*time.Second))
+		if hits, misses := metric("str_worker_warm_hits_total", "ref_sleeper"), metric("str_worker_warm_misses_total", "ref_sleeper"); hits != float64(i) || misses != 0 {
+			t.Fatalf("call %d: hits %v, misses %v: the reference's call was not served by a pooled sandbox", i, hits, misses)
+		}
+		if !claimLogged(w.log.String(), id, 300*time.Second) {
+			t.Errorf("call %d: no log of its claim arming 300s (standard's whole limit):\n%s", i, tail(w.log.String(), 30))
+		}
+	}
+
+	// 2. one artifact in a list and alone, as the reference's agent
+	// sends an artifact list argument and an artifact argument.
+	params := map[string]any{
+		"args": map[string]any{"files": []string{"data.csv", "other.csv"}, "primary": "data.csv"},
+		"artifact_references": map[string]any{
+			"files[0]": map[string]any{"filename": "data.csv", "version": 0},
+			"files[1]": map[string]any{"filename": "other.csv", "version": nil},
+			"primary":  map[string]any{"filename": "data.csv", "version": nil},
+		},
+	}
+	for k, v := range referenceDefaults {
+		params[k] = v
+	}
+	res := toolResult(t, a.reply(a.invoke("ref_inputs", params), 60*time.Second))
+	text, _ := res["text"].(map[string]any)
+	if text["files[0]"] != "a,b\n1,2\n" || text["primary"] != "a,b\n1,2\n" || text["files[1]"] != "x\n" {
+		t.Errorf("inputs %v", res)
+	}
+	if got := fmt.Sprint(res["input"]); got != "[data.csv other.csv]" {
+		t.Errorf("input/ holds %s, want data.csv once and other.csv", got)
+	}
+	if hits := metric("str_worker_warm_hits_total", "ref_inputs"); hits != 1 {
+		t.Errorf("hits %v: the call with inputs was not served by a pooled sandbox", hits)
+	}
+
+	// 3. a pooled call that overruns its armed deadline.
+	params = map[string]any{"args": map[string]any{"seconds": 3600}}
+	for k, v := range referenceDefaults {
+		params[k] = v
+	}
+	id := a.invoke("ref_overrun", params)
+	reply := a.reply(id, 120*time.Second)
+	if !strings.Contains(string(reply), `"timed_out":true`) {
+		t.Fatalf("the overrunning call's reply is not a timeout: %s", reply)
+	}
+	if hits := metric("str_worker_warm_hits_total", "ref_overrun"); hits != 1 {
+		t.Fatalf("hits %v: the overrunning call was not served by a pooled sandbox", hits)
+	}
+	if !claimLogged(w.log.String(), id, 6*time.Second) {
+		t.Errorf("no log of the overrunning call's claim arming 6s:\n%s", tail(w.log.String(), 30))
+	}
+	if strings.Contains(w.log.String(), "could not take the call") {
+		t.Errorf("a claim failed to arm:\n%s", tail(w.log.String(), 30))
+	}
+}
+
+// claimLogged reports whether the worker's log says request id was served
+// by a pooled sandbox armed with timeout.
+func claimLogged(log, id string, timeout time.Duration) bool {
+	for _, line := range strings.Split(log, "\n") {
+		var l struct {
+			Msg       string `json:"msg"`
+			RequestID string `json:"id"`
+			Timeout   any    `json:"timeout"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "served by a pooled sandbox" || l.RequestID != id {
+			continue
+		}
+		switch v := l.Timeout.(type) {
+		case float64:
+			return time.Duration(v) == timeout
+		case string:
+			d, err := time.ParseDuration(v)
+			return err == nil && d == timeout
+		}
+	}
+	return false
 }

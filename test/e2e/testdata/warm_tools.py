@@ -62,3 +62,10 @@ def _find():
                 cmd = "?"
             found.append("process %s: %s" % (entry, cmd))
     return {"found": found, "cwd": os.getcwd(), "pid": me}
+
+
+def inputs(ctx, files=None, primary=None):
+    """The reference defaults test's tool (warm_test.go): every input
+    artifact's text by parameter, and what input/ holds."""
+    return {"text": {p: ctx.load_artifact_text(p) for p in ctx.list_artifacts()},
+            "input": sorted(os.listdir("input"))}
