@@ -10,3 +10,5 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 	solace.dev/go/messaging v1.10.1
 )
+
+require github.com/go-jose/go-jose/v4 v4.1.9 // indirect
