@@ -9,11 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -341,5 +343,45 @@ func TestRequesterReplyInjection(t *testing.T) {
 	}
 	if len(victim2.replyChan("v-2")) != 0 {
 		t.Errorf("a second reply on the victim's topic: %s", <-victim2.replyChan("v-2"))
+	}
+}
+
+// TestRequesterStrInvokeKeyed: `str invoke --key-id` signs invokes and
+// its cancel (Ctrl-C) with an agent key: the worker serves alice's call,
+// refuses bob (the key may not claim him) and honours the signed cancel.
+func TestRequesterStrInvokeKeyed(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, requesterManifest)
+	w := keyedWorker(t, e)
+	invoke := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(strBin, append([]string{"invoke"}, args...)...)
+		cmd.Args = append(cmd.Args, "--broker", "127.0.0.1:"+strconv.Itoa(w.port), "--namespace", "e2e/", "--app", "e2e",
+			"--key-id", "e2e-key", "--signing-secret", e2eSecret, "--token-file", devbroker.TokenFileFor(w.port))
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		return cmd
+	}
+	if out, err := invoke("echo_tool", "--user", "alice").CombinedOutput(); err != nil || !strings.Contains(string(out), `"tool_result"`) {
+		t.Fatalf("alice: %v\n%s", err, out)
+	}
+	out, err := invoke("echo_tool", "--user", "bob").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), `may not claim params.user_id \"bob\"`) {
+		t.Fatalf("bob: %v\n%s", err, out)
+	}
+	cmd := invoke("slow_operation", "--user", "alice", "--args", `{"steps": 100, "delay": 1}`, "--wait", "10m")
+	var stdout syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stdout
+	must(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	waitFor(t, "the call running", 2*time.Minute, func() bool { return strings.Contains(stdout.String(), "status: Step 1") })
+	must(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-done:
+	case <-time.After(rpcWait):
+		t.Fatalf("no answer to the signed cancel:\n%s", stdout.String())
+	}
+	if !strings.Contains(stdout.String(), `"code":"CANCELLED"`) {
+		t.Fatalf("the signed cancel was not honoured:\n%s", stdout.String())
 	}
 }
