@@ -158,8 +158,9 @@ func New(opts Options) (*Server, error) {
 		execCtx: execCtx, execStop: execStop,
 		replyCtx: replyCtx, replyStop: replyStop,
 		limiter: newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
-		replays: newReplayGuard(), auth: auth,
-		ready: newReadiness(log, m.Faults),
+		replays: newReplayGuard(),
+		auth:    auth,
+		ready:   newReadiness(log, m.Faults),
 	}
 	s.pool = newWarmPool(s)
 	return s, nil

@@ -110,7 +110,7 @@ func cmdInvoke(args []string) int {
 		namespace  = fs.String("namespace", envOr("SAM_NAMESPACE", "demo/"), "namespace [SAM_NAMESPACE]")
 		user       = fs.String("user", "cli-user", "user_id")
 		session    = fs.String("session", "cli-session", "session_id")
-		app        = fs.String("app", "str-invoke", "app_name (also the agent name in the reply topics)")
+		app        = fs.String("app", "str-invoke", "app_name, also the agent: the clientId property and the agent level of the reply topics (a signed request must use its key's agent)")
 		taskID     = fs.String("task-id", "", "task_id (default: random)")
 		wait       = fs.Duration("wait", 0, "give up waiting for the reply after this long, exit status 3 (default: --timeout + 60s; 6m0s without --timeout, the worker's default 300 s + 60 s)")
 		tokenFile  = fs.String("token-file", os.Getenv(devbroker.TokenFileEnv), "the broker's token file [DEV_BROKER_TOKEN_FILE] (default: the port's, see str broker --help)")
