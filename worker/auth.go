@@ -86,6 +86,11 @@ func newAuthModes(cfg *Config, log *slog.Logger) (*authModes, error) {
 		if a.keys, err = loadWatched(cfg.SigningKeys, "STR_SIGNING_KEYS", parseKeyRing, log); err != nil {
 			return nil, err
 		}
+		// The file holds secrets: say so when others may read it.
+		if fi, err := os.Stat(cfg.SigningKeys); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			log.Warn("STR_SIGNING_KEYS is readable by its group or others: it holds every agent's secret; chmod 0600",
+				"path", cfg.SigningKeys, "mode", fi.Mode().Perm().String())
+		}
 	}
 	if cfg.UserTokenKeys != "" {
 		if a.tokens, err = loadWatched(cfg.UserTokenKeys, "STR_USER_TOKEN_KEYS", parseTokenKeys, log); err != nil {

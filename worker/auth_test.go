@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +25,9 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/transport"
+	"github.com/securetoolruntime/str/worker/transport/memory"
 )
 
 // invokeAs publishes an invoke of tool with id as the agent app: params
@@ -523,5 +526,41 @@ func TestUserTokenWithSigning(t *testing.T) {
 	h.invokeAs("echo", "ok", map[string]any{"user_id": "alice"}, map[string]string{PropAuthToken: iss[1].mint(t, claimsFor("alice", time.Hour))}, withSecret("s3cret"))
 	if r := h.reply("ok"); !isResult(r) {
 		t.Fatalf("signed with a valid token: %s", r)
+	}
+}
+
+// TestIdentityConfig: the identity settings. A token key file without an
+// audience is a configuration error; the files are paths resolved like
+// the others; a keys file that does not load stops the worker at start.
+func TestIdentityConfig(t *testing.T) {
+	base := map[string]string{"SAM_NAMESPACE": "demo/", "DEV_BROKER_HOST": "localhost"}
+	env := func(extra map[string]string) func(string) string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return envOf(m)
+	}
+	_, err := LoadConfig(nil, env(map[string]string{"STR_USER_TOKEN_KEYS": "/etc/str/issuer.jwks"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "STR_USER_TOKEN_AUDIENCE") {
+		t.Errorf("token keys without an audience: %v", err)
+	}
+	c, err := LoadConfig([]string{"--signing-keys", "keys.yaml", "--user-token-keys", "issuer.pem", "--user-token-audience", "str"}, env(nil), io.Discard)
+	must(t, err)
+	wd, _ := os.Getwd()
+	if c.SigningKeys != filepath.Join(wd, "keys.yaml") || c.UserTokenKeys != filepath.Join(wd, "issuer.pem") || c.UserTokenClaim != "sub" {
+		t.Errorf("paths %q %q claim %q", c.SigningKeys, c.UserTokenKeys, c.UserTokenClaim)
+	}
+	bad := filepath.Join(t.TempDir(), "keys.yaml")
+	must(t, os.WriteFile(bad, []byte("version: 1\nkeys: []\n"), 0o600))
+	cfg, err := LoadConfig(nil, env(nil), io.Discard)
+	must(t, err)
+	cfg.SigningKeys = bad
+	if _, err := New(Options{Config: cfg, Transport: memory.NewBus().Client("w", ""), Sandboxes: hostSandboxes{}, Store: artifacts.NewMemory("demo/")}); err == nil ||
+		!strings.Contains(err.Error(), "STR_SIGNING_KEYS") || !strings.Contains(err.Error(), "no keys") {
+		t.Errorf("a keys file without keys: %v", err)
 	}
 }
