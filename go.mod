@@ -11,4 +11,4 @@ require (
 	solace.dev/go/messaging v1.10.1
 )
 
-require github.com/go-jose/go-jose/v4 v4.1.9 // indirect
+require github.com/go-jose/go-jose/v4 v4.1.9
