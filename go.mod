@@ -3,6 +3,7 @@ module github.com/securetoolruntime/str
 go 1.26.0
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/seccomp/libseccomp-golang v0.11.1
 	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.49.0

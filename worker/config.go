@@ -85,10 +85,16 @@ type Config struct {
 	MaxOutputBytes  int64         // STR_MAX_OUTPUT_BYTES: all outputs of one run
 	ShutdownGrace   time.Duration // SHUTDOWN_GRACE_SECONDS
 	SigningSecret   string        // STR_SIGNING_SECRET: HMAC-SHA256 request signing when set
-	RatePerMinute   float64       // STR_USER_RATE_PER_MINUTE (0 = off)
-	RateBurst       int           // STR_USER_RATE_BURST
-	ReloadInterval  time.Duration // STR_MANIFEST_POLL_MS
-	LogLevel        string        // STR_LOG_LEVEL
+	// Identity modes besides the shared secret (auth.go).
+	SigningKeys       string        // STR_SIGNING_KEYS: keys file of per-agent signing keys
+	UserTokenKeys     string        // STR_USER_TOKEN_KEYS: issuer keys (JWK Set or PEM) of user tokens
+	UserTokenAudience string        // STR_USER_TOKEN_AUDIENCE: required with STR_USER_TOKEN_KEYS
+	UserTokenIssuer   string        // STR_USER_TOKEN_ISSUER: "" = any issuer the keys verify
+	UserTokenClaim    string        // STR_USER_TOKEN_CLAIM: the claim equal to params.user_id
+	RatePerMinute     float64       // STR_USER_RATE_PER_MINUTE (0 = off)
+	RateBurst         int           // STR_USER_RATE_BURST
+	ReloadInterval    time.Duration // STR_MANIFEST_POLL_MS
+	LogLevel          string        // STR_LOG_LEVEL
 
 	// The broker liveness probe (probe.go).
 	ProbeInterval time.Duration // STR_BROKER_PROBE_INTERVAL_MS (0 = off)
@@ -123,7 +129,7 @@ const (
 // absolute, clean paths, and a path must not change meaning later.
 var relativePathSettings = []string{
 	"MANIFEST_PATH", "TOOLS_PYTHON_DIR", "SANDBOX_WORK_DIR", "STR_RUNNER_DIR", "STR_SITE_DIR",
-	"SANDBOX_PROFILE_DIR", "ARTIFACT_BASE_PATH",
+	"SANDBOX_PROFILE_DIR", "ARTIFACT_BASE_PATH", "STR_SIGNING_KEYS", "STR_USER_TOKEN_KEYS",
 }
 
 // setting is one configuration entry: name (env var and file key), flag,
@@ -179,6 +185,11 @@ var settings = []setting{
 	{name: "STR_MAX_OUTPUT_BYTES", flag: "max-output-bytes", def: "104857600", help: "largest total size of one run's output artifacts"},
 	{name: "SHUTDOWN_GRACE_SECONDS", flag: "shutdown-grace", def: "30", help: "on SIGTERM, how long running tools may finish"},
 	{name: "STR_SIGNING_SECRET", flag: "signing-secret", help: "require signed requests (str-sign-v2: user properties \"timestamp\" and \"signature\", HMAC-SHA256 over the payload, topic, replyTo, statusTo, clientId, userId and timestamp; replays refused; see the worker package doc)", secret: true},
+	{name: "STR_SIGNING_KEYS", flag: "signing-keys", help: "keys file of per-agent signing keys (str-sign-v3: key id in the \"keyId\" user property; each key may claim only its apps, users and tools); reloaded on change; see docs/deployment.md"},
+	{name: "STR_USER_TOKEN_KEYS", flag: "user-token-keys", help: "require a user token (JWT in the \"authToken\" user property) verified against these issuer keys (a JWK Set or PEM public keys); reloaded on change"},
+	{name: "STR_USER_TOKEN_AUDIENCE", flag: "user-token-audience", help: "audience a user token must name (required with STR_USER_TOKEN_KEYS)"},
+	{name: "STR_USER_TOKEN_ISSUER", flag: "user-token-issuer", help: "issuer (iss) a user token must name (default: any the keys verify)"},
+	{name: "STR_USER_TOKEN_CLAIM", flag: "user-token-claim", def: "sub", help: "the user token's claim that must equal params.user_id"},
 	{name: "STR_USER_RATE_PER_MINUTE", flag: "user-rate-per-minute", def: "0", help: "per-user invocation rate (token bucket; 0 = off)"},
 	{name: "STR_USER_RATE_BURST", flag: "user-rate-burst", def: "0", help: "per-user burst (0 = one minute's rate)"},
 	{name: "STR_MANIFEST_POLL_MS", flag: "manifest-poll-ms", def: "500", help: "manifest reload poll interval"},
@@ -365,6 +376,8 @@ func configFromValues(v map[string]string) (*Config, error) {
 		HealthAddr: v["HEALTH_ADDR"], HealthPort: integer("HEALTH_PORT", 0),
 		MaxPayloadBytes: integer("STR_MAX_PAYLOAD_BYTES", 1024), MaxOutputBytes: int64(integer("STR_MAX_OUTPUT_BYTES", 0)),
 		ShutdownGrace: secs("SHUTDOWN_GRACE_SECONDS", 0), SigningSecret: v["STR_SIGNING_SECRET"],
+		SigningKeys: v["STR_SIGNING_KEYS"], UserTokenKeys: v["STR_USER_TOKEN_KEYS"], UserTokenAudience: v["STR_USER_TOKEN_AUDIENCE"],
+		UserTokenIssuer: v["STR_USER_TOKEN_ISSUER"], UserTokenClaim: v["STR_USER_TOKEN_CLAIM"],
 		RatePerMinute: number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
 		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
 		ProbeInterval: ms("STR_BROKER_PROBE_INTERVAL_MS"), ProbeTimeout: ms("STR_BROKER_PROBE_TIMEOUT_MS"),
@@ -391,6 +404,12 @@ func configFromValues(v map[string]string) (*Config, error) {
 	// Cross-field checks.
 	if strings.Trim(c.Namespace, "/") == "" {
 		bad("SAM_NAMESPACE", "required (an empty namespace is a configuration error)")
+	}
+	if c.UserTokenKeys != "" && c.UserTokenAudience == "" {
+		bad("STR_USER_TOKEN_AUDIENCE", "required with STR_USER_TOKEN_KEYS (a token minted for another service must not be accepted)")
+	}
+	if c.UserTokenClaim == "" {
+		bad("STR_USER_TOKEN_CLAIM", "must name a claim")
 	}
 	if c.HealthPort > 65535 {
 		bad("HEALTH_PORT", "not a port")

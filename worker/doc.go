@@ -27,20 +27,26 @@
 //
 //     User properties: replyTo (required: without it the request is logged,
 //     acked and not answered), statusTo (optional), clientId, userId,
-//     timestamp and signature (both required when STR_SIGNING_SECRET is
-//     set; see "Request signing" below). The checks, in order: replyTo;
-//     signature (AUTHENTICATION_FAILED); payload size (STR_MAX_PAYLOAD_BYTES, default
+//     timestamp and signature (both required when STR_SIGNING_SECRET or
+//     STR_SIGNING_KEYS is set; see "Request signing" below), keyId (a key
+//     of STR_SIGNING_KEYS), authToken (a user token, STR_USER_TOKEN_KEYS).
+//     The checks, in order: replyTo present, a {base}/sam_remote_tool/response/{agent}/…
+//     topic and statusTo a …/status/{agent}/… one (else logged and acked,
+//     not answered); signature, and the signed clientId the {agent} of
+//     both (AUTHENTICATION_FAILED, not answered); payload size (STR_MAX_PAYLOAD_BYTES, default
 //     10 MB) and JSON-RPC shape, required fields, types, safe names
 //     (task_id, user_id, session_id: no "/", "\", "..", control
 //     characters, bounded length; session_id not "user", which the
 //     artifact store reserves for "user:" artifacts; filenames also not
 //     absolute) — all problems in one INVALID_REQUEST; tool_name equal to
-//     the topic's tool; a manifest entry that failed its checks is
-//     TOOL_NOT_AVAILABLE with the manifest's reason ("Tool '<t>' is not
-//     available on this worker: its manifest entry is invalid: line 12:
-//     tools.<t>.runtime: ..."); the tool in the manifest (else
-//     TOOL_NOT_AVAILABLE, message "Tool '<t>' is not available on this
-//     worker", and the topic unsubscribed); the per-user rate limit (RESOURCE_EXHAUSTED); the
+//     the topic's tool; the requester (auth.go: the signed userId equal to
+//     params.user_id, what a key may claim, the user token; AUTHENTICATION_FAILED,
+//     answered only when the signature verified); a manifest entry that
+//     failed its checks is TOOL_NOT_AVAILABLE with the manifest's reason
+//     ("Tool '<t>' is not available on this worker: its manifest entry is
+//     invalid: line 12: tools.<t>.runtime: ..."); the tool in the manifest
+//     (else TOOL_NOT_AVAILABLE, message "Tool '<t>' is not available on
+//     this worker", and the topic unsubscribed); the per-user rate limit (RESOURCE_EXHAUSTED); the
 //     profile, tighten-only: the ceiling is the manifest tool's
 //     sandbox_profile, else SANDBOX_DEFAULT_PROFILE; the call runs with
 //     the stricter of the ceiling and the request's sandbox_profile
@@ -53,7 +59,8 @@
 //     ("asked->used"); an unknown name is INVALID_REQUEST; a ceiling the
 //     worker cannot use is TOOL_NOT_AVAILABLE; no
 //     other execution with the same task id or request id
-//     (INVALID_REQUEST); a free place in the queue (RESOURCE_EXHAUSTED).
+//     (INVALID_REQUEST; one of another requester's is refused without an
+//     answer, its replyTo being that requester's); a free place in the queue (RESOURCE_EXHAUSTED).
 //     The timeout is the request's (else DEFAULT_TIMEOUT_SECONDS) bounded by
 //     the manifest's timeout_seconds (default 300); the sandbox's wall clock
 //     limit is that + 5 s, itself bounded by the profile (callTimeout, the
@@ -158,6 +165,8 @@
 //     call whose result was complete (the runner's done signal, or the
 //     tool's own exit with a result) before the cancel, or before the end
 //     of the shutdown grace period, is answered with that result instead.
+//     With an identity mode on, a cancel is signed (or carries a token)
+//     like an invoke, and is honoured only from the task's requester.
 //
 //  6. Notices, worker → all, queued for one writer goroutine so that
 //     neither the receive loop nor a reload waits on the broker (a full
@@ -206,11 +215,12 @@
 //     profile is the ceiling, network the profile's policy narrowed by the
 //     manifest's network:, warm the pool size wanted.
 //
-// # Request signing (str-sign-v2)
+// # Request signing (str-sign-v2, str-sign-v3)
 //
-// When STR_SIGNING_SECRET is set, every invoke request must carry two
-// user properties, and anything else is AUTHENTICATION_FAILED (the older
-// payload-only signature is not accepted):
+// When STR_SIGNING_SECRET or STR_SIGNING_KEYS is set, every invoke and
+// cancel must carry two user properties, and anything else is
+// AUTHENTICATION_FAILED (the older payload-only signature is not
+// accepted):
 //
 //   - timestamp: the sending time, integer milliseconds since the Unix
 //     epoch, in decimal ("1700000000000");
@@ -229,6 +239,11 @@
 //  6. the clientId property;
 //  7. the userId property;
 //  8. the lowercase hex SHA-256 of the payload bytes exactly as sent.
+//
+// Signed with a key of the keys file (STR_SIGNING_KEYS), the request
+// carries the key's id in the keyId property, the HMAC key is that key's
+// secret, and S has nine fields: "str-sign-v3", the keyId, then fields
+// 2-8 above.
 //
 // An absent property is the empty string. A field containing "\n" cannot
 // be signed and the request is refused. In Python:
@@ -249,7 +264,10 @@
 // worker of the pool, does not know them; a broker redelivery of a
 // request the worker already accepted is refused as a replay.
 // worker.SignMessage implements the client side (str invoke
-// --signing-secret uses it).
+// --signing-secret and --key-id use it). A valid signature is not all:
+// the signed userId must equal params.user_id, the signed clientId the
+// agent of replyTo, and a key may claim only its apps, users and tools
+// (auth.go; docs/deployment.md "Requester identity").
 //
 // # One execution (spec §7)
 //

@@ -9,7 +9,7 @@ package worker
 type requester struct {
 	UserID   string // params.user_id, equal to the verified claim when Verified
 	Verified bool   // a signature or token bound UserID to this request
-	Via      string // what verified it ("" when unverified), for logs and audit
+	Via      string // what verified it ("" when unverified): "shared-secret", "key:ID", "token", joined by "+"
 }
 
 // key is the string per-requester state is kept under. Verified and
@@ -21,6 +21,3 @@ func (r requester) key() string {
 	}
 	return "unverified:" + r.UserID
 }
-
-// requesterOf is the requester of a request before any verification.
-func requesterOf(req *Request) requester { return requester{UserID: req.UserID} }

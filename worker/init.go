@@ -149,9 +149,11 @@ func (s *Server) dispatchInit(d *transport.Delivery, gen initGeneration, topicTo
 		return
 	}
 	// 2. signature.
-	if s.cfg.SigningSecret != "" {
-		if e := s.checkSignature(d, received); e != nil {
-			s.answerInitError(replyTo, LenientID(d.Payload, s.cfg.MaxPayloadBytes), e, log)
+	// A request that fails it is not answered: its replyTo could be
+	// anyone's (as for an invoke, auth.go).
+	if s.signing() {
+		if _, e := s.checkSignature(d, received); e != nil {
+			log.Warn("init request refused, not answered", "error", e.Message)
 			return
 		}
 	}

@@ -98,6 +98,7 @@ type Server struct {
 	limiter  *rateLimiter
 	toolsSem chan struct{} // tools replies in flight (toolsinfo.go)
 	replays  *replayGuard  // signatures accepted within SigningWindow
+	auth     *authModes    // keys file and user tokens (auth.go)
 	ready    *readiness    // faults and degradations for /readyz (readiness.go)
 	init     *initState    // the init sub-protocol and the notice writer (init.go)
 	stopping atomic.Bool   // no new work is taken
@@ -154,6 +155,10 @@ func New(opts Options) (*Server, error) {
 	if _, err := set.Lookup(cfg.DefaultProfile); err != nil {
 		return nil, fmt.Errorf("worker: SANDBOX_DEFAULT_PROFILE %q: %w", cfg.DefaultProfile, err)
 	}
+	auth, err := newAuthModes(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	execCtx, execStop := context.WithCancelCause(context.Background())
 	replyCtx, replyStop := context.WithCancelCause(context.Background())
 	s := &Server{
@@ -166,6 +171,7 @@ func New(opts Options) (*Server, error) {
 		limiter:  newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
 		toolsSem: make(chan struct{}, maxToolsRepliesInFlight),
 		replays:  newReplayGuard(),
+		auth:     auth,
 		ready:    newReadiness(log, m.Faults),
 		init:     newInitState(cfg),
 	}
@@ -589,10 +595,18 @@ func ack(log *slog.Logger, d *transport.Delivery) {
 	}
 }
 
-// reject answers a request that will not run and acks it.
+// reject answers a request that will not run and acks it. replyTo ""
+// means the request may not be answered (its replyTo was not
+// authenticated, or belongs to another requester): it is logged, counted
+// and acked only.
 func (s *Server) reject(d *transport.Delivery, replyTo, id, tool string, e *Error, log *slog.Logger) {
 	s.metrics.Errors.WithLabelValues(string(e.Code)).Inc()
 	s.metrics.Invocations.WithLabelValues(toolLabel(tool), string(e.Code)).Inc()
+	if replyTo == "" {
+		log.Warn("request refused, not answered (its replyTo is not authenticated as the requester's)", "code", e.Code, "error", e.Message)
+		ack(log, d)
+		return
+	}
 	log.Warn("request rejected", "code", e.Code, "error", e.Message)
 	shown := &Error{Code: e.Code, Message: s.forAgent(e.Message, ""), Data: e.Data}
 	if err := s.publish(replyTo, EncodeError(id, shown)); err != nil {
@@ -621,7 +635,7 @@ func (s *Server) dispatch(d *transport.Delivery, received time.Time) {
 	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/invoke/"):
 		s.dispatchInvoke(d, strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/invoke/"), received)
 	case strings.HasPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"):
-		s.cancel(strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"), d.Payload)
+		s.cancel(d, strings.TrimPrefix(d.Topic, s.base+"/sam_remote_tool/cancel/"), received)
 		ack(s.log, d)
 	case d.Topic == ToolsRequestTopic(s.cfg.Namespace):
 		s.toolsRequest(d, received)
@@ -647,28 +661,67 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 		ack(log, d)
 		return
 	}
-	// 2. signature (str-sign-v2: payload, topic, routing and identifying
-	// user properties, timestamp within the window, no replay), before
-	// anything else is believed (§13).
-	if s.cfg.SigningSecret != "" {
-		if e := s.checkSignature(d, received); e != nil {
-			s.reject(d, replyTo, LenientID(d.Payload, s.cfg.MaxPayloadBytes), topicTool, e, log)
+	// 2. replyTo (and statusTo) are reply topics of the protocol in this
+	// namespace, never a request topic: else nobody may be answered.
+	agent, problem := s.replyTopicAgent(replyTo, "response")
+	statusTo, statusAgent := d.UserProperties[PropStatusTo], ""
+	if problem == "" && statusTo != "" {
+		if statusAgent, problem = s.replyTopicAgent(statusTo, "status"); problem != "" {
+			problem = "statusTo: " + problem
+		}
+	}
+	if problem != "" {
+		s.metrics.Errors.WithLabelValues(string(CodeInvalidRequest)).Inc()
+		log.Warn("invoke request refused, not answered: its replyTo/statusTo is not a reply topic of the protocol",
+			"reply_to", truncateName(replyTo), "status_to", truncateName(statusTo), "problem", problem,
+			"id", truncateName(LenientID(d.Payload, s.cfg.MaxPayloadBytes)))
+		ack(log, d)
+		return
+	}
+	// 3. signature (str-sign-v2 with the shared secret, str-sign-v3 with a
+	// key of the keys file: payload, topic, routing and identifying user
+	// properties, timestamp within the window, no replay), before
+	// anything else is believed (§13), and replyTo bound to the signer's
+	// agent. Without both, replyTo is not authenticated: when any
+	// identity mode is on, such a request is never answered (answerTo "").
+	answerTo := replyTo
+	if s.authConfigured() && !s.signing() {
+		answerTo = ""
+	}
+	var key *signingKey
+	if s.signing() {
+		var e *Error
+		if key, e = s.checkSignature(d, received); e != nil {
+			s.reject(d, "", LenientID(d.Payload, s.cfg.MaxPayloadBytes), topicTool, e, log)
+			return
+		}
+		// The reply topics are the signer's agent's (auth.go replyBound).
+		if e = s.replyBound(d, key, agent, statusAgent); e != nil {
+			s.reject(d, "", LenientID(d.Payload, s.cfg.MaxPayloadBytes), topicTool, e, log)
 			return
 		}
 	}
-	// 3. parse and validate.
+	// 4. parse and validate.
 	req, id, perr := ParseRequest(d.Payload, ParseLimits{MaxPayloadBytes: s.cfg.MaxPayloadBytes})
 	if perr != nil {
-		s.reject(d, replyTo, id, topicTool, perr, log.With("id", truncateName(id)))
+		s.reject(d, answerTo, id, topicTool, perr, log.With("id", truncateName(id)))
 		return
 	}
 	log = log.With("id", truncateName(req.ID), "task_id", req.TaskID, "user_id", req.UserID)
 	if req.ToolName != topicTool {
-		s.reject(d, replyTo, id, topicTool, errorf(CodeInvalidRequest,
+		s.reject(d, answerTo, id, topicTool, errorf(CodeInvalidRequest,
 			"params.tool_name %q does not match the topic's tool %q", truncateName(req.ToolName), shownTool), log)
 		return
 	}
-	// 4. the tool, under the dispatch lock (a reload is either fully
+	// 5. who is asking (auth.go): the signed identity equal to the
+	// request's, what the key may claim, the user's token.
+	who, e := s.verifyInvoke(d, key, req, received)
+	if e != nil {
+		s.reject(d, answerTo, id, topicTool, e, log)
+		return
+	}
+	log = log.With("requester", who.key(), "verified_by", who.Via)
+	// 6. the tool, under the dispatch lock (a reload is either fully
 	// applied or not at all).
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -689,13 +742,12 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 		s.reject(d, replyTo, id, topicTool, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", shownTool), log)
 		return
 	}
-	// 5. per-requester rate limit.
-	who := requesterOf(req)
+	// 7. per-requester rate limit.
 	if !s.limiter.allow(who.key(), received) {
 		s.reject(d, replyTo, id, topicTool, errorf(CodeResourceExhausted, "rate limit for user %q exceeded", req.UserID), log)
 		return
 	}
-	// 6. profile (the stricter of the ceiling and the request's) and
+	// 8. profile (the stricter of the ceiling and the request's) and
 	// timeout (bounded by the manifest).
 	c, perr := s.choose(tool, req)
 	if perr != nil {
@@ -705,30 +757,32 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 	if c.clamped != "" {
 		log.Debug("the request's sandbox profile was clamped to the tool's ceiling", "clamped", c.clamped, "reason", c.reason)
 	}
-	// 7. one execution per task id and per request id at a time.
+	// 9. one execution per task id and per request id at a time. A
+	// duplicate from another requester is not answered: its replyTo is
+	// the live request's (copied to inject an error into it).
 	t := &task{
 		req: req, who: who, tool: tool, profile: c.profile, clamped: c.clamped, timeout: c.timeout,
-		replyTo: replyTo, statusTo: d.UserProperties[PropStatusTo],
+		replyTo: replyTo, statusTo: statusTo,
 		received: received, delivery: d, log: log.With("profile", c.profile),
 	}
 	if s.cfg.SandboxMode == ModeNone {
 		t.log = t.log.With("sandbox_mode", "NONE: this tool runs WITHOUT ISOLATION")
 		t.log.Warn("SANDBOX_MODE=none: running the tool as a plain process of the worker, without any sandbox")
 	}
-	t.ctx, t.cancel = context.WithCancelCause(s.execCtx)
+	t.ctx, t.cancel = context.WithCancelCause(artifacts.WithRequester(s.execCtx, who.key(), who.Via))
 	q := &queuedTask{task: t}
-	if _, dup := s.inflight.LoadOrStore("task:"+req.TaskID, q); dup {
+	if live, dup := s.inflight.LoadOrStore("task:"+req.TaskID, q); dup {
 		t.cancel(nil)
-		s.reject(d, replyTo, id, topicTool, errorf(CodeInvalidRequest, "task %q is already being executed", req.TaskID), log)
+		s.reject(d, sameRequester(live, who, replyTo), id, topicTool, errorf(CodeInvalidRequest, "task %q is already being executed", req.TaskID), log)
 		return
 	}
-	if _, dup := s.inflight.LoadOrStore("id:"+req.ID, q); dup {
+	if live, dup := s.inflight.LoadOrStore("id:"+req.ID, q); dup {
 		s.inflight.Delete("task:" + req.TaskID)
 		t.cancel(nil)
-		s.reject(d, replyTo, id, topicTool, errorf(CodeInvalidRequest, "request id %q is already being executed", truncateName(req.ID)), log)
+		s.reject(d, sameRequester(live, who, replyTo), id, topicTool, errorf(CodeInvalidRequest, "request id %q is already being executed", truncateName(req.ID)), log)
 		return
 	}
-	// 8. queue, bounded.
+	// 10. queue, bounded.
 	select {
 	case s.queue <- q:
 		s.metrics.Queued.Inc()
@@ -739,6 +793,16 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 		s.reject(d, replyTo, id, topicTool, errorf(CodeResourceExhausted,
 			"worker queue is full (%d running, %d waiting)", s.cfg.MaxConcurrent, s.cfg.MaxQueued), log)
 	}
+}
+
+// sameRequester is replyTo when the live task a duplicate collides with
+// is the same requester's, else "": a duplicate from another requester
+// is not answered, since its replyTo is the live request's.
+func sameRequester(live any, who requester, replyTo string) string {
+	if q, ok := live.(*queuedTask); ok && q.who.key() == who.key() {
+		return replyTo
+	}
+	return ""
 }
 
 // queuedTask is a task between dispatch and its answer. claimed decides,
@@ -887,18 +951,36 @@ func (s *Server) forget(t *task) {
 
 // cancel handles a message on .../cancel/{correlation_id}: the id is the
 // request's JSON-RPC id (or its task id); a payload may also name the
-// task id in "task_id" or "params.task_id". A running sandbox is killed
-// (the executor answers CANCELLED); a queued request is claimed and
-// answered CANCELLED here, at once, and the executor that later dequeues
-// it skips it.
-func (s *Server) cancel(id string, payload []byte) {
+// task id in "task_id" or "params.task_id". When an identity mode is on,
+// the cancel is authenticated by the same rules as an invoke (auth.go
+// verifyCancel) and honoured only from the requester that started the
+// task; without one, any cancel is (the reference's model). A running
+// sandbox is killed (the executor answers CANCELLED); a queued request
+// is claimed and answered CANCELLED here, at once, and the executor that
+// later dequeues it skips it.
+func (s *Server) cancel(d *transport.Delivery, id string, now time.Time) {
+	// 1. who is asking.
+	who, checked, e := s.verifyCancel(d, now)
+	if e != nil {
+		s.metrics.Errors.WithLabelValues(string(e.Code)).Inc()
+		s.log.Warn("cancel refused", "correlation_id", truncateName(id), "code", e.Code, "error", e.Message)
+		return
+	}
+	// 2. the task, by request id or task id.
 	keys := []string{"id:" + id, "task:" + id}
-	if tid := cancelTaskID(payload); tid != "" {
+	if tid := cancelTaskID(d.Payload); tid != "" {
 		keys = append(keys, "task:"+tid)
 	}
 	for _, k := range keys {
 		if v, ok := s.inflight.Load(k); ok {
 			q := v.(*queuedTask)
+			// 3. only its own requester may cancel it.
+			if checked && q.who.key() != who.key() {
+				s.metrics.Errors.WithLabelValues(string(CodeAuthenticationFailed)).Inc()
+				q.log.Warn("cancel from another requester refused", "correlation_id", truncateName(id),
+					"cancel_requester", who.key(), "cancel_verified_by", who.Via)
+				return
+			}
 			q.log.Info("cancel requested", "correlation_id", truncateName(id))
 			now := time.Now()
 			q.cancelAt.CompareAndSwap(nil, &now)

@@ -581,16 +581,14 @@ func TestSigningAndRateLimit(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.SigningSecret = "s3cret"; c.RatePerMinute = 0.001; c.RateBurst = 2 })
 	h.start()
 	payload := func(id string) []byte {
-		return []byte(`{"jsonrpc":"2.0","id":"` + id + `","method":"sam_remote_tool/invoke","params":{"task_id":"t-` + id + `","tool_name":"echo","app_name":"a","user_id":"rl","session_id":"s"}}`)
+		return []byte(`{"jsonrpc":"2.0","id":"` + id + `","method":"sam_remote_tool/invoke","params":{"task_id":"t-` + id + `","tool_name":"echo","app_name":"a","user_id":"u1","session_id":"s"}}`)
 	}
+	// Unsigned and forged: refused and counted, not answered (issue 16 §2).
 	h.sendRaw("echo", "unsigned", payload("unsigned"), nil)
-	if code, _ := errorCode(t, h.reply("unsigned")); code != "AUTHENTICATION_FAILED" {
-		t.Fatalf("unsigned: %s", code)
-	}
 	h.sendSigned("echo", "forged", payload("forged"), "wrong", time.Now(), nil)
-	if code, _ := errorCode(t, h.reply("forged")); code != "AUTHENTICATION_FAILED" {
-		t.Fatalf("forged: %s", code)
-	}
+	waitFor(t, "both refusals counted", func() bool {
+		return metricValue(t, h, `str_worker_errors_total{code="AUTHENTICATION_FAILED"}`) == 2
+	})
 	for i, want := range []bool{true, true, false} {
 		id := fmt.Sprintf("signed%d", i)
 		h.sendSigned("echo", id, payload(id), "s3cret", time.Now(), nil)

@@ -12,38 +12,52 @@ import (
 	"github.com/securetoolruntime/str/worker/transport"
 )
 
-// Request signing, scheme "str-sign-v2" (required whenever
-// STR_SIGNING_SECRET is set; the payload-only scheme of earlier versions is
-// no longer accepted). The exact rules, for agent-side implementations,
-// are in the package documentation (doc.go, "Request signing").
+// Request signing, scheme "str-sign-v2" with the shared secret
+// (STR_SIGNING_SECRET) and "str-sign-v3" with a per-agent key of the keys
+// file (STR_SIGNING_KEYS, auth.go); one of them is required whenever either
+// is configured (the payload-only scheme of earlier versions is no longer
+// accepted). The exact rules, for agent-side implementations, are in the
+// package documentation (doc.go, "Request signing").
 
 // User properties that route or identify a request, covered by the
 // signature besides the payload, the topic and the timestamp.
 const (
 	PropClientID = "clientId"
 	PropUserID   = "userId"
+	// PropKeyID names the key of STR_SIGNING_KEYS a request is signed
+	// with (str-sign-v3); absent, the shared secret (str-sign-v2).
+	PropKeyID = "keyId"
 )
 
-// SigningScheme is the first line of every signed string.
-const SigningScheme = "str-sign-v2"
+// SigningScheme is the first line of a string signed with the shared
+// secret; SigningSchemeKeyed of one signed with a key of the keys file.
+const (
+	SigningScheme      = "str-sign-v2"
+	SigningSchemeKeyed = "str-sign-v3"
+)
 
 // SigningWindow is how far a request's timestamp may be from the worker's
 // clock, either way; a signature seen within it is not accepted again.
 const SigningWindow = 5 * time.Minute
 
 // SigningString is the exact byte string whose HMAC-SHA256 is the
-// signature: eight lines joined by "\n" (no trailing newline): the scheme,
-// the timestamp property, the topic, the replyTo, statusTo, clientId and
-// userId properties ("" when absent), and the lowercase hex SHA-256 of the
-// payload bytes. ok is false when a field contains "\n" (such a request
-// cannot be signed unambiguously and is refused).
+// signature. Without a keyId property (str-sign-v2): eight lines joined by
+// "\n" (no trailing newline): the scheme, the timestamp property, the
+// topic, the replyTo, statusTo, clientId and userId properties ("" when
+// absent), and the lowercase hex SHA-256 of the payload bytes (which holds
+// the request id and params.user_id). With a keyId property
+// (str-sign-v3): nine lines, "str-sign-v3", the keyId, then the same seven.
+// ok is false when a field contains "\n" (such a request cannot be signed
+// unambiguously and is refused).
 func SigningString(topic string, props map[string]string, payload []byte) (s string, ok bool) {
 	sum := sha256.Sum256(payload)
-	fields := []string{
-		SigningScheme, props[PropTimestamp], topic,
-		props[PropReplyTo], props[PropStatusTo], props[PropClientID], props[PropUserID],
-		hex.EncodeToString(sum[:]),
+	fields := []string{SigningScheme}
+	if kid, keyed := props[PropKeyID]; keyed {
+		fields = []string{SigningSchemeKeyed, kid}
 	}
+	fields = append(fields, props[PropTimestamp], topic,
+		props[PropReplyTo], props[PropStatusTo], props[PropClientID], props[PropUserID],
+		hex.EncodeToString(sum[:]))
 	for _, f := range fields {
 		if strings.Contains(f, "\n") {
 			return "", false
@@ -53,7 +67,9 @@ func SigningString(topic string, props map[string]string, payload []byte) (s str
 }
 
 // SignMessage sets the timestamp (now, epoch milliseconds) and signature
-// user properties of an invoke message (for clients such as str invoke).
+// user properties of an invoke or cancel message (for clients such as str
+// invoke). To sign with a key of a keys file, set the keyId property
+// first and pass that key's secret.
 func SignMessage(secret string, m *transport.Message, now time.Time) {
 	if m.UserProperties == nil {
 		m.UserProperties = map[string]string{}
@@ -101,11 +117,18 @@ func (g *replayGuard) first(sig string, now time.Time) bool {
 
 // checkSignature verifies one delivery against the scheme, in order:
 // signature present and hex; timestamp present, an integer, within
-// SigningWindow of now; no newline in a signed field; the HMAC (constant
-// time); not a replay. Every failure is AUTHENTICATION_FAILED.
-func (s *Server) checkSignature(d *transport.Delivery, now time.Time) *Error {
-	fail := func(format string, a ...any) *Error {
-		return errorf(CodeAuthenticationFailed, "request signature ("+SigningScheme+"): "+format, a...)
+// SigningWindow of now; the secret: the keyId property's key of the keys
+// file (str-sign-v3), else the shared secret (str-sign-v2); no newline in
+// a signed field; the HMAC (constant time); not a replay. It returns the
+// key that verified it (nil for the shared secret). Every failure is
+// AUTHENTICATION_FAILED.
+func (s *Server) checkSignature(d *transport.Delivery, now time.Time) (*signingKey, *Error) {
+	scheme := SigningScheme
+	if _, keyed := d.UserProperties[PropKeyID]; keyed {
+		scheme = SigningSchemeKeyed
+	}
+	fail := func(format string, a ...any) (*signingKey, *Error) {
+		return nil, errorf(CodeAuthenticationFailed, "request signature ("+scheme+"): "+format, a...)
 	}
 	props := d.UserProperties
 	// 1. the signature.
@@ -126,18 +149,33 @@ func (s *Server) checkSignature(d *transport.Delivery, now time.Time) *Error {
 		return fail("timestamp %s is more than %s from the worker's clock (a replay, or clocks out of sync)",
 			time.UnixMilli(ts).UTC().Format(time.RFC3339), SigningWindow)
 	}
-	// 3. the HMAC over the signing string.
+	// 3. the secret: the named key, or the shared one.
+	var key *signingKey
+	secret := s.cfg.SigningSecret
+	if scheme == SigningSchemeKeyed {
+		kid := props[PropKeyID]
+		if s.auth.keys == nil {
+			return fail("user property %q is %q, but this worker has no keys file (STR_SIGNING_KEYS)", PropKeyID, truncateName(kid))
+		}
+		if key = s.auth.keys.get().byID[kid]; key == nil {
+			return fail("key %q is not in the keys file %s", truncateName(kid), s.auth.keys.path)
+		}
+		secret = key.Secret
+	} else if secret == "" {
+		return fail("user property %q missing: this worker accepts only requests signed with a key of its keys file", PropKeyID)
+	}
+	// 4. the HMAC over the signing string.
 	str, ok := SigningString(d.Topic, props, d.Payload)
 	if !ok {
 		return fail("a signed field contains a newline")
 	}
-	want, _ := hex.DecodeString(hmacHex(s.cfg.SigningSecret, str))
+	want, _ := hex.DecodeString(hmacHex(secret, str))
 	if !hmac.Equal(got, want) {
 		return fail("does not match the payload, topic and user properties")
 	}
-	// 4. not seen before within the window.
+	// 5. not seen before within the window.
 	if !s.replays.first(strings.ToLower(sig), now) {
 		return fail("replayed: this signature was already accepted")
 	}
-	return nil
+	return key, nil
 }

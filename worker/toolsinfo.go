@@ -82,8 +82,8 @@ func (s *Server) toolsRequest(d *transport.Delivery, received time.Time) {
 	}
 	// 2. the signature, when signing is required.
 	var refused *Error
-	if s.cfg.SigningSecret != "" {
-		refused = s.checkSignature(d, received)
+	if s.signing() {
+		_, refused = s.checkSignature(d, received)
 	}
 	// 3. a free place, else dropped.
 	select {

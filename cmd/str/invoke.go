@@ -124,11 +124,13 @@ func cmdInvoke(args []string) int {
 		namespace  = fs.String("namespace", envOr("SAM_NAMESPACE", "demo/"), "namespace [SAM_NAMESPACE]")
 		user       = fs.String("user", "cli-user", "user_id")
 		session    = fs.String("session", "cli-session", "session_id")
-		app        = fs.String("app", "str-invoke", "app_name (also the agent name in the reply topics)")
+		app        = fs.String("app", "str-invoke", "app_name, also the agent: the clientId property and the agent level of the reply topics (a signed request must use its key's agent)")
 		taskID     = fs.String("task-id", "", "task_id (default: random)")
 		wait       = fs.Duration("wait", 0, "give up waiting for the reply after this long, exit status 3 (default: --timeout + 60s; 6m0s without --timeout, the worker's default 300 s + 60 s)")
 		tokenFile  = fs.String("token-file", os.Getenv(devbroker.TokenFileEnv), "the broker's token file [DEV_BROKER_TOKEN_FILE] (default: the port's, see str broker --help)")
-		secret     = fs.String("signing-secret", os.Getenv("STR_SIGNING_SECRET"), "sign the request (HMAC-SHA256) [STR_SIGNING_SECRET]")
+		secret     = fs.String("signing-secret", os.Getenv("STR_SIGNING_SECRET"), "sign the request and its cancel (HMAC-SHA256) with the worker's shared secret, or with --key-id's secret [STR_SIGNING_SECRET]")
+		keyID      = fs.String("key-id", os.Getenv("STR_SIGNING_KEY_ID"), "sign with this key of the worker's keys file (STR_SIGNING_KEYS; --signing-secret is its secret) [STR_SIGNING_KEY_ID]")
+		authToken  = fs.String("auth-token", os.Getenv("STR_AUTH_TOKEN"), "the user's token (a JWT), sent in the authToken user property [STR_AUTH_TOKEN]")
 		preloaded  repeatFlag
 		refs       repeatFlag
 	)
@@ -234,6 +236,24 @@ func cmdInvoke(args []string) int {
 	}
 	payload, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": worker.MethodInvoke, "params": params})
 
+	// identify adds who is asking to an invoke or a cancel: the agent (the
+	// app, also the agent level of the reply topics) and the user, the
+	// user's token, and the signature (with --key-id, that key's).
+	identify := func(m transport.Message) transport.Message {
+		m.UserProperties[worker.PropClientID] = *app
+		m.UserProperties[worker.PropUserID] = *user
+		if *authToken != "" {
+			m.UserProperties[worker.PropAuthToken] = *authToken
+		}
+		if *secret != "" {
+			if *keyID != "" {
+				m.UserProperties[worker.PropKeyID] = *keyID
+			}
+			worker.SignMessage(*secret, &m, time.Now())
+		}
+		return m
+	}
+
 	// 2. signals: from here on, SIGTERM ends the run at once, and so does
 	// SIGINT until the request is out; after that the first SIGINT
 	// publishes a cancel and the second ends the run.
@@ -281,10 +301,10 @@ func cmdInvoke(args []string) int {
 			}
 			cancelSent = true
 			fmt.Fprintln(os.Stderr, "str invoke: cancelling (Ctrl-C again to quit without waiting for the reply)")
-			go client.Publish(ctx, transport.Message{
+			go client.Publish(ctx, identify(transport.Message{
 				Topic: base + "/sam_remote_tool/cancel/" + id, Payload: []byte(fmt.Sprintf(`{"task_id":%q}`, *taskID)),
 				UserProperties: map[string]string{"timestamp": strconv.FormatInt(time.Now().UnixMilli(), 10)},
-			})
+			}))
 		}
 	}()
 	// stopped reports a signal's exit code once ctx has ended because of
@@ -323,13 +343,10 @@ func cmdInvoke(args []string) int {
 		return exitInvokeFailed
 	}
 	props := map[string]string{
-		worker.PropReplyTo: replyTo, worker.PropStatusTo: statusTo, "clientId": "str-invoke-" + id,
-		"userId": *user, worker.PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10),
+		worker.PropReplyTo: replyTo, worker.PropStatusTo: statusTo,
+		worker.PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10),
 	}
-	msg := transport.Message{Topic: invokeTopic, Payload: payload, UserProperties: props}
-	if *secret != "" {
-		worker.SignMessage(*secret, &msg, time.Now())
-	}
+	msg := identify(transport.Message{Topic: invokeTopic, Payload: payload, UserProperties: props})
 	if err := client.Publish(ctx, msg); err != nil {
 		if code, ok := stopped(); ok {
 			return code

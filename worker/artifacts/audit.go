@@ -1,6 +1,7 @@
 package artifacts
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -34,7 +35,12 @@ func WithMemoryBudget(bytes int64) Option {
 // §13). Open turns it on from ARTIFACT_AUDIT_LOG. A line reads
 //
 //	{"time":"2026-02-09T12:34:56.789Z","op":"save","scope":"ns","user":"u","session":"s",
-//	 "filename":"a.txt","version":0,"size":5,"sha256":"…"}
+//	 "requester":"verified:u","verified_by":"key:orders","filename":"a.txt","version":0,"size":5,"sha256":"…"}
+//
+// where requester is who the worker verified the call to be from
+// ("verified:USER"), or "unverified:USER" when it runs without request
+// signing or user tokens (WithRequester; absent for an eviction, which no
+// requester asked for).
 //
 // with "error" in place of version/size/sha256 for a refused call. When a
 // line cannot be written the operation reports an error (fail closed: an
@@ -62,16 +68,20 @@ func (e *AuditError) Error() string { return fmt.Sprintf("audit log %s: %s: %v",
 func (e *AuditError) Unwrap() error { return e.Err }
 
 type auditLine struct {
-	Time     string `json:"time"`
-	Op       string `json:"op"`
-	Scope    string `json:"scope"`
-	User     string `json:"user"`
-	Session  string `json:"session"`
-	Filename string `json:"filename"`
-	Version  *int   `json:"version,omitempty"`
-	Size     *int   `json:"size,omitempty"`
-	SHA256   string `json:"sha256,omitempty"`
-	Error    string `json:"error,omitempty"`
+	Time    string `json:"time"`
+	Op      string `json:"op"`
+	Scope   string `json:"scope"`
+	User    string `json:"user"`
+	Session string `json:"session"`
+	// Requester and VerifiedBy: who the call is from, as the worker
+	// verified it (WithRequester).
+	Requester  string `json:"requester,omitempty"`
+	VerifiedBy string `json:"verified_by,omitempty"`
+	Filename   string `json:"filename"`
+	Version    *int   `json:"version,omitempty"`
+	Size       *int   `json:"size,omitempty"`
+	SHA256     string `json:"sha256,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // open opens the log file for appending (created 0600 if missing, never
@@ -106,13 +116,26 @@ func (a *auditLog) check() error {
 	return nil
 }
 
+type requesterKey struct{}
+
+type requesterValue struct{ key, via string }
+
+// WithRequester returns ctx carrying who a store call is made for: key
+// is the requester ("verified:USER" or "unverified:USER"), via what
+// verified it ("" when nothing did). The audit log records both.
+func WithRequester(ctx context.Context, key, via string) context.Context {
+	return context.WithValue(ctx, requesterKey{}, requesterValue{key: key, via: via})
+}
+
 // record appends one line. A nil log records nothing. version < 0 means
-// the call failed with err.
-func (a *auditLog) record(op, user, session, filename string, version int, data []byte, opErr error) error {
+// the call failed with err. ctx carries the requester (WithRequester).
+func (a *auditLog) record(ctx context.Context, op, user, session, filename string, version int, data []byte, opErr error) error {
 	if a == nil {
 		return nil
 	}
+	r, _ := ctx.Value(requesterKey{}).(requesterValue)
 	line := auditLine{
+		Requester: r.key, VerifiedBy: r.via,
 		Time:     time.Now().UTC().Format(time.RFC3339Nano),
 		Op:       op,
 		Scope:    a.scope,

@@ -99,10 +99,10 @@ func (s *fsStore) dir(loc location) string {
 func (s *fsStore) Save(ctx context.Context, userID, sessionID, filename string, data []byte, mimeType string) (int, error) {
 	v, name, err := s.save(ctx, userID, sessionID, filename, data, mimeType)
 	if err != nil {
-		s.audit.record("save", userID, sessionID, filename, -1, nil, err)
+		s.audit.record(ctx, "save", userID, sessionID, filename, -1, nil, err)
 		return 0, err
 	}
-	if err := s.audit.record("save", userID, sessionID, name, v, data, nil); err != nil {
+	if err := s.audit.record(ctx, "save", userID, sessionID, name, v, data, nil); err != nil {
 		return 0, fmt.Errorf("artifacts: save %s version %d: %w", name, v, err)
 	}
 	return v, nil
@@ -189,10 +189,10 @@ func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, 
 func (s *fsStore) Load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error) {
 	a, err := s.load(ctx, userID, sessionID, filename, version)
 	if err != nil {
-		s.audit.record("load", userID, sessionID, filename, -1, nil, err)
+		s.audit.record(ctx, "load", userID, sessionID, filename, -1, nil, err)
 		return nil, err
 	}
-	if err := s.audit.record("load", userID, sessionID, a.Filename, a.Version, a.Data, nil); err != nil {
+	if err := s.audit.record(ctx, "load", userID, sessionID, a.Filename, a.Version, a.Data, nil); err != nil {
 		return nil, fmt.Errorf("artifacts: load %s version %d: %w", a.Filename, a.Version, err)
 	}
 	return a, nil

@@ -110,7 +110,7 @@ func (s *memoryStore) Save(ctx context.Context, userID, sessionID, filename stri
 		err = fmt.Errorf("artifacts: memory store: save %s: %d bytes exceed the store's whole budget of %d bytes (ARTIFACT_MEMORY_MAX_BYTES; or use ARTIFACT_SERVICE_TYPE=filesystem)", loc.key(), len(data), s.budget)
 	}
 	if err != nil {
-		s.audit.record("save", userID, sessionID, filename, -1, nil, err)
+		s.audit.record(ctx, "save", userID, sessionID, filename, -1, nil, err)
 		return 0, err
 	}
 	if mimeType == "" {
@@ -133,9 +133,9 @@ func (s *memoryStore) Save(ctx context.Context, userID, sessionID, filename stri
 	evicted := s.evictLocked()
 	s.mu.Unlock()
 	for _, e := range evicted {
-		s.audit.record("evict", e.name.user, e.name.session, e.name.filename, e.version, e.data, nil)
+		s.audit.record(context.Background(), "evict", e.name.user, e.name.session, e.name.filename, e.version, e.data, nil)
 	}
-	if err := s.audit.record("save", userID, sessionID, loc.filename, v, data, nil); err != nil {
+	if err := s.audit.record(ctx, "save", userID, sessionID, loc.filename, v, data, nil); err != nil {
 		return 0, fmt.Errorf("artifacts: memory store: save %s version %d: %w", loc.key(), v, err)
 	}
 	return v, nil
@@ -169,7 +169,7 @@ func (s *memoryStore) evictLocked() []*memoryVersion {
 func (s *memoryStore) Load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error) {
 	loc, err := s.check(ctx, userID, sessionID, filename)
 	if err != nil {
-		s.audit.record("load", userID, sessionID, filename, -1, nil, err)
+		s.audit.record(ctx, "load", userID, sessionID, filename, -1, nil, err)
 		return nil, err
 	}
 	s.mu.Lock()
@@ -203,10 +203,10 @@ func (s *memoryStore) Load(ctx context.Context, userID, sessionID, filename stri
 	}
 	s.mu.Unlock()
 	if missing != nil {
-		s.audit.record("load", userID, sessionID, loc.filename, -1, nil, missing)
+		s.audit.record(ctx, "load", userID, sessionID, loc.filename, -1, nil, missing)
 		return nil, missing
 	}
-	if err := s.audit.record("load", userID, sessionID, loc.filename, mv.version, mv.data, nil); err != nil {
+	if err := s.audit.record(ctx, "load", userID, sessionID, loc.filename, mv.version, mv.data, nil); err != nil {
 		return nil, fmt.Errorf("artifacts: memory store: load %s version %d: %w", loc.key(), mv.version, err)
 	}
 	return &Artifact{Filename: loc.filename, Version: mv.version, MimeType: mv.mimeType, Data: bytes.Clone(mv.data)}, nil
