@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"io"
 	"strings"
 	"testing"
 )
@@ -92,5 +93,45 @@ func TestFairQueueCaps(t *testing.T) {
 	left := q.close()
 	if len(left) != 4 || q.take() != nil {
 		t.Fatalf("close left %d", len(left))
+	}
+}
+
+// TestFairShareConfig: the per-requester caps default to a share below
+// the worker's (auto), explicit values are taken (the running cap at
+// most SANDBOX_MAX_CONCURRENT), and the quota settings parse sizes; bad
+// values are reported by name.
+func TestFairShareConfig(t *testing.T) {
+	base := map[string]string{"SAM_NAMESPACE": "demo/", "DEV_BROKER_HOST": "localhost"}
+	load := func(extra map[string]string) (*Config, error) {
+		env := map[string]string{}
+		for k, v := range base {
+			env[k] = v
+		}
+		for k, v := range extra {
+			env[k] = v
+		}
+		return LoadConfig(nil, envOf(env), io.Discard)
+	}
+	c, err := load(nil)
+	must(t, err)
+	if c.userMaxRunning() != 3 || c.userMaxQueued() != 64 || c.ArtifactQuota.On() {
+		t.Fatalf("defaults: running %d queued %d quota %+v", c.userMaxRunning(), c.userMaxQueued(), c.ArtifactQuota)
+	}
+	c, err = load(map[string]string{"SANDBOX_MAX_CONCURRENT": "1", "SANDBOX_MAX_QUEUED": "2"})
+	must(t, err)
+	if c.userMaxRunning() != 1 || c.userMaxQueued() != 1 {
+		t.Fatalf("small worker: running %d queued %d", c.userMaxRunning(), c.userMaxQueued())
+	}
+	c, err = load(map[string]string{"STR_USER_MAX_RUNNING": "9", "STR_USER_MAX_QUEUED": "0",
+		"ARTIFACT_USER_MAX_BYTES": "1Gi", "ARTIFACT_SESSION_MAX_VERSIONS": "7"})
+	must(t, err)
+	if c.userMaxRunning() != 4 || c.userMaxQueued() != 0 || c.ArtifactQuota.UserBytes != 1<<30 || c.ArtifactQuota.SessionVersions != 7 {
+		t.Fatalf("explicit: running %d queued %d quota %+v", c.userMaxRunning(), c.userMaxQueued(), c.ArtifactQuota)
+	}
+	_, err = load(map[string]string{"STR_USER_MAX_RUNNING": "0", "STR_USER_MAX_QUEUED": "many", "ARTIFACT_USER_MAX_BYTES": "lots"})
+	for _, name := range []string{"STR_USER_MAX_RUNNING", "STR_USER_MAX_QUEUED", "ARTIFACT_USER_MAX_BYTES"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("bad %s not reported: %v", name, err)
+		}
 	}
 }
