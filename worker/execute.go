@@ -249,7 +249,9 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		return s.errorOutcome(t, workDirError(err)), nil
 	}
 	dir := wd.path
+	// Its name says nothing of the task: this line ties them together.
 	t.log = t.log.With("work_dir", filepath.Base(dir))
+	t.log.Info("work dir made", "path", dir)
 	removeDir := func() {
 		if err := wd.remove(); err != nil {
 			t.log.Error("removing the work dir failed", "path", dir, "error", err)
