@@ -813,8 +813,9 @@ func (s *Server) shutdown() {
 	s.mu.Unlock()
 	// The warm pool stops filling and kills its idle sandboxes.
 	s.pool.stop()
-	// 2. queued requests are answered RESOURCE_EXHAUSTED (executors do the
-	// same for any they pick up from now on).
+	// 2. queued requests are answered RESOURCE_EXHAUSTED: the queue hands
+	// them back as it closes, and the executors take nothing more (one
+	// that took a call just before answers it the same way: stopping).
 	for _, q := range s.queue.close() {
 		s.metrics.Queued.Dec()
 		if q.claimed.CompareAndSwap(false, true) {
