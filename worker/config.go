@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
 )
 
@@ -99,6 +100,12 @@ type Config struct {
 	// The broker liveness probe (probe.go).
 	ProbeInterval time.Duration // STR_BROKER_PROBE_INTERVAL_MS (0 = off)
 	ProbeTimeout  time.Duration // STR_BROKER_PROBE_TIMEOUT_MS
+
+	// Fair shares and artifact quotas (sched.go, artifacts/quota.go),
+	// per requester (task.who.key()) and per store user (params.user_id).
+	UserMaxRunning int             // STR_USER_MAX_RUNNING: one requester's running calls (-1 = auto: userMaxRunning)
+	UserMaxQueued  int             // STR_USER_MAX_QUEUED: one requester's waiting calls (-1 = auto: userMaxQueued)
+	ArtifactQuota  artifacts.Quota // ARTIFACT_{USER,SESSION}_MAX_{BYTES,VERSIONS} (0 = no limit)
 
 	// The warm pool (pool.go).
 	WarmDefault int           // STR_WARM_DEFAULT: pool size of a tool whose manifest entry has no warm
@@ -196,6 +203,12 @@ var settings = []setting{
 	{name: "STR_LOG_LEVEL", flag: "log-level", def: "info", help: "debug | info | warn | error"},
 	{name: "STR_BROKER_PROBE_INTERVAL_MS", flag: "broker-probe-interval-ms", def: "10000", help: "how often the worker sends itself a probe message through its own subscription, to detect a session that looks connected but no longer delivers (0 = off)"},
 	{name: "STR_BROKER_PROBE_TIMEOUT_MS", flag: "broker-probe-timeout-ms", def: "30000", help: "a probe not back within this long makes /readyz say broker \"deaf\" and the worker re-establish its broker session"},
+	{name: "STR_USER_MAX_RUNNING", flag: "user-max-running", def: "auto", help: "calls one requester (user, verified or not) may have running at once; auto = SANDBOX_MAX_CONCURRENT - 1 (at least 1), so one requester never takes the whole worker; at most SANDBOX_MAX_CONCURRENT"},
+	{name: "STR_USER_MAX_QUEUED", flag: "user-max-queued", def: "auto", help: "calls one requester may have waiting for a slot; auto = SANDBOX_MAX_QUEUED / 4 (at least 1); beyond it that requester's calls are RESOURCE_EXHAUSTED"},
+	{name: "ARTIFACT_USER_MAX_BYTES", flag: "artifact-user-max-bytes", def: "0", help: "artifact quota of one store user (params.user_id; the verified one with identity verification on): bytes over all their versions, every session and user: scope (e.g. 1Gi; 0 = no quota)"},
+	{name: "ARTIFACT_USER_MAX_VERSIONS", flag: "artifact-user-max-versions", def: "0", help: "artifact quota of one store user: versions stored (0 = no quota)"},
+	{name: "ARTIFACT_SESSION_MAX_BYTES", flag: "artifact-session-max-bytes", def: "0", help: "artifact quota of one session of a user: bytes over all its versions (0 = no quota)"},
+	{name: "ARTIFACT_SESSION_MAX_VERSIONS", flag: "artifact-session-max-versions", def: "0", help: "artifact quota of one session of a user: versions stored (0 = no quota)"},
 	{name: "STR_WARM_DEFAULT", flag: "warm-default", def: "0", help: "pre-started sandboxes per tool when its manifest entry has no warm: N (0..16)"},
 	{name: "STR_WARM_MEMORY", flag: "warm-memory", def: "4Gi", help: "memory budget of the warm pool (e.g. 4Gi): each pooled sandbox counts at its profile's cgroup memory limit, the most it may use; 0 = no pool"},
 	{name: "STR_WARM_MAX_AGE_SECONDS", flag: "warm-max-age", def: "120", help: "a pooled sandbox unused for this long is replaced by a fresh one"},
@@ -393,6 +406,28 @@ func configFromValues(v map[string]string) (*Config, error) {
 			c.PackageHosts = append(c.PackageHosts, h)
 		}
 	}
+	// Fair shares and quotas.
+	auto := func(name string) int {
+		if strings.TrimSpace(v[name]) == "auto" {
+			return -1
+		}
+		return integer(name, 0)
+	}
+	c.UserMaxRunning, c.UserMaxQueued = auto("STR_USER_MAX_RUNNING"), auto("STR_USER_MAX_QUEUED")
+	if c.UserMaxRunning == 0 {
+		bad("STR_USER_MAX_RUNNING", "must be auto or at least 1")
+	}
+	size := func(name string) int64 {
+		q, err := profiles.ParseBytes(strings.TrimSpace(v[name]))
+		if err != nil {
+			bad(name, "not a size (e.g. 512Mi, 1Gi, 0 for none): "+err.Error())
+		}
+		return int64(q)
+	}
+	c.ArtifactQuota = artifacts.Quota{
+		UserBytes: size("ARTIFACT_USER_MAX_BYTES"), UserVersions: integer("ARTIFACT_USER_MAX_VERSIONS", 0),
+		SessionBytes: size("ARTIFACT_SESSION_MAX_BYTES"), SessionVersions: integer("ARTIFACT_SESSION_MAX_VERSIONS", 0),
+	}
 	if q, err := profiles.ParseBytes(strings.TrimSpace(v["STR_WARM_MEMORY"])); err != nil {
 		bad("STR_WARM_MEMORY", "not a size (e.g. 512Mi, 4Gi): "+err.Error())
 	} else {
@@ -458,6 +493,24 @@ func configFromValues(v map[string]string) (*Config, error) {
 		return nil, fmt.Errorf("configuration: %w", errors.Join(problems...))
 	}
 	return c, nil
+}
+
+// userMaxRunning is STR_USER_MAX_RUNNING, auto resolved: one less than
+// SANDBOX_MAX_CONCURRENT (at least 1), and never more than it.
+func (c *Config) userMaxRunning() int {
+	if c.UserMaxRunning < 0 {
+		return max(1, c.MaxConcurrent-1)
+	}
+	return min(c.UserMaxRunning, c.MaxConcurrent)
+}
+
+// userMaxQueued is STR_USER_MAX_QUEUED, auto resolved: a quarter of
+// SANDBOX_MAX_QUEUED (at least 1).
+func (c *Config) userMaxQueued() int {
+	if c.UserMaxQueued < 0 {
+		return max(1, c.MaxQueued/4)
+	}
+	return c.UserMaxQueued
 }
 
 // Base is the topic base: namespace without trailing "/" + "/a2a/v1".

@@ -271,8 +271,10 @@
 //
 // # One execution (spec §7)
 //
-// Work dir {SANDBOX_WORK_DIR}/{task_id}/ (created exclusively; stale ones
-// removed at startup), then the sandbox is created (not started). In root
+// Work dir {SANDBOX_WORK_DIR}/call-{16 random hex}/ (a name the worker
+// generates, never the task id; created exclusively and marked; removed
+// only while still the dir made, stale ones swept at startup only with
+// the marker: workdir.go), then the sandbox is created (not started). In root
 // mode the worker then mounts a tmpfs of the work dir's own on it (source
 // "str-workdir", nosuid, nodev, mode 0700, owned by the sandbox's host
 // ids; size= and nr_inodes= from the profile's work_dir: restrictive and
@@ -323,7 +325,9 @@
 // reply, ack, and only then the sandbox is killed if still there, waited
 // for (cgroup removed) and the work dir removed. At most
 // SANDBOX_MAX_CONCURRENT run at once (a sandbox being torn down still
-// counts); up to SANDBOX_MAX_QUEUED wait.
+// counts); up to SANDBOX_MAX_QUEUED wait. Each requester (task.who) has
+// a share of both, STR_USER_MAX_RUNNING and STR_USER_MAX_QUEUED, and a
+// free slot goes to the requesters with calls waiting in turn (sched.go).
 //
 // # The warm pool
 //
@@ -392,7 +396,9 @@
 // appending. A repaired resource clears its fault without a restart;
 // each change is logged and shown as str_worker_faults{kind,name} (1
 // while set, else 0). The codes blame the worker's side: a full store,
-// audit log filesystem or work dir filesystem is RESOURCE_EXHAUSTED;
+// audit log filesystem or work dir filesystem is RESOURCE_EXHAUSTED, as
+// is a user over an artifact quota (ARTIFACT_*_MAX_*: that user's limit,
+// never a fault);
 // a read-only or unwritable store or audit log ARTIFACT_ERROR (a save
 // whose audit line fails was stored, unaudited, and is reported failed);
 // a sandbox refusing a call's spec (a bind source gone) TOOL_NOT_AVAILABLE

@@ -178,14 +178,12 @@ func (s *Server) runTask(t *task) {
 	}
 }
 
-func (s *Server) workDir(t *task) string { return filepath.Join(s.cfg.WorkDir, t.req.TaskID) }
-
 // errorOutcome is the error reply of t: the log keeps the message as it
 // is, the agent reads it with the worker's host paths replaced
-// (agentpaths.go).
+// (agentpaths.go; the call's generated work dir is one level under the work base).
 func (s *Server) errorOutcome(t *task, e *Error) outcome {
 	t.log.Warn("invocation failed", "code", e.Code, "error", e.Message)
-	shown := &Error{Code: e.Code, Message: s.forAgent(e.Message, s.workDir(t)), Data: e.Data}
+	shown := &Error{Code: e.Code, Message: s.forAgent(e.Message, ""), Data: e.Data}
 	return outcome{payload: EncodeError(t.req.ID, shown), label: string(e.Code), code: e.Code}
 }
 
@@ -256,22 +254,24 @@ func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr 
 // sandbox's own host uid, known only once the sandbox exists; a sandbox
 // created but not started is released on every path (the deferred Kill).
 func (s *Server) executeCold(t *task) (outcome, func()) {
-	dir := s.workDir(t)
+	// 2. the work dir itself, under a name the worker generates (never
+	// the task id: workdir.go), exclusively, still the worker's (the
+	// sandbox's plan binds it, so it must exist before step 3).
+	wd, err := newWorkDir(s.cfg.WorkDir, callDirPrefix)
+	if err != nil {
+		s.noteWorkDirFault(err)
+		return s.errorOutcome(t, workDirError(err)), nil
+	}
+	dir := wd.path
+	// Its name says nothing of the task: this line ties them together.
+	t.log = t.log.With("work_dir", filepath.Base(dir))
+	t.log.Info("work dir made", "path", dir)
 	removeDir := func() {
-		if err := removeWorkDir(dir); err != nil {
+		if err := wd.remove(); err != nil {
 			t.log.Error("removing the work dir failed", "path", dir, "error", err)
 		}
 	}
 	fail := func(e *Error) (outcome, func()) { return s.errorOutcome(t, e), removeDir }
-	// 2. the work dir itself, exclusively, still the worker's (the
-	// sandbox's plan binds it, so it must exist before step 3).
-	if err := makeTaskDir(dir); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fail(errorf(CodeInvalidRequest, "task %q already has a work dir", t.req.TaskID))
-		}
-		s.noteWorkDirFault(err)
-		return fail(workDirError(err))
-	}
 	// 3. the done pipe (the runner's "result complete", descriptor 3 in
 	// the sandbox) and the sandbox, created (plan, cgroup, its host ids)
 	// but not started.
@@ -281,7 +281,6 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	spec := s.sandboxSpec(t.profile, dir, s.callTimeout(t), stderr, t.tool.Network, t.tool)
 	var doneR, doneW *os.File
 	if s.cfg.SandboxMode != ModeNone {
-		var err error
 		if doneR, doneW, err = os.Pipe(); err != nil {
 			return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"done pipe\": %v", err))
 		}
@@ -328,7 +327,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	// 4. the work dir's own capped tmpfs (root mode), then input/,
 	// output/ and the status FIFO, owned by the sandbox's uid.
 	uid, gid := created.Owner()
-	if err := s.capWorkDir(dir, t.profile, uid, gid); err != nil {
+	if err := s.capWorkDir(wd, t.profile, uid, gid); err != nil {
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir cap\": %v", err))
 	}
 	pipePath, err := fillWorkDir(dir, uid, gid)
@@ -535,7 +534,7 @@ func (s *Server) workDirCap(name string) profiles.WorkDir {
 // (the tool's: its sandbox's limit covers what it writes there). The
 // mount goes through an O_PATH descriptor of dir, so no symlink is
 // followed. A no-op when work dirs are not capped (capsWorkDirs).
-func (s *Server) capWorkDir(dir, profile string, uid, gid int) error {
+func (s *Server) capWorkDir(w *workDir, profile string, uid, gid int) error {
 	if !s.capsWorkDirs() {
 		return nil
 	}
@@ -543,7 +542,11 @@ func (s *Server) capWorkDir(dir, profile string, uid, gid int) error {
 	if wd.Size <= 0 || wd.Inodes <= 0 {
 		return fmt.Errorf("profile %s sets no work_dir cap", profile)
 	}
-	return mountWorkDir(dir, wd, uid, gid)
+	if err := mountWorkDir(w.path, wd, uid, gid); err != nil {
+		return err
+	}
+	w.mounted = true
+	return nil
 }
 
 // mountWorkDir mounts a tmpfs capped by wd, mode 0700 and owned by
@@ -572,14 +575,6 @@ func unmountWorkDir(dir string) error {
 	return fmt.Errorf("unmount %s: %w", dir, err)
 }
 
-// removeWorkDir unmounts dir's tmpfs (if any) and removes dir.
-func removeWorkDir(dir string) error {
-	if err := unmountWorkDir(dir); err != nil {
-		return err
-	}
-	return os.RemoveAll(dir)
-}
-
 // unmountStaleWorkDirs detaches every work dir tmpfs a previous run left
 // mounted directly under base (a worker SIGKILLed with sandboxes
 // running): tmpfs mounts whose source is workDirSource, read from
@@ -604,7 +599,9 @@ func unmountStaleWorkDirs(base string) ([]string, error) {
 			continue
 		}
 		mp := unescapeMountinfo(f[4])
-		if filepath.Dir(mp) != base || seen[mp] {
+		// Only on a name the worker generates (workdir.go): an
+		// operator's mount of the same source name elsewhere is kept.
+		if filepath.Dir(mp) != base || !generatedWorkDirName(filepath.Base(mp)) || seen[mp] {
 			continue
 		}
 		seen[mp] = true
@@ -801,16 +798,20 @@ const (
 )
 
 // makeTaskDir creates dir (which must not exist) and its marker file; it
-// stays the worker's until fillWorkDir.
+// stays the worker's until fillWorkDir. Calls use newWorkDir (workdir.go),
+// which names dir.
 func makeTaskDir(dir string) error {
 	// 1. the dir itself, exclusively.
 	if err := mkdirMode(dir, modeTaskDir); err != nil {
 		return err
 	}
-	// 2. the marker that makes it removable as stale after a crash: the
-	// startup sweep deletes only directories carrying it, never whatever
-	// else an operator keeps under SANDBOX_WORK_DIR.
-	if err := writeNewFile(filepath.Join(dir, WorkDirMarker), nil, modeMarker); err != nil {
+	// 2. the marker that makes it removable as stale after a crash (its
+	// content is the dir's name): the startup sweep deletes only
+	// directories of a generated name carrying it (staleWorkDirProblem),
+	// never whatever else an operator keeps under SANDBOX_WORK_DIR. A dir
+	// that cannot be marked is removed again (it is empty and ours).
+	if err := writeNewFile(filepath.Join(dir, WorkDirMarker), []byte(filepath.Base(dir)), modeMarker); err != nil {
+		os.Remove(dir)
 		return fmt.Errorf("mark %s: %w", dir, err)
 	}
 	return nil
@@ -1155,7 +1156,20 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 		}
 		todo = append(todo, pending{name: name, mime: mime, data: data})
 	}
-	// 3. save them, in name order.
+	// 3. the user's and the session's artifact quotas (artifacts.Quota),
+	// for all of them at once: over quota, nothing is saved.
+	if qc, ok := s.store.(artifacts.QuotaChecker); ok && len(todo) > 0 {
+		names, sizes := make([]string, len(todo)), make([]int64, len(todo))
+		for i, p := range todo {
+			names[i], sizes[i] = p.name, int64(len(p.data))
+		}
+		if err := qc.CheckQuota(t.ctx, t.req.UserID, t.req.SessionID, names, sizes); err != nil {
+			t.log.Warn("outputs refused by the artifact quota", "outputs", len(todo), "error", err)
+			s.noteStoreFault(err)
+			return nil, nil, errorf(storeErrorCode(err), "save outputs: %v; nothing was saved", err)
+		}
+	}
+	// 4. save them, in name order.
 	created := []CreatedArtifact{}
 	for _, p := range todo {
 		v, err := s.store.Save(t.ctx, t.req.UserID, t.req.SessionID, p.name, p.data, p.mime)

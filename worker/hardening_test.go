@@ -498,8 +498,9 @@ func tmpfsChild(t *testing.T) {
 	// The child's mount namespace must not propagate anything back.
 	must(t, unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
 	base := t.TempDir()
-	dir := filepath.Join(base, "task-1")
-	must(t, makeTaskDir(dir))
+	wd, err := newWorkDir(base, callDirPrefix)
+	must(t, err)
+	dir := wd.path
 	const owner = 4242
 	must(t, mountWorkDir(dir, profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner))
 	var st unix.Stat_t
@@ -508,7 +509,7 @@ func tmpfsChild(t *testing.T) {
 		t.Fatalf("tmpfs root: uid %d gid %d mode %o", st.Uid, st.Gid, st.Mode&0o7777)
 	}
 	// Bytes: the cap is ENOSPC.
-	err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, 2<<20), 0o600)
+	err = os.WriteFile(filepath.Join(dir, "big"), make([]byte, 2<<20), 0o600)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("writing past the size cap: %v", err)
 	}
@@ -538,9 +539,10 @@ func tmpfsChild(t *testing.T) {
 		t.Fatalf("an operator's tmpfs was swept: %q", done)
 	}
 	unix.Unmount(other, 0)
-	// removeWorkDir unmounts before removing; a dir without a mount is fine.
+	// remove unmounts before removing; a dir without a mount is fine.
 	must(t, mountWorkDir(dir, profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner))
-	must(t, removeWorkDir(dir))
+	wd.mounted = true
+	must(t, wd.remove())
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
 		t.Fatalf("work dir left: %v", err)
 	}

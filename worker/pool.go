@@ -77,8 +77,6 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"github.com/securetoolruntime/str/egress"
@@ -153,8 +151,9 @@ const (
 type warmSandbox struct {
 	key       warmKey
 	set       *warmSet
-	dir       string // its work area, bound read-write at the same path
-	inputFd   int    // input/, held since the worker created it
+	wd        *workDir // its work area (workdir.go): removed by release
+	dir       string   // wd.path, bound read-write at the same path
+	inputFd   int      // input/, held since the worker created it
 	run       *sandboxRun
 	argsW     *os.File // the worker's end of the arguments pipe
 	stderr    *tailBuffer
@@ -175,7 +174,7 @@ func (w *warmSandbox) release(s *Server) {
 		unix.Close(w.inputFd)
 		w.inputFd = -1
 	}
-	if err := removeWorkDir(w.dir); err != nil {
+	if err := w.wd.remove(); err != nil {
 		s.log.Error("removing a warm work area failed", "path", w.dir, "error", err)
 	}
 }
@@ -696,15 +695,12 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 	}()
 	// 1. the work area, with the work dir marker (swept at start-up after
 	// a crash).
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, fmt.Errorf("work area name: %w", err)
-	}
-	dir := filepath.Join(s.cfg.WorkDir, warmDirPrefix+hex.EncodeToString(rnd[:]))
-	if err := makeTaskDir(dir); err != nil {
+	wd, err := newWorkDir(s.cfg.WorkDir, warmDirPrefix)
+	if err != nil {
 		return nil, fmt.Errorf("work area: %w", err)
 	}
-	undo = append(undo, func() { removeWorkDir(dir) })
+	dir := wd.path
+	undo = append(undo, func() { wd.remove() })
 	// 2. the module file's identity, before the runner can read it.
 	source := sourceID(s.cfg.ToolsDir, &tool)
 	// 3. the arguments pipe (the tool's fd 3) and the done pipe (fd 4).
@@ -737,10 +733,10 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 		}
 	})
 	// 5. the work area's own capped tmpfs (root mode, as a call's work
-	// dir; unmounted by removeWorkDir), input/, output/, the status FIFO,
+	// dir; unmounted by wd.remove), input/, output/, the status FIFO,
 	// chowned to the sandbox's uid; input/ held open for the call's inputs.
 	uid, gid := created.Owner()
-	if err := s.capWorkDir(dir, set.key.profile, uid, gid); err != nil {
+	if err := s.capWorkDir(wd, set.key.profile, uid, gid); err != nil {
 		return nil, fmt.Errorf("work area cap: %w", err)
 	}
 	if _, err := fillWorkDir(dir, uid, gid); err != nil {
@@ -760,7 +756,7 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 	if err != nil {
 		return nil, fmt.Errorf("start: %w%s", err, stderrNote(stderr))
 	}
-	return &warmSandbox{key: set.key, set: set, dir: dir, inputFd: inputFd, run: watchSandbox(sb, doneR),
+	return &warmSandbox{key: set.key, set: set, wd: wd, dir: dir, inputFd: inputFd, run: watchSandbox(sb, doneR),
 		argsW: argsW, stderr: stderr, createdAt: createdAt, source: source, memory: set.memory}, nil
 }
 

@@ -230,21 +230,23 @@ func isNoSpace(err error) bool {
 }
 
 // storeErrorCode is the reply's code for an artifact store failure: a
-// full store or audit log filesystem (ENOSPC, EDQUOT) is
-// RESOURCE_EXHAUSTED (the worker cannot take the work now); anything
+// full store or audit log filesystem (ENOSPC, EDQUOT) or the user's
+// artifact quota is RESOURCE_EXHAUSTED (the work cannot be taken now); anything
 // else (read-only, permissions, I/O) ARTIFACT_ERROR. Both blame the
 // worker's side, never the caller.
 func storeErrorCode(err error) Code {
-	if isNoSpace(err) {
+	if isNoSpace(err) || errors.Is(err, artifacts.ErrQuota) {
 		return CodeResourceExhausted
 	}
 	return CodeArtifactError
 }
 
 // noteStoreFault sets the fault a store failure shows, if it is one of
-// the filesystem's (an audit log failure is the audit log's fault).
+// the filesystem's (an audit log failure is the audit log's fault). A
+// quota refusal (artifacts.ErrQuota) is one user's limit, never a fault
+// of the store: /readyz stays green for everyone else.
 func (s *Server) noteStoreFault(err error) {
-	if !isFilesystemFault(err) {
+	if errors.Is(err, artifacts.ErrQuota) || !isFilesystemFault(err) {
 		return
 	}
 	var ae *artifacts.AuditError

@@ -84,8 +84,8 @@ type Server struct {
 	manifest *manifest.Manifest
 	subs     map[string]bool // invoke topics subscribed
 
-	queue    chan *queuedTask
-	inflight sync.Map // request id and task id -> *queuedTask
+	queue    *fairQueue // accepted calls until an executor takes them (sched.go)
+	inflight sync.Map   // request id and task id -> *queuedTask
 	execCtx  context.Context
 	execStop context.CancelCauseFunc
 	execWG   sync.WaitGroup
@@ -162,10 +162,13 @@ func New(opts Options) (*Server, error) {
 	execCtx, execStop := context.WithCancelCause(context.Background())
 	replyCtx, replyStop := context.WithCancelCause(context.Background())
 	s := &Server{
-		cfg: cfg, tr: opts.Transport, sb: opts.Sandboxes, store: opts.Store, inst: opts.Installer,
+		cfg: cfg, tr: opts.Transport, sb: opts.Sandboxes, inst: opts.Installer,
 		log: log, metrics: m, profiles: set, base: cfg.Base(),
+		// Quotas per store user and session (ARTIFACT_*_MAX_*), in front
+		// of whichever store: a refusal is that user's, never a fault.
+		store:   artifacts.WithQuota(opts.Store, cfg.ArtifactQuota),
 		subs:    map[string]bool{},
-		queue:   make(chan *queuedTask, cfg.MaxQueued),
+		queue:   newFairQueue(cfg.MaxConcurrent, cfg.MaxQueued, cfg.userMaxRunning(), cfg.userMaxQueued()),
 		execCtx: execCtx, execStop: execStop,
 		replyCtx: replyCtx, replyStop: replyStop,
 		limiter:  newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
@@ -292,17 +295,19 @@ func (s *Server) Run(ctx context.Context) error {
 	s.broadcastInits(m, m.Names())
 	s.log.Info("worker serving", "namespace", s.cfg.Namespace, "worker_id", s.cfg.WorkerID,
 		"tools", m.Names(), "max_concurrent", s.cfg.MaxConcurrent, "sandbox_mode", s.cfg.SandboxMode)
-	// 5. executors. A queued task is claimed once: by the executor that
-	// dequeues it, or by a cancel that answers it at once (see cancel).
+	// 5. executors, taking calls fairly across requesters (sched.go). A
+	// queued task is claimed once: by the executor that takes it, or by
+	// a cancel that answers it at once (see cancel).
 	for i := 0; i < s.cfg.MaxConcurrent; i++ {
 		s.execWG.Add(1)
 		go func() {
 			defer s.execWG.Done()
-			for q := range s.queue {
+			for q := s.queue.take(); q != nil; q = s.queue.take() {
 				s.metrics.Queued.Dec()
 				if q.claimed.CompareAndSwap(false, true) {
 					s.runTask(q.task)
 				}
+				s.queue.done(q)
 			}
 		}()
 	}
@@ -386,14 +391,12 @@ func (s *Server) probeSandbox(ctx context.Context) error {
 	// 1. a work dir (the sandbox binds one and starts in it), removed
 	// afterwards; its marker lets the next start-up sweep remove it if
 	// the worker dies during the probe.
-	dir, err := os.MkdirTemp(s.cfg.WorkDir, ".probe-")
+	wd, err := newWorkDir(s.cfg.WorkDir, probeDirPrefix)
 	if err != nil {
 		return fmt.Errorf("worker: start-up probe: %w", err)
 	}
-	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, WorkDirMarker), nil, 0o444); err != nil {
-		return fmt.Errorf("worker: start-up probe: %w", err)
-	}
+	dir := wd.path
+	defer wd.remove()
 	// 2. create, hand the dir to the sandbox's uid, start, wait.
 	created, err := s.sb.Create(pctx, SandboxSpec{Profile: s.cfg.DefaultProfile, Argv: []string{"/bin/true"}, Workdir: dir,
 		Timeout: s.sandboxTimeout(s.cfg.DefaultProfile, probeTimeout)})
@@ -403,11 +406,10 @@ func (s *Server) probeSandbox(ctx context.Context) error {
 	uid, gid := created.Owner()
 	// The work dir cap as a call's (root mode): the probe checks the
 	// mount works too; unmounted before the dir is removed.
-	if err := s.capWorkDir(dir, s.cfg.DefaultProfile, uid, gid); err != nil {
+	if err := s.capWorkDir(wd, s.cfg.DefaultProfile, uid, gid); err != nil {
 		created.Kill()
 		return fail(fmt.Errorf("cap the probe's work dir %s: %w", dir, err))
 	}
-	defer unmountWorkDir(dir)
 	if err := os.Lchown(dir, uid, gid); err != nil {
 		created.Kill()
 		return fail(fmt.Errorf("chown the probe's work dir %s to %d:%d: %w", dir, uid, gid, err))
@@ -442,9 +444,9 @@ func (s *Server) prepareDirs() error {
 	}
 	// 2. every task work dir left by a previous run (crash, SIGKILL) is
 	// removed. First the work dir tmpfs mounts it left (their markers lie
-	// under them); then only real directories carrying str's marker
-	// count: anything else under the base (an operator's files, a
-	// symlink) is left alone.
+	// under them); then only real directories of a generated name
+	// carrying str's marker count (staleWorkDirProblem): anything else
+	// under the base (an operator's files, a symlink) is left alone.
 	unmounted, err := unmountStaleWorkDirs(s.cfg.WorkDir)
 	for _, mp := range unmounted {
 		s.log.Info("unmounted a stale work dir tmpfs", "path", mp)
@@ -461,8 +463,8 @@ func (s *Server) prepareDirs() error {
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			continue
 		}
-		if fi, err := os.Lstat(filepath.Join(p, WorkDirMarker)); err != nil || !fi.Mode().IsRegular() {
-			s.log.Warn("left alone under the work dir: not a str work dir", "path", p)
+		if why := staleWorkDirProblem(p); why != "" {
+			s.log.Warn("left alone under the work dir: not a str work dir", "path", p, "reason", why)
 			continue
 		}
 		if err := os.RemoveAll(p); err != nil {
@@ -782,17 +784,19 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 		s.reject(d, sameRequester(live, who, replyTo), id, topicTool, errorf(CodeInvalidRequest, "request id %q is already being executed", truncateName(req.ID)), log)
 		return
 	}
-	// 10. queue, bounded.
-	select {
-	case s.queue <- q:
-		s.metrics.Queued.Inc()
-		log.Debug("request queued")
-	default:
+	// 10. queue, bounded for the worker and for each requester (sched.go).
+	s.metrics.Queued.Inc()
+	if e := s.queue.admit(q); e != nil {
+		s.metrics.Queued.Dec()
 		s.forget(t)
 		t.cancel(nil)
-		s.reject(d, replyTo, id, topicTool, errorf(CodeResourceExhausted,
-			"worker queue is full (%d running, %d waiting)", s.cfg.MaxConcurrent, s.cfg.MaxQueued), log)
+		if e.perRequester {
+			log = log.With("requester", who.key())
+		}
+		s.reject(d, replyTo, id, topicTool, errorf(CodeResourceExhausted, "%s", e.msg), log)
+		return
 	}
+	log.Debug("request queued")
 }
 
 // sameRequester is replyTo when the live task a duplicate collides with
@@ -986,6 +990,9 @@ func (s *Server) cancel(d *transport.Delivery, id string, now time.Time) {
 			q.cancelAt.CompareAndSwap(nil, &now)
 			q.cancel(errCancelRequested)
 			if q.claimed.CompareAndSwap(false, true) {
+				if s.queue.remove(q) {
+					s.metrics.Queued.Dec()
+				}
 				s.runTask(q.task) // answers CANCELLED: its context is done
 			}
 			return
@@ -1019,10 +1026,10 @@ func (s *Server) shutdown() {
 	s.mu.Unlock()
 	// The warm pool stops filling and kills its idle sandboxes.
 	s.pool.stop()
-	// 2. queued requests are answered RESOURCE_EXHAUSTED (executors do the
-	// same for any they pick up from now on).
-	close(s.queue)
-	for q := range s.queue {
+	// 2. queued requests are answered RESOURCE_EXHAUSTED: the queue hands
+	// them back as it closes, and the executors take nothing more (one
+	// that took a call just before answers it the same way: stopping).
+	for _, q := range s.queue.close() {
 		s.metrics.Queued.Dec()
 		if q.claimed.CompareAndSwap(false, true) {
 			s.runTask(q.task)

@@ -504,7 +504,9 @@ func TestCancel(t *testing.T) {
 }
 
 func TestConcurrencyLimitAndQueue(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MaxConcurrent = 2; c.MaxQueued = 30 })
+	// One requester may use both slots here (STR_USER_MAX_RUNNING): the
+	// global cap is under test.
+	h := newHarness(t, func(c *Config) { c.MaxConcurrent = 2; c.MaxQueued = 30; c.UserMaxRunning = 2; c.UserMaxQueued = 30 })
 	h.start()
 	var ids []string
 	for i := 0; i < 20; i++ {
@@ -606,19 +608,32 @@ func TestSigningAndRateLimit(t *testing.T) {
 
 func TestShutdownGraceAndHealth(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.MaxConcurrent = 1; c.ShutdownGrace = 300 * time.Millisecond })
-	// A stale work dir from a "previous crash" is removed at startup.
-	stale := filepath.Join(h.cfg.WorkDir, "stale-task")
+	// A stale work dir from a "previous crash" is removed at startup: a
+	// generated name, its marker naming it.
+	stale := filepath.Join(h.cfg.WorkDir, callDirPrefix+"0123456789abcdef")
 	must(t, os.MkdirAll(filepath.Join(stale, "output"), 0o755))
-	must(t, os.WriteFile(filepath.Join(stale, WorkDirMarker), nil, 0o444))
-	// Anything else under the base is the operator's and is kept.
-	foreign := filepath.Join(h.cfg.WorkDir, "operator-notes")
-	must(t, os.MkdirAll(foreign, 0o755))
+	must(t, os.WriteFile(filepath.Join(stale, WorkDirMarker), []byte(filepath.Base(stale)), 0o444))
+	// Anything else under the base is the operator's and is kept: no
+	// marker, a marker under a name the worker never generates (a task
+	// id's), a generated name whose marker names another dir (a copy).
+	var foreign []string
+	for name, marker := range map[string]string{"operator-notes": "", "task-1": "task-1",
+		callDirPrefix + "fedcba9876543210": callDirPrefix + "0123456789abcdef", warmDirPrefix + "00000000000000ff": ""} {
+		p := filepath.Join(h.cfg.WorkDir, name)
+		must(t, os.MkdirAll(p, 0o755))
+		if marker != "" {
+			must(t, os.WriteFile(filepath.Join(p, WorkDirMarker), []byte(marker), 0o444))
+		}
+		foreign = append(foreign, p)
+	}
 	h.start()
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Fatalf("stale work dir still there: %v", err)
 	}
-	if _, err := os.Stat(foreign); err != nil {
-		t.Fatalf("a directory without the work-dir marker was removed: %v", err)
+	for _, p := range foreign {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a directory that is not a str work dir was removed: %v", err)
+		}
 	}
 	hs := httptest.NewServer(h.srv.Handler())
 	defer hs.Close()

@@ -198,7 +198,9 @@ func benchStartWorker(ctx context.Context, cfg benchSuiteConfig, self, name, exa
 		"SAM_NAMESPACE="+benchWorkerNamespace, "MANIFEST_PATH="+manifest, "TOOLS_PYTHON_DIR="+filepath.Join(examples, "python"),
 		"ARTIFACT_SERVICE_TYPE=memory", "SANDBOX_WORK_DIR="+filepath.Join(state, "work"), "STR_RUNNER_DIR="+filepath.Join(state, "runner"),
 		"STR_SITE_DIR="+filepath.Join(state, "site"), "SANDBOX_PYTHON_BIN="+cfg.python, "HEALTH_PORT="+strconv.Itoa(hport),
-		"STR_LOG_LEVEL=warn", "SANDBOX_MAX_CONCURRENT="+strconv.Itoa(max(cfg.k, cfg.conc)))
+		"STR_LOG_LEVEL=warn", "SANDBOX_MAX_CONCURRENT="+strconv.Itoa(max(cfg.k, cfg.conc)),
+		// One bench user: every slot is its (no fair share to keep).
+		"STR_USER_MAX_RUNNING="+strconv.Itoa(max(cfg.k, cfg.conc)), "STR_USER_MAX_QUEUED=256")
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := w.cmd.Start(); err != nil {

@@ -219,7 +219,8 @@ func TestCancellation(t *testing.T) {
 func TestFiftySimultaneous(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
-	w := startWorker(t, e, 0, map[string]string{"SANDBOX_MAX_CONCURRENT": "4"})
+	// One user here: every slot may be its (STR_USER_MAX_RUNNING).
+	w := startWorker(t, e, 0, map[string]string{"SANDBOX_MAX_CONCURRENT": "4", "STR_USER_MAX_RUNNING": "4"})
 	a := newAgent(t, w.port)
 	var ids []string
 	for i := 0; i < 50; i++ {

@@ -117,6 +117,9 @@ func TestSoak(t *testing.T) {
 	e := newEnv(t)
 	w := startWorker(t, e, 0, map[string]string{
 		"SANDBOX_MAX_CONCURRENT": strconv.Itoa(loadConcurrency), "SANDBOX_MAX_QUEUED": strconv.Itoa(queued),
+		// One user: the worker's own queue limit is under test, not the
+		// per-requester share (TestOneRequesterCannotStarveAnother).
+		"STR_USER_MAX_RUNNING": strconv.Itoa(loadConcurrency), "STR_USER_MAX_QUEUED": strconv.Itoa(queued),
 		"STR_WARM_DEFAULT": "0", "STR_LOG_LEVEL": "info",
 	})
 	agents := newLoadAgents(t, w.port, loadAgents)

@@ -158,7 +158,8 @@ func TestHostile(t *testing.T) {
 		hostPort = strconv.Itoa(listen("tcp", hostAddr+":0").Addr().(*net.TCPAddr).Port)
 	}
 
-	h.w = startWorker(t, h.e, map[string]string{"STR_TEST_SECRET": h.secret, "SANDBOX_MAX_CONCURRENT": "6"})
+	h.w = startWorker(t, h.e, map[string]string{"STR_TEST_SECRET": h.secret, "SANDBOX_MAX_CONCURRENT": "6",
+		"STR_USER_MAX_RUNNING": "6"}) // one user runs the whole battery: all its slots
 	h.a = newAgent(t, h.w.port)
 	h.vars = map[string]string{
 		"broker": strconv.Itoa(h.w.port), "health": strconv.Itoa(h.w.health),

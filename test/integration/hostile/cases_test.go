@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -271,13 +270,27 @@ func uncapped(r reply, res map[string]any) string {
 	return ""
 }
 
+// workDirOf is the work dir the worker logged for request id ("" if
+// none yet): work dirs are named by the worker, not after task ids.
+func (w *workerProc) workDirOf(id string) string {
+	for _, line := range strings.Split(w.log.String(), "\n") {
+		var rec map[string]any
+		if strings.Contains(line, "work dir made") && json.Unmarshal([]byte(line), &rec) == nil && rec["id"] == id {
+			p, _ := rec["path"].(string)
+			return p
+		}
+	}
+	return ""
+}
+
 // otherTaskWorkdir: a task holds its sandbox while another tries its
 // work dir by host path and lists its own work dir's parent.
 func otherTaskWorkdir(t *testing.T, h *harness, _ hcase) {
 	holder := h.a.invoke("h_restrictive", map[string]any{"args": map[string]any{"case": "holder", "hold": 120}, "session_id": "s-holder"})
 	defer func() { h.a.cancel(holder); h.a.reply(t, holder, rpcWait) }()
 	waitFor(t, "the holder's status", rpcWait, func() bool { return len(h.a.status(holder)) > 0 })
-	dir := filepath.Join(h.e.work, "task-"+holder)
+	var dir string // named by the worker, not after the task id
+	waitFor(t, "the holder's work dir logged", rpcWait, func() bool { dir = h.w.workDirOf(holder); return dir != "" })
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("the holder's work dir %s: %v", dir, err)
 	}
