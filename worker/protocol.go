@@ -143,39 +143,41 @@ type ParseLimits struct {
 	MaxPayloadBytes int // 0 = DefaultMaxPayloadBytes
 }
 
-// ParseRequest parses and validates one invoke payload. On failure it
-// returns the request id it could read ("unknown" otherwise) and an
-// INVALID_REQUEST error listing every problem found.
-func ParseRequest(payload []byte, lim ParseLimits) (*Request, string, *Error) {
-	max := lim.MaxPayloadBytes
+// decodeJSONObject checks payload's size against max (0 =
+// DefaultMaxPayloadBytes) before anything is decoded, then decodes it as
+// a JSON object.
+func decodeJSONObject(payload []byte, max int) (map[string]json.RawMessage, *Error) {
 	if max <= 0 {
 		max = DefaultMaxPayloadBytes
 	}
-	// 1. size, before anything is decoded.
 	if len(payload) > max {
-		return nil, UnknownID, errorf(CodeInvalidRequest, "payload of %d bytes exceeds the limit of %d bytes", len(payload), max)
+		return nil, errorf(CodeInvalidRequest, "payload of %d bytes exceeds the limit of %d bytes", len(payload), max)
 	}
-	// 2. JSON object.
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &env); err != nil || env == nil {
 		msg := "payload is not a JSON object"
 		if err != nil {
 			msg += ": " + err.Error()
 		}
-		return nil, UnknownID, errorf(CodeInvalidRequest, "%s", msg)
+		return nil, errorf(CodeInvalidRequest, "%s", msg)
 	}
-	// 3. the id, so that every later error can be correlated.
+	return env, nil
+}
+
+// envelope reads a JSON-RPC 2.0 request's id (UnknownID when it cannot)
+// and params (nil when missing or not an object), collecting every
+// problem of the envelope, the method included.
+func envelope(env map[string]json.RawMessage, method string) (string, map[string]json.RawMessage, []string) {
 	id, idErr := parseID(env["id"])
 	var problems []string
 	if idErr != "" {
 		problems = append(problems, idErr)
 	}
-	// 4. JSON-RPC envelope.
 	if s, ok := jsonString(env["jsonrpc"]); !ok || s != "2.0" {
 		problems = append(problems, `"jsonrpc" must be "2.0"`)
 	}
-	if s, ok := jsonString(env["method"]); !ok || s != MethodInvoke {
-		problems = append(problems, fmt.Sprintf("%q must be %q", "method", MethodInvoke))
+	if s, ok := jsonString(env["method"]); !ok || s != method {
+		problems = append(problems, fmt.Sprintf("%q must be %q", "method", method))
 	}
 	var params map[string]json.RawMessage
 	if raw, ok := env["params"]; !ok || isNull(raw) {
@@ -183,6 +185,20 @@ func ParseRequest(payload []byte, lim ParseLimits) (*Request, string, *Error) {
 	} else if err := json.Unmarshal(raw, &params); err != nil || params == nil {
 		problems = append(problems, `"params" must be an object`)
 	}
+	return id, params, problems
+}
+
+// ParseRequest parses and validates one invoke payload. On failure it
+// returns the request id it could read ("unknown" otherwise) and an
+// INVALID_REQUEST error listing every problem found.
+func ParseRequest(payload []byte, lim ParseLimits) (*Request, string, *Error) {
+	// 1.-4. size, a JSON object, the id (so that every later error can
+	// be correlated), the JSON-RPC envelope.
+	env, e := decodeJSONObject(payload, lim.MaxPayloadBytes)
+	if e != nil {
+		return nil, UnknownID, e
+	}
+	id, params, problems := envelope(env, MethodInvoke)
 	if params == nil {
 		return nil, id, invalid(problems)
 	}
@@ -909,43 +925,17 @@ var ErrNotARequest = errors.New("a notification, not a request")
 // other problem is an INVALID_REQUEST listing every problem, with the id
 // read when it could be.
 func ParseInitRequest(payload []byte, method string, maxBytes int) (*InitRequest, string, error) {
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxPayloadBytes
-	}
 	// 1. size, then a JSON object.
-	if len(payload) > maxBytes {
-		return nil, UnknownID, errorf(CodeInvalidRequest, "payload of %d bytes exceeds the limit of %d bytes", len(payload), maxBytes)
-	}
-	var env map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &env); err != nil || env == nil {
-		msg := "payload is not a JSON object"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		return nil, UnknownID, errorf(CodeInvalidRequest, "%s", msg)
+	env, e := decodeJSONObject(payload, maxBytes)
+	if e != nil {
+		return nil, UnknownID, e
 	}
 	// 2. no id: a notification, not ours to answer.
 	if raw, ok := env["id"]; !ok || isNull(raw) {
 		return nil, "", ErrNotARequest
 	}
-	id, idErr := parseID(env["id"])
-	var problems []string
-	if idErr != "" {
-		problems = append(problems, idErr)
-	}
 	// 3. the envelope.
-	if s, ok := jsonString(env["jsonrpc"]); !ok || s != "2.0" {
-		problems = append(problems, `"jsonrpc" must be "2.0"`)
-	}
-	if s, ok := jsonString(env["method"]); !ok || s != method {
-		problems = append(problems, fmt.Sprintf("%q must be %q", "method", method))
-	}
-	var params map[string]json.RawMessage
-	if raw, ok := env["params"]; !ok || isNull(raw) {
-		problems = append(problems, `"params" is missing`)
-	} else if err := json.Unmarshal(raw, &params); err != nil || params == nil {
-		problems = append(problems, `"params" must be an object`)
-	}
+	id, params, problems := envelope(env, method)
 	if params == nil {
 		return nil, id, invalid(problems)
 	}

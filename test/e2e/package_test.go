@@ -22,13 +22,7 @@ import (
 func TestDeclaredPackageInstalledAtStartup(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
-	copyFile(t, "testdata/package_test_tool.py", filepath.Join(e.tools, "package_test_tool.py"))
-	wheels := filepath.Join(filepath.Dir(e.manifest), "wheels")
-	must(t, os.MkdirAll(wheels, 0o755))
-	buildWheel(t, filepath.Join(wheels, "str_figlet-1.0-py3-none-any.whl"), "testdata/package", map[string]string{
-		"str_figlet-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: str-figlet\nVersion: 1.0\n",
-		"str_figlet-1.0.dist-info/WHEEL":    "Wheel-Version: 1.0\nGenerator: str-e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-	})
+	wheels := figletWheel(t, e)
 	writeManifest(t, e.manifest, `tools:
   render_ascii_art:
     runtime: python
@@ -62,6 +56,22 @@ func TestDeclaredPackageInstalledAtStartup(t *testing.T) {
 		r.Result.ToolResult.From != filepath.Join(site, "strfiglet", "__init__.py") {
 		t.Fatalf("reply %s", raw)
 	}
+}
+
+// figletWheel puts the reference's render_ascii_art example (our own
+// module, package_test_tool) into e's tools dir and the wheel of the
+// package it declares, str-figlet 1.0 (module strfiglet), into the wheels
+// folder next to the manifest, which it returns.
+func figletWheel(t *testing.T, e *env) string {
+	t.Helper()
+	copyFile(t, "testdata/package_test_tool.py", filepath.Join(e.tools, "package_test_tool.py"))
+	wheels := filepath.Join(filepath.Dir(e.manifest), "wheels")
+	must(t, os.MkdirAll(wheels, 0o755))
+	buildWheel(t, filepath.Join(wheels, "str_figlet-1.0-py3-none-any.whl"), "testdata/package", map[string]string{
+		"str_figlet-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: str-figlet\nVersion: 1.0\n",
+		"str_figlet-1.0.dist-info/WHEEL":    "Wheel-Version: 1.0\nGenerator: str-e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	})
+	return wheels
 }
 
 // buildWheel zips the files under src and the extra entries into a

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -21,13 +20,7 @@ func TestReferenceAgentServedByEveryKindOfTool(t *testing.T) {
 	for _, m := range []string{"class_tools.py", "portable_tools.py"} {
 		copyFile(t, filepath.Join("../../examples/tools/python", m), filepath.Join(e.tools, m))
 	}
-	copyFile(t, "testdata/package_test_tool.py", filepath.Join(e.tools, "package_test_tool.py"))
-	wheels := filepath.Join(filepath.Dir(e.manifest), "wheels")
-	must(t, os.MkdirAll(wheels, 0o755))
-	buildWheel(t, filepath.Join(wheels, "str_figlet-1.0-py3-none-any.whl"), "testdata/package", map[string]string{
-		"str_figlet-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: str-figlet\nVersion: 1.0\n",
-		"str_figlet-1.0.dist-info/WHEEL":    "Wheel-Version: 1.0\nGenerator: str-e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-	})
+	figletWheel(t, e)
 	writeManifest(t, e.manifest, `version: 1
 tools:
   greeter: {module: class_tools, class_name: GreeterTool}
