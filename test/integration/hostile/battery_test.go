@@ -133,22 +133,7 @@ func TestHostile(t *testing.T) {
 
 	// Host listeners the sandbox must not reach: TCP on 127.0.0.1 and on
 	// the host's other address, and an abstract unix socket.
-	listen := func(network, addr string) net.Listener {
-		ln, err := net.Listen(network, addr)
-		must(t, err)
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				h.accepts.Add(1)
-				c.Close()
-			}
-		}()
-		return ln
-	}
+	listen := func(network, addr string) net.Listener { return countingListener(t, network, addr, &h.accepts) }
 	lo := listen("tcp", "127.0.0.1:0")
 	abstract := fmt.Sprintf("str-hostile-%d", os.Getpid())
 	listen("unix", "@"+abstract)

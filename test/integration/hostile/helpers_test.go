@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -423,4 +424,25 @@ func (a *agent) statusesWith(s string) []string {
 		}
 	}
 	return out
+}
+
+// countingListener listens on addr until the test ends and counts in n
+// every connection it accepts (and closes): a host listener a sandbox
+// must not reach.
+func countingListener(t *testing.T, network, addr string, n *atomic.Int64) net.Listener {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return ln
 }

@@ -70,19 +70,7 @@ func newInstallRun(t *testing.T, manifest string) *installRun {
 	r.marker = filepath.Join(r.e.root, "payload-ran-on-the-host")
 	r.wheels = filepath.Join(filepath.Dir(r.e.manifest), "wheels")
 	must(t, os.MkdirAll(r.wheels, 0o755))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			r.accepts.Add(1)
-			c.Close()
-		}
-	}()
+	ln := countingListener(t, "tcp", "127.0.0.1:0", &r.accepts)
 	r.listener = ln.Addr().(*net.TCPAddr).Port
 	return r
 }
