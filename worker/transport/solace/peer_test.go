@@ -76,6 +76,36 @@ func listen(t *testing.T, port int) *peer {
 	return &peer{t: t, svc: svc, connected: svc.ConnectAsync()}
 }
 
+// relisten starts a peer on port again, right after the previous one
+// closed: the C library may fail the new listening session while the old
+// one's teardown is still in progress ("condition variable destroyed
+// while waiting for connection in progress", seen in CI), so a failed
+// listener is closed and a new one started, until bound.
+func relisten(t *testing.T, port int) *peer {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		p := listen(t, port)
+		select {
+		case err := <-p.connected:
+			if err == nil {
+				ok := make(chan error, 1)
+				ok <- nil
+				p.connected = ok
+				return p
+			}
+			p.close()
+			if time.Now().After(deadline) {
+				t.Fatalf("peer: no listener on port %d connected within %v: %v", port, bound, err)
+			}
+			t.Logf("peer: listening again on port %d: %v", port, err)
+			time.Sleep(100 * time.Millisecond)
+		case <-time.After(bound):
+			t.Fatalf("peer: no connection from the transport within %v", bound)
+		}
+	}
+}
+
 func (p *peer) waitConnected() {
 	p.t.Helper()
 	select {
@@ -457,7 +487,7 @@ func TestReconnect(t *testing.T) {
 	}
 
 	// 3. a new peer on the same port.
-	p2 := listen(t, port)
+	p2 := relisten(t, port)
 	defer p2.close()
 	p2.waitConnected()
 	deadline = time.Now().Add(bound)
@@ -653,7 +683,7 @@ func TestReestablish(t *testing.T) {
 		t.Fatalf("state right after Reestablish: %v, want disconnected", s)
 	}
 	p.close()
-	p2 := listen(t, port)
+	p2 := relisten(t, port)
 	defer p2.close()
 	p2.waitConnected()
 	waitState(t, tr, transport.Connected)
