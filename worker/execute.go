@@ -1043,8 +1043,9 @@ func writeNewFile(path string, data []byte, mode os.FileMode) error {
 }
 
 // saveOutputs stores the top-level regular files of output/, all or
-// nothing: every output is read and checked first (count, total size,
-// name, scope, mime type), and only when all pass is any saved. The tool
+// nothing: every output is checked first (count, total size, name,
+// scope, mime type), and only when all pass is any saved, each streamed
+// from its file into the store (the worker never holds an output whole). The tool
 // owns the work dir, so output/ is opened without following a symlink
 // and every file through that directory fd, also without following one.
 // Regular files that cannot be stored are returned as skipped, with the
@@ -1081,7 +1082,8 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 	// 2. every output read and checked; nothing saved yet.
 	type pending struct {
 		name, mime string
-		data       []byte
+		size       int64
+		dev, ino   uint64 // the file checked, so that step 4 saves that one
 	}
 	var todo []pending
 	var total int64
@@ -1120,27 +1122,16 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 			log.Warn("output skipped (symlinks are not followed)", "error", err)
 			continue
 		}
-		f := os.NewFile(uintptr(fd), name)
-		st, err := f.Stat()
-		if err != nil || !st.Mode().IsRegular() {
-			f.Close()
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 			log.Warn("output that is not a regular file skipped")
 			continue
 		}
-		if s.cfg.MaxOutputBytes > 0 && total+st.Size() > s.cfg.MaxOutputBytes {
-			f.Close()
-			return nil, nil, errorf(CodeArtifactError, "outputs exceed the limit of %d bytes; nothing was saved", s.cfg.MaxOutputBytes)
-		}
-		limit := st.Size() + 1
-		if s.cfg.MaxOutputBytes > 0 {
-			limit = s.cfg.MaxOutputBytes - total + 1
-		}
-		data, err := io.ReadAll(io.LimitReader(f, limit))
-		f.Close()
-		if err != nil {
-			return nil, nil, errorf(CodeArtifactError, "read output %s: %v; nothing was saved", name, err)
-		}
-		total += int64(len(data))
+		// Only the size is taken now: the data is streamed into the
+		// store in step 4, never read whole into the worker's memory.
+		total += st.Size
 		if s.cfg.MaxOutputBytes > 0 && total > s.cfg.MaxOutputBytes {
 			return nil, nil, errorf(CodeArtifactError, "outputs exceed the limit of %d bytes; nothing was saved", s.cfg.MaxOutputBytes)
 		}
@@ -1154,14 +1145,14 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 		if mime == "" {
 			mime = artifacts.MimeByExtension(name)
 		}
-		todo = append(todo, pending{name: name, mime: mime, data: data})
+		todo = append(todo, pending{name: name, mime: mime, size: st.Size, dev: st.Dev, ino: st.Ino})
 	}
 	// 3. the user's and the session's artifact quotas (artifacts.Quota),
 	// for all of them at once: over quota, nothing is saved.
 	if qc, ok := s.store.(artifacts.QuotaChecker); ok && len(todo) > 0 {
 		names, sizes := make([]string, len(todo)), make([]int64, len(todo))
 		for i, p := range todo {
-			names[i], sizes[i] = p.name, int64(len(p.data))
+			names[i], sizes[i] = p.name, p.size
 		}
 		if err := qc.CheckQuota(t.ctx, t.req.UserID, t.req.SessionID, names, sizes); err != nil {
 			t.log.Warn("outputs refused by the artifact quota", "outputs", len(todo), "error", err)
@@ -1169,10 +1160,12 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 			return nil, nil, errorf(storeErrorCode(err), "save outputs: %v; nothing was saved", err)
 		}
 	}
-	// 4. save them, in name order.
+	// 4. save them, in name order, each streamed from the file checked in
+	// step 2 (reopened without following a symlink; the same inode, and
+	// exactly the size checked: the store reads no byte more).
 	created := []CreatedArtifact{}
 	for _, p := range todo {
-		v, err := s.store.Save(t.ctx, t.req.UserID, t.req.SessionID, p.name, p.data, p.mime)
+		v, err := s.saveOutput(t, outFd, p.name, p.size, p.dev, p.ino, p.mime)
 		if err != nil {
 			saved := "nothing was saved"
 			if len(created) > 0 {
@@ -1191,9 +1184,30 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 			}
 			return nil, nil, errorf(storeErrorCode(err), "save output %s: %v; %d of %d outputs were saved before: %s", p.name, err, len(created), len(todo), saved)
 		}
-		created = append(created, CreatedArtifact{Filename: p.name, Version: v, MimeType: p.mime, SizeBytes: int64(len(p.data))})
+		created = append(created, CreatedArtifact{Filename: p.name, Version: v, MimeType: p.mime, SizeBytes: p.size})
 	}
 	return created, skipped, nil
+}
+
+// saveOutput streams output name (under outFd) into the store. The file
+// must still be the regular file (dev, ino) of size bytes that
+// saveOutputs checked; the store's SaveReader copies it through a fixed
+// buffer and fails if it yields more or fewer bytes.
+func (s *Server) saveOutput(t *task, outFd int, name string, size int64, dev, ino uint64, mime string) (int, error) {
+	fd, err := unix.Openat(outFd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("reopen: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("stat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != dev || st.Ino != ino || st.Size != size {
+		return 0, fmt.Errorf("the file changed after it was checked (%d bytes then, %d now)", size, st.Size)
+	}
+	return s.store.SaveReader(t.ctx, t.req.UserID, t.req.SessionID, name, f, size, mime)
 }
 
 // statusRelay reads the status FIFO and publishes each line, in order.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"unicode"
@@ -26,6 +27,14 @@ type Store interface {
 	// and returns that version. An empty mimeType is taken from the
 	// filename's extension (MimeByExtension).
 	Save(ctx context.Context, userID, sessionID, filename string, data []byte, mimeType string) (version int, err error)
+	// SaveReader is Save for data read from r, which must yield exactly
+	// size bytes: fewer or more (read up to one byte past size) fail with
+	// ErrSizeMismatch and store nothing. The filesystem store copies r
+	// through a fixed buffer into its temporary file, so a save costs the
+	// worker a bounded amount of memory whatever its size; the in-memory
+	// store holds the data itself and refuses sizes beyond its budget
+	// before reading anything.
+	SaveReader(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (version int, err error)
 	// Load returns the given version, or the latest complete one when
 	// version is nil. A missing artifact or version wraps ErrNotFound.
 	Load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error)
@@ -42,6 +51,31 @@ type Checker interface {
 	// filesystem (full, read-only, not writable), and separately because
 	// of its audit log (an *AuditError); nil when it would not.
 	Check() (store, audit error)
+}
+
+// ErrSizeMismatch is wrapped by SaveReader when its reader yields more or
+// fewer bytes than the size given (a file that changed while it was saved).
+var ErrSizeMismatch = errors.New("data size does not match")
+
+// readExactly reads exactly size bytes from r into w, through io.Copy's
+// fixed buffer, and then checks that r has nothing more; the error wraps
+// ErrSizeMismatch when r is shorter or longer.
+func readExactly(w io.Writer, r io.Reader, size int64) error {
+	if size < 0 {
+		return fmt.Errorf("%w: negative size %d", ErrSizeMismatch, size)
+	}
+	n, err := io.Copy(w, io.LimitReader(r, size))
+	if err != nil {
+		return err
+	}
+	if n != size {
+		return fmt.Errorf("%w: %d bytes read, %d expected", ErrSizeMismatch, n, size)
+	}
+	var extra [1]byte
+	if m, _ := io.ReadFull(r, extra[:]); m > 0 {
+		return fmt.Errorf("%w: more than the %d bytes expected", ErrSizeMismatch, size)
+	}
+	return nil
 }
 
 // ErrNotFound is wrapped by Load when the artifact or version does not exist.
