@@ -47,8 +47,12 @@ const (
 	statusQueueBytes = 1 << 20
 	statusTaskBytes  = 16 << 20
 	// stderrTailBytes is how much of the end of a sandbox's standard
-	// error is kept for the error message and the log.
+	// error is kept for the worker's log.
 	stderrTailBytes = 8 << 10
+	// stderrAgentBytes is how much of that tail an error reply carries:
+	// the tool writes it, so the agent gets only the last lines (enough
+	// for a traceback's final exception), marked as the tool's own text.
+	stderrAgentBytes = 300
 )
 
 // Reply size. The dev broker takes one request line of at most
@@ -468,6 +472,9 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 		if tail := x.stderr.String(); tail != "" {
 			t.log.Debug("sandbox stderr", "stderr", tail)
 		}
+	} else if tail := x.stderr.String(); tail != "" {
+		// the reply carries only the last stderrAgentBytes bytes.
+		t.log.Warn("sandbox stderr", "stderr", tail)
 	}
 	return out
 }
@@ -652,14 +659,19 @@ func (s *Server) warnUncappedWorkDirs() {
 		"work_dir", s.cfg.WorkDir)
 }
 
-// stderrNote is the sandbox's stderr tail as a message suffix ("" when
-// there was none).
+// stderrNote is the end of the sandbox's stderr as an error message's
+// suffix ("" when there was none): at most stderrAgentBytes bytes, after
+// a marker line saying that what follows is the tool's output, not the
+// worker's. The message ends there; the log keeps the longer tail.
 func stderrNote(b *tailBuffer) string {
-	tail := b.String()
+	tail, cut := b.tail(stderrAgentBytes)
 	if tail == "" {
 		return ""
 	}
-	return "; stderr: " + tail
+	if cut {
+		return fmt.Sprintf("\n--- tool stderr (last %d bytes) ---\n%s", stderrAgentBytes, tail)
+	}
+	return "\n--- tool stderr ---\n" + tail
 }
 
 // classify turns the sandbox's end and the result file into the reply.
@@ -1656,11 +1668,22 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 // String is the kept tail, trimmed, as valid UTF-8; when earlier output
 // was dropped it starts with "…" (and never inside a UTF-8 sequence).
 func (b *tailBuffer) String() string {
+	s, _ := b.tail(b.max)
+	return s
+}
+
+// tail is String for the last n bytes kept (n <= max), and whether
+// earlier output was dropped.
+func (b *tailBuffer) tail(n int) (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	tail := b.buf
+	if len(tail) > n {
+		tail = tail[len(tail)-n:]
+	}
 	prefix := ""
-	if b.total > int64(len(tail)) {
+	cut := b.total > int64(len(tail))
+	if cut {
 		prefix = "…"
 		for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
 			tail = tail[1:]
@@ -1668,9 +1691,9 @@ func (b *tailBuffer) String() string {
 	}
 	s := strings.TrimSpace(strings.ToValidUTF8(string(tail), "\uFFFD"))
 	if s == "" {
-		return ""
+		return "", cut
 	}
-	return prefix + s
+	return prefix + s, cut
 }
 
 // The runner's signals on its done pipe (runner.py --done-fd).
