@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
@@ -1067,7 +1068,12 @@ func writeNewFile(path string, data []byte, mode os.FileMode) error {
 // is not a regular file is not an output (spec §7.6) and is only logged.
 // A mime type the tool gave that breaks artifacts.CheckMimeType (longer
 // than 255 bytes, not type/subtype) is replaced by the one of the
-// file's extension, and logged. A save that fails after others succeeded
+// file's extension, and logged; so is an active one (HTML, SVG, XML,
+// JavaScript: artifacts.IsActiveMimeType) unless ARTIFACT_ACTIVE_MIME_TYPES
+// is keep, which stores it and marks the entry (active_mime_type). Two
+// outputs whose names are one after NFKC normalisation (the store's form)
+// are not saved as one artifact's two versions: the first in name order
+// is saved, the other skipped with the reason. A save that fails after others succeeded
 // cannot be undone (the store keeps versions): the error lists exactly
 // what was saved.
 func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) ([]CreatedArtifact, []SkippedOutput, *Error) {
@@ -1094,12 +1100,14 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 	// 2. every output read and checked; nothing saved yet.
 	type pending struct {
 		name, mime string
+		active     bool // a tool-chosen active mime type, kept
 		size       int64
 		dev, ino   uint64 // the file checked, so that step 4 saves that one
 	}
 	var todo []pending
 	var total int64
 	var skipped []SkippedOutput
+	kept := map[string]string{} // NFKC name -> the output saved under it
 	isRegular := func(name string) bool {
 		var st unix.Stat_t
 		return unix.Fstatat(outFd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
@@ -1129,6 +1137,16 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 			}
 			continue
 		}
+		stored := norm.NFKC.String(name) // the name the store keeps
+		if first, ok := kept[stored]; ok {
+			if isRegular(name) {
+				reason := fmt.Sprintf("its name is %q after NFKC normalisation (the form the store keeps), as is the name of output %q: only %q was saved",
+					stored, first, first)
+				log.Warn("output skipped: its name merges with another output's", "stored_as", stored, "kept", first)
+				skipped = append(skipped, SkippedOutput{Filename: name, Reason: reason})
+			}
+			continue
+		}
 		fd, err := unix.Openat(outFd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
 			log.Warn("output skipped (symlinks are not followed)", "error", err)
@@ -1154,10 +1172,21 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 				mime = ""
 			}
 		}
+		active := false
+		if mime != "" && artifacts.IsActiveMimeType(mime) {
+			if s.cfg.ActiveMimeTypes == "keep" {
+				active = true
+				log.Warn("output stored with the active mime type the tool chose (ARTIFACT_ACTIVE_MIME_TYPES=keep)", "mime_type", mime)
+			} else {
+				log.Warn("the tool's active mime type is replaced by the extension's (ARTIFACT_ACTIVE_MIME_TYPES=fallback)", "mime_type", mime)
+				mime = ""
+			}
+		}
 		if mime == "" {
 			mime = artifacts.MimeByExtension(name)
 		}
-		todo = append(todo, pending{name: name, mime: mime, size: st.Size, dev: st.Dev, ino: st.Ino})
+		kept[stored] = name
+		todo = append(todo, pending{name: name, mime: mime, active: active, size: st.Size, dev: st.Dev, ino: st.Ino})
 	}
 	// 3. the user's and the session's artifact quotas (artifacts.Quota),
 	// for all of them at once: over quota, nothing is saved.
@@ -1196,7 +1225,7 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 			}
 			return nil, nil, errorf(storeErrorCode(err), "save output %s: %v; %d of %d outputs were saved before: %s", p.name, err, len(created), len(todo), saved)
 		}
-		created = append(created, CreatedArtifact{Filename: p.name, Version: v, MimeType: p.mime, SizeBytes: p.size})
+		created = append(created, CreatedArtifact{Filename: p.name, Version: v, MimeType: p.mime, SizeBytes: p.size, ActiveMimeType: p.active})
 	}
 	return created, skipped, nil
 }

@@ -150,6 +150,11 @@ func (e *FilenameError) Unwrap() error { return ErrUnsafeName }
 //   - without control characters (Unicode category Cc: U+0000–U+001F,
 //     U+007F–U+009F; a tab or a newline in a shared store's file name
 //     breaks listings and log lines),
+//   - without bidirectional overrides and isolates (U+202A–U+202E,
+//     U+2066–U+2069) or zero-width characters (U+200B–U+200D, U+2060,
+//     U+FEFF): they make a name display as another ("invoice‮txt.exe"
+//     shown as "invoiceexe.txt") or two different names look the same,
+//     to the agent, the user and an operator reading the store,
 //   - at most MaxNameBytes bytes.
 //
 // runner.py's _unsafe_filename_reason applies the same rule to
@@ -190,7 +195,24 @@ func filenameProblem(name string) string {
 			if unicode.IsControl(r) {
 				return fmt.Sprintf("contains the control character %U%s", r, after)
 			}
+			if why := invisibleRune(r); why != "" {
+				return fmt.Sprintf("contains %U, %s%s", r, why, after)
+			}
 		}
+	}
+	return ""
+}
+
+// invisibleRune says what r is when it is a character that changes how a
+// name displays without showing itself ("" for any other).
+func invisibleRune(r rune) string {
+	switch {
+	case r >= 0x202A && r <= 0x202E:
+		return "a bidirectional override (it reorders how the name displays)"
+	case r >= 0x2066 && r <= 0x2069:
+		return "a bidirectional isolate (it reorders how the name displays)"
+	case r >= 0x200B && r <= 0x200D, r == 0x2060, r == 0xFEFF:
+		return "a zero-width character (two different names would look the same)"
 	}
 	return ""
 }
@@ -266,6 +288,23 @@ func restrictedName(s string) bool {
 		}
 	}
 	return true
+}
+
+// IsActiveMimeType reports whether m (parameters ignored, any case) is a
+// type a browser or viewer may run code from when it renders the
+// artifact: HTML, XHTML, SVG and any other XML (XML can carry XHTML with
+// script, or an XSLT stylesheet), and JavaScript. The worker decides by
+// ARTIFACT_ACTIVE_MIME_TYPES what to store when a tool chooses one.
+func IsActiveMimeType(m string) bool {
+	main, _, _ := strings.Cut(m, ";")
+	main = strings.ToLower(strings.TrimSpace(main))
+	switch main {
+	case "text/html", "application/xhtml+xml", "image/svg+xml", "text/xml", "application/xml",
+		"application/javascript", "text/javascript", "application/x-javascript",
+		"application/ecmascript", "text/ecmascript":
+		return true
+	}
+	return strings.HasSuffix(main, "+xml")
 }
 
 // MimeByExtension returns the mime type for an output file by its
