@@ -13,7 +13,10 @@
 // an evicted version fails with ErrEvicted, and version numbers are never
 // reused. Open builds either from the ARTIFACT_* settings, with the audit
 // log (ARTIFACT_AUDIT_LOG, default <base>/.audit/audit.jsonl for the
-// filesystem store).
+// filesystem store). SaveReader streams a save of a known size: the
+// filesystem store copies it through a fixed buffer (the worker's memory
+// does not grow with a tool's outputs), hashing it for the audit log on
+// the way; a reader yielding more or fewer bytes fails (ErrSizeMismatch).
 //
 // What it protects against:
 //   - Path traversal through ids and names. Every component (user id,
