@@ -25,7 +25,8 @@
 //     containing "/", "\" or NUL, at most 255 bytes, valid UTF-8.
 //     Filenames follow str's one filename rule (CheckFilename, also used
 //     by the worker for request and output names): the same, plus no
-//     control characters, checked as given and NFKC-normalised. Where the
+//     control characters, bidirectional overrides or zero-width
+//     characters, checked as given and NFKC-normalised. Where the
 //     reference silently reduces a component to its basename (so "../x"
 //     becomes "x"), str rejects it with ErrUnsafeName instead. Filenames
 //     are NFKC-normalised first, as in the reference (golang.org/x/text),
