@@ -10,8 +10,11 @@ import (
 // refusedPrefixes are destinations no policy reaches unless an allowed_cidrs
 // entry names them: "this network", private, CGNAT, loopback, link-local
 // (cloud metadata 169.254.169.254), IETF protocol assignments, benchmarking
-// (also the fake-IP range of other tools), multicast, reserved and broadcast,
-// and their IPv6 counterparts. The list follows microsandbox's and E2B's.
+// (also the fake-IP range of other tools), documentation (TEST-NET-1..3,
+// 2001:db8::/32: never on the internet, so a destination there is a
+// network of the operator's own or a test's), multicast, reserved and
+// broadcast, and their IPv6 counterparts. The list follows microsandbox's
+// and E2B's.
 var refusedPrefixes = mustPrefixes(
 	"0.0.0.0/8",       // "this network"; 0.0.0.0 reaches the host's own listeners
 	"10.0.0.0/8",      // RFC 1918
@@ -20,7 +23,10 @@ var refusedPrefixes = mustPrefixes(
 	"169.254.0.0/16",  // link-local: cloud metadata (169.254.169.254)
 	"172.16.0.0/12",   // RFC 1918
 	"192.0.0.0/24",    // IETF protocol assignments (incl. 192.0.0.192 Oracle metadata)
+	"192.0.2.0/24",    // documentation, TEST-NET-1 (RFC 5737)
 	"192.168.0.0/16",  // RFC 1918
+	"198.51.100.0/24", // documentation, TEST-NET-2 (RFC 5737)
+	"203.0.113.0/24",  // documentation, TEST-NET-3 (RFC 5737)
 	"198.18.0.0/15",   // benchmarking; fake-IP range of other proxies
 	"224.0.0.0/4",     // multicast
 	"240.0.0.0/4",     // reserved, and 255.255.255.255
@@ -32,6 +38,7 @@ var refusedPrefixes = mustPrefixes(
 	"64:ff9b:1::/48",  // local-use NAT64 (RFC 8215)
 	"100::/64",        // discard-only (RFC 6666)
 	"::ffff:0:0:0/96", // SIIT "IPv4-translated" (RFC 2765)
+	"2001:db8::/32",   // documentation (RFC 3849)
 )
 
 // IPv6 prefixes that embed an IPv4 address: the embedded address is checked

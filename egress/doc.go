@@ -39,8 +39,9 @@
 //  9. the worker resolves the name (Policy.DNSServers or the host's
 //     resolver) and keeps only addresses outside the refused ranges (this
 //     network, RFC 1918, CGNAT, loopback, link-local and cloud metadata,
-//     192.0.0/24, 198.18/15, multicast, reserved, ::, ::1, ULA, IPv6
-//     link-local and multicast, and IPv4 embedded in v4-mapped, NAT64 and
+//     192.0.0/24, 198.18/15, the documentation ranges 192.0.2/24,
+//     198.51.100/24, 203.0.113/24 and 2001:db8::/32, multicast, reserved,
+//     ::, ::1, ULA, IPv6 link-local and multicast, and IPv4 embedded in v4-mapped, NAT64 and
 //     6to4 addresses) unless allowed_cidrs names them; none left:
 //     resolved_private.
 //

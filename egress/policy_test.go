@@ -278,8 +278,11 @@ func TestRefusedAddresses(t *testing.T) {
 		// v4-mapped, NAT64 and 6to4 spellings of refused IPv4
 		"::ffff:127.0.0.1", "::ffff:169.254.169.254", "::ffff:10.0.0.1", "::ffff:0.0.0.0", "::ffff:0:a9fe:a9fe",
 		"64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "2002:a9fe:a9fe::1", "2002:7f00:1::",
+		// documentation ranges (RFC 5737, RFC 3849), also v4-mapped and NAT64
+		"192.0.2.1", "192.0.2.255", "198.51.100.7", "203.0.113.10", "2001:db8::1", "2001:db8:ffff::1",
+		"::ffff:203.0.113.10", "64:ff9b::c000:201",
 	}
-	allowed := []string{"1.1.1.1", "8.8.8.8", "203.0.113.10", "100.63.255.255", "100.128.0.0", "172.32.0.1", "192.0.1.1", "198.20.0.1", "223.255.255.255",
+	allowed := []string{"1.1.1.1", "8.8.8.8", "192.0.3.1", "198.51.101.1", "203.0.114.1", "2001:db9::1", "100.63.255.255", "100.128.0.0", "172.32.0.1", "192.0.1.1", "198.20.0.1", "223.255.255.255",
 		"2606:4700::1111", "::ffff:1.1.1.1", "64:ff9b::101:101", "2002:101:101::1"}
 	for _, s := range refused {
 		if !refusedAddr(netip.MustParseAddr(s)) {
@@ -338,11 +341,13 @@ func TestDecide(t *testing.T) {
 		"a.example.com":  {netip.MustParseAddr("1.1.1.1")},
 		"metadata.test":  {netip.MustParseAddr("169.254.169.254")},
 		"localhost.test": {loopback},
+		"doc.test":       {netip.MustParseAddr("203.0.113.10")},
 	}
 	restricted := Policy{Mode: Restricted, AllowedHosts: []string{"svc.test", "rebind.test", "mixed.test", "mapped.test", "*.example.com", "nowhere.test"}, AllowedPorts: []int{443, 8443}}
 	withCIDR := restricted
 	withCIDR.AllowedCIDRs = []string{"127.0.0.1/32"}
 	egress := Policy{Mode: AllowEgress}
+	docCIDR := Policy{Mode: AllowEgress, AllowedCIDRs: []string{"203.0.113.0/24"}} // a documentation range named
 	type row struct {
 		p      Policy
 		in     Intent
@@ -384,7 +389,12 @@ func TestDecide(t *testing.T) {
 		{egress, Intent{IP: netip.MustParseAddr("169.254.169.254"), Port: 80, Via: ViaSOCKS5}, ReasonPrivateAddress, ""},
 		{egress, Intent{Host: "[::ffff:169.254.169.254]", Port: 80, Via: ViaHTTPConnect}, ReasonPrivateAddress, ""},
 		{egress, Intent{Host: "[::1]", Port: 80, Via: ViaHTTPConnect}, ReasonPrivateAddress, ""},
-		{egress, Intent{IP: netip.MustParseAddr("203.0.113.10"), Port: 80, Via: ViaSOCKS5}, "", "[203.0.113.10]"},
+		{egress, Intent{IP: netip.MustParseAddr("203.0.113.10"), Port: 80, Via: ViaSOCKS5}, ReasonPrivateAddress, ""},
+		{egress, Intent{IP: netip.MustParseAddr("2001:db8::1"), Port: 80, Via: ViaSOCKS5}, ReasonPrivateAddress, ""},
+		{egress, Intent{IP: netip.MustParseAddr("8.8.4.4"), Port: 80, Via: ViaSOCKS5}, "", "[8.8.4.4]"},
+		{docCIDR, Intent{IP: netip.MustParseAddr("203.0.113.10"), Port: 80, Via: ViaSOCKS5}, "", "[203.0.113.10]"},
+		{docCIDR, Intent{Host: "doc.test", Port: 80, Via: ViaHTTP}, "", "[203.0.113.10]"},
+		{egress, Intent{Host: "doc.test", Port: 80, Via: ViaHTTP}, ReasonResolvedPrivate, ""},
 		{Policy{Mode: Isolated}, Intent{Host: "svc.test", Port: 443, Via: ViaHTTPConnect}, ReasonIsolated, ""},
 		{Policy{Mode: Isolated}, Intent{Host: "svc.test", Via: ViaDNS}, ReasonIsolated, ""},
 	}

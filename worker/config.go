@@ -112,6 +112,23 @@ type Config struct {
 	WarmMemory  int64         // STR_WARM_MEMORY: bytes; each pooled sandbox counts at its profile's memory limit
 	WarmMaxAge  time.Duration // STR_WARM_MAX_AGE_SECONDS: an idle pooled sandbox older than this is recycled
 
+	// Exposure of what the tools and the worker show (issue 16 §6).
+	// ActiveMimeTypes (ARTIFACT_ACTIVE_MIME_TYPES): what a tool-chosen
+	// active mime type (artifacts.IsActiveMimeType: HTML, SVG, XML,
+	// JavaScript) becomes: "fallback" (default) stores the extension's
+	// type instead, "keep" stores it and reports it in the reply.
+	ActiveMimeTypes string
+	// MetricsAddr (METRICS_ADDR): host:port of a listener of its own for
+	// /metrics; "" serves it on the health server.
+	MetricsAddr string
+	// MetricsToken (METRICS_TOKEN): when set, /metrics answers only a
+	// request with "Authorization: Bearer <token>".
+	MetricsToken string
+	// HealthDetail (HEALTH_DETAIL): "auto" (default) gives /healthz and
+	// /readyz their detail (tool reasons, paths) only on a loopback
+	// HEALTH_ADDR; "full" always; "minimal" never.
+	HealthDetail string
+
 	// toolsDirGiven is TOOLS_PYTHON_DIR as configured, before a relative
 	// path was resolved (for the start-up check's hints).
 	toolsDirGiven string
@@ -209,6 +226,10 @@ var settings = []setting{
 	{name: "ARTIFACT_USER_MAX_VERSIONS", flag: "artifact-user-max-versions", def: "0", help: "artifact quota of one store user: versions stored (0 = no quota)"},
 	{name: "ARTIFACT_SESSION_MAX_BYTES", flag: "artifact-session-max-bytes", def: "0", help: "artifact quota of one session of a user: bytes over all its versions (0 = no quota)"},
 	{name: "ARTIFACT_SESSION_MAX_VERSIONS", flag: "artifact-session-max-versions", def: "0", help: "artifact quota of one session of a user: versions stored (0 = no quota)"},
+	{name: "ARTIFACT_ACTIVE_MIME_TYPES", flag: "artifact-active-mime-types", def: "fallback", help: "a mime type a tool chose that a viewer may run code from (HTML, XHTML, SVG, XML, JavaScript): fallback stores the file extension's type instead (application/octet-stream when it has none); keep stores it and lists it in the reply's notes"},
+	{name: "METRICS_ADDR", flag: "metrics-addr", help: "host:port of a separate listener for /metrics (default: /metrics is served on HEALTH_ADDR:HEALTH_PORT)"},
+	{name: "METRICS_TOKEN", flag: "metrics-token", help: "when set, /metrics requires \"Authorization: Bearer <token>\"", secret: true},
+	{name: "HEALTH_DETAIL", flag: "health-detail", def: "auto", help: "auto | full | minimal: whether /healthz and /readyz name tools, reasons and paths; auto = only when HEALTH_ADDR is a loopback address"},
 	{name: "STR_WARM_DEFAULT", flag: "warm-default", def: "0", help: "pre-started sandboxes per tool when its manifest entry has no warm: N (0..16)"},
 	{name: "STR_WARM_MEMORY", flag: "warm-memory", def: "4Gi", help: "memory budget of the warm pool (e.g. 4Gi): each pooled sandbox counts at its profile's cgroup memory limit, the most it may use; 0 = no pool"},
 	{name: "STR_WARM_MAX_AGE_SECONDS", flag: "warm-max-age", def: "120", help: "a pooled sandbox unused for this long is replaced by a fresh one"},
@@ -395,6 +416,8 @@ func configFromValues(v map[string]string) (*Config, error) {
 		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
 		ProbeInterval: ms("STR_BROKER_PROBE_INTERVAL_MS"), ProbeTimeout: ms("STR_BROKER_PROBE_TIMEOUT_MS"),
 		WarmDefault: integer("STR_WARM_DEFAULT", 0), WarmMaxAge: secs("STR_WARM_MAX_AGE_SECONDS", 1),
+		ActiveMimeTypes: v["ARTIFACT_ACTIVE_MIME_TYPES"], MetricsAddr: v["METRICS_ADDR"], MetricsToken: v["METRICS_TOKEN"],
+		HealthDetail: v["HEALTH_DETAIL"],
 	}
 	if b, err := strconv.ParseBool(strings.TrimSpace(v["STR_PACKAGE_ALLOW_BUILDS"])); err != nil {
 		bad("STR_PACKAGE_ALLOW_BUILDS", "must be true or false")
@@ -451,6 +474,21 @@ func configFromValues(v map[string]string) (*Config, error) {
 	}
 	if h := c.HealthAddr; h == "" || strings.ContainsAny(h, "/[] \t") || (strings.Contains(h, ":") && net.ParseIP(h) == nil) {
 		bad("HEALTH_ADDR", "must be an IP address or a host name, without a port (the port is HEALTH_PORT)")
+	}
+	switch c.ActiveMimeTypes {
+	case "fallback", "keep":
+	default:
+		bad("ARTIFACT_ACTIVE_MIME_TYPES", "must be fallback or keep")
+	}
+	if c.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil || port == "" {
+			bad("METRICS_ADDR", "must be host:port (e.g. 127.0.0.1:9090)")
+		}
+	}
+	switch c.HealthDetail {
+	case "auto", "full", "minimal":
+	default:
+		bad("HEALTH_DETAIL", "must be auto, full or minimal")
 	}
 	switch c.SandboxMode {
 	case ModeSandbox, ModeNone:

@@ -296,7 +296,8 @@
 // the dir, output/ and FIFO chowned to that sandbox's own host uid; every
 // mode is set explicitly, whatever the umask. A sandbox created but not
 // started is killed on every error path. The sandbox's stderr is kept
-// (last 8 KiB) for SANDBOX_FAILED messages and the log. Inputs are written O_EXCL|O_NOFOLLOW
+// (last 8 KiB) for the log; a SANDBOX_FAILED message ends with only its
+// last 300 bytes, after a "--- tool stderr ---" marker line. Inputs are written O_EXCL|O_NOFOLLOW
 // to input/<filename>; two parameters naming one file (an artifact passed
 // in a list and alone) share it when their bytes are the same, and are
 // INVALID_REQUEST when not (the reference's last write would give one the

@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
@@ -47,8 +48,12 @@ const (
 	statusQueueBytes = 1 << 20
 	statusTaskBytes  = 16 << 20
 	// stderrTailBytes is how much of the end of a sandbox's standard
-	// error is kept for the error message and the log.
+	// error is kept for the worker's log.
 	stderrTailBytes = 8 << 10
+	// stderrAgentBytes is how much of that tail an error reply carries:
+	// the tool writes it, so the agent gets only the last lines (enough
+	// for a traceback's final exception), marked as the tool's own text.
+	stderrAgentBytes = 300
 )
 
 // Reply size. The dev broker takes one request line of at most
@@ -468,6 +473,9 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 		if tail := x.stderr.String(); tail != "" {
 			t.log.Debug("sandbox stderr", "stderr", tail)
 		}
+	} else if tail := x.stderr.String(); tail != "" {
+		// the reply carries only the last stderrAgentBytes bytes.
+		t.log.Warn("sandbox stderr", "stderr", tail)
 	}
 	return out
 }
@@ -652,14 +660,19 @@ func (s *Server) warnUncappedWorkDirs() {
 		"work_dir", s.cfg.WorkDir)
 }
 
-// stderrNote is the sandbox's stderr tail as a message suffix ("" when
-// there was none).
+// stderrNote is the end of the sandbox's stderr as an error message's
+// suffix ("" when there was none): at most stderrAgentBytes bytes, after
+// a marker line saying that what follows is the tool's output, not the
+// worker's. The message ends there; the log keeps the longer tail.
 func stderrNote(b *tailBuffer) string {
-	tail := b.String()
+	tail, cut := b.tail(stderrAgentBytes)
 	if tail == "" {
 		return ""
 	}
-	return "; stderr: " + tail
+	if cut {
+		return fmt.Sprintf("\n--- tool stderr (last %d bytes) ---\n%s", stderrAgentBytes, tail)
+	}
+	return "\n--- tool stderr ---\n" + tail
 }
 
 // classify turns the sandbox's end and the result file into the reply.
@@ -1043,8 +1056,9 @@ func writeNewFile(path string, data []byte, mode os.FileMode) error {
 }
 
 // saveOutputs stores the top-level regular files of output/, all or
-// nothing: every output is read and checked first (count, total size,
-// name, scope, mime type), and only when all pass is any saved. The tool
+// nothing: every output is checked first (count, total size, name,
+// scope, mime type), and only when all pass is any saved, each streamed
+// from its file into the store (the worker never holds an output whole). The tool
 // owns the work dir, so output/ is opened without following a symlink
 // and every file through that directory fd, also without following one.
 // Regular files that cannot be stored are returned as skipped, with the
@@ -1054,7 +1068,12 @@ func writeNewFile(path string, data []byte, mode os.FileMode) error {
 // is not a regular file is not an output (spec §7.6) and is only logged.
 // A mime type the tool gave that breaks artifacts.CheckMimeType (longer
 // than 255 bytes, not type/subtype) is replaced by the one of the
-// file's extension, and logged. A save that fails after others succeeded
+// file's extension, and logged; so is an active one (HTML, SVG, XML,
+// JavaScript: artifacts.IsActiveMimeType) unless ARTIFACT_ACTIVE_MIME_TYPES
+// is keep, which stores it and marks the entry (active_mime_type). Two
+// outputs whose names are one after NFKC normalisation (the store's form)
+// are not saved as one artifact's two versions: the first in name order
+// is saved, the other skipped with the reason. A save that fails after others succeeded
 // cannot be undone (the store keeps versions): the error lists exactly
 // what was saved.
 func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) ([]CreatedArtifact, []SkippedOutput, *Error) {
@@ -1081,11 +1100,14 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 	// 2. every output read and checked; nothing saved yet.
 	type pending struct {
 		name, mime string
-		data       []byte
+		active     bool // a tool-chosen active mime type, kept
+		size       int64
+		dev, ino   uint64 // the file checked, so that step 4 saves that one
 	}
 	var todo []pending
 	var total int64
 	var skipped []SkippedOutput
+	kept := map[string]string{} // NFKC name -> the output saved under it
 	isRegular := func(name string) bool {
 		var st unix.Stat_t
 		return unix.Fstatat(outFd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
@@ -1115,32 +1137,31 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 			}
 			continue
 		}
+		stored := norm.NFKC.String(name) // the name the store keeps
+		if first, ok := kept[stored]; ok {
+			if isRegular(name) {
+				reason := fmt.Sprintf("its name is %q after NFKC normalisation (the form the store keeps), as is the name of output %q: only %q was saved",
+					stored, first, first)
+				log.Warn("output skipped: its name merges with another output's", "stored_as", stored, "kept", first)
+				skipped = append(skipped, SkippedOutput{Filename: name, Reason: reason})
+			}
+			continue
+		}
 		fd, err := unix.Openat(outFd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
 			log.Warn("output skipped (symlinks are not followed)", "error", err)
 			continue
 		}
-		f := os.NewFile(uintptr(fd), name)
-		st, err := f.Stat()
-		if err != nil || !st.Mode().IsRegular() {
-			f.Close()
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 			log.Warn("output that is not a regular file skipped")
 			continue
 		}
-		if s.cfg.MaxOutputBytes > 0 && total+st.Size() > s.cfg.MaxOutputBytes {
-			f.Close()
-			return nil, nil, errorf(CodeArtifactError, "outputs exceed the limit of %d bytes; nothing was saved", s.cfg.MaxOutputBytes)
-		}
-		limit := st.Size() + 1
-		if s.cfg.MaxOutputBytes > 0 {
-			limit = s.cfg.MaxOutputBytes - total + 1
-		}
-		data, err := io.ReadAll(io.LimitReader(f, limit))
-		f.Close()
-		if err != nil {
-			return nil, nil, errorf(CodeArtifactError, "read output %s: %v; nothing was saved", name, err)
-		}
-		total += int64(len(data))
+		// Only the size is taken now: the data is streamed into the
+		// store in step 4, never read whole into the worker's memory.
+		total += st.Size
 		if s.cfg.MaxOutputBytes > 0 && total > s.cfg.MaxOutputBytes {
 			return nil, nil, errorf(CodeArtifactError, "outputs exceed the limit of %d bytes; nothing was saved", s.cfg.MaxOutputBytes)
 		}
@@ -1151,17 +1172,28 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 				mime = ""
 			}
 		}
+		active := false
+		if mime != "" && artifacts.IsActiveMimeType(mime) {
+			if s.cfg.ActiveMimeTypes == "keep" {
+				active = true
+				log.Warn("output stored with the active mime type the tool chose (ARTIFACT_ACTIVE_MIME_TYPES=keep)", "mime_type", mime)
+			} else {
+				log.Warn("the tool's active mime type is replaced by the extension's (ARTIFACT_ACTIVE_MIME_TYPES=fallback)", "mime_type", mime)
+				mime = ""
+			}
+		}
 		if mime == "" {
 			mime = artifacts.MimeByExtension(name)
 		}
-		todo = append(todo, pending{name: name, mime: mime, data: data})
+		kept[stored] = name
+		todo = append(todo, pending{name: name, mime: mime, active: active, size: st.Size, dev: st.Dev, ino: st.Ino})
 	}
 	// 3. the user's and the session's artifact quotas (artifacts.Quota),
 	// for all of them at once: over quota, nothing is saved.
 	if qc, ok := s.store.(artifacts.QuotaChecker); ok && len(todo) > 0 {
 		names, sizes := make([]string, len(todo)), make([]int64, len(todo))
 		for i, p := range todo {
-			names[i], sizes[i] = p.name, int64(len(p.data))
+			names[i], sizes[i] = p.name, p.size
 		}
 		if err := qc.CheckQuota(t.ctx, t.req.UserID, t.req.SessionID, names, sizes); err != nil {
 			t.log.Warn("outputs refused by the artifact quota", "outputs", len(todo), "error", err)
@@ -1169,10 +1201,12 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 			return nil, nil, errorf(storeErrorCode(err), "save outputs: %v; nothing was saved", err)
 		}
 	}
-	// 4. save them, in name order.
+	// 4. save them, in name order, each streamed from the file checked in
+	// step 2 (reopened without following a symlink; the same inode, and
+	// exactly the size checked: the store reads no byte more).
 	created := []CreatedArtifact{}
 	for _, p := range todo {
-		v, err := s.store.Save(t.ctx, t.req.UserID, t.req.SessionID, p.name, p.data, p.mime)
+		v, err := s.saveOutput(t, outFd, p.name, p.size, p.dev, p.ino, p.mime)
 		if err != nil {
 			saved := "nothing was saved"
 			if len(created) > 0 {
@@ -1191,9 +1225,30 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 			}
 			return nil, nil, errorf(storeErrorCode(err), "save output %s: %v; %d of %d outputs were saved before: %s", p.name, err, len(created), len(todo), saved)
 		}
-		created = append(created, CreatedArtifact{Filename: p.name, Version: v, MimeType: p.mime, SizeBytes: int64(len(p.data))})
+		created = append(created, CreatedArtifact{Filename: p.name, Version: v, MimeType: p.mime, SizeBytes: p.size, ActiveMimeType: p.active})
 	}
 	return created, skipped, nil
+}
+
+// saveOutput streams output name (under outFd) into the store. The file
+// must still be the regular file (dev, ino) of size bytes that
+// saveOutputs checked; the store's SaveReader copies it through a fixed
+// buffer and fails if it yields more or fewer bytes.
+func (s *Server) saveOutput(t *task, outFd int, name string, size int64, dev, ino uint64, mime string) (int, error) {
+	fd, err := unix.Openat(outFd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("reopen: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("stat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != dev || st.Ino != ino || st.Size != size {
+		return 0, fmt.Errorf("the file changed after it was checked (%d bytes then, %d now)", size, st.Size)
+	}
+	return s.store.SaveReader(t.ctx, t.req.UserID, t.req.SessionID, name, f, size, mime)
 }
 
 // statusRelay reads the status FIFO and publishes each line, in order.
@@ -1642,11 +1697,22 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 // String is the kept tail, trimmed, as valid UTF-8; when earlier output
 // was dropped it starts with "…" (and never inside a UTF-8 sequence).
 func (b *tailBuffer) String() string {
+	s, _ := b.tail(b.max)
+	return s
+}
+
+// tail is String for the last n bytes kept (n <= max), and whether
+// earlier output was dropped.
+func (b *tailBuffer) tail(n int) (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	tail := b.buf
+	if len(tail) > n {
+		tail = tail[len(tail)-n:]
+	}
 	prefix := ""
-	if b.total > int64(len(tail)) {
+	cut := b.total > int64(len(tail))
+	if cut {
 		prefix = "…"
 		for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
 			tail = tail[1:]
@@ -1654,9 +1720,9 @@ func (b *tailBuffer) String() string {
 	}
 	s := strings.TrimSpace(strings.ToValidUTF8(string(tail), "\uFFFD"))
 	if s == "" {
-		return ""
+		return "", cut
 	}
-	return prefix + s
+	return prefix + s, cut
 }
 
 // The runner's signals on its done pipe (runner.py --done-fd).

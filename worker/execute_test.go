@@ -327,8 +327,10 @@ func umaskChild(t *testing.T) {
 
 // ---- item 3: the sandbox's stderr
 
-// TestStderrTailInErrorAndLog: a crash before result.json reports the last
-// 8 KiB of stderr in the reply and in the log, not just the exit code.
+// TestStderrTailInErrorAndLog: a crash before result.json reports the end
+// of stderr in the reply and in the log, not just the exit code. The
+// reply carries at most stderrAgentBytes of it (the tool controls that
+// text), after a marker saying it is the tool's; the log keeps 8 KiB.
 func TestStderrTailInErrorAndLog(t *testing.T) {
 	var logs logBuffer
 	h := newExecHarness(t, nil, func(o *Options) { o.Logger = logs.logger() })
@@ -337,14 +339,16 @@ func TestStderrTailInErrorAndLog(t *testing.T) {
 	if code != "SANDBOX_FAILED" || !strings.Contains(msg, "exit code 3") {
 		t.Fatalf("%s %.200s", code, msg)
 	}
-	if !strings.Contains(msg, "Traceback: the very last words") || strings.Contains(msg, "FIRST-LINE-OF-STDERR") {
-		t.Fatalf("the message does not end with the stderr tail: …%s", msg[max(0, len(msg)-200):])
+	marker := fmt.Sprintf("\n--- tool stderr (last %d bytes) ---\n", stderrAgentBytes)
+	before, tail, ok := strings.Cut(msg, marker)
+	if !ok || !strings.HasSuffix(tail, "Traceback: the very last words") || strings.Contains(msg, "FIRST-LINE-OF-STDERR") {
+		t.Fatalf("the message does not end with the marked stderr tail: …%q", msg[max(0, len(msg)-400):])
 	}
-	if len(msg) > stderrTailBytes+512 {
-		t.Fatalf("message of %d bytes: the stderr tail is not bounded to %d", len(msg), stderrTailBytes)
+	if len(tail) > stderrAgentBytes+len("…") || strings.Contains(before, "xxxx") {
+		t.Fatalf("stderr in the reply: %d bytes after the marker, %d before it; want at most %d", len(tail), len(before), stderrAgentBytes)
 	}
-	if !strings.Contains(logs.String(), "Traceback: the very last words") {
-		t.Fatal("the stderr tail is not in the log")
+	if l := logs.String(); !strings.Contains(l, "Traceback: the very last words") || !strings.Contains(l, strings.Repeat("x", 4000)) {
+		t.Fatal("the log does not keep the longer stderr tail")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -357,6 +358,13 @@ func (f failingStore) Save(ctx context.Context, u, s, name string, data []byte, 
 		return 0, errors.New("disk on fire")
 	}
 	return f.Store.Save(ctx, u, s, name, data, mime)
+}
+
+func (f failingStore) SaveReader(ctx context.Context, u, s, name string, r io.Reader, size int64, mime string) (int, error) {
+	if name == f.fail {
+		return 0, errors.New("disk on fire")
+	}
+	return f.Store.SaveReader(ctx, u, s, name, r, size, mime)
 }
 
 // A save that fails after others succeeded says exactly what was saved.

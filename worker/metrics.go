@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"crypto/subtle"
 	"encoding/json"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/securetoolruntime/str/internal/prom"
@@ -181,19 +184,31 @@ type healthBody struct {
 // worker has stopped), /readyz (200 only while connected to the broker,
 // taking work and without a fault, else 503; the body names the faults,
 // the degradations and the tools that cannot work, checked when asked)
-// and /metrics. A tool that cannot work does not make the worker unready:
-// its other tools still serve; nor does a degradation (a broken manifest
-// file: the last good one serves). A fault does: a resource every call
-// of some kind needs (the work dir, the artifact store or its audit log)
-// is unusable.
+// and, unless METRICS_ADDR gives it a listener of its own, /metrics. A
+// tool that cannot work does not make the worker unready: its other tools
+// still serve; nor does a degradation (a broken manifest file: the last
+// good one serves). A fault does: a resource every call of some kind
+// needs (the work dir, the artifact store or its audit log) is unusable.
+//
+// What the health endpoints tell whoever reaches them (HEALTH_DETAIL):
+// with detail off, /readyz names the faults, degradations and tools but
+// not the errors (which carry host paths and a tool's import errors).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	cfg := s.cfg
+	if cfg == nil { // a bare Server (tests): the defaults
+		cfg = &Config{}
+	}
+	detail := healthDetail(cfg)
 	write := func(w http.ResponseWriter, ok bool, body healthBody) {
 		w.Header().Set("Content-Type", "application/json")
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		body.OK, body.Broker = ok, s.brokerState()
+		if !detail {
+			body.Faults, body.Degraded, body.UnavailableTools = hideReasons(body.Faults), hideReasons(body.Degraded), hideReasons(body.UnavailableTools)
+		}
 		json.NewEncoder(w).Encode(body)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -213,6 +228,63 @@ func (s *Server) Handler() http.Handler {
 		faults, degraded := s.ready.snapshot()
 		write(w, s.Ready() && len(faults) == 0, healthBody{Faults: faults, Degraded: degraded, UnavailableTools: bad})
 	})
-	mux.Handle("/metrics", s.metrics.Registry)
+	if cfg.MetricsAddr == "" {
+		mux.Handle("/metrics", metricsHandler(s.metrics, cfg.MetricsToken))
+	}
 	return mux
+}
+
+// hiddenReason replaces an error on /healthz and /readyz when
+// HEALTH_DETAIL keeps them minimal.
+const hiddenReason = "see the worker's log (HEALTH_DETAIL)"
+
+func hideReasons(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k := range m {
+		out[k] = hiddenReason
+	}
+	return out
+}
+
+// healthDetail says whether the health endpoints carry errors
+// (HEALTH_DETAIL): full yes, minimal no, auto only when the health
+// server listens on a loopback address (only this host reaches it).
+func healthDetail(cfg *Config) bool {
+	switch cfg.HealthDetail {
+	case "full":
+		return true
+	case "minimal":
+		return false
+	}
+	if cfg.HealthAddr == "localhost" || cfg.HealthAddr == "" { // "": a Config not from LoadConfig, default 127.0.0.1
+		return true
+	}
+	ip := net.ParseIP(cfg.HealthAddr)
+	return ip != nil && ip.IsLoopback()
+}
+
+// MetricsHandler serves /metrics: on the health server, or on
+// METRICS_ADDR's listener of its own. With METRICS_TOKEN set a request
+// must carry "Authorization: Bearer <token>" (compared in constant
+// time); any other is 401 and sees nothing.
+func (s *Server) MetricsHandler() http.Handler {
+	return metricsHandler(s.metrics, s.cfg.MetricsToken)
+}
+
+func metricsHandler(m *Metrics, token string) http.Handler {
+	reg := m.Registry
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="str metrics"`)
+				http.Error(w, "metrics need a bearer token (METRICS_TOKEN)", http.StatusUnauthorized)
+				return
+			}
+		}
+		reg.ServeHTTP(w, r)
+	})
 }

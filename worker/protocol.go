@@ -554,6 +554,11 @@ type CreatedArtifact struct {
 	Version   int    `json:"version"`
 	MimeType  string `json:"mime_type"`
 	SizeBytes int64  `json:"size_bytes"`
+	// ActiveMimeType marks a mime type the tool chose that a viewer may
+	// run code from (HTML, SVG, XML, JavaScript), stored as chosen
+	// because ARTIFACT_ACTIVE_MIME_TYPES is keep. str's addition, omitted
+	// when false.
+	ActiveMimeType bool `json:"active_mime_type,omitempty"`
 }
 
 // SkippedOutput is one entry of skipped_outputs: a regular file the tool

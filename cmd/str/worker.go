@@ -141,11 +141,28 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		}
 		go hs.Serve(ln)
 		defer hs.Close()
-		log.Info("health and metrics listening", "addr", ln.Addr().String())
+		log.Info("health listening", "addr", ln.Addr().String(), "metrics", cfg.MetricsAddr == "", "metrics_token", cfg.MetricsToken != "")
+	}
+	if cfg.MetricsAddr != "" {
+		ms := &http.Server{Addr: cfg.MetricsAddr, Handler: metricsOnly(srv.MetricsHandler()), ReadHeaderTimeout: 10 * time.Second}
+		ln, err := net.Listen("tcp", ms.Addr)
+		if err != nil {
+			return fmt.Errorf("metrics server on %s (METRICS_ADDR): %w", ms.Addr, err)
+		}
+		go ms.Serve(ln)
+		defer ms.Close()
+		log.Info("metrics listening", "addr", ln.Addr().String(), "metrics_token", cfg.MetricsToken != "")
 	}
 
 	// 6. serve until the signal; Run answers everything it took.
 	return srv.Run(ctx)
+}
+
+// metricsOnly serves h at /metrics and nothing else.
+func metricsOnly(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h)
+	return mux
 }
 
 // sandboxedPip runs the installer's pip jobs in installation sandboxes

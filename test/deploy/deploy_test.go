@@ -361,20 +361,29 @@ func TestKubernetes(t *testing.T) {
 	for _, e := range get(t, c, "env").([]any) {
 		env[str(get(t, e, "name"))] = e
 	}
-	secretName := ""
-	if e, ok := env["SOLACE_PASSWORD"]; !ok {
-		t.Error("SOLACE_PASSWORD not set")
-	} else if get(t, e, "value") != nil {
-		t.Error("SOLACE_PASSWORD has a literal value; it must come from a Secret")
-	} else if secretName = str(get(t, e, "valueFrom", "secretKeyRef", "name")); secretName == "" {
-		t.Error("SOLACE_PASSWORD does not come from a secretKeyRef")
+	// The Solace password and the metrics token from example Secrets;
+	// /metrics on a listener of its own, not the health port the kubelet
+	// reaches (issue 16 §6).
+	for _, name := range []string{"SOLACE_PASSWORD", "METRICS_TOKEN"} {
+		secretName := ""
+		if e, ok := env[name]; !ok {
+			t.Errorf("%s not set", name)
+			continue
+		} else if get(t, e, "value") != nil {
+			t.Errorf("%s has a literal value; it must come from a Secret", name)
+		} else if secretName = str(get(t, e, "valueFrom", "secretKeyRef", "name")); secretName == "" {
+			t.Errorf("%s does not come from a secretKeyRef", name)
+		}
+		found := false
+		for _, s := range m["Secret"] {
+			found = found || str(get(t, s, "metadata", "name")) == secretName
+		}
+		if !found {
+			t.Errorf("%s: no example Secret named %q", name, secretName)
+		}
 	}
-	found := false
-	for _, s := range m["Secret"] {
-		found = found || str(get(t, s, "metadata", "name")) == secretName
-	}
-	if !found {
-		t.Errorf("no example Secret named %q", secretName)
+	if e, ok := env["METRICS_ADDR"]; !ok || strings.HasSuffix(str(get(t, e, "value")), ":8081") {
+		t.Error("METRICS_ADDR unset or on the health port: /metrics must have a listener of its own")
 	}
 	if e, ok := env["SANDBOX_MAX_CONCURRENT"]; !ok || str(get(t, e, "value")) != "4" {
 		t.Error("SANDBOX_MAX_CONCURRENT is not 4 (the resources are sized for 4)")

@@ -19,12 +19,16 @@ import (
 // namespace the test creates (veth), at a public-looking address
 // (203.0.113.10, TEST-NET-3) and at a private one (10.213.0.10), and a
 // DNS server of the test's own on the host's loopback. Never any other
-// address.
+// address. The documentation ranges are refused by default like private
+// ones, so the test profiles name the test host's address in
+// allowed_cidrs (203.0.113.10/32 only) to stand for the public internet;
+// the rest of TEST-NET-3 stays refused (testHostOther).
 
 const (
 	testHostIP    = "203.0.113.10"
 	testHostPriv  = "10.213.0.10"
-	testHostLocal = "203.0.113.1" // the host's side of the veth: a host address on another interface
+	testHostLocal = "203.0.113.1"  // the host's side of the veth: a host address on another interface
+	testHostOther = "203.0.113.11" // no host, not named by allowed_cidrs: refused by default
 )
 
 // testNet is the test host: a netns with servers on 8443 and 8080 that
@@ -165,8 +169,8 @@ func netProfiles(t *testing.T, dns string) string {
 	}
 	dir := t.TempDir()
 	for name, network := range map[string]string{
-		"nettest-restricted": "network:\n  policy: restricted\n  allowed_hosts: [svc.test, rebind.test, meta.test, private.test]\n  allowed_ports: [8443]\n  dns_servers: [\"" + dns + "\"]\n",
-		"nettest-egress":     "network:\n  policy: allow_egress\n  allowed_ports: [8443]\n  dns_servers: [\"" + dns + "\"]\n",
+		"nettest-restricted": "network:\n  policy: restricted\n  allowed_hosts: [svc.test, rebind.test, meta.test, private.test]\n  allowed_ports: [8443]\n  allowed_cidrs: [" + testHostIP + "/32]\n  dns_servers: [\"" + dns + "\"]\n",
+		"nettest-egress":     "network:\n  policy: allow_egress\n  allowed_ports: [8443]\n  allowed_cidrs: [" + testHostIP + "/32]\n  dns_servers: [\"" + dns + "\"]\n",
 	} {
 		y := string(base)
 		y = strings.Replace(y, "name: restrictive", "name: "+name, 1)
@@ -257,7 +261,7 @@ func TestNetworkRestricted(t *testing.T) {
 		"socks5h":        `socks5h("svc.test", 8443)`,
 		"plain":          `plain("svc.test", 8443)`,
 		"other-name":     `plain("other.test", 8443)`,
-		"ip-literal":     `connect_proxy("` + testHostIP + `:8443")`,
+		"ip-literal":     `connect_proxy("` + testHostOther + `:8443")`,
 		"direct-ip":      `socket.create_connection(("` + testHostIP + `", 8443), timeout=3)`,
 		"other-port":     `connect_proxy("svc.test:8080")`,
 		"rebind-lo":      `connect_proxy("rebind.test:8443")`,
@@ -295,11 +299,13 @@ func TestNetworkAllowEgress(t *testing.T) {
 		"metadata":      `connect_proxy("169.254.169.254:80")`,
 		"host-addr":     `connect_proxy("` + testHostLocal + `:8443")`,
 		"direct-public": `socket.create_connection(("` + testHostIP + `", 8443), timeout=3)`,
+		"doc-range":     `connect_proxy("` + testHostOther + `:8080")`,
 	})
 	want := map[string]string{
 		"by-name": "ok: hello 8080", "by-ip": "ok: hello 8080", "plain": "ok: hello 8443",
 		"private-ip": "denied: HTTP/1.1 403", "private-name": "denied: HTTP/1.1 403", "loopback": "denied: HTTP/1.1 403",
 		"metadata": "denied: HTTP/1.1 403", "host-addr": "denied: HTTP/1.1 403", "direct-public": "err:",
+		"doc-range": "denied: HTTP/1.1 403",
 	}
 	for k, w := range want {
 		if !strings.HasPrefix(got[k], w) {
@@ -313,7 +319,7 @@ func TestNetworkAllowEgress(t *testing.T) {
 func TestNetworkViolationsReported(t *testing.T) {
 	newTestNet(t)
 	dir := netProfiles(t, testDNS(t))
-	script := strings.Replace(probeScript, "PROBES", `[("a", lambda: plain("other.test", 8443)), ("b", lambda: connect_proxy("svc.test:8080")), ("c", lambda: connect_proxy("rebind.test:8443")), ("d", lambda: connect_proxy("`+testHostIP+`:8443"))]`, 1)
+	script := strings.Replace(probeScript, "PROBES", `[("a", lambda: plain("other.test", 8443)), ("b", lambda: connect_proxy("svc.test:8080")), ("c", lambda: connect_proxy("rebind.test:8443")), ("d", lambda: connect_proxy("`+testHostOther+`:8443"))]`, 1)
 	resFile := filepath.Join(t.TempDir(), "r.json")
 	cmd := exec.Command(strBin, "run", "--result", resFile, "--profile-dir", dir, "--profile", "nettest-restricted", "--", "/usr/bin/python3", "-c", script)
 	out, err := cmd.CombinedOutput()
@@ -332,7 +338,7 @@ func TestNetworkViolationsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"other.test": "name_not_allowlisted", "svc.test:8080": "port_not_allowed",
-		"rebind.test:8443": "resolved_private", testHostIP + ":8443": "ip_literal"}
+		"rebind.test:8443": "resolved_private", testHostOther + ":8443": "ip_literal"}
 	for dst, reason := range want {
 		found := false
 		for _, v := range res.Violations {

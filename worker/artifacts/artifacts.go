@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"unicode"
@@ -26,6 +27,14 @@ type Store interface {
 	// and returns that version. An empty mimeType is taken from the
 	// filename's extension (MimeByExtension).
 	Save(ctx context.Context, userID, sessionID, filename string, data []byte, mimeType string) (version int, err error)
+	// SaveReader is Save for data read from r, which must yield exactly
+	// size bytes: fewer or more (read up to one byte past size) fail with
+	// ErrSizeMismatch and store nothing. The filesystem store copies r
+	// through a fixed buffer into its temporary file, so a save costs the
+	// worker a bounded amount of memory whatever its size; the in-memory
+	// store holds the data itself and refuses sizes beyond its budget
+	// before reading anything.
+	SaveReader(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (version int, err error)
 	// Load returns the given version, or the latest complete one when
 	// version is nil. A missing artifact or version wraps ErrNotFound.
 	Load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error)
@@ -42,6 +51,31 @@ type Checker interface {
 	// filesystem (full, read-only, not writable), and separately because
 	// of its audit log (an *AuditError); nil when it would not.
 	Check() (store, audit error)
+}
+
+// ErrSizeMismatch is wrapped by SaveReader when its reader yields more or
+// fewer bytes than the size given (a file that changed while it was saved).
+var ErrSizeMismatch = errors.New("data size does not match")
+
+// readExactly reads exactly size bytes from r into w, through io.Copy's
+// fixed buffer, and then checks that r has nothing more; the error wraps
+// ErrSizeMismatch when r is shorter or longer.
+func readExactly(w io.Writer, r io.Reader, size int64) error {
+	if size < 0 {
+		return fmt.Errorf("%w: negative size %d", ErrSizeMismatch, size)
+	}
+	n, err := io.Copy(w, io.LimitReader(r, size))
+	if err != nil {
+		return err
+	}
+	if n != size {
+		return fmt.Errorf("%w: %d bytes read, %d expected", ErrSizeMismatch, n, size)
+	}
+	var extra [1]byte
+	if m, _ := io.ReadFull(r, extra[:]); m > 0 {
+		return fmt.Errorf("%w: more than the %d bytes expected", ErrSizeMismatch, size)
+	}
+	return nil
 }
 
 // ErrNotFound is wrapped by Load when the artifact or version does not exist.
@@ -116,6 +150,11 @@ func (e *FilenameError) Unwrap() error { return ErrUnsafeName }
 //   - without control characters (Unicode category Cc: U+0000–U+001F,
 //     U+007F–U+009F; a tab or a newline in a shared store's file name
 //     breaks listings and log lines),
+//   - without bidirectional overrides and isolates (U+202A–U+202E,
+//     U+2066–U+2069) or zero-width characters (U+200B–U+200D, U+2060,
+//     U+FEFF): they make a name display as another ("invoice‮txt.exe"
+//     shown as "invoiceexe.txt") or two different names look the same,
+//     to the agent, the user and an operator reading the store,
 //   - at most MaxNameBytes bytes.
 //
 // runner.py's _unsafe_filename_reason applies the same rule to
@@ -156,7 +195,24 @@ func filenameProblem(name string) string {
 			if unicode.IsControl(r) {
 				return fmt.Sprintf("contains the control character %U%s", r, after)
 			}
+			if why := invisibleRune(r); why != "" {
+				return fmt.Sprintf("contains %U, %s%s", r, why, after)
+			}
 		}
+	}
+	return ""
+}
+
+// invisibleRune says what r is when it is a character that changes how a
+// name displays without showing itself ("" for any other).
+func invisibleRune(r rune) string {
+	switch {
+	case r >= 0x202A && r <= 0x202E:
+		return "a bidirectional override (it reorders how the name displays)"
+	case r >= 0x2066 && r <= 0x2069:
+		return "a bidirectional isolate (it reorders how the name displays)"
+	case r >= 0x200B && r <= 0x200D, r == 0x2060, r == 0xFEFF:
+		return "a zero-width character (two different names would look the same)"
 	}
 	return ""
 }
@@ -232,6 +288,23 @@ func restrictedName(s string) bool {
 		}
 	}
 	return true
+}
+
+// IsActiveMimeType reports whether m (parameters ignored, any case) is a
+// type a browser or viewer may run code from when it renders the
+// artifact: HTML, XHTML, SVG and any other XML (XML can carry XHTML with
+// script, or an XSLT stylesheet), and JavaScript. The worker decides by
+// ARTIFACT_ACTIVE_MIME_TYPES what to store when a tool chooses one.
+func IsActiveMimeType(m string) bool {
+	main, _, _ := strings.Cut(m, ";")
+	main = strings.ToLower(strings.TrimSpace(main))
+	switch main {
+	case "text/html", "application/xhtml+xml", "image/svg+xml", "text/xml", "application/xml",
+		"application/javascript", "text/javascript", "application/x-javascript",
+		"application/ecmascript", "text/ecmascript":
+		return true
+	}
+	return strings.HasSuffix(main, "+xml")
 }
 
 // MimeByExtension returns the mime type for an output file by its

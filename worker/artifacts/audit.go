@@ -79,7 +79,7 @@ type auditLine struct {
 	VerifiedBy string `json:"verified_by,omitempty"`
 	Filename   string `json:"filename"`
 	Version    *int   `json:"version,omitempty"`
-	Size       *int   `json:"size,omitempty"`
+	Size       *int64 `json:"size,omitempty"`
 	SHA256     string `json:"sha256,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
@@ -133,6 +133,15 @@ func (a *auditLog) record(ctx context.Context, op, user, session, filename strin
 	if a == nil {
 		return nil
 	}
+	return a.recordSum(ctx, op, user, session, filename, version, int64(len(data)), sha256.Sum256(data), opErr)
+}
+
+// recordSum is record for data already summed (a streamed save): size
+// bytes whose SHA-256 is sum.
+func (a *auditLog) recordSum(ctx context.Context, op, user, session, filename string, version int, size int64, sum [sha256.Size]byte, opErr error) error {
+	if a == nil {
+		return nil
+	}
 	r, _ := ctx.Value(requesterKey{}).(requesterValue)
 	line := auditLine{
 		Requester: r.key, VerifiedBy: r.via,
@@ -148,8 +157,7 @@ func (a *auditLog) record(ctx context.Context, op, user, session, filename strin
 			line.Error = opErr.Error()
 		}
 	} else {
-		v, n := version, len(data)
-		sum := sha256.Sum256(data)
+		v, n := version, size
 		line.Version, line.Size, line.SHA256 = &v, &n, hex.EncodeToString(sum[:])
 	}
 	b, err := json.Marshal(&line)

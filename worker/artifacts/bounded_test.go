@@ -2,6 +2,7 @@ package artifacts
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -185,5 +186,39 @@ func TestFilenameRule(t *testing.T) {
 		case why != "" && (!errors.As(err, &fe) || !strings.Contains(fe.Reason, why) || !errors.Is(err, ErrUnsafeName)):
 			t.Errorf("%q: %v, want a FilenameError (ErrUnsafeName) saying %q", name, err, why)
 		}
+	}
+}
+
+// TestSaveReaderExactSize: both stores store exactly the size given and
+// refuse a reader that yields fewer or more bytes, storing nothing; the
+// quota wrapper checks the size given before reading.
+func TestSaveReaderExactSize(t *testing.T) {
+	fs, err := NewFilesystem(t.TempDir(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, st := range map[string]Store{"filesystem": fs, "memory": NewMemory("ns"),
+		"quota": WithQuota(NewMemory("ns"), Quota{UserBytes: 10})} {
+		ctx := context.Background()
+		if v, err := st.SaveReader(ctx, "u", "s", "ok.txt", strings.NewReader("hello"), 5, ""); err != nil || v != 0 {
+			t.Fatalf("%s: exact size: version %d, %v", name, v, err)
+		}
+		a, err := st.Load(ctx, "u", "s", "ok.txt", nil)
+		if err != nil || string(a.Data) != "hello" {
+			t.Fatalf("%s: load %v %v", name, a, err)
+		}
+		for _, c := range []struct{ data string }{{"hell"}, {"hello!"}} {
+			_, err := st.SaveReader(ctx, "u", "s", "bad.txt", strings.NewReader(c.data), 5, "")
+			if !errors.Is(err, ErrSizeMismatch) {
+				t.Errorf("%s: %q as 5 bytes: %v, want ErrSizeMismatch", name, c.data, err)
+			}
+		}
+		if vs, _ := st.ListVersions(ctx, "u", "s", "bad.txt"); len(vs) != 0 {
+			t.Errorf("%s: a mismatched save left versions %v", name, vs)
+		}
+	}
+	q := WithQuota(NewMemory("ns"), Quota{UserBytes: 10})
+	if _, err := q.SaveReader(context.Background(), "u", "s", "big", strings.NewReader("x"), 11, ""); !errors.Is(err, ErrQuota) {
+		t.Fatalf("11 bytes under a 10-byte quota: %v", err)
 	}
 }

@@ -13,7 +13,10 @@
 // an evicted version fails with ErrEvicted, and version numbers are never
 // reused. Open builds either from the ARTIFACT_* settings, with the audit
 // log (ARTIFACT_AUDIT_LOG, default <base>/.audit/audit.jsonl for the
-// filesystem store).
+// filesystem store). SaveReader streams a save of a known size: the
+// filesystem store copies it through a fixed buffer (the worker's memory
+// does not grow with a tool's outputs), hashing it for the audit log on
+// the way; a reader yielding more or fewer bytes fails (ErrSizeMismatch).
 //
 // What it protects against:
 //   - Path traversal through ids and names. Every component (user id,
@@ -22,7 +25,8 @@
 //     containing "/", "\" or NUL, at most 255 bytes, valid UTF-8.
 //     Filenames follow str's one filename rule (CheckFilename, also used
 //     by the worker for request and output names): the same, plus no
-//     control characters, checked as given and NFKC-normalised. Where the
+//     control characters, bidirectional overrides or zero-width
+//     characters, checked as given and NFKC-normalised. Where the
 //     reference silently reduces a component to its basename (so "../x"
 //     becomes "x"), str rejects it with ErrUnsafeName instead. Filenames
 //     are NFKC-normalised first, as in the reference (golang.org/x/text),

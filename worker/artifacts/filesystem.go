@@ -1,7 +1,9 @@
 package artifacts
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,25 +92,35 @@ func (s *fsStore) dir(loc location) string {
 //  3. lock the name: an in-process mutex, then flock on {dir}/.lock so
 //     that other processes using this store cannot collide either;
 //  4. pick the version: max over existing {N} and {N}.meta, plus one, or 0;
-//  5. write the data to a temporary file in the directory, fsync, and
+//  5. copy the data to a temporary file in the directory (through a fixed
+//     buffer: a large output is never held in memory whole), fsync, and
 //     link it to {N} (link fails if {N} exists, so a writer that ignores
 //     our lock is never overwritten: we move on to N+1);
 //  6. write {N}.meta the same way and rename it into place; the data
 //     file comes first, so a version is complete once its .meta exists;
 //  7. fsync the directory, unlock, and append to the audit log.
 func (s *fsStore) Save(ctx context.Context, userID, sessionID, filename string, data []byte, mimeType string) (int, error) {
-	v, name, err := s.save(ctx, userID, sessionID, filename, data, mimeType)
+	return s.SaveReader(ctx, userID, sessionID, filename, bytes.NewReader(data), int64(len(data)), mimeType)
+}
+
+// SaveReader is Save's steps with the data streamed from r (exactly size
+// bytes) and hashed on the way for the audit log.
+func (s *fsStore) SaveReader(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, error) {
+	h := sha256.New()
+	v, name, err := s.save(ctx, userID, sessionID, filename, io.TeeReader(r, h), size, mimeType)
 	if err != nil {
 		s.audit.record(ctx, "save", userID, sessionID, filename, -1, nil, err)
 		return 0, err
 	}
-	if err := s.audit.record(ctx, "save", userID, sessionID, name, v, data, nil); err != nil {
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	if err := s.audit.recordSum(ctx, "save", userID, sessionID, name, v, size, sum, nil); err != nil {
 		return 0, fmt.Errorf("artifacts: save %s version %d: %w", name, v, err)
 	}
 	return v, nil
 }
 
-func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, data []byte, mimeType string) (int, string, error) {
+func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, data io.Reader, size int64, mimeType string) (int, string, error) {
 	// 1. validate
 	if err := ctx.Err(); err != nil {
 		return 0, "", err
@@ -144,7 +156,7 @@ func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, 
 	}
 
 	// 5. data, never replacing an existing version
-	tmpData, err := writeTemp(dir, data)
+	tmpData, err := writeTemp(dir, data, size)
 	if err != nil {
 		return 0, "", fmt.Errorf("artifacts: save %s (step 5, data): %w", dir, err)
 	}
@@ -165,7 +177,8 @@ func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, 
 	// leaves no version behind, not even an incomplete one (which Load
 	// skips but ListVersions, and the reference, would list).
 	dataPath := filepath.Join(dir, strconv.Itoa(next))
-	tmpMeta, err := writeTemp(dir, metaJSON(mimeType))
+	meta := metaJSON(mimeType)
+	tmpMeta, err := writeTemp(dir, bytes.NewReader(meta), int64(len(meta)))
 	if err != nil {
 		os.Remove(dataPath)
 		return 0, "", fmt.Errorf("artifacts: save %s (step 6, metadata): %w", dir, err)
@@ -392,9 +405,9 @@ func pyJSONString(s string) string {
 	return b.String()
 }
 
-// writeTemp writes data to a new temporary file in dir (mode 0644),
-// fsyncs it and returns its path.
-func writeTemp(dir string, data []byte) (string, error) {
+// writeTemp copies exactly size bytes of data to a new temporary file in
+// dir (mode 0644), fsyncs it and returns its path.
+func writeTemp(dir string, data io.Reader, size int64) (string, error) {
 	f, err := os.CreateTemp(dir, ".tmp-")
 	if err != nil {
 		return "", err
@@ -405,7 +418,7 @@ func writeTemp(dir string, data []byte) (string, error) {
 		os.Remove(name)
 		return "", err
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := readExactly(f, data, size); err != nil {
 		return fail(err)
 	}
 	if err := f.Chmod(0o644); err != nil {

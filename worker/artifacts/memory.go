@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 )
@@ -100,14 +101,29 @@ func (s *memoryStore) check(ctx context.Context, userID, sessionID, filename str
 // recently used versions until it fits the budget. Data larger than the
 // whole budget is refused.
 func (s *memoryStore) Save(ctx context.Context, userID, sessionID, filename string, data []byte, mimeType string) (int, error) {
+	return s.SaveReader(ctx, userID, sessionID, filename, bytes.NewReader(data), int64(len(data)), mimeType)
+}
+
+// SaveReader is Save for size bytes read from r. A size beyond the whole
+// budget is refused before anything is read, so the buffer allocated is
+// never larger than the budget.
+func (s *memoryStore) SaveReader(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, error) {
 	loc, err := s.check(ctx, userID, sessionID, filename)
 	if err == nil && mimeType != "" {
 		if merr := CheckMimeType(mimeType); merr != nil {
 			err = fmt.Errorf("artifacts: memory store: save %s: %w", loc.filename, merr)
 		}
 	}
-	if err == nil && int64(len(data)) > s.budget {
-		err = fmt.Errorf("artifacts: memory store: save %s: %d bytes exceed the store's whole budget of %d bytes (ARTIFACT_MEMORY_MAX_BYTES; or use ARTIFACT_SERVICE_TYPE=filesystem)", loc.key(), len(data), s.budget)
+	if err == nil && size > s.budget {
+		err = fmt.Errorf("artifacts: memory store: save %s: %d bytes exceed the store's whole budget of %d bytes (ARTIFACT_MEMORY_MAX_BYTES; or use ARTIFACT_SERVICE_TYPE=filesystem)", loc.key(), size, s.budget)
+	}
+	var data []byte
+	if err == nil {
+		// Exactly size bytes: a bytes.Buffer would grow past them.
+		data = make([]byte, max(size, 0))
+		if rerr := readExactly(&sliceWriter{b: data}, r, size); rerr != nil {
+			err = fmt.Errorf("artifacts: memory store: save %s: %w", loc.key(), rerr)
+		}
 	}
 	if err != nil {
 		s.audit.record(ctx, "save", userID, sessionID, filename, -1, nil, err)
@@ -128,7 +144,7 @@ func (s *memoryStore) Save(ctx context.Context, userID, sessionID, filename stri
 	}
 	v := n.next
 	n.next++
-	n.versions[v] = s.lru.PushFront(&memoryVersion{name: n, version: v, data: bytes.Clone(data), mimeType: mimeType})
+	n.versions[v] = s.lru.PushFront(&memoryVersion{name: n, version: v, data: data, mimeType: mimeType})
 	s.used += int64(len(data))
 	evicted := s.evictLocked()
 	s.mu.Unlock()
@@ -139,6 +155,20 @@ func (s *memoryStore) Save(ctx context.Context, userID, sessionID, filename stri
 		return 0, fmt.Errorf("artifacts: memory store: save %s version %d: %w", loc.key(), v, err)
 	}
 	return v, nil
+}
+
+// sliceWriter fills b and refuses to write past its end.
+type sliceWriter struct {
+	b []byte
+	n int
+}
+
+func (w *sliceWriter) Write(p []byte) (int, error) {
+	if len(p) > len(w.b)-w.n {
+		return 0, io.ErrShortWrite
+	}
+	w.n += copy(w.b[w.n:], p)
+	return len(p), nil
 }
 
 // evictLocked drops least recently used versions until the data held fits

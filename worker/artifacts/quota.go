@@ -1,9 +1,11 @@
 package artifacts
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,12 +101,18 @@ func (s *quotaStore) Check() (store, audit error) {
 }
 
 func (s *quotaStore) Save(ctx context.Context, userID, sessionID, filename string, data []byte, mimeType string) (int, error) {
+	return s.SaveReader(ctx, userID, sessionID, filename, bytes.NewReader(data), int64(len(data)), mimeType)
+}
+
+// SaveReader checks size against the quota before anything is read (the
+// store then reads exactly size bytes, no more).
+func (s *quotaStore) SaveReader(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, error) {
 	unlock := s.users.lock(userID)
 	defer unlock()
-	if err := s.check(userID, sessionID, []string{filename}, []int64{int64(len(data))}); err != nil {
+	if err := s.check(userID, sessionID, []string{filename}, []int64{size}); err != nil {
 		return 0, fmt.Errorf("artifacts: save %s: %w", filename, err)
 	}
-	return s.Store.Save(ctx, userID, sessionID, filename, data, mimeType)
+	return s.Store.SaveReader(ctx, userID, sessionID, filename, r, size, mimeType)
 }
 
 func (s *quotaStore) CheckQuota(ctx context.Context, userID, sessionID string, filenames []string, sizes []int64) error {

@@ -226,6 +226,15 @@ class ToolError(Exception):
     """
 
 
+# Bidirectional overrides and isolates, zero-width characters: a name
+# holding one displays as another (the worker's rule: invisibleRune).
+_INVISIBLE = frozenset(
+    [chr(c) for c in range(0x202A, 0x202F)]
+    + [chr(c) for c in range(0x2066, 0x206A)]
+    + ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"]
+)
+
+
 def _unsafe_filename_reason(filename):
     """Returns why filename is not a safe output name, or None if it is.
 
@@ -233,7 +242,8 @@ def _unsafe_filename_reason(filename):
     name the runner accepts is one the worker stores: valid UTF-8; after
     an optional "user:" prefix, and again after NFKC normalisation, not
     empty, not "." or "..", not absolute, no "/" or "\\", no control
-    character (Unicode category Cc), at most 255 bytes. unicodedata is
+    character (Unicode category Cc), no bidirectional or zero-width
+    character, at most 255 bytes. unicodedata is
     imported here, not at the top, to keep the runner's start cheap.
     """
     if not isinstance(filename, str):
@@ -256,6 +266,8 @@ def _unsafe_filename_reason(filename):
             return "filename %r contains a path separator" % filename
         if any(unicodedata.category(c) == "Cc" for c in rest):
             return "filename %r contains a control character" % filename
+        if any(c in _INVISIBLE for c in rest):
+            return "filename %r contains a bidirectional or zero-width character" % filename
         if len(rest.encode("utf-8")) > 255:
             return "filename %r is longer than 255 bytes" % filename
     return None
