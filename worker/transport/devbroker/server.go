@@ -325,8 +325,8 @@ func (s *Server) track(ln net.Listener) error {
 	s.wg.Add(1)
 	s.listeners = append(s.listeners, ln)
 	s.log.Info("listening", "addr", ln.Addr().String(), "anonymous", s.anonymous,
-		"max_conns", s.maxConns, "max_unauthenticated", s.maxUnauth, "login_timeout", s.loginWait,
-		"login_line_bytes", s.loginLine, "idle_timeout", s.idle)
+		"max_conns", s.maxConns, "max_unauthenticated", s.maxUnauth, "login_timeout", s.loginWait.String(),
+		"login_line_bytes", s.loginLine, "idle_timeout", s.idle.String())
 	return nil
 }
 
@@ -526,11 +526,11 @@ func (s *Server) handleConn(c *conn) {
 			return
 		case <-loginC:
 			n := s.count(&s.bounds.loginTimeout)
-			log.Warn("connection closed: no CONNECT within LoginTimeout", "login_timeout", s.loginWait, "closed_total", n)
+			log.Warn("connection closed: no CONNECT within LoginTimeout", "login_timeout", s.loginWait.String(), "closed_total", n)
 			return
 		case <-idleC:
 			n := s.count(&s.bounds.idleTimeout)
-			log.Info("connection closed: no request within IdleTimeout", "idle_timeout", s.idle, "closed_total", n)
+			log.Info("connection closed: no request within IdleTimeout", "idle_timeout", s.idle.String(), "closed_total", n)
 			return
 		}
 		resp, hangUp := s.handle(c, l, log)
