@@ -28,6 +28,14 @@ port) by themselves. --anonymous accepts CONNECTs without a token, for the
 reference's own clients: then any local user (and any tool sharing the
 host's network) can read and forge every message.
 
+Connection bounds (each refusal or close is logged and counted): a
+connection has --login-timeout to CONNECT, with request lines of at most
+--login-line-bytes until then (a longer one closes it); at most
+--max-unauthenticated connections wait for their CONNECT and at most
+--max-conns are open in all (default: a quarter of RLIMIT_NOFILE), beyond
+which new connections are closed at once; a connected client that sends
+no request for --idle-timeout is closed (a waiting RECEIVE is not idle).
+
 `
 
 // cmdBroker runs `str broker`: the dev broker (spec §10, plus queue
@@ -37,6 +45,11 @@ func cmdBroker(args []string) int {
 	listen := fs.String("listen", "127.0.0.1:55555", "address to listen on (host:port)")
 	queue := fs.Int("queue-size", devbroker.DefaultQueueSize, "messages held per client before the oldest are dropped")
 	queueBytes := fs.Int("queue-bytes", devbroker.DefaultMaxQueueBytes, "bytes of messages held per client before the oldest are dropped")
+	loginLine := fs.Int("login-line-bytes", devbroker.DefaultLoginLineBytes, "longest request line before CONNECT; a longer one closes the connection")
+	loginTimeout := fs.Duration("login-timeout", devbroker.DefaultLoginTimeout, "time a new connection has to CONNECT")
+	maxUnauth := fs.Int("max-unauthenticated", devbroker.DefaultMaxUnauthenticated, "connections at once that have not CONNECTed")
+	maxConns := fs.Int("max-conns", 0, "connections at once (0: a quarter of RLIMIT_NOFILE)")
+	idle := fs.Duration("idle-timeout", devbroker.DefaultIdleTimeout, "close a connected client that sends no request for this long")
 	tokenFile := fs.String("token-file", "", "where to write the connection token (default: see above)")
 	anonymous := fs.Bool("anonymous", false, "require no token (for the reference's clients; anyone who can connect can read and forge everything)")
 	level := fs.String("log-level", "info", "debug | info | warn | error")
@@ -54,11 +67,20 @@ func cmdBroker(args []string) int {
 		fmt.Fprintln(os.Stderr, "str broker: --anonymous and --token-file exclude each other")
 		return 2
 	}
+	for name, v := range map[string]int64{"login-line-bytes": int64(*loginLine), "login-timeout": int64(*loginTimeout),
+		"max-unauthenticated": int64(*maxUnauth), "max-conns": int64(*maxConns), "idle-timeout": int64(*idle)} {
+		if v < 0 {
+			fmt.Fprintf(os.Stderr, "str broker: --%s must not be negative\n", name)
+			return 2
+		}
+	}
 	log := newLogger(*level)
 
 	// 1. the token (unless anonymous). It exists before the socket does,
 	// so there is no moment when the broker accepts anyone.
-	opts := devbroker.Options{QueueSize: *queue, MaxQueueBytes: *queueBytes, Logger: log, Anonymous: *anonymous}
+	opts := devbroker.Options{QueueSize: *queue, MaxQueueBytes: *queueBytes, Logger: log, Anonymous: *anonymous,
+		LoginLineBytes: *loginLine, LoginTimeout: *loginTimeout, MaxUnauthenticated: *maxUnauth,
+		MaxConns: *maxConns, IdleTimeout: *idle}
 	if !*anonymous {
 		opts.Token = devbroker.NewToken()
 	}

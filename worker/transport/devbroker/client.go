@@ -23,6 +23,8 @@ const (
 	DefaultRetryDelay     = 3 * time.Second // CONNECT_RETRY_DELAY_MS
 	DefaultReceiveTimeout = time.Second
 	DefaultCommandTimeout = 10 * time.Second
+	// DefaultKeepAlive is well below the server's DefaultIdleTimeout.
+	DefaultKeepAlive = time.Minute
 	// PublisherSuffix is appended to ClientID to name the publishing
 	// connection when ClientOptions.PublisherID is empty.
 	PublisherSuffix = "-pub"
@@ -70,6 +72,12 @@ type ClientOptions struct {
 	// command (and is added to ReceiveTimeout for RECEIVE). 0 means
 	// DefaultCommandTimeout.
 	CommandTimeout time.Duration
+	// KeepAlive: when the publishing connection has carried nothing for
+	// this long, the receive loop sends an ACK on it (accepted and ignored
+	// by every dev broker), so that a broker's idle timeout does not close
+	// it (and with it the receiving one) while there is nothing to
+	// publish. 0 means DefaultKeepAlive.
+	KeepAlive time.Duration
 	// MaxLineBytes is the longest reply line accepted. 0 means
 	// DefaultMaxLineBytes.
 	MaxLineBytes int
@@ -107,7 +115,9 @@ type session struct {
 	recv  *lineConn // used only by Connect, then by the receive loop
 	pubMu sync.Mutex
 	pub   *lineConn // guarded by pubMu
-	once  sync.Once
+	// pubUsed is when pub last carried a command; guarded by pubMu.
+	pubUsed time.Time
+	once    sync.Once
 }
 
 func (s *session) kill() {
@@ -149,6 +159,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	}
 	for name, d := range map[string]time.Duration{
 		"RetryDelay": opts.RetryDelay, "ReceiveTimeout": opts.ReceiveTimeout, "CommandTimeout": opts.CommandTimeout,
+		"KeepAlive": opts.KeepAlive,
 	} {
 		if d < 0 {
 			problems = append(problems, fmt.Errorf("%s %v is negative", name, d))
@@ -162,6 +173,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	}
 	if opts.RetryDelay == 0 {
 		opts.RetryDelay = DefaultRetryDelay
+	}
+	if opts.KeepAlive == 0 {
+		opts.KeepAlive = DefaultKeepAlive
 	}
 	if opts.ReceiveTimeout == 0 {
 		opts.ReceiveTimeout = DefaultReceiveTimeout
@@ -283,7 +297,7 @@ func (c *Client) establish(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	sess := &session{recv: recv}
+	sess := &session{recv: recv, pubUsed: time.Now()}
 	defer func() {
 		if err != nil {
 			recv.nc.Close()
@@ -450,6 +464,9 @@ func (c *Client) receiveOnce(sess *session) error {
 		}
 		break
 	}
+	if err := c.keepAlive(sess); err != nil {
+		return err
+	}
 	rep, err := sess.recv.roundTrip(CmdReceive, receiveRequest{Cmd: CmdReceive, TimeoutMS: c.opts.ReceiveTimeout.Milliseconds()},
 		c.opts.ReceiveTimeout+c.opts.CommandTimeout)
 	if err != nil {
@@ -484,6 +501,25 @@ func (c *Client) receiveOnce(sess *session) error {
 			return transport.ErrClosed
 		}
 	}
+}
+
+// keepAlive sends an ACK on the publishing connection when it has carried
+// nothing for KeepAlive (the receiving connection is kept alive by the
+// RECEIVEs themselves). A publish in progress is activity: then nothing
+// is sent.
+func (c *Client) keepAlive(sess *session) error {
+	if !sess.pubMu.TryLock() {
+		return nil
+	}
+	defer sess.pubMu.Unlock()
+	if time.Since(sess.pubUsed) < c.opts.KeepAlive {
+		return nil
+	}
+	sess.pubUsed = time.Now()
+	if err := sess.pub.expectOK(CmdAck, ackRequest{Cmd: CmdAck}, c.opts.CommandTimeout); err != nil {
+		return fmt.Errorf("publishing connection keep-alive: %w", err)
+	}
+	return nil
 }
 
 // applyCtrl sends one SUBSCRIBE/UNSUBSCRIBE on the receiving connection and
@@ -605,6 +641,7 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 		}
 		sess.pubMu.Lock()
 		rep, err := sess.pub.roundTrip(CmdPublish, req, timeout)
+		sess.pubUsed = time.Now()
 		sess.pubMu.Unlock()
 		if err == nil {
 			if rep.Status != StatusOK {
@@ -793,6 +830,10 @@ type publishRequest struct {
 	Topic          string            `json:"topic"`
 	Payload        json.RawMessage   `json:"payload"`
 	UserProperties map[string]string `json:"user_properties"`
+}
+
+type ackRequest struct {
+	Cmd string `json:"cmd"`
 }
 
 type receiveRequest struct {

@@ -151,6 +151,25 @@
 // requests that crash or hang up the reference are answered
 // INVALID_COMMAND.
 //
+// Connection bounds: before its CONNECT (and token check) a connection may
+// send request lines of at most Options.LoginLineBytes (default 4 KiB; a
+// longer line is answered INVALID_COMMAND and the connection closed, the
+// rest unread) and must complete the CONNECT within Options.LoginTimeout of
+// its accept (default 10 s; other commands, answered NOT_CONNECTED, do not
+// extend it). Lines before the CONNECT are read one at a time, so a
+// request pipelined right behind the CONNECT gets MaxLineBytes. At most
+// Options.MaxUnauthenticated connections (default 64) wait for their
+// CONNECT, and at most Options.MaxConns are open in all (default a quarter
+// of the process's RLIMIT_NOFILE soft limit, at least 16, so that broker
+// clients cannot take the descriptors sandboxes need); a connection over
+// either is accepted and closed at once. A connected client that sends no
+// request for Options.IdleTimeout (default 10 min) is closed; the clock
+// runs only between a reply and the next request, so a RECEIVE waiting up
+// to its maximum (1 h) is not idle. Every refusal and close is counted and
+// logged (a warning on the first and every 100th of each kind). There is
+// no cap per peer user: TCP carries no credentials (SO_PEERCRED is for Unix
+// sockets); after the token check the cap per client_id is one (below).
+//
 // One connection per client_id: a CONNECT claiming a client_id that
 // another connection holds is refused (and its connection closed), so a
 // peer cannot join a worker's client to take its share of a queue group,
@@ -172,7 +191,10 @@
 // the reference broker a second CONNECT under the same id would steal the
 // receiver's session, and str's broker refuses it). Both CONNECTs carry the
 // token from ClientOptions.Token or, read afresh before every attempt,
-// ClientOptions.TokenFile. When either connection fails, both are closed and
+// ClientOptions.TokenFile. The receive loop sends an ACK on the publishing
+// connection when it has carried nothing for ClientOptions.KeepAlive
+// (default 1 min), so that a broker's idle timeout leaves it open. When
+// either connection fails, both are closed and
 // re-established every RetryDelay until Close, with the current
 // subscription set in the new CONNECT; Reestablish does the same on
 // request (the worker's probe found the session deaf). Because the
@@ -199,9 +221,12 @@
 // shared secret, not per-client credentials) may subscribe to ">" and read
 // every request and reply, or publish forged invocations: there is no
 // authorisation of topics. There is no encryption (the token crosses the
-// network in clear text off loopback). There is no bound on the number of
-// connections (unauthenticated ones included, until they send a CONNECT),
-// clients or subscriptions, so total memory is bounded only per client.
+// network in clear text off loopback). Connections are bounded in number (all,
+// and those not yet CONNECTed), in time (to CONNECT, and idle after) and, before
+// CONNECT, in line length, so an unauthenticated peer holds at most
+// MaxUnauthenticated connections of LoginLineBytes each for LoginTimeout;
+// subscriptions per client are not bounded, and total memory after CONNECT is
+// bounded per client and by MaxConns.
 // With --anonymous, everything above that relies on the token is gone.
 // Listen on 127.0.0.1 or a private network and use Solace PubSub+ in
 // production. What it trusts: whoever can read the token file (and, when

@@ -105,6 +105,7 @@ func fuzzServerLines(t *testing.T, data []byte, pad, chunk, max int, segs []fuzz
 	s := NewServer(Options{MaxLineBytes: max, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	eff := s.maxLine
 	c := &conn{nc: fuzzConn{r: &fuzzStream{data: data, pad: pad, chunk: chunk}}, gone: make(chan struct{})}
+	c.authed.Store(true) // the reader after CONNECT, under MaxLineBytes
 	out := make(chan line)
 	var got []line
 

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -25,6 +28,15 @@ const (
 	DefaultQueueSize     = 10000
 	DefaultMaxQueueBytes = 64 << 20
 	DefaultMaxLineBytes  = 16 << 20
+	// Bounds before and after login (see "Connection bounds" in the
+	// package doc).
+	DefaultLoginLineBytes     = 4 << 10
+	DefaultLoginTimeout       = 10 * time.Second
+	DefaultMaxUnauthenticated = 64
+	DefaultIdleTimeout        = 10 * time.Minute
+	// minDerivedMaxConns is the floor of the MaxConns derived from
+	// RLIMIT_NOFILE.
+	minDerivedMaxConns = 16
 	// writeTimeout bounds one response write, so a peer that stops reading
 	// cannot pin a connection goroutine forever.
 	writeTimeout = 30 * time.Second
@@ -58,6 +70,28 @@ type Options struct {
 	// excluded). A longer line is discarded up to its newline and answered
 	// with INVALID_COMMAND. 0 means DefaultMaxLineBytes.
 	MaxLineBytes int
+	// LoginLineBytes is the longest request line accepted on a
+	// connection that has not yet CONNECTed (token checked): a longer one
+	// is answered INVALID_COMMAND and the connection closed, without
+	// reading the rest. 0 means DefaultLoginLineBytes.
+	LoginLineBytes int
+	// LoginTimeout is how long a new connection has, from its accept, to
+	// complete a CONNECT; then it is closed. 0 means DefaultLoginTimeout.
+	LoginTimeout time.Duration
+	// MaxUnauthenticated is the most connections at once that have not
+	// yet completed a CONNECT; a connection accepted beyond it is closed
+	// at once. 0 means DefaultMaxUnauthenticated.
+	MaxUnauthenticated int
+	// MaxConns is the most connections at once, of any kind; a connection
+	// accepted beyond it is closed at once. 0 means a quarter of the
+	// process's RLIMIT_NOFILE soft limit at NewServer (at least 16), so
+	// that broker clients cannot take the descriptors the sandboxes need.
+	MaxConns int
+	// IdleTimeout closes a connected (CONNECTed) connection that has sent
+	// no request for this long. A RECEIVE being waited on is not idle:
+	// the clock runs only between a reply and the next request. 0 means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// Logger receives connection, routing and drop events. nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -82,6 +116,11 @@ type Server struct {
 	queueSize  int
 	queueBytes int
 	maxLine    int
+	loginLine  int
+	loginWait  time.Duration
+	maxUnauth  int
+	maxConns   int
+	idle       time.Duration
 	refSess    bool // Options.ReferenceSessions
 	log        *slog.Logger
 	done       chan struct{} // closed by Close
@@ -95,6 +134,18 @@ type Server struct {
 	clients   map[string]*client
 	order     []*client      // clients in connect order: queue groups rotate over it
 	turns     map[string]int // queue group -> messages handed to the group so far
+	unauth    int            // connections in conns that have not CONNECTed
+	bounds    boundCounts
+}
+
+// boundCounts counts the connections each bound has cut. Guarded by
+// Server.mu.
+type boundCounts struct {
+	overMaxConns     uint64 // accepted beyond MaxConns and closed
+	overUnauth       uint64 // accepted beyond MaxUnauthenticated and closed
+	loginLineTooLong uint64 // a line over LoginLineBytes before CONNECT
+	loginTimeout     uint64 // no CONNECT within LoginTimeout
+	idleTimeout      uint64 // no request within IdleTimeout
 }
 
 // client is the broker-side state of one client id. Exactly one connection
@@ -115,6 +166,14 @@ type conn struct {
 	nc      net.Conn
 	session *client       // nil until CONNECT
 	gone    chan struct{} // closed when the peer's side is finished
+	unauth  bool          // counted in Server.unauth; guarded by Server.mu
+	// authed is set by the first successful CONNECT; the line reader
+	// switches from LoginLineBytes to MaxLineBytes then.
+	authed atomic.Bool
+	// handled carries one token per line the handler has finished with.
+	// Before CONNECT the reader waits for it before reading on, so that
+	// no line is read ahead under the wrong limit.
+	handled chan struct{}
 }
 
 // NewServer returns a server that is not yet listening.
@@ -125,6 +184,11 @@ func NewServer(opts Options) *Server {
 		queueSize:  opts.QueueSize,
 		queueBytes: opts.MaxQueueBytes,
 		maxLine:    opts.MaxLineBytes,
+		loginLine:  opts.LoginLineBytes,
+		loginWait:  opts.LoginTimeout,
+		maxUnauth:  opts.MaxUnauthenticated,
+		maxConns:   opts.MaxConns,
+		idle:       opts.IdleTimeout,
 		refSess:    opts.ReferenceSessions,
 		log:        opts.Logger,
 		done:       make(chan struct{}),
@@ -141,11 +205,39 @@ func NewServer(opts Options) *Server {
 	if s.maxLine <= 0 {
 		s.maxLine = DefaultMaxLineBytes
 	}
+	if s.loginLine <= 0 {
+		s.loginLine = DefaultLoginLineBytes
+	}
+	if s.loginWait <= 0 {
+		s.loginWait = DefaultLoginTimeout
+	}
+	if s.maxUnauth <= 0 {
+		s.maxUnauth = DefaultMaxUnauthenticated
+	}
+	if s.maxConns <= 0 {
+		s.maxConns = derivedMaxConns()
+	}
+	if s.idle <= 0 {
+		s.idle = DefaultIdleTimeout
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	s.log = s.log.With("component", "devbroker")
 	return s
+}
+
+// derivedMaxConns is the MaxConns used when none is given: a quarter of
+// the process's RLIMIT_NOFILE soft limit, at least 16. (Go raises the soft
+// limit to the hard one at start-up, so this is normally a quarter of the
+// hard limit.) The other three quarters stay for sandboxes, files and the
+// worker's own sockets.
+func derivedMaxConns() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return minDerivedMaxConns
+	}
+	return int(max(min(rl.Cur/4, math.MaxInt32), minDerivedMaxConns))
 }
 
 // Listen binds addr ("host:port"; port 0 picks a free one) and serves it in
@@ -232,7 +324,9 @@ func (s *Server) track(ln net.Listener) error {
 	}
 	s.wg.Add(1)
 	s.listeners = append(s.listeners, ln)
-	s.log.Info("listening", "addr", ln.Addr().String(), "anonymous", s.anonymous)
+	s.log.Info("listening", "addr", ln.Addr().String(), "anonymous", s.anonymous,
+		"max_conns", s.maxConns, "max_unauthenticated", s.maxUnauth, "login_timeout", s.loginWait.String(),
+		"login_line_bytes", s.loginLine, "idle_timeout", s.idle.String())
 	return nil
 }
 
@@ -256,24 +350,65 @@ func (s *Server) serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		c := &conn{nc: nc, gone: make(chan struct{})}
+		c := &conn{nc: nc, gone: make(chan struct{}), handled: make(chan struct{}, 1), unauth: true}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			nc.Close()
 			return ErrServerClosed
 		}
+		// The connection bounds, before any byte is read: over one, the
+		// connection is closed at once and counted.
+		if refused := s.admit(nc); refused {
+			s.mu.Unlock()
+			nc.Close()
+			continue
+		}
 		s.conns[c] = struct{}{}
+		s.unauth++
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.handleConn(c)
 	}
 }
 
+// admit checks a freshly accepted connection against the connection
+// bounds, counting and logging a refusal (the first and every 100th of
+// each kind, so a flood cannot flood the log). The caller holds s.mu.
+func (s *Server) admit(nc net.Conn) (refused bool) {
+	var n *uint64
+	var what string
+	switch {
+	// 1. All connections: descriptors for the sandboxes come first.
+	case len(s.conns) >= s.maxConns:
+		n, what = &s.bounds.overMaxConns, "connection refused: MaxConns connections open"
+	// 2. Connections that have not yet CONNECTed.
+	case s.unauth >= s.maxUnauth:
+		n, what = &s.bounds.overUnauth, "connection refused: MaxUnauthenticated connections not yet CONNECTed"
+	default:
+		return false
+	}
+	*n++
+	if *n == 1 || *n%100 == 0 {
+		s.log.Warn(what, "remote", nc.RemoteAddr().String(), "open", len(s.conns), "unauthenticated", s.unauth,
+			"max_conns", s.maxConns, "max_unauthenticated", s.maxUnauth, "refused_total", *n)
+	}
+	return true
+}
+
+// count adds one to a bound's counter. It takes s.mu.
+func (s *Server) count(n *uint64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*n++
+	return *n
+}
+
 // line is one request read from a connection.
 type line struct {
 	data    []byte
 	tooLong bool
+	login   bool // read before CONNECT, under LoginLineBytes
 }
 
 // readLines reads newline-terminated requests into out until the peer
@@ -281,38 +416,61 @@ type line struct {
 // their newline and reported with tooLong, so the connection survives them.
 // A final line without a newline is still delivered (as Python's readline
 // does).
+//
+// Before CONNECT the limit is LoginLineBytes, an over-long line ends the
+// reading at once (its rest is never read), and each line is read only
+// once the handler is done with the previous one, so that a line sent
+// right after the CONNECT is measured against the limit in force after it.
 func (s *Server) readLines(c *conn, out chan<- line, stop <-chan struct{}) {
 	defer close(c.gone)
-	r := bufio.NewReaderSize(c.nc, 64<<10)
+	r := bufio.NewReaderSize(c.nc, 16<<10)
 	var buf []byte
 	tooLong := false
 	for {
-		frag, err := r.ReadSlice('\n')
-		if !tooLong {
-			if len(buf)+len(frag) > s.maxLine+2 { // +2: "\r\n"
-				tooLong, buf = true, nil
-			} else {
-				buf = append(buf, frag...)
+		login := !c.authed.Load()
+		limit := s.maxLine
+		if login {
+			limit = s.loginLine
+		}
+		for {
+			frag, err := r.ReadSlice('\n')
+			if !tooLong {
+				if len(buf)+len(frag) > limit+2 { // +2: "\r\n"
+					tooLong, buf = true, nil
+				} else {
+					buf = append(buf, frag...)
+				}
 			}
+			if tooLong && login {
+				err = io.EOF // the rest is not read: the handler hangs up
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if err != nil && len(buf) == 0 && !tooLong {
+				return // EOF or error between requests
+			}
+			l := line{data: bytes.TrimRight(buf, "\r\n"), tooLong: tooLong, login: login}
+			if !tooLong && len(l.data) > limit {
+				l = line{tooLong: true, login: login}
+			}
+			select {
+			case out <- l:
+			case <-stop:
+				return
+			}
+			buf, tooLong = nil, false
+			if err != nil {
+				return
+			}
+			break
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil && len(buf) == 0 && !tooLong {
-			return // EOF or error between requests
-		}
-		l := line{data: bytes.TrimRight(buf, "\r\n"), tooLong: tooLong}
-		if !tooLong && len(l.data) > s.maxLine {
-			l = line{tooLong: true}
-		}
-		select {
-		case out <- l:
-		case <-stop:
-			return
-		}
-		buf, tooLong = nil, false
-		if err != nil {
-			return
+		if login {
+			select {
+			case <-c.handled:
+			case <-stop:
+				return
+			}
 		}
 	}
 }
@@ -333,12 +491,32 @@ func (s *Server) handleConn(c *conn) {
 		<-c.gone
 		s.mu.Lock()
 		delete(s.conns, c)
+		if c.unauth {
+			c.unauth = false
+			s.unauth--
+		}
 		s.detach(c, log)
 		s.mu.Unlock()
 		log.Debug("connection closed")
 	}()
 
+	// Until CONNECT: LoginTimeout from the accept. After: IdleTimeout
+	// between a reply and the next request.
+	login := time.NewTimer(s.loginWait)
+	defer login.Stop()
+	loginC := login.C
+	idle := time.NewTimer(s.idle)
+	defer idle.Stop()
+	var idleC <-chan time.Time
 	for {
+		if loginC != nil && c.authed.Load() {
+			login.Stop()
+			loginC = nil
+		}
+		if loginC == nil {
+			idle.Reset(s.idle)
+			idleC = idle.C
+		}
 		var l line
 		select {
 		case l = <-lines:
@@ -346,8 +524,27 @@ func (s *Server) handleConn(c *conn) {
 			return
 		case <-s.done:
 			return
+		case <-loginC:
+			n := s.count(&s.bounds.loginTimeout)
+			log.Warn("connection closed: no CONNECT within LoginTimeout", "login_timeout", s.loginWait.String(), "closed_total", n)
+			return
+		case <-idleC:
+			n := s.count(&s.bounds.idleTimeout)
+			log.Info("connection closed: no request within IdleTimeout", "idle_timeout", s.idle.String(), "closed_total", n)
+			return
 		}
 		resp, hangUp := s.handle(c, l, log)
+		if l.login {
+			select {
+			case c.handled <- struct{}{}:
+			default:
+			}
+		}
+		if l.login && l.tooLong {
+			n := s.count(&s.bounds.loginLineTooLong)
+			log.Warn("connection closed: request line before CONNECT over LoginLineBytes", "login_line_bytes", s.loginLine, "closed_total", n)
+			hangUp = true
+		}
 		if resp == nil {
 			return // RECEIVE cut short by the peer leaving or Close
 		}
@@ -381,7 +578,11 @@ var okResponse = &response{Status: StatusOK}
 func (s *Server) handle(c *conn, l line, log *slog.Logger) (resp *response, hangUp bool) {
 	// 1. Framing and JSON. Garbage is answered, never fatal.
 	if l.tooLong {
-		return errorResponse(CodeInvalidCommand, fmt.Sprintf("request line longer than %d bytes", s.maxLine)), false
+		limit := s.maxLine
+		if l.login {
+			limit = s.loginLine
+		}
+		return errorResponse(CodeInvalidCommand, fmt.Sprintf("request line longer than %d bytes", limit)), false
 	}
 	if !utf8.Valid(l.data) {
 		return errorResponse(CodeInvalidCommand, "request is not valid UTF-8"), false
@@ -528,6 +729,11 @@ func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slo
 		cl.subs[p] = struct{}{}
 	}
 	c.session = cl
+	if c.unauth {
+		c.unauth = false
+		s.unauth--
+	}
+	c.authed.Store(true)
 	log.Info("client connected", "client_id", id, "queue_name", cl.queue, "subscriptions", len(subs))
 	return &response{Status: StatusOK, ClientID: &id}, false
 }

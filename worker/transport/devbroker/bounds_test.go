@@ -1,0 +1,200 @@
+package devbroker
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bound reads one of the server's bound counters.
+func (s *Server) bound(n *uint64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *n
+}
+
+func (s *Server) unauthCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unauth
+}
+
+// expectEOFWithin is expectEOF with a wait long enough for a server-side
+// timer on a loaded machine: the server must close, however long it takes
+// up to that.
+func (c *raw) expectEOFWithin(d time.Duration) {
+	c.t.Helper()
+	c.nc.SetReadDeadline(time.Now().Add(d))
+	if b, err := c.r.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		c.t.Fatalf("want EOF, got byte %q err %v", b, err)
+	}
+}
+
+// TestLoginLineLimitCutsOff: 64 MiB sent before CONNECT, on one line. The
+// server answers INVALID_COMMAND after LoginLineBytes and closes without
+// reading the rest, so the sender's write fails with a reset or broken
+// pipe (not its own timeout): the server neither held nor drained it.
+func TestLoginLineLimitCutsOff(t *testing.T) {
+	s := startServer(t, Options{LoginLineBytes: 1024})
+	c := dialRaw(t, s.Addr())
+	writeErr := make(chan error, 1)
+	go func() {
+		chunk := []byte(`{"cmd":"CONNECT","pad":"` + strings.Repeat("a", 1<<20))
+		c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		for range 64 {
+			if _, err := c.nc.Write(chunk); err != nil {
+				writeErr <- err
+				return
+			}
+			chunk = []byte(strings.Repeat("a", 1<<20))
+		}
+		writeErr <- nil
+	}()
+	r := c.read()
+	errorCode(t, "over-long line before CONNECT", r, CodeInvalidCommand)
+	if !strings.Contains(r["error_message"].(string), "1024") {
+		t.Fatalf("error names no limit: %v", r)
+	}
+	c.expectEOF()
+	err := <-writeErr
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("64 MiB write before CONNECT: %v, want a reset or broken pipe (server still reading)", err)
+	}
+	waitFor(t, "login line counted", func() bool { return s.bound(&s.bounds.loginLineTooLong) == 1 })
+	waitFor(t, "connection gone", func() bool { return s.connCount() == 0 && s.unauthCount() == 0 })
+}
+
+// TestLoginLineLimitOnlyBeforeConnect: a CONNECT and, in the same write, a
+// PUBLISH longer than LoginLineBytes: the PUBLISH is measured against
+// MaxLineBytes, the limit after CONNECT (the reader does not read ahead
+// under the login limit).
+func TestLoginLineLimitOnlyBeforeConnect(t *testing.T) {
+	s := startServer(t, Options{LoginLineBytes: 256, MaxLineBytes: 64 << 10})
+	sub := connectRaw(t, s, "sub", "", "t")
+	c := dialRaw(t, s.Addr())
+	payload := strings.Repeat("p", 8<<10)
+	c.send(`{"cmd":"CONNECT","client_id":"pub"}` + "\n" + `{"cmd":"PUBLISH","topic":"t","payload":"` + payload + `"}`)
+	if r := c.read(); r["status"] != StatusOK {
+		t.Fatalf("CONNECT: %v", r)
+	}
+	if r := c.read(); r["status"] != StatusOK {
+		t.Fatalf("8 KiB PUBLISH right after CONNECT: %v", r)
+	}
+	if p, _ := sub.next(); p != payload {
+		t.Fatalf("payload of %d bytes, want %d", len(p.(string)), len(payload))
+	}
+}
+
+// TestUnauthenticatedConnectionCap: MaxUnauthenticated connections that
+// have not CONNECTed; the next is accepted and closed at once (counted);
+// a CONNECT frees a place.
+func TestUnauthenticatedConnectionCap(t *testing.T) {
+	s := startServer(t, Options{MaxUnauthenticated: 3})
+	var first []*raw
+	for range 3 {
+		first = append(first, dialRaw(t, s.Addr()))
+	}
+	waitFor(t, "3 unauthenticated connections", func() bool { return s.unauthCount() == 3 })
+	over := dialRaw(t, s.Addr())
+	over.expectEOF()
+	if n := s.bound(&s.bounds.overUnauth); n != 1 {
+		t.Fatalf("refusals counted: %d, want 1", n)
+	}
+	// Those already in are served.
+	if r := first[0].do(`{"cmd":"CONNECT","client_id":"a"}`); r["status"] != StatusOK {
+		t.Fatalf("CONNECT of an admitted connection: %v", r)
+	}
+	waitFor(t, "2 unauthenticated connections", func() bool { return s.unauthCount() == 2 })
+	next := dialRaw(t, s.Addr())
+	if r := next.do(`{"cmd":"CONNECT","client_id":"b"}`); r["status"] != StatusOK {
+		t.Fatalf("CONNECT after a place was freed: %v", r)
+	}
+}
+
+// TestLoginTimeout: a connection that sends nothing, and one that sends
+// only commands other than CONNECT, are closed after LoginTimeout.
+func TestLoginTimeout(t *testing.T) {
+	s := startServer(t, Options{LoginTimeout: 50 * time.Millisecond})
+	silent := dialRaw(t, s.Addr())
+	chatty := dialRaw(t, s.Addr())
+	errorCode(t, "RECEIVE before CONNECT", chatty.do(`{"cmd":"RECEIVE","timeout_ms":0}`), CodeNotConnected)
+	silent.expectEOFWithin(time.Minute)
+	chatty.expectEOFWithin(time.Minute)
+	waitFor(t, "both counted", func() bool { return s.bound(&s.bounds.loginTimeout) == 2 })
+	waitFor(t, "both gone", func() bool { return s.connCount() == 0 && s.unauthCount() == 0 })
+}
+
+// TestIdleTimeout: a connected client that sends nothing is closed after
+// IdleTimeout; a RECEIVE waiting longer than that is not idle (it is
+// answered, TIMEOUT, and only then does the clock run).
+func TestIdleTimeout(t *testing.T) {
+	s := startServer(t, Options{IdleTimeout: 100 * time.Millisecond})
+	c := connectRaw(t, s, "idle", "", "t")
+	c.nc.SetReadDeadline(time.Now().Add(time.Minute))
+	c.send(`{"cmd":"RECEIVE","timeout_ms":400}`)
+	same(t, "RECEIVE longer than the idle timeout", c.read(), map[string]any{"status": "TIMEOUT"})
+	c.expectEOFWithin(time.Minute)
+	waitFor(t, "idle close counted", func() bool { return s.bound(&s.bounds.idleTimeout) == 1 })
+	waitFor(t, "client forgotten", func() bool { return !s.hasClient("idle") })
+}
+
+// TestMaxConnsCap: at most MaxConns connections of any kind; the next is
+// accepted and closed at once (counted).
+func TestMaxConnsCap(t *testing.T) {
+	s := startServer(t, Options{MaxConns: 3})
+	connectRaw(t, s, "a", "")
+	connectRaw(t, s, "b", "")
+	dialRaw(t, s.Addr())
+	waitFor(t, "3 connections", func() bool { return s.connCount() == 3 })
+	over := dialRaw(t, s.Addr())
+	over.expectEOF()
+	if n := s.bound(&s.bounds.overMaxConns); n != 1 {
+		t.Fatalf("refusals counted: %d, want 1", n)
+	}
+}
+
+// TestDerivedMaxConnsBelowFileLimit: by default the broker takes at most
+// a quarter of the process's descriptors.
+func TestDerivedMaxConnsBelowFileLimit(t *testing.T) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(Options{Anonymous: true, Logger: testLogger(t)})
+	want := max(int(min(rl.Cur/4, 1<<31-1)), minDerivedMaxConns)
+	if s.maxConns != want || (rl.Cur >= 4*minDerivedMaxConns && uint64(s.maxConns) > rl.Cur/4) {
+		t.Fatalf("MaxConns %d with RLIMIT_NOFILE %d, want %d", s.maxConns, rl.Cur, want)
+	}
+}
+
+// TestClientKeepAliveOutlivesIdleTimeout: the client's publishing
+// connection, which carries nothing while there is nothing to publish, is
+// kept alive across several of the server's idle timeouts, and the
+// session is never re-established.
+func TestClientKeepAliveOutlivesIdleTimeout(t *testing.T) {
+	const idle = 2 * time.Second
+	s := startServer(t, Options{IdleTimeout: idle})
+	c := connectClient(t, s, ClientOptions{ClientID: "w", KeepAlive: 20 * time.Millisecond, ReceiveTimeout: 20 * time.Millisecond}, "t")
+	c.mu.Lock()
+	sess := c.sess
+	c.mu.Unlock()
+	start := time.Now()
+	for time.Since(start) < 3*idle {
+		if n := s.bound(&s.bounds.idleTimeout); n != 0 {
+			t.Fatalf("idle timeout closed %d connection(s) of a keep-alive client", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.mu.Lock()
+	same := c.sess == sess
+	c.mu.Unlock()
+	if !same || s.bound(&s.bounds.idleTimeout) != 0 {
+		t.Fatal("the client's session was re-established: a connection was closed as idle")
+	}
+}
