@@ -30,6 +30,14 @@ RUN pkgs="python3 libseccomp2 libssl3 ca-certificates passwd"; \
       && rm -rf /var/lib/apt/lists/*; \
     fi
 
+# Non-root option: build with --build-arg STR_USER=str to run the worker as
+# uid 10001 (rootless mode: needs user namespaces and a delegated cgroup
+# subtree, docs/deployment.md). The default is root inside the container,
+# the production case (still confined by the container's own namespaces).
+RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/str --create-home --shell /usr/sbin/nologin str \
+ && mkdir -p /tools/python /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts \
+ && chown str:str /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts
+
 # The host-built binary (make build), dynamically linked against the Debian
 # 12 libraries above: build it on Debian 12 (or a base of the same release).
 ARG STR_BIN=bin/str
@@ -38,14 +46,8 @@ COPY ${STR_BIN} /usr/local/bin/str
 # (docker run --entrypoint /usr/local/bin/str-container-worker ...).
 COPY deploy/docker/str-container-worker /usr/local/bin/str-container-worker
 
-# Non-root option: build with --build-arg STR_USER=str to run the worker as
-# uid 10001 (rootless mode: needs user namespaces and a delegated cgroup
-# subtree, docs/deployment.md). The default is root inside the container,
-# the production case (still confined by the container's own namespaces).
+# After the layers above, so that both users share them.
 ARG STR_USER=root
-RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/str --create-home --shell /usr/sbin/nologin str \
- && mkdir -p /tools/python /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts \
- && chown str:str /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts
 
 # Artifacts go to the filesystem store, the layout agents share (mount a
 # volume at /sam/artifacts); its audit log is /sam/artifacts/.audit/

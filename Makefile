@@ -20,7 +20,7 @@ IMAGE := str-worker:dev
 
 help:
 	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job)"
-	@echo "make test    every test: unit, fuzz (20 s a target), host integration (as root), cgroup v2 in a VM"
+	@echo "make test    every test: unit, fuzz (20 s a target), host integration (as root), the image in docker, cgroup v2 in a VM"
 	@echo "make image   the worker image $(IMAGE) from a locally built Debian 12 base (no registry; docker, root)"
 	@echo "make demo    scripted tour against a running 'make run'"
 	@echo "make fuzz    every go test -fuzz target for FUZZTIME each (default 20s; e.g. FUZZTIME=10m)"

@@ -107,13 +107,24 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Fatalf("%s: not after 3 minutes; last: %s", what, last)
 }
 
-// TestContainerServes runs the image as root in its container with the
-// least privileges, the example tools mounted read-only, the artifact store
-// and the broker's token file on host dirs, and serves through str invoke:
-// echo_tool, a restrictive call, an artifact round trip and a
-// network-policy denial; then docker stop ends it cleanly.
+// TestContainerServes runs the image with the least privileges, the
+// example tools mounted read-only, the artifact store and the broker's
+// token file on host dirs, and serves through str invoke: echo_tool, a
+// restrictive call, an artifact round trip and a network-policy denial;
+// then docker stop ends it cleanly. root: the worker is root in the
+// container (the production case). rootless: the entrypoint delegates the
+// container's cgroup to the image's user str (uid 10001) and runs the
+// worker as that user with no capability (STR_RUN_AS=str).
 func TestContainerServes(t *testing.T) {
 	image, strBin := need(t)
+	t.Run("root", func(t *testing.T) { serve(t, image, strBin, false) })
+	t.Run("rootless", func(t *testing.T) { serve(t, image, strBin, true) })
+}
+
+// The image's non-root user (Dockerfile: useradd --uid 10001 str).
+const strUID = 10001
+
+func serve(t *testing.T, image, strBin string, rootless bool) {
 	root := repoRoot(t)
 	dir := t.TempDir()
 	art, state := filepath.Join(dir, "artifacts"), filepath.Join(dir, "state")
@@ -121,10 +132,18 @@ func TestContainerServes(t *testing.T) {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		if rootless {
+			if err := os.Chown(d, strUID, strUID); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	name := fmt.Sprintf("str-container-test-%d", os.Getpid())
+	name := fmt.Sprintf("str-container-test-%d-%t", os.Getpid(), rootless)
 	_ = exec.Command("docker", "rm", "-f", name).Run()
 	args := append([]string{"run", "-d", "--name", name}, leastPrivilege(root)...)
+	if rootless {
+		args = append(args, "--user", "0", "-e", "STR_RUN_AS=str")
+	}
 	args = append(args,
 		"-e", "SAM_NAMESPACE=ct/", "-e", "TOOLS_PYTHON_DIR=/tools/python",
 		"-e", "DEV_BROKER_TOKEN_FILE=/state/broker.token",
@@ -159,6 +178,15 @@ func TestContainerServes(t *testing.T) {
 		return err == nil && strings.TrimSpace(string(out)) == "200", string(out)
 	})
 	addr := firstLine([]byte(docker(t, "port", name, "55554/tcp")))
+	if rootless {
+		// The worker (PID 1) runs as str with every capability set empty.
+		st := docker(t, "exec", name, "grep", "-E", "^(Uid|CapEff|CapBnd|NoNewPrivs):", "/proc/1/status")
+		for _, want := range []string{fmt.Sprintf("Uid:\t%d\t%d", strUID, strUID), "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"} {
+			if !strings.Contains(st, want) {
+				t.Errorf("rootless worker's /proc/1/status lacks %q:\n%s", want, st)
+			}
+		}
+	}
 
 	invoke := func(tool string, extra ...string) (map[string]any, string) {
 		t.Helper()
