@@ -221,6 +221,14 @@ func serve(t *testing.T, image, strBin string, rootless bool) {
 		t.Errorf("execute_python (restrictive): want result (42, True) (not uid 0 in the sandbox): %s", raw)
 	}
 
+	// 2b. The example's escape attempts (read /etc/shadow, mount, unshare,
+	// connect to the broker, write /usr, see other processes), all blocked
+	// inside the container too.
+	res, raw = invoke("escape_attempt")
+	if tr, _ := res["tool_result"].(map[string]any); tr == nil || tr["all_blocked"] != true {
+		t.Errorf("escape_attempt in the container: want all_blocked true: %s", raw)
+	}
+
 	// 3. Artifact round trip: a preloaded input, two outputs in the store.
 	in := filepath.Join(dir, "in.txt")
 	if err := os.WriteFile(in, []byte("one\ntwo words\nthree\n"), 0o644); err != nil {
