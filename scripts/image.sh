@@ -10,13 +10,13 @@
 #   2. The worker: Dockerfile FROM that base, with the str binary built on the
 #      host (bin/str, make build) copied in: no Go toolchain in the image.
 #
-# Environment: IMAGE (the worker tag, set by the Makefile), STR_BIN (default
-# bin/str), DEBIAN_MIRROR. Needs root (debootstrap) and a running docker.
+# Environment: IMAGE (the worker tag, set by the Makefile), DEBIAN_MIRROR.
+# Needs root (debootstrap, first run only) and a running docker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:?IMAGE (the worker tag) is set by the Makefile}
-STR_BIN=${STR_BIN:-bin/str}
+STR_BIN=bin/str # the one path .dockerignore lets into the context
 BASE_REPO=${BASE_REPO:-str-base}
 
 # ---- the recipe (every line here is part of the hash) ----------------------
