@@ -24,8 +24,9 @@ SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # python3: runs the tools. libseccomp2: str links it. libssl3 and
 # ca-certificates: TLS to a Solace broker (tcps://). passwd: useradd for
-# the rootless user (the Dockerfile's own step).
-PACKAGES=python3,libseccomp2,libssl3,ca-certificates,passwd
+# the rootless user (the Dockerfile's own step). python3-pip (with setuptools and
+# wheel): installs the packages a manifest declares (packages:).
+PACKAGES=python3,python3-pip,python3-setuptools,python3-wheel,libseccomp2,libssl3,ca-certificates,passwd
 RECIPE="v1 $SUITE $MIRROR minbase $PACKAGES"
 # -----------------------------------------------------------------------------
 

@@ -326,3 +326,47 @@ func TestSeccompProfileCurrent(t *testing.T) {
 		t.Error("deploy/docker/seccomp.json is stale: run python3 scripts/container-seccomp.py > deploy/docker/seccomp.json")
 	}
 }
+
+// TestContainerBattery runs the hostile battery (test/integration/hostile,
+// TestHostile: every case of every profile) inside the container, with the
+// same least-privilege settings as the worker: the sandbox holds inside an
+// unprivileged container as it does on the host.
+func TestContainerBattery(t *testing.T) {
+	image, strBin := need(t)
+	root := repoRoot(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hostile.test")
+	build := exec.Command("go", "test", "-c", "-o", bin, "./test/integration/hostile")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go test -c ./test/integration/hostile: %v\n%s", err, out)
+	}
+	name := fmt.Sprintf("str-container-battery-%d", os.Getpid())
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
+	args := append([]string{"run", "--rm", "--name", name}, leastPrivilege(root)...)
+	args = append(args,
+		"-v", bin+":/t/hostile.test:ro", "-v", strBin+":/t/str:ro",
+		"-v", filepath.Join(root, "test/integration/hostile")+":/src/test/integration/hostile:ro",
+		"-v", filepath.Join(root, "examples")+":/src/examples:ro",
+		"-w", "/src/test/integration/hostile",
+		"-e", "STR_BIN=/t/str", "-e", "STR_MUST_WORK=1",
+		"--entrypoint", "/usr/local/bin/str-container-worker", image,
+		// Through sh, so that the test process is not PID 1 (signal_host
+		// signals the test's pid from a sandbox whose own PID 1 is the init).
+		"/bin/sh", "-c", "/t/hostile.test -test.run '^TestHostile$' -test.timeout 12m")
+	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		var fails []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "--- FAIL") || strings.Contains(l, ".go:") {
+				fails = append(fails, l)
+			}
+		}
+		t.Fatalf("the hostile battery in the container: %v\n%s", err, strings.Join(fails, "\n"))
+	}
+	if !strings.Contains(string(out), "PASS") {
+		t.Fatalf("the hostile battery in the container printed no PASS:\n%s", out)
+	}
+}
