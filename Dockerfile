@@ -1,48 +1,54 @@
-# str worker image. Two stages: "build" compiles str with cgo (libseccomp,
-# the Solace C library bundled with solace.dev/go/messaging); "runtime" is
-# Debian slim with what the worker and the sandboxes need at run time.
+# str worker image: one stage, FROM a Debian 12 base, with the str binary
+# built on the host (make build: bin/str) copied in. No Go toolchain in the
+# image and nothing pulled from a registry.
 #
-# Build:   docker build -t str-worker .
-#          docker build --build-arg STR_USER=str -t str-worker:rootless .
+# Build:   make image       (builds the base with debootstrap, imports it as
+#                            str-base:bookworm-<recipe hash>, then this file;
+#                            the tag is the Makefile's IMAGE, str-worker:dev)
+# With a registry base instead:
+#          make build && docker build --build-arg BASE=debian:bookworm-slim -t str-worker:dev .
+#          (the RUN below installs the run-time packages the base lacks)
+# Rootless: add --build-arg STR_USER=str (the worker runs as uid 10001).
 # Run:     see docs/deployment.md (the sandbox needs namespaces, an unmasked
-#          /proc and a writable cgroup subtree: plain `docker run` is not
-#          enough).
+#          /proc and a writable cgroup: plain `docker run` is not enough;
+#          deploy/docker/seccomp.json is the container seccomp profile).
 #
-# This file is checked by test/deploy (parsed, not built: the machines str
-# is developed on have no container engine).
+# Built and run by test/container (make test-container); test/deploy checks
+# this file's shape.
 
-ARG GO_VERSION=1.26
+# The base: scripts/image.sh passes the tag of the local debootstrap image.
+ARG BASE=str-base:bookworm
+FROM ${BASE} AS runtime
 
-# ---- build ---------------------------------------------------------------
-FROM golang:${GO_VERSION}-bookworm AS build
-RUN apt-get update \
- && apt-get install -y --no-install-recommends libseccomp-dev pkg-config \
- && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-# Modules first, so that a source change does not re-download them.
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-RUN CGO_ENABLED=1 go build -trimpath -o /out/str ./cmd/str
-
-# ---- runtime -------------------------------------------------------------
-FROM debian:bookworm-slim AS runtime
-# python3: runs the tools. libseccomp2: str links it (policy files; the
+# python3: runs the tools; python3-pip (setuptools, wheel): installs the
+# packages a manifest declares. libseccomp2: str links it (policy files; the
 # sandbox's init does not). libssl3 and ca-certificates: TLS to the Solace
-# broker (tcps://).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 libseccomp2 libssl3 ca-certificates \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=build /out/str /usr/local/bin/str
+# broker (tcps://). The local base has them already (no network needed);
+# a registry base gets them from apt.
+RUN pkgs="python3 python3-pip python3-setuptools python3-wheel libseccomp2 libssl3 ca-certificates passwd"; \
+    if ! dpkg -s $pkgs >/dev/null 2>&1; then \
+      apt-get update && apt-get install -y --no-install-recommends $pkgs \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
 
 # Non-root option: build with --build-arg STR_USER=str to run the worker as
 # uid 10001 (rootless mode: needs user namespaces and a delegated cgroup
 # subtree, docs/deployment.md). The default is root inside the container,
 # the production case (still confined by the container's own namespaces).
-ARG STR_USER=root
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/str --create-home --shell /usr/sbin/nologin str \
  && mkdir -p /tools/python /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts \
  && chown str:str /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts
+
+# The host-built binary (make build), dynamically linked against the Debian
+# 12 libraries above: build it on Debian 12 (or a base of the same release).
+ARG STR_BIN=bin/str
+COPY ${STR_BIN} /usr/local/bin/str
+# The entrypoint for engines that mount the container's cgroup read-only
+# (docker run --entrypoint /usr/local/bin/str-container-worker ...).
+COPY deploy/docker/str-container-worker /usr/local/bin/str-container-worker
+
+# After the layers above, so that both users share them.
+ARG STR_USER=root
 
 # Artifacts go to the filesystem store, the layout agents share (mount a
 # volume at /sam/artifacts); its audit log is /sam/artifacts/.audit/

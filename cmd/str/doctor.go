@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,17 @@ func cmdDoctor(args []string) int {
 	info("kernel", unix.ByteSliceToString(uts.Release[:]))
 	uid := os.Geteuid()
 	info("running as", fmt.Sprintf("uid %d (%s mode)", uid, map[bool]string{true: "root", false: "rootless"}[uid == 0]))
+	engine := containerEngine()
+	if engine != "" {
+		info("container", engine+" (the engine's settings below are docs/deployment.md's \"Docker\")")
+		// Root in a container without CAP_SYS_ADMIN cannot create the
+		// sandbox's namespaces nor mount anything (Docker drops it).
+		if capEff, err := strconv.ParseUint(strings.TrimSpace(fieldOf(readFile("/proc/self/status"), "CapEff:")), 16, 64); err == nil && uid == 0 {
+			has := capEff&(1<<unix.CAP_SYS_ADMIN) != 0
+			check("container capabilities", has, map[bool]string{true: "CAP_SYS_ADMIN present", false: "no CAP_SYS_ADMIN"}[has],
+				"docker run --cap-add SYS_ADMIN (the sandbox's namespaces and mounts; --privileged is not needed)")
+		}
+	}
 
 	// User namespaces.
 	maxUserNS := strings.TrimSpace(readFile("/proc/sys/user/max_user_namespaces"))
@@ -62,8 +74,12 @@ func cmdDoctor(args []string) int {
 	case launcher.CgroupV1:
 		check("cgroup", true, "v1 controllers (hybrid/legacy): memory, pids, cpu via the v1 fallback; cgroup.kill emulated with freezer", "")
 	default:
-		check("cgroup", false, "no writable cgroup hierarchy",
-			"run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or use a best_effort profile (no memory/pids/cpu limits)")
+		fix := "run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or use a best_effort profile (no memory/pids/cpu limits)"
+		if engine != "" {
+			fix = "the container's cgroup is mounted read-only (Docker does so unless --privileged): run it with --cgroupns=private and " +
+				"remount that mount read-write before the worker starts (the image's entrypoint str-container-worker does; needs CAP_SYS_ADMIN and the mount syscall)"
+		}
+		check("cgroup", false, "no writable cgroup hierarchy", fix)
 	}
 
 	// Spawn latency: no sandbox start migrates a process between cgroups
@@ -90,7 +106,7 @@ func cmdDoctor(args []string) int {
 	// forbids mounting a fresh /proc inside a user namespace.
 	if masked := procOvermounts(readFile("/proc/self/mountinfo")); len(masked) > 0 {
 		check("unmasked /proc", false, "mounts over /proc: "+strings.Join(masked, ", ")+"; a sandbox cannot mount its own /proc",
-			"run the worker's container with an unmasked /proc (Kubernetes: securityContext.procMount: Unmasked; docker: --security-opt systempaths=unconfined), "+
+			"run the worker's container with an unmasked /proc (docker: --security-opt systempaths=unconfined; podman: --security-opt unmask=ALL; Kubernetes: securityContext.procMount: Unmasked), "+
 				"or use a best_effort profile (runs without /proc and says so)")
 	} else {
 		check("unmasked /proc", true, "nothing is mounted over /proc's files", "")
@@ -122,6 +138,10 @@ func cmdDoctor(args []string) int {
 	case res.SetupError != nil:
 		fix := res.SetupError.Hint
 		check("sandbox (restrictive)", false, res.SetupError.Error(), fix)
+		if call := refusedMountCall(res.SetupError.Error()); engine != "" && seccompMode == "2" && call != "" {
+			check("container seccomp profile", false, "the container's seccomp filter refuses "+call+" (Docker's default profile lacks it)",
+				"docker run --security-opt seccomp=deploy/docker/seccomp.json (Docker's default plus the namespace and mount calls str makes, each with its reason)")
+		}
 		if res.SetupError.Action == "mount proc" {
 			check("fresh /proc", false, "cannot mount procfs for a new pid namespace", fix)
 		}
@@ -135,6 +155,34 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Println("\nsome checks failed: see the fixes above.")
 	return 1
+}
+
+// containerEngine names the container engine this process runs under, from
+// the files the engines leave in the container's root; "" outside one.
+func containerEngine() string {
+	for _, f := range [][2]string{{"/.dockerenv", "docker"}, {"/run/.containerenv", "podman"}} {
+		if _, err := os.Stat(f[0]); err == nil {
+			return f[1] + " (" + f[0] + ")"
+		}
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return "kubernetes (KUBERNETES_SERVICE_HOST)"
+	}
+	return ""
+}
+
+// refusedMountCall returns the mount-family call a sandbox setup error
+// says was refused with EPERM, or "".
+func refusedMountCall(msg string) string {
+	if !strings.Contains(msg, "operation not permitted") {
+		return ""
+	}
+	for _, c := range []string{"pivot_root", "open_tree", "move_mount", "mount_setattr"} {
+		if strings.Contains(msg, c) {
+			return c
+		}
+	}
+	return ""
 }
 
 // accountsInRange lists the /etc/passwd accounts whose uid is in r.
