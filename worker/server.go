@@ -533,20 +533,29 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 			}
 		}()
 	}
-	var subsMu sync.Mutex
+	// The topics to change are read from s.subs before the first change
+	// starts: the changes write s.subs as they complete.
+	var subscribe, unsubscribe []string
 	for _, name := range added {
 		for _, topic := range s.entryTopics(name) {
 			if !s.subs[topic] { // a retry after a partial failure
-				change(s.tr.Subscribe, "subscribe", topic, func() { subsMu.Lock(); s.subs[topic] = true; subsMu.Unlock() })
+				subscribe = append(subscribe, topic)
 			}
 		}
 	}
 	for _, name := range removed {
 		for _, topic := range s.entryTopics(name) {
 			if s.subs[topic] {
-				change(s.tr.Unsubscribe, "unsubscribe", topic, func() { subsMu.Lock(); delete(s.subs, topic); subsMu.Unlock() })
+				unsubscribe = append(unsubscribe, topic)
 			}
 		}
+	}
+	var subsMu sync.Mutex
+	for _, topic := range subscribe {
+		change(s.tr.Subscribe, "subscribe", topic, func() { subsMu.Lock(); s.subs[topic] = true; subsMu.Unlock() })
+	}
+	for _, topic := range unsubscribe {
+		change(s.tr.Unsubscribe, "unsubscribe", topic, func() { subsMu.Lock(); delete(s.subs, topic); subsMu.Unlock() })
 	}
 	wg.Wait()
 	if len(errs) > 0 {
