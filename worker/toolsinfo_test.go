@@ -73,8 +73,11 @@ func TestToolsRequest(t *testing.T) {
 	for _, ti := range r.Tools {
 		byName[ti.Name] = ti
 	}
-	if len(byName) != len(h.srv.manifest.Tools) {
-		t.Errorf("%d tools listed, the manifest has %d", len(byName), len(h.srv.manifest.Tools))
+	h.srv.mu.RLock() // the manifest watcher may be applying a reload
+	inManifest := len(h.srv.manifest.Tools)
+	h.srv.mu.RUnlock()
+	if len(byName) != inManifest {
+		t.Errorf("%d tools listed, the manifest has %d", len(byName), inManifest)
 	}
 	want := map[string]ToolInfo{
 		"echo":       {Name: "echo", Profile: "standard", Network: egress.AllowEgress, TimeoutSeconds: 300},
