@@ -28,10 +28,12 @@ help:
 	@echo "make lint    gofmt, go vet, staticcheck, deadcode, govulncheck (tools pinned in bin/tools)"
 
 # What a fresh Debian 12 machine lacks: libseccomp headers for cgo, python3
-# for tools, util-linux (setpriv for the rootless test), and the Go modules.
+# for tools, python3-pip (pip runs inside the installation sandbox for a
+# tool's declared package), util-linux (setpriv for the rootless test), and
+# the Go modules.
 deps:
 	@missing=""; \
-	for p in libseccomp-dev python3 util-linux gcc; do \
+	for p in libseccomp-dev python3 python3-pip util-linux gcc; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
