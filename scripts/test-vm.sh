@@ -69,7 +69,11 @@ if [[ -z $skipped ]]; then
   go test -c -o "$tmp/hostile.test" ./test/integration/hostile
   # shellcheck disable=SC2206 # flags split on spaces, as on a command line
   extra=(${STR_VM_BATTERY_ARGS:-})
-  sets+=(--- battery "$root/test/integration/hostile" "$tmp/hostile.test" -test.count=1 -test.timeout 35m "${extra[@]}")
+  # The installation cases (install_*) are left to the host's and the
+  # container's battery: they need nothing of cgroup v2, and under TCG
+  # emulation pip's own start exceeds the installation sandbox's limits
+  # (CI: install_shadow_module's pip killed, status 137, after ~5 min).
+  sets+=(--- battery "$root/test/integration/hostile" "$tmp/hostile.test" -test.count=1 -test.timeout 35m -test.skip '^TestHostile$/^install_' "${extra[@]}")
 fi
 
 # 3. one boot runs them all.
