@@ -114,11 +114,10 @@ func statusNumbers(t *testing.T, st []string, size int) int {
 	return len(st)
 }
 
-// The broker is slower than the tool: the status publishes are stuck
-// until the test releases them. The relay stops reading the FIFO once its
-// queue is full, so the tool's writes block (it cannot have finished),
-// and after the release every line arrives, in order, none dropped.
-func TestStatusBackPressureKeepsEveryLine(t *testing.T) {
+// startBlockedStatus starts a hardening harness whose status publishes are
+// stuck in bs until the test releases them, its log in logs.
+func startBlockedStatus(t *testing.T) (*harness, *blockingStatus, *logBuffer) {
+	t.Helper()
 	logs := &logBuffer{}
 	bs := &blockingStatus{release: make(chan struct{})}
 	h := newHardeningHarness(t, nil, func(o *Options) {
@@ -127,6 +126,15 @@ func TestStatusBackPressureKeepsEveryLine(t *testing.T) {
 		o.Logger = logs.logger()
 	})
 	h.start()
+	return h, bs, logs
+}
+
+// The broker is slower than the tool: the status publishes are stuck
+// until the test releases them. The relay stops reading the FIFO once its
+// queue is full, so the tool's writes block (it cannot have finished),
+// and after the release every line arrives, in order, none dropped.
+func TestStatusBackPressureKeepsEveryLine(t *testing.T) {
+	h, bs, logs := startBlockedStatus(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("log:\n%s", logs.String())
@@ -170,14 +178,7 @@ func TestStatusBackPressureKeepsEveryLine(t *testing.T) {
 // and the reply is TIMEOUT; every line the tool wrote in full before it
 // was killed is relayed, in order.
 func TestStatusBackPressureTimeoutEndsTheCall(t *testing.T) {
-	logs := &logBuffer{}
-	bs := &blockingStatus{release: make(chan struct{})}
-	h := newHardeningHarness(t, nil, func(o *Options) {
-		bs.Transport = o.Transport
-		o.Transport = bs
-		o.Logger = logs.logger()
-	})
-	h.start()
+	h, bs, logs := startBlockedStatus(t)
 	pidfile := filepath.Join(t.TempDir(), "pid")
 	id := h.send("status_flood_short", map[string]any{"args": map[string]any{"n": 100000, "size": 16384, "pidfile": pidfile}})
 	waitFor(t, "the relay to wait for the broker", func() bool {
@@ -221,14 +222,7 @@ func TestStatusBackPressureTimeoutEndsTheCall(t *testing.T) {
 // cap; the lines beyond the cap are dropped at once (the tool finishes),
 // counted, and announced by one last status line after the kept ones.
 func TestStatusFloodBoundedWithBlockedPublish(t *testing.T) {
-	logs := &logBuffer{}
-	bs := &blockingStatus{release: make(chan struct{})}
-	h := newHardeningHarness(t, nil, func(o *Options) {
-		bs.Transport = o.Transport
-		o.Transport = bs
-		o.Logger = logs.logger()
-	})
-	h.start()
+	h, bs, logs := startBlockedStatus(t)
 	const n, size = 2000, 16384
 	id := h.send("status_flood", map[string]any{"args": map[string]any{"n": n, "size": size}})
 	waitFor(t, "the relay to wait for the broker", func() bool {
