@@ -639,8 +639,25 @@ def _build_tool_result(mod):
             )
         return value
 
-    class DataObject:
+    class _Model:
+        """Equality and repr by the model's fields, as pydantic gives them."""
+
+        _fields = ()
+
+        def __eq__(self, other):
+            if type(other) is not type(self):
+                return NotImplemented
+            return self.model_dump() == other.model_dump()
+
+        __hash__ = None
+
+        def __repr__(self):
+            return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (f, getattr(self, f)) for f in self._fields))
+
+    class DataObject(_Model):
         """A piece of tool output, inline or saved as an artifact."""
+
+        _fields = _DATA_OBJECT_FIELDS
 
         def __init__(self, *, name, content, mime_type="text/plain", disposition=DataDisposition.AUTO,
                      description=None, preview=None, metadata=None, tags=None):
@@ -689,18 +706,11 @@ def _build_tool_result(mod):
                 metadata=data.get("metadata"),
             )
 
-        def __eq__(self, other):
-            if type(other) is not type(self):
-                return NotImplemented
-            return self.model_dump() == other.model_dump()
 
-        __hash__ = None
-
-        def __repr__(self):
-            return "DataObject(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in _DATA_OBJECT_FIELDS)
-
-    class ToolResult:
+    class ToolResult(_Model):
         """A tool's structured result: status, message, inline data, data objects."""
+
+        _fields = _TOOL_RESULT_FIELDS
 
         def __init__(self, *, status="success", message=None, data=None, data_objects=None, error_code=None):
             self.status = check("ToolResult", "status", status, str, False)
@@ -762,15 +772,6 @@ def _build_tool_result(mod):
         def is_serialized_tool_result(data):
             return isinstance(data, dict) and data.get("_schema") == "ToolResult"
 
-        def __eq__(self, other):
-            if type(other) is not type(self):
-                return NotImplemented
-            return self.model_dump() == other.model_dump()
-
-        __hash__ = None
-
-        def __repr__(self):
-            return "ToolResult(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in _TOOL_RESULT_FIELDS)
 
     for cls in (DataDisposition, DataObject, ToolResult):
         cls.__module__ = mod.__name__
