@@ -102,15 +102,10 @@ func cmdDoctor(args []string) int {
 		info("sandbox host ids", fmt.Sprintf("rootless: every sandbox runs as uid %d (the only id this user can map)", uid))
 	}
 
-	// A masked /proc (container runtimes mount over /proc/kcore, ...)
-	// forbids mounting a fresh /proc inside a user namespace.
-	if masked := procOvermounts(readFile("/proc/self/mountinfo")); len(masked) > 0 {
-		check("unmasked /proc", false, "mounts over /proc: "+strings.Join(masked, ", ")+"; a sandbox cannot mount its own /proc",
-			"run the worker's container with an unmasked /proc (docker: --security-opt systempaths=unconfined; podman: --security-opt unmask=ALL; Kubernetes: securityContext.procMount: Unmasked), "+
-				"or use a best_effort profile (runs without /proc and says so)")
-	} else {
-		check("unmasked /proc", true, "nothing is mounted over /proc's files", "")
-	}
+	// A covered /proc (container runtimes mount over /proc/kcore, systemd's
+	// ProtectKernelLogs over /proc/kmsg, ...) forbids mounting a fresh
+	// /proc inside a user namespace: doctor_proc.go.
+	procFix := checkProcCovered(check, info, engine)
 
 	// seccomp and libseccomp.
 	seccompMode := strings.TrimSpace(fieldOf(readFile("/proc/self/status"), "Seccomp:"))
@@ -143,6 +138,9 @@ func cmdDoctor(args []string) int {
 				"docker run --security-opt seccomp=deploy/docker/seccomp.json (Docker's default plus the namespace and mount calls str makes, each with its reason)")
 		}
 		if res.SetupError.Action == "mount proc" {
+			if procFix != "" {
+				fix = procFix
+			}
 			check("fresh /proc", false, "cannot mount procfs for a new pid namespace", fix)
 		}
 	default:
@@ -197,24 +195,6 @@ func accountsInRange(passwd string, r launcher.IDRange) []string {
 		if _, err := fmt.Sscan(f[2], &id); err == nil && id >= r.Start && id < r.Start+r.Count {
 			out = append(out, f[0]+"="+f[2])
 		}
-	}
-	return out
-}
-
-// procOvermounts lists mount points below /proc other than the ones the
-// kernel tolerates for a fresh proc mount in a user namespace (the
-// binfmt_misc automount on an empty directory).
-func procOvermounts(mountinfo string) []string {
-	var out []string
-	for _, l := range strings.Split(mountinfo, "\n") {
-		f := strings.Fields(l)
-		if len(f) < 5 || !strings.HasPrefix(f[4], "/proc/") {
-			continue
-		}
-		if strings.HasPrefix(f[4], "/proc/sys/fs/binfmt_misc") {
-			continue
-		}
-		out = append(out, f[4])
 	}
 	return out
 }
