@@ -1,0 +1,43 @@
+#!/bin/sh
+# Installs the str worker as a systemd service, the steps of
+# docs/deployment.md ("systemd"); test/systemd runs exactly this script.
+#
+#   deploy/systemd/install.sh BIN TOOLS_DIR
+#
+# BIN: the str binary (make build: bin/str). TOOLS_DIR: a directory with
+# manifest.yaml and the tools' python/ (e.g. examples/tools). Needs root.
+# It installs and reloads systemd; it does not start the service (edit
+# /etc/str/worker.env first, then systemctl enable --now str-worker).
+set -eu
+bin=${1:?usage: install.sh BIN TOOLS_DIR}
+tools=${2:?usage: install.sh BIN TOOLS_DIR}
+here=$(dirname "$0")
+[ -f "$tools/manifest.yaml" ] || { echo "install.sh: $tools/manifest.yaml missing" >&2; exit 1; }
+
+# 1. The binary and the unit.
+install -m 0755 "$bin" /usr/local/bin/str
+install -m 0644 "$here/str-worker.service" /etc/systemd/system/str-worker.service
+
+# 2. Settings: the example on first install only (an operator's edits stay).
+#    0640: it holds the broker credentials.
+install -d -m 0750 /etc/str
+[ -e /etc/str/worker.env ] || install -m 0640 "$here/worker.env.example" /etc/str/worker.env
+
+# 3. The tools where worker.env.example points (MANIFEST_PATH,
+#    TOOLS_PYTHON_DIR): readable by all (each sandbox runs under host ids
+#    of its own), writable by root only; replaced as a whole.
+rm -rf /etc/str/tools.new
+cp -R "$tools" /etc/str/tools.new
+chown -R root:root /etc/str/tools.new
+chmod -R u=rwX,go=rX /etc/str/tools.new
+rm -rf /etc/str/tools.old
+[ ! -e /etc/str/tools ] || mv /etc/str/tools /etc/str/tools.old
+mv /etc/str/tools.new /etc/str/tools
+rm -rf /etc/str/tools.old
+
+# 4. The writable paths the unit names (ReadWritePaths=): work dirs,
+#    runner and packages under /sandbox; the artifact store.
+install -d -m 0755 /sandbox /sam/artifacts
+
+systemctl daemon-reload
+echo "installed: edit /etc/str/worker.env, then: systemctl enable --now str-worker && str doctor"
