@@ -78,7 +78,7 @@ func unescapeMountinfo(s string) string {
 var (
 	procBySystemdKernelLogs = []string{"/proc/kmsg"}
 	procBySystemdTunables   = []string{"/proc/acpi", "/proc/apm", "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq",
-		"/proc/latency_stats", "/proc/mtrr", "/proc/scsi", "/proc/sys", "/proc/sysrq-trigger", "/proc/timer_stats"}
+		"/proc/kallsyms", "/proc/kcore", "/proc/latency_stats", "/proc/mtrr", "/proc/scsi", "/proc/sys", "/proc/sysrq-trigger", "/proc/timer_stats"}
 	procByRuntime = []string{"/proc/acpi", "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/kcore",
 		"/proc/keys", "/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/sys", "/proc/sysrq-trigger",
 		"/proc/timer_list", "/proc/timer_stats"}
@@ -118,10 +118,12 @@ func procCoverCause(path string, at procPlace) []string {
 	switch {
 	case in(procBySystemdKernelLogs):
 		return []string{causeKernelLogs}
-	case at.container && in(procByRuntime):
-		return []string{causeRuntime}
+	// In a unit (which may itself run in a container) the unit's own
+	// settings are the likelier cause: they apply last.
 	case at.systemdUnit && in(procBySystemdTunables):
 		return []string{causeTunables}
+	case at.container && in(procByRuntime):
+		return []string{causeRuntime}
 	case in(procByRuntime) && !in(procBySystemdTunables):
 		return []string{causeRuntime}
 	case in(procBySystemdTunables) && in(procByRuntime):

@@ -59,6 +59,12 @@ func TestCoveredProc(t *testing.T) {
 			"/proc/sys (systemd ProtectKernelTunables=yes), /proc/sysrq-trigger (systemd ProtectKernelTunables=yes), " +
 				"/proc/bus (systemd ProtectKernelTunables=yes), /proc/irq (systemd ProtectKernelTunables=yes), /proc/kmsg (systemd ProtectKernelLogs=yes)",
 			[]string{"remove ProtectKernelLogs=", "remove ProtectKernelTunables="}},
+		// A unit on a host that is itself a container (test/systemd's):
+		// the unit's settings apply last, so they are named.
+		{"unit in a container", mountinfoSystemd, procPlace{systemdUnit: true, container: true},
+			"/proc/sys (systemd ProtectKernelTunables=yes), /proc/sysrq-trigger (systemd ProtectKernelTunables=yes), " +
+				"/proc/bus (systemd ProtectKernelTunables=yes), /proc/irq (systemd ProtectKernelTunables=yes), /proc/kmsg (systemd ProtectKernelLogs=yes)",
+			[]string{"remove ProtectKernelLogs=", "remove ProtectKernelTunables="}},
 		{"docker", mountinfoDocker, procPlace{container: true},
 			"/proc/bus (the container runtime's masked paths), /proc/fs (the container runtime's masked paths), " +
 				"/proc/acpi (the container runtime's masked paths), /proc/kcore (the container runtime's masked paths), " +
@@ -70,7 +76,8 @@ func TestCoveredProc(t *testing.T) {
 			"/proc/bus (systemd ProtectKernelTunables=yes or the container runtime's masked paths), " +
 				"/proc/fs (systemd ProtectKernelTunables=yes or the container runtime's masked paths), " +
 				"/proc/acpi (systemd ProtectKernelTunables=yes or the container runtime's masked paths), " +
-				"/proc/kcore (the container runtime's masked paths), /proc/keys (the container runtime's masked paths)",
+				"/proc/kcore (systemd ProtectKernelTunables=yes or the container runtime's masked paths), " +
+				"/proc/keys (the container runtime's masked paths)",
 			[]string{"remove ProtectKernelTunables=", "systempaths=unconfined"}},
 		{"by hand", "22 1 0:21 / /proc rw - proc proc rw\n30 22 0:5 /null /proc/cpuinfo rw - devtmpfs udev rw\n", procPlace{},
 			"/proc/cpuinfo (a mount made by hand or by another tool)", []string{"findmnt -R /proc"}},
