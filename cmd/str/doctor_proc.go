@@ -166,11 +166,11 @@ func coveredProc(mountinfo string, at procPlace) procCover {
 }
 
 // checkProcCovered is str doctor's /proc check: names every mount that
-// covers part of /proc, its likely cause and the fix. Whether the kernel
-// then refuses a sandbox its own /proc depends on the kernel (the
-// visibility rule has been relaxed over time), so a covered /proc is
-// reported, and fails the doctor only through the sandbox check, whose
-// "mount proc" failure gets the returned fix.
+// covers part of /proc, its likely cause and the fix. The kernel still
+// allows the fresh /proc when another procfs mount in the namespace is
+// fully visible, so a covered /proc is reported, and fails the doctor
+// only through the sandbox check, whose "mount proc" failure gets the
+// returned fix.
 func checkProcCovered(check func(name string, good bool, detail, fix string), info func(name, detail string), engine string) (fix string) {
 	at := procPlace{container: engine != "", systemdUnit: os.Getenv("INVOCATION_ID") != ""}
 	v := coveredProc(readFile("/proc/self/mountinfo"), at)
@@ -180,6 +180,6 @@ func checkProcCovered(check func(name string, good bool, detail, fix string), in
 	}
 	fix = strings.Join(v.Fixes, "; ")
 	info("covered /proc", "mounts over /proc: "+strings.Join(v.Covered, ", ")+
-		"; a kernel that refuses a sandbox its own /proc while any part of /proc is covered fails the sandbox below at \"mount proc\"; fix: "+fix)
+		"; the kernel refuses a sandbox its own /proc while any part of /proc is covered, unless another procfs mount here is fully visible: if the sandbox below fails at \"mount proc\", this is why; fix: "+fix)
 	return fix + "; or use a best_effort profile (runs without /proc and says so)"
 }
