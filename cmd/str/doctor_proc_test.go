@@ -132,8 +132,8 @@ func TestDoctorNamesCoveredProc(t *testing.T) {
 	wants := []string{"[info] covered /proc", "/proc/kmsg (systemd ProtectKernelLogs=yes)", "fix: remove ProtectKernelLogs="}
 	// The kernel refuses the fresh /proc (mount_too_revealing) unless some
 	// other procfs mount in the namespace is fully visible (measured:
-	// refused on this machine's 6.18 kernel and on Debian 12's 6.1, but
-	// allowed while a debootstrap had its own /proc mounted on the host):
+	// refused on this machine's 6.18 kernel and on Debian 12's 6.1; once
+	// allowed here while a debootstrap had its own /proc mounted):
 	// then the sandbox fails there and the doctor gives the same fix.
 	// Either way the cover is named.
 	if err != nil {

@@ -230,10 +230,11 @@ var base = map[string]bool{
 // Settings the unit leaves out, each with what str doctor says under it
 // alone: the reason in the unit's comment, measured. coversProc: the
 // setting mounts over part of /proc, and whether the kernel then refuses
-// a sandbox its fresh /proc depends on whether another procfs mount in
-// the unit's namespace is fully visible (under systemd 252 here one is,
-// for a reason not established); the doctor must name the cover, and if
-// the sandbox fails, give the fix. The verdict is logged.
+// a sandbox its fresh /proc is the kernel's call (mount_too_revealing:
+// refused for a bind mount over /proc/kmsg on Linux 6.1 and 6.18, yet
+// allowed under systemd 252 here, for a reason not established); the
+// doctor must name the cover, and if the sandbox fails, give the fix.
+// The verdict is logged.
 var dropped = []struct {
 	prop       string
 	want       []string
