@@ -55,7 +55,7 @@ func effectiveRules(p *Policy) frozenRules {
 }
 
 // decisionRows builds the rows of a decisions fixture for p.
-func decisionRows(p *Policy, arch nativeArch) []Data {
+func decisionRows(p *Policy, arch archSpec) []Data {
 	seen := map[Data]bool{}
 	var rows []Data
 	add := func(d Data) {
@@ -107,7 +107,7 @@ func parseRow(line string) (Data, uint32, error) {
 	return d, uint32(r), err
 }
 
-func writeFrozen(t *testing.T, name string, p *Policy, prog *Program, arch nativeArch) {
+func writeFrozen(t *testing.T, name string, p *Policy, prog *Program, arch archSpec) {
 	t.Helper()
 	b, err := json.MarshalIndent(effectiveRules(p), "", "  ")
 	if err != nil {

@@ -406,7 +406,7 @@ const (
 // are passed through by __secure_computing, and called from anywhere but
 // the kernel's probe trampoline they raise SIGILL. The sweep cannot ask
 // about them, and no policy can decide them.
-func seccompBypass(arch nativeArch, nr int32) bool {
+func seccompBypass(arch archSpec, nr int32) bool {
 	return arch.audit == AuditArchX86_64 && (nr == 335 || nr == 336)
 }
 

@@ -256,7 +256,7 @@ func (e *ValidationError) Error() string {
 //  2. name is a lower-case identifier; description is set
 //  3. default_action is a valid action and is not allow (default deny)
 //  4. there is at least one rule
-//  5. per rule: names non-empty, each a syscall libseccomp knows on amd64
+//  5. per rule: names non-empty, each a syscall of amd64
 //     or arm64, no name twice in a rule; action known; errno given iff
 //     action is errno and from the allowed list; reason non-empty;
 //     args: index 0..5 at most once, op known, value given, mask given
@@ -266,7 +266,7 @@ func (e *ValidationError) Error() string {
 //     same action (it would be dead); two conditional rules for a syscall
 //     never repeat the same conditions; a rule whose action equals the
 //     default action is documentation only, so its syscalls appear in no
-//     other rule (libseccomp cannot express the difference anyway).
+//     other rule (where it would silently change nothing).
 func (p *Policy) Validate() error {
 	src := p.source
 	if src == "" {
@@ -321,7 +321,7 @@ func (p *Policy) Validate() error {
 			}
 			inRule[n] = true
 			if !knownSyscall(n) {
-				add(i, fmt.Sprintf("names[%d]", j), "unknown syscall %q (not known to libseccomp on amd64 or arm64)", n)
+				add(i, fmt.Sprintf("names[%d]", j), "unknown syscall %q (not a syscall of amd64 or arm64)", n)
 			}
 		}
 		for _, m := range checkAction(r.Action) {

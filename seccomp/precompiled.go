@@ -94,6 +94,11 @@ func fromPrecompiled(p *Policy, key string) (*Program, bool) {
 	if err != nil {
 		return nil, false
 	}
+	return fromPrecompiledFor(p, key, arch)
+}
+
+// fromPrecompiled is fromPrecompiled for arch.
+func fromPrecompiledFor(p *Policy, key string, arch archSpec) (*Program, bool) {
 	pc, _, ok := readMeta(p.Name, arch.name)
 	if !ok || pc.Key != hexKey(key) {
 		return nil, false
@@ -110,15 +115,15 @@ func fromPrecompiled(p *Policy, key string) (*Program, bool) {
 	return &Program{Policy: p.Name, Arch: arch.name, DefaultAction: p.DefaultAction.String(), Rules: plan.views, Filter: filter}, true
 }
 
-// writePrecompiled compiles p with the full self-check and writes its
-// two precompiled files into dir (the package directory). Used by go
-// generate.
-func writePrecompiled(p *Policy, dir string) error {
+// writePrecompiled compiles p for arch with the full self-check and
+// writes its two precompiled files into dir (the package directory). Used
+// by go generate.
+func writePrecompiled(p *Policy, arch archSpec, dir string) error {
 	key, err := cacheKey(p)
 	if err != nil {
 		return err
 	}
-	prog, err := p.compile()
+	prog, err := p.compileFor(arch)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package seccomp
 
 import (
 	"fmt"
-	libseccomp "github.com/seccomp/libseccomp-golang"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -246,34 +245,6 @@ func TestFilterAgreesWithEvaluate(t *testing.T) {
 	}
 }
 
-// The guard in front is not the only defence: libseccomp's own program
-// (reached by skipping the guard) must also kill foreign arches and x32.
-func TestLibseccompBodyAlsoKillsForeignArchAndX32(t *testing.T) {
-	a, err := native()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, prog := compileEmbedded(t, "standard")
-	rest := prog.Filter[len(archGuard(a)):]
-	foreign := AuditArchI386
-	if a.audit == AuditArchAArch64 {
-		foreign = AuditArchARM
-	}
-	rows := []Data{{Nr: 0, Arch: foreign}, {Nr: 3, Arch: foreign}}
-	if a.audit == AuditArchX86_64 {
-		rows = append(rows, Data{Nr: X32SyscallBit, Arch: a.audit}, Data{Nr: X32SyscallBit | 16, Arch: a.audit})
-	}
-	for _, d := range rows {
-		got, err := Simulate(rest, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != RetKillProcess {
-			t.Errorf("without the guard, nr %#x arch %#x = %s, want kill_process", d.Nr, d.Arch, DescribeRet(got))
-		}
-	}
-}
-
 // Every comparison operator, on values around the boundary and with the
 // upper word set, through the generated code.
 func TestArgumentOperators(t *testing.T) {
@@ -479,9 +450,9 @@ func SyscallNumber(name string) (int32, error) {
 	if err != nil {
 		return -1, err
 	}
-	nr, err := libseccomp.GetSyscallFromNameByArch(name, arch.scmp)
-	if err != nil || nr < 0 {
+	nr, ok := arch.resolve(name)
+	if !ok {
 		return -1, fmt.Errorf("seccomp: syscall %q does not exist on %s", name, arch.name)
 	}
-	return int32(nr), nil
+	return nr, nil
 }
