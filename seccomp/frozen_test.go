@@ -17,7 +17,8 @@ import (
 // policies mean, independently of how they are written and compiled:
 //
 //   - POLICY.rules.json: the effective rule set, per syscall the ordered
-//     list of (action, condition, reason) and the default action. It was
+//     list of (action, condition, reason), conditional rules first, and
+//     the default action. It was
 //     written from the three stand-alone policy files before standard and
 //     permissive were rewritten to extend restrictive; the resolved
 //     policies must reproduce it exactly.
@@ -44,12 +45,24 @@ type frozenRules struct {
 	Syscalls      map[string][]frozenRule `json:"syscalls"`
 }
 
+// effectiveRules lists, per syscall, its conditional rules in file order
+// (the order decides) and then its unconditional rule (the fallback,
+// wherever it stands in the file).
 func effectiveRules(p *Policy) frozenRules {
 	out := frozenRules{DefaultAction: p.DefaultAction.String(), Syscalls: map[string][]frozenRule{}}
+	uncond := map[string]frozenRule{}
 	for _, r := range p.Rules {
 		for _, n := range r.Names {
-			out.Syscalls[n] = append(out.Syscalls[n], frozenRule{r.Action.String(), condText(r.Args), r.Reason})
+			fr := frozenRule{r.Action.String(), condText(r.Args), r.Reason}
+			if len(r.Args) == 0 {
+				uncond[n] = fr
+				continue
+			}
+			out.Syscalls[n] = append(out.Syscalls[n], fr)
 		}
+	}
+	for n, fr := range uncond {
+		out.Syscalls[n] = append(out.Syscalls[n], fr)
 	}
 	return out
 }
