@@ -94,7 +94,7 @@
 // sock_filter records of 8 bytes in the machine's byte order
 // (EncodeFilter writes them; the interpreter reads them back). The
 // embedded policies are compiled at go generate time into
-// precompiled/POLICY_ARCH.bpf (32 bytes of SHA-256 of the policy file,
+// precompiled/POLICY_ARCH.bpf (32 bytes of SHA-256 of the policy files,
 // then the records), so `str run` reads bytes and decodes no YAML and no
 // JSON; the reviewer's view of the rules (.json beside it) is read only
 // for `str profile show --plan`. The init (cmd/str-init, no libseccomp)

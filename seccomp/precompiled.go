@@ -30,7 +30,8 @@ var precompiledFS embed.FS
 // A precompiled policy is two files under precompiled/:
 //
 //   - POLICY_ARCH.bpf: the program, read by every `str run`: 32 bytes of
-//     SHA-256 of the embedded policy file it was compiled from, then the
+//     embeddedSum (the policy's name and every embedded policy file, so
+//     that an edit to a base policy also makes it stale), then the
 //     struct sock_filter records (EncodeFilter). CompileEmbedded matches
 //     the hash without decoding the YAML and decodes no JSON.
 //   - POLICY_ARCH.json: precompiled, the reviewer's view (rules with
@@ -127,11 +128,10 @@ func writePrecompiled(p *Policy, arch archSpec, dir string) error {
 	if err != nil {
 		return err
 	}
-	src, err := embedded.ReadFile(path.Join("policies", p.Name+".yaml"))
+	srcSum, err := embeddedSum(p.Name)
 	if err != nil {
 		return err
 	}
-	srcSum := sha256.Sum256(src)
 	bpf := append(srcSum[:], EncodeFilter(prog.Filter)...)
 	bpfSum := sha256.Sum256(bpf)
 	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), FilterSHA256: hex.EncodeToString(bpfSum[:]),
@@ -143,6 +143,27 @@ func writePrecompiled(p *Policy, arch archSpec, dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, precompiledPath(p.Name, prog.Arch, "json")), append(data, '\n'), 0o644)
+}
+
+// embeddedSum is the SHA-256 of name and of every embedded policy file
+// (names and contents, in order). A policy's program depends on its own
+// file and on the files of the policies it extends; hashing them all is
+// simpler than following extends without decoding YAML, and go generate
+// rewrites every precompiled file anyway.
+func embeddedSum(name string) ([32]byte, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", name)
+	for _, n := range Names() {
+		data, err := embedded.ReadFile(path.Join("policies", n+".yaml"))
+		if err != nil {
+			return [32]byte{}, err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(data))
+		h.Write(data)
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum, nil
 }
 
 // EncodeFilter packs a program as struct sock_filter records (8 bytes
@@ -166,12 +187,12 @@ func embeddedPrecompiled(name string) (*Program, bool) {
 	if err != nil {
 		return nil, false
 	}
-	src, err := embedded.ReadFile(path.Join("policies", name+".yaml"))
+	sum, err := embeddedSum(name)
 	if err != nil {
 		return nil, false
 	}
 	want, raw, ok := readBPF(name, arch.name)
-	if !ok || sha256.Sum256(src) != want {
+	if !ok || sum != want {
 		return nil, false
 	}
 	filter, err := decodeSockFilters(raw)
