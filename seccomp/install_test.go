@@ -398,7 +398,7 @@ func TestInstallRejectsMalformedProgram(t *testing.T) {
 // magic value cannot change the policy's decision.
 const (
 	sweepMagic  uint64 = 0x5374725f5377704d // "StrSwpM"
-	sweepMarker        = 4000               // an errno no policy returns (<= MAX_ERRNO)
+	sweepMarker uint32 = 4000               // an errno no policy returns (<= MAX_ERRNO)
 )
 
 // seccompBypass reports the syscall numbers the kernel never shows to a
