@@ -2,10 +2,10 @@ package seccomp
 
 import (
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -24,8 +24,8 @@ import (
 // A precompiled program is used only when its recorded content key equals
 // the policy's own; policies loaded from files always compile at run time.
 //
-//go:embed precompiled/*.json precompiled/*.bpf
-var precompiledFS embed.FS
+// A binary embeds only its own architecture's files (precompiledFS is
+// declared in precompiled_amd64.go and precompiled_arm64.go).
 
 // A precompiled policy is two files under precompiled/:
 //
@@ -53,8 +53,8 @@ func precompiledPath(policy, arch, ext string) string {
 }
 
 // readBPF returns the source hash and the program of a .bpf file.
-func readBPF(policy, arch string) (src [32]byte, filter []byte, ok bool) {
-	data, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "bpf"))
+func readBPF(fsys fs.FS, policy, arch string) (src [32]byte, filter []byte, ok bool) {
+	data, err := fs.ReadFile(fsys, precompiledPath(policy, arch, "bpf"))
 	if err != nil || len(data) < 32+8 || (len(data)-32)%8 != 0 {
 		return src, nil, false
 	}
@@ -62,9 +62,9 @@ func readBPF(policy, arch string) (src [32]byte, filter []byte, ok bool) {
 	return src, data[32:], true
 }
 
-func readMeta(policy, arch string) (*precompiled, [32]byte, bool) {
+func readMeta(fsys fs.FS, policy, arch string) (*precompiled, [32]byte, bool) {
 	var sum [32]byte
-	data, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "json"))
+	data, err := fs.ReadFile(fsys, precompiledPath(policy, arch, "json"))
 	if err != nil {
 		return nil, sum, false
 	}
@@ -72,7 +72,7 @@ func readMeta(policy, arch string) (*precompiled, [32]byte, bool) {
 	if json.Unmarshal(data, &pc) != nil || pc.Arch != arch {
 		return nil, sum, false
 	}
-	bpf, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "bpf"))
+	bpf, err := fs.ReadFile(fsys, precompiledPath(policy, arch, "bpf"))
 	if err != nil {
 		return nil, sum, false
 	}
@@ -95,16 +95,17 @@ func fromPrecompiled(p *Policy, key string) (*Program, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return fromPrecompiledFor(p, key, arch)
+	return fromPrecompiledFor(precompiledFS, p, key, arch)
 }
 
-// fromPrecompiled is fromPrecompiled for arch.
-func fromPrecompiledFor(p *Policy, key string, arch archSpec) (*Program, bool) {
-	pc, _, ok := readMeta(p.Name, arch.name)
+// fromPrecompiledFor is fromPrecompiled for arch, reading fsys (the
+// embedded files, or the package directory in the staleness test).
+func fromPrecompiledFor(fsys fs.FS, p *Policy, key string, arch archSpec) (*Program, bool) {
+	pc, _, ok := readMeta(fsys, p.Name, arch.name)
 	if !ok || pc.Key != hexKey(key) {
 		return nil, false
 	}
-	_, raw, ok := readBPF(p.Name, arch.name)
+	_, raw, ok := readBPF(fsys, p.Name, arch.name)
 	if !ok {
 		return nil, false
 	}
@@ -191,7 +192,7 @@ func embeddedPrecompiled(name string) (*Program, bool) {
 	if err != nil {
 		return nil, false
 	}
-	want, raw, ok := readBPF(name, arch.name)
+	want, raw, ok := readBPF(precompiledFS, name, arch.name)
 	if !ok || sum != want {
 		return nil, false
 	}
@@ -210,7 +211,7 @@ func EmbeddedViews(name string) ([]RuleView, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	pc, _, ok := readMeta(name, arch.name)
+	pc, _, ok := readMeta(precompiledFS, name, arch.name)
 	if !ok {
 		return nil, "", fmt.Errorf("seccomp: no precompiled view of policy %q for %s: run go generate ./seccomp", name, arch.name)
 	}
