@@ -96,7 +96,9 @@
 // tests only (libseccomp_test.go, build tag cgo): the tables must equal
 // its view, and on amd64 and arm64 every policy's program must return
 // what libseccomp's returns for every syscall number 0..1100 and every
-// argument probe. No code a sandbox runs with links it.
+// argument probe. No code a sandbox runs with links it: this package,
+// the launcher and the init build with CGO_ENABLED=0
+// (TestRunTimePathHasNoCgo).
 //   - The embedded policy files, which are reviewed like code.
 //
 // # Kernel features needed
