@@ -401,7 +401,7 @@ func checkEnv(p *Profile, add func(string, string, ...any)) {
 }
 
 // checkSeccomp: the name of an embedded policy, or the absolute path of a
-// policy file (an operator's own, compiled with libseccomp when the
+// policy file (an operator's own, compiled by the seccomp package when the
 // launcher first needs it). Only the form is checked here; the launcher
 // checks that the policy exists and compiles.
 func checkSeccomp(p *Profile, add func(string, string, ...any)) {

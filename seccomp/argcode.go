@@ -129,33 +129,22 @@ func ruleCode(r Rule) ([]unix.SockFilter, error) {
 	return append(code, unix.SockFilter{Code: bpfRET | bpfK, K: retValue(r.Action)}), nil
 }
 
-// argBlocks emits, for each syscall with conditional rules, a block
+// condBlock emits the leaf of one syscall with conditional rules:
 //
-//	A = nr
-//	if A != NR goto next block        (jeq NR, 1, 0; ja next)
 //	rule 1: conditions..., return action 1
 //	rule 2: ...
 //	return fallback                   (the unconditional rule, or the default)
 //
-// so that the first matching rule decides, in file order.
-func argBlocks(p *Policy, cond []condSyscall) ([]unix.SockFilter, error) {
-	var out []unix.SockFilter
-	for _, c := range cond {
-		var body []unix.SockFilter
-		for _, i := range c.rules {
-			rc, err := ruleCode(p.Rules[i])
-			if err != nil {
-				return nil, fmt.Errorf("rules[%d] %s: %w", i, c.name, err)
-			}
-			body = append(body, rc...)
+// so that the first matching rule decides, in file order. Every path
+// through the block ends in a RET.
+func condBlock(p *Policy, c condSyscall) ([]unix.SockFilter, error) {
+	var body []unix.SockFilter
+	for _, i := range c.rules {
+		rc, err := ruleCode(p.Rules[i])
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d] %s: %w", i, c.name, err)
 		}
-		body = append(body, unix.SockFilter{Code: bpfRET | bpfK, K: retValue(c.fallback)})
-		out = append(out,
-			unix.SockFilter{Code: bpfLD | bpfW | bpfABS, K: offNr},
-			unix.SockFilter{Code: bpfJMP | bpfJEQ | bpfK, Jt: 1, Jf: 0, K: uint32(c.nr)},
-			unix.SockFilter{Code: bpfJMP | bpfJA, K: uint32(len(body))},
-		)
-		out = append(out, body...)
+		body = append(body, rc...)
 	}
-	return out, nil
+	return append(body, unix.SockFilter{Code: bpfRET | bpfK, K: retValue(c.fallback)}), nil
 }

@@ -5,13 +5,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"sort"
 	"strings"
 	"sync"
 
-	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,7 +17,7 @@ import (
 // Compile is the caller's own copy.
 type Program struct {
 	Policy        string
-	Arch          string // libseccomp's name of the native arch: "amd64", "arm64"
+	Arch          string // GOARCH of the program: "amd64", "arm64"
 	Filter        []unix.SockFilter
 	Rules         []RuleView
 	DefaultAction string
@@ -39,52 +36,6 @@ type RuleView struct {
 	Skipped bool
 }
 
-// Audit architecture values (linux/audit.h) of the architectures this
-// package compiles for, and the x32 syscall bit.
-const (
-	AuditArchX86_64  uint32 = 0xc000003e
-	AuditArchI386    uint32 = 0x40000003
-	AuditArchAArch64 uint32 = 0xc00000b7
-	AuditArchARM     uint32 = 0x40000028
-
-	// X32SyscallBit is __X32_SYSCALL_BIT: x32 syscalls enter the x86_64
-	// kernel with AUDIT_ARCH_X86_64 and this bit set in nr.
-	X32SyscallBit int32 = 0x40000000
-)
-
-// nativeArch describes the architecture we compile for.
-type nativeArch struct {
-	scmp  libseccomp.ScmpArch
-	name  string
-	audit uint32
-}
-
-func native() (nativeArch, error) {
-	a, err := libseccomp.GetNativeArch()
-	if err != nil {
-		return nativeArch{}, fmt.Errorf("seccomp: native architecture: %w", err)
-	}
-	switch a {
-	case libseccomp.ArchAMD64:
-		return nativeArch{a, "amd64", AuditArchX86_64}, nil
-	case libseccomp.ArchARM64:
-		return nativeArch{a, "arm64", AuditArchAArch64}, nil
-	}
-	return nativeArch{}, fmt.Errorf("seccomp: native architecture %s is not supported (amd64 and arm64 are)", a)
-}
-
-// knownSyscall reports whether libseccomp knows name as a real syscall on
-// amd64 or arm64 (policies are shared by both; a name that exists only on
-// one is skipped on the other and shown as skipped in the plan).
-func knownSyscall(name string) bool {
-	for _, a := range []libseccomp.ScmpArch{libseccomp.ArchAMD64, libseccomp.ArchARM64} {
-		if nr, err := libseccomp.GetSyscallFromNameByArch(name, a); err == nil && nr >= 0 {
-			return true
-		}
-	}
-	return false
-}
-
 var programCache sync.Map // cache key (policy name + content hash) -> *Program
 
 // Compile validates the policy and compiles it for the native
@@ -92,12 +43,12 @@ var programCache sync.Map // cache key (policy name + content hash) -> *Program
 // inside the process, so compiling the same policy again costs a hash and
 // a map lookup (a cached program was valid when it was stored).
 //
-// The filter is, in order: a guard written here (archGuard: a foreign
-// architecture or an x32 syscall number kills the process), the blocks
-// for syscalls with argument conditions (argcode.go), and libseccomp's
-// program for all other syscalls, whose own bad-arch action is
-// kill_process as well. Before a program is cached, Compile runs it
-// through Simulate and compares it with Evaluate (see selfCheck).
+// The filter is, in order: the guard (archGuard: a foreign architecture
+// or an x32 syscall number kills the process) and a binary search on the
+// syscall number whose leaves return an action or run the argument
+// conditions of one syscall (argcode.go); compileFor writes all of it.
+// Before a program is cached, Compile runs it through Simulate and
+// compares it with Evaluate (see selfCheck).
 func (p *Policy) Compile() (*Program, error) {
 	key, err := cacheKey(p)
 	if err != nil {
@@ -165,22 +116,6 @@ func (pr *Program) clone() *Program {
 	return &c
 }
 
-func scmpAction(a Action) libseccomp.ScmpAction {
-	switch a.Kind {
-	case ActionAllow:
-		return libseccomp.ActAllow
-	case ActionErrno:
-		return libseccomp.ActErrno.SetReturnCode(int16(errnos[a.Errno]))
-	case ActionKillProcess:
-		return libseccomp.ActKillProcess
-	case ActionKillThread:
-		return libseccomp.ActKillThread
-	case ActionLog:
-		return libseccomp.ActLog
-	}
-	panic("seccomp: unvalidated action " + a.Kind)
-}
-
 // retValue is the SECCOMP_RET_* value the kernel sees for a.
 func retValue(a Action) uint32 {
 	switch a.Kind {
@@ -198,83 +133,65 @@ func retValue(a Action) uint32 {
 	panic("seccomp: unvalidated action " + a.Kind)
 }
 
-// compile does the work of Compile for a validated policy:
+// compile compiles a validated policy for the native architecture.
+func (p *Policy) compile() (*Program, error) {
+	arch, err := native()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: compile policy %s (step 1, native arch): %w", p.Name, err)
+	}
+	return p.compileFor(arch)
+}
+
+// compileFor is the generator, the only one: it turns a validated policy
+// into the whole classic-BPF program for arch, in pure Go.
 //
-//  1. pick the native arch and resolve every syscall name
-//  2. build a libseccomp filter: default action, bad-arch action
-//     kill_process, and the unconditional rules of every syscall that has
-//     no conditional rule
-//  3. export libseccomp's BPF through a memfd and decode the records
-//  4. generate the argument blocks for syscalls with conditional rules
-//     (argcode.go)
-//  5. assemble: arch/x32 guard, argument blocks, libseccomp's program
+//  1. resolve every syscall name to arch's number (syscalls.go)
+//  2. decide every syscall number: a plain action (its unconditional
+//     rule) or a block of argument conditions (argcode.go) ending in its
+//     fallback; numbers no rule names get the default action
+//  3. cut the number space into ranges of equal decision
+//  4. assemble: the arch/x32 guard, then a binary search over the ranges
+//     whose leaves return the action or run the argument block
+//  5. check the size against BPF_MAXINSNS
 //  6. check the result against the policy's own semantics (Evaluate)
 //     with Simulate
 //
-// Why libseccomp does not get the conditional rules: when a syscall has an
-// unconditional rule and conditional rules with other actions (ioctl:
-// allow, but EPERM for TIOCSTI), libseccomp 2.5 silently keeps only the
-// unconditional one, and it orders overlapping conditional rules by its
-// own tree, not by the file. The policy's semantics are "first matching
-// conditional rule, then the unconditional rule, then the default", so
-// those syscalls are emitted by argcode.go, whose output step 6 checks.
-func (p *Policy) compile() (*Program, error) {
+// The semantics are "first matching conditional rule in file order, then
+// the unconditional rule, then the default" (Evaluate). The tests compare
+// the program with libseccomp's on every syscall number of every
+// supported arch, and with the kernel's own decisions (install_test.go).
+func (p *Policy) compileFor(arch archSpec) (*Program, error) {
 	fail := func(step int, what string, err error) error {
-		return fmt.Errorf("seccomp: compile policy %s (step %d, %s): %w", p.Name, step, what, err)
+		return fmt.Errorf("seccomp: compile policy %s for %s (step %d, %s): %w", p.Name, arch.name, step, what, err)
 	}
-	// 1. native arch and syscall numbers
-	arch, err := native()
-	if err != nil {
-		return nil, fail(1, "native arch", err)
-	}
+	// 1. syscall numbers
 	plan := planRules(p, arch)
 	prog := &Program{Policy: p.Name, Arch: arch.name, DefaultAction: p.DefaultAction.String(), Rules: plan.views}
 
-	// 2. libseccomp filter for the unconditional-only syscalls
-	f, err := libseccomp.NewFilter(scmpAction(p.DefaultAction))
-	if err != nil {
-		return nil, fail(2, "seccomp_init", err)
-	}
-	defer f.Release()
-	if err := f.SetBadArchAction(libseccomp.ActKillProcess); err != nil {
-		return nil, fail(2, "set bad-arch action kill_process", err)
-	}
-	// Level 2 makes libseccomp dispatch on the syscall number with a
-	// binary tree instead of a linear list: fewer instructions run per
-	// syscall. Step 6 checks the result like any other output.
-	if err := f.SetOptimize(2); err != nil {
-		return nil, fail(2, "set optimize level 2 (binary tree)", err)
-	}
+	// 2. one decision per named syscall number
+	leaves := map[int32]leaf{}
 	for _, u := range plan.uncond {
-		// A rule whose action is the default action only documents a
-		// decision (Validate made sure no other rule names the syscall);
-		// libseccomp refuses it, and leaving it out changes nothing.
-		if u.rule.Action == p.DefaultAction {
-			continue
+		leaves[u.nr] = leaf{ret: retValue(u.rule.Action)}
+	}
+	for _, c := range plan.cond {
+		block, err := condBlock(p, c)
+		if err != nil {
+			return nil, fail(2, "argument conditions", err)
 		}
-		if err := f.AddRuleExact(libseccomp.ScmpSyscall(u.nr), scmpAction(u.rule.Action)); err != nil {
-			return nil, fail(2, fmt.Sprintf("rules[%d] %s -> %s", u.index, u.name, u.rule.Action), err)
-		}
+		leaves[c.nr] = leaf{code: block}
 	}
 
-	// 3. export
-	raw, err := exportBPF(f)
-	if err != nil {
-		return nil, fail(3, "export BPF", err)
-	}
-	body, err := decodeSockFilters(raw)
-	if err != nil {
-		return nil, fail(3, "decode BPF", err)
-	}
+	// 3. ranges
+	ranges := numberRanges(leaves, leaf{ret: retValue(p.DefaultAction)})
 
-	// 4. argument blocks
-	blocks, err := argBlocks(p, plan.cond)
+	// 4. assemble
+	tree, err := dispatch(ranges)
 	if err != nil {
-		return nil, fail(4, "argument conditions", err)
+		return nil, fail(4, "dispatch", err)
 	}
+	prog.Filter = append(archGuard(arch), tree...)
 
-	// 5. assemble
-	prog.Filter = append(append(archGuard(arch), blocks...), body...)
+	// 5. size
 	if len(prog.Filter) > maxInsns {
 		return nil, fail(5, "size", fmt.Errorf("%d instructions exceed BPF_MAXINSNS (%d)", len(prog.Filter), maxInsns))
 	}
@@ -310,7 +227,7 @@ type rulePlan struct {
 	cond   []condSyscall // sorted by nr
 }
 
-func planRules(p *Policy, arch nativeArch) rulePlan {
+func planRules(p *Policy, arch archSpec) rulePlan {
 	var plan rulePlan
 	nrOf := map[string]int32{}
 	conditional := map[string]*condSyscall{}
@@ -318,19 +235,19 @@ func planRules(p *Policy, arch nativeArch) rulePlan {
 		cond := condText(r.Args)
 		for _, n := range r.Names {
 			view := RuleView{Syscall: n, Number: -1, Action: r.Action.String(), Condition: cond, Reason: r.Reason}
-			nr, err := libseccomp.GetSyscallFromNameByArch(n, arch.scmp)
-			if err != nil || nr < 0 {
+			nr, ok := arch.resolve(n)
+			if !ok {
 				view.Skipped = true
 				plan.views = append(plan.views, view)
 				continue
 			}
-			view.Number = int32(nr)
+			view.Number = nr
 			plan.views = append(plan.views, view)
-			nrOf[n] = int32(nr)
+			nrOf[n] = nr
 			if len(r.Args) > 0 {
 				c, ok := conditional[n]
 				if !ok {
-					c = &condSyscall{name: n, nr: int32(nr), fallback: p.DefaultAction}
+					c = &condSyscall{name: n, nr: nr, fallback: p.DefaultAction}
 					conditional[n] = c
 				}
 				c.rules = append(c.rules, i)
@@ -368,24 +285,6 @@ func condText(args []Arg) string {
 	return strings.Join(parts, " && ")
 }
 
-// exportBPF writes libseccomp's program into an anonymous memfd (no pipe
-// buffer to fill, no file on disk) and reads it back.
-func exportBPF(f *libseccomp.ScmpFilter) ([]byte, error) {
-	fd, err := unix.MemfdCreate("str-seccomp-bpf", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("memfd_create: %w", err)
-	}
-	file := os.NewFile(uintptr(fd), "memfd:str-seccomp-bpf")
-	defer file.Close()
-	if err := f.ExportBPF(file); err != nil {
-		return nil, fmt.Errorf("seccomp_export_bpf: %w", err)
-	}
-	if _, err := file.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("rewind memfd: %w", err)
-	}
-	return io.ReadAll(file)
-}
-
 // decodeSockFilters splits raw bytes into struct sock_filter records
 // (u16 code, u8 jt, u8 jf, u32 k, native byte order).
 func decodeSockFilters(raw []byte) ([]unix.SockFilter, error) {
@@ -405,33 +304,32 @@ func decodeSockFilters(raw []byte) ([]unix.SockFilter, error) {
 	return out, nil
 }
 
-// archGuard is the prefix in front of libseccomp's program. libseccomp
-// already checks the arch (bad-arch action kill_process) and, for an
-// x86_64 filter without x32, kills syscall numbers >= 0x40000000; the
-// guard repeats both checks in six instructions a reviewer can read here,
-// so neither defence depends on libseccomp's code generation alone:
+// archGuard is the program's prefix, which every syscall passes first:
 //
 //	0: A = seccomp_data.arch
 //	1: if A == NATIVE goto 3
-//	2: return KILL_PROCESS                  foreign arch (i386, arm, ...)
+//	2: return KILL_PROCESS                    foreign arch (i386, arm, ...)
 //	3: A = seccomp_data.nr
-//	4: if A & 0x40000000 goto 5 else goto 6  (amd64 only)
-//	5: return KILL_PROCESS                  x32 syscall
-//	6: libseccomp's program
-func archGuard(arch nativeArch) []unix.SockFilter {
-	ld := func(off uint32) unix.SockFilter {
-		return unix.SockFilter{Code: bpfLD | bpfW | bpfABS, K: off}
-	}
+//	4: if A >= 0x40000000 goto 5 else goto 6  (amd64 only)
+//	5: return KILL_PROCESS                    x32 syscall, or beyond
+//	6: the dispatch on A (dispatch)
+//
+// A foreign arch is killed, not refused: its syscall numbers mean other
+// calls, so no rule of this policy applies to them. On amd64 an x32 call
+// enters with AUDIT_ARCH_X86_64 and bit 0x40000000 in nr; comparing
+// unsigned, everything from that bit up is killed, so no number with high
+// bits set reaches the dispatch.
+func archGuard(arch archSpec) []unix.SockFilter {
 	kill := unix.SockFilter{Code: bpfRET | bpfK, K: RetKillProcess}
 	g := []unix.SockFilter{
-		ld(4),
+		{Code: bpfLD | bpfW | bpfABS, K: offArch},
 		{Code: bpfJMP | bpfJEQ | bpfK, Jt: 1, Jf: 0, K: arch.audit},
 		kill,
+		{Code: bpfLD | bpfW | bpfABS, K: offNr},
 	}
 	if arch.audit == AuditArchX86_64 {
 		g = append(g,
-			ld(0),
-			unix.SockFilter{Code: bpfJMP | bpfJSET | bpfK, Jt: 0, Jf: 1, K: uint32(X32SyscallBit)},
+			unix.SockFilter{Code: bpfJMP | bpfJGE | bpfK, Jt: 0, Jf: 1, K: uint32(X32SyscallBit)},
 			kill,
 		)
 	}
@@ -444,16 +342,13 @@ func archGuard(arch nativeArch) []unix.SockFilter {
 // all-ones arguments, and for every argument condition its value, the
 // value +/- 1, the value with the upper 32 bits set, and the value with
 // the bits outside its mask flipped.
-func (p *Policy) selfCheck(prog *Program, arch nativeArch) error {
+func (p *Policy) selfCheck(prog *Program, arch archSpec) error {
 	for _, d := range probes(p, arch) {
 		got, err := Simulate(prog.Filter, d)
 		if err != nil {
 			return fmt.Errorf("probe nr=%d arch=%#x args=%#x: %w", d.Nr, d.Arch, d.Args, err)
 		}
-		want, err := p.Evaluate(d)
-		if err != nil {
-			return err
-		}
+		want := p.evaluate(d, arch)
 		if got != want {
 			return fmt.Errorf("probe nr=%d arch=%#x args=%#x: filter returns %s, policy says %s", d.Nr, d.Arch, d.Args, DescribeRet(got), DescribeRet(want))
 		}
@@ -462,7 +357,7 @@ func (p *Policy) selfCheck(prog *Program, arch nativeArch) error {
 }
 
 // probes builds the self-check's seccomp_data rows.
-func probes(p *Policy, arch nativeArch) []Data {
+func probes(p *Policy, arch archSpec) []Data {
 	foreign := AuditArchI386
 	if arch.audit == AuditArchAArch64 {
 		foreign = AuditArchARM
@@ -491,14 +386,14 @@ func probes(p *Policy, arch nativeArch) []Data {
 	}
 	for _, r := range p.Rules {
 		for _, n := range r.Names {
-			nr, err := libseccomp.GetSyscallFromNameByArch(n, arch.scmp)
-			if err != nil || nr < 0 {
+			nr, ok := arch.resolve(n)
+			if !ok {
 				continue
 			}
-			out = append(out, Data{Nr: int32(nr), Arch: arch.audit}, Data{Nr: int32(nr), Arch: arch.audit, Args: [6]uint64{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}})
+			out = append(out, Data{Nr: nr, Arch: arch.audit}, Data{Nr: nr, Arch: arch.audit, Args: [6]uint64{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}})
 			if len(r.Args) > 0 {
 				// every condition of this rule at its own value
-				d := Data{Nr: int32(nr), Arch: arch.audit}
+				d := Data{Nr: nr, Arch: arch.audit}
 				for _, c := range r.Args {
 					if c.Index < 6 && c.Value != nil {
 						d.Args[c.Index] = *c.Value
@@ -508,7 +403,7 @@ func probes(p *Policy, arch nativeArch) []Data {
 			}
 			for _, c := range r.Args {
 				for _, v := range values {
-					d := Data{Nr: int32(nr), Arch: arch.audit}
+					d := Data{Nr: nr, Arch: arch.audit}
 					if c.Index < 6 {
 						d.Args[c.Index] = v
 					}

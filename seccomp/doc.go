@@ -27,10 +27,27 @@
 // Policy.Evaluate is that sentence in Go. Validate collects every problem
 // (errors.Join of *ValidationError naming policy, rule index and field).
 //
-// There are three policies: restrictive, standard and permissive. Each
-// allows what CPython 3.11 with its standard library needs and what Go's
-// runtime and syscall.ForkExec do after the filter is in place; they
-// differ in the extras (SysV IPC, xattr writes, AIO, personalities).
+// A policy may extend an embedded one and list only its differences:
+//
+//	extends: restrictive
+//	replaces: [prlimit64]       # base rules of these syscalls are dropped...
+//	rules:
+//	  - names: [prlimit64]      # ...and this policy's own rules decide them
+//	    action: allow
+//	    reason: "..."
+//
+// Decode resolves that once (Policy.inherit): the base's rules without
+// the replaced syscalls, then the policy's own rules, and the base's
+// default action unless the policy gives one. A replaced syscall must be
+// in the base and in the policy's own rules (no silent removal); any other
+// syscall the base decides unconditionally cannot be decided again
+// (Validate's usual conflict check on the resolved rules).
+//
+// There are three policies: restrictive, standard (extends restrictive)
+// and permissive (extends standard). Each allows what CPython 3.11 with
+// its standard library needs and what Go's runtime and syscall.ForkExec do
+// after the filter is in place; they differ in the extras (SysV IPC,
+// xattr writes, AIO, personalities).
 // The known-dangerous set is EPERM in all three (a test enforces it).
 //
 // # What it protects against
@@ -46,8 +63,8 @@
 //     command cannot bypass the rule (the CVE-2019-10063 class).
 //   - Architecture confusion: any arch other than the native one, and on
 //     amd64 any x32 syscall number (bit 0x40000000), kills the process.
-//     This is checked twice: by a six-instruction guard written here in
-//     front of the program, and by libseccomp's own bad-arch handling.
+//     A six-instruction guard in front of the program checks both before
+//     the syscall number is looked at (archGuard).
 //   - Unknown or new syscalls: ENOSYS, so software falls back gracefully
 //     (clone3 is ENOSYS on purpose: its flags live in memory seccomp cannot
 //     read, and glibc and Go fall back to clone, whose flags are checked).
@@ -68,15 +85,20 @@
 // # What it trusts
 //
 //   - The kernel's seccomp implementation and its BPF checker.
-//   - libseccomp (2.5.x, through libseccomp-golang and cgo) for syscall
-//     name resolution and for the program of syscalls without argument
-//     conditions. Syscalls with argument conditions are emitted by
-//     argcode.go instead, because libseccomp silently drops conditional
-//     rules when the same syscall also has an unconditional rule with
-//     another action (it would turn "allow ioctl except TIOCSTI" into
-//     "allow ioctl"). Compile runs every program it produces through
-//     Simulate and compares it with Evaluate before returning it, and the
-//     tests compare the two on tens of thousands of rows.
+//   - The generator (compile.go, dispatch.go, argcode.go), the only one,
+//     pure Go: a guard, a binary search over ranges of syscall numbers,
+//     and for syscalls with argument conditions a block that tries their
+//     rules in file order. Compile runs every program it produces through
+//     Simulate and compares it with Evaluate before returning it.
+//   - The syscall tables (syscalls.go), generated from libseccomp.
+//
+// libseccomp (through libseccomp-golang and cgo) is a cross-check in the
+// tests only (libseccomp_test.go, build tag cgo): the tables must equal
+// its view, and on amd64 and arm64 every policy's program must return
+// what libseccomp's returns for every syscall number 0..1100 and every
+// argument probe. No code a sandbox runs with links it: this package,
+// the launcher and the init build with CGO_ENABLED=0
+// (TestRunTimePathHasNoCgo).
 //   - The embedded policy files, which are reviewed like code.
 //
 // # Kernel features needed
@@ -94,13 +116,14 @@
 // sock_filter records of 8 bytes in the machine's byte order
 // (EncodeFilter writes them; the interpreter reads them back). The
 // embedded policies are compiled at go generate time into
-// precompiled/POLICY_ARCH.bpf (32 bytes of SHA-256 of the policy file,
-// then the records), so `str run` reads bytes and decodes no YAML and no
-// JSON; the reviewer's view of the rules (.json beside it) is read only
-// for `str profile show --plan`. The init (cmd/str-init, no libseccomp)
-// hands the bytes to seccomp(2) through nsinit.InstallSeccomp, the one
-// installer, which the kernel tests here use too. libseccomp is a
-// build-time tool and the compiler of policy files loaded at run time.
+// precompiled/POLICY_ARCH.bpf for amd64 and arm64 (32 bytes of SHA-256
+// of the policy files, then the records), so `str run` reads bytes and
+// decodes no YAML and no JSON; the reviewer's view of the rules (.json
+// beside it) is read only for `str profile show --plan`. A policy file
+// loaded at run time is compiled by the same generator. The init
+// (cmd/str-init) hands the bytes to seccomp(2) through
+// nsinit.InstallSeccomp, the one installer, which the kernel tests here
+// use too.
 //
 // # Ordering rule
 //
@@ -125,9 +148,12 @@
 // # Tests
 //
 // Filters are tested twice (STYLE.md rule 11): rows of seccomp_data
-// through Simulate in plain unit tests, and for real in a re-executed
-// copy of the test binary that sets no_new_privs, installs each policy,
-// checks the errnos the kernel returns, runs CPython under it, and dies of
-// SIGSYS on an x32 call. The go test process itself never installs a
-// filter.
+// through Simulate in plain unit tests (against Evaluate, against
+// libseccomp, and against testdata/frozen, the decisions of the programs
+// before the generator became one), and for real in a re-executed copy of
+// the test binary that sets no_new_privs, installs each policy, checks the
+// errnos the kernel returns, runs CPython under it, dies of SIGSYS on an
+// x32 call, and asks the kernel for its decision on every row of the
+// frozen fixture without running the probed calls (TestKernelSweep). The
+// go test process itself never installs a filter.
 package seccomp

@@ -1,11 +1,6 @@
 package seccomp
 
-import (
-	"fmt"
-	"sync"
-
-	libseccomp "github.com/seccomp/libseccomp-golang"
-)
+import "fmt"
 
 // Evaluate is the policy's meaning, computed directly from the data
 // without BPF: what the kernel must return for d on the native
@@ -25,19 +20,23 @@ func (p *Policy) Evaluate(d Data) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
+	return p.evaluate(d, arch), nil
+}
+
+// evaluate is Evaluate for arch.
+func (p *Policy) evaluate(d Data, arch archSpec) uint32 {
 	// 1.
 	if d.Arch != arch.audit {
-		return RetKillProcess, nil
+		return RetKillProcess
 	}
-	// 2. The guard kills the x32 bit; libseccomp's x86_64 program kills
-	// every number from 0x40000000 up but -1, which has the bit.
+	// 2.
 	if arch.audit == AuditArchX86_64 && uint32(d.Nr) >= uint32(X32SyscallBit) {
-		return RetKillProcess, nil
+		return RetKillProcess
 	}
 	var uncond *Rule
 	for i := range p.Rules {
 		r := &p.Rules[i]
-		if !r.names(d.Nr, arch.scmp) {
+		if !r.names(d.Nr, arch) {
 			continue
 		}
 		if len(r.Args) == 0 {
@@ -46,20 +45,20 @@ func (p *Policy) Evaluate(d Data) (uint32, error) {
 		}
 		// 3.
 		if r.matches(d) {
-			return retValue(r.Action), nil
+			return retValue(r.Action)
 		}
 	}
 	// 4.
 	if uncond != nil {
-		return retValue(uncond.Action), nil
+		return retValue(uncond.Action)
 	}
 	// 5.
-	return retValue(p.DefaultAction), nil
+	return retValue(p.DefaultAction)
 }
 
-func (r *Rule) names(nr int32, arch libseccomp.ScmpArch) bool {
+func (r *Rule) names(nr int32, arch archSpec) bool {
 	for _, n := range r.Names {
-		if got, ok := resolve(n, arch); ok && got == nr {
+		if got, ok := arch.resolve(n); ok && got == nr {
 			return true
 		}
 	}
@@ -97,22 +96,4 @@ func (c Arg) holds(d Data) bool {
 		return a&*c.Mask == v
 	}
 	panic("seccomp: unvalidated op " + c.Op)
-}
-
-var resolveCache sync.Map // name + "/" + arch -> int32 (-1: not on this arch)
-
-// resolve is GetSyscallFromNameByArch with a cache; ok is false when the
-// syscall does not exist on arch.
-func resolve(name string, arch libseccomp.ScmpArch) (int32, bool) {
-	key := name + "/" + arch.String()
-	if v, ok := resolveCache.Load(key); ok {
-		nr := v.(int32)
-		return nr, nr >= 0
-	}
-	nr := int32(-1)
-	if got, err := libseccomp.GetSyscallFromNameByArch(name, arch); err == nil && got >= 0 {
-		nr = int32(got)
-	}
-	resolveCache.Store(key, nr)
-	return nr, nr >= 0
 }

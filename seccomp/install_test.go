@@ -22,8 +22,10 @@ import (
 // childEnv selects the re-executed child mode of this test binary:
 // "<policy>" installs that policy and runs the probes, "none" runs the
 // probes without a filter (the control), "no-nnp" calls the installer without
-// no_new_privs, "x32:<policy>" installs the policy and makes an x32 call. The filter is never installed in the go test process
-// itself (STYLE.md rule 11).
+// no_new_privs, "x32:<policy>" installs the policy and makes an x32 call,
+// "sweep:<policy>" asks the kernel for the policy's decision on every row
+// of the decisions fixture. The filter is never installed in the go test
+// process itself (STYLE.md rule 11).
 const childEnv = "STR_SECCOMP_TEST_CHILD"
 
 func TestMain(m *testing.M) {
@@ -138,6 +140,9 @@ func errnoText(e syscall.Errno) string {
 func seccompChild(mode string) int {
 	if pol, ok := strings.CutPrefix(mode, "x32:"); ok {
 		return x32Child(pol)
+	}
+	if pol, ok := strings.CutPrefix(mode, "sweep:"); ok {
+		return sweepChild(pol)
 	}
 	rep := childReport{Errnos: map[string]string{}, PythonExit: -1}
 	emit := func() int {
@@ -373,5 +378,172 @@ func TestInstallRejectsMalformedProgram(t *testing.T) {
 		if err := nsinit.InstallSeccomp(f); err == nil || !strings.Contains(err.Error(), "sock_filter records") {
 			t.Fatalf("InstallSeccomp(%d bytes) = %v", len(f), err)
 		}
+	}
+}
+
+// The kernel sweep asks the kernel itself what a policy decides, for every
+// row of the decisions fixture, without running a single probed syscall.
+// Under the policy sits a marker filter, installed first, that returns
+// ERRNO(sweepMarker) for any call whose sixth argument is sweepMagic and
+// allows everything else (so the child can still install the policy).
+// The kernel runs every filter and acts on the most restrictive action;
+// between two ERRNO results it keeps the newer filter's (the policy's,
+// installed second). So a probe with sweepMagic in args[5] returns
+//
+//	policy allow (or log)      -> sweepMarker (ERRNO beats ALLOW): not executed
+//	policy errno E             -> E (the policy's, newer): not executed
+//	policy kill                -> the child dies (such rows are not probed)
+//
+// No embedded policy puts a condition on args[5] (the test checks), so the
+// magic value cannot change the policy's decision.
+const (
+	sweepMagic  uint64 = 0x5374725f5377704d // "StrSwpM"
+	sweepMarker uint32 = 4000               // an errno no policy returns (<= MAX_ERRNO)
+)
+
+// seccompBypass reports the syscall numbers the kernel never shows to a
+// seccomp filter: on x86_64, uretprobe (335, Linux 6.11) and uprobe (336)
+// are passed through by __secure_computing, and called from anywhere but
+// the kernel's probe trampoline they raise SIGILL. The sweep cannot ask
+// about them, and no policy can decide them.
+func seccompBypass(arch archSpec, nr int32) bool {
+	return arch.audit == AuditArchX86_64 && (nr == 335 || nr == 336)
+}
+
+func sweepMarkerFilter() []unix.SockFilter {
+	return []unix.SockFilter{
+		{Code: bpfLD | bpfW | bpfABS, K: argLo(5)},
+		{Code: bpfJMP | bpfJEQ | bpfK, Jt: 0, Jf: 3, K: uint32(sweepMagic & 0xffffffff)},
+		{Code: bpfLD | bpfW | bpfABS, K: argHi(5)},
+		{Code: bpfJMP | bpfJEQ | bpfK, Jt: 0, Jf: 1, K: uint32(sweepMagic >> 32)},
+		{Code: bpfRET | bpfK, K: RetErrno | sweepMarker},
+		{Code: bpfRET | bpfK, K: RetAllow},
+	}
+}
+
+// sweepRows are the rows of the decisions fixture the kernel can be asked
+// about from this process: the native arch, numbers below the x32 bit,
+// and a decision that is not a kill. args[5] carries sweepMagic.
+func sweepRows(p *Policy, prog *Program) ([]Data, []uint32, error) {
+	arch, err := native()
+	if err != nil {
+		return nil, nil, err
+	}
+	var rows []Data
+	var want []uint32
+	for _, d := range decisionRows(p, arch) {
+		if d.Arch != arch.audit || uint32(d.Nr) >= uint32(X32SyscallBit) || seccompBypass(arch, d.Nr) {
+			continue
+		}
+		d.Args[5] = sweepMagic
+		ret, err := Simulate(prog.Filter, d)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch ret & RetActionFull {
+		case RetAllow, RetLog:
+			ret = sweepMarker
+		case RetErrno:
+			ret &= RetData
+		default:
+			continue
+		}
+		rows = append(rows, d)
+		want = append(want, ret)
+	}
+	return rows, want, nil
+}
+
+// sweepChild installs the marker filter and the policy on a locked
+// thread and prints the errno of every sweep row, in order.
+func sweepChild(policy string) int {
+	runtime.LockOSThread()
+	p, err := Load(policy)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	prog, err := p.Compile()
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	rows, _, err := sweepRows(p, prog)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	if err := nsinit.InstallSeccomp(EncodeFilter(sweepMarkerFilter())); err != nil {
+		fmt.Println("marker filter:", err)
+		return 2
+	}
+	if err := nsinit.InstallSeccomp(EncodeFilter(prog.Filter)); err != nil {
+		fmt.Println("policy:", err)
+		return 2
+	}
+	got := make([]uint32, len(rows))
+	for i, d := range rows {
+		_, _, e := unix.RawSyscall6(uintptr(uint32(d.Nr)), uintptr(d.Args[0]), uintptr(d.Args[1]), uintptr(d.Args[2]), uintptr(d.Args[3]), uintptr(d.Args[4]), uintptr(d.Args[5]))
+		got[i] = uint32(e)
+	}
+	b, _ := json.Marshal(got)
+	fmt.Printf("\nSWEEP %s\n", b)
+	return 0
+}
+
+// TestKernelSweep: for every policy, the kernel's decision on every row of
+// the decisions fixture (every syscall number 0..1100 and every argument
+// probe) equals the simulator's. With TestFrozenDecisions this ties the
+// installed program to the frozen decisions.
+func TestKernelSweep(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			p, prog := compileEmbedded(t, name)
+			for i, r := range p.Rules {
+				for _, c := range r.Args {
+					if c.Index == 5 {
+						t.Fatalf("rules[%d] has a condition on args[5], where the sweep puts its magic value", i)
+					}
+				}
+			}
+			rows, want, err := sweepRows(p, prog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), childEnv+"=sweep:"+name)
+			out, err := cmd.CombinedOutput()
+			i := bytes.LastIndex(out, []byte("\nSWEEP "))
+			if err != nil || i < 0 {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			var got []uint32
+			if err := json.Unmarshal(bytes.TrimSpace(out[i+len("\nSWEEP "):]), &got); err != nil {
+				t.Fatalf("child report: %v\n%s", err, out)
+			}
+			if len(got) != len(rows) {
+				t.Fatalf("child answered %d rows, want %d", len(got), len(rows))
+			}
+			allowed := 0
+			for j := range rows {
+				if got[j] != want[j] {
+					t.Errorf("%s: kernel %d, simulator %d (%d = allowed)", formatRow(rows[j], 0), got[j], want[j], sweepMarker)
+				}
+				if want[j] == sweepMarker {
+					allowed++
+				}
+			}
+			// The sweep must see both answers, or it proves nothing.
+			if allowed == 0 || allowed == len(rows) {
+				t.Fatalf("%d of %d rows allowed: the sweep does not discriminate", allowed, len(rows))
+			}
+			t.Logf("%d rows, %d allowed, kernel and simulator agree on all", len(rows), allowed)
+		})
 	}
 }

@@ -26,11 +26,17 @@ var embedded embed.FS
 // Policy is one seccomp policy as written in its YAML file. It is plain
 // data: Decode fills it, Validate checks it, Compile turns it into BPF.
 type Policy struct {
-	Version       int    `yaml:"version"`
-	Name          string `yaml:"name"`
-	Description   string `yaml:"description"`
-	DefaultAction Action `yaml:"default_action"`
-	Rules         []Rule `yaml:"rules"`
+	Version     int    `yaml:"version"`
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Extends names an embedded policy this one starts from; Replaces
+	// lists syscalls whose rules in that base are dropped, so that this
+	// policy's own rules decide them. Decode resolves both once (inherit):
+	// after it, Rules and DefaultAction are the whole, effective policy.
+	Extends       string   `yaml:"extends,omitempty"`
+	Replaces      []string `yaml:"replaces,omitempty"`
+	DefaultAction Action   `yaml:"default_action"`
+	Rules         []Rule   `yaml:"rules"`
 
 	// source is where the policy came from ("embedded:standard.yaml",
 	// a file path, or the caller's label); errors name it.
@@ -180,7 +186,11 @@ func Names() []string {
 var policyName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_-]*$`) })
 
 // Load decodes and validates the embedded policy called name.
-func Load(name string) (*Policy, error) {
+func Load(name string) (*Policy, error) { return load(name, nil) }
+
+// load is Load inside a chain of extends (the names being loaded, outer
+// first), so that a chain that comes back to itself is an error.
+func load(name string, chain []string) (*Policy, error) {
 	if !policyName().MatchString(name) {
 		return nil, fmt.Errorf("seccomp: load policy %q: not a valid policy name (known: %s)", name, strings.Join(Names(), ", "))
 	}
@@ -189,7 +199,7 @@ func Load(name string) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: load policy %q: no such embedded policy (known: %s): %w", name, strings.Join(Names(), ", "), err)
 	}
-	p, err := Decode(data, "embedded:"+name+".yaml")
+	p, err := decode(data, "embedded:"+name+".yaml", append(chain, name))
 	if err != nil {
 		return nil, err
 	}
@@ -209,10 +219,12 @@ func LoadFile(file string) (*Policy, error) {
 }
 
 // Decode parses one policy document strictly (unknown fields and trailing
-// documents are errors) and validates it. source names the document in
-// error messages. Every validation problem is reported, joined with
-// errors.Join.
-func Decode(data []byte, source string) (*Policy, error) {
+// documents are errors), resolves its extends (inherit) and validates the
+// result. source names the document in error messages. Every validation
+// problem is reported, joined with errors.Join.
+func Decode(data []byte, source string) (*Policy, error) { return decode(data, source, nil) }
+
+func decode(data []byte, source string, chain []string) (*Policy, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var p Policy
@@ -227,10 +239,109 @@ func Decode(data []byte, source string) (*Policy, error) {
 		return nil, fmt.Errorf("seccomp: policy %s: more than one YAML document (or trailing garbage after the first)", source)
 	}
 	p.source = source
+	if p.Extends != "" || len(p.Replaces) > 0 {
+		if err := p.inherit(chain); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	return &p, nil
+}
+
+// maxExtends bounds a chain of extends (standard extends restrictive,
+// permissive extends standard: 2).
+const maxExtends = 4
+
+// inherit resolves extends, once, when the policy is decoded:
+//
+//  1. replaces needs extends; the base is an embedded policy, loaded (and
+//     itself resolved) by Load; a chain that comes back to a policy in it,
+//     or is longer than maxExtends, is an error
+//  2. every name in replaces is a syscall the base has rules for, and one
+//     this policy's own rules name: a replacement, never a silent removal
+//  3. the rules are the base's, without the replaced syscalls (a base rule
+//     left with no names is dropped), then this policy's own, in order:
+//     a syscall's conditional rules from the base are tried before the
+//     ones this policy adds
+//  4. default_action, when this policy does not give one, is the base's
+//
+// Validate then checks the result like any stand-alone policy: a rule
+// here that repeats a syscall the base already decides unconditionally,
+// without replacing it, is an error there.
+func (p *Policy) inherit(chain []string) error {
+	var errs []error
+	add := func(field, format string, a ...any) {
+		errs = append(errs, &ValidationError{Policy: p.source, Rule: -1, Field: field, Msg: fmt.Sprintf(format, a...)})
+	}
+	// 1. the base
+	if p.Extends == "" {
+		add("replaces", "needs extends: there is no base policy to replace rules of")
+		return errors.Join(errs...)
+	}
+	for _, n := range chain {
+		if n == p.Extends {
+			add("extends", "%q extends itself (chain %s -> %s)", p.Extends, strings.Join(chain, " -> "), p.Extends)
+			return errors.Join(errs...)
+		}
+	}
+	if len(chain) >= maxExtends {
+		add("extends", "chain %s -> %s is longer than %d", strings.Join(chain, " -> "), p.Extends, maxExtends)
+		return errors.Join(errs...)
+	}
+	base, err := load(p.Extends, chain)
+	if err != nil {
+		add("extends", "base policy %q: %v", p.Extends, err)
+		return errors.Join(errs...)
+	}
+	// 2. replaces
+	named := func(rules []Rule) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range rules {
+			for _, n := range r.Names {
+				m[n] = true
+			}
+		}
+		return m
+	}
+	inBase, inOwn := named(base.Rules), named(p.Rules)
+	replaced := map[string]bool{}
+	for i, n := range p.Replaces {
+		f := fmt.Sprintf("replaces[%d]", i)
+		switch {
+		case replaced[n]:
+			add(f, "%q listed twice", n)
+		case !inBase[n]:
+			add(f, "%q has no rule in base policy %s: there is nothing to replace", n, base.Name)
+		case !inOwn[n]:
+			add(f, "%q is replaced by no rule of this policy: removing a base rule silently is not allowed", n)
+		}
+		replaced[n] = true
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// 3. rules
+	var rules []Rule
+	for _, r := range base.Rules {
+		var names []string
+		for _, n := range r.Names {
+			if !replaced[n] {
+				names = append(names, n)
+			}
+		}
+		if len(names) > 0 {
+			r.Names = names
+			rules = append(rules, r)
+		}
+	}
+	p.Rules = append(rules, p.Rules...)
+	// 4. default action
+	if p.DefaultAction == (Action{}) {
+		p.DefaultAction = base.DefaultAction
+	}
+	return nil
 }
 
 // ValidationError is one problem found by Validate. Rule is -1 for
@@ -256,7 +367,7 @@ func (e *ValidationError) Error() string {
 //  2. name is a lower-case identifier; description is set
 //  3. default_action is a valid action and is not allow (default deny)
 //  4. there is at least one rule
-//  5. per rule: names non-empty, each a syscall libseccomp knows on amd64
+//  5. per rule: names non-empty, each a syscall of amd64
 //     or arm64, no name twice in a rule; action known; errno given iff
 //     action is errno and from the allowed list; reason non-empty;
 //     args: index 0..5 at most once, op known, value given, mask given
@@ -266,7 +377,7 @@ func (e *ValidationError) Error() string {
 //     same action (it would be dead); two conditional rules for a syscall
 //     never repeat the same conditions; a rule whose action equals the
 //     default action is documentation only, so its syscalls appear in no
-//     other rule (libseccomp cannot express the difference anyway).
+//     other rule (where it would silently change nothing).
 func (p *Policy) Validate() error {
 	src := p.source
 	if src == "" {
@@ -321,7 +432,7 @@ func (p *Policy) Validate() error {
 			}
 			inRule[n] = true
 			if !knownSyscall(n) {
-				add(i, fmt.Sprintf("names[%d]", j), "unknown syscall %q (not known to libseccomp on amd64 or arm64)", n)
+				add(i, fmt.Sprintf("names[%d]", j), "unknown syscall %q (not a syscall of amd64 or arm64)", n)
 			}
 		}
 		for _, m := range checkAction(r.Action) {

@@ -261,3 +261,103 @@ func TestEmbeddedPoliciesShareTheDangerousSet(t *testing.T) {
 		}
 	}
 }
+
+// An operator's policy file may extend an embedded policy: it gets the
+// base's rules and default action, minus the replaced syscalls, then its
+// own rules.
+func TestExtendsResolvesOnce(t *testing.T) {
+	const child = `version: 1
+name: mine
+description: "standard, with mknod refused"
+extends: standard
+replaces: [mknod, mknodat]
+rules:
+  - names: [mknod, mknodat]
+    action: errno
+    errno: EPERM
+    reason: "no fifos here"
+`
+	p, err := Decode([]byte(child), "test:mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := Load("standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.DefaultAction != base.DefaultAction {
+		t.Errorf("default action %s, want the base's %s", p.DefaultAction, base.DefaultAction)
+	}
+	last := p.Rules[len(p.Rules)-1]
+	if !reflect.DeepEqual(last.Names, []string{"mknod", "mknodat"}) || last.Action.String() != "errno EPERM" {
+		t.Errorf("own rule not last: %+v", last)
+	}
+	mentions := 0
+	for _, r := range p.Rules {
+		for _, n := range r.Names {
+			if n == "mknod" {
+				mentions++
+			}
+		}
+	}
+	if mentions != 1 || len(p.Rules) != len(base.Rules) {
+		t.Errorf("mknod in %d rules (want 1), %d rules (want the base's %d: one dropped, one added)", mentions, len(p.Rules), len(base.Rules))
+	}
+	// The resolved policy compiles like any other, and decides mknod by
+	// its own rule.
+	prog, err := p.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, _ := native()
+	nr, ok := arch.resolve("mknodat")
+	if !ok {
+		t.Fatal("mknodat unknown")
+	}
+	if got, _ := Simulate(prog.Filter, Data{Nr: nr, Arch: arch.audit}); got != RetErrno|1 {
+		t.Errorf("mknodat under the child = %s, want errno EPERM", DescribeRet(got))
+	}
+}
+
+func TestExtendsChecks(t *testing.T) {
+	head := "version: 1\nname: child\ndescription: \"d\"\n"
+	for _, c := range []struct{ name, doc, field, msg string }{
+		{"replaces without extends", head + "default_action: {action: errno, errno: ENOSYS}\nreplaces: [read]\nrules:\n  - {names: [read], action: allow, reason: r}\n",
+			"replaces", "needs extends"},
+		{"unknown base", head + "extends: nosuch\nrules:\n  - {names: [read], action: allow, reason: r}\n",
+			"extends", `base policy "nosuch"`},
+		{"replaced but not in the base", head + "extends: restrictive\nreplaces: [sync]\nrules:\n  - {names: [sync], action: allow, reason: r}\n",
+			"replaces[0]", "has no rule in base policy restrictive"},
+		{"silent removal", head + "extends: restrictive\nreplaces: [ptrace]\nrules:\n  - {names: [sync], action: allow, reason: r}\n",
+			"replaces[0]", "replaced by no rule of this policy"},
+		{"listed twice", head + "extends: restrictive\nreplaces: [ptrace, ptrace]\nrules:\n  - {names: [ptrace], action: allow, reason: r}\n",
+			"replaces[1]", "listed twice"},
+		// Without replaces, deciding a syscall the base decides
+		// unconditionally is the same conflict as in one file.
+		{"override without replaces", head + "extends: restrictive\nrules:\n  - {names: [ptrace], action: allow, reason: r}\n",
+			"names", `"ptrace" already has an unconditional rule`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Decode([]byte(c.doc), "test:child")
+			var hit bool
+			for _, ve := range validationErrors(t, err) {
+				if ve.Field == c.field && strings.Contains(ve.Msg, c.msg) && ve.Policy == "test:child" {
+					hit = true
+				}
+			}
+			if !hit {
+				t.Fatalf("error %q, want field %s with %q", err, c.field, c.msg)
+			}
+		})
+	}
+}
+
+// A chain of extends that comes back to a policy being loaded is refused
+// (the embedded files cannot form one; the loader is asked directly).
+func TestExtendsCycle(t *testing.T) {
+	doc := "version: 1\nname: standard\ndescription: \"d\"\nextends: restrictive\nrules:\n  - {names: [sync], action: allow, reason: r}\n"
+	_, err := decode([]byte(doc), "test:cycle", []string{"restrictive", "standard"})
+	if err == nil || !strings.Contains(err.Error(), `"restrictive" extends itself (chain restrictive -> standard -> restrictive)`) {
+		t.Fatalf("cycle: %v", err)
+	}
+}

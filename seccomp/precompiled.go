@@ -2,10 +2,10 @@ package seccomp
 
 import (
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -24,13 +24,14 @@ import (
 // A precompiled program is used only when its recorded content key equals
 // the policy's own; policies loaded from files always compile at run time.
 //
-//go:embed precompiled/*.json precompiled/*.bpf
-var precompiledFS embed.FS
+// A binary embeds only its own architecture's files (precompiledFS is
+// declared in precompiled_amd64.go and precompiled_arm64.go).
 
 // A precompiled policy is two files under precompiled/:
 //
 //   - POLICY_ARCH.bpf: the program, read by every `str run`: 32 bytes of
-//     SHA-256 of the embedded policy file it was compiled from, then the
+//     embeddedSum (the policy's name and every embedded policy file, so
+//     that an edit to a base policy also makes it stale), then the
 //     struct sock_filter records (EncodeFilter). CompileEmbedded matches
 //     the hash without decoding the YAML and decodes no JSON.
 //   - POLICY_ARCH.json: precompiled, the reviewer's view (rules with
@@ -52,8 +53,8 @@ func precompiledPath(policy, arch, ext string) string {
 }
 
 // readBPF returns the source hash and the program of a .bpf file.
-func readBPF(policy, arch string) (src [32]byte, filter []byte, ok bool) {
-	data, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "bpf"))
+func readBPF(fsys fs.FS, policy, arch string) (src [32]byte, filter []byte, ok bool) {
+	data, err := fs.ReadFile(fsys, precompiledPath(policy, arch, "bpf"))
 	if err != nil || len(data) < 32+8 || (len(data)-32)%8 != 0 {
 		return src, nil, false
 	}
@@ -61,9 +62,9 @@ func readBPF(policy, arch string) (src [32]byte, filter []byte, ok bool) {
 	return src, data[32:], true
 }
 
-func readMeta(policy, arch string) (*precompiled, [32]byte, bool) {
+func readMeta(fsys fs.FS, policy, arch string) (*precompiled, [32]byte, bool) {
 	var sum [32]byte
-	data, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "json"))
+	data, err := fs.ReadFile(fsys, precompiledPath(policy, arch, "json"))
 	if err != nil {
 		return nil, sum, false
 	}
@@ -71,7 +72,7 @@ func readMeta(policy, arch string) (*precompiled, [32]byte, bool) {
 	if json.Unmarshal(data, &pc) != nil || pc.Arch != arch {
 		return nil, sum, false
 	}
-	bpf, err := precompiledFS.ReadFile(precompiledPath(policy, arch, "bpf"))
+	bpf, err := fs.ReadFile(fsys, precompiledPath(policy, arch, "bpf"))
 	if err != nil {
 		return nil, sum, false
 	}
@@ -94,11 +95,17 @@ func fromPrecompiled(p *Policy, key string) (*Program, bool) {
 	if err != nil {
 		return nil, false
 	}
-	pc, _, ok := readMeta(p.Name, arch.name)
+	return fromPrecompiledFor(precompiledFS, p, key, arch)
+}
+
+// fromPrecompiledFor is fromPrecompiled for arch, reading fsys (the
+// embedded files, or the package directory in the staleness test).
+func fromPrecompiledFor(fsys fs.FS, p *Policy, key string, arch archSpec) (*Program, bool) {
+	pc, _, ok := readMeta(fsys, p.Name, arch.name)
 	if !ok || pc.Key != hexKey(key) {
 		return nil, false
 	}
-	_, raw, ok := readBPF(p.Name, arch.name)
+	_, raw, ok := readBPF(fsys, p.Name, arch.name)
 	if !ok {
 		return nil, false
 	}
@@ -110,23 +117,22 @@ func fromPrecompiled(p *Policy, key string) (*Program, bool) {
 	return &Program{Policy: p.Name, Arch: arch.name, DefaultAction: p.DefaultAction.String(), Rules: plan.views, Filter: filter}, true
 }
 
-// writePrecompiled compiles p with the full self-check and writes its
-// two precompiled files into dir (the package directory). Used by go
-// generate.
-func writePrecompiled(p *Policy, dir string) error {
+// writePrecompiled compiles p for arch with the full self-check and
+// writes its two precompiled files into dir (the package directory). Used
+// by go generate.
+func writePrecompiled(p *Policy, arch archSpec, dir string) error {
 	key, err := cacheKey(p)
 	if err != nil {
 		return err
 	}
-	prog, err := p.compile()
+	prog, err := p.compileFor(arch)
 	if err != nil {
 		return err
 	}
-	src, err := embedded.ReadFile(path.Join("policies", p.Name+".yaml"))
+	srcSum, err := embeddedSum(p.Name)
 	if err != nil {
 		return err
 	}
-	srcSum := sha256.Sum256(src)
 	bpf := append(srcSum[:], EncodeFilter(prog.Filter)...)
 	bpfSum := sha256.Sum256(bpf)
 	data, err := json.MarshalIndent(precompiled{Policy: p.Name, Arch: prog.Arch, Key: hexKey(key), FilterSHA256: hex.EncodeToString(bpfSum[:]),
@@ -138,6 +144,27 @@ func writePrecompiled(p *Policy, dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, precompiledPath(p.Name, prog.Arch, "json")), append(data, '\n'), 0o644)
+}
+
+// embeddedSum is the SHA-256 of name and of every embedded policy file
+// (names and contents, in order). A policy's program depends on its own
+// file and on the files of the policies it extends; hashing them all is
+// simpler than following extends without decoding YAML, and go generate
+// rewrites every precompiled file anyway.
+func embeddedSum(name string) ([32]byte, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", name)
+	for _, n := range Names() {
+		data, err := embedded.ReadFile(path.Join("policies", n+".yaml"))
+		if err != nil {
+			return [32]byte{}, err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(data))
+		h.Write(data)
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum, nil
 }
 
 // EncodeFilter packs a program as struct sock_filter records (8 bytes
@@ -161,12 +188,12 @@ func embeddedPrecompiled(name string) (*Program, bool) {
 	if err != nil {
 		return nil, false
 	}
-	src, err := embedded.ReadFile(path.Join("policies", name+".yaml"))
+	sum, err := embeddedSum(name)
 	if err != nil {
 		return nil, false
 	}
-	want, raw, ok := readBPF(name, arch.name)
-	if !ok || sha256.Sum256(src) != want {
+	want, raw, ok := readBPF(precompiledFS, name, arch.name)
+	if !ok || sum != want {
 		return nil, false
 	}
 	filter, err := decodeSockFilters(raw)
@@ -184,7 +211,7 @@ func EmbeddedViews(name string) ([]RuleView, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	pc, _, ok := readMeta(name, arch.name)
+	pc, _, ok := readMeta(precompiledFS, name, arch.name)
 	if !ok {
 		return nil, "", fmt.Errorf("seccomp: no precompiled view of policy %q for %s: run go generate ./seccomp", name, arch.name)
 	}

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// TestPrecompiledUpToDate compiles every embedded policy afresh, with the
-// full self-check, and requires the precompiled file to hold exactly that
-// program. STR_UPDATE_PRECOMPILED=1 (go generate) rewrites the files.
+// TestPrecompiledUpToDate compiles every embedded policy afresh for every
+// supported architecture, with the full self-check, and requires the
+// precompiled files to hold exactly those programs.
+// STR_UPDATE_PRECOMPILED=1 (go generate) rewrites the files.
 func TestPrecompiledUpToDate(t *testing.T) {
 	update := os.Getenv("STR_UPDATE_PRECOMPILED") == "1"
 	for _, name := range Names() {
@@ -19,22 +20,31 @@ func TestPrecompiledUpToDate(t *testing.T) {
 		if update {
 			// The embedded copies are those of this test binary's build:
 			// write the files, and let the next run check them.
-			if err := writePrecompiled(p, "."); err != nil {
-				t.Fatalf("%s: %v", name, err)
+			for _, arch := range supportedArches {
+				if err := writePrecompiled(p, arch, "."); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
 			}
 			continue
+		}
+		key, _ := cacheKey(p)
+		for _, arch := range supportedArches {
+			fresh, err := p.compileFor(arch)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			// The package directory: what a binary of that arch embeds.
+			pre, ok := fromPrecompiledFor(os.DirFS("."), p, key, arch)
+			if !ok {
+				t.Fatalf("%s: no precompiled program for this policy content and arch %s: run go generate ./seccomp", name, arch.name)
+			}
+			if !bytes.Equal(EncodeFilter(pre.Filter), EncodeFilter(fresh.Filter)) {
+				t.Fatalf("%s: precompiled %s program differs from a fresh compile: run go generate ./seccomp", name, arch.name)
+			}
 		}
 		fresh, err := p.compile()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
-		}
-		key, _ := cacheKey(p)
-		pre, ok := fromPrecompiled(p, key)
-		if !ok {
-			t.Fatalf("%s: no precompiled program for this policy content and arch %s: run go generate ./seccomp", name, fresh.Arch)
-		}
-		if !bytes.Equal(EncodeFilter(pre.Filter), EncodeFilter(fresh.Filter)) {
-			t.Fatalf("%s: precompiled program differs from a fresh compile: run go generate ./seccomp", name)
 		}
 		// CompileEmbedded serves the same program, with the same rule views,
 		// without decoding the YAML.

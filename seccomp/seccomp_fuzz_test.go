@@ -44,7 +44,7 @@ func newFuzzTarget(p *Policy, prog *Program) *fuzzTarget {
 	}
 	for _, r := range p.Rules {
 		for _, n := range r.Names {
-			if nr, ok := resolve(n, arch.scmp); ok {
+			if nr, ok := arch.resolve(n); ok {
 				ft.nrs = append(ft.nrs, nr)
 			}
 		}
@@ -218,7 +218,7 @@ func fuzzPolicy(b *fuzzBytes) *Policy {
 // agrees with Evaluate on the self-check's probes and on rows built from
 // the rest of the input. It calls compile, not Compile: the per-process
 // program cache would keep every policy the fuzzer invents. compile still
-// runs the self-check (libseccomp and the probes, a few ms per input).
+// runs the self-check (the generator and the probes, a few ms per input).
 func FuzzCompile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := fuzzBytes(data)

@@ -2,9 +2,9 @@ package seccomp
 
 import (
 	"fmt"
-	libseccomp "github.com/seccomp/libseccomp-golang"
 	"math/rand/v2"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -246,34 +246,6 @@ func TestFilterAgreesWithEvaluate(t *testing.T) {
 	}
 }
 
-// The guard in front is not the only defence: libseccomp's own program
-// (reached by skipping the guard) must also kill foreign arches and x32.
-func TestLibseccompBodyAlsoKillsForeignArchAndX32(t *testing.T) {
-	a, err := native()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, prog := compileEmbedded(t, "standard")
-	rest := prog.Filter[len(archGuard(a)):]
-	foreign := AuditArchI386
-	if a.audit == AuditArchAArch64 {
-		foreign = AuditArchARM
-	}
-	rows := []Data{{Nr: 0, Arch: foreign}, {Nr: 3, Arch: foreign}}
-	if a.audit == AuditArchX86_64 {
-		rows = append(rows, Data{Nr: X32SyscallBit, Arch: a.audit}, Data{Nr: X32SyscallBit | 16, Arch: a.audit})
-	}
-	for _, d := range rows {
-		got, err := Simulate(rest, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != RetKillProcess {
-			t.Errorf("without the guard, nr %#x arch %#x = %s, want kill_process", d.Nr, d.Arch, DescribeRet(got))
-		}
-	}
-}
-
 // Every comparison operator, on values around the boundary and with the
 // upper word set, through the generated code.
 func TestArgumentOperators(t *testing.T) {
@@ -479,9 +451,64 @@ func SyscallNumber(name string) (int32, error) {
 	if err != nil {
 		return -1, err
 	}
-	nr, err := libseccomp.GetSyscallFromNameByArch(name, arch.scmp)
-	if err != nil || nr < 0 {
+	nr, ok := arch.resolve(name)
+	if !ok {
 		return -1, fmt.Errorf("seccomp: syscall %q does not exist on %s", name, arch.name)
 	}
-	return int32(nr), nil
+	return nr, nil
+}
+
+// A program whose lower half of the search is longer than a conditional
+// jump reaches (255 instructions) uses a BPF_JA; every syscall still gets
+// the policy's decision.
+func TestDispatchFarJumps(t *testing.T) {
+	arch, err := native()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range arch.syscalls {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return arch.syscalls[names[i]] < arch.syscalls[names[j]] })
+	p := &Policy{Version: 1, Name: "far-jumps", Description: "long argument blocks",
+		DefaultAction: Action{Kind: ActionErrno, Errno: "ENOSYS"}}
+	for i, n := range names[:40] {
+		p.Rules = append(p.Rules,
+			Rule{Names: []string{n}, Action: Action{Kind: ActionErrno, Errno: "EPERM"}, Reason: "block",
+				Args: []Arg{{Index: 0, Op: OpGe, Value: ptr(uint64(i) << 20)}, {Index: 1, Op: OpMaskedEq, Mask: ptr(uint64(0xff_0000_00ff)), Value: ptr(uint64(i))},
+					{Index: 2, Op: OpNe, Value: ptr(uint64(7))}}},
+			Rule{Names: []string{n}, Action: Action{Kind: ActionAllow}, Reason: "rest"})
+	}
+	prog, err := p.Compile() // includes the self-check against Evaluate
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := 0
+	for _, ins := range prog.Filter {
+		if ins.Code == bpfJMP|bpfJA && ins.K > 255 {
+			far++
+		}
+	}
+	if far == 0 {
+		t.Fatalf("%d instructions, %d far jumps: the test does not reach the BPF_JA path", len(prog.Filter), far)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 20000; i++ {
+		d := Data{Arch: arch.audit, Nr: int32(rng.IntN(1100))}
+		if rng.IntN(2) == 0 {
+			d.Nr = arch.syscalls[names[rng.IntN(45)]]
+		}
+		k := uint64(rng.IntN(45))
+		d.Args[0] = k<<20 + uint64(rng.IntN(3)) - 1
+		d.Args[1] = k | rng.Uint64()&^0xff_0000_00ff
+		d.Args[2] = uint64(6 + rng.IntN(3))
+		got, err := Simulate(prog.Filter, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := p.Evaluate(d); got != want {
+			t.Fatalf("nr %d args %#x: filter %s, Evaluate %s", d.Nr, d.Args[:2], DescribeRet(got), DescribeRet(want))
+		}
+	}
 }
