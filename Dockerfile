@@ -21,11 +21,11 @@ ARG BASE=str-base:bookworm
 FROM ${BASE} AS runtime
 
 # python3: runs the tools; python3-pip (setuptools, wheel): installs the
-# packages a manifest declares. libseccomp2: str links it (policy files; the
-# sandbox's init does not). libssl3 and ca-certificates: TLS to the Solace
+# packages a manifest declares (str links no libseccomp: its seccomp
+# filters are generated in pure Go). libssl3 and ca-certificates: TLS to the Solace
 # broker (tcps://). The local base has them already (no network needed);
 # a registry base gets them from apt.
-RUN pkgs="python3 python3-pip python3-setuptools python3-wheel libseccomp2 libssl3 ca-certificates passwd"; \
+RUN pkgs="python3 python3-pip python3-setuptools python3-wheel libssl3 ca-certificates passwd"; \
     if ! dpkg -s $pkgs >/dev/null 2>&1; then \
       apt-get update && apt-get install -y --no-install-recommends $pkgs \
       && rm -rf /var/lib/apt/lists/*; \

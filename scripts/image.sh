@@ -22,11 +22,12 @@ BASE_REPO=${BASE_REPO:-str-base}
 # ---- the recipe (every line here is part of the hash) ----------------------
 SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# python3: runs the tools. libseccomp2: str links it. libssl3 and
+# python3: runs the tools (str links no libseccomp: its filters are
+# generated in pure Go). libssl3 and
 # ca-certificates: TLS to a Solace broker (tcps://). passwd: useradd for
 # the rootless user (the Dockerfile's own step). python3-pip (with setuptools and
 # wheel): installs the packages a manifest declares (packages:).
-PACKAGES=python3,python3-pip,python3-setuptools,python3-wheel,libseccomp2,libssl3,ca-certificates,passwd
+PACKAGES=python3,python3-pip,python3-setuptools,python3-wheel,libssl3,ca-certificates,passwd
 RECIPE="v1 $SUITE $MIRROR minbase $PACKAGES"
 # -----------------------------------------------------------------------------
 
