@@ -41,6 +41,7 @@ type Sandbox struct {
 	events            []nsinit.Event
 
 	mu            sync.Mutex
+	begun         bool        // Start (or a Kill before it) has run: Create's resources are no longer Kill's to release
 	timer         *time.Timer // the wall clock (L7): the idle limit until Arm, then the timeout
 	armed         bool        // Arm has replaced the idle limit
 	killed        bool        // kill has run: the sandbox is ending
@@ -201,6 +202,16 @@ func (s *Sandbox) Plan() *Plan { return s.plan }
 // exists (the tool may not have started yet: setup errors are reported by
 // Wait in Result.SetupError).
 func (s *Sandbox) Start() error {
+	s.mu.Lock()
+	begun, killed := s.begun, s.killed
+	s.begun = true
+	s.mu.Unlock()
+	switch {
+	case killed:
+		return fmt.Errorf("start sandbox %s: %w (killed before Start)", s.id, ErrEnded)
+	case begun:
+		return fmt.Errorf("%w: start sandbox %s: started already", ErrInvalidRequest, s.id)
+	}
 	go s.run()
 	<-s.started
 	return s.startErr
@@ -411,15 +422,29 @@ func (s *Sandbox) kill(why *bool) {
 	}
 }
 
-// Kill ends the sandbox now. Safe to call at any time.
+// Kill ends the sandbox now. Safe to call at any time, from any
+// goroutine. Before Start it releases everything Create made (the config
+// pipe and report socket, the cgroup, the id lease) at once, not when the
+// garbage collector gets to the descriptors; Start and Arm then return
+// ErrEnded and Wait the same error. During Start it waits until the child
+// exists (or its start failed) and kills it.
 func (s *Sandbox) Kill() error {
-	select {
-	case <-s.started:
-	default:
-		// Never started: only the cgroup exists.
+	s.mu.Lock()
+	if !s.begun {
+		s.begun, s.killed = true, true
+		s.mu.Unlock()
+		s.configR.Close()
+		s.configW.Close()
+		s.reportR.Close()
+		s.reportW.Close()
 		s.release()
+		s.startErr = fmt.Errorf("sandbox %s: %w (killed before Start)", s.id, ErrEnded)
+		close(s.started)
+		close(s.finished)
 		return nil
 	}
+	s.mu.Unlock()
+	<-s.started
 	s.kill(nil)
 	return nil
 }
