@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -37,6 +38,7 @@ type Sandbox struct {
 	reportR, reportW  *os.File
 	started, finished chan struct{}
 	startErr          error
+	sendErr           *StepError // L6 failed: the init was gone before it read its plan
 	waitErr           error
 	events            []nsinit.Event
 
@@ -116,13 +118,10 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	// (nsinit step 12); its tasks files become writable by the init's
 	// host ids, and nothing else of the cgroup does.
 	if s.cg != nil {
-		uid, gid := plan.initHostIDs()
-		tasks, err := s.cg.SelfEntry(uid, gid)
-		if err != nil {
+		if err := cgroupSelfEntry(s.cg, plan); err != nil {
 			s.release()
-			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroupOwner, Action: "prepare cgroup self-entry", Path: s.cg.Path(), Msg: err.Error(), Err: err}
+			return nil, err
 		}
-		plan.Child.CgroupTasks = tasks
 	}
 	s.mark("cgroup")
 
@@ -272,11 +271,9 @@ func (s *Sandbox) run() {
 	}
 
 	// L6. Send the plan. Only now does the init start its setup.
-	data, _ := json.Marshal(&s.plan.Child)
-	_, werr := s.configW.Write(data)
+	s.sendErr = sendPlan(s.configW, &s.plan.Child)
 	s.configW.Close()
 	s.mark("plan_sent")
-	_ = werr // a write error means the child died; Wait reports how
 
 	// L7. The wall clock, set before Start returns (so before any Arm).
 	s.startClock()
@@ -309,6 +306,36 @@ func (s *Sandbox) run() {
 	// namespace; the cgroup kill catches anything else, then the cgroup
 	// is read and removed and the id block released.
 	s.result = s.collect()
+}
+
+// cgroupSelfEntry is L5 (cgroup v1): the cgroup's tasks files made
+// writable by the init's host ids and named in the plan, so the init's exec
+// thread moves itself in (nsinit step 12). cgroup v2 has nothing to do:
+// the init is born in its cgroup (L4).
+func cgroupSelfEntry(cg sandboxCgroup, plan *Plan) error {
+	uid, gid := plan.initHostIDs()
+	tasks, err := cg.SelfEntry(uid, gid)
+	if err != nil {
+		return &StepError{Who: "launcher", Step: nsinit.StepLCgroupOwner, Action: "prepare cgroup self-entry", Path: cg.Path(),
+			Detail: fmt.Sprintf("host ids %d:%d", uid, gid), Msg: err.Error(), Err: err}
+	}
+	plan.Child.CgroupTasks = tasks
+	return nil
+}
+
+// sendPlan is L6: the init's part of the plan, one JSON document on the
+// config pipe, which the init reads to EOF (its step 0). A write fails
+// only when the init is gone before reading it (EPIPE); that is the
+// sandbox's setup error unless the init reported one of its own.
+func sendPlan(w io.Writer, child *nsinit.Config) *StepError {
+	data, err := json.Marshal(child)
+	if err == nil {
+		_, err = w.Write(data)
+	}
+	if err != nil {
+		return &StepError{Who: "launcher", Step: nsinit.StepLSendPlan, Action: "send plan", Path: "config pipe", Msg: err.Error(), Err: err}
+	}
+	return nil
 }
 
 // startClock starts the wall clock (L7): a timeout kills the whole
@@ -530,6 +557,11 @@ func (s *Sandbox) collect() *Result {
 		case "error":
 			r.SetupError = ev.Error
 		}
+	}
+	if r.SetupError == nil {
+		// The init's own report names its step more precisely; without
+		// one, a plan it never read is the failure.
+		r.SetupError = s.sendErr
 	}
 	// The child is the init until its execve and the tool after it: its
 	// wait status is the tool's (or the init's 125/126/127 after an error).
