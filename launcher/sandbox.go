@@ -169,7 +169,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			// Pdeathsig fires when the *thread* that forked exits, so the
 			// fork happens from a locked thread that lives until Wait
 			// returns (see run). The init re-arms it after its uid change
-			// (step 16), so the tool, PID 1 of its namespace, dies with
+			// (step 17), so the tool, PID 1 of its namespace, dies with
 			// str and takes the whole pid namespace with it.
 			Pdeathsig: syscall.SIGKILL,
 		},
