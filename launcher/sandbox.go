@@ -249,9 +249,10 @@ func (s *Sandbox) run() {
 	s.cmd.Path = initbin.ExecPath(3 + len(s.cmd.ExtraFiles) - 1)
 	s.mark("bind_sources")
 
+	// L4 (cont.). Clone the init. The child holds its ends and the trees
+	// now; ours must be closed so EOF works (and no tree outlives the
+	// sandbox in this process).
 	err = s.cmd.Start()
-	// The child holds its ends and the trees now; ours must be closed so
-	// EOF works (and no tree outlives the sandbox in this process).
 	s.configR.Close()
 	s.reportW.Close()
 	closeFiles(trees)

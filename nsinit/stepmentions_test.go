@@ -228,3 +228,108 @@ func TestStepMentions(t *testing.T) {
 		}
 	}
 }
+
+// stepConstants maps each Step constant's name to its value, read from
+// steps.go's two iota blocks (the init's from 0, the launcher's from
+// StepLCgroup), so a test can resolve a name written in a source file.
+func stepConstants(t *testing.T) map[string]Step {
+	t.Helper()
+	data, err := os.ReadFile("steps.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]Step{}
+	decl := regexp.MustCompile(`^\t(Step[A-Z]\w*)\b`)
+	next := Step(-1)
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "const ("):
+			next = -1
+		case line == ")":
+			next = -2
+		}
+		m := decl.FindStringSubmatch(line)
+		if m == nil || next == -2 {
+			continue
+		}
+		if next == -1 {
+			next = 0
+			if m[1] == "StepLCgroup" {
+				next = StepLCgroup
+			}
+		}
+		names[m[1]] = next
+		next++
+	}
+	if names["StepExec"] != StepExec || names["StepLCgroup"] != StepLCgroup || names["StepLTeardown"] != StepLTeardown || len(names) != int(numInitSteps)+8 {
+		t.Fatalf("steps.go read wrong: %v", names)
+	}
+	return names
+}
+
+// stepHeading is a numbered heading of the sequence in the code:
+// "// 12. cgroup v1: ...", "// L1a. Root mode: ...", "// L7 (cont.). ...".
+var stepHeading = regexp.MustCompile(`^\s*// (L?\d+)[a-z]?(?: \(cont\.\))?\. `)
+
+var stepConstRef = regexp.MustCompile(`\bStep[A-Z]\w*\b`)
+
+// checkStepSections returns one problem per Step constant used under a
+// numbered heading of another step (up to the next heading or the end of
+// the function). launcherOnly: only L headings count (the file's other
+// numbered lists are local checklists).
+func checkStepSections(name, text string, consts map[string]Step, launcherOnly bool) []string {
+	var problems []string
+	var cur Step
+	in := false
+	for i, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "func ") || line == "}" {
+			in = false
+			continue
+		}
+		if m := stepHeading.FindStringSubmatch(line); m != nil && (!launcherOnly || strings.HasPrefix(m[1], "L")) {
+			st, ok := parseStep(m[1])
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s:%d: heading of a step that does not exist: %q", name, i+1, strings.TrimSpace(line)))
+				in = false
+				continue
+			}
+			cur, in = st, true
+			continue
+		}
+		if !in || strings.HasPrefix(strings.TrimSpace(line), "//") {
+			continue
+		}
+		for _, ref := range stepConstRef.FindAllString(line, -1) {
+			if st, ok := consts[ref]; ok && st != cur {
+				problems = append(problems, fmt.Sprintf("%s:%d: %s (step %s) under the heading of step %s: %q", name, i+1, ref, st, cur, strings.TrimSpace(line)))
+			}
+		}
+	}
+	return problems
+}
+
+// TestStepSections: the code under each numbered heading of the init's
+// sequence (run, execTool) and of the launcher's (CreateFromPlan, run)
+// raises that step and no other, so a heading, its code and its errors
+// cannot drift apart.
+func TestStepSections(t *testing.T) {
+	consts := stepConstants(t)
+	for _, f := range []struct {
+		path         string
+		launcherOnly bool
+	}{{"nsinit.go", false}, {"../launcher/sandbox.go", true}} {
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range checkStepSections(f.path, string(data), consts, f.launcherOnly) {
+			t.Error(p)
+		}
+	}
+	// The check itself: a heading whose code raises its neighbour's step.
+	bad := "func run() {\n\t// 12. cgroup v1: enter\n\t\treturn stepErr(StepDropBounding, \"x\")\n}\n"
+	good := "func run() {\n\t// 13. bounding set\n\t\treturn stepErr(StepDropBounding, \"x\")\n}\n"
+	if len(checkStepSections("synthetic", bad, consts, false)) != 1 || len(checkStepSections("synthetic", good, consts, false)) != 0 {
+		t.Error("checkStepSections misjudges the synthetic sections")
+	}
+}
