@@ -24,7 +24,7 @@ help:
 	@echo "make image   the worker image $(IMAGE) from a locally built Debian 12 base (no registry; docker, root)"
 	@echo "make demo    scripted tour against a running 'make run'"
 	@echo "make fuzz    every go test -fuzz target for FUZZTIME each (default 20s; e.g. FUZZTIME=10m)"
-	@echo "make bench   str bench: str vs bubblewrap, the clone floor and python3 -c pass (BENCH_ARGS=--quick)"
+	@echo "make bench   str-bench: str vs bubblewrap, the clone floor and python3 -c pass (BENCH_ARGS=--quick)"
 	@echo "make lint    gofmt, go vet, staticcheck, deadcode, govulncheck (tools pinned in bin/tools)"
 
 # What a fresh Debian 12 machine lacks: libseccomp headers for cgo, python3
@@ -101,10 +101,13 @@ test-container: image
 test-vm: build
 	./scripts/test-vm.sh
 
-# str bench: the whole interleaved comparison (a few minutes; BENCH_ARGS=--quick
-# for the one-minute run). Installs bubblewrap when it is missing (as root).
+# str-bench (cmd/str-bench, a program of its own so that bin/str carries no
+# benchmark code) measuring bin/str: the whole interleaved comparison (a few
+# minutes; BENCH_ARGS=--quick for the one-minute run). Installs bubblewrap
+# when it is missing (as root).
 bench: build
-	STR_BIN=$(CURDIR)/$(BIN) ./scripts/bench.sh $(BENCH_ARGS)
+	$(GO) build -o bin/str-bench ./cmd/str-bench
+	STR_BIN=$(CURDIR)/$(BIN) STR_BENCH_BIN=$(CURDIR)/bin/str-bench ./scripts/bench.sh $(BENCH_ARGS)
 
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -2,6 +2,10 @@ module github.com/securetoolruntime/str
 
 go 1.26.0
 
+// The toolchain the committed init (launcher/initbin/str-init) is built
+// with: its bytes depend on it, and its staleness test builds with it.
+toolchain go1.26.8
+
 require (
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/seccomp/libseccomp-golang v0.11.1

@@ -63,8 +63,9 @@ func peekClientHello(r io.Reader) (consumed []byte, sni string, err error) {
 		}
 		start := len(consumed)
 		consumed = append(consumed, make([]byte, n)...)
-		if _, err := io.ReadFull(r, consumed[start:]); err != nil {
-			return consumed, "", err
+		if got, err := io.ReadFull(r, consumed[start:]); err != nil {
+			// Only what was read: never the zeros of the unread rest.
+			return consumed[:start+got], "", err
 		}
 		hs = append(hs, consumed[start:]...)
 		if len(hs) >= 4 {

@@ -16,6 +16,7 @@ func armable(t *testing.T, pl *Plan, started bool) *Sandbox {
 	t.Helper()
 	s := &Sandbox{id: "armtest", plan: pl, cmd: &exec.Cmd{}, started: make(chan struct{}), finished: make(chan struct{})}
 	if started {
+		s.begun = true
 		s.startClock()
 		close(s.started)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -238,24 +239,36 @@ func prepareV2Parent(parent string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	enable := "+" + strings.Join(v2Controllers, " +")
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if !strings.HasPrefix(d, cgroupRoot) {
 			continue
 		}
 		cur, _ := os.ReadFile(filepath.Join(d, "cgroup.subtree_control"))
-		missing := false
-		for _, c := range v2Controllers {
-			missing = missing || !bytes.Contains(cur, []byte(c))
-		}
-		if !missing {
+		missing := v2MissingControllers(cur, v2Controllers)
+		if len(missing) == 0 {
 			continue
 		}
+		enable := "+" + strings.Join(missing, " +")
 		if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte(enable), 0); err != nil {
 			return fmt.Errorf("enable %s in %s/cgroup.subtree_control: %w", enable, d, err)
 		}
 	}
 	return nil
+}
+
+// v2MissingControllers returns the controllers of want that a
+// cgroup.subtree_control (or cgroup.controllers) file does not list, in
+// want's order. The file is a space-separated list of names, compared
+// whole: "cpuset" enabled does not make "cpu" look enabled.
+func v2MissingControllers(file []byte, want []string) []string {
+	have := strings.Fields(string(file))
+	var missing []string
+	for _, c := range want {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	return missing
 }
 
 func newCgroupV2(parent, id string, pl CgroupPlan) (*cgroupV2, error) {

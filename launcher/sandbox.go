@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -37,10 +38,12 @@ type Sandbox struct {
 	reportR, reportW  *os.File
 	started, finished chan struct{}
 	startErr          error
+	sendErr           *StepError // L6 failed: the init was gone before it read its plan
 	waitErr           error
 	events            []nsinit.Event
 
 	mu            sync.Mutex
+	begun         bool        // Start (or a Kill before it) has run: Create's resources are no longer Kill's to release
 	timer         *time.Timer // the wall clock (L7): the idle limit until Arm, then the timeout
 	armed         bool        // Arm has replaced the idle limit
 	killed        bool        // kill has run: the sandbox is ending
@@ -115,13 +118,10 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	// (nsinit step 12); its tasks files become writable by the init's
 	// host ids, and nothing else of the cgroup does.
 	if s.cg != nil {
-		uid, gid := plan.initHostIDs()
-		tasks, err := s.cg.SelfEntry(uid, gid)
-		if err != nil {
+		if err := cgroupSelfEntry(s.cg, plan); err != nil {
 			s.release()
-			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroupOwner, Action: "prepare cgroup self-entry", Path: s.cg.Path(), Msg: err.Error(), Err: err}
+			return nil, err
 		}
-		plan.Child.CgroupTasks = tasks
 	}
 	s.mark("cgroup")
 
@@ -169,7 +169,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			// Pdeathsig fires when the *thread* that forked exits, so the
 			// fork happens from a locked thread that lives until Wait
 			// returns (see run). The init re-arms it after its uid change
-			// (step 16), so the tool, PID 1 of its namespace, dies with
+			// (step 17), so the tool, PID 1 of its namespace, dies with
 			// str and takes the whole pid namespace with it.
 			Pdeathsig: syscall.SIGKILL,
 		},
@@ -201,6 +201,16 @@ func (s *Sandbox) Plan() *Plan { return s.plan }
 // exists (the tool may not have started yet: setup errors are reported by
 // Wait in Result.SetupError).
 func (s *Sandbox) Start() error {
+	s.mu.Lock()
+	begun, killed := s.begun, s.killed
+	s.begun = true
+	s.mu.Unlock()
+	switch {
+	case killed:
+		return fmt.Errorf("start sandbox %s: %w (killed before Start)", s.id, ErrEnded)
+	case begun:
+		return fmt.Errorf("%w: start sandbox %s: started already", ErrInvalidRequest, s.id)
+	}
 	go s.run()
 	<-s.started
 	return s.startErr
@@ -239,9 +249,10 @@ func (s *Sandbox) run() {
 	s.cmd.Path = initbin.ExecPath(3 + len(s.cmd.ExtraFiles) - 1)
 	s.mark("bind_sources")
 
+	// L4 (cont.). Clone the init. The child holds its ends and the trees
+	// now; ours must be closed so EOF works (and no tree outlives the
+	// sandbox in this process).
 	err = s.cmd.Start()
-	// The child holds its ends and the trees now; ours must be closed so
-	// EOF works (and no tree outlives the sandbox in this process).
 	s.configR.Close()
 	s.reportW.Close()
 	closeFiles(trees)
@@ -261,11 +272,9 @@ func (s *Sandbox) run() {
 	}
 
 	// L6. Send the plan. Only now does the init start its setup.
-	data, _ := json.Marshal(&s.plan.Child)
-	_, werr := s.configW.Write(data)
+	s.sendErr = sendPlan(s.configW, &s.plan.Child)
 	s.configW.Close()
 	s.mark("plan_sent")
-	_ = werr // a write error means the child died; Wait reports how
 
 	// L7. The wall clock, set before Start returns (so before any Arm).
 	s.startClock()
@@ -298,6 +307,36 @@ func (s *Sandbox) run() {
 	// namespace; the cgroup kill catches anything else, then the cgroup
 	// is read and removed and the id block released.
 	s.result = s.collect()
+}
+
+// cgroupSelfEntry is L5 (cgroup v1): the cgroup's tasks files made
+// writable by the init's host ids and named in the plan, so the init's exec
+// thread moves itself in (nsinit step 12). cgroup v2 has nothing to do:
+// the init is born in its cgroup (L4).
+func cgroupSelfEntry(cg sandboxCgroup, plan *Plan) error {
+	uid, gid := plan.initHostIDs()
+	tasks, err := cg.SelfEntry(uid, gid)
+	if err != nil {
+		return &StepError{Who: "launcher", Step: nsinit.StepLCgroupOwner, Action: "prepare cgroup self-entry", Path: cg.Path(),
+			Detail: fmt.Sprintf("host ids %d:%d", uid, gid), Msg: err.Error(), Err: err}
+	}
+	plan.Child.CgroupTasks = tasks
+	return nil
+}
+
+// sendPlan is L6: the init's part of the plan, one JSON document on the
+// config pipe, which the init reads to EOF (its step 0). A write fails
+// only when the init is gone before reading it (EPIPE); that is the
+// sandbox's setup error unless the init reported one of its own.
+func sendPlan(w io.Writer, child *nsinit.Config) *StepError {
+	data, err := json.Marshal(child)
+	if err == nil {
+		_, err = w.Write(data)
+	}
+	if err != nil {
+		return &StepError{Who: "launcher", Step: nsinit.StepLSendPlan, Action: "send plan", Path: "config pipe", Msg: err.Error(), Err: err}
+	}
+	return nil
 }
 
 // startClock starts the wall clock (L7): a timeout kills the whole
@@ -411,15 +450,29 @@ func (s *Sandbox) kill(why *bool) {
 	}
 }
 
-// Kill ends the sandbox now. Safe to call at any time.
+// Kill ends the sandbox now. Safe to call at any time, from any
+// goroutine. Before Start it releases everything Create made (the config
+// pipe and report socket, the cgroup, the id lease) at once, not when the
+// garbage collector gets to the descriptors; Start and Arm then return
+// ErrEnded and Wait the same error. During Start it waits until the child
+// exists (or its start failed) and kills it.
 func (s *Sandbox) Kill() error {
-	select {
-	case <-s.started:
-	default:
-		// Never started: only the cgroup exists.
+	s.mu.Lock()
+	if !s.begun {
+		s.begun, s.killed = true, true
+		s.mu.Unlock()
+		s.configR.Close()
+		s.configW.Close()
+		s.reportR.Close()
+		s.reportW.Close()
 		s.release()
+		s.startErr = fmt.Errorf("sandbox %s: %w (killed before Start)", s.id, ErrEnded)
+		close(s.started)
+		close(s.finished)
 		return nil
 	}
+	s.mu.Unlock()
+	<-s.started
 	s.kill(nil)
 	return nil
 }
@@ -505,6 +558,11 @@ func (s *Sandbox) collect() *Result {
 		case "error":
 			r.SetupError = ev.Error
 		}
+	}
+	if r.SetupError == nil {
+		// The init's own report names its step more precisely; without
+		// one, a plan it never read is the failure.
+		r.SetupError = s.sendErr
 	}
 	// The child is the init until its execve and the tool after it: its
 	// wait status is the tool's (or the init's 125/126/127 after an error).

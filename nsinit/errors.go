@@ -10,7 +10,7 @@ import (
 // numbered step, the object (a path, a file, a syscall argument), and
 // wraps the cause. Hint is set where the cause is common and has a known fix.
 //
-//	nsinit: bind-mount /usr -> /newroot/usr (step 4, MS_BIND|MS_REC): operation not permitted
+//	nsinit: bind-mount /usr -> /newroot/usr (step 5, MS_BIND|MS_REC): operation not permitted
 type StepError struct {
 	Who    string `json:"who"`
 	Step   Step   `json:"step"`

@@ -286,10 +286,11 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 	return code, err
 }
 
-// execTool performs steps 12-21 on a fresh OS thread that is never
-// unlocked: that thread calls execve, so the credentials, capabilities,
-// no_new_privs, seccomp filter and rlimits it sets are exactly the tool's,
-// and no other goroutine of the init ever runs with them. It returns only
+// execTool performs steps 12-21 (cgroup entry to execve) on a fresh OS
+// thread that is never unlocked: that thread calls execve, so the
+// credentials, capabilities, no_new_privs, seccomp filter and rlimits it
+// sets are exactly the tool's, and no other goroutine of the init ever
+// runs with them. It returns only
 // when a step failed (the thread then dies with its goroutine).
 func execTool(cfg *Config, ex *execArgs, rep *reporter, t *timer, tasks []int) error {
 	ch := make(chan error, 1)
@@ -376,7 +377,7 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer, tasks []int
 
 	// 19. seccomp, after every setup syscall above, so the filter need not
 	// allow mount, pivot_root, capset or setresuid for us. Loaded on this
-	// thread only; execve keeps it. The filter allows what steps 19-20
+	// thread only; execve keeps it. The filter allows what steps 20-21
 	// need (prlimit64 on itself, execve).
 	if len(cfg.Seccomp) > 0 {
 		if err := InstallSeccomp(cfg.Seccomp); err != nil {
@@ -411,8 +412,8 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer, tasks []int
 	return stepErr(StepExec, "execve", cfg.Argv[0], "", e)
 }
 
-// execArgs is everything steps 20 and 21 use, built in step 11 so that
-// they allocate nothing.
+// execArgs is everything steps 20 and 21 (rlimits, execve) use, built in
+// step 11 so that they allocate nothing.
 type execArgs struct {
 	path   *byte
 	argv   []*byte // NULL-terminated

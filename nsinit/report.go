@@ -80,7 +80,7 @@ func (r *reporter) readerGone() bool {
 // no_new_privs.
 var ErrNoNewPrivs = errors.New("no_new_privs is not set on this thread")
 
-// InstallSeccomp is str's one seccomp installer: the init's step 18, and
+// InstallSeccomp is str's one seccomp installer: the init's step 19, and
 // the installer the seccomp package's kernel tests use. filter is the
 // program in the one byte format of str (package seccomp, EncodeFilter):
 // struct sock_filter records of 8 bytes in the machine's byte order,

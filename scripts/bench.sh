@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# make bench: `str bench` (cmd/str/bench_suite.go) on this machine: str run
+# make bench: `str-bench` (cmd/str-bench/bench_suite.go) on this machine: str run
 # next to bubblewrap, plain exec and the kernel's clone floor for /bin/true
 # and python3 -c pass, warm dispatch, echo_tool end to end cold and warm
 # through throw-away workers, invocations per second with 4 in flight, and
 # per-sandbox memory, all interleaved in one run (compare ratios, not
 # absolute numbers). Asserts nothing about the numbers.
 #
-#   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] ...   (any str bench flag; -r R = --rounds R)
+#   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] ...   (any str-bench flag; -r R = --rounds R)
 #
-# Builds bin/str unless STR_BIN names one, installs bubblewrap when it is
-# missing and we are root (str bench refuses to compare without it), then
-# execs `str bench`. Output: the table and ratios on stdout, and
+# Builds bin/str unless STR_BIN names one and bin/str-bench unless
+# STR_BENCH_BIN names one, installs bubblewrap when it is missing and we are
+# root (str-bench refuses to compare without it), then execs
+# `str-bench --str STR_BIN`. Output: the table and ratios on stdout, and
 # summary.txt, samples.csv, latency.svg in $BENCH_OUT (var/bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,12 @@ if [[ -z ${STR_BIN:-} ]]; then
   STR_BIN=$root/bin/str
 fi
 [[ $STR_BIN == /* ]] || STR_BIN=$root/$STR_BIN
+if [[ -z ${STR_BENCH_BIN:-} ]]; then
+  mkdir -p bin
+  go build -o bin/str-bench ./cmd/str-bench
+  STR_BENCH_BIN=$root/bin/str-bench
+fi
+[[ $STR_BENCH_BIN == /* ]] || STR_BENCH_BIN=$root/$STR_BENCH_BIN
 if ! command -v bwrap >/dev/null; then
   [[ $(id -u) == 0 ]] || { echo "bench.sh: bubblewrap is missing (sudo apt-get install bubblewrap)" >&2; exit 1; }
   echo "bench.sh: installing bubblewrap" >&2
@@ -37,4 +44,4 @@ if ! command -v bwrap >/dev/null; then
   apt-get install -y -q --no-install-recommends bubblewrap >/dev/null 2>&1 ||
     { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends bubblewrap >/dev/null; }
 fi
-exec "$STR_BIN" bench --out "${BENCH_OUT:-$root/var/bench}" --examples "$root/examples/tools" "${args[@]}"
+exec "$STR_BENCH_BIN" --str "$STR_BIN" --out "${BENCH_OUT:-$root/var/bench}" --examples "$root/examples/tools" "${args[@]}"

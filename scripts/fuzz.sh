@@ -18,9 +18,9 @@ FUZZTIME=${FUZZTIME:-20s}
 FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-5s}
 
 # Every fuzz target of the repository: package, target, and "ci" for the
-# ones `make test` runs (one per area of the fuzzing plan; keep the number
-# of ci targets x 20 s under four minutes). A Fuzz function missing here
-# fails the run.
+# ones `make test` runs (one per area of the fuzzing plan, and every parser
+# of bytes that come from inside the sandbox; 13 ci targets x FUZZTIME).
+# A Fuzz function missing here fails the run.
 targets=(
   "./worker                    FuzzParseRequest      ci" # request parsing and validation
   "./worker                    FuzzParseInitRequest  -"  # init requests of both generations, notifications
@@ -32,10 +32,11 @@ targets=(
   "./worker/transport/devbroker FuzzLineReaders      ci" # dev broker line framing, server and client
   "./worker/artifacts          FuzzLocate            ci" # artifact names and store paths, NFKC look-alikes
   "./egress                    FuzzNormalizeHost     ci" # network policy host patterns and matching
-  "./egress                    FuzzParseConnectLine  -"  # the proxy's CONNECT line
-  "./egress                    FuzzParseSOCKSRequest -"  # the proxy's SOCKS5 request
-  "./egress                    FuzzParseDNSQuery     -"  # the DNS stub
-  "./egress                    FuzzClientHelloSNI    -"  # SNI of captured TLS connections
+  "./egress                    FuzzParseConnectLine  -"  # the proxy's CONNECT line alone
+  "./egress                    FuzzReadHead          ci" # sandbox bytes: the HTTP proxy's request head and its target
+  "./egress                    FuzzParseSOCKSRequest ci" # sandbox bytes: the proxy's SOCKS5 request, framed and parsed
+  "./egress                    FuzzParseDNSQuery     ci" # sandbox bytes: the DNS stub's queries and answers
+  "./egress                    FuzzClientHelloSNI    ci" # sandbox bytes: SNI of captured TLS connections, parsed and peeked
   "./worker/transport/devbroker FuzzRequest          -"  # dev broker request handling
   "./worker/transport          FuzzMatch             -"  # topic matching
 )

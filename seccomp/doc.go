@@ -129,7 +129,7 @@
 //
 // The filter is installed after prctl(PR_SET_NO_NEW_PRIVS, 1), on the
 // locked OS thread that then sets the rlimits and calls execve itself
-// (nsinit steps 17-20):
+// (nsinit steps 18-21):
 //
 //	runtime.LockOSThread()
 //	... every other setup step (mounts, pivot_root, ids, capabilities) ...

@@ -208,7 +208,7 @@ var settings = []setting{
 	{name: "STR_MAX_PAYLOAD_BYTES", flag: "max-payload-bytes", def: "10485760", help: "largest accepted invoke payload"},
 	{name: "STR_MAX_OUTPUT_BYTES", flag: "max-output-bytes", def: "104857600", help: "largest total size of one run's output artifacts"},
 	{name: "SHUTDOWN_GRACE_SECONDS", flag: "shutdown-grace", def: "30", help: "on SIGTERM, how long running tools may finish"},
-	{name: "STR_SIGNING_SECRET", flag: "signing-secret", help: "require signed requests (str-sign-v2: user properties \"timestamp\" and \"signature\", HMAC-SHA256 over the payload, topic, replyTo, statusTo, clientId, userId and timestamp; replays refused; see the worker package doc)", secret: true},
+	{name: "STR_SIGNING_SECRET", flag: "signing-secret", help: "require signed requests (str-sign-v2: user properties \"timestamp\" and \"signature\", HMAC-SHA256 over the payload, topic, replyTo, statusTo, clientId, userId and timestamp; replays refused; see docs/protocol.md)", secret: true},
 	{name: "STR_SIGNING_KEYS", flag: "signing-keys", help: "keys file of per-agent signing keys (str-sign-v3: key id in the \"keyId\" user property; each key may claim only its apps, users and tools); reloaded on change; see docs/deployment.md"},
 	{name: "STR_USER_TOKEN_KEYS", flag: "user-token-keys", help: "require a user token (JWT in the \"authToken\" user property) verified against these issuer keys (a JWK Set or PEM public keys); reloaded on change"},
 	{name: "STR_USER_TOKEN_AUDIENCE", flag: "user-token-audience", help: "audience a user token must name (required with STR_USER_TOKEN_KEYS)"},

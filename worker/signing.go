@@ -17,7 +17,7 @@ import (
 // file (STR_SIGNING_KEYS, auth.go); one of them is required whenever either
 // is configured (the payload-only scheme of earlier versions is no longer
 // accepted). The exact rules, for agent-side implementations, are in the
-// package documentation (doc.go, "Request signing").
+// documentation (docs/protocol.md, "Request signing").
 
 // User properties that route or identify a request, covered by the
 // signature besides the payload, the topic and the timestamp.

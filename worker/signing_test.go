@@ -27,7 +27,7 @@ func (h *harness) sendSigned(tool, id string, payload []byte, secret string, now
 }
 
 // TestSigningStringExact pins the signed string byte for byte (the
-// scheme agents implement from doc.go).
+// scheme agents implement from docs/protocol.md).
 func TestSigningStringExact(t *testing.T) {
 	got, ok := SigningString("ns/a2a/v1/sam_remote_tool/invoke/echo", map[string]string{
 		PropTimestamp: "1700000000000", PropReplyTo: "r", PropStatusTo: "", PropClientID: "c", PropUserID: "u", "other": "x",

@@ -1,9 +1,10 @@
 // Command str is the secure tool runtime: one binary whose subcommands run a
 // sandbox (run), serve tool invocations (worker), run the dev broker
 // (broker), send one invocation (invoke), list what workers serve (tools),
-// show profiles (profile), check the host (doctor), measure spawn latency
-// (bench) and print its version (version). The sandbox's init is a
-// separate static program embedded in it (cmd/str-init, launcher/initbin).
+// show profiles (profile), check the host (doctor) and print its version
+// (version). The sandbox's init is a separate static program embedded in it
+// (cmd/str-init, launcher/initbin). The benchmarks are a program of their
+// own (cmd/str-bench, make bench), not part of this binary.
 package main
 
 import (
@@ -22,7 +23,6 @@ commands:
   tools    list the tools the workers of a namespace serve
   profile  list profiles or show one (with --plan, the concrete plan)
   doctor   check what this host supports and how to fix what is missing
-  bench    measure spawn latency against bubblewrap
   version  print str's module version and VCS revision (also --version)
 `
 
@@ -48,8 +48,6 @@ func main() {
 		code = cmdProfile(args)
 	case "doctor":
 		code = cmdDoctor(args)
-	case "bench":
-		code = cmdBench(args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	case "version", "--version", "-version":

@@ -26,7 +26,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-//go:generate sh -c "CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o str-init ../../cmd/str-init"
+// The init is built with exactly go.mod's toolchain (GOTOOLCHAIN, not the
+// "at least" of the toolchain line): its bytes depend on the compiler, and
+// TestEmbeddedInitUpToDate rebuilds it the same way.
+//
+//go:generate sh -c "GOTOOLCHAIN=$(sed -n 's/^toolchain //p' ../../go.mod) CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o str-init ../../cmd/str-init"
 
 // Binary is the static init, as built by go generate.
 //

@@ -6,21 +6,25 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// The committed init is what its sources build to; run `go generate
+// The committed init is what its sources build to with go.mod's
+// toolchain (exactly that one, as go generate builds it, so the result
+// does not depend on which Go runs the test); run `go generate
 // ./launcher/initbin` (or `make build`) after changing nsinit or
 // cmd/str-init.
 func TestEmbeddedInitUpToDate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/str-init")
 	}
+	toolchain := goModToolchain(t)
 	out := filepath.Join(t.TempDir(), "str-init")
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, "../../cmd/str-init")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOTOOLCHAIN="+toolchain)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, b)
 	}
@@ -34,6 +38,23 @@ func TestEmbeddedInitUpToDate(t *testing.T) {
 	if bytes.Contains(Binary, []byte("libseccomp")) || bytes.Contains(Binary, []byte("yaml.v3")) {
 		t.Fatal("the init links libseccomp or YAML: it must stay a small static program")
 	}
+}
+
+// goModToolchain is go.mod's toolchain line ("go1.26.8"): the one Go the
+// committed init is built with.
+func goModToolchain(t *testing.T) string {
+	t.Helper()
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mod), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "toolchain" {
+			return f[1]
+		}
+	}
+	t.Fatal("go.mod has no toolchain line: the committed init's bytes depend on the Go that builds it, so go.mod names it")
+	return ""
 }
 
 // The memfd is sealed: neither a write nor a resize gets through, also not

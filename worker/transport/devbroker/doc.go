@@ -120,7 +120,7 @@
 // the default above; --anonymous writes none and requires no token);
 // `str worker --embedded-broker` writes it for its embedded broker, which
 // always requires the token. `str worker` (DEV_BROKER_HOST), `str invoke`
-// and `str bench echo` read the file of the port they connect to before
+// and `str-bench echo` read the file of the port they connect to before
 // every connection attempt (ClientOptions.TokenFile), so a restarted broker's
 // new token is picked up; when the file does not exist they send no token,
 // which suits an anonymous or reference broker. So only the broker's own

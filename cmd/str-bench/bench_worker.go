@@ -1,6 +1,6 @@
 package main
 
-// The parts of str bench that need a running worker (echo_tool end to end,
+// The parts of str-bench that need a running worker (echo_tool end to end,
 // cold and warm) and the memory cells (Pss of str's own processes per
 // sandbox while the tools sleep, next to bubblewrap's).
 
@@ -30,7 +30,7 @@ import (
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
-// benchWorkerNamespace is the SAM namespace of str bench's workers.
+// benchWorkerNamespace is the SAM namespace of str-bench's workers.
 const benchWorkerNamespace = "bench/"
 
 // benchWorker is one throw-away `str worker --embedded-broker` on free

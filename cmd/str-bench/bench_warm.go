@@ -18,7 +18,7 @@ import (
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
-const benchWarmUsage = `usage: str bench warm [-n N] [-w WARMUP] [--profile P] [--target runner|sh] [--python PATH] [-o RAW]
+const benchWarmUsage = `usage: str-bench warm [-n N] [-w WARMUP] [--profile P] [--target runner|sh] [--python PATH] [-o RAW]
 
 The warm pool's dispatch, measured through the launcher directly: N times
 (after WARMUP unmeasured rounds), one sandbox of profile P is created and
@@ -77,7 +77,7 @@ func benchWarm(args []string, stdout io.Writer) int {
 		return exitUsage
 	}
 	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "str bench warm:", err)
+		fmt.Fprintln(os.Stderr, "str-bench warm:", err)
 		return 1
 	}
 	l, err := launcher.New(launcher.Options{CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
@@ -173,7 +173,7 @@ func (b *benchWarmer) prepare() error {
 		return err
 	}
 	if _, err := runner.Compile(filepath.Join(b.base, "runner"), b.python); err != nil {
-		fmt.Fprintln(os.Stderr, "str bench warm: runner bytecode cache not written:", err)
+		fmt.Fprintln(os.Stderr, "str-bench warm: runner bytecode cache not written:", err)
 	}
 	tool := filepath.Join(b.toolsDir, "str_bench_noop.py")
 	if err := os.WriteFile(tool, []byte(benchWarmTool), 0o644); err != nil {

@@ -1,10 +1,10 @@
 package main
 
-// str bench without a subcommand: the whole comparison of issue 10 item 6
+// str-bench without a subcommand: the whole comparison of issue 10 item 6
 // and issue 8's benchmark section, interleaved in one run. Every timed cell
-// is a child process (str bench spawn, str bench echo, str bench warm) so
-// that the subreaper and wait4(-1) of the spawn driver never meet the
-// workers this process keeps running.
+// is a child process (str-bench spawn, str-bench echo, str-bench warm, or
+// the str binary itself) so that the subreaper and wait4(-1) of the spawn
+// driver never meet the workers this process keeps running.
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const benchSuiteUsage = `usage: str bench [--quick] [--out DIR] [--rounds R] [-n N] [--python PATH] [-k K] [--examples DIR]
+const benchSuiteUsage = `usage: str-bench [--str PATH] [--quick] [--out DIR] [--rounds R] [-n N] [--python PATH] [-k K] [--examples DIR]
 
 Measures str next to bubblewrap, plain exec and the kernel's clone floor,
 interleaved in one run: R rounds, each running every cell once (N measured
@@ -36,10 +36,10 @@ spawns or invocations per cell per round), so that machine noise spreads
 evenly over the cells. Compare the ratios, not the absolute numbers.
 
 Cells, for /bin/true and for PYTHON -c pass: plain exec; the clone floor
-(str bench spawn --ns: clone(pid,mnt,ipc,uts) and exec from a resident
+(str-bench spawn --ns: clone(pid,mnt,ipc,uts) and exec from a resident
 process, and the same with net and user namespaces); str run --profile
 restrictive and standard; bubblewrap's restrictive and standard lines.
-Then: warm dispatch (str bench warm, when this binary has it); echo_tool
+Then: warm dispatch (str-bench warm); echo_tool
 end to end through two throw-away workers with the embedded broker, one
 with every tool's warm pool off (cold) and one with echo_tool's on (warm:
 calls back to back, each meeting a pool still refilling after the one
@@ -54,9 +54,11 @@ DIR/latency.svg. A progress line with an ETA goes to stderr. Cells that
 cannot run here are skipped with the reason; without bubblewrap nothing is
 compared (exit 1). Asserts nothing about the numbers.
 
-Its building blocks run on their own too: str bench spawn (the spawn driver
-and the clone floor), str bench echo (one worker end to end), and str bench
-warm where this binary has it.
+The str measured is --str PATH (default: the str next to this binary, as
+make build and scripts/bench.sh place them: bin/str beside bin/str-bench).
+Its building blocks run on their own too: str-bench spawn (the spawn driver
+and the clone floor), str-bench echo (one worker end to end), and str-bench
+warm (the warm pool's dispatch).
 `
 
 // benchSuiteConfig is what the flags decide.
@@ -69,9 +71,10 @@ type benchSuiteConfig struct {
 	python    string // absolute interpreter path (a version-manager shim costs ~165 ms a start)
 	examples  string // examples/tools (manifest.yaml, python/); "" = find it
 	conc      int    // invocations in flight in the throughput cells (the worker's default)
+	str       string // the str binary measured; "" = the str next to this binary
 }
 
-// benchParseSuite parses str bench's flags. --quick changes the defaults
+// benchParseSuite parses str-bench's flags. --quick changes the defaults
 // (3 rounds of 10); an explicit --rounds or -n wins over it.
 func benchParseSuite(args []string, stderr io.Writer) (benchSuiteConfig, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -84,6 +87,7 @@ func benchParseSuite(args []string, stderr io.Writer) (benchSuiteConfig, error) 
 	fs.IntVar(&cfg.n, "n", 40, "measured spawns or invocations per cell per round")
 	fs.IntVar(&cfg.k, "k", 8, "concurrent sandboxes of the memory cells")
 	fs.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python of the python3 -c pass cells and of the workers (absolute `PATH`)")
+	fs.StringVar(&cfg.str, "str", "", "the str binary measured (`PATH`; default: str next to this binary)")
 	fs.StringVar(&cfg.examples, "examples", "", "the example tools `DIR` (default: examples/tools here or next to bin/)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -117,10 +121,10 @@ func benchParseSuite(args []string, stderr io.Writer) (benchSuiteConfig, error) 
 
 // Kinds of cells.
 const (
-	cellSpawn = iota // str bench spawn: one launcher command per spawn
-	cellWarm         // str bench warm: a pre-created sandbox's dispatch
-	cellEcho         // str bench echo against a worker
-	cellTput         // str bench spawn -j: spawns per second with conc in flight
+	cellSpawn = iota // str-bench spawn: one launcher command per spawn
+	cellWarm         // str-bench warm: a pre-created sandbox's dispatch
+	cellEcho         // str-bench echo against a worker
+	cellTput         // str-bench spawn -j: spawns per second with conc in flight
 )
 
 // benchCell is one row of the table.
@@ -130,24 +134,25 @@ type benchCell struct {
 	title  string
 	kind   int
 	argv   []string     // spawn, tput: the command timed
-	ns     string       // spawn: str bench spawn --ns (the clone floor)
+	ns     string       // spawn: str-bench spawn --ns (the clone floor)
 	worker *benchWorker // echo
-	paced  bool         // echo: each call waits for the warm pool to be ready (str bench echo --ready-from)
+	paced  bool         // echo: each call waits for the warm pool to be ready (str-bench echo --ready-from)
 	skip   string       // why it does not run here ("" = it runs)
 }
 
 // benchState is everything one run collects.
 type benchState struct {
 	cfg      benchSuiteConfig
-	str      string // this binary (resolved)
+	str      string // the str binary measured (resolved)
+	bench    string // this binary (resolved): the spawn, warm and echo drivers
 	bwrap    string
 	cells    []*benchCell
 	rows     []benchRow
 	tput     map[string][]float64           // per-round invocations (or spawns) per second
 	echoCPU  map[string][]float64           // per-round worker CPU per invocation, µs
-	warmKV   map[string][]map[string]string // per-round str bench warm output
+	warmKV   map[string][]map[string]string // per-round str-bench warm output
 	errs     map[string][]string            // per-round failures of a cell's command
-	echoOut  bytes.Buffer                   // str bench echo's lines, as they came
+	echoOut  bytes.Buffer                   // str-bench echo's lines, as they came
 	memory   []benchMemory
 	memSkips []string
 	notes    []string
@@ -159,14 +164,14 @@ func benchSuite(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "str bench:", err)
+		fmt.Fprintln(stderr, "str-bench:", err)
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := benchRunSuite(ctx, cfg, stdout, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "str bench:", err)
+		fmt.Fprintln(stderr, "str-bench:", err)
 	}
 	return code
 }
@@ -175,7 +180,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	// 1. What there is to compare with.
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
-		return 1, errors.New("bubblewrap is missing, and str bench compares against it: apt-get install bubblewrap")
+		return 1, errors.New("bubblewrap is missing, and str-bench compares against it: apt-get install bubblewrap")
 	}
 	self, err := os.Executable()
 	if err == nil {
@@ -184,7 +189,11 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	if err != nil {
 		return 1, fmt.Errorf("this binary's path: %w", err)
 	}
-	st := &benchState{cfg: cfg, str: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{},
+	str, err := benchStrBinary(cfg.str, self)
+	if err != nil {
+		return 1, err
+	}
+	st := &benchState{cfg: cfg, str: str, bench: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{},
 		warmKV: map[string][]map[string]string{}, errs: map[string][]string{}}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return 1, err
@@ -207,7 +216,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	defer prog.end()
 
 	// 2. The cells, each tried once before anything is timed.
-	st.cells = benchSpawnCells(cfg, self, bwrap, work)
+	st.cells = benchSpawnCells(cfg, str, bwrap, work)
 	pythonOK := benchExecutable(cfg.python)
 	for _, c := range st.cells {
 		if c.target == "py" && !pythonOK {
@@ -249,7 +258,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 		cold.skip, warm.skip = why, why
 	default:
 		prog.note("starting the workers")
-		workers, cold.skip, warm.skip = benchStartWorkers(ctx, cfg, self, examples, tmp)
+		workers, cold.skip, warm.skip = benchStartWorkers(ctx, cfg, str, examples, tmp)
 		for _, w := range workers {
 			switch w.name {
 			case "cold":
@@ -351,7 +360,7 @@ func benchBwrapLine(bwrap, work string, restrictive bool) []string {
 }
 
 // benchSpawnCells are the launcher x target cells, in table order.
-func benchSpawnCells(cfg benchSuiteConfig, self, bwrap, work string) []*benchCell {
+func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work string) []*benchCell {
 	targets := []struct {
 		id, title string
 		argv      []string
@@ -368,8 +377,8 @@ func benchSpawnCells(cfg benchSuiteConfig, self, bwrap, work string) []*benchCel
 		add("plain", "plain exec", "")
 		add("floor", "clone floor (pid,mnt,ipc,uts)", "pid,mnt,ipc,uts")
 		add("floor-net-user", "clone floor (+net,user)", "pid,mnt,ipc,uts,net,user")
-		add("str-restrictive", "str run --profile restrictive", "", self, "run", "--profile", "restrictive", "--")
-		add("str-standard", "str run --profile standard", "", self, "run", "--profile", "standard", "--")
+		add("str-restrictive", "str run --profile restrictive", "", str, "run", "--profile", "restrictive", "--")
+		add("str-standard", "str run --profile standard", "", str, "run", "--profile", "standard", "--")
 		add("bwrap-restrictive", "bwrap restrictive line", "", benchBwrapLine(bwrap, work, true)...)
 		add("bwrap-standard", "bwrap standard line", "", benchBwrapLine(bwrap, work, false)...)
 	}
@@ -381,9 +390,9 @@ func benchExecutable(path string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-// benchSpawnArgs is the str bench spawn command line of a cell.
+// benchSpawnArgs is the str-bench spawn command line of a cell.
 func benchSpawnArgs(self string, c *benchCell, n, warmups, jobs int, label, raw string, keepErr bool) []string {
-	argv := []string{self, "bench", "spawn", "-n", strconv.Itoa(n), "-w", strconv.Itoa(warmups), "-l", label}
+	argv := []string{self, "spawn", "-n", strconv.Itoa(n), "-w", strconv.Itoa(warmups), "-l", label}
 	if raw != "" {
 		argv = append(argv, "-o", raw)
 	}
@@ -420,25 +429,32 @@ func benchCheckSpawn(ctx context.Context, self string, c *benchCell) string {
 	return why
 }
 
-// benchWarmCell finds out whether this binary has str bench warm (another
-// part of issue 10). Without it the cell is skipped, never made up.
+// benchWarmCell is the warm dispatch cell, tried once (-n 2): where the
+// warm pool cannot run here it is skipped with the reason, never made up.
 func benchWarmCell(ctx context.Context, self, python string) *benchCell {
-	c := &benchCell{id: "true/warm-dispatch", target: "true", title: "warm dispatch (str bench warm)", kind: cellWarm}
-	_, errOut, err := benchCommand(ctx, 30*time.Second, self, "bench", "warm", "-h")
-	switch {
-	case err == nil:
-	case strings.Contains(errOut, benchUnknownCommand):
-		c.skip = "this str has no `str bench warm` yet (the warm pool's own measurement)"
-	case strings.Contains(errOut, "bench warm"): // -h exits non-zero but the command exists
-	default:
-		c.skip = "str bench warm -h: " + benchFirstLine(errOut+" "+err.Error())
-	}
-	if c.skip == "" {
-		if _, errOut, err := benchCommand(ctx, 2*time.Minute, self, "bench", "warm", "-n", "2", "--python", python); err != nil {
-			c.skip = fmt.Sprintf("str bench warm -n 2 --python %s: %v: %s", python, err, benchFirstLine(errOut))
-		}
+	c := &benchCell{id: "true/warm-dispatch", target: "true", title: "warm dispatch (str-bench warm)", kind: cellWarm}
+	if _, errOut, err := benchCommand(ctx, 2*time.Minute, self, "warm", "-n", "2", "--python", python); err != nil {
+		c.skip = fmt.Sprintf("str-bench warm -n 2 --python %s: %v: %s", python, err, benchFirstLine(errOut))
 	}
 	return c
+}
+
+// benchStrBinary is the str binary measured: flagPath when given, else the
+// str beside this binary (bin/str next to bin/str-bench). It must be an
+// executable file; without one nothing is measured.
+func benchStrBinary(flagPath, self string) (string, error) {
+	p := flagPath
+	if p == "" {
+		p = filepath.Join(filepath.Dir(self), "str")
+	}
+	abs, err := filepath.Abs(p)
+	if err == nil {
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil || !benchExecutable(abs) {
+		return "", fmt.Errorf("no str binary at %s (build it with make build, or pass --str PATH)", p)
+	}
+	return abs, nil
 }
 
 // runCell runs one cell for one round and collects its samples.
@@ -453,7 +469,7 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		if c.kind == cellTput {
 			n, jobs = max(cfg.n, 5*cfg.conc), cfg.conc
 		}
-		out, errOut, err := benchCommand(ctx, 20*time.Minute, benchSpawnArgs(st.str, c, n, cfg.warmups, jobs, c.id, raw, false)...)
+		out, errOut, err := benchCommand(ctx, 20*time.Minute, benchSpawnArgs(st.bench, c, n, cfg.warmups, jobs, c.id, raw, false)...)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
 		}
@@ -468,7 +484,7 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 			}
 		}
 	case cellWarm:
-		out, errOut, err := benchCommand(ctx, 20*time.Minute, st.str, "bench", "warm", "-n", strconv.Itoa(cfg.n), "--python", cfg.python, "-o", raw)
+		out, errOut, err := benchCommand(ctx, 20*time.Minute, st.bench, "warm", "-n", strconv.Itoa(cfg.n), "--python", cfg.python, "-o", raw)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
 		}
@@ -480,7 +496,7 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		}
 	case cellEcho:
 		w := c.worker
-		argv := []string{st.str, "bench", "echo", "--broker", w.broker, "--namespace", benchWorkerNamespace,
+		argv := []string{st.bench, "echo", "--broker", w.broker, "--namespace", benchWorkerNamespace,
 			"-n", strconv.Itoa(cfg.n), "-c", strconv.Itoa(cfg.conc), "--python", cfg.python, "-o", raw}
 		calls := 3 + 2*cfg.n // 3 warm-ups, N one at a time, N with conc in flight
 		if c.paced {
@@ -604,7 +620,7 @@ func (p *benchProgress) line(s string, final bool) {
 	fmt.Fprintln(p.w, s)
 }
 
-func (p *benchProgress) note(s string) { p.line("str bench: "+s, !p.tty) }
+func (p *benchProgress) note(s string) { p.line("str-bench: "+s, !p.tty) }
 
 func (p *benchProgress) start(cells, rounds, extra int) {
 	p.cells, p.rounds, p.extra = cells, rounds, extra
@@ -633,7 +649,7 @@ func (p *benchProgress) cell(i, round int, id string) {
 	if p.done_ > 0 {
 		eta = p.eta().Round(time.Second).String()
 	}
-	s := fmt.Sprintf("str bench: round %d/%d, cell %d/%d %-24s elapsed %v, ETA %s", round, p.rounds, i, p.cells, id, el, eta)
+	s := fmt.Sprintf("str-bench: round %d/%d, cell %d/%d %-24s elapsed %v, ETA %s", round, p.rounds, i, p.cells, id, el, eta)
 	if p.tty || round != p.round {
 		p.line(s, false)
 	}
@@ -649,7 +665,7 @@ func (p *benchProgress) phase(s string) {
 	if p.extra > 0 {
 		p.extra--
 	}
-	p.line(fmt.Sprintf("str bench: %s, elapsed %v, ETA %v", s, time.Since(p.t0).Round(time.Second),
+	p.line(fmt.Sprintf("str-bench: %s, elapsed %v, ETA %v", s, time.Since(p.t0).Round(time.Second),
 		(time.Duration(p.extra+1)*6*time.Second).Round(time.Second)), false)
 }
 
@@ -662,7 +678,7 @@ func (p *benchProgress) end() {
 }
 
 func (p *benchProgress) finish() {
-	p.line(fmt.Sprintf("str bench: done in %v", time.Since(p.t0).Round(time.Second)), true)
+	p.line(fmt.Sprintf("str-bench: done in %v", time.Since(p.t0).Round(time.Second)), true)
 }
 
 // report is the table, the ratios, throughput and memory, as text.
@@ -706,7 +722,7 @@ func (st *benchState) report() string {
 		}
 	}
 	b.WriteString("(p50/p90/p99: until the launcher is reaped, echo: publish until reply; cpu: user+sys of the whole tree from wait4,\n" +
-		" echo: the worker's CPU with its sandboxes per invocation; warm dispatch: str bench warm, a pre-created sandbox with\n" +
+		" echo: the worker's CPU with its sandboxes per invocation; warm dispatch: str-bench warm, a pre-created sandbox with\n" +
 		" the runner and a no-op tool imported, from the call handed over)\n")
 
 	// Throughput.
@@ -830,24 +846,24 @@ func (st *benchState) header(b *strings.Builder) {
 	if cfg.quick {
 		mode = "quick"
 	}
-	fmt.Fprintf(b, "str bench (%s): %s, kernel %s, %d CPUs, cgroup fs %s, uid %d\n", mode, time.Now().UTC().Format(time.RFC3339),
+	fmt.Fprintf(b, "str-bench (%s): %s, kernel %s, %d CPUs, cgroup fs %s, uid %d\n", mode, time.Now().UTC().Format(time.RFC3339),
 		kernel, runtime.NumCPU(), cgfs, os.Geteuid())
 	fmt.Fprintf(b, "str %s; %s; python %s\n", st.str, strings.TrimSpace(bw), cfg.python)
 	fmt.Fprintf(b, "%d rounds x %d per cell, interleaved (every cell once per round); compare ratios, not absolute numbers\n", cfg.rounds, cfg.n)
 }
 
-// benchWarmRow is one phase reported by str bench warm.
+// benchWarmRow is one phase reported by str-bench warm.
 type benchWarmRow struct {
 	name  string
 	stats benchStats
 }
 
-// benchWarmPhases are the columns of str bench warm's RAW lines that are
+// benchWarmPhases are the columns of str-bench warm's RAW lines that are
 // times from the call's hand-over ("running_us done_us reaped_us ready_us
 // exit_code"; ready_us is the pool's refill, not on a call's path).
 var benchWarmPhases = []string{"running", "done", "reaped"}
 
-// benchReadWarmRaw reads str bench warm's RAW file as rows of the cells
+// benchReadWarmRaw reads str-bench warm's RAW file as rows of the cells
 // CELL-running, CELL-done and CELL-reaped.
 func benchReadWarmRaw(path, cell string, round int) ([]benchRow, error) {
 	data, err := os.ReadFile(path)
@@ -888,7 +904,7 @@ func benchWarmRowsOf(cell string, byCell map[string][]benchRow, kv []map[string]
 	return benchWarmRows(kv)
 }
 
-// benchWarmRows turns str bench warm's per-round key=value lines into
+// benchWarmRows turns str-bench warm's per-round key=value lines into
 // one row per phase: every key PREFIXp50_us is a phase (PREFIX trimmed of
 // "_"), its p50/p90/p99 the medians over the rounds.
 func benchWarmRows(rounds []map[string]string) []benchWarmRow {
@@ -942,7 +958,7 @@ func benchWarmRows(rounds []map[string]string) []benchWarmRow {
 }
 
 func (st *benchState) svgHeading() string {
-	return fmt.Sprintf("str bench, %s, %d rounds x %d: latency per cell", time.Now().UTC().Format("2006-01-02 15:04Z"), st.cfg.rounds, st.cfg.n)
+	return fmt.Sprintf("str-bench, %s, %d rounds x %d: latency per cell", time.Now().UTC().Format("2006-01-02 15:04Z"), st.cfg.rounds, st.cfg.n)
 }
 
 // panels groups the samples by target for latency.svg: /bin/true,

@@ -1,6 +1,6 @@
 package main
 
-// The output side of str bench: percentiles over the raw samples, the
+// The output side of str-bench: percentiles over the raw samples, the
 // samples as CSV and the latency chart as hand-written SVG (no dependency).
 
 import (
@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// benchRow is one raw sample of str bench: one line of samples.csv. Times
+// benchRow is one raw sample of str-bench: one line of samples.csv. Times
 // are in microseconds; NaN is "not measured" (an empty CSV field).
 type benchRow struct {
 	cell   string

@@ -17,14 +17,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const benchUsage = `usage: str bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] [--ns LIST] [-j J] -- CMD [ARGS...]
+const benchUsage = `usage: str-bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] [--ns LIST] [-j J] -- CMD [ARGS...]
 
 Spawns CMD N times in a row (after WARMUP unmeasured spawns), with no shell
 and stdin/stdout/stderr on /dev/null, and prints one line of key=value
 figures in microseconds:
   p50_us, p99_us, ...        fork+exec until CMD itself is reaped
   full_p50_us, full_p99_us   until every process CMD left behind is reaped
-                             too (str bench is a child subreaper)
+                             too (str-bench is a child subreaper)
   cpu_p50_us                 user+system CPU of CMD and of everything it left
   per_sec                    measured spawns per second of wall time
 --ns pid,mnt,ipc,uts[,net,user,cgroup] clones CMD into new namespaces
@@ -32,37 +32,11 @@ straight from this resident process (Go's SysProcAttr; a user namespace
 maps 0 to the caller's uid): the kernel's floor that a launcher is compared
 with. -j J keeps J spawns in flight (throughput); then what CMD leaves
 behind is reaped once at the end, not per spawn (full_us = lat_us).
-It is the driver of str bench (the whole comparison, bench_suite.go), with
+It is the driver of str-bench (the whole comparison, bench_suite.go), with
 spawnloop.c's flags, output line and RAW format: one line per measured
 spawn, "lat_us cpu_us maxrss_kb wait_status full_us". It asserts nothing
 about the numbers.
 `
-
-// cmdBench is `str bench`: without a subcommand the whole interleaved
-// comparison (bench_suite.go); the spawn driver (spawn) and the worker's end
-// to end measurement (echo, bench_echo.go) are its building blocks.
-func cmdBench(args []string) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "spawn":
-			return benchSpawn(args[1:], os.Stdout)
-		case "echo":
-			return benchEcho(args[1:], os.Stdout)
-		case "warm":
-			return benchWarm(args[1:], os.Stdout)
-		}
-		if !strings.HasPrefix(args[0], "-") {
-			fmt.Fprintf(os.Stderr, "str bench: %s %q\n\n%s\n%s\n%s", benchUnknownCommand, args[0], benchSuiteUsage, benchUsage, benchEchoUsage)
-			return exitUsage
-		}
-	}
-	return benchSuite(args, os.Stdout, os.Stderr)
-}
-
-// benchUnknownCommand starts the message for a subcommand this binary does
-// not have (str bench looks for it to tell "no such subcommand" from a
-// subcommand whose -h exits non-zero).
-const benchUnknownCommand = "unknown bench command"
 
 // benchSample is one measured spawn.
 type benchSample struct {
@@ -96,12 +70,12 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	}
 	sys, err := benchCloneAttr(*nsList)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "str bench spawn:", err)
+		fmt.Fprintln(os.Stderr, "str-bench spawn:", err)
 		return exitUsage
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "str bench:", err)
+		fmt.Fprintln(os.Stderr, "str-bench:", err)
 		return 1
 	}
 
@@ -109,12 +83,12 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	// are re-parented to us rather than to init, so they are waited for and
 	// charged to the spawn that left them.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintln(os.Stderr, "str bench: PR_SET_CHILD_SUBREAPER:", err)
+		fmt.Fprintln(os.Stderr, "str-bench: PR_SET_CHILD_SUBREAPER:", err)
 		return 1
 	}
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "str bench:", err)
+		fmt.Fprintln(os.Stderr, "str-bench:", err)
 		return 1
 	}
 	defer devnull.Close()
@@ -127,7 +101,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	samples := make([]benchSample, 0, *n)
 	for i := 0; i < *warm; i++ {
 		if _, err := benchOne(path, argv, attr); err != nil {
-			fmt.Fprintf(os.Stderr, "str bench: spawn %s: %v\n", path, err)
+			fmt.Fprintf(os.Stderr, "str-bench: spawn %s: %v\n", path, err)
 			return 1
 		}
 	}
@@ -136,7 +110,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 		for i := 0; i < *n; i++ {
 			s, err := benchOne(path, argv, attr)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "str bench: spawn %s: %v\n", path, err)
+				fmt.Fprintf(os.Stderr, "str-bench: spawn %s: %v\n", path, err)
 				return 1
 			}
 			samples = append(samples, s)
@@ -144,7 +118,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	} else {
 		samples, err = benchParallel(path, argv, attr, *n, *jobs)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "str bench: spawn %s: %v\n", path, err)
+			fmt.Fprintf(os.Stderr, "str-bench: spawn %s: %v\n", path, err)
 			return 1
 		}
 	}
@@ -152,7 +126,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 
 	if *rawPath != "" {
 		if err := benchWriteRaw(*rawPath, samples); err != nil {
-			fmt.Fprintln(os.Stderr, "str bench:", err)
+			fmt.Fprintln(os.Stderr, "str-bench:", err)
 			return 1
 		}
 	}

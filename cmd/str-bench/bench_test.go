@@ -25,7 +25,7 @@ import (
 )
 
 // TestBenchHelperProcess is not a test: the tests below re-execute the test
-// binary into it so that `str bench spawn` (which makes its process a
+// binary into it so that `str-bench spawn` (which makes its process a
 // child subreaper) never changes the test process itself.
 func TestBenchHelperProcess(t *testing.T) {
 	if os.Getenv("STR_BENCH_HELPER") != "1" {
@@ -35,10 +35,10 @@ func TestBenchHelperProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(os.Getenv("STR_BENCH_ARGS")), &args); err != nil {
 		os.Exit(99)
 	}
-	os.Exit(cmdBench(args))
+	os.Exit(benchMain(args))
 }
 
-// benchExec runs `str bench ARGS...` in a child process and returns its
+// benchExec runs `str-bench ARGS...` in a child process and returns its
 // output line parsed into key=value pairs.
 func benchExec(t *testing.T, args ...string) map[string]string {
 	t.Helper()
@@ -47,7 +47,7 @@ func benchExec(t *testing.T, args ...string) map[string]string {
 	cmd.Env = append(os.Environ(), "STR_BENCH_HELPER=1", "STR_BENCH_ARGS="+string(js))
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("str bench %v: %v\n%s", args, err, out)
+		t.Fatalf("str-bench %v: %v\n%s", args, err, out)
 	}
 	kv := map[string]string{}
 	for _, f := range strings.Fields(string(out)) {
@@ -98,7 +98,7 @@ func TestBenchSpawnCountsFailures(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchHelperProcess$")
 	cmd.Env = append(os.Environ(), "STR_BENCH_HELPER=1", "STR_BENCH_ARGS="+string(js))
 	if err := cmd.Run(); err == nil {
-		t.Fatal("str bench spawn of a missing command succeeded")
+		t.Fatal("str-bench spawn of a missing command succeeded")
 	}
 }
 
@@ -395,7 +395,7 @@ func TestBenchWarmRows(t *testing.T) {
 	}
 }
 
-// TestBenchWaitPoolReady: str bench echo --ready-from waits until the
+// TestBenchWaitPoolReady: str-bench echo --ready-from waits until the
 // pool's ready gauge equals its size (at least 1), and gives up with the
 // last values it saw.
 func TestBenchWaitPoolReady(t *testing.T) {

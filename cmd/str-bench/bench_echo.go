@@ -23,7 +23,7 @@ import (
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
-const benchEchoUsage = `usage: str bench echo --broker HOST:PORT [-n N] [-c C] [--namespace NS] [--python PATH] [-o RAW] [--ready-from URL]
+const benchEchoUsage = `usage: str-bench echo --broker HOST:PORT [-n N] [-c C] [--namespace NS] [--python PATH] [-o RAW] [--ready-from URL]
 
 Against a running str worker (scripts/bench.sh starts one with the example
 manifest and the embedded broker): sends N echo_tool invocations one after
@@ -66,14 +66,14 @@ func benchEcho(args []string, stdout io.Writer) int {
 		Retries: 3, RetryDelay: 500 * time.Millisecond, ReceiveTimeout: 100 * time.Millisecond,
 		TokenFile: devbroker.TokenFileFor(port), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "str bench echo:", err)
+		fmt.Fprintln(os.Stderr, "str-bench echo:", err)
 		return 1
 	}
 	defer client.Close()
 	base := worker.TopicBase(*ns)
 	replyBase := base + "/sam_remote_tool/response/bench"
 	if err := client.Connect(ctx, []string{replyBase + "/>"}); err != nil {
-		fmt.Fprintln(os.Stderr, "str bench echo: connect:", err)
+		fmt.Fprintln(os.Stderr, "str-bench echo: connect:", err)
 		return 1
 	}
 
@@ -132,7 +132,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 	// 1. Latency, one at a time (after a few unmeasured warm-ups).
 	for i := 0; i < 3; i++ {
 		if _, err := invoke(); err != nil {
-			fmt.Fprintln(os.Stderr, "str bench echo: warm-up:", err)
+			fmt.Fprintln(os.Stderr, "str-bench echo: warm-up:", err)
 			return 1
 		}
 	}
@@ -140,20 +140,20 @@ func benchEcho(args []string, stdout io.Writer) int {
 	for i := 0; i < *n; i++ {
 		if *readyFrom != "" {
 			if err := benchWaitPoolReady(ctx, *readyFrom, "echo_tool"); err != nil {
-				fmt.Fprintln(os.Stderr, "str bench echo:", err)
+				fmt.Fprintln(os.Stderr, "str-bench echo:", err)
 				return 1
 			}
 		}
 		d, err := invoke()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "str bench echo:", err)
+			fmt.Fprintln(os.Stderr, "str-bench echo:", err)
 			return 1
 		}
 		lat = append(lat, d)
 	}
 	if *rawPath != "" {
 		if err := benchWriteLatencies(*rawPath, lat); err != nil {
-			fmt.Fprintln(os.Stderr, "str bench echo:", err)
+			fmt.Fprintln(os.Stderr, "str-bench echo:", err)
 			return 1
 		}
 	}
@@ -192,7 +192,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 	for i := 0; i < *n; i++ {
 		t := time.Now()
 		if err := exec.Command(*python, "-c", "pass").Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "str bench echo:", *python, err)
+			fmt.Fprintln(os.Stderr, "str-bench echo:", *python, err)
 			return 1
 		}
 		py = append(py, time.Since(t))
