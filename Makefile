@@ -20,7 +20,7 @@ IMAGE := str-worker:dev
 
 help:
 	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job)"
-	@echo "make test    every test: unit, fuzz (20 s a target), host integration (as root), the image in docker, cgroup v2 in a VM"
+	@echo "make test    every test: unit, fuzz (12 s a target), host integration (as root), the image in docker, cgroup v2 in a VM"
 	@echo "make image   the worker image $(IMAGE) from a locally built Debian 12 base (no registry; docker, root)"
 	@echo "make demo    scripted tour against a running 'make run'"
 	@echo "make fuzz    every go test -fuzz target for FUZZTIME each (default 20s; e.g. FUZZTIME=10m)"
@@ -71,12 +71,12 @@ test-unit:
 	$(GO) test -count=1 -race ./worker/... ./launcher/... ./nsinit/... ./internal/...
 
 # The fuzz targets (scripts/fuzz.sh lists them all, each with its seed
-# corpus in testdata/fuzz/): test-fuzz runs the ones marked ci for 20 s
+# corpus in testdata/fuzz/): test-fuzz runs the ones marked ci for 12 s
 # each within make test; make fuzz runs every one for FUZZTIME.
 FUZZTIME ?= 20s
 
 test-fuzz:
-	FUZZTIME=20s GO=$(GO) ./scripts/fuzz.sh --ci
+	FUZZTIME=12s GO=$(GO) ./scripts/fuzz.sh --ci
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh

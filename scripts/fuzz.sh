@@ -6,7 +6,7 @@
 # every target that failed (its crasher is written to testdata/fuzz/).
 #
 #   scripts/fuzz.sh            every target          (make fuzz FUZZTIME=10m)
-#   scripts/fuzz.sh --ci       the ones marked ci    (make test-fuzz, 20 s each)
+#   scripts/fuzz.sh --ci       the ones marked ci    (make test-fuzz, 12 s each)
 #   scripts/fuzz.sh NAME...    only these targets
 #
 # FUZZMINIMIZETIME (default 5s) bounds the minimisation of each new input;
