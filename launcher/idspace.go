@@ -164,19 +164,28 @@ func covered(m []IDMap, first, last int) bool {
 // reserved id. All problems are reported.
 func (s IDSpace) Check(r IDRange) error {
 	first, last := r.Start, r.Start+r.Count-1
-	var problems []error
-	if !covered(s.UIDMap, first, last) {
-		problems = append(problems, fmt.Errorf("ids %d-%d are not all inside this process's uid_map (%s)", first, last, FormatIDMap(s.UIDMap)))
-	}
-	if !covered(s.GIDMap, first, last) {
-		problems = append(problems, fmt.Errorf("ids %d-%d are not all inside this process's gid_map (%s)", first, last, FormatIDMap(s.GIDMap)))
+	var problems []string
+	uidOK, gidOK := covered(s.UIDMap, first, last), covered(s.GIDMap, first, last)
+	switch um, gm := FormatIDMap(s.UIDMap), FormatIDMap(s.GIDMap); {
+	case !uidOK && !gidOK && um == gm:
+		problems = append(problems, fmt.Sprintf("ids %d-%d are not all inside this process's uid_map and gid_map (%s)", first, last, um))
+	default:
+		if !uidOK {
+			problems = append(problems, fmt.Sprintf("ids %d-%d are not all inside this process's uid_map (%s)", first, last, um))
+		}
+		if !gidOK {
+			problems = append(problems, fmt.Sprintf("ids %d-%d are not all inside this process's gid_map (%s)", first, last, gm))
+		}
 	}
 	for _, res := range s.reserved() {
 		if first <= res.last && res.first <= last {
-			problems = append(problems, fmt.Errorf("ids %d-%d include %s", first, last, res.why))
+			problems = append(problems, fmt.Sprintf("ids %d-%d include %s", first, last, res.why))
 		}
 	}
-	return errors.Join(problems...)
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // Suggest is the largest range (an even count: whole sandboxes) inside both

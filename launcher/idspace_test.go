@@ -53,8 +53,8 @@ func TestIDSpace(t *testing.T) {
 			space: space(pod, pod, 0, 0),
 			ok:    []IDRange{{Start: 1000, Count: 64534}, {Start: 10000, Count: 2}},
 			bad: map[IDRange]string{
-				DefaultIDRange:               "not all inside this process's uid_map (0 123469824 65536)",
-				{Start: 65536, Count: 1000}:  "not all inside this process's gid_map",
+				DefaultIDRange:               "not all inside this process's uid_map and gid_map (0 123469824 65536)",
+				{Start: 65536, Count: 1000}:  "not all inside this process's uid_map and gid_map",
 				{Start: 100, Count: 10}:      "root and the system accounts",
 				{Start: 1000, Count: 64536}:  "the overflow uid 65534",
 				{Start: 65000, Count: 536}:   "65535 ((uint16)-1",
@@ -76,7 +76,7 @@ func TestIDSpace(t *testing.T) {
 		{
 			name:    "tiny rootless map (unshare -r: one id)",
 			space:   space("0 1000 1", "0 1000 1", 0, 0),
-			bad:     map[IDRange]string{{Start: 1000, Count: 2}: "not all inside this process's uid_map (0 1000 1)"},
+			bad:     map[IDRange]string{{Start: 1000, Count: 2}: "not all inside this process's uid_map and gid_map (0 1000 1)"},
 			suggest: "",
 		},
 		{
@@ -156,7 +156,7 @@ func TestLoadIDRangeInPod(t *testing.T) {
 			return ""
 		}
 	}
-	if _, err := LoadIDRange(env(""), "/nonexistent", pod); err == nil || !strings.Contains(err.Error(), "uid_map (0 123469824 65536)") {
+	if _, err := LoadIDRange(env(""), "/nonexistent", pod); err == nil || !strings.Contains(err.Error(), "uid_map and gid_map (0 123469824 65536)") {
 		t.Errorf("the default range in a pod: %v, want an error naming the uid_map", err)
 	}
 	r, err := LoadIDRange(env("1000:64534"), "/nonexistent", pod)
