@@ -82,7 +82,7 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
 
 test-integration: build
-	STR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $$($(GO) list ./test/... | grep -v /test/container)
+	STR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $$($(GO) list ./test/... | grep -v -e /test/container -e /test/pod)
 
 # The worker image (scripts/image.sh): a Debian 12 base made by debootstrap
 # and docker import (reused while its recipe is unchanged), then the
