@@ -50,6 +50,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 )
 
@@ -157,9 +158,45 @@ func loadDeployment(t *testing.T, root string) (deployment, container) {
 var dockerDefaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID",
 	"SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE"}
 
+// capNumbers: the capabilities a manifest may add, by name.
+var capNumbers = map[string]int{
+	"CHOWN": unix.CAP_CHOWN, "DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "FSETID": unix.CAP_FSETID, "FOWNER": unix.CAP_FOWNER,
+	"MKNOD": unix.CAP_MKNOD, "NET_RAW": unix.CAP_NET_RAW, "SETGID": unix.CAP_SETGID, "SETUID": unix.CAP_SETUID,
+	"SETFCAP": unix.CAP_SETFCAP, "SETPCAP": unix.CAP_SETPCAP, "NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE,
+	"SYS_CHROOT": unix.CAP_SYS_CHROOT, "KILL": unix.CAP_KILL, "AUDIT_WRITE": unix.CAP_AUDIT_WRITE,
+	"SYS_ADMIN": unix.CAP_SYS_ADMIN, "NET_ADMIN": unix.CAP_NET_ADMIN,
+}
+
+// manifestCaps is the container's capability set the manifest asks for,
+// as /proc/PID/status prints a mask.
+func manifestCaps(t *testing.T, root string) string {
+	t.Helper()
+	_, c := loadDeployment(t, root)
+	var caps struct{ Add, Drop []string }
+	if n := c.SecurityContext["capabilities"]; n.Decode(&caps) != nil {
+		t.Fatal("deployment.yaml: capabilities")
+	}
+	var mask uint64
+	for _, name := range dockerDefaultCaps {
+		mask |= 1 << capNumbers[name]
+	}
+	for _, name := range caps.Drop {
+		mask &^= 1 << capNumbers[name]
+	}
+	for _, name := range caps.Add {
+		n, ok := capNumbers[name]
+		if !ok {
+			t.Fatalf("deployment.yaml adds capability %s: test/pod does not know it", name)
+		}
+		mask |= 1 << n
+	}
+	return fmt.Sprintf("%016x", mask)
+}
+
 // podArgs turns the manifest's constraints into docker run options.
-// without names volumes to leave out (TestPodDoctor), skipEnv env
-// variables.
+// without names volumes to leave out (TestPodDoctor), or "procMount" for
+// the runtime's default (masked) /proc; skipEnv names env variables to
+// leave out.
 func podArgs(t *testing.T, root, tools string, without, skipEnv []string) []string {
 	t.Helper()
 	d, c := loadDeployment(t, root)
@@ -199,7 +236,9 @@ func podArgs(t *testing.T, root, tools string, without, skipEnv []string) []stri
 	if scalar("procMount") != "Unmasked" {
 		fail("procMount %q", scalar("procMount"))
 	}
-	args = append(args, "--security-opt", "systempaths=unconfined")
+	if !contains(without, "procMount") {
+		args = append(args, "--security-opt", "systempaths=unconfined")
+	}
 	var caps struct{ Add, Drop []string }
 	if n := sc["capabilities"]; n.Decode(&caps) != nil {
 		fail("capabilities")
@@ -355,7 +394,7 @@ func TestPodServes(t *testing.T) {
 	// default set less NET_RAW plus SYS_ADMIN and NET_ADMIN).
 	st := docker(t, "exec", name, "sh", "-c",
 		`for p in /proc/[0-9]*; do if [ "$(readlink $p/exe)" = /t/str ]; then cat $p/uid_map $p/gid_map; grep -E '^(Uid|CapBnd):' $p/status; break; fi; done`)
-	want := []string{fmt.Sprintf("0 %d 65536", podRoot), fmt.Sprintf("Uid: %d %d %d %d", podRoot, podRoot, podRoot, podRoot), "CapBnd:\t00000000a82415fb"}
+	want := []string{fmt.Sprintf("0 %d 65536", podRoot), fmt.Sprintf("Uid: %d %d %d %d", podRoot, podRoot, podRoot, podRoot), "CapBnd:\t" + manifestCaps(t, root)}
 	for _, w := range want {
 		if !strings.Contains(strings.Join(strings.Fields(st), " "), strings.Join(strings.Fields(w), " ")) {
 			t.Errorf("the worker's uid_map/gid_map/status lack %q:\n%s", w, st)
@@ -428,7 +467,8 @@ func TestPodServes(t *testing.T) {
 // STR_ID_RANGE). str doctor names both, each with a fix that works (the
 // range it prints is the manifest's); a sandbox fails at "lease host ids"
 // (str run: exit 125) with an error naming /run/str and STR_STATE_DIR, and
-// the hint names the volume, not the id range.
+// the hint names the volume, not the id range. And with the runtime's
+// masked /proc (procMount: Default), str doctor names procMount.
 func TestPodDoctor(t *testing.T) {
 	image, strBin := need(t)
 	root := repoRoot(t)
@@ -473,5 +513,17 @@ func TestPodDoctor(t *testing.T) {
 	}
 	if strings.Contains(out, "set STR_ID_RANGE") {
 		t.Errorf("str run's hint names the id range for an unwritable state directory:\n%s", out)
+	}
+
+	// procMount: Default (the runtime masks /proc/kcore, /proc/keys, ...):
+	// str doctor names the setting that unmasks it.
+	args := append([]string{"run", "--rm"}, podArgs(t, root, filepath.Join(root, "examples/tools"), []string{"procMount"}, nil)...)
+	args = append(args, tools...)
+	args = append(args, image, fmt.Sprint(podRoot), "/t/str", "doctor")
+	b, _ := exec.Command("docker", args...).CombinedOutput()
+	for _, want := range []string{"[FAIL] unmasked /proc", "securityContext.procMount: Unmasked"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("str doctor in the pod with a masked /proc lacks %q:\n%s", want, b)
+		}
 	}
 }
