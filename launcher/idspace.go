@@ -24,6 +24,10 @@ type IDSpace struct {
 	// OverflowUID/GID (/proc/sys/kernel/overflowuid, overflowgid; 65534):
 	// what an id without a mapping shows as.
 	OverflowUID, OverflowGID int
+	// Accounts are the ids /etc/passwd and /etc/group name (e.g. the
+	// image's user str, 10001), each with what names it: a sandbox must
+	// not share an id with an account's files and processes.
+	Accounts map[int]string
 }
 
 // maxID is the last valid id: (uid_t)-1 = 4294967295 means "no id".
@@ -47,6 +51,13 @@ func ReadIDSpace() (IDSpace, error) {
 	if s.GIDMap, err = readIDMap("/proc/self/gid_map"); err != nil {
 		return s, err
 	}
+	s.Accounts = map[int]string{}
+	for _, db := range []struct{ path, kind string }{{"/etc/passwd", "uid"}, {"/etc/group", "gid"}} {
+		b, _ := os.ReadFile(db.path)
+		for name, id := range accountIDs(string(b)) {
+			s.Accounts[id] = fmt.Sprintf("%s %s (%s %d)", strings.TrimPrefix(db.path, "/etc/"), name, db.kind, id)
+		}
+	}
 	for _, o := range []struct {
 		path string
 		v    *int
@@ -58,6 +69,22 @@ func ReadIDSpace() (IDSpace, error) {
 		}
 	}
 	return s, nil
+}
+
+// accountIDs maps each name of a passwd or group file to its id (the
+// third field).
+func accountIDs(db string) map[string]int {
+	out := map[string]int{}
+	for _, l := range strings.Split(db, "\n") {
+		f := strings.Split(l, ":")
+		if len(f) < 3 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if id, err := strconv.Atoi(f[2]); err == nil {
+			out[f[0]] = id
+		}
+	}
+	return out
 }
 
 func readIDMap(path string) ([]IDMap, error) {
@@ -137,6 +164,14 @@ func (s IDSpace) reserved() []reservedID {
 		reservedID{s.GID, s.GID, fmt.Sprintf("the worker's gid %d", s.GID)},
 		reservedID{s.OverflowUID, s.OverflowUID, fmt.Sprintf("the overflow uid %d (what unmapped ids show as)", s.OverflowUID)},
 		reservedID{s.OverflowGID, s.OverflowGID, fmt.Sprintf("the overflow gid %d (what unmapped ids show as)", s.OverflowGID)})
+	ids := make([]int, 0, len(s.Accounts))
+	for id := range s.Accounts {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	for _, id := range ids {
+		r = append(r, reservedID{id, id, "the " + s.Accounts[id]})
+	}
 	return r
 }
 

@@ -64,6 +64,19 @@ func TestIDSpace(t *testing.T) {
 			suggest: "1000:64534",
 		},
 		{
+			// The worker image's accounts: str (uid 10001, gid 999),
+			// nobody (65534).
+			name: "pod, with the image's accounts",
+			space: func() IDSpace {
+				s := space(pod, pod, 0, 0)
+				s.Accounts = map[int]string{10001: "passwd str (uid 10001)", 999: "group str (gid 999)", 65534: "passwd nobody (uid 65534)"}
+				return s
+			}(),
+			ok:      []IDRange{{Start: 10002, Count: 55532}, {Start: 1000, Count: 9000}},
+			bad:     map[IDRange]string{{Start: 1000, Count: 64534}: "include the passwd str (uid 10001)"},
+			suggest: "10002:55532",
+		},
+		{
 			name:  "pod, worker as uid 5000",
 			space: space(pod, pod, 5000, 5001),
 			ok:    []IDRange{{Start: 5002, Count: 60532}},

@@ -167,7 +167,7 @@ func doctorIDRange(check func(name string, good bool, detail, fix string), info 
 	if err != nil {
 		fix := "no range fits this process's id maps: give the worker's user namespace more ids (at least 1000-1001 mapped)"
 		if s, ok := space.Suggest(); ok {
-			fix = fmt.Sprintf("STR_ID_RANGE=%d:%d (ids %d-%d: inside this process's id maps, clear of root, the system accounts, the worker's and the overflow ids; %d concurrent sandboxes)",
+			fix = fmt.Sprintf("STR_ID_RANGE=%d:%d (ids %d-%d: inside this process's id maps, clear of root, the system accounts, the accounts of /etc/passwd and /etc/group, the worker's and the overflow ids; %d concurrent sandboxes)",
 				s.Start, s.Count, s.Start, s.Start+s.Count-1, s.Slots())
 		}
 		check("sandbox host ids", false, err.Error(), fix)

@@ -488,7 +488,7 @@ func TestPodDoctor(t *testing.T) {
 	for _, want := range []string{
 		"uid_map 0 100000 65536",
 		"range 1879048192:65536 (default): ids 1879048192-1879113727 are not all inside this process's uid_map and gid_map (0 100000 65536)",
-		"fix: STR_ID_RANGE=1000:64534 ",
+		"fix: STR_ID_RANGE=10002:55532 ",
 		"state directory /run/str/ids (STR_STATE_DIR): mkdir /run/str: read-only file system",
 		"an emptyDir mounted at /run/str",
 	} {
@@ -505,7 +505,7 @@ func TestPodDoctor(t *testing.T) {
 
 	// With the id range but without the state volume: rc 125 and the
 	// hint names the state directory.
-	out = run([]string{"STR_ID_RANGE=1000:64534"}, "/bin/sh", "-c", "/t/str run --profile restrictive -- /bin/true; echo rc=$?")
+	out = run([]string{"STR_ID_RANGE=10002:55532"}, "/bin/sh", "-c", "/t/str run --profile restrictive -- /bin/true; echo rc=$?")
 	for _, want := range []string{"lease host ids", "state directory /run/str/ids (STR_STATE_DIR)", "emptyDir mounted at /run/str", "rc=125"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("str run in the pod without the state volume lacks %q:\n%s", want, out)
