@@ -184,7 +184,7 @@ func doctorIDRange(check func(name string, good bool, detail, fix string), info 
 // can be created and written.
 func doctorStateDir(check func(name string, good bool, detail, fix string)) {
 	if err := statedir.Check(os.Getenv); err != nil {
-		check("state directory", false, err.Error(), statedir.Hint)
+		check("state directory", false, err.Error(), "set "+statedir.Env+" to an absolute path")
 		return
 	}
 	dir := statedir.Dir(os.Getenv)
@@ -195,7 +195,7 @@ func doctorStateDir(check func(name string, good bool, detail, fix string)) {
 		}
 	}
 	if err != nil {
-		check("state directory", false, err.Error(), statedir.Hint)
+		check("state directory", false, err.Error(), statedir.Hint(dir))
 		return
 	}
 	check("state directory", true, dir+" is writable ("+statedir.Env+")", "")

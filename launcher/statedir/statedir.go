@@ -26,9 +26,11 @@ const Env = "STR_STATE_DIR"
 // mounted there.
 const RootDefault = "/run/str"
 
-// Hint is the fix named by an error about the state directory.
-const Hint = "set " + Env + " to a writable directory, or make " + RootDefault +
-	" writable (Kubernetes, readOnlyRootFilesystem: an emptyDir mounted at " + RootDefault + "); see str doctor"
+// Hint is the fix named by an error about the state directory dir.
+func Hint(dir string) string {
+	return fmt.Sprintf("make %s writable or set %s to a writable directory (Kubernetes, readOnlyRootFilesystem: an emptyDir mounted at %s); see str doctor",
+		dir, Env, dir)
+}
 
 // Dir is the state directory:
 //
