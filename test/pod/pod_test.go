@@ -12,8 +12,9 @@
 //	readOnlyRootFilesystem: true   docker run --read-only
 //	volumes (emptyDir)             tmpfs at each mountPath, owned by the pod's
 //	                               root (uid 100000, as the runtime's idmapped
-//	                               volumes are), sizeLimit as size: the only
-//	                               writable paths
+//	                               volumes are), mode 0777 as the kubelet makes
+//	                               them, sizeLimit as size: the only writable
+//	                               paths
 //	volumes (configMap, readOnly)  examples/tools bind-mounted read-only at /tools
 //	capabilities add/drop          docker's default set less NET_RAW plus SYS_ADMIN
 //	                               and NET_ADMIN, and the same bounding set inside
@@ -290,7 +291,8 @@ func podArgs(t *testing.T, root, tools string, without, skipEnv []string) []stri
 				args = append(args, "-v", tools+":/tools:ro")
 			case v.EmptyDir != nil && !vm.ReadOnly:
 				size := strings.TrimSuffix(strings.TrimSuffix(v.EmptyDir.SizeLimit, "i"), "B")
-				args = append(args, "--tmpfs", fmt.Sprintf("%s:rw,exec,uid=%d,gid=%d,mode=0755,size=%s", vm.MountPath, podRoot, podRoot, strings.ToLower(size)))
+				// Mode 0777, as the kubelet makes an emptyDir.
+				args = append(args, "--tmpfs", fmt.Sprintf("%s:rw,exec,uid=%d,gid=%d,mode=0777,size=%s", vm.MountPath, podRoot, podRoot, strings.ToLower(size)))
 			default:
 				fail("volume %s at %s", v.Name, vm.MountPath)
 			}
@@ -355,7 +357,9 @@ func TestPodServes(t *testing.T) {
 	_ = exec.Command("docker", "rm", "-f", name).Run()
 	args := append([]string{"run", "-d", "--name", name}, podArgs(t, root, filepath.Join(root, "examples/tools"), nil, nil)...)
 	args = append(args, podTools(t, root, strBin)...)
-	args = append(args, "-e", "SAM_NAMESPACE=pod/", "-p", "127.0.0.1::55554",
+	// The dev broker refuses a group- or world-writable directory for its
+	// token (an emptyDir is 0777): a directory of its own in the volume.
+	args = append(args, "-e", "SAM_NAMESPACE=pod/", "-e", "DEV_BROKER_TOKEN_FILE=/run/str/broker/broker.token", "-p", "127.0.0.1::55554",
 		image, fmt.Sprint(podRoot), "/t/str", "worker", "--embedded-broker", "0.0.0.0:55554")
 	t0 := time.Now()
 	docker(t, args...)
@@ -401,9 +405,9 @@ func TestPodServes(t *testing.T) {
 		}
 	}
 
-	// The token of the embedded broker is in the state directory.
+	// The token of the embedded broker, from the state volume.
 	token := filepath.Join(t.TempDir(), "broker.token")
-	if err := os.WriteFile(token, []byte(docker(t, "exec", name, "cat", "/run/str/broker-55554.token")+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(token, []byte(docker(t, "exec", name, "cat", "/run/str/broker/broker.token")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := firstLine([]byte(docker(t, "port", name, "55554/tcp")))
