@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/securetoolruntime/str/launcher/statedir"
 )
 
 // The cgroup code is str's own, a few files written and read per sandbox:
@@ -115,15 +117,10 @@ func newCgroupID() string {
 	return "s" + hex.EncodeToString(b[:])
 }
 
-// cgroupLockDir holds one lock file per live sandbox cgroup.
+// cgroupLockDir holds one lock file per live sandbox cgroup: cgroups/ of
+// the state directory.
 func cgroupLockDir() string {
-	if os.Geteuid() == 0 {
-		return "/run/str/cgroups"
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "str", "cgroups")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("str-%d", os.Geteuid()), "cgroups")
+	return filepath.Join(statedir.Dir(os.Getenv), "cgroups")
 }
 
 // cgroupLock is created and locked before the cgroup's directories exist
@@ -132,13 +129,13 @@ func cgroupLockDir() string {
 type cgroupLock struct{ f *os.File }
 
 func lockCgroup(id string) (*cgroupLock, error) {
-	dir := cgroupLockDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir, err := statedir.Sub(statedir.Dir(os.Getenv), "cgroups")
+	if err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, id), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, &statedir.Error{Dir: dir, Err: err}
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/securetoolruntime/str/launcher/statedir"
 )
 
 // IDRange is the block of host uids and gids reserved for str's sandboxes
@@ -32,9 +34,6 @@ const IDsPerSandbox = 2
 // above the ids of normal users and of the usual /etc/subuid blocks.
 var DefaultIDRange = IDRange{Start: 1879048192, Count: 65536, Source: "default"}
 
-// IDLockDir holds one lock file per id block (root mode).
-const IDLockDir = "/run/str/ids"
-
 // Slots is how many sandboxes the range holds at once.
 func (r IDRange) Slots() int { return r.Count / IDsPerSandbox }
 
@@ -44,8 +43,21 @@ func (r IDRange) String() string {
 }
 
 // LoadIDRange finds the range: STR_ID_RANGE ("START:COUNT"), else the
-// first "str:START:COUNT" line of /etc/subuid, else DefaultIDRange.
-func LoadIDRange(getenv func(string) string, subuid string) (IDRange, error) {
+// first "str:START:COUNT" line of /etc/subuid, else DefaultIDRange; and
+// checks it against the id space (IDSpace.Check: inside this process's id
+// maps, clear of the reserved ids).
+func LoadIDRange(getenv func(string) string, subuid string, space IDSpace) (IDRange, error) {
+	r, err := findIDRange(getenv, subuid)
+	if err != nil {
+		return IDRange{}, err
+	}
+	if err := space.Check(r); err != nil {
+		return IDRange{}, fmt.Errorf("range %s: %w", r, err)
+	}
+	return r, nil
+}
+
+func findIDRange(getenv func(string) string, subuid string) (IDRange, error) {
 	if v := getenv("STR_ID_RANGE"); v != "" {
 		r, err := parseRange(v)
 		if err != nil {
@@ -78,11 +90,11 @@ func parseRange(s string) (IDRange, error) {
 	switch {
 	case !ok || err1 != nil || err2 != nil:
 		return IDRange{}, errors.New("want START:COUNT")
-	case start < 65536:
-		return IDRange{}, fmt.Errorf("start %d is below 65536: sandboxes would share ids with normal accounts", start)
+	case start < 0:
+		return IDRange{}, fmt.Errorf("start %d is negative", start)
 	case count < IDsPerSandbox:
 		return IDRange{}, fmt.Errorf("count %d holds no sandbox (%d ids each)", count, IDsPerSandbox)
-	case start+count-1 > 0xFFFFFFFE:
+	case start+count-1 > maxID:
 		return IDRange{}, fmt.Errorf("range %d:%d passes the last valid id 4294967294", start, count)
 	}
 	return IDRange{Start: start, Count: count}, nil
@@ -98,10 +110,12 @@ type idLease struct {
 	base int // the init's host id; the tool's is base+1
 }
 
-// leaseIDs takes the first free block, starting at a random slot.
-func leaseIDs(r IDRange, dir string) (*idLease, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("id lock dir %s: %w", dir, err)
+// leaseIDs takes the first free block, starting at a random slot, with its
+// lock file in the state directory's ids/.
+func leaseIDs(r IDRange, stateDir string) (*idLease, error) {
+	dir, err := statedir.Sub(stateDir, "ids")
+	if err != nil {
+		return nil, err
 	}
 	slots := r.Slots()
 	var b [4]byte
@@ -111,7 +125,7 @@ func leaseIDs(r IDRange, dir string) (*idLease, error) {
 		slot := (first + i) % slots
 		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(slot)), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|os.O_SYNC, 0o600)
 		if err != nil {
-			return nil, fmt.Errorf("id lock %s/%d: %w", dir, slot, err)
+			return nil, &statedir.Error{Dir: dir, Err: err}
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
@@ -45,8 +46,9 @@ type Launcher struct {
 	cgroupReady bool
 
 	// Root mode: the host id range sandboxes lease their ids from.
-	ids       IDRange
-	idLockDir string
+	ids IDRange
+	// stateDir holds the id leases (statedir.Dir: STR_STATE_DIR).
+	stateDir string
 }
 
 // New loads the profiles and looks at the host once.
@@ -65,11 +67,18 @@ func New(opts Options) (*Launcher, error) {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	l.host = DetectHost()
+	if err := statedir.Check(os.Getenv); err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
+	l.stateDir = statedir.Dir(os.Getenv)
 	if l.host.UID == 0 {
-		if l.ids, err = LoadIDRange(os.Getenv, "/etc/subuid"); err != nil {
-			return nil, fmt.Errorf("launcher: host id range: %w", err)
+		space, err := ReadIDSpace()
+		if err != nil {
+			return nil, fmt.Errorf("launcher: id maps: %w", err)
 		}
-		l.idLockDir = IDLockDir
+		if l.ids, err = LoadIDRange(os.Getenv, "/etc/subuid", space); err != nil {
+			return nil, fmt.Errorf("launcher: host id range: %w (str doctor suggests a range that fits)", err)
+		}
 	}
 	return l, nil
 }

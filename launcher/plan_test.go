@@ -153,7 +153,7 @@ func TestLoadIDRange(t *testing.T) {
 		{"4294967000:1000", "", IDRange{}, true}, // past the last id
 		{"x", "", IDRange{}, true},
 	} {
-		got, err := LoadIDRange(env(c.env), c.subuid)
+		got, err := LoadIDRange(env(c.env), c.subuid, hostSpace)
 		if c.bad != (err != nil) || (!c.bad && got != c.want) {
 			t.Errorf("STR_ID_RANGE=%q subuid %s: %+v %v, want %+v bad=%v", c.env, c.subuid, got, err, c.want, c.bad)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher/initbin"
+	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -85,10 +87,16 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	// a shared plan never carries one sandbox's ids into another.
 	p := *plan
 	if !p.Rootless {
-		lease, err := leaseIDs(l.ids, l.idLockDir)
+		lease, err := leaseIDs(l.ids, l.stateDir)
 		if err != nil {
-			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "lease host ids", Path: l.idLockDir,
-				Detail: l.ids.String(), Msg: err.Error(), Err: err, Hint: "set STR_ID_RANGE=START:COUNT, or a str line in /etc/subuid; see str doctor"}
+			// The hint follows the cause: an unwritable state directory
+			// (a read-only root file system) is not a full id range.
+			hint := "all blocks in use: a larger STR_ID_RANGE=START:COUNT (or str line in /etc/subuid), or fewer concurrent sandboxes; see str doctor"
+			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
+				hint = statedir.Hint(l.stateDir)
+			}
+			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "lease host ids", Path: filepath.Join(l.stateDir, "ids"),
+				Detail: l.ids.String(), Msg: err.Error(), Err: err, Hint: hint}
 		}
 		s.ids = lease
 		p.assignIDs(lease.base)
@@ -102,9 +110,12 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		cg, err := l.createCgroup(s.id, plan)
 		l.cgroupMu.Unlock()
 		if err != nil {
+			hint := "no writable cgroup? run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or set best_effort; see str doctor"
+			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
+				hint = statedir.Hint(statedir.Dir(os.Getenv)) // the cgroup's lock file, not the cgroup
+			}
 			se := &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "create cgroup", Path: "str/" + s.id,
-				Detail: string(plan.Cgroup.Mode), Msg: err.Error(), Err: err,
-				Hint: "no writable cgroup? run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or set best_effort; see str doctor"}
+				Detail: string(plan.Cgroup.Mode), Msg: err.Error(), Err: err, Hint: hint}
 			if !plan.BestEffort {
 				s.release()
 				return nil, se

@@ -245,6 +245,14 @@ first: flags > environment > config file > defaults. An environment
 variable set to "" counts as unset. The broker is chosen by SOLACE_HOST,
 else --embedded-broker (a dev broker in this process), else DEV_BROKER_HOST.
 
+Two launcher settings are environment variables only, shared by every str
+command (worker, run, doctor, broker) so that they agree on them:
+  STR_STATE_DIR  run-time state: id leases, cgroup locks, the dev broker's
+                 token (default /run/str as root; under a read-only root,
+                 a writable volume)
+  STR_ID_RANGE   root mode: the sandboxes' ids, START:COUNT, inside this
+                 process's uid/gid map (str doctor prints one that fits)
+
 `
 
 // LoadConfig builds the configuration from args (flags), getenv and the

@@ -19,7 +19,8 @@ sharing a queue_name get each message once, round-robin.
 
 Every CONNECT must carry this run's token in a "token" field. The token is
 made at start-up and written, mode 0600, to --token-file, default
-$DEV_BROKER_TOKEN_FILE, else:
+$DEV_BROKER_TOKEN_FILE, else in str's state directory:
+  STR_STATE_DIR set:         $STR_STATE_DIR/broker-PORT.token
   as root:                   /run/str/broker-PORT.token
   XDG_RUNTIME_DIR set:       $XDG_RUNTIME_DIR/str/broker-PORT.token
   otherwise:                 $TMPDIR/str-UID/broker-PORT.token

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/statedir"
 	"golang.org/x/sys/unix"
 )
 
@@ -85,21 +86,10 @@ func cmdDoctor(args []string) int {
 	// (v2: CLONE_INTO_CGROUP; v1: the init's exec thread moves itself,
 	// which takes no global lock), so favordynmods is not needed.
 
-	// Host ids: every sandbox runs under a block of host ids of its own.
-	if uid == 0 {
-		r, err := launcher.LoadIDRange(os.Getenv, "/etc/subuid")
-		if err != nil {
-			check("sandbox host ids", false, err.Error(), "set STR_ID_RANGE=START:COUNT (START >= 65536) or a str:START:COUNT line in /etc/subuid")
-		} else {
-			clash := accountsInRange(readFile("/etc/passwd"), r)
-			check("sandbox host ids", len(clash) == 0,
-				fmt.Sprintf("range %s: %d concurrent sandboxes, %d ids each (the init, the tool)", r, r.Slots(), launcher.IDsPerSandbox)+
-					map[bool]string{true: "", false: "; accounts inside the range: " + strings.Join(clash, ", ")}[len(clash) == 0],
-				"pick a range no account uses: STR_ID_RANGE=START:COUNT or a str:START:COUNT line in /etc/subuid")
-		}
-	} else {
-		info("sandbox host ids", fmt.Sprintf("rootless: every sandbox runs as uid %d (the only id this user can map)", uid))
-	}
+	// Host ids and the state directory: every sandbox runs under a block
+	// of host ids of its own, leased in the state directory.
+	doctorIDRange(check, info, uid)
+	doctorStateDir(check)
 
 	// A covered /proc (container runtimes mount over /proc/kcore, systemd's
 	// ProtectKernelLogs over /proc/kmsg, ...) forbids mounting a fresh
@@ -151,6 +141,60 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Println("\nsome checks failed: see the fixes above.")
 	return 1
+}
+
+// doctorIDRange checks the root-mode id range against this process's id
+// maps and, when it does not fit (a pod's user namespace: 65,536 ids),
+// prints one that does.
+func doctorIDRange(check func(name string, good bool, detail, fix string), info func(name, detail string), uid int) {
+	if uid != 0 {
+		info("sandbox host ids", fmt.Sprintf("rootless: every sandbox runs as uid %d (the only id this user can map)", uid))
+		return
+	}
+	space, err := launcher.ReadIDSpace()
+	if err != nil {
+		check("sandbox host ids", false, err.Error(), "")
+		return
+	}
+	if !launcher.FullIdentityMap(space) {
+		info("id maps", fmt.Sprintf("user namespace: uid_map %s; gid_map %s", launcher.FormatIDMap(space.UIDMap), launcher.FormatIDMap(space.GIDMap)))
+	}
+	r, err := launcher.LoadIDRange(os.Getenv, "/etc/subuid", space)
+	if err != nil {
+		fix := "no range fits this process's id maps: give the worker's user namespace more ids (at least 1000-1001 mapped)"
+		if s, ok := space.Suggest(); ok {
+			fix = fmt.Sprintf("STR_ID_RANGE=%d:%d (ids %d-%d: inside this process's id maps, clear of root, the system accounts, the accounts of /etc/passwd and /etc/group, the worker's and the overflow ids; %d concurrent sandboxes)",
+				s.Start, s.Count, s.Start, s.Start+s.Count-1, s.Slots())
+		}
+		check("sandbox host ids", false, err.Error(), fix)
+		return
+	}
+	clash := accountsInRange(readFile("/etc/passwd"), r)
+	check("sandbox host ids", len(clash) == 0,
+		fmt.Sprintf("range %s: %d concurrent sandboxes, %d ids each (the init, the tool)", r, r.Slots(), launcher.IDsPerSandbox)+
+			map[bool]string{true: "", false: "; accounts inside the range: " + strings.Join(clash, ", ")}[len(clash) == 0],
+		"pick a range no account uses: STR_ID_RANGE=START:COUNT or a str:START:COUNT line in /etc/subuid")
+}
+
+// doctorStateDir checks that the state directory (id leases, cgroup locks)
+// can be created and written.
+func doctorStateDir(check func(name string, good bool, detail, fix string)) {
+	if err := statedir.Check(os.Getenv); err != nil {
+		check("state directory", false, err.Error(), "set "+statedir.Env+" to an absolute path")
+		return
+	}
+	dir := statedir.Dir(os.Getenv)
+	sub, err := statedir.Sub(dir, "ids")
+	if err == nil {
+		if err = unix.Access(sub, unix.W_OK); err != nil {
+			err = &statedir.Error{Dir: sub, Err: err}
+		}
+	}
+	if err != nil {
+		check("state directory", false, err.Error(), statedir.Hint(dir))
+		return
+	}
+	check("state directory", true, dir+" is writable ("+statedir.Env+")", "")
 }
 
 // containerEngine names the container engine this process runs under, from

@@ -106,6 +106,7 @@
 // PORT (DefaultTokenFile, TokenFileFor):
 //
 //	$DEV_BROKER_TOKEN_FILE                   when set (and --token-file for str broker and str invoke)
+//	$STR_STATE_DIR/broker-PORT.token         when set (str's state directory, launcher/statedir)
 //	/run/str/broker-PORT.token               when running as root (euid 0)
 //	$XDG_RUNTIME_DIR/str/broker-PORT.token   otherwise, when XDG_RUNTIME_DIR is set
 //	$TMPDIR/str-UID/broker-PORT.token        otherwise (TMPDIR defaults to /tmp)

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/securetoolruntime/str/launcher/statedir"
 )
 
 // The connection token (see "Authentication" in the package doc).
@@ -32,25 +34,14 @@ func NewToken() string {
 }
 
 // DefaultTokenFile is where the broker listening on port writes its token
-// and where clients of that port look for it:
-//
-//	root (euid 0):              /run/str/broker-PORT.token
-//	others, XDG_RUNTIME_DIR set: $XDG_RUNTIME_DIR/str/broker-PORT.token
-//	others, otherwise:           $TMPDIR/str-UID/broker-PORT.token
+// and where clients of that port look for it: broker-PORT.token in str's
+// state directory (statedir.Dir: $STR_STATE_DIR, else /run/str as root,
+// else $XDG_RUNTIME_DIR/str, else $TMPDIR/str-UID).
 //
 // The port is in the name so that several brokers on one host (tests, a
 // worker's embedded broker beside `str broker`) keep their tokens apart.
 func DefaultTokenFile(port int) string {
-	name := "broker-" + strconv.Itoa(port) + ".token"
-	uid := os.Geteuid()
-	switch {
-	case uid == 0:
-		return filepath.Join("/run/str", name)
-	case os.Getenv("XDG_RUNTIME_DIR") != "":
-		return filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "str", name)
-	default:
-		return filepath.Join(os.TempDir(), "str-"+strconv.Itoa(uid), name)
-	}
+	return filepath.Join(statedir.Dir(os.Getenv), "broker-"+strconv.Itoa(port)+".token")
 }
 
 // TokenFileFor is the token file of the broker on port: $DEV_BROKER_TOKEN_FILE
