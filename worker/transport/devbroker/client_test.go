@@ -583,3 +583,28 @@ func TestClientPublishToSelfAndReestablish(t *testing.T) {
 		t.Fatalf("PublisherID == ClientID: %v, want ErrNoSelfDelivery", err)
 	}
 }
+
+// TestClientCloseGivesBack: a message the client fetched but never handed
+// to Receive is not lost at Close: it goes back to the broker, and the
+// queue group's other member gets it, with its user properties.
+func TestClientCloseGivesBack(t *testing.T) {
+	s := startServer(t, Options{})
+	pub := connectClient(t, s, ClientOptions{ClientID: "agent"})
+	leaving := connectClient(t, s, ClientOptions{ClientID: "w-leaving", QueueName: "pool"}, "jobs/>")
+	publish(t, pub, "jobs/run", `{"n":1}`, map[string]string{"replyTo": "r/1"})
+	// The leaving member's receive loop fetches it (nobody calls Receive).
+	waitFor(t, "the message fetched by w-leaving", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		g := s.groups["pool"]
+		return g != nil && len(g.pending) == 0
+	})
+	staying := connectClient(t, s, ClientOptions{ClientID: "w-staying", QueueName: "pool"}, "jobs/>")
+	if err := leaving.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, staying)
+	if d.Topic != "jobs/run" || string(d.Payload) != `{"n":1}` || d.UserProperties["replyTo"] != "r/1" {
+		t.Fatalf("given back: %s %s %v", d.Topic, d.Payload, d.UserProperties)
+	}
+}
