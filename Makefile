@@ -93,7 +93,7 @@ image: build
 # The image run in Docker with the least privileges that work
 # (deploy/docker/), serving calls through the published broker port.
 test-container: image
-	STR_BIN=$(CURDIR)/$(BIN) STR_IMAGE=$(IMAGE) $(GO) test -count=1 -timeout 15m ./test/container/
+	STR_BIN=$(CURDIR)/$(BIN) STR_IMAGE=$(IMAGE) $(GO) test -count=1 -timeout 15m ./test/container/ ./test/fleet/
 
 # cgroup v2 for real, in a QEMU guest with a pure v2 hierarchy: the
 # TestCgroupV2 set, then the whole hostile battery (with KVM; under TCG only

@@ -256,6 +256,7 @@ func TestFleet(t *testing.T) {
 		case r.code != "":
 			failed++
 			codes[r.code]++
+			t.Logf("call %s answered with an error: %s: %s (store: %d runs)", id, r.code, r.message, n)
 		default:
 			ok++
 			if n != 1 {
@@ -425,6 +426,7 @@ type caller struct {
 type result struct {
 	replies int
 	code    string // the error reply's code; "" for a result
+	message string // the error reply's message
 	worker  string // who ran it (fleet_worker in the result)
 	overdue bool   // open when the replies stopped for a long while: no longer counted in flight
 }
@@ -479,7 +481,7 @@ func (c *caller) receive() {
 		case err != nil:
 			r.code = "UNDECODABLE_REPLY"
 		case reply.Error != nil:
-			r.code = fmt.Sprint(reply.Error.Code)
+			r.code, r.message = fmt.Sprint(reply.Error.Code), reply.Error.Message
 			if data, _ := json.Marshal(reply.Error.Data); bytes.Contains(data, []byte("error_code")) {
 				var dd struct {
 					Code string `json:"error_code"`

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // testLogger discards log output unless -v is given.
@@ -698,4 +700,47 @@ func TestQueueGroupSharedQueue(t *testing.T) {
 	})
 	again := connectRaw(t, s, "worker-new", "pool", "jobs/>")
 	again.expectEmpty("a new member of a group that had ended")
+}
+
+// TestVanishedPeerDetection: every accepted connection has TCP keep-alive
+// and TCP_USER_TIMEOUT set, so a peer that vanishes without closing (its
+// host cut off the network) frees its client_id in bounded time.
+func TestVanishedPeerDetection(t *testing.T) {
+	s := startServer(t, Options{})
+	connectRaw(t, s, "w", "")
+	var nc net.Conn
+	waitFor(t, "the connection registered", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for c := range s.conns {
+			nc = c.nc
+		}
+		return nc != nil
+	})
+	rc, err := nc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	rc.Control(func(fd uintptr) {
+		for name, opt := range map[string][2]int{
+			"SO_KEEPALIVE":     {unix.SOL_SOCKET, unix.SO_KEEPALIVE},
+			"TCP_KEEPIDLE":     {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
+			"TCP_KEEPINTVL":    {unix.IPPROTO_TCP, unix.TCP_KEEPINTVL},
+			"TCP_USER_TIMEOUT": {unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT},
+		} {
+			v, err := unix.GetsockoptInt(int(fd), opt[0], opt[1])
+			if err != nil {
+				t.Errorf("getsockopt %s: %v", name, err)
+			}
+			got[name] = v
+		}
+	})
+	want := map[string]int{"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": int(peerIdle.Seconds()),
+		"TCP_KEEPINTVL": int(peerProbeInterval.Seconds()), "TCP_USER_TIMEOUT": int(peerUserTimeout.Milliseconds())}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s = %d, want %d", name, got[name], w)
+		}
+	}
 }
