@@ -290,7 +290,7 @@ func lostReason(runs int) string {
 	if runs == 0 {
 		return "it never ran (taken by a worker that was stopped or cut off before running it, or never delivered)"
 	}
-	return fmt.Sprintf("it ran %d time(s), but its reply never came back (its worker was cut off or stopped meanwhile)", runs)
+	return fmt.Sprintf("it ran %d time(s), but its reply never came back (its worker was cut off or stopped meanwhile; a worker gives a reply up, logging \"reply lost\", once the call's timeout + 5 s have passed)", runs)
 }
 
 // start creates the network, the broker and the workers, and waits until
