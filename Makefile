@@ -82,7 +82,7 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
 
 test-integration: build
-	STR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $$($(GO) list ./test/... | grep -v -e /test/container -e /test/pod -e /test/systemd)
+	STR_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $$($(GO) list ./test/... | grep -v -e /test/container -e /test/pod -e /test/systemd -e /test/fleet)
 
 # The worker image (scripts/image.sh): a Debian 12 base made by debootstrap
 # and docker import (reused while its recipe is unchanged), then the
@@ -93,7 +93,7 @@ image: build
 # The image run in Docker with the least privileges that work
 # (deploy/docker/), serving calls through the published broker port.
 test-container: image
-	STR_BIN=$(CURDIR)/$(BIN) STR_IMAGE=$(IMAGE) $(GO) test -count=1 -timeout 15m -p 1 ./test/container/ ./test/systemd/ ./test/pod/
+	STR_BIN=$(CURDIR)/$(BIN) STR_IMAGE=$(IMAGE) $(GO) test -count=1 -timeout 15m -p 1 ./test/container/ ./test/systemd/ ./test/pod/ ./test/fleet/
 
 # cgroup v2 for real, in a QEMU guest with a pure v2 hierarchy: the
 # TestCgroupV2 set, then the whole hostile battery (with KVM; under TCG only

@@ -35,6 +35,7 @@ type Config struct {
 	DefaultTimeout    time.Duration // DEFAULT_TIMEOUT_SECONDS
 	DevBrokerHost     string        // DEV_BROKER_HOST (selects dev mode)
 	DevBrokerPort     int           // DEV_BROKER_PORT
+	DevBrokerPool     string        // DEV_BROKER_POOL_NAME: the queue group shared with the pool's other workers
 	ConnectRetries    int           // CONNECT_RETRIES (0 = forever)
 	ConnectRetryDelay time.Duration // CONNECT_RETRY_DELAY_MS
 	EmbeddedBroker    string        // STR_EMBEDDED_BROKER: host:port of an in-process dev broker
@@ -171,6 +172,7 @@ var settings = []setting{
 	{name: "DEFAULT_TIMEOUT_SECONDS", flag: "default-timeout", def: "300", help: "timeout when a request names none"},
 	{name: "DEV_BROKER_HOST", flag: "dev-broker-host", help: "dev broker host (selects dev mode)"},
 	{name: "DEV_BROKER_PORT", flag: "dev-broker-port", def: "55555", help: "dev broker port"},
+	{name: "DEV_BROKER_POOL_NAME", flag: "dev-broker-pool", help: "on the dev broker, share the queue {ns}/q/sandbox/pool/{pool} with every worker of the pool: each request goes to one of them (default: the worker's own queue, {ns}/q/sandbox/{worker_id})"},
 	{name: "CONNECT_RETRIES", flag: "connect-retries", def: "0", help: "dev broker connection attempts (0 = forever)"},
 	{name: "CONNECT_RETRY_DELAY_MS", flag: "connect-retry-delay-ms", def: "3000", help: "delay between dev broker connection attempts"},
 	{name: "STR_EMBEDDED_BROKER", flag: "embedded-broker", help: "start a dev broker in this process on ADDR (host:port) and connect to it"},
@@ -401,7 +403,7 @@ func configFromValues(v map[string]string) (*Config, error) {
 	c := &Config{
 		Namespace: v["SAM_NAMESPACE"], WorkerID: v["SAM_WORKER_ID"], ManifestPath: v["MANIFEST_PATH"],
 		ToolsDir: v["TOOLS_PYTHON_DIR"], DefaultTimeout: secs("DEFAULT_TIMEOUT_SECONDS", 1),
-		DevBrokerHost: v["DEV_BROKER_HOST"], DevBrokerPort: integer("DEV_BROKER_PORT", 1),
+		DevBrokerHost: v["DEV_BROKER_HOST"], DevBrokerPort: integer("DEV_BROKER_PORT", 1), DevBrokerPool: v["DEV_BROKER_POOL_NAME"],
 		ConnectRetries: integer("CONNECT_RETRIES", 0), ConnectRetryDelay: ms("CONNECT_RETRY_DELAY_MS"),
 		EmbeddedBroker: v["STR_EMBEDDED_BROKER"],
 		SolaceHost:     v["SOLACE_HOST"], SolaceVPN: v["SOLACE_VPN"], SolaceUsername: v["SOLACE_USERNAME"],
@@ -521,6 +523,9 @@ func configFromValues(v map[string]string) (*Config, error) {
 	if c.WorkerID == "" || unsafeName(c.WorkerID, maxIDLen) != "" {
 		bad("SAM_WORKER_ID", "must be a non-empty name without / or ..")
 	}
+	if c.DevBrokerPool != "" && unsafeName(c.DevBrokerPool, maxIDLen) != "" {
+		bad("DEV_BROKER_POOL_NAME", "must be a name without / or ..")
+	}
 	if c.ReloadInterval <= 0 || c.ReloadInterval > 2*time.Second {
 		bad("STR_MANIFEST_POLL_MS", "must be between 1 and 2000 (reload within 2 s)")
 	}
@@ -572,7 +577,12 @@ func (c *Config) HealthListenAddr() string {
 	return net.JoinHostPort(c.HealthAddr, strconv.Itoa(c.HealthPort))
 }
 
-// QueueName is the worker's queue name (spec §1).
+// QueueName is the worker's queue name on the dev broker: its own (spec
+// §1), or its pool's when DEV_BROKER_POOL_NAME is set (the broker's queue
+// group: each request goes to one worker of the pool).
 func (c *Config) QueueName() string {
+	if c.DevBrokerPool != "" {
+		return strings.Trim(c.Namespace, "/") + "/q/sandbox/pool/" + c.DevBrokerPool
+	}
 	return strings.Trim(c.Namespace, "/") + "/q/sandbox/" + c.WorkerID
 }

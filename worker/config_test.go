@@ -162,3 +162,23 @@ func TestConfigBrokerProbe(t *testing.T) {
 		t.Fatalf("probe on without a bound accepted: %v", err)
 	}
 }
+
+// TestConfigDevBrokerPool: DEV_BROKER_POOL_NAME makes the dev broker queue
+// the pool's (a queue group shared by its workers); a name that is not one
+// is refused, naming the setting.
+func TestConfigDevBrokerPool(t *testing.T) {
+	env := map[string]string{"SAM_NAMESPACE": "demo/", "DEV_BROKER_HOST": "localhost", "SAM_WORKER_ID": "w2", "DEV_BROKER_POOL_NAME": "fleet"}
+	c, err := LoadConfig(nil, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.QueueName() != "demo/q/sandbox/pool/fleet" {
+		t.Fatalf("queue %s, want the pool's", c.QueueName())
+	}
+	for _, bad := range []string{"a/b", ".."} {
+		env["DEV_BROKER_POOL_NAME"] = bad
+		if _, err := LoadConfig(nil, envOf(env), io.Discard); err == nil || !strings.Contains(err.Error(), "DEV_BROKER_POOL_NAME") {
+			t.Fatalf("pool %q: %v", bad, err)
+		}
+	}
+}

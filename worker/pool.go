@@ -623,13 +623,21 @@ func (p *warmPool) stop() {
 	for _, w := range kill {
 		w.run.sb.Kill()
 	}
-	p.cancel()
+	// Not p.cancel() here: the pool's context is the launcher context of
+	// every pooled sandbox, the ones already handed to a call included,
+	// and a call runs on within the shutdown grace (its own cancellation
+	// kills it, see claim). Cancelling here interrupted those calls,
+	// answered CANCELLED "by a cancel request" (test/fleet's docker stop).
 }
 
+// wait waits for every pooled sandbox to be gone. It runs once the calls
+// are answered (shutdown, step 4): cancelling the pool's context then
+// only stops what is left.
 func (p *warmPool) wait() {
 	if p == nil {
 		return
 	}
+	p.cancel()
 	p.wg.Wait()
 }
 

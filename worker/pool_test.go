@@ -564,3 +564,47 @@ func TestUnsandboxedArm(t *testing.T) {
 		t.Error("armed after the idle limit ran out")
 	}
 }
+
+// TestWarmCallRunsThroughShutdown: a call running in a pooled sandbox
+// when the shutdown begins finishes within the grace period and gets its
+// result. Stopping the pool kills its idle sandboxes only; it used to
+// cancel the launcher context of the handed-over ones too, and the call
+// was answered CANCELLED "by a cancel request".
+func TestWarmCallRunsThroughShutdown(t *testing.T) {
+	h := newWarmHarness(t, func(c *Config) { c.ShutdownGrace = 2 * time.Minute })
+	release := filepath.Join(h.dir, "release")
+	must(t, os.WriteFile(filepath.Join(h.dir, "tools", "holdtools.py"), []byte(`import os, time
+
+def hold(ctx, until):
+    ctx.send_status("holding")
+    while not os.path.exists(until):
+        time.sleep(0.05)
+    return {"held": True}
+`), 0o644))
+	must(t, os.WriteFile(h.cfg.ManifestPath, []byte("version: 1\ntools:\n  hold: {module: holdtools, function: hold, warm: 1, timeout_seconds: 120}\n"), 0o644))
+	h.start()
+	waitPoolReady(t, h, "hold", 1)
+	id := h.send("hold", map[string]any{"args": map[string]any{"until": release}})
+	waitFor(t, "the call running in the pooled sandbox", func() bool { return len(h.status(id)) > 0 })
+	if n := metricValue(t, h, `str_worker_warm_hits_total{tool="hold"}`); n != 1 {
+		t.Fatalf("warm hits = %v: the call did not take the pooled sandbox", n)
+	}
+	h.cancel()
+	// The pool is stopped (its refilled idle sandbox drained) while the
+	// call still holds.
+	waitFor(t, "the pool stopped", func() bool {
+		return metricValue(t, h, `str_worker_warm_discarded_total{reason="drained"}`) >= 1
+	})
+	must(t, os.WriteFile(release, nil, 0o644))
+	var r struct {
+		Result map[string]any
+		Error  *struct{ Code, Message string }
+	}
+	reply := h.reply(id)
+	must(t, json.Unmarshal(reply, &r))
+	if r.Error != nil || r.Result == nil {
+		t.Fatalf("a call running at shutdown, within the grace: %s", reply)
+	}
+	must(t, <-h.done)
+	h.cancel = nil
+}

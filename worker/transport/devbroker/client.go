@@ -498,9 +498,41 @@ func (c *Client) receiveOnce(sess *session) error {
 			}
 			ctrlErr = c.applyCtrl(sess, op)
 		case <-c.done:
+			// Close: Receive will not take it. It never reached the
+			// caller, so it goes back to the broker for another
+			// client (a queue group's member) instead of being lost.
+			c.giveBack(sess, rep.Message)
 			return transport.ErrClosed
 		}
 	}
+}
+
+// giveBack publishes m again, as received (topic, payload and user
+// properties; the broker gives it a new message_id), on the publishing
+// connection: a message this client fetched but never handed over, at
+// Close. A queue group gets it once more and hands it to a member that
+// asks; a subscriber outside the group also gets a second copy. It is
+// never a second run: this client never handed it to anyone.
+func (c *Client) giveBack(sess *session, m *replyMessage) {
+	props := m.UserProperties
+	if props == nil {
+		props = map[string]json.RawMessage{}
+	}
+	sess.pubMu.Lock()
+	rep, err := sess.pub.roundTrip(CmdPublish, giveBackRequest{Cmd: CmdPublish, Topic: m.Topic, Payload: m.Payload,
+		UserProperties: props}, c.opts.CommandTimeout)
+	sess.pubUsed = time.Now()
+	sess.pubMu.Unlock()
+	if err == nil && rep.Status != StatusOK {
+		err = rep.err(CmdPublish)
+	}
+	if err != nil {
+		c.log.Warn("closing: a message fetched but not handed over could not be given back and is lost",
+			"topic", m.Topic, "message_id", jsonText(m.MessageID), "err", err)
+		return
+	}
+	c.log.Info("closing: gave a message fetched but not handed over back to the broker", "topic", m.Topic,
+		"message_id", jsonText(m.MessageID))
 }
 
 // keepAlive sends an ACK on the publishing connection when it has carried
@@ -739,9 +771,13 @@ func (c *Client) State() transport.State {
 	return transport.Disconnected
 }
 
-// Close closes both connections (the broker forgets the client when it sees
-// them go) and stops the receive loop. A message fetched but not yet
-// returned by Receive is dropped. Safe to call more than once.
+// Close stops the receive loop, then closes both connections (the broker
+// forgets the client when it sees them go). A RECEIVE in flight is let
+// finish first (it may already have taken a message off the broker's
+// queue: so Close can take up to ReceiveTimeout+CommandTimeout), and a
+// message fetched but not yet returned by Receive is given back to the
+// broker (giveBack), so that closing loses nothing that was never handed
+// over. Safe to call more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -753,13 +789,16 @@ func (c *Client) Close() error {
 	c.sess = nil
 	started := c.started
 	c.mu.Unlock()
+	// 1. the loop ends: a connection attempt is cut short (ctx), a
+	// RECEIVE in flight finishes, what it holds goes back (done).
 	close(c.done)
 	c.cancel()
-	if sess != nil {
-		sess.kill()
-	}
 	if started {
 		<-c.loopDone
+	}
+	// 2. then the sockets.
+	if sess != nil {
+		sess.kill()
 	}
 	c.log.Info("closed")
 	return nil
@@ -830,6 +869,15 @@ type publishRequest struct {
 	Topic          string            `json:"topic"`
 	Payload        json.RawMessage   `json:"payload"`
 	UserProperties map[string]string `json:"user_properties"`
+}
+
+// giveBackRequest is a PUBLISH of a received message as it came: its user
+// property values are passed through as received.
+type giveBackRequest struct {
+	Cmd            string                     `json:"cmd"`
+	Topic          string                     `json:"topic"`
+	Payload        json.RawMessage            `json:"payload"`
+	UserProperties map[string]json.RawMessage `json:"user_properties"`
 }
 
 type ackRequest struct {

@@ -134,10 +134,23 @@
 // # What str's broker adds to the reference
 //
 // Queue groups: clients sharing a non-empty queue_name form a group, and
-// each message goes to one matching member of the group, in turn (the
-// members are taken in the order they connected), so several workers share
-// the work without running a request twice. Clients with distinct queue
-// names get the reference's behaviour: each gets a copy.
+// each message goes once to the group, into one queue the group shares; a
+// member's RECEIVE takes the oldest message of its own queue, else the
+// oldest of the group's that one of its subscriptions matches. So several
+// workers share the work without running a request twice, work goes to
+// whichever member asks (a busy, stopped or cut-off member takes nothing
+// beyond the one message its last RECEIVE asked for), and what a member
+// that leaves never took stays for the others. The group's queue lives
+// while the group has members (it goes with the last one, as a client's
+// own queue goes with its connection) and has the same bounds as a
+// client's. Workers join a group with DEV_BROKER_POOL_NAME. Clients with
+// distinct queue names get the reference's behaviour: each gets a copy.
+//
+// Vanished peers: a peer that disappears without closing its connection
+// (its host cut off the network) is found by TCP keep-alive (probes after
+// 5 s idle, 5 s apart) and TCP_USER_TIMEOUT (20 s unacknowledged), so its
+// client_id is free again, and its reconnection accepted, within about
+// 25 s rather than the ~15 minutes of TCP's retransmissions.
 //
 // Bounded queues: each client's queue is bounded in messages
 // (Options.QueueSize, default 10000) and in bytes (Options.MaxQueueBytes,
@@ -198,7 +211,10 @@
 // either connection fails, both are closed and
 // re-established every RetryDelay until Close, with the current
 // subscription set in the new CONNECT; Reestablish does the same on
-// request (the worker's probe found the session deaf). Because the
+// request (the worker's probe found the session deaf). Close lets a
+// RECEIVE in flight finish and publishes a message fetched but not yet
+// handed to Receive again, as received, so that a stopping client gives
+// it back (to its queue group) instead of losing it. Because the
 // publishing connection has its own client id, a message the client
 // publishes reaches its own receiving connection's subscriptions
 // (PublishToSelf). A payload that is valid JSON is

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/securetoolruntime/str/worker/transport"
+	"golang.org/x/sys/unix"
 )
 
 // ErrServerClosed is returned by Listen once Close has been called.
@@ -43,6 +44,19 @@ const (
 	// maxReceiveWait caps a RECEIVE's timeout_ms; a client asking for more
 	// gets TIMEOUT after this long and simply asks again.
 	maxReceiveWait = time.Hour
+	// A peer that vanishes without closing (host cut off the network,
+	// powered off) is found by TCP itself: keep-alive probes after
+	// peerIdle without traffic, peerProbeInterval apart, and a connection
+	// whose probes or data stay unacknowledged for peerUserTimeout is
+	// closed (TCP_USER_TIMEOUT; without it, data written to a dead peer
+	// is retransmitted for about 15 minutes, tcp_retries2, and keep-alive
+	// never starts). Until then the dead connection holds its client_id,
+	// so the peer's reconnection under that id is refused (one connection
+	// per client_id); these bound that wait to about peerIdle +
+	// peerUserTimeout.
+	peerIdle          = 5 * time.Second
+	peerProbeInterval = 5 * time.Second
+	peerUserTimeout   = 20 * time.Second
 )
 
 // Options configures a Server. Exactly one of Token and Anonymous must be
@@ -132,9 +146,9 @@ type Server struct {
 	conns     map[*conn]struct{}
 	tokenFile string // named in refusals; see SetTokenFile
 	clients   map[string]*client
-	order     []*client      // clients in connect order: queue groups rotate over it
-	turns     map[string]int // queue group -> messages handed to the group so far
-	unauth    int            // connections in conns that have not CONNECTed
+	order     []*client         // clients in connect order (publish routes in this order)
+	groups    map[string]*group // queue name -> the group's shared queue, while it has members
+	unauth    int               // connections in conns that have not CONNECTed
 	bounds    boundCounts
 }
 
@@ -152,13 +166,32 @@ type boundCounts struct {
 // carries it (a CONNECT claiming an id that another connection holds is
 // refused), and the client goes away with that connection.
 type client struct {
-	id           string
-	queue        string              // queue group; "" = none
-	subs         map[string]struct{} // patterns as sent, matched with MatchDev
+	id       string
+	queue    string              // queue group; "" = none
+	subs     map[string]struct{} // patterns as sent, matched with MatchDev
+	msgQueue                     // messages for this client alone
+	signal   chan struct{}       // capacity 1: "pending, or its group's, may be non-empty"
+}
+
+// msgQueue is a bounded queue of messages (QueueSize, MaxQueueBytes).
+// Guarded by Server.mu.
+type msgQueue struct {
 	pending      []*wireMessage
 	pendingBytes int // sum of size() over pending
 	dropped      uint64
-	signal       chan struct{} // capacity 1: "pending may be non-empty"
+}
+
+// group is a queue group's shared queue. A message for the group waits
+// here until the RECEIVE of a member whose subscriptions match it takes
+// it: work goes to whichever member asks first, so a member that is busy,
+// stopped or cut off takes no more than the one message its last RECEIVE
+// asked for, and what it never asked for stays for the others. The group
+// lives while it has members: when the last one goes, its queue goes
+// with it (there is no persistence). Guarded by Server.mu.
+type group struct {
+	name    string
+	members int
+	msgQueue
 }
 
 // conn is one accepted TCP connection.
@@ -194,7 +227,7 @@ func NewServer(opts Options) *Server {
 		done:       make(chan struct{}),
 		conns:      make(map[*conn]struct{}),
 		clients:    make(map[string]*client),
-		turns:      make(map[string]int),
+		groups:     make(map[string]*group),
 	}
 	if s.queueSize <= 0 {
 		s.queueSize = DefaultQueueSize
@@ -350,6 +383,12 @@ func (s *Server) serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
+		if err := watchPeer(nc); err != nil {
+			// The connection still works; only a vanished peer would
+			// be noticed later (by IdleTimeout).
+			s.log.Warn("cannot set keep-alive on the connection; a peer that vanishes is noticed only by IdleTimeout",
+				"remote", nc.RemoteAddr().String(), "err", err)
+		}
 		c := &conn{nc: nc, gone: make(chan struct{}), handled: make(chan struct{}, 1), unauth: true}
 		s.mu.Lock()
 		if s.closed {
@@ -370,6 +409,33 @@ func (s *Server) serve(ln net.Listener) error {
 		s.mu.Unlock()
 		go s.handleConn(c)
 	}
+}
+
+// watchPeer turns on TCP's own detection of a vanished peer on nc (see
+// peerUserTimeout).
+func watchPeer(nc net.Conn) error {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return nil // not TCP (tests with other listeners): nothing to set
+	}
+	if err := tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: peerIdle,
+		Interval: peerProbeInterval, Count: int(peerUserTimeout / peerProbeInterval)}); err != nil {
+		return fmt.Errorf("keep-alive: %w", err)
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(peerUserTimeout.Milliseconds()))
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("setsockopt TCP_USER_TIMEOUT %v: %w", peerUserTimeout, serr)
+	}
+	return nil
 }
 
 // admit checks a freshly accepted connection against the connection
@@ -723,7 +789,14 @@ func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slo
 	if queue != "" && queue != cl.queue {
 		// The latest non-empty queue name wins; "" (a publishing
 		// connection, typically) leaves the group alone.
+		s.leaveGroup(cl, log)
 		cl.queue = queue
+		g := s.groups[queue]
+		if g == nil {
+			g = &group{name: queue}
+			s.groups[queue] = g
+		}
+		g.members++
 	}
 	for _, p := range subs {
 		cl.subs[p] = struct{}{}
@@ -752,11 +825,32 @@ func (s *Server) detach(c *conn, log *slog.Logger) {
 	log.Info("client disconnected", "client_id", cl.id, "undelivered", len(cl.pending))
 }
 
-// unregister removes the client registered under id from routing. The
-// caller holds s.mu.
+// unregister removes the client registered under id from routing (and
+// from its queue group). The caller holds s.mu.
 func (s *Server) unregister(id string) {
+	if cl := s.clients[id]; cl != nil {
+		s.leaveGroup(cl, s.log)
+	}
 	delete(s.clients, id)
 	s.order = slices.DeleteFunc(s.order, func(o *client) bool { return o.id == id })
+}
+
+// leaveGroup takes cl out of its queue group, if any; the group's queue
+// goes with its last member. The caller holds s.mu.
+func (s *Server) leaveGroup(cl *client, log *slog.Logger) {
+	g := s.groups[cl.queue]
+	cl.queue = ""
+	if g == nil {
+		return
+	}
+	g.members--
+	if g.members > 0 {
+		return
+	}
+	delete(s.groups, g.name)
+	if len(g.pending) > 0 {
+		log.Warn("queue group's last member left: its undelivered messages are dropped", "queue_name", g.name, "undelivered", len(g.pending))
+	}
 }
 
 func (s *Server) handleSubscription(c *conn, cmd string, req map[string]json.RawMessage, log *slog.Logger) *response {
@@ -802,32 +896,33 @@ func (s *Server) handlePublish(c *conn, req map[string]json.RawMessage, log *slo
 	defer s.mu.Unlock()
 	from := c.session.id
 	// Every other matching client gets the message, except that a queue
-	// group gets it once, at its next member in turn.
-	var groups map[string][]*client
-	var groupOrder []string
+	// group gets it once, in its shared queue, for the first matching
+	// member that asks (handleReceive).
+	var toGroups []*group
 	delivered := 0
 	for _, cl := range s.order {
 		if cl.id == from || !cl.matches(topic) {
 			continue
 		}
 		if cl.queue == "" {
-			s.enqueue(cl, msg, log)
+			s.enqueue(&cl.msgQueue, cl.id, msg, log)
+			wake(cl)
 			delivered++
 			continue
 		}
-		if groups == nil {
-			groups = make(map[string][]*client)
+		if g := s.groups[cl.queue]; !slices.Contains(toGroups, g) {
+			toGroups = append(toGroups, g)
+			s.enqueue(&g.msgQueue, "queue group "+g.name, msg, log)
+			delivered++
 		}
-		if _, seen := groups[cl.queue]; !seen {
-			groupOrder = append(groupOrder, cl.queue)
-		}
-		groups[cl.queue] = append(groups[cl.queue], cl)
 	}
-	for _, q := range groupOrder {
-		members := groups[q]
-		s.enqueue(members[s.turns[q]%len(members)], msg, log)
-		s.turns[q]++
-		delivered++
+	if len(toGroups) > 0 {
+		// Every waiting member of those groups looks; one takes it.
+		for _, cl := range s.order {
+			if cl.queue != "" && slices.Contains(toGroups, s.groups[cl.queue]) {
+				wake(cl)
+			}
+		}
 	}
 	log.Debug("published", "client_id", from, "topic", topic, "message_id", msg.MessageID, "receivers", delivered)
 	return &response{Status: StatusOK, MessageID: msg.MessageID}
@@ -844,42 +939,77 @@ func (cl *client) matches(topic string) bool {
 	return false
 }
 
-// enqueue appends msg to cl's queue, dropping the oldest messages while the
-// queue is over QueueSize messages or MaxQueueBytes bytes; a message larger
-// than MaxQueueBytes by itself is dropped instead. The caller holds s.mu.
-// Messages are shared between receivers: nothing mutates a wireMessage
-// after it is built, and each client's queue counts its full size.
-func (s *Server) enqueue(cl *client, msg *wireMessage, log *slog.Logger) {
-	size := msg.size()
-	if size > s.queueBytes {
-		s.dropped(cl, msg, "message larger than the queue's byte bound, dropped", log)
-		return
-	}
-	for len(cl.pending) >= s.queueSize || cl.pendingBytes+size > s.queueBytes {
-		old := cl.pending[0]
-		cl.pending[0] = nil
-		cl.pending = cl.pending[1:]
-		cl.pendingBytes -= old.size()
-		s.dropped(cl, old, "client queue full, dropped oldest message", log)
-	}
-	cl.pending = append(cl.pending, msg)
-	cl.pendingBytes += size
+// wake tells cl's waiting RECEIVE, if any, to look at its queues again.
+func wake(cl *client) {
 	select {
 	case cl.signal <- struct{}{}:
 	default:
 	}
 }
 
-// dropped counts a message dropped for cl and logs the first drop and then
-// one per 100, so a stuck consumer cannot flood the log.
-func (s *Server) dropped(cl *client, msg *wireMessage, what string, log *slog.Logger) {
-	cl.dropped++
-	if cl.dropped == 1 || cl.dropped%100 == 0 {
-		log.Warn(what, "client_id", cl.id, "queue_size", s.queueSize, "queue_bytes", s.queueBytes,
-			"queued", len(cl.pending), "queued_bytes", cl.pendingBytes,
-			"dropped_message_id", msg.MessageID, "dropped_topic", msg.Topic,
-			"dropped_bytes", msg.size(), "dropped_total", cl.dropped)
+// enqueue appends msg to q (a client's queue or a group's, named by who),
+// dropping the oldest messages while the queue is over QueueSize messages
+// or MaxQueueBytes bytes; a message larger than MaxQueueBytes by itself is
+// dropped instead. The caller holds s.mu. Messages are shared between
+// receivers: nothing mutates a wireMessage after it is built, and each
+// queue counts its full size.
+func (s *Server) enqueue(q *msgQueue, who string, msg *wireMessage, log *slog.Logger) {
+	size := msg.size()
+	if size > s.queueBytes {
+		s.dropped(q, who, msg, "message larger than the queue's byte bound, dropped", log)
+		return
 	}
+	for len(q.pending) >= s.queueSize || q.pendingBytes+size > s.queueBytes {
+		s.dropped(q, who, q.take(0), "queue full, dropped oldest message", log)
+	}
+	q.pending = append(q.pending, msg)
+	q.pendingBytes += size
+}
+
+// take removes and returns the i-th message of q.
+func (q *msgQueue) take(i int) *wireMessage {
+	msg := q.pending[i]
+	if i == 0 {
+		q.pending[0] = nil
+		q.pending = q.pending[1:]
+	} else {
+		q.pending = slices.Delete(q.pending, i, i+1)
+	}
+	q.pendingBytes -= msg.size()
+	return msg
+}
+
+// dropped counts a message dropped from q and logs the first drop and then
+// one per 100, so a stuck consumer cannot flood the log.
+func (s *Server) dropped(q *msgQueue, who string, msg *wireMessage, what string, log *slog.Logger) {
+	q.dropped++
+	if q.dropped == 1 || q.dropped%100 == 0 {
+		log.Warn(what, "queue_of", who, "queue_size", s.queueSize, "queue_bytes", s.queueBytes,
+			"queued", len(q.pending), "queued_bytes", q.pendingBytes,
+			"dropped_message_id", msg.MessageID, "dropped_topic", msg.Topic,
+			"dropped_bytes", msg.size(), "dropped_total", q.dropped)
+	}
+}
+
+// next takes the message cl's RECEIVE gets, if there is one: the oldest
+// of its own queue, else the oldest of its group's queue that one of its
+// subscriptions matches (members of a group normally subscribe alike;
+// one whose subscriptions differ leaves what it does not match to the
+// others). The caller holds s.mu.
+func (s *Server) next(cl *client) *wireMessage {
+	if len(cl.pending) > 0 {
+		return cl.take(0)
+	}
+	g := s.groups[cl.queue]
+	if g == nil {
+		return nil
+	}
+	for i, m := range g.pending {
+		if cl.matches(m.Topic) {
+			return g.take(i)
+		}
+	}
+	return nil
 }
 
 // handleReceive waits up to timeout_ms for a message of the connection's
@@ -906,15 +1036,11 @@ func (s *Server) handleReceive(c *conn, req map[string]json.RawMessage) *respons
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		if len(cl.pending) > 0 {
-			msg := cl.pending[0]
-			cl.pending[0] = nil
-			cl.pending = cl.pending[1:]
-			cl.pendingBytes -= msg.size()
-			s.mu.Unlock()
+		msg := s.next(cl)
+		s.mu.Unlock()
+		if msg != nil {
 			return &response{Status: StatusOK, Message: msg}
 		}
-		s.mu.Unlock()
 		select {
 		case <-cl.signal:
 		case <-timer.C:

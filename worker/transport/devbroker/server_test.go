@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // testLogger discards log output unless -v is given.
@@ -392,13 +394,16 @@ func TestQueueGroups(t *testing.T) {
 	for i := range 30 {
 		pub.publish("jobs/run", i)
 	}
+	// Members asking in turn get one each from the group's queue.
 	seen := make(map[string]int)
-	for i, m := range members {
-		for range 10 {
+	for range 10 {
+		for _, m := range members {
 			p, _ := m.next()
 			seen[fmt.Sprint(p)]++
 		}
-		m.expectEmpty(fmt.Sprintf("member %d after its 10", i))
+	}
+	for i, m := range members {
+		m.expectEmpty(fmt.Sprintf("member %d after the group's 30", i))
 	}
 	if len(seen) != 30 {
 		t.Fatalf("the group saw %d distinct messages, want 30: %v", len(seen), seen)
@@ -422,10 +427,12 @@ func TestQueueGroups(t *testing.T) {
 	for i := range 4 {
 		pub.publish("jobs/run", 100+i)
 	}
-	for _, m := range members[:2] {
-		for range 2 {
+	for range 2 {
+		for _, m := range members[:2] {
 			m.next()
 		}
+	}
+	for _, m := range members[:2] {
 		m.expectEmpty("after 2 each")
 	}
 }
@@ -625,4 +632,115 @@ func TestReferenceSessionsStrandAndForget(t *testing.T) {
 	second := dialRaw(t, strict.Addr())
 	errorCode(t, "second CONNECT without ReferenceSessions",
 		second.do(`{"cmd": "CONNECT", "client_id": "w", "subscriptions": ["t"]}`), CodeNotConnected)
+}
+
+// TestQueueGroupSharedQueue: a queue group's messages wait in one queue
+// for whichever member asks, so a member that stops asking (busy,
+// stopped, cut off) takes nothing more, and what it never took is there
+// for the others, also after it has gone. A group's queue goes with its
+// last member.
+func TestQueueGroupSharedQueue(t *testing.T) {
+	s := startServer(t, Options{})
+	pub := connectRaw(t, s, "agent", "")
+	busy := connectRaw(t, s, "worker-busy", "pool", "jobs/>")
+	idle := connectRaw(t, s, "worker-idle", "pool", "jobs/>")
+	other := connectRaw(t, s, "worker-other-tools", "pool", "other/>")
+	for i := range 6 {
+		pub.publish("jobs/run", i)
+	}
+	// One member takes all six, in order, while the other never asks.
+	for i := range 6 {
+		if p, _ := idle.next(); fmt.Sprint(p) != fmt.Sprint(i) {
+			t.Fatalf("worker-idle got %v, want %d", p, i)
+		}
+	}
+	busy.expectEmpty("worker-busy after worker-idle took all six")
+	other.expectEmpty("a member whose subscriptions match none of them")
+
+	// Messages held for the group outlive the member that leaves.
+	for i := range 3 {
+		pub.publish("jobs/run", 10+i)
+	}
+	same(t, "DISCONNECT", idle.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	waitFor(t, "worker-idle forgotten", func() bool { return !s.hasClient("worker-idle") })
+	for i := range 3 {
+		if p, _ := busy.next(); fmt.Sprint(p) != fmt.Sprint(10+i) {
+			t.Fatalf("worker-busy got %v, want %d", p, 10+i)
+		}
+	}
+
+	// A message the first member does not match waits for one that does.
+	pub.publish("other/x", "o")
+	busy.expectEmpty("worker-busy does not match other/x")
+	if p, _ := other.next(); p != "o" {
+		t.Fatalf("worker-other-tools got %v", p)
+	}
+
+	// A RECEIVE already waiting is woken by the publish.
+	got := make(chan any, 1)
+	go func() {
+		p, _ := busy.next()
+		got <- p
+	}()
+	time.Sleep(100 * time.Millisecond) // let the RECEIVE start waiting (the test holds either way)
+	pub.publish("jobs/run", "late")
+	if p := <-got; p != "late" {
+		t.Fatalf("waiting RECEIVE got %v", p)
+	}
+
+	// The last member leaving takes the group's queue with it.
+	pub.publish("jobs/run", "orphan")
+	for _, c := range []*raw{busy, other} {
+		same(t, "DISCONNECT", c.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	}
+	waitFor(t, "group gone", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.groups) == 0
+	})
+	again := connectRaw(t, s, "worker-new", "pool", "jobs/>")
+	again.expectEmpty("a new member of a group that had ended")
+}
+
+// TestVanishedPeerDetection: every accepted connection has TCP keep-alive
+// and TCP_USER_TIMEOUT set, so a peer that vanishes without closing (its
+// host cut off the network) frees its client_id in bounded time.
+func TestVanishedPeerDetection(t *testing.T) {
+	s := startServer(t, Options{})
+	connectRaw(t, s, "w", "")
+	var nc net.Conn
+	waitFor(t, "the connection registered", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for c := range s.conns {
+			nc = c.nc
+		}
+		return nc != nil
+	})
+	rc, err := nc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	rc.Control(func(fd uintptr) {
+		for name, opt := range map[string][2]int{
+			"SO_KEEPALIVE":     {unix.SOL_SOCKET, unix.SO_KEEPALIVE},
+			"TCP_KEEPIDLE":     {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
+			"TCP_KEEPINTVL":    {unix.IPPROTO_TCP, unix.TCP_KEEPINTVL},
+			"TCP_USER_TIMEOUT": {unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT},
+		} {
+			v, err := unix.GetsockoptInt(int(fd), opt[0], opt[1])
+			if err != nil {
+				t.Errorf("getsockopt %s: %v", name, err)
+			}
+			got[name] = v
+		}
+	})
+	want := map[string]int{"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": int(peerIdle.Seconds()),
+		"TCP_KEEPINTVL": int(peerProbeInterval.Seconds()), "TCP_USER_TIMEOUT": int(peerUserTimeout.Milliseconds())}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s = %d, want %d", name, got[name], w)
+		}
+	}
 }
