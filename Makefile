@@ -16,7 +16,7 @@ DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
 # (STR_IMAGE), docs/deployment.md names it.
 IMAGE := str-worker:dev
 
-.PHONY: help deps init build run demo test test-unit test-fuzz test-integration test-vm test-container image fuzz bench lint tools clean
+.PHONY: help deps init build run demo test test-unit test-fuzz test-integration test-vm test-container test-deps image fuzz bench lint tools clean
 
 help:
 	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job)"
@@ -59,8 +59,22 @@ demo:
 
 # The phases run in this order, each timed (scripts/phases.sh prints the
 # table at the end, also when one fails).
-test: deps
-	@MAKE="$(MAKE)" ./scripts/phases.sh test-unit test-fuzz test-integration test-container test-vm
+test: deps build test-deps
+	@MAKE="$(MAKE)" ./scripts/phases.sh test-unit test-fuzz '&test-vm' test-integration test-container
+
+# What only the test phases need, installed up front (as root) so that the
+# VM phase in the background and the image phase never run apt-get at the
+# same time: qemu, a static busybox and xz for the VM, debootstrap for the
+# image's base.
+test-deps:
+	@missing=""; \
+	for p in qemu-system-x86 busybox-static xz-utils debootstrap; do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; fi; \
+	fi
 
 # Unit tests of every package, then the host integration tests (real
 # namespaces, seccomp, cgroup v1 fallback); privileged ones skip with the
