@@ -29,14 +29,14 @@ targets=(
   "./profiles                  FuzzParseQuantity     ci" # 512Mi, 500m, 60s and their formatters
   "./seccomp                   FuzzEmbeddedPolicies  ci" # shipped BPF vs policy semantics (Simulate vs Evaluate)
   "./seccomp                   FuzzCompile           ci" # random small policies: compile vs Evaluate
-  "./worker/transport/devbroker FuzzLineReaders      ci" # dev broker line framing, server and client
+  "./broker                    FuzzLineReaders       ci" # dev broker line framing, server and client
   "./worker/artifacts          FuzzLocate            ci" # artifact names and store paths, NFKC look-alikes
   "./egress                    FuzzNormalizeHost     ci" # network policy host patterns and matching
   "./egress                    FuzzParseConnectLine  -"  # the proxy's CONNECT line
   "./egress                    FuzzParseSOCKSRequest -"  # the proxy's SOCKS5 request
   "./egress                    FuzzParseDNSQuery     -"  # the DNS stub
   "./egress                    FuzzClientHelloSNI    -"  # SNI of captured TLS connections
-  "./worker/transport/devbroker FuzzRequest          -"  # dev broker request handling
+  "./broker                    FuzzRequest           -"  # dev broker request handling
   "./worker/transport          FuzzMatch             -"  # topic matching
 )
 

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
@@ -57,7 +58,7 @@ const (
 )
 
 // Reply size. The dev broker takes one request line of at most
-// brokerMessageLimit bytes (devbroker.DefaultMaxLineBytes), and a reply
+// brokerMessageLimit bytes (broker.DefaultMaxLineBytes), and a reply
 // travels inside a PUBLISH command with its topic and user properties, so
 // a reply may use all of it but publishEnvelopeRoom. result.json gets the
 // same cap; the encoded reply (tool_result plus execution time and
@@ -1649,7 +1650,7 @@ func (s *Server) publishReply(t *task, payload []byte) error {
 			return nil
 		}
 		var be *devbroker.BrokerError
-		if errors.As(err, &be) && be.Code != devbroker.CodeNotConnected {
+		if errors.As(err, &be) && be.Code != broker.CodeNotConnected {
 			return fmt.Errorf("%w: %w", errReplyRefused, err)
 		}
 		if s.stopping.Load() && attempt >= 2 {

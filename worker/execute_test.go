@@ -23,6 +23,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/runner"
 	"github.com/securetoolruntime/str/worker/transport"
@@ -401,7 +402,7 @@ func (f *flakyTransport) Publish(ctx context.Context, m transport.Message) error
 		f.mu.Unlock()
 		if refuse && n == 1 {
 			return fmt.Errorf("devbroker: publish %s: %w", m.Topic, &devbroker.BrokerError{
-				Cmd: "PUBLISH", Status: "ERROR", Code: devbroker.CodeInvalidCommand, Message: "request line longer than 16777216 bytes"})
+				Cmd: "PUBLISH", Status: "ERROR", Code: broker.CodeInvalidCommand, Message: "request line longer than 16777216 bytes"})
 		}
 		if f.hang {
 			<-ctx.Done()
@@ -531,8 +532,8 @@ func grepLines(s, sub string) string {
 // TOOL_ERROR, and the largest reply the worker sends fits the dev
 // broker's line together with its PUBLISH envelope.
 func TestReplyCapLeavesRoomForTheEnvelope(t *testing.T) {
-	if brokerMessageLimit != devbroker.DefaultMaxLineBytes {
-		t.Fatalf("brokerMessageLimit %d != devbroker.DefaultMaxLineBytes %d", brokerMessageLimit, devbroker.DefaultMaxLineBytes)
+	if brokerMessageLimit != broker.DefaultMaxLineBytes {
+		t.Fatalf("brokerMessageLimit %d != broker.DefaultMaxLineBytes %d", brokerMessageLimit, broker.DefaultMaxLineBytes)
 	}
 	h := newExecHarness(t, nil, nil)
 	h.start()
@@ -543,7 +544,7 @@ func TestReplyCapLeavesRoomForTheEnvelope(t *testing.T) {
 		}
 	}
 	// A maximal reply through a real dev broker, with a long topic.
-	srv := devbroker.NewServer(devbroker.Options{Anonymous: true, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv := broker.NewServer(broker.Options{Anonymous: true, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	must(t, srv.Listen("127.0.0.1:0"))
 	defer srv.Close()
 	c, err := devbroker.NewClient(devbroker.ClientOptions{Host: "127.0.0.1", Port: srv.Addr().(*net.TCPAddr).Port, ClientID: "cap",
@@ -561,7 +562,7 @@ func TestReplyCapLeavesRoomForTheEnvelope(t *testing.T) {
 	payload = []byte(`{"x":"` + strings.Repeat("a", brokerMessageLimit) + `"}`)
 	err = c.Publish(context.Background(), transport.Message{Topic: topic, Payload: payload, UserProperties: props})
 	var be *devbroker.BrokerError
-	if !errors.As(err, &be) || be.Code == devbroker.CodeNotConnected {
+	if !errors.As(err, &be) || be.Code == broker.CodeNotConnected {
 		t.Fatalf("oversized publish: %v, want a BrokerError refusal", err)
 	}
 }
