@@ -117,8 +117,9 @@
 //     not RFC 6838 type/subtype with optional parameters) is replaced by
 //     the extension's and logged. tool_result is nested at most 512
 //     levels (else TOOL_ERROR) and has invalid UTF-8 replaced by U+FFFD
-//     (logged); a reply over 16 MiB − 64 KiB (the dev broker's line less
-//     the PUBLISH envelope) is a TOOL_ERROR.
+//     (logged); a reply over the transport's message limit less 64 KiB
+//     for the envelope (16 MiB − 64 KiB on the dev broker) is a
+//     TOOL_ERROR.
 //
 //     Timeout (a result, not an error; agents map it to SANDBOX_TIMEOUT):
 //

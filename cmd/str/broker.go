@@ -112,6 +112,11 @@ func cmdBroker(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	<-ctx.Done()
+	// What the bounds cut while it ran, for the operator tuning them.
+	st := srv.Stats()
+	log.Info("dev broker stopping", "conns", st.Conns, "cut_over_max_conns", st.OverMaxConns,
+		"cut_over_unauthenticated", st.OverUnauthenticated, "cut_login_line", st.LoginLineTooLong,
+		"cut_login_timeout", st.LoginTimeout, "cut_idle", st.IdleTimeout)
 	if err := srv.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "str broker: close: %v\n", err)
 		return 1

@@ -646,7 +646,13 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 		sess.pubMu.Unlock()
 		if err == nil {
 			if rep.Status != broker.StatusOK {
-				return fmt.Errorf("devbroker: publish %s: %w", m.Topic, rep.err(broker.CmdPublish))
+				// NOT_CONNECTED: the session is gone, a new one takes
+				// the message; any other error the broker would give
+				// again (too long a line, a malformed request).
+				if rep.ErrorCode == broker.CodeNotConnected {
+					return fmt.Errorf("devbroker: publish %s: %w", m.Topic, rep.err(broker.CmdPublish))
+				}
+				return transport.Refused("devbroker: publish", m.Topic, rep.err(broker.CmdPublish))
 			}
 			return nil
 		}
@@ -655,6 +661,12 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 	}
 	return fmt.Errorf("devbroker: publish %s failed twice: %w", m.Topic, lastErr)
 }
+
+// MaxMessageBytes is the broker's line limit, taken to be the client's
+// own (MaxLineBytes; both default to broker.DefaultMaxLineBytes): a
+// PUBLISH line, with its topic, properties and JSON framing, longer than
+// that is refused.
+func (c *Client) MaxMessageBytes() int { return c.opts.MaxLineBytes }
 
 // PublishToSelf publishes m as Publish does. It comes back to this
 // client because the publishing connection has its own client id

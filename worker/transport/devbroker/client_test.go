@@ -653,3 +653,23 @@ func TestClientTokenFile(t *testing.T) {
 		t.Fatal("NewClient accepted both Token and TokenFile")
 	}
 }
+
+// TestClientPublishRefusal: the broker's ERROR to a PUBLISH (here: a line
+// over its limit) is a refusal (transport.ErrRefused, the BrokerError
+// kept), and MaxMessageBytes is the line limit.
+func TestClientPublishRefusal(t *testing.T) {
+	const limit = 64 << 10
+	s := startServer(t, broker.Options{MaxLineBytes: limit})
+	c := connectClient(t, s, ClientOptions{ClientID: "w", MaxLineBytes: limit})
+	if got := c.MaxMessageBytes(); got != limit {
+		t.Fatalf("MaxMessageBytes = %d, want %d", got, limit)
+	}
+	publish(t, c, "t", strings.Repeat("a", limit/2), nil)
+	err := c.Publish(context.Background(), transport.Message{Topic: "t", Payload: []byte(strings.Repeat("a", limit))})
+	var be *BrokerError
+	if !errors.Is(err, transport.ErrRefused) || !errors.As(err, &be) {
+		t.Fatalf("a PUBLISH over the line limit: %v, want a refusal carrying the BrokerError", err)
+	}
+	// The session is intact: the next publish goes through.
+	publish(t, c, "t", "after", nil)
+}
