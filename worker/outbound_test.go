@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -124,5 +125,66 @@ func TestStalledCancelAnswerHoldsNothing(t *testing.T) {
 	release()
 	if code, _ := errorCode(t, h.reply(a)); code != "CANCELLED" {
 		t.Fatalf("A: %s", code)
+	}
+}
+
+// TestOutboxOrderAndBounds: one destination's messages are published in
+// the order posted, each reported sent after its publish; a destination
+// the broker stalls holds neither the others nor post; the number of
+// destinations waiting is bounded (post refuses one more, and takes it
+// again once a writer has finished).
+func TestOutboxOrderAndBounds(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	o := h.srv.out
+	base := h.cfg.Base() + "/sam_remote_tool/response/app/"
+	sent := make(chan string, 16)
+	note := func(what string) func(error) {
+		return func(err error) {
+			if err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+			sent <- what
+		}
+	}
+	// 1. every reply topic stalled; outboxMaxDests destinations waiting:
+	// the bound is reached.
+	entered, release := h.bus.Stall(base + "*")
+	defer release()
+	for i := range outboxMaxDests {
+		if !o.post(fmt.Sprintf("%sstalled-%d", base, i), []byte(`{"n":0}`), func(error) {}) {
+			t.Fatalf("post to destination %d refused below the bound", i)
+		}
+	}
+	<-entered
+	if o.post(base+"one-more", []byte(`{}`), note("one-more")) {
+		t.Fatalf("post to destination %d accepted beyond the bound", outboxMaxDests+1)
+	}
+	// A destination already waiting still takes more (its queue grows).
+	if !o.post(base+"stalled-0", []byte(`{"n":1}`), func(error) {}) {
+		t.Fatal("post to a waiting destination refused")
+	}
+	// 2. released: every writer ends; a new destination is taken again,
+	// and its messages go out in order.
+	release()
+	waitFor(t, "the writers to finish", func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return len(o.dests) == 0 && o.bytes == 0
+	})
+	for i := range 5 {
+		if !o.post(base+"ordered", []byte(fmt.Sprintf(`{"n":%d}`, i)), note(fmt.Sprint(i))) {
+			t.Fatalf("post %d refused", i)
+		}
+	}
+	for i := range 5 {
+		if got := <-sent; got != fmt.Sprint(i) {
+			t.Fatalf("sent %s, want %d", got, i)
+		}
+		var doc struct{ N int }
+		must(t, json.Unmarshal(h.reply("ordered"), &doc))
+		if doc.N != i {
+			t.Fatalf("delivered n=%d, want %d", doc.N, i)
+		}
 	}
 }
