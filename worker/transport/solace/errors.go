@@ -34,7 +34,8 @@ var refusals = map[subcode.Code]string{
 
 // classify wraps err, a failure of op on topic from the Solace library, as
 // a transport.Error: Permanent for a refusal (a subcode of refusals, or an
-// argument the library will never take), else worth a retry
+// argument or message setting the library will never take), else worth a
+// retry
 // (disconnected, a timeout, the publisher's buffer full).
 func classify(op, topic string, err error) error {
 	var native *sol.NativeError
@@ -43,8 +44,12 @@ func classify(op, topic string, err error) error {
 			return transport.Refused(op, topic, fmt.Errorf("%s: %w", reason, err))
 		}
 	}
+	// The library's own refusals of what it was given: an argument, or a
+	// setting of the message out of range (a topic over 250 bytes comes
+	// back as an InvalidConfigurationError, subcode ParamOutOfRange).
 	var badArg *sol.IllegalArgumentError
-	if errors.As(err, &badArg) {
+	var badSetting *sol.InvalidConfigurationError
+	if errors.As(err, &badArg) || errors.As(err, &badSetting) {
 		return transport.Refused(op, topic, err)
 	}
 	return &transport.Error{Op: op, Topic: topic, Err: err}

@@ -35,6 +35,7 @@ func TestClassify(t *testing.T) {
 		{"refusal inside the receipt's wrapper", fmt.Errorf("encountered error while publishing message: %w", native(subcode.PublishAclDenied)), true},
 		{"refusal inside a library error", wrapped(&sol.IllegalStateError{}, native(subcode.MessageTooLarge)), true},
 		{"illegal argument", wrapped(&sol.IllegalArgumentError{}, errors.New("nil destination")), true},
+		{"setting out of range (a topic over 250 bytes)", wrapped(&sol.InvalidConfigurationError{}, native(subcode.ParamOutOfRange)), true},
 		// The same message may be taken later.
 		{"spool over quota", native(subcode.SpoolOverQuota), false},
 		{"queue shut down", native(subcode.QueueShutdown), false},
