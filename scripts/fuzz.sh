@@ -29,7 +29,7 @@ targets=(
   "./profiles                  FuzzParseQuantity     ci" # 512Mi, 500m, 60s and their formatters
   "./seccomp                   FuzzEmbeddedPolicies  ci" # shipped BPF vs policy semantics (Simulate vs Evaluate)
   "./seccomp                   FuzzCompile           ci" # random small policies: compile vs Evaluate
-  "./worker/transport/devbroker FuzzLineReaders      ci" # dev broker line framing, server and client
+  "./broker                    FuzzLineReaders       ci" # dev broker line framing, server and client
   "./worker/artifacts          FuzzLocate            ci" # artifact names and store paths, NFKC look-alikes
   "./egress                    FuzzNormalizeHost     ci" # network policy host patterns and matching
   "./egress                    FuzzParseConnectLine  -"  # the proxy's CONNECT line alone
@@ -37,7 +37,7 @@ targets=(
   "./egress                    FuzzParseSOCKSRequest ci" # sandbox bytes: the proxy's SOCKS5 request, framed and parsed
   "./egress                    FuzzParseDNSQuery     ci" # sandbox bytes: the DNS stub's queries and answers
   "./egress                    FuzzClientHelloSNI    ci" # sandbox bytes: SNI of captured TLS connections, parsed and peeked
-  "./worker/transport/devbroker FuzzRequest          -"  # dev broker request handling
+  "./broker                    FuzzRequest           -"  # dev broker request handling
   "./worker/transport          FuzzMatch             -"  # topic matching
 )
 

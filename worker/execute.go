@@ -29,7 +29,6 @@ import (
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
 	"github.com/securetoolruntime/str/worker/transport"
-	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
 // Bounds on what one execution may produce.
@@ -56,18 +55,17 @@ const (
 	stderrAgentBytes = 300
 )
 
-// Reply size. The dev broker takes one request line of at most
-// brokerMessageLimit bytes (devbroker.DefaultMaxLineBytes), and a reply
-// travels inside a PUBLISH command with its topic and user properties, so
-// a reply may use all of it but publishEnvelopeRoom. result.json gets the
-// same cap; the encoded reply (tool_result plus execution time and
-// created_artifacts) is checked again before it is published.
-const (
-	brokerMessageLimit  = 16 << 20
-	publishEnvelopeRoom = 64 << 10
-	maxReplyBytes       = brokerMessageLimit - publishEnvelopeRoom
-	maxResultBytes      = maxReplyBytes
-)
+// publishEnvelopeRoom is what a reply leaves of the transport's
+// MaxMessageBytes for its topic, its user properties and the transport's
+// framing (the dev broker's PUBLISH command around it); see maxReplyBytes.
+const publishEnvelopeRoom = 64 << 10
+
+// maxReplyBytes is the largest reply payload: the transport's message
+// limit (its broker's, reported by the transport) less
+// publishEnvelopeRoom. result.json gets the same cap; the encoded reply
+// (tool_result plus execution time and created_artifacts) is checked
+// again before it is published.
+func (s *Server) maxReplyBytes() int { return s.tr.MaxMessageBytes() - publishEnvelopeRoom }
 
 // Reply publishing: a reply is retried (backoff from replyRetryFirst up to
 // replyRetryMax between attempts) until the task's deadline (receipt +
@@ -149,7 +147,7 @@ func (s *Server) runTask(t *task) {
 		t.log.Error("publishing the reply failed", "reply_to", t.replyTo, "reply_bytes", len(out.payload),
 			"outcome_not_delivered", out.label, "error", err)
 		lost := err
-		if errors.Is(err, errReplyRefused) {
+		if errors.Is(err, transport.ErrRefused) {
 			e := errorf(CodeInternalError, "the worker could not deliver the reply (%d bytes): %v", len(out.payload), err)
 			if lost = s.publishReply(t, EncodeError(t.req.ID, e)); lost != nil {
 				t.log.Error("publishing the fallback error reply failed", "reply_to", t.replyTo, "error", lost)
@@ -492,7 +490,7 @@ func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (out
 	if out, ok := s.resultTooLarge(t, x.resultPath); ok {
 		return out, true
 	}
-	res, err := runner.ReadResult(x.resultPath, maxResultBytes)
+	res, err := runner.ReadResult(x.resultPath, int64(s.maxReplyBytes()))
 	if err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) && strings.Contains(se.Error(), "max depth") {
@@ -703,7 +701,7 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 	if out, ok := s.resultTooLarge(t, resultPath); ok {
 		return out
 	}
-	res, err := runner.ReadResult(resultPath, maxResultBytes)
+	res, err := runner.ReadResult(resultPath, int64(s.maxReplyBytes()))
 	if err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) && strings.Contains(se.Error(), "max depth") {
@@ -733,8 +731,8 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 // resultTooLarge is the reply for a result.json too large to send (the
 // tool's fault, not the sandbox's); ok is false when it is not.
 func (s *Server) resultTooLarge(t *task, resultPath string) (outcome, bool) {
-	if fi, err := os.Lstat(resultPath); err == nil && fi.Mode().IsRegular() && fi.Size() > maxResultBytes {
-		return s.errorOutcome(t, errorf(CodeToolError, "the tool's result is too large: result.json has %d bytes, the limit is %d (the broker's message limit less the reply envelope)", fi.Size(), maxResultBytes)), true
+	if fi, err := os.Lstat(resultPath); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(s.maxReplyBytes()) {
+		return s.errorOutcome(t, errorf(CodeToolError, "the tool's result is too large: result.json has %d bytes, the limit is %d (the broker's message limit less the reply envelope)", fi.Size(), s.maxReplyBytes())), true
 	}
 	return outcome{}, false
 }
@@ -777,8 +775,8 @@ func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed
 		return fail(aerr)
 	}
 	payload := EncodeResult(t.req.ID, toolResult, elapsed, created, skipped, net)
-	if len(payload) > maxReplyBytes {
-		return fail(errorf(CodeToolError, "the tool's result is too large: the reply would have %d bytes, the limit is %d (the broker's message limit less the publish envelope)", len(payload), maxReplyBytes))
+	if max := s.maxReplyBytes(); len(payload) > max {
+		return fail(errorf(CodeToolError, "the tool's result is too large: the reply would have %d bytes, the limit is %d (the broker's message limit less the publish envelope)", len(payload), max))
 	}
 	return outcome{payload: payload, label: "success"}
 }
@@ -1620,14 +1618,10 @@ func cancelTaskID(payload []byte) string {
 	return doc.Params.TaskID
 }
 
-// errReplyRefused marks a reply the broker refused (as opposed to one it
-// could not be reached for): sending it again cannot succeed.
-var errReplyRefused = errors.New("the broker refused the message")
-
 // publishReply publishes a reply to the task's replyTo, retrying while the
 // broker cannot be reached, until the task's deadline (receipt + timeout
-// + 5 s) or for at least replyRetryWindow. A refusal by the broker is not
-// retried: the error wraps errReplyRefused.
+// + 5 s) or for at least replyRetryWindow. A refusal by the broker (as
+// the transport classifies it: transport.ErrRefused) is not retried.
 func (s *Server) publishReply(t *task, payload []byte) error {
 	deadline := t.received.Add(t.timeout + timeoutSlack)
 	if least := time.Now().Add(replyRetryWindow); deadline.Before(least) {
@@ -1648,9 +1642,8 @@ func (s *Server) publishReply(t *task, payload []byte) error {
 			}
 			return nil
 		}
-		var be *devbroker.BrokerError
-		if errors.As(err, &be) && be.Code != devbroker.CodeNotConnected {
-			return fmt.Errorf("%w: %w", errReplyRefused, err)
+		if errors.Is(err, transport.ErrRefused) {
+			return err
 		}
 		if s.stopping.Load() && attempt >= 2 {
 			return fmt.Errorf("worker stopping: reply not published after %d attempts: %w", attempt, err)

@@ -23,6 +23,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/runner"
 	"github.com/securetoolruntime/str/worker/transport"
@@ -400,8 +401,9 @@ func (f *flakyTransport) Publish(ctx context.Context, m transport.Message) error
 		n, always, refuse := f.attempts, f.always, f.refuse
 		f.mu.Unlock()
 		if refuse && n == 1 {
-			return fmt.Errorf("devbroker: publish %s: %w", m.Topic, &devbroker.BrokerError{
-				Cmd: "PUBLISH", Status: "ERROR", Code: devbroker.CodeInvalidCommand, Message: "request line longer than 16777216 bytes"})
+			// As the dev broker's transport classifies its broker's
+			// ERROR to an over-long PUBLISH line.
+			return transport.Refused("devbroker: publish", m.Topic, errors.New("broker refused PUBLISH: status ERROR, INVALID_COMMAND: request line longer than 16777216 bytes"))
 		}
 		if f.hang {
 			<-ctx.Done()
@@ -529,21 +531,19 @@ func grepLines(s, sub string) string {
 // TestReplyCapLeavesRoomForTheEnvelope: a result that fits the old cap
 // (16 MiB of result.json) but not a broker message once wrapped is a
 // TOOL_ERROR, and the largest reply the worker sends fits the dev
-// broker's line together with its PUBLISH envelope.
+// broker's line together with its PUBLISH envelope; a larger one the
+// dev broker's transport reports as a refusal (not retried).
 func TestReplyCapLeavesRoomForTheEnvelope(t *testing.T) {
-	if brokerMessageLimit != devbroker.DefaultMaxLineBytes {
-		t.Fatalf("brokerMessageLimit %d != devbroker.DefaultMaxLineBytes %d", brokerMessageLimit, devbroker.DefaultMaxLineBytes)
-	}
 	h := newExecHarness(t, nil, nil)
 	h.start()
-	for _, size := range []int{16_777_100, maxResultBytes} {
+	for _, size := range []int{16_777_100, h.srv.maxReplyBytes()} {
 		code, msg := errorCode(t, h.reply(h.send("raw_result", map[string]any{"args": map[string]any{"size": size}})))
 		if code != "TOOL_ERROR" || !strings.Contains(msg, "too large") {
 			t.Fatalf("result.json of %d bytes: %s %.300s", size, code, msg)
 		}
 	}
 	// A maximal reply through a real dev broker, with a long topic.
-	srv := devbroker.NewServer(devbroker.Options{Anonymous: true, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv := broker.NewServer(broker.Options{Anonymous: true, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	must(t, srv.Listen("127.0.0.1:0"))
 	defer srv.Close()
 	c, err := devbroker.NewClient(devbroker.ClientOptions{Host: "127.0.0.1", Port: srv.Addr().(*net.TCPAddr).Port, ClientID: "cap",
@@ -551,18 +551,18 @@ func TestReplyCapLeavesRoomForTheEnvelope(t *testing.T) {
 	must(t, err)
 	defer c.Close()
 	must(t, c.Connect(context.Background(), nil))
-	payload := []byte(`{"x":"` + strings.Repeat("a", maxReplyBytes-8) + `"}`)
+	maxReply := c.MaxMessageBytes() - publishEnvelopeRoom
+	payload := []byte(`{"x":"` + strings.Repeat("a", maxReply-8) + `"}`)
 	topic := "ns/a2a/v1/sam_remote_tool/response/" + strings.Repeat("agent", 50) + "/" + strings.Repeat("c", 36)
 	props := map[string]string{PropTimestamp: "1760000000000"}
 	if err := c.Publish(context.Background(), transport.Message{Topic: topic, Payload: payload, UserProperties: props}); err != nil {
-		t.Fatalf("a reply of maxReplyBytes refused: %v", err)
+		t.Fatalf("a reply of maxReplyBytes (%d) refused: %v", maxReply, err)
 	}
-	// And the broker's refusal is recognised as one (not retried).
-	payload = []byte(`{"x":"` + strings.Repeat("a", brokerMessageLimit) + `"}`)
+	// And the broker's refusal is classified as one by the transport.
+	payload = []byte(`{"x":"` + strings.Repeat("a", c.MaxMessageBytes()) + `"}`)
 	err = c.Publish(context.Background(), transport.Message{Topic: topic, Payload: payload, UserProperties: props})
-	var be *devbroker.BrokerError
-	if !errors.As(err, &be) || be.Code == devbroker.CodeNotConnected {
-		t.Fatalf("oversized publish: %v, want a BrokerError refusal", err)
+	if !errors.Is(err, transport.ErrRefused) {
+		t.Fatalf("oversized publish: %v, want a refusal (transport.ErrRefused)", err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -129,7 +130,7 @@ func TestProbeOff(t *testing.T) {
 // run this test with probeConfig replaced by ProbeInterval = 0.)
 func TestProbeRecoversFromReferenceBrokerDrop(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	srv := devbroker.NewServer(devbroker.Options{Anonymous: true, ReferenceSessions: true, Logger: log})
+	srv := broker.NewServer(broker.Options{Anonymous: true, ReferenceSessions: true, Logger: log})
 	must(t, srv.Listen("127.0.0.1:0"))
 	t.Cleanup(func() { srv.Close() })
 	port := srv.Addr().(*net.TCPAddr).Port

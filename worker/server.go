@@ -76,6 +76,8 @@ type Server struct {
 	pool *warmPool
 	// probe checks that the broker still delivers (probe.go); nil = off.
 	probe *prober
+	// out publishes the answers the receive loop gives (outbox.go).
+	out *outbox
 
 	// mu guards the manifest and the subscriptions: a reload holds it
 	// while it changes subscriptions, the receive loop while it dispatches
@@ -179,6 +181,7 @@ func New(opts Options) (*Server, error) {
 		init:     newInitState(cfg),
 	}
 	s.pool = newWarmPool(s)
+	s.out = newOutbox(s)
 	if cfg.ProbeInterval > 0 {
 		s.probe = newProber(s)
 	}
@@ -588,9 +591,12 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	return nil
 }
 
-// publish sends one worker message with the timestamp user property.
+// publish sends one worker message with the timestamp user property,
+// waiting at most 30 s for the broker (and no longer than replyCtx: not
+// past replyShutdownWindow after the shutdown grace period). Never called
+// from the receive loop nor with a lock held.
 func (s *Server) publish(topic string, payload []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.replyCtx, 30*time.Second)
 	defer cancel()
 	return s.tr.Publish(ctx, transport.Message{
 		Topic: topic, Payload: payload,
@@ -606,10 +612,12 @@ func ack(log *slog.Logger, d *transport.Delivery) {
 	}
 }
 
-// reject answers a request that will not run and acks it. replyTo ""
-// means the request may not be answered (its replyTo was not
-// authenticated, or belongs to another requester): it is logged, counted
-// and acked only.
+// reject answers a request that will not run and acks it once the answer
+// is published. replyTo "" means the request may not be answered (its
+// replyTo was not authenticated, or belongs to another requester): it is
+// logged, counted and acked only. It never waits for the broker: the
+// answer goes to the outbox (outbox.go), so the receive loop, which calls
+// it, sometimes under s.mu, goes on at once.
 func (s *Server) reject(d *transport.Delivery, replyTo, id, tool string, e *Error, log *slog.Logger) {
 	s.metrics.Errors.WithLabelValues(string(e.Code)).Inc()
 	s.metrics.Invocations.WithLabelValues(toolLabel(tool), string(e.Code)).Inc()
@@ -620,10 +628,19 @@ func (s *Server) reject(d *transport.Delivery, replyTo, id, tool string, e *Erro
 	}
 	log.Warn("request rejected", "code", e.Code, "error", e.Message)
 	shown := &Error{Code: e.Code, Message: s.forAgent(e.Message, ""), Data: e.Data}
-	if err := s.publish(replyTo, EncodeError(id, shown)); err != nil {
-		log.Error("publishing the error reply failed", "reply_to", replyTo, "error", err)
+	sent := func(err error) {
+		if err != nil {
+			s.metrics.RepliesLost.Inc()
+			log.Error("publishing the error reply failed: reply lost", "reply_to", replyTo, "code", e.Code, "error", err)
+		}
+		ack(log, d)
 	}
-	ack(log, d)
+	if !s.out.post(replyTo, EncodeError(id, shown), sent) {
+		s.metrics.RepliesLost.Inc()
+		log.Error("outbox full or closed: error reply not sent, reply lost", "reply_to", replyTo, "code", e.Code,
+			"max_bytes", outboxMaxBytes, "max_destinations", outboxMaxDests)
+		ack(log, d)
+	}
 }
 
 // toolLabel is a tool name as a metric label: "-" for none, truncated
@@ -969,8 +986,9 @@ func (s *Server) forget(t *task) {
 // verifyCancel) and honoured only from the requester that started the
 // task; without one, any cancel is (the reference's model). A running
 // sandbox is killed (the executor answers CANCELLED); a queued request
-// is claimed and answered CANCELLED here, at once, and the executor that
-// later dequeues it skips it.
+// is claimed and answered CANCELLED at once, by a goroutine of its own
+// (the reply may wait for the broker), and the executor that later
+// dequeues it skips it.
 func (s *Server) cancel(d *transport.Delivery, id string, now time.Time) {
 	// 1. who is asking.
 	who, checked, e := s.verifyCancel(d, now)
@@ -1002,7 +1020,17 @@ func (s *Server) cancel(d *transport.Delivery, id string, now time.Time) {
 				if s.queue.remove(q) {
 					s.metrics.Queued.Dec()
 				}
-				s.runTask(q.task) // answers CANCELLED: its context is done
+				// Answered CANCELLED (its context is done) away from the
+				// receive loop: the reply may wait for the broker
+				// (publishReply retries). One goroutine per queued call
+				// at most: a call is claimed once. The shutdown waits
+				// for it (execWG); the receive loop, the only caller,
+				// has ended before the shutdown's wait.
+				s.execWG.Add(1)
+				go func() {
+					defer s.execWG.Done()
+					s.runTask(q.task)
+				}()
 			}
 			return
 		}
@@ -1060,8 +1088,10 @@ func (s *Server) shutdown() {
 	}
 	s.stopTools()
 	// 4. every pooled sandbox gone and its work area removed; the queued
-	// notices and init replies sent (init.go).
+	// rejections (outbox.go), notices and init replies sent (init.go),
+	// each path waiting at most replyShutdownWindow for the broker.
 	s.pool.wait()
+	s.out.close(replyShutdownWindow)
 	s.stopNotices()
 	s.log.Info("worker stopped")
 }

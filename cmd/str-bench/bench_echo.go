@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -44,7 +45,7 @@ from the call before. The throughput phase is left out when pacing.
 func benchEcho(args []string, stdout io.Writer) int {
 	fs := flag.NewFlagSet("bench echo", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchEchoUsage); fs.PrintDefaults() }
-	broker := fs.String("broker", "127.0.0.1:55554", "dev broker `HOST:PORT`")
+	brokerAddr := fs.String("broker", "127.0.0.1:55554", "dev broker `HOST:PORT`")
 	ns := fs.String("namespace", "demo/", "SAM namespace of the worker")
 	n := fs.Int("n", 100, "invocations per phase")
 	conc := fs.Int("c", 4, "invocations in flight in the throughput phase")
@@ -54,7 +55,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	host, portStr, err := net.SplitHostPort(*broker)
+	host, portStr, err := net.SplitHostPort(*brokerAddr)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil || *n < 1 || *conc < 1 {
 		fs.Usage()
@@ -64,7 +65,7 @@ func benchEcho(args []string, stdout io.Writer) int {
 	defer cancel()
 	client, err := devbroker.NewClient(devbroker.ClientOptions{Host: host, Port: port, ClientID: "str-bench-" + randomID(),
 		Retries: 3, RetryDelay: 500 * time.Millisecond, ReceiveTimeout: 100 * time.Millisecond,
-		TokenFile: devbroker.TokenFileFor(port), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		TokenFile: broker.TokenFileFor(port), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str-bench echo:", err)
 		return 1

@@ -25,6 +25,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -592,7 +593,7 @@ func (st *benchState) memWorker(ctx context.Context, w *benchWorker) error {
 	defer cancel()
 	client, err := devbroker.NewClient(devbroker.ClientOptions{Host: "127.0.0.1", Port: w.port, ClientID: "str-bench-mem-" + randomID(),
 		Retries: 3, RetryDelay: 500 * time.Millisecond, ReceiveTimeout: 100 * time.Millisecond,
-		TokenFile: devbroker.TokenFileFor(w.port), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		TokenFile: broker.TokenFileFor(w.port), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return err
 	}

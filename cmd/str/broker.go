@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/securetoolruntime/str/worker/transport/devbroker"
+	"github.com/securetoolruntime/str/broker"
 )
 
 const brokerUsage = `usage: str broker [--listen host:port] [--token-file PATH | --anonymous]
@@ -44,13 +44,13 @@ no request for --idle-timeout is closed (a waiting RECEIVE is not idle).
 func cmdBroker(args []string) int {
 	fs := flag.NewFlagSet("str broker", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:55555", "address to listen on (host:port)")
-	queue := fs.Int("queue-size", devbroker.DefaultQueueSize, "messages held per client before the oldest are dropped")
-	queueBytes := fs.Int("queue-bytes", devbroker.DefaultMaxQueueBytes, "bytes of messages held per client before the oldest are dropped")
-	loginLine := fs.Int("login-line-bytes", devbroker.DefaultLoginLineBytes, "longest request line before CONNECT; a longer one closes the connection")
-	loginTimeout := fs.Duration("login-timeout", devbroker.DefaultLoginTimeout, "time a new connection has to CONNECT")
-	maxUnauth := fs.Int("max-unauthenticated", devbroker.DefaultMaxUnauthenticated, "connections at once that have not CONNECTed")
+	queue := fs.Int("queue-size", broker.DefaultQueueSize, "messages held per client before the oldest are dropped")
+	queueBytes := fs.Int("queue-bytes", broker.DefaultMaxQueueBytes, "bytes of messages held per client before the oldest are dropped")
+	loginLine := fs.Int("login-line-bytes", broker.DefaultLoginLineBytes, "longest request line before CONNECT; a longer one closes the connection")
+	loginTimeout := fs.Duration("login-timeout", broker.DefaultLoginTimeout, "time a new connection has to CONNECT")
+	maxUnauth := fs.Int("max-unauthenticated", broker.DefaultMaxUnauthenticated, "connections at once that have not CONNECTed")
 	maxConns := fs.Int("max-conns", 0, "connections at once (0: a quarter of RLIMIT_NOFILE)")
-	idle := fs.Duration("idle-timeout", devbroker.DefaultIdleTimeout, "close a connected client that sends no request for this long")
+	idle := fs.Duration("idle-timeout", broker.DefaultIdleTimeout, "close a connected client that sends no request for this long")
 	tokenFile := fs.String("token-file", "", "where to write the connection token (default: see above)")
 	anonymous := fs.Bool("anonymous", false, "require no token (for the reference's clients; anyone who can connect can read and forge everything)")
 	level := fs.String("log-level", "info", "debug | info | warn | error")
@@ -79,13 +79,13 @@ func cmdBroker(args []string) int {
 
 	// 1. the token (unless anonymous). It exists before the socket does,
 	// so there is no moment when the broker accepts anyone.
-	opts := devbroker.Options{QueueSize: *queue, MaxQueueBytes: *queueBytes, Logger: log, Anonymous: *anonymous,
+	opts := broker.Options{QueueSize: *queue, MaxQueueBytes: *queueBytes, Logger: log, Anonymous: *anonymous,
 		LoginLineBytes: *loginLine, LoginTimeout: *loginTimeout, MaxUnauthenticated: *maxUnauth,
 		MaxConns: *maxConns, IdleTimeout: *idle}
 	if !*anonymous {
-		opts.Token = devbroker.NewToken()
+		opts.Token = broker.NewToken()
 	}
-	srv := devbroker.NewServer(opts)
+	srv := broker.NewServer(opts)
 
 	// 2. the socket.
 	if err := srv.Listen(*listen); err != nil {
@@ -102,7 +102,7 @@ func cmdBroker(args []string) int {
 			fmt.Fprintf(os.Stderr, "str broker: %v\n", err)
 			return 1
 		}
-		defer devbroker.RemoveTokenFile(path, opts.Token)
+		defer broker.RemoveTokenFile(path, opts.Token)
 		log.Info("dev broker listening", "addr", srv.Addr().String(), "token_file", path)
 	} else {
 		log.Warn("dev broker listening WITHOUT authentication (--anonymous): anyone who can connect can read and forge every message",
@@ -113,6 +113,11 @@ func cmdBroker(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	<-ctx.Done()
+	// What the bounds cut while it ran, for the operator tuning them.
+	st := srv.Stats()
+	log.Info("dev broker stopping", "conns", st.Conns, "cut_over_max_conns", st.OverMaxConns,
+		"cut_over_unauthenticated", st.OverUnauthenticated, "cut_login_line", st.LoginLineTooLong,
+		"cut_login_timeout", st.LoginTimeout, "cut_idle", st.IdleTimeout)
 	if err := srv.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "str broker: close: %v\n", err)
 		return 1
@@ -123,12 +128,12 @@ func cmdBroker(args []string) int {
 // writeBrokerToken writes token to path, or (path empty) to the token file
 // clients of srv's port look for, and returns where it went. It also tells
 // the server the path, for its refusal messages.
-func writeBrokerToken(srv *devbroker.Server, path, token string) (string, error) {
+func writeBrokerToken(srv *broker.Server, path, token string) (string, error) {
 	if path == "" {
 		port := srv.Addr().(*net.TCPAddr).Port
-		path = devbroker.TokenFileFor(port)
+		path = broker.TokenFileFor(port)
 	}
-	if err := devbroker.WriteTokenFile(path, token); err != nil {
+	if err := broker.WriteTokenFile(path, token); err != nil {
 		return "", err
 	}
 	srv.SetTokenFile(path)

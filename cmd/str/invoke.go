@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/transport"
@@ -103,7 +104,7 @@ func defaultBroker(getenv func(string) string) string {
 	if port == "" {
 		port = "55554" // make run's embedded broker
 		if host != "" {
-			port = strconv.Itoa(devbroker.DefaultPort) // the reference's default
+			port = strconv.Itoa(broker.DefaultPort) // the reference's default
 		}
 	}
 	if host == "" {
@@ -127,7 +128,7 @@ func cmdInvoke(args []string) int {
 		app        = fs.String("app", "str-invoke", "app_name, also the agent: the clientId property and the agent level of the reply topics (a signed request must use its key's agent)")
 		taskID     = fs.String("task-id", "", "task_id (default: random)")
 		wait       = fs.Duration("wait", 0, "give up waiting for the reply after this long, exit status 3 (default: --timeout + 60s; 6m0s without --timeout, the worker's default 300 s + 60 s)")
-		tokenFile  = fs.String("token-file", os.Getenv(devbroker.TokenFileEnv), "the broker's token file [DEV_BROKER_TOKEN_FILE] (default: the port's, see str broker --help)")
+		tokenFile  = fs.String("token-file", os.Getenv(broker.TokenFileEnv), "the broker's token file [DEV_BROKER_TOKEN_FILE] (default: the port's, see str broker --help)")
 		secret     = fs.String("signing-secret", os.Getenv("STR_SIGNING_SECRET"), "sign the request and its cancel (HMAC-SHA256) with the worker's shared secret, or with --key-id's secret [STR_SIGNING_SECRET]")
 		keyID      = fs.String("key-id", os.Getenv("STR_SIGNING_KEY_ID"), "sign with this key of the worker's keys file (STR_SIGNING_KEYS; --signing-secret is its secret) [STR_SIGNING_KEY_ID]")
 		authToken  = fs.String("auth-token", os.Getenv("STR_AUTH_TOKEN"), "the user's token (a JWT), sent in the authToken user property [STR_AUTH_TOKEN]")

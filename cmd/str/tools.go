@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -64,7 +65,7 @@ func resolveBroker(addr, tokenFile string) (brokerTarget, []string) {
 			problems = append(problems, fmt.Sprintf("--token-file: %v", err))
 		}
 	} else if err == nil && perr == nil {
-		b.tokenFile = devbroker.DefaultTokenFile(port)
+		b.tokenFile = broker.DefaultTokenFile(port)
 	}
 	return b, problems
 }
@@ -85,7 +86,7 @@ func (b brokerTarget) connect(ctx context.Context, clientID string, subs []strin
 		err = fmt.Errorf("connect to %s: %w", b.addr, err)
 		var be *devbroker.BrokerError
 		if errors.As(err, &be) && strings.Contains(be.Message, "token") {
-			err = fmt.Errorf("%w\nthe broker wants its token; looked in %s (--token-file, %s)", err, b.tokenFile, devbroker.TokenFileEnv)
+			err = fmt.Errorf("%w\nthe broker wants its token; looked in %s (--token-file, %s)", err, b.tokenFile, broker.TokenFileEnv)
 		}
 		return nil, err
 	}
@@ -188,7 +189,7 @@ func cmdTools(args []string) int {
 	var (
 		brokerAddr = fs.String("broker", defaultBroker(os.Getenv), "dev broker host:port [DEV_BROKER_HOST/PORT]")
 		namespace  = fs.String("namespace", envOr("SAM_NAMESPACE", "demo/"), "namespace [SAM_NAMESPACE]")
-		tokenFile  = fs.String("token-file", os.Getenv(devbroker.TokenFileEnv), "the broker's token file [DEV_BROKER_TOKEN_FILE] (default: the port's, see str broker --help)")
+		tokenFile  = fs.String("token-file", os.Getenv(broker.TokenFileEnv), "the broker's token file [DEV_BROKER_TOKEN_FILE] (default: the port's, see str broker --help)")
 		secret     = fs.String("signing-secret", os.Getenv("STR_SIGNING_SECRET"), "sign the request, for workers that require it [STR_SIGNING_SECRET]")
 		wait       = fs.Duration("wait", toolsWait, "collect answers for this long")
 		asJSON     = fs.Bool("json", false, "print each worker's answer as one JSON line")

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker"
@@ -60,8 +61,8 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 	// with the token it writes to the port's token file (see str broker
 	// --help; newTransport reads the same file).
 	if cfg.EmbeddedBroker != "" {
-		token := devbroker.NewToken()
-		srv := devbroker.NewServer(devbroker.Options{Token: token, Logger: log})
+		token := broker.NewToken()
+		srv := broker.NewServer(broker.Options{Token: token, Logger: log})
 		if err := srv.Listen(cfg.EmbeddedBroker); err != nil {
 			return fmt.Errorf("embedded broker on %s: %w", cfg.EmbeddedBroker, err)
 		}
@@ -70,7 +71,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("embedded broker on %s: %w", cfg.EmbeddedBroker, err)
 		}
-		defer devbroker.RemoveTokenFile(path, token)
+		defer broker.RemoveTokenFile(path, token)
 		host, port, _ := net.SplitHostPort(srv.Addr().String())
 		cfg.DevBrokerHost = host
 		cfg.DevBrokerPort, _ = strconv.Atoi(port)
@@ -187,7 +188,7 @@ func newTransport(cfg *worker.Config, log *slog.Logger) (transport.Transport, er
 		return newSolaceTransport(cfg, log)
 	}
 	c, err := devbroker.NewClient(devbroker.ClientOptions{
-		Host: cfg.DevBrokerHost, Port: cfg.DevBrokerPort, TokenFile: devbroker.TokenFileFor(cfg.DevBrokerPort),
+		Host: cfg.DevBrokerHost, Port: cfg.DevBrokerPort, TokenFile: broker.TokenFileFor(cfg.DevBrokerPort),
 		ClientID: cfg.WorkerID, QueueName: cfg.QueueName(),
 		RetryDelay: cfg.ConnectRetryDelay, Retries: cfg.ConnectRetries, Logger: log,
 	})

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/securetoolruntime/str/worker/transport/devbroker"
+	"github.com/securetoolruntime/str/broker"
 )
 
 // Issue 15 §4, as it was seen: a worker restarted within about a second
@@ -22,7 +22,7 @@ import (
 // agent's request is answered again.
 func TestBrokerLivenessAfterRestartUnderSameID(t *testing.T) {
 	requireRoot(t)
-	srv := devbroker.NewServer(devbroker.Options{Anonymous: true, ReferenceSessions: true,
+	srv := broker.NewServer(broker.Options{Anonymous: true, ReferenceSessions: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	must(t, srv.Listen("127.0.0.1:0"))
 	t.Cleanup(func() { srv.Close() })

@@ -20,10 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/internal/testfs"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/worker/transport"
-	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
 
 // faultTools: hold waits until a file named gate appears next to the
@@ -434,7 +434,7 @@ func TestFaultBrokerCutMidRun(t *testing.T) {
 	// Cleanups run last first: the worker stops, then the broker.
 	t.Cleanup(func() { b.Process.Signal(syscall.SIGTERM); b.Wait() })
 	g := newGate(t, port)
-	w := startWorker(t, e, g.port(), map[string]string{devbroker.TokenFileEnv: devbroker.TokenFileFor(port), "SANDBOX_MAX_CONCURRENT": "8"})
+	w := startWorker(t, e, g.port(), map[string]string{broker.TokenFileEnv: broker.TokenFileFor(port), "SANDBOX_MAX_CONCURRENT": "8"})
 	a := newAgent(t, port)
 
 	// 1. six calls running.

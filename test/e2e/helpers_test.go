@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -316,7 +317,7 @@ func newAgent(t *testing.T, port int) *agent {
 	t.Helper()
 	c, err := devbroker.NewClient(devbroker.ClientOptions{
 		Host: "127.0.0.1", Port: port, ClientID: fmt.Sprintf("e2e-agent-%d", time.Now().UnixNano()),
-		TokenFile:  devbroker.TokenFileFor(port), // the broker's token (str broker --help)
+		TokenFile:  broker.TokenFileFor(port), // the broker's token (str broker --help)
 		RetryDelay: 200 * time.Millisecond, ReceiveTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -77,7 +78,7 @@ type fakeWorker struct {
 func newFakeWorker(t *testing.T, port int, namespace, tool string, reply func(id string) string) *fakeWorker {
 	t.Helper()
 	c, err := devbroker.NewClient(devbroker.ClientOptions{
-		Host: "127.0.0.1", Port: port, ClientID: newID("fake-worker"), TokenFile: devbroker.TokenFileFor(port),
+		Host: "127.0.0.1", Port: port, ClientID: newID("fake-worker"), TokenFile: broker.TokenFileFor(port),
 		RetryDelay: 100 * time.Millisecond, ReceiveTimeout: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -251,13 +252,13 @@ func rawCONNECT(t *testing.T, port int, line string) map[string]any {
 // --anonymous it writes no token and accepts any CONNECT.
 func TestBrokerRequiresToken(t *testing.T) {
 	port, _ := startStrBroker(t)
-	path := devbroker.TokenFileFor(port)
+	path := broker.TokenFileFor(port)
 	fi, err := os.Stat(path)
 	must(t, err)
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("%s has mode %v, want 0600", path, fi.Mode().Perm())
 	}
-	tok, err := devbroker.ReadTokenFile(path)
+	tok, err := broker.ReadTokenFile(path)
 	must(t, err)
 
 	if r := rawCONNECT(t, port, `{"cmd": "CONNECT", "client_id": "spy", "subscriptions": [">"]}`); r["status"] != "ERROR" || r["error_code"] != "NOT_CONNECTED" {
@@ -273,7 +274,7 @@ func TestBrokerRequiresToken(t *testing.T) {
 	// str invoke with a token file that is not the broker's is refused,
 	// and says where it looked.
 	bad := t.TempDir() + "/bad.token"
-	must(t, os.WriteFile(bad, []byte(devbroker.NewToken()), 0o600))
+	must(t, os.WriteFile(bad, []byte(broker.NewToken()), 0o600))
 	p := startInvoke(t, cleanEnv(), "echo_tool", "--broker", "127.0.0.1:"+strconv.Itoa(port), "--namespace", "e2e/",
 		"--token-file", bad, "--wait", "10m")
 	if code := p.exitCode(t); code != 1 || !strings.Contains(p.stderr.String(), "missing or wrong token") ||
@@ -283,7 +284,7 @@ func TestBrokerRequiresToken(t *testing.T) {
 
 	// --anonymous: no token file, and any CONNECT is accepted.
 	aport, alog := startStrBroker(t, "--anonymous")
-	if _, err := os.Stat(devbroker.TokenFileFor(aport)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(broker.TokenFileFor(aport)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("anonymous broker's token file: %v", err)
 	}
 	if r := rawCONNECT(t, aport, `{"cmd": "CONNECT", "client_id": "reference-client", "subscriptions": []}`); r["status"] != "OK" {
@@ -303,8 +304,8 @@ func TestEmbeddedBrokerRefusesForgedCONNECT(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
 	w := startWorker(t, e, 0, nil)
-	path := devbroker.TokenFileFor(w.port)
-	tok, err := devbroker.ReadTokenFile(path)
+	path := broker.TokenFileFor(w.port)
+	tok, err := broker.ReadTokenFile(path)
 	must(t, err)
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("token file %s: %v %v", path, fi, err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -283,7 +284,7 @@ func newLoadAgents(t *testing.T, port, n int) []*loadAgent {
 		name := fmt.Sprintf("load-%d", i)
 		c, err := devbroker.NewClient(devbroker.ClientOptions{
 			Host: "127.0.0.1", Port: port, ClientID: fmt.Sprintf("e2e-%s-%d", name, time.Now().UnixNano()),
-			TokenFile:  devbroker.TokenFileFor(port),
+			TokenFile:  broker.TokenFileFor(port),
 			RetryDelay: 200 * time.Millisecond, ReceiveTimeout: 200 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/securetoolruntime/str/worker/transport/devbroker"
+	"github.com/securetoolruntime/str/broker"
 )
 
 // slowProxy forwards TCP connections to target, passing what the client
@@ -99,7 +99,7 @@ def status_lines(ctx, n=400, size=16384):
 // in the queue).
 func TestStatusBackPressureEndToEnd(t *testing.T) {
 	requireRoot(t)
-	srv := devbroker.NewServer(devbroker.Options{Anonymous: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := broker.NewServer(broker.Options{Anonymous: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	must(t, srv.Listen("127.0.0.1:0"))
 	t.Cleanup(func() { srv.Close() })
 	proxy := startSlowProxy(t, srv.Addr().String(), 2<<20)

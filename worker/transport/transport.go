@@ -6,6 +6,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Message is one broker message. Payload is the raw bytes (UTF-8 JSON for
@@ -49,6 +50,41 @@ var ErrClosed = errors.New("transport: closed")
 // worker's liveness probe is then off; the error says why).
 var ErrNoSelfDelivery = errors.New("transport: this client cannot receive its own messages")
 
+// ErrRefused is matched (errors.Is) by every error a transport classified
+// as a refusal: the broker answered and will not take this message, so
+// sending it again cannot succeed (too large, a topic it forbids). Any
+// other publish error is worth a retry (no connection, a timeout).
+var ErrRefused = errors.New("refused by the broker")
+
+// Error is a transport's failure, classified by the transport that saw it:
+// each transport wraps its own library's errors, so that the worker
+// decides on retries without knowing which broker it talks to.
+type Error struct {
+	Op    string // "publish", "subscribe", ...
+	Topic string
+	// Permanent: the broker refused (errors.Is(err, ErrRefused)); the same
+	// request would be refused again.
+	Permanent bool
+	Err       error // the transport's own error, kept for errors.As
+}
+
+func (e *Error) Error() string {
+	if e.Permanent {
+		return fmt.Sprintf("%s %s: %v: %v", e.Op, e.Topic, ErrRefused, e.Err)
+	}
+	return fmt.Sprintf("%s %s: %v", e.Op, e.Topic, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes a permanent Error match ErrRefused.
+func (e *Error) Is(target error) bool { return target == ErrRefused && e.Permanent }
+
+// Refused returns err as the permanent refusal of op on topic.
+func Refused(op, topic string, err error) error {
+	return &Error{Op: op, Topic: topic, Permanent: true, Err: err}
+}
+
 // Transport is what the worker needs from a broker.
 type Transport interface {
 	// Connect establishes the session with the initial subscriptions
@@ -59,7 +95,13 @@ type Transport interface {
 	Connect(ctx context.Context, subscriptions []string) error
 	Subscribe(ctx context.Context, pattern string) error
 	Unsubscribe(ctx context.Context, pattern string) error
+	// Publish sends m. An error the broker will give again for the same
+	// message matches ErrRefused (see Error); any other is worth a retry.
 	Publish(ctx context.Context, m Message) error
+	// MaxMessageBytes is the largest message this transport's broker
+	// takes: payload, topic and user properties with their framing. A
+	// larger one is refused (ErrRefused).
+	MaxMessageBytes() int
 	// PublishToSelf publishes m so that it reaches this client's own
 	// matching subscriptions, as long as the session still delivers: the
 	// worker's liveness probe (a broker may keep a session that looks

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/securetoolruntime/str/worker/transport/devbroker"
+	"github.com/securetoolruntime/str/broker"
 )
 
 // The manifest: one tool per profile, all the same function (attack),
@@ -226,7 +226,7 @@ func TestHostile(t *testing.T) {
 	}
 }
 
-func tokenFile(port int) string { return devbroker.TokenFileFor(port) }
+func tokenFile(port int) string { return broker.TokenFileFor(port) }
 
 // created is the sorted list of stored output names.
 func created(r reply) []string {

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -231,7 +232,7 @@ func newAgent(t *testing.T, port int) *agent {
 	t.Helper()
 	c, err := devbroker.NewClient(devbroker.ClientOptions{
 		Host: "127.0.0.1", Port: port, ClientID: fmt.Sprintf("hostile-agent-%d", time.Now().UnixNano()),
-		TokenFile:  devbroker.TokenFileFor(port),
+		TokenFile:  broker.TokenFileFor(port),
 		RetryDelay: 200 * time.Millisecond, ReceiveTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

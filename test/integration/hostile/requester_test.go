@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -73,7 +74,7 @@ func newRequester(t *testing.T, w *workerProc, name string) *requesterClient {
 	t.Helper()
 	c, err := devbroker.NewClient(devbroker.ClientOptions{
 		Host: "127.0.0.1", Port: w.port, ClientID: fmt.Sprintf("requester-%s-%d", name, time.Now().UnixNano()),
-		TokenFile: devbroker.TokenFileFor(w.port), RetryDelay: 200 * time.Millisecond, ReceiveTimeout: 200 * time.Millisecond,
+		TokenFile: broker.TokenFileFor(w.port), RetryDelay: 200 * time.Millisecond, ReceiveTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	must(t, err)
@@ -356,7 +357,7 @@ func TestRequesterStrInvokeKeyed(t *testing.T) {
 	invoke := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(strBin, append([]string{"invoke"}, args...)...)
 		cmd.Args = append(cmd.Args, "--broker", "127.0.0.1:"+strconv.Itoa(w.port), "--namespace", "e2e/", "--app", "e2e",
-			"--key-id", "e2e-key", "--signing-secret", e2eSecret, "--token-file", devbroker.TokenFileFor(w.port))
+			"--key-id", "e2e-key", "--signing-secret", e2eSecret, "--token-file", broker.TokenFileFor(w.port))
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 		return cmd
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/transport"
 )
 
@@ -33,7 +34,7 @@ const (
 // ClientOptions configures a Client.
 type ClientOptions struct {
 	Host string // DEV_BROKER_HOST; required
-	Port int    // DEV_BROKER_PORT; 0 means DefaultPort
+	Port int    // DEV_BROKER_PORT; 0 means broker.DefaultPort
 	// ClientID is the client_id of the receiving connection, the identity
 	// that owns the subscriptions. Required.
 	ClientID string
@@ -45,7 +46,7 @@ type ClientOptions struct {
 	// TokenFile is read before every connection attempt, so a restarted
 	// broker's new token is picked up; while the file does not exist, no
 	// token is sent (and a broker that requires one refuses, with a
-	// message naming its token file). See TokenFileFor.
+	// message naming its token file). See broker.TokenFileFor.
 	TokenFile string
 	// QueueName is sent in the receiving connection's CONNECT. On str's
 	// broker clients sharing a non-empty queue name share the work.
@@ -79,7 +80,7 @@ type ClientOptions struct {
 	// publish. 0 means DefaultKeepAlive.
 	KeepAlive time.Duration
 	// MaxLineBytes is the longest reply line accepted. 0 means
-	// DefaultMaxLineBytes.
+	// broker.DefaultMaxLineBytes.
 	MaxLineBytes int
 	// Logger receives connection events. nil means slog.Default().
 	Logger *slog.Logger
@@ -143,7 +144,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		problems = append(problems, errors.New("host is empty (set DEV_BROKER_HOST)"))
 	}
 	if opts.Port == 0 {
-		opts.Port = DefaultPort
+		opts.Port = broker.DefaultPort
 	}
 	if opts.Port < 1 || opts.Port > 65535 {
 		problems = append(problems, fmt.Errorf("port %d is outside 1-65535", opts.Port))
@@ -184,7 +185,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		opts.CommandTimeout = DefaultCommandTimeout
 	}
 	if opts.MaxLineBytes <= 0 {
-		opts.MaxLineBytes = DefaultMaxLineBytes
+		opts.MaxLineBytes = broker.DefaultMaxLineBytes
 	}
 	log := opts.Logger
 	if log == nil {
@@ -312,7 +313,7 @@ func (c *Client) establish(ctx context.Context) (err error) {
 	if snapshot == nil {
 		snapshot = []string{}
 	}
-	err = recv.expectOK(CmdConnect, connectRequest{Cmd: CmdConnect, ClientID: c.opts.ClientID,
+	err = recv.expectOK(broker.CmdConnect, connectRequest{Cmd: broker.CmdConnect, ClientID: c.opts.ClientID,
 		QueueName: c.opts.QueueName, Subscriptions: snapshot, Token: token}, c.opts.CommandTimeout)
 	if err != nil {
 		return fmt.Errorf("receiving connection: %w", err)
@@ -326,7 +327,7 @@ func (c *Client) establish(ctx context.Context) (err error) {
 	sess.pub = pub
 	stopPub := context.AfterFunc(ctx, func() { pub.nc.Close() })
 	defer stopPub()
-	err = pub.expectOK(CmdConnect, connectRequest{Cmd: CmdConnect, ClientID: c.opts.PublisherID,
+	err = pub.expectOK(broker.CmdConnect, connectRequest{Cmd: broker.CmdConnect, ClientID: c.opts.PublisherID,
 		Subscriptions: []string{}, Token: token}, c.opts.CommandTimeout)
 	if err != nil {
 		return fmt.Errorf("publishing connection: %w", err)
@@ -357,13 +358,13 @@ func (c *Client) establish(ctx context.Context) (err error) {
 	c.log.Info("connected", "queue_name", c.opts.QueueName, "publisher_id", c.opts.PublisherID,
 		"subscriptions", len(snapshot)+len(add)-len(remove))
 	for _, p := range add {
-		if err := recv.expectOK(CmdSubscribe, subscriptionRequest{Cmd: CmdSubscribe, TopicPattern: p}, c.opts.CommandTimeout); err != nil {
+		if err := recv.expectOK(broker.CmdSubscribe, subscriptionRequest{Cmd: broker.CmdSubscribe, TopicPattern: p}, c.opts.CommandTimeout); err != nil {
 			c.drop(sess, err)
 			return err
 		}
 	}
 	for _, p := range remove {
-		if err := recv.expectOK(CmdUnsubscribe, subscriptionRequest{Cmd: CmdUnsubscribe, TopicPattern: p}, c.opts.CommandTimeout); err != nil {
+		if err := recv.expectOK(broker.CmdUnsubscribe, subscriptionRequest{Cmd: broker.CmdUnsubscribe, TopicPattern: p}, c.opts.CommandTimeout); err != nil {
 			c.drop(sess, err)
 			return err
 		}
@@ -377,7 +378,7 @@ func (c *Client) token() (string, error) {
 	if c.opts.TokenFile == "" {
 		return c.opts.Token, nil
 	}
-	tok, err := ReadTokenFile(c.opts.TokenFile)
+	tok, err := broker.ReadTokenFile(c.opts.TokenFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
@@ -467,19 +468,19 @@ func (c *Client) receiveOnce(sess *session) error {
 	if err := c.keepAlive(sess); err != nil {
 		return err
 	}
-	rep, err := sess.recv.roundTrip(CmdReceive, receiveRequest{Cmd: CmdReceive, TimeoutMS: c.opts.ReceiveTimeout.Milliseconds()},
+	rep, err := sess.recv.roundTrip(broker.CmdReceive, receiveRequest{Cmd: broker.CmdReceive, TimeoutMS: c.opts.ReceiveTimeout.Milliseconds()},
 		c.opts.ReceiveTimeout+c.opts.CommandTimeout)
 	if err != nil {
 		return err
 	}
 	switch rep.Status {
-	case StatusTimeout:
+	case broker.StatusTimeout:
 		return nil
-	case StatusOK:
+	case broker.StatusOK:
 	default:
 		// NOT_CONNECTED means the broker lost our session; anything else is
 		// just as unexpected. A fresh CONNECT repairs both.
-		return rep.err(CmdReceive)
+		return rep.err(broker.CmdReceive)
 	}
 	d, err := c.toDelivery(rep.Message)
 	if err != nil {
@@ -519,12 +520,12 @@ func (c *Client) giveBack(sess *session, m *replyMessage) {
 		props = map[string]json.RawMessage{}
 	}
 	sess.pubMu.Lock()
-	rep, err := sess.pub.roundTrip(CmdPublish, giveBackRequest{Cmd: CmdPublish, Topic: m.Topic, Payload: m.Payload,
+	rep, err := sess.pub.roundTrip(broker.CmdPublish, giveBackRequest{Cmd: broker.CmdPublish, Topic: m.Topic, Payload: m.Payload,
 		UserProperties: props}, c.opts.CommandTimeout)
 	sess.pubUsed = time.Now()
 	sess.pubMu.Unlock()
-	if err == nil && rep.Status != StatusOK {
-		err = rep.err(CmdPublish)
+	if err == nil && rep.Status != broker.StatusOK {
+		err = rep.err(broker.CmdPublish)
 	}
 	if err != nil {
 		c.log.Warn("closing: a message fetched but not handed over could not be given back and is lost",
@@ -548,7 +549,7 @@ func (c *Client) keepAlive(sess *session) error {
 		return nil
 	}
 	sess.pubUsed = time.Now()
-	if err := sess.pub.expectOK(CmdAck, ackRequest{Cmd: CmdAck}, c.opts.CommandTimeout); err != nil {
+	if err := sess.pub.expectOK(broker.CmdAck, ackRequest{Cmd: broker.CmdAck}, c.opts.CommandTimeout); err != nil {
 		return fmt.Errorf("publishing connection keep-alive: %w", err)
 	}
 	return nil
@@ -568,7 +569,7 @@ func (c *Client) applyCtrl(sess *session, op *ctrlOp) error {
 		op.result <- fmt.Errorf("devbroker: %s %s: %w (kept for the next connection)", op.cmd, op.pattern, err)
 		return err
 	}
-	if rep.Status != StatusOK {
+	if rep.Status != broker.StatusOK {
 		op.result <- fmt.Errorf("devbroker: %s %s: %w", op.cmd, op.pattern, rep.err(op.cmd))
 		return nil
 	}
@@ -581,13 +582,13 @@ func (c *Client) applyCtrl(sess *session, op *ctrlOp) error {
 // the next CONNECT and Subscribe returns nil. Either way it is part of every
 // later reconnection.
 func (c *Client) Subscribe(ctx context.Context, pattern string) error {
-	return c.changeSubscription(ctx, CmdSubscribe, pattern)
+	return c.changeSubscription(ctx, broker.CmdSubscribe, pattern)
 }
 
 // Unsubscribe removes pattern from the subscription set, at once while
 // connected, and from every later CONNECT.
 func (c *Client) Unsubscribe(ctx context.Context, pattern string) error {
-	return c.changeSubscription(ctx, CmdUnsubscribe, pattern)
+	return c.changeSubscription(ctx, broker.CmdUnsubscribe, pattern)
 }
 
 func (c *Client) changeSubscription(ctx context.Context, cmd, pattern string) error {
@@ -601,9 +602,9 @@ func (c *Client) changeSubscription(ctx context.Context, cmd, pattern string) er
 	}
 	has := slices.Contains(c.subs, pattern)
 	switch {
-	case cmd == CmdSubscribe && !has:
+	case cmd == broker.CmdSubscribe && !has:
 		c.subs = append(c.subs, pattern)
-	case cmd == CmdUnsubscribe && has:
+	case cmd == broker.CmdUnsubscribe && has:
 		c.subs = slices.DeleteFunc(c.subs, func(p string) bool { return p == pattern })
 	}
 	sess := c.sess
@@ -640,7 +641,7 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 	if m.Topic == "" {
 		return errors.New("devbroker: publish: empty topic")
 	}
-	req := publishRequest{Cmd: CmdPublish, Topic: m.Topic, UserProperties: m.UserProperties}
+	req := publishRequest{Cmd: broker.CmdPublish, Topic: m.Topic, UserProperties: m.UserProperties}
 	if json.Valid(m.Payload) {
 		req.Payload = json.RawMessage(m.Payload)
 	} else {
@@ -672,12 +673,18 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 			return fmt.Errorf("devbroker: publish %s: %w", m.Topic, context.DeadlineExceeded)
 		}
 		sess.pubMu.Lock()
-		rep, err := sess.pub.roundTrip(CmdPublish, req, timeout)
+		rep, err := sess.pub.roundTrip(broker.CmdPublish, req, timeout)
 		sess.pubUsed = time.Now()
 		sess.pubMu.Unlock()
 		if err == nil {
-			if rep.Status != StatusOK {
-				return fmt.Errorf("devbroker: publish %s: %w", m.Topic, rep.err(CmdPublish))
+			if rep.Status != broker.StatusOK {
+				// NOT_CONNECTED: the session is gone, a new one takes
+				// the message; any other error the broker would give
+				// again (too long a line, a malformed request).
+				if rep.ErrorCode == broker.CodeNotConnected {
+					return fmt.Errorf("devbroker: publish %s: %w", m.Topic, rep.err(broker.CmdPublish))
+				}
+				return transport.Refused("devbroker: publish", m.Topic, rep.err(broker.CmdPublish))
 			}
 			return nil
 		}
@@ -686,6 +693,12 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 	}
 	return fmt.Errorf("devbroker: publish %s failed twice: %w", m.Topic, lastErr)
 }
+
+// MaxMessageBytes is the broker's line limit, taken to be the client's
+// own (MaxLineBytes; both default to broker.DefaultMaxLineBytes): a
+// PUBLISH line, with its topic, properties and JSON framing, longer than
+// that is refused.
+func (c *Client) MaxMessageBytes() int { return c.opts.MaxLineBytes }
 
 // PublishToSelf publishes m as Publish does. It comes back to this
 // client because the publishing connection has its own client id
@@ -931,7 +944,7 @@ type lineConn struct {
 // roundTrip writes req as one line and reads one reply line, all within
 // timeout.
 func (lc *lineConn) roundTrip(cmd string, req any, timeout time.Duration) (*reply, error) {
-	data, err := encodeLine(req)
+	data, err := broker.EncodeLine(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", cmd, err)
 	}
@@ -941,7 +954,7 @@ func (lc *lineConn) roundTrip(cmd string, req any, timeout time.Duration) (*repl
 	if _, err := lc.nc.Write(data); err != nil {
 		return nil, fmt.Errorf("send %s: %w", cmd, err)
 	}
-	line, err := readLine(lc.r, lc.max)
+	line, err := broker.ReadLine(lc.r, lc.max)
 	if err != nil {
 		return nil, fmt.Errorf("read %s reply: %w", cmd, err)
 	}
@@ -957,32 +970,8 @@ func (lc *lineConn) expectOK(cmd string, req any, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if rep.Status != StatusOK {
+	if rep.Status != broker.StatusOK {
 		return rep.err(cmd)
 	}
 	return nil
-}
-
-// readLine reads one '\n'-terminated line of at most max bytes before
-// its "\r\n" or "\n" (the server's rule for requests, readLines).
-func readLine(r *bufio.Reader, max int) ([]byte, error) {
-	var buf []byte
-	for {
-		frag, err := r.ReadSlice('\n')
-		if len(buf)+len(frag) > max+2 {
-			return nil, fmt.Errorf("reply line longer than %d bytes", max)
-		}
-		buf = append(buf, frag...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		// The +2 above leaves room for "\r\n", not for a longer line.
-		if len(bytes.TrimRight(buf, "\r\n")) > max {
-			return nil, fmt.Errorf("reply line longer than %d bytes", max)
-		}
-		return buf, nil
-	}
 }

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/transport"
 )
 
@@ -48,7 +50,7 @@ func newClient(t *testing.T, port int, opts ClientOptions) *Client {
 	return c
 }
 
-func connectClient(t *testing.T, s *Server, opts ClientOptions, subs ...string) *Client {
+func connectClient(t *testing.T, s *broker.Server, opts ClientOptions, subs ...string) *Client {
 	t.Helper()
 	c := newClient(t, portOf(t, s.Addr()), opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -80,7 +82,7 @@ func publish(t *testing.T, c *Client, topic, payload string, props map[string]st
 }
 
 func TestClientRoundTrip(t *testing.T) {
-	s := startServer(t, Options{})
+	s := startServer(t, broker.Options{})
 	worker := connectClient(t, s, ClientOptions{ClientID: "worker", QueueName: "q/worker"}, "ns/invoke/echo")
 	agent := connectClient(t, s, ClientOptions{ClientID: "agent"}, "ns/response/agent/>")
 	if worker.State() != transport.Connected {
@@ -111,7 +113,7 @@ func TestClientRoundTrip(t *testing.T) {
 // TestClientWireForms checks what the client puts on the wire and how it
 // reads what Python clients send: string payloads, numeric properties.
 func TestClientWireForms(t *testing.T) {
-	s := startServer(t, Options{})
+	s := startServer(t, broker.Options{})
 	c := connectClient(t, s, ClientOptions{ClientID: "go"}, "in/>")
 	py := connectRaw(t, s, "python", "", "out/>")
 
@@ -160,7 +162,7 @@ func TestClientWireForms(t *testing.T) {
 // PublisherID == ClientID str's broker refuses the publishing connection
 // (one connection per client id).
 func TestClientPublisherIdentity(t *testing.T) {
-	s := startServer(t, Options{})
+	s := startServer(t, broker.Options{})
 	other := connectRaw(t, s, "other", "")
 
 	distinct := connectClient(t, s, ClientOptions{ClientID: "d"}, "echo/d")
@@ -177,13 +179,13 @@ func TestClientPublisherIdentity(t *testing.T) {
 	shared := newClient(t, portOf(t, s.Addr()), ClientOptions{ClientID: "s", PublisherID: "s", Retries: 1})
 	err := shared.Connect(context.Background(), []string{"echo/s"})
 	var be *BrokerError
-	if !errors.As(err, &be) || be.Code != CodeNotConnected || !strings.Contains(be.Message, "already connected") {
+	if !errors.As(err, &be) || be.Code != broker.CodeNotConnected || !strings.Contains(be.Message, "already connected") {
 		t.Fatalf("PublisherID == ClientID: Connect = %v, want the publishing CONNECT refused", err)
 	}
 }
 
 func TestClientSubscribeUnsubscribe(t *testing.T) {
-	s := startServer(t, Options{})
+	s := startServer(t, broker.Options{})
 	c := connectClient(t, s, ClientOptions{ClientID: "c"}, "m")
 	p := connectRaw(t, s, "p", "")
 	ctx := context.Background()
@@ -209,7 +211,7 @@ func TestClientSubscribeUnsubscribe(t *testing.T) {
 }
 
 func TestClientQueueGroup(t *testing.T) {
-	s := startServer(t, Options{})
+	s := startServer(t, broker.Options{})
 	pub := connectClient(t, s, ClientOptions{ClientID: "agent"})
 	var members []*Client
 	for i := range 3 {
@@ -265,7 +267,7 @@ func TestClientQueueGroup(t *testing.T) {
 // the client comes back by itself with the right subscription set and that
 // a Publish made during the outage completes.
 func TestClientReconnect(t *testing.T) {
-	s1 := startServer(t, Options{})
+	s1 := startServer(t, broker.Options{})
 	port := portOf(t, s1.Addr())
 	c := connectClient(t, s1, ClientOptions{ClientID: "w", QueueName: "q/w"}, "a")
 	ctx := context.Background()
@@ -293,7 +295,7 @@ func TestClientReconnect(t *testing.T) {
 		published <- c.Publish(pctx, transport.Message{Topic: "during/outage", Payload: []byte(`{}`)})
 	}()
 
-	s2 := NewServer(Options{Logger: testLogger(t), Anonymous: true})
+	s2 := broker.NewServer(broker.Options{Logger: testLogger(t), Anonymous: true})
 	if err := s2.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +372,7 @@ func TestClientConnectWaitsForBroker(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- c.Connect(context.Background(), []string{"t"}) }()
 	time.Sleep(50 * time.Millisecond)
-	s := NewServer(Options{Logger: testLogger(t), Anonymous: true})
+	s := broker.NewServer(broker.Options{Logger: testLogger(t), Anonymous: true})
 	if err := s.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +392,7 @@ func TestClientConnectWaitsForBroker(t *testing.T) {
 }
 
 func TestClientClose(t *testing.T) {
-	s := startServer(t, Options{})
+	s := startServer(t, broker.Options{})
 	c := connectClient(t, s, ClientOptions{ClientID: "w"}, "t")
 	errc := make(chan error, 1)
 	go func() { _, err := c.Receive(context.Background()); errc <- err }()
@@ -418,7 +420,7 @@ func TestClientClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The broker forgets both connections' clients.
-	waitFor(t, "broker forgets w and w-pub", func() bool { return !s.hasClient("w") && !s.hasClient("w-pub") })
+	waitFor(t, "broker forgets w and w-pub", func() bool { return !s.Connected("w") && !s.Connected("w-pub") })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
@@ -519,7 +521,7 @@ func TestClientConnectLinesAndCatchUp(t *testing.T) {
 	expectLine(pub, `{"cmd":"PUBLISH","topic":"r/1","payload":{"ok":true},"user_properties":{"k":"v"}}`)
 	pub.send(`{"status": "ERROR", "error_code": "INTERNAL_ERROR", "error_message": "boom"}`)
 	var be *BrokerError
-	if err := <-errc; !errors.As(err, &be) || be.Code != CodeInternalError || be.Message != "boom" {
+	if err := <-errc; !errors.As(err, &be) || be.Code != broker.CodeInternalError || be.Message != "boom" {
 		t.Fatalf("publish refused by the broker: %v", err)
 	}
 }
@@ -530,7 +532,7 @@ func TestClientConnectLinesAndCatchUp(t *testing.T) {
 // the broker may still be finishing the old connections, as the worker's
 // probe does) its own publish comes back again.
 func TestClientPublishToSelfAndReestablish(t *testing.T) {
-	s := startServer(t, Options{ReferenceSessions: true})
+	s := startServer(t, broker.Options{ReferenceSessions: true})
 	probe := func(c *Client, n int) string {
 		topic := fmt.Sprintf("probe/w/%d", n)
 		publish(t, c, topic, `"p"`, nil)
@@ -557,13 +559,13 @@ func TestClientPublishToSelfAndReestablish(t *testing.T) {
 	// A second client under the same ids takes the session over, then
 	// leaves: the broker forgets "w" and "w-pub" for good.
 	intruder := connectClient(t, s, ClientOptions{ClientID: "w"}, "probe/w/*")
-	conns := s.connCount()
+	conns := s.Stats().Conns
 	intruder.Close()
-	waitFor(t, "the broker to see the intruder's connections end", func() bool { return s.connCount() <= conns-2 })
+	waitFor(t, "the broker to see the intruder's connections end", func() bool { return s.Stats().Conns <= conns-2 })
 	if w.State() != transport.Connected {
 		t.Fatalf("state %v: the failure is that it still looks connected", w.State())
 	}
-	if s.hasClient("w") {
+	if s.Connected("w") {
 		t.Fatal(`"w" still registered: the reproduction did not happen`)
 	}
 	w.Reestablish(errors.New("test: probe lost"))
@@ -574,7 +576,7 @@ func TestClientPublishToSelfAndReestablish(t *testing.T) {
 		}
 		w.Reestablish(errors.New("test: probe lost again"))
 	}
-	if !s.hasClient("w") {
+	if !s.Connected("w") {
 		t.Fatal(`"w" not registered after Reestablish`)
 	}
 
@@ -588,17 +590,12 @@ func TestClientPublishToSelfAndReestablish(t *testing.T) {
 // to Receive is not lost at Close: it goes back to the broker, and the
 // queue group's other member gets it, with its user properties.
 func TestClientCloseGivesBack(t *testing.T) {
-	s := startServer(t, Options{})
+	s := startServer(t, broker.Options{})
 	pub := connectClient(t, s, ClientOptions{ClientID: "agent"})
 	leaving := connectClient(t, s, ClientOptions{ClientID: "w-leaving", QueueName: "pool"}, "jobs/>")
 	publish(t, pub, "jobs/run", `{"n":1}`, map[string]string{"replyTo": "r/1"})
 	// The leaving member's receive loop fetches it (nobody calls Receive).
-	waitFor(t, "the message fetched by w-leaving", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		g := s.groups["pool"]
-		return g != nil && len(g.pending) == 0
-	})
+	waitFor(t, "the message fetched by w-leaving", func() bool { return s.GroupQueued("pool") == 0 })
 	staying := connectClient(t, s, ClientOptions{ClientID: "w-staying", QueueName: "pool"}, "jobs/>")
 	if err := leaving.Close(); err != nil {
 		t.Fatal(err)
@@ -607,4 +604,98 @@ func TestClientCloseGivesBack(t *testing.T) {
 	if d.Topic != "jobs/run" || string(d.Payload) != `{"n":1}` || d.UserProperties["replyTo"] != "r/1" {
 		t.Fatalf("given back: %s %s %v", d.Topic, d.Payload, d.UserProperties)
 	}
+}
+
+// TestClientKeepAliveOutlivesIdleTimeout: the client's publishing
+// connection, which carries nothing while there is nothing to publish, is
+// kept alive across several of the server's idle timeouts, and the
+// session is never re-established.
+func TestClientKeepAliveOutlivesIdleTimeout(t *testing.T) {
+	const idle = 2 * time.Second
+	s := startServer(t, broker.Options{IdleTimeout: idle})
+	c := connectClient(t, s, ClientOptions{ClientID: "w", KeepAlive: 20 * time.Millisecond, ReceiveTimeout: 20 * time.Millisecond}, "t")
+	c.mu.Lock()
+	sess := c.sess
+	c.mu.Unlock()
+	start := time.Now()
+	for time.Since(start) < 3*idle {
+		if n := s.Stats().IdleTimeout; n != 0 {
+			t.Fatalf("idle timeout closed %d connection(s) of a keep-alive client", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.mu.Lock()
+	same := c.sess == sess
+	c.mu.Unlock()
+	if !same || s.Stats().IdleTimeout != 0 {
+		t.Fatal("the client's session was re-established: a connection was closed as idle")
+	}
+}
+
+// TestClientTokenFile: the client reads TokenFile before every connection
+// attempt, so it gets in once the file appears and follows a restarted
+// broker's new token; without it, Connect reports the refusal.
+func TestClientTokenFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "str", "broker.token")
+	tok := broker.NewToken()
+	s1 := startServer(t, broker.Options{Token: tok})
+	port := portOf(t, s1.Addr())
+
+	// No file yet: refused, with the broker's message.
+	c0 := newClient(t, port, ClientOptions{ClientID: "early", TokenFile: path, Retries: 1})
+	if err := c0.Connect(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "missing or wrong token") {
+		t.Fatalf("Connect without the file: %v", err)
+	}
+
+	if err := broker.WriteTokenFile(path, tok); err != nil {
+		t.Fatal(err)
+	}
+	c := connectClient(t, s1, ClientOptions{ClientID: "w", TokenFile: path}, "a")
+
+	// Restart with a new token in the file: the client follows.
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "client notices the drop", func() bool { return c.State() == transport.Disconnected })
+	tok2 := broker.NewToken()
+	if err := broker.WriteTokenFile(path, tok2); err != nil {
+		t.Fatal(err)
+	}
+	s2 := broker.NewServer(broker.Options{Token: tok2, Logger: testLogger(t)})
+	if err := s2.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	waitFor(t, "client reconnects with the new token", func() bool { return c.State() == transport.Connected })
+	p := connectClient(t, s2, ClientOptions{ClientID: "p", Token: tok2})
+	publish(t, p, "a", "after restart", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if d, err := c.Receive(ctx); err != nil || string(d.Payload) != "after restart" {
+		t.Fatalf("after restart: %v %v", d, err)
+	}
+
+	if _, err := NewClient(ClientOptions{Host: "h", ClientID: "x", Token: "a", TokenFile: "b"}); err == nil {
+		t.Fatal("NewClient accepted both Token and TokenFile")
+	}
+}
+
+// TestClientPublishRefusal: the broker's ERROR to a PUBLISH (here: a line
+// over its limit) is a refusal (transport.ErrRefused, the BrokerError
+// kept), and MaxMessageBytes is the line limit.
+func TestClientPublishRefusal(t *testing.T) {
+	const limit = 64 << 10
+	s := startServer(t, broker.Options{MaxLineBytes: limit})
+	c := connectClient(t, s, ClientOptions{ClientID: "w", MaxLineBytes: limit})
+	if got := c.MaxMessageBytes(); got != limit {
+		t.Fatalf("MaxMessageBytes = %d, want %d", got, limit)
+	}
+	publish(t, c, "t", strings.Repeat("a", limit/2), nil)
+	err := c.Publish(context.Background(), transport.Message{Topic: "t", Payload: []byte(strings.Repeat("a", limit))})
+	var be *BrokerError
+	if !errors.Is(err, transport.ErrRefused) || !errors.As(err, &be) {
+		t.Fatalf("a PUBLISH over the line limit: %v, want a refusal carrying the BrokerError", err)
+	}
+	// The session is intact: the next publish goes through.
+	publish(t, c, "t", "after", nil)
 }

@@ -15,9 +15,15 @@
 // that drops a session by client id: the client still looks connected but
 // nothing is routed to it until its Reestablish.
 //
+// A message larger than the bus's limit (DefaultMaxMessageBytes, the dev
+// broker's; SetMaxMessageBytes) is refused, as is one to a topic given to
+// Bus.Refuse: the refusal matches transport.ErrRefused. Bus.Stall holds the
+// publishes to one destination until released: a broker slow to take
+// them.
+//
 // What it protects against: nothing; it runs inside the test process and
 // trusts every caller. What it does not do: persistence, acknowledgement
 // (Ack and Nack are no-ops), back-pressure (queues are unbounded), or any
-// failure injection beyond Forget; State is Connected from Connect until
-// Close.
+// failure injection beyond Forget, Refuse and Stall; State is Connected
+// from Connect until Close.
 package memory

@@ -13,16 +13,85 @@ import (
 // ErrNotConnected is returned by Publish before Connect.
 var ErrNotConnected = errors.New("memory: not connected")
 
+// DefaultMaxMessageBytes is a bus's message limit, the dev broker's line
+// limit, so that tests over the bus meet the limit the worker meets in
+// development.
+const DefaultMaxMessageBytes = 16 << 20
+
 // Bus is an in-process broker. The zero value is not usable; call NewBus.
 type Bus struct {
-	mu      sync.Mutex
-	clients []*client      // creation order; closed clients are removed
-	turns   map[string]int // queue group -> messages handed to the group so far
+	mu       sync.Mutex
+	clients  []*client      // creation order; closed clients are removed
+	turns    map[string]int // queue group -> messages handed to the group so far
+	maxBytes int            // see SetMaxMessageBytes
+	stalls   []*stall       // see Stall
+	refused  []string       // see Refuse: topic patterns
 }
 
 // NewBus returns an empty bus.
 func NewBus() *Bus {
-	return &Bus{turns: make(map[string]int)}
+	return &Bus{turns: make(map[string]int), maxBytes: DefaultMaxMessageBytes}
+}
+
+// SetMaxMessageBytes sets the largest message the bus takes (its size:
+// payload, topic, and user property names and values); a larger one is
+// refused (transport.ErrRefused).
+func (b *Bus) SetMaxMessageBytes(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.maxBytes = n
+}
+
+// messageSize is what a message counts against the bus's limit.
+func messageSize(m transport.Message) int {
+	n := len(m.Topic) + len(m.Payload)
+	for k, v := range m.UserProperties {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// stall is one Stall: publishes to topics matching pattern wait for
+// release.
+type stall struct {
+	pattern string
+	entered chan string
+	release chan struct{}
+}
+
+// Stall makes every publish to a topic matching pattern wait, before it
+// is routed, until release is called (or the publisher's context ends):
+// a broker that does not take one destination's messages. entered
+// receives each such publish's topic as it starts to wait (it is buffered
+// for 64; later ones are not announced). Publishes to other topics go
+// through. A test hook for the worker's outbound path.
+func (b *Bus) Stall(pattern string) (entered <-chan string, release func()) {
+	st := &stall{pattern: pattern, entered: make(chan string, 64), release: make(chan struct{})}
+	b.mu.Lock()
+	b.stalls = append(b.stalls, st)
+	b.mu.Unlock()
+	var once sync.Once
+	return st.entered, func() {
+		once.Do(func() {
+			b.mu.Lock()
+			for i, x := range b.stalls {
+				if x == st {
+					b.stalls = append(b.stalls[:i], b.stalls[i+1:]...)
+					break
+				}
+			}
+			b.mu.Unlock()
+			close(st.release)
+		})
+	}
+}
+
+// Refuse makes the bus refuse (transport.ErrRefused) every publish to a
+// topic matching pattern, as a broker whose access list forbids it.
+func (b *Bus) Refuse(pattern string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refused = append(b.refused, pattern)
 }
 
 // Client returns a new transport attached to the bus. Clients sharing a
@@ -134,6 +203,13 @@ func (c *client) Publish(ctx context.Context, m transport.Message) error {
 	return c.route(ctx, m, false)
 }
 
+// MaxMessageBytes is the bus's limit (SetMaxMessageBytes).
+func (c *client) MaxMessageBytes() int {
+	c.bus.mu.Lock()
+	defer c.bus.mu.Unlock()
+	return c.bus.maxBytes
+}
+
 // PublishToSelf routes m as Publish does, the publishing client included
 // (as if it came from another client of the bus): it comes back to c
 // when c's subscriptions match, unless the bus has forgotten them.
@@ -154,6 +230,27 @@ func (c *client) route(ctx context.Context, m transport.Message, self bool) erro
 		return fmt.Errorf("memory: publish %s: %w", m.Topic, err)
 	}
 	b := c.bus
+	// A stalled destination: wait outside the bus's lock, so that the
+	// rest of the bus goes on.
+	b.mu.Lock()
+	var waits []*stall
+	for _, st := range b.stalls {
+		if transport.MatchDev(st.pattern, m.Topic) {
+			waits = append(waits, st)
+		}
+	}
+	b.mu.Unlock()
+	for _, st := range waits {
+		select {
+		case st.entered <- m.Topic:
+		default:
+		}
+		select {
+		case <-st.release:
+		case <-ctx.Done():
+			return fmt.Errorf("memory: publish %s: stalled: %w", m.Topic, ctx.Err())
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if c.closed {
@@ -161,6 +258,14 @@ func (c *client) route(ctx context.Context, m transport.Message, self bool) erro
 	}
 	if !c.connected {
 		return fmt.Errorf("memory: publish %s from %s: %w", m.Topic, c.id, ErrNotConnected)
+	}
+	for _, p := range b.refused {
+		if transport.MatchDev(p, m.Topic) {
+			return transport.Refused("memory: publish", m.Topic, fmt.Errorf("the topic matches the refused pattern %q", p))
+		}
+	}
+	if n := messageSize(m); n > b.maxBytes {
+		return transport.Refused("memory: publish", m.Topic, fmt.Errorf("message of %d bytes, the bus takes at most %d", n, b.maxBytes))
 	}
 	groups := make(map[string][]*client)
 	var groupOrder []string

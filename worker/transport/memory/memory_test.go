@@ -235,3 +235,78 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestLimitAndRefuse: a message over the bus's limit, and one to a topic
+// given to Refuse, are refused (transport.ErrRefused) and delivered to
+// nobody; a message at the limit goes through.
+func TestLimitAndRefuse(t *testing.T) {
+	bus := NewBus()
+	a, b := bus.Client("a", ""), bus.Client("b", "")
+	connect(t, a)
+	connect(t, b, ">")
+	if got := a.MaxMessageBytes(); got != DefaultMaxMessageBytes {
+		t.Fatalf("MaxMessageBytes = %d, want %d", got, DefaultMaxMessageBytes)
+	}
+	bus.SetMaxMessageBytes(16)
+	ctx := context.Background()
+	at := transport.Message{Topic: "t", Payload: []byte("0123456789"), UserProperties: map[string]string{"ab": "cde"}} // 1+10+2+3
+	if err := a.Publish(ctx, at); err != nil {
+		t.Fatalf("a message at the limit: %v", err)
+	}
+	recv(t, b)
+	at.Payload = append(at.Payload, 'x')
+	if err := a.Publish(ctx, at); !errors.Is(err, transport.ErrRefused) {
+		t.Fatalf("a message over the limit: %v, want ErrRefused", err)
+	}
+	bus.SetMaxMessageBytes(DefaultMaxMessageBytes)
+	bus.Refuse("deny/>")
+	if err := a.Publish(ctx, transport.Message{Topic: "deny/x"}); !errors.Is(err, transport.ErrRefused) {
+		t.Fatalf("a refused topic: %v, want ErrRefused", err)
+	}
+	none(t, b, "b")
+	if err := a.Publish(ctx, transport.Message{Topic: "allow/x"}); err != nil {
+		t.Fatalf("another topic: %v", err)
+	}
+	recv(t, b)
+}
+
+// TestStall: a publish to a stalled destination waits (announced on
+// entered) while a publish to another goes through, and is delivered once
+// released; a stalled publish whose context ends returns its error.
+func TestStall(t *testing.T) {
+	bus := NewBus()
+	a, b := bus.Client("a", ""), bus.Client("b", "")
+	connect(t, a)
+	connect(t, b, ">")
+	entered, release := bus.Stall("slow/>")
+	done := make(chan error, 1)
+	go func() { done <- a.Publish(context.Background(), transport.Message{Topic: "slow/1"}) }()
+	if topic := <-entered; topic != "slow/1" {
+		t.Fatalf("entered %q", topic)
+	}
+	if err := a.Publish(context.Background(), transport.Message{Topic: "fast/1"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := recv(t, b); d.Topic != "fast/1" {
+		t.Fatalf("first delivery %q, want fast/1 (slow/1 is stalled)", d.Topic)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the stalled publish returned before release: %v", err)
+	default:
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := recv(t, b); d.Topic != "slow/1" {
+		t.Fatalf("after release: %q", d.Topic)
+	}
+	_, release2 := bus.Stall("slow/>")
+	defer release2()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Publish(ctx, transport.Message{Topic: "slow/2"}); err == nil {
+		t.Fatal("a stalled publish with an ended context succeeded")
+	}
+}

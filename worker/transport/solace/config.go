@@ -27,7 +27,16 @@ const (
 	DefaultReconnectInterval  = 3000 * time.Millisecond
 	DefaultMode               = ModeGuaranteed
 	DefaultBackPressureBuffer = 64
+	// DefaultMaxMessageBytes is a Solace queue's default max-msg-size
+	// (10,000,000 bytes): an agent's reply queue takes no larger message
+	// unless its administrator raised the limit.
+	DefaultMaxMessageBytes = 10_000_000
 )
+
+// minMaxMessageBytes is the least SOLACE_MAX_MESSAGE_BYTES: a worker
+// keeps 64 KiB of a message for the reply's envelope, and a limit below
+// 1 MiB leaves tools next to nothing.
+const minMaxMessageBytes = 1 << 20
 
 // Config is everything the Solace transport needs. Build it with
 // ConfigFromEnv or by hand; New validates it either way.
@@ -83,11 +92,18 @@ type Config struct {
 	// guaranteed mode never drops: the broker stops sending when the
 	// flow's window is full and the message stays on the queue.
 	BackPressureBuffer int
+	// MaxMessageBytes is the largest message the worker publishes
+	// (SOLACE_MAX_MESSAGE_BYTES, default 10,000,000, a queue's default
+	// max-msg-size): payload, topic and user properties. A larger one is
+	// refused before it is sent, and the worker sizes its replies to it.
+	// 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int
 }
 
 // ConfigFromEnv reads the SOLACE_* variables of spec §12 (and the ones str
 // adds: SOLACE_DELIVERY_MODE, SOLACE_QUEUE_NAME, SOLACE_POOL_NAME,
-// SOLACE_CLIENT_NAME, SOLACE_RECEIVE_BUFFER) through getenv. namespace and
+// SOLACE_CLIENT_NAME, SOLACE_RECEIVE_BUFFER, SOLACE_MAX_MESSAGE_BYTES)
+// through getenv. namespace and
 // workerID name the default queue. Every problem is reported, joined.
 func ConfigFromEnv(getenv func(string) string, namespace, workerID string) (Config, error) {
 	var problems []error
@@ -106,6 +122,7 @@ func ConfigFromEnv(getenv func(string) string, namespace, workerID string) (Conf
 		PoolName:           getenv("SOLACE_POOL_NAME"),
 		ClientName:         getenv("SOLACE_CLIENT_NAME"),
 		BackPressureBuffer: DefaultBackPressureBuffer,
+		MaxMessageBytes:    DefaultMaxMessageBytes,
 	}
 	if cfg.VPN == "" {
 		cfg.VPN = DefaultVPN
@@ -135,6 +152,14 @@ func ConfigFromEnv(getenv func(string) string, namespace, workerID string) (Conf
 			problems = append(problems, fmt.Errorf("SOLACE_RECEIVE_BUFFER=%q: not an integer", v))
 		} else {
 			cfg.BackPressureBuffer = n
+		}
+	}
+	if v := getenv("SOLACE_MAX_MESSAGE_BYTES"); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			problems = append(problems, fmt.Errorf("SOLACE_MAX_MESSAGE_BYTES=%q: not an integer", v))
+		} else {
+			cfg.MaxMessageBytes = n
 		}
 	}
 	ns := strings.Trim(namespace, "/")
@@ -206,6 +231,9 @@ func (c Config) Validate() error {
 	}
 	if c.BackPressureBuffer < 1 {
 		add("SOLACE_RECEIVE_BUFFER=%d: must be at least 1", c.BackPressureBuffer)
+	}
+	if c.MaxMessageBytes != 0 && c.MaxMessageBytes < minMaxMessageBytes {
+		add("SOLACE_MAX_MESSAGE_BYTES=%d: must be at least %d (a reply needs room for its envelope)", c.MaxMessageBytes, minMaxMessageBytes)
 	}
 	if (c.ClientCertPath == "") != (c.ClientKeyPath == "") {
 		add("SOLACE_CLIENT_CERT_PATH and SOLACE_CLIENT_KEY_PATH must be set together (got cert %q, key %q)", c.ClientCertPath, c.ClientKeyPath)

@@ -18,6 +18,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := solace.Config{
 		Host: "broker:55555", VPN: "default", ReconnectRetries: 10, ReconnectInterval: 3 * time.Second,
 		Mode: "guaranteed", QueueName: "acme/q/sandbox/sandbox-worker-001", BackPressureBuffer: 64,
+		MaxMessageBytes: solace.DefaultMaxMessageBytes,
 	}
 	if cfg != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", cfg, want)
@@ -30,6 +31,7 @@ func TestConfigAllVariables(t *testing.T) {
 		"SOLACE_TRUST_STORE_PATH": "/etc/ssl/certs", "SOLACE_CLIENT_CERT_PATH": "/c.pem", "SOLACE_CLIENT_KEY_PATH": "/k.pem",
 		"SOLACE_RECONNECT_RETRIES": "-1", "SOLACE_RECONNECT_DELAY_MS": "250", "SOLACE_DELIVERY_MODE": "Guaranteed",
 		"SOLACE_POOL_NAME": "gpu", "SOLACE_CLIENT_NAME": "str-w1", "SOLACE_RECEIVE_BUFFER": "8",
+		"SOLACE_MAX_MESSAGE_BYTES": "30000000",
 	}
 	cfg, err := solace.ConfigFromEnv(envOf(env), "acme", "w1")
 	if err != nil {
@@ -39,6 +41,7 @@ func TestConfigAllVariables(t *testing.T) {
 		Host: "tcps://broker.example:55443", VPN: "prod", Username: "w", TrustStorePath: "/etc/ssl/certs",
 		ClientCertPath: "/c.pem", ClientKeyPath: "/k.pem", ReconnectRetries: -1, ReconnectInterval: 250 * time.Millisecond,
 		Mode: "guaranteed", QueueName: "acme/q/sandbox/pool/gpu", PoolName: "gpu", ClientName: "str-w1", BackPressureBuffer: 8,
+		MaxMessageBytes: 30_000_000,
 	}
 	if cfg != want {
 		t.Errorf("\n got %+v\nwant %+v", cfg, want)
@@ -63,6 +66,7 @@ func TestConfigCollectsAllProblems(t *testing.T) {
 	env := map[string]string{
 		"SOLACE_RECONNECT_RETRIES": "many", "SOLACE_RECONNECT_DELAY_MS": "0", "SOLACE_DELIVERY_MODE": "fast",
 		"SOLACE_QUEUE_NAME": "q", "SOLACE_POOL_NAME": "a/b", "SOLACE_CLIENT_CERT_PATH": "/c.pem", "SOLACE_RECEIVE_BUFFER": "0",
+		"SOLACE_MAX_MESSAGE_BYTES": "4096",
 	}
 	_, err := solace.ConfigFromEnv(envOf(env), "", "w")
 	if err == nil {
@@ -71,7 +75,7 @@ func TestConfigCollectsAllProblems(t *testing.T) {
 	for _, want := range []string{
 		"SOLACE_RECONNECT_RETRIES=\"many\"", "SOLACE_RECONNECT_DELAY_MS=0", "SOLACE_DELIVERY_MODE=\"fast\"",
 		"SAM_NAMESPACE is empty", "both set", "SOLACE_POOL_NAME=\"a/b\"", "SOLACE_HOST is empty",
-		"must be set together", "needs TLS", "SOLACE_RECEIVE_BUFFER=0",
+		"must be set together", "needs TLS", "SOLACE_RECEIVE_BUFFER=0", "SOLACE_MAX_MESSAGE_BYTES=4096",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
@@ -89,6 +93,7 @@ func TestConfigRejects(t *testing.T) {
 		"negative buffer":        {"SOLACE_HOST": "h", "SOLACE_RECEIVE_BUFFER": "-1"},
 		"non-numeric delay":      {"SOLACE_HOST": "h", "SOLACE_RECONNECT_DELAY_MS": "3s"},
 		"key without a cert set": {"SOLACE_HOST": "tcps://h:1", "SOLACE_CLIENT_KEY_PATH": "k"},
+		"non-numeric max size":   {"SOLACE_HOST": "h", "SOLACE_MAX_MESSAGE_BYTES": "10MB"},
 	} {
 		worker := "w"
 		if name == "guaranteed, no queue" {

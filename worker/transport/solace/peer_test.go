@@ -710,3 +710,32 @@ func TestPublishToSelfRefusedForAPool(t *testing.T) {
 		t.Fatalf("PublishToSelf in a pool: %v, want ErrNoSelfDelivery naming the queue", err)
 	}
 }
+
+// TestPublishRefusals: through the real library, what can never be sent
+// is a refusal (transport.ErrRefused): a message over MaxMessageBytes
+// (checked before sending), a user property in the library's reserved
+// namespace, a topic longer than Solace takes (the library's own
+// refusal); the session goes on serving.
+func TestPublishRefusals(t *testing.T) {
+	p, tr, _ := connectPair(t)
+	if err := p.rx.AddSubscription(resource.TopicSubscriptionOf("ns/>")); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for name, m := range map[string]transport.Message{
+		"over MaxMessageBytes": {Topic: "ns/big", Payload: make([]byte, tr.MaxMessageBytes())},
+		"reserved property":    {Topic: "ns/prop", UserProperties: map[string]string{"solace.messaging.message.priority": "1"}},
+		"topic too long":       {Topic: "ns/" + strings.Repeat("t", 300)},
+	} {
+		if err := tr.Publish(ctx, m); !errors.Is(err, transport.ErrRefused) {
+			t.Errorf("%s: %v, want a refusal (transport.ErrRefused)", name, err)
+		}
+	}
+	if err := tr.Publish(ctx, transport.Message{Topic: "ns/ok", Payload: []byte(`{}`)}); err != nil {
+		t.Fatalf("after the refusals: %v", err)
+	}
+	m, err := p.rx.ReceiveMessage(bound)
+	if err != nil || m.GetDestinationName() != "ns/ok" {
+		t.Fatalf("the peer got %v (%v), want ns/ok", m, err)
+	}
+}

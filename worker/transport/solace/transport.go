@@ -627,8 +627,11 @@ func (t *Transport) apply(s *session, pattern string, subscribe bool) error {
 
 // Publish sends m as a byte-array payload with its user properties. In
 // guaranteed mode it returns once the broker has acknowledged the message,
-// so a request acknowledged after its reply cannot lose that reply.
+// so a request acknowledged after its reply cannot lose that reply. The
+// broker's refusals, and a message larger than MaxMessageBytes, are
+// permanent transport errors (errors.go); the rest are worth a retry.
 func (t *Transport) Publish(ctx context.Context, m transport.Message) error {
+	const op = "solace: publish"
 	if t.closed() {
 		return transport.ErrClosed
 	}
@@ -636,18 +639,21 @@ func (t *Transport) Publish(ctx context.Context, m transport.Message) error {
 	s := t.sess
 	t.mu.Unlock()
 	if s == nil {
-		return fmt.Errorf("solace: publish to %q: not connected", m.Topic)
+		return &transport.Error{Op: op, Topic: m.Topic, Err: errors.New("not connected")}
+	}
+	if n, max := messageSize(m), t.MaxMessageBytes(); n > max {
+		return transport.Refused(op, m.Topic, fmt.Errorf("message of %d bytes, the limit is %d (SOLACE_MAX_MESSAGE_BYTES)", n, max))
 	}
 	b := s.svc.MessageBuilder()
 	for k, v := range m.UserProperties {
 		if strings.HasPrefix(k, reservedPrefix) {
-			return fmt.Errorf("solace: publish to %q: user property %q uses the library's reserved prefix %q", m.Topic, k, reservedPrefix)
+			return transport.Refused(op, m.Topic, fmt.Errorf("user property %q uses the library's reserved prefix %q", k, reservedPrefix))
 		}
 		b = b.WithProperty(config.MessageProperty(k), v)
 	}
 	out, err := b.BuildWithByteArrayPayload(m.Payload)
 	if err != nil {
-		return fmt.Errorf("solace: publish to %q: build message: %w", m.Topic, err)
+		return classify(op, m.Topic, fmt.Errorf("build message: %w", err))
 	}
 	defer out.Dispose()
 	if s.ppub != nil {
@@ -655,7 +661,7 @@ func (t *Transport) Publish(ctx context.Context, m transport.Message) error {
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = time.Until(dl)
 			if timeout <= 0 {
-				return fmt.Errorf("solace: publish to %q: %w", m.Topic, context.DeadlineExceeded)
+				return &transport.Error{Op: op, Topic: m.Topic, Err: context.DeadlineExceeded}
 			}
 		}
 		err = s.ppub.PublishAwaitAcknowledgement(out, resource.TopicOf(m.Topic), timeout, nil)
@@ -663,9 +669,27 @@ func (t *Transport) Publish(ctx context.Context, m transport.Message) error {
 		err = s.dpub.Publish(out, resource.TopicOf(m.Topic))
 	}
 	if err != nil {
-		return fmt.Errorf("solace: publish to %q: %w", m.Topic, err)
+		return classify(op, m.Topic, err)
 	}
 	return nil
+}
+
+// MaxMessageBytes is Config.MaxMessageBytes (SOLACE_MAX_MESSAGE_BYTES).
+func (t *Transport) MaxMessageBytes() int {
+	if t.cfg.MaxMessageBytes == 0 {
+		return DefaultMaxMessageBytes
+	}
+	return t.cfg.MaxMessageBytes
+}
+
+// messageSize is what a message counts against MaxMessageBytes: payload,
+// topic, and user property names and values.
+func messageSize(m transport.Message) int {
+	n := len(m.Topic) + len(m.Payload)
+	for k, v := range m.UserProperties {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // PublishToSelf publishes m as Publish does. On a Solace broker it comes

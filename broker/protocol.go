@@ -1,10 +1,13 @@
-package devbroker
+package broker
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 )
 
 // Commands, statuses and error codes of the dev broker protocol (spec §10).
@@ -61,9 +64,9 @@ func (m *wireMessage) size() int {
 	return len(m.MessageID) + len(m.Topic) + len(m.Payload) + len(m.UserProperties) + 128
 }
 
-// encodeLine renders v as one JSON line. HTML escaping is off so payload
+// EncodeLine renders v as one JSON line. HTML escaping is off so payload
 // text passes through as sent ("<" stays "<").
-func encodeLine(v any) ([]byte, error) {
+func EncodeLine(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -91,4 +94,29 @@ func newID() string {
 	out[23] = '-'
 	hex.Encode(out[24:], b[10:])
 	return string(out[:])
+}
+
+// ReadLine reads one '\n'-terminated line of at most max bytes before
+// its "\r\n" or "\n" (the server's rule for requests, readLines): a
+// client's reader of response lines.
+func ReadLine(r *bufio.Reader, max int) ([]byte, error) {
+	var buf []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if len(buf)+len(frag) > max+2 {
+			return nil, fmt.Errorf("reply line longer than %d bytes", max)
+		}
+		buf = append(buf, frag...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		// The +2 above leaves room for "\r\n", not for a longer line.
+		if len(bytes.TrimRight(buf, "\r\n")) > max {
+			return nil, fmt.Errorf("reply line longer than %d bytes", max)
+		}
+		return buf, nil
+	}
 }

@@ -1,4 +1,4 @@
-package devbroker
+package broker
 
 import (
 	"bufio"
@@ -156,7 +156,7 @@ func fuzzClientLines(t *testing.T, data []byte, pad, chunk, max int, segs []fuzz
 	var err error
 	for err == nil {
 		var l []byte
-		if l, err = readLine(r, eff); err == nil {
+		if l, err = ReadLine(r, eff); err == nil {
 			lines = append(lines, l)
 		}
 	}

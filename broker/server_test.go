@@ -1,4 +1,4 @@
-package devbroker
+package broker
 
 import (
 	"bufio"
@@ -423,7 +423,7 @@ func TestQueueGroups(t *testing.T) {
 	}
 	// A member that leaves stops getting work; the others share it.
 	members[2].do(`{"cmd": "DISCONNECT"}`)
-	waitFor(t, "worker-2 forgotten", func() bool { return !s.hasClient("worker-2") })
+	waitFor(t, "worker-2 forgotten", func() bool { return !s.Connected("worker-2") })
 	for i := range 4 {
 		pub.publish("jobs/run", 100+i)
 	}
@@ -452,18 +452,6 @@ func TestQueueBoundDropsOldest(t *testing.T) {
 	sub.expectEmpty("after the 3 kept")
 }
 
-func (s *Server) hasClient(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.clients[id] != nil
-}
-
-func (s *Server) connCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
-
 // waitFor polls cond (for state another goroutine changes) for up to 3 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -484,7 +472,7 @@ func TestDisconnectCleansUp(t *testing.T) {
 	pub.publish("t", "queued")
 	same(t, "DISCONNECT", a1.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
 	a1.expectEOF()
-	waitFor(t, "client a forgotten", func() bool { return !s.hasClient("a") })
+	waitFor(t, "client a forgotten", func() bool { return !s.Connected("a") })
 
 	// Back under the same id without subscriptions: nothing old remains.
 	pub.publish("t", "lost")
@@ -502,7 +490,7 @@ func TestReceiveAbortedByPeerClose(t *testing.T) {
 	a1 := connectRaw(t, s, "a", "", "t")
 	a1.send(`{"cmd": "RECEIVE", "timeout_ms": 60000}`)
 	a1.nc.Close()
-	waitFor(t, "a1 gone", func() bool { return s.connCount() == 1 && !s.hasClient("a") })
+	waitFor(t, "a1 gone", func() bool { return s.Stats().Conns == 1 && !s.Connected("a") })
 	pub.publish("t", "for nobody")
 	a2 := connectRaw(t, s, "a", "", "t")
 	a2.expectEmpty("a new connection under the id starts empty")
@@ -515,7 +503,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	c := connectRaw(t, s, "a", "", "t")
 	c.send(`{"cmd": "RECEIVE", "timeout_ms": 60000}`)
-	waitFor(t, "connection registered", func() bool { return s.connCount() == 1 })
+	waitFor(t, "connection registered", func() bool { return s.Stats().Conns == 1 })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +569,7 @@ func FuzzRequest(f *testing.F) {
 			}
 			return
 		}
-		out, err := encodeLine(resp)
+		out, err := EncodeLine(resp)
 		if err != nil {
 			t.Fatalf("reply to %q does not encode: %v", data, err)
 		}
@@ -618,12 +606,12 @@ func TestReferenceSessionsStrandAndForget(t *testing.T) {
 		t.Fatalf("the connection holding the id got %v", p)
 	}
 	old.expectEmpty("the stranded connection")
-	conns := s.connCount()
+	conns := s.Stats().Conns
 	old.nc.Close()
-	waitFor(t, "the broker to see the old connection end", func() bool { return s.connCount() < conns })
+	waitFor(t, "the broker to see the old connection end", func() bool { return s.Stats().Conns < conns })
 	pub.publish("t", 2)
 	fresh.expectEmpty("the connection whose id the old one's end forgot (deaf)")
-	if s.hasClient("w") {
+	if s.Connected("w") {
 		t.Fatal(`"w" is still registered`)
 	}
 
@@ -662,7 +650,7 @@ func TestQueueGroupSharedQueue(t *testing.T) {
 		pub.publish("jobs/run", 10+i)
 	}
 	same(t, "DISCONNECT", idle.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
-	waitFor(t, "worker-idle forgotten", func() bool { return !s.hasClient("worker-idle") })
+	waitFor(t, "worker-idle forgotten", func() bool { return !s.Connected("worker-idle") })
 	for i := range 3 {
 		if p, _ := busy.next(); fmt.Sprint(p) != fmt.Sprint(10+i) {
 			t.Fatalf("worker-busy got %v, want %d", p, 10+i)

@@ -1,4 +1,4 @@
-package devbroker
+package broker
 
 import (
 	"bytes"

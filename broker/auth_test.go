@@ -1,16 +1,12 @@
-package devbroker
+package broker
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/securetoolruntime/str/worker/transport"
 )
 
 // TestListenNeedsTokenOrAnonymous: a broker is never open by omission.
@@ -53,7 +49,7 @@ func TestConnectWithoutTokenRefused(t *testing.T) {
 		}
 		c.expectEOF()
 	}
-	if s.hasClient("spy") {
+	if s.Connected("spy") {
 		t.Fatal("a refused CONNECT created a client")
 	}
 	// A refused connection cannot go on to PUBLISH or RECEIVE either: it
@@ -63,7 +59,7 @@ func TestConnectWithoutTokenRefused(t *testing.T) {
 	// A second CONNECT on a good connection must carry the token too.
 	errorCode(t, "re-CONNECT without the token", good.do(`{"cmd": "CONNECT", "client_id": "worker"}`), CodeNotConnected)
 	good.expectEOF()
-	waitFor(t, "the connection's client forgotten", func() bool { return !s.hasClient("worker") })
+	waitFor(t, "the connection's client forgotten", func() bool { return !s.Connected("worker") })
 }
 
 // TestForgedConnectClaimingConnectedID: a peer that CONNECTs with the id of
@@ -108,7 +104,7 @@ func TestForgedConnectClaimingConnectedID(t *testing.T) {
 	// Once the owner disconnects, the id may be used again.
 	same(t, "DISCONNECT", worker.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
 	worker.expectEOF()
-	waitFor(t, "worker forgotten", func() bool { return !s.hasClient("sandbox-worker-001") })
+	waitFor(t, "worker forgotten", func() bool { return !s.Connected("sandbox-worker-001") })
 	connectRaw(t, s, "sandbox-worker-001", "", "ns/invoke/echo")
 }
 
@@ -258,56 +254,5 @@ func TestDefaultTokenFile(t *testing.T) {
 	t.Setenv(TokenFileEnv, "/somewhere/else")
 	if got := TokenFileFor(55554); got != "/somewhere/else" {
 		t.Fatalf("TokenFileFor with %s set: %s", TokenFileEnv, got)
-	}
-}
-
-// TestClientTokenFile: the client reads TokenFile before every connection
-// attempt, so it gets in once the file appears and follows a restarted
-// broker's new token; without it, Connect reports the refusal.
-func TestClientTokenFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "str", "broker.token")
-	tok := NewToken()
-	s1 := startServer(t, Options{Token: tok})
-	port := portOf(t, s1.Addr())
-
-	// No file yet: refused, with the broker's message.
-	c0 := newClient(t, port, ClientOptions{ClientID: "early", TokenFile: path, Retries: 1})
-	if err := c0.Connect(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "missing or wrong token") {
-		t.Fatalf("Connect without the file: %v", err)
-	}
-
-	if err := WriteTokenFile(path, tok); err != nil {
-		t.Fatal(err)
-	}
-	c := connectClient(t, s1, ClientOptions{ClientID: "w", TokenFile: path}, "a")
-
-	// Restart with a new token in the file: the client follows.
-	if err := s1.Close(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "client notices the drop", func() bool { return c.State() == transport.Disconnected })
-	tok2 := NewToken()
-	if err := WriteTokenFile(path, tok2); err != nil {
-		t.Fatal(err)
-	}
-	s2 := NewServer(Options{Token: tok2, Logger: testLogger(t)})
-	if err := s2.Listen(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s2.Close() })
-	waitFor(t, "client reconnects with the new token", func() bool { return c.State() == transport.Connected })
-	p := dialRaw(t, s2.Addr())
-	if r := p.do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": "p", "token": %q}`, tok2)); r["status"] != StatusOK {
-		t.Fatal(r)
-	}
-	p.publish("a", "after restart")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if d, err := c.Receive(ctx); err != nil || string(d.Payload) != "after restart" {
-		t.Fatalf("after restart: %v %v", d, err)
-	}
-
-	if _, err := NewClient(ClientOptions{Host: "h", ClientID: "x", Token: "a", TokenFile: "b"}); err == nil {
-		t.Fatal("NewClient accepted both Token and TokenFile")
 	}
 }

@@ -1,4 +1,4 @@
-package devbroker
+package broker
 
 import (
 	"bufio"
@@ -160,6 +160,44 @@ type boundCounts struct {
 	loginLineTooLong uint64 // a line over LoginLineBytes before CONNECT
 	loginTimeout     uint64 // no CONNECT within LoginTimeout
 	idleTimeout      uint64 // no request within IdleTimeout
+}
+
+// Stats is a snapshot of the broker's connections and of the
+// connections its bounds have cut, for its operator and its tests.
+type Stats struct {
+	Conns           int // connections open
+	Unauthenticated int // of those, not yet CONNECTed
+	// Cut by a bound since NewServer (see "Connection bounds" in the
+	// package doc).
+	OverMaxConns, OverUnauthenticated, LoginLineTooLong, LoginTimeout, IdleTimeout uint64
+}
+
+// Stats returns the current Stats.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.bounds
+	return Stats{Conns: len(s.conns), Unauthenticated: s.unauth,
+		OverMaxConns: b.overMaxConns, OverUnauthenticated: b.overUnauth, LoginLineTooLong: b.loginLineTooLong,
+		LoginTimeout: b.loginTimeout, IdleTimeout: b.idleTimeout}
+}
+
+// GroupQueued reports how many messages wait in the shared queue of the
+// queue group name (0 when the group has no members).
+func (s *Server) GroupQueued(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.groups[name]; g != nil {
+		return len(g.pending)
+	}
+	return 0
+}
+
+// Connected reports whether a client is connected under id.
+func (s *Server) Connected(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clients[id] != nil
 }
 
 // client is the broker-side state of one client id. Exactly one connection
@@ -614,12 +652,12 @@ func (s *Server) handleConn(c *conn) {
 		if resp == nil {
 			return // RECEIVE cut short by the peer leaving or Close
 		}
-		out, err := encodeLine(resp)
+		out, err := EncodeLine(resp)
 		if err != nil {
 			// Only reachable if a stored raw value were invalid JSON,
 			// which handlePublish rules out.
 			log.Error("encode response", "err", err)
-			out, _ = encodeLine(errorResponse(CodeInternalError, "cannot encode response: "+err.Error()))
+			out, _ = EncodeLine(errorResponse(CodeInternalError, "cannot encode response: "+err.Error()))
 		}
 		c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if _, err := c.nc.Write(out); err != nil {
