@@ -70,6 +70,10 @@ type Plan struct {
 
 	Cgroup  CgroupPlan    `json:"cgroup"`
 	Timeout time.Duration `json:"timeout_ns"`
+	// WorkDir is the profile's work dir cap: root mode, a sandbox made
+	// through the Provider gets a tmpfs of this size and inode count as
+	// its work dir (step L9); rootless, a plain directory.
+	WorkDir profiles.WorkDir `json:"work_dir"`
 	// Idle > 0: the sandbox waits unarmed, killed Idle after its start
 	// unless Arm gives it its timeout (at most Timeout) first.
 	Idle time.Duration `json:"idle_ns,omitempty"`
@@ -134,7 +138,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		bad("no command given")
 	}
 
-	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: time.Duration(p.Timeout)}
+	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: time.Duration(p.Timeout), WorkDir: p.WorkDir}
 	if req.Timeout > 0 && (pl.Timeout == 0 || req.Timeout < pl.Timeout) {
 		pl.Timeout = req.Timeout
 	}
