@@ -22,7 +22,9 @@ type Request struct {
 	// where the owner may and what it writes belongs to the owner on the
 	// host, as rootless. A work dir owned by root (uid or gid 0) is
 	// refused: no tool may leave root's files on the host. Rootless the
-	// tool is the caller already; nothing is mapped.
+	// tool is the caller already; nothing is mapped. `str run --workdir`
+	// always sets it; an id-mapped bind is bounded by its filesystem only
+	// (the profile's work_dir cap is the Provider's work dirs').
 	WorkdirAsOwner bool
 	// Binds are extra host paths made visible inside.
 	Binds []Bind

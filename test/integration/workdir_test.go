@@ -311,11 +311,14 @@ cat /proc/self/mountinfo`
 	}
 }
 
-// str run --workdir DIR --workdir-owner (root mode): DIR, owned by an
-// unprivileged user and writable only by it, is bound id-mapped so that
-// its owner is the tool inside: the tool writes there, and its files
-// belong to the owner on the host (issue 18 §2). Files of other owners
-// stay someone else's; a root-owned DIR is refused.
+// str run --workdir DIR (root mode): DIR, owned by an unprivileged user
+// and writable only by it (0755), is bound id-mapped so that its owner is
+// the tool inside: the tool writes there, and its files belong to the
+// owner on the host (issue 18 §2: before, the tool's leased uid got
+// "Permission denied"). Files of other owners stay someone else's; a
+// root-owned 0755 DIR is refused up front, named, with the fix, and
+// nothing is written in it. --workdir-owner, once the opt-in, is still
+// accepted.
 func TestWorkdirOwnerIDMapped(t *testing.T) {
 	needRoot(t)
 	inner := privateChain(t)
@@ -337,19 +340,19 @@ func TestWorkdirOwnerIDMapped(t *testing.T) {
 		}
 	}
 
-	// Without the flag the tool's own uid cannot write in a 0755 dir.
-	r := str(t, "--workdir", wd, "--", "/bin/sh", "-c", "echo x > plain.txt")
-	if r.Exit == 0 {
-		t.Fatalf("the tool wrote into a 0755 dir it does not own without --workdir-owner")
+	// The old opt-in flag is accepted and changes nothing.
+	r := str(t, "--workdir", wd, "--workdir-owner", "--", "/bin/sh", "-c", "echo x > plain.txt")
+	if r.Exit != 0 {
+		t.Fatalf("--workdir-owner: exit %d, stderr %q", r.Exit, r.Stderr)
 	}
 
 	script := `set -e; [ "$(stat -c %u:%g .)" = "$(id -u):$(id -g)" ]; echo mine > out.txt; mkdir sub; echo nested > sub/n.txt
 if echo x >> theirs.txt 2>/dev/null; then echo WROTE_THEIRS; fi; echo done`
-	r = sh(t, "standard", script, "--workdir", wd, "--workdir-owner")
+	r = sh(t, "standard", script, "--workdir", wd)
 	if strings.Contains(r.Stdout, "WROTE_THEIRS") || !strings.Contains(r.Stdout, "done") {
 		t.Fatalf("stdout %q: the tool must own the dir and not another owner's file", r.Stdout)
 	}
-	for _, p := range []string{"out.txt", "sub", "sub/n.txt"} {
+	for _, p := range []string{"plain.txt", "out.txt", "sub", "sub/n.txt"} {
 		st, err := os.Lstat(filepath.Join(wd, p))
 		if err != nil {
 			t.Fatal(err)
@@ -365,8 +368,12 @@ if echo x >> theirs.txt 2>/dev/null; then echo WROTE_THEIRS; fi; echo done`
 	if err := os.Mkdir(rootwd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r = str(t, "--workdir", rootwd, "--workdir-owner", "--", "/bin/true")
-	if r.Exit != 125 || !strings.Contains(r.Stderr, "launcher: id-map work dir "+rootwd+" (step L3, owner 0:0): owned by root") {
+	r = str(t, "--workdir", rootwd, "--", "/bin/sh", "-c", "echo x > root.txt")
+	if r.Exit != 125 || !strings.Contains(r.Stderr, "launcher: id-map work dir "+rootwd+" (step L3, owner 0:0): owned by root") ||
+		!strings.Contains(r.Stderr, "chown the work dir") {
 		t.Fatalf("root-owned work dir: exit %d, stderr %q", r.Exit, r.Stderr)
+	}
+	if ents, err := os.ReadDir(rootwd); err != nil || len(ents) != 0 {
+		t.Fatalf("something was written in the refused root-owned dir: %v %v", ents, err)
 	}
 }
