@@ -271,11 +271,14 @@
 //
 // # One execution (spec §7)
 //
-// Work dir {SANDBOX_WORK_DIR}/call-{16 random hex}/ (a name the worker
-// generates, never the task id; created exclusively and marked; removed
-// only while still the dir made, stale ones swept at startup only with
-// the marker: workdir.go), then the sandbox is created (not started). In root
-// mode the worker then mounts a tmpfs of the work dir's own on it (source
+// The sandbox is created (not started) with its work dir
+// {SANDBOX_WORK_DIR}/call-{16 random hex}/, which the launcher makes
+// (launcher.Provider, step L9, launcher/workdir.go: a name generated from
+// the worker's prefix, never the task id; created exclusively and marked;
+// removed only while still the dir made; stale ones swept at startup,
+// launcher.SweepWorkDirs, only with the marker). The worker mounts and
+// chowns nothing. In root mode the launcher mounts a tmpfs of the work
+// dir's own on it (source
 // "str-workdir", nosuid, nodev, mode 0700, owned by the sandbox's host
 // ids; size= and nr_inodes= from the profile's work_dir: restrictive and
 // confidential 256Mi / 65536 inodes, standard 1Gi / 262144, permissive
@@ -292,8 +295,12 @@
 // stays a plain, UNCAPPED bind of a host directory (the worker says so
 // loudly at start-up); put SANDBOX_WORK_DIR on a filesystem of its own
 // or with quotas. Then the
-// dir gets input/ (worker-owned), output/ and the FIFO status.pipe (0600),
-// the dir, output/ and FIFO chowned to that sandbox's own host uid; every
+// dir gets input/ (worker-owned), output/ and .str/, the runner's
+// directory, on a small tmpfs of its own in root mode (64 MiB, 16 inodes,
+// off the tool's cap, so a tool that fills its work dir still returns its
+// result) holding runner_args.json, result.json and the FIFO status.pipe
+// (0600); the dir, output/, .str/ and the FIFO belong to that sandbox's
+// own host uid; every
 // mode is set explicitly, whatever the umask. A sandbox created but not
 // started is killed on every error path. The sandbox's stderr is kept
 // (last 8 KiB) for the log; a SANDBOX_FAILED message ends with only its
@@ -305,7 +312,7 @@
 // the FIFO's read end is opened (non-blocking) and a worker-held write end
 // keeps it from reaching EOF until the sandbox is gone, after which it is
 // drained to EOF, so no status line is lost. The launcher runs
-// [python, runner.py, --done-fd, 3, runner_args.json] with the tools
+// [python, runner.py, --done-fd, 3, .str/runner_args.json] with the tools
 // and runner dirs, and the site dir of the tool's declared package if it
 // has one (packages.go), bound read-only and PYTHONPATH=<tools>[:<site>];
 // descriptor 3 is the done pipe, on which the runner writes one byte once
