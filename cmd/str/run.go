@@ -53,8 +53,8 @@ func cmdRun(args []string) int {
 	fs.Var(&binds, "bind", "bind host `SRC[:DST]` read-write (repeatable)")
 	fs.Var(&roBinds, "ro-bind", "bind host `SRC[:DST]` read-only (repeatable)")
 	workdir := fs.String("workdir", "", "host `DIR` bound read-write at the same path and made the working directory; as root it is bound id-mapped: "+
-		"DIR's owner is the tool inside, so the tool writes where the owner may and its files belong to the owner on the host (a DIR owned by root is refused: "+
-		"no tool leaves root's files on the host); bounded by DIR's filesystem, not the profile's work_dir cap")
+		"DIR's owner is the tool inside, so the tool writes where the owner may and its files belong to the owner on the host; a DIR owned by root is bound as it is "+
+		"(no tool leaves root's files on the host: the tool writes only where DIR's mode lets others, as its own ids); bounded by DIR's filesystem, not the profile's work_dir cap")
 	// -workdir-owner was the opt-in for what -workdir does now; accepted
 	// so that scripts keep working.
 	fs.Bool("workdir-owner", true, "accepted for compatibility: -workdir is always id-mapped to its owner as root")

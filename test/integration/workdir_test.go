@@ -315,10 +315,10 @@ cat /proc/self/mountinfo`
 // and writable only by it (0755), is bound id-mapped so that its owner is
 // the tool inside: the tool writes there, and its files belong to the
 // owner on the host (issue 18 §2: before, the tool's leased uid got
-// "Permission denied"). Files of other owners stay someone else's; a
-// root-owned 0755 DIR is refused up front, named, with the fix, and
-// nothing is written in it. --workdir-owner, once the opt-in, is still
-// accepted.
+// "Permission denied"). Files of other owners stay someone else's. A
+// root-owned DIR is not mapped (no tool creates root's files): a 0755 one
+// is read but not written, a 1777 one gets the tool's own leased ids.
+// --workdir-owner, once the opt-in, is still accepted.
 func TestWorkdirOwnerIDMapped(t *testing.T) {
 	needRoot(t)
 	inner := privateChain(t)
@@ -363,17 +363,27 @@ if echo x >> theirs.txt 2>/dev/null; then echo WROTE_THEIRS; fi; echo done`
 		}
 	}
 
-	// A root-owned work dir is refused at launcher step L3, named.
+	// A root-owned 0755 work dir: read, not written, nothing of root's made.
 	rootwd := filepath.Join(inner, "rootwd")
 	if err := os.Mkdir(rootwd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r = str(t, "--workdir", rootwd, "--", "/bin/sh", "-c", "echo x > root.txt")
-	if r.Exit != 125 || !strings.Contains(r.Stderr, "launcher: id-map work dir "+rootwd+" (step L3, owner 0:0): owned by root") ||
-		!strings.Contains(r.Stderr, "chown the work dir") {
-		t.Fatalf("root-owned work dir: exit %d, stderr %q", r.Exit, r.Stderr)
+	if err := os.WriteFile(filepath.Join(rootwd, "in.txt"), []byte("input\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if ents, err := os.ReadDir(rootwd); err != nil || len(ents) != 0 {
-		t.Fatalf("something was written in the refused root-owned dir: %v %v", ents, err)
+	r = sh(t, "standard", `cat in.txt; if echo x > root.txt 2>/dev/null; then echo WROTE; fi; echo done`, "--workdir", rootwd)
+	if r.Stdout != "input\ndone\n" {
+		t.Fatalf("root-owned 0755 work dir: stdout %q stderr %q", r.Stdout, r.Stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(rootwd, "root.txt")); !os.IsNotExist(err) {
+		t.Fatalf("a file appeared in the root-owned 0755 dir: %v", err)
+	}
+	// A root-owned 1777 one: the tool's files are its own leased ids.
+	if err := os.Chmod(rootwd, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	r = sh(t, "standard", `echo x > tool.txt; echo done`, "--workdir", rootwd)
+	if u := hostUID(t, filepath.Join(rootwd, "tool.txt")); u == 0 || u == owner || !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("a tool's file in a root-owned 1777 dir: host uid %d (stdout %q)", u, r.Stdout)
 	}
 }
