@@ -57,7 +57,7 @@ func cmdRun(args []string) int {
 		"(no tool leaves root's files on the host: the tool writes only where DIR's mode lets others, as its own ids); bounded by DIR's filesystem, not the profile's work_dir cap")
 	// -workdir-owner was the opt-in for what -workdir does now; accepted
 	// so that scripts keep working.
-	fs.Bool("workdir-owner", true, "accepted for compatibility: -workdir is always id-mapped to its owner as root")
+	fs.Bool("workdir-owner", true, "accepted for compatibility: as root -workdir is always id-mapped to its owner (unless root owns it)")
 	timeout := fs.String("timeout", "", "wall-clock timeout (`DUR`: 10s, 2m; may only be shorter than the profile's)")
 	memory := fs.String("memory", "", "memory limit (`Q`: 256Mi, 1G; may only be lower than the profile's)")
 	cpus := fs.String("cpus", "", "CPU limit (`Q`: 1, 500m; may only be lower than the profile's)")
