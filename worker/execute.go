@@ -510,7 +510,7 @@ func (s *Server) warnUncappedWorkDirs() {
 	if s.cfg.SandboxMode == ModeNone || s.sb.CapsWorkDirs() {
 		return
 	}
-	s.log.Warn("WORK DIRS ARE NOT CAPPED: the worker is not root (rootless) or does not use the launcher's sandboxes, so it cannot mount "+
+	s.log.Warn("WORK DIRS ARE NOT CAPPED: the worker is not root (rootless), so the launcher cannot mount "+
 		"a size- and inode-capped tmpfs per task; each work dir is a plain bind of a directory under SANDBOX_WORK_DIR and a tool can fill "+
 		"that filesystem (bytes and inodes) for every other task. Put SANDBOX_WORK_DIR on a filesystem of its own (or with quotas), or run the worker as root",
 		"work_dir", s.cfg.WorkDir)

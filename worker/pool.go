@@ -6,8 +6,9 @@ package worker
 // A pooled sandbox is an ordinary sandbox of the launcher (namespaces,
 // mounts, cgroup, limits, seccomp: nothing about it is shared or
 // reused) whose work dir is a fresh work area {SANDBOX_WORK_DIR}/.warm-<random>
-// made, filled (input/, output/, status.pipe) and chowned to the
-// sandbox's uid before Start, exactly as a call's work dir is, and whose
+// made by the launcher with the sandbox (capped in root mode; input/,
+// output/, .str/ with the status FIFO; the tool's), exactly as a call's
+// work dir is, and whose
 // command is the runner in warm mode:
 //
 //	python3 runner.py --done-fd 4 --warm 3 MODULE FUNCTION CLASS_NAME
@@ -22,7 +23,7 @@ package worker
 // The wall clock: a pooled sandbox waits unarmed. It is created with an
 // idle limit (warmIdleLimit: STR_WARM_MAX_AGE_SECONDS plus a minute, a
 // backstop: the pool recycles it at the max age) instead of a timeout;
-// claim arms it (RunningSandbox.Arm) with the call's own wall clock
+// claim arms it (Sandbox.Arm, launcher.Box) with the call's own wall clock
 // (callTimeout: the request's timeout + 5 s, at most the profile's, the
 // one place that computes it), counted from the claim. So a call may ask
 // the profile's whole limit and still be served warm, and it never gets
