@@ -20,9 +20,13 @@ type Request struct {
 	// WorkdirAsOwner (root mode) binds Workdir id-mapped: its owner's host
 	// uid and gid are the tool's through the mount, so the tool may write
 	// where the owner may and what it writes belongs to the owner on the
-	// host, as rootless. A work dir owned by root (uid or gid 0) is
-	// refused: no tool may leave root's files on the host. Rootless the
-	// tool is the caller already; nothing is mapped.
+	// host, as rootless. A work dir owned by root (uid or gid 0) is not
+	// mapped: no tool may leave root's files on the host; it is bound as
+	// it is (the tool writes only where its mode lets others, as its own
+	// leased ids). Rootless the tool is the caller already; nothing is
+	// mapped. `str run --workdir` always sets it; an id-mapped bind is
+	// bounded by its filesystem only (the profile's work_dir cap is the
+	// Provider's work dirs').
 	WorkdirAsOwner bool
 	// Binds are extra host paths made visible inside.
 	Binds []Bind

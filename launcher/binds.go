@@ -143,7 +143,7 @@ func (o ownerMap) apply(tree int, src string) error {
 	}
 	if st.Uid == 0 || st.Gid == 0 {
 		e := se("id-map work dir", fmt.Sprintf("owner %d:%d", st.Uid, st.Gid), errors.New("owned by root: a tool may not create root's files on the host"))
-		e.Hint = "chown the work dir to the unprivileged user and group the tool's files should belong to"
+		e.Hint = "chown the work dir to the unprivileged user and group the tool's files should belong to (e.g. chown \"$SUDO_USER:\" DIR), or run str run as that user (rootless)"
 		return e
 	}
 	if o.uid < 0 || o.gid < 0 || o.exe == nil {

@@ -32,6 +32,12 @@
 //	L8. after the child is reaped: kill what is left in the cgroup, read
 //	    peak memory, CPU, OOM and pids events, remove the cgroup, release
 //	    the id block
+//	L9. a sandbox made through the Provider (provider.go; the worker's):
+//	    its work dir (workdir.go): made before the plan, which binds it;
+//	    after L1, root mode, a tmpfs capped by the profile's work_dir and
+//	    owned by the leased ids, .str/ (the runner's files) on a small
+//	    tmpfs of its own, input/, output/, the status FIFO, chowned to the
+//	    tool; removed by Box.Release; SweepWorkDirs at the caller's start
 //
 // Install (install.go, steps I1-I6) runs pip for a tool's declared
 // package in a sandbox of its own, planned the same way on the standard
@@ -50,7 +56,7 @@
 // directory the operator names) and the host paths the caller binds. What
 // a tool reads or writes inside a bind is still judged by the file
 // permissions against the tool's own host uid (root mode: "other"; the
-// work dir the worker chowns to it); only the directories above a bind
+// work dir the launcher hands to it); only the directories above a bind
 // source need nothing. Rootless, the init clones the sources as the
 // caller's own uid, so the caller must be able to reach them.
 //

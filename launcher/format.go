@@ -36,7 +36,9 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 		w("  %2d. %s\n", i+1, describeMount(m))
 	}
 	w("  then: pivot_root, detach old root, remount / read-only, chdir %s\n", pl.Child.Workdir)
-	w("  the work dir: root mode, a tmpfs the worker mounts on it per task, capped by profile %s's work_dir (size, inodes; see `str profile show %s`); rootless, an uncapped bind\n", pl.Profile, pl.Profile)
+	w("  the work dir (step L9, a sandbox of the worker's): root mode, a tmpfs the launcher mounts on it, %s and %d inodes, owned by the tool's leased ids,\n"+
+		"    with input/ (the caller's), output/ and %s/ (the runner's arguments, result and status FIFO, on a tmpfs of its own, %s, off the tool's cap); rootless, plain directories, uncapped\n",
+		bytes(pl.WorkDir.Size), pl.WorkDir.Inodes, RunnerDirName, bytes(profiles.Quantity(RunnerSpace)))
 	w("\ninit sequence (nsinit, every sandbox):\n")
 	for _, l := range nsinit.DocList() {
 		w("  %s\n", l)

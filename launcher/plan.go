@@ -70,6 +70,10 @@ type Plan struct {
 
 	Cgroup  CgroupPlan    `json:"cgroup"`
 	Timeout time.Duration `json:"timeout_ns"`
+	// WorkDir is the profile's work dir cap: root mode, a sandbox made
+	// through the Provider gets a tmpfs of this size and inode count as
+	// its work dir (step L9); rootless, a plain directory.
+	WorkDir profiles.WorkDir `json:"work_dir"`
 	// Idle > 0: the sandbox waits unarmed, killed Idle after its start
 	// unless Arm gives it its timeout (at most Timeout) first.
 	Idle time.Duration `json:"idle_ns,omitempty"`
@@ -134,7 +138,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		bad("no command given")
 	}
 
-	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: time.Duration(p.Timeout)}
+	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: time.Duration(p.Timeout), WorkDir: p.WorkDir}
 	if req.Timeout > 0 && (pl.Timeout == 0 || req.Timeout < pl.Timeout) {
 		pl.Timeout = req.Timeout
 	}
@@ -386,8 +390,13 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 			// no_follow: checked a directory above, and cloned through an
 			// O_NOFOLLOW descriptor, so a symlink swapped in meanwhile is
 			// refused rather than followed.
+			// Id-mapped to its owner only when that owner is not root: a
+			// root-owned dir is bound as it is (the tool reads it, and
+			// writes only where its mode lets others, as its own leased
+			// ids), so no tool ever creates root's files on the host. L3
+			// checks the owner again on the tree it maps.
 			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd, NoFollow: true,
-				IDMapOwner: req.WorkdirAsOwner && host.UID == 0})
+				IDMapOwner: req.WorkdirAsOwner && host.UID == 0 && !rootOwned(fi)})
 			workdir = wd
 		}
 	}
@@ -472,4 +481,11 @@ func (pl *Plan) sysProcIDMaps() (uids, gids []syscall.SysProcIDMap) {
 		gids = append(gids, syscall.SysProcIDMap{ContainerID: m.Inside, HostID: m.Outside, Size: m.Size})
 	}
 	return uids, gids
+}
+
+// rootOwned reports whether fi's owner is root (uid or gid 0); false when
+// the owner is unknown (a test's description of the host).
+func rootOwned(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && (st.Uid == 0 || st.Gid == 0)
 }

@@ -3,7 +3,7 @@ package nsinit
 import "strconv"
 
 // Step identifies one step of the sandbox setup. The init's steps are
-// numbered in the order run performs them; the launcher's are L1..L8. The
+// numbered in the order run performs them; the launcher's are L1..L9. The
 // same constants name the step in every StepError, in run's doc comment and
 // in SECURITY.md (TestStepListsAgree checks that the three agree).
 type Step int
@@ -35,10 +35,12 @@ const (
 	numInitSteps
 )
 
-// The launcher's steps (who "launcher"): L1..L8: create the cgroup (and
+// The launcher's steps (who "launcher"): L1..L9: create the cgroup (and
 // lease the host ids), make the pipes, clone the bind sources on the host,
 // clone the init, open the cgroup v1 tasks files to the init, send the
-// plan, time out or cancel, tear down.
+// plan, time out or cancel, tear down; and L9, for a sandbox made through
+// the launcher's Provider, make its work dir (after L1, before L2: its
+// tmpfs belongs to the leased ids) and remove it after L8.
 const (
 	StepLCgroup      Step = 101 + iota // L1
 	StepLPipes                         // L2
@@ -48,6 +50,7 @@ const (
 	StepLSendPlan                      // L6
 	StepLTimeout                       // L7
 	StepLTeardown                      // L8
+	StepLWorkDir                       // L9
 )
 
 // stepTitles is the one list of what each init step does: run's doc

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,13 +55,13 @@ def saves(ctx):
 // failingCreate refuses every call's sandbox (the start-up probe's, which
 // binds nothing read-only, is made) with an error that names the work dir
 // and the read-only binds, as a bind-mount failure would.
-type failingCreate struct{ hostSandboxes }
+type failingCreate struct{ launchertest.Sandboxes }
 
-func (f failingCreate) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
+func (f failingCreate) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
 	if len(spec.ReadOnly) == 0 {
-		return f.hostSandboxes.Create(ctx, spec)
+		return f.Sandboxes.Create(ctx, spec)
 	}
-	return nil, fmt.Errorf("bind-mount %s -> %s (read-only %s): permission denied", spec.Workdir, spec.Workdir, strings.Join(spec.ReadOnly, ", "))
+	return nil, fmt.Errorf("bind-mount %s -> %s (read-only %s): permission denied", spec.WorkDir.Base, spec.WorkDir.Base, strings.Join(spec.ReadOnly, ", "))
 }
 
 // TestErrorsNameNoHostPaths: issue 15 §6, issue 16 §6. A tool raising

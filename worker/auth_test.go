@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"os"
 	"path/filepath"
@@ -559,7 +560,7 @@ func TestIdentityConfig(t *testing.T) {
 	cfg, err := LoadConfig(nil, env(nil), io.Discard)
 	must(t, err)
 	cfg.SigningKeys = bad
-	if _, err := New(Options{Config: cfg, Transport: memory.NewBus().Client("w", ""), Sandboxes: hostSandboxes{}, Store: artifacts.NewMemory("demo/")}); err == nil ||
+	if _, err := New(Options{Config: cfg, Transport: memory.NewBus().Client("w", ""), Sandboxes: launchertest.Sandboxes{}, Store: artifacts.NewMemory("demo/")}); err == nil ||
 		!strings.Contains(err.Error(), "STR_SIGNING_KEYS") || !strings.Contains(err.Error(), "no keys") {
 		t.Errorf("a keys file without keys: %v", err)
 	}

@@ -29,8 +29,7 @@
 // refused within the window; every agent holding the secret can sign
 // anything), and it does not encrypt anything. It trusts the manifest, the
 // tools directory, the configuration and the artifact store's directory.
-// Kernel features are the launcher's (namespaces, seccomp, cgroups); the
-// worker itself needs FIFOs, to chown for the tool, CAP_CHOWN or an
-// identity mapping where the tool is the worker's own uid, and, to cap
-// work dirs, root (mount(2) of a tmpfs on the host).
+// Kernel features are the launcher's (namespaces, seccomp, cgroups, and
+// the work dirs: their tmpfs cap and ownership, root mode); the worker
+// itself mounts and chowns nothing.
 package worker

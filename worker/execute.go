@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
 	"io"
 	"log/slog"
 	"os"
@@ -24,7 +25,6 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/text/unicode/norm"
 
-	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
@@ -230,11 +230,11 @@ func (s *Server) runnerArgv(doneFD int, rest ...string) []string {
 }
 
 // sandboxSpec is what every sandbox of a call of tool has in common: the
-// profile, PYTHONPATH, the work dir, the read-only binds. The import path
-// is the tools dir and, if the tool declares a package installed by the
-// worker, that package's own site dir: no other package's (so none can
-// shadow its modules), and never the whole site dir.
-func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr io.Writer, network *egress.Policy, tool *manifest.Tool) SandboxSpec {
+// profile, PYTHONPATH, where its work dir is made, the read-only binds.
+// The import path is the tools dir and, if the tool declares a package
+// installed by the worker, that package's own site dir: no other
+// package's (so none can shadow its modules), and never the whole site dir.
+func (s *Server) sandboxSpec(profile, prefix string, timeout time.Duration, stderr io.Writer, network *egress.Policy, tool *manifest.Tool) SandboxSpec {
 	path := []string{s.cfg.ToolsDir}
 	ro := []string{s.cfg.ToolsDir, filepath.Dir(s.runnerPath)}
 	if site := s.packageDir(tool); site != "" {
@@ -245,52 +245,38 @@ func (s *Server) sandboxSpec(profile, dir string, timeout time.Duration, stderr 
 		Profile:  profile,
 		Network:  network,
 		Env:      []string{"PYTHONPATH=" + strings.Join(path, ":")},
-		Workdir:  dir,
+		WorkDir:  launcher.WorkDirSpec{Base: s.cfg.WorkDir, Prefix: prefix},
 		ReadOnly: ro,
 		Timeout:  timeout,
 		Stderr:   stderr,
 	}
 }
 
-// executeCold runs t in a sandbox created for it. The sandbox is created
-// before its work dir is filled, because the work dir's owner is the
-// sandbox's own host uid, known only once the sandbox exists; a sandbox
-// created but not started is released on every path (the deferred Kill).
+// runnerArgsArg is the runner's arguments file as its argv names it:
+// relative to the work dir (its cwd), which does not exist yet.
+var runnerArgsArg = filepath.Join(launcher.RunnerDirName, launcher.RunnerArgsName)
+
+// executeCold runs t in a sandbox created for it. The launcher makes the
+// work dir with the sandbox (capped, filled, the tool's); the worker
+// writes the inputs and the runner's arguments, then starts it. A
+// sandbox created but not started is released on every path.
 func (s *Server) executeCold(t *task) (outcome, func()) {
-	// 2. the work dir itself, under a name the worker generates (never
-	// the task id: workdir.go), exclusively, still the worker's (the
-	// sandbox's plan binds it, so it must exist before step 3).
-	wd, err := newWorkDir(s.cfg.WorkDir, callDirPrefix)
-	if err != nil {
-		s.noteWorkDirFault(err)
-		return s.errorOutcome(t, workDirError(err)), nil
-	}
-	dir := wd.path
-	// Its name says nothing of the task: this line ties them together.
-	t.log = t.log.With("work_dir", filepath.Base(dir))
-	t.log.Info("work dir made", "path", dir)
-	removeDir := func() {
-		if err := wd.remove(); err != nil {
-			t.log.Error("removing the work dir failed", "path", dir, "error", err)
-		}
-	}
-	fail := func(e *Error) (outcome, func()) { return s.errorOutcome(t, e), removeDir }
-	// 3. the done pipe (the runner's "result complete", descriptor 3 in
-	// the sandbox) and the sandbox, created (plan, cgroup, its host ids)
-	// but not started.
-	argsPath := filepath.Join(dir, "runner_args.json")
-	resultPath := filepath.Join(dir, "result.json")
+	// 2. the done pipe (the runner's "result complete", descriptor 3 in
+	// the sandbox) and the sandbox with its work dir, created (plan,
+	// cgroup, its host ids, the work dir under a name the launcher
+	// generates, never the task id) but not started.
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(t.profile, dir, s.callTimeout(t), stderr, t.tool.Network, t.tool)
+	spec := s.sandboxSpec(t.profile, callDirPrefix, s.callTimeout(t), stderr, t.tool.Network, t.tool)
 	var doneR, doneW *os.File
+	var err error
 	if s.cfg.SandboxMode != ModeNone {
 		if doneR, doneW, err = os.Pipe(); err != nil {
-			return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"done pipe\": %v", err))
+			return s.errorOutcome(t, errorf(CodeSandboxFailed, "sandbox setup failed at step \"done pipe\": %v", err)), nil
 		}
 		spec.ExtraFiles = []*os.File{doneW}
-		spec.Argv = s.runnerArgv(3, argsPath)
+		spec.Argv = s.runnerArgv(3, runnerArgsArg)
 	} else {
-		spec.Argv = s.runnerArgv(-1, argsPath)
+		spec.Argv = s.runnerArgv(-1, runnerArgsArg)
 	}
 	closePipes := func() {
 		if doneR != nil {
@@ -299,52 +285,57 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		}
 	}
 	setupStart := time.Now()
-	created, err := s.sb.Create(t.ctx, spec)
+	sb, err := s.sb.Create(t.ctx, spec)
 	if err != nil {
 		closePipes()
 		if cause := context.Cause(t.ctx); cause != nil {
-			return fail(cancelledError(cause))
+			return s.errorOutcome(t, cancelledError(cause)), nil
 		}
 		if errors.Is(err, ErrInvalidSandboxRequest) {
 			// Everything of the call's that reaches the sandbox (its
 			// profile, its timeout) was checked at dispatch, so a refusal
 			// now is the worker's side: a bind source (the tools, runner
-			// or site dir) or the work dir gone, e.g. the tools dir
-			// removed after availableNow looked. Never INVALID_REQUEST.
+			// or site dir) gone, e.g. the tools dir removed after
+			// availableNow looked. Never INVALID_REQUEST.
 			if perr := s.toolProblem(t.tool); perr != nil {
 				t.log.Error("tool cannot work on this worker", "error", perr)
-				return fail(errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", truncateName(t.req.ToolName)))
+				return s.errorOutcome(t, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", truncateName(t.req.ToolName))), nil
 			}
-			return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"create\" (the worker's configuration): %v", err))
+			return s.errorOutcome(t, errorf(CodeSandboxFailed, "sandbox setup failed at step \"create\" (the worker's configuration): %v", err)), nil
 		}
-		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"create\": %v", err))
+		if isNoSpace(err) {
+			// the work dir could not be made (the host's disk).
+			s.noteWorkDirFault(err)
+			return s.errorOutcome(t, workDirError(err)), nil
+		}
+		return s.errorOutcome(t, errorf(CodeSandboxFailed, "sandbox setup failed at step \"create\": %v", err)), nil
 	}
+	wd := sb.WorkDir()
+	dir := wd.Path
+	// Its name says nothing of the task: this line ties them together.
+	t.log = t.log.With("work_dir", filepath.Base(dir))
+	t.log.Info("work dir made", "path", dir)
+	removeDir := func() {
+		if err := sb.Release(); err != nil {
+			t.log.Error("removing the work dir failed", "path", dir, "error", err)
+		}
+	}
+	fail := func(e *Error) (outcome, func()) { return s.errorOutcome(t, e), removeDir }
 	started := false
 	defer func() {
 		if !started {
-			created.Kill()
+			sb.Kill()
 			closePipes()
 		}
 	}()
 	setupTime := time.Since(setupStart)
-	// 4. the work dir's own capped tmpfs (root mode), then input/,
-	// output/ and the status FIFO, owned by the sandbox's uid.
-	uid, gid := created.Owner()
-	if err := s.capWorkDir(wd, t.profile, uid, gid); err != nil {
-		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir cap\": %v", err))
-	}
-	pipePath, err := fillWorkDir(dir, uid, gid)
-	if err != nil {
-		s.noteWorkDirFileFault(err)
-		return fail(workDirError(err))
-	}
-	// 5. inputs.
-	paths, meta, perr := s.writeInputs(t, dir, -1)
+	// 3. inputs.
+	paths, meta, perr := s.writeInputs(t, wd.Path, -1)
 	if perr != nil {
 		return fail(perr)
 	}
-	// 6. runner_args.json.
-	err = runner.WriteArgs(argsPath, s.runnerArgs(t, dir, paths, meta))
+	// 4. runner_args.json, on the runner dir (off the work dir's cap).
+	err = runner.WriteArgs(wd.Args, s.runnerArgs(t, wd, paths, meta))
 	if err != nil {
 		if isNoSpace(err) {
 			s.noteWorkDirFileFault(err)
@@ -352,17 +343,17 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		}
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"runner arguments\": %v", err))
 	}
-	// 7. the FIFO's read end, before the tool starts: the tool's blocking
+	// 5. the FIFO's read end, before the tool starts: the tool's blocking
 	// open would hang otherwise. A write end held by the worker keeps the
 	// reader from seeing EOF when the tool closes it between lines.
-	relay, err := s.startStatusRelay(t, pipePath)
+	relay, err := s.startStatusRelay(t, wd.StatusPipe)
 	if err != nil {
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"status pipe\": %v", err))
 	}
-	// 8. start; the sandbox holds its end of the done pipe now.
+	// 6. start; the sandbox holds its end of the done pipe now.
 	startAt := time.Now()
 	started = true // Start releases the sandbox itself when it fails
-	sb, err := created.Start()
+	err = sb.Start()
 	if doneW != nil {
 		doneW.Close()
 	}
@@ -378,8 +369,8 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	}
 	setupTime += time.Since(startAt)
 	run := watchSandbox(sb, doneR)
-	// 9. the result, as soon as it is complete.
-	out := s.awaitResult(t, &execution{run: run, dir: dir, resultPath: resultPath, relay: relay, stderr: stderr, setupTime: setupTime})
+	// 7. the result, as soon as it is complete.
+	out := s.awaitResult(t, &execution{run: run, dir: dir, resultPath: wd.Result, relay: relay, stderr: stderr, setupTime: setupTime})
 	return out, func() {
 		run.teardown()
 		relay.finish()
@@ -387,13 +378,13 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	}
 }
 
-// runnerArgs is runner_args.json (spec §7.3) of t in work dir dir.
-func (s *Server) runnerArgs(t *task, dir string, paths map[string]string, meta map[string]runner.ArtifactMeta) *runner.Args {
+// runnerArgs is runner_args.json (spec §7.3) of t in work dir wd.
+func (s *Server) runnerArgs(t *task, wd *launcher.WorkDir, paths map[string]string, meta map[string]runner.ArtifactMeta) *runner.Args {
 	return &runner.Args{
 		Module: t.tool.Module, Function: t.tool.Function, ClassName: t.tool.ClassName,
 		Args: t.req.Args, ToolConfig: t.req.ToolConfig,
 		ArtifactPaths: paths, ArtifactMetadata: meta,
-		StatusPipe: filepath.Join(dir, "status.pipe"), ResultFile: filepath.Join(dir, "result.json"), OutputDir: filepath.Join(dir, "output"),
+		StatusPipe: wd.StatusPipe, ResultFile: wd.Result, OutputDir: wd.Output,
 		UserID: t.req.UserID, SessionID: t.req.SessionID, AppName: t.req.AppName,
 		Mode: t.mode,
 	}
@@ -498,7 +489,7 @@ func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (out
 		}
 		return outcome{}, false
 	}
-	return s.resultOutcome(t, res, x.dir, elapsed, liveNetworkReport(x.run.sb)), true
+	return s.resultOutcome(t, res, x.dir, elapsed, x.run.sb.NetworkReport()), true
 }
 
 // workDirError is the reply for a work dir that could not be made.
@@ -509,150 +500,15 @@ func workDirError(err error) *Error {
 	return errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir\": %v", err)
 }
 
-// workDirSource is the source name of every work dir tmpfs the worker
-// mounts: the start-up sweep unmounts exactly these (tmpfs, this source,
-// directly under SANDBOX_WORK_DIR), never an operator's mount.
-const workDirSource = "str-workdir"
-
-// capsWorkDirs reports whether work dirs are capped by a tmpfs of their
-// own: only for real sandboxes (the launcher's) of a root worker, which
-// can mount on the host. Rootless, a work dir is a plain bind of a host
-// directory, uncapped (warned at start-up: warnUncappedWorkDirs).
-func (s *Server) capsWorkDirs() bool {
-	_, launcher := s.sb.(*LauncherSandboxes)
-	return launcher && s.cfg.SandboxMode != ModeNone && os.Geteuid() == 0
-}
-
-// workDirCap is the work dir cap of profile name (zero when unknown:
-// then the sandbox cannot be created either).
-func (s *Server) workDirCap(name string) profiles.WorkDir {
-	if p, err := s.profiles.Lookup(name); err == nil {
-		return p.WorkDir
-	}
-	return profiles.WorkDir{}
-}
-
-// capWorkDir mounts the work dir's own tmpfs on dir (which the worker
-// made and nothing else can write: the work base is the worker's),
-// size- and inode-capped by the profile and owned by the sandbox's host
-// ids, before anything is put in it: the tool gets ENOSPC at either cap,
-// and the pages count against the memory cgroup of whoever writes them
-// (the tool's: its sandbox's limit covers what it writes there). The
-// mount goes through an O_PATH descriptor of dir, so no symlink is
-// followed. A no-op when work dirs are not capped (capsWorkDirs).
-func (s *Server) capWorkDir(w *workDir, profile string, uid, gid int) error {
-	if !s.capsWorkDirs() {
-		return nil
-	}
-	wd := s.workDirCap(profile)
-	if wd.Size <= 0 || wd.Inodes <= 0 {
-		return fmt.Errorf("profile %s sets no work_dir cap", profile)
-	}
-	if err := mountWorkDir(w.path, wd, uid, gid); err != nil {
-		return err
-	}
-	w.mounted = true
-	return nil
-}
-
-// mountWorkDir mounts a tmpfs capped by wd, mode 0700 and owned by
-// uid:gid, on dir (nosuid, nodev; opened O_PATH|O_NOFOLLOW).
-func mountWorkDir(dir string, wd profiles.WorkDir, uid, gid int) error {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer unix.Close(fd)
-	data := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", int64(wd.Size), wd.Inodes, uid, gid)
-	if err := unix.Mount(workDirSource, fmt.Sprintf("/proc/self/fd/%d", fd), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
-		return fmt.Errorf("mount tmpfs (%s) on %s: %w", data, dir, err)
-	}
-	return nil
-}
-
-// unmountWorkDir detaches the work dir's tmpfs, if dir has one (the
-// sandbox may still hold it: MNT_DETACH; its pages are freed once the
-// last user is gone). Not a mount point is not an error.
-func unmountWorkDir(dir string) error {
-	err := unix.Unmount(dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	return fmt.Errorf("unmount %s: %w", dir, err)
-}
-
-// unmountStaleWorkDirs detaches every work dir tmpfs a previous run left
-// mounted directly under base (a worker SIGKILLed with sandboxes
-// running): tmpfs mounts whose source is workDirSource, read from
-// /proc/self/mountinfo. It returns the mount points it detached. Runs at
-// start-up, before the stale work dirs themselves are removed (their
-// markers lie under the tmpfs).
-func unmountStaleWorkDirs(base string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read /proc/self/mountinfo: %w", err)
-	}
-	var done []string
-	seen := map[string]bool{}
-	for _, line := range strings.Split(string(data), "\n") {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 2 || g[0] != "tmpfs" || g[1] != workDirSource {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		// Only on a name the worker generates (workdir.go): an
-		// operator's mount of the same source name elsewhere is kept.
-		if filepath.Dir(mp) != base || !generatedWorkDirName(filepath.Base(mp)) || seen[mp] {
-			continue
-		}
-		seen[mp] = true
-		// Stacked mounts (none are made, but never leave one behind).
-		for i := 0; i < 16; i++ {
-			if err := unix.Unmount(mp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
-				if i == 0 && !errors.Is(err, unix.EINVAL) {
-					return done, fmt.Errorf("unmount stale work dir %s: %w", mp, err)
-				}
-				break
-			}
-		}
-		done = append(done, mp)
-	}
-	return done, nil
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // warnUncappedWorkDirs says, once at start-up, when work dirs are not
 // capped: a rootless worker cannot mount on the host, so each is a plain
 // bind of a host directory whose size and file count only the host
 // filesystem bounds.
 func (s *Server) warnUncappedWorkDirs() {
-	if s.cfg.SandboxMode == ModeNone || s.capsWorkDirs() {
+	if s.cfg.SandboxMode == ModeNone || s.sb.CapsWorkDirs() {
 		return
 	}
-	s.log.Warn("WORK DIRS ARE NOT CAPPED: the worker is not root (rootless) or does not use the launcher's sandboxes, so it cannot mount "+
+	s.log.Warn("WORK DIRS ARE NOT CAPPED: the worker is not root (rootless), so the launcher cannot mount "+
 		"a size- and inode-capped tmpfs per task; each work dir is a plain bind of a directory under SANDBOX_WORK_DIR and a tool can fill "+
 		"that filesystem (bytes and inodes) for every other task. Put SANDBOX_WORK_DIR on a filesystem of its own (or with quotas), or run the worker as root",
 		"work_dir", s.cfg.WorkDir)
@@ -792,71 +648,10 @@ func (s *Server) countViolations(t *task, net NetworkReport) {
 	t.log.Warn("network policy denials", "count", len(net.Violations), "dropped", net.Dropped, "summary", net.Summary)
 }
 
-// WorkDirMarker is the file every task work dir carries (see makeTaskDir).
-const WorkDirMarker = ".str-workdir"
-
-// Modes of what the worker creates for a sandbox. Every one is set with
-// fchmod/chmod after creation, never left to the umask: under the systemd
-// unit's UMask=0027 a mode given to mkdir or open loses the bits the
-// sandbox's uid needs.
-const (
-	modeTaskDir   = 0o700 // chowned to the sandbox's uid
-	modeInputDir  = 0o755 // worker-owned, readable by the sandbox
-	modeInputFile = 0o644
-	modeOutputDir = 0o700 // chowned to the sandbox's uid
-	modeFIFO      = 0o600 // chowned to the sandbox's uid
-	modeMarker    = 0o444
-)
-
-// makeTaskDir creates dir (which must not exist) and its marker file; it
-// stays the worker's until fillWorkDir. Calls use newWorkDir (workdir.go),
-// which names dir.
-func makeTaskDir(dir string) error {
-	// 1. the dir itself, exclusively.
-	if err := mkdirMode(dir, modeTaskDir); err != nil {
-		return err
-	}
-	// 2. the marker that makes it removable as stale after a crash (its
-	// content is the dir's name): the startup sweep deletes only
-	// directories of a generated name carrying it (staleWorkDirProblem),
-	// never whatever else an operator keeps under SANDBOX_WORK_DIR. A dir
-	// that cannot be marked is removed again (it is empty and ours).
-	if err := writeNewFile(filepath.Join(dir, WorkDirMarker), []byte(filepath.Base(dir)), modeMarker); err != nil {
-		os.Remove(dir)
-		return fmt.Errorf("mark %s: %w", dir, err)
-	}
-	return nil
-}
-
-// fillWorkDir creates input/, output/ and the FIFO status.pipe in dir and
-// hands dir, output/ and the FIFO to the tool's host uid/gid. It returns
-// the FIFO's path.
-func fillWorkDir(dir string, uid, gid int) (string, error) {
-	// 1. input/ (worker-owned, readable), output/ (tool-owned).
-	if err := mkdirMode(filepath.Join(dir, "input"), modeInputDir); err != nil {
-		return "", err
-	}
-	if err := mkdirMode(filepath.Join(dir, "output"), modeOutputDir); err != nil {
-		return "", err
-	}
-	// 2. the FIFO. Nothing but the worker can write dir yet, so the path
-	// chmod follows is the FIFO just made.
-	pipe := filepath.Join(dir, "status.pipe")
-	if err := unix.Mkfifo(pipe, modeFIFO); err != nil {
-		return "", fmt.Errorf("mkfifo %s: %w", pipe, err)
-	}
-	if err := unix.Fchmodat(unix.AT_FDCWD, pipe, modeFIFO, 0); err != nil {
-		return "", fmt.Errorf("chmod %s to %o: %w", pipe, modeFIFO, err)
-	}
-	// 3. ownership (Lchown: nothing here can be a symlink yet, but never
-	// follow one).
-	for _, p := range []string{dir, filepath.Join(dir, "output"), pipe} {
-		if err := os.Lchown(p, uid, gid); err != nil {
-			return "", fmt.Errorf("chown %s to %d:%d: %w", p, uid, gid, err)
-		}
-	}
-	return pipe, nil
-}
+// Modes of the files the worker creates for a sandbox (the launcher
+// makes the work dir and its directories). Set with fchmod after
+// creation, never left to the umask.
+const modeInputFile = 0o644
 
 // mkdirMode creates path (which must not exist) and sets its mode through
 // a descriptor opened without following a symlink, whatever the umask.
@@ -1045,12 +840,6 @@ func writeNewFileAt(dirFd int, name, path string, data []byte, mode os.FileMode)
 		return fmt.Errorf("close %s: %w", path, err)
 	}
 	return nil
-}
-
-// writeNewFile creates path exclusively (no symlink followed), sets its
-// mode on the descriptor (whatever the umask) and writes data.
-func writeNewFile(path string, data []byte, mode os.FileMode) error {
-	return writeNewFileAt(unix.AT_FDCWD, path, path, data, mode)
 }
 
 // saveOutputs stores the top-level regular files of output/, all or
@@ -1727,7 +1516,7 @@ const (
 // sandboxRun is a started sandbox as the worker watches it: its end
 // (Wait, in a goroutine) and the runner's signals on the done pipe.
 type sandboxRun struct {
-	sb      RunningSandbox
+	sb      Sandbox
 	exited  chan struct{} // closed when Wait has returned; exit and waitErr are set then
 	exit    *SandboxExit
 	waitErr error
@@ -1739,7 +1528,7 @@ type sandboxRun struct {
 
 // watchSandbox starts watching sb; doneR (nil = no done pipe) is the
 // worker's read end of the runner's done pipe, closed by the watcher.
-func watchSandbox(sb RunningSandbox, doneR *os.File) *sandboxRun {
+func watchSandbox(sb Sandbox, doneR *os.File) *sandboxRun {
 	run := &sandboxRun{sb: sb, exited: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		run.exit, run.waitErr = sb.Wait()

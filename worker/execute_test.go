@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/launchertest"
+	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -50,7 +53,7 @@ def raw_result(ctx, hexdata="", size=0, depth=0):
         data = ('{"result": ' + '{"a":' * int(depth) + '1' + '}' * int(depth) + '}').encode()
     else:
         data = bytes.fromhex(hexdata)
-    with open("result.json", "wb") as f:
+    with open(".str/result.json", "wb") as f:
         f.write(data)
     os._exit(0)
 
@@ -88,7 +91,7 @@ func newExecHarness(t *testing.T, mod func(*Config), opts func(*Options)) *harne
 	m, err := os.ReadFile(h.cfg.ManifestPath)
 	must(t, err)
 	must(t, os.WriteFile(h.cfg.ManifestPath, append(m, execManifest...), 0o644))
-	o := Options{Config: h.cfg, Transport: h.bus.Client("worker-exec", h.cfg.QueueName()), Sandboxes: hostSandboxes{},
+	o := Options{Config: h.cfg, Transport: h.bus.Client("worker-exec", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
 		Store: h.store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
 	if opts != nil {
 		opts(&o)
@@ -134,66 +137,54 @@ func metricsText(t *testing.T, h *harness) string {
 
 // ---- item 1: the sandbox's own owner; a created sandbox is always released
 
-// trackingSandboxes wraps hostSandboxes: it reports a chosen owner and
-// counts what happens to every created sandbox.
+// trackingSandboxes wraps launchertest.Sandboxes: it counts what happens
+// to every created sandbox. (Who owns the work dir is the launcher's:
+// launcher's TestWorkDirLayout.)
 type trackingSandboxes struct {
-	hostSandboxes
-	uid, gid int
+	launchertest.Sandboxes
 	startErr error
 
 	mu                       sync.Mutex
 	created, started, killed int
-	// seen at Start: owner of the work dir, output/ and the FIFO.
-	owners map[string][2]int
 }
 
-func (ts *trackingSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
-	c, err := ts.hostSandboxes.Create(ctx, spec)
+func (ts *trackingSandboxes) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
+	c, err := ts.Sandboxes.Create(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	ts.mu.Lock()
 	ts.created++
 	ts.mu.Unlock()
-	return &trackingCreated{ts: ts, inner: c, dir: spec.Workdir}, nil
+	return &trackingCreated{Box: c, ts: ts}, nil
 }
 
 type trackingCreated struct {
-	ts    *trackingSandboxes
-	inner CreatedSandbox
-	dir   string
-	done  bool
+	launcher.Box
+	ts   *trackingSandboxes
+	done bool
 }
-
-func (c *trackingCreated) Owner() (int, int) { return c.ts.uid, c.ts.gid }
 
 func (c *trackingCreated) Kill() error {
 	c.ts.mu.Lock()
-	defer c.ts.mu.Unlock()
 	if !c.done {
 		c.done = true
 		c.ts.killed++
 	}
-	return c.inner.Kill()
+	c.ts.mu.Unlock()
+	return c.Box.Kill()
 }
 
-func (c *trackingCreated) Start() (RunningSandbox, error) {
+func (c *trackingCreated) Start() error {
 	c.ts.mu.Lock()
 	c.done = true
 	c.ts.started++
-	c.ts.owners = map[string][2]int{}
-	for _, p := range []string{".", "output", "status.pipe", "input"} {
-		var st syscall.Stat_t
-		if syscall.Lstat(filepath.Join(c.dir, p), &st) == nil {
-			c.ts.owners[p] = [2]int{int(st.Uid), int(st.Gid)}
-		}
-	}
 	startErr := c.ts.startErr
 	c.ts.mu.Unlock()
 	if startErr != nil {
-		return nil, startErr
+		return startErr
 	}
-	return c.inner.Start()
+	return c.Box.Start()
 }
 
 func (ts *trackingSandboxes) counts() (created, started, killed int) {
@@ -202,37 +193,11 @@ func (ts *trackingSandboxes) counts() (created, started, killed int) {
 	return ts.created, ts.started, ts.killed
 }
 
-// TestWorkDirBelongsToTheSandboxOwner: the work dir, output/ and the FIFO
-// are chowned to the owner of the sandbox that was created for the call
-// (not to a per-profile owner looked up beforehand); input/ stays the
-// worker's.
-func TestWorkDirBelongsToTheSandboxOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown to another uid needs root")
-	}
-	ts := &trackingSandboxes{uid: 43210, gid: 43211}
-	h := newExecHarness(t, nil, func(o *Options) { o.Sandboxes = ts })
-	h.start()
-	if _, ok := shapeResult(h.reply(h.send("echo", nil))); !ok {
-		t.Fatal("echo failed")
-	}
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	for _, p := range []string{".", "output", "status.pipe"} {
-		if got := ts.owners[p]; got != [2]int{43210, 43211} {
-			t.Errorf("%s owned by %v at start, want the sandbox's 43210:43211", p, got)
-		}
-	}
-	if got := ts.owners["input"]; got != [2]int{os.Geteuid(), os.Getegid()} {
-		t.Errorf("input/ owned by %v, want the worker", got)
-	}
-}
-
 // TestCreatedSandboxAlwaysReleased: every error between Create and Start
 // (an input that cannot be loaded, a failing Start) leaves no sandbox
 // behind: each one created is started or killed.
 func TestCreatedSandboxAlwaysReleased(t *testing.T) {
-	ts := &trackingSandboxes{uid: os.Geteuid(), gid: os.Getegid()}
+	ts := &trackingSandboxes{}
 	h := newExecHarness(t, nil, func(o *Options) { o.Sandboxes = ts })
 	h.start()
 	base, _, _ := ts.counts() // the start-up probe's sandbox
@@ -292,7 +257,7 @@ func TestWorkUnderUmask0027(t *testing.T) {
 
 func umaskChild(t *testing.T) {
 	const nobody = 65534
-	h := newExecHarness(t, nil, func(o *Options) { o.Sandboxes = hostSandboxes{uid: nobody, gid: nobody} })
+	h := newExecHarness(t, nil, func(o *Options) { o.Sandboxes = launchertest.Sandboxes{UID: nobody, GID: nobody} })
 	// The test's own temp dirs are 0700: open them (and the tools) for the
 	// tool's uid, as an operator's tools dir is.
 	for p := h.dir; p != filepath.Dir(p) && strings.HasPrefix(p, os.TempDir()) && p != os.TempDir(); p = filepath.Dir(p) {
@@ -310,16 +275,17 @@ func umaskChild(t *testing.T) {
 			t.Errorf("%s: mode %v, want at least %v", path, fi.Mode().Perm(), want)
 		}
 	}
-	// The pieces, one by one.
-	dir := filepath.Join(h.dir, "pieces")
-	must(t, makeTaskDir(dir))
-	pipe, err := fillWorkDir(dir, os.Geteuid(), os.Getegid())
+	// The pieces, one by one: the launcher's work dir, the worker's files.
+	sb, err := launchertest.Sandboxes{}.Create(context.Background(), SandboxSpec{Profile: "standard", Argv: []string{"/bin/true"},
+		WorkDir: launcher.WorkDirSpec{Base: h.dir, Prefix: "pieces-"}})
 	must(t, err)
-	must(t, writeNewFile(filepath.Join(dir, "input", "f"), nil, modeInputFile))
-	must(t, runner.WriteArgs(filepath.Join(dir, "runner_args.json"), &runner.Args{Module: "m", Function: "f", ResultFile: "r"}))
-	for p, want := range map[string]os.FileMode{dir: modeTaskDir, filepath.Join(dir, "input"): modeInputDir,
-		filepath.Join(dir, "output"): modeOutputDir, pipe: modeFIFO, filepath.Join(dir, "input", "f"): modeInputFile,
-		filepath.Join(dir, "runner_args.json"): runner.ArgsMode, filepath.Join(dir, WorkDirMarker): modeMarker} {
+	defer sb.Release()
+	wd := sb.WorkDir()
+	must(t, writeNewFileAt(unix.AT_FDCWD, filepath.Join(wd.Input, "f"), filepath.Join(wd.Input, "f"), nil, modeInputFile))
+	must(t, runner.WriteArgs(wd.Args, &runner.Args{Module: "m", Function: "f", ResultFile: "r"}))
+	for p, want := range map[string]os.FileMode{wd.Path: 0o700, wd.Input: 0o755, wd.Output: 0o700, wd.Runner: 0o700,
+		wd.StatusPipe: 0o600, filepath.Join(wd.Input, "f"): modeInputFile, wd.Args: runner.ArgsMode,
+		filepath.Join(wd.Path, launcher.WorkDirMarker): 0o444} {
 		if fi, err := os.Lstat(p); err != nil || fi.Mode().Perm() != want {
 			t.Errorf("%s: %v %v, want %v", p, fi.Mode().Perm(), err, want)
 		}

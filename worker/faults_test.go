@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -123,7 +124,7 @@ func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
 				h = newWarmHarness(t, grace)
 				sb.Transport = h.bus.Client("worker-warm", h.cfg.QueueName())
 				var err error
-				h.srv, err = New(Options{Config: h.cfg, Transport: sb, Sandboxes: hostSandboxes{}, Store: h.store, Logger: logs.logger()})
+				h.srv, err = New(Options{Config: h.cfg, Transport: sb, Sandboxes: launchertest.Sandboxes{}, Store: h.store, Logger: logs.logger()})
 				must(t, err)
 			} else {
 				h = newExecHarness(t, grace, func(o *Options) {
@@ -142,7 +143,7 @@ func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
 			var dir string
 			waitFor(t, "the result written", func() bool {
 				for _, d := range append([]string{"task-" + id}, testfs.Names(h.cfg.WorkDir)...) {
-					if _, err := os.Stat(filepath.Join(h.cfg.WorkDir, d, "result.json")); err == nil {
+					if _, err := os.Stat(filepath.Join(h.cfg.WorkDir, d, launcher.RunnerDirName, launcher.RunnerResultName)); err == nil {
 						dir = filepath.Join(h.cfg.WorkDir, d)
 						return true
 					}
@@ -212,28 +213,5 @@ func TestReplyLostIsCounted(t *testing.T) {
 				t.Errorf("%d \"reply lost\" log lines, want %d:\n%s", got, c.wantLost, logs.String())
 			}
 		})
-	}
-}
-
-// TestUnsandboxedExited: a tool process that has exited but is not yet
-// reaped counts as exited (a cancellation then does not mark it
-// cancelled); a running one does not.
-func TestUnsandboxedExited(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute, 0)
-	must(t, err)
-	if p.exited() {
-		t.Fatal("a running process counts as exited")
-	}
-	must(t, p.Kill())
-	waitFor(t, "the killed process counted as exited (a zombie, not reaped)", p.exited)
-	e, err := p.Wait()
-	must(t, err)
-	if e.Cancelled {
-		t.Errorf("cancelled without a cancellation: %+v", e)
-	}
-	if !p.exited() {
-		t.Error("a reaped process does not count as exited")
 	}
 }

@@ -6,20 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/transport"
 )
@@ -40,7 +38,7 @@ def status_flood(ctx, n=2000, size=16384, pidfile=""):
             f.write(str(os.getpid()))
         os.rename(pidfile + ".tmp", pidfile)
     pad = "s" * (int(size) - 21)
-    fd = os.open("status.pipe", os.O_WRONLY)
+    fd = os.open(".str/status.pipe", os.O_WRONLY)
     for i in range(int(n)):
         line = ('{"status": "%06d ' % i + pad + '"}\n').encode()
         while line:
@@ -78,7 +76,7 @@ func newHardeningHarness(t *testing.T, mod func(*Config), opts func(*Options)) *
 	must(t, err)
 	must(t, os.WriteFile(h.cfg.ManifestPath, append(m, hardeningManifest...), 0o644))
 	if opts != nil {
-		o := Options{Config: h.cfg, Transport: h.bus.Client("worker-hard", h.cfg.QueueName()), Sandboxes: hostSandboxes{},
+		o := Options{Config: h.cfg, Transport: h.bus.Client("worker-hard", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
 			Store: h.store, Logger: h.srv.log}
 		opts(&o)
 		h.srv, err = New(o)
@@ -467,93 +465,5 @@ func TestUserScopeInputs(t *testing.T) {
 		"filename": "local.txt", "content": base64.StdEncoding.EncodeToString([]byte("inline"))}}}))
 	if _, ok := shapeResult(reply); !ok {
 		t.Fatalf("preloaded: %s", reply)
-	}
-}
-
-// ---- the work dir's tmpfs (root mode)
-
-// TestWorkDirTmpfs mounts, fills, sweeps and unmounts a work dir tmpfs in
-// a child process with a mount namespace of its own (nothing is mounted
-// in the test process or on the host).
-func TestWorkDirTmpfs(t *testing.T) {
-	if os.Getenv("STR_TEST_TMPFS_CHILD") == "1" {
-		tmpfsChild(t)
-		return
-	}
-	if os.Geteuid() != 0 {
-		msg := "mounting a tmpfs needs root (CAP_SYS_ADMIN)"
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkDirTmpfs$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "STR_TEST_TMPFS_CHILD=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestWorkDirTmpfs") {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-}
-
-func tmpfsChild(t *testing.T) {
-	// The child's mount namespace must not propagate anything back.
-	must(t, unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
-	base := t.TempDir()
-	wd, err := newWorkDir(base, callDirPrefix)
-	must(t, err)
-	dir := wd.path
-	const owner = 4242
-	must(t, mountWorkDir(dir, profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner))
-	var st unix.Stat_t
-	must(t, unix.Stat(dir, &st))
-	if st.Uid != owner || st.Gid != owner || st.Mode&0o7777 != 0o700 {
-		t.Fatalf("tmpfs root: uid %d gid %d mode %o", st.Uid, st.Gid, st.Mode&0o7777)
-	}
-	// Bytes: the cap is ENOSPC.
-	err = os.WriteFile(filepath.Join(dir, "big"), make([]byte, 2<<20), 0o600)
-	if !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("writing past the size cap: %v", err)
-	}
-	must(t, os.Remove(filepath.Join(dir, "big")))
-	// Inodes: the cap is ENOSPC too.
-	var ierr error
-	for i := 0; i < 100 && ierr == nil; i++ {
-		ierr = os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o600)
-	}
-	if !errors.Is(ierr, syscall.ENOSPC) {
-		t.Fatalf("creating past the inode cap: %v", ierr)
-	}
-	// The start-up sweep finds and detaches it (a SIGKILLed worker's); the
-	// marker underneath is visible again.
-	other := filepath.Join(t.TempDir(), "x")
-	must(t, os.Mkdir(other, 0o700))
-	must(t, unix.Mount("tmpfs", other, "tmpfs", 0, "size=4k")) // not ours: left alone
-	done, err := unmountStaleWorkDirs(base)
-	must(t, err)
-	if len(done) != 1 || done[0] != dir {
-		t.Fatalf("swept %q", done)
-	}
-	if _, err := os.Lstat(filepath.Join(dir, WorkDirMarker)); err != nil {
-		t.Fatalf("marker after the sweep: %v", err)
-	}
-	if done, _ := unmountStaleWorkDirs(filepath.Dir(other)); len(done) != 0 {
-		t.Fatalf("an operator's tmpfs was swept: %q", done)
-	}
-	unix.Unmount(other, 0)
-	// remove unmounts before removing; a dir without a mount is fine.
-	must(t, mountWorkDir(dir, profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner))
-	wd.mounted = true
-	must(t, wd.remove())
-	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
-		t.Fatalf("work dir left: %v", err)
-	}
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mi), " "+dir+" ") {
-		t.Fatalf("the work dir tmpfs is still mounted:\n%s", mi)
-	}
-	// Mount points with spaces are unescaped.
-	if got := unescapeMountinfo(`/a\040b/c`); got != "/a b/c" {
-		t.Fatalf("unescape: %q", got)
 	}
 }

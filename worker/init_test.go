@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,15 +60,15 @@ json.dump(res, open(args["result_file"], "w"))
 
 // stubRunnerSandboxes runs the stub instead of the runner.
 type stubRunnerSandboxes struct {
-	hostSandboxes
+	launchertest.Sandboxes
 	stub string
 }
 
-func (s stubRunnerSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
+func (s stubRunnerSandboxes) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
 	if len(spec.Argv) >= 2 && filepath.Base(spec.Argv[1]) == runner.FileName {
 		spec.Argv = []string{spec.Argv[0], s.stub, spec.Argv[len(spec.Argv)-1]}
 	}
-	return s.hostSandboxes.Create(ctx, spec)
+	return s.Sandboxes.Create(ctx, spec)
 }
 
 // newInitHarness is a harness on initManifest with the stub runner; it

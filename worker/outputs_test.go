@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"log/slog"
 	"os"
@@ -57,7 +58,7 @@ func newOutputHarness(t *testing.T, mod func(*Config), opts func(*Options)) *har
 	st, err := artifacts.NewFilesystem(filepath.Join(h.dir, "store"), h.cfg.Namespace)
 	must(t, err)
 	h.store = st
-	o := Options{Config: h.cfg, Transport: h.bus.Client("worker-out", h.cfg.QueueName()), Sandboxes: hostSandboxes{},
+	o := Options{Config: h.cfg, Transport: h.bus.Client("worker-out", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
 		Store: h.store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
 	if opts != nil {
 		opts(&o)

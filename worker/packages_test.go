@@ -3,6 +3,7 @@ package worker
 import (
 	"archive/zip"
 	"encoding/json"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -63,7 +64,7 @@ func TestDeclaredPackages(t *testing.T) {
 	must(t, os.WriteFile(h.cfg.ManifestPath, []byte(pm), 0o644))
 	logs := &lockedBuffer{}
 	var err error
-	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker", h.cfg.QueueName()), Sandboxes: hostSandboxes{},
+	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
 		Store: h.store, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		Installer: &manifest.Installer{Python: "/usr/bin/python3", SiteDir: h.cfg.SiteDir, WheelsDir: wheels, Method: manifest.MethodUnpack}})
 	must(t, err)

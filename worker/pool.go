@@ -6,8 +6,9 @@ package worker
 // A pooled sandbox is an ordinary sandbox of the launcher (namespaces,
 // mounts, cgroup, limits, seccomp: nothing about it is shared or
 // reused) whose work dir is a fresh work area {SANDBOX_WORK_DIR}/.warm-<random>
-// made, filled (input/, output/, status.pipe) and chowned to the
-// sandbox's uid before Start, exactly as a call's work dir is, and whose
+// made by the launcher with the sandbox (capped in root mode; input/,
+// output/, .str/ with the status FIFO; the tool's), exactly as a call's
+// work dir is, and whose
 // command is the runner in warm mode:
 //
 //	python3 runner.py --done-fd 4 --warm 3 MODULE FUNCTION CLASS_NAME
@@ -22,7 +23,7 @@ package worker
 // The wall clock: a pooled sandbox waits unarmed. It is created with an
 // idle limit (warmIdleLimit: STR_WARM_MAX_AGE_SECONDS plus a minute, a
 // backstop: the pool recycles it at the max age) instead of a timeout;
-// claim arms it (RunningSandbox.Arm) with the call's own wall clock
+// claim arms it (Sandbox.Arm, launcher.Box) with the call's own wall clock
 // (callTimeout: the request's timeout + 5 s, at most the profile's, the
 // one place that computes it), counted from the claim. So a call may ask
 // the profile's whole limit and still be served warm, and it never gets
@@ -80,8 +81,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -151,9 +152,9 @@ const (
 type warmSandbox struct {
 	key       warmKey
 	set       *warmSet
-	wd        *workDir // its work area (workdir.go): removed by release
-	dir       string   // wd.path, bound read-write at the same path
-	inputFd   int      // input/, held since the worker created it
+	wd        *launcher.WorkDir // its work area, made by the launcher: removed by release
+	dir       string            // wd.Path, bound read-write at the same path
+	inputFd   int               // input/, held since the launcher made it
 	run       *sandboxRun
 	argsW     *os.File // the worker's end of the arguments pipe
 	stderr    *tailBuffer
@@ -174,7 +175,7 @@ func (w *warmSandbox) release(s *Server) {
 		unix.Close(w.inputFd)
 		w.inputFd = -1
 	}
-	if err := w.wd.remove(); err != nil {
+	if err := w.run.sb.Release(); err != nil {
 		s.log.Error("removing a warm work area failed", "path", w.dir, "error", err)
 	}
 }
@@ -701,17 +702,9 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 			}
 		}
 	}()
-	// 1. the work area, with the work dir marker (swept at start-up after
-	// a crash).
-	wd, err := newWorkDir(s.cfg.WorkDir, warmDirPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("work area: %w", err)
-	}
-	dir := wd.path
-	undo = append(undo, func() { wd.remove() })
-	// 2. the module file's identity, before the runner can read it.
+	// 1. the module file's identity, before the runner can read it.
 	source := sourceID(s.cfg.ToolsDir, &tool)
-	// 3. the arguments pipe (the tool's fd 3) and the done pipe (fd 4).
+	// 2. the arguments pipe (the tool's fd 3) and the done pipe (fd 4).
 	argsR, argsW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("arguments pipe: %w", err)
@@ -722,43 +715,40 @@ func (s *Server) newWarm(ctx context.Context, set *warmSet) (_ *warmSandbox, err
 		return nil, fmt.Errorf("done pipe: %w", err)
 	}
 	undo = append(undo, func() { doneR.Close(); doneW.Close() })
-	// 4. the sandbox, created, not started.
+	// 3. the sandbox with its work area (made, capped in root mode,
+	// filled and handed to the tool by the launcher, with its marker:
+	// swept at start-up after a crash), created, not started.
 	stderr := newTailBuffer(stderrTailBytes)
 	// No timeout yet (0: the profile's is the most Arm may give): it
 	// waits unarmed, up to its idle limit.
-	spec := s.sandboxSpec(set.key.profile, dir, 0, stderr, set.key.networkPolicy(), &set.key.tool)
+	spec := s.sandboxSpec(set.key.profile, warmDirPrefix, 0, stderr, set.key.networkPolicy(), &set.key.tool)
 	spec.Idle = s.warmIdleLimit()
 	spec.Argv = s.runnerArgv(4, "--warm", "3", tool.Module, tool.Function, tool.ClassName)
 	spec.ExtraFiles = []*os.File{argsR, doneW}
-	created, err := s.sb.Create(ctx, spec)
+	sb, err := s.sb.Create(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
+	wd := sb.WorkDir()
+	dir := wd.Path
+	undo = append(undo, func() { sb.Release() })
 	killCreated := true
 	undo = append(undo, func() {
 		if killCreated {
-			created.Kill()
+			sb.Kill()
 		}
 	})
-	// 5. the work area's own capped tmpfs (root mode, as a call's work
-	// dir; unmounted by wd.remove), input/, output/, the status FIFO,
-	// chowned to the sandbox's uid; input/ held open for the call's inputs.
-	uid, gid := created.Owner()
-	if err := s.capWorkDir(wd, set.key.profile, uid, gid); err != nil {
-		return nil, fmt.Errorf("work area cap: %w", err)
-	}
-	if _, err := fillWorkDir(dir, uid, gid); err != nil {
-		return nil, fmt.Errorf("work area: %w", err)
-	}
-	inputFd, err := unix.Open(filepath.Join(dir, "input"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	// 4. input/ held open for the call's inputs (the tool owns its work
+	// area by the time they come).
+	inputFd, err := unix.Open(wd.Input, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open %s/input: %w", dir, err)
+		return nil, fmt.Errorf("open %s: %w", wd.Input, err)
 	}
 	undo = append(undo, func() { unix.Close(inputFd) })
-	// 6. start; the sandbox holds its pipe ends now.
+	// 5. start; the sandbox holds its pipe ends now.
 	createdAt := time.Now()
 	killCreated = false // Start releases the sandbox itself when it fails
-	sb, err := created.Start()
+	err = sb.Start()
 	argsR.Close()
 	doneW.Close()
 	if err != nil {
@@ -806,13 +796,13 @@ func (s *Server) executeWarm(t *task, w *warmSandbox) (outcome, func()) {
 	}
 	// 3. the status FIFO's read end.
 	var err error
-	relay, err = s.startStatusRelay(t, filepath.Join(w.dir, "status.pipe"))
+	relay, err = s.startStatusRelay(t, w.wd.StatusPipe)
 	if err != nil {
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"status pipe\": %v", err))
 	}
 	// 4. the arguments, on the pipe the runner waits on (not a file in
 	// the work area: the tool could have put anything at any path there).
-	data, err := runner.EncodeArgs(s.runnerArgs(t, w.dir, paths, meta))
+	data, err := runner.EncodeArgs(s.runnerArgs(t, w.wd, paths, meta))
 	if err != nil {
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"runner arguments\": %v", err))
 	}
@@ -823,7 +813,7 @@ func (s *Server) executeWarm(t *task, w *warmSandbox) (outcome, func()) {
 		w.argsW.Close()
 	}()
 	// 5. the result.
-	out := s.awaitResult(t, &execution{run: run, dir: w.dir, resultPath: filepath.Join(w.dir, "result.json"),
+	out := s.awaitResult(t, &execution{run: run, dir: w.dir, resultPath: w.wd.Result,
 		relay: relay, stderr: w.stderr, cancelled: &w.cancelled})
 	return out, teardown
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 )
 
 // The pool's tests run the real runner in warm mode as plain processes
-// (hostSandboxes): they exercise the pool's bookkeeping, the handover and
+// (launchertest.Sandboxes): they exercise the pool's bookkeeping, the handover and
 // the reply before teardown; the isolation of pooled sandboxes through
 // the real launcher is test/e2e's TestWarmPoolIsolation.
 
@@ -422,17 +423,17 @@ func hexOf(s string) string {
 	return string(b)
 }
 
-// armingSandboxes wraps hostSandboxes: it records the wall clock of every
+// armingSandboxes wraps launchertest.Sandboxes: it records the wall clock of every
 // sandbox created (Timeout, Idle) and every Arm.
 type armingSandboxes struct {
-	hostSandboxes
+	launchertest.Sandboxes
 	mu    sync.Mutex
 	specs []SandboxSpec // Profile, Argv, Timeout and Idle of each
 	arms  []time.Duration
 }
 
-func (as *armingSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
-	c, err := as.hostSandboxes.Create(ctx, spec)
+func (as *armingSandboxes) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
+	c, err := as.Sandboxes.Create(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -443,28 +444,15 @@ func (as *armingSandboxes) Create(ctx context.Context, spec SandboxSpec) (Create
 }
 
 type armingCreated struct {
-	CreatedSandbox
+	Sandbox
 	as *armingSandboxes
 }
 
-func (c armingCreated) Start() (RunningSandbox, error) {
-	sb, err := c.CreatedSandbox.Start()
-	if err != nil {
-		return nil, err
-	}
-	return armingRunning{sb, c.as}, nil
-}
-
-type armingRunning struct {
-	RunningSandbox
-	as *armingSandboxes
-}
-
-func (r armingRunning) Arm(d time.Duration) error {
-	r.as.mu.Lock()
-	r.as.arms = append(r.as.arms, d)
-	r.as.mu.Unlock()
-	return r.RunningSandbox.Arm(d)
+func (c armingCreated) Arm(d time.Duration) error {
+	c.as.mu.Lock()
+	c.as.arms = append(c.as.arms, d)
+	c.as.mu.Unlock()
+	return c.Sandbox.Arm(d)
 }
 
 func (as *armingSandboxes) seen() ([]SandboxSpec, []time.Duration) {
@@ -521,47 +509,6 @@ tools:
 	}
 	if pooled < 1 || cold != 1 {
 		t.Errorf("%d pooled and %d cold sandboxes created, want at least 1 and 1", pooled, cold)
-	}
-}
-
-// TestUnsandboxedArm: the host double's (and SANDBOX_MODE=none's) Arm
-// has the launcher's checks: only a process waiting unarmed, once, within
-// its limit, before its idle limit ran out; the armed timeout kills it.
-func TestUnsandboxedArm(t *testing.T) {
-	ctx := context.Background()
-	plain, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute, 0)
-	must(t, err)
-	defer func() { plain.Kill(); plain.Wait() }()
-	if err := plain.Arm(time.Second); err == nil {
-		t.Error("armed a process not waiting unarmed")
-	}
-
-	p, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute, time.Hour)
-	must(t, err)
-	for _, d := range []time.Duration{0, time.Minute + 1} {
-		if err := p.Arm(d); err == nil {
-			t.Errorf("Arm(%v) accepted (limit 1m)", d)
-		}
-	}
-	must(t, p.Arm(time.Nanosecond))
-	if err := p.Arm(time.Second); err == nil {
-		t.Error("armed twice")
-	}
-	e, err := p.Wait()
-	must(t, err)
-	if !e.TimedOut {
-		t.Errorf("the armed timeout did not end the process: %+v", e)
-	}
-
-	idle, err := startProcess(ctx, exec.Command("sleep", "60"), time.Minute, time.Nanosecond)
-	must(t, err)
-	e, err = idle.Wait()
-	must(t, err)
-	if !e.TimedOut {
-		t.Errorf("the idle limit did not end the process: %+v", e)
-	}
-	if err := idle.Arm(time.Second); err == nil {
-		t.Error("armed after the idle limit ran out")
 	}
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"log/slog"
 	"net"
@@ -72,7 +73,7 @@ func TestProbeDeafReadyzAndReestablish(t *testing.T) {
 	h := newHarness(t, probeConfig)
 	gate := &gatedReestablish{Transport: h.bus.Client("worker", h.cfg.QueueName())}
 	var err error
-	h.srv, err = New(Options{Config: h.cfg, Transport: gate, Sandboxes: hostSandboxes{}, Store: h.store,
+	h.srv, err = New(Options{Config: h.cfg, Transport: gate, Sandboxes: launchertest.Sandboxes{}, Store: h.store,
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	must(t, err)
 	h.start()
@@ -150,7 +151,7 @@ func TestProbeRecoversFromReferenceBrokerDrop(t *testing.T) {
 		h := newHarness(t, probeConfig)
 		w := &worker{h: h, tr: client(h.cfg.WorkerID, h.cfg.QueueName())}
 		var err error
-		h.srv, err = New(Options{Config: h.cfg, Transport: w.tr, Sandboxes: hostSandboxes{}, Store: h.store, Logger: log})
+		h.srv, err = New(Options{Config: h.cfg, Transport: w.tr, Sandboxes: launchertest.Sandboxes{}, Store: h.store, Logger: log})
 		must(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

@@ -188,7 +188,7 @@ const workDirMinFree = 64 << 10
 // and the base only gives its directory, so free bytes do not matter.
 func (s *Server) checkWorkDir() error {
 	var minFree uint64
-	if !s.capsWorkDirs() {
+	if !s.sb.CapsWorkDirs() {
 		minFree = workDirMinFree
 	}
 	if err := fscheck.Writable(s.cfg.WorkDir, minFree); err != nil {
@@ -270,7 +270,7 @@ func (s *Server) noteWorkDirFault(err error) {
 // are not capped; capped, it is the call's own tmpfs, full by the
 // profile's work_dir cap (the call's own doing, no fault of the worker).
 func (s *Server) noteWorkDirFileFault(err error) {
-	if !s.capsWorkDirs() {
+	if !s.sb.CapsWorkDirs() {
 		s.noteWorkDirFault(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -244,18 +245,18 @@ func TestReadyzManifestDegraded(t *testing.T) {
 // before: the window between the executor's availableNow check and the
 // sandbox's creation.
 type bindCheckingSandboxes struct {
-	hostSandboxes
+	launchertest.Sandboxes
 	before func()
 }
 
-func (b bindCheckingSandboxes) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
+func (b bindCheckingSandboxes) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
 	b.before()
 	for _, p := range spec.ReadOnly {
 		if _, err := os.Lstat(p); err != nil {
 			return nil, fmt.Errorf("%w: bind source %s: %w", ErrInvalidSandboxRequest, p, err)
 		}
 	}
-	return b.hostSandboxes.Create(ctx, spec)
+	return b.Sandboxes.Create(ctx, spec)
 }
 
 // A sandbox refusing a call's spec is the worker's side, never the

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -46,11 +48,11 @@ func (l *lockedBuffer) String() string {
 }
 
 // rebuild replaces the harness's server (before start) with one using sb
-// (nil = hostSandboxes) and logging to the returned buffer.
+// (nil = launchertest.Sandboxes) and logging to the returned buffer.
 func (h *harness) rebuild(sb Sandboxes, tr transport.Transport) *lockedBuffer {
 	h.t.Helper()
 	if sb == nil {
-		sb = hostSandboxes{}
+		sb = launchertest.Sandboxes{}
 	}
 	if tr == nil {
 		tr = h.bus.Client("worker", h.cfg.QueueName())
@@ -64,7 +66,7 @@ func (h *harness) rebuild(sb Sandboxes, tr transport.Transport) *lockedBuffer {
 }
 
 // allProfiles accepts every embedded profile name and alias.
-type allProfiles struct{ hostSandboxes }
+type allProfiles struct{ launchertest.Sandboxes }
 
 func (allProfiles) CheckProfile(name string) error {
 	set, err := profiles.Embedded()
@@ -139,7 +141,7 @@ func TestProfileCeilingThroughServer(t *testing.T) {
 	h := newHarness(t, nil)
 	logs := &lockedBuffer{}
 	var err error
-	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker", h.cfg.QueueName()), Sandboxes: hostSandboxes{},
+	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
 		Store: h.store, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	must(t, err)
 	h.start()
@@ -443,36 +445,34 @@ func (c *connectSpy) Connect(ctx context.Context, subs []string) error {
 }
 
 // noUserNS fails like a host without user namespaces.
-type noUserNS struct{ hostSandboxes }
+type noUserNS struct{ launchertest.Sandboxes }
 
-func (noUserNS) Create(context.Context, SandboxSpec) (CreatedSandbox, error) {
+func (noUserNS) Create(context.Context, SandboxSpec) (Sandbox, error) {
 	return nil, errors.New("nsinit: clone (step 0, CLONE_NEWUSER): operation not permitted (hint: user namespaces disabled? see str doctor)")
 }
 
 // setupFails creates sandboxes whose setup fails (a profile that cannot
 // work here).
-type setupFails struct{ hostSandboxes }
+type setupFails struct{ launchertest.Sandboxes }
 
-func (s setupFails) Create(ctx context.Context, spec SandboxSpec) (CreatedSandbox, error) {
-	c, err := s.hostSandboxes.Create(ctx, spec)
+func (s setupFails) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
+	c, err := s.Sandboxes.Create(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	return setupFailsCreated{c}, nil
 }
 
-type setupFailsCreated struct{ CreatedSandbox }
+// setupFailsCreated never starts its process: it has ended at once,
+// with a setup error.
+type setupFailsCreated struct{ Sandbox }
 
-func (c setupFailsCreated) Start() (RunningSandbox, error) {
-	c.CreatedSandbox.Kill()
-	return exitedSandbox{&SandboxExit{ExitCode: 1, SetupError: errors.New("nsinit: mount proc /proc (step 8): operation not permitted")}}, nil
-}
+func (c setupFailsCreated) Start() error                { return nil }
+func (c setupFailsCreated) Wait() (*SandboxExit, error) { return setupFailsExit, nil }
+func (c setupFailsCreated) Kill() error                 { return nil }
+func (c setupFailsCreated) Arm(time.Duration) error     { return launcher.ErrEnded }
 
-type exitedSandbox struct{ e *SandboxExit }
-
-func (s exitedSandbox) Wait() (*SandboxExit, error) { return s.e, nil }
-func (s exitedSandbox) Kill() error                 { return nil }
-func (s exitedSandbox) Arm(time.Duration) error     { return errors.New("arm: the sandbox has exited") }
+var setupFailsExit = &SandboxExit{ExitCode: 1, SetupError: errors.New("nsinit: mount proc /proc (step 8): operation not permitted")}
 
 // TestProbeFailureRefusesStart: issue 7 item 6. A host that cannot create
 // sandboxes makes Run fail before it connects, saying why and pointing at

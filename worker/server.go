@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
@@ -391,34 +391,20 @@ func (s *Server) probeSandbox(ctx context.Context) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	// 1. a work dir (the sandbox binds one and starts in it), removed
-	// afterwards; its marker lets the next start-up sweep remove it if
-	// the worker dies during the probe.
-	wd, err := newWorkDir(s.cfg.WorkDir, probeDirPrefix)
-	if err != nil {
-		return fmt.Errorf("worker: start-up probe: %w", err)
-	}
-	dir := wd.path
-	defer wd.remove()
-	// 2. create, hand the dir to the sandbox's uid, start, wait.
-	created, err := s.sb.Create(pctx, SandboxSpec{Profile: s.cfg.DefaultProfile, Argv: []string{"/bin/true"}, Workdir: dir,
-		Timeout: s.sandboxTimeout(s.cfg.DefaultProfile, probeTimeout)})
+	// 1. a sandbox with its work dir, as a call's (root mode: capped, so
+	// the probe checks the mount works too), removed afterwards; its
+	// marker lets the next start-up sweep remove it if the worker dies
+	// during the probe.
+	spec := SandboxSpec{Profile: s.cfg.DefaultProfile, Argv: []string{"/bin/true"},
+		WorkDir: launcher.WorkDirSpec{Base: s.cfg.WorkDir, Prefix: probeDirPrefix},
+		Timeout: s.sandboxTimeout(s.cfg.DefaultProfile, probeTimeout)}
+	sb, err := s.sb.Create(pctx, spec)
 	if err != nil {
 		return fail(err)
 	}
-	uid, gid := created.Owner()
-	// The work dir cap as a call's (root mode): the probe checks the
-	// mount works too; unmounted before the dir is removed.
-	if err := s.capWorkDir(wd, s.cfg.DefaultProfile, uid, gid); err != nil {
-		created.Kill()
-		return fail(fmt.Errorf("cap the probe's work dir %s: %w", dir, err))
-	}
-	if err := os.Lchown(dir, uid, gid); err != nil {
-		created.Kill()
-		return fail(fmt.Errorf("chown the probe's work dir %s to %d:%d: %w", dir, uid, gid, err))
-	}
-	sb, err := created.Start()
-	if err != nil {
+	defer sb.Release()
+	// 2. start, wait.
+	if err := sb.Start(); err != nil {
 		return fail(err)
 	}
 	exit, err := sb.Wait()
@@ -446,34 +432,22 @@ func (s *Server) prepareDirs() error {
 		return fmt.Errorf("worker: create work dir %s: %w", s.cfg.WorkDir, err)
 	}
 	// 2. every task work dir left by a previous run (crash, SIGKILL) is
-	// removed. First the work dir tmpfs mounts it left (their markers lie
-	// under them); then only real directories of a generated name
-	// carrying str's marker count (staleWorkDirProblem): anything else
-	// under the base (an operator's files, a symlink) is left alone.
-	unmounted, err := unmountStaleWorkDirs(s.cfg.WorkDir)
-	for _, mp := range unmounted {
+	// removed by the launcher: first the work dir tmpfs mounts it left
+	// (their markers lie under them); then only real directories of a
+	// generated name carrying str's marker: anything else under the base
+	// (an operator's files, a symlink) is left alone.
+	sw, err := launcher.SweepWorkDirs(s.cfg.WorkDir, callDirPrefix, warmDirPrefix, probeDirPrefix)
+	for _, mp := range sw.Unmounted {
 		s.log.Info("unmounted a stale work dir tmpfs", "path", mp)
+	}
+	for _, p := range sw.Removed {
+		s.log.Info("removed stale work dir", "path", p)
+	}
+	for _, p := range sortedKeys(sw.Kept) {
+		s.log.Warn("left alone under the work dir: not a str work dir", "path", p, "reason", sw.Kept[p])
 	}
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
-	}
-	entries, err := os.ReadDir(s.cfg.WorkDir)
-	if err != nil {
-		return fmt.Errorf("worker: read work dir %s: %w", s.cfg.WorkDir, err)
-	}
-	for _, e := range entries {
-		p := filepath.Join(s.cfg.WorkDir, e.Name())
-		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
-			continue
-		}
-		if why := staleWorkDirProblem(p); why != "" {
-			s.log.Warn("left alone under the work dir: not a str work dir", "path", p, "reason", why)
-			continue
-		}
-		if err := os.RemoveAll(p); err != nil {
-			return fmt.Errorf("worker: remove stale work dir %s: %w", p, err)
-		}
-		s.log.Info("removed stale work dir", "path", p)
 	}
 	// 3. the runner, read-only.
 	if err := ensureDir(s.cfg.RunnerDir, 0o755); err != nil {

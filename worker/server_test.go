@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -119,7 +121,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 	h := &harness{t: t, dir: dir, cfg: cfg, bus: memory.NewBus(), statuses: map[string][]string{},
 		replies: map[string]chan []byte{}, other: make(chan *transport.Delivery, 100),
 		store: artifacts.NewMemory(cfg.Namespace)}
-	h.srv, err = New(Options{Config: cfg, Transport: h.bus.Client("worker", cfg.QueueName()), Sandboxes: hostSandboxes{},
+	h.srv, err = New(Options{Config: cfg, Transport: h.bus.Client("worker", cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
 		Store: h.store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	must(t, err)
 	return h
@@ -612,7 +614,7 @@ func TestShutdownGraceAndHealth(t *testing.T) {
 	// generated name, its marker naming it.
 	stale := filepath.Join(h.cfg.WorkDir, callDirPrefix+"0123456789abcdef")
 	must(t, os.MkdirAll(filepath.Join(stale, "output"), 0o755))
-	must(t, os.WriteFile(filepath.Join(stale, WorkDirMarker), []byte(filepath.Base(stale)), 0o444))
+	must(t, os.WriteFile(filepath.Join(stale, launcher.WorkDirMarker), []byte(filepath.Base(stale)), 0o444))
 	// Anything else under the base is the operator's and is kept: no
 	// marker, a marker under a name the worker never generates (a task
 	// id's), a generated name whose marker names another dir (a copy).
@@ -622,7 +624,7 @@ func TestShutdownGraceAndHealth(t *testing.T) {
 		p := filepath.Join(h.cfg.WorkDir, name)
 		must(t, os.MkdirAll(p, 0o755))
 		if marker != "" {
-			must(t, os.WriteFile(filepath.Join(p, WorkDirMarker), []byte(marker), 0o444))
+			must(t, os.WriteFile(filepath.Join(p, launcher.WorkDirMarker), []byte(marker), 0o444))
 		}
 		foreign = append(foreign, p)
 	}

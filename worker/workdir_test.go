@@ -3,7 +3,6 @@ package worker
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -29,43 +28,5 @@ func TestTaskIDNamesNoDir(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(p, "keep.txt")); err != nil || string(b) != filepath.Base(p) {
 			t.Errorf("%s after a call named after it: %q %v", p, b, err)
 		}
-	}
-}
-
-// TestWorkDirRemoveChecksIdentity: remove refuses a path that is no
-// longer the directory newWorkDir made (replaced meanwhile), and names
-// are generated, fresh and marked.
-func TestWorkDirRemoveChecksIdentity(t *testing.T) {
-	base := t.TempDir()
-	a, err := newWorkDir(base, callDirPrefix)
-	must(t, err)
-	b, err := newWorkDir(base, callDirPrefix)
-	must(t, err)
-	if a.path == b.path || !generatedWorkDirName(filepath.Base(a.path)) {
-		t.Fatalf("names %s %s", a.path, b.path)
-	}
-	if why := staleWorkDirProblem(a.path); why != "" {
-		t.Fatalf("a fresh work dir is not sweepable: %s", why)
-	}
-	// a replaced by another directory: left alone.
-	must(t, os.Rename(a.path, a.path+".moved"))
-	must(t, os.Mkdir(a.path, 0o700))
-	if err := a.remove(); err == nil || !strings.Contains(err.Error(), "not the work dir this worker made") {
-		t.Fatalf("remove of a replaced dir: %v", err)
-	}
-	if _, err := os.Stat(a.path); err != nil {
-		t.Fatalf("the replacement was removed: %v", err)
-	}
-	must(t, b.remove())
-	if _, err := os.Lstat(b.path); !os.IsNotExist(err) {
-		t.Fatalf("b left: %v", err)
-	}
-	// A marker copied into a dir of another name does not make it sweepable.
-	c := filepath.Join(base, callDirPrefix+"00000000000000aa")
-	must(t, os.Mkdir(c, 0o700))
-	m, _ := os.ReadFile(filepath.Join(a.path+".moved", WorkDirMarker))
-	must(t, os.WriteFile(filepath.Join(c, WorkDirMarker), m, 0o444))
-	if why := staleWorkDirProblem(c); why == "" {
-		t.Fatal("a copied marker made another dir sweepable")
 	}
 }

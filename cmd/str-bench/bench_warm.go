@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
@@ -190,11 +189,6 @@ func (b *benchWarmer) prepare() error {
 // clock starts), wait for "running", "done" and the end.
 func (b *benchWarmer) once(i int) (benchWarmSample, error) {
 	var s benchWarmSample
-	work := filepath.Join(b.workBase, strconv.Itoa(i))
-	if err := os.Mkdir(work, 0o700); err != nil {
-		return s, err
-	}
-	defer os.RemoveAll(work)
 	var pipes [3][2]*os.File // args (3), done (4), running (5): [read, write]
 	for k := range pipes {
 		r, w, err := os.Pipe()
@@ -205,34 +199,34 @@ func (b *benchWarmer) once(i int) (benchWarmSample, error) {
 		defer r.Close()
 		defer w.Close()
 	}
-	req := launcher.Request{Profile: b.profile, Workdir: work, Timeout: time.Minute,
+	// The sandbox and its work dir as the worker gets them (the
+	// launcher's Provider: made, capped in root mode, the tool's).
+	spec := launcher.Spec{Profile: b.profile, Timeout: time.Minute,
+		WorkDir:    launcher.WorkDirSpec{Base: b.workBase, Prefix: "bench-"},
 		ExtraFiles: []*os.File{pipes[0][0], pipes[1][1], pipes[2][1]}}
 	if b.target == "runner" {
-		req.Argv = []string{b.python, b.runnerPath, "--done-fd", "4", "--warm", "3", "str_bench_noop", "noop", ""}
-		req.Env = []string{"PYTHONPATH=" + b.toolsDir}
-		req.Binds = []launcher.Bind{{Source: b.toolsDir}, {Source: filepath.Dir(b.runnerPath)}}
+		spec.Argv = []string{b.python, b.runnerPath, "--done-fd", "4", "--warm", "3", "str_bench_noop", "noop", ""}
+		spec.Env = []string{"PYTHONPATH=" + b.toolsDir}
+		spec.ReadOnly = []string{b.toolsDir, filepath.Dir(b.runnerPath)}
 	} else {
-		req.Argv = []string{"/bin/sh", "-c", benchWarmShell}
+		spec.Argv = []string{"/bin/sh", "-c", benchWarmShell}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	sb, err := b.l.Create(ctx, req)
+	sb, err := b.l.Provider().Create(ctx, spec)
 	if err != nil {
 		return s, err
 	}
-	uid, gid := sb.ToolOwner()
-	if err := os.Lchown(work, uid, gid); err != nil {
-		sb.Kill()
-		return s, err
-	}
+	defer sb.Release()
+	wd := sb.WorkDir()
 	if err := sb.Start(); err != nil {
 		return s, err
 	}
 	pipes[0][0].Close()
 	pipes[1][1].Close()
 	pipes[2][1].Close()
-	waited := make(chan *launcher.Result, 1)
+	waited := make(chan *launcher.Exit, 1)
 	var waitErr error
 	go func() {
 		r, err := sb.Wait()
@@ -267,7 +261,7 @@ func (b *benchWarmer) once(i int) (benchWarmSample, error) {
 	payload := []byte("go\n")
 	if b.target == "runner" {
 		payload, _ = json.Marshal(map[string]any{"module": "str_bench_noop", "function": "noop", "args": map[string]any{},
-			"result_file": filepath.Join(work, "result.json"), "output_dir": work})
+			"result_file": wd.Result, "output_dir": wd.Output})
 	}
 	t1 := time.Now()
 	if _, err := pipes[0][1].Write(payload); err != nil {

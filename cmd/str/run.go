@@ -52,8 +52,12 @@ func cmdRun(args []string) int {
 	profileDir := fs.String("profile-dir", os.Getenv("STR_PROFILE_DIR"), "directory with extra *.yaml profiles")
 	fs.Var(&binds, "bind", "bind host `SRC[:DST]` read-write (repeatable)")
 	fs.Var(&roBinds, "ro-bind", "bind host `SRC[:DST]` read-only (repeatable)")
-	workdir := fs.String("workdir", "", "host `DIR` bound read-write at the same path and made the working directory (must be writable by the sandbox uid, or see -workdir-owner)")
-	workdirOwner := fs.Bool("workdir-owner", false, "as root: bind --workdir id-mapped, its owner's uid and gid on the host being the tool's: the tool writes where the owner may and its files belong to the owner (a root-owned DIR is refused)")
+	workdir := fs.String("workdir", "", "host `DIR` bound read-write at the same path and made the working directory; as root it is bound id-mapped: "+
+		"DIR's owner is the tool inside, so the tool writes where the owner may and its files belong to the owner on the host; a DIR owned by root is bound as it is "+
+		"(no tool leaves root's files on the host: the tool writes only where DIR's mode lets others, as its own ids); bounded by DIR's filesystem, not the profile's work_dir cap")
+	// -workdir-owner was the opt-in for what -workdir does now; accepted
+	// so that scripts keep working.
+	fs.Bool("workdir-owner", true, "accepted for compatibility: as root -workdir is always id-mapped to its owner (unless root owns it)")
 	timeout := fs.String("timeout", "", "wall-clock timeout (`DUR`: 10s, 2m; may only be shorter than the profile's)")
 	memory := fs.String("memory", "", "memory limit (`Q`: 256Mi, 1G; may only be lower than the profile's)")
 	cpus := fs.String("cpus", "", "CPU limit (`Q`: 1, 500m; may only be lower than the profile's)")
@@ -78,7 +82,7 @@ func cmdRun(args []string) int {
 	}
 
 	req := launcher.Request{
-		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: *workdirOwner, Pids: *pids,
+		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: true, Pids: *pids,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	var bad []error

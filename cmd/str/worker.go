@@ -106,7 +106,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		sandboxes, set = worker.NewLauncherSandboxes(l), l.Profiles()
+		sandboxes, set = l.Provider(), l.Profiles()
 		pip = sandboxedPip{l: l, python: cfg.PythonBin}
 	}
 	store, auditLog, err := artifacts.Open(artifacts.Settings{

@@ -24,9 +24,9 @@ def stderr_crash(ctx):
 
 
 def sized_result(ctx, size):
-    # result.json of exactly size bytes, written as a hostile tool can.
+    # .str/result.json of exactly size bytes, written as a hostile tool can.
     head = '{"result": {"x": "'
-    with open("result.json", "w") as f:
+    with open(".str/result.json", "w") as f:
         f.write(head + "a" * (int(size) - len(head) - 3) + '"}}')
     os._exit(0)
 `

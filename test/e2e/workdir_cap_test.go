@@ -33,6 +33,27 @@ def fill_bytes(ctx, mb=400, chunk_mb=16, hold=0):
     st = os.statvfs(".")
     return {"written_mb": written, "error": error, "size_mb": st.f_blocks * st.f_frsize >> 20}
 
+def fill_and_answer(ctx, chunk_mb=16, inodes=0):
+    # Fills its work dir and leaves it full (bytes, or inodes), catches
+    # ENOSPC and answers: the runner's own files are not on the cap.
+    data = b"x" * (int(chunk_mb) << 20)
+    written, made, error = 0, 0, ""
+    try:
+        if int(inodes):
+            while True:
+                os.close(os.open("i%d" % made, os.O_CREAT | os.O_WRONLY, 0o600))
+                made += 1
+        while True:
+            with open("fill-%d" % written, "wb") as f:
+                f.write(data)
+            written += 1
+    except OSError as e:
+        error = "%s: %s" % (type(e).__name__, e)
+    ctx.send_status("full")
+    st = os.statvfs(".")
+    return {"written_chunks": written, "made": made, "error": error, "free_bytes": st.f_bavail * st.f_frsize,
+            "free_inodes": st.f_favail}
+
 def fill_inodes(ctx, n=100000):
     os.mkdir("many")
     made, error = 0, ""
@@ -49,6 +70,7 @@ def fill_inodes(ctx, n=100000):
 
 const capManifest = `  fill_bytes: {module: cap_tools, function: fill_bytes, sandbox_profile: restrictive}
   fill_inodes: {module: cap_tools, function: fill_inodes, sandbox_profile: restrictive}
+  fill_and_answer: {module: cap_tools, function: fill_and_answer, sandbox_profile: restrictive}
 `
 
 func newCapEnv(t *testing.T) *env {
@@ -132,5 +154,35 @@ func TestWorkDirCapInodes(t *testing.T) {
 	}
 	if made := res["made"].(float64); made > 65536 {
 		t.Errorf("%v files made, the cap is 65536", made)
+	}
+}
+
+// A tool that fills its work dir and leaves it full (bytes, or inodes)
+// still returns its answer (issue 18 §2): the runner's arguments, result
+// and status FIFO live on a tmpfs of their own, not on the tool's cap.
+// Cold and pooled (the pool's work areas are made the same way).
+func TestWorkDirFullToolStillAnswers(t *testing.T) {
+	requireRoot(t)
+	for _, c := range []struct {
+		name   string
+		inodes bool
+	}{{"bytes", false}, {"inodes", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newCapEnv(t)
+			w := startWorker(t, e, 0, nil)
+			a := newAgent(t, w.port)
+			id := a.invoke("fill_and_answer", map[string]any{"args": map[string]any{"inodes": c.inodes}})
+			res := capResult(t, a.reply(id, 2*replyWait))
+			if !strings.Contains(res["error"].(string), "No space left") {
+				t.Fatalf("the tool did not fill its work dir: %v", res)
+			}
+			if c.inodes && res["free_inodes"].(float64) != 0 || !c.inodes && res["free_bytes"].(float64) >= 16<<20 {
+				t.Fatalf("the work dir was not left full: %v", res)
+			}
+			if st := a.status(id); len(st) == 0 {
+				t.Error("the status line sent with the work dir full was lost")
+			}
+			waitFor(t, "the work dir tmpfs unmounted", 30*time.Second, func() bool { return len(workDirMounts(t, e.work)) == 0 })
+		})
 	}
 }

@@ -311,11 +311,14 @@ cat /proc/self/mountinfo`
 	}
 }
 
-// str run --workdir DIR --workdir-owner (root mode): DIR, owned by an
-// unprivileged user and writable only by it, is bound id-mapped so that
-// its owner is the tool inside: the tool writes there, and its files
-// belong to the owner on the host (issue 18 §2). Files of other owners
-// stay someone else's; a root-owned DIR is refused.
+// str run --workdir DIR (root mode): DIR, owned by an unprivileged user
+// and writable only by it (0755), is bound id-mapped so that its owner is
+// the tool inside: the tool writes there, and its files belong to the
+// owner on the host (issue 18 §2: before, the tool's leased uid got
+// "Permission denied"). Files of other owners stay someone else's. A
+// root-owned DIR is not mapped (no tool creates root's files): a 0755 one
+// is read but not written, a 1777 one gets the tool's own leased ids.
+// --workdir-owner, once the opt-in, is still accepted.
 func TestWorkdirOwnerIDMapped(t *testing.T) {
 	needRoot(t)
 	inner := privateChain(t)
@@ -337,19 +340,19 @@ func TestWorkdirOwnerIDMapped(t *testing.T) {
 		}
 	}
 
-	// Without the flag the tool's own uid cannot write in a 0755 dir.
-	r := str(t, "--workdir", wd, "--", "/bin/sh", "-c", "echo x > plain.txt")
-	if r.Exit == 0 {
-		t.Fatalf("the tool wrote into a 0755 dir it does not own without --workdir-owner")
+	// The old opt-in flag is accepted and changes nothing.
+	r := str(t, "--workdir", wd, "--workdir-owner", "--", "/bin/sh", "-c", "echo x > plain.txt")
+	if r.Exit != 0 {
+		t.Fatalf("--workdir-owner: exit %d, stderr %q", r.Exit, r.Stderr)
 	}
 
 	script := `set -e; [ "$(stat -c %u:%g .)" = "$(id -u):$(id -g)" ]; echo mine > out.txt; mkdir sub; echo nested > sub/n.txt
 if echo x >> theirs.txt 2>/dev/null; then echo WROTE_THEIRS; fi; echo done`
-	r = sh(t, "standard", script, "--workdir", wd, "--workdir-owner")
+	r = sh(t, "standard", script, "--workdir", wd)
 	if strings.Contains(r.Stdout, "WROTE_THEIRS") || !strings.Contains(r.Stdout, "done") {
 		t.Fatalf("stdout %q: the tool must own the dir and not another owner's file", r.Stdout)
 	}
-	for _, p := range []string{"out.txt", "sub", "sub/n.txt"} {
+	for _, p := range []string{"plain.txt", "out.txt", "sub", "sub/n.txt"} {
 		st, err := os.Lstat(filepath.Join(wd, p))
 		if err != nil {
 			t.Fatal(err)
@@ -360,13 +363,27 @@ if echo x >> theirs.txt 2>/dev/null; then echo WROTE_THEIRS; fi; echo done`
 		}
 	}
 
-	// A root-owned work dir is refused at launcher step L3, named.
+	// A root-owned 0755 work dir: read, not written, nothing of root's made.
 	rootwd := filepath.Join(inner, "rootwd")
 	if err := os.Mkdir(rootwd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r = str(t, "--workdir", rootwd, "--workdir-owner", "--", "/bin/true")
-	if r.Exit != 125 || !strings.Contains(r.Stderr, "launcher: id-map work dir "+rootwd+" (step L3, owner 0:0): owned by root") {
-		t.Fatalf("root-owned work dir: exit %d, stderr %q", r.Exit, r.Stderr)
+	if err := os.WriteFile(filepath.Join(rootwd, "in.txt"), []byte("input\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = sh(t, "standard", `cat in.txt; if echo x > root.txt 2>/dev/null; then echo WROTE; fi; echo done`, "--workdir", rootwd)
+	if r.Stdout != "input\ndone\n" {
+		t.Fatalf("root-owned 0755 work dir: stdout %q stderr %q", r.Stdout, r.Stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(rootwd, "root.txt")); !os.IsNotExist(err) {
+		t.Fatalf("a file appeared in the root-owned 0755 dir: %v", err)
+	}
+	// A root-owned 1777 one: the tool's files are its own leased ids.
+	if err := os.Chmod(rootwd, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	r = sh(t, "standard", `echo x > tool.txt; echo done`, "--workdir", rootwd)
+	if u := hostUID(t, filepath.Join(rootwd, "tool.txt")); u == 0 || u == owner || !strings.Contains(r.Stdout, "done") {
+		t.Fatalf("a tool's file in a root-owned 1777 dir: host uid %d (stdout %q)", u, r.Stdout)
 	}
 }

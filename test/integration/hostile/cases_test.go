@@ -66,7 +66,7 @@ func cases() []hcase {
 		hcase{name: "fill_tmp", profile: "restrictive", py: "fill_dir", args: map[string]any{"dir": "/tmp"}, want: "ENOSPC", check: atMost(64 << 20)},
 		hcase{name: "fill_dev_shm", profile: "restrictive", py: "fill_dir", args: map[string]any{"dir": "/dev/shm"}, want: "ENOSPC", check: atMost(16 << 20)},
 		hcase{name: "fill_dev_shm_confidential", profile: "confidential", py: "fill_dir", args: map[string]any{"dir": "/dev/shm"}, want: "ENOENT"},
-		hcase{name: "fill_workdir", profile: "restrictive", py: "fill_dir", args: map[string]any{"dir": ".", "limit": 1 << 30}, want: "ENOSPC", check: atMost(256 << 20),
+		hcase{name: "fill_workdir", profile: "restrictive", py: "fill_dir", args: map[string]any{"dir": ".", "limit": 1 << 30, "keep": true}, want: "ENOSPC", check: atMost(256 << 20),
 			defect: uncapped},
 		hcase{name: "fill_workdir_inodes", profile: "restrictive", py: "fill_inodes", want: "ENOSPC", defect: uncapped},
 		hcase{name: "other_task_workdir", profile: "restrictive", run: otherTaskWorkdir},

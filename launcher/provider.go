@@ -1,0 +1,246 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/profiles"
+)
+
+// Provider is the launcher's API for a caller that runs tools in
+// sandboxes (the worker): a Spec in, a Box out. The launcher owns the
+// sandbox's whole host-side life: its work dir (made, capped, filled,
+// handed to the tool's ids, removed: workdir.go), its cgroup, its ids,
+// its descriptors, its clock. The caller chooses a profile and a timeout
+// and puts its inputs in the work dir; it never mounts or chowns.
+//
+// Implementations: Launcher.Provider (namespaces, seccomp, cgroups),
+// and providers whose boxes are NewHostBox host processes
+// (SANDBOX_MODE=none; launchertest.Sandboxes for unit tests).
+type Provider interface {
+	// CheckProfile validates a profile name; an unknown name wraps
+	// profiles.ErrUnknownProfile.
+	CheckProfile(name string) error
+	// Create makes the sandbox's work dir and reserves what it holds
+	// before it runs (its cgroup, its host ids); nothing runs until
+	// Box.Start. An error wrapping ErrInvalidRequest is a spec the
+	// launcher refuses (a bind source missing, an unknown profile, a
+	// timeout above the profile's); any other error is the host's. The
+	// sandbox is killed when ctx ends. Every Box is released with
+	// Release once it is gone (after Wait, or Kill when never started).
+	Create(ctx context.Context, spec Spec) (Box, error)
+	// CapsWorkDirs reports whether work dirs are size- and inode-capped
+	// (root mode: a tmpfs of their own); else each is a plain directory
+	// only the host filesystem bounds.
+	CapsWorkDirs() bool
+}
+
+// Spec is one sandbox as a caller that runs tools asks for it.
+type Spec struct {
+	// Profile is a profile name or trust-level alias ("" = "standard").
+	Profile string
+	// Timeout is the wall-clock limit from Start, at most the profile's
+	// (a sandbox refuses more); 0 = the profile's.
+	Timeout time.Duration
+	// Idle, when > 0, makes a sandbox that waits unarmed (a pooled
+	// one): killed (TimedOut) Idle after Start unless Arm gives it its
+	// run's timeout first; Timeout is then only the ceiling Arm may ask.
+	Idle time.Duration
+	// Argv is the command; a path in it may be relative to the work dir
+	// (the tool's cwd), e.g. RunnerDirName + "/" + RunnerArgsName.
+	Argv []string
+	Env  []string // added to the profile's environment
+	// ReadOnly host directories bound at the same path.
+	ReadOnly []string
+	// Network narrows the profile's network policy; nil keeps it.
+	Network *egress.Policy
+	// Stderr receives the sandbox's standard error; nil discards it.
+	Stderr io.Writer
+	// ExtraFiles become the tool's descriptors 3, 4, ...; every other
+	// descriptor is closed. The caller keeps its copies and closes them
+	// once Start has returned.
+	ExtraFiles []*os.File
+	// WorkDir says where the work dir is made.
+	WorkDir WorkDirSpec
+}
+
+// Box is one sandbox made by a Provider.
+type Box interface {
+	// WorkDir is the sandbox's work dir, made and filled by Create.
+	WorkDir() *WorkDir
+	// Start runs the command. On error the sandbox is released (its
+	// cgroup and ids; Release still removes the work dir).
+	Start() error
+	// Wait returns after the whole sandbox is gone.
+	Wait() (*Exit, error)
+	// Kill ends the sandbox now, or releases one never started.
+	Kill() error
+	// Arm starts the wall clock of a sandbox that waits unarmed
+	// (Spec.Idle): from now it is killed (TimedOut) after timeout, at
+	// most Spec.Timeout. It fails for a sandbox created without Idle,
+	// armed already, or ending (ErrEnded).
+	Arm(timeout time.Duration) error
+	// NetworkReport is what the network policy denied so far.
+	NetworkReport() NetworkReport
+	// Release removes the work dir (its tmpfs unmounted first). Call it
+	// once, after Wait returned, or after Kill on a sandbox never started
+	// or whose Start failed.
+	Release() error
+}
+
+// Exit is how a sandbox ended.
+type Exit struct {
+	ExitCode   int
+	Signal     int
+	SignalName string
+	TimedOut   bool
+	OOMKilled  bool
+	PidsLimit  bool
+	Cancelled  bool
+	// SetupError is set when the sandbox failed before the tool ran; its
+	// message names the setup step.
+	SetupError error
+	// SetupTime is how long the sandbox took to set up (0 = unknown).
+	SetupTime time.Duration
+	// Network is what the network policy denied; KilledForViolation says
+	// the policy's on_violation: kill ended the sandbox.
+	Network            NetworkReport
+	KilledForViolation bool
+}
+
+// NetworkReport is what a sandbox's network policy denied, aggregated
+// and capped (Dropped counts the distinct denials the cap left out), with
+// the short text block an agent can show its model.
+type NetworkReport struct {
+	Violations []egress.Event
+	Dropped    int
+	Summary    string
+}
+
+// Provider returns the launcher's own Provider.
+func (l *Launcher) Provider() Provider { return launcherProvider{l} }
+
+type launcherProvider struct{ l *Launcher }
+
+func (p launcherProvider) CheckProfile(name string) error {
+	_, err := p.l.profiles.Lookup(name)
+	return err
+}
+
+// CapsWorkDirs: root mode mounts a capped tmpfs per work dir.
+func (p launcherProvider) CapsWorkDirs() bool { return p.l.host.UID == 0 }
+
+// Create is, in order: L9 (1) the work dir itself, since the plan binds
+// it; L1-L2 (plan, ids, cgroup, pipes: CreateFromPlan); L9 (2-6) its
+// tmpfs capped by the profile, owned by the leased ids, and filled. The
+// tmpfs is mounted before L3 (at Start) clones the bind sources, so the
+// sandbox gets the capped tmpfs, never the directory under it.
+func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
+	// L9 (1). the dir and its marker.
+	if err := checkPrefix(spec.WorkDir.Prefix); err != nil {
+		return nil, err
+	}
+	wd, err := newWorkDirIn(spec.WorkDir)
+	if err != nil {
+		return nil, &StepError{Who: "launcher", Step: stepWorkDir, Action: "make work dir", Path: spec.WorkDir.Base,
+			Detail: spec.WorkDir.Prefix + "<random>", Msg: err.Error(), Err: err}
+	}
+	// L1-L2.
+	req := Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: wd.Path,
+		Timeout: spec.Timeout, Idle: spec.Idle, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network}
+	for _, d := range spec.ReadOnly {
+		req.Binds = append(req.Binds, Bind{Source: d})
+	}
+	sb, err := p.l.Create(ctx, req)
+	if err != nil {
+		wd.remove()
+		return nil, err
+	}
+	// L9 (2-6). cap (root mode), fill, hand to the tool's ids.
+	var capacity *profiles.WorkDir
+	uid, gid := -1, -1
+	if !sb.plan.Rootless {
+		capacity = &sb.plan.WorkDir
+		uid, gid = sb.plan.ToolUID, sb.plan.ToolGID
+	}
+	if err := wd.fill(capacity, uid, gid); err != nil {
+		sb.Kill()
+		wd.remove()
+		return nil, err
+	}
+	return &launcherBox{sb: sb, wd: wd}, nil
+}
+
+// launcherBox is a launcher Sandbox with the work dir made for it.
+type launcherBox struct {
+	sb *Sandbox
+	wd *WorkDir
+}
+
+func (b *launcherBox) WorkDir() *WorkDir { return b.wd }
+
+func (b *launcherBox) Start() error {
+	if err := b.sb.Start(); err != nil {
+		b.sb.Kill()
+		return err
+	}
+	return nil
+}
+
+func (b *launcherBox) Kill() error                     { return b.sb.Kill() }
+func (b *launcherBox) Arm(timeout time.Duration) error { return b.sb.Arm(timeout) }
+func (b *launcherBox) Release() error                  { return b.wd.remove() }
+
+func (b *launcherBox) NetworkReport() NetworkReport {
+	ev, dropped, summary := b.sb.NetworkReport()
+	return NetworkReport{Violations: ev, Dropped: dropped, Summary: summary}
+}
+
+func (b *launcherBox) Wait() (*Exit, error) {
+	r, err := b.sb.Wait()
+	if err != nil {
+		return nil, err
+	}
+	e := &Exit{
+		ExitCode: r.ExitCode, Signal: r.Signal, SignalName: r.SignalName,
+		TimedOut: r.TimedOut, OOMKilled: r.OOMKilled, PidsLimit: r.PidsLimit, Cancelled: r.Cancelled,
+		Network:            NetworkReport{Violations: r.Violations, Dropped: r.ViolationsDropped, Summary: r.ViolationSummary},
+		KilledForViolation: r.KilledForViolation,
+		SetupTime:          setupTime(r.Timings),
+	}
+	if r.SetupError != nil {
+		e.SetupError = r.SetupError
+	}
+	return e, nil
+}
+
+// setupTime is how long a sandbox took to set up, from its timings. Every
+// phase is a duration (one convention, launcher's and init's alike);
+// setup is the launcher's phases before the run plus the init's (which
+// fall inside the launcher's "run"), not the run itself or the teardown.
+func setupTime(phases []Phase) time.Duration {
+	var ms float64
+	for _, ph := range phases {
+		if ph.Name != "launcher_run" && ph.Name != "launcher_teardown" {
+			ms += ph.Ms
+		}
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// ErrUnknownProfile is profiles.ErrUnknownProfile, which CheckProfile
+// errors wrap for names no profile has.
+var ErrUnknownProfile = profiles.ErrUnknownProfile
+
+// errNotStarted is Wait's error for a host box never started.
+var errNotStarted = errors.New("the sandbox was not started")
+
+// wrapInvalid marks err as the caller's.
+func wrapInvalid(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidRequest}, a...)...)
+}
