@@ -12,7 +12,7 @@ package launcher
 //	        result.json                   written by the runner
 //	        status.pipe                   the status FIFO
 //
-// Root mode, in order (each step of makeWorkDir):
+// Root mode, in order (each sub-step of makeWorkDir, L9.1-L9.6):
 //
 //  1. mkdir under a fresh generated name (O_EXCL: an existing name is
 //     never touched), mode 0700, and the marker, before anything else;
@@ -34,7 +34,7 @@ package launcher
 // Both tmpfs mounts carry the source name WorkDirSource; SweepWorkDirs
 // unmounts exactly those, directly under the base, on a generated name.
 // Removal (Box.Release) unmounts (MNT_DETACH) and removes only the
-// directory made in step 1, checked by device and inode first.
+// directory made in L9.1, checked by device and inode first.
 //
 // Rootless (and for the host-process providers) nothing is mounted or
 // chowned: the same layout in plain directories, owned by the caller,
@@ -161,7 +161,7 @@ func makeWorkDir(spec WorkDirSpec, capacity *profiles.WorkDir, uid, gid int) (*W
 	return w, nil
 }
 
-// fill is steps 2-6 of L9 on the dir step 1 made. On error the caller
+// fill is L9.2-L9.6 on the dir L9.1 made. On error the caller
 // removes w (remove unmounts what was mounted).
 func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {
 	se := func(action, path, detail string, err error) *StepError {

@@ -14,6 +14,13 @@ import (
 // case, matched as substrings). A mention "step N" must have one of step
 // N's words on its line or the line before or after; "steps A-B" one of
 // A's and one of B's. Every step has words (TestStepWordsComplete).
+// lastLauncherStep is the launcher's last step (L9, the work dir): the
+// mentions past it are wrong.
+const (
+	lastLauncherStep     = StepLWorkDir
+	lastLauncherStepName = "StepLWorkDir"
+)
+
 var stepWords = map[Step][]string{
 	StepReadPlan:     {"plan", "config pipe"},
 	StepCloseFDs:     {"close-on-exec", "cloexec", "descriptor", "fd", "pass-list"},
@@ -46,6 +53,7 @@ var stepWords = map[Step][]string{
 	StepLSendPlan:    {"plan"},
 	StepLTimeout:     {"timeout", "cancel", "wall clock"},
 	StepLTeardown:    {"teardown", "reaped", "remove"},
+	StepLWorkDir:     {"work dir", "workdir", "WorkDir"},
 }
 
 // stepMention is "step 5", "steps 13-16", "steps 20 and 21", "init
@@ -59,7 +67,7 @@ var stepNumber = regexp.MustCompile(`L?\d+`)
 func parseStep(s string) (Step, bool) {
 	if rest, ok := strings.CutPrefix(s, "L"); ok {
 		n, err := strconv.Atoi(rest)
-		if err != nil || n < 1 || n > int(StepLTeardown-StepLCgroup)+1 {
+		if err != nil || n < 1 || n > int(lastLauncherStep-StepLCgroup)+1 {
 			return 0, false
 		}
 		return StepLCgroup + Step(n-1), true
@@ -162,7 +170,7 @@ func TestStepWordsComplete(t *testing.T) {
 			t.Errorf("step %s (%s) has no words in stepWords", s, stepTitles[s])
 		}
 	}
-	for s := StepLCgroup; s <= StepLTeardown; s++ {
+	for s := StepLCgroup; s <= lastLauncherStep; s++ {
 		if len(stepWords[s]) == 0 {
 			t.Errorf("launcher step %s has no words in stepWords", s)
 		}
@@ -186,7 +194,8 @@ func TestStepMentionsChecked(t *testing.T) {
 		{"// the uid change\n// re-arms the parent-death signal (step 16)", 1},
 		{"| outliving it | Pdeathsig, re-armed after the uid change (step 17) | seccomp (step 20) |", 1},
 		{"// there is a step 22 now", 1},
-		{"// the launcher's step L9", 1},
+		{"// the launcher's step L10", 1},
+		{"// the work dir is launcher step L9", 0},
 		{"// launcher step L6 sends the plan", 0},
 		{"// launcher step L5 sends the plan", 1},
 		{"// not a step mention: 12 steps, step-by-step", 0},
@@ -261,7 +270,7 @@ func stepConstants(t *testing.T) map[string]Step {
 		names[m[1]] = next
 		next++
 	}
-	if names["StepExec"] != StepExec || names["StepLCgroup"] != StepLCgroup || names["StepLTeardown"] != StepLTeardown || len(names) != int(numInitSteps)+8 {
+	if names["StepExec"] != StepExec || names["StepLCgroup"] != StepLCgroup || names[lastLauncherStepName] != lastLauncherStep || len(names) != int(numInitSteps)+int(lastLauncherStep-StepLCgroup)+1 {
 		t.Fatalf("steps.go read wrong: %v", names)
 	}
 	return names
