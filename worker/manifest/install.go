@@ -11,12 +11,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // InstallMethod selects how Installer.Ensure installs a package.
@@ -341,13 +342,9 @@ for d in site.getsitepackages():
 // once (called under i.mu).
 func (i *Installer) interpreterSite(ctx context.Context) ([]string, error) {
 	if !i.sysDone {
-		cmd := exec.CommandContext(ctx, i.python(), "-I", "-S", "-c", sitePackagesScript)
-		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		b, err := cmd.Output()
+		b, err := launcher.HostPython(ctx, i.python(), sitePackagesScript)
 		if err != nil {
-			i.sysErr = fmt.Errorf("%s -I -S: %w: %s", i.python(), err, strings.TrimSpace(stderr.String()))
+			i.sysErr = err
 		} else {
 			i.sysSite = strings.Fields(string(b))
 		}

@@ -9,11 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // Source is runner.py, the entry point of the Python program that runs one
@@ -459,18 +460,11 @@ func Compile(dir, python string) (string, error) {
 	src := filepath.Join(dir, ModuleFileName)
 	ctx, cancel := context.WithTimeout(context.Background(), compileTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-I", "-S", "-c", compileScript, src)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 2048 {
-			msg = "..." + msg[len(msg)-2048:]
-		}
-		return "", fmt.Errorf("runner: compile %s with %s: %w: %s", src, python, err, msg)
+	out, err := launcher.HostPython(ctx, python, compileScript, src)
+	if err != nil {
+		return "", fmt.Errorf("runner: compile %s: %w", src, err)
 	}
-	cache := strings.TrimSpace(stdout.String())
+	cache := strings.TrimSpace(string(out))
 	if !filepath.IsAbs(cache) {
 		return "", fmt.Errorf("runner: compile %s with %s: unexpected output %q", src, python, cache)
 	}
