@@ -525,7 +525,7 @@ func TestPodDoctor(t *testing.T) {
 	args = append(args, tools...)
 	args = append(args, image, fmt.Sprint(podRoot), "/t/str", "doctor")
 	b, _ := exec.Command("docker", args...).CombinedOutput()
-	for _, want := range []string{"[FAIL] unmasked /proc", "securityContext.procMount: Unmasked"} {
+	for _, want := range []string{"[FAIL] fresh /proc", "the container runtime's masked paths", "securityContext.procMount: Unmasked"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("str doctor in the pod with a masked /proc lacks %q:\n%s", want, b)
 		}
