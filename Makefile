@@ -60,10 +60,10 @@ demo:
 # The phases run in this order, each timed (scripts/phases.sh prints the
 # table at the end, also when one fails).
 test: deps build test-deps
-	@MAKE="$(MAKE)" ./scripts/phases.sh test-unit test-fuzz '&test-vm' test-integration test-container
+	@MAKE="$(MAKE)" ./scripts/phases.sh '&image' test-unit test-fuzz test-integration test-vm image test-container
 
 # What only the test phases need, installed up front (as root) so that the
-# VM phase in the background and the image phase never run apt-get at the
+# image built in the background and the VM phase never run apt-get at the
 # same time: qemu, a static busybox and xz for the VM, debootstrap for the
 # image's base.
 test-deps:
@@ -76,12 +76,12 @@ test-deps:
 	  else echo "missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; fi; \
 	fi
 
-# Unit tests of every package, then the host integration tests (real
-# namespaces, seccomp, cgroup v1 fallback); privileged ones skip with the
-# reason unless STR_MUST_WORK=1.
-# The trusted core and the worker run under the race detector too.
+# Unit tests of every package (real namespaces, seccomp, cgroup v1
+# fallback where a unit needs them); privileged ones skip with the reason
+# unless STR_MUST_WORK=1. The trusted core, the worker and internal/ run
+# under the race detector only (one run each, not two).
 test-unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /worker -e /launcher -e /nsinit -e /internal/)
 	$(GO) test -count=1 -race ./worker/... ./launcher/... ./nsinit/... ./internal/...
 
 # The fuzz targets (scripts/fuzz.sh lists them all, each with its seed

@@ -6,11 +6,11 @@
 #
 # A target written &TARGET starts in the background at that point and runs
 # beside the targets after it; its output goes to var/phases/TARGET.log and
-# is printed when it ends (it is waited for after the last foreground
-# target, also when one of those fails). make test uses it for the emulated
-# VM, which keeps one core busy for minutes while the container phase
-# mostly waits on the engine: run side by side on two cores they finish
-# sooner than one after the other.
+# is printed when it ends. Named again later without the &, the phase waits
+# for it there (and fails there if it failed); otherwise it is waited for
+# after the last foreground target, also when one of those fails. make test
+# uses it for the image: debootstrap mostly waits on the Debian mirror, so
+# the base is built while the unit tests keep the cores busy.
 #
 # Every target runs with -o deps -o init -o build: the caller (make test)
 # has done those once, and two makes rebuilding bin/str at the same time
@@ -21,6 +21,20 @@ cd "$(dirname "$0")/.."
 mk=("$MAKE" --no-print-directory -o deps -o init -o build)
 names=() secs=() status=0
 bg_names=() bg_pids=() bg_starts=() bg_logs=()
+# finish I: wait for background job I, print its output, record its time.
+finish() {
+  local i=$1 rc n
+  wait "${bg_pids[$i]}"; rc=$?
+  echo "==== ${bg_names[$i]} (background) output ===="
+  cat "${bg_logs[$i]}"
+  n="${bg_names[$i]} (background)"
+  if [ "$rc" -ne 0 ]; then
+    n="${bg_names[$i]} (background, FAILED, exit $rc)"
+    [ "$status" -ne 0 ] || status=$rc
+  fi
+  names+=("$n"); secs+=($(( $(date +%s) - bg_starts[i] )))
+  bg_pids[$i]=""
+}
 for target in "$@"; do
   if [[ $target == '&'* ]]; then
     target=${target#&}
@@ -31,21 +45,21 @@ for target in "$@"; do
     bg_names+=("$target") bg_pids+=("$!") bg_starts+=("$(date +%s)") bg_logs+=("$log")
     continue
   fi
+  waited=0
+  for i in "${!bg_names[@]}"; do
+    if [[ ${bg_names[$i]} == "$target" && -n ${bg_pids[$i]} ]]; then finish "$i"; waited=1; fi
+  done
+  if ((waited)); then
+    if [ "$status" -ne 0 ]; then break; fi
+    continue
+  fi
   start=$(date +%s)
   "${mk[@]}" "$target"; rc=$?
   names+=("$target"); secs+=($(( $(date +%s) - start )))
   if [ "$rc" -ne 0 ]; then status=$rc; names[-1]="$target (FAILED, exit $rc)"; break; fi
 done
 for i in "${!bg_pids[@]}"; do
-  wait "${bg_pids[$i]}"; rc=$?
-  echo "==== ${bg_names[$i]} (background) output ===="
-  cat "${bg_logs[$i]}"
-  n="${bg_names[$i]} (background)"
-  if [ "$rc" -ne 0 ]; then
-    n="${bg_names[$i]} (background, FAILED, exit $rc)"
-    [ "$status" -ne 0 ] || status=$rc
-  fi
-  names+=("$n"); secs+=($(( $(date +%s) - bg_starts[i] )))
+  if [[ -n ${bg_pids[$i]} ]]; then finish "$i"; fi
 done
 echo "phases:"
 for i in "${!names[@]}"; do
