@@ -284,7 +284,6 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 			doneW.Close()
 		}
 	}
-	setupStart := time.Now()
 	sb, err := s.sb.Create(t.ctx, spec)
 	if err != nil {
 		closePipes()
@@ -328,7 +327,6 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 			closePipes()
 		}
 	}()
-	setupTime := time.Since(setupStart)
 	// 3. inputs.
 	paths, meta, perr := s.writeInputs(t, wd.Path, -1)
 	if perr != nil {
@@ -351,7 +349,6 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"status pipe\": %v", err))
 	}
 	// 6. start; the sandbox holds its end of the done pipe now.
-	startAt := time.Now()
 	started = true // Start releases the sandbox itself when it fails
 	err = sb.Start()
 	if doneW != nil {
@@ -367,14 +364,26 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		}
 		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"start\": %v%s", err, stderrNote(stderr)))
 	}
-	setupTime += time.Since(startAt)
 	run := watchSandbox(sb, doneR)
 	// 7. the result, as soon as it is complete.
-	out := s.awaitResult(t, &execution{run: run, dir: dir, resultPath: wd.Result, relay: relay, stderr: stderr, setupTime: setupTime})
+	out := s.awaitResult(t, &execution{run: run, dir: dir, resultPath: wd.Result, relay: relay, stderr: stderr})
 	return out, func() {
 		run.teardown()
+		s.observeSetupTime(run)
 		relay.finish()
 		removeDir()
+	}
+}
+
+// observeSetupTime records a cold call's sandbox setup time, once the
+// sandbox is gone: the launcher's figure (SandboxExit.SetupTime, its
+// phases before the run plus the init's), the only one; the worker does
+// not time the setup itself. A pooled sandbox's setup is not on its
+// call's path and is not recorded; 0 (a host process: SANDBOX_MODE=none)
+// is unknown and not recorded either.
+func (s *Server) observeSetupTime(run *sandboxRun) {
+	if run.exit != nil && run.exit.SetupTime > 0 {
+		s.metrics.SetupTime.Observe(run.exit.SetupTime.Seconds())
 	}
 }
 
@@ -397,7 +406,6 @@ type execution struct {
 	resultPath string
 	relay      *statusRelay
 	stderr     *tailBuffer
-	setupTime  time.Duration // 0 = not on the call's path (a pooled sandbox)
 	// warm: the worker's own cancellation of a pooled sandbox (its
 	// launcher context is the pool's, not the call's).
 	cancelled *atomic.Bool
@@ -424,9 +432,6 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 		x.relay.drain()
 		if out, ok := s.classifyDone(t, x, doneAt.Sub(t.received)); ok {
 			out.exitedAt = doneAt
-			if x.setupTime > 0 {
-				s.metrics.SetupTime.Observe(x.setupTime.Seconds())
-			}
 			if out.label == "success" {
 				t.log.Info("tool finished", "execution_ms", doneAt.Sub(t.received).Milliseconds(), "before_exit", true)
 			}
@@ -446,14 +451,7 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 	if x.cancelled != nil && x.cancelled.Load() {
 		exit.Cancelled = true
 	}
-	setupTime := x.setupTime
-	if exit.SetupTime > 0 && setupTime > 0 {
-		setupTime = exit.SetupTime
-	}
-	if setupTime > 0 {
-		s.metrics.SetupTime.Observe(setupTime.Seconds())
-	}
-	out := s.classify(t, &exit, x.dir, x.resultPath, exitedAt.Sub(t.received), x.stderr)
+	out := s.classify(t, run.sb, &exit, x.dir, x.resultPath, exitedAt.Sub(t.received), x.stderr)
 	out.exitedAt = exitedAt
 	if out.label == "success" || out.label == "timeout" {
 		// execution_time_ms runs from receipt to the tool's exit.
@@ -532,7 +530,7 @@ func stderrNote(b *tailBuffer) string {
 // classify turns the sandbox's end and the result file into the reply.
 // Every SANDBOX_FAILED message ends with the tail of the sandbox's stderr
 // (the runner's traceback, the interpreter's complaint, a setup error).
-func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, elapsed time.Duration, stderr *tailBuffer) outcome {
+func (s *Server) classify(t *task, sb Sandbox, exit *SandboxExit, dir, resultPath string, elapsed time.Duration, stderr *tailBuffer) outcome {
 	fail := func(e *Error) outcome { return s.errorOutcome(t, e) }
 	switch {
 	case exit.SetupError != nil:
@@ -551,8 +549,9 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 	case exit.OOMKilled:
 		return fail(errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)%s", t.profile, stderrNote(stderr)))
 	case exit.KilledForViolation:
-		s.countViolations(t, exit.Network)
-		return fail(errorf(CodeSandboxFailed, "the tool was killed: it broke the network policy (on_violation: kill)\n%s", exit.Network.Summary))
+		net := sb.NetworkReport()
+		s.countViolations(t, net)
+		return fail(errorf(CodeSandboxFailed, "the tool was killed: it broke the network policy (on_violation: kill)\n%s", net.Summary))
 	}
 	if out, ok := s.resultTooLarge(t, resultPath); ok {
 		return out
@@ -581,7 +580,7 @@ func (s *Server) classify(t *task, exit *SandboxExit, dir, resultPath string, el
 		}
 		return fail(errorf(CodeSandboxFailed, "unusable result (%s): %v%s", how, err, stderrNote(stderr)))
 	}
-	return s.resultOutcome(t, res, dir, elapsed, exit.Network)
+	return s.resultOutcome(t, res, dir, elapsed, sb.NetworkReport())
 }
 
 // resultTooLarge is the reply for a result.json too large to send (the

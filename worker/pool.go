@@ -649,14 +649,16 @@ func (s *Server) callTimeout(t *task) time.Duration {
 	return s.sandboxTimeout(t.profile, t.timeout+timeoutSlack)
 }
 
-// sandboxTimeout is the one place a sandbox's wall clock is fitted to its
-// profile: asked, at most the profile's timeout. The sandboxes refuse
-// more (the launcher's plan and Arm, Unsandboxed), they do not cap.
+// sandboxTimeout is asked fitted to profile's timeout by
+// launcher.FitTimeout, the one place that rule is (the sandboxes refuse
+// more, they do not cap). A name the profiles do not know keeps asked:
+// Create refuses it.
 func (s *Server) sandboxTimeout(profile string, asked time.Duration) time.Duration {
-	if prof, err := s.profiles.Lookup(profile); err == nil && prof.Timeout > 0 && time.Duration(prof.Timeout) < asked {
-		return time.Duration(prof.Timeout)
+	prof, err := s.profiles.Lookup(profile)
+	if err != nil {
+		return asked
 	}
-	return asked
+	return launcher.FitTimeout(prof, asked)
 }
 
 // warmIdleLimit is how long a pooled sandbox may wait unclaimed before

@@ -47,9 +47,8 @@ func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (Sandbox, err
 		return nil, fmt.Errorf("%w: timeout %s, idle limit %s: must not be negative", ErrInvalidSandboxRequest, spec.Timeout, spec.Idle)
 	case limit > 0 && spec.Timeout > limit:
 		return nil, fmt.Errorf("%w: timeout %s asked, profile %s allows at most %s", ErrInvalidSandboxRequest, spec.Timeout, prof.Name, limit)
-	case spec.Timeout == 0:
-		spec.Timeout = limit
 	}
+	spec.Timeout = launcher.FitTimeout(prof, spec.Timeout) // 0: the profile's
 	env := make([]string, 0, len(prof.Env.Set)+len(spec.Env))
 	for _, k := range sortedKeys(prof.Env.Set) {
 		env = append(env, k+"="+prof.Env.Set[k])
