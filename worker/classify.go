@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
@@ -54,12 +55,41 @@ func (s *Server) classifyDone(t *task, x *execution, elapsed time.Duration) (out
 	return s.resultOutcome(t, res, x.dir, elapsed, x.run.sb.NetworkReport()), true
 }
 
-// workDirError is the reply for a work dir that could not be made.
-func workDirError(err error) *Error {
-	if isNoSpace(err) {
-		return errorf(CodeResourceExhausted, "no disk space for the work dir: %v", err)
+// The worker's own setup stages around the launcher's (its pipes, the
+// runner's arguments, the inputs' directory), named in setupError. The
+// launcher's steps (L1-L9, the init's 1-N) are never renamed here.
+const (
+	stageDonePipe   = "done pipe"
+	stageCreate     = "create"
+	stageWorkDir    = "work dir"
+	stageRunnerArgs = "runner arguments"
+	stageStatusPipe = "status pipe"
+	stageStart      = "start"
+)
+
+// setupError is the one place a sandbox that could not be set up becomes
+// the call's error. The disk full under the work dir is
+// RESOURCE_EXHAUSTED; anything else is SANDBOX_FAILED. An error that
+// carries a launcher.StepError (the launcher's Create or Start, the
+// init's report as SandboxExit.SetupError) already names its step and
+// object: it is passed on unchanged, without a stage of the worker's. Any
+// other error is the worker's own at stage ("" = none known). stderr
+// (nil = none) adds the tail of the sandbox's standard error.
+func setupError(stage string, err error, stderr *tailBuffer) *Error {
+	note := ""
+	if stderr != nil {
+		note = stderrNote(stderr)
 	}
-	return errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir\": %v", err)
+	var step *launcher.StepError
+	switch {
+	case isNoSpace(err) && stage != "":
+		return errorf(CodeResourceExhausted, "no disk space for the work dir: %s: %v", stage, err)
+	case isNoSpace(err):
+		return errorf(CodeResourceExhausted, "no disk space for the work dir: %v", err)
+	case errors.As(err, &step) || stage == "":
+		return errorf(CodeSandboxFailed, "sandbox setup failed: %v%s", err, note)
+	}
+	return errorf(CodeSandboxFailed, "sandbox setup failed at step %q: %v%s", stage, err, note)
 }
 
 // stderrNote is the end of the sandbox's stderr as an error message's
@@ -84,7 +114,7 @@ func (s *Server) classify(t *task, sb Sandbox, exit *SandboxExit, dir, resultPat
 	fail := func(e *Error) outcome { return s.errorOutcome(t, e) }
 	switch {
 	case exit.SetupError != nil:
-		return fail(errorf(CodeSandboxFailed, "sandbox setup failed: %v%s", exit.SetupError, stderrNote(stderr)))
+		return fail(setupError("", exit.SetupError, stderr))
 	case exit.Cancelled:
 		// Stopped by the cancellation while it ran. One asked after the
 		// tool had ended on its own does not count: its result (below)

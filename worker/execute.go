@@ -45,19 +45,23 @@ const (
 
 // task is one accepted request.
 type task struct {
-	req      *Request
-	who      requester // who asked (identity.go): the key of per-requester state
-	tool     *manifest.Tool
-	profile  string
-	clamped  string        // "asked->used" when choose clamped the request's profile (PropProfileClamped)
-	timeout  time.Duration // effective tool timeout (without the 5 s slack)
-	replyTo  string
-	statusTo string
-	received time.Time
-	delivery *transport.Delivery
-	log      *slog.Logger
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
+	req     *Request
+	who     requester // who asked (identity.go): the key of per-requester state
+	tool    *manifest.Tool
+	profile string
+	clamped string        // "asked->used" when choose clamped the request's profile (PropProfileClamped)
+	timeout time.Duration // effective tool timeout (without the 5 s slack)
+	// sandboxTimeout is the sandbox's wall clock, cold (from its start)
+	// or warm (armed at the claim): timeout + timeoutSlack within the
+	// profile's, computed once (choose, or sandboxTimeout for an init).
+	sandboxTimeout time.Duration
+	replyTo        string
+	statusTo       string
+	received       time.Time
+	delivery       *transport.Delivery
+	log            *slog.Logger
+	ctx            context.Context
+	cancel         context.CancelCauseFunc
 	// cancelAt is when a cancel message asked for the task's end, stored
 	// before its context is cancelled (see cancelledBefore).
 	cancelAt atomic.Pointer[time.Time]
@@ -208,12 +212,12 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	// cgroup, its host ids, the work dir under a name the launcher
 	// generates, never the task id) but not started.
 	stderr := newTailBuffer(stderrTailBytes)
-	spec := s.sandboxSpec(t.profile, callDirPrefix, s.callTimeout(t), stderr, t.tool.Network, t.tool)
+	spec := s.sandboxSpec(t.profile, callDirPrefix, t.sandboxTimeout, stderr, t.tool.Network, t.tool)
 	var doneR, doneW *os.File
 	var err error
 	if s.cfg.SandboxMode != ModeNone {
 		if doneR, doneW, err = os.Pipe(); err != nil {
-			return s.errorOutcome(t, errorf(CodeSandboxFailed, "sandbox setup failed at step \"done pipe\": %v", err)), nil
+			return s.errorOutcome(t, setupError(stageDonePipe, err, nil)), nil
 		}
 		spec.ExtraFiles = []*os.File{doneW}
 		spec.Argv = s.runnerArgv(3, runnerArgsArg)
@@ -242,14 +246,14 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 				t.log.Error("tool cannot work on this worker", "error", perr)
 				return s.errorOutcome(t, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", truncateName(t.req.ToolName))), nil
 			}
-			return s.errorOutcome(t, errorf(CodeSandboxFailed, "sandbox setup failed at step \"create\" (the worker's configuration): %v", err)), nil
+			return s.errorOutcome(t, errorf(CodeSandboxFailed, "sandbox setup failed at step %q (the worker's configuration): %v", stageCreate, err)), nil
 		}
 		if isNoSpace(err) {
 			// the work dir could not be made (the host's disk).
 			s.noteWorkDirFault(err)
-			return s.errorOutcome(t, workDirError(err)), nil
+			return s.errorOutcome(t, setupError("", err, nil)), nil
 		}
-		return s.errorOutcome(t, errorf(CodeSandboxFailed, "sandbox setup failed at step \"create\": %v", err)), nil
+		return s.errorOutcome(t, setupError(stageCreate, err, nil)), nil
 	}
 	wd := sb.WorkDir()
 	dir := wd.Path
@@ -279,16 +283,15 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	if err != nil {
 		if isNoSpace(err) {
 			s.noteWorkDirFileFault(err)
-			return fail(errorf(CodeResourceExhausted, "no disk space for the work dir: runner arguments: %v", err))
 		}
-		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"runner arguments\": %v", err))
+		return fail(setupError(stageRunnerArgs, err, nil))
 	}
 	// 5. the FIFO's read end, before the tool starts: the tool's blocking
 	// open would hang otherwise. A write end held by the worker keeps the
 	// reader from seeing EOF when the tool closes it between lines.
 	relay, err := s.startStatusRelay(t, wd.StatusPipe)
 	if err != nil {
-		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"status pipe\": %v", err))
+		return fail(setupError(stageStatusPipe, err, nil))
 	}
 	// 6. start; the sandbox holds its end of the done pipe now.
 	started = true // Start releases the sandbox itself when it fails
@@ -304,7 +307,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		if cause := context.Cause(t.ctx); cause != nil {
 			return fail(cancelledError(cause))
 		}
-		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"start\": %v%s", err, stderrNote(stderr)))
+		return fail(setupError(stageStart, err, stderr))
 	}
 	run := watchSandbox(sb, doneR)
 	// 7. the result, as soon as it is complete.

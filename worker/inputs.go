@@ -100,7 +100,7 @@ func (s *Server) writeInputs(t *task, dir string, inputFd int) (map[string]strin
 	if inputFd < 0 {
 		fd, err := unix.Open(filepath.Join(dir, "input"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, nil, errorf(CodeSandboxFailed, "sandbox setup failed at step \"work dir\": open %s/input: %v", dir, err)
+			return nil, nil, setupError(stageWorkDir, fmt.Errorf("open %s/input: %w", dir, err), nil)
 		}
 		defer unix.Close(fd)
 		inputFd = fd

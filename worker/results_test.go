@@ -3,11 +3,17 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/launchertest"
+	"github.com/securetoolruntime/str/nsinit"
 )
 
 // launcherFigures wraps the fake: each sandbox reports the launcher's
@@ -70,5 +76,86 @@ func TestResultsAreTheLaunchers(t *testing.T) {
 	})
 	if sum := metricValue(t, h, "str_worker_sandbox_setup_seconds_sum"); sum != launcherSetupTime.Seconds() {
 		t.Errorf("setup time recorded %v s, want the launcher's %v s", sum, launcherSetupTime.Seconds())
+	}
+}
+
+// stepFails is a launcher whose Create fails at one of its own steps.
+type stepFails struct {
+	launchertest.Sandboxes
+	err error
+}
+
+func (s stepFails) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
+	if spec.Argv[0] == "/bin/true" {
+		return s.Sandboxes.Create(ctx, spec) // the start-up probe passes
+	}
+	return nil, s.err
+}
+
+// stepAtInit is a sandbox whose init failed at one of its steps
+// (SandboxExit.SetupError).
+type stepAtInit struct{ launchertest.Sandboxes }
+
+func (s stepAtInit) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
+	c, err := s.Sandboxes.Create(ctx, spec)
+	if err != nil || spec.Argv[0] == "/bin/true" {
+		return c, err
+	}
+	return initStepCreated{setupFailsCreated{c}}, nil
+}
+
+type initStepCreated struct{ setupFailsCreated }
+
+var initStep = &launcher.StepError{Who: "nsinit", Step: nsinit.StepMounts, Action: "mount proc", Path: "/newroot/proc",
+	Msg: "operation not permitted", Errno: int(syscall.EPERM)}
+
+func (initStepCreated) Wait() (*SandboxExit, error) {
+	return &SandboxExit{ExitCode: 1, SetupError: initStep}, nil
+}
+
+// TestSetupErrorCarriesTheLaunchersStep: §3 of issue 18, error identity
+// translated once. A setup failure the launcher (or the init) raised
+// reaches the agent as "sandbox setup failed: " and the StepError's own
+// text, its step and object unchanged, with no stage of the worker's
+// around it (it said `step "create"` over the launcher's L9 before); the
+// worker's own stages keep their names; a full disk is
+// RESOURCE_EXHAUSTED. setupError is the one place that decides.
+func TestSetupErrorCarriesTheLaunchersStep(t *testing.T) {
+	workDir := &launcher.StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: "make work dir", Path: "/var/lib/str/work",
+		Msg: "permission denied", Errno: int(syscall.EACCES), Err: syscall.EACCES}
+	for _, c := range []struct {
+		stage string
+		err   error
+		code  Code
+		msg   string
+	}{
+		{stageCreate, workDir, CodeSandboxFailed, "sandbox setup failed: " + workDir.Error()},
+		{stageStart, fmt.Errorf("launcher: start: %w", workDir), CodeSandboxFailed, "sandbox setup failed: launcher: start: " + workDir.Error()},
+		{"", initStep, CodeSandboxFailed, "sandbox setup failed: " + initStep.Error()},
+		{stageStatusPipe, errors.New("mkfifo: exists"), CodeSandboxFailed, `sandbox setup failed at step "status pipe": mkfifo: exists`},
+		{stageRunnerArgs, syscall.ENOSPC, CodeResourceExhausted, "no disk space for the work dir: runner arguments: " + syscall.ENOSPC.Error()},
+		{"", fmt.Errorf("mkdir: %w", syscall.ENOSPC), CodeResourceExhausted, "no disk space for the work dir: mkdir: " + syscall.ENOSPC.Error()},
+	} {
+		e := setupError(c.stage, c.err, nil)
+		if e.Code != c.code || e.Message != c.msg {
+			t.Errorf("setupError(%q, %v) = %s %q, want %s %q", c.stage, c.err, e.Code, e.Message, c.code, c.msg)
+		}
+	}
+
+	// Through a call: Create's StepError, and the init's in the exit.
+	for _, c := range []struct {
+		sb   Sandboxes
+		want string
+	}{
+		{stepFails{err: workDir}, "sandbox setup failed: " + workDir.Error()},
+		{stepAtInit{}, "sandbox setup failed: " + initStep.Error()},
+	} {
+		h := newHarness(t, nil)
+		h.rebuild(c.sb, nil)
+		h.start()
+		code, msg := errorCode(t, h.reply(h.send("echo", nil)))
+		if code != string(CodeSandboxFailed) || !strings.HasPrefix(msg, c.want) || strings.Contains(msg, "at step") {
+			t.Errorf("%T: %s %q, want SANDBOX_FAILED starting %q", c.sb, code, msg, c.want)
+		}
 	}
 }

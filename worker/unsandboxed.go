@@ -35,7 +35,7 @@ func (u Unsandboxed) CheckProfile(name string) error {
 // Create checks the profile and the timeout and makes the work dir
 // (launcher.NewHostBox: plain directories, uncapped); nothing runs until
 // Start. As the launcher's plan: Timeout 0 is the profile's, and one
-// above the profile's is refused (Server.callTimeout keeps within it).
+// above the profile's is refused (the worker fits its timeouts with launcher.FitTimeout).
 func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
 	prof, err := u.Profiles.Lookup(spec.Profile)
 	if err != nil {
