@@ -14,6 +14,8 @@ import (
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/launchertest"
 	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/worker/manifest"
 )
 
 // launcherFigures wraps the fake: each sandbox reports the launcher's
@@ -156,6 +158,39 @@ func TestSetupErrorCarriesTheLaunchersStep(t *testing.T) {
 		code, msg := errorCode(t, h.reply(h.send("echo", nil)))
 		if code != string(CodeSandboxFailed) || !strings.HasPrefix(msg, c.want) || strings.Contains(msg, "at step") {
 			t.Errorf("%T: %s %q, want SANDBOX_FAILED starting %q", c.sb, code, msg, c.want)
+		}
+	}
+}
+
+// TestChooseFitsTheSandboxClock: the call's sandbox clock is computed
+// once, by choose, with launcher.FitTimeout (the one rule, the plan's
+// too): the tool's timeout + timeoutSlack within the profile's, whichever
+// of the ceiling and the request's profile the call runs with.
+func TestChooseFitsTheSandboxClock(t *testing.T) {
+	h := newHarness(t, nil)
+	set, err := profiles.Embedded()
+	must(t, err)
+	restrictive, _ := set.Lookup("restrictive")
+	standard, _ := set.Lookup("standard")
+	for _, c := range []struct {
+		ceiling, asked string
+		seconds        float64
+		prof           *profiles.Profile
+	}{
+		{"standard", "", 10, standard},
+		{"standard", "", 300, standard},
+		{"standard", "restrictive", 300, restrictive}, // stricter asked: its clock
+		{"restrictive", "standard", 300, restrictive}, // clamped to the ceiling
+	} {
+		tool := &manifest.Tool{Name: "t", SandboxProfile: c.ceiling, TimeoutSeconds: 300}
+		req := &Request{SandboxProfile: c.asked, TimeoutSeconds: c.seconds, TimeoutSet: true}
+		got, e := h.srv.choose(tool, req)
+		if e != nil {
+			t.Fatalf("%+v: %v", c, e)
+		}
+		want := launcher.FitTimeout(c.prof, time.Duration(c.seconds*float64(time.Second))+timeoutSlack)
+		if got.sandboxTimeout != want || got.profile != c.prof.Name {
+			t.Errorf("%+v: profile %s clock %v, want %s %v", c, got.profile, got.sandboxTimeout, c.prof.Name, want)
 		}
 	}
 }
