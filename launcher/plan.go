@@ -121,6 +121,23 @@ const cpuPeriodUs = 100000
 // RLIMIT_NPROC and by pids.max with this small margin.
 const NsinitPidsAllowance = 8
 
+// FitTimeout is the one place a sandbox's wall clock is fitted to its
+// profile: asked, at most the profile's timeout (0 there = none); asked 0
+// (or less) is the profile's. The plan takes its Timeout from it, and so
+// does every caller that asks for a sandbox's clock (the worker's call
+// and probe timeouts): a sandbox refuses more than its profile's (the
+// tighten-only check, Arm), it does not cap.
+func FitTimeout(p *profiles.Profile, asked time.Duration) time.Duration {
+	limit := time.Duration(p.Timeout)
+	switch {
+	case asked <= 0:
+		return limit
+	case limit > 0 && asked > limit:
+		return limit
+	}
+	return asked
+}
+
 // NewPlan turns a (tightened) profile and a request into a Plan. prog is
 // the compiled seccomp policy the profile names.
 func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program) (*Plan, error) {
@@ -138,10 +155,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		bad("no command given")
 	}
 
-	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: time.Duration(p.Timeout), WorkDir: p.WorkDir}
-	if req.Timeout > 0 && (pl.Timeout == 0 || req.Timeout < pl.Timeout) {
-		pl.Timeout = req.Timeout
-	}
+	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: FitTimeout(p, req.Timeout), WorkDir: p.WorkDir}
 	if req.Idle < 0 {
 		bad("idle limit %s: must not be negative", req.Idle)
 	}

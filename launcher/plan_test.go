@@ -398,3 +398,43 @@ func TestPlanEgressListeners(t *testing.T) {
 		t.Fatalf("/etc/resolv.conf: %q", resolv)
 	}
 }
+
+// TestFitTimeout pins the one place a sandbox's wall clock meets its
+// profile's: asked, at most the profile's, 0 = the profile's, and a
+// profile without a timeout keeps what was asked. The plan's Timeout is
+// FitTimeout's for every row (the plan does not fit a second way).
+func TestFitTimeout(t *testing.T) {
+	set, err := profiles.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restrictive, _ := set.Lookup("restrictive") // timeout: 60s
+	unbounded := *restrictive
+	unbounded.Timeout = 0
+	for _, c := range []struct {
+		prof  *profiles.Profile
+		asked time.Duration
+		want  time.Duration
+	}{
+		{restrictive, 0, 60 * time.Second},
+		{restrictive, 5 * time.Second, 5 * time.Second},
+		{restrictive, 60 * time.Second, 60 * time.Second},
+		{restrictive, 65 * time.Second, 60 * time.Second},
+		{&unbounded, 0, 0},
+		{&unbounded, time.Hour, time.Hour},
+	} {
+		if got := FitTimeout(c.prof, c.asked); got != c.want {
+			t.Errorf("FitTimeout(timeout %v, asked %v) = %v, want %v", c.prof.Timeout, c.asked, got, c.want)
+		}
+		if c.asked > time.Duration(c.prof.Timeout) && c.prof.Timeout > 0 {
+			continue // the plan takes a tightened profile: Tighten refused this one before
+		}
+		pl, err := NewPlan(c.prof, Request{Argv: []string{"/bin/true"}, Timeout: c.asked}, fakeHost(0, CgroupV1), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pl.Timeout != c.want {
+			t.Errorf("plan timeout %v for asked %v, want FitTimeout's %v", pl.Timeout, c.asked, c.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
@@ -85,7 +86,9 @@ type Box interface {
 	// most Spec.Timeout. It fails for a sandbox created without Idle,
 	// armed already, or ending (ErrEnded).
 	Arm(timeout time.Duration) error
-	// NetworkReport is what the network policy denied so far.
+	// NetworkReport is what the network policy denied: so far while the
+	// sandbox runs, all of it once Wait has returned. It is the one way
+	// to the report (Exit carries none).
 	NetworkReport() NetworkReport
 	// Release removes the work dir (its tmpfs unmounted first). Call it
 	// once, after Wait returned, or after Kill on a sandbox never started
@@ -107,9 +110,9 @@ type Exit struct {
 	SetupError error
 	// SetupTime is how long the sandbox took to set up (0 = unknown).
 	SetupTime time.Duration
-	// Network is what the network policy denied; KilledForViolation says
-	// the policy's on_violation: kill ended the sandbox.
-	Network            NetworkReport
+	// KilledForViolation says the network policy's on_violation: kill
+	// ended the sandbox. What the policy denied is Box.NetworkReport (the
+	// one path to it, before and after the end).
 	KilledForViolation bool
 }
 
@@ -180,6 +183,9 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 type launcherBox struct {
 	sb *Sandbox
 	wd *WorkDir
+
+	mu    sync.Mutex
+	final *NetworkReport // set by Wait: the session's last record (the sandbox's is gone then)
 }
 
 func (b *launcherBox) WorkDir() *WorkDir { return b.wd }
@@ -196,7 +202,15 @@ func (b *launcherBox) Kill() error                     { return b.sb.Kill() }
 func (b *launcherBox) Arm(timeout time.Duration) error { return b.sb.Arm(timeout) }
 func (b *launcherBox) Release() error                  { return b.wd.remove() }
 
+// NetworkReport is the egress session's record: live while the sandbox
+// runs, the final one (taken at its teardown) once Wait has returned.
 func (b *launcherBox) NetworkReport() NetworkReport {
+	b.mu.Lock()
+	final := b.final
+	b.mu.Unlock()
+	if final != nil {
+		return *final
+	}
 	ev, dropped, summary := b.sb.NetworkReport()
 	return NetworkReport{Violations: ev, Dropped: dropped, Summary: summary}
 }
@@ -206,10 +220,12 @@ func (b *launcherBox) Wait() (*Exit, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.mu.Lock()
+	b.final = &NetworkReport{Violations: r.Violations, Dropped: r.ViolationsDropped, Summary: r.ViolationSummary}
+	b.mu.Unlock()
 	e := &Exit{
 		ExitCode: r.ExitCode, Signal: r.Signal, SignalName: r.SignalName,
 		TimedOut: r.TimedOut, OOMKilled: r.OOMKilled, PidsLimit: r.PidsLimit, Cancelled: r.Cancelled,
-		Network:            NetworkReport{Violations: r.Violations, Dropped: r.ViolationsDropped, Summary: r.ViolationSummary},
 		KilledForViolation: r.KilledForViolation,
 		SetupTime:          setupTime(r.Timings),
 	}

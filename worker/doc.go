@@ -10,7 +10,10 @@
 // operations (configuration, /readyz, faults, start-up, reload, shutdown)
 // are specified in docs/protocol.md. Where each lives here: the receive
 // loop and dispatch in server.go, the request's checks in protocol.go,
-// signing.go and auth.go; one execution in execute.go; scheduling in
+// signing.go and auth.go; one execution's sequence in execute.go, its
+// inputs in inputs.go, its outputs in outputs.go, its status relay in
+// status.go, the watched sandbox in sandboxrun.go, the reply's
+// classification in classify.go and its publish in reply.go; scheduling in
 // sched.go; the warm pool in pool.go; init requests in init.go; the
 // broker probe in probe.go.
 //

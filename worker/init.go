@@ -332,7 +332,8 @@ func (s *Server) runInit(tool *manifest.Tool, req *InitRequest, log *slog.Logger
 			Args: json.RawMessage("{}"), ToolConfig: req.ToolConfig,
 		},
 		tool: tool, profile: profile, timeout: timeout, received: time.Now(),
-		log: log.With("task_id", taskID, "profile", profile), mode: runner.ModeInit,
+		sandboxTimeout: s.sandboxTimeout(profile, timeout+timeoutSlack),
+		log:            log.With("task_id", taskID, "profile", profile), mode: runner.ModeInit,
 	}
 	t.ctx, t.cancel = context.WithCancelCause(s.execCtx)
 	defer t.cancel(nil)

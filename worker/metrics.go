@@ -22,10 +22,10 @@ type Metrics struct {
 	Running       *prom.Gauge        // str_worker_running_executions
 	RunningMax    *prom.Gauge        // str_worker_running_executions_max
 	Queued        *prom.Gauge        // str_worker_queued_executions
-	SetupTime     *prom.Histogram    // str_worker_sandbox_setup_seconds
+	SetupTime     *prom.Histogram    // str_worker_sandbox_setup_seconds: the launcher's figure (observeSetupTime)
 	StatusLines   *prom.Counter      // str_worker_status_lines_total
 	// StatusLost counts status lines never published: the first failed
-	// publish of a task ends its status publishing (execute.go).
+	// publish of a task ends its status publishing (status.go).
 	StatusLost *prom.Counter // str_worker_status_lines_lost_total
 	// RepliesLost counts invocations whose agent got no reply at all.
 	RepliesLost *prom.Counter // str_worker_replies_lost_total
@@ -84,7 +84,7 @@ func NewMetrics() *Metrics {
 		}),
 		SetupTime: prom.NewHistogram(prom.HistogramOpts{
 			Name:    "str_worker_sandbox_setup_seconds",
-			Help:    "Sandbox creation and start time.",
+			Help:    "Sandbox setup time of cold calls, as the launcher measured it (its phases before the run and the init's).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}),
 		StatusLines: prom.NewCounter(prom.Opts{

@@ -24,8 +24,8 @@ package worker
 // idle limit (warmIdleLimit: STR_WARM_MAX_AGE_SECONDS plus a minute, a
 // backstop: the pool recycles it at the max age) instead of a timeout;
 // claim arms it (Sandbox.Arm, launcher.Box) with the call's own wall clock
-// (callTimeout: the request's timeout + 5 s, at most the profile's, the
-// one place that computes it), counted from the claim. So a call may ask
+// (task.sandboxTimeout: the request's timeout + 5 s, at most the
+// profile's, computed once by choose), counted from the claim. So a call may ask
 // the profile's whole limit and still be served warm, and it never gets
 // more than a cold call of the same request. RLIMIT_CPU is not re-armed:
 // the kernel counts it from the process's start, so the runner's and the
@@ -263,12 +263,9 @@ func (p *warmPool) configure(m *manifest.Manifest) {
 		if profile == "" {
 			profile = s.cfg.DefaultProfile
 		}
-		if s.sb.CheckProfile(profile) != nil || s.toolProblem(tool) != nil {
-			continue // logged by logToolProblems; calls are TOOL_NOT_AVAILABLE
-		}
 		prof, err := s.profiles.Lookup(profile)
-		if err != nil {
-			continue
+		if err != nil || s.toolProblem(tool) != nil {
+			continue // logged by logToolProblems; calls are TOOL_NOT_AVAILABLE
 		}
 		set := &warmSet{name: name, key: newWarmKey(tool, profile), size: size, memory: int64(prof.Cgroup.Memory)}
 		if set.memory <= 0 {
@@ -357,7 +354,7 @@ func (p *warmPool) claim(t *task) *warmSandbox {
 	// Outside the lock: the module file's identity now, and the call's
 	// wall clock.
 	source := sourceID(p.s.cfg.ToolsDir, t.tool)
-	timeout := p.s.callTimeout(t)
+	timeout := t.sandboxTimeout
 	now := time.Now()
 
 	p.mu.Lock()
@@ -642,21 +639,17 @@ func (p *warmPool) wait() {
 	p.wg.Wait()
 }
 
-// callTimeout is the wall clock a call's sandbox gets, cold (from its
-// start) or warm (armed at the claim): the call's timeout plus
-// timeoutSlack (spec §3), within the profile's (sandboxTimeout).
-func (s *Server) callTimeout(t *task) time.Duration {
-	return s.sandboxTimeout(t.profile, t.timeout+timeoutSlack)
-}
-
-// sandboxTimeout is the one place a sandbox's wall clock is fitted to its
-// profile: asked, at most the profile's timeout. The sandboxes refuse
-// more (the launcher's plan and Arm, Unsandboxed), they do not cap.
+// sandboxTimeout is asked fitted to profile's timeout by
+// launcher.FitTimeout, the one place that rule is (the sandboxes refuse
+// more, they do not cap), for a sandbox no call chose (an init request's,
+// the start-up probe's). A name the profiles do not know keeps asked:
+// Create refuses it.
 func (s *Server) sandboxTimeout(profile string, asked time.Duration) time.Duration {
-	if prof, err := s.profiles.Lookup(profile); err == nil && prof.Timeout > 0 && time.Duration(prof.Timeout) < asked {
-		return time.Duration(prof.Timeout)
+	prof, err := s.profiles.Lookup(profile)
+	if err != nil {
+		return asked
 	}
-	return asked
+	return launcher.FitTimeout(prof, asked)
 }
 
 // warmIdleLimit is how long a pooled sandbox may wait unclaimed before
@@ -798,13 +791,13 @@ func (s *Server) executeWarm(t *task, w *warmSandbox) (outcome, func()) {
 	var err error
 	relay, err = s.startStatusRelay(t, w.wd.StatusPipe)
 	if err != nil {
-		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"status pipe\": %v", err))
+		return fail(setupError(stageStatusPipe, err, nil))
 	}
 	// 4. the arguments, on the pipe the runner waits on (not a file in
 	// the work area: the tool could have put anything at any path there).
 	data, err := runner.EncodeArgs(s.runnerArgs(t, w.wd, paths, meta))
 	if err != nil {
-		return fail(errorf(CodeSandboxFailed, "sandbox setup failed at step \"runner arguments\": %v", err))
+		return fail(setupError(stageRunnerArgs, err, nil))
 	}
 	go func() {
 		// A runner still importing reads once it is done; one that died

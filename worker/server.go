@@ -763,7 +763,7 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 	// duplicate from another requester is not answered: its replyTo is
 	// the live request's (copied to inject an error into it).
 	t := &task{
-		req: req, who: who, tool: tool, profile: c.profile, clamped: c.clamped, timeout: c.timeout,
+		req: req, who: who, tool: tool, profile: c.profile, clamped: c.clamped, timeout: c.timeout, sandboxTimeout: c.sandboxTimeout,
 		replyTo: replyTo, statusTo: statusTo,
 		received: received, delivery: d, log: log.With("profile", c.profile),
 	}
@@ -823,6 +823,10 @@ type choice struct {
 	clamped string        // "asked->used" when the request asked for a looser profile; "" otherwise
 	reason  string        // why it was clamped
 	timeout time.Duration // the tool's timeout, without timeoutSlack
+	// sandboxTimeout is the wall clock of the call's sandbox: timeout +
+	// timeoutSlack (spec §3) fitted to the profile by
+	// launcher.FitTimeout, computed here once per call.
+	sandboxTimeout time.Duration
 }
 
 // choose returns the profile and the timeout of one call.
@@ -842,27 +846,31 @@ func (s *Server) choose(tool *manifest.Tool, req *Request) (choice, *Error) {
 	if ceiling == "" {
 		ceiling = s.cfg.DefaultProfile
 	}
-	if err := s.sb.CheckProfile(ceiling); err != nil {
+	prof, err := s.profiles.Lookup(ceiling)
+	if err != nil {
 		return choice{}, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: its sandbox profile %q cannot be used here", tool.Name, ceiling)
 	}
 	// 2. the request's profile: the stricter of it and the ceiling.
 	c := choice{profile: ceiling}
 	if asked := req.SandboxProfile; asked != "" {
-		if err := s.sb.CheckProfile(asked); err != nil {
+		askedProf, err := s.profiles.Lookup(asked)
+		if err != nil {
 			return choice{}, errorf(CodeInvalidRequest, "sandbox profile %q (from the request): %v", truncateName(asked), err)
 		}
 		used, clamped, reason, err := s.profiles.Clamp(asked, ceiling)
 		if err != nil {
-			// Both names passed CheckProfile: the launcher's set and
-			// this one disagree, a worker fault.
+			// Both names were found just above: a worker fault.
 			return choice{}, errorf(CodeInternalError, "sandbox profile %q (from the request) under the ceiling %q: %v", truncateName(asked), ceiling, err)
 		}
 		c.profile = used
+		if used == asked {
+			prof = askedProf
+		}
 		if clamped {
 			c.clamped, c.reason = asked+"->"+used, reason
 		}
 	}
-	// 3. the timeout.
+	// 3. the timeout, and the sandbox's wall clock from it.
 	c.timeout = s.cfg.DefaultTimeout
 	if req.TimeoutSet {
 		c.timeout = time.Duration(req.TimeoutSeconds * float64(time.Second))
@@ -870,6 +878,7 @@ func (s *Server) choose(tool *manifest.Tool, req *Request) (choice, *Error) {
 	if limit := manifestTimeout(tool); c.timeout > limit {
 		c.timeout = limit
 	}
+	c.sandboxTimeout = launcher.FitTimeout(prof, c.timeout+timeoutSlack)
 	return c, nil
 }
 
@@ -902,7 +911,7 @@ func (s *Server) availableNow(t *task) *Error {
 		if e != nil {
 			return e
 		}
-		t.tool, t.profile, t.clamped, t.timeout = cur, c.profile, c.clamped, c.timeout
+		t.tool, t.profile, t.clamped, t.timeout, t.sandboxTimeout = cur, c.profile, c.clamped, c.timeout, c.sandboxTimeout
 		t.log.Info("the tool changed in the manifest while the request was queued; running the new definition", "profile", c.profile, "clamped", c.clamped)
 	}
 	if err := s.toolProblem(cur); err != nil {

@@ -35,7 +35,7 @@ func (u Unsandboxed) CheckProfile(name string) error {
 // Create checks the profile and the timeout and makes the work dir
 // (launcher.NewHostBox: plain directories, uncapped); nothing runs until
 // Start. As the launcher's plan: Timeout 0 is the profile's, and one
-// above the profile's is refused (Server.callTimeout keeps within it).
+// above the profile's is refused (the worker fits its timeouts with launcher.FitTimeout).
 func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
 	prof, err := u.Profiles.Lookup(spec.Profile)
 	if err != nil {
@@ -47,9 +47,8 @@ func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (Sandbox, err
 		return nil, fmt.Errorf("%w: timeout %s, idle limit %s: must not be negative", ErrInvalidSandboxRequest, spec.Timeout, spec.Idle)
 	case limit > 0 && spec.Timeout > limit:
 		return nil, fmt.Errorf("%w: timeout %s asked, profile %s allows at most %s", ErrInvalidSandboxRequest, spec.Timeout, prof.Name, limit)
-	case spec.Timeout == 0:
-		spec.Timeout = limit
 	}
+	spec.Timeout = launcher.FitTimeout(prof, spec.Timeout) // 0: the profile's
 	env := make([]string, 0, len(prof.Env.Set)+len(spec.Env))
 	for _, k := range sortedKeys(prof.Env.Set) {
 		env = append(env, k+"="+prof.Env.Set[k])
