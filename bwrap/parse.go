@@ -246,14 +246,18 @@ func parseInto(c *Command, args []string, readFD func(int) ([]byte, error), inFi
 			if *total > MaxArgs {
 				return nil, usageErr(arg, "Exceeded maximum number of arguments %d", MaxArgs)
 			}
-			// The file's arguments are parsed in place of "--args FD";
-			// what they leave unparsed (a command) is parsed on with the
-			// rest, as bubblewrap does.
+			// The file's arguments are parsed in place of "--args FD".
+			// bubblewrap drops whatever follows a non-option in the file
+			// (a command there is never run); str refuses it instead of
+			// ignoring it.
 			rest, err := parseInto(c, inner, readFD, true, total)
 			if err != nil || c.Help || c.Version {
 				return nil, err
 			}
-			args = append(rest, args[2:]...)
+			if len(rest) > 0 {
+				return nil, usageErr(arg, "--args %d: the file holds a non-option argument %q: only options may come from --args", fd, rest[0])
+			}
+			args = args[2:]
 			continue
 		case !strings.HasPrefix(arg, "-"):
 			return args, checkPending(perms, size)
