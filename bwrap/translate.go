@@ -18,6 +18,7 @@ type Host struct {
 	UID, GID int      // the caller's real ids (bubblewrap keeps them inside by default)
 	Environ  []string // the caller's environment (bubblewrap passes it on)
 	Cwd      string   // the caller's working directory
+	Hostname string   // the host's name (a new UTS namespace starts with it)
 	Lstat    func(string) (fs.FileInfo, error)
 	Stat     func(string) (fs.FileInfo, error)
 	ReadDir  func(string) ([]fs.DirEntry, error)
@@ -34,7 +35,7 @@ type Sandbox struct {
 	Env      []string // the tool's whole environment
 	Workdir  string   // the tool's working directory inside
 	UID, GID uint32   // seen inside
-	Hostname string   // "" = str's profile's
+	Hostname string   // --hostname, else the host's own (what a new UTS namespace starts with)
 	// ShareNet: the command line did not unshare the network; str gives
 	// the sandbox its profile's egress policy (its own namespace still).
 	ShareNet bool
@@ -105,10 +106,10 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		return nil, errors.Join(errs...)
 	}
 
-	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), UID: uint32(h.UID), GID: uint32(h.GID), InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts := false
-	var uidSet, gidSet bool
+	var uidSet, gidSet, hostnameSet bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
@@ -128,7 +129,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		case "--gid":
 			sb.GID, gidSet = uint32(op.Numbers[0]), true
 		case "--hostname":
-			sb.Hostname = op.Args[0]
+			sb.Hostname, hostnameSet = op.Args[0], true
 		case "--chdir":
 			chdir = op.Args[0]
 		case "--clearenv":
@@ -154,7 +155,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	if gidSet && int(sb.GID) != h.GID && !userns {
 		errs = append(errs, &UsageError{Option: "--gid", Msg: "Specifying --gid requires --unshare-user or --userns"})
 	}
-	if sb.Hostname != "" && !uts {
+	if hostnameSet && !uts {
 		errs = append(errs, &UsageError{Option: "--hostname", Msg: "Specifying --hostname requires --unshare-uts"})
 	}
 

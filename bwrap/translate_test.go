@@ -14,7 +14,7 @@ import (
 func testHost(t *testing.T, uid int) Host {
 	t.Helper()
 	return Host{
-		UID: uid, GID: uid, Environ: []string{"HOME=/home/u", "PATH=/bin", "SECRET=x", "PWD=/caller"}, Cwd: t.TempDir(),
+		UID: uid, GID: uid, Hostname: "host", Environ: []string{"HOME=/home/u", "PATH=/bin", "SECRET=x", "PWD=/caller"}, Cwd: t.TempDir(),
 		Lstat: os.Lstat, Stat: os.Stat, ReadDir: os.ReadDir, Readlink: os.Readlink,
 		ReadFD: func(fd int) ([]byte, error) {
 			if fd == 7 {
@@ -116,8 +116,8 @@ func TestTranslateWorkerLine(t *testing.T) {
 	if !slices.Equal(sb.Env, wantEnv) {
 		t.Errorf("env %q, want %q (clearenv keeps only PWD, then PWD is the working directory)", sb.Env, wantEnv)
 	}
-	if sb.UID != 0 || sb.GID != 0 {
-		t.Errorf("ids %d:%d, want the caller's 0:0", sb.UID, sb.GID)
+	if sb.UID != 0 || sb.GID != 0 || sb.Hostname != "host" {
+		t.Errorf("ids %d:%d hostname %q, want the caller's 0:0 and the host's name", sb.UID, sb.GID, sb.Hostname)
 	}
 }
 

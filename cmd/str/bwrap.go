@@ -89,8 +89,9 @@ func cmdBwrap(name string, args []string) int {
 	}
 
 	cwd, _ := os.Getwd()
+	hostname, _ := os.Hostname()
 	sb, err := bwrap.Translate(cmd, bwrap.Host{
-		UID: os.Getuid(), GID: os.Getgid(), Environ: os.Environ(), Cwd: cwd,
+		UID: os.Getuid(), GID: os.Getgid(), Environ: os.Environ(), Cwd: cwd, Hostname: hostname,
 		Lstat: os.Lstat, Stat: os.Stat, ReadDir: os.ReadDir, Readlink: os.Readlink, ReadFD: readAllFD,
 	})
 	if err != nil {

@@ -1,0 +1,280 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// bwrapRunner is the tool the worker line runs (python -m MODULE ARGS):
+// it reports what a tool sees, reads its input, writes its result into
+// the work dir and exits with the status its arguments name.
+const bwrapRunner = `import json, os, sys, socket
+args = json.load(open(sys.argv[1]))
+env = {k: v for k, v in os.environ.items()
+       if k != "STR_NETWORK" and not k.lower().endswith("_proxy")}
+try:
+    open("/usr/str-bwrap-probe", "w")
+    usr_writable = True
+except OSError:
+    usr_writable = False
+seen = {
+    "uid": os.getuid(), "gid": os.getgid(), "euid": os.geteuid(),
+    "cwd": os.getcwd(), "env": env,
+    "input": open("input/in.txt").read(),
+    "usr_writable": usr_writable,
+    "tmp_empty": os.listdir("/tmp") == [],
+    "dev": sorted(os.listdir("/dev")),
+    "hostname": socket.gethostname(),
+    "pid1_is_sandbox": open("/proc/1/cmdline", "rb").read() != b"",
+}
+with open("output/result.json", "w") as f:
+    json.dump({"ok": True, "echo": args["echo"]}, f)
+print(json.dumps(seen, sort_keys=True))
+sys.exit(args["exit"])
+`
+
+// bwrapFixture lays out the reference runtime's sandbox: a tools dir on
+// PYTHONPATH and a task work dir with input/, output/ and the runner's
+// arguments, owned by an unprivileged user (str binds a writable dir
+// id-mapped to its owner; a root-owned one would not be the tool's).
+// It lives under /var/tmp: the worker line mounts a tmpfs over /tmp.
+func bwrapFixture(t *testing.T) (tools, work string) {
+	t.Helper()
+	base, err := os.MkdirTemp("/var/tmp", "str-bwrap-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools = filepath.Join(base, "tools")
+	work = filepath.Join(base, "work", "task-1")
+	for _, d := range []string{tools, filepath.Join(work, "input"), filepath.Join(work, "output")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		filepath.Join(tools, "str_bwrap_runner.py"): bwrapRunner,
+		filepath.Join(work, "input", "in.txt"):      "the caller's input\n",
+		filepath.Join(work, "runner_args.json"):     `{"echo": "hello", "exit": 3}`,
+	}
+	for p, s := range files {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := filepath.Walk(work, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, 1000, 1000)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return tools, work
+}
+
+// workerLine is the argument list the reference runtime's Python worker
+// builds for bubblewrap (solace-agent-mesh, branch ed/tools-in-container,
+// sandbox_runner.py _build_bwrap_command): restrictive adds
+// --unshare-net; the interpreter is python3 here.
+func workerLine(work, tools string, restrictive bool) []string {
+	line := []string{"--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"}
+	if restrictive {
+		line = append(line, "--unshare-net")
+	}
+	line = append(line, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+		"--bind", work, work, "--chdir", work, "--clearenv",
+		"--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+		"--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", tools, "--setenv", "_SAM_SANDBOX_LIGHT", "1",
+		"--", "/usr/bin/python3", "-m", "str_bwrap_runner", filepath.Join(work, "runner_args.json"))
+	return line
+}
+
+type bwrapRun struct {
+	stdout, stderr string
+	exit           int
+	result         string // output/result.json
+}
+
+// runBwrap runs prog with args from the work dir, with the worker's
+// minimal environment (PATH only).
+func runBwrap(t *testing.T, work string, prog string, args ...string) bwrapRun {
+	t.Helper()
+	os.Remove(filepath.Join(work, "output", "result.json"))
+	cmd := exec.Command(prog, args...)
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", prog, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("%s did not finish within 120 s; stderr: %s", prog, errb.String())
+	}
+	res, _ := os.ReadFile(filepath.Join(work, "output", "result.json"))
+	return bwrapRun{stdout: out.String(), stderr: errb.String(), exit: cmd.ProcessState.ExitCode(), result: string(res)}
+}
+
+func seenOf(t *testing.T, who string, r bwrapRun) map[string]any {
+	t.Helper()
+	var seen map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &seen); err != nil {
+		t.Fatalf("%s: stdout is not the runner's report (%v)\nstdout: %s\nstderr: %s", who, err, r.stdout, r.stderr)
+	}
+	return seen
+}
+
+// The worker's exact lines run unchanged under `str bwrap` and under str
+// invoked as bwrap, and give what the tool is promised: uid 0 as the
+// caller (root), the work dir as cwd, exactly the environment set, its
+// input, its result written, a read-only root, an empty /tmp, exit 3.
+// With the machine's bubblewrap present, its run of the same lines must
+// show the same.
+func TestBwrapWorkerLines(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		skipOrFail(t, "needs /usr/bin/python3 (the worker line runs a Python tool)")
+	}
+	tools, work := bwrapFixture(t)
+	link := filepath.Join(t.TempDir(), "bwrap")
+	if err := os.Symlink(strBin, link); err != nil {
+		t.Fatal(err)
+	}
+	realBwrap := ""
+	if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
+		realBwrap = "/usr/bin/bwrap"
+	} else {
+		t.Log("no /usr/bin/bwrap: str's runs are checked on their own (apt-get install bubblewrap for the side-by-side comparison)")
+	}
+	hostname, _ := os.Hostname()
+	for _, restrictive := range []bool{false, true} {
+		line := workerLine(work, tools, restrictive)
+		name := map[bool]string{false: "standard", true: "restrictive"}[restrictive]
+		t.Run(name, func(t *testing.T) {
+			runs := map[string]bwrapRun{
+				"str bwrap":    runBwrap(t, work, strBin, append([]string{"bwrap"}, line...)...),
+				"str as bwrap": runBwrap(t, work, link, line...),
+			}
+			if realBwrap != "" {
+				runs["bubblewrap"] = runBwrap(t, work, realBwrap, line...)
+			}
+			want := map[string]any{
+				"uid": 0.0, "gid": 0.0, "euid": 0.0, "cwd": work,
+				"env": map[string]any{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+					"PYTHONPATH": tools, "_SAM_SANDBOX_LIGHT": "1", "PWD": work},
+				"input": "the caller's input\n", "usr_writable": false, "tmp_empty": true,
+				"dev":      []any{"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"},
+				"hostname": hostname, "pid1_is_sandbox": true,
+			}
+			for who, r := range runs {
+				if r.exit != 3 {
+					t.Errorf("%s: exit %d, want the tool's 3\nstderr: %s", who, r.exit, r.stderr)
+					continue
+				}
+				seen := seenOf(t, who, r)
+				if !reflect.DeepEqual(seen, want) {
+					t.Errorf("%s: the tool saw\n %v\nwant\n %v", who, seen, want)
+				}
+				if r.result != `{"ok": true, "echo": "hello"}` {
+					t.Errorf("%s: result.json %q", who, r.result)
+				}
+			}
+		})
+	}
+}
+
+// --json-status-fd: the child's pid and namespaces once it runs, then
+// its exit code; --info-fd: the same document, pretty.
+func TestBwrapStatusFDs(t *testing.T) {
+	needRoot(t)
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--info-fd", "3", "--json-status-fd", "4", "--", "/bin/sh", "-c", "exit 7")
+	cmd.ExtraFiles = []*os.File{infoW, statusW}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	statusW.Close()
+	infoW.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("str bwrap did not finish within 120 s; stderr: %s", errb.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 7 {
+		t.Fatalf("exit %d, want 7; stderr: %s", code, errb.String())
+	}
+	status, _ := readAllClose(statusR)
+	info, _ := readAllClose(infoR)
+	lines := strings.Split(strings.TrimSpace(status), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("json-status-fd: %q, want two documents", status)
+	}
+	var start map[string]int64
+	var end map[string]int
+	if err := json.Unmarshal([]byte(lines[0]), &start); err != nil || start["child-pid"] <= 0 || start["pid-namespace"] == 0 || start["mnt-namespace"] == 0 {
+		t.Errorf("first document %q (%v): want child-pid and namespaces", lines[0], err)
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &end); err != nil || end["exit-code"] != 7 {
+		t.Errorf("last document %q (%v): want exit-code 7", lines[1], err)
+	}
+	var infoDoc map[string]int64
+	if err := json.Unmarshal([]byte(info), &infoDoc); err != nil || infoDoc["child-pid"] != start["child-pid"] {
+		t.Errorf("info-fd %q (%v): want the same child-pid as the status", info, err)
+	}
+}
+
+func readAllClose(f *os.File) (string, error) {
+	defer f.Close()
+	var b bytes.Buffer
+	_, err := b.ReadFrom(f)
+	return b.String(), err
+}
+
+// Bad lines fail as bubblewrap's do, exit 1, naming the option: unknown,
+// short of an argument, or one str refuses (with the reason).
+func TestBwrapRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--frobnicate", "true"}, "Unknown option --frobnicate"},
+		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
+		{[]string{"--remount-ro", "/usr", "true"}, "--remount-ro: not supported by str bwrap: str's init has no remount step yet"},
+		{[]string{"--dev-bind", "/dev", "/dev", "true"}, "--dev-bind: not supported by str bwrap: str mounts every bind nodev"},
+	} {
+		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("str bwrap %q: exit %d, output %q; want 1 and %q", tc.args, cmd.ProcessState.ExitCode(), out, tc.want)
+		}
+	}
+}
