@@ -158,16 +158,6 @@ type Command struct {
 	Help, Version bool
 }
 
-// Has reports whether an option appears on the command line.
-func (c *Command) Has(name string) bool {
-	for _, o := range c.Ops {
-		if o.Option == name {
-			return true
-		}
-	}
-	return false
-}
-
 // UsageError is a malformed command line: bubblewrap prints the message
 // and exits with status 1.
 type UsageError struct {

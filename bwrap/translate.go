@@ -89,9 +89,6 @@ var refused = map[string]string{
 	"--cap-add":                "the tool never holds capabilities under str (its bounding set is emptied)",
 }
 
-// Refusal says why str refuses an option ("" if it honours it).
-func Refusal(option string) string { return refused[option] }
-
 // Translate maps a parsed command line onto str's terms: every option
 // str honours becomes part of the Sandbox, every other is an
 // *Unsupported error (all of them, joined).
