@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -276,5 +277,26 @@ func TestBwrapRefusals(t *testing.T) {
 		if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), tc.want) {
 			t.Errorf("str bwrap %q: exit %d, output %q; want 1 and %q", tc.args, cmd.ProcessState.ExitCode(), out, tc.want)
 		}
+	}
+}
+
+// --die-with-parent: when the process that started str bwrap dies, str
+// bwrap dies, and its sandbox with it.
+func TestBwrapDieWithParent(t *testing.T) {
+	needRoot(t)
+	marker := fmt.Sprintf("4321.%d", os.Getpid())
+	parent := exec.Command("/bin/sh", "-c", `"$0" bwrap --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 -- sleep "$1" & wait`, strBin, marker)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(60*time.Second, func() bool { return len(findProcs("sleep "+marker)) > 0 }) {
+		_ = parent.Process.Kill()
+		_ = parent.Wait()
+		t.Fatal("the sandboxed sleep never started")
+	}
+	_ = parent.Process.Kill()
+	_ = parent.Wait()
+	if !eventually(60*time.Second, func() bool { return len(findProcs(marker)) == 0 }) {
+		t.Fatalf("str bwrap or its sandbox outlived the parent: pids %v", findProcs(marker))
 	}
 }
