@@ -344,8 +344,7 @@ func visibleDir(ms []nsinit.Mount, path string, h Host) bool {
 		}
 		switch m.Kind {
 		case nsinit.MountBind:
-			fi, err := h.Stat(filepath.Join(m.Source, strings.TrimPrefix(path, m.Target)))
-			ok = err == nil && fi.IsDir()
+			ok = searchable(m, strings.TrimPrefix(path, m.Target), h)
 		case nsinit.MountDir:
 			ok = path == m.Target
 		default:
@@ -353,6 +352,49 @@ func visibleDir(ms []nsinit.Mount, path string, h Host) bool {
 		}
 	}
 	return ok
+}
+
+// searchable reports whether the tool may enter rel below a bind's
+// source: every directory from the source down must let it search. The
+// tool is the caller rootless; root mode a leased uid that owns nothing
+// on the host, or through an id-mapped bind the source's owner. (The
+// init's chdir is a hard failure, so the fallback must not pick a
+// directory the tool cannot enter, as bubblewrap's fallback skips one.)
+func searchable(m nsinit.Mount, rel string, h Host) bool {
+	dir := m.Source
+	comps := append([]string{""}, strings.Split(strings.Trim(rel, "/"), "/")...)
+	for i, c := range comps {
+		if i > 0 && c == "" {
+			continue
+		}
+		dir = filepath.Join(dir, c)
+		fi, err := h.Stat(dir)
+		if err != nil || !fi.IsDir() {
+			return false
+		}
+		st, known := fi.Sys().(*syscall.Stat_t)
+		if !known {
+			continue // a test's description: no owner to check
+		}
+		uid, gid := h.UID, h.GID
+		if h.UID == 0 {
+			uid, gid = -1, -1
+			if m.IDMapOwner {
+				uid, gid = int(st.Uid), int(st.Gid)
+			}
+		}
+		var bit uint32 = 0o001
+		switch {
+		case int(st.Uid) == uid:
+			bit = 0o100
+		case int(st.Gid) == gid:
+			bit = 0o010
+		}
+		if st.Mode&bit == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // rootOwned reports whether fi's owner is root, uid or gid (false when

@@ -160,6 +160,18 @@ func TestTranslateKeepsVisibleCwd(t *testing.T) {
 	if err != nil || sb.Workdir != h.Cwd {
 		t.Fatalf("workdir %q, %v; want %s", sb.Workdir, err, h.Cwd)
 	}
+	// As root (the tool is a leased uid) a 0700 directory of root's is
+	// not one the tool can enter: not kept, $HOME not shown, so /.
+	if err := os.Chmod(h.Cwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		hr := h
+		hr.UID, hr.GID = 0, 0
+		if sb, err := translate(t, hr, "--ro-bind", h.Cwd, h.Cwd, "pwd"); err != nil || sb.Workdir != "/" {
+			t.Errorf("root mode, a 0700 root-owned cwd: workdir %q, %v; want /", sb.Workdir, err)
+		}
+	}
 	sb, err = translate(t, h, "--bind", h.Cwd, h.Cwd, "--tmpfs", filepath.Dir(h.Cwd), "pwd")
 	if err != nil || sb.Workdir != "/" {
 		t.Fatalf("a tmpfs over the bind's parent hides it: workdir %q, %v; want /", sb.Workdir, err)

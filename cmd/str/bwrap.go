@@ -54,20 +54,9 @@ func cmdBwrap(name string, args []string) int {
 		fmt.Fprintf(os.Stderr, "%s: "+format+"\n", append([]any{name}, a...)...)
 		return exitBwrapFailed
 	}
-	planOnly, profile := false, "standard"
-	for len(args) > 0 {
-		switch {
-		case args[0] == "--plan":
-			planOnly, args = true, args[1:]
-			continue
-		case args[0] == "--str-profile" && len(args) > 1:
-			profile, args = args[1], args[2:]
-			continue
-		case strings.HasPrefix(args[0], "--str-profile="):
-			profile, args = strings.TrimPrefix(args[0], "--str-profile="), args[1:]
-			continue
-		}
-		break
+	planOnly, profile, args, err := strBwrapOptions(args)
+	if err != nil {
+		return fail("%v", err)
 	}
 
 	cmd, err := bwrap.Parse(args, readAllFD)
@@ -212,6 +201,32 @@ func cmdBwrap(name string, args []string) int {
 		fmt.Fprintf(status, "{ \"exit-code\": %d }\n", code)
 	}
 	return code
+}
+
+// strBwrapOptions takes str's own options off the front of a bwrap line:
+// --plan and --str-profile NAME (or =NAME), in any order, before the
+// first of bubblewrap's.
+func strBwrapOptions(args []string) (planOnly bool, profile string, rest []string, err error) {
+	profile = "standard"
+	for len(args) > 0 {
+		switch a := args[0]; {
+		case a == "--plan":
+			planOnly, args = true, args[1:]
+		case a == "--str-profile":
+			if len(args) < 2 || args[1] == "" {
+				return false, "", nil, errors.New("--str-profile takes a profile name")
+			}
+			profile, args = args[1], args[2:]
+		case strings.HasPrefix(a, "--str-profile="):
+			if profile = strings.TrimPrefix(a, "--str-profile="); profile == "" {
+				return false, "", nil, errors.New("--str-profile takes a profile name")
+			}
+			args = args[1:]
+		default:
+			return planOnly, profile, args, nil
+		}
+	}
+	return planOnly, profile, args, nil
 }
 
 // readAllFD reads a descriptor to its end and closes it (--args, --file).
