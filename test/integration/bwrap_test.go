@@ -34,6 +34,8 @@ seen = {
     "dev": sorted(os.listdir("/dev")),
     "hostname": socket.gethostname(),
     "pid1_is_sandbox": open("/proc/1/cmdline", "rb").read() != b"",
+    "str_network": os.environ.get("STR_NETWORK", ""),
+    "https_proxy": os.environ.get("HTTPS_PROXY", ""),
 }
 with open("output/result.json", "w") as f:
     json.dump({"ok": True, "echo": args["echo"]}, f)
@@ -184,6 +186,14 @@ func TestBwrapWorkerLines(t *testing.T) {
 				"hostname": hostname, "pid1_is_sandbox": true,
 			}
 			for who, r := range runs {
+				// The one documented difference: without --unshare-net
+				// str gives the profile's egress policy through its
+				// proxy, never the host's network, and says so in the
+				// environment.
+				want["str_network"], want["https_proxy"] = "", ""
+				if who != "bubblewrap" && !restrictive {
+					want["str_network"], want["https_proxy"] = "allow_egress", "http://127.0.0.1:3128"
+				}
 				if r.exit != 3 {
 					t.Errorf("%s: exit %d, want the tool's 3\nstderr: %s", who, r.exit, r.stderr)
 					continue
@@ -298,5 +308,41 @@ func TestBwrapDieWithParent(t *testing.T) {
 	_ = parent.Wait()
 	if !eventually(60*time.Second, func() bool { return len(findProcs(marker)) == 0 }) {
 		t.Fatalf("str bwrap or its sandbox outlived the parent: pids %v", findProcs(marker))
+	}
+}
+
+// --plan prints the sandbox (the line's filesystem in order, the
+// profile's namespaces) and runs nothing; --help and --version answer as
+// bubblewrap's do; no command is a usage error.
+func TestBwrapPlanHelpVersion(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		exit   int
+		prefix string
+	}{
+		{[]string{"--help"}, 0, "usage: str bwrap "},
+		{[]string{"--version"}, 0, "bubblewrap 0.11.1 (str "},
+		{[]string{"--unshare-pid"}, 1, "usage: str bwrap "},
+	} {
+		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != tc.exit || !strings.HasPrefix(string(out), tc.prefix) {
+			t.Errorf("str bwrap %q: exit %d, output %q; want %d and %q...", tc.args, cmd.ProcessState.ExitCode(), out, tc.exit, tc.prefix)
+		}
+	}
+	needRoot(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	out, err := exec.Command(strBin, "bwrap", "--plan", "--str-profile", "restrictive", "--unshare-net", "--ro-bind", "/usr", "/usr",
+		"--tmpfs", "/tmp", "--", "/usr/bin/touch", marker).CombinedOutput()
+	if err != nil {
+		t.Fatalf("--plan: %v\n%s", err, out)
+	}
+	for _, want := range []string{"profile: restrictive", "1. bind ro /usr -> /usr", "2. tmpfs /tmp (mode=0755)", "network: policy isolated", "CLONE_NEWNET"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("--plan output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("--plan ran the command")
 	}
 }
