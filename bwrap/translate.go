@@ -160,6 +160,15 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	// str's promise holds under a bubblewrap line too: service-account
+	// tokens and similar secrets are never visible, whatever is bound
+	// (the launcher's own plan does the same for profiles). An empty
+	// read-only tmpfs goes over each such directory the binds show.
+	for _, dir := range SecretDirs {
+		if boundDir(mounts, dir, h) {
+			mounts = append(mounts, nsinit.Mount{Kind: nsinit.MountTmpfs, Target: dir, ReadOnly: true, Data: "size=4k,mode=0755"})
+		}
+	}
 	sb.Mounts = mounts
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -391,6 +400,36 @@ func searchable(m nsinit.Mount, rel string, h Host) bool {
 			bit = 0o010
 		}
 		if st.Mode&bit == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// SecretDirs are the directories a bind may show that str always hides
+// (Kubernetes service-account tokens, Docker and Compose secrets).
+var SecretDirs = []string{"/var/run/secrets", "/run/secrets"}
+
+// boundDir reports whether path is a real directory inside, reached
+// through a bind without a symlink on the way (the init mounts over it by
+// a symlink-free walk; a path through a symlink is the other entry of
+// SecretDirs, or nothing).
+func boundDir(ms []nsinit.Mount, path string, h Host) bool {
+	var src, top string // the host path behind path, under the last mount over it
+	for _, m := range ms {
+		if under(path, m.Target) {
+			src, top = "", ""
+			if m.Kind == nsinit.MountBind {
+				src, top = filepath.Join(m.Source, strings.TrimPrefix(path, m.Target)), m.Source
+			}
+		}
+	}
+	if src == "" {
+		return false
+	}
+	for p := src; len(p) > len(top); p = filepath.Dir(p) {
+		fi, err := h.Lstat(p)
+		if err != nil || !fi.IsDir() {
 			return false
 		}
 	}

@@ -217,3 +217,37 @@ func TestInfoDoc(t *testing.T) {
 		t.Errorf("Pretty %q", got)
 	}
 }
+
+// A bind that shows a secrets directory gets an empty read-only tmpfs
+// over it; one reached through a symlink (/var/run -> /run) is covered
+// by its real path only.
+func TestTranslateHidesSecrets(t *testing.T) {
+	h := testHost(t, 0)
+	root := t.TempDir()
+	for _, d := range []string{"run/secrets/kubernetes.io", "var", "usr"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../run", filepath.Join(root, "var/run")); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := translate(t, h, "--ro-bind", root, "/", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := sb.Mounts[len(sb.Mounts)-1]
+	if want := (nsinit.Mount{Kind: nsinit.MountTmpfs, Target: "/run/secrets", ReadOnly: true, Data: "size=4k,mode=0755"}); last != want {
+		t.Errorf("last mount %+v, want %+v", last, want)
+	}
+	for _, m := range sb.Mounts[:len(sb.Mounts)-1] {
+		if strings.Contains(m.Target, "secrets") {
+			t.Errorf("also %+v", m)
+		}
+	}
+	// Nothing bound shows them: nothing added.
+	sb, err = translate(t, h, "--ro-bind", filepath.Join(root, "usr"), "/usr", "true")
+	if err != nil || len(sb.Mounts) != 1 {
+		t.Errorf("mounts %+v, %v", sb.Mounts, err)
+	}
+}

@@ -346,3 +346,22 @@ func TestBwrapPlanHelpVersion(t *testing.T) {
 		t.Error("--plan ran the command")
 	}
 }
+
+// A bubblewrap line that binds a secrets directory (Kubernetes' token,
+// Docker's secrets) does not show it under str: str's promise is kept.
+func TestBwrapHidesSecrets(t *testing.T) {
+	needRoot(t)
+	fake := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(fake, "secrets"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fake, "secrets", "token"), []byte("TOKEN"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--ro-bind", fake, "/run", "--", "/bin/sh", "-c", "ls -A /run/secrets; cat /run/secrets/token")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 1 || strings.Contains(string(out), "TOKEN") || !strings.Contains(string(out), "No such file") {
+		t.Errorf("exit %d, output %q: want the token absent (cat fails, exit 1)", cmd.ProcessState.ExitCode(), out)
+	}
+}
