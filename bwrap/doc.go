@@ -10,7 +10,10 @@
 // Translate maps them onto the launcher's terms: the filesystem as the
 // init's mount steps in the line's order, the environment, working
 // directory, ids and hostname the command sees, and the descriptors str
-// itself serves (--info-fd, --json-status-fd, --sync-fd).
+// itself serves (--info-fd, --json-status-fd, --sync-fd). Two of str's
+// promises hold under any line: secrets directories a bind shows are
+// covered (SecretDirs), and --disable-userns is honoured only when the
+// profile's seccomp policy refuses user namespaces (CheckUsernsDenied).
 //
 // What it protects against: an option str cannot honour exactly being
 // dropped in silence. Every such option is an *Unsupported error naming

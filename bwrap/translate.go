@@ -43,6 +43,11 @@ type Sandbox struct {
 	InfoFD, JSONStatusFD int
 	// SyncFDs are held open by str for the sandbox's life (--sync-fd).
 	SyncFDs []int
+	// UsernsDisabled: the line wants the tool unable to make user
+	// namespaces (--disable-userns, --assert-userns-disabled); str
+	// honours it when the profile's seccomp policy refuses every way
+	// (CheckUsernsDenied), and refuses the line otherwise.
+	UsernsDisabled bool
 	// DieWithParent: str itself ends (and its sandbox with it) when its
 	// parent does.
 	DieWithParent bool
@@ -59,34 +64,32 @@ func (e *Unsupported) Error() string { return e.Option + ": not supported by str
 
 // refused lists every option str refuses, with the reason.
 var refused = map[string]string{
-	"--argv0":                  "str's init executes argv[0] itself; a different argv[0] from the program's path is not implemented yet",
-	"--level-prefix":           "str's diagnostics are not prefixed with syslog levels",
-	"--userns":                 "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
-	"--userns2":                "str always makes the sandbox's own user namespace; switching to a given one is not supported",
-	"--pidns":                  "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",
-	"--disable-userns":         "the tool's nested user namespaces are governed by str's seccomp profile, not by a per-sandbox switch (not implemented yet)",
-	"--assert-userns-disabled": "the tool's nested user namespaces are governed by str's seccomp profile, not by a per-sandbox switch (not implemented yet)",
-	"--lock-file":              "taking a lock inside the sandbox is not implemented yet",
-	"--dev-bind":               "str mounts every bind nodev (device access comes only from --dev's nodes)",
-	"--dev-bind-try":           "str mounts every bind nodev (device access comes only from --dev's nodes)",
-	"--bind-fd":                "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
-	"--ro-bind-fd":             "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
-	"--remount-ro":             "str's init has no remount step yet; use --ro-bind",
-	"--overlay-src":            "overlay mounts are not implemented yet",
-	"--overlay":                "overlay mounts are not implemented yet",
-	"--tmp-overlay":            "overlay mounts are not implemented yet",
-	"--ro-overlay":             "overlay mounts are not implemented yet",
-	"--exec-label":             "str does not set SELinux labels",
-	"--file-label":             "str does not set SELinux labels",
-	"--mqueue":                 "str's init has no mqueue mount yet",
-	"--bind-data":              "a bind of descriptor data is not implemented yet (use --file where the directory is writable)",
-	"--ro-bind-data":           "a read-only bind of descriptor data is not implemented yet",
-	"--chmod":                  "str's init has no chmod step yet",
-	"--seccomp":                "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
-	"--add-seccomp-fd":         "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
-	"--block-fd":               "blocking the sandbox's start on a descriptor is not implemented yet",
-	"--userns-block-fd":        "blocking the sandbox's start on a descriptor is not implemented yet",
-	"--cap-add":                "the tool never holds capabilities under str (its bounding set is emptied)",
+	"--argv0":           "str's init executes argv[0] itself; a different argv[0] from the program's path is not implemented yet",
+	"--level-prefix":    "str's diagnostics are not prefixed with syslog levels",
+	"--userns":          "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
+	"--userns2":         "str always makes the sandbox's own user namespace; switching to a given one is not supported",
+	"--pidns":           "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",
+	"--lock-file":       "taking a lock inside the sandbox is not implemented yet",
+	"--dev-bind":        "str mounts every bind nodev (device access comes only from --dev's nodes)",
+	"--dev-bind-try":    "str mounts every bind nodev (device access comes only from --dev's nodes)",
+	"--bind-fd":         "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
+	"--ro-bind-fd":      "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
+	"--remount-ro":      "str's init has no remount step yet; use --ro-bind",
+	"--overlay-src":     "overlay mounts are not implemented yet",
+	"--overlay":         "overlay mounts are not implemented yet",
+	"--tmp-overlay":     "overlay mounts are not implemented yet",
+	"--ro-overlay":      "overlay mounts are not implemented yet",
+	"--exec-label":      "str does not set SELinux labels",
+	"--file-label":      "str does not set SELinux labels",
+	"--mqueue":          "str's init has no mqueue mount yet",
+	"--bind-data":       "a bind of descriptor data is not implemented yet (use --file where the directory is writable)",
+	"--ro-bind-data":    "a read-only bind of descriptor data is not implemented yet",
+	"--chmod":           "str's init has no chmod step yet",
+	"--seccomp":         "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
+	"--add-seccomp-fd":  "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
+	"--block-fd":        "blocking the sandbox's start on a descriptor is not implemented yet",
+	"--userns-block-fd": "blocking the sandbox's start on a descriptor is not implemented yet",
+	"--cap-add":         "the tool never holds capabilities under str (its bounding set is emptied)",
 }
 
 // Translate maps a parsed command line onto str's terms: every option
@@ -143,6 +146,8 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			sb.SyncFDs = append(sb.SyncFDs, op.FD())
 		case "--die-with-parent":
 			sb.DieWithParent = true
+		case "--disable-userns", "--assert-userns-disabled":
+			sb.UsernsDisabled = true
 		}
 	}
 	// bubblewrap's own consistency rules, with its words.

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 func testHost(t *testing.T, uid int) Host {
@@ -249,5 +252,36 @@ func TestTranslateHidesSecrets(t *testing.T) {
 	sb, err = translate(t, h, "--ro-bind", filepath.Join(root, "usr"), "/usr", "true")
 	if err != nil || len(sb.Mounts) != 1 {
 		t.Errorf("mounts %+v, %v", sb.Mounts, err)
+	}
+}
+
+// --disable-userns is honoured by the seccomp policy: every embedded one
+// refuses every way of making a user namespace; a policy that lets one
+// through is named with the call.
+func TestUsernsDenied(t *testing.T) {
+	if NativeAuditArch() == 0 {
+		t.Skip("str's seccomp has no architecture for " + runtime.GOARCH)
+	}
+	for _, name := range seccomp.Names() {
+		p, err := seccomp.Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckUsernsDenied(name, p.Evaluate, NativeAuditArch()); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	allowClone3 := func(d seccomp.Data) (uint32, error) {
+		if d.Nr == unix.SYS_CLONE3 {
+			return seccomp.RetAllow, nil
+		}
+		return seccomp.RetErrno | 1, nil
+	}
+	if err := CheckUsernsDenied("lax", allowClone3, NativeAuditArch()); err == nil || !strings.Contains(err.Error(), "the seccomp policy lax lets clone3 through") {
+		t.Errorf("a policy allowing clone3: %v", err)
+	}
+	sb, err := translate(t, testHost(t, 1000), "--disable-userns", "--assert-userns-disabled", "true")
+	if err != nil || !sb.UsernsDisabled {
+		t.Errorf("--disable-userns: %+v, %v", sb, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,6 +108,11 @@ func cmdBwrap(name string, args []string) int {
 	// The command line describes the whole filesystem, environment,
 	// working directory and ids; the profile keeps the rest (namespaces,
 	// limits, rlimits, seccomp, network policy, capabilities dropped).
+	if sb.UsernsDisabled {
+		if err := checkUsernsDenied(pl.Child.SeccompPolicy); err != nil {
+			return fail("--disable-userns: %v", err)
+		}
+	}
 	if err := pl.SetMounts(sb.Mounts); err != nil {
 		return fail("%v", err)
 	}
@@ -227,6 +234,20 @@ func strBwrapOptions(args []string) (planOnly bool, profile string, rest []strin
 		}
 	}
 	return planOnly, profile, args, nil
+}
+
+// checkUsernsDenied loads the plan's seccomp policy (an embedded name or
+// an operator's file) and checks its meaning refuses user namespaces.
+func checkUsernsDenied(policy string) error {
+	load := seccomp.Load
+	if filepath.IsAbs(policy) {
+		load = seccomp.LoadFile
+	}
+	p, err := load(policy)
+	if err != nil {
+		return fmt.Errorf("seccomp policy %s: %w", policy, err)
+	}
+	return bwrap.CheckUsernsDenied(policy, p.Evaluate, bwrap.NativeAuditArch())
 }
 
 // readAllFD reads a descriptor to its end and closes it (--args, --file).

@@ -365,3 +365,18 @@ func TestBwrapHidesSecrets(t *testing.T) {
 		t.Errorf("exit %d, output %q: want the token absent (cat fails, exit 1)", cmd.ProcessState.ExitCode(), out)
 	}
 }
+
+// --disable-userns: honoured through the profile's seccomp policy, the
+// command cannot make a user namespace.
+func TestBwrapDisableUserns(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/usr/bin/unshare"); err != nil {
+		skipOrFail(t, "needs /usr/bin/unshare (util-linux)")
+	}
+	cmd := exec.Command(strBin, "bwrap", "--unshare-user", "--disable-userns", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--", "/usr/bin/unshare", "-U", "true")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(out), "Operation not permitted") {
+		t.Errorf("unshare -U under --disable-userns: exit %d, %q; want EPERM", cmd.ProcessState.ExitCode(), out)
+	}
+}
