@@ -16,6 +16,7 @@ const (
 	ArgOctal                 // a mode: octal, <= 07777
 	ArgID                    // a uid or gid: decimal, >= 0
 	ArgSize                  // a byte count: non-zero, C strtoull base 0 (0x.., 0..)
+	ArgCap                   // a capability name (CAP_SYS_ADMIN, sys_admin) or ALL
 )
 
 // Option is one entry of bubblewrap's documented option list.
@@ -105,8 +106,8 @@ var options = []Option{
 	{Name: "--new-session"},
 	{Name: "--die-with-parent"},
 	{Name: "--as-pid-1"},
-	{Name: "--cap-add", Args: s1},
-	{Name: "--cap-drop", Args: s1},
+	{Name: "--cap-add", Args: []ArgKind{ArgCap}},
+	{Name: "--cap-drop", Args: []ArgKind{ArgCap}},
 	{Name: "--perms", Args: []ArgKind{ArgOctal}, modifier: true},
 	{Name: "--size", Args: []ArgKind{ArgSize}, modifier: true},
 	{Name: "--chmod", Args: []ArgKind{ArgOctal, ArgString}},
@@ -340,6 +341,11 @@ func checkArg(opt string, k ArgKind, s string) (uint64, error) {
 			return 0, usageErr(opt, "Invalid %s: %s", strings.TrimPrefix(opt, "--"), s)
 		}
 		return n, nil
+	case ArgCap:
+		if !knownCap(s) {
+			return 0, usageErr(opt, "unknown cap: %s", s)
+		}
+		return 0, nil
 	case ArgSize:
 		n, err := strconv.ParseUint(s, 0, 64)
 		if err != nil || n == 0 || strings.HasPrefix(s, "-") {
@@ -376,4 +382,29 @@ func splitNUL(data []byte) []string {
 		data = data[i+1:]
 	}
 	return out
+}
+
+// capNames are Linux's capabilities (capability.h, 0 to 40), without
+// their CAP_ prefix.
+var capNames = []string{"chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid",
+	"setpcap", "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw", "ipc_lock",
+	"ipc_owner", "sys_module", "sys_rawio", "sys_chroot", "sys_ptrace", "sys_pacct", "sys_admin", "sys_boot",
+	"sys_nice", "sys_resource", "sys_time", "sys_tty_config", "mknod", "lease", "audit_write", "audit_control",
+	"setfcap", "mac_override", "mac_admin", "syslog", "wake_alarm", "block_suspend", "audit_read", "perfmon",
+	"bpf", "checkpoint_restore"}
+
+// knownCap accepts ALL or a capability's name, with or without CAP_, in
+// any case.
+func knownCap(s string) bool {
+	l := strings.ToLower(s)
+	if l == "all" {
+		return true
+	}
+	l = strings.TrimPrefix(l, "cap_")
+	for _, n := range capNames {
+		if n == l {
+			return true
+		}
+	}
+	return false
 }

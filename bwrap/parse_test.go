@@ -19,6 +19,8 @@ func sample(k ArgKind, i int) (string, uint64) {
 		return "1234", 1234
 	case ArgSize:
 		return "0x1000", 4096
+	case ArgCap:
+		return "CAP_NET_RAW", 0
 	}
 	return fmt.Sprintf("/arg%d", i), 0
 }
@@ -117,6 +119,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--size", "0", "--tmpfs", "/t", "cmd"}, "--size", "--size takes a non-zero number of bytes"},
 		{[]string{"--size", "12", "--dir", "/d", "cmd"}, "--size", "--size must be followed by --tmpfs"},
 		{[]string{"--size", "12", "--size", "12", "--tmpfs", "/t", "cmd"}, "--size", "--size given twice for the same action"},
+		{[]string{"--cap-drop", "CAP_FLY", "cmd"}, "--cap-drop", "unknown cap: CAP_FLY"},
+		{[]string{"--cap-add", "", "cmd"}, "--cap-add", "unknown cap: "},
 	} {
 		_, err := Parse(tc.line, noFD)
 		var ue *UsageError
@@ -145,6 +149,17 @@ func TestParseOrderAndDoubleDash(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"--ro-bind", "--proc", "--tmpfs"}) || !slices.Equal(c.Argv, []string{"--help", "-x"}) || c.Help {
 		t.Errorf("ops %q argv %q help %v", got, c.Argv, c.Help)
+	}
+}
+
+func TestParseCapNames(t *testing.T) {
+	for _, name := range []string{"ALL", "all", "CAP_SYS_ADMIN", "sys_admin", "Cap_Checkpoint_Restore", "chown"} {
+		if _, err := Parse([]string{"--cap-drop", name, "cmd"}, noFD); err != nil {
+			t.Errorf("--cap-drop %s: %v", name, err)
+		}
+	}
+	if len(capNames) != 41 {
+		t.Errorf("%d capability names, want 41 (CAP_CHOWN..CAP_CHECKPOINT_RESTORE)", len(capNames))
 	}
 }
 
