@@ -161,7 +161,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		errs = append(errs, &UsageError{Option: "--hostname", Msg: "Specifying --hostname requires --unshare-uts"})
 	}
 
-	mounts, err := translateMounts(c.Ops, h)
+	mounts, err := translateMounts(c.Ops, h, sb.UID, sb.GID)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -199,7 +199,12 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 
 // translateMounts turns the filesystem options into the init's mount
 // steps, in the command line's order.
-func translateMounts(ops []Op, h Host) ([]nsinit.Mount, error) {
+//
+// A tmpfs belongs to the command's uid and gid inside, as bubblewrap's
+// do (its setup runs as the sandbox's ids): the uid= and gid= options,
+// read in the init's user namespace, where those ids are always mapped.
+func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) {
+	owner := fmt.Sprintf(",uid=%d,gid=%d", uid, gid)
 	var ms []nsinit.Mount
 	var errs []error
 	fsOps := 0
@@ -277,13 +282,14 @@ func translateMounts(ops []Op, h Host) ([]nsinit.Mount, error) {
 			if op.Size > 0 {
 				data += fmt.Sprintf(",size=%d", op.Size)
 			}
+			data += owner
 			ms = append(ms, nsinit.Mount{Kind: nsinit.MountTmpfs, Target: insidePath(op.Args[0]), Data: data})
 		case "--proc":
 			fsOps++
 			ms = append(ms, nsinit.Mount{Kind: nsinit.MountProc, Target: insidePath(op.Args[0])})
 		case "--dev":
 			fsOps++
-			ms = append(ms, devMounts(insidePath(op.Args[0]))...)
+			ms = append(ms, devMounts(insidePath(op.Args[0]), owner)...)
 		case "--dir":
 			fsOps++
 			perms := uint32(0o755)
@@ -314,8 +320,8 @@ func translateMounts(ops []Op, h Host) ([]nsinit.Mount, error) {
 // devMounts is bubblewrap's --dev in the init's steps: a tmpfs with the
 // usual device nodes bound from the host, a private devpts, the ptmx,
 // fd, std* and core symlinks, and an shm directory.
-func devMounts(dst string) []nsinit.Mount {
-	ms := []nsinit.Mount{{Kind: nsinit.MountTmpfs, Target: dst, Data: "mode=0755"}}
+func devMounts(dst, owner string) []nsinit.Mount {
+	ms := []nsinit.Mount{{Kind: nsinit.MountTmpfs, Target: dst, Data: "mode=0755" + owner}}
 	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
 		ms = append(ms, nsinit.Mount{Kind: nsinit.MountDevNode, Source: "/dev/" + d, Target: filepath.Join(dst, d)})
 	}

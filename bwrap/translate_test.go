@@ -137,7 +137,7 @@ func TestTranslateMountsAndProcess(t *testing.T) {
 	}
 	want := []nsinit.Mount{
 		{Kind: nsinit.MountBind, Source: src, Target: "/s", ReadOnly: true},
-		{Kind: nsinit.MountTmpfs, Target: "/t", Data: "mode=0700,size=8192"},
+		{Kind: nsinit.MountTmpfs, Target: "/t", Data: "mode=0700,size=8192,uid=0,gid=5"},
 		{Kind: nsinit.MountDir, Target: "/t/d", Mode: 0o750},
 		{Kind: nsinit.MountSymlink, Source: "../t", Target: "/l"},
 		{Kind: nsinit.MountFile, Target: "/t/f", Contents: "file contents\n", Mode: 0o600},

@@ -337,7 +337,7 @@ func TestBwrapPlanHelpVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--plan: %v\n%s", err, out)
 	}
-	for _, want := range []string{"profile: restrictive", "1. bind ro /usr -> /usr", "2. tmpfs /tmp (mode=0755)", "network: policy isolated", "CLONE_NEWNET"} {
+	for _, want := range []string{"profile: restrictive", "1. bind ro /usr -> /usr", "2. tmpfs /tmp (mode=0755,uid=0,gid=0)", "network: policy isolated", "CLONE_NEWNET"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("--plan output lacks %q:\n%s", want, out)
 		}
