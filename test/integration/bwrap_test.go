@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // bwrapRunner is the tool the worker line runs (python -m MODULE ARGS):
@@ -378,5 +380,63 @@ func TestBwrapDisableUserns(t *testing.T) {
 	out, _ := cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(out), "Operation not permitted") {
 		t.Errorf("unshare -U under --disable-userns: exit %d, %q; want EPERM", cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+// Rootless: an unprivileged caller's line (a delegated cgroup of its
+// own, as TestRootless) sees its own uid inside, as under bubblewrap,
+// where a user namespace is implied for a non-root caller; with the
+// machine's bubblewrap the same line shows the same.
+func TestBwrapRootless(t *testing.T) {
+	needRoot(t) // to set up the unprivileged user's delegated cgroup
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		skipOrFail(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
+	}
+	dir := t.TempDir()
+	_ = os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "str")
+	data, err := os.ReadFile(strBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const uid = 1000
+	deleg := fmt.Sprintf("str-bwrap-rootless-%d", os.Getpid())
+	var moves []string
+	cgs, _ := launcher.OwnCgroups()
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		own, ok := cgs[c]
+		if !ok {
+			continue
+		}
+		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			skipOrFail(t, "cannot create a v1 cgroup to delegate: "+err.Error())
+		}
+		defer os.Remove(d)
+		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
+		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
+	}
+	if len(moves) == 0 {
+		skipOrFail(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
+	}
+	line := `--unshare-pid --unshare-net --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 ` +
+		`--proc /proc --dev /dev --tmpfs /tmp --chdir /tmp --clearenv --setenv PATH /usr/bin -- /bin/sh -c 'id -u; id -g; pwd; echo x > f && cat f; env'`
+	progs := map[string]string{"str bwrap": bin + " bwrap"}
+	if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
+		progs["bubblewrap"] = "/usr/bin/bwrap"
+	}
+	for who, prog := range progs {
+		script := strings.Join(moves, " && ") + fmt.Sprintf(" && cd / && exec setpriv --reuid %d --regid %d --clear-groups %s %s", uid, uid, prog, line)
+		out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s rootless: %v\n%s", who, err, out)
+			continue
+		}
+		if got, want := strings.Fields(string(out)), []string{"1000", "1000", "/tmp", "x", "PATH=/usr/bin", "PWD=/tmp"}; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s rootless:\ngot  %q\nwant %q", who, got, want)
+		}
 	}
 }
