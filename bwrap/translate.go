@@ -65,7 +65,6 @@ func (e *Unsupported) Error() string { return e.Option + ": not supported by str
 // refused lists every option str refuses, with the reason.
 var refused = map[string]string{
 	"--argv0":           "str's init executes argv[0] itself; a different argv[0] from the program's path is not implemented yet",
-	"--level-prefix":    "str's diagnostics are not prefixed with syslog levels",
 	"--userns":          "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
 	"--userns2":         "str always makes the sandbox's own user namespace; switching to a given one is not supported",
 	"--pidns":           "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",

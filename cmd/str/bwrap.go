@@ -52,8 +52,17 @@ func cmdBwrap(name string, args []string) int {
 	// moved main off it; checked below before it is relied on.
 	runtime.LockOSThread()
 
+	// --level-prefix: each diagnostic starts with its syslog level, <3>
+	// for errors and <4> for warnings (set once the line is parsed).
+	errPrefix, warnPrefix := "", ""
+	diag := func(prefix, format string, a ...any) {
+		// One line per problem (Translate joins all of a line's).
+		for _, l := range strings.Split(fmt.Sprintf(format, a...), "\n") {
+			fmt.Fprintf(os.Stderr, "%s%s: %s\n", prefix, name, l)
+		}
+	}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "%s: "+format+"\n", append([]any{name}, a...)...)
+		diag(errPrefix, format, a...)
 		return exitBwrapFailed
 	}
 	planOnly, profile, args, err := strBwrapOptions(args)
@@ -68,6 +77,11 @@ func cmdBwrap(name string, args []string) int {
 			return exitBwrapFailed
 		}
 		return fail("%v", err)
+	}
+	for _, op := range cmd.Ops {
+		if op.Option == "--level-prefix" {
+			errPrefix, warnPrefix = "<3>", "<4>"
+		}
 	}
 	switch {
 	case cmd.Help:
@@ -189,7 +203,7 @@ func cmdBwrap(name string, args []string) int {
 		return fail("%v", err)
 	}
 	for _, w := range res.Warnings {
-		fmt.Fprintf(os.Stderr, "%s: warning: %s\n", name, w)
+		diag(warnPrefix, "warning: %s", w)
 	}
 	if res.ViolationSummary != "" {
 		fmt.Fprintln(os.Stderr, res.ViolationSummary)
@@ -197,12 +211,12 @@ func cmdBwrap(name string, args []string) int {
 	code := res.ExitCode
 	switch {
 	case res.SetupError != nil:
-		fmt.Fprintf(os.Stderr, "%s: %s\n", name, res.SetupError.Error())
+		diag(errPrefix, "%s", res.SetupError.Error())
 		code = exitBwrapFailed
 	case res.TimedOut:
-		fmt.Fprintf(os.Stderr, "%s: the str profile's timeout (%s) killed the sandbox\n", name, pl.Timeout)
+		diag(errPrefix, "the str profile's timeout (%s) killed the sandbox", pl.Timeout)
 	case res.OOMKilled:
-		fmt.Fprintf(os.Stderr, "%s: the memory limit was hit; the OOM killer ended the command\n", name)
+		diag(errPrefix, "the memory limit was hit; the OOM killer ended the command")
 	}
 	if status != nil {
 		fmt.Fprintf(status, "{ \"exit-code\": %d }\n", code)

@@ -283,6 +283,7 @@ func TestBwrapRefusals(t *testing.T) {
 		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
 		{[]string{"--remount-ro", "/usr", "true"}, "--remount-ro: not supported by str bwrap: str's init has no remount step yet"},
 		{[]string{"--dev-bind", "/dev", "/dev", "true"}, "--dev-bind: not supported by str bwrap: str mounts every bind nodev"},
+		{[]string{"--level-prefix", "--mqueue", "/mq", "true"}, "<3>str bwrap: --mqueue: not supported by str bwrap"},
 	} {
 		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
 		out, _ := cmd.CombinedOutput()
