@@ -51,6 +51,7 @@ func cmdBwrap(name string, args []string) int {
 	// Locked now, before the first point where the scheduler could have
 	// moved main off it; checked below before it is relied on.
 	runtime.LockOSThread()
+	parent := os.Getppid()
 
 	// --level-prefix: each diagnostic starts with its syslog level, <3>
 	// for errors and <4> for warnings (set once the line is parsed).
@@ -156,8 +157,10 @@ func cmdBwrap(name string, args []string) int {
 		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 			return fail("--die-with-parent: prctl(PR_SET_PDEATHSIG): %v", err)
 		}
-		if os.Getppid() == 1 {
-			return fail("--die-with-parent: the parent has already exited")
+		// The parent may have died before the signal was armed: then we
+		// were reparented already (its pid is gone from our ppid).
+		if os.Getppid() != parent {
+			return fail("--die-with-parent: the parent (pid %d) has already exited", parent)
 		}
 	}
 	// --sync-fd: this process holds the descriptors (str never passes
