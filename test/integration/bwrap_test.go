@@ -302,7 +302,21 @@ func TestBwrapDieWithParent(t *testing.T) {
 	if err := parent.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(60*time.Second, func() bool { return len(findProcs("sleep "+marker)) > 0 }) {
+	// The sandboxed sleep itself (its argv is [/usr/bin/]sleep MARKER),
+	// not str bwrap's own command line, which ends with the same words:
+	// only once the sandbox runs is the parent-death signal surely armed.
+	sandboxed := func() bool {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			argv := strings.Split(strings.TrimSuffix(string(cl), "\x00"), "\x00")
+			if err == nil && len(argv) == 2 && filepath.Base(argv[0]) == "sleep" && argv[1] == marker {
+				return true
+			}
+		}
+		return false
+	}
+	if !eventually(60*time.Second, sandboxed) {
 		_ = parent.Process.Kill()
 		_ = parent.Wait()
 		t.Fatal("the sandboxed sleep never started")
