@@ -1,5 +1,5 @@
 // Command str is the secure tool runtime: one binary whose subcommands run a
-// sandbox (run), serve tool invocations (worker), run the dev broker
+// sandbox (run, or bwrap: bubblewrap's command line), serve tool invocations (worker), run the dev broker
 // (broker), send one invocation (invoke), list what workers serve (tools),
 // show profiles (profile), check the host (doctor) and print its version
 // (version). The sandbox's init is a separate static program embedded in it
@@ -10,6 +10,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 )
 
@@ -17,6 +18,7 @@ const usage = `usage: str <command> [flags]
 
 commands:
   run      run a command in a fresh sandbox
+  bwrap    run a bubblewrap command line in a fresh sandbox (also: str invoked as bwrap)
   worker   serve tool invocations from a broker
   broker   run the embedded dev broker
   invoke   send one tool invocation and print status lines and the reply
@@ -27,6 +29,10 @@ commands:
 `
 
 func main() {
+	// Invoked as bwrap (a symlink named so): bubblewrap's command line.
+	if filepath.Base(os.Args[0]) == "bwrap" {
+		os.Exit(cmdBwrap("bwrap", os.Args[1:]))
+	}
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -36,6 +42,8 @@ func main() {
 	switch os.Args[1] {
 	case "run":
 		code = cmdRun(args)
+	case "bwrap":
+		code = cmdBwrap("str bwrap", args)
 	case "worker":
 		code = cmdWorker(args)
 	case "broker":

@@ -1,0 +1,519 @@
+package bwrap
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/securetoolruntime/str/nsinit"
+)
+
+// Host is what the translation needs to know about the caller and the
+// host's files. Tests fill it by hand.
+type Host struct {
+	UID, GID int      // the caller's real ids (bubblewrap keeps them inside by default)
+	Environ  []string // the caller's environment (bubblewrap passes it on)
+	Cwd      string   // the caller's working directory
+	Hostname string   // the host's name (a new UTS namespace starts with it)
+	Lstat    func(string) (fs.FileInfo, error)
+	Stat     func(string) (fs.FileInfo, error)
+	ReadDir  func(string) ([]fs.DirEntry, error)
+	Readlink func(string) (string, error)
+	// ReadFD returns the whole content of a descriptor (--file).
+	ReadFD func(fd int) ([]byte, error)
+}
+
+// Sandbox is what a bubblewrap command line asks of str's launcher, in
+// the launcher's terms.
+type Sandbox struct {
+	Mounts   []nsinit.Mount // the filesystem, in the command line's order
+	Argv     []string
+	Env      []string // the tool's whole environment
+	Workdir  string   // the tool's working directory inside
+	UID, GID uint32   // seen inside
+	Hostname string   // --hostname, else the host's own (what a new UTS namespace starts with)
+	// ShareNet: the command line did not unshare the network; str gives
+	// the sandbox its profile's egress policy (its own namespace still).
+	ShareNet bool
+	// InfoFD, JSONStatusFD: where the sandbox's information goes (-1: nowhere).
+	InfoFD, JSONStatusFD int
+	// SyncFDs are held open by str for the sandbox's life (--sync-fd).
+	SyncFDs []int
+	// UsernsDisabled: the line wants the tool unable to make user
+	// namespaces (--disable-userns, --assert-userns-disabled); str
+	// honours it when the profile's seccomp policy refuses every way
+	// (CheckUsernsDenied), and refuses the line otherwise.
+	UsernsDisabled bool
+	// DieWithParent: str itself ends (and its sandbox with it) when its
+	// parent does.
+	DieWithParent bool
+}
+
+// Unsupported is an option str cannot honour exactly (yet): it is an
+// error, never silently dropped.
+type Unsupported struct {
+	Option string
+	Why    string
+}
+
+func (e *Unsupported) Error() string { return e.Option + ": not supported by str bwrap: " + e.Why }
+
+// refused lists every option str refuses, with the reason.
+var refused = map[string]string{
+	"--argv0":           "str's init executes argv[0] itself; a different argv[0] from the program's path is not implemented yet",
+	"--userns":          "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
+	"--userns2":         "str always makes the sandbox's own user namespace; switching to a given one is not supported",
+	"--pidns":           "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",
+	"--lock-file":       "taking a lock inside the sandbox is not implemented yet",
+	"--dev-bind":        "str mounts every bind nodev (device access comes only from --dev's nodes)",
+	"--dev-bind-try":    "str mounts every bind nodev (device access comes only from --dev's nodes)",
+	"--bind-fd":         "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
+	"--ro-bind-fd":      "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
+	"--remount-ro":      "str's init has no remount step yet; use --ro-bind",
+	"--overlay-src":     "overlay mounts are not implemented yet",
+	"--overlay":         "overlay mounts are not implemented yet",
+	"--tmp-overlay":     "overlay mounts are not implemented yet",
+	"--ro-overlay":      "overlay mounts are not implemented yet",
+	"--exec-label":      "str does not set SELinux labels",
+	"--file-label":      "str does not set SELinux labels",
+	"--mqueue":          "str's init has no mqueue mount yet",
+	"--bind-data":       "a bind of descriptor data is not implemented yet (use --file where the directory is writable)",
+	"--ro-bind-data":    "a read-only bind of descriptor data is not implemented yet",
+	"--chmod":           "str's init has no chmod step yet",
+	"--seccomp":         "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
+	"--add-seccomp-fd":  "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
+	"--block-fd":        "blocking the sandbox's start on a descriptor is not implemented yet",
+	"--userns-block-fd": "blocking the sandbox's start on a descriptor is not implemented yet",
+	"--cap-add":         "the tool never holds capabilities under str (its bounding set is emptied)",
+}
+
+// Translate maps a parsed command line onto str's terms: every option
+// str honours becomes part of the Sandbox, every other is an
+// *Unsupported error (all of them, joined).
+func Translate(c *Command, h Host) (*Sandbox, error) {
+	var errs []error
+	for _, op := range c.Ops {
+		if why, ok := refused[op.Option]; ok {
+			errs = append(errs, &Unsupported{Option: op.Option, Why: why})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
+	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
+	uts := false
+	var uidSet, gidSet, hostnameSet bool
+	env := append([]string(nil), h.Environ...)
+	chdir := ""
+	for _, op := range c.Ops {
+		switch op.Option {
+		case "--unshare-all":
+			userns, uts, sb.ShareNet = true, true, false
+		case "--unshare-user", "--unshare-user-try":
+			userns = true
+		case "--unshare-uts":
+			uts = true
+		case "--unshare-net":
+			sb.ShareNet = false
+		case "--share-net":
+			sb.ShareNet = true
+		case "--uid":
+			sb.UID, uidSet = uint32(op.Numbers[0]), true
+		case "--gid":
+			sb.GID, gidSet = uint32(op.Numbers[0]), true
+		case "--hostname":
+			sb.Hostname, hostnameSet = op.Args[0], true
+		case "--chdir":
+			chdir = op.Args[0]
+		case "--clearenv":
+			env = clearEnv(env)
+		case "--setenv":
+			env = setEnv(env, op.Args[0], op.Args[1])
+		case "--unsetenv":
+			env = unsetEnv(env, op.Args[0])
+		case "--info-fd":
+			sb.InfoFD = op.FD()
+		case "--json-status-fd":
+			sb.JSONStatusFD = op.FD()
+		case "--sync-fd":
+			sb.SyncFDs = append(sb.SyncFDs, op.FD())
+		case "--die-with-parent":
+			sb.DieWithParent = true
+		case "--disable-userns", "--assert-userns-disabled":
+			sb.UsernsDisabled = true
+		}
+	}
+	// bubblewrap's own consistency rules, with its words.
+	if uidSet && int(sb.UID) != h.UID && !userns {
+		errs = append(errs, &UsageError{Option: "--uid", Msg: "Specifying --uid requires --unshare-user or --userns"})
+	}
+	if gidSet && int(sb.GID) != h.GID && !userns {
+		errs = append(errs, &UsageError{Option: "--gid", Msg: "Specifying --gid requires --unshare-user or --userns"})
+	}
+	if hostnameSet && !uts {
+		errs = append(errs, &UsageError{Option: "--hostname", Msg: "Specifying --hostname requires --unshare-uts"})
+	}
+
+	mounts, err := translateMounts(c.Ops, h, sb.UID, sb.GID)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	// str's promise holds under a bubblewrap line too: service-account
+	// tokens and similar secrets are never visible, whatever is bound
+	// (the launcher's own plan does the same for profiles). An empty
+	// read-only tmpfs goes over each such directory the binds show.
+	for _, dir := range SecretDirs {
+		if boundDir(mounts, dir, h) {
+			mounts = append(mounts, nsinit.Mount{Kind: nsinit.MountTmpfs, Target: dir, ReadOnly: true, Data: "size=4k,mode=0755"})
+		}
+	}
+	sb.Mounts = mounts
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	// The working directory: --chdir, else the caller's own if the
+	// sandbox shows it, else $HOME if shown, else / (bubblewrap's order).
+	// PWD names it, as bubblewrap sets it.
+	switch {
+	case chdir != "":
+		sb.Workdir = insidePath(chdir)
+	case h.Cwd != "" && visibleDir(mounts, h.Cwd, h):
+		sb.Workdir = h.Cwd
+	case getEnv(env, "HOME") != "" && visibleDir(mounts, getEnv(env, "HOME"), h):
+		sb.Workdir = getEnv(env, "HOME")
+	default:
+		sb.Workdir = "/"
+	}
+	env = setEnv(env, "PWD", sb.Workdir)
+	sb.Env = env
+	return sb, nil
+}
+
+// translateMounts turns the filesystem options into the init's mount
+// steps, in the command line's order.
+//
+// A tmpfs belongs to the command's uid and gid inside, as bubblewrap's
+// do (its setup runs as the sandbox's ids): the uid= and gid= options,
+// read in the init's user namespace, where those ids are always mapped.
+func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) {
+	owner := fmt.Sprintf(",uid=%d,gid=%d", uid, gid)
+	var ms []nsinit.Mount
+	var errs []error
+	fsOps := 0
+	for i, op := range ops {
+		switch op.Option {
+		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try":
+			fsOps++
+			src, dst := hostPath(op.Args[0], h.Cwd), insidePath(op.Args[1])
+			ro := strings.HasPrefix(op.Option, "--ro-")
+			try := strings.HasSuffix(op.Option, "-try")
+			fi, err := h.Stat(src)
+			if err != nil {
+				if try && errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				errs = append(errs, fmt.Errorf("%s %s: Can't find source path %s: %w", op.Option, op.Args[0], src, err))
+				continue
+			}
+			if dst != "/" {
+				// A writable bind, root mode: the tool is not host root
+				// under str but a leased uid, so the tree is id-mapped
+				// to make its owner the tool (the tool writes where the
+				// owner may, its files are the owner's). A root-owned
+				// source is bound as it is: no tool may leave root's
+				// files on the host (see str run --workdir).
+				idmap := !ro && h.UID == 0 && !rootOwned(fi)
+				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: src, Target: dst, ReadOnly: ro, IDMapOwner: idmap})
+				continue
+			}
+			// A bind over the whole root. str's root is its own tmpfs
+			// (read-only once set up), so it gets each top-level entry of
+			// the source instead: directories and files bound, symlinks
+			// recreated. Entries a later op mounts over exactly are left
+			// out (they would be hidden).
+			if fsOps != 1 {
+				errs = append(errs, &Unsupported{Option: op.Option, Why: "a bind over / is supported only as the first filesystem operation"})
+				continue
+			}
+			if !fi.IsDir() {
+				errs = append(errs, fmt.Errorf("%s %s /: the source of a bind over / must be a directory", op.Option, op.Args[0]))
+				continue
+			}
+			entries, err := h.ReadDir(src)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s %s /: %w", op.Option, src, err))
+				continue
+			}
+			for _, e := range entries {
+				path := filepath.Join(src, e.Name())
+				dst := "/" + e.Name()
+				if coveredLater(ops[i+1:], dst, h.Cwd) {
+					continue
+				}
+				if e.Type()&fs.ModeSymlink != 0 {
+					link, err := h.Readlink(path)
+					if err != nil {
+						errs = append(errs, fmt.Errorf("%s: readlink %s: %w", op.Option, path, err))
+						continue
+					}
+					ms = append(ms, nsinit.Mount{Kind: nsinit.MountSymlink, Source: link, Target: dst})
+					continue
+				}
+				if !e.IsDir() && !e.Type().IsRegular() {
+					continue // sockets, fifos, devices at the top of / are not bound
+				}
+				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: path, Target: dst, ReadOnly: ro})
+			}
+		case "--tmpfs":
+			fsOps++
+			perms := 0o755
+			if op.Perms >= 0 {
+				perms = op.Perms
+			}
+			data := fmt.Sprintf("mode=%#o", perms)
+			if op.Size > 0 {
+				data += fmt.Sprintf(",size=%d", op.Size)
+			}
+			data += owner
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountTmpfs, Target: insidePath(op.Args[0]), Data: data})
+		case "--proc":
+			fsOps++
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountProc, Target: insidePath(op.Args[0])})
+		case "--dev":
+			fsOps++
+			ms = append(ms, devMounts(insidePath(op.Args[0]), owner)...)
+		case "--dir":
+			fsOps++
+			perms := uint32(0o755)
+			if op.Perms >= 0 {
+				perms = uint32(op.Perms)
+			}
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountDir, Target: insidePath(op.Args[0]), Mode: perms})
+		case "--symlink":
+			fsOps++
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountSymlink, Source: op.Args[0], Target: insidePath(op.Args[1])})
+		case "--file":
+			fsOps++
+			data, err := h.ReadFD(op.FD())
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--file %d %s: Can't read from fd %d: %w", op.FD(), op.Args[1], op.FD(), err))
+				continue
+			}
+			perms := uint32(0o666) // bubblewrap's default, under the init's umask 022
+			if op.Perms >= 0 {
+				perms = uint32(op.Perms)
+			}
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountFile, Target: insidePath(op.Args[1]), Contents: string(data), Mode: perms})
+		}
+	}
+	return ms, errors.Join(errs...)
+}
+
+// devMounts is bubblewrap's --dev in the init's steps: a tmpfs with the
+// usual device nodes bound from the host, a private devpts, the ptmx,
+// fd, std* and core symlinks, and an shm directory.
+func devMounts(dst, owner string) []nsinit.Mount {
+	ms := []nsinit.Mount{{Kind: nsinit.MountTmpfs, Target: dst, Data: "mode=0755" + owner}}
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		ms = append(ms, nsinit.Mount{Kind: nsinit.MountDevNode, Source: "/dev/" + d, Target: filepath.Join(dst, d)})
+	}
+	links := [][2]string{{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}, {"/proc/kcore", "core"}}
+	for _, l := range links {
+		ms = append(ms, nsinit.Mount{Kind: nsinit.MountSymlink, Source: l[0], Target: filepath.Join(dst, l[1])})
+	}
+	ms = append(ms,
+		nsinit.Mount{Kind: nsinit.MountDir, Target: filepath.Join(dst, "shm"), Mode: 0o755},
+		nsinit.Mount{Kind: nsinit.MountDevpts, Target: filepath.Join(dst, "pts"), Data: "newinstance,ptmxmode=0666,mode=620"},
+		nsinit.Mount{Kind: nsinit.MountSymlink, Source: "pts/ptmx", Target: filepath.Join(dst, "ptmx")},
+	)
+	return ms
+}
+
+// coveredLater reports whether a later op mounts exactly at dst.
+func coveredLater(ops []Op, dst, cwd string) bool {
+	for _, op := range ops {
+		switch op.Option {
+		case "--tmpfs", "--proc", "--dev":
+			if insidePath(op.Args[0]) == dst {
+				return true
+			}
+		case "--bind", "--ro-bind":
+			if insidePath(op.Args[1]) == dst {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// visibleDir reports whether path inside the sandbox is a directory some
+// bind provides (a later tmpfs, proc or dev over it hides it).
+func visibleDir(ms []nsinit.Mount, path string, h Host) bool {
+	ok := false
+	for _, m := range ms {
+		if !under(path, m.Target) {
+			continue
+		}
+		switch m.Kind {
+		case nsinit.MountBind:
+			ok = searchable(m, strings.TrimPrefix(path, m.Target), h)
+		case nsinit.MountDir:
+			ok = path == m.Target
+		default:
+			ok = path == m.Target && m.Kind != nsinit.MountSymlink && m.Kind != nsinit.MountFile
+		}
+	}
+	return ok
+}
+
+// searchable reports whether the tool may enter rel below a bind's
+// source: every directory from the source down must let it search. The
+// tool is the caller rootless; root mode a leased uid that owns nothing
+// on the host, or through an id-mapped bind the source's owner. (The
+// init's chdir is a hard failure, so the fallback must not pick a
+// directory the tool cannot enter, as bubblewrap's fallback skips one.)
+func searchable(m nsinit.Mount, rel string, h Host) bool {
+	dir := m.Source
+	comps := append([]string{""}, strings.Split(strings.Trim(rel, "/"), "/")...)
+	for i, c := range comps {
+		if i > 0 && c == "" {
+			continue
+		}
+		dir = filepath.Join(dir, c)
+		fi, err := h.Stat(dir)
+		if err != nil || !fi.IsDir() {
+			return false
+		}
+		st, known := fi.Sys().(*syscall.Stat_t)
+		if !known {
+			continue // a test's description: no owner to check
+		}
+		uid, gid := h.UID, h.GID
+		if h.UID == 0 {
+			uid, gid = -1, -1
+			if m.IDMapOwner {
+				uid, gid = int(st.Uid), int(st.Gid)
+			}
+		}
+		var bit uint32 = 0o001
+		switch {
+		case int(st.Uid) == uid:
+			bit = 0o100
+		case int(st.Gid) == gid:
+			bit = 0o010
+		}
+		if st.Mode&bit == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// SecretDirs are the directories a bind may show that str always hides
+// (Kubernetes service-account tokens, Docker and Compose secrets).
+var SecretDirs = []string{"/var/run/secrets", "/run/secrets"}
+
+// boundDir reports whether path is a real directory inside, reached
+// through a bind without a symlink on the way (the init mounts over it by
+// a symlink-free walk; a path through a symlink is the other entry of
+// SecretDirs, or nothing).
+func boundDir(ms []nsinit.Mount, path string, h Host) bool {
+	var src, top string // the host path behind path, under the last mount over it
+	for _, m := range ms {
+		if under(path, m.Target) {
+			src, top = "", ""
+			if m.Kind == nsinit.MountBind {
+				src, top = filepath.Join(m.Source, strings.TrimPrefix(path, m.Target)), m.Source
+			}
+		}
+	}
+	if src == "" {
+		return false
+	}
+	for p := src; len(p) > len(top); p = filepath.Dir(p) {
+		fi, err := h.Lstat(p)
+		if err != nil || !fi.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+// rootOwned reports whether fi's owner is root, uid or gid (false when
+// unknown: a test's description of a file).
+func rootOwned(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && (st.Uid == 0 || st.Gid == 0)
+}
+
+func under(path, dir string) bool {
+	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
+}
+
+// insidePath is a destination as bubblewrap reads it: relative to the
+// sandbox's root.
+func insidePath(p string) string { return filepath.Clean("/" + p) }
+
+// hostPath is a bind source as bubblewrap reads it: relative to the
+// caller's working directory.
+func hostPath(p, cwd string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(cwd, p)
+}
+
+// clearEnv is --clearenv: everything goes but PWD (bubblewrap keeps it).
+func clearEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PWD=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// setEnv sets one variable (last); the order of the others is kept.
+func setEnv(env []string, k, v string) []string {
+	return append(unsetEnv(env, k), k+"="+v)
+}
+
+// unsetEnv removes one variable.
+func unsetEnv(env []string, k string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, k+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func getEnv(env []string, k string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, k+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// HonouredOptions lists the options str honours, sorted.
+func HonouredOptions() []string {
+	var out []string
+	for _, n := range Options() {
+		if _, ok := refused[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

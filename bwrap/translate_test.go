@@ -1,0 +1,287 @@
+package bwrap
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+func testHost(t *testing.T, uid int) Host {
+	t.Helper()
+	return Host{
+		UID: uid, GID: uid, Hostname: "host", Environ: []string{"HOME=/home/u", "PATH=/bin", "SECRET=x", "PWD=/caller"}, Cwd: t.TempDir(),
+		Lstat: os.Lstat, Stat: os.Stat, ReadDir: os.ReadDir, Readlink: os.Readlink,
+		ReadFD: func(fd int) ([]byte, error) {
+			if fd == 7 {
+				return []byte("file contents\n"), nil
+			}
+			return nil, errors.New("bad file descriptor")
+		},
+	}
+}
+
+func translate(t *testing.T, h Host, line ...string) (*Sandbox, error) {
+	t.Helper()
+	c, err := Parse(line, noFD)
+	if err != nil {
+		t.Fatalf("Parse(%q): %v", line, err)
+	}
+	return Translate(c, h)
+}
+
+// Every refused option is an error that names it and says why; all of a
+// line's refusals are reported together.
+func TestTranslateRefusals(t *testing.T) {
+	h := testHost(t, 1000)
+	for _, o := range options {
+		why, ok := refused[o.Name]
+		if !ok {
+			continue
+		}
+		line := []string{o.Name}
+		for i, k := range o.Args {
+			s, _ := sample(k, i)
+			line = append(line, s)
+		}
+		if o.Name == "--overlay-src" {
+			line = append(line, "--tmp-overlay", "/o")
+		}
+		_, err := translate(t, h, append(line, "true")...)
+		var u *Unsupported
+		if !errors.As(err, &u) || u.Option != o.Name || u.Why != why || !strings.Contains(err.Error(), o.Name+": not supported by str bwrap: ") {
+			t.Errorf("%s: %v", o.Name, err)
+		}
+	}
+	_, err := translate(t, h, "--mqueue", "/mq", "--chmod", "0700", "/x", "true")
+	if err == nil || !strings.Contains(err.Error(), "--mqueue") || !strings.Contains(err.Error(), "--chmod") {
+		t.Errorf("two refusals: %v", err)
+	}
+}
+
+// The reference runtime's Python worker's line (sandbox_runner.py,
+// _build_bwrap_command), with a fixture root in place of /.
+func TestTranslateWorkerLine(t *testing.T) {
+	h := testHost(t, 0)
+	root := t.TempDir()
+	for _, d := range []string{"usr/bin", "etc", "proc", "dev", "tmp", "var", "work/task"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("usr/bin", filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "marker"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(root, "work/task")
+	sb, err := translate(t, h, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net",
+		"--ro-bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work, "/work/task",
+		"--chdir", "/work/task", "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+		"--setenv", "PYTHONPATH", "/tools", "--", "python3", "-m", "runner", "args.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range sb.Mounts {
+		got = append(got, string(m.Kind)+" "+m.Target)
+	}
+	want := []string{
+		"symlink /bin", "bind /etc", "bind /marker", "bind /usr", "bind /var", "bind /work", // the root's entries but those mounted over later
+		"proc /proc",
+		"tmpfs /dev", "devnode /dev/null", "devnode /dev/zero", "devnode /dev/full", "devnode /dev/random", "devnode /dev/urandom", "devnode /dev/tty",
+		"symlink /dev/fd", "symlink /dev/stdin", "symlink /dev/stdout", "symlink /dev/stderr", "symlink /dev/core", "dir /dev/shm", "devpts /dev/pts", "symlink /dev/ptmx",
+		"tmpfs /tmp", "bind /work/task",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("mounts\n got %q\nwant %q", got, want)
+	}
+	for _, m := range sb.Mounts {
+		if m.Kind == nsinit.MountBind && m.ReadOnly != (m.Target != "/work/task") {
+			t.Errorf("%s read-only %v", m.Target, m.ReadOnly)
+		}
+	}
+	if sb.Mounts[0].Source != "usr/bin" {
+		t.Errorf("/bin symlink -> %q", sb.Mounts[0].Source)
+	}
+	if !slices.Equal(sb.Argv, []string{"python3", "-m", "runner", "args.json"}) || sb.Workdir != "/work/task" || sb.ShareNet || !sb.DieWithParent {
+		t.Errorf("sandbox %+v", sb)
+	}
+	wantEnv := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "PYTHONPATH=/tools", "PWD=/work/task"}
+	if !slices.Equal(sb.Env, wantEnv) {
+		t.Errorf("env %q, want %q (clearenv keeps only PWD, then PWD is the working directory)", sb.Env, wantEnv)
+	}
+	if sb.UID != 0 || sb.GID != 0 || sb.Hostname != "host" {
+		t.Errorf("ids %d:%d hostname %q, want the caller's 0:0 and the host's name", sb.UID, sb.GID, sb.Hostname)
+	}
+}
+
+func TestTranslateMountsAndProcess(t *testing.T) {
+	h := testHost(t, 1000)
+	src := t.TempDir()
+	sb, err := translate(t, h, "--unshare-all", "--share-net", "--uid", "0", "--gid", "5", "--hostname", "box",
+		"--bind-try", "/nonexistent-bwrap-src", "/x", "--ro-bind-try", src, "/s",
+		"--perms", "0700", "--size", "8192", "--tmpfs", "/t", "--perms", "0750", "--dir", "/t/d",
+		"--symlink", "../t", "/l", "--perms", "0600", "--file", "7", "/t/f",
+		"--unsetenv", "SECRET", "--setenv", "A", "1", "--info-fd", "3", "--json-status-fd", "4", "--sync-fd", "5", "--sync-fd", "6", "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []nsinit.Mount{
+		{Kind: nsinit.MountBind, Source: src, Target: "/s", ReadOnly: true},
+		{Kind: nsinit.MountTmpfs, Target: "/t", Data: "mode=0700,size=8192,uid=0,gid=5"},
+		{Kind: nsinit.MountDir, Target: "/t/d", Mode: 0o750},
+		{Kind: nsinit.MountSymlink, Source: "../t", Target: "/l"},
+		{Kind: nsinit.MountFile, Target: "/t/f", Contents: "file contents\n", Mode: 0o600},
+	}
+	if !slices.Equal(sb.Mounts, want) {
+		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
+	}
+	if sb.UID != 0 || sb.GID != 5 || sb.Hostname != "box" || !sb.ShareNet || sb.InfoFD != 3 || sb.JSONStatusFD != 4 || !slices.Equal(sb.SyncFDs, []int{5, 6}) {
+		t.Errorf("sandbox %+v", sb)
+	}
+	// No --chdir and the caller's directory not shown: $HOME is not
+	// either, so /; PWD says so.
+	wantEnv := []string{"HOME=/home/u", "PATH=/bin", "A=1", "PWD=/"}
+	if sb.Workdir != "/" || !slices.Equal(sb.Env, wantEnv) {
+		t.Errorf("workdir %q env %q, want / %q", sb.Workdir, sb.Env, wantEnv)
+	}
+}
+
+// Without --chdir the caller's directory is kept when a bind shows it.
+func TestTranslateKeepsVisibleCwd(t *testing.T) {
+	h := testHost(t, 1000)
+	sb, err := translate(t, h, "--bind", h.Cwd, h.Cwd, "pwd")
+	if err != nil || sb.Workdir != h.Cwd {
+		t.Fatalf("workdir %q, %v; want %s", sb.Workdir, err, h.Cwd)
+	}
+	// As root (the tool is a leased uid) a 0700 directory of root's is
+	// not one the tool can enter: not kept, $HOME not shown, so /.
+	if err := os.Chmod(h.Cwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		hr := h
+		hr.UID, hr.GID = 0, 0
+		if sb, err := translate(t, hr, "--ro-bind", h.Cwd, h.Cwd, "pwd"); err != nil || sb.Workdir != "/" {
+			t.Errorf("root mode, a 0700 root-owned cwd: workdir %q, %v; want /", sb.Workdir, err)
+		}
+	}
+	sb, err = translate(t, h, "--bind", h.Cwd, h.Cwd, "--tmpfs", filepath.Dir(h.Cwd), "pwd")
+	if err != nil || sb.Workdir != "/" {
+		t.Fatalf("a tmpfs over the bind's parent hides it: workdir %q, %v; want /", sb.Workdir, err)
+	}
+}
+
+func TestTranslateErrors(t *testing.T) {
+	for _, tc := range []struct {
+		uid  int
+		line []string
+		want string
+	}{
+		{0, []string{"--uid", "5", "id"}, "Specifying --uid requires --unshare-user or --userns"},
+		{0, []string{"--gid", "5", "id"}, "Specifying --gid requires --unshare-user or --userns"},
+		{1000, []string{"--hostname", "h", "id"}, "Specifying --hostname requires --unshare-uts"},
+		{1000, []string{"--bind", "/nonexistent-bwrap-src", "/x", "id"}, "--bind /nonexistent-bwrap-src: Can't find source path /nonexistent-bwrap-src"},
+		{1000, []string{"--file", "9", "/f", "id"}, "--file 9 /f: Can't read from fd 9: bad file descriptor"},
+		{1000, []string{"--tmpfs", "/t", "--ro-bind", "/", "/", "id"}, "--ro-bind: not supported by str bwrap: a bind over / is supported only as the first filesystem operation"},
+		{1000, []string{"--ro-bind", "/etc/hostname", "/", "id"}, "the source of a bind over / must be a directory"},
+	} {
+		_, err := translate(t, testHost(t, tc.uid), tc.line...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.line, err, tc.want)
+		}
+	}
+	// A non-root caller's bubblewrap implies a user namespace: --uid is fine.
+	if _, err := translate(t, testHost(t, 1000), "--uid", "0", "id"); err != nil {
+		t.Errorf("--uid as non-root: %v", err)
+	}
+}
+
+func TestInfoDoc(t *testing.T) {
+	d := Info(42, func(pid int, ns string) uint64 {
+		if ns == "net" {
+			return 0
+		}
+		return uint64(len(ns)) * 100
+	})
+	if got, want := d.Line(), "{ \"child-pid\": 42, \"cgroup-namespace\": 600, \"ipc-namespace\": 300, \"mnt-namespace\": 300, \"pid-namespace\": 300, \"uts-namespace\": 300 }\n"; got != want {
+		t.Errorf("Line %q, want %q", got, want)
+	}
+	if got := d.Pretty(); !strings.HasPrefix(got, "{\n    \"child-pid\": 42,\n    \"cgroup-namespace\": 600,") || !strings.HasSuffix(got, "300\n}\n") {
+		t.Errorf("Pretty %q", got)
+	}
+}
+
+// A bind that shows a secrets directory gets an empty read-only tmpfs
+// over it; one reached through a symlink (/var/run -> /run) is covered
+// by its real path only.
+func TestTranslateHidesSecrets(t *testing.T) {
+	h := testHost(t, 0)
+	root := t.TempDir()
+	for _, d := range []string{"run/secrets/kubernetes.io", "var", "usr"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../run", filepath.Join(root, "var/run")); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := translate(t, h, "--ro-bind", root, "/", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := sb.Mounts[len(sb.Mounts)-1]
+	if want := (nsinit.Mount{Kind: nsinit.MountTmpfs, Target: "/run/secrets", ReadOnly: true, Data: "size=4k,mode=0755"}); last != want {
+		t.Errorf("last mount %+v, want %+v", last, want)
+	}
+	for _, m := range sb.Mounts[:len(sb.Mounts)-1] {
+		if strings.Contains(m.Target, "secrets") {
+			t.Errorf("also %+v", m)
+		}
+	}
+	// Nothing bound shows them: nothing added.
+	sb, err = translate(t, h, "--ro-bind", filepath.Join(root, "usr"), "/usr", "true")
+	if err != nil || len(sb.Mounts) != 1 {
+		t.Errorf("mounts %+v, %v", sb.Mounts, err)
+	}
+}
+
+// --disable-userns is honoured by the seccomp policy: every embedded one
+// refuses every way of making a user namespace; a policy that lets one
+// through is named with the call.
+func TestUsernsDenied(t *testing.T) {
+	if NativeAuditArch() == 0 {
+		t.Skip("str's seccomp has no architecture for " + runtime.GOARCH)
+	}
+	for _, name := range seccomp.Names() {
+		p, err := seccomp.Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckUsernsDenied(name, p.Evaluate, NativeAuditArch()); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	allowClone3 := func(d seccomp.Data) (uint32, error) {
+		if d.Nr == unix.SYS_CLONE3 {
+			return seccomp.RetAllow, nil
+		}
+		return seccomp.RetErrno | 1, nil
+	}
+	if err := CheckUsernsDenied("lax", allowClone3, NativeAuditArch()); err == nil || !strings.Contains(err.Error(), "the seccomp policy lax lets clone3 through") {
+		t.Errorf("a policy allowing clone3: %v", err)
+	}
+	sb, err := translate(t, testHost(t, 1000), "--disable-userns", "--assert-userns-disabled", "true")
+	if err != nil || !sb.UsernsDisabled {
+		t.Errorf("--disable-userns: %+v, %v", sb, err)
+	}
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/securetoolruntime/str/bwrap"
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// bwrapVersion is the bubblewrap release whose manual `str bwrap`
+// follows; --version prints it first so that callers which check the
+// version find the one whose command line they speak.
+const bwrapVersion = "0.11.1"
+
+// exitBwrapFailed is bubblewrap's status for any failure of its own
+// (usage, setup): its callers expect 1, not str run's 2 and 125.
+const exitBwrapFailed = 1
+
+const bwrapUsage = `usage: %s [--plan] [--str-profile NAME] [OPTIONS...] [--] COMMAND [ARGS...]
+
+bubblewrap's command line (its %s manual), run in a str sandbox.
+Options str cannot honour exactly are refused by name (see README,
+"Replacing bubblewrap"). str's own options, first on the line:
+    --plan               print the sandbox's plan and exit
+    --str-profile NAME   the str profile whose limits, seccomp filter and
+                         network policy apply (default standard)
+Options honoured:
+    %s
+`
+
+// cmdBwrap runs a bubblewrap command line (`str bwrap ARGS…`, or str
+// invoked as bwrap). name is how the usage names the program.
+func cmdBwrap(name string, args []string) int {
+	// --die-with-parent arms the parent-death signal on this process's
+	// main thread: the kernel sends it when the thread that started us
+	// exits, and only the thread-group leader is that thread's child.
+	// Locked now, before the first point where the scheduler could have
+	// moved main off it; checked below before it is relied on.
+	runtime.LockOSThread()
+	parent := os.Getppid()
+
+	// --level-prefix: each diagnostic starts with its syslog level, <3>
+	// for errors and <4> for warnings (set once the line is parsed).
+	errPrefix, warnPrefix := "", ""
+	diag := func(prefix, format string, a ...any) {
+		// One line per problem (Translate joins all of a line's).
+		for _, l := range strings.Split(fmt.Sprintf(format, a...), "\n") {
+			fmt.Fprintf(os.Stderr, "%s%s: %s\n", prefix, name, l)
+		}
+	}
+	fail := func(format string, a ...any) int {
+		diag(errPrefix, format, a...)
+		return exitBwrapFailed
+	}
+	planOnly, profile, args, err := strBwrapOptions(args)
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	cmd, err := bwrap.Parse(args, readAllFD)
+	if err != nil {
+		if errors.Is(err, bwrap.ErrNoCommand) {
+			fmt.Fprintf(os.Stderr, bwrapUsage, name, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
+			return exitBwrapFailed
+		}
+		return fail("%v", err)
+	}
+	for _, op := range cmd.Ops {
+		if op.Option == "--level-prefix" {
+			errPrefix, warnPrefix = "<3>", "<4>"
+		}
+	}
+	switch {
+	case cmd.Help:
+		fmt.Printf(bwrapUsage, name, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
+		return 0
+	case cmd.Version:
+		info, _ := debug.ReadBuildInfo()
+		fmt.Printf("bubblewrap %s (%s)\n", bwrapVersion, versionLine(info))
+		return 0
+	}
+
+	cwd, _ := os.Getwd()
+	hostname, _ := os.Hostname()
+	sb, err := bwrap.Translate(cmd, bwrap.Host{
+		UID: os.Getuid(), GID: os.Getgid(), Environ: os.Environ(), Cwd: cwd, Hostname: hostname,
+		Lstat: os.Lstat, Stat: os.Stat, ReadDir: os.ReadDir, Readlink: os.Readlink, ReadFD: readAllFD,
+	})
+	if err != nil {
+		return fail("%v", err)
+	}
+
+	req := launcher.Request{Profile: profile, Argv: sb.Argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	if !sb.ShareNet {
+		req.Network = &egress.Policy{Mode: egress.Isolated}
+	}
+	l, err := launcher.New(launcher.Options{ProfileDir: os.Getenv("STR_PROFILE_DIR"), CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
+	if err != nil {
+		return fail("%v", err)
+	}
+	planFn := l.Plan
+	if planOnly {
+		planFn = l.PlanWithViews
+	}
+	pl, err := planFn(req)
+	if err != nil {
+		return fail("%v", err)
+	}
+	// The command line describes the whole filesystem, environment,
+	// working directory and ids; the profile keeps the rest (namespaces,
+	// limits, rlimits, seccomp, network policy, capabilities dropped).
+	if sb.UsernsDisabled {
+		if err := checkUsernsDenied(pl.Child.SeccompPolicy); err != nil {
+			return fail("--disable-userns: %v", err)
+		}
+	}
+	if err := pl.SetMounts(sb.Mounts); err != nil {
+		return fail("%v", err)
+	}
+	env := sb.Env
+	if sb.ShareNet {
+		// No host network under str: the profile's egress policy, served
+		// by str's proxy, which a proxy-aware client finds through these.
+		env = append(env, egress.Env(pl.Network)...)
+	}
+	pl.Child.Env = env
+	pl.Child.Workdir = sb.Workdir
+	if sb.Hostname != "" {
+		pl.Child.Hostname = sb.Hostname
+	}
+	pl.SetToolIDs(sb.UID, sb.GID)
+
+	if planOnly {
+		fmt.Printf("command: %q\nenvironment: %q\n\n", pl.Child.Argv, pl.Child.Env)
+		fmt.Print(launcher.FormatPlan(pl, profiles.FormatBytes))
+		return 0
+	}
+
+	if sb.DieWithParent {
+		if unix.Gettid() != unix.Getpid() {
+			return fail("--die-with-parent: str bwrap is not on its main thread; the parent-death signal cannot be armed")
+		}
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+			return fail("--die-with-parent: prctl(PR_SET_PDEATHSIG): %v", err)
+		}
+		// The parent may have died before the signal was armed: then we
+		// were reparented already (its pid is gone from our ppid).
+		if os.Getppid() != parent {
+			return fail("--die-with-parent: the parent (pid %d) has already exited", parent)
+		}
+	}
+	// --sync-fd: this process holds the descriptors (str never passes
+	// them into the sandbox) and lives exactly as long as the sandbox.
+	var syncFiles []*os.File
+	for _, fd := range sb.SyncFDs {
+		syncFiles = append(syncFiles, os.NewFile(uintptr(fd), "sync-fd"))
+	}
+	defer runtime.KeepAlive(syncFiles)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	s, err := l.CreateFromPlan(ctx, pl, req)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := s.Start(); err != nil {
+		return fail("%v", err)
+	}
+	var status io.Writer
+	if sb.InfoFD >= 0 || sb.JSONStatusFD >= 0 {
+		info := bwrap.Info(s.Pid(), readNS)
+		if sb.InfoFD >= 0 {
+			f := os.NewFile(uintptr(sb.InfoFD), "info-fd")
+			if _, err := f.WriteString(info.Pretty()); err != nil {
+				s.Kill()
+				return fail("--info-fd %d: %v", sb.InfoFD, err)
+			}
+			f.Close()
+		}
+		if sb.JSONStatusFD >= 0 {
+			f := os.NewFile(uintptr(sb.JSONStatusFD), "json-status-fd")
+			defer f.Close()
+			if _, err := f.WriteString(info.Line()); err != nil {
+				s.Kill()
+				return fail("--json-status-fd %d: %v", sb.JSONStatusFD, err)
+			}
+			status = f
+		}
+	}
+	res, err := s.Wait()
+	if err != nil {
+		return fail("%v", err)
+	}
+	for _, w := range res.Warnings {
+		diag(warnPrefix, "warning: %s", w)
+	}
+	if res.ViolationSummary != "" {
+		fmt.Fprintln(os.Stderr, res.ViolationSummary)
+	}
+	code := res.ExitCode
+	switch {
+	case res.SetupError != nil:
+		diag(errPrefix, "%s", res.SetupError.Error())
+		code = exitBwrapFailed
+	case res.TimedOut:
+		diag(errPrefix, "the str profile's timeout (%s) killed the sandbox", pl.Timeout)
+	case res.OOMKilled:
+		diag(errPrefix, "the memory limit was hit; the OOM killer ended the command")
+	}
+	if status != nil {
+		fmt.Fprintf(status, "{ \"exit-code\": %d }\n", code)
+	}
+	return code
+}
+
+// strBwrapOptions takes str's own options off the front of a bwrap line:
+// --plan and --str-profile NAME (or =NAME), in any order, before the
+// first of bubblewrap's.
+func strBwrapOptions(args []string) (planOnly bool, profile string, rest []string, err error) {
+	profile = "standard"
+	for len(args) > 0 {
+		switch a := args[0]; {
+		case a == "--plan":
+			planOnly, args = true, args[1:]
+		case a == "--str-profile":
+			if len(args) < 2 || args[1] == "" {
+				return false, "", nil, errors.New("--str-profile takes a profile name")
+			}
+			profile, args = args[1], args[2:]
+		case strings.HasPrefix(a, "--str-profile="):
+			if profile = strings.TrimPrefix(a, "--str-profile="); profile == "" {
+				return false, "", nil, errors.New("--str-profile takes a profile name")
+			}
+			args = args[1:]
+		default:
+			return planOnly, profile, args, nil
+		}
+	}
+	return planOnly, profile, args, nil
+}
+
+// checkUsernsDenied loads the plan's seccomp policy (an embedded name or
+// an operator's file) and checks its meaning refuses user namespaces.
+func checkUsernsDenied(policy string) error {
+	load := seccomp.Load
+	if filepath.IsAbs(policy) {
+		load = seccomp.LoadFile
+	}
+	p, err := load(policy)
+	if err != nil {
+		return fmt.Errorf("seccomp policy %s: %w", policy, err)
+	}
+	return bwrap.CheckUsernsDenied(policy, p.Evaluate, bwrap.NativeAuditArch())
+}
+
+// readAllFD reads a descriptor to its end and closes it (--args, --file).
+func readAllFD(fd int) ([]byte, error) {
+	f := os.NewFile(uintptr(fd), fmt.Sprintf("fd %d", fd))
+	if f == nil {
+		return nil, fmt.Errorf("fd %d: invalid", fd)
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// readNS is the inode of /proc/PID/ns/NAME (0 if unreadable).
+func readNS(pid int, ns string) uint64 {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, ns), &st); err != nil {
+		return 0
+	}
+	return st.Ino
+}

@@ -1,0 +1,60 @@
+package launcher
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/securetoolruntime/str/nsinit"
+)
+
+// SetMounts replaces the plan's filesystem with ms, in that order (a
+// caller that describes the whole filesystem itself: str bwrap), with
+// the same checks NewPlan applies to its own list: every target
+// absolute and clean, at most nsinit.MaxBindSources sources, and the
+// root-mode trees numbered for step L3.
+func (pl *Plan) SetMounts(ms []nsinit.Mount) error {
+	sources := 0
+	for _, m := range ms {
+		if !isAbsClean(m.Target) {
+			return fmt.Errorf("%w: mount target %q must be an absolute, clean path", ErrInvalidRequest, m.Target)
+		}
+		if hasSource(m) {
+			sources++
+		}
+	}
+	if sources > nsinit.MaxBindSources {
+		return fmt.Errorf("%w: %d bind mounts, at most %d", ErrInvalidRequest, sources, nsinit.MaxBindSources)
+	}
+	pl.Child.Mounts = append([]nsinit.Mount(nil), ms...)
+	if !pl.Rootless {
+		numberTrees(pl.Child.Mounts, nsinit.FirstTreeFD(pl.Child.PassFDs))
+	}
+	return nil
+}
+
+// SetToolIDs makes uid and gid the tool's ids inside the sandbox; rootless
+// they are also the ids the caller's own is mapped to (the one id an
+// unprivileged user may map). Root mode maps them at Create (assignIDs).
+func (pl *Plan) SetToolIDs(uid, gid uint32) {
+	pl.Child.UID, pl.Child.GID = uid, gid
+	if pl.Rootless {
+		pl.UIDMappings = []IDMap{{Inside: int(uid), Outside: pl.ToolUID, Size: 1}}
+		pl.GIDMappings = []IDMap{{Inside: int(gid), Outside: pl.ToolGID, Size: 1}}
+	}
+}
+
+// Pid is the host pid of the sandbox's init (then its tool), 0 before
+// Start has returned successfully.
+func (s *Sandbox) Pid() int {
+	select {
+	case <-s.started:
+	default:
+		return 0
+	}
+	if s.startErr != nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+func isAbsClean(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }

@@ -1,0 +1,457 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/securetoolruntime/str/launcher"
+)
+
+// bwrapRunner is the tool the worker line runs (python -m MODULE ARGS):
+// it reports what a tool sees, reads its input, writes its result into
+// the work dir and exits with the status its arguments name.
+const bwrapRunner = `import json, os, sys, socket
+args = json.load(open(sys.argv[1]))
+env = {k: v for k, v in os.environ.items()
+       if k != "STR_NETWORK" and not k.lower().endswith("_proxy")}
+try:
+    open("/usr/str-bwrap-probe", "w")
+    usr_writable = True
+except OSError:
+    usr_writable = False
+seen = {
+    "uid": os.getuid(), "gid": os.getgid(), "euid": os.geteuid(),
+    "cwd": os.getcwd(), "env": env,
+    "input": open("input/in.txt").read(),
+    "usr_writable": usr_writable,
+    "tmp_empty": os.listdir("/tmp") == [],
+    "dev": sorted(os.listdir("/dev")),
+    "hostname": socket.gethostname(),
+    "pid1_is_sandbox": open("/proc/1/cmdline", "rb").read() != b"",
+    "str_network": os.environ.get("STR_NETWORK", ""),
+    "https_proxy": os.environ.get("HTTPS_PROXY", ""),
+}
+with open("output/result.json", "w") as f:
+    json.dump({"ok": True, "echo": args["echo"]}, f)
+print(json.dumps(seen, sort_keys=True))
+sys.exit(args["exit"])
+`
+
+// bwrapFixture lays out the reference runtime's sandbox: a tools dir on
+// PYTHONPATH and a task work dir with input/, output/ and the runner's
+// arguments, owned by an unprivileged user (str binds a writable dir
+// id-mapped to its owner; a root-owned one would not be the tool's).
+// It lives under /var/tmp: the worker line mounts a tmpfs over /tmp.
+func bwrapFixture(t *testing.T) (tools, work string) {
+	t.Helper()
+	base, err := os.MkdirTemp("/var/tmp", "str-bwrap-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools = filepath.Join(base, "tools")
+	work = filepath.Join(base, "work", "task-1")
+	for _, d := range []string{tools, filepath.Join(work, "input"), filepath.Join(work, "output")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		filepath.Join(tools, "str_bwrap_runner.py"): bwrapRunner,
+		filepath.Join(work, "input", "in.txt"):      "the caller's input\n",
+		filepath.Join(work, "runner_args.json"):     `{"echo": "hello", "exit": 3}`,
+	}
+	for p, s := range files {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := filepath.Walk(work, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, 1000, 1000)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return tools, work
+}
+
+// workerLine is the argument list the reference runtime's Python worker
+// builds for bubblewrap (solace-agent-mesh, branch ed/tools-in-container,
+// sandbox_runner.py _build_bwrap_command): restrictive adds
+// --unshare-net; the interpreter is python3 here.
+func workerLine(work, tools string, restrictive bool) []string {
+	line := []string{"--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"}
+	if restrictive {
+		line = append(line, "--unshare-net")
+	}
+	line = append(line, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+		"--bind", work, work, "--chdir", work, "--clearenv",
+		"--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+		"--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", tools, "--setenv", "_SAM_SANDBOX_LIGHT", "1",
+		"--", "/usr/bin/python3", "-m", "str_bwrap_runner", filepath.Join(work, "runner_args.json"))
+	return line
+}
+
+type bwrapRun struct {
+	stdout, stderr string
+	exit           int
+	result         string // output/result.json
+}
+
+// runBwrap runs prog with args from the work dir, with the worker's
+// minimal environment (PATH only).
+func runBwrap(t *testing.T, work string, prog string, args ...string) bwrapRun {
+	t.Helper()
+	os.Remove(filepath.Join(work, "output", "result.json"))
+	cmd := exec.Command(prog, args...)
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", prog, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("%s did not finish within 120 s; stderr: %s", prog, errb.String())
+	}
+	res, _ := os.ReadFile(filepath.Join(work, "output", "result.json"))
+	return bwrapRun{stdout: out.String(), stderr: errb.String(), exit: cmd.ProcessState.ExitCode(), result: string(res)}
+}
+
+func seenOf(t *testing.T, who string, r bwrapRun) map[string]any {
+	t.Helper()
+	var seen map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &seen); err != nil {
+		t.Fatalf("%s: stdout is not the runner's report (%v)\nstdout: %s\nstderr: %s", who, err, r.stdout, r.stderr)
+	}
+	return seen
+}
+
+// The worker's exact lines run unchanged under `str bwrap` and under str
+// invoked as bwrap, and give what the tool is promised: uid 0 as the
+// caller (root), the work dir as cwd, exactly the environment set, its
+// input, its result written, a read-only root, an empty /tmp, exit 3.
+// With the machine's bubblewrap present, its run of the same lines must
+// show the same.
+func TestBwrapWorkerLines(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		skipOrFail(t, "needs /usr/bin/python3 (the worker line runs a Python tool)")
+	}
+	tools, work := bwrapFixture(t)
+	link := filepath.Join(t.TempDir(), "bwrap")
+	if err := os.Symlink(strBin, link); err != nil {
+		t.Fatal(err)
+	}
+	realBwrap := ""
+	if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
+		realBwrap = "/usr/bin/bwrap"
+	} else {
+		t.Log("no /usr/bin/bwrap: str's runs are checked on their own (apt-get install bubblewrap for the side-by-side comparison)")
+	}
+	hostname, _ := os.Hostname()
+	for _, restrictive := range []bool{false, true} {
+		line := workerLine(work, tools, restrictive)
+		name := map[bool]string{false: "standard", true: "restrictive"}[restrictive]
+		t.Run(name, func(t *testing.T) {
+			runs := map[string]bwrapRun{
+				"str bwrap":    runBwrap(t, work, strBin, append([]string{"bwrap"}, line...)...),
+				"str as bwrap": runBwrap(t, work, link, line...),
+			}
+			if realBwrap != "" {
+				runs["bubblewrap"] = runBwrap(t, work, realBwrap, line...)
+			}
+			want := map[string]any{
+				"uid": 0.0, "gid": 0.0, "euid": 0.0, "cwd": work,
+				"env": map[string]any{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+					"PYTHONPATH": tools, "_SAM_SANDBOX_LIGHT": "1", "PWD": work},
+				"input": "the caller's input\n", "usr_writable": false, "tmp_empty": true,
+				"dev":      []any{"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"},
+				"hostname": hostname, "pid1_is_sandbox": true,
+			}
+			for who, r := range runs {
+				// The one documented difference: without --unshare-net
+				// str gives the profile's egress policy through its
+				// proxy, never the host's network, and says so in the
+				// environment.
+				want["str_network"], want["https_proxy"] = "", ""
+				if who != "bubblewrap" && !restrictive {
+					want["str_network"], want["https_proxy"] = "allow_egress", "http://127.0.0.1:3128"
+				}
+				if r.exit != 3 {
+					t.Errorf("%s: exit %d, want the tool's 3\nstderr: %s", who, r.exit, r.stderr)
+					continue
+				}
+				seen := seenOf(t, who, r)
+				if !reflect.DeepEqual(seen, want) {
+					t.Errorf("%s: the tool saw\n %v\nwant\n %v", who, seen, want)
+				}
+				if r.result != `{"ok": true, "echo": "hello"}` {
+					t.Errorf("%s: result.json %q", who, r.result)
+				}
+			}
+		})
+	}
+}
+
+// --json-status-fd: the child's pid and namespaces once it runs, then
+// its exit code; --info-fd: the same document, pretty.
+func TestBwrapStatusFDs(t *testing.T) {
+	needRoot(t)
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--info-fd", "3", "--json-status-fd", "4", "--", "/bin/sh", "-c", "exit 7")
+	cmd.ExtraFiles = []*os.File{infoW, statusW}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	statusW.Close()
+	infoW.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("str bwrap did not finish within 120 s; stderr: %s", errb.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 7 {
+		t.Fatalf("exit %d, want 7; stderr: %s", code, errb.String())
+	}
+	status, _ := readAllClose(statusR)
+	info, _ := readAllClose(infoR)
+	lines := strings.Split(strings.TrimSpace(status), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("json-status-fd: %q, want two documents", status)
+	}
+	var start map[string]int64
+	var end map[string]int
+	if err := json.Unmarshal([]byte(lines[0]), &start); err != nil || start["child-pid"] <= 0 || start["pid-namespace"] == 0 || start["mnt-namespace"] == 0 {
+		t.Errorf("first document %q (%v): want child-pid and namespaces", lines[0], err)
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &end); err != nil || end["exit-code"] != 7 {
+		t.Errorf("last document %q (%v): want exit-code 7", lines[1], err)
+	}
+	var infoDoc map[string]int64
+	if err := json.Unmarshal([]byte(info), &infoDoc); err != nil || infoDoc["child-pid"] != start["child-pid"] {
+		t.Errorf("info-fd %q (%v): want the same child-pid as the status", info, err)
+	}
+}
+
+func readAllClose(f *os.File) (string, error) {
+	defer f.Close()
+	var b bytes.Buffer
+	_, err := b.ReadFrom(f)
+	return b.String(), err
+}
+
+// Bad lines fail as bubblewrap's do, exit 1, naming the option: unknown,
+// short of an argument, or one str refuses (with the reason).
+func TestBwrapRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--frobnicate", "true"}, "Unknown option --frobnicate"},
+		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
+		{[]string{"--remount-ro", "/usr", "true"}, "--remount-ro: not supported by str bwrap: str's init has no remount step yet"},
+		{[]string{"--dev-bind", "/dev", "/dev", "true"}, "--dev-bind: not supported by str bwrap: str mounts every bind nodev"},
+		{[]string{"--level-prefix", "--mqueue", "/mq", "true"}, "<3>str bwrap: --mqueue: not supported by str bwrap"},
+	} {
+		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("str bwrap %q: exit %d, output %q; want 1 and %q", tc.args, cmd.ProcessState.ExitCode(), out, tc.want)
+		}
+	}
+}
+
+// --die-with-parent: when the process that started str bwrap dies, str
+// bwrap dies, and its sandbox with it.
+func TestBwrapDieWithParent(t *testing.T) {
+	needRoot(t)
+	marker := fmt.Sprintf("4321.%d", os.Getpid())
+	parent := exec.Command("/bin/sh", "-c", `"$0" bwrap --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 -- sleep "$1" & wait`, strBin, marker)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The sandboxed sleep itself (its argv is [/usr/bin/]sleep MARKER),
+	// not str bwrap's own command line, which ends with the same words:
+	// only once the sandbox runs is the parent-death signal surely armed.
+	sandboxed := func() bool {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			argv := strings.Split(strings.TrimSuffix(string(cl), "\x00"), "\x00")
+			if err == nil && len(argv) == 2 && filepath.Base(argv[0]) == "sleep" && argv[1] == marker {
+				return true
+			}
+		}
+		return false
+	}
+	if !eventually(60*time.Second, sandboxed) {
+		_ = parent.Process.Kill()
+		_ = parent.Wait()
+		t.Fatal("the sandboxed sleep never started")
+	}
+	_ = parent.Process.Kill()
+	_ = parent.Wait()
+	if !eventually(60*time.Second, func() bool { return len(findProcs(marker)) == 0 }) {
+		t.Fatalf("str bwrap or its sandbox outlived the parent: pids %v", findProcs(marker))
+	}
+}
+
+// --plan prints the sandbox (the line's filesystem in order, the
+// profile's namespaces) and runs nothing; --help and --version answer as
+// bubblewrap's do; no command is a usage error.
+func TestBwrapPlanHelpVersion(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		exit   int
+		prefix string
+	}{
+		{[]string{"--help"}, 0, "usage: str bwrap "},
+		{[]string{"--version"}, 0, "bubblewrap 0.11.1 (str "},
+		{[]string{"--unshare-pid"}, 1, "usage: str bwrap "},
+	} {
+		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != tc.exit || !strings.HasPrefix(string(out), tc.prefix) {
+			t.Errorf("str bwrap %q: exit %d, output %q; want %d and %q...", tc.args, cmd.ProcessState.ExitCode(), out, tc.exit, tc.prefix)
+		}
+	}
+	needRoot(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	out, err := exec.Command(strBin, "bwrap", "--plan", "--str-profile", "restrictive", "--unshare-net", "--ro-bind", "/usr", "/usr",
+		"--tmpfs", "/tmp", "--", "/usr/bin/touch", marker).CombinedOutput()
+	if err != nil {
+		t.Fatalf("--plan: %v\n%s", err, out)
+	}
+	for _, want := range []string{"profile: restrictive", "1. bind ro /usr -> /usr", "2. tmpfs /tmp (mode=0755,uid=0,gid=0)", "network: policy isolated", "CLONE_NEWNET"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("--plan output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("--plan ran the command")
+	}
+}
+
+// A bubblewrap line that binds a secrets directory (Kubernetes' token,
+// Docker's secrets) does not show it under str: str's promise is kept.
+func TestBwrapHidesSecrets(t *testing.T) {
+	needRoot(t)
+	fake := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(fake, "secrets"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fake, "secrets", "token"), []byte("TOKEN"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--ro-bind", fake, "/run", "--", "/bin/sh", "-c", "ls -A /run/secrets; cat /run/secrets/token")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 1 || strings.Contains(string(out), "TOKEN") || !strings.Contains(string(out), "No such file") {
+		t.Errorf("exit %d, output %q: want the token absent (cat fails, exit 1)", cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+// --disable-userns: honoured through the profile's seccomp policy, the
+// command cannot make a user namespace.
+func TestBwrapDisableUserns(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/usr/bin/unshare"); err != nil {
+		skipOrFail(t, "needs /usr/bin/unshare (util-linux)")
+	}
+	cmd := exec.Command(strBin, "bwrap", "--unshare-user", "--disable-userns", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--", "/usr/bin/unshare", "-U", "true")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(out), "Operation not permitted") {
+		t.Errorf("unshare -U under --disable-userns: exit %d, %q; want EPERM", cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+// Rootless: an unprivileged caller's line (a delegated cgroup of its
+// own, as TestRootless) sees its own uid inside, as under bubblewrap,
+// where a user namespace is implied for a non-root caller; with the
+// machine's bubblewrap the same line shows the same.
+func TestBwrapRootless(t *testing.T) {
+	needRoot(t) // to set up the unprivileged user's delegated cgroup
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		skipOrFail(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
+	}
+	dir := t.TempDir()
+	_ = os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "str")
+	data, err := os.ReadFile(strBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const uid = 1000
+	deleg := fmt.Sprintf("str-bwrap-rootless-%d", os.Getpid())
+	var moves []string
+	cgs, _ := launcher.OwnCgroups()
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		own, ok := cgs[c]
+		if !ok {
+			continue
+		}
+		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			skipOrFail(t, "cannot create a v1 cgroup to delegate: "+err.Error())
+		}
+		defer os.Remove(d)
+		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
+		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
+	}
+	if len(moves) == 0 {
+		skipOrFail(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
+	}
+	line := `--unshare-pid --unshare-net --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 ` +
+		`--proc /proc --dev /dev --tmpfs /tmp --chdir /tmp --clearenv --setenv PATH /usr/bin -- /bin/sh -c 'id -u; id -g; pwd; echo x > f && cat f; env'`
+	progs := map[string]string{"str bwrap": bin + " bwrap"}
+	if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
+		progs["bubblewrap"] = "/usr/bin/bwrap"
+	}
+	for who, prog := range progs {
+		script := strings.Join(moves, " && ") + fmt.Sprintf(" && cd / && exec setpriv --reuid %d --regid %d --clear-groups %s %s", uid, uid, prog, line)
+		out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s rootless: %v\n%s", who, err, out)
+			continue
+		}
+		if got, want := strings.Fields(string(out)), []string{"1000", "1000", "/tmp", "x", "PATH=/usr/bin", "PWD=/tmp"}; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s rootless:\ngot  %q\nwant %q", who, got, want)
+		}
+	}
+}
