@@ -588,14 +588,27 @@ func readKV(path string) map[string]int64 {
 // nobody was left to rmdir its cgroup): a directory whose lock file nobody
 // holds is emptied (any survivor is killed) and removed. A live
 // launcher's cgroups are never touched.
+//
+// Each name's lock is tried once, not once per hierarchy: a v1 sandbox has
+// a directory in five of them, and the sweep runs at every one-shot str
+// run, so it costs one open and flock per live sandbox, no more.
 func sweepStale(dirs []string) {
+	held := map[string]bool{}
 	for _, dir := range dirs {
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			continue
 		}
 		for _, e := range ents {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), "s") || cgroupHeld(e.Name()) {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), "s") {
+				continue
+			}
+			h, tried := held[e.Name()]
+			if !tried {
+				h = cgroupHeld(e.Name())
+				held[e.Name()] = h
+			}
+			if h {
 				continue
 			}
 			p := filepath.Join(dir, e.Name())
