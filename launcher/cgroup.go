@@ -133,15 +133,31 @@ func lockCgroup(id string) (*cgroupLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, id), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, &statedir.Error{Dir: dir, Err: err}
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	// A sweep (cgroupHeld) that opens the new file between its creation
+	// and our flock finds it unlocked and removes it: our lock would then
+	// be on a file nobody else can find, and a later sweep would take the
+	// cgroup for a dead launcher's. So the lock counts only while its
+	// file is still linked; a removed one is created again.
+	for range 3 {
+		f, err := os.OpenFile(filepath.Join(dir, id), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, &statedir.Error{Dir: dir, Err: err}
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			return nil, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if st.Nlink > 0 {
+			return &cgroupLock{f: f}, nil
+		}
 		f.Close()
-		return nil, err
 	}
-	return &cgroupLock{f: f}, nil
+	return nil, fmt.Errorf("lock file %s was removed under us three times (a sweep of another str process)", filepath.Join(dir, id))
 }
 
 func (l *cgroupLock) release() {
