@@ -51,14 +51,3 @@ func fromPredecoded(fsys fs.FS, name string, yamlData []byte) (*Profile, bool) {
 	}
 	return f.Profile, true
 }
-
-// encodePredecoded is the content of predecoded/NAME.json for a profile
-// decoded from yamlData.
-func encodePredecoded(p *Profile, yamlData []byte) ([]byte, error) {
-	sum := sha256.Sum256(yamlData)
-	b, err := json.MarshalIndent(predecodedFile{YAMLSHA256: hex.EncodeToString(sum[:]), Profile: p}, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}

@@ -2,6 +2,9 @@ package profiles
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -88,4 +91,15 @@ func TestPredecodedRefusesStale(t *testing.T) {
 	if _, ok := fromPredecoded(os.DirFS(dir), "restrictive", data); ok {
 		t.Error("served a predecoded profile that fails validation")
 	}
+}
+
+// encodePredecoded is the content of predecoded/NAME.json for a profile
+// decoded from yamlData.
+func encodePredecoded(p *Profile, yamlData []byte) ([]byte, error) {
+	sum := sha256.Sum256(yamlData)
+	b, err := json.MarshalIndent(predecodedFile{YAMLSHA256: hex.EncodeToString(sum[:]), Profile: p}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
