@@ -479,12 +479,12 @@ func (c *cgroupV1) Empty() bool {
 // Kill freezes the cgroup so nothing can fork while we kill, SIGKILLs every
 // process, then thaws so the kills are delivered (v1 has no cgroup.kill).
 // An empty cgroup is left alone: the freeze, its polling and the thaw cost
-// ~1.5 ms, and a worker kills every sandbox after its reply, when the tool
-// has mostly exited already. Empty is the same check the freeze would
-// make safe: a fork in flight keeps its parent listed in cgroup.procs
-// until the child is, and nothing outside the sandbox can move a process
-// in (its tasks files belong to the sandbox's own host ids, and every
-// process with those ids is inside it).
+// 0.6-1.5 ms, and a worker kills every sandbox after its reply, when the
+// tool has mostly exited already. Empty is the same check the freeze
+// would make safe: a fork in flight keeps its parent listed in
+// cgroup.procs until the child is, and nothing outside the sandbox but
+// host root can move a process in (its tasks files belong to the
+// sandbox's own host ids, and every process with those ids is inside it).
 func (c *cgroupV1) Kill() error {
 	if c.Empty() {
 		return nil
