@@ -1,8 +1,17 @@
 package launcher
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/securetoolruntime/str/launcher/statedir"
 )
 
 // TestV2MissingControllers: a cgroup.subtree_control line is a list of
@@ -27,4 +36,106 @@ func TestV2MissingControllers(t *testing.T) {
 			t.Errorf("%q: missing %q, want %q", c.file, got, c.missing)
 		}
 	}
+}
+
+// TestV1KillEmptyAndNot: Kill of a v1 sandbox cgroup SIGKILLs a process
+// that lives in it (and its child, forked inside), and leaves the cgroup
+// thawed; Kill of the emptied cgroup (what a worker does after each
+// reply) does nothing and fails nothing, and the cgroup is removable.
+func TestV1KillEmptyAndNot(t *testing.T) {
+	if why := v1TestSkip(); why != "" {
+		if os.Getenv("STR_MUST_WORK") == "1" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	t.Setenv(statedir.Env, t.TempDir())
+	c, err := newCgroupV1(newCgroupID(), CgroupPlan{PidsMax: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Delete()
+
+	// A shell that forks a sleep inside the cgroup, then waits for it.
+	cmd := exec.Command("/bin/sh", "-c", "read _; sleep 600 & wait")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	for _, ctl := range c.order {
+		if err := os.WriteFile(filepath.Join(c.paths[ctl], "cgroup.procs"), []byte(pid), 0); err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatalf("move %s into %s: %v", pid, c.paths[ctl], err)
+		}
+	}
+	stdin.Write([]byte("go\n"))
+	deadline := time.Now().Add(30 * time.Second) // a failure guard, not a measure
+	for procsIn(t, c.paths["memory"]) < 2 {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("the shell's child never showed up in the cgroup")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.Empty() {
+		t.Fatal("Empty: true with two processes in the cgroup")
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err = <-waited:
+	case <-time.After(30 * time.Second): // a failure guard, not a measure
+		_ = cmd.Process.Kill()
+		t.Fatal("the shell outlived Kill")
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the shell ended with %v, want SIGKILL", err)
+	}
+	for procsIn(t, c.paths["memory"]) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the shell's child outlived Kill")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fz, ok := c.paths["freezer"]; ok {
+		if st, _ := os.ReadFile(filepath.Join(fz, "freezer.state")); strings.TrimSpace(string(st)) != "THAWED" {
+			t.Errorf("freezer.state after Kill: %q, want THAWED", st)
+		}
+	}
+	if !c.Empty() {
+		t.Fatal("Empty: false after every process was reaped")
+	}
+	if err := c.Kill(); err != nil {
+		t.Errorf("Kill of the empty cgroup: %v", err)
+	}
+	if err := c.Delete(); err != nil {
+		t.Errorf("Delete: %v", err)
+	}
+}
+
+// v1TestSkip is why a test of the v1 cgroup code cannot run here ("" if it can).
+func v1TestSkip() string {
+	switch {
+	case os.Geteuid() != 0:
+		return "creating v1 cgroups needs root"
+	case DetectCgroup() != CgroupV1:
+		return "the host has no writable cgroup v1 hierarchy (cgroup v2 or none): the v1 kill path is tested where v1 is mounted"
+	}
+	return ""
+}
+
+func procsIn(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(b)))
 }

@@ -4,8 +4,9 @@
 //
 // Profiles are YAML files with one strict schema (version: 1). The four
 // built-in ones (restrictive, standard, permissive, confidential) are
-// compiled in with go:embed; more can be loaded from a directory with
-// Set.LoadDir. Trust-level names resolve through aliases: "untrusted" is
+// compiled in with go:embed, each also stored decoded (predecoded/, go
+// generate; used only for the exact YAML it came from, see predecoded.go);
+// more can be loaded from a directory with Set.LoadDir. Trust-level names resolve through aliases: "untrusted" is
 // restrictive, "trusted" is permissive. The reference numbers are in
 // str-protocol.md §6 and are pinned by this package's tests.
 //

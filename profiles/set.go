@@ -122,9 +122,12 @@ func (s *Set) lookupSingle(name string) (*Profile, bool) {
 	if err != nil {
 		return nil, false
 	}
-	p, err := Decode(data, "embedded:"+name+".yaml")
-	if err != nil || p.Name != name {
-		return nil, false // the full load reports it
+	p, ok := fromPredecoded(predecodedFS, name, data)
+	if !ok {
+		var err error
+		if p, err = Decode(data, "embedded:"+name+".yaml"); err != nil || p.Name != name {
+			return nil, false // the full load reports it
+		}
 	}
 	s.single[name] = p
 	return p.clone(), true

@@ -101,6 +101,13 @@ func (h *harness) args(module, function, argsJSON string) *Args {
 // does), runs the runner and returns its outcome and the status lines.
 func (h *harness) run(a *Args) (*Outcome, []string) {
 	h.t.Helper()
+	return h.runMode(a, false)
+}
+
+// runMode is run, in warm mode when warm is set: the runner started with
+// --warm 3 MODULE FUNCTION reads the arguments file's bytes on descriptor 3.
+func (h *harness) runMode(a *Args, warm bool) (*Outcome, []string) {
+	h.t.Helper()
 	if err := WriteArgs(h.argPath, a); err != nil {
 		h.t.Fatal(err)
 	}
@@ -134,6 +141,23 @@ func (h *harness) run(a *Args) (*Outcome, []string) {
 	}()
 
 	cmd := exec.Command(h.python, h.runner, h.argPath)
+	if warm {
+		data, err := os.ReadFile(h.argPath)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		argsR, argsW, err := os.Pipe()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		defer argsR.Close()
+		go func() {
+			argsW.Write(data)
+			argsW.Close()
+		}()
+		cmd = exec.Command(h.python, h.runner, "--warm", "3", a.Module, a.Function)
+		cmd.ExtraFiles = []*os.File{argsR}
+	}
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "PYTHONPATH=" + h.tools, "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8"}
 	cmd.Dir = h.work
 	var stderr bytes.Buffer
@@ -969,7 +993,9 @@ def takes_kwargs(ctx, a=0, /, **rest):
 
 // startupModules are what the runner must not import for a plain tool
 // (issue 10): each costs milliseconds of every cold call.
-var startupModules = []string{"inspect", "json", "re", "threading", "traceback", "asyncio", "importlib", "typing", "ast", "dis", "tokenize", "enum", "types"}
+// A warm (pooled) runner imports no more of them than a cold one: what
+// it preloads is paid by every pooled sandbox, used or not.
+var startupModules = []string{"inspect", "json", "re", "threading", "traceback", "unicodedata", "asyncio", "importlib", "typing", "ast", "dis", "tokenize", "enum", "types"}
 
 // baselineModules returns the modules a bare interpreter has loaded with
 // the harness's environment (site may import some on its own).
@@ -1005,16 +1031,22 @@ async def async_echo(ctx, message="Hello"):
 	tools := map[string]string{"light.py": fmt.Sprintf(src, watch)}
 	cases := []struct {
 		fn   string
-		want []string // loaded on top of the bare interpreter's modules
+		warm bool
 	}{
-		{"echo_tool", nil},
-		{"async_echo", []string{"asyncio"}},
+		{"echo_tool", false},
+		{"async_echo", false},
+		{"echo_tool", true},
+		{"async_echo", true},
 	}
 	for _, c := range cases {
-		t.Run(c.fn, func(t *testing.T) {
+		name := c.fn
+		if c.warm {
+			name += "/warm"
+		}
+		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, tools)
 			base := h.baselineModules()
-			out, lines := h.run(h.args("light", c.fn, `{"message":"hi"}`))
+			out, lines := h.runMode(h.args("light", c.fn, `{"message":"hi"}`), c.warm)
 			var extra []string
 			for _, m := range resultMap(t, out)["loaded"].([]any) {
 				if !base[m.(string)] {
