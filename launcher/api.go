@@ -47,6 +47,13 @@ type Request struct {
 	// what the tool does before the Arm is charged to its run.
 	Idle time.Duration
 
+	// RecordNamespaces makes Start read the inode of each of the init's
+	// namespaces (Sandbox.Namespaces) between the clone (L4) and the plan
+	// (L6), while the init waits for its plan: read later, a tool that
+	// has already exited has none to read (str bwrap's --info-fd and
+	// --json-status-fd report them).
+	RecordNamespaces bool
+
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer

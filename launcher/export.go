@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/securetoolruntime/str/nsinit"
 )
 
@@ -58,3 +60,30 @@ func (s *Sandbox) Pid() int {
 }
 
 func isAbsClean(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }
+
+// namespaceNames are the /proc/PID/ns entries Request.RecordNamespaces reads.
+var namespaceNames = []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"}
+
+// readNamespaces returns the inode of each of pid's namespaces it can read.
+func readNamespaces(pid int) map[string]uint64 {
+	m := make(map[string]uint64, len(namespaceNames))
+	for _, ns := range namespaceNames {
+		var st unix.Stat_t
+		if unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, ns), &st) == nil {
+			m[ns] = st.Ino
+		}
+	}
+	return m
+}
+
+// Namespaces returns the inode of each of the init's namespaces by its
+// /proc/PID/ns name, as read at Start when Request.RecordNamespaces asked
+// (nil otherwise, or before Start has returned).
+func (s *Sandbox) Namespaces() map[string]uint64 {
+	select {
+	case <-s.started:
+		return s.namespaces
+	default:
+		return nil
+	}
+}

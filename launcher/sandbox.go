@@ -43,6 +43,7 @@ type Sandbox struct {
 	sendErr           *StepError // L6 failed: the init was gone before it read its plan
 	waitErr           error
 	events            []nsinit.Event
+	namespaces        map[string]uint64 // Request.RecordNamespaces: the init's namespace inodes, by /proc/PID/ns name
 
 	mu            sync.Mutex
 	begun         bool        // Start (or a Kill before it) has run: Create's resources are no longer Kill's to release
@@ -282,6 +283,9 @@ func (s *Sandbox) run() {
 		s.ids.record(pid)
 	}
 
+	if s.req.RecordNamespaces {
+		s.namespaces = readNamespaces(pid) // before L6: the init is waiting, alive
+	}
 	// L6. Send the plan. Only now does the init start its setup.
 	s.sendErr = sendPlan(s.configW, &s.plan.Child)
 	s.configW.Close()

@@ -104,7 +104,8 @@ func cmdBwrap(name string, args []string) int {
 		return fail("%v", err)
 	}
 
-	req := launcher.Request{Profile: profile, Argv: sb.Argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	req := launcher.Request{Profile: profile, Argv: sb.Argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		RecordNamespaces: sb.InfoFD >= 0 || sb.JSONStatusFD >= 0}
 	if !sb.ShareNet {
 		req.Network = &egress.Policy{Mode: egress.Isolated}
 	}
@@ -182,7 +183,10 @@ func cmdBwrap(name string, args []string) int {
 	}
 	var status io.Writer
 	if sb.InfoFD >= 0 || sb.JSONStatusFD >= 0 {
-		info := bwrap.Info(s.Pid(), readNS)
+		// The namespaces as the launcher read them before the init ran:
+		// the command may have exited already.
+		ns := s.Namespaces()
+		info := bwrap.Info(s.Pid(), func(_ int, name string) uint64 { return ns[name] })
 		if sb.InfoFD >= 0 {
 			f := os.NewFile(uintptr(sb.InfoFD), "info-fd")
 			if _, err := f.WriteString(info.Pretty()); err != nil {
@@ -275,13 +279,4 @@ func readAllFD(fd int) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(f)
-}
-
-// readNS is the inode of /proc/PID/ns/NAME (0 if unreadable).
-func readNS(pid int, ns string) uint64 {
-	var st unix.Stat_t
-	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, ns), &st); err != nil {
-		return 0
-	}
-	return st.Ino
 }
