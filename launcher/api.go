@@ -85,6 +85,9 @@ type Result struct {
 
 	// Timings of each setup phase in milliseconds, in order.
 	Timings []Phase `json:"timings"`
+	// SetupTime is the sum of the setup phases among Timings: the
+	// launcher's before the run and every one of the init's (Exit.SetupTime).
+	SetupTime time.Duration `json:"-"`
 	// Warnings lists best-effort fallbacks that were taken.
 	Warnings []string `json:"warnings,omitempty"`
 

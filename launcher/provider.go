@@ -227,26 +227,12 @@ func (b *launcherBox) Wait() (*Exit, error) {
 		ExitCode: r.ExitCode, Signal: r.Signal, SignalName: r.SignalName,
 		TimedOut: r.TimedOut, OOMKilled: r.OOMKilled, PidsLimit: r.PidsLimit, Cancelled: r.Cancelled,
 		KilledForViolation: r.KilledForViolation,
-		SetupTime:          setupTime(r.Timings),
+		SetupTime:          r.SetupTime,
 	}
 	if r.SetupError != nil {
 		e.SetupError = r.SetupError
 	}
 	return e, nil
-}
-
-// setupTime is how long a sandbox took to set up, from its timings. Every
-// phase is a duration (one convention, launcher's and init's alike);
-// setup is the launcher's phases before the run plus the init's (which
-// fall inside the launcher's "run"), not the run itself or the teardown.
-func setupTime(phases []Phase) time.Duration {
-	var ms float64
-	for _, ph := range phases {
-		if ph.Name != "launcher_run" && ph.Name != "launcher_teardown" {
-			ms += ph.Ms
-		}
-	}
-	return time.Duration(ms * float64(time.Millisecond))
 }
 
 // ErrUnknownProfile is profiles.ErrUnknownProfile, which CheckProfile

@@ -5,17 +5,34 @@ import (
 	"time"
 )
 
-// The setup time is the sum of the setup phases only: every phase is a
-// duration, and the run and the teardown are not setup (the metric once
-// added cumulative launcher timestamps to the init's steps: 0.214 s for a
-// 0.105 s run).
+// The setup time is the sum of the setup phases only, counted where each
+// phase is marked: the launcher's phases before the run and every phase
+// the init reports; the run and the teardown are not setup (the metric
+// once added cumulative launcher timestamps to the init's steps: 0.214 s
+// for a 0.105 s run; later the phases were told apart by matching names).
 func TestSetupTimeSumsSetupPhases(t *testing.T) {
-	phases := []Phase{
-		{Name: "launcher_cgroup", Ms: 2}, {Name: "launcher_clone", Ms: 3}, {Name: "launcher_plan_sent", Ms: 1},
-		{Name: "launcher_run", Ms: 100}, {Name: "nsinit_config", Ms: 0.5}, {Name: "nsinit_mounts", Ms: 1.5},
-		{Name: "nsinit_privileges", Ms: 1}, {Name: "launcher_teardown", Ms: 4},
+	const hour = time.Hour
+	s := &Sandbox{}
+	for _, ph := range []launcherPhase{phaseRun, phaseTeardown} {
+		s.last = time.Now().Add(-hour)
+		s.mark(ph)
 	}
-	if got, want := setupTime(phases), 9*time.Millisecond; got != want {
-		t.Fatalf("setup time %v, want %v", got, want)
+	if s.setupTime != 0 {
+		t.Fatalf("the run and the teardown counted as setup: %v", s.setupTime)
+	}
+	s.addInitPhases([]Phase{{Name: "nsinit_config", Ms: 0.5}, {Name: "nsinit_mounts", Ms: 1.5}})
+	if want := 2 * time.Millisecond; s.setupTime != want {
+		t.Fatalf("the init's phases: setup %v, want %v", s.setupTime, want)
+	}
+	for _, ph := range []launcherPhase{phaseCgroup, phaseBindSources, phaseClone, phasePlanSent} {
+		before := s.setupTime
+		s.last = time.Now().Add(-hour)
+		s.mark(ph)
+		if s.setupTime-before < hour {
+			t.Fatalf("%s not counted as setup: %v -> %v", ph.name, before, s.setupTime)
+		}
+	}
+	if len(s.timings) != 8 {
+		t.Fatalf("timings: %v, want the 8 phases marked", s.timings)
 	}
 }

@@ -60,7 +60,10 @@ type Sandbox struct {
 	t0      time.Time
 	last    time.Time
 	timings []Phase
-	result  *Result
+	// setupTime sums the setup phases as they are marked (launcherPhase.setup,
+	// and every phase the init reports): Result.SetupTime.
+	setupTime time.Duration
+	result    *Result
 }
 
 // CancelGrace is how long a cancelled sandbox's tool (its PID 1) has
@@ -135,7 +138,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			return nil, err
 		}
 	}
-	s.mark("cgroup")
+	s.mark(phaseCgroup)
 
 	// L2. The config pipe (launcher -> init) and the report socket (init
 	// -> launcher, SOCK_SEQPACKET: one event per message, and the egress
@@ -259,7 +262,7 @@ func (s *Sandbox) run() {
 	// position is sure to hold what the launcher put there.
 	s.cmd.ExtraFiles = append(append(s.cmd.ExtraFiles, trees...), s.initFile)
 	s.cmd.Path = initbin.ExecPath(3 + len(s.cmd.ExtraFiles) - 1)
-	s.mark("bind_sources")
+	s.mark(phaseBindSources)
 
 	// L4 (cont.). Clone the init. The child holds its ends and the trees
 	// now; ours must be closed so EOF works (and no tree outlives the
@@ -277,7 +280,7 @@ func (s *Sandbox) run() {
 		close(s.started)
 		return
 	}
-	s.mark("clone")
+	s.mark(phaseClone)
 	pid := s.cmd.Process.Pid
 	if s.ids != nil {
 		s.ids.record(pid)
@@ -289,7 +292,7 @@ func (s *Sandbox) run() {
 	// L6. Send the plan. Only now does the init start its setup.
 	s.sendErr = sendPlan(s.configW, &s.plan.Child)
 	s.configW.Close()
-	s.mark("plan_sent")
+	s.mark(phasePlanSent)
 
 	// L7. The wall clock, set before Start returns (so before any Arm).
 	s.startClock()
@@ -316,7 +319,7 @@ func (s *Sandbox) run() {
 	s.mu.Unlock()
 	stopCtx()
 	<-reportDone
-	s.mark("run")
+	s.mark(phaseRun)
 
 	// L8. Teardown: the tool was PID 1, so its exit already killed the pid
 	// namespace; the cgroup kill catches anything else, then the cgroup
@@ -567,7 +570,7 @@ func (s *Sandbox) collect() *Result {
 	for _, ev := range s.events {
 		switch ev.Type {
 		case "timings":
-			s.timings = append(s.timings, ev.Phases...)
+			s.addInitPhases(ev.Phases)
 		case "warning":
 			r.Warnings = append(r.Warnings, ev.Message)
 		case "error":
@@ -624,9 +627,10 @@ func (s *Sandbox) collect() *Result {
 	}
 	s.ids.release()
 	s.ids = nil
-	s.mark("teardown")
+	s.mark(phaseTeardown)
 	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
 	r.Timings = s.timings
+	r.SetupTime = s.setupTime
 	if s.waitErr != nil && r.SetupError == nil && ps == nil {
 		r.SetupError = &StepError{Who: "launcher", Step: nsinit.StepLTeardown, Action: "wait init", Msg: s.waitErr.Error(), Err: s.waitErr}
 	}
@@ -636,9 +640,39 @@ func (s *Sandbox) collect() *Result {
 // mark records a launcher phase: its duration since the previous mark.
 // Every phase, launcher's and init's, is a duration, so a sum of phases
 // is a total (the init's phases arrive between clone and run).
-func (s *Sandbox) mark(name string) {
+// launcherPhase is one of the launcher's timed phases, with whether it is
+// setup (Exit.SetupTime counts it) or not (the run, the teardown). The
+// init's phases are all setup (collect).
+type launcherPhase struct {
+	name  string
+	setup bool
+}
+
+var (
+	phaseCgroup      = launcherPhase{"launcher_cgroup", true}
+	phaseBindSources = launcherPhase{"launcher_bind_sources", true}
+	phaseClone       = launcherPhase{"launcher_clone", true}
+	phasePlanSent    = launcherPhase{"launcher_plan_sent", true}
+	phaseRun         = launcherPhase{"launcher_run", false}
+	phaseTeardown    = launcherPhase{"launcher_teardown", false}
+)
+
+// addInitPhases records the init's timed steps, all of them setup.
+func (s *Sandbox) addInitPhases(ps []Phase) {
+	s.timings = append(s.timings, ps...)
+	for _, ph := range ps {
+		s.setupTime += time.Duration(ph.Ms * float64(time.Millisecond)).Truncate(time.Microsecond)
+	}
+}
+
+// mark ends phase ph: its duration is the time since the previous mark.
+func (s *Sandbox) mark(ph launcherPhase) {
 	now := time.Now()
-	s.timings = append(s.timings, Phase{Name: "launcher_" + name, Ms: float64(now.Sub(s.last).Microseconds()) / 1000})
+	d := now.Sub(s.last)
+	s.timings = append(s.timings, Phase{Name: ph.name, Ms: float64(d.Microseconds()) / 1000})
+	if ph.setup {
+		s.setupTime += d.Truncate(time.Microsecond)
+	}
 	s.last = now
 }
 
