@@ -61,6 +61,16 @@
 // least one level), everything else is literal. There is no persistence: a
 // message with no matching client is gone.
 //
+// publish_id (str's extension, optional, at most MaxPublishIDBytes): the
+// publisher's name for the message, the same on each retry of it. A
+// PUBLISH under a publish_id its client_id used lately (the last 16,384
+// PUBLISHes, at most 15 min) is answered OK with the first message_id and
+// not routed again, also on the client's next connection: a PUBLISH the
+// broker took just before a connection was cut, whose answer never came
+// back, is retried by the client without a second copy (test/fleet found
+// a reply answered twice). str's client sends one on every PUBLISH; the
+// reference broker ignores it.
+//
 // RECEIVE — the next message queued for the client, waiting up to timeout_ms
 // (default 5000; 0 or less polls).
 //

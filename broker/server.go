@@ -148,6 +148,7 @@ type Server struct {
 	clients   map[string]*client
 	order     []*client         // clients in connect order (publish routes in this order)
 	groups    map[string]*group // queue name -> the group's shared queue, while it has members
+	published recentPublishes   // publish_ids routed lately, per client_id (duplicate check)
 	unauth    int               // connections in conns that have not CONNECTed
 	bounds    boundCounts
 }
@@ -928,11 +929,29 @@ func (s *Server) handlePublish(c *conn, req map[string]json.RawMessage, log *slo
 	} else if props[0] != '{' { // json.Unmarshal left no leading space
 		return errorResponse(CodeInvalidCommand, "user_properties must be a JSON object")
 	}
+	publishID, _, err := optString(req, "publish_id")
+	if err != nil {
+		return errorResponse(CodeInvalidCommand, err.Error())
+	}
+	if len(publishID) > MaxPublishIDBytes {
+		return errorResponse(CodeInvalidCommand, fmt.Sprintf("publish_id is %d bytes, at most %d", len(publishID), MaxPublishIDBytes))
+	}
 	msg := &wireMessage{MessageID: newID(), Topic: topic, Payload: payload, UserProperties: props}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	from := c.session.id
+	if publishID != "" {
+		// A PUBLISH again under a publish_id this client_id used
+		// recently: the first one was routed (its answer was lost, the
+		// client retried), so this one is answered as it was and not
+		// routed again.
+		if first, ok := s.published.seen(from, publishID); ok {
+			log.Info("duplicate publish not routed again", "client_id", from, "topic", topic, "publish_id", publishID, "message_id", first)
+			return &response{Status: StatusOK, MessageID: first}
+		}
+		s.published.add(from, publishID, msg.MessageID)
+	}
 	// Every other matching client gets the message, except that a queue
 	// group gets it once, in its shared queue, for the first matching
 	// member that asks (handleReceive).
@@ -1091,4 +1110,59 @@ func (s *Server) handleReceive(c *conn, req map[string]json.RawMessage) *respons
 			return nil
 		}
 	}
+}
+
+// MaxPublishIDBytes bounds a PUBLISH's publish_id (str's extension: the
+// client's name for the message, the same on each retry of it).
+const MaxPublishIDBytes = 128
+
+// Bounds of the duplicate check's memory: the publish_ids of the last
+// recentPublishesMax PUBLISHes (whatever their client), each kept at most
+// recentPublishesTTL. A retry comes within a client's reconnect and its
+// caller's retry window (seconds to a task's deadline), well inside both.
+const (
+	recentPublishesMax = 16384
+	recentPublishesTTL = 15 * time.Minute
+)
+
+// recentPublishes remembers the publish_ids routed lately, by client_id,
+// and the message_id each got, in arrival order for eviction. It outlives
+// a client's connection (a retry comes on the next one). Guarded by
+// Server.mu.
+type recentPublishes struct {
+	ids   map[string]string // client_id + "\x00" + publish_id -> message_id
+	order []recentPublish   // oldest first
+}
+
+type recentPublish struct {
+	key string
+	at  time.Time
+}
+
+func (r *recentPublishes) seen(client, publishID string) (messageID string, ok bool) {
+	messageID, ok = r.ids[client+"\x00"+publishID]
+	return messageID, ok
+}
+
+func (r *recentPublishes) add(client, publishID, messageID string) {
+	if r.ids == nil {
+		r.ids = make(map[string]string)
+	}
+	now := time.Now()
+	drop := 0
+	if len(r.order) >= recentPublishesMax {
+		drop = recentPublishesMax / 8 // in batches: not a copy of the whole list per PUBLISH
+	}
+	for drop < len(r.order) && now.Sub(r.order[drop].at) > recentPublishesTTL {
+		drop++
+	}
+	for _, e := range r.order[:drop] {
+		delete(r.ids, e.key)
+	}
+	if drop > 0 {
+		r.order = slices.Delete(r.order, 0, drop)
+	}
+	key := client + "\x00" + publishID
+	r.ids[key] = messageID
+	r.order = append(r.order, recentPublish{key: key, at: now})
 }

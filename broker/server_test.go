@@ -732,3 +732,68 @@ func TestVanishedPeerDetection(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicatePublishRoutedOnce: a PUBLISH again under a publish_id the
+// same client_id used (a retry whose first answer was lost) is answered
+// with the first message_id and not routed again, also on the client's
+// next connection; another client's same publish_id, and a PUBLISH with
+// none, are routed as usual.
+func TestDuplicatePublishRoutedOnce(t *testing.T) {
+	s := startServer(t, Options{})
+	sub := connectRaw(t, s, "sub", "", "t/>")
+	pub := connectRaw(t, s, "pub", "")
+	line := `{"cmd": "PUBLISH", "topic": "t/reply", "payload": 1, "publish_id": "r-1"}`
+	first := pub.do(line)
+	again := pub.do(line)
+	if first["status"] != "OK" || again["status"] != "OK" || first["message_id"] != again["message_id"] {
+		t.Fatalf("first %v, again %v: want OK twice with one message_id", first, again)
+	}
+	if p, _ := sub.next(); fmt.Sprint(p) != "1" {
+		t.Fatalf("got %v", p)
+	}
+	sub.expectEmpty("the retried PUBLISH")
+
+	// The retry on the publisher's next connection.
+	same(t, "DISCONNECT", pub.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	waitFor(t, "pub forgotten", func() bool { return !s.Connected("pub") })
+	pub = connectRaw(t, s, "pub", "")
+	if r := pub.do(line); r["message_id"] != first["message_id"] {
+		t.Fatalf("retry on a new connection: %v, want message_id %v", r, first["message_id"])
+	}
+	sub.expectEmpty("the PUBLISH retried on a new connection")
+
+	// Another client's publish_id is its own; no publish_id, no check.
+	other := connectRaw(t, s, "other", "")
+	other.do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 2, "publish_id": "r-1"}`)
+	pub.do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 3}`)
+	pub.do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 3}`)
+	for _, want := range []string{"2", "3", "3"} {
+		if p, _ := sub.next(); fmt.Sprint(p) != want {
+			t.Fatalf("got %v, want %s", p, want)
+		}
+	}
+
+	// Bounded: an over-long publish_id is refused.
+	long := fmt.Sprintf(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 4, "publish_id": %q}`, strings.Repeat("x", MaxPublishIDBytes+1))
+	if r := pub.do(long); r["status"] != "ERROR" || r["error_code"] != CodeInvalidCommand {
+		t.Fatalf("a %d-byte publish_id: %v", MaxPublishIDBytes+1, r)
+	}
+}
+
+// TestRecentPublishesBounded: the duplicate check forgets the oldest
+// publish_ids beyond recentPublishesMax.
+func TestRecentPublishesBounded(t *testing.T) {
+	var r recentPublishes
+	for i := range recentPublishesMax + 10 {
+		r.add("c", fmt.Sprint(i), fmt.Sprint(i))
+	}
+	if len(r.ids) > recentPublishesMax || len(r.order) != len(r.ids) || len(r.ids) < recentPublishesMax*7/8 {
+		t.Fatalf("%d ids, %d in order; want between %d and %d", len(r.ids), len(r.order), recentPublishesMax*7/8, recentPublishesMax)
+	}
+	if _, ok := r.seen("c", "0"); ok {
+		t.Fatal("the oldest publish_id is still remembered")
+	}
+	if id, ok := r.seen("c", fmt.Sprint(recentPublishesMax+9)); !ok || id != fmt.Sprint(recentPublishesMax+9) {
+		t.Fatalf("the newest: %q %v", id, ok)
+	}
+}

@@ -4,6 +4,7 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,12 +73,17 @@ func (s *Server) publishReply(t *task, payload []byte) error {
 	ctx, cancel := context.WithDeadline(s.replyCtx, deadline)
 	defer cancel()
 	wait := replyRetryFirst
+	// One ID for every attempt of this reply (and only this one: an
+	// agent may reuse a request id later).
+	replyID := rand.Text()
 	for attempt := 1; ; attempt++ {
 		props := map[string]string{PropTimestamp: strconv.FormatInt(time.Now().UnixMilli(), 10)}
 		if t.clamped != "" {
 			props[PropProfileClamped] = t.clamped
 		}
-		err := s.tr.Publish(ctx, transport.Message{Topic: t.replyTo, Payload: payload, UserProperties: props})
+		// One ID for every attempt: a broker that took an attempt whose
+		// answer was lost routes the next one no more (transport.Message.ID).
+		err := s.tr.Publish(ctx, transport.Message{Topic: t.replyTo, Payload: payload, UserProperties: props, ID: replyID})
 		if err == nil {
 			if attempt > 1 {
 				t.log.Info("reply published after retries", "attempts", attempt)

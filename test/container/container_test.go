@@ -27,48 +27,23 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/test/internal/enginetest"
 )
 
-// need skips (or, with STR_MUST_WORK=1, fails) when the image cannot be
-// run here, naming what is missing.
+// The helpers every engine test shares.
+var (
+	docker    = enginetest.Docker
+	firstLine = enginetest.FirstLine
+	repoRoot  = enginetest.RepoRoot
+)
+
+// need skips (or, with STR_MUST_WORK=1, fails) when the test cannot run
+// here, naming what is missing (enginetest.Need).
 func need(t *testing.T) (image, strBin string) {
 	t.Helper()
-	missing := ""
-	image, strBin = os.Getenv("STR_IMAGE"), os.Getenv("STR_BIN")
-	switch {
-	case os.Geteuid() != 0:
-		missing = "needs root (the test bind-mounts host dirs the container's root writes, and talks to the docker daemon)"
-	case image == "" || strBin == "":
-		missing = "needs STR_IMAGE (the worker image) and STR_BIN (bin/str): run make test-container"
-	default:
-		if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("needs a running docker engine: docker version: %v: %s", err, bytes.TrimSpace(out))
-		} else if out, err := exec.Command("docker", "image", "inspect", image).CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("image %s not built (make image): %s", image, firstLine(out))
-		}
-	}
-	if missing == "" {
-		return image, strBin
-	}
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		t.Fatal("container: " + missing + " (STR_MUST_WORK=1)")
-	}
-	t.Skip("container: " + missing)
-	return "", ""
-}
-
-func firstLine(b []byte) string {
-	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	return s
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	d, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	enginetest.Need(t, enginetest.Needs{Area: "container", WhyRoot: "the test bind-mounts host dirs the container's root writes, and talks to the docker daemon", Bin: true})
+	return os.Getenv("STR_IMAGE"), os.Getenv("STR_BIN")
 }
 
 // leastPrivilege is every engine setting the worker needs, and nothing
@@ -80,15 +55,6 @@ func leastPrivilege(root string) []string {
 		"--security-opt", "systempaths=unconfined",
 		"--cgroupns", "private",
 	}
-}
-
-func docker(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("docker", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // waitFor polls cond until it holds or the (generous) deadline passes.

@@ -46,7 +46,23 @@ import (
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
+
+	"github.com/securetoolruntime/str/test/internal/enginetest"
 )
+
+// The helpers every engine test shares.
+var (
+	docker    = enginetest.Docker
+	firstLine = enginetest.FirstLine
+)
+
+// need skips (or, with STR_MUST_WORK=1, fails) when the test cannot run
+// here, naming what is missing (enginetest.Need).
+func need(t *testing.T) string {
+	t.Helper()
+	enginetest.Need(t, enginetest.Needs{Area: "fleet", WhyRoot: "the containers' root writes the host dirs the test reads, and the test talks to the docker daemon"})
+	return os.Getenv("STR_IMAGE")
+}
 
 // The run's size and its faults, by call number.
 const (
@@ -96,48 +112,6 @@ tools:
     timeout_seconds: 60
     warm: 2
 `
-
-// need skips (or, with STR_MUST_WORK=1, fails) when the fleet cannot run
-// here, naming what is missing.
-func need(t *testing.T) string {
-	t.Helper()
-	missing := ""
-	image := os.Getenv("STR_IMAGE")
-	switch {
-	case os.Geteuid() != 0:
-		missing = "needs root (the containers' root writes the host dirs the test reads, and the test talks to the docker daemon)"
-	case image == "":
-		missing = "needs STR_IMAGE (the worker image): run make test-container"
-	default:
-		if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("needs a running docker engine: docker version: %v: %s", err, bytes.TrimSpace(out))
-		} else if out, err := exec.Command("docker", "image", "inspect", image).CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("image %s not built (make image): %s", image, firstLine(out))
-		}
-	}
-	if missing == "" {
-		return image
-	}
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		t.Fatal("fleet: " + missing + " (STR_MUST_WORK=1)")
-	}
-	t.Skip("fleet: " + missing)
-	return ""
-}
-
-func firstLine(b []byte) string {
-	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	return s
-}
-
-func docker(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("docker", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // waitFor polls cond until it holds or the (generous) deadline passes.
 func waitFor(t *testing.T, what string, limit time.Duration, cond func() (bool, string)) {

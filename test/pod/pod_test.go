@@ -53,53 +53,28 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
+
+	"github.com/securetoolruntime/str/test/internal/enginetest"
 )
+
+// The helpers every engine test shares.
+var (
+	docker    = enginetest.Docker
+	firstLine = enginetest.FirstLine
+	repoRoot  = enginetest.RepoRoot
+)
+
+// need skips (or, with STR_MUST_WORK=1, fails) when the test cannot run
+// here, naming what is missing (enginetest.Need).
+func need(t *testing.T) (image, strBin string) {
+	t.Helper()
+	enginetest.Need(t, enginetest.Needs{Area: "pod", WhyRoot: "the container's root creates the pod's user namespace, and the test talks to the docker daemon", Bin: true})
+	return os.Getenv("STR_IMAGE"), os.Getenv("STR_BIN")
+}
 
 // podRoot is the pod's uid 0 (and gid 0) on the node: the first id of its
 // 65,536-id mapping.
 const podRoot = 100000
-
-// need skips (or, with STR_MUST_WORK=1, fails) when the pod cannot be
-// reproduced here, naming what is missing.
-func need(t *testing.T) (image, strBin string) {
-	t.Helper()
-	missing := ""
-	image, strBin = os.Getenv("STR_IMAGE"), os.Getenv("STR_BIN")
-	switch {
-	case os.Geteuid() != 0:
-		missing = "needs root (the container's root creates the pod's user namespace, and the test talks to the docker daemon)"
-	case image == "" || strBin == "":
-		missing = "needs STR_IMAGE (the worker image) and STR_BIN (bin/str): run make test-container"
-	default:
-		if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("needs a running docker engine: docker version: %v: %s", err, bytes.TrimSpace(out))
-		} else if out, err := exec.Command("docker", "image", "inspect", image).CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("image %s not built (make image): %s", image, firstLine(out))
-		}
-	}
-	if missing == "" {
-		return image, strBin
-	}
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		t.Fatal("pod: " + missing + " (STR_MUST_WORK=1)")
-	}
-	t.Skip("pod: " + missing)
-	return "", ""
-}
-
-func firstLine(b []byte) string {
-	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	return s
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	d, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // deployment is the part of the Deployment the test reproduces.
 type deployment struct {
@@ -335,15 +310,6 @@ func podTools(t *testing.T, root, strBin string) []string {
 	}
 	return []string{"-v", bin + ":/pod/podns:ro", "-v", filepath.Join(root, "test/pod/podinit.sh") + ":/pod/podinit.sh:ro",
 		"-v", strBin + ":/t/str:ro", "--cgroupns", "private", "--entrypoint", "/pod/podinit.sh"}
-}
-
-func docker(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("docker", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // TestPodServes starts the worker in the reproduced pod and serves through

@@ -41,6 +41,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/test/internal/enginetest"
+)
+
+// The helpers every engine test shares.
+var (
+	docker   = enginetest.Docker
+	repoRoot = enginetest.RepoRoot
 )
 
 // need skips (or, with STR_MUST_WORK=1, fails) when the test cannot run
@@ -53,28 +61,9 @@ func need(t *testing.T) (strBin string) {
 	if os.Getenv("STR_IMAGE") == "" {
 		t.Skip("systemd: runs in make test-container (after make image), which sets STR_IMAGE; unset here")
 	}
-	missing := ""
-	strBin = os.Getenv("STR_BIN")
-	switch {
-	case os.Geteuid() != 0:
-		missing = "needs root (talks to the docker daemon, which runs the systemd host container)"
-	case strBin == "":
-		missing = "needs STR_BIN (bin/str, installed into the systemd host): run make test-container"
-	default:
-		if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("needs a running docker engine: docker version: %v: %s", err, bytes.TrimSpace(out))
-		} else if out, err := exec.Command("docker", "image", "inspect", baseImage()).CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("the str base image %s is not built (make image): %s", baseImage(), bytes.TrimSpace(out))
-		}
-	}
-	if missing == "" {
-		return strBin
-	}
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		t.Fatal("systemd: " + missing + " (STR_MUST_WORK=1)")
-	}
-	t.Skip("systemd: " + missing)
-	return ""
+	enginetest.Need(t, enginetest.Needs{Area: "systemd", WhyRoot: "talks to the docker daemon, which runs the systemd host container",
+		Image: baseImage(), ImageHint: "make image: the str base image", Bin: true})
+	return os.Getenv("STR_BIN")
 }
 
 func baseImage() string {
@@ -82,15 +71,6 @@ func baseImage() string {
 		return b
 	}
 	return "str-base:bookworm"
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	d, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
 }
 
 // The host container's settings: a machine's, not the worker's (see the
@@ -125,15 +105,6 @@ func (h *host) must(argv ...string) string {
 		h.t.Fatalf("in the host: %s: %v\n%s", strings.Join(argv, " "), err, out)
 	}
 	return out
-}
-
-func docker(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("docker", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // bootHost builds (or reuses) the host image and boots it: systemd as

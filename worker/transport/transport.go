@@ -16,6 +16,14 @@ type Message struct {
 	Topic          string
 	Payload        []byte
 	UserProperties map[string]string
+	// ID, when set, names the message for the broker's duplicate check: a
+	// transport that has one (the dev broker's publish_id) delivers a
+	// message published again under the same ID, by the same publisher,
+	// once. A publish whose answer was lost (a connection cut after the
+	// broker took it) is retried, and without an ID the retry is a second
+	// copy. Without an ID a transport still names each Publish call's own
+	// attempts alike. The worker sets it on replies (one per task).
+	ID string
 }
 
 // Delivery is a received message plus its settlement. Exactly one of Ack or

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -641,7 +644,19 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 	if m.Topic == "" {
 		return errors.New("devbroker: publish: empty topic")
 	}
-	req := publishRequest{Cmd: broker.CmdPublish, Topic: m.Topic, UserProperties: m.UserProperties}
+	// One publish_id for every attempt of this call (and for every call
+	// of the caller's that names the message alike: m.ID), so that a
+	// retry of a PUBLISH the broker took before the connection was cut is
+	// not routed twice (test/fleet: a reply answered twice).
+	id := m.ID
+	switch {
+	case id == "":
+		id = newPublishID()
+	case len(id) > broker.MaxPublishIDBytes:
+		sum := sha256.Sum256([]byte(id))
+		id = hex.EncodeToString(sum[:])
+	}
+	req := publishRequest{Cmd: broker.CmdPublish, Topic: m.Topic, UserProperties: m.UserProperties, PublishID: id}
 	if json.Valid(m.Payload) {
 		req.Payload = json.RawMessage(m.Payload)
 	} else {
@@ -692,6 +707,13 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 		lastErr = err
 	}
 	return fmt.Errorf("devbroker: publish %s failed twice: %w", m.Topic, lastErr)
+}
+
+// newPublishID is a random publish_id (128 bits, hex).
+func newPublishID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	return hex.EncodeToString(b[:])
 }
 
 // MaxMessageBytes is the broker's line limit, taken to be the client's
@@ -882,6 +904,7 @@ type publishRequest struct {
 	Topic          string            `json:"topic"`
 	Payload        json.RawMessage   `json:"payload"`
 	UserProperties map[string]string `json:"user_properties"`
+	PublishID      string            `json:"publish_id,omitempty"` // str's extension (broker.MaxPublishIDBytes); the reference ignores it
 }
 
 // giveBackRequest is a PUBLISH of a received message as it came: its user

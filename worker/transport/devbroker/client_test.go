@@ -516,9 +516,9 @@ func TestClientConnectLinesAndCatchUp(t *testing.T) {
 
 	errc := make(chan error, 1)
 	go func() {
-		errc <- c.Publish(context.Background(), transport.Message{Topic: "r/1", Payload: []byte(`{"ok": true}`), UserProperties: map[string]string{"k": "v"}})
+		errc <- c.Publish(context.Background(), transport.Message{Topic: "r/1", Payload: []byte(`{"ok": true}`), UserProperties: map[string]string{"k": "v"}, ID: "p-1"})
 	}()
-	expectLine(pub, `{"cmd":"PUBLISH","topic":"r/1","payload":{"ok":true},"user_properties":{"k":"v"}}`)
+	expectLine(pub, `{"cmd":"PUBLISH","topic":"r/1","payload":{"ok":true},"user_properties":{"k":"v"},"publish_id":"p-1"}`)
 	pub.send(`{"status": "ERROR", "error_code": "INTERNAL_ERROR", "error_message": "boom"}`)
 	var be *BrokerError
 	if err := <-errc; !errors.As(err, &be) || be.Code != broker.CodeInternalError || be.Message != "boom" {
@@ -698,4 +698,40 @@ func TestClientPublishRefusal(t *testing.T) {
 	}
 	// The session is intact: the next publish goes through.
 	publish(t, c, "t", "after", nil)
+}
+
+// TestClientPublishID: a message published again under the same
+// transport.Message.ID (a reply's retry after an answer lost to a cut
+// connection) reaches the subscriber once, also with an ID longer than the
+// broker's publish_id bound (the client hashes it); messages without an
+// ID each get their own.
+func TestClientPublishID(t *testing.T) {
+	s := startServer(t, broker.Options{})
+	sub := connectClient(t, s, ClientOptions{ClientID: "agent"}, "r/>")
+	w := connectClient(t, s, ClientOptions{ClientID: "worker"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	long := strings.Repeat("k", broker.MaxPublishIDBytes+50)
+	for _, m := range []transport.Message{
+		{Topic: "r/1", Payload: []byte(`{"n":"once"}`), ID: "reply-1"},
+		{Topic: "r/1", Payload: []byte(`{"n":"once"}`), ID: "reply-1"},
+		{Topic: "r/2", Payload: []byte(`{"n":"long"}`), ID: long},
+		{Topic: "r/2", Payload: []byte(`{"n":"long"}`), ID: long},
+		{Topic: "r/3", Payload: []byte(`{"n":"plain"}`)},
+		{Topic: "r/3", Payload: []byte(`{"n":"plain"}`)},
+	} {
+		if err := w.Publish(ctx, m); err != nil {
+			t.Fatalf("publish %s: %v", m.Topic, err)
+		}
+	}
+	for _, want := range []string{`{"n":"once"}`, `{"n":"long"}`, `{"n":"plain"}`, `{"n":"plain"}`} {
+		if d := receive(t, sub); string(d.Payload) != want {
+			t.Fatalf("got %s on %s, want %s", d.Payload, d.Topic, want)
+		}
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer rcancel()
+	if d, err := sub.Receive(rctx); err == nil {
+		t.Fatalf("a duplicate was routed: %s on %s", d.Payload, d.Topic)
+	}
 }
