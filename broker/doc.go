@@ -63,8 +63,8 @@
 //
 // publish_id (str's extension, optional, at most MaxPublishIDBytes): the
 // publisher's name for the message, the same on each retry of it. A
-// PUBLISH under a publish_id its client_id used lately (the last 16,384
-// PUBLISHes, at most 15 min) is answered OK with the first message_id and
+// PUBLISH under a publish_id its client_id used lately (its last 1,024,
+// kept for the 64 client_ids that published last) is answered OK with the first message_id and
 // not routed again, also on the client's next connection: a PUBLISH the
 // broker took just before a connection was cut, whose answer never came
 // back, is retried by the client without a second copy (test/fleet found

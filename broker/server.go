@@ -1116,53 +1116,69 @@ func (s *Server) handleReceive(c *conn, req map[string]json.RawMessage) *respons
 // client's name for the message, the same on each retry of it).
 const MaxPublishIDBytes = 128
 
-// Bounds of the duplicate check's memory: the publish_ids of the last
-// recentPublishesMax PUBLISHes (whatever their client), each kept at most
-// recentPublishesTTL. A retry comes within a client's reconnect and its
-// caller's retry window (seconds to a task's deadline), well inside both.
+// Bounds of the duplicate check's memory. Each client_id that sends
+// publish_ids has a ring of its last recentPerClient, kept after its
+// connection ends (a retry comes on the next one); at most
+// recentClientsMax rings are kept, the least lately used dropped first. A
+// retry follows the lost answer within that client's own next few
+// publishes (its connection publishes one at a time, and nothing while
+// cut off), so a ring per client, which only the client's own traffic
+// turns over, holds it; one shared list would let other clients' traffic
+// push it out, and would hold far more (TestSoak: 16,384 shared entries
+// were 3 MB of the worker's RSS).
 const (
-	recentPublishesMax = 16384
-	recentPublishesTTL = 15 * time.Minute
+	recentPerClient  = 1024
+	recentClientsMax = 64
 )
 
-// recentPublishes remembers the publish_ids routed lately, by client_id,
-// and the message_id each got, in arrival order for eviction. It outlives
-// a client's connection (a retry comes on the next one). Guarded by
-// Server.mu.
+// recentPublishes remembers, per client_id, the publish_ids routed lately
+// and the message_id each got. Guarded by Server.mu.
 type recentPublishes struct {
-	ids   map[string]string // client_id + "\x00" + publish_id -> message_id
-	order []recentPublish   // oldest first
+	clients map[string]*publishRing
+	tick    uint64 // use counter: the least lately used ring goes first
 }
 
-type recentPublish struct {
-	key string
-	at  time.Time
+// publishRing is one client_id's last recentPerClient publish_ids.
+type publishRing struct {
+	ids      map[string]string // publish_id -> message_id
+	order    [recentPerClient]string
+	next     int // where the next publish_id goes in order
+	lastUsed uint64
 }
 
 func (r *recentPublishes) seen(client, publishID string) (messageID string, ok bool) {
-	messageID, ok = r.ids[client+"\x00"+publishID]
+	ring := r.clients[client]
+	if ring == nil {
+		return "", false
+	}
+	messageID, ok = ring.ids[publishID]
 	return messageID, ok
 }
 
 func (r *recentPublishes) add(client, publishID, messageID string) {
-	if r.ids == nil {
-		r.ids = make(map[string]string)
+	if r.clients == nil {
+		r.clients = make(map[string]*publishRing)
 	}
-	now := time.Now()
-	drop := 0
-	if len(r.order) >= recentPublishesMax {
-		drop = recentPublishesMax / 8 // in batches: not a copy of the whole list per PUBLISH
+	r.tick++
+	ring := r.clients[client]
+	if ring == nil {
+		if len(r.clients) >= recentClientsMax {
+			oldest, at := "", uint64(0)
+			for id, rg := range r.clients {
+				if oldest == "" || rg.lastUsed < at {
+					oldest, at = id, rg.lastUsed
+				}
+			}
+			delete(r.clients, oldest)
+		}
+		ring = &publishRing{ids: make(map[string]string)}
+		r.clients[client] = ring
 	}
-	for drop < len(r.order) && now.Sub(r.order[drop].at) > recentPublishesTTL {
-		drop++
+	ring.lastUsed = r.tick
+	if old := ring.order[ring.next]; old != "" {
+		delete(ring.ids, old)
 	}
-	for _, e := range r.order[:drop] {
-		delete(r.ids, e.key)
-	}
-	if drop > 0 {
-		r.order = slices.Delete(r.order, 0, drop)
-	}
-	key := client + "\x00" + publishID
-	r.ids[key] = messageID
-	r.order = append(r.order, recentPublish{key: key, at: now})
+	ring.order[ring.next] = publishID
+	ring.next = (ring.next + 1) % recentPerClient
+	ring.ids[publishID] = messageID
 }

@@ -780,20 +780,39 @@ func TestDuplicatePublishRoutedOnce(t *testing.T) {
 	}
 }
 
-// TestRecentPublishesBounded: the duplicate check forgets the oldest
-// publish_ids beyond recentPublishesMax.
+// TestRecentPublishesBounded: the duplicate check keeps each client's
+// last recentPerClient publish_ids, for at most recentClientsMax clients,
+// the least lately used dropped first; one client's traffic never pushes
+// out another's.
 func TestRecentPublishesBounded(t *testing.T) {
 	var r recentPublishes
-	for i := range recentPublishesMax + 10 {
-		r.add("c", fmt.Sprint(i), fmt.Sprint(i))
+	r.add("quiet", "q-1", "m-q")
+	for i := range recentPerClient + 10 {
+		r.add("busy", fmt.Sprint(i), fmt.Sprint(i))
 	}
-	if len(r.ids) > recentPublishesMax || len(r.order) != len(r.ids) || len(r.ids) < recentPublishesMax*7/8 {
-		t.Fatalf("%d ids, %d in order; want between %d and %d", len(r.ids), len(r.order), recentPublishesMax*7/8, recentPublishesMax)
+	if ring := r.clients["busy"]; len(ring.ids) != recentPerClient {
+		t.Fatalf("%d ids kept for busy, want %d", len(ring.ids), recentPerClient)
 	}
-	if _, ok := r.seen("c", "0"); ok {
-		t.Fatal("the oldest publish_id is still remembered")
+	if _, ok := r.seen("busy", "0"); ok {
+		t.Fatal("busy's oldest publish_id is still remembered")
 	}
-	if id, ok := r.seen("c", fmt.Sprint(recentPublishesMax+9)); !ok || id != fmt.Sprint(recentPublishesMax+9) {
-		t.Fatalf("the newest: %q %v", id, ok)
+	if id, ok := r.seen("busy", fmt.Sprint(recentPerClient+9)); !ok || id != fmt.Sprint(recentPerClient+9) {
+		t.Fatalf("busy's newest: %q %v", id, ok)
+	}
+	if id, ok := r.seen("quiet", "q-1"); !ok || id != "m-q" {
+		t.Fatal("another client's traffic pushed out quiet's publish_id")
+	}
+	r.add("quiet", "q-2", "m-q2") // quiet used after busy: busy is the least lately used
+	for i := range recentClientsMax - 1 {
+		r.add(fmt.Sprint("c", i), "x", "y")
+	}
+	if len(r.clients) != recentClientsMax {
+		t.Fatalf("%d clients kept, want %d", len(r.clients), recentClientsMax)
+	}
+	if _, ok := r.seen("busy", fmt.Sprint(recentPerClient+9)); ok {
+		t.Fatal("the least lately used client's ring was kept over the bound")
+	}
+	if _, ok := r.seen("quiet", "q-2"); !ok {
+		t.Fatal("a lately used client's ring was dropped")
 	}
 }
