@@ -40,9 +40,6 @@
 package pod_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -379,23 +376,7 @@ func TestPodServes(t *testing.T) {
 	addr := firstLine([]byte(docker(t, "port", name, "55554/tcp")))
 	invoke := func(tool string, extra ...string) (map[string]any, string) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		a := append([]string{"invoke", tool, "--broker", addr, "--token-file", token, "--namespace", "pod/", "--wait", "150s"}, extra...)
-		cmd := exec.CommandContext(ctx, strBin, a...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		_ = cmd.Run()
-		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		var reply map[string]any
-		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &reply); err != nil {
-			t.Fatalf("str invoke %s: no reply JSON: %v\nstdout:\n%s\nstderr:\n%s", tool, err, stdout.String(), stderr.String())
-		}
-		res, _ := reply["result"].(map[string]any)
-		if res == nil {
-			t.Fatalf("str invoke %s: reply without result: %s", tool, lines[len(lines)-1])
-		}
-		return res, lines[len(lines)-1]
+		return enginetest.Invoke(t, strBin, addr, token, "pod/", tool, extra...)
 	}
 
 	// 1. echo_tool (standard profile).

@@ -7,12 +7,15 @@ package enginetest
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Needs is what a test needs beyond root and a running engine.
@@ -91,4 +94,29 @@ func Docker(t *testing.T, args ...string) string {
 		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// Invoke runs `str invoke TOOL` against the broker at addr (its token in
+// tokenFile, the namespace ns) with extra flags, and returns the reply's
+// result and the reply line; no reply, or one without a result, fails the
+// test.
+func Invoke(t *testing.T, strBin, addr, tokenFile, ns, tool string, extra ...string) (map[string]any, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a := append([]string{"invoke", tool, "--broker", addr, "--token-file", tokenFile, "--namespace", ns, "--wait", "150s"}, extra...)
+	cmd := exec.CommandContext(ctx, strBin, a...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	_ = cmd.Run()
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var reply map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &reply); err != nil {
+		t.Fatalf("str invoke %s: no reply JSON: %v\nstdout:\n%s\nstderr:\n%s", tool, err, stdout.String(), stderr.String())
+	}
+	res, _ := reply["result"].(map[string]any)
+	if res == nil {
+		t.Fatalf("str invoke %s: reply without result: %s", tool, lines[len(lines)-1])
+	}
+	return res, lines[len(lines)-1]
 }
