@@ -24,10 +24,18 @@ type Request struct {
 	// mapped: no tool may leave root's files on the host; it is bound as
 	// it is (the tool writes only where its mode lets others, as its own
 	// leased ids). Rootless the tool is the caller already; nothing is
-	// mapped. `str run --workdir` always sets it; an id-mapped bind is
-	// bounded by its filesystem only (the profile's work_dir cap is the
-	// Provider's work dirs').
+	// mapped. `str run --workdir` always sets it.
 	WorkdirAsOwner bool
+	// WorkdirLive (root mode) binds Workdir as it is, live and bounded by
+	// its filesystem only. Without it, root mode caps what the tool may
+	// write there like a worker's work dir: the tool sees an overlay of
+	// Workdir whose upper layer is a tmpfs capped by the profile's
+	// work_dir (size, inodes), and what it changed is copied back into
+	// Workdir once the sandbox has ended (step L10; Result.WriteBack),
+	// as the identity the live bind would have written with. Rootless
+	// the bind is always live (an unprivileged caller mounts nothing on
+	// the host).
+	WorkdirLive bool
 	// Binds are extra host paths made visible inside.
 	Binds []Bind
 
@@ -102,4 +110,9 @@ type Result struct {
 
 	// SetupError is set when the sandbox failed before the tool ran.
 	SetupError *StepError `json:"setup_error,omitempty"`
+
+	// WriteBack is what step L10 copied back into a capped work dir
+	// (Request.WorkdirLive unset, root mode); its Error, the first
+	// failure of the copy (the tool's other changes are still copied).
+	WriteBack *WriteBack `json:"write_back,omitempty"`
 }

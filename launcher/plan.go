@@ -409,8 +409,11 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 			// writes only where its mode lets others, as its own leased
 			// ids), so no tool ever creates root's files on the host. L3
 			// checks the owner again on the tree it maps.
+			// WriteBack: root mode caps the tool's writes there with the
+			// profile's work_dir, as a worker's work dir (step L10).
 			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd, NoFollow: true,
-				IDMapOwner: req.WorkdirAsOwner && host.UID == 0 && !rootOwned(fi)})
+				IDMapOwner: req.WorkdirAsOwner && host.UID == 0 && !rootOwned(fi),
+				WriteBack:  host.UID == 0 && !req.WorkdirLive})
 			workdir = wd
 		}
 	}

@@ -154,7 +154,9 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 			Detail: spec.WorkDir.Prefix + "<random>", Msg: err.Error(), Err: err}
 	}
 	// L1-L2.
-	req := Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: wd.Path,
+	// WorkdirLive: the work dir is capped already (L9's own tmpfs, with
+	// the runner's files on a second one an overlay would not show).
+	req := Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: wd.Path, WorkdirLive: true,
 		Timeout: spec.Timeout, Idle: spec.Idle, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network}
 	for _, d := range spec.ReadOnly {
 		req.Binds = append(req.Binds, Bind{Source: d})

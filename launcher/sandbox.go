@@ -33,6 +33,9 @@ type Sandbox struct {
 	cg   sandboxCgroup
 	ids  *idLease // root mode: this sandbox's host id block
 
+	// writeBacks: a capped `str run --workdir`'s state from L3 to L10.
+	writeBacks []*writeBack
+
 	cmd               *exec.Cmd
 	initFile          *os.File // the sealed memfd of the init (initbin.File; shared, never closed)
 	configR, configW  *os.File
@@ -244,7 +247,7 @@ func (s *Sandbox) run() {
 	// socket in the init's descriptors (nsinit.FirstTreeFD), where the
 	// plan numbered them.
 	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID, exe: s.initFile}
-	trees, mounts, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner)
+	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner, s.plan.WorkDir)
 	if err != nil {
 		s.startErr = err
 		s.configR.Close()
@@ -256,6 +259,7 @@ func (s *Sandbox) run() {
 		return
 	}
 	s.plan.Child.Mounts = mounts
+	s.writeBacks = wbs
 	// The init's own executable goes last, and is executed by that
 	// position: Go's fork moves descriptors around (upwards from the
 	// highest one passed) before execve, and only a passed one's final
@@ -625,16 +629,31 @@ func (s *Sandbox) collect() *Result {
 		}
 		s.cg = nil
 	}
-	s.ids.release()
-	s.ids = nil
 	s.mark(phaseTeardown)
-	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
-	r.Timings = s.timings
-	r.SetupTime = s.setupTime
 	if s.waitErr != nil && r.SetupError == nil && ps == nil {
 		r.SetupError = &StepError{Who: "launcher", Step: nsinit.StepLTeardown, Action: "wait init", Msg: s.waitErr.Error(), Err: s.waitErr}
 	}
+	s.writeBack(r)
+	// The host ids go back last: the copy back may write as them.
+	s.ids.release()
+	s.ids = nil
+	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
+	r.Timings = s.timings
+	r.SetupTime = s.setupTime
 	return r
+}
+
+// writeBack is step L10: what the tool changed in a capped work dir,
+// copied back now that every process of the sandbox is gone (none can
+// change the upper layer under the copy).
+func (s *Sandbox) writeBack(r *Result) {
+	for _, wb := range s.writeBacks {
+		r.WriteBack = wb.run()
+	}
+	s.writeBacks = nil
+	if r.WriteBack != nil {
+		s.mark(phaseWriteBack)
+	}
 }
 
 // mark records a launcher phase: its duration since the previous mark.
@@ -655,6 +674,7 @@ var (
 	phasePlanSent    = launcherPhase{"launcher_plan_sent", true}
 	phaseRun         = launcherPhase{"launcher_run", false}
 	phaseTeardown    = launcherPhase{"launcher_teardown", false}
+	phaseWriteBack   = launcherPhase{"launcher_write_back", false}
 )
 
 // addInitPhases records the init's timed steps, all of them setup.
@@ -678,6 +698,10 @@ func (s *Sandbox) mark(ph launcherPhase) {
 
 // release removes the cgroup and id lease of a sandbox that never ran.
 func (s *Sandbox) release() {
+	for _, wb := range s.writeBacks {
+		wb.close()
+	}
+	s.writeBacks = nil
 	if s.cg != nil {
 		_ = s.cg.Delete()
 		s.cg = nil

@@ -93,6 +93,13 @@ type Mount struct {
 	// mount: the tool writes where the owner can, and its files belong to
 	// the owner on the host. The init does nothing with it.
 	IDMapOwner bool `json:"id_map_owner,omitempty"`
+	// WriteBack: root mode, the launcher passes, instead of the plain
+	// clone, an overlay of it whose upper layer is a tmpfs capped by the
+	// profile's work_dir (the tool's writes land there, and meet ENOSPC
+	// at the cap), and copies what the tool changed back into Source
+	// after the sandbox has ended (launcher step L10). `str run
+	// --workdir` sets it. The init does nothing with it.
+	WriteBack bool `json:"write_back,omitempty"`
 }
 
 // SourceAbsent is the TreeFD of an optional bind whose source the

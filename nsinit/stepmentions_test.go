@@ -14,11 +14,11 @@ import (
 // case, matched as substrings). A mention "step N" must have one of step
 // N's words on its line or the line before or after; "steps A-B" one of
 // A's and one of B's. Every step has words (TestStepWordsComplete).
-// lastLauncherStep is the launcher's last step (L9, the work dir): the
-// mentions past it are wrong.
+// lastLauncherStep is the launcher's last step (L10, the write-back):
+// the mentions past it are wrong.
 const (
-	lastLauncherStep     = StepLWorkDir
-	lastLauncherStepName = "StepLWorkDir"
+	lastLauncherStep     = StepLWriteBack
+	lastLauncherStepName = "StepLWriteBack"
 )
 
 var stepWords = map[Step][]string{
@@ -54,6 +54,7 @@ var stepWords = map[Step][]string{
 	StepLTimeout:     {"timeout", "cancel", "wall clock"},
 	StepLTeardown:    {"teardown", "reaped", "remove"},
 	StepLWorkDir:     {"work dir", "workdir", "WorkDir"},
+	StepLWriteBack:   {"write back", "write-back", "writeback", "copies", "copied", "copy", "overlay"},
 }
 
 // stepMention is "step 5", "steps 13-16", "steps 20 and 21", "init
@@ -194,7 +195,8 @@ func TestStepMentionsChecked(t *testing.T) {
 		{"// the uid change\n// re-arms the parent-death signal (step 16)", 1},
 		{"| outliving it | Pdeathsig, re-armed after the uid change (step 17) | seccomp (step 20) |", 1},
 		{"// there is a step 22 now", 1},
-		{"// the launcher's step L10", 1},
+		{"// the launcher's step L11", 1},
+		{"// the launcher's step L10 copies the tool's changes back", 0},
 		{"// the work dir is launcher step L9", 0},
 		{"// launcher step L6 sends the plan", 0},
 		{"// launcher step L5 sends the plan", 1},

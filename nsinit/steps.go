@@ -35,12 +35,14 @@ const (
 	numInitSteps
 )
 
-// The launcher's steps (who "launcher"): L1..L9: create the cgroup (and
+// The launcher's steps (who "launcher"): L1..L10: create the cgroup (and
 // lease the host ids), make the pipes, clone the bind sources on the host,
 // clone the init, open the cgroup v1 tasks files to the init, send the
-// plan, time out or cancel, tear down; and L9, for a sandbox made through
+// plan, time out or cancel, tear down; L9, for a sandbox made through
 // the launcher's Provider, make its work dir (after L1, before L2: its
-// tmpfs belongs to the leased ids) and remove it after L8.
+// tmpfs belongs to the leased ids) and remove it after L8; and L10, for
+// a capped `str run --workdir` (Mount.WriteBack), copy what the tool
+// changed back into the caller's directory once the sandbox has ended.
 const (
 	StepLCgroup      Step = 101 + iota // L1
 	StepLPipes                         // L2
@@ -51,6 +53,7 @@ const (
 	StepLTimeout                       // L7
 	StepLTeardown                      // L8
 	StepLWorkDir                       // L9
+	StepLWriteBack                     // L10
 )
 
 // stepTitles is the one list of what each init step does: run's doc

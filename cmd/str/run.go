@@ -54,7 +54,9 @@ func cmdRun(args []string) int {
 	fs.Var(&roBinds, "ro-bind", "bind host `SRC[:DST]` read-only (repeatable)")
 	workdir := fs.String("workdir", "", "host `DIR` bound read-write at the same path and made the working directory; as root it is bound id-mapped: "+
 		"DIR's owner is the tool inside, so the tool writes where the owner may and its files belong to the owner on the host; a DIR owned by root is bound as it is "+
-		"(no tool leaves root's files on the host: the tool writes only where DIR's mode lets others, as its own ids); bounded by DIR's filesystem, not the profile's work_dir cap")
+		"(no tool leaves root's files on the host: the tool writes only where DIR's mode lets others, as its own ids); as root the tool's writes are capped by the profile's work_dir "+
+		"(they land on a capped tmpfs over DIR and are copied into DIR when the sandbox ends: --result's write_back)")
+	workdirLive := fs.Bool("workdir-live", false, "as root, bind -workdir DIR live instead: the tool writes into DIR directly, bounded by DIR's filesystem only (not the profile's work_dir cap)")
 	// -workdir-owner was the opt-in for what -workdir does now; accepted
 	// so that scripts keep working.
 	fs.Bool("workdir-owner", true, "accepted for compatibility: as root -workdir is always id-mapped to its owner (unless root owns it)")
@@ -82,7 +84,7 @@ func cmdRun(args []string) int {
 	}
 
 	req := launcher.Request{
-		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: true, Pids: *pids,
+		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: true, WorkdirLive: *workdirLive, Pids: *pids,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	var bad []error
@@ -157,6 +159,17 @@ func cmdRun(args []string) int {
 	}
 	if res.ViolationSummary != "" {
 		fmt.Fprintln(os.Stderr, res.ViolationSummary)
+	}
+	if wb := res.WriteBack; wb != nil {
+		for _, p := range wb.Skipped {
+			fmt.Fprintf(os.Stderr, "str run: warning: %s/%s: not copied back (not a file, directory or symlink)\n", wb.Dir, p)
+		}
+		if wb.Error != nil {
+			// The tool's changes did not all reach DIR: whatever the tool's
+			// own status, the run failed on str's side.
+			fmt.Fprintln(os.Stderr, "str run:", wb.Error.Error())
+			return exitLauncher
+		}
 	}
 	switch {
 	case res.SetupError != nil:

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // strBin is the str binary under test: $STR_BIN, or built once by TestMain.
@@ -77,6 +79,7 @@ type result struct {
 		Path   string `json:"path"`
 		Error  string `json:"error"`
 	} `json:"setup_error"`
+	WriteBack *launcher.WriteBack `json:"write_back"`
 }
 
 type run struct {
