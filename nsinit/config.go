@@ -63,6 +63,7 @@ const (
 	MountSymlink MountKind = "symlink" // symlink Target -> Source (e.g. /lib -> usr/lib)
 	MountFile    MountKind = "file"    // regular file with Contents (e.g. generated /etc/passwd)
 	MountDir     MountKind = "dir"     // empty directory
+	MountChmod   MountKind = "chmod"   // set Target's mode to Mode (it must exist; no symlink on the way)
 )
 
 // Mount is one filesystem step. Target is always absolute and is relative
@@ -74,7 +75,11 @@ type Mount struct {
 	ReadOnly bool      `json:"read_only,omitempty"`
 	Data     string    `json:"data,omitempty"`
 	Contents string    `json:"contents,omitempty"`
-	Mode     uint32    `json:"mode,omitempty"`
+	// Mode is a file's, a new directory's or a chmod's mode, exactly (the
+	// umask does not apply); a directory's missing parents get 0700 and
+	// r-x for the group and others who have any bit of it (see mkdirAll).
+	// A MountFile that is ReadOnly is bound read-only onto itself.
+	Mode uint32 `json:"mode,omitempty"`
 	// Optional entries whose Source is missing on the host are skipped.
 	Optional bool `json:"optional,omitempty"`
 	// NoFollow: Source's last component must not be a symlink (the work

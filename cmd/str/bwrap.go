@@ -66,6 +66,12 @@ func cmdBwrap(name string, args []string) int {
 		diag(errPrefix, format, a...)
 		return exitBwrapFailed
 	}
+	// The usage names the program as it was called, as bubblewrap's does
+	// (argv[0]); diagnostics start with the plain name.
+	usageName := name
+	if name == "bwrap" {
+		usageName = os.Args[0]
+	}
 	planOnly, profile, args, err := strBwrapOptions(args)
 	if err != nil {
 		return fail("%v", err)
@@ -74,7 +80,7 @@ func cmdBwrap(name string, args []string) int {
 	cmd, err := bwrap.Parse(args, readAllFD)
 	if err != nil {
 		if errors.Is(err, bwrap.ErrNoCommand) {
-			fmt.Fprintf(os.Stderr, bwrapUsage, name, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
+			fmt.Fprintf(os.Stderr, bwrapUsage, usageName, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
 			return exitBwrapFailed
 		}
 		return fail("%v", err)
@@ -86,7 +92,7 @@ func cmdBwrap(name string, args []string) int {
 	}
 	switch {
 	case cmd.Help:
-		fmt.Printf(bwrapUsage, name, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
+		fmt.Printf(bwrapUsage, usageName, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
 		return 0
 	case cmd.Version:
 		info, _ := debug.ReadBuildInfo()
@@ -225,7 +231,9 @@ func cmdBwrap(name string, args []string) int {
 	case res.OOMKilled:
 		diag(errPrefix, "the memory limit was hit; the OOM killer ended the command")
 	}
-	if status != nil {
+	// The exit code is reported only for a command that ran: a setup or
+	// exec failure has none (bubblewrap's rule).
+	if status != nil && res.SetupError == nil {
 		fmt.Fprintf(status, "{ \"exit-code\": %d }\n", code)
 	}
 	return code
