@@ -51,6 +51,10 @@ type Sandbox struct {
 	// DieWithParent: str itself ends (and its sandbox with it) when its
 	// parent does.
 	DieWithParent bool
+	// LockFiles are the host files behind --lock-file's paths: str holds
+	// a read lock (F_SETLK, F_RDLCK) on each for the sandbox's life, as
+	// bubblewrap's pid 1 does inside; the file is the same inode.
+	LockFiles []string
 }
 
 // Unsupported is an option str cannot honour exactly (yet): it is an
@@ -68,7 +72,6 @@ var refused = map[string]string{
 	"--userns":          "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
 	"--userns2":         "str always makes the sandbox's own user namespace; switching to a given one is not supported",
 	"--pidns":           "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",
-	"--lock-file":       "taking a lock inside the sandbox is not implemented yet",
 	"--dev-bind":        "str mounts every bind nodev (device access comes only from --dev's nodes)",
 	"--dev-bind-try":    "str mounts every bind nodev (device access comes only from --dev's nodes)",
 	"--bind-fd":         "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
@@ -105,7 +108,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts := false
-	var uidSet, gidSet, hostnameSet bool
+	var uidSet, gidSet, hostnameSet, asPid1 bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
@@ -142,6 +145,8 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			sb.SyncFDs = append(sb.SyncFDs, op.FD())
 		case "--die-with-parent":
 			sb.DieWithParent = true
+		case "--as-pid-1":
+			asPid1 = true
 		case "--disable-userns", "--assert-userns-disabled":
 			sb.UsernsDisabled = true
 		}
@@ -160,6 +165,22 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	mounts, err := translateMounts(c.Ops, h, sb.UID, sb.GID)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	for _, op := range c.Ops {
+		if op.Option != "--lock-file" {
+			continue
+		}
+		if asPid1 {
+			errs = append(errs, &UsageError{Option: "--lock-file", Msg: "Specifying --as-pid-1 and --lock-file is not permitted"})
+			break
+		}
+		p := insidePath(op.Args[0])
+		host, ok := hostFileOf(mounts, p)
+		if !ok {
+			errs = append(errs, &Unsupported{Option: "--lock-file", Why: fmt.Sprintf("%s is not under a bind: str holds the lock from outside the sandbox, on the host file a bind shows", p)})
+			continue
+		}
+		sb.LockFiles = append(sb.LockFiles, host)
 	}
 	// str's promise holds under a bubblewrap line too: service-account
 	// tokens and similar secrets are never visible, whatever is bound
@@ -490,6 +511,22 @@ func boundDir(ms []nsinit.Mount, path string, h Host) bool {
 		}
 	}
 	return true
+}
+
+// hostFileOf returns the host path behind path inside, when the last
+// mount over it is a bind.
+func hostFileOf(ms []nsinit.Mount, path string) (string, bool) {
+	host := ""
+	for _, m := range ms {
+		if !under(path, m.Target) || m.Kind == nsinit.MountChmod {
+			continue
+		}
+		host = ""
+		if m.Kind == nsinit.MountBind {
+			host = filepath.Join(m.Source, strings.TrimPrefix(path, m.Target))
+		}
+	}
+	return host, host != ""
 }
 
 // rootOwned reports whether fi's owner is root, uid or gid (false when

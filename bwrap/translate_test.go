@@ -60,8 +60,8 @@ func TestTranslateRefusals(t *testing.T) {
 			t.Errorf("%s: %v", o.Name, err)
 		}
 	}
-	_, err := translate(t, h, "--mqueue", "/mq", "--lock-file", "/x", "true")
-	if err == nil || !strings.Contains(err.Error(), "--mqueue") || !strings.Contains(err.Error(), "--lock-file") {
+	_, err := translate(t, h, "--mqueue", "/mq", "--cap-add", "ALL", "true")
+	if err == nil || !strings.Contains(err.Error(), "--mqueue") || !strings.Contains(err.Error(), "--cap-add") {
 		t.Errorf("two refusals: %v", err)
 	}
 }
@@ -347,5 +347,26 @@ func TestTranslateLinksAndLaterRootBind(t *testing.T) {
 	}
 	if !slices.Equal(sb.Mounts, want) {
 		t.Errorf("after a later bind over /: mounts\n got %+v\nwant %+v", sb.Mounts, want)
+	}
+}
+
+// --lock-file names a path inside: str locks the host file a bind shows
+// there, and refuses a path no bind shows (and --as-pid-1 with it, as
+// bubblewrap does).
+func TestTranslateLockFile(t *testing.T) {
+	h := testHost(t, 1000)
+	src := t.TempDir()
+	sb, err := translate(t, h, "--bind", src, "/b", "--lock-file", "/b/lock", "sh")
+	if err != nil || !slices.Equal(sb.LockFiles, []string{filepath.Join(src, "lock")}) {
+		t.Fatalf("lock files %v, %v; want [%s/lock]", sb, err, src)
+	}
+	_, err = translate(t, h, "--bind", src, "/b", "--tmpfs", "/b/t", "--lock-file", "/b/t/lock", "sh")
+	var u *Unsupported
+	if !errors.As(err, &u) || u.Option != "--lock-file" || !strings.Contains(u.Why, "/b/t/lock is not under a bind") {
+		t.Fatalf("lock on a tmpfs: %v", err)
+	}
+	_, err = translate(t, h, "--unshare-pid", "--as-pid-1", "--bind", src, "/b", "--lock-file", "/b/lock", "sh")
+	if err == nil || !strings.Contains(err.Error(), "Specifying --as-pid-1 and --lock-file is not permitted") {
+		t.Fatalf("--as-pid-1 with --lock-file: %v", err)
 	}
 }

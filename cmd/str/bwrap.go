@@ -178,6 +178,20 @@ func cmdBwrap(name string, args []string) int {
 	}
 	defer runtime.KeepAlive(syncFiles)
 
+	// --lock-file: a read lock on each host file for the sandbox's life,
+	// held by this process (bubblewrap's pid 1 holds it inside).
+	for _, path := range sb.LockFiles {
+		f, err := os.OpenFile(path, os.O_RDONLY, 0)
+		if err != nil {
+			return fail("--lock-file: Unable to open lock file %s: %v", path, err)
+		}
+		defer f.Close()
+		lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: 0}
+		if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk); err != nil {
+			return fail("--lock-file: Unable to lock file %s: %v", path, err)
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
 	s, err := l.CreateFromPlan(ctx, pl, req)
