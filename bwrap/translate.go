@@ -76,7 +76,6 @@ var refused = map[string]string{
 	"--dev-bind-try":    "str mounts every bind nodev (device access comes only from --dev's nodes)",
 	"--bind-fd":         "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
 	"--ro-bind-fd":      "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
-	"--remount-ro":      "str's init has no remount step yet; use --ro-bind",
 	"--overlay-src":     "overlay mounts are not implemented yet",
 	"--overlay":         "overlay mounts are not implemented yet",
 	"--tmp-overlay":     "overlay mounts are not implemented yet",
@@ -328,6 +327,8 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 			dst := dest(op.Args[1])
 			ms = append(ms, nsinit.Mount{Kind: nsinit.MountSymlink, Source: op.Args[0], Target: dst})
 			links[dst] = op.Args[0]
+		case "--remount-ro":
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountRemountRO, Target: dest(op.Args[0])})
 		case "--chmod":
 			ms = append(ms, nsinit.Mount{Kind: nsinit.MountChmod, Target: dest(op.Args[1]), Mode: uint32(op.Numbers[0])})
 		case "--file", "--bind-data", "--ro-bind-data":
@@ -425,7 +426,7 @@ func coveredLater(ops []Op, dst, cwd string) bool {
 func visibleDir(ms []nsinit.Mount, path string, h Host) bool {
 	ok := false
 	for _, m := range ms {
-		if !under(path, m.Target) || m.Kind == nsinit.MountChmod {
+		if !under(path, m.Target) || m.Kind == nsinit.MountChmod || m.Kind == nsinit.MountRemountRO {
 			continue
 		}
 		switch m.Kind {
@@ -494,7 +495,7 @@ var SecretDirs = []string{"/var/run/secrets", "/run/secrets"}
 func boundDir(ms []nsinit.Mount, path string, h Host) bool {
 	var src, top string // the host path behind path, under the last mount over it
 	for _, m := range ms {
-		if under(path, m.Target) && m.Kind != nsinit.MountChmod {
+		if under(path, m.Target) && m.Kind != nsinit.MountChmod && m.Kind != nsinit.MountRemountRO {
 			src, top = "", ""
 			if m.Kind == nsinit.MountBind {
 				src, top = filepath.Join(m.Source, strings.TrimPrefix(path, m.Target)), m.Source
@@ -518,7 +519,7 @@ func boundDir(ms []nsinit.Mount, path string, h Host) bool {
 func hostFileOf(ms []nsinit.Mount, path string) (string, bool) {
 	host := ""
 	for _, m := range ms {
-		if !under(path, m.Target) || m.Kind == nsinit.MountChmod {
+		if !under(path, m.Target) || m.Kind == nsinit.MountChmod || m.Kind == nsinit.MountRemountRO {
 			continue
 		}
 		host = ""

@@ -64,6 +64,9 @@ const (
 	MountFile    MountKind = "file"    // regular file with Contents (e.g. generated /etc/passwd)
 	MountDir     MountKind = "dir"     // empty directory
 	MountChmod   MountKind = "chmod"   // set Target's mode to Mode (it must exist; no symlink on the way)
+	// MountRemountRO makes the mount Target is on read-only (that mount
+	// only, not those below it; Target must exist, no symlink on the way).
+	MountRemountRO MountKind = "remount-ro"
 )
 
 // Mount is one filesystem step. Target is always absolute and is relative

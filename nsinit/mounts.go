@@ -187,6 +187,20 @@ func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
 		}
 		return nil
 
+	case MountRemountRO:
+		fd, err := openNoFollow(root, m.Target)
+		if err != nil {
+			return stepErr(step, "open", m.Target, "O_PATH|O_NOFOLLOW", err)
+		}
+		defer unix.Close(fd)
+		// The mount the path is on, by its descriptor; nosuid and nodev
+		// stay (they are set with it: mount_setattr only adds).
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return stepErr(step, "remount read-only", m.Target, "mount_setattr MOUNT_ATTR_RDONLY", err)
+		}
+		return nil
+
 	case MountChmod:
 		fd, err := openNoFollow(root, m.Target)
 		if err != nil {
