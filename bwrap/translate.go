@@ -82,7 +82,6 @@ var refused = map[string]string{
 	"--ro-overlay":      "overlay mounts are not implemented yet",
 	"--exec-label":      "str does not set SELinux labels",
 	"--file-label":      "str does not set SELinux labels",
-	"--mqueue":          "str's init has no mqueue mount yet",
 	"--seccomp":         "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
 	"--add-seccomp-fd":  "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
 	"--block-fd":        "blocking the sandbox's start on a descriptor is not implemented yet",
@@ -306,6 +305,8 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 			}
 			data += owner
 			ms = append(ms, nsinit.Mount{Kind: nsinit.MountTmpfs, Target: dest(op.Args[0]), Data: data})
+		case "--mqueue":
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountMqueue, Target: dest(op.Args[0])})
 		case "--proc":
 			ms = append(ms, nsinit.Mount{Kind: nsinit.MountProc, Target: dest(op.Args[0])})
 		case "--dev":

@@ -60,8 +60,8 @@ func TestTranslateRefusals(t *testing.T) {
 			t.Errorf("%s: %v", o.Name, err)
 		}
 	}
-	_, err := translate(t, h, "--mqueue", "/mq", "--cap-add", "ALL", "true")
-	if err == nil || !strings.Contains(err.Error(), "--mqueue") || !strings.Contains(err.Error(), "--cap-add") {
+	_, err := translate(t, h, "--dev-bind", "/dev", "/dev", "--cap-add", "ALL", "true")
+	if err == nil || !strings.Contains(err.Error(), "--dev-bind") || !strings.Contains(err.Error(), "--cap-add") {
 		t.Errorf("two refusals: %v", err)
 	}
 }

@@ -58,6 +58,7 @@ const (
 	MountTmpfs   MountKind = "tmpfs"   // tmpfs at Target with Data (size=,mode=)
 	MountBind    MountKind = "bind"    // recursive bind of host Source to Target
 	MountProc    MountKind = "proc"    // fresh procfs for the new pid namespace
+	MountMqueue  MountKind = "mqueue"  // the sandbox's own ipc namespace's POSIX message queues
 	MountDevNode MountKind = "devnode" // bind of one host device node (/dev/null, ...)
 	MountDevpts  MountKind = "devpts"  // private devpts instance + /dev/ptmx symlink
 	MountSymlink MountKind = "symlink" // symlink Target -> Source (e.g. /lib -> usr/lib)

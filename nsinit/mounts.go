@@ -285,6 +285,19 @@ func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
 		}
 		return nil
 
+	case MountMqueue:
+		target, err := mountpoint(root, m.Target, true)
+		if err != nil {
+			return stepErr(step, "create mount point", m.Target, "", err)
+		}
+		defer unix.Close(target)
+		// The queues of the sandbox's own ipc namespace (made at clone),
+		// never the host's.
+		if err := unix.Mount("mqueue", fdPath(target), "mqueue", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return stepErr(step, "mount mqueue", m.Target, "MS_NOSUID|MS_NODEV|MS_NOEXEC", err)
+		}
+		return nil
+
 	case MountProc:
 		target, err := mountpoint(root, m.Target, true)
 		if err != nil {

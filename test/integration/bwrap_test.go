@@ -283,7 +283,7 @@ func TestBwrapRefusals(t *testing.T) {
 		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
 		{[]string{"--bind-fd", "3", "/usr", "true"}, "--bind-fd: not supported by str bwrap: binding an open descriptor"},
 		{[]string{"--dev-bind", "/dev", "/dev", "true"}, "--dev-bind: not supported by str bwrap: str mounts every bind nodev"},
-		{[]string{"--level-prefix", "--mqueue", "/mq", "true"}, "<3>str bwrap: --mqueue: not supported by str bwrap"},
+		{[]string{"--level-prefix", "--cap-add", "ALL", "true"}, "<3>str bwrap: --cap-add: not supported by str bwrap"},
 	} {
 		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
 		out, _ := cmd.CombinedOutput()
@@ -457,7 +457,7 @@ func TestBwrapRootless(t *testing.T) {
 }
 
 // The filesystem options the init gained for str bwrap (--remount-ro,
-// --chmod, --perms on --dir, --file, --bind-data, --ro-bind-data, a
+// --mqueue, --chmod, --perms on --dir, --file, --bind-data, --ro-bind-data, a
 // destination through the line's own symlink) give the tool what the
 // machine's bubblewrap gives it on the same line: the same modes, the
 // same read-only mounts, the same data.
@@ -478,7 +478,7 @@ func TestBwrapFilesystemOptionsSideBySide(t *testing.T) {
 	if err := os.Chown(src, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	script := `cd /tmp; stat -c '%a %n' s c p p/d f b r; ls link/
+	script := `cd /tmp; stat -c '%a %n' s c p p/d f b r; ls link/; stat -f -c %T mq
 touch m/x 2>/dev/null && echo m writable || echo m read-only
 touch m/sub/x && echo m/sub writable || echo m/sub read-only
 (echo more >> r) 2>/dev/null && echo r writable || echo r read-only
@@ -491,7 +491,7 @@ cat f b r`
 		"--perms", "01777", "--dir", "/tmp/s", "--dir", "/tmp/c", "--chmod", "0700", "/tmp/c",
 		"--perms", "0640", "--dir", "/tmp/p/d",
 		"--dir", "/tmp/real", "--symlink", "real", "/tmp/link", "--dir", "/tmp/link/inside",
-		"--file", "3", "/tmp/f", "--perms", "0640", "--bind-data", "4", "/tmp/b", "--ro-bind-data", "5", "/tmp/r",
+		"--mqueue", "/tmp/mq", "--file", "3", "/tmp/f", "--perms", "0640", "--bind-data", "4", "/tmp/b", "--ro-bind-data", "5", "/tmp/r",
 		"sh", "-c", script}
 	run := func(prog string, args ...string) string {
 		var files []*os.File
@@ -521,7 +521,7 @@ cat f b r`
 	if got != want {
 		t.Fatalf("str bwrap shows\n%s\nbubblewrap shows\n%s", got, want)
 	}
-	for _, s := range []string{"1777 s", "700 c", "750 p", "640 p/d", "666 f", "640 b", "600 r", "inside", "m read-only", "m/sub writable", "r read-only", "file\nbind-data\nro-bind-data\n"} {
+	for _, s := range []string{"1777 s", "700 c", "750 p", "640 p/d", "666 f", "640 b", "600 r", "inside", "m read-only", "m/sub writable", "r read-only", "mqueue", "file\nbind-data\nro-bind-data\n"} {
 		if !strings.Contains(got, s) {
 			t.Errorf("both show\n%s\nwithout %q", got, s)
 		}
