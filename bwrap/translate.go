@@ -32,6 +32,7 @@ type Host struct {
 type Sandbox struct {
 	Mounts   []nsinit.Mount // the filesystem, in the command line's order
 	Argv     []string
+	Argv0    string   // --argv0: the command's argv[0] ("" : its path)
 	Env      []string // the tool's whole environment
 	Workdir  string   // the tool's working directory inside
 	UID, GID uint32   // seen inside
@@ -68,7 +69,6 @@ func (e *Unsupported) Error() string { return e.Option + ": not supported by str
 
 // refused lists every option str refuses, with the reason.
 var refused = map[string]string{
-	"--argv0":           "str's init executes argv[0] itself; a different argv[0] from the program's path is not implemented yet",
 	"--userns":          "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
 	"--userns2":         "str always makes the sandbox's own user namespace; switching to a given one is not supported",
 	"--pidns":           "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",
@@ -141,6 +141,8 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			sb.JSONStatusFD = op.FD()
 		case "--sync-fd":
 			sb.SyncFDs = append(sb.SyncFDs, op.FD())
+		case "--argv0":
+			sb.Argv0 = op.Args[0]
 		case "--die-with-parent":
 			sb.DieWithParent = true
 		case "--as-pid-1":

@@ -27,7 +27,10 @@ type Config struct {
 	// where setgroups(2) is denied by the kernel (/proc/PID/setgroups).
 	SetGroups bool `json:"set_groups"`
 
-	Argv    []string `json:"argv"`
+	Argv []string `json:"argv"`
+	// Argv0, when set, is the tool's argv[0] (bubblewrap's --argv0); the
+	// program executed is still Argv[0] resolved in PATH.
+	Argv0   string   `json:"argv0,omitempty"`
 	Env     []string `json:"env"`
 	Workdir string   `json:"workdir"` // path inside the sandbox
 

@@ -207,3 +207,18 @@ func TestStepMountsModes(t *testing.T) {
 		t.Fatalf("chmod of a missing path: %v, want ENOENT", err)
 	}
 }
+
+// Step 11 builds argv with the plan's Argv0 in place of the resolved
+// path when one is set (bubblewrap's --argv0), and executes the path.
+func TestStepResolveToolArgv0(t *testing.T) {
+	for _, tc := range []struct{ argv0, want string }{{"", "/bin/true"}, {"my-name", "my-name"}} {
+		ex, err := prepareExec(&Config{Argv: []string{"true", "a"}, Argv0: tc.argv0}, "/bin/true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := unix.BytePtrToString(ex.argv[0])
+		if got != tc.want || unix.BytePtrToString(ex.path) != "/bin/true" || unix.BytePtrToString(ex.argv[1]) != "a" {
+			t.Fatalf("argv0 %q: argv[0] %q path %q, want %q and /bin/true", tc.argv0, got, unix.BytePtrToString(ex.path), tc.want)
+		}
+	}
+}

@@ -146,6 +146,7 @@ func cmdBwrap(name string, args []string) int {
 	}
 	pl.Child.Env = env
 	pl.Child.Workdir = sb.Workdir
+	pl.Child.Argv0 = sb.Argv0
 	if sb.Hostname != "" {
 		pl.Child.Hostname = sb.Hostname
 	}

@@ -527,3 +527,14 @@ cat f b r`
 		}
 	}
 }
+
+// --argv0 is the command's argv[0]; the program run is still the one
+// named (bubblewrap 0.9's option: Debian 12's 0.8 has none to compare).
+func TestBwrapArgv0(t *testing.T) {
+	needRoot(t)
+	out, err := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--argv0", "my-name", "sh", "-c", `echo "$0"`).CombinedOutput()
+	if err != nil || string(out) != "my-name\n" {
+		t.Fatalf("str bwrap --argv0 my-name sh -c 'echo $0': %v, %q; want my-name", err, out)
+	}
+}
