@@ -74,8 +74,6 @@ var refused = map[string]string{
 	"--pidns":           "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",
 	"--dev-bind":        "str mounts every bind nodev (device access comes only from --dev's nodes)",
 	"--dev-bind-try":    "str mounts every bind nodev (device access comes only from --dev's nodes)",
-	"--bind-fd":         "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
-	"--ro-bind-fd":      "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
 	"--overlay-src":     "overlay mounts are not implemented yet",
 	"--overlay":         "overlay mounts are not implemented yet",
 	"--tmp-overlay":     "overlay mounts are not implemented yet",
@@ -231,8 +229,15 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 	dest := func(p string) string { return resolveLinks(insidePath(p), links) }
 	for i, op := range ops {
 		switch op.Option {
-		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try":
+		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd":
 			src, dst := hostPath(op.Args[0], h.Cwd), dest(op.Args[1])
+			if strings.HasSuffix(op.Option, "-fd") {
+				// The descriptor's own file, as bubblewrap names it: the
+				// magic link opens what the descriptor holds, whatever
+				// is at its path now (the launcher's clone opens it in
+				// this process, the only one that holds the descriptor).
+				src = fmt.Sprintf("/proc/self/fd/%d", op.FD())
+			}
 			ro := strings.HasPrefix(op.Option, "--ro-")
 			try := strings.HasSuffix(op.Option, "-try")
 			fi, err := h.Stat(src)

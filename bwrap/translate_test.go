@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -368,5 +369,25 @@ func TestTranslateLockFile(t *testing.T) {
 	_, err = translate(t, h, "--unshare-pid", "--as-pid-1", "--bind", src, "/b", "--lock-file", "/b/lock", "sh")
 	if err == nil || !strings.Contains(err.Error(), "Specifying --as-pid-1 and --lock-file is not permitted") {
 		t.Fatalf("--as-pid-1 with --lock-file: %v", err)
+	}
+}
+
+// --bind-fd and --ro-bind-fd bind what the descriptor holds, named as
+// bubblewrap names it (/proc/self/fd/N, opened by the launcher in the
+// process holding the descriptor).
+func TestTranslateBindFD(t *testing.T) {
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	fd := strconv.Itoa(int(dir.Fd()))
+	sb, err := translate(t, testHost(t, 1000), "--ro-bind-fd", fd, "/d", "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []nsinit.Mount{{Kind: nsinit.MountBind, Source: "/proc/self/fd/" + fd, Target: "/d", ReadOnly: true}}
+	if !slices.Equal(sb.Mounts, want) {
+		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
 	}
 }

@@ -331,7 +331,9 @@ func mountpoint(root int, target string, dir bool) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	// 0444: a file mount point is never written through (the bind hides
+	// it); one left on a bound host directory says so.
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
 	if err != nil {
 		return -1, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/securetoolruntime/str/bwrap"
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
@@ -133,6 +134,22 @@ func cmdBwrap(name string, args []string) int {
 	if sb.UsernsDisabled {
 		if err := checkUsernsDenied(pl.Child.SeccompPolicy); err != nil {
 			return fail("--disable-userns: %v", err)
+		}
+	}
+	if pl.Rootless {
+		// --bind-fd: rootless, the init clones the source itself, in a
+		// process that does not hold the caller's descriptor: it gets the
+		// path the descriptor names now (root mode, the launcher clones
+		// it here, through the descriptor itself).
+		for i, m := range sb.Mounts {
+			if rest, ok := strings.CutPrefix(m.Source, "/proc/self/fd/"); ok && m.Kind == nsinit.MountBind {
+				fd, _, _ := strings.Cut(rest, "/")
+				p, err := os.Readlink("/proc/self/fd/" + fd)
+				if err != nil {
+					return fail("--bind-fd %s: %v", fd, err)
+				}
+				sb.Mounts[i].Source = filepath.Join(p, strings.TrimPrefix(rest, fd))
+			}
 		}
 	}
 	if err := pl.SetMounts(sb.Mounts); err != nil {

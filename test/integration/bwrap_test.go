@@ -281,7 +281,7 @@ func TestBwrapRefusals(t *testing.T) {
 	}{
 		{[]string{"--frobnicate", "true"}, "Unknown option --frobnicate"},
 		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
-		{[]string{"--bind-fd", "3", "/usr", "true"}, "--bind-fd: not supported by str bwrap: binding an open descriptor"},
+		{[]string{"--overlay-src", "/usr", "--tmp-overlay", "/o", "true"}, "--overlay-src: not supported by str bwrap: overlay mounts are not implemented yet"},
 		{[]string{"--dev-bind", "/dev", "/dev", "true"}, "--dev-bind: not supported by str bwrap: str mounts every bind nodev"},
 		{[]string{"--level-prefix", "--cap-add", "ALL", "true"}, "<3>str bwrap: --cap-add: not supported by str bwrap"},
 	} {
