@@ -32,6 +32,7 @@ type Host struct {
 type Sandbox struct {
 	Mounts   []nsinit.Mount // the filesystem, in the command line's order
 	Argv     []string
+	Argv0    string   // --argv0: the command's argv[0] ("" : its path)
 	Env      []string // the tool's whole environment
 	Workdir  string   // the tool's working directory inside
 	UID, GID uint32   // seen inside
@@ -51,6 +52,10 @@ type Sandbox struct {
 	// DieWithParent: str itself ends (and its sandbox with it) when its
 	// parent does.
 	DieWithParent bool
+	// LockFiles are the host files behind --lock-file's paths: str holds
+	// a read lock (F_SETLK, F_RDLCK) on each for the sandbox's life, as
+	// bubblewrap's pid 1 does inside; the file is the same inode.
+	LockFiles []string
 }
 
 // Unsupported is an option str cannot honour exactly (yet): it is an
@@ -64,26 +69,17 @@ func (e *Unsupported) Error() string { return e.Option + ": not supported by str
 
 // refused lists every option str refuses, with the reason.
 var refused = map[string]string{
-	"--argv0":           "str's init executes argv[0] itself; a different argv[0] from the program's path is not implemented yet",
 	"--userns":          "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
 	"--userns2":         "str always makes the sandbox's own user namespace; switching to a given one is not supported",
 	"--pidns":           "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",
-	"--lock-file":       "taking a lock inside the sandbox is not implemented yet",
 	"--dev-bind":        "str mounts every bind nodev (device access comes only from --dev's nodes)",
 	"--dev-bind-try":    "str mounts every bind nodev (device access comes only from --dev's nodes)",
-	"--bind-fd":         "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
-	"--ro-bind-fd":      "binding an open descriptor is not implemented yet (str clones bind sources by path through its launcher)",
-	"--remount-ro":      "str's init has no remount step yet; use --ro-bind",
 	"--overlay-src":     "overlay mounts are not implemented yet",
 	"--overlay":         "overlay mounts are not implemented yet",
 	"--tmp-overlay":     "overlay mounts are not implemented yet",
 	"--ro-overlay":      "overlay mounts are not implemented yet",
 	"--exec-label":      "str does not set SELinux labels",
 	"--file-label":      "str does not set SELinux labels",
-	"--mqueue":          "str's init has no mqueue mount yet",
-	"--bind-data":       "a bind of descriptor data is not implemented yet (use --file where the directory is writable)",
-	"--ro-bind-data":    "a read-only bind of descriptor data is not implemented yet",
-	"--chmod":           "str's init has no chmod step yet",
 	"--seccomp":         "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
 	"--add-seccomp-fd":  "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
 	"--block-fd":        "blocking the sandbox's start on a descriptor is not implemented yet",
@@ -108,7 +104,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts := false
-	var uidSet, gidSet, hostnameSet bool
+	var uidSet, gidSet, hostnameSet, asPid1 bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
@@ -143,8 +139,12 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			sb.JSONStatusFD = op.FD()
 		case "--sync-fd":
 			sb.SyncFDs = append(sb.SyncFDs, op.FD())
+		case "--argv0":
+			sb.Argv0 = op.Args[0]
 		case "--die-with-parent":
 			sb.DieWithParent = true
+		case "--as-pid-1":
+			asPid1 = true
 		case "--disable-userns", "--assert-userns-disabled":
 			sb.UsernsDisabled = true
 		}
@@ -163,6 +163,22 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	mounts, err := translateMounts(c.Ops, h, sb.UID, sb.GID)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	for _, op := range c.Ops {
+		if op.Option != "--lock-file" {
+			continue
+		}
+		if asPid1 {
+			errs = append(errs, &UsageError{Option: "--lock-file", Msg: "Specifying --as-pid-1 and --lock-file is not permitted"})
+			break
+		}
+		p := insidePath(op.Args[0])
+		host, ok := hostFileOf(mounts, p)
+		if !ok {
+			errs = append(errs, &Unsupported{Option: "--lock-file", Why: fmt.Sprintf("%s is not under a bind: str holds the lock from outside the sandbox, on the host file a bind shows", p)})
+			continue
+		}
+		sb.LockFiles = append(sb.LockFiles, host)
 	}
 	// str's promise holds under a bubblewrap line too: service-account
 	// tokens and similar secrets are never visible, whatever is bound
@@ -206,12 +222,22 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 	owner := fmt.Sprintf(",uid=%d,gid=%d", uid, gid)
 	var ms []nsinit.Mount
 	var errs []error
-	fsOps := 0
+	// links are the symlinks the line makes (and a bind over / recreates):
+	// a later destination through one of them is where bubblewrap's mount
+	// lands, which follows it inside the new root; the init follows none.
+	links := map[string]string{}
+	dest := func(p string) string { return resolveLinks(insidePath(p), links) }
 	for i, op := range ops {
 		switch op.Option {
-		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try":
-			fsOps++
-			src, dst := hostPath(op.Args[0], h.Cwd), insidePath(op.Args[1])
+		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd":
+			src, dst := hostPath(op.Args[0], h.Cwd), dest(op.Args[1])
+			if strings.HasSuffix(op.Option, "-fd") {
+				// The descriptor's own file, as bubblewrap names it: the
+				// magic link opens what the descriptor holds, whatever
+				// is at its path now (the launcher's clone opens it in
+				// this process, the only one that holds the descriptor).
+				src = fmt.Sprintf("/proc/self/fd/%d", op.FD())
+			}
 			ro := strings.HasPrefix(op.Option, "--ro-")
 			try := strings.HasSuffix(op.Option, "-try")
 			fi, err := h.Stat(src)
@@ -219,7 +245,12 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				if try && errors.Is(err, fs.ErrNotExist) {
 					continue
 				}
-				errs = append(errs, fmt.Errorf("%s %s: Can't find source path %s: %w", op.Option, op.Args[0], src, err))
+				cause := err
+				var pe *fs.PathError
+				if errors.As(err, &pe) {
+					cause = pe.Err
+				}
+				errs = append(errs, fmt.Errorf("Can't find source path %s: %w (%s %s)", op.Args[0], cause, op.Option, op.Args[0]))
 				continue
 			}
 			if dst != "/" {
@@ -237,11 +268,9 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 			// (read-only once set up), so it gets each top-level entry of
 			// the source instead: directories and files bound, symlinks
 			// recreated. Entries a later op mounts over exactly are left
-			// out (they would be hidden).
-			if fsOps != 1 {
-				errs = append(errs, &Unsupported{Option: op.Option, Why: "a bind over / is supported only as the first filesystem operation"})
-				continue
-			}
+			// out (they would be hidden). Whatever the line mounted or made
+			// before is hidden under bubblewrap's bind: it is dropped.
+			ms, links = nil, map[string]string{}
 			if !fi.IsDir() {
 				errs = append(errs, fmt.Errorf("%s %s /: the source of a bind over / must be a directory", op.Option, op.Args[0]))
 				continue
@@ -264,6 +293,7 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 						continue
 					}
 					ms = append(ms, nsinit.Mount{Kind: nsinit.MountSymlink, Source: link, Target: dst})
+					links[dst] = link
 					continue
 				}
 				if !e.IsDir() && !e.Type().IsRegular() {
@@ -272,7 +302,6 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: path, Target: dst, ReadOnly: ro})
 			}
 		case "--tmpfs":
-			fsOps++
 			perms := 0o755
 			if op.Perms >= 0 {
 				perms = op.Perms
@@ -282,35 +311,57 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				data += fmt.Sprintf(",size=%d", op.Size)
 			}
 			data += owner
-			ms = append(ms, nsinit.Mount{Kind: nsinit.MountTmpfs, Target: insidePath(op.Args[0]), Data: data})
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountTmpfs, Target: dest(op.Args[0]), Data: data})
+		case "--mqueue":
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountMqueue, Target: dest(op.Args[0])})
 		case "--proc":
-			fsOps++
-			ms = append(ms, nsinit.Mount{Kind: nsinit.MountProc, Target: insidePath(op.Args[0])})
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountProc, Target: dest(op.Args[0])})
 		case "--dev":
-			fsOps++
-			ms = append(ms, devMounts(insidePath(op.Args[0]), owner)...)
+			ms = append(ms, devMounts(dest(op.Args[0]), owner)...)
 		case "--dir":
-			fsOps++
-			perms := uint32(0o755)
-			if op.Perms >= 0 {
-				perms = uint32(op.Perms)
+			dst := dest(op.Args[0])
+			switch {
+			case op.Perms < 0:
+				ms = append(ms, nsinit.Mount{Kind: nsinit.MountDir, Target: dst, Mode: 0o755})
+			case op.Perms == 0:
+				// Mode 0 is the init's default (0755): made 0700 (its
+				// parents' mode, as bubblewrap's), then chmod 0.
+				ms = append(ms, nsinit.Mount{Kind: nsinit.MountDir, Target: dst, Mode: 0o700},
+					nsinit.Mount{Kind: nsinit.MountChmod, Target: dst, Mode: 0})
+			default:
+				ms = append(ms, nsinit.Mount{Kind: nsinit.MountDir, Target: dst, Mode: uint32(op.Perms)})
 			}
-			ms = append(ms, nsinit.Mount{Kind: nsinit.MountDir, Target: insidePath(op.Args[0]), Mode: perms})
 		case "--symlink":
-			fsOps++
-			ms = append(ms, nsinit.Mount{Kind: nsinit.MountSymlink, Source: op.Args[0], Target: insidePath(op.Args[1])})
-		case "--file":
-			fsOps++
+			dst := dest(op.Args[1])
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountSymlink, Source: op.Args[0], Target: dst})
+			links[dst] = op.Args[0]
+		case "--remount-ro":
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountRemountRO, Target: dest(op.Args[0])})
+		case "--chmod":
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountChmod, Target: dest(op.Args[1]), Mode: uint32(op.Numbers[0])})
+		case "--file", "--bind-data", "--ro-bind-data":
+			// --file: a file in the sandbox's filesystem, 0666 by
+			// default; --bind-data and --ro-bind-data: bubblewrap binds a
+			// deleted temporary file, 0600 by default, here the init's
+			// file (read-only bound onto itself for --ro-bind-data). The
+			// init sets the mode exactly (no umask).
 			data, err := h.ReadFD(op.FD())
 			if err != nil {
-				errs = append(errs, fmt.Errorf("--file %d %s: Can't read from fd %d: %w", op.FD(), op.Args[1], op.FD(), err))
+				errs = append(errs, fmt.Errorf("%s %d %s: Can't read from fd %d: %w", op.Option, op.FD(), op.Args[1], op.FD(), err))
 				continue
 			}
-			perms := uint32(0o666) // bubblewrap's default, under the init's umask 022
+			perms := uint32(0o600)
+			if op.Option == "--file" {
+				perms = 0o666
+			}
 			if op.Perms >= 0 {
 				perms = uint32(op.Perms)
 			}
-			ms = append(ms, nsinit.Mount{Kind: nsinit.MountFile, Target: insidePath(op.Args[1]), Contents: string(data), Mode: perms})
+			if perms == 0 {
+				errs = append(errs, &Unsupported{Option: "--perms", Why: fmt.Sprintf("mode 0 for %s %s: the init reads mode 0 as its default", op.Option, op.Args[1])})
+				continue
+			}
+			ms = append(ms, nsinit.Mount{Kind: nsinit.MountFile, Target: dest(op.Args[1]), Contents: string(data), Mode: perms, ReadOnly: op.Option == "--ro-bind-data"})
 		}
 	}
 	return ms, errors.Join(errs...)
@@ -336,6 +387,31 @@ func devMounts(dst, owner string) []nsinit.Mount {
 	return ms
 }
 
+// resolveLinks follows, in an absolute clean path inside the sandbox, the
+// symlinks the line made (links: where each is, and what it says), as
+// the kernel would inside the new root (at most 40).
+func resolveLinks(p string, links map[string]string) string {
+	for n := 0; n < 40; n++ {
+		changed := false
+		for dir := p; dir != "/"; dir = filepath.Dir(dir) {
+			target, ok := links[dir]
+			if !ok {
+				continue
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(filepath.Dir(dir), target)
+			}
+			p = filepath.Clean(target + "/" + strings.TrimPrefix(p, dir))
+			changed = true
+			break
+		}
+		if !changed {
+			return p
+		}
+	}
+	return p
+}
+
 // coveredLater reports whether a later op mounts exactly at dst.
 func coveredLater(ops []Op, dst, cwd string) bool {
 	for _, op := range ops {
@@ -358,7 +434,7 @@ func coveredLater(ops []Op, dst, cwd string) bool {
 func visibleDir(ms []nsinit.Mount, path string, h Host) bool {
 	ok := false
 	for _, m := range ms {
-		if !under(path, m.Target) {
+		if !under(path, m.Target) || m.Kind == nsinit.MountChmod || m.Kind == nsinit.MountRemountRO {
 			continue
 		}
 		switch m.Kind {
@@ -427,7 +503,7 @@ var SecretDirs = []string{"/var/run/secrets", "/run/secrets"}
 func boundDir(ms []nsinit.Mount, path string, h Host) bool {
 	var src, top string // the host path behind path, under the last mount over it
 	for _, m := range ms {
-		if under(path, m.Target) {
+		if under(path, m.Target) && m.Kind != nsinit.MountChmod && m.Kind != nsinit.MountRemountRO {
 			src, top = "", ""
 			if m.Kind == nsinit.MountBind {
 				src, top = filepath.Join(m.Source, strings.TrimPrefix(path, m.Target)), m.Source
@@ -444,6 +520,22 @@ func boundDir(ms []nsinit.Mount, path string, h Host) bool {
 		}
 	}
 	return true
+}
+
+// hostFileOf returns the host path behind path inside, when the last
+// mount over it is a bind.
+func hostFileOf(ms []nsinit.Mount, path string) (string, bool) {
+	host := ""
+	for _, m := range ms {
+		if !under(path, m.Target) || m.Kind == nsinit.MountChmod || m.Kind == nsinit.MountRemountRO {
+			continue
+		}
+		host = ""
+		if m.Kind == nsinit.MountBind {
+			host = filepath.Join(m.Source, strings.TrimPrefix(path, m.Target))
+		}
+	}
+	return host, host != ""
 }
 
 // rootOwned reports whether fi's owner is root, uid or gid (false when

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -60,8 +61,8 @@ func TestTranslateRefusals(t *testing.T) {
 			t.Errorf("%s: %v", o.Name, err)
 		}
 	}
-	_, err := translate(t, h, "--mqueue", "/mq", "--chmod", "0700", "/x", "true")
-	if err == nil || !strings.Contains(err.Error(), "--mqueue") || !strings.Contains(err.Error(), "--chmod") {
+	_, err := translate(t, h, "--dev-bind", "/dev", "/dev", "--cap-add", "ALL", "true")
+	if err == nil || !strings.Contains(err.Error(), "--dev-bind") || !strings.Contains(err.Error(), "--cap-add") {
 		t.Errorf("two refusals: %v", err)
 	}
 }
@@ -190,9 +191,9 @@ func TestTranslateErrors(t *testing.T) {
 		{0, []string{"--uid", "5", "id"}, "Specifying --uid requires --unshare-user or --userns"},
 		{0, []string{"--gid", "5", "id"}, "Specifying --gid requires --unshare-user or --userns"},
 		{1000, []string{"--hostname", "h", "id"}, "Specifying --hostname requires --unshare-uts"},
-		{1000, []string{"--bind", "/nonexistent-bwrap-src", "/x", "id"}, "--bind /nonexistent-bwrap-src: Can't find source path /nonexistent-bwrap-src"},
+		{1000, []string{"--bind", "/nonexistent-bwrap-src", "/x", "id"}, "Can't find source path /nonexistent-bwrap-src: no such file or directory (--bind /nonexistent-bwrap-src)"},
 		{1000, []string{"--file", "9", "/f", "id"}, "--file 9 /f: Can't read from fd 9: bad file descriptor"},
-		{1000, []string{"--tmpfs", "/t", "--ro-bind", "/", "/", "id"}, "--ro-bind: not supported by str bwrap: a bind over / is supported only as the first filesystem operation"},
+		{1000, []string{"--perms", "0", "--file", "7", "/f", "id"}, "--perms: not supported by str bwrap: mode 0 for --file /f"},
 		{1000, []string{"--ro-bind", "/etc/hostname", "/", "id"}, "the source of a bind over / must be a directory"},
 	} {
 		_, err := translate(t, testHost(t, tc.uid), tc.line...)
@@ -283,5 +284,110 @@ func TestUsernsDenied(t *testing.T) {
 	sb, err := translate(t, testHost(t, 1000), "--disable-userns", "--assert-userns-disabled", "true")
 	if err != nil || !sb.UsernsDisabled {
 		t.Errorf("--disable-userns: %+v, %v", sb, err)
+	}
+}
+
+// The data options, --chmod and --perms 0 --dir become the init's file,
+// chmod and directory steps with bubblewrap's default modes.
+func TestTranslateDataAndModes(t *testing.T) {
+	sb, err := translate(t, testHost(t, 1000), "--tmpfs", "/t",
+		"--file", "7", "/t/f", "--bind-data", "7", "/t/b", "--perms", "0640", "--ro-bind-data", "7", "/t/r",
+		"--perms", "0", "--dir", "/t/z", "--perms", "01777", "--dir", "/t/s", "--chmod", "0700", "/t/s", "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := "file contents\n"
+	want := []nsinit.Mount{
+		{Kind: nsinit.MountTmpfs, Target: "/t", Data: "mode=0755,uid=1000,gid=1000"},
+		{Kind: nsinit.MountFile, Target: "/t/f", Contents: c, Mode: 0o666},
+		{Kind: nsinit.MountFile, Target: "/t/b", Contents: c, Mode: 0o600},
+		{Kind: nsinit.MountFile, Target: "/t/r", Contents: c, Mode: 0o640, ReadOnly: true},
+		{Kind: nsinit.MountDir, Target: "/t/z", Mode: 0o700},
+		{Kind: nsinit.MountChmod, Target: "/t/z", Mode: 0},
+		{Kind: nsinit.MountDir, Target: "/t/s", Mode: 0o1777},
+		{Kind: nsinit.MountChmod, Target: "/t/s", Mode: 0o700},
+	}
+	if !slices.Equal(sb.Mounts, want) {
+		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
+	}
+}
+
+// A destination through a symlink the line made lands where the link
+// points, as bubblewrap's mount follows it inside the new root; a later
+// bind over / hides (drops) everything the line made before it.
+func TestTranslateLinksAndLaterRootBind(t *testing.T) {
+	h := testHost(t, 1000)
+	src := t.TempDir()
+	sb, err := translate(t, h, "--dir", "/tmp/dir", "--symlink", "dir", "/tmp/link", "--bind", src, "/tmp/link",
+		"--symlink", "/tmp/dir", "/abs", "--tmpfs", "/abs/sub/x", "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []nsinit.Mount{
+		{Kind: nsinit.MountDir, Target: "/tmp/dir", Mode: 0o755},
+		{Kind: nsinit.MountSymlink, Source: "dir", Target: "/tmp/link"},
+		{Kind: nsinit.MountBind, Source: src, Target: "/tmp/dir"},
+		{Kind: nsinit.MountSymlink, Source: "/tmp/dir", Target: "/abs"},
+		{Kind: nsinit.MountTmpfs, Target: "/tmp/dir/sub/x", Data: "mode=0755,uid=1000,gid=1000"},
+	}
+	if !slices.Equal(sb.Mounts, want) {
+		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
+	}
+
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "usr"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb, err = translate(t, h, "--tmpfs", "/t", "--bind", root, "/", "--tmpfs", "/tmp", "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []nsinit.Mount{
+		{Kind: nsinit.MountBind, Source: filepath.Join(root, "usr"), Target: "/usr"},
+		{Kind: nsinit.MountTmpfs, Target: "/tmp", Data: "mode=0755,uid=1000,gid=1000"},
+	}
+	if !slices.Equal(sb.Mounts, want) {
+		t.Errorf("after a later bind over /: mounts\n got %+v\nwant %+v", sb.Mounts, want)
+	}
+}
+
+// --lock-file names a path inside: str locks the host file a bind shows
+// there, and refuses a path no bind shows (and --as-pid-1 with it, as
+// bubblewrap does).
+func TestTranslateLockFile(t *testing.T) {
+	h := testHost(t, 1000)
+	src := t.TempDir()
+	sb, err := translate(t, h, "--bind", src, "/b", "--lock-file", "/b/lock", "sh")
+	if err != nil || !slices.Equal(sb.LockFiles, []string{filepath.Join(src, "lock")}) {
+		t.Fatalf("lock files %v, %v; want [%s/lock]", sb, err, src)
+	}
+	_, err = translate(t, h, "--bind", src, "/b", "--tmpfs", "/b/t", "--lock-file", "/b/t/lock", "sh")
+	var u *Unsupported
+	if !errors.As(err, &u) || u.Option != "--lock-file" || !strings.Contains(u.Why, "/b/t/lock is not under a bind") {
+		t.Fatalf("lock on a tmpfs: %v", err)
+	}
+	_, err = translate(t, h, "--unshare-pid", "--as-pid-1", "--bind", src, "/b", "--lock-file", "/b/lock", "sh")
+	if err == nil || !strings.Contains(err.Error(), "Specifying --as-pid-1 and --lock-file is not permitted") {
+		t.Fatalf("--as-pid-1 with --lock-file: %v", err)
+	}
+}
+
+// --bind-fd and --ro-bind-fd bind what the descriptor holds, named as
+// bubblewrap names it (/proc/self/fd/N, opened by the launcher in the
+// process holding the descriptor).
+func TestTranslateBindFD(t *testing.T) {
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	fd := strconv.Itoa(int(dir.Fd()))
+	sb, err := translate(t, testHost(t, 1000), "--ro-bind-fd", fd, "/d", "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []nsinit.Mount{{Kind: nsinit.MountBind, Source: "/proc/self/fd/" + fd, Target: "/d", ReadOnly: true}}
+	if !slices.Equal(sb.Mounts, want) {
+		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
 	}
 }

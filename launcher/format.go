@@ -145,6 +145,14 @@ func describeMount(m nsinit.Mount) string {
 		return fmt.Sprintf("file %s (generated, %d bytes, mode %o)", m.Target, len(m.Contents), m.Mode)
 	case nsinit.MountProc:
 		return fmt.Sprintf("proc %s (fresh, for the new pid namespace), nosuid,nodev,noexec", m.Target)
+	case nsinit.MountMqueue:
+		return fmt.Sprintf("mqueue %s (the sandbox's ipc namespace), nosuid,nodev,noexec", m.Target)
+	case nsinit.MountChmod:
+		return fmt.Sprintf("chmod %s %#o", m.Target, m.Mode)
+	case nsinit.MountRemountRO:
+		return fmt.Sprintf("remount-ro %s (the mount it is on, not those below)", m.Target)
+	case nsinit.MountDir:
+		return fmt.Sprintf("dir %s (mode %#o)", m.Target, m.Mode)
 	case nsinit.MountDevpts:
 		return fmt.Sprintf("devpts %s (%s), nosuid,noexec", m.Target, m.Data)
 	}

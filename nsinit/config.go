@@ -27,7 +27,10 @@ type Config struct {
 	// where setgroups(2) is denied by the kernel (/proc/PID/setgroups).
 	SetGroups bool `json:"set_groups"`
 
-	Argv    []string `json:"argv"`
+	Argv []string `json:"argv"`
+	// Argv0, when set, is the tool's argv[0] (bubblewrap's --argv0); the
+	// program executed is still Argv[0] resolved in PATH.
+	Argv0   string   `json:"argv0,omitempty"`
 	Env     []string `json:"env"`
 	Workdir string   `json:"workdir"` // path inside the sandbox
 
@@ -58,11 +61,16 @@ const (
 	MountTmpfs   MountKind = "tmpfs"   // tmpfs at Target with Data (size=,mode=)
 	MountBind    MountKind = "bind"    // recursive bind of host Source to Target
 	MountProc    MountKind = "proc"    // fresh procfs for the new pid namespace
+	MountMqueue  MountKind = "mqueue"  // the sandbox's own ipc namespace's POSIX message queues
 	MountDevNode MountKind = "devnode" // bind of one host device node (/dev/null, ...)
 	MountDevpts  MountKind = "devpts"  // private devpts instance + /dev/ptmx symlink
 	MountSymlink MountKind = "symlink" // symlink Target -> Source (e.g. /lib -> usr/lib)
 	MountFile    MountKind = "file"    // regular file with Contents (e.g. generated /etc/passwd)
 	MountDir     MountKind = "dir"     // empty directory
+	MountChmod   MountKind = "chmod"   // set Target's mode to Mode (it must exist; no symlink on the way)
+	// MountRemountRO makes the mount Target is on read-only (that mount
+	// only, not those below it; Target must exist, no symlink on the way).
+	MountRemountRO MountKind = "remount-ro"
 )
 
 // Mount is one filesystem step. Target is always absolute and is relative
@@ -74,7 +82,11 @@ type Mount struct {
 	ReadOnly bool      `json:"read_only,omitempty"`
 	Data     string    `json:"data,omitempty"`
 	Contents string    `json:"contents,omitempty"`
-	Mode     uint32    `json:"mode,omitempty"`
+	// Mode is a file's, a new directory's or a chmod's mode, exactly (the
+	// umask does not apply); a directory's missing parents get 0700 and
+	// r-x for the group and others who have any bit of it (see mkdirAll).
+	// A MountFile that is ReadOnly is bound read-only onto itself.
+	Mode uint32 `json:"mode,omitempty"`
 	// Optional entries whose Source is missing on the host are skipped.
 	Optional bool `json:"optional,omitempty"`
 	// NoFollow: Source's last component must not be a symlink (the work

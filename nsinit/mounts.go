@@ -25,6 +25,9 @@ func (e *StepError) hint(h string) *StepError { e.Hint = h; return e }
 // ErrSymlinkSource is the cause when a NoFollow source is a symlink.
 var ErrSymlinkSource = errors.New("the source is a symlink (refused: it must be the directory itself)")
 
+// errSymlinkOnPath: a path the init must not follow a symlink on has one.
+var errSymlinkOnPath = errors.New("a symlink (refused: no symlink is followed here)")
+
 // CloneSource clones the bind source of m as a detached, private mount
 // tree and returns its descriptor (close-on-exec). It is the one sequence
 // for both sides: the launcher runs it on the host for a root-mode plan
@@ -163,13 +166,51 @@ func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
 		if err != nil {
 			return stepErr(step, "create file", m.Target, "O_CREAT|O_EXCL", err)
 		}
+		// The planned mode exactly: the umask (022) applied at create.
+		err = unix.Fchmod(fd, mode)
 		f := os.NewFile(uintptr(fd), m.Target)
-		_, err = f.WriteString(m.Contents)
+		if err == nil {
+			_, err = f.WriteString(m.Contents)
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return stepErr(step, "write file", m.Target, "", err)
+			return stepErr(step, "write file", m.Target, fmt.Sprintf("mode %#o", mode), err)
+		}
+		if m.ReadOnly {
+			// Read-only: the file bound onto itself with MOUNT_ATTR_RDONLY
+			// (the tool may be root of the user namespace and own it).
+			if err := bindSelfReadOnly(dfd, name); err != nil {
+				return stepErr(step, "bind read-only", m.Target, "open_tree|mount_setattr MOUNT_ATTR_RDONLY|move_mount", err)
+			}
+		}
+		return nil
+
+	case MountRemountRO:
+		fd, err := openNoFollow(root, m.Target)
+		if err != nil {
+			return stepErr(step, "open", m.Target, "O_PATH|O_NOFOLLOW", err)
+		}
+		defer unix.Close(fd)
+		// The mount the path is on, by its descriptor; nosuid and nodev
+		// stay (they are set with it: mount_setattr only adds).
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return stepErr(step, "remount read-only", m.Target, "mount_setattr MOUNT_ATTR_RDONLY", err)
+		}
+		return nil
+
+	case MountChmod:
+		fd, err := openNoFollow(root, m.Target)
+		if err != nil {
+			return stepErr(step, "open", m.Target, "O_PATH|O_NOFOLLOW", err)
+		}
+		defer unix.Close(fd)
+		// chmod through the descriptor: the path is resolved once, with no
+		// symlink on the way (an O_PATH descriptor has no fchmod).
+		if err := unix.Chmod(fdPath(fd), m.Mode); err != nil {
+			return stepErr(step, "chmod", m.Target, fmt.Sprintf("%#o", m.Mode), err)
 		}
 		return nil
 
@@ -244,6 +285,19 @@ func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
 		}
 		return nil
 
+	case MountMqueue:
+		target, err := mountpoint(root, m.Target, true)
+		if err != nil {
+			return stepErr(step, "create mount point", m.Target, "", err)
+		}
+		defer unix.Close(target)
+		// The queues of the sandbox's own ipc namespace (made at clone),
+		// never the host's.
+		if err := unix.Mount("mqueue", fdPath(target), "mqueue", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return stepErr(step, "mount mqueue", m.Target, "MS_NOSUID|MS_NODEV|MS_NOEXEC", err)
+		}
+		return nil
+
 	case MountProc:
 		target, err := mountpoint(root, m.Target, true)
 		if err != nil {
@@ -277,7 +331,9 @@ func mountpoint(root int, target string, dir bool) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	// 0444: a file mount point is never written through (the bind hides
+	// it); one left on a bound host directory says so.
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
 	if err != nil {
 		return -1, err
 	}
@@ -287,10 +343,73 @@ func mountpoint(root int, target string, dir bool) (int, error) {
 
 // mkdirAll creates every component of path under root without following
 // symlinks (O_NOFOLLOW on each step) and returns an O_PATH fd to the last.
+// The last component, if created, gets mode exactly (the umask does not
+// apply); a missing parent gets parentMode(mode); an existing directory
+// keeps its own.
 func mkdirAll(root int, path string, mode uint32) (int, error) {
 	if mode == 0 {
 		mode = 0o755
 	}
+	cur, err := unix.Dup(root)
+	if err != nil {
+		return -1, err
+	}
+	comps := strings.Split(strings.Trim(path, "/"), "/")
+	for i, c := range comps {
+		if c == "" {
+			continue
+		}
+		if c == ".." || c == "." {
+			unix.Close(cur)
+			return -1, fmt.Errorf("path component %q refused", c)
+		}
+		last := i == len(comps)-1
+		m := parentMode(mode)
+		if last {
+			m = mode
+		}
+		created := true
+		if err := unix.Mkdirat(cur, c, m); err == unix.EEXIST {
+			created = false
+		} else if err != nil {
+			unix.Close(cur)
+			return -1, fmt.Errorf("mkdir %s: %w", c, err)
+		}
+		next, err := unix.Openat(cur, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(cur)
+		if err != nil {
+			return -1, fmt.Errorf("open %s: %w", c, err)
+		}
+		cur = next
+		if created && last && m&^0o755 != 0 {
+			// Bits the umask (022) removed, or a sticky/setgid bit: set
+			// them through the descriptor just opened without following.
+			if err := unix.Chmod(fdPath(cur), m); err != nil {
+				unix.Close(cur)
+				return -1, fmt.Errorf("chmod %s %#o: %w", c, m, err)
+			}
+		}
+	}
+	return cur, nil
+}
+
+// parentMode is the mode of a directory created as the parent of one of
+// mode: the owner may enter and write it, and the group and others may
+// enter and list it when the directory itself gives them anything.
+func parentMode(mode uint32) uint32 {
+	m := uint32(0o700)
+	if mode&0o070 != 0 {
+		m |= 0o050
+	}
+	if mode&0o007 != 0 {
+		m |= 0o005
+	}
+	return m
+}
+
+// openNoFollow opens path under root O_PATH without following a symlink
+// in any component, the last one included, and creates nothing.
+func openNoFollow(root int, path string) (int, error) {
 	cur, err := unix.Dup(root)
 	if err != nil {
 		return -1, err
@@ -303,18 +422,33 @@ func mkdirAll(root int, path string, mode uint32) (int, error) {
 			unix.Close(cur)
 			return -1, fmt.Errorf("path component %q refused", c)
 		}
-		if err := unix.Mkdirat(cur, c, mode); err != nil && err != unix.EEXIST {
-			unix.Close(cur)
-			return -1, fmt.Errorf("mkdir %s: %w", c, err)
-		}
-		next, err := unix.Openat(cur, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, err := unix.Openat(cur, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(cur)
 		if err != nil {
 			return -1, fmt.Errorf("open %s: %w", c, err)
 		}
+		var st unix.Stat_t
+		if err := unix.Fstat(next, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			unix.Close(next)
+			return -1, fmt.Errorf("open %s: %w", c, errOr(err, errSymlinkOnPath))
+		}
 		cur = next
 	}
 	return cur, nil
+}
+
+// bindSelfReadOnly binds the file name in dir onto itself, read-only.
+func bindSelfReadOnly(dir int, name string) error {
+	tree, err := unix.OpenTree(dir, name, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return err
+	}
+	return unix.MoveMount(tree, "", dir, name, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
 func isDirFd(fd int) bool {

@@ -437,7 +437,11 @@ func prepareExec(cfg *Config, path string) (*execArgs, error) {
 	if ex.path, err = unix.BytePtrFromString(path); err != nil {
 		return nil, err
 	}
-	argv := append([]string{path}, cfg.Argv[1:]...)
+	argv0 := path
+	if cfg.Argv0 != "" {
+		argv0 = cfg.Argv0
+	}
+	argv := append([]string{argv0}, cfg.Argv[1:]...)
 	if ex.argv, err = cStrings(argv); err != nil {
 		return nil, fmt.Errorf("argv: %w", err)
 	}

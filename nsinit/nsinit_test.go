@@ -149,3 +149,76 @@ func TestTakeSourcesChecksTreeFDs(t *testing.T) {
 		}
 	}
 }
+
+// Step 5's mounts of files, directories and chmods get their planned modes exactly
+// (the init's umask 022 would strip group and other write bits), missing
+// parents get parentMode, an existing directory keeps its own, and a
+// chmod never follows a symlink. A plain directory stands in for the new
+// root: none of these needs a privilege.
+func TestStepMountsModes(t *testing.T) {
+	old := unix.Umask(0o022)
+	defer unix.Umask(old)
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "existing"), 0o710); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rfd)
+	cfg := &Config{}
+	for _, m := range []Mount{
+		{Kind: MountFile, Target: "/f666", Mode: 0o666, Contents: "x"},
+		{Kind: MountFile, Target: "/fdefault"},
+		{Kind: MountDir, Target: "/sticky", Mode: 0o1777},
+		{Kind: MountDir, Target: "/existing", Mode: 0o755},
+		{Kind: MountDir, Target: "/p0640/dir", Mode: 0o640},
+		{Kind: MountDir, Target: "/p0604/dir", Mode: 0o604},
+		{Kind: MountDir, Target: "/pdefault/dir"}, // mode 0: the default, 0755
+		{Kind: MountDir, Target: "/c"},
+		{Kind: MountChmod, Target: "/c", Mode: 0o1755},
+	} {
+		if err := doMount(nil, cfg, rfd, m, -1); err != nil {
+			t.Fatalf("%s %s: %v", m.Kind, m.Target, err)
+		}
+	}
+	for path, want := range map[string]os.FileMode{
+		"f666": 0o666, "fdefault": 0o644, "sticky": 0o777 | os.ModeSticky, "existing": 0o710,
+		"p0640": 0o750, "p0640/dir": 0o640, "p0604": 0o705, "pdefault": 0o755, "pdefault/dir": 0o755, "c": 0o755 | os.ModeSticky,
+	} {
+		fi, err := os.Lstat(filepath.Join(root, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode() & (os.ModePerm | os.ModeSticky); got != want {
+			t.Errorf("%s: mode %v, want %v", path, got, want)
+		}
+	}
+	err = doMount(nil, cfg, rfd, Mount{Kind: MountChmod, Target: "/link/etc", Mode: 0o777}, -1)
+	var se *StepError
+	if !errors.As(err, &se) || se.Step != StepMounts || !errors.Is(err, errSymlinkOnPath) {
+		t.Fatalf("chmod through a symlink: %v, want a step 5 error naming the symlink", err)
+	}
+	if err := doMount(nil, cfg, rfd, Mount{Kind: MountChmod, Target: "/missing", Mode: 0o700}, -1); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("chmod of a missing path: %v, want ENOENT", err)
+	}
+}
+
+// Step 11 builds argv with the plan's Argv0 in place of the resolved
+// path when one is set (bubblewrap's --argv0), and executes the path.
+func TestStepResolveToolArgv0(t *testing.T) {
+	for _, tc := range []struct{ argv0, want string }{{"", "/bin/true"}, {"my-name", "my-name"}} {
+		ex, err := prepareExec(&Config{Argv: []string{"true", "a"}, Argv0: tc.argv0}, "/bin/true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := unix.BytePtrToString(ex.argv[0])
+		if got != tc.want || unix.BytePtrToString(ex.path) != "/bin/true" || unix.BytePtrToString(ex.argv[1]) != "a" {
+			t.Fatalf("argv0 %q: argv[0] %q path %q, want %q and /bin/true", tc.argv0, got, unix.BytePtrToString(ex.path), tc.want)
+		}
+	}
+}

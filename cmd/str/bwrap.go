@@ -16,6 +16,7 @@ import (
 	"github.com/securetoolruntime/str/bwrap"
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
@@ -66,6 +67,12 @@ func cmdBwrap(name string, args []string) int {
 		diag(errPrefix, format, a...)
 		return exitBwrapFailed
 	}
+	// The usage names the program as it was called, as bubblewrap's does
+	// (argv[0]); diagnostics start with the plain name.
+	usageName := name
+	if name == "bwrap" {
+		usageName = os.Args[0]
+	}
 	planOnly, profile, args, err := strBwrapOptions(args)
 	if err != nil {
 		return fail("%v", err)
@@ -74,7 +81,7 @@ func cmdBwrap(name string, args []string) int {
 	cmd, err := bwrap.Parse(args, readAllFD)
 	if err != nil {
 		if errors.Is(err, bwrap.ErrNoCommand) {
-			fmt.Fprintf(os.Stderr, bwrapUsage, name, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
+			fmt.Fprintf(os.Stderr, bwrapUsage, usageName, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
 			return exitBwrapFailed
 		}
 		return fail("%v", err)
@@ -86,7 +93,7 @@ func cmdBwrap(name string, args []string) int {
 	}
 	switch {
 	case cmd.Help:
-		fmt.Printf(bwrapUsage, name, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
+		fmt.Printf(bwrapUsage, usageName, bwrapVersion, strings.Join(bwrap.HonouredOptions(), " "))
 		return 0
 	case cmd.Version:
 		info, _ := debug.ReadBuildInfo()
@@ -129,6 +136,22 @@ func cmdBwrap(name string, args []string) int {
 			return fail("--disable-userns: %v", err)
 		}
 	}
+	if pl.Rootless {
+		// --bind-fd: rootless, the init clones the source itself, in a
+		// process that does not hold the caller's descriptor: it gets the
+		// path the descriptor names now (root mode, the launcher clones
+		// it here, through the descriptor itself).
+		for i, m := range sb.Mounts {
+			if rest, ok := strings.CutPrefix(m.Source, "/proc/self/fd/"); ok && m.Kind == nsinit.MountBind {
+				fd, _, _ := strings.Cut(rest, "/")
+				p, err := os.Readlink("/proc/self/fd/" + fd)
+				if err != nil {
+					return fail("--bind-fd %s: %v", fd, err)
+				}
+				sb.Mounts[i].Source = filepath.Join(p, strings.TrimPrefix(rest, fd))
+			}
+		}
+	}
 	if err := pl.SetMounts(sb.Mounts); err != nil {
 		return fail("%v", err)
 	}
@@ -140,6 +163,7 @@ func cmdBwrap(name string, args []string) int {
 	}
 	pl.Child.Env = env
 	pl.Child.Workdir = sb.Workdir
+	pl.Child.Argv0 = sb.Argv0
 	if sb.Hostname != "" {
 		pl.Child.Hostname = sb.Hostname
 	}
@@ -171,6 +195,20 @@ func cmdBwrap(name string, args []string) int {
 		syncFiles = append(syncFiles, os.NewFile(uintptr(fd), "sync-fd"))
 	}
 	defer runtime.KeepAlive(syncFiles)
+
+	// --lock-file: a read lock on each host file for the sandbox's life,
+	// held by this process (bubblewrap's pid 1 holds it inside).
+	for _, path := range sb.LockFiles {
+		f, err := os.OpenFile(path, os.O_RDONLY, 0)
+		if err != nil {
+			return fail("--lock-file: Unable to open lock file %s: %v", path, err)
+		}
+		defer f.Close()
+		lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: 0}
+		if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk); err != nil {
+			return fail("--lock-file: Unable to lock file %s: %v", path, err)
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
@@ -225,7 +263,9 @@ func cmdBwrap(name string, args []string) int {
 	case res.OOMKilled:
 		diag(errPrefix, "the memory limit was hit; the OOM killer ended the command")
 	}
-	if status != nil {
+	// The exit code is reported only for a command that ran: a setup or
+	// exec failure has none (bubblewrap's rule).
+	if status != nil && res.SetupError == nil {
 		fmt.Fprintf(status, "{ \"exit-code\": %d }\n", code)
 	}
 	return code

@@ -281,9 +281,9 @@ func TestBwrapRefusals(t *testing.T) {
 	}{
 		{[]string{"--frobnicate", "true"}, "Unknown option --frobnicate"},
 		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
-		{[]string{"--remount-ro", "/usr", "true"}, "--remount-ro: not supported by str bwrap: str's init has no remount step yet"},
+		{[]string{"--overlay-src", "/usr", "--tmp-overlay", "/o", "true"}, "--overlay-src: not supported by str bwrap: overlay mounts are not implemented yet"},
 		{[]string{"--dev-bind", "/dev", "/dev", "true"}, "--dev-bind: not supported by str bwrap: str mounts every bind nodev"},
-		{[]string{"--level-prefix", "--mqueue", "/mq", "true"}, "<3>str bwrap: --mqueue: not supported by str bwrap"},
+		{[]string{"--level-prefix", "--cap-add", "ALL", "true"}, "<3>str bwrap: --cap-add: not supported by str bwrap"},
 	} {
 		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
 		out, _ := cmd.CombinedOutput()
@@ -453,5 +453,88 @@ func TestBwrapRootless(t *testing.T) {
 		if got, want := strings.Fields(string(out)), []string{"1000", "1000", "/tmp", "x", "PATH=/usr/bin", "PWD=/tmp"}; strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s rootless:\ngot  %q\nwant %q", who, got, want)
 		}
+	}
+}
+
+// The filesystem options the init gained for str bwrap (--remount-ro,
+// --mqueue, --chmod, --perms on --dir, --file, --bind-data, --ro-bind-data, a
+// destination through the line's own symlink) give the tool what the
+// machine's bubblewrap gives it on the same line: the same modes, the
+// same read-only mounts, the same data.
+func TestBwrapFilesystemOptionsSideBySide(t *testing.T) {
+	needRoot(t)
+	bubblewrap := "/usr/bin/bwrap"
+	if _, err := os.Stat(bubblewrap); err != nil {
+		skipOrFail(t, "needs the machine's bubblewrap (apt-get install bubblewrap) to compare with")
+	}
+	// Owned by an unprivileged user: str binds a writable dir id-mapped
+	// to its owner (a root-owned one would not be the tool's). Under
+	// /var/tmp: the line mounts a tmpfs over /tmp.
+	src, err := os.MkdirTemp("/var/tmp", "str-bwrap-fs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(src)
+	if err := os.Chown(src, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	script := `cd /tmp; stat -c '%a %n' s c p p/d f b r; ls link/; stat -f -c %T mq
+touch m/x 2>/dev/null && echo m writable || echo m read-only
+touch m/sub/x && echo m/sub writable || echo m/sub read-only
+(echo more >> r) 2>/dev/null && echo r writable || echo r read-only
+cat f b r`
+	// The usr-merged system, not all of / (a bind of the host's whole
+	// root carries whatever other tests left mounted under /tmp).
+	line := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--tmpfs", "/tmp",
+		"--bind", src, "/tmp/m", "--tmpfs", "/tmp/m/sub", "--remount-ro", "/tmp/m",
+		"--perms", "01777", "--dir", "/tmp/s", "--dir", "/tmp/c", "--chmod", "0700", "/tmp/c",
+		"--perms", "0640", "--dir", "/tmp/p/d",
+		"--dir", "/tmp/real", "--symlink", "real", "/tmp/link", "--dir", "/tmp/link/inside",
+		"--mqueue", "/tmp/mq", "--file", "3", "/tmp/f", "--perms", "0640", "--bind-data", "4", "/tmp/b", "--ro-bind-data", "5", "/tmp/r",
+		"sh", "-c", script}
+	run := func(prog string, args ...string) string {
+		var files []*os.File
+		for _, data := range []string{"file\n", "bind-data\n", "ro-bind-data\n"} {
+			p := filepath.Join(t.TempDir(), "data")
+			if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			files = append(files, f)
+		}
+		cmd := exec.Command(prog, args...)
+		cmd.ExtraFiles = files
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: %v\nstdout: %s\nstderr: %s", prog, err, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	want := run(bubblewrap, line...)
+	got := run(strBin, append([]string{"bwrap"}, line...)...)
+	if got != want {
+		t.Fatalf("str bwrap shows\n%s\nbubblewrap shows\n%s", got, want)
+	}
+	for _, s := range []string{"1777 s", "700 c", "750 p", "640 p/d", "666 f", "640 b", "600 r", "inside", "m read-only", "m/sub writable", "r read-only", "mqueue", "file\nbind-data\nro-bind-data\n"} {
+		if !strings.Contains(got, s) {
+			t.Errorf("both show\n%s\nwithout %q", got, s)
+		}
+	}
+}
+
+// --argv0 is the command's argv[0]; the program run is still the one
+// named (bubblewrap 0.9's option: Debian 12's 0.8 has none to compare).
+func TestBwrapArgv0(t *testing.T) {
+	needRoot(t)
+	out, err := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--argv0", "my-name", "sh", "-c", `echo "$0"`).CombinedOutput()
+	if err != nil || string(out) != "my-name\n" {
+		t.Fatalf("str bwrap --argv0 my-name sh -c 'echo $0': %v, %q; want my-name", err, out)
 	}
 }
