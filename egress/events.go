@@ -108,6 +108,7 @@ var reasonText = map[string]string{
 	ReasonHostMismatch:        "the HTTP Host does not match the destination",
 	ReasonUpstreamCert:        "the server's certificate did not verify against the host's trust store",
 	ReasonCredentialHost:      "the credential may only be sent to its own hosts",
+	ReasonUnscrubbable:        "the response to a request carrying the credential was compressed, so an echo of it could not be removed",
 }
 
 func eventMessage(ev Event) string {
@@ -121,6 +122,9 @@ func eventMessage(ev Event) string {
 			name = "query"
 		}
 		return "dns: " + name + " blocked — " + why
+	}
+	if ev.Kind == KindCredential && ev.Reason == ReasonUnscrubbable {
+		return "credential: " + strings.TrimPrefix(ev.Rule, "credentials: ") + ": the response from " + destString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
 	}
 	if ev.Kind == KindCredential {
 		return "credential: " + strings.TrimPrefix(ev.Rule, "credentials: ") + "'s placeholder sent to " + destString(ev.Host, ev.IP, ev.Port) + " blocked — " + why

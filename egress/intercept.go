@@ -316,7 +316,12 @@ func (h *termHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Body = http.NoBody
 	}
 	stripHopByHop(out.Header)
-	mine := s.substitute(out, in.Host)
+	mine, substituted := s.substitute(out, in.Host)
+	if substituted {
+		// A compressed echo of the value could not be scrubbed: ask for
+		// the identity encoding (the upstream transport adds none).
+		out.Header.Del("Accept-Encoding")
+	}
 
 	resp, err := h.rt.RoundTrip(out)
 	if err != nil {
@@ -337,6 +342,13 @@ func (h *termHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
+	if ce := resp.Header.Get("Content-Encoding"); substituted && ce != "" && ce != "identity" {
+		// Compressed anyway: the value could be in it, unscrubbed.
+		ev := Event{Kind: KindCredential, Reason: ReasonUnscrubbable, Rule: "credentials: " + mine[0].Name, Host: in.Host, Port: in.Port, Via: in.Via}
+		s.record(ev)
+		denyHTTP(w, ev)
+		return
+	}
 	for k, vv := range resp.Header {
 		w.Header()[k] = vv
 	}
@@ -459,10 +471,10 @@ func (s *Session) foreignPlaceholders(host string) []foreignPH {
 
 // substitute puts the real value in place of the placeholder in the
 // configured header (rendered with Format) or query parameter of a request
-// to one of the credential's hosts, and returns the credentials that cover
-// the host (their values are scrubbed from the response).
-func (s *Session) substitute(r *http.Request, host string) []*Credential {
-	var mine []*Credential
+// to one of the credential's hosts. It returns the credentials that cover
+// the host (their values are scrubbed from the response) and whether a
+// value was put in.
+func (s *Session) substitute(r *http.Request, host string) (mine []*Credential, substituted bool) {
 	for i := range s.icpt.creds {
 		c := &s.icpt.creds[i]
 		if !c.covers(host) {
@@ -477,6 +489,7 @@ func (s *Session) substitute(r *http.Request, host string) []*Credential {
 						format = valueMark
 					}
 					r.Header.Set(c.Header, c.Value.render(format))
+					substituted = true
 					break
 				}
 			}
@@ -487,13 +500,14 @@ func (s *Session) substitute(r *http.Request, host string) []*Credential {
 				for j, v := range vs {
 					if strings.Contains(v, c.Placeholder) {
 						vs[j] = string(c.Value.bytes())
+						substituted = true
 					}
 				}
 				r.URL.RawQuery = q.Encode()
 			}
 		}
 	}
-	return mine
+	return mine, substituted
 }
 
 // scanReader searches a request body for foreign placeholders as it is

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -59,6 +60,14 @@ func startUpstream(t testing.TB, ca *CA, host string) *upstream {
 		u.mu.Lock()
 		u.seen = append(u.seen, sr)
 		u.mu.Unlock()
+		if r.URL.Path == "/gzip" { // compressed whatever was asked
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("X-Accept-Encoding", r.Header.Get("Accept-Encoding"))
+			gz := gzip.NewWriter(w)
+			json.NewEncoder(gz).Encode(sr)
+			gz.Close()
+			return
+		}
 		if r.URL.Path == "/big" {
 			w.Write(bigPayload)
 			return
@@ -232,14 +241,33 @@ func TestInterceptCredentialReachesServerOnly(t *testing.T) {
 			if strings.Contains(body, testSecret) {
 				t.Errorf("the response body carried the real value: %q", body)
 			}
+			// A compressed echo cannot be scrubbed: identity is asked for,
+			// and a response compressed anyway is refused.
+			req, _ := http.NewRequest("GET", f.url(f.api, "api.test", "/gzip"), nil)
+			req.Header.Set("Authorization", "Bearer "+f.cred.Placeholder)
+			req.Header.Set("Accept-Encoding", "gzip")
+			gresp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gbody, _ := io.ReadAll(gresp.Body)
+			gresp.Body.Close()
+			if gresp.StatusCode != http.StatusForbidden || gresp.Header.Get("X-Str-Reason") != ReasonUnscrubbable || bytes.Contains(gbody, []byte(testSecret)) {
+				t.Errorf("compressed echo: status %d reason %q", gresp.StatusCode, gresp.Header.Get("X-Str-Reason"))
+			}
+			ev := mustEvent(t, f.ts.Session, ReasonUnscrubbable, "api.test")
+			if ev.Kind != KindCredential {
+				t.Errorf("event %+v", ev)
+			}
 			// The big body passes whole (and scrubbed where nothing matches).
 			resp, body = do(t, c, "GET", f.url(f.api, "api.test", "/big"), nil, nil)
 			if resp.StatusCode != 200 || body != string(bigPayload) {
 				t.Errorf("1 MiB download: status %d, %d bytes", resp.StatusCode, len(body))
 			}
-			if evs, _ := f.ts.Violations(); len(evs) != 0 {
+			if evs, _ := f.ts.Violations(); len(evs) != 1 {
 				t.Errorf("violations: %+v", evs)
 			}
+			noSecretIn(t, f.ts.Session)
 		})
 	}
 }

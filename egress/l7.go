@@ -38,6 +38,10 @@ const (
 	// ReasonCredentialHost is a credential's placeholder in a request to a
 	// host the credential does not belong to (kind credential).
 	ReasonCredentialHost = "credential_wrong_host"
+	// ReasonUnscrubbable is a response to a request that carried a value,
+	// compressed although identity was asked for: an echo of the value
+	// could not be scrubbed (kind credential).
+	ReasonUnscrubbable = "response_not_scrubbable"
 )
 
 // compileRules validates the http_rules of a policy; bad collects problems.
