@@ -66,7 +66,7 @@ threading.Event().wait()
 // every process's environ and cmdline, the files it can read, and its own
 // memory. It prints one JSON object.
 const credTool = `
-import json, os, re, subprocess, urllib.request, urllib.error
+import json, os, re, stat, subprocess, urllib.request, urllib.error
 out = {}
 tok = os.environ.get("API_TOKEN", "")
 out["placeholder_shape"] = tok.startswith("str-placeholder-")
@@ -108,7 +108,8 @@ for top in ("/etc", "/tmp", "/var", "/run", "/home", os.getcwd()):
         for n in files:
             p = os.path.join(root, n)
             try:
-                if os.path.getsize(p) < (16 << 20) and pat.search(open(p, "rb").read()): found.append(p)
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode) and st.st_size < (16 << 20) and pat.search(open(p, "rb").read()): found.append(p)
             except OSError: pass
 mem = 0
 with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as m:
