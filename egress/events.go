@@ -108,7 +108,7 @@ var reasonText = map[string]string{
 	ReasonHostMismatch:        "the HTTP Host does not match the destination",
 	ReasonUpstreamCert:        "the server's certificate did not verify against the host's trust store",
 	ReasonCredentialHost:      "the credential may only be sent to its own hosts",
-	ReasonUnscrubbable:        "the response to a request carrying the credential was compressed, so an echo of it could not be removed",
+	ReasonUnscrubbable:        "the response was in an encoding the proxy cannot read, so an echo of the credential could not be removed",
 }
 
 func eventMessage(ev Event) string {

@@ -31,12 +31,17 @@ type Interception struct {
 	UpstreamRoots *x509.CertPool
 	// MaxBodyScan bounds how much of a request body is read and searched
 	// for foreign placeholders before anything is sent upstream (default
-	// 1 MiB); the rest is searched as it streams, and a placeholder found
-	// there aborts the upstream request.
+	// 64 KiB); the rest is searched as it streams, and a placeholder found
+	// there aborts the upstream request. The proxy holds at most
+	// MaxConns x maxStreams such prefixes at once.
 	MaxBodyScan int
 }
 
-const defaultMaxBodyScan = 1 << 20
+const defaultMaxBodyScan = 64 << 10
+
+// maxStreams bounds concurrent HTTP/2 requests on one terminated
+// connection (with MaxBodyScan, the proxy's memory per connection).
+const maxStreams = 16
 
 // KindCredential is the event kind of a credential's placeholder sent
 // where the credential does not belong.
@@ -173,7 +178,7 @@ func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent) {
 		ReadHeaderTimeout: s.opts.ConnectTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    maxHeadBytes,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: 100},
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
 		ErrorLog:          log.New(io.Discard, "", 0),
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			if st == http.StateClosed || st == http.StateHijacked {
@@ -269,9 +274,12 @@ func (s *Session) upstreamTransport(in Intent, first *firstConn) *http.Transport
 			}
 			return &trackedConn{Conn: c, s: s}, nil
 		},
-		TLSClientConfig:        &tls.Config{RootCAs: s.icpt.roots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:      true,
-		DisableCompression:     true,
+		TLSClientConfig:   &tls.Config{RootCAs: s.icpt.roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2: true,
+		// For a credential's host the transport asks for gzip itself and
+		// decompresses, so an echo of the value is scrubbed in the clear;
+		// for other hosts the client's Accept-Encoding goes through as is.
+		DisableCompression:     !s.hasCredential(in.Host),
 		MaxIdleConnsPerHost:    4,
 		IdleConnTimeout:        s.opts.IdleTimeout,
 		TLSHandshakeTimeout:    s.opts.ConnectTimeout,
@@ -316,10 +324,13 @@ func (h *termHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Body = http.NoBody
 	}
 	stripHopByHop(out.Header)
-	mine, substituted := s.substitute(out, in.Host)
-	if substituted {
-		// A compressed echo of the value could not be scrubbed: ask for
-		// the identity encoding (the upstream transport adds none).
+	// Trailers are not searched for placeholders: none are forwarded.
+	out.Trailer = nil
+	mine := s.substitute(out, in.Host)
+	if len(mine) > 0 {
+		// A compressed echo of the value could not be scrubbed: the
+		// transport asks for gzip and decompresses it (DisableCompression
+		// is off for credential hosts).
 		out.Header.Del("Accept-Encoding")
 	}
 
@@ -342,8 +353,9 @@ func (h *termHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	if ce := resp.Header.Get("Content-Encoding"); substituted && ce != "" && ce != "identity" {
-		// Compressed anyway: the value could be in it, unscrubbed.
+	if ce := resp.Header.Get("Content-Encoding"); len(mine) > 0 && ce != "" && ce != "identity" {
+		// Compressed in a way the transport did not undo: the value could
+		// be in it, unscrubbed.
 		ev := Event{Kind: KindCredential, Reason: ReasonUnscrubbable, Rule: "credentials: " + mine[0].Name, Host: in.Host, Port: in.Port, Via: in.Via}
 		s.record(ev)
 		denyHTTP(w, ev)
@@ -472,9 +484,8 @@ func (s *Session) foreignPlaceholders(host string) []foreignPH {
 // substitute puts the real value in place of the placeholder in the
 // configured header (rendered with Format) or query parameter of a request
 // to one of the credential's hosts. It returns the credentials that cover
-// the host (their values are scrubbed from the response) and whether a
-// value was put in.
-func (s *Session) substitute(r *http.Request, host string) (mine []*Credential, substituted bool) {
+// the host: their values are scrubbed from every response of the host.
+func (s *Session) substitute(r *http.Request, host string) (mine []*Credential) {
 	for i := range s.icpt.creds {
 		c := &s.icpt.creds[i]
 		if !c.covers(host) {
@@ -489,7 +500,6 @@ func (s *Session) substitute(r *http.Request, host string) (mine []*Credential, 
 						format = valueMark
 					}
 					r.Header.Set(c.Header, c.Value.render(format))
-					substituted = true
 					break
 				}
 			}
@@ -500,14 +510,23 @@ func (s *Session) substitute(r *http.Request, host string) (mine []*Credential, 
 				for j, v := range vs {
 					if strings.Contains(v, c.Placeholder) {
 						vs[j] = string(c.Value.bytes())
-						substituted = true
 					}
 				}
 				r.URL.RawQuery = q.Encode()
 			}
 		}
 	}
-	return mine, substituted
+	return mine
+}
+
+// hasCredential reports whether some credential covers host.
+func (s *Session) hasCredential(host string) bool {
+	for i := range s.icpt.creds {
+		if s.icpt.creds[i].covers(host) {
+			return true
+		}
+	}
+	return false
 }
 
 // scanReader searches a request body for foreign placeholders as it is

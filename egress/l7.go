@@ -38,9 +38,9 @@ const (
 	// ReasonCredentialHost is a credential's placeholder in a request to a
 	// host the credential does not belong to (kind credential).
 	ReasonCredentialHost = "credential_wrong_host"
-	// ReasonUnscrubbable is a response to a request that carried a value,
-	// compressed although identity was asked for: an echo of the value
-	// could not be scrubbed (kind credential).
+	// ReasonUnscrubbable is a response of a credential's host in an
+	// encoding the proxy cannot read (not the gzip it asked for): an echo
+	// of the value could not be scrubbed (kind credential).
 	ReasonUnscrubbable = "response_not_scrubbable"
 )
 
