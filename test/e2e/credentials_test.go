@@ -178,6 +178,13 @@ func TestManifestCredentials(t *testing.T) {
       http_rules: [{host: other.test, methods: [GET], paths: [/]}]
     credentials:
       - {name: GH_TOKEN, from: "dir:`+secrets+`", hosts: [svc.test], header: Authorization, format: "Bearer {value}"}
+  api_example:
+    module: example_tools
+    function: api_call
+    sandbox_profile: e2ecred
+    network: {policy: restricted, allowed_hosts: [svc.test]}
+    credentials:
+      - {name: API_TOKEN, from: "file:`+filepath.Join(secrets, "GH_TOKEN")+`", hosts: [svc.test], header: Authorization, format: "Bearer {value}"}
 `)
 	w := startWorker(t, e, 0, map[string]string{"SANDBOX_PROFILE_DIR": profDir, egress.ExtraRootsEnv: roots})
 	a := newAgent(t, w.port)
@@ -225,6 +232,16 @@ func TestManifestCredentials(t *testing.T) {
 		}
 	}
 	call(first)
+	// The shipped example tool (examples/tools: api_call) does the same.
+	r := a.reply(a.invoke("api_example", map[string]any{"args": map[string]any{"url": args["url"]}}), replyWait)
+	if strings.Contains(string(r), first) || !strings.Contains(string(r), `"status":200`) || !strings.Contains(string(r), "Bearer str-placeholder-") {
+		t.Errorf("example api_call: %s", r)
+	}
+	svc.mu.Lock()
+	if got := svc.auth[len(svc.auth)-1]; got != "Bearer "+first {
+		t.Errorf("svc.test did not receive the secret from the example tool")
+	}
+	svc.mu.Unlock()
 	// The secret file changes: the next call uses the new value.
 	second := newSecret()
 	call(second)
