@@ -46,6 +46,11 @@ type Request struct {
 	Pids    int64 // pids.max
 	// Network narrows the profile's network policy (nil: the profile's).
 	Network *egress.Policy
+	// Credentials are secrets the tool may use without seeing them: the
+	// sandbox gets NAME=placeholder, and the egress proxy puts the value in
+	// requests to the credential's hosts only (egress.Credential). Their
+	// hosts must be within the network policy's allowed_hosts.
+	Credentials []egress.Credential
 
 	// Idle, when > 0, makes a sandbox that waits unarmed (a pooled one,
 	// started ahead of its call): its wall clock is Idle from Start, and

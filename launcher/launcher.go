@@ -49,6 +49,9 @@ type Launcher struct {
 	ids IDRange
 	// stateDir holds the id leases (statedir.Dir: STR_STATE_DIR).
 	stateDir string
+
+	// proxyCA: the egress CA for terminated hosts (credentials.go).
+	proxyCA proxyCA
 }
 
 // New loads the profiles and looks at the host once.
@@ -140,6 +143,9 @@ func (l *Launcher) Plan(req Request) (*Plan, error) {
 		return nil, err
 	}
 	pl.IDRange = l.ids
+	if err := l.planInterception(pl, req); err != nil {
+		return nil, err
+	}
 	return pl, nil
 }
 

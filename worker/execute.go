@@ -215,6 +215,11 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	spec := s.sandboxSpec(t.profile, callDirPrefix, t.sandboxTimeout, stderr, t.tool.Network, t.tool)
 	var doneR, doneW *os.File
 	var err error
+	// The tool's credentials, read for this call (a changed secret file
+	// is this call's value) with placeholders of its own.
+	if spec.Credentials, err = t.tool.Credentials.Secrets(os.Getenv); err != nil {
+		return s.errorOutcome(t, setupError(stageCredentials, err, nil)), nil
+	}
 	if s.cfg.SandboxMode != ModeNone {
 		if doneR, doneW, err = os.Pipe(); err != nil {
 			return s.errorOutcome(t, setupError(stageDonePipe, err, nil)), nil

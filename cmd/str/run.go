@@ -70,6 +70,8 @@ func cmdRun(args []string) int {
 	fs.Var(&allowPorts, "allow-port", "restricted: a `PORT` the allowed hosts may be reached on (repeatable; default 443)")
 	fs.Var(&allowCIDRs, "allow-cidr", "a `CIDR` the tool may reach although private or an IP literal (repeatable; must be within the profile's)")
 	fs.Var(&envs, "env", "add `K=V` to the tool's environment (repeatable)")
+	var credFlags credentialFlags
+	credFlags.register(fs)
 	resultPath := fs.String("result", "", "write the result JSON to `PATH` (- for stdout, after the command's output)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -99,6 +101,8 @@ func cmdRun(args []string) int {
 		}
 		req.Network = n
 	}
+	creds, credErrs := credFlags.build(os.Getenv)
+	req.Credentials, bad = creds, append(bad, credErrs...)
 	for _, b := range binds {
 		req.Binds = append(req.Binds, parseBind(b, true))
 	}
