@@ -250,6 +250,7 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				if errors.As(err, &pe) {
 					cause = pe.Err
 				}
+				//lint:ignore ST1005 bubblewrap's own wording, which its callers and its test suite match
 				errs = append(errs, fmt.Errorf("Can't find source path %s: %w (%s %s)", op.Args[0], cause, op.Option, op.Args[0]))
 				continue
 			}
