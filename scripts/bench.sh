@@ -8,7 +8,8 @@
 #
 #   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] ...   (any str-bench flag; -r R = --rounds R)
 #
-# Builds bin/str unless STR_BIN names one and bin/str-bench unless
+# Builds bin/str and bin/str-worker unless STR_BIN names a str (with its
+# str-worker beside it) and bin/str-bench unless
 # STR_BENCH_BIN names one, installs bubblewrap when it is missing and we are
 # root (str-bench refuses to compare without it), then execs
 # `str-bench --str STR_BIN`. Output: the table and ratios on stdout, and
@@ -27,7 +28,8 @@ done
 
 if [[ -z ${STR_BIN:-} ]]; then
   mkdir -p bin
-  go build -o bin/str ./cmd/str
+  CGO_ENABLED=0 go build -o bin/str ./cmd/str # as make build: static, no cgo
+  go build -o bin/str-worker ./cmd/str-worker  # the echo cells' str worker execs it
   STR_BIN=$root/bin/str
 fi
 [[ $STR_BIN == /* ]] || STR_BIN=$root/$STR_BIN
