@@ -4,7 +4,8 @@
 # and python3 -c pass, warm dispatch, echo_tool end to end cold and warm
 # through throw-away workers, invocations per second with 4 in flight, and
 # per-sandbox memory, all interleaved in one run (compare ratios, not
-# absolute numbers). Asserts nothing about the numbers.
+# absolute numbers), ending with issue 19's target table in markdown (the
+# README's table is that output). Asserts nothing about the numbers.
 #
 #   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] ...   (any str-bench flag; -r R = --rounds R)
 #
