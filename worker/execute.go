@@ -166,13 +166,12 @@ func (s *Server) execute(t *task) (outcome, func()) {
 
 // runnerArgv is the runner's command line in a sandbox that gets its done
 // pipe as descriptor doneFD (none in SANDBOX_MODE=none, where the tool is
-// a plain process: doneFD < 0).
+// a plain process: doneFD < 0), as runner.Command builds it (python -S).
 func (s *Server) runnerArgv(doneFD int, rest ...string) []string {
-	argv := []string{s.cfg.PythonBin, s.runnerPath}
 	if doneFD >= 0 {
-		argv = append(argv, "--done-fd", strconv.Itoa(doneFD))
+		rest = append([]string{"--done-fd", strconv.Itoa(doneFD)}, rest...)
 	}
-	return append(argv, rest...)
+	return runner.Command(s.cfg.PythonBin, s.runnerPath, rest...)
 }
 
 // sandboxSpec is what every sandbox of a call of tool has in common: the

@@ -48,8 +48,10 @@ invocations per second with 4 in flight next to bubblewrap + PYTHON -c pass
 spawned 4 at a time; and the Pss of str's own processes per sandbox while
 K tools sleep, next to bubblewrap's.
 
-Prints the table and the ratios on stdout and writes DIR/summary.txt (the
-same), DIR/samples.csv (cell,round,lat_us,cpu_us,full_us,status) and
+Prints the table, the ratios and issue 19's target table (markdown: each
+of its rows with this run's figure, its target and met/missed; the rows
+that need a resident launcher say they are not measured yet) on stdout
+and writes DIR/summary.txt (the same), DIR/samples.csv (cell,round,lat_us,cpu_us,full_us,status) and
 DIR/latency.svg. A progress line with an ETA goes to stderr. Cells that
 cannot run here are skipped with the reason; without bubblewrap nothing is
 compared (exit 1). Asserts nothing about the numbers.
@@ -150,6 +152,7 @@ type benchState struct {
 	rows     []benchRow
 	tput     map[string][]float64           // per-round invocations (or spawns) per second
 	echoCPU  map[string][]float64           // per-round worker CPU per invocation, µs
+	echoSelf map[string][]float64           // the same, the worker's own process only (no children), µs
 	warmKV   map[string][]map[string]string // per-round str-bench warm output
 	errs     map[string][]string            // per-round failures of a cell's command
 	echoOut  bytes.Buffer                   // str-bench echo's lines, as they came
@@ -193,7 +196,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	if err != nil {
 		return 1, err
 	}
-	st := &benchState{cfg: cfg, str: str, bench: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{},
+	st := &benchState{cfg: cfg, str: str, bench: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{}, echoSelf: map[string][]float64{},
 		warmKV: map[string][]map[string]string{}, errs: map[string][]string{}}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return 1, err
@@ -503,9 +506,9 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 			argv = append(argv, "--ready-from", w.health)
 			calls = 3 + cfg.n // no throughput phase
 		}
-		cpu0, err0 := benchProcCPU(w.pid())
+		self0, cpu0, err0 := benchProcCPU(w.pid())
 		out, errOut, err := benchCommand(ctx, 20*time.Minute, argv...)
-		cpu1, err1 := benchProcCPU(w.pid())
+		self1, cpu1, err1 := benchProcCPU(w.pid())
 		fmt.Fprintf(&st.echoOut, "%s round=%d %s", c.id, round, out)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
@@ -521,6 +524,7 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		}
 		if err0 == nil && err1 == nil {
 			st.echoCPU[c.id] = append(st.echoCPU[c.id], float64(cpu1-cpu0)/float64(calls))
+			st.echoSelf[c.id] = append(st.echoSelf[c.id], float64(self1-self0)/float64(calls))
 		}
 	}
 	return nil
@@ -558,30 +562,29 @@ func benchFirstLine(s string) string {
 	return ""
 }
 
-// benchProcCPU is the CPU in µs of pid and of its reaped children
-// (utime+stime+cutime+cstime of /proc/PID/stat; USER_HZ is 100 on Linux).
-func benchProcCPU(pid int) (int64, error) {
+// benchProcCPU is the CPU in µs of pid itself (utime+stime) and of pid
+// with its reaped children (+ cutime+cstime), from /proc/PID/stat.
+func benchProcCPU(pid int) (self, all int64, err error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no comm", pid)
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no comm", pid)
 	}
 	f := strings.Fields(string(data[i+1:]))
 	if len(f) < 15 { // f[0] is field 3 (state); utime..cstime are fields 14-17
-		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
+		return 0, 0, fmt.Errorf("/proc/%d/stat: short", pid)
 	}
-	var ticks int64
-	for _, s := range f[11:15] {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	var ticks [4]int64
+	for k, s := range f[11:15] {
+		if ticks[k], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 		}
-		ticks += v
 	}
-	return ticks * 10000, nil
+	// A clock tick is 10 ms (USER_HZ 100).
+	return (ticks[0] + ticks[1]) * 10000, (ticks[0] + ticks[1] + ticks[2] + ticks[3]) * 10000, nil
 }
 
 // benchProgress is the progress line on stderr: one line rewritten in
@@ -807,6 +810,30 @@ func (st *benchState) report() string {
 	}
 	ratio("Pss per sandbox, str run / bwrap", memOr("str-run"), memOr("bwrap"), "[str <= 1 MiB]")
 	ratio("Pss per sandbox, str worker / bwrap", memOr("worker"), memOr("bwrap"), "")
+
+	// Issue 19's table, each row with its target (README.md's table is
+	// this output).
+	ratioOf := func(a, b2 float64) float64 {
+		if b2 > 0 {
+			return a / b2
+		}
+		return math.NaN()
+	}
+	echoMS := func(m map[string][]float64, id string) float64 {
+		if len(m[id]) == 0 {
+			return math.NaN()
+		}
+		return benchMedian(m[id]) / 1000
+	}
+	b.WriteString("\nissue 19 targets (markdown, for README.md; ratios against bubblewrap in this run)\n")
+	b.WriteString(benchTargetsTable(benchTargets(benchFigures{
+		trueRun: ratioOf(p50("true/str-restrictive"), p50("true/bwrap-restrictive")), trueRunCPU: ratioOf(cpu("true/str-restrictive"), cpu("true/bwrap-restrictive")),
+		pyRun: ratioOf(p50("py/str-restrictive"), p50("py/bwrap-restrictive")), pyRunCPU: ratioOf(cpu("py/str-restrictive"), cpu("py/bwrap-restrictive")),
+		launcherSelfMS: echoMS(st.echoSelf, "echo/cold"),
+		echoColdMS:     echoMS(st.echoCPU, "echo/cold"), echoWarmMS: echoMS(st.echoCPU, "echo/warm"), echoReadyMS: echoMS(st.echoCPU, "echo/warm-ready"),
+		tputCold: ratioOf(tp("echo/cold"), tp("tput/bwrap-standard-py")), tputColdIPS: tp("echo/cold"), tputBwrapIPS: tp("tput/bwrap-standard-py"),
+		pssRunMiB: memOr("str-run") / 1024,
+	})))
 
 	if len(skipped) > 0 {
 		b.WriteString("\nskipped:\n" + strings.Join(skipped, "\n") + "\n")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/test/internal/strbuild"
 )
 
 // strBin is the str binary under test: $STR_BIN, or built once by TestMain.
@@ -31,10 +32,7 @@ func TestMain(m *testing.M) {
 		}
 		// World-readable so the rootless test's unprivileged user can run it.
 		_ = os.Chmod(dir, 0o755)
-		strBin = filepath.Join(dir, "str")
-		build := exec.Command("go", "build", "-o", strBin, "../../cmd/str")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
+		if strBin, err = strbuild.Build(dir, "../.."); err != nil {
 			fmt.Fprintln(os.Stderr, "building str:", err)
 			os.Exit(1)
 		}
