@@ -682,3 +682,28 @@ func TestInterceptThroughCapture(t *testing.T) {
 		t.Errorf("HTTP/%d over capture, want 2", resp.ProtoMajor)
 	}
 }
+
+// A terminated connection that never sends a request costs the upstream
+// only a TLS handshake: no request reaches the server, and the session
+// still closes (the parallel handshake's goroutine ends with it).
+func TestInterceptNoRequestReleases(t *testing.T) {
+	f := newFixture(t, "")
+	conn, br, resp := connect(t, f.ts.proxy, fmt.Sprintf("api.test:%d", f.api.port))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	tc := tls.Client(readerConn{conn, br}, &tls.Config{RootCAs: f.sandboxRoots, ServerName: "api.test"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake with the proxy: %v", err)
+	}
+	if got := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName; got != f.proxyCA.Certificate().Subject.CommonName {
+		t.Errorf("issuer %q", got)
+	}
+	tc.Close()
+	if err := f.ts.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.api.hits.Load(); n != 0 {
+		t.Errorf("the server got %d requests", n)
+	}
+}
