@@ -137,11 +137,15 @@ var errSNIMismatch = errors.New("egress: TLS server name does not match the dest
 //     request goes through inspect (Host, rules, placeholders), then
 //     upstream;
 //  3. upstream over TLS verified against UpstreamRoots, HTTP/2 when the
-//     server offers it, on the already dialed, pinned connection first and
-//     on connections dialed after a fresh Decide later.
+//     server offers it: first on the connection the tunnel already dialed
+//     (its handshake runs alongside step 1), later on connections dialed
+//     after a fresh Decide.
 func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent) {
-	first := &firstConn{c: up}
-	defer first.release(s)
+	// 3. starts here: the upstream handshake on the pinned connection runs
+	// while the sandbox's handshake (1.) does. Only TLS goes upstream
+	// before a request has passed inspect.
+	first := s.startFirst(up, in)
+	defer first.release()
 	// 1.
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -161,10 +165,10 @@ func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent) {
 	tc := tls.Server(readerConn{c, r}, cfg)
 	c.SetDeadline(time.Now().Add(s.opts.ConnectTimeout))
 	if err := tc.HandshakeContext(s.ctx); err != nil {
-		return // not TLS, or the sandbox does not trust the CA: nothing was sent upstream
+		return // not TLS, or the sandbox does not trust the CA: no request was sent upstream
 	}
 	c.SetDeadline(time.Time{})
-	// 3.
+	// 3. (the transport that takes the handshake started above)
 	tr := s.upstreamTransport(in, first)
 	defer tr.CloseIdleConnections()
 	h := &termHandler{s: s, in: in, rt: tr}
@@ -189,25 +193,74 @@ func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent) {
 	srv.Serve(&oneConnListener{c: tc, done: done, ctx: s.ctx})
 }
 
-// firstConn hands the connection CONNECT already dialed to the upstream
-// transport's first dial; if no request ever came, release closes it.
+// firstConn is the upstream TLS handshake on the connection the tunnel
+// already dialed (checked and pinned by its decision), started in parallel
+// with the sandbox's handshake, so a new terminated connection waits for
+// about one handshake, not two in a row. The transport's first dial takes
+// its result; if no request ever came, release closes the connection.
 type firstConn struct {
-	mu sync.Mutex
-	c  net.Conn
+	raw  *trackedConn
+	done chan struct{}
+	tc   *tls.Conn
+	err  error
+
+	mu     sync.Mutex
+	handed bool // taken by a dial, or released
 }
 
-func (f *firstConn) take() net.Conn {
+// startFirst starts the handshake; it ends within ConnectTimeout or when
+// the connection is closed (release, Session.Close).
+func (s *Session) startFirst(up net.Conn, in Intent) *firstConn {
+	f := &firstConn{raw: &trackedConn{Conn: up, s: s}, done: make(chan struct{})}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(f.done)
+		ctx, cancel := context.WithTimeout(s.ctx, s.opts.ConnectTimeout)
+		defer cancel()
+		f.tc = tls.Client(f.raw, s.upstreamTLS(in.Host))
+		f.err = f.tc.HandshakeContext(ctx)
+	}()
+	return f
+}
+
+// take returns the handshake's result to the first dial (ok false for
+// every later one).
+func (f *firstConn) take(ctx context.Context) (c net.Conn, err error, ok bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.c
-	f.c = nil
-	return c
+	if f.handed {
+		f.mu.Unlock()
+		return nil, nil, false
+	}
+	f.handed = true
+	f.mu.Unlock()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		f.raw.Close()
+		return nil, ctx.Err(), true
+	}
+	if f.err != nil {
+		f.raw.Close()
+		return nil, f.err, true
+	}
+	return f.tc, nil, true
 }
 
-func (f *firstConn) release(s *Session) {
-	if c := f.take(); c != nil {
-		s.untrack(c)
+func (f *firstConn) release() {
+	f.mu.Lock()
+	handed := f.handed
+	f.handed = true
+	f.mu.Unlock()
+	if !handed {
+		f.raw.Close() // ends the handshake too
 	}
+}
+
+// upstreamTLS is the client side's TLS for host: the real server verified
+// against the interceptor's roots (never skipped), HTTP/2 offered.
+func (s *Session) upstreamTLS(host string) *tls.Config {
+	return &tls.Config{RootCAs: s.icpt.roots, ServerName: host, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 }
 
 // oneConnListener serves exactly one connection to http.Server.Serve and
@@ -253,16 +306,15 @@ func (t *trackedConn) Close() error {
 var errUpstreamDenied = errors.New("egress: upstream denied by the network policy")
 
 // upstreamTransport is the HTTP client side of one terminated connection:
-// its first dial takes the connection the tunnel already dialed; later
-// dials decide again (the policy may not be bypassed by a long-lived
-// connection) and dial only the pinned addresses. Servers are verified
-// against the interceptor's roots; compression is left to the client (the
-// Accept-Encoding it sent goes through as it is).
+// its first dial takes the handshake on the connection the tunnel already
+// dialed; later dials decide again (the policy may not be bypassed by a
+// long-lived connection) and dial only the pinned addresses. Servers are
+// verified against the interceptor's roots (upstreamTLS).
 func (s *Session) upstreamTransport(in Intent, first *firstConn) *http.Transport {
 	return &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			if c := first.take(); c != nil {
-				return &trackedConn{Conn: c, s: s}, nil
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if c, err, ok := first.take(ctx); ok {
+				return c, err
 			}
 			d := s.decide(Intent{Host: in.Host, Port: in.Port, Via: in.Via})
 			if !d.Allow {
@@ -272,9 +324,15 @@ func (s *Session) upstreamTransport(in Intent, first *firstConn) *http.Transport
 			if err != nil {
 				return nil, err
 			}
-			return &trackedConn{Conn: c, s: s}, nil
+			tc := tls.Client(&trackedConn{Conn: c, s: s}, s.upstreamTLS(in.Host))
+			hctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout)
+			defer cancel()
+			if err := tc.HandshakeContext(hctx); err != nil {
+				tc.Close()
+				return nil, err
+			}
+			return tc, nil
 		},
-		TLSClientConfig:   &tls.Config{RootCAs: s.icpt.roots, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true,
 		// For a credential's host the transport asks for gzip itself and
 		// decompresses, so an echo of the value is scrubbed in the clear;
@@ -282,7 +340,6 @@ func (s *Session) upstreamTransport(in Intent, first *firstConn) *http.Transport
 		DisableCompression:     !s.hasCredential(in.Host),
 		MaxIdleConnsPerHost:    4,
 		IdleConnTimeout:        s.opts.IdleTimeout,
-		TLSHandshakeTimeout:    s.opts.ConnectTimeout,
 		MaxResponseHeaderBytes: 1 << 20,
 	}
 }

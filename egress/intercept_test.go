@@ -3,6 +3,7 @@ package egress
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -615,5 +616,94 @@ func TestCALeaves(t *testing.T) {
 	}
 	if !strings.Contains(string(ca.CertPEM()), "BEGIN CERTIFICATE") {
 		t.Error("CertPEM")
+	}
+}
+
+// The SOCKS5 adapter reaches the same termination as CONNECT (one
+// decision, one pass-on step for every ingress).
+func TestInterceptThroughSOCKS5(t *testing.T) {
+	f := newFixture(t, "")
+	c := f.client(true)
+	c.Transport.(*http.Transport).Proxy = http.ProxyURL(&url.URL{Scheme: "socks5", Host: f.ts.proxy})
+	resp, body := do(t, c, "GET", f.url(f.api, "api.test", "/user"), nil, map[string]string{"Authorization": "Bearer " + f.cred.Placeholder})
+	if resp.StatusCode != 200 || strings.Contains(body, testSecret) {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if got := f.api.last(t).Auth; got != "Bearer "+testSecret {
+		t.Errorf("server saw %q", got)
+	}
+	req, _ := http.NewRequest("GET", f.url(f.other, "other.test", "/repos/x"), nil)
+	req.Header.Set("X-Leak", f.cred.Placeholder)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 || resp.Header.Get("X-Str-Reason") != ReasonCredentialHost {
+		t.Errorf("placeholder to other.test over SOCKS5: %d %q", resp.StatusCode, resp.Header.Get("X-Str-Reason"))
+	}
+	if ev := mustEvent(t, f.ts.Session, ReasonCredentialHost, "other.test"); ev.Via != ViaSOCKS5h {
+		t.Errorf("event via %q, want %s", ev.Via, ViaSOCKS5h)
+	}
+}
+
+// Transparent capture (a plain connect() to a fake IP on a capture port)
+// is terminated too: the ClientHello peeked for the SNI check is replayed
+// into the termination.
+func TestInterceptThroughCapture(t *testing.T) {
+	f := newFixture(t, "")
+	roots := x509.NewCertPool()
+	roots.AddCert(f.serverCA.Certificate())
+	lo := []netip.Addr{loopback}
+	p := Policy{Mode: Restricted, AllowedHosts: []string{"api.test"}, AllowedPorts: []int{443}, AllowedCIDRs: lo32}
+	ts := startSession(t, p, Options{
+		Resolver:  stubResolver{"api.test": lo},
+		Dialer:    guardDialer(t, map[int]int{443: f.api.port}),
+		Intercept: &Interception{CA: f.proxyCA, Credentials: []Credential{f.cred}, UpstreamRoots: roots},
+	}, 443)
+	ts.fake.pin("api.test", loopback)
+	tr := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: f.sandboxRoots},
+		ForceAttemptHTTP2: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, ts.capture[443])
+		},
+	}
+	c := &http.Client{Transport: tr}
+	resp, body := do(t, c, "GET", "https://api.test/user", nil, map[string]string{"Authorization": "Bearer " + f.cred.Placeholder})
+	if resp.StatusCode != 200 || strings.Contains(body, testSecret) {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if got := f.api.last(t).Auth; got != "Bearer "+testSecret {
+		t.Errorf("server saw %q", got)
+	}
+	if resp.ProtoMajor != 2 {
+		t.Errorf("HTTP/%d over capture, want 2", resp.ProtoMajor)
+	}
+}
+
+// A terminated connection that never sends a request costs the upstream
+// only a TLS handshake: no request reaches the server, and the session
+// still closes (the parallel handshake's goroutine ends with it).
+func TestInterceptNoRequestReleases(t *testing.T) {
+	f := newFixture(t, "")
+	conn, br, resp := connect(t, f.ts.proxy, fmt.Sprintf("api.test:%d", f.api.port))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	tc := tls.Client(readerConn{conn, br}, &tls.Config{RootCAs: f.sandboxRoots, ServerName: "api.test"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake with the proxy: %v", err)
+	}
+	if got := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName; got != f.proxyCA.Certificate().Subject.CommonName {
+		t.Errorf("issuer %q", got)
+	}
+	tc.Close()
+	if err := f.ts.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.api.hits.Load(); n != 0 {
+		t.Errorf("the server got %d requests", n)
 	}
 }

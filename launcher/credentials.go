@@ -24,15 +24,17 @@ var caBundleEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDL
 // proxyCA is a launcher's egress CA and upstream roots, made on first use
 // (once per worker or str run) and kept in memory only.
 type proxyCA struct {
-	once  sync.Once
-	ca    *egress.CA
-	roots *x509.CertPool
-	err   error
+	once   sync.Once
+	ca     *egress.CA
+	roots  *x509.CertPool
+	bundle string // the sandbox's CA bundle (host bundle + CA), read once
+	err    error
 }
 
 // egressCA returns the launcher's CA and the pool upstream servers are
 // verified against, creating them on first use: the host's trust store plus
-// the PEM file named by STR_EGRESS_EXTRA_ROOTS, read once.
+// the PEM file named by STR_EGRESS_EXTRA_ROOTS, read once, as is the host
+// bundle the sandboxes' bundle starts with.
 func (l *Launcher) egressCA() (*egress.CA, *x509.CertPool, error) {
 	p := &l.proxyCA
 	p.once.Do(func() {
@@ -41,7 +43,14 @@ func (l *Launcher) egressCA() (*egress.CA, *x509.CertPool, error) {
 		}
 		if p.roots, p.err = egress.UpstreamRoots(os.Getenv(egress.ExtraRootsEnv)); p.err != nil {
 			p.err = fmt.Errorf("%s: %w", egress.ExtraRootsEnv, p.err)
+			return
 		}
+		b, err := egress.SandboxBundle(p.ca)
+		if err != nil {
+			p.err = err
+			return
+		}
+		p.bundle = string(b)
 	})
 	return p.ca, p.roots, p.err
 }
@@ -66,20 +75,15 @@ func (l *Launcher) planInterception(pl *Plan, req Request) error {
 	if err := egress.CheckCredentials(pl.Network, req.Credentials); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	ca, _, err := l.egressCA()
-	if err != nil {
+	if _, _, err := l.egressCA(); err != nil {
 		return fmt.Errorf("launcher: egress CA: %w", err)
-	}
-	bundle, err := egress.SandboxBundle(ca)
-	if err != nil {
-		return fmt.Errorf("launcher: %w", err)
 	}
 	for _, m := range pl.Child.Mounts {
 		if m.Target == CABundlePath || under(CABundlePath, m.Target) && m.Kind != nsinit.MountTmpfs && m.Target != "/" {
 			return fmt.Errorf("%w: a mount at %s hides the CA bundle at %s", ErrInvalidRequest, m.Target, CABundlePath)
 		}
 	}
-	pl.Child.Mounts = append(pl.Child.Mounts, nsinit.Mount{Kind: nsinit.MountFile, Target: CABundlePath, Mode: 0o444, Contents: string(bundle)})
+	pl.Child.Mounts = append(pl.Child.Mounts, nsinit.Mount{Kind: nsinit.MountFile, Target: CABundlePath, Mode: 0o444, Contents: l.proxyCA.bundle})
 	add := map[string]string{}
 	for _, k := range caBundleEnv {
 		add[k] = CABundlePath
