@@ -69,7 +69,8 @@ func buildStr(t *testing.T) string {
 // becomes str-worker ARGS from str's directory in the same process (a
 // container's PID 1 and systemd's main PID stay the worker's), with the
 // environment passed on; without a str-worker beside it, it fails with
-// exit 1 and a message naming the path it looked at and how to get it.
+// exit 1 and a message naming the path it looked at and how to get it;
+// str doctor reports either case as information.
 func TestStrWorkerExecsStrWorker(t *testing.T) {
 	str := buildStr(t)
 
@@ -101,6 +102,20 @@ func TestStrWorkerExecsStrWorker(t *testing.T) {
 		}
 	}
 
+	// str doctor says so (information: str run works without it).
+	doctorLine := func() string {
+		out, _ := exec.Command(str, "doctor").Output() // its exit status is about the sandbox, not the worker
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "worker program") {
+				return l
+			}
+		}
+		return ""
+	}
+	if l := doctorLine(); !strings.HasPrefix(l, "[info]") || !strings.Contains(l, "str worker cannot start") || !strings.Contains(l, worker) {
+		t.Errorf("str doctor without %s: %q", workerProgram, l)
+	}
+
 	// 3. with one: a script that reports its pid, arguments and one
 	// environment variable.
 	script := "#!/bin/sh\necho \"pid=$$ argv0=$0 args=$* env=$STR_TEST_WORKER_ENV\"\n"
@@ -118,5 +133,8 @@ func TestStrWorkerExecsStrWorker(t *testing.T) {
 	want := "pid=" + strconv.Itoa(cmd.Process.Pid) + " argv0=" + worker + " args=--embedded-broker 127.0.0.1:0 env=passed\n"
 	if got := stdout.String(); got != want {
 		t.Errorf("str worker ran %q, want %q", got, want)
+	}
+	if l := doctorLine(); !strings.HasPrefix(l, "[info]") || !strings.Contains(l, worker+" (str worker execs it)") {
+		t.Errorf("str doctor with %s: %q", workerProgram, l)
 	}
 }
