@@ -47,11 +47,15 @@ type Sandbox struct {
 	waitErr           error
 	events            []nsinit.Event
 	namespaces        map[string]uint64 // Request.RecordNamespaces: the init's namespace inodes, by /proc/PID/ns name
+	awaiting          chan struct{}     // Request.AwaitCall: closed when the init waits at its step 10a
+	awaitingOnce      sync.Once
 
 	mu            sync.Mutex
 	begun         bool        // Start (or a Kill before it) has run: Create's resources are no longer Kill's to release
 	timer         *time.Timer // the wall clock (L7): the idle limit until Arm, then the timeout
 	armed         bool        // Arm has replaced the idle limit
+	armedAt       time.Time   // when: a pre-built sandbox's wall time counts from it
+	called        bool        // Call has run (once per sandbox)
 	killed        bool        // kill has run: the sandbox is ending
 	timedOut      bool
 	cancelled     bool
@@ -81,7 +85,7 @@ type Phase = nsinit.Phase
 func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) (*Sandbox, error) {
 	now := time.Now()
 	s := &Sandbox{l: l, req: req, ctx: ctx, id: newCgroupID(), t0: now, last: now,
-		started: make(chan struct{}), finished: make(chan struct{})}
+		started: make(chan struct{}), finished: make(chan struct{}), awaiting: make(chan struct{})}
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
@@ -405,6 +409,11 @@ func (s *Sandbox) readReports() {
 			closeFDs(fds)
 			continue
 		}
+		if ev.Type == "await_call" && s.plan.Child.AwaitCall {
+			closeFDs(fds)
+			s.awaitingOnce.Do(func() { close(s.awaiting) })
+			continue
+		}
 		if ev.Type == "listeners" && len(fds) == len(ev.Listeners) && s.listeners == nil {
 			s.listeners = map[string]*os.File{}
 			for i, l := range ev.Listeners {
@@ -553,8 +562,82 @@ func (s *Sandbox) Arm(timeout time.Duration) error {
 		return fmt.Errorf("arm sandbox %s: %w (its idle limit of %s ran out)", s.id, ErrEnded, s.plan.Idle)
 	}
 	// 4.
-	s.armed = true
+	s.armed, s.armedAt = true, time.Now()
 	s.timer = time.AfterFunc(timeout, func() { s.kill(&s.timedOut) })
+	return nil
+}
+
+// AwaitingCall is closed once a pre-built sandbox's init waits for its
+// call (step 10a): everything but the call's own steps is done. It never
+// closes for a sandbox whose setup failed (Ended does).
+func (s *Sandbox) AwaitingCall() <-chan struct{} { return s.awaiting }
+
+// Ended is closed once the sandbox is gone and Wait's result is ready.
+func (s *Sandbox) Ended() <-chan struct{} { return s.finished }
+
+// Call hands a pre-built sandbox (Request.AwaitCall) its one call. In
+// order:
+//
+//  1. the sandbox was created to await a call, and had none yet;
+//  2. its wall clock is armed with timeout (Arm: tighten-only, at most
+//     the profile's; ErrEnded for a sandbox that is ending), so the
+//     clock runs before the tool can;
+//  3. argv, the whole environment and the caller's stdin, stdout and
+//     stderr go to the init in one message on the report socket (its
+//     step 10a dup3s them onto 0-2, then resolves the tool and runs
+//     every step up to the execve as a one-shot run does). A send that
+//     fails kills the sandbox.
+//
+// The launcher's plan for the call (Launcher.Plan of the caller's
+// request) is what builds argv and env: the caller decides that this
+// sandbox's plan is the call's (str serve compares them).
+func (s *Sandbox) Call(argv, env []string, stdio [nsinit.CallFDs]*os.File, timeout time.Duration) error {
+	// 1.
+	if !s.plan.Child.AwaitCall {
+		return fmt.Errorf("%w: call sandbox %s: it was not created to await a call (Request.AwaitCall)", ErrInvalidRequest, s.id)
+	}
+	s.mu.Lock()
+	called := s.called
+	s.called = true
+	s.mu.Unlock()
+	if called {
+		return fmt.Errorf("%w: call sandbox %s: it had its call already", ErrInvalidRequest, s.id)
+	}
+	data, err := json.Marshal(nsinit.Call{Argv: argv, Env: env})
+	if err != nil {
+		return err
+	}
+	if len(data) > nsinit.MaxCallBytes {
+		return fmt.Errorf("%w: call sandbox %s: argv and environment are %d bytes as JSON, a call carries at most %d", ErrInvalidRequest, s.id, len(data), nsinit.MaxCallBytes)
+	}
+	// 2.
+	if err := s.Arm(timeout); err != nil {
+		return err
+	}
+	// 3. Through the socket's own file (SyscallConn), so its descriptor
+	// cannot be closed and reused under the send.
+	var fds [nsinit.CallFDs]int
+	for i, f := range stdio {
+		if f == nil {
+			return fmt.Errorf("%w: call sandbox %s: stdio descriptor %d missing", ErrInvalidRequest, s.id, i)
+		}
+		fds[i] = int(f.Fd())
+	}
+	rc, err := s.reportR.SyscallConn()
+	if err == nil {
+		werr := rc.Write(func(fd uintptr) bool {
+			err = unix.Sendmsg(int(fd), data, unix.UnixRights(fds[:]...), nil, 0)
+			return true
+		})
+		if err == nil {
+			err = werr
+		}
+	}
+	runtime.KeepAlive(stdio)
+	if err != nil {
+		s.kill(nil)
+		return &StepError{Who: "launcher", Step: nsinit.StepAwaitCall, Action: "send call", Path: "report socket", Detail: "SCM_RIGHTS", Msg: err.Error(), Err: err}
+	}
 	return nil
 }
 
@@ -638,6 +721,13 @@ func (s *Sandbox) collect() *Result {
 	s.ids.release()
 	s.ids = nil
 	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
+	s.mu.Lock()
+	r.Resident = s.plan != nil && s.plan.Child.AwaitCall
+	if r.Resident && !s.armedAt.IsZero() {
+		// A pre-built sandbox's run starts at its call, not at its build.
+		r.WallTimeMs = float64(time.Since(s.armedAt).Microseconds()) / 1000
+	}
+	s.mu.Unlock()
 	r.Timings = s.timings
 	r.SetupTime = s.setupTime
 	return r
