@@ -29,7 +29,8 @@ package launcher
 //  6. the reply: the Result (same JSON as `str run --result`); a
 //     cancellation from the client, or the connection closing, ends the
 //     sandbox as a cancelled one-shot run is ended;
-//  7. the refill, after the reply: off the caller's critical path.
+//  7. the cgroup's removal, the ids' release and the refill, after the
+//     reply: off the caller's critical path.
 //
 // Each pre-built sandbox is an ordinary sandbox of this launcher (its own
 // namespaces, cgroup, leased host ids, fresh tmpfs root and /tmp) used for
@@ -226,17 +227,6 @@ func (r *Resident) close() {
 	}
 }
 
-// Ready reports how many pre-built sandboxes of profile await a call.
-func (r *Resident) Ready(profile string) int {
-	p := r.pools[profile]
-	if p == nil {
-		return 0
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.ready)
-}
-
 // authorize is check 2.
 func (r *Resident) authorize(cred *unix.Ucred) error {
 	if cred.Uid == 0 || slices.Contains(r.opts.AllowUIDs, int(cred.Uid)) {
@@ -385,14 +375,16 @@ func (r *Resident) handle(c *net.UnixConn) {
 			}
 		}
 	}()
-	res, err := box.sb.Wait()
+	res, err := box.sb.WaitResult()
 	box.cancel()
 	if err != nil {
 		reply(c, ResidentReply{Type: "error", Reason: err.Error()})
 	} else {
 		reply(c, ResidentReply{Type: "result", Result: res})
 	}
-	// 7. The refill, after the reply.
+	// 7. The rest of the teardown (the cgroup's removal, the ids'
+	// release) and the refill, after the reply.
+	<-box.sb.Ended()
 	p.fill()
 }
 

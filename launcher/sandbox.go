@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -48,6 +49,8 @@ type Sandbox struct {
 	events            []nsinit.Event
 	namespaces        map[string]uint64 // Request.RecordNamespaces: the init's namespace inodes, by /proc/PID/ns name
 	awaiting          chan struct{}     // Request.AwaitCall: closed when the init waits at its step 10a
+	earlyReady        chan struct{}     // Request.AwaitCall: closed when early holds the result (WaitResult)
+	early             *Result
 	awaitingOnce      sync.Once
 
 	mu            sync.Mutex
@@ -85,7 +88,7 @@ type Phase = nsinit.Phase
 func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) (*Sandbox, error) {
 	now := time.Now()
 	s := &Sandbox{l: l, req: req, ctx: ctx, id: newCgroupID(), t0: now, last: now,
-		started: make(chan struct{}), finished: make(chan struct{}), awaiting: make(chan struct{})}
+		started: make(chan struct{}), finished: make(chan struct{}), awaiting: make(chan struct{}), earlyReady: make(chan struct{})}
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
@@ -707,15 +710,30 @@ func (s *Sandbox) collect() *Result {
 		}
 		r.OOMKilled = st.OOMKills > 0
 		r.PidsLimit = st.PidsMax > 0
+	}
+	if s.waitErr != nil && r.SetupError == nil && ps == nil {
+		r.SetupError = &StepError{Who: "launcher", Step: nsinit.StepLTeardown, Action: "wait init", Msg: s.waitErr.Error(), Err: s.waitErr}
+	}
+	// A pre-built sandbox's result is complete here: the tool was PID 1,
+	// so its reaping ended every process of its pid namespace, and the
+	// cgroup has been read. It is published now (WaitResult), so str
+	// serve replies before the rest of L8 (the cgroup's removal, the ids'
+	// release), which then only frees resources; its failures are logged.
+	early := s.plan != nil && s.plan.Child.AwaitCall && s.writeBacks == nil
+	if early {
+		s.publishEarly(r)
+	}
+	if s.cg != nil {
 		if err := s.cg.Delete(); err != nil {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("remove cgroup %s: %v", s.cg.Path(), err))
+			w := fmt.Sprintf("remove cgroup %s: %v", s.cg.Path(), err)
+			r.Warnings = append(r.Warnings, w)
+			if early {
+				s.l.log.Warn(w)
+			}
 		}
 		s.cg = nil
 	}
 	s.mark(phaseTeardown)
-	if s.waitErr != nil && r.SetupError == nil && ps == nil {
-		r.SetupError = &StepError{Who: "launcher", Step: nsinit.StepLTeardown, Action: "wait init", Msg: s.waitErr.Error(), Err: s.waitErr}
-	}
 	s.writeBack(r)
 	// The host ids go back last: the copy back may write as them.
 	s.ids.release()
@@ -731,6 +749,42 @@ func (s *Sandbox) collect() *Result {
 	r.Timings = s.timings
 	r.SetupTime = s.setupTime
 	return r
+}
+
+// publishEarly makes a copy of r, with its wall time and timings so
+// far, WaitResult's answer.
+func (s *Sandbox) publishEarly(r *Result) {
+	e := *r
+	e.Warnings = slices.Clone(r.Warnings)
+	e.Timings = slices.Clone(s.timings)
+	e.SetupTime = s.setupTime
+	e.Resident = true
+	s.mu.Lock()
+	from := s.t0
+	if !s.armedAt.IsZero() {
+		from = s.armedAt // the run starts at its call, not at its build
+	}
+	s.mu.Unlock()
+	e.WallTimeMs = float64(time.Since(from).Microseconds()) / 1000
+	s.early = &e
+	close(s.earlyReady)
+}
+
+// WaitResult is Wait for a pre-built sandbox (Request.AwaitCall): it
+// returns as soon as the result is complete, before the cgroup is
+// removed and the host ids released (Ended says when they are).
+// Other sandboxes: Wait.
+func (s *Sandbox) WaitResult() (*Result, error) {
+	<-s.started
+	if s.startErr != nil {
+		return nil, s.startErr
+	}
+	select {
+	case <-s.earlyReady:
+		return s.early, nil
+	case <-s.finished:
+		return s.result, nil
+	}
 }
 
 // writeBack is step L10: what the tool changed in a capped work dir,
