@@ -71,6 +71,9 @@ type ResidentOptions struct {
 	Idle time.Duration
 }
 
+// requestDeadline bounds the wait for a connected caller's request.
+const requestDeadline = 10 * time.Second
+
 // DefaultResidentIdle is how long a pre-built sandbox waits for a call
 // before it is replaced.
 const DefaultResidentIdle = 10 * time.Minute
@@ -273,6 +276,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 		// unused): closing on unread data would reset the connection
 		// before the caller reads why.
 		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*(nsinit.CallFDs+1)))
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
 		if _, oobn, _, _, err := c.ReadMsgUnix(buf, oob); err == nil {
 			stdio, _ := parseStdio(oob[:oobn])
 			for _, f := range stdio {
@@ -288,10 +292,14 @@ func (r *Resident) handle(c *net.UnixConn) {
 	// The request and the caller's stdio.
 	buf := make([]byte, nsinit.MaxCallBytes*4)
 	oob := make([]byte, unix.CmsgSpace(4*(nsinit.CallFDs+1)))
+	// A caller that connects and sends nothing holds no goroutine for
+	// long (nor Close).
+	_ = c.SetReadDeadline(time.Now().Add(requestDeadline))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return
 	}
+	_ = c.SetReadDeadline(time.Time{})
 	stdio, fdErr := parseStdio(oob[:oobn])
 	defer func() {
 		for _, f := range stdio {
@@ -343,6 +351,10 @@ func (r *Resident) handle(c *net.UnixConn) {
 	}
 	if why := p.differs(pl); why != "" {
 		reply(c, ResidentReply{Type: "not_poolable", Reason: why})
+		return
+	}
+	if b, err := json.Marshal(nsinit.Call{Argv: pl.Child.Argv, Env: pl.Child.Env}); err != nil || len(b) > nsinit.MaxCallBytes {
+		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("argv and environment larger than a call's %d bytes", nsinit.MaxCallBytes)})
 		return
 	}
 

@@ -212,13 +212,15 @@ func TestServeFallsBackWhenNotPoolable(t *testing.T) {
 		{"--profile", "standard", "--net", "isolated", "--", "/bin/echo", "ok"},
 		{"--profile", "permissive", "--", "/bin/echo", "ok"},
 		{"--profile", "restrictive", "--ro-bind", dir + ":/mnt", "--", "/bin/cat", "/mnt/f"},
+		// argv larger than a call message: one-shot passes it.
+		{"--profile", "restrictive", "--", "/bin/sh", "-c", "echo ok", "x", strings.Repeat("a", 100<<10), strings.Repeat("b", 100<<10)},
 	} {
 		r := sp.served(t, args...)
 		if r.Exit != 0 || r.Res.Resident {
-			t.Errorf("%q: exit %d resident %v, want 0 and one-shot: %s", args, r.Exit, r.Res.Resident, r.Stderr)
+			t.Errorf("%.200q: exit %d resident %v, want 0 and one-shot: %s", args, r.Exit, r.Res.Resident, r.Stderr)
 		}
 		if r.Stdout != "ok\n" && r.Stdout != "bound\n" {
-			t.Errorf("%q: stdout %q", args, r.Stdout)
+			t.Errorf("%.200q: stdout %q", args, r.Stdout)
 		}
 	}
 	// Unreachable: one-shot too.
