@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,8 +65,11 @@ func startServe(t *testing.T, pool int, extra ...string) *serveProc {
 
 // waiting counts the server's children that are still the init (a
 // pre-built sandbox waiting at step 10a: its command line is str-init's).
-func (sp *serveProc) waiting() int {
-	n := 0
+func (sp *serveProc) waiting() int { return len(sp.waitingPids()) }
+
+// waitingPids are their host pids.
+func (sp *serveProc) waitingPids() []string {
+	var pids []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
@@ -82,10 +86,10 @@ func (sp *serveProc) waiting() int {
 			continue
 		}
 		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.HasPrefix(string(cl), "str-init\x00") {
-			n++
+			pids = append(pids, e.Name())
 		}
 	}
-	return n
+	return pids
 }
 
 // served runs str run through the server (--serve) with args.
@@ -261,13 +265,14 @@ func TestServeRefusesUnauthorizedPeer(t *testing.T) {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	as := func(uid uint32) (string, int) {
-		cmd := exec.Command(bin, "run", "--serve", sp.socket, "--profile", "restrictive", "--result", "-", "--", "/bin/true")
+	asIDs := func(socket string, uid, gid uint32) (string, int) {
+		cmd := exec.Command(bin, "run", "--serve", socket, "--profile", "restrictive", "--result", "-", "--", "/bin/true")
 		cmd.Dir = "/"
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
 		out, _ := cmd.CombinedOutput()
 		return string(out), cmd.ProcessState.ExitCode()
 	}
+	as := func(uid uint32) (string, int) { return asIDs(sp.socket, uid, uid) }
 	out, _ := as(65533)
 	if !strings.Contains(out, "refused this caller") || !strings.Contains(out, "uid 65533") {
 		t.Errorf("uid 65533 was not refused:\n%s", out)
@@ -287,6 +292,23 @@ func TestServeRefusesUnauthorizedPeer(t *testing.T) {
 	}
 	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 {
 		t.Errorf("socket owned by uid %d, want root", st.Uid)
+	}
+
+	// --allow-group: the file is root:GROUP 0660; a member (here by its
+	// gid) is served, anyone else cannot even connect and runs one-shot.
+	sp3 := startServe(t, 1, "--allow-group", "65530")
+	fi, err = os.Stat(sp3.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o660 || st.Uid != 0 || st.Gid != 65530 {
+		t.Errorf("socket with --allow-group 65530: mode %o owner %d:%d, want 0660 0:65530", fi.Mode().Perm(), st.Uid, st.Gid)
+	}
+	if out, code := asIDs(sp3.socket, 65531, 65530); code != 0 || !strings.Contains(out, `"resident": true`) {
+		t.Errorf("a member of --allow-group was not served (exit %d):\n%s", code, out)
+	}
+	if out, _ := asIDs(sp3.socket, 65533, 65533); strings.Contains(out, `"resident": true`) {
+		t.Errorf("a non-member was served:\n%s", out)
 	}
 }
 
@@ -351,4 +373,30 @@ func sandboxShells(marker string) []string {
 		}
 	}
 	return pids
+}
+
+// TestServeReplacesIdleSandboxes: a pre-built sandbox not called within
+// --idle is killed (its idle limit) and replaced, so the pool keeps its
+// size with new sandboxes, and a call after that is served.
+func TestServeReplacesIdleSandboxes(t *testing.T) {
+	sp := startServe(t, 1, "--idle", "2s")
+	first := sp.waitingPids()
+	replaced := func() bool {
+		now := sp.waitingPids()
+		if len(now) != 2 {
+			return false
+		}
+		for _, p := range now {
+			if slices.Contains(first, p) {
+				return false
+			}
+		}
+		return true
+	}
+	if !eventually(60*time.Second, replaced) {
+		t.Fatalf("pre-built sandboxes %v, still %v after their idle limit; log:\n%s", first, sp.waitingPids(), sp.log)
+	}
+	if r := sp.served(t, "--profile", "standard", "--", "/bin/echo", "fresh"); r.Exit != 0 || r.Stdout != "fresh\n" || !r.Res.Resident {
+		t.Errorf("a call after the replacement: exit %d resident %v stdout %q: %s", r.Exit, r.Res.Resident, r.Stdout, r.Stderr)
+	}
 }
