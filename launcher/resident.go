@@ -362,7 +362,10 @@ func (r *Resident) handle(c *net.UnixConn) {
 	// ready: still no client-side sandbox start).
 	box, err := p.callBox(pl, stdio)
 	if err != nil {
-		reply(c, ResidentReply{Type: "error", Reason: err.Error()})
+		// No sandbox got the call (a build failed, or the send did), so
+		// the command has not run: the caller may run it one-shot.
+		r.log.Warn("str serve: no pre-built sandbox for a call", "profile", p.name, "error", err)
+		reply(c, ResidentReply{Type: "not_poolable", Reason: err.Error()})
 		return
 	}
 	for i, f := range stdio {

@@ -152,7 +152,7 @@ func TestServeSameAsOneShot(t *testing.T) {
 }
 
 // TestServeExitCodesAndSignals: 127, 126, a timeout (124), a bad request
-// (125, the same message) and SIGTERM to the client (the sandbox ends as
+// (125, the same message), the tool's own status and SIGTERM to the client (the sandbox ends as
 // a cancelled one-shot run: SIGINT, then SIGKILL) through the server, as
 // one-shot.
 func TestServeExitCodesAndSignals(t *testing.T) {
@@ -165,14 +165,16 @@ func TestServeExitCodesAndSignals(t *testing.T) {
 		{[]string{"--profile", "restrictive", "--", "/etc"}, 126},
 		{[]string{"--profile", "restrictive", "--timeout", "1s", "--", "sleep", "30"}, 124},
 		{[]string{"--profile", "restrictive", "--memory", "100Gi", "--", "/bin/true"}, 125},
-		{[]string{"--profile", "restrictive", "--", "/bin/sh", "-c", "kill -SEGV $$; exec sleep 30"}, 0},
+		// PID 1 ignores a signal it sends itself without a handler.
+		{[]string{"--profile", "restrictive", "--", "/bin/sh", "-c", "kill -SEGV $$; exit 9"}, 9},
+		{[]string{"--profile", "restrictive", "--", "/bin/sh", "-c", "exit 3"}, 3},
 	} {
 		one := str(t, c.args...)
 		srv := sp.served(t, c.args...)
 		if one.Exit != srv.Exit {
 			t.Errorf("%q: one-shot exit %d, served %d\none-shot: %s\nserved: %s", c.args, one.Exit, srv.Exit, one.Stderr, srv.Stderr)
 		}
-		if c.exit != 0 && srv.Exit != c.exit {
+		if srv.Exit != c.exit {
 			t.Errorf("%q: served exit %d, want %d: %s", c.args, srv.Exit, c.exit, srv.Stderr)
 		}
 		if one.Stderr != srv.Stderr {
