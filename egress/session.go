@@ -131,7 +131,11 @@ func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, err
 		s.dialer = d.DialContext
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// Under mu: a ctx already cancelled runs Close at once, which reads
+	// stop (str serve's shutdown cancels sandboxes being built).
+	s.mu.Lock()
 	s.stop = context.AfterFunc(ctx, func() { s.Close() })
+	s.mu.Unlock()
 
 	if l.Proxy != nil {
 		s.serveListener(l.Proxy, s.handleProxy)
@@ -185,9 +189,10 @@ func (s *Session) Close() error {
 	s.closed = true
 	conns := s.conns
 	s.conns = nil
+	stop := s.stop
 	s.mu.Unlock()
 
-	s.stop()
+	stop()
 	s.cancel()
 	var errs []error
 	closeL := func(c io.Closer) {

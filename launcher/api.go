@@ -60,6 +60,12 @@ type Request struct {
 	// what the tool does before the Arm is charged to its run.
 	Idle time.Duration
 
+	// AwaitCall makes a pre-built sandbox (str serve's pool): no Argv;
+	// the init does everything up to its step 10a and waits there until
+	// Sandbox.Call hands it the call's argv, environment and stdio. It
+	// needs Idle (it waits unarmed; Call arms it).
+	AwaitCall bool
+
 	// RecordNamespaces makes Start read the inode of each of the init's
 	// namespaces (Sandbox.Namespaces) between the clone (L4) and the plan
 	// (L6), while the init waits for its plan: read later, a tool that
@@ -112,6 +118,10 @@ type Result struct {
 	ViolationSummary  string         `json:"violation_summary,omitempty"`
 	// KilledForViolation: the policy says on_violation: kill, and it did.
 	KilledForViolation bool `json:"killed_for_violation,omitempty"`
+
+	// Resident: the run was a resident launcher's (str serve) pre-built
+	// sandbox; WallTimeMs then counts from the call, not the build.
+	Resident bool `json:"resident,omitempty"`
 
 	// SetupError is set when the sandbox failed before the tool ran.
 	SetupError *StepError `json:"setup_error,omitempty"`

@@ -102,7 +102,12 @@ func (l *Launcher) Profiles() *profiles.Set { return l.profiles }
 
 // Plan validates a request against its profile and returns the concrete
 // plan. Errors that are the caller's fault wrap ErrInvalidRequest.
-func (l *Launcher) Plan(req Request) (*Plan, error) {
+func (l *Launcher) Plan(req Request) (*Plan, error) { return l.planFor(req, l.host) }
+
+// planFor is Plan for a caller described by host (str serve: its caller's
+// environment supplies the profile's passthrough names, as it would to
+// a one-shot str run).
+func (l *Launcher) planFor(req Request, host Host) (*Plan, error) {
 	name := req.Profile
 	if name == "" {
 		name = "standard"
@@ -138,7 +143,7 @@ func (l *Launcher) Plan(req Request) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launcher: profile %s: seccomp policy %q: %w", tight.Name, tight.Seccomp, err)
 	}
-	pl, err := NewPlan(tight, req, l.host, prog)
+	pl, err := NewPlan(tight, req, host, prog)
 	if err != nil {
 		return nil, err
 	}

@@ -151,7 +151,10 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	if host.Readlink == nil {
 		host.Readlink = os.Readlink
 	}
-	if len(req.Argv) == 0 {
+	switch {
+	case req.AwaitCall && (len(req.Argv) > 0 || req.Idle <= 0 || len(req.ExtraFiles) > 0):
+		bad("a sandbox that awaits its call has no command, waits unarmed (Idle > 0) and passes no descriptors")
+	case !req.AwaitCall && len(req.Argv) == 0:
 		bad("no command given")
 	}
 
@@ -215,6 +218,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	c.Hostname = p.Hostname
 	c.UID, c.GID = p.UID, p.GID
 	c.Argv = append([]string(nil), req.Argv...)
+	c.AwaitCall = req.AwaitCall
 	c.BestEffort = p.BestEffort
 	c.PassFDs = len(req.ExtraFiles)
 	c.Rlimits = rlimits(p)

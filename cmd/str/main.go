@@ -23,6 +23,7 @@ const usage = `usage: str <command> [flags]
 commands:
   run      run a command in a fresh sandbox
   bwrap    run a bubblewrap command line in a fresh sandbox (also: str invoked as bwrap)
+  serve    keep sandboxes pre-built for str run (a resident launcher on a unix socket)
   worker   serve tool invocations from a broker (execs str-worker beside str)
   broker   run the embedded dev broker
   invoke   send one tool invocation and print status lines and the reply
@@ -48,6 +49,8 @@ func main() {
 		code = cmdRun(args)
 	case "bwrap":
 		code = cmdBwrap("str bwrap", args)
+	case "serve":
+		code = cmdServe(args)
 	case "worker":
 		code = cmdWorker(args)
 	case "broker":

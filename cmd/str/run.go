@@ -73,6 +73,7 @@ func cmdRun(args []string) int {
 	var credFlags credentialFlags
 	credFlags.register(fs)
 	resultPath := fs.String("result", "", "write the result JSON to `PATH` (- for stdout, after the command's output)")
+	serveSocket := fs.String("serve", os.Getenv("STR_SERVE_SOCKET"), "run through the resident launcher (str serve) listening on `SOCKET` when it is reachable and the request is poolable; else one-shot (default $STR_SERVE_SOCKET)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -135,6 +136,33 @@ func cmdRun(args []string) int {
 		return exitUsage
 	}
 
+	// SIGTERM/SIGINT to str run: end the sandbox cleanly (the context kills
+	// it and the cgroup is removed) rather than leave it to Pdeathsig.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+
+	// A resident launcher first, when one is named and the request may be
+	// poolable (no binds, no work dir, the server's own profiles); it
+	// answers "not poolable" for anything its pre-built sandboxes cannot
+	// honour, and then, or when nothing listens, the run is one-shot.
+	if *serveSocket != "" && len(req.Binds) == 0 && req.Workdir == "" && *profileDir == "" {
+		rreq := launcher.ResidentRequest{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Environ: os.Environ(),
+			Timeout: req.Timeout, Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
+		res, err := launcher.CallResident(ctx, *serveSocket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
+		switch {
+		case err == nil:
+			return finishRun(res, *resultPath)
+		case errors.Is(err, launcher.ErrNoResident), errors.Is(err, launcher.ErrNotPoolable):
+			// one-shot below
+		case isRefused(err):
+			// The caller may still run one-shot with its own privileges.
+			fmt.Fprintln(os.Stderr, "str run: warning: the resident launcher refused this caller; running one-shot:", err)
+		default:
+			fmt.Fprintln(os.Stderr, "str run:", err)
+			return exitLauncher
+		}
+	}
+
 	// STR_CGROUP_PARENT names the cgroup v2 parent for sandboxes (a
 	// delegated subtree); unset, the launcher picks "<own cgroup>/str".
 	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir, CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
@@ -143,18 +171,19 @@ func cmdRun(args []string) int {
 		return exitLauncher
 	}
 
-	// SIGTERM/SIGINT to str run: end the sandbox cleanly (the context kills
-	// it and the cgroup is removed) rather than leave it to Pdeathsig.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer stop()
-
 	res, err := l.Run(ctx, req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str run:", err)
 		return exitLauncher
 	}
-	if *resultPath != "" {
-		if err := writeResult(*resultPath, res); err != nil {
+	return finishRun(res, *resultPath)
+}
+
+// finishRun reports a run's result and returns str run's exit code: the
+// same for a one-shot run and one through a resident launcher.
+func finishRun(res *launcher.Result, resultPath string) int {
+	if resultPath != "" {
+		if err := writeResult(resultPath, res); err != nil {
 			fmt.Fprintln(os.Stderr, "str run: --result:", err)
 		}
 	}
@@ -214,4 +243,9 @@ func writeResult(path string, res *launcher.Result) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+func isRefused(err error) bool {
+	var re *launcher.ResidentError
+	return errors.As(err, &re) && re.Refused
 }

@@ -71,6 +71,7 @@ type result struct {
 	CPUTimeMs       float64  `json:"cpu_time_ms"`
 	PeakMemoryBytes int64    `json:"peak_memory_bytes"`
 	Warnings        []string `json:"warnings"`
+	Resident        bool     `json:"resident"`
 	SetupError      *struct {
 		Step   int    `json:"step"`
 		Action string `json:"action"`
