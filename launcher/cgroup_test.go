@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/securetoolruntime/str/launcher/statedir"
 )
 
 // TestV2MissingControllers: a cgroup.subtree_control line is a list of
@@ -49,7 +48,10 @@ func TestV1KillEmptyAndNot(t *testing.T) {
 		}
 		t.Skip(why)
 	}
-	t.Setenv(statedir.Env, t.TempDir())
+	// The lock goes in the default state directory, where every launcher's
+	// start-up sweep looks: one in a private directory would make this
+	// cgroup look stale to a launcher running meanwhile (another package's
+	// test), which would kill the shell and remove the cgroup under the test.
 	c, err := newCgroupV1(newCgroupID(), CgroupPlan{PidsMax: 16})
 	if err != nil {
 		t.Fatal(err)
