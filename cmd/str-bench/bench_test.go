@@ -163,7 +163,7 @@ func TestBenchWriteCSV(t *testing.T) {
 // samples (none, one, a wide spread, labels that need escaping).
 func TestBenchSVGWellFormed(t *testing.T) {
 	st := &benchState{cfg: benchSuiteConfig{rounds: 2, n: 3}}
-	st.cells = benchSpawnCells(benchSuiteConfig{python: "/usr/bin/python3"}, "/bin/str", "/usr/bin/bwrap", "/tmp/w")
+	st.cells = benchSpawnCells(benchSuiteConfig{python: "/usr/bin/python3"}, "/bin/str", "/usr/bin/bwrap", "/tmp/w", "/tmp/serve.sock")
 	st.cells = append(st.cells,
 		&benchCell{id: "echo/cold", target: "echo", title: "echo_tool <cold> & \"warm: 0\"", kind: cellEcho},
 		&benchCell{id: "echo/warm", target: "echo", title: "echo_tool warm", kind: cellEcho, skip: "no pool"},
@@ -230,10 +230,10 @@ func TestBenchSVGWellFormed(t *testing.T) {
 	if panels != 3 {
 		t.Errorf("%d panels, want 3 (/bin/true, python3 -c pass, echo)", panels)
 	}
-	// 7 /bin/true cells + 3 warm dispatch phases, 7 python cells, python
-	// + echo cold (warm skipped).
-	if cells != 19 {
-		t.Errorf("%d cells drawn, want 19", cells)
+	// 8 /bin/true cells (the floor without samples) + 3 warm dispatch
+	// phases, 8 python cells, echo cold (warm skipped).
+	if cells != 21 {
+		t.Errorf("%d cells drawn, want 21", cells)
 	}
 	if !strings.Contains(buf.String(), "latency, ms (log scale)") {
 		t.Error("no axis label")
