@@ -1,0 +1,428 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkTerminatedLink measures what a tool sees on a real network path:
+// the HTTPS server runs as its own process in a network namespace the
+// benchmark creates, behind a veth pair whose two ends are shaped with tc
+// (the rate and one-way delay of each setting, both directions). The same
+// client code reaches it three ways, interleaved round by round:
+//
+//	direct:     TLS from the client straight to the server
+//	terminated: through the proxy, terminated (api.test has a credential)
+//	tunnel:     through the proxy's untouched CONNECT tunnel (plain.test)
+//
+// The client and the proxy stay on this host's loopback, as a sandbox and
+// its proxy do. Per setting, three sub-benchmarks (b.N rounds each):
+//
+//	download-1MiB, download-16MiB: p50 throughput of each path on a
+//	    kept-alive connection, and the ratios of the p50s to direct
+//	request: p50 of a small GET on a reused connection (the proxy's added
+//	    latency) and of a GET on a new connection (both handshakes; the
+//	    leaf is cached), with the new/direct ratios
+//
+// The kernel must offer the netem qdisc for the delay; without it (this
+// VM's kernel is built without CONFIG_NET_SCH_NETEM) the rate is shaped
+// with tbf and the delay is not applied: the settings' names then say
+// "nodelay". Needs root, ip and tc (run by make bench-egress); skips
+// otherwise, or fails when STR_MUST_WORK=1. Never asserts a speed.
+func BenchmarkTerminatedLink(b *testing.B) {
+	l := newLink(b)
+	settings := []struct {
+		rate  string // "": the veth unshaped
+		delay time.Duration
+	}{{"", 0}, {"1gbit", time.Millisecond}, {"200mbit", 5 * time.Millisecond}}
+	for _, st := range settings {
+		name := l.shape(b, st.rate, st.delay)
+		b.Run(name+"/download-1MiB", func(b *testing.B) { l.download(b, 1<<20) })
+		b.Run(name+"/download-16MiB", func(b *testing.B) { l.download(b, 16<<20) })
+		b.Run(name+"/request", l.requests)
+	}
+}
+
+// linkServerEnv, when set in the environment of this test binary, makes
+// it the benchmark's HTTPS server (TestMain): the value is the file to
+// write the server's CA certificate to.
+const linkServerEnv = "STR_EGRESS_LINK_SERVER"
+
+// linkPort is the server's port inside its namespace.
+const linkPort = 8443
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(linkServerEnv); path != "" {
+		if err := runLinkServer(path); err != nil {
+			fmt.Fprintln(os.Stderr, "link server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runLinkServer serves api.test and plain.test on :linkPort (HTTP/2 and
+// HTTP/1.1) with leaves of a CA of its own, whose certificate it writes to
+// caPath before printing "ready". /small answers "ok"; /bytes?n=N sends N
+// bytes. It ends when its stdin closes (the benchmark is gone).
+func runLinkServer(caPath string) error {
+	ca, err := NewCA()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(caPath, ca.CertPEM(), 0o644); err != nil {
+		return err
+	}
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = "0123456789abcdef"[i%16]
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/small", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/bytes", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.URL.Query().Get("n"))
+		if err != nil || n < 0 {
+			http.Error(w, "n: a byte count", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		for n > 0 {
+			k := min(n, len(chunk))
+			if _, err := w.Write(chunk[:k]); err != nil {
+				return
+			}
+			n -= k
+		}
+	})
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(linkPort))
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:  mux,
+		ErrorLog: log.New(io.Discard, "", 0),
+		TLSConfig: &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return ca.Leaf(h.ServerName)
+		}},
+	}
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
+	fmt.Println("ready")
+	return srv.ServeTLS(ln, "", "")
+}
+
+// link is the benchmark's network: a namespace with the server, the veth
+// pair, a proxy session on the host's loopback, and one kept-alive client
+// per path.
+type link struct {
+	ns, hostVeth, nsVeth string
+	server               netip.Addr
+	netem                bool
+	f                    *linkFixture
+}
+
+type linkFixture struct {
+	ts    *testSession
+	roots *x509.CertPool
+	ph    string
+}
+
+func mustWork(b *testing.B, reason string) {
+	b.Helper()
+	if os.Getenv("STR_MUST_WORK") == "1" {
+		b.Fatalf("STR_MUST_WORK=1 but: %s", reason)
+	}
+	b.Skip(reason)
+}
+
+// newLink creates the namespace, the veth pair and the server (all
+// removed in cleanup) and the proxy session. Addresses: 10.214.X.1 (host)
+// and 10.214.X.2 (server), X from the pid; nothing leaves this machine
+// (the pair's /30 is routed on the veth only).
+func newLink(b *testing.B) *link {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		mustWork(b, "needs root: creates a network namespace and a veth pair and shapes them with tc")
+	}
+	for _, tool := range []string{"ip", "tc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			mustWork(b, "needs "+tool+" (iproute2) to build and shape the test link")
+		}
+	}
+	id := os.Getpid() % 100000
+	x := id % 250
+	l := &link{ns: "strl" + strconv.Itoa(id), hostVeth: "strlh" + strconv.Itoa(id), nsVeth: "strln" + strconv.Itoa(id),
+		server: netip.AddrFrom4([4]byte{10, 214, byte(x), 2})}
+	host := netip.AddrFrom4([4]byte{10, 214, byte(x), 1})
+	run := func(args ...string) {
+		b.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	_ = exec.Command("ip", "link", "del", l.hostVeth).Run()
+	_ = exec.Command("ip", "netns", "del", l.ns).Run()
+	run("ip", "netns", "add", l.ns)
+	var server *exec.Cmd
+	b.Cleanup(func() {
+		if server != nil && server.Process != nil {
+			_ = server.Process.Kill()
+			_ = server.Wait()
+		}
+		_ = exec.Command("ip", "link", "del", l.hostVeth).Run()
+		_ = exec.Command("ip", "netns", "del", l.ns).Run()
+	})
+	run("ip", "link", "add", l.hostVeth, "type", "veth", "peer", "name", l.nsVeth, "netns", l.ns)
+	run("ip", "addr", "add", host.String()+"/30", "dev", l.hostVeth)
+	run("ip", "link", "set", l.hostVeth, "up")
+	run("ip", "-n", l.ns, "addr", "add", l.server.String()+"/30", "dev", l.nsVeth)
+	run("ip", "-n", l.ns, "link", "set", l.nsVeth, "up")
+	run("ip", "-n", l.ns, "link", "set", "lo", "up")
+	// netem, when the kernel has it (the probe leaves no qdisc behind).
+	if exec.Command("tc", "qdisc", "add", "dev", l.hostVeth, "root", "netem", "delay", "1ms").Run() == nil {
+		l.netem = true
+		run("tc", "qdisc", "del", "dev", l.hostVeth, "root")
+	}
+
+	// The server: this test binary again, in the namespace.
+	caPath := filepath.Join(b.TempDir(), "server-ca.pem")
+	server = exec.Command("ip", "netns", "exec", l.ns, os.Args[0], "-test.run=^$")
+	server.Env = append(os.Environ(), linkServerEnv+"="+caPath)
+	server.Stderr = os.Stderr
+	stdin, err := server.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stdin.Close() })
+	out, err := server.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := server.Start(); err != nil {
+		b.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		b.Fatalf("the link server did not start: %q %v", line, err)
+	}
+	pemCA, err := os.ReadFile(caPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	serverRoots := x509.NewCertPool()
+	if !serverRoots.AppendCertsFromPEM(pemCA) {
+		b.Fatal("the link server's CA certificate does not parse")
+	}
+
+	// The proxy: api.test terminated (a credential), plain.test tunnelled;
+	// it dials the server's address only.
+	proxyCA, err := NewCA()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ph, err := NewPlaceholder()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cred := Credential{Name: "API_TOKEN", Hosts: []string{"api.test"}, Header: "Authorization", Format: "Bearer {value}",
+		Value: NewSecret([]byte(testSecret)), Placeholder: ph}
+	want := netip.AddrPortFrom(l.server, linkPort).String()
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr != want {
+			b.Errorf("the proxy dialed %q, not the link server %s", addr, want)
+			return nil, errors.New("link: refusing to dial " + addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	p := Policy{Mode: Restricted, AllowedHosts: []string{"api.test", "plain.test"}, AllowedPorts: []int{linkPort},
+		AllowedCIDRs: []string{l.server.String() + "/32"}}
+	srvIP := []netip.Addr{l.server}
+	ts := startSession(b, p, Options{
+		Resolver:  stubResolver{"api.test": srvIP, "plain.test": srvIP},
+		Dialer:    dial,
+		Intercept: &Interception{CA: proxyCA, Credentials: []Credential{cred}, UpstreamRoots: serverRoots},
+	})
+	// The client trusts both CAs: one client configuration for all paths.
+	roots := serverRoots.Clone()
+	roots.AddCert(proxyCA.Certificate())
+	l.f = &linkFixture{ts: ts, roots: roots, ph: ph}
+	return l
+}
+
+// shape sets both ends' root qdisc for rate and one-way delay ("" rate:
+// none) and returns the setting's name.
+func (l *link) shape(b *testing.B, rate string, delay time.Duration) string {
+	b.Helper()
+	for _, dev := range [][]string{{"tc"}, {"tc", "-n", l.ns}} {
+		veth := l.hostVeth
+		if len(dev) > 1 {
+			veth = l.nsVeth
+		}
+		_ = exec.Command(dev[0], append(dev[1:], "qdisc", "del", "dev", veth, "root")...).Run()
+		if rate == "" {
+			continue
+		}
+		var args []string
+		if l.netem {
+			args = []string{"qdisc", "add", "dev", veth, "root", "netem", "rate", rate, "delay", delay.String(), "limit", "10000"}
+		} else {
+			// burst above the largest GSO packet (64 KiB), so tbf never
+			// splits one; the queue holds 20 ms.
+			args = []string{"qdisc", "add", "dev", veth, "root", "tbf", "rate", rate, "burst", "128kb", "latency", "20ms"}
+		}
+		if out, err := exec.Command(dev[0], append(dev[1:], args...)...).CombinedOutput(); err != nil {
+			b.Fatalf("tc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	switch {
+	case rate == "":
+		return "veth-unshaped"
+	case l.netem:
+		return rate + "-" + delay.String()
+	default:
+		return rate + "-nodelay"
+	}
+}
+
+// paths are the three ways to the server, in the order of a round's
+// first cell (rounds rotate it).
+var linkPaths = []string{"direct", "terminated", "tunnel"}
+
+// client is the same client code for every path: HTTP/2 offered, keep-alive
+// on unless fresh; only the proxy setting differs.
+func (l *link) client(path string, keepAlive bool) *http.Client {
+	tr := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: l.f.roots},
+		ForceAttemptHTTP2: true,
+		DisableKeepAlives: !keepAlive,
+	}
+	if path == "direct" {
+		addr := netip.AddrPortFrom(l.server, linkPort).String()
+		tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	} else {
+		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: l.f.ts.proxy})
+	}
+	return &http.Client{Transport: tr}
+}
+
+func (l *link) url(path, p string) string {
+	host := "api.test"
+	if path == "tunnel" {
+		host = "plain.test"
+	}
+	return "https://" + host + ":" + strconv.Itoa(linkPort) + p
+}
+
+// get fetches p over c and returns the time until the body's last byte.
+func (l *link) get(b *testing.B, c *http.Client, path, p string, want int64) time.Duration {
+	b.Helper()
+	req, err := http.NewRequest("GET", l.url(path, p), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+l.f.ph)
+	t0 := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Fatalf("%s %s: %v", path, p, err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	d := time.Since(t0)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || want >= 0 && n != want {
+		b.Fatalf("%s %s: status %d, %d bytes (want %d): %v", path, p, resp.StatusCode, n, want, err)
+	}
+	return d
+}
+
+func p50(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// download: one download of size per path per round, on kept-alive
+// connections opened before timing.
+func (l *link) download(b *testing.B, size int64) {
+	clients := map[string]*http.Client{}
+	for _, path := range linkPaths {
+		clients[path] = l.client(path, true)
+		l.get(b, clients[path], path, "/small", -1)
+		defer clients[path].CloseIdleConnections()
+	}
+	p := "/bytes?n=" + strconv.FormatInt(size, 10)
+	took := map[string][]time.Duration{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range linkPaths {
+			path := linkPaths[(i+j)%len(linkPaths)]
+			took[path] = append(took[path], l.get(b, clients[path], path, p, size))
+		}
+	}
+	b.StopTimer()
+	mbps := func(path string) float64 { return float64(size) / p50(took[path]).Seconds() / 1e6 }
+	for _, path := range linkPaths {
+		b.ReportMetric(mbps(path), path+"-MB/s")
+	}
+	b.ReportMetric(mbps("terminated")/mbps("direct"), "terminated/direct")
+	b.ReportMetric(mbps("tunnel")/mbps("direct"), "tunnel/direct")
+}
+
+// requests: per path and round, a small GET on a reused connection and
+// one on a new connection (both handshakes through the proxy; the leaf is
+// cached after the warm-up).
+func (l *link) requests(b *testing.B) {
+	reused := map[string]*http.Client{}
+	for _, path := range linkPaths {
+		reused[path] = l.client(path, true)
+		l.get(b, reused[path], path, "/small", -1)
+		defer reused[path].CloseIdleConnections()
+	}
+	old, fresh := map[string][]time.Duration{}, map[string][]time.Duration{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range linkPaths {
+			path := linkPaths[(i+j)%len(linkPaths)]
+			old[path] = append(old[path], l.get(b, reused[path], path, "/small", -1))
+			c := l.client(path, false)
+			fresh[path] = append(fresh[path], l.get(b, c, path, "/small", -1))
+			c.CloseIdleConnections()
+		}
+	}
+	b.StopTimer()
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	for _, path := range linkPaths {
+		b.ReportMetric(us(p50(old[path])), path+"-reused-µs")
+	}
+	b.ReportMetric(us(p50(old["terminated"])-p50(old["direct"])), "terminated-added-µs")
+	for _, path := range linkPaths {
+		b.ReportMetric(us(p50(fresh[path])), path+"-new-µs")
+	}
+	b.ReportMetric(float64(p50(fresh["terminated"]))/float64(p50(fresh["direct"])), "terminated/direct-new")
+	b.ReportMetric(float64(p50(fresh["tunnel"]))/float64(p50(fresh["direct"])), "tunnel/direct-new")
+}
