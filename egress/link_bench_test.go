@@ -19,8 +19,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkTerminatedLink measures what a tool sees on a real network path:
@@ -42,11 +46,14 @@ import (
 //	    latency) and of a GET on a new connection (both handshakes; the
 //	    leaf is cached), with the new/direct ratios
 //
-// The kernel must offer the netem qdisc for the delay; without it (this
-// VM's kernel is built without CONFIG_NET_SCH_NETEM) the rate is shaped
-// with tbf and the delay is not applied: the settings' names then say
-// "nodelay". Needs root, ip and tc (run by make bench-egress); skips
-// otherwise, or fails when STR_MUST_WORK=1. Never asserts a speed.
+// The delay needs the netem qdisc. A kernel without it (this VM's is built
+// without CONFIG_NET_SCH_NETEM) gets the same path with the delay added in
+// user space: the settings with a delay then run over a pair of TUN
+// devices (MTU 65000, so about 2000 packets a second at 1 Gbit/s) between
+// which the server's process holds each packet for the delay, with the
+// rate shaped by tbf on both devices; their names end in "-tun".
+// Needs root, ip and tc (run by make bench-egress); skips otherwise, or
+// fails when STR_MUST_WORK=1. Never asserts a speed.
 func BenchmarkTerminatedLink(b *testing.B) {
 	l := newLink(b)
 	settings := []struct {
@@ -55,6 +62,9 @@ func BenchmarkTerminatedLink(b *testing.B) {
 	}{{"", 0}, {"1gbit", time.Millisecond}, {"200mbit", 5 * time.Millisecond}}
 	for _, st := range settings {
 		name := l.shape(b, st.rate, st.delay)
+		if st.delay > 0 && !l.netem {
+			name = l.shapeTun(b, st.rate, st.delay)
+		}
 		b.Run(name+"/download-1MiB", func(b *testing.B) { l.download(b, 1<<20) })
 		b.Run(name+"/download-16MiB", func(b *testing.B) { l.download(b, 16<<20) })
 		b.Run(name+"/request", l.requests)
@@ -68,6 +78,11 @@ const linkServerEnv = "STR_EGRESS_LINK_SERVER"
 
 // linkPort is the server's port inside its namespace.
 const linkPort = 8443
+
+// linkTunEnv names the TUN device the link server creates in its
+// namespace; the host's end is its file descriptor 3. Each "delay D" line
+// on its stdin sets the delay each way and is answered "ok".
+const linkTunEnv = "STR_EGRESS_LINK_TUN"
 
 func TestMain(m *testing.M) {
 	if path := os.Getenv(linkServerEnv); path != "" {
@@ -124,12 +139,86 @@ func runLinkServer(caPath string) error {
 			return ca.Leaf(h.ServerName)
 		}},
 	}
+	var delay atomic.Int64
+	if name := os.Getenv(linkTunEnv); name != "" {
+		ns, err := openTun(name)
+		if err != nil {
+			return err
+		}
+		host := os.NewFile(3, "host-tun")
+		go delayLine(ns, host, &delay)
+		go delayLine(host, ns, &delay)
+	}
 	go func() {
-		io.Copy(io.Discard, os.Stdin)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "delay "); ok {
+				v, err := time.ParseDuration(d)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "link server: delay:", err)
+					os.Exit(1)
+				}
+				delay.Store(int64(v))
+				fmt.Println("ok")
+			}
+		}
 		os.Exit(0)
 	}()
 	fmt.Println("ready")
 	return srv.ServeTLS(ln, "", "")
+}
+
+// openTun creates the TUN device name (IP packets, no header) in the
+// caller's network namespace.
+func openTun(name string) (*os.File, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// delayLine copies packets from one TUN device to the other, each written
+// delay after it was read (in order).
+func delayLine(from, to *os.File, delay *atomic.Int64) {
+	type packet struct {
+		b  *[]byte
+		n  int
+		at time.Time
+	}
+	pool := sync.Pool{New: func() any { b := make([]byte, 1<<16); return &b }}
+	q := make(chan packet, 1024)
+	go func() {
+		for p := range q {
+			// nanosleep, not time.Sleep: the runtime's timers may wake a
+			// millisecond late, as much as the delay itself.
+			if d := time.Until(p.at.Add(time.Duration(delay.Load()))); d > 0 {
+				ts := unix.NsecToTimespec(int64(d))
+				unix.Nanosleep(&ts, nil)
+			}
+			to.Write((*p.b)[:p.n])
+			pool.Put(p.b)
+		}
+	}()
+	for {
+		b := pool.Get().(*[]byte)
+		n, err := from.Read(*b)
+		if err != nil {
+			close(q)
+			return
+		}
+		q <- packet{b, n, time.Now()}
+	}
 }
 
 // link is the benchmark's network: a namespace with the server, the veth
@@ -137,9 +226,20 @@ func runLinkServer(caPath string) error {
 // per path.
 type link struct {
 	ns, hostVeth, nsVeth string
-	server               netip.Addr
+	hostTun, nsTun       string
+	server, tunServer    netip.Addr
+	cur                  atomic.Value // netip.Addr: the server address of the current setting
 	netem                bool
 	f                    *linkFixture
+	ctlIn                io.Writer
+	ctlOut               *bufio.Reader
+}
+
+// linkResolver resolves every name to the current setting's server address.
+type linkResolver struct{ l *link }
+
+func (r linkResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return []netip.Addr{r.l.cur.Load().(netip.Addr)}, nil
 }
 
 type linkFixture struct {
@@ -156,10 +256,11 @@ func mustWork(b *testing.B, reason string) {
 	b.Skip(reason)
 }
 
-// newLink creates the namespace, the veth pair and the server (all
-// removed in cleanup) and the proxy session. Addresses: 10.214.X.1 (host)
-// and 10.214.X.2 (server), X from the pid; nothing leaves this machine
-// (the pair's /30 is routed on the veth only).
+// newLink creates the namespace, the veth pair, the TUN pair and the
+// server (all removed in cleanup) and the proxy session. Addresses:
+// 10.214.X.1 (host) and 10.214.X.2 (server) on the veth, 10.214.X.5 and
+// 10.214.X.6 on the TUN pair, X from the pid; nothing leaves this machine
+// (each pair's addresses are routed on the pair only).
 func newLink(b *testing.B) *link {
 	b.Helper()
 	if os.Geteuid() != 0 {
@@ -173,8 +274,11 @@ func newLink(b *testing.B) *link {
 	id := os.Getpid() % 100000
 	x := id % 250
 	l := &link{ns: "strl" + strconv.Itoa(id), hostVeth: "strlh" + strconv.Itoa(id), nsVeth: "strln" + strconv.Itoa(id),
-		server: netip.AddrFrom4([4]byte{10, 214, byte(x), 2})}
+		hostTun: "strlt" + strconv.Itoa(id), nsTun: "strls" + strconv.Itoa(id),
+		server: netip.AddrFrom4([4]byte{10, 214, byte(x), 2}), tunServer: netip.AddrFrom4([4]byte{10, 214, byte(x), 6})}
+	l.cur.Store(l.server)
 	host := netip.AddrFrom4([4]byte{10, 214, byte(x), 1})
+	tunHost := netip.AddrFrom4([4]byte{10, 214, byte(x), 5})
 	run := func(args ...string) {
 		b.Helper()
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
@@ -210,6 +314,18 @@ func newLink(b *testing.B) *link {
 	server = exec.Command("ip", "netns", "exec", l.ns, os.Args[0], "-test.run=^$")
 	server.Env = append(os.Environ(), linkServerEnv+"="+caPath)
 	server.Stderr = os.Stderr
+	if !l.netem {
+		// The host's end of the TUN pair is made here (in the host's
+		// namespace) and handed to the server, which makes the other end
+		// in its own.
+		tun, err := openTun(l.hostTun)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tun.Close()
+		server.ExtraFiles = []*os.File{tun}
+		server.Env = append(server.Env, linkTunEnv+"="+l.nsTun)
+	}
 	stdin, err := server.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -222,9 +338,16 @@ func newLink(b *testing.B) *link {
 	if err := server.Start(); err != nil {
 		b.Fatal(err)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	l.ctlIn, l.ctlOut = stdin, bufio.NewReader(out)
+	line, err := l.ctlOut.ReadString('\n')
 	if err != nil || line != "ready\n" {
 		b.Fatalf("the link server did not start: %q %v", line, err)
+	}
+	if !l.netem {
+		run("ip", "addr", "add", tunHost.String(), "peer", l.tunServer.String()+"/32", "dev", l.hostTun)
+		run("ip", "link", "set", l.hostTun, "mtu", "65000", "up")
+		run("ip", "-n", l.ns, "addr", "add", l.tunServer.String(), "peer", tunHost.String()+"/32", "dev", l.nsTun)
+		run("ip", "-n", l.ns, "link", "set", l.nsTun, "mtu", "65000", "up")
 	}
 	pemCA, err := os.ReadFile(caPath)
 	if err != nil {
@@ -247,9 +370,9 @@ func newLink(b *testing.B) *link {
 	}
 	cred := Credential{Name: "API_TOKEN", Hosts: []string{"api.test"}, Header: "Authorization", Format: "Bearer {value}",
 		Value: NewSecret([]byte(testSecret)), Placeholder: ph}
-	want := netip.AddrPortFrom(l.server, linkPort).String()
+	want := []string{netip.AddrPortFrom(l.server, linkPort).String(), netip.AddrPortFrom(l.tunServer, linkPort).String()}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if addr != want {
+		if !slices.Contains(want, addr) {
 			b.Errorf("the proxy dialed %q, not the link server %s", addr, want)
 			return nil, errors.New("link: refusing to dial " + addr)
 		}
@@ -257,10 +380,9 @@ func newLink(b *testing.B) *link {
 		return d.DialContext(ctx, network, addr)
 	}
 	p := Policy{Mode: Restricted, AllowedHosts: []string{"api.test", "plain.test"}, AllowedPorts: []int{linkPort},
-		AllowedCIDRs: []string{l.server.String() + "/32"}}
-	srvIP := []netip.Addr{l.server}
+		AllowedCIDRs: []string{l.server.String() + "/32", l.tunServer.String() + "/32"}}
 	ts := startSession(b, p, Options{
-		Resolver:  stubResolver{"api.test": srvIP, "plain.test": srvIP},
+		Resolver:  linkResolver{l},
 		Dialer:    dial,
 		Intercept: &Interception{CA: proxyCA, Credentials: []Credential{cred}, UpstreamRoots: serverRoots},
 	})
@@ -296,6 +418,7 @@ func (l *link) shape(b *testing.B, rate string, delay time.Duration) string {
 			b.Fatalf("tc %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+	l.cur.Store(l.server)
 	switch {
 	case rate == "":
 		return "veth-unshaped"
@@ -304,6 +427,27 @@ func (l *link) shape(b *testing.B, rate string, delay time.Duration) string {
 	default:
 		return rate + "-nodelay"
 	}
+}
+
+// shapeTun sets the TUN pair's rate (tbf, both ends) and the delay line's
+// delay each way, makes the pair the current path and returns the
+// setting's name.
+func (l *link) shapeTun(b *testing.B, rate string, delay time.Duration) string {
+	b.Helper()
+	for _, dev := range [][]string{{"tc", "qdisc", "replace", "dev", l.hostTun}, {"tc", "-n", l.ns, "qdisc", "replace", "dev", l.nsTun}} {
+		args := append(dev[1:], "root", "tbf", "rate", rate, "burst", "128kb", "latency", "20ms")
+		if out, err := exec.Command(dev[0], args...).CombinedOutput(); err != nil {
+			b.Fatalf("tc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if _, err := fmt.Fprintf(l.ctlIn, "delay %s\n", delay); err != nil {
+		b.Fatal(err)
+	}
+	if line, err := l.ctlOut.ReadString('\n'); err != nil || line != "ok\n" {
+		b.Fatalf("the link server did not take the delay: %q %v", line, err)
+	}
+	l.cur.Store(l.tunServer)
+	return rate + "-" + delay.String() + "-tun"
 }
 
 // paths are the three ways to the server, in the order of a round's
@@ -319,7 +463,7 @@ func (l *link) client(path string, keepAlive bool) *http.Client {
 		DisableKeepAlives: !keepAlive,
 	}
 	if path == "direct" {
-		addr := netip.AddrPortFrom(l.server, linkPort).String()
+		addr := netip.AddrPortFrom(l.cur.Load().(netip.Addr), linkPort).String()
 		tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, addr)
