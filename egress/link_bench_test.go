@@ -504,6 +504,15 @@ func (l *link) get(b *testing.B, c *http.Client, path, p string, want int64) tim
 	return d
 }
 
+// cpuTime is this process's user and system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func p50(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -521,14 +530,24 @@ func (l *link) download(b *testing.B, size int64) {
 	}
 	p := "/bytes?n=" + strconv.FormatInt(size, 10)
 	took := map[string][]time.Duration{}
+	cpu := map[string]time.Duration{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for j := range linkPaths {
 			path := linkPaths[(i+j)%len(linkPaths)]
+			c0 := cpuTime(b)
 			took[path] = append(took[path], l.get(b, clients[path], path, p, size))
+			cpu[path] += cpuTime(b) - c0
 		}
 	}
 	b.StopTimer()
+	// This process runs the client and the proxy (the server is another
+	// process): a path's CPU time beyond direct's is the proxy's.
+	perByte := func(path string) float64 {
+		return float64(cpu[path]-cpu["direct"]) / float64(size) / float64(b.N)
+	}
+	b.ReportMetric(perByte("terminated"), "terminated-proxy-cpu-ns/B")
+	b.ReportMetric(perByte("tunnel"), "tunnel-proxy-cpu-ns/B")
 	mbps := func(path string) float64 { return float64(size) / p50(took[path]).Seconds() / 1e6 }
 	for _, path := range linkPaths {
 		b.ReportMetric(mbps(path), path+"-MB/s")
