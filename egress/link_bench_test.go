@@ -61,9 +61,11 @@ func BenchmarkTerminatedLink(b *testing.B) {
 		delay time.Duration
 	}{{"", 0}, {"1gbit", time.Millisecond}, {"200mbit", 5 * time.Millisecond}}
 	for _, st := range settings {
-		name := l.shape(b, st.rate, st.delay)
+		var name string
 		if st.delay > 0 && !l.netem {
 			name = l.shapeTun(b, st.rate, st.delay)
+		} else {
+			name = l.shape(b, st.rate, st.delay)
 		}
 		b.Run(name+"/download-1MiB", func(b *testing.B) { l.download(b, 1<<20) })
 		b.Run(name+"/download-16MiB", func(b *testing.B) { l.download(b, 16<<20) })
