@@ -42,7 +42,7 @@ import (
 //
 //	download-1MiB, download-16MiB: p50 throughput of each path on a
 //	    kept-alive connection, and the ratios of the p50s to direct
-//	request: p50 of a small GET on a reused connection (the proxy's added
+//	request: p50 of small GETs on a reused connection (the proxy's added
 //	    latency) and of a GET on a new connection (both handshakes; the
 //	    leaf is cached), with the new/direct ratios
 //
@@ -558,9 +558,13 @@ func (l *link) download(b *testing.B, size int64) {
 	b.ReportMetric(mbps("tunnel")/mbps("direct"), "tunnel/direct")
 }
 
-// requests: per path and round, a small GET on a reused connection and
-// one on a new connection (both handshakes through the proxy; the leaf is
-// cached after the warm-up).
+// reusedPerRound is the number of small GETs on a reused connection per
+// path and round (their p50 is steadier than one round's one).
+const reusedPerRound = 5
+
+// requests: per path and round, reusedPerRound small GETs on a reused
+// connection and one on a new connection (both handshakes through the
+// proxy; the leaf is cached after the warm-up).
 func (l *link) requests(b *testing.B) {
 	reused := map[string]*http.Client{}
 	for _, path := range linkPaths {
@@ -573,7 +577,9 @@ func (l *link) requests(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for j := range linkPaths {
 			path := linkPaths[(i+j)%len(linkPaths)]
-			old[path] = append(old[path], l.get(b, reused[path], path, "/small", -1))
+			for range reusedPerRound {
+				old[path] = append(old[path], l.get(b, reused[path], path, "/small", -1))
+			}
 			c := l.client(path, false)
 			fresh[path] = append(fresh[path], l.get(b, c, path, "/small", -1))
 			c.CloseIdleConnections()
