@@ -322,7 +322,7 @@ func newLink(b *testing.B) *link {
 		// in its own.
 		tun, err := openTun(l.hostTun)
 		if err != nil {
-			b.Fatal(err)
+			mustWork(b, "the kernel has no netem qdisc and the user-space delay needs a TUN device: "+err.Error())
 		}
 		defer tun.Close()
 		server.ExtraFiles = []*os.File{tun}
