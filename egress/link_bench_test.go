@@ -41,7 +41,8 @@ import (
 // its proxy do. Per setting, three sub-benchmarks (b.N rounds each):
 //
 //	download-1MiB, download-16MiB: p50 throughput of each path on a
-//	    kept-alive connection, and the ratios of the p50s to direct
+//	    kept-alive connection, the ratios of the p50s to direct, and the
+//	    proxy's CPU per byte (this process's CPU time beyond direct's)
 //	request: p50 of small GETs on a reused connection (the proxy's added
 //	    latency) and of a GET on a new connection (both handshakes; the
 //	    leaf is cached), with the new/direct ratios
