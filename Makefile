@@ -19,7 +19,7 @@ DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
 # (STR_IMAGE), docs/deployment.md names it.
 IMAGE := str-worker:dev
 
-.PHONY: help deps init build run demo test test-unit test-fuzz test-integration test-vm test-container test-deps image fuzz bench lint tools clean
+.PHONY: help deps init build run demo test test-unit test-fuzz test-integration test-vm test-container test-deps image fuzz bench bench-egress lint tools clean
 
 help:
 	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job)"
@@ -28,6 +28,7 @@ help:
 	@echo "make demo    scripted tour against a running 'make run'"
 	@echo "make fuzz    every go test -fuzz target for FUZZTIME each (default 20s; e.g. FUZZTIME=10m)"
 	@echo "make bench   str-bench: str vs bubblewrap, the clone floor and python3 -c pass (BENCH_ARGS=--quick)"
+	@echo "make bench-egress  the egress proxy's terminated path vs direct vs tunnel over a shaped veth link (root; BENCH_ROUNDS=15)"
 	@echo "make lint    gofmt, go vet, staticcheck, deadcode, govulncheck (tools pinned in bin/tools)"
 
 # What a fresh Debian 12 machine lacks: libseccomp headers for cgo, python3
@@ -129,6 +130,15 @@ test-vm: build
 bench: build
 	$(GO) build -o bin/str-bench ./cmd/str-bench
 	STR_BIN=$(CURDIR)/$(BIN) STR_BENCH_BIN=$(CURDIR)/bin/str-bench ./scripts/bench.sh $(BENCH_ARGS)
+
+# The egress proxy on a real link (egress BenchmarkTerminatedLink): the
+# HTTPS server in a network namespace behind a shaped veth pair, reached
+# directly, through a terminated connection and through the tunnel,
+# interleaved. Root (it creates and removes the namespace and the pair).
+BENCH_ROUNDS ?= 15
+
+bench-egress:
+	STR_MUST_WORK=1 $(GO) test -count=1 -run '^$$' -bench BenchmarkTerminatedLink -benchtime $(BENCH_ROUNDS)x -timeout 30m ./egress
 
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

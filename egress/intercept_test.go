@@ -77,6 +77,10 @@ func startUpstream(t testing.TB, ca *CA, host string) *upstream {
 			w.Write(bigPayload)
 			return
 		}
+		if r.URL.Path == "/bigecho" { // the value echoed inside a large body
+			w.Write(bigEcho(strings.TrimPrefix(sr.Auth, "Bearer ")))
+			return
+		}
 		w.Header().Set("X-Echo-Auth", sr.Auth)
 		json.NewEncoder(w).Encode(sr)
 	}))
@@ -93,6 +97,16 @@ func startUpstream(t testing.TB, ca *CA, host string) *upstream {
 var lo32 = []string{"127.0.0.1/32"}
 
 var bigPayload = bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+
+// bigEcho is bigPayload with value written over it at offsets around the
+// proxy's read sizes (32 KiB, then 256 KiB) and at the very end.
+func bigEcho(value string) []byte {
+	b := bytes.Clone(bigPayload)
+	for _, off := range []int{0, 32<<10 - 3, 100000, 32<<10 + 256<<10 - 7, 700001, len(b) - len(value)} {
+		copy(b[off:], value)
+	}
+	return b
+}
 
 func (u *upstream) last(t *testing.T) seenReq {
 	t.Helper()
@@ -576,6 +590,32 @@ func TestHTTPRulesValidateAndTighten(t *testing.T) {
 	eff, err = base.Tighten(Policy{HTTPRules: []HTTPRule{}})
 	if err != nil || len(eff.HTTPRules) != 1 {
 		t.Errorf("an empty rule list dropped the base's rules: %+v %v", eff.HTTPRules, err)
+	}
+}
+
+// TestInterceptLargeResponseScrubbed: a 1 MiB response of a credential's
+// host that echoes the value six times (across the proxy's read sizes and
+// at the end) reaches the sandbox with each replaced by the placeholder
+// and every other byte intact, over HTTP/1.1 and HTTP/2.
+func TestInterceptLargeResponseScrubbed(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http1.1", true: "h2"}[h2], func(t *testing.T) {
+			f := newFixture(t, "")
+			resp, body := do(t, f.client(h2), "GET", f.url(f.api, "api.test", "/bigecho"), nil, map[string]string{"Authorization": "Bearer " + f.cred.Placeholder})
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			if f.api.last(t).Auth != "Bearer "+testSecret {
+				t.Fatalf("the server did not see the value, so it echoed none")
+			}
+			want := bytes.ReplaceAll(bigEcho(testSecret), []byte(testSecret), []byte(f.cred.Placeholder))
+			if n := strings.Count(body, testSecret); n > 0 {
+				t.Fatalf("the value reached the sandbox %d times", n)
+			}
+			if body != string(want) {
+				t.Errorf("body: %d bytes, %d placeholders; want %d bytes, 6 placeholders", len(body), strings.Count(body, f.cred.Placeholder), len(want))
+			}
+		})
 	}
 }
 
