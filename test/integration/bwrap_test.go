@@ -27,11 +27,16 @@ try:
     usr_writable = True
 except OSError:
     usr_writable = False
+try:
+    open("/var/str-bwrap-probe", "w")
+    var_writable = True
+except OSError:
+    var_writable = False
 seen = {
     "uid": os.getuid(), "gid": os.getgid(), "euid": os.geteuid(),
     "cwd": os.getcwd(), "env": env,
     "input": open("input/in.txt").read(),
-    "usr_writable": usr_writable,
+    "usr_writable": usr_writable, "var_writable": var_writable,
     "tmp_empty": os.listdir("/tmp") == [],
     "dev": sorted(os.listdir("/dev")),
     "hostname": socket.gethostname(),
@@ -49,10 +54,10 @@ sys.exit(args["exit"])
 // PYTHONPATH and a task work dir with input/, output/ and the runner's
 // arguments, owned by an unprivileged user (str binds a writable dir
 // id-mapped to its owner; a root-owned one would not be the tool's).
-// It lives under /var/tmp: the worker line mounts a tmpfs over /tmp.
-func bwrapFixture(t *testing.T) (tools, work string) {
+// It lives under parent, outside what the worker lines mount a tmpfs over.
+func bwrapFixture(t *testing.T, parent string) (tools, work string) {
 	t.Helper()
-	base, err := os.MkdirTemp("/var/tmp", "str-bwrap-it-")
+	base, err := os.MkdirTemp(parent, "str-bwrap-it-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,19 +95,28 @@ func bwrapFixture(t *testing.T) (tools, work string) {
 
 // workerLine is the argument list the reference runtime's Python worker
 // builds for bubblewrap (solace-agent-mesh, branch ed/tools-in-container,
-// sandbox_runner.py _build_bwrap_command): restrictive adds
-// --unshare-net; the interpreter is python3 here.
-func workerLine(work, tools string, restrictive bool) []string {
+// sandbox_runner.py _build_bwrap_command) under each of its profiles:
+// restrictive adds --unshare-net; standard and permissive forward
+// PYTHONDONTWRITEBYTECODE and PYTHONUNBUFFERED from the worker's
+// environment (keep_env; set to 1 here); permissive adds --tmpfs /var
+// (writable_var). The interpreter is python3 here.
+func workerLine(work, tools, profile string) []string {
 	line := []string{"--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"}
-	if restrictive {
+	if profile == "restrictive" {
 		line = append(line, "--unshare-net")
 	}
 	line = append(line, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-		"--bind", work, work, "--chdir", work, "--clearenv",
+		"--bind", work, work)
+	if profile == "permissive" {
+		line = append(line, "--tmpfs", "/var")
+	}
+	line = append(line, "--chdir", work, "--clearenv",
 		"--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
-		"--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", tools, "--setenv", "_SAM_SANDBOX_LIGHT", "1",
-		"--", "/usr/bin/python3", "-m", "str_bwrap_runner", filepath.Join(work, "runner_args.json"))
-	return line
+		"--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", tools, "--setenv", "_SAM_SANDBOX_LIGHT", "1")
+	if profile != "restrictive" {
+		line = append(line, "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONUNBUFFERED", "1")
+	}
+	return append(line, "--", "/usr/bin/python3", "-m", "str_bwrap_runner", filepath.Join(work, "runner_args.json"))
 }
 
 type bwrapRun struct {
@@ -156,7 +170,12 @@ func TestBwrapWorkerLines(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		skipOrFail(t, "needs /usr/bin/python3 (the worker line runs a Python tool)")
 	}
-	tools, work := bwrapFixture(t)
+	// Under /srv, not /var/tmp: the permissive line mounts a tmpfs over
+	// /var (and one over /tmp).
+	if err := os.MkdirAll("/srv", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools, work := bwrapFixture(t, "/srv")
 	link := filepath.Join(t.TempDir(), "bwrap")
 	if err := os.Symlink(strBin, link); err != nil {
 		t.Fatal(err)
@@ -168,9 +187,9 @@ func TestBwrapWorkerLines(t *testing.T) {
 		t.Log("no /usr/bin/bwrap: str's runs are checked on their own (apt-get install bubblewrap for the side-by-side comparison)")
 	}
 	hostname, _ := os.Hostname()
-	for _, restrictive := range []bool{false, true} {
-		line := workerLine(work, tools, restrictive)
-		name := map[bool]string{false: "standard", true: "restrictive"}[restrictive]
+	for _, name := range []string{"standard", "restrictive", "permissive"} {
+		line := workerLine(work, tools, name)
+		restrictive := name == "restrictive"
 		t.Run(name, func(t *testing.T) {
 			runs := map[string]bwrapRun{
 				"str bwrap":    runBwrap(t, work, strBin, append([]string{"bwrap"}, line...)...),
@@ -179,11 +198,15 @@ func TestBwrapWorkerLines(t *testing.T) {
 			if realBwrap != "" {
 				runs["bubblewrap"] = runBwrap(t, work, realBwrap, line...)
 			}
+			env := map[string]any{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+				"PYTHONPATH": tools, "_SAM_SANDBOX_LIGHT": "1", "PWD": work}
+			if !restrictive {
+				env["PYTHONDONTWRITEBYTECODE"], env["PYTHONUNBUFFERED"] = "1", "1"
+			}
 			want := map[string]any{
 				"uid": 0.0, "gid": 0.0, "euid": 0.0, "cwd": work,
-				"env": map[string]any{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-					"PYTHONPATH": tools, "_SAM_SANDBOX_LIGHT": "1", "PWD": work},
-				"input": "the caller's input\n", "usr_writable": false, "tmp_empty": true,
+				"env": env,
+				"input": "the caller's input\n", "usr_writable": false, "var_writable": name == "permissive", "tmp_empty": true,
 				"dev":      []any{"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"},
 				"hostname": hostname, "pid1_is_sandbox": true,
 			}
