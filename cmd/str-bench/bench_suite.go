@@ -381,6 +381,10 @@ func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work string) []*benchCell
 		add("str-standard", "str run --profile standard", "", str, "run", "--profile", "standard", "--")
 		add("bwrap-restrictive", "bwrap restrictive line", "", benchBwrapLine(bwrap, work, true)...)
 		add("bwrap-standard", "bwrap standard line", "", benchBwrapLine(bwrap, work, false)...)
+		// The same two lines run by str bwrap (issue 22): bubblewrap's
+		// command line, str's sandbox (its standard profile underneath).
+		add("str-bwrap-restrictive", "str bwrap, the restrictive line", "", append([]string{str, "bwrap"}, benchBwrapLine(bwrap, work, true)[1:]...)...)
+		add("str-bwrap-standard", "str bwrap, the standard line", "", append([]string{str, "bwrap"}, benchBwrapLine(bwrap, work, false)[1:]...)...)
 	}
 	return cells
 }
@@ -776,6 +780,8 @@ func (st *benchState) report() string {
 		ratio("str run standard / bwrap standard, "+t.name, p50(t.id+"/str-standard"), p50(t.id+"/bwrap-standard"), "")
 		ratio("CPU str run restrictive / bwrap restrictive, "+t.name, cpu(t.id+"/str-restrictive"), cpu(t.id+"/bwrap-restrictive"), "[<= 1.5]")
 		ratio("CPU str run standard / bwrap standard, "+t.name, cpu(t.id+"/str-standard"), cpu(t.id+"/bwrap-standard"), "")
+		ratio("str bwrap / bwrap, the restrictive line, "+t.name, p50(t.id+"/str-bwrap-restrictive"), p50(t.id+"/bwrap-restrictive"), "")
+		ratio("str bwrap / bwrap, the standard line, "+t.name, p50(t.id+"/str-bwrap-standard"), p50(t.id+"/bwrap-standard"), "")
 	}
 	ratio("str run restrictive / clone floor (+net,user), /bin/true", p50("true/str-restrictive"), p50("true/floor-net-user"), "")
 	if c := st.cell("true/warm-dispatch"); c != nil && c.skip == "" {

@@ -230,10 +230,10 @@ func TestBenchSVGWellFormed(t *testing.T) {
 	if panels != 3 {
 		t.Errorf("%d panels, want 3 (/bin/true, python3 -c pass, echo)", panels)
 	}
-	// 7 /bin/true cells + 3 warm dispatch phases, 7 python cells, python
-	// + echo cold (warm skipped).
-	if cells != 19 {
-		t.Errorf("%d cells drawn, want 19", cells)
+	// 9 /bin/true cells (str bwrap's two included) + 3 warm dispatch
+	// phases, 9 python cells, python + echo cold (warm skipped).
+	if cells != 23 {
+		t.Errorf("%d cells drawn, want 23", cells)
 	}
 	if !strings.Contains(buf.String(), "latency, ms (log scale)") {
 		t.Error("no axis label")
