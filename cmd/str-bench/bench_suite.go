@@ -38,7 +38,8 @@ evenly over the cells. Compare the ratios, not the absolute numbers.
 Cells, for /bin/true and for PYTHON -c pass: plain exec; the clone floor
 (str-bench spawn --ns: clone(pid,mnt,ipc,uts) and exec from a resident
 process, and the same with net and user namespaces); str run --profile
-restrictive and standard; bubblewrap's restrictive and standard lines.
+restrictive and standard; bubblewrap's restrictive and standard lines, and the
+same two lines run by str bwrap.
 Then: warm dispatch (str-bench warm); echo_tool
 end to end through two throw-away workers with the embedded broker, one
 with every tool's warm pool off (cold) and one with echo_tool's on (warm:
