@@ -20,7 +20,7 @@
 #
 # Environment: STR_BIN (default: build bin/str), BWRAP_REF (/usr/bin/bwrap),
 # BWRAP_SRC, BWRAP_SUITE_DIR (var/bwrap-suite), BWRAP_SUITE_TIMEOUT (seconds
-# per test file and side, 300). Exit status 0 when both sides ran; the
+# per test file and side, 120). Exit status 0 when both sides ran; the
 # counts are the result, not a pass/fail verdict.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -101,7 +101,7 @@ done
 run_side() { # who side binary test
   local out=$work/out/$1-$2/${4%.sh}
   echo "== $4 with $3 as $1" >&2
-  local cmd=(env STR_SUITE_OKFILE="$out.okcount" BWRAP="$3" setsid timeout -k 10 "${BWRAP_SUITE_TIMEOUT:-300}" bash "$gen/$4")
+  local cmd=(env STR_SUITE_OKFILE="$out.okcount" BWRAP="$3" setsid timeout -k 10 "${BWRAP_SUITE_TIMEOUT:-120}" bash "$gen/$4")
   if [[ $1 == user ]]; then
     cmd=(bash -c 'for f in "${@:2:$1}"; do echo $$ >"$f"; done; shift $(($1 + 1)); exec setpriv --reuid 65534 --regid 65534 --clear-groups "$@"' \
       - "${#cgprocs[@]}" "${cgprocs[@]}" "${cmd[@]}")
