@@ -67,6 +67,20 @@ type Unsupported struct {
 
 func (e *Unsupported) Error() string { return e.Option + ": not supported by str bwrap: " + e.Why }
 
+// SourceError is a bind source that cannot be found. Its message starts
+// with bubblewrap's own words, which callers match ("Can't find source
+// path"), and names the option.
+type SourceError struct {
+	Option, Path string
+	Err          error
+}
+
+func (e *SourceError) Error() string {
+	return "Can't find source path " + e.Path + ": " + e.Err.Error() + " (" + e.Option + " " + e.Path + ")"
+}
+
+func (e *SourceError) Unwrap() error { return e.Err }
+
 // refused lists every option str refuses, with the reason.
 var refused = map[string]string{
 	"--userns":          "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
@@ -250,7 +264,7 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				if errors.As(err, &pe) {
 					cause = pe.Err
 				}
-				errs = append(errs, fmt.Errorf("Can't find source path %s: %w (%s %s)", op.Args[0], cause, op.Option, op.Args[0]))
+				errs = append(errs, &SourceError{Option: op.Option, Path: op.Args[0], Err: cause})
 				continue
 			}
 			if dst != "/" {

@@ -205,7 +205,7 @@ func TestBwrapWorkerLines(t *testing.T) {
 			}
 			want := map[string]any{
 				"uid": 0.0, "gid": 0.0, "euid": 0.0, "cwd": work,
-				"env": env,
+				"env":   env,
 				"input": "the caller's input\n", "usr_writable": false, "var_writable": name == "permissive", "tmp_empty": true,
 				"dev":      []any{"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"},
 				"hostname": hostname, "pid1_is_sandbox": true,
