@@ -32,7 +32,7 @@ type Host struct {
 type Sandbox struct {
 	Mounts   []nsinit.Mount // the filesystem, in the command line's order
 	Argv     []string
-	Argv0    string   // --argv0: the command's argv[0] ("" : its path)
+	Argv0    string   // the command's argv[0]: --argv0, else Argv[0] as given (bubblewrap's execvp keeps it)
 	Env      []string // the tool's whole environment
 	Workdir  string   // the tool's working directory inside
 	UID, GID uint32   // seen inside
@@ -56,6 +56,10 @@ type Sandbox struct {
 	// a read lock (F_SETLK, F_RDLCK) on each for the sandbox's life, as
 	// bubblewrap's pid 1 does inside; the file is the same inode.
 	LockFiles []string
+	// Seccomp are the caller's classic-BPF programs (--seccomp,
+	// --add-seccomp-fd), installed after the profile's filter, never
+	// instead of it.
+	Seccomp [][]byte
 }
 
 // Unsupported is an option str cannot honour exactly (yet): it is an
@@ -66,6 +70,10 @@ type Unsupported struct {
 }
 
 func (e *Unsupported) Error() string { return e.Option + ": not supported by str bwrap: " + e.Why }
+
+// MaxSeccompInsns is the kernel's BPF_MAXINSNS: the longest program
+// --seccomp and --add-seccomp-fd accept.
+const MaxSeccompInsns = 4096
 
 // SourceError is a bind source that cannot be found. Its message starts
 // with bubblewrap's own words, which callers match ("Can't find source
@@ -94,8 +102,6 @@ var refused = map[string]string{
 	"--ro-overlay":      "overlay mounts are not implemented yet",
 	"--exec-label":      "str does not set SELinux labels",
 	"--file-label":      "str does not set SELinux labels",
-	"--seccomp":         "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
-	"--add-seccomp-fd":  "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
 	"--block-fd":        "blocking the sandbox's start on a descriptor is not implemented yet",
 	"--userns-block-fd": "blocking the sandbox's start on a descriptor is not implemented yet",
 	"--cap-add":         "the tool never holds capabilities under str (its bounding set is emptied)",
@@ -115,10 +121,10 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		return nil, errors.Join(errs...)
 	}
 
-	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts := false
-	var uidSet, gidSet, hostnameSet, asPid1 bool
+	var uidSet, gidSet, hostnameSet, asPid1, seccompFD, addSeccompFD bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
@@ -155,6 +161,22 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			sb.SyncFDs = append(sb.SyncFDs, op.FD())
 		case "--argv0":
 			sb.Argv0 = op.Args[0]
+		case "--seccomp", "--add-seccomp-fd":
+			if op.Option == "--seccomp" {
+				seccompFD = true
+			} else {
+				addSeccompFD = true
+			}
+			prog, err := h.ReadFD(op.FD())
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s %d: Can't read seccomp data: %w", op.Option, op.FD(), err))
+				continue
+			}
+			if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > MaxSeccompInsns {
+				errs = append(errs, &UsageError{Option: op.Option, Msg: fmt.Sprintf("%s %d: Invalid seccomp data, must be 1 to %d sock_filter records of 8 bytes (got %d bytes)", op.Option, op.FD(), MaxSeccompInsns, len(prog))})
+				continue
+			}
+			sb.Seccomp = append(sb.Seccomp, prog)
 		case "--die-with-parent":
 			sb.DieWithParent = true
 		case "--as-pid-1":
@@ -164,6 +186,9 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		}
 	}
 	// bubblewrap's own consistency rules, with its words.
+	if seccompFD && addSeccompFD {
+		errs = append(errs, &UsageError{Option: "--seccomp", Msg: "--seccomp cannot be combined with --add-seccomp-fd"})
+	}
 	if uidSet && int(sb.UID) != h.UID && !userns {
 		errs = append(errs, &UsageError{Option: "--uid", Msg: "Specifying --uid requires --unshare-user or --userns"})
 	}

@@ -391,3 +391,33 @@ func TestTranslateBindFD(t *testing.T) {
 		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
 	}
 }
+
+// --seccomp and --add-seccomp-fd read a program of 8-byte records from
+// the descriptor, for the init to install after the profile's filter;
+// anything else is bubblewrap's usage error, as is combining the two.
+func TestTranslateSeccomp(t *testing.T) {
+	h := testHost(t, 1000)
+	progs := map[int][]byte{8: make([]byte, 16), 9: make([]byte, 12), 10: make([]byte, 8)}
+	h.ReadFD = func(fd int) ([]byte, error) {
+		if p, ok := progs[fd]; ok {
+			return p, nil
+		}
+		return nil, errors.New("bad file descriptor")
+	}
+	sb, err := translate(t, h, "--add-seccomp-fd", "8", "--add-seccomp-fd", "10", "sh")
+	if err != nil || len(sb.Seccomp) != 2 || len(sb.Seccomp[0]) != 16 || len(sb.Seccomp[1]) != 8 {
+		t.Fatalf("two programs: %v, %v", sb, err)
+	}
+	for _, tc := range []struct {
+		line []string
+		want string
+	}{
+		{[]string{"--seccomp", "9", "sh"}, "--seccomp 9: Invalid seccomp data, must be 1 to 4096 sock_filter records of 8 bytes (got 12 bytes)"},
+		{[]string{"--seccomp", "8", "--add-seccomp-fd", "10", "sh"}, "--seccomp cannot be combined with --add-seccomp-fd"},
+		{[]string{"--seccomp", "11", "sh"}, "--seccomp 11: Can't read seccomp data: bad file descriptor"},
+	} {
+		if _, err := translate(t, h, tc.line...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.line, err, tc.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -559,5 +560,70 @@ func TestBwrapArgv0(t *testing.T) {
 		"--symlink", "usr/lib64", "/lib64", "--argv0", "my-name", "sh", "-c", `echo "$0"`).CombinedOutput()
 	if err != nil || string(out) != "my-name\n" {
 		t.Fatalf("str bwrap --argv0 my-name sh -c 'echo $0': %v, %q; want my-name", err, out)
+	}
+}
+
+// --add-seccomp-fd and --seccomp: the caller's own filter (here: mkdir
+// and mkdirat fail with EPERM) applies in the sandbox as it does under
+// the machine's bubblewrap, on top of str's profile filter.
+func TestBwrapCallerSeccomp(t *testing.T) {
+	needRoot(t)
+	if runtime.GOARCH != "amd64" {
+		skipOrFail(t, "the test's BPF program is written for x86_64 (AUDIT_ARCH_X86_64, its syscall numbers)")
+	}
+	bubblewrap := "/usr/bin/bwrap"
+	if _, err := os.Stat(bubblewrap); err != nil {
+		skipOrFail(t, "needs the machine's bubblewrap (apt-get install bubblewrap) to compare with")
+	}
+	const (
+		ldW, jeqK, ret = 0x20, 0x15, 0x06 // BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+		archX8664      = 0xc000003e
+		sysMkdir       = 83
+		sysMkdirat     = 258
+		retErrnoEPERM  = 0x00050000 | 1
+		retAllow       = 0x7fff0000
+	)
+	insns := [][4]uint32{
+		{ldW, 0, 0, 4},             // 0: arch
+		{jeqK, 0, 4, archX8664},    // 1: another arch: allow (6)
+		{ldW, 0, 0, 0},             // 2: nr
+		{jeqK, 1, 0, sysMkdir},     // 3: mkdir: EPERM (5)
+		{jeqK, 0, 1, sysMkdirat},   // 4: mkdirat: EPERM (5), else allow (6)
+		{ret, 0, 0, retErrnoEPERM}, // 5
+		{ret, 0, 0, retAllow},      // 6
+	}
+	var prog []byte
+	for _, in := range insns {
+		prog = append(prog, byte(in[0]), byte(in[0]>>8), byte(in[1]), byte(in[2]),
+			byte(in[3]), byte(in[3]>>8), byte(in[3]>>16), byte(in[3]>>24))
+	}
+	progFile := filepath.Join(t.TempDir(), "prog")
+	if err := os.WriteFile(progFile, prog, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := `mkdir /tmp/made && echo mkdir allowed || echo mkdir refused; touch /tmp/file && echo touch allowed`
+	for _, opt := range []string{"--seccomp", "--add-seccomp-fd"} {
+		line := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+			"--symlink", "usr/lib64", "/lib64", "--tmpfs", "/tmp", opt, "3", "sh", "-c", script}
+		run := func(prog string, args ...string) string {
+			f, err := os.Open(progFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			cmd := exec.Command(prog, args...)
+			cmd.ExtraFiles = []*os.File{f}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s %s: %v\n%s", prog, opt, err, out)
+			}
+			return string(out)
+		}
+		want := run(bubblewrap, line...)
+		got := run(strBin, append([]string{"bwrap"}, line...)...)
+		// mkdir's own message names the errno: both must show EPERM.
+		if got != want || !strings.Contains(want, "Operation not permitted") || !strings.HasSuffix(want, "mkdir refused\ntouch allowed\n") {
+			t.Errorf("%s: str bwrap shows %q, bubblewrap %q; want both to refuse mkdir with EPERM and allow touch", opt, got, want)
+		}
 	}
 }
