@@ -172,8 +172,12 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 				errs = append(errs, fmt.Errorf("%s %d: Can't read seccomp data: %w", op.Option, op.FD(), err))
 				continue
 			}
-			if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > MaxSeccompInsns {
-				errs = append(errs, &UsageError{Option: op.Option, Msg: fmt.Sprintf("%s %d: Invalid seccomp data, must be 1 to %d sock_filter records of 8 bytes (got %d bytes)", op.Option, op.FD(), MaxSeccompInsns, len(prog))})
+			switch {
+			case len(prog)%8 != 0: // bubblewrap's words, which its callers match
+				errs = append(errs, &UsageError{Option: op.Option, Msg: "Invalid seccomp data, must be multiple of 8"})
+				continue
+			case len(prog) == 0 || len(prog)/8 > MaxSeccompInsns:
+				errs = append(errs, &UsageError{Option: op.Option, Msg: fmt.Sprintf("Invalid seccomp data from %s %d: %d instructions, must be 1 to %d", op.Option, op.FD(), len(prog)/8, MaxSeccompInsns)})
 				continue
 			}
 			sb.Seccomp = append(sb.Seccomp, prog)

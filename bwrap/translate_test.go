@@ -397,7 +397,7 @@ func TestTranslateBindFD(t *testing.T) {
 // anything else is bubblewrap's usage error, as is combining the two.
 func TestTranslateSeccomp(t *testing.T) {
 	h := testHost(t, 1000)
-	progs := map[int][]byte{8: make([]byte, 16), 9: make([]byte, 12), 10: make([]byte, 8)}
+	progs := map[int][]byte{8: make([]byte, 16), 9: make([]byte, 12), 10: make([]byte, 8), 12: {}}
 	h.ReadFD = func(fd int) ([]byte, error) {
 		if p, ok := progs[fd]; ok {
 			return p, nil
@@ -412,7 +412,8 @@ func TestTranslateSeccomp(t *testing.T) {
 		line []string
 		want string
 	}{
-		{[]string{"--seccomp", "9", "sh"}, "--seccomp 9: Invalid seccomp data, must be 1 to 4096 sock_filter records of 8 bytes (got 12 bytes)"},
+		{[]string{"--seccomp", "9", "sh"}, "Invalid seccomp data, must be multiple of 8"},
+		{[]string{"--seccomp", "12", "sh"}, "Invalid seccomp data from --seccomp 12: 0 instructions, must be 1 to 4096"},
 		{[]string{"--seccomp", "8", "--add-seccomp-fd", "10", "sh"}, "--seccomp cannot be combined with --add-seccomp-fd"},
 		{[]string{"--seccomp", "11", "sh"}, "--seccomp 11: Can't read seccomp data: bad file descriptor"},
 	} {
