@@ -121,10 +121,23 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		return nil, errors.Join(errs...)
 	}
 
+	// --seccomp and --add-seccomp-fd do not mix: bubblewrap stops at the
+	// second, naming it first, before it reads any program.
+	firstSeccomp := ""
+	for _, op := range c.Ops {
+		if op.Option != "--seccomp" && op.Option != "--add-seccomp-fd" {
+			continue
+		}
+		if firstSeccomp != "" && op.Option != firstSeccomp {
+			return nil, &UsageError{Option: op.Option, Msg: op.Option + " cannot be combined with " + firstSeccomp}
+		}
+		firstSeccomp = op.Option
+	}
+
 	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts := false
-	var uidSet, gidSet, hostnameSet, asPid1, seccompFD, addSeccompFD bool
+	var uidSet, gidSet, hostnameSet, asPid1 bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
@@ -162,11 +175,6 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		case "--argv0":
 			sb.Argv0 = op.Args[0]
 		case "--seccomp", "--add-seccomp-fd":
-			if op.Option == "--seccomp" {
-				seccompFD = true
-			} else {
-				addSeccompFD = true
-			}
 			prog, err := h.ReadFD(op.FD())
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s %d: Can't read seccomp data: %w", op.Option, op.FD(), err))
@@ -190,9 +198,6 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		}
 	}
 	// bubblewrap's own consistency rules, with its words.
-	if seccompFD && addSeccompFD {
-		errs = append(errs, &UsageError{Option: "--seccomp", Msg: "--seccomp cannot be combined with --add-seccomp-fd"})
-	}
 	if uidSet && int(sb.UID) != h.UID && !userns {
 		errs = append(errs, &UsageError{Option: "--uid", Msg: "Specifying --uid requires --unshare-user or --userns"})
 	}

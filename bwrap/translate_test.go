@@ -414,7 +414,8 @@ func TestTranslateSeccomp(t *testing.T) {
 	}{
 		{[]string{"--seccomp", "9", "sh"}, "Invalid seccomp data, must be multiple of 8"},
 		{[]string{"--seccomp", "12", "sh"}, "Invalid seccomp data from --seccomp 12: 0 instructions, must be 1 to 4096"},
-		{[]string{"--seccomp", "8", "--add-seccomp-fd", "10", "sh"}, "--seccomp cannot be combined with --add-seccomp-fd"},
+		{[]string{"--seccomp", "8", "--add-seccomp-fd", "12", "sh"}, "--add-seccomp-fd cannot be combined with --seccomp"},
+		{[]string{"--add-seccomp-fd", "12", "--seccomp", "8", "sh"}, "--seccomp cannot be combined with --add-seccomp-fd"},
 		{[]string{"--seccomp", "11", "sh"}, "--seccomp 11: Can't read seccomp data: bad file descriptor"},
 	} {
 		if _, err := translate(t, h, tc.line...); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -18,11 +18,15 @@ TAP plan line (`echo "1..N"`, the library setup) runs as it is.
 Both sides run the same rewritten file. FUSE_DIR is emptied after the
 library's setup: the FUSE tests are skipped for both.
 
+unittest2tap: read a Python unittest run's verbose output (test-seccomp.py
+-v) on stdin and print one TAP line per test.
+
 report NAME=DIR NAME=DIR: each DIR holds one TAP output per test file
 (FILE.tap); print pass, fail and skip counts side by side, and every test
 whose outcome differs between the sides.
 
 usage: bwrap-suite.py split TEST.sh > GENERATED.sh
+       bwrap-suite.py unittest2tap < OUTPUT > TAP
        bwrap-suite.py report bwrap=DIR str=DIR
 """
 import os
@@ -231,9 +235,38 @@ def report(sides):
         print(d)
 
 
+def unittest2tap():
+    """The tests are the "test_x (...) ..." lines (their own output may
+    follow on the same line and the next ones); the failures are named in
+    the summary ("FAIL: test_x", "ERROR: test_x"); a run without its
+    summary ("Ran N tests") fails every test it did not finish."""
+    names, failed, skipped, summary = [], set(), {}, False
+    for line in sys.stdin:
+        line = line.rstrip("\n")
+        m = re.match(r"^(test_\w+) \(.*?\) \.\.\. ?(.*)$", line)
+        if m:
+            names.append(m.group(1))
+            if m.group(2).startswith("skipped"):
+                skipped[m.group(1)] = m.group(2)[len("skipped"):].strip(" '")
+        m = re.match(r"^(FAIL|ERROR): (test_\w+) ", line)
+        if m:
+            failed.add(m.group(2))
+        if re.match(r"^Ran \d+ tests? in ", line):
+            summary = True
+    for n in names:
+        if n in skipped:
+            print("ok - %s # SKIP %s" % (n, skipped[n]))
+        elif n in failed or not summary:
+            print("not ok - %s" % n)
+        else:
+            print("ok - %s" % n)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "split":
         split(sys.argv[2])
+    elif len(sys.argv) == 2 and sys.argv[1] == "unittest2tap":
+        unittest2tap()
     elif len(sys.argv) >= 4 and sys.argv[1] == "report":
         report(sys.argv[2:])
     else:

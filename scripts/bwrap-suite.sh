@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bwrap-suite: bubblewrap's own shell tests, run in the same run once
+# make bwrap-suite: bubblewrap's own tests, run in the same run once
 # with this machine's bwrap and once with `str bwrap` (a symlink named
 # bwrap to STR_BIN), with pass/fail/skip counts side by side and the name
 # of every test whose outcome differs (issue 22).
@@ -13,7 +13,8 @@
 # unpacked bubblewrap tree. Nothing of bubblewrap is stored in this
 # repository. Each test file is rewritten (scripts/bwrap-suite.py split)
 # so that one failing test does not end the file; both sides run the same
-# rewritten file. The FUSE tests are skipped for both sides; the setuid
+# rewritten file. test-seccomp.py (Python unittest, each test on its own)
+# runs as it is, with its probe try-syscall built from the same source. The FUSE tests are skipped for both sides; the setuid
 # paths are not taken (Debian's bwrap is not setuid, nor is str). Two
 # passes: as root, and as uid 65534 (str rootless, in a cgroup subtree
 # delegated to it).
@@ -27,13 +28,17 @@ cd "$(dirname "$0")/.."
 root=$PWD
 work=${BWRAP_SUITE_DIR:-$root/var/bwrap-suite}
 ref=${BWRAP_REF:-/usr/bin/bwrap}
-tests=(test-run.sh test-specifying-userns.sh test-specifying-pidns.sh)
+tests=(test-run.sh test-specifying-userns.sh test-specifying-pidns.sh test-seccomp.py)
 
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v capsh >/dev/null || need+=(libcap2-bin)
 command -v python3 >/dev/null || need+=(python3)
 command -v dpkg-source >/dev/null || need+=(dpkg-dev)
+command -v cc >/dev/null || need+=(gcc libc6-dev)
+py=/usr/bin/python3
+[[ -x $py ]] || py=python3
+"$py" -c 'import seccomp' 2>/dev/null || need+=(python3-seccomp)
 if ((${#need[@]})); then
   [[ $(id -u) == 0 ]] || { echo "bwrap-suite: missing Debian packages: ${need[*]}" >&2; exit 1; }
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
@@ -91,22 +96,36 @@ rm -rf "$gen" && mkdir -p "$gen"
 cp "$src"/tests/libtest*.sh "$gen/"
 for t in "${tests[@]}"; do
   [[ -f $src/tests/$t ]] || continue
-  python3 scripts/bwrap-suite.py split "$src/tests/$t" >"$gen/$t"
+  case $t in
+    *.sh) python3 scripts/bwrap-suite.py split "$src/tests/$t" >"$gen/$t" ;;
+    *.py) cp "$src/tests/$t" "$gen/$t" ;; # unittest: each test runs on its own already
+  esac
   chmod +x "$gen/$t"
 done
+# test-seccomp.py runs its probe, try-syscall, built from bubblewrap's source.
+cc -O2 -o "$gen/try-syscall" "$src/tests/try-syscall.c"
 
 # One test file on one side as one user: its own session, so whatever it
 # leaves running (a sandbox waiting on a fifo after a refused option) is
 # killed with it.
 run_side() { # who side binary test
-  local out=$work/out/$1-$2/${4%.sh}
+  local out=$work/out/$1-$2/${4%.*}
   echo "== $4 with $3 as $1" >&2
-  local cmd=(env STR_SUITE_OKFILE="$out.okcount" BWRAP="$3" setsid timeout -k 10 "${BWRAP_SUITE_TIMEOUT:-120}" bash "$gen/$4")
+  local run=(bash "$gen/$4")
+  # Debian's python3, the one python3-seccomp is installed for.
+  [[ $4 == *.py ]] && run=("$py" "$gen/$4" -v)
+  local cmd=(env STR_SUITE_OKFILE="$out.okcount" BWRAP="$3" setsid timeout -k 10 "${BWRAP_SUITE_TIMEOUT:-120}" "${run[@]}")
   if [[ $1 == user ]]; then
     cmd=(bash -c 'for f in "${@:2:$1}"; do echo $$ >"$f"; done; shift $(($1 + 1)); exec setpriv --reuid 65534 --regid 65534 --clear-groups "$@"' \
       - "${#cgprocs[@]}" "${cgprocs[@]}" "${cmd[@]}")
   fi
-  "${cmd[@]}" >"$out.tap" 2>"$out.log" </dev/null || echo "# exit status $?" >>"$out.tap"
+  if [[ $4 == *.py ]]; then
+    # unittest reports on stderr: one TAP line per test from it.
+    "${cmd[@]}" >"$out.log" 2>&1 </dev/null || echo "# exit status $?" >>"$out.tap"
+    python3 scripts/bwrap-suite.py unittest2tap <"$out.log" >>"$out.tap"
+  else
+    "${cmd[@]}" >"$out.tap" 2>"$out.log" </dev/null || echo "# exit status $?" >>"$out.tap"
+  fi
   rm -f "$out.okcount"
 }
 
