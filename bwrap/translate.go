@@ -75,6 +75,20 @@ func (e *Unsupported) Error() string { return e.Option + ": not supported by str
 // --seccomp and --add-seccomp-fd accept.
 const MaxSeccompInsns = 4096
 
+// SeccompReadError is a --seccomp or --add-seccomp-fd descriptor that
+// cannot be read; its message starts with bubblewrap's words.
+type SeccompReadError struct {
+	Option string
+	FD     int
+	Err    error
+}
+
+func (e *SeccompReadError) Error() string {
+	return fmt.Sprintf("Can't read seccomp data: %v (%s %d)", e.Err, e.Option, e.FD)
+}
+
+func (e *SeccompReadError) Unwrap() error { return e.Err }
+
 // SourceError is a bind source that cannot be found. Its message starts
 // with bubblewrap's own words, which callers match ("Can't find source
 // path"), and names the option.
@@ -177,7 +191,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		case "--seccomp", "--add-seccomp-fd":
 			prog, err := h.ReadFD(op.FD())
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s %d: Can't read seccomp data: %w", op.Option, op.FD(), err))
+				errs = append(errs, &SeccompReadError{Option: op.Option, FD: op.FD(), Err: err})
 				continue
 			}
 			switch {

@@ -416,7 +416,7 @@ func TestTranslateSeccomp(t *testing.T) {
 		{[]string{"--seccomp", "12", "sh"}, "Invalid seccomp data from --seccomp 12: 0 instructions, must be 1 to 4096"},
 		{[]string{"--seccomp", "8", "--add-seccomp-fd", "12", "sh"}, "--add-seccomp-fd cannot be combined with --seccomp"},
 		{[]string{"--add-seccomp-fd", "12", "--seccomp", "8", "sh"}, "--seccomp cannot be combined with --add-seccomp-fd"},
-		{[]string{"--seccomp", "11", "sh"}, "--seccomp 11: Can't read seccomp data: bad file descriptor"},
+		{[]string{"--seccomp", "11", "sh"}, "Can't read seccomp data: bad file descriptor (--seccomp 11)"},
 	} {
 		if _, err := translate(t, h, tc.line...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.line, err, tc.want)
