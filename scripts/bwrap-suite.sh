@@ -14,10 +14,10 @@
 # repository. Each test file is rewritten (scripts/bwrap-suite.py split)
 # so that one failing test does not end the file; both sides run the same
 # rewritten file. test-seccomp.py (Python unittest, each test on its own)
-# runs as it is, with its probe try-syscall built from the same source. The FUSE tests are skipped for both sides; the setuid
-# paths are not taken (Debian's bwrap is not setuid, nor is str). Two
-# passes: as root, and as uid 65534 (str rootless, in a cgroup subtree
-# delegated to it).
+# runs as it is, with its probe try-syscall built from the same source.
+# The FUSE tests are skipped for both sides; the setuid paths are not
+# taken (Debian's bwrap is not setuid, nor is str). Two passes: as root,
+# and as uid 65534 (str rootless, in a cgroup subtree delegated to it).
 #
 # Environment: STR_BIN (default: build bin/str), BWRAP_REF (/usr/bin/bwrap),
 # BWRAP_SRC, BWRAP_SUITE_DIR (var/bwrap-suite), BWRAP_SUITE_TIMEOUT (seconds
