@@ -150,14 +150,16 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 
 	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
-	uts := false
+	uts, pidns := false, false
 	var uidSet, gidSet, hostnameSet, asPid1 bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
 		switch op.Option {
 		case "--unshare-all":
-			userns, uts, sb.ShareNet = true, true, false
+			userns, uts, pidns, sb.ShareNet = true, true, true, false
+		case "--unshare-pid":
+			pidns = true
 		case "--unshare-user", "--unshare-user-try":
 			userns = true
 		case "--unshare-uts":
@@ -220,6 +222,9 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	}
 	if hostnameSet && !uts {
 		errs = append(errs, &UsageError{Option: "--hostname", Msg: "Specifying --hostname requires --unshare-uts"})
+	}
+	if asPid1 && !pidns {
+		errs = append(errs, &UsageError{Option: "--as-pid-1", Msg: "Specifying --as-pid-1 requires --unshare-pid"})
 	}
 
 	mounts, err := translateMounts(c.Ops, h, sb.UID, sb.GID)

@@ -191,6 +191,7 @@ func TestTranslateErrors(t *testing.T) {
 		{0, []string{"--uid", "5", "id"}, "Specifying --uid requires --unshare-user or --userns"},
 		{0, []string{"--gid", "5", "id"}, "Specifying --gid requires --unshare-user or --userns"},
 		{1000, []string{"--hostname", "h", "id"}, "Specifying --hostname requires --unshare-uts"},
+		{1000, []string{"--as-pid-1", "id"}, "Specifying --as-pid-1 requires --unshare-pid"},
 		{1000, []string{"--bind", "/nonexistent-bwrap-src", "/x", "id"}, "Can't find source path /nonexistent-bwrap-src: no such file or directory (--bind /nonexistent-bwrap-src)"},
 		{1000, []string{"--file", "9", "/f", "id"}, "--file 9 /f: Can't read from fd 9: bad file descriptor"},
 		{1000, []string{"--perms", "0", "--file", "7", "/f", "id"}, "--perms: not supported by str bwrap: mode 0 for --file /f"},
