@@ -371,6 +371,18 @@ func TestBwrapPlanHelpVersion(t *testing.T) {
 			t.Errorf("str bwrap %q: exit %d, output %q; want %d and %q...", tc.args, cmd.ProcessState.ExitCode(), out, tc.exit, tc.prefix)
 		}
 	}
+	// Called as bwrap, the usage names the program as called (argv[0]),
+	// as bubblewrap's does; its errors start with "bwrap: ".
+	link := filepath.Join(t.TempDir(), "bwrap")
+	if err := os.Symlink(strBin, link); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command(link, "--help").CombinedOutput(); !strings.HasPrefix(string(out), "usage: "+link+" ") {
+		t.Errorf("%s --help: %q; want it to start with %q", link, out, "usage: "+link+" ")
+	}
+	if out, _ := exec.Command(link, "--bind", "/nonexistent-bwrap-src", "/x", "true").CombinedOutput(); !strings.HasPrefix(string(out), "bwrap: Can't find source path /nonexistent-bwrap-src: ") {
+		t.Errorf("missing bind source: %q; want bubblewrap's \"bwrap: Can't find source path ...\"", out)
+	}
 	needRoot(t)
 	marker := filepath.Join(t.TempDir(), "ran")
 	out, err := exec.Command(strBin, "bwrap", "--plan", "--str-profile", "restrictive", "--unshare-net", "--ro-bind", "/usr", "/usr",
@@ -625,5 +637,25 @@ func TestBwrapCallerSeccomp(t *testing.T) {
 		if got != want || !strings.Contains(want, "Operation not permitted") || !strings.HasSuffix(want, "mkdir refused\ntouch allowed\n") {
 			t.Errorf("%s: str bwrap shows %q, bubblewrap %q; want both to refuse mkdir with EPERM and allow touch", opt, got, want)
 		}
+	}
+}
+
+// A command that cannot be executed has no exit code in --json-status-fd
+// (bubblewrap reports one only for a command that ran); str bwrap fails
+// with bubblewrap's status 1.
+func TestBwrapStatusFDExecFailure(t *testing.T) {
+	needRoot(t)
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--json-status-fd", "3", "--", "/")
+	cmd.ExtraFiles = []*os.File{statusW}
+	out, _ := cmd.CombinedOutput()
+	statusW.Close()
+	status, _ := readAllClose(statusR)
+	// The sandbox started (its child-pid is reported), its command did not.
+	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(status, `"child-pid"`) || strings.Contains(status, "exit-code") {
+		t.Fatalf("exec of /: exit %d, json-status %q, output %q; want 1, a child-pid and no exit-code", cmd.ProcessState.ExitCode(), status, out)
 	}
 }
