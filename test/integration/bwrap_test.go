@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"golang.org/x/sys/unix"
 )
 
 // bwrapRunner is the tool the worker line runs (python -m MODULE ARGS):
@@ -657,5 +658,53 @@ func TestBwrapStatusFDExecFailure(t *testing.T) {
 	// The sandbox started (its child-pid is reported), its command did not.
 	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(status, `"child-pid"`) || strings.Contains(status, "exit-code") {
 		t.Fatalf("exec of /: exit %d, json-status %q, output %q; want 1, a child-pid and no exit-code", cmd.ProcessState.ExitCode(), status, out)
+	}
+}
+
+// --lock-file: while the sandbox runs, the host file its bind shows
+// carries a read lock held by str bwrap (bubblewrap's pid 1 holds it
+// inside); once str bwrap is gone, the lock is gone with it.
+func TestBwrapLockFile(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	lock := filepath.Join(dir, "lock")
+	if err := os.WriteFile(lock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--ro-bind", dir, "/d", "--lock-file", "/d/lock", "--", "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	holder := func() int32 {
+		f, err := os.Open(lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		lk := unix.Flock_t{Type: unix.F_WRLCK}
+		if err := unix.FcntlFlock(f.Fd(), unix.F_GETLK, &lk); err != nil {
+			t.Fatal(err)
+		}
+		if lk.Type == unix.F_UNLCK {
+			return 0
+		}
+		return lk.Pid
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for holder() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no lock on the host file within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pid := holder(); int(pid) != cmd.Process.Pid {
+		t.Fatalf("the lock is held by pid %d, want str bwrap's %d", pid, cmd.Process.Pid)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if pid := holder(); pid != 0 {
+		t.Fatalf("lock still held by pid %d after str bwrap exited", pid)
 	}
 }
