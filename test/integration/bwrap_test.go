@@ -494,8 +494,8 @@ func TestBwrapRootless(t *testing.T) {
 }
 
 // The filesystem options the init gained for str bwrap (--remount-ro,
-// --mqueue, --chmod, --perms on --dir, --file, --bind-data, --ro-bind-data, a
-// destination through the line's own symlink) give the tool what the
+// --mqueue, --chmod, --perms on --dir, --file, --bind-data, --ro-bind-data,
+// Debian's --ro-bind-fd, a destination through the line's own symlink) give the tool what the
 // machine's bubblewrap gives it on the same line: the same modes, the
 // same read-only mounts, the same data.
 func TestBwrapFilesystemOptionsSideBySide(t *testing.T) {
@@ -515,11 +515,19 @@ func TestBwrapFilesystemOptionsSideBySide(t *testing.T) {
 	if err := os.Chown(src, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(src, "marker"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Others may list it: --ro-bind-fd binds it read-only, which str
+	// does not id-map (the tool, a leased uid, is "others" there).
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	script := `cd /tmp; stat -c '%a %n' s c p p/d f b r; ls link/; stat -f -c %T mq
 touch m/x 2>/dev/null && echo m writable || echo m read-only
 touch m/sub/x && echo m/sub writable || echo m/sub read-only
 (echo more >> r) 2>/dev/null && echo r writable || echo r read-only
-cat f b r`
+cat f b r; ls byfd`
 	// The usr-merged system, not all of / (a bind of the host's whole
 	// root carries whatever other tests left mounted under /tmp).
 	line := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
@@ -529,6 +537,7 @@ cat f b r`
 		"--perms", "0640", "--dir", "/tmp/p/d",
 		"--dir", "/tmp/real", "--symlink", "real", "/tmp/link", "--dir", "/tmp/link/inside",
 		"--mqueue", "/tmp/mq", "--file", "3", "/tmp/f", "--perms", "0640", "--bind-data", "4", "/tmp/b", "--ro-bind-data", "5", "/tmp/r",
+		"--ro-bind-fd", "6", "/tmp/byfd",
 		"sh", "-c", script}
 	run := func(prog string, args ...string) string {
 		var files []*os.File
@@ -544,6 +553,12 @@ cat f b r`
 			defer f.Close()
 			files = append(files, f)
 		}
+		d, err := os.Open(src) // --ro-bind-fd's descriptor: the directory
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		files = append(files, d)
 		cmd := exec.Command(prog, args...)
 		cmd.ExtraFiles = files
 		var out, errb bytes.Buffer
@@ -558,7 +573,7 @@ cat f b r`
 	if got != want {
 		t.Fatalf("str bwrap shows\n%s\nbubblewrap shows\n%s", got, want)
 	}
-	for _, s := range []string{"1777 s", "700 c", "750 p", "640 p/d", "666 f", "640 b", "600 r", "inside", "m read-only", "m/sub writable", "r read-only", "mqueue", "file\nbind-data\nro-bind-data\n"} {
+	for _, s := range []string{"1777 s", "700 c", "750 p", "640 p/d", "666 f", "640 b", "600 r", "inside", "m read-only", "m/sub writable", "r read-only", "mqueue", "file\nbind-data\nro-bind-data\nmarker\n"} {
 		if !strings.Contains(got, s) {
 			t.Errorf("both show\n%s\nwithout %q", got, s)
 		}
