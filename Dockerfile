@@ -1,5 +1,5 @@
-# str worker image: one stage, FROM a Debian 12 base, with the str binary
-# built on the host (make build: bin/str) copied in. No Go toolchain in the
+# str worker image: one stage, FROM a Debian 12 base, with the str binaries
+# built on the host (make build: bin/str and bin/str-worker) copied in. No Go toolchain in the
 # image and nothing pulled from a registry.
 #
 # Build:   make image       (builds the base with debootstrap, imports it as
@@ -39,10 +39,15 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/str --create-h
  && mkdir -p /tools/python /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts \
  && chown str:str /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts
 
-# The host-built binary (make build), dynamically linked against the Debian
-# 12 libraries above: build it on Debian 12 (or a base of the same release).
+# The host-built binaries (make build): str, static (CGO_ENABLED=0), and
+# the worker str-worker beside it (`str worker` execs it from str's own
+# directory), dynamically linked against the Debian 12 libraries above
+# (the Solace client library is C): build it on Debian 12 (or a base of the
+# same release).
 ARG STR_BIN=bin/str
+ARG STR_WORKER_BIN=bin/str-worker
 COPY ${STR_BIN} /usr/local/bin/str
+COPY ${STR_WORKER_BIN} /usr/local/bin/str-worker
 # The entrypoint for engines that mount the container's cgroup read-only
 # (docker run --entrypoint /usr/local/bin/str-container-worker ...).
 COPY deploy/docker/str-container-worker /usr/local/bin/str-container-worker
@@ -75,6 +80,6 @@ STOPSIGNAL SIGTERM
 # address; HEALTH_PORT=0 (no health server) leaves nothing to check.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["python3", "-c", "import os, sys, urllib.request\nport = os.environ.get('HEALTH_PORT') or '8081'\nif port == '0': sys.exit(0)\nhost = os.environ.get('HEALTH_ADDR') or '127.0.0.1'\nif host in ('0.0.0.0', '::', '[::]'): host = '127.0.0.1'\nif ':' in host and not host.startswith('['): host = '[' + host + ']'\nsys.exit(0 if urllib.request.urlopen('http://%s:%s/healthz' % (host, port), timeout=2).status == 200 else 1)"]
-# str worker is PID 1: it handles SIGTERM (drains, then exits) and reaps its
+# str worker is PID 1 (str execs str-worker in the same process): it handles SIGTERM (drains, then exits) and reaps its
 # own children; each sandbox has its own PID 1 (nsinit).
 ENTRYPOINT ["/usr/local/bin/str", "worker"]

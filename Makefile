@@ -2,6 +2,9 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin/str
+# The worker (cmd/str-worker: cgo, the Solace client library), beside str:
+# `str worker` execs it from str's own directory.
+WORKER_BIN := bin/str-worker
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 
 # Lint tools, pinned by module version (the proxy serves module versions, not
@@ -46,11 +49,15 @@ deps:
 # The sandbox init is a separate static program embedded in str
 # (launcher/initbin/str-init, committed; a unit test fails when it is
 # stale). build regenerates it, so bin/str always carries the current one.
+# str is built with CGO_ENABLED=0 (static, no C: `str run` pays for no
+# worker code, issue 19); the worker, with the Solace client library's
+# cgo, is bin/str-worker beside it.
 init:
 	$(GO) generate ./launcher/initbin
 
 build: deps init
-	$(GO) build -o $(BIN) ./cmd/str
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/str
+	$(GO) build -o $(WORKER_BIN) ./cmd/str-worker
 
 run: build
 	./scripts/run.sh
@@ -69,7 +76,7 @@ test: deps build test-deps
 # image's base, bubblewrap for `str bwrap`'s side-by-side tests.
 test-deps:
 	@missing=""; \
-	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap; do \
+	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

@@ -29,7 +29,7 @@ func TestConnectWithoutTokenRefused(t *testing.T) {
 	s.SetTokenFile("/run/str/broker-1.token")
 	good := dialRaw(t, s.Addr())
 	same(t, "CONNECT with the token",
-		good.do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": "worker", "subscriptions": ["t/>"], "token": %q}`, tok)),
+		good.Do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": "worker", "subscriptions": ["t/>"], "token": %q}`, tok)),
 		map[string]any{"status": "OK", "client_id": "worker"})
 
 	for _, bad := range []struct{ what, line string }{
@@ -42,23 +42,23 @@ func TestConnectWithoutTokenRefused(t *testing.T) {
 		{"no token, no client id", `{"cmd": "CONNECT"}`},
 	} {
 		c := dialRaw(t, s.Addr())
-		r := c.do(bad.line)
+		r := c.Do(bad.line)
 		errorCode(t, bad.what, r, CodeNotConnected)
 		if msg := r["error_message"].(string); !strings.Contains(msg, "token") || !strings.Contains(msg, "/run/str/broker-1.token") {
 			t.Errorf("%s: message %q should name the token and its file", bad.what, msg)
 		}
-		c.expectEOF()
+		c.ExpectEOF()
 	}
 	if s.Connected("spy") {
 		t.Fatal("a refused CONNECT created a client")
 	}
 	// A refused connection cannot go on to PUBLISH or RECEIVE either: it
 	// is closed (checked above), and the one good client saw nothing.
-	good.expectEmpty("nothing published by refused peers")
+	good.ExpectEmpty("nothing published by refused peers")
 
 	// A second CONNECT on a good connection must carry the token too.
-	errorCode(t, "re-CONNECT without the token", good.do(`{"cmd": "CONNECT", "client_id": "worker"}`), CodeNotConnected)
-	good.expectEOF()
+	errorCode(t, "re-CONNECT without the token", good.Do(`{"cmd": "CONNECT", "client_id": "worker"}`), CodeNotConnected)
+	good.ExpectEOF()
 	waitFor(t, "the connection's client forgotten", func() bool { return !s.Connected("worker") })
 }
 
@@ -75,35 +75,35 @@ func TestForgedConnectClaimingConnectedID(t *testing.T) {
 
 	for _, id := range []string{"sandbox-worker-001", "sandbox-worker-001-pub"} {
 		forged := dialRaw(t, s.Addr())
-		r := forged.do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": %q, "queue_name": "ns/q/sandbox/sandbox-worker-001", "subscriptions": ["ns/invoke/echo", "ns/flood"]}`, id))
+		r := forged.Do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": %q, "queue_name": "ns/q/sandbox/sandbox-worker-001", "subscriptions": ["ns/invoke/echo", "ns/flood"]}`, id))
 		errorCode(t, "forged CONNECT as "+id, r, CodeNotConnected)
 		if !strings.Contains(r["error_message"].(string), "already connected") {
 			t.Fatalf("forged CONNECT as %s: %v", id, r)
 		}
-		forged.expectEOF()
+		forged.ExpectEOF()
 	}
 	// Moving an established connection onto the id is refused as well.
 	mover := connectRaw(t, s, "mover", "")
 	errorCode(t, "re-CONNECT onto a connected id",
-		mover.do(`{"cmd": "CONNECT", "client_id": "sandbox-worker-001", "subscriptions": ["ns/flood"]}`), CodeNotConnected)
-	mover.expectEOF()
+		mover.Do(`{"cmd": "CONNECT", "client_id": "sandbox-worker-001", "subscriptions": ["ns/flood"]}`), CodeNotConnected)
+	mover.ExpectEOF()
 
 	// The worker got nothing extra and lost nothing.
 	for i := range 3 {
-		agent.publish("ns/invoke/echo", i)
+		agent.Publish("ns/invoke/echo", i)
 	}
-	agent.publish("ns/flood", "flood")
+	agent.Publish("ns/flood", "flood")
 	for i := range 3 {
-		if p, _ := worker.next(); fmt.Sprint(p) != fmt.Sprint(i) {
+		if p, _ := worker.Next(); fmt.Sprint(p) != fmt.Sprint(i) {
 			t.Fatalf("worker got %v, want %d", p, i)
 		}
 	}
-	worker.expectEmpty("the worker is not subscribed to the flood topic")
-	workerPub.expectEmpty("the publisher connection is not subscribed to anything")
+	worker.ExpectEmpty("the worker is not subscribed to the flood topic")
+	workerPub.ExpectEmpty("the publisher connection is not subscribed to anything")
 
 	// Once the owner disconnects, the id may be used again.
-	same(t, "DISCONNECT", worker.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
-	worker.expectEOF()
+	same(t, "DISCONNECT", worker.Do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	worker.ExpectEOF()
 	waitFor(t, "worker forgotten", func() bool { return !s.Connected("sandbox-worker-001") })
 	connectRaw(t, s, "sandbox-worker-001", "", "ns/invoke/echo")
 }
@@ -137,7 +137,7 @@ func TestSlowSubscriberByteBound(t *testing.T) {
 	slow := connectRaw(t, s, "slow", "", "flood")
 	pad := strings.Repeat("x", 16<<10)
 	for i := range 200 {
-		pub.publish("flood", fmt.Sprintf("%03d%s", i, pad))
+		pub.Publish("flood", fmt.Sprintf("%03d%s", i, pad))
 		if _, b, _ := s.queued("slow"); b > bound {
 			t.Fatalf("after %d messages the slow client holds %d bytes, bound %d", i+1, b, bound)
 		}
@@ -148,24 +148,24 @@ func TestSlowSubscriberByteBound(t *testing.T) {
 	}
 	// The kept ones are the newest, in order.
 	for i := 200 - n; i < 200; i++ {
-		p, _ := slow.next()
+		p, _ := slow.Next()
 		if got := p.(string)[:3]; got != fmt.Sprintf("%03d", i) {
 			t.Fatalf("got message %s, want %03d", got, i)
 		}
 	}
-	slow.expectEmpty("after the kept messages")
+	slow.ExpectEmpty("after the kept messages")
 	if _, b, _ := s.queued("slow"); b != 0 {
 		t.Fatalf("%d bytes accounted after draining", b)
 	}
 
 	// A message larger than the bound by itself is dropped, not queued.
 	huge := strings.Repeat("y", bound+1)
-	pub.publish("flood", huge)
+	pub.Publish("flood", huge)
 	if n, _, d := s.queued("slow"); n != 0 || d != dropped+1 {
 		t.Fatalf("oversized message: queued %d, dropped %d", n, d)
 	}
-	pub.publish("flood", "small")
-	if p, _ := slow.next(); p != "small" {
+	pub.Publish("flood", "small")
+	if p, _ := slow.Next(); p != "small" {
 		t.Fatalf("after the oversized message got %v", p)
 	}
 }

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"errors"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -10,17 +9,6 @@ import (
 	"testing"
 	"time"
 )
-
-// expectEOFWithin is expectEOF with a wait long enough for a server-side
-// timer on a loaded machine: the server must close, however long it takes
-// up to that.
-func (c *raw) expectEOFWithin(d time.Duration) {
-	c.t.Helper()
-	c.nc.SetReadDeadline(time.Now().Add(d))
-	if b, err := c.r.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
-		c.t.Fatalf("want EOF, got byte %q err %v", b, err)
-	}
-}
 
 // TestLoginLineLimitCutsOff: 64 MiB sent before CONNECT, on one line. The
 // server answers INVALID_COMMAND after LoginLineBytes and closes without
@@ -32,9 +20,9 @@ func TestLoginLineLimitCutsOff(t *testing.T) {
 	writeErr := make(chan error, 1)
 	go func() {
 		chunk := []byte(`{"cmd":"CONNECT","pad":"` + strings.Repeat("a", 1<<20))
-		c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		c.NC.SetWriteDeadline(time.Now().Add(30 * time.Second))
 		for range 64 {
-			if _, err := c.nc.Write(chunk); err != nil {
+			if _, err := c.NC.Write(chunk); err != nil {
 				writeErr <- err
 				return
 			}
@@ -42,12 +30,12 @@ func TestLoginLineLimitCutsOff(t *testing.T) {
 		}
 		writeErr <- nil
 	}()
-	r := c.read()
+	r := c.Read()
 	errorCode(t, "over-long line before CONNECT", r, CodeInvalidCommand)
 	if !strings.Contains(r["error_message"].(string), "1024") {
 		t.Fatalf("error names no limit: %v", r)
 	}
-	c.expectEOF()
+	c.ExpectEOF()
 	err := <-writeErr
 	var ne net.Error
 	if err == nil || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, os.ErrDeadlineExceeded) {
@@ -66,14 +54,14 @@ func TestLoginLineLimitOnlyBeforeConnect(t *testing.T) {
 	sub := connectRaw(t, s, "sub", "", "t")
 	c := dialRaw(t, s.Addr())
 	payload := strings.Repeat("p", 8<<10)
-	c.send(`{"cmd":"CONNECT","client_id":"pub"}` + "\n" + `{"cmd":"PUBLISH","topic":"t","payload":"` + payload + `"}`)
-	if r := c.read(); r["status"] != StatusOK {
+	c.Send(`{"cmd":"CONNECT","client_id":"pub"}` + "\n" + `{"cmd":"PUBLISH","topic":"t","payload":"` + payload + `"}`)
+	if r := c.Read(); r["status"] != StatusOK {
 		t.Fatalf("CONNECT: %v", r)
 	}
-	if r := c.read(); r["status"] != StatusOK {
+	if r := c.Read(); r["status"] != StatusOK {
 		t.Fatalf("8 KiB PUBLISH right after CONNECT: %v", r)
 	}
-	if p, _ := sub.next(); p != payload {
+	if p, _ := sub.Next(); p != payload {
 		t.Fatalf("payload of %d bytes, want %d", len(p.(string)), len(payload))
 	}
 }
@@ -89,17 +77,17 @@ func TestUnauthenticatedConnectionCap(t *testing.T) {
 	}
 	waitFor(t, "3 unauthenticated connections", func() bool { return s.Stats().Unauthenticated == 3 })
 	over := dialRaw(t, s.Addr())
-	over.expectEOF()
+	over.ExpectEOF()
 	if n := s.Stats().OverUnauthenticated; n != 1 {
 		t.Fatalf("refusals counted: %d, want 1", n)
 	}
 	// Those already in are served.
-	if r := first[0].do(`{"cmd":"CONNECT","client_id":"a"}`); r["status"] != StatusOK {
+	if r := first[0].Do(`{"cmd":"CONNECT","client_id":"a"}`); r["status"] != StatusOK {
 		t.Fatalf("CONNECT of an admitted connection: %v", r)
 	}
 	waitFor(t, "2 unauthenticated connections", func() bool { return s.Stats().Unauthenticated == 2 })
 	next := dialRaw(t, s.Addr())
-	if r := next.do(`{"cmd":"CONNECT","client_id":"b"}`); r["status"] != StatusOK {
+	if r := next.Do(`{"cmd":"CONNECT","client_id":"b"}`); r["status"] != StatusOK {
 		t.Fatalf("CONNECT after a place was freed: %v", r)
 	}
 }
@@ -110,9 +98,9 @@ func TestLoginTimeout(t *testing.T) {
 	s := startServer(t, Options{LoginTimeout: 50 * time.Millisecond})
 	silent := dialRaw(t, s.Addr())
 	chatty := dialRaw(t, s.Addr())
-	errorCode(t, "RECEIVE before CONNECT", chatty.do(`{"cmd":"RECEIVE","timeout_ms":0}`), CodeNotConnected)
-	silent.expectEOFWithin(time.Minute)
-	chatty.expectEOFWithin(time.Minute)
+	errorCode(t, "RECEIVE before CONNECT", chatty.Do(`{"cmd":"RECEIVE","timeout_ms":0}`), CodeNotConnected)
+	silent.ExpectEOFWithin(time.Minute)
+	chatty.ExpectEOFWithin(time.Minute)
 	waitFor(t, "both counted", func() bool { return s.Stats().LoginTimeout == 2 })
 	waitFor(t, "both gone", func() bool { return s.Stats().Conns == 0 && s.Stats().Unauthenticated == 0 })
 }
@@ -123,10 +111,10 @@ func TestLoginTimeout(t *testing.T) {
 func TestIdleTimeout(t *testing.T) {
 	s := startServer(t, Options{IdleTimeout: 100 * time.Millisecond})
 	c := connectRaw(t, s, "idle", "", "t")
-	c.nc.SetReadDeadline(time.Now().Add(time.Minute))
-	c.send(`{"cmd":"RECEIVE","timeout_ms":400}`)
-	same(t, "RECEIVE longer than the idle timeout", c.read(), map[string]any{"status": "TIMEOUT"})
-	c.expectEOFWithin(time.Minute)
+	c.NC.SetReadDeadline(time.Now().Add(time.Minute))
+	c.Send(`{"cmd":"RECEIVE","timeout_ms":400}`)
+	same(t, "RECEIVE longer than the idle timeout", c.Read(), map[string]any{"status": "TIMEOUT"})
+	c.ExpectEOFWithin(time.Minute)
 	waitFor(t, "idle close counted", func() bool { return s.Stats().IdleTimeout == 1 })
 	waitFor(t, "client forgotten", func() bool { return !s.Connected("idle") })
 }
@@ -140,7 +128,7 @@ func TestMaxConnsCap(t *testing.T) {
 	dialRaw(t, s.Addr())
 	waitFor(t, "3 connections", func() bool { return s.Stats().Conns == 3 })
 	over := dialRaw(t, s.Addr())
-	over.expectEOF()
+	over.ExpectEOF()
 	if n := s.Stats().OverMaxConns; n != 1 {
 		t.Fatalf("refusals counted: %d, want 1", n)
 	}

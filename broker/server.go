@@ -348,6 +348,27 @@ func (s *Server) SetTokenFile(path string) {
 	s.tokenFile = path
 }
 
+// PublishTokenFile writes token to path, or (path empty) to the token
+// file the clients of the bound port look for (TokenFileFor), tells the
+// server the path for its refusal messages (SetTokenFile), and returns it.
+// Called after Listen: the port is the one actually bound (the listen
+// address may say port 0). str broker and the worker's embedded broker
+// both publish their token so.
+func (s *Server) PublishTokenFile(path, token string) (string, error) {
+	if path == "" {
+		addr, ok := s.Addr().(*net.TCPAddr)
+		if !ok {
+			return "", fmt.Errorf("devbroker: token file: the server listens on %v, not a TCP port", s.Addr())
+		}
+		path = TokenFileFor(addr.Port)
+	}
+	if err := WriteTokenFile(path, token); err != nil {
+		return "", err
+	}
+	s.SetTokenFile(path)
+	return path, nil
+}
+
 // Addr is the address of the first listener, or nil before Listen.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()

@@ -1,10 +1,8 @@
 package broker
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,27 +10,15 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker/brokertest"
 	"golang.org/x/sys/unix"
 )
 
 // testLogger discards log output unless -v is given.
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+var testLogger = brokertest.Logger
 
 func startServer(t *testing.T, opts Options) *Server {
 	t.Helper()
@@ -50,74 +36,12 @@ func startServer(t *testing.T, opts Options) *Server {
 	return s
 }
 
-// raw is a test-side connection speaking the protocol by hand.
-type raw struct {
-	t  *testing.T
-	nc net.Conn
-	r  *bufio.Reader
-}
+// raw is brokertest's hand-speaking connection.
+type raw = brokertest.Raw
 
-func dialRaw(t *testing.T, addr net.Addr) *raw {
-	t.Helper()
-	nc, err := net.Dial("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
-}
+func dialRaw(t *testing.T, addr net.Addr) *raw { return brokertest.Dial(t, addr) }
 
-func (c *raw) send(line string) {
-	c.t.Helper()
-	c.nc.SetWriteDeadline(time.Now().Add(3 * time.Second))
-	if _, err := io.WriteString(c.nc, line+"\n"); err != nil {
-		c.t.Fatalf("send %s: %v", line, err)
-	}
-}
-
-// read returns the next response line, decoded with numbers kept as text.
-func (c *raw) read() map[string]any {
-	c.t.Helper()
-	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
-	line, err := c.r.ReadBytes('\n')
-	if err != nil {
-		c.t.Fatalf("read response: %v (partial %q)", err, line)
-	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		c.t.Fatalf("response %q is not a JSON object: %v", line, err)
-	}
-	return m
-}
-
-func (c *raw) do(line string) map[string]any {
-	c.t.Helper()
-	c.send(line)
-	return c.read()
-}
-
-// expectEOF checks that the server closed the connection. A reset counts
-// too: closing a socket with unread input makes the kernel send RST.
-func (c *raw) expectEOF() {
-	c.t.Helper()
-	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
-	if b, err := c.r.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
-		c.t.Fatalf("want EOF, got byte %q err %v", b, err)
-	}
-}
-
-// same compares a response with the expected one field by field: the same
-// keys, and equal values (JSON numbers compared as their text).
-func same(t *testing.T, what string, got map[string]any, want map[string]any) {
-	t.Helper()
-	if !reflect.DeepEqual(got, want) {
-		g, _ := json.Marshal(got)
-		w, _ := json.Marshal(want)
-		t.Fatalf("%s:\n got %s\nwant %s", what, g, w)
-	}
-}
+var same = brokertest.Same
 
 func errorCode(t *testing.T, what string, got map[string]any, code string) {
 	t.Helper()
@@ -142,15 +66,15 @@ func TestSpecExchange(t *testing.T) {
 	worker := dialRaw(t, s.Addr())
 	agent := dialRaw(t, s.Addr())
 
-	errorCode(t, "RECEIVE before CONNECT", worker.do(`{"cmd": "RECEIVE", "timeout_ms": 10}`), CodeNotConnected)
+	errorCode(t, "RECEIVE before CONNECT", worker.Do(`{"cmd": "RECEIVE", "timeout_ms": 10}`), CodeNotConnected)
 
-	same(t, "worker CONNECT", worker.do(`{"cmd": "CONNECT", "client_id": "sandbox-worker-001", "queue_name": "ns/q/sandbox/sandbox-worker-001", "subscriptions": ["ns/a2a/v1/sam_remote_tool/invoke/echo_tool", "ns/a2a/v1/discovery/>"]}`),
+	same(t, "worker CONNECT", worker.Do(`{"cmd": "CONNECT", "client_id": "sandbox-worker-001", "queue_name": "ns/q/sandbox/sandbox-worker-001", "subscriptions": ["ns/a2a/v1/sam_remote_tool/invoke/echo_tool", "ns/a2a/v1/discovery/>"]}`),
 		map[string]any{"status": "OK", "client_id": "sandbox-worker-001"})
-	same(t, "agent CONNECT", agent.do(`{"cmd":"CONNECT","client_id":"agent-1","queue_name":"q-agent-1","subscriptions":["ns/a2a/v1/sam_remote_tool/response/agent-1/>"]}`),
+	same(t, "agent CONNECT", agent.Do(`{"cmd":"CONNECT","client_id":"agent-1","queue_name":"q-agent-1","subscriptions":["ns/a2a/v1/sam_remote_tool/response/agent-1/>"]}`),
 		map[string]any{"status": "OK", "client_id": "agent-1"})
 
 	invoke := `{"cmd": "PUBLISH", "topic": "ns/a2a/v1/sam_remote_tool/invoke/echo_tool", "payload": {"jsonrpc": "2.0", "id": "r-1", "method": "sam_remote_tool/invoke", "params": {"tool_name": "echo_tool", "args": {"message": "hi <&>"}}}, "user_properties": {"replyTo": "ns/a2a/v1/sam_remote_tool/response/agent-1/c-1", "statusTo": "ns/a2a/v1/sam_remote_tool/status/agent-1/c-1", "timestamp": 1700000000123}}`
-	pub := agent.do(invoke)
+	pub := agent.Do(invoke)
 	if len(pub) != 2 || pub["status"] != "OK" || !uuidRE.MatchString(fmt.Sprint(pub["message_id"])) {
 		t.Fatalf("PUBLISH response %v, want status OK and a UUID message_id only", pub)
 	}
@@ -161,7 +85,7 @@ func TestSpecExchange(t *testing.T) {
 	if err := dec.Decode(&req); err != nil {
 		t.Fatal(err)
 	}
-	same(t, "worker RECEIVE", worker.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`), map[string]any{
+	same(t, "worker RECEIVE", worker.Do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`), map[string]any{
 		"status": "OK",
 		"message": map[string]any{
 			"message_id":      pub["message_id"],
@@ -170,34 +94,34 @@ func TestSpecExchange(t *testing.T) {
 			"user_properties": req["user_properties"],
 		},
 	})
-	same(t, "worker ACK", worker.do(fmt.Sprintf(`{"cmd": "ACK", "message_id": %q}`, pub["message_id"])), map[string]any{"status": "OK"})
-	same(t, "worker RECEIVE nothing", worker.do(`{"cmd": "RECEIVE", "timeout_ms": 20}`), map[string]any{"status": "TIMEOUT"})
+	same(t, "worker ACK", worker.Do(fmt.Sprintf(`{"cmd": "ACK", "message_id": %q}`, pub["message_id"])), map[string]any{"status": "OK"})
+	same(t, "worker RECEIVE nothing", worker.Do(`{"cmd": "RECEIVE", "timeout_ms": 20}`), map[string]any{"status": "TIMEOUT"})
 
 	// The worker's reply: a second connection of the worker publishes.
 	workerPub := dialRaw(t, s.Addr())
-	same(t, "worker publisher CONNECT", workerPub.do(`{"cmd": "CONNECT", "client_id": "sandbox-worker-001-pub", "queue_name": "", "subscriptions": []}`),
+	same(t, "worker publisher CONNECT", workerPub.Do(`{"cmd": "CONNECT", "client_id": "sandbox-worker-001-pub", "queue_name": "", "subscriptions": []}`),
 		map[string]any{"status": "OK", "client_id": "sandbox-worker-001-pub"})
 	reply := `{"cmd": "PUBLISH", "topic": "ns/a2a/v1/sam_remote_tool/response/agent-1/c-1", "payload": {"jsonrpc": "2.0", "id": "r-1", "result": {"ok": true}}, "user_properties": {}}`
-	if r := workerPub.do(reply); r["status"] != "OK" {
+	if r := workerPub.Do(reply); r["status"] != "OK" {
 		t.Fatalf("reply PUBLISH: %v", r)
 	}
-	got := agent.do(`{"cmd": "RECEIVE"}`) // default timeout_ms
+	got := agent.Do(`{"cmd": "RECEIVE"}`) // default timeout_ms
 	msg, _ := got["message"].(map[string]any)
 	if got["status"] != "OK" || msg["topic"] != "ns/a2a/v1/sam_remote_tool/response/agent-1/c-1" ||
 		!reflect.DeepEqual(msg["user_properties"], map[string]any{}) {
 		t.Fatalf("agent RECEIVE: %v", got)
 	}
 
-	same(t, "SUBSCRIBE", agent.do(`{"cmd": "SUBSCRIBE", "topic_pattern": "ns/a2a/v1/sam_remote_tool/status/agent-1/>"}`), map[string]any{"status": "OK"})
-	same(t, "UNSUBSCRIBE", agent.do(`{"cmd": "UNSUBSCRIBE", "topic_pattern": "ns/a2a/v1/sam_remote_tool/status/agent-1/>"}`), map[string]any{"status": "OK"})
-	same(t, "DISCONNECT", agent.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
-	agent.expectEOF()
+	same(t, "SUBSCRIBE", agent.Do(`{"cmd": "SUBSCRIBE", "topic_pattern": "ns/a2a/v1/sam_remote_tool/status/agent-1/>"}`), map[string]any{"status": "OK"})
+	same(t, "UNSUBSCRIBE", agent.Do(`{"cmd": "UNSUBSCRIBE", "topic_pattern": "ns/a2a/v1/sam_remote_tool/status/agent-1/>"}`), map[string]any{"status": "OK"})
+	same(t, "DISCONNECT", agent.Do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	agent.ExpectEOF()
 }
 
 func TestCONNECTWithoutClientID(t *testing.T) {
 	s := startServer(t, Options{})
 	c := dialRaw(t, s.Addr())
-	r := c.do(`{"cmd":"CONNECT"}`)
+	r := c.Do(`{"cmd":"CONNECT"}`)
 	if r["status"] != "OK" || !uuidRE.MatchString(fmt.Sprint(r["client_id"])) || len(r) != 2 {
 		t.Fatalf("CONNECT without client_id: %v, want a generated UUID", r)
 	}
@@ -210,13 +134,13 @@ func TestInvalidCommands(t *testing.T) {
 	s := startServer(t, Options{})
 	c := dialRaw(t, s.Addr())
 
-	errorCode(t, "bad JSON before CONNECT", c.do(`{"cmd": "CONNECT",`), CodeInvalidCommand)
-	errorCode(t, "unknown cmd before CONNECT", c.do(`{"cmd": "FROB"}`), CodeNotConnected)
-	errorCode(t, "lower-case connect", c.do(`{"cmd": "connect", "client_id": "x"}`), CodeNotConnected)
-	errorCode(t, "client_id not a string", c.do(`{"cmd": "CONNECT", "client_id": 7}`), CodeInvalidCommand)
-	errorCode(t, "subscriptions not strings", c.do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": [1]}`), CodeInvalidCommand)
-	errorCode(t, "empty subscription", c.do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": [""]}`), CodeInvalidCommand)
-	if r := c.do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": ["t/>"]}`); r["status"] != "OK" {
+	errorCode(t, "bad JSON before CONNECT", c.Do(`{"cmd": "CONNECT",`), CodeInvalidCommand)
+	errorCode(t, "unknown cmd before CONNECT", c.Do(`{"cmd": "FROB"}`), CodeNotConnected)
+	errorCode(t, "lower-case connect", c.Do(`{"cmd": "connect", "client_id": "x"}`), CodeNotConnected)
+	errorCode(t, "client_id not a string", c.Do(`{"cmd": "CONNECT", "client_id": 7}`), CodeInvalidCommand)
+	errorCode(t, "subscriptions not strings", c.Do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": [1]}`), CodeInvalidCommand)
+	errorCode(t, "empty subscription", c.Do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": [""]}`), CodeInvalidCommand)
+	if r := c.Do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": ["t/>"]}`); r["status"] != "OK" {
 		t.Fatalf("CONNECT: %v", r)
 	}
 
@@ -238,27 +162,27 @@ func TestInvalidCommands(t *testing.T) {
 		{"RECEIVE timeout_ms not a number", `{"cmd": "RECEIVE", "timeout_ms": "10"}`},
 		{"invalid UTF-8", "{\"cmd\": \"PUBLISH\", \"topic\": \"t/\xff\"}"},
 	} {
-		errorCode(t, bad.what, c.do(bad.line), CodeInvalidCommand)
+		errorCode(t, bad.what, c.Do(bad.line), CodeInvalidCommand)
 	}
 
 	// The connection still works: it receives what another client
 	// publishes.
 	other := dialRaw(t, s.Addr())
-	if r := other.do(`{"cmd": "CONNECT", "client_id": "y", "subscriptions": []}`); r["status"] != "OK" {
+	if r := other.Do(`{"cmd": "CONNECT", "client_id": "y", "subscriptions": []}`); r["status"] != "OK" {
 		t.Fatal(r)
 	}
-	if r := other.do(`{"cmd": "PUBLISH", "topic": "t/a", "payload": "still here"}`); r["status"] != "OK" {
+	if r := other.Do(`{"cmd": "PUBLISH", "topic": "t/a", "payload": "still here"}`); r["status"] != "OK" {
 		t.Fatal(r)
 	}
-	r := c.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
+	r := c.Do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
 	if m, _ := r["message"].(map[string]any); r["status"] != "OK" || m["payload"] != "still here" {
 		t.Fatalf("RECEIVE after garbage: %v", r)
 	}
 	// An absent payload is null and absent user_properties are {}.
-	if r := other.do(`{"cmd": "PUBLISH", "topic": "t/b"}`); r["status"] != "OK" {
+	if r := other.Do(`{"cmd": "PUBLISH", "topic": "t/b"}`); r["status"] != "OK" {
 		t.Fatal(r)
 	}
-	r = c.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
+	r = c.Do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
 	m, _ := r["message"].(map[string]any)
 	if p, ok := m["payload"]; !ok || p != nil || !reflect.DeepEqual(m["user_properties"], map[string]any{}) {
 		t.Fatalf("RECEIVE of a bare PUBLISH: %v", r)
@@ -268,26 +192,26 @@ func TestInvalidCommands(t *testing.T) {
 func TestLineTooLong(t *testing.T) {
 	s := startServer(t, Options{MaxLineBytes: 1024})
 	c := dialRaw(t, s.Addr())
-	if r := c.do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": ["t"]}`); r["status"] != "OK" {
+	if r := c.Do(`{"cmd": "CONNECT", "client_id": "x", "subscriptions": ["t"]}`); r["status"] != "OK" {
 		t.Fatal(r)
 	}
 	long := `{"cmd": "PUBLISH", "topic": "t", "payload": "` + strings.Repeat("a", 200<<10) + `"}`
-	errorCode(t, "200 KiB line", c.do(long), CodeInvalidCommand)
+	errorCode(t, "200 KiB line", c.Do(long), CodeInvalidCommand)
 	over := `{"cmd":"FROB","pad":"` + strings.Repeat("b", 1025-23) + `"}`
 	if len(over) != 1025 {
 		t.Fatalf("test bug: line is %d bytes", len(over))
 	}
-	errorCode(t, "1025-byte line", c.do(over), CodeInvalidCommand)
+	errorCode(t, "1025-byte line", c.Do(over), CodeInvalidCommand)
 	// Exactly at the limit is accepted (and is an unknown command).
 	atLimit := `{"cmd":"FROB","pad":"` + strings.Repeat("b", 1024-23) + `"}`
 	if len(atLimit) != 1024 {
 		t.Fatalf("test bug: line is %d bytes", len(atLimit))
 	}
-	r := c.do(atLimit)
+	r := c.Do(atLimit)
 	if r["error_code"] != CodeInvalidCommand || !strings.Contains(fmt.Sprint(r["error_message"]), "Unknown command") {
 		t.Fatalf("1024-byte line: %v", r)
 	}
-	same(t, "after long lines", c.do(`{"cmd": "RECEIVE", "timeout_ms": 0}`), map[string]any{"status": "TIMEOUT"})
+	same(t, "after long lines", c.Do(`{"cmd": "RECEIVE", "timeout_ms": 0}`), map[string]any{"status": "TIMEOUT"})
 }
 
 // connectRaw opens a connection and CONNECTs it.
@@ -298,36 +222,11 @@ func connectRaw(t *testing.T, s *Server, id, queue string, subs ...string) *raw 
 	if subs == nil {
 		js = []byte("[]")
 	}
-	r := c.do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": %q, "queue_name": %q, "subscriptions": %s}`, id, queue, js))
+	r := c.Do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": %q, "queue_name": %q, "subscriptions": %s}`, id, queue, js))
 	if r["status"] != "OK" {
 		t.Fatalf("CONNECT %s: %v", id, r)
 	}
 	return c
-}
-
-func (c *raw) publish(topic string, payload any) {
-	c.t.Helper()
-	p, _ := json.Marshal(payload)
-	if r := c.do(fmt.Sprintf(`{"cmd": "PUBLISH", "topic": %q, "payload": %s}`, topic, p)); r["status"] != "OK" {
-		c.t.Fatalf("PUBLISH %s: %v", topic, r)
-	}
-}
-
-// next returns the payload and topic of the next message, failing on
-// TIMEOUT.
-func (c *raw) next() (payload any, topic string) {
-	c.t.Helper()
-	r := c.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
-	m, ok := r["message"].(map[string]any)
-	if r["status"] != "OK" || !ok {
-		c.t.Fatalf("RECEIVE: %v", r)
-	}
-	return m["payload"], m["topic"].(string)
-}
-
-func (c *raw) expectEmpty(what string) {
-	c.t.Helper()
-	same(c.t, what, c.do(`{"cmd": "RECEIVE", "timeout_ms": 0}`), map[string]any{"status": "TIMEOUT"})
 }
 
 // TestRouting checks the wildcards and the no-echo rule. Negative checks
@@ -341,41 +240,41 @@ func TestRouting(t *testing.T) {
 	exact := connectRaw(t, s, "exact", "", "t/a/c")
 	literal := connectRaw(t, s, "literal", "", "t/a*")
 
-	pub.publish("t/a/c", "1")
+	pub.Publish("t/a/c", "1")
 	for _, c := range []*raw{star, rest, exact} {
-		if p, topic := c.next(); p != "1" || topic != "t/a/c" {
+		if p, topic := c.Next(); p != "1" || topic != "t/a/c" {
 			t.Fatalf("got %v on %s", p, topic)
 		}
 	}
-	literal.expectEmpty("t/a* is literal for the dev broker")
-	pub.expectEmpty("publisher must not get its own message")
+	literal.ExpectEmpty("t/a* is literal for the dev broker")
+	pub.ExpectEmpty("publisher must not get its own message")
 
-	pub.publish("t/a", "2")
+	pub.Publish("t/a", "2")
 	for _, c := range []*raw{star, rest, exact, literal} {
-		c.expectEmpty("t/a matches none of */c, a/>, a/c, a*")
+		c.ExpectEmpty("t/a matches none of */c, a/>, a/c, a*")
 	}
-	pub.publish("t/a*", "3")
-	if p, _ := literal.next(); p != "3" {
+	pub.Publish("t/a*", "3")
+	if p, _ := literal.Next(); p != "3" {
 		t.Fatalf("literal got %v", p)
 	}
-	pub.publish("t/a/b/c", "4")
-	if p, _ := rest.next(); p != "4" {
+	pub.Publish("t/a/b/c", "4")
+	if p, _ := rest.Next(); p != "4" {
 		t.Fatalf("rest got %v", p)
 	}
-	star.expectEmpty("* is one level")
+	star.ExpectEmpty("* is one level")
 
 	// Another client publishing reaches "pub".
-	exact.publish("t/x", "5")
-	if p, _ := pub.next(); p != "5" {
+	exact.Publish("t/x", "5")
+	if p, _ := pub.Next(); p != "5" {
 		t.Fatalf("pub got %v", p)
 	}
 
 	// SUBSCRIBE and UNSUBSCRIBE take effect for the next PUBLISH.
-	same(t, "SUBSCRIBE", star.do(`{"cmd": "SUBSCRIBE", "topic_pattern": "u/*"}`), map[string]any{"status": "OK"})
-	same(t, "UNSUBSCRIBE", star.do(`{"cmd": "UNSUBSCRIBE", "topic_pattern": "t/*/c"}`), map[string]any{"status": "OK"})
-	pub.publish("t/b/c", "6")
-	pub.publish("u/v", "7")
-	if p, topic := star.next(); p != "7" {
+	same(t, "SUBSCRIBE", star.Do(`{"cmd": "SUBSCRIBE", "topic_pattern": "u/*"}`), map[string]any{"status": "OK"})
+	same(t, "UNSUBSCRIBE", star.Do(`{"cmd": "UNSUBSCRIBE", "topic_pattern": "t/*/c"}`), map[string]any{"status": "OK"})
+	pub.Publish("t/b/c", "6")
+	pub.Publish("u/v", "7")
+	if p, topic := star.Next(); p != "7" {
 		t.Fatalf("star got %v on %s, want 7 (t/*/c was unsubscribed)", p, topic)
 	}
 }
@@ -392,18 +291,18 @@ func TestQueueGroups(t *testing.T) {
 		connectRaw(t, s, "solo-2", "", "jobs/*"),
 	}
 	for i := range 30 {
-		pub.publish("jobs/run", i)
+		pub.Publish("jobs/run", i)
 	}
 	// Members asking in turn get one each from the group's queue.
 	seen := make(map[string]int)
 	for range 10 {
 		for _, m := range members {
-			p, _ := m.next()
+			p, _ := m.Next()
 			seen[fmt.Sprint(p)]++
 		}
 	}
 	for i, m := range members {
-		m.expectEmpty(fmt.Sprintf("member %d after the group's 30", i))
+		m.ExpectEmpty(fmt.Sprintf("member %d after the group's 30", i))
 	}
 	if len(seen) != 30 {
 		t.Fatalf("the group saw %d distinct messages, want 30: %v", len(seen), seen)
@@ -415,25 +314,25 @@ func TestQueueGroups(t *testing.T) {
 	}
 	for _, c := range solo {
 		for i := range 30 {
-			if p, _ := c.next(); fmt.Sprint(p) != fmt.Sprint(i) {
+			if p, _ := c.Next(); fmt.Sprint(p) != fmt.Sprint(i) {
 				t.Fatalf("unique-queue client got %v, want %d", p, i)
 			}
 		}
-		c.expectEmpty("unique-queue client after 30")
+		c.ExpectEmpty("unique-queue client after 30")
 	}
 	// A member that leaves stops getting work; the others share it.
-	members[2].do(`{"cmd": "DISCONNECT"}`)
+	members[2].Do(`{"cmd": "DISCONNECT"}`)
 	waitFor(t, "worker-2 forgotten", func() bool { return !s.Connected("worker-2") })
 	for i := range 4 {
-		pub.publish("jobs/run", 100+i)
+		pub.Publish("jobs/run", 100+i)
 	}
 	for range 2 {
 		for _, m := range members[:2] {
-			m.next()
+			m.Next()
 		}
 	}
 	for _, m := range members[:2] {
-		m.expectEmpty("after 2 each")
+		m.ExpectEmpty("after 2 each")
 	}
 }
 
@@ -442,14 +341,14 @@ func TestQueueBoundDropsOldest(t *testing.T) {
 	pub := connectRaw(t, s, "p", "")
 	sub := connectRaw(t, s, "s", "", "t")
 	for i := range 5 {
-		pub.publish("t", i)
+		pub.Publish("t", i)
 	}
 	for _, want := range []string{"2", "3", "4"} {
-		if p, _ := sub.next(); fmt.Sprint(p) != want {
+		if p, _ := sub.Next(); fmt.Sprint(p) != want {
 			t.Fatalf("got %v, want %s (oldest two dropped)", p, want)
 		}
 	}
-	sub.expectEmpty("after the 3 kept")
+	sub.ExpectEmpty("after the 3 kept")
 }
 
 // waitFor polls cond (for state another goroutine changes) for up to 3 s.
@@ -469,16 +368,16 @@ func TestDisconnectCleansUp(t *testing.T) {
 	pub := connectRaw(t, s, "p", "")
 
 	a1 := connectRaw(t, s, "a", "", "t")
-	pub.publish("t", "queued")
-	same(t, "DISCONNECT", a1.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
-	a1.expectEOF()
+	pub.Publish("t", "queued")
+	same(t, "DISCONNECT", a1.Do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	a1.ExpectEOF()
 	waitFor(t, "client a forgotten", func() bool { return !s.Connected("a") })
 
 	// Back under the same id without subscriptions: nothing old remains.
-	pub.publish("t", "lost")
+	pub.Publish("t", "lost")
 	a3 := connectRaw(t, s, "a", "")
-	pub.publish("t", "also lost")
-	a3.expectEmpty("the old subscription and queue are gone")
+	pub.Publish("t", "also lost")
+	a3.ExpectEmpty("the old subscription and queue are gone")
 }
 
 // TestReceiveAbortedByPeerClose checks that a RECEIVE whose connection died
@@ -488,12 +387,12 @@ func TestReceiveAbortedByPeerClose(t *testing.T) {
 	s := startServer(t, Options{})
 	pub := connectRaw(t, s, "p", "")
 	a1 := connectRaw(t, s, "a", "", "t")
-	a1.send(`{"cmd": "RECEIVE", "timeout_ms": 60000}`)
-	a1.nc.Close()
+	a1.Send(`{"cmd": "RECEIVE", "timeout_ms": 60000}`)
+	a1.NC.Close()
 	waitFor(t, "a1 gone", func() bool { return s.Stats().Conns == 1 && !s.Connected("a") })
-	pub.publish("t", "for nobody")
+	pub.Publish("t", "for nobody")
 	a2 := connectRaw(t, s, "a", "", "t")
-	a2.expectEmpty("a new connection under the id starts empty")
+	a2.ExpectEmpty("a new connection under the id starts empty")
 }
 
 func TestCloseEndsEverything(t *testing.T) {
@@ -502,12 +401,12 @@ func TestCloseEndsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := connectRaw(t, s, "a", "", "t")
-	c.send(`{"cmd": "RECEIVE", "timeout_ms": 60000}`)
+	c.Send(`{"cmd": "RECEIVE", "timeout_ms": 60000}`)
 	waitFor(t, "connection registered", func() bool { return s.Stats().Conns == 1 })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c.expectEOF()
+	c.ExpectEOF()
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
@@ -519,11 +418,11 @@ func TestCloseEndsEverything(t *testing.T) {
 func TestUnterminatedLastLine(t *testing.T) {
 	s := startServer(t, Options{})
 	c := dialRaw(t, s.Addr())
-	if _, err := io.WriteString(c.nc, `{"cmd": "CONNECT", "client_id": "x"}`); err != nil {
+	if _, err := io.WriteString(c.NC, `{"cmd": "CONNECT", "client_id": "x"}`); err != nil {
 		t.Fatal(err)
 	}
-	c.nc.(*net.TCPConn).CloseWrite()
-	same(t, "CONNECT without newline at EOF", c.read(), map[string]any{"status": "OK", "client_id": "x"})
+	c.NC.(*net.TCPConn).CloseWrite()
+	same(t, "CONNECT without newline at EOF", c.Read(), map[string]any{"status": "OK", "client_id": "x"})
 }
 
 // FuzzRequest feeds arbitrary request lines to a connected session and
@@ -601,16 +500,16 @@ func TestReferenceSessionsStrandAndForget(t *testing.T) {
 	pub := connectRaw(t, s, "p", "")
 	old := connectRaw(t, s, "w", "", "t")
 	fresh := connectRaw(t, s, "w", "", "t") // takes "w" over
-	pub.publish("t", 1)
-	if p, _ := fresh.next(); fmt.Sprint(p) != "1" {
+	pub.Publish("t", 1)
+	if p, _ := fresh.Next(); fmt.Sprint(p) != "1" {
 		t.Fatalf("the connection holding the id got %v", p)
 	}
-	old.expectEmpty("the stranded connection")
+	old.ExpectEmpty("the stranded connection")
 	conns := s.Stats().Conns
-	old.nc.Close()
+	old.NC.Close()
 	waitFor(t, "the broker to see the old connection end", func() bool { return s.Stats().Conns < conns })
-	pub.publish("t", 2)
-	fresh.expectEmpty("the connection whose id the old one's end forgot (deaf)")
+	pub.Publish("t", 2)
+	fresh.ExpectEmpty("the connection whose id the old one's end forgot (deaf)")
 	if s.Connected("w") {
 		t.Fatal(`"w" is still registered`)
 	}
@@ -619,7 +518,7 @@ func TestReferenceSessionsStrandAndForget(t *testing.T) {
 	connectRaw(t, strict, "w", "", "t")
 	second := dialRaw(t, strict.Addr())
 	errorCode(t, "second CONNECT without ReferenceSessions",
-		second.do(`{"cmd": "CONNECT", "client_id": "w", "subscriptions": ["t"]}`), CodeNotConnected)
+		second.Do(`{"cmd": "CONNECT", "client_id": "w", "subscriptions": ["t"]}`), CodeNotConnected)
 }
 
 // TestQueueGroupSharedQueue: a queue group's messages wait in one queue
@@ -634,52 +533,52 @@ func TestQueueGroupSharedQueue(t *testing.T) {
 	idle := connectRaw(t, s, "worker-idle", "pool", "jobs/>")
 	other := connectRaw(t, s, "worker-other-tools", "pool", "other/>")
 	for i := range 6 {
-		pub.publish("jobs/run", i)
+		pub.Publish("jobs/run", i)
 	}
 	// One member takes all six, in order, while the other never asks.
 	for i := range 6 {
-		if p, _ := idle.next(); fmt.Sprint(p) != fmt.Sprint(i) {
+		if p, _ := idle.Next(); fmt.Sprint(p) != fmt.Sprint(i) {
 			t.Fatalf("worker-idle got %v, want %d", p, i)
 		}
 	}
-	busy.expectEmpty("worker-busy after worker-idle took all six")
-	other.expectEmpty("a member whose subscriptions match none of them")
+	busy.ExpectEmpty("worker-busy after worker-idle took all six")
+	other.ExpectEmpty("a member whose subscriptions match none of them")
 
 	// Messages held for the group outlive the member that leaves.
 	for i := range 3 {
-		pub.publish("jobs/run", 10+i)
+		pub.Publish("jobs/run", 10+i)
 	}
-	same(t, "DISCONNECT", idle.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	same(t, "DISCONNECT", idle.Do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
 	waitFor(t, "worker-idle forgotten", func() bool { return !s.Connected("worker-idle") })
 	for i := range 3 {
-		if p, _ := busy.next(); fmt.Sprint(p) != fmt.Sprint(10+i) {
+		if p, _ := busy.Next(); fmt.Sprint(p) != fmt.Sprint(10+i) {
 			t.Fatalf("worker-busy got %v, want %d", p, 10+i)
 		}
 	}
 
 	// A message the first member does not match waits for one that does.
-	pub.publish("other/x", "o")
-	busy.expectEmpty("worker-busy does not match other/x")
-	if p, _ := other.next(); p != "o" {
+	pub.Publish("other/x", "o")
+	busy.ExpectEmpty("worker-busy does not match other/x")
+	if p, _ := other.Next(); p != "o" {
 		t.Fatalf("worker-other-tools got %v", p)
 	}
 
 	// A RECEIVE already waiting is woken by the publish.
 	got := make(chan any, 1)
 	go func() {
-		p, _ := busy.next()
+		p, _ := busy.Next()
 		got <- p
 	}()
 	time.Sleep(100 * time.Millisecond) // let the RECEIVE start waiting (the test holds either way)
-	pub.publish("jobs/run", "late")
+	pub.Publish("jobs/run", "late")
 	if p := <-got; p != "late" {
 		t.Fatalf("waiting RECEIVE got %v", p)
 	}
 
 	// The last member leaving takes the group's queue with it.
-	pub.publish("jobs/run", "orphan")
+	pub.Publish("jobs/run", "orphan")
 	for _, c := range []*raw{busy, other} {
-		same(t, "DISCONNECT", c.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+		same(t, "DISCONNECT", c.Do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
 	}
 	waitFor(t, "group gone", func() bool {
 		s.mu.Lock()
@@ -687,7 +586,7 @@ func TestQueueGroupSharedQueue(t *testing.T) {
 		return len(s.groups) == 0
 	})
 	again := connectRaw(t, s, "worker-new", "pool", "jobs/>")
-	again.expectEmpty("a new member of a group that had ended")
+	again.ExpectEmpty("a new member of a group that had ended")
 }
 
 // TestVanishedPeerDetection: every accepted connection has TCP keep-alive
@@ -743,39 +642,39 @@ func TestDuplicatePublishRoutedOnce(t *testing.T) {
 	sub := connectRaw(t, s, "sub", "", "t/>")
 	pub := connectRaw(t, s, "pub", "")
 	line := `{"cmd": "PUBLISH", "topic": "t/reply", "payload": 1, "publish_id": "r-1"}`
-	first := pub.do(line)
-	again := pub.do(line)
+	first := pub.Do(line)
+	again := pub.Do(line)
 	if first["status"] != "OK" || again["status"] != "OK" || first["message_id"] != again["message_id"] {
 		t.Fatalf("first %v, again %v: want OK twice with one message_id", first, again)
 	}
-	if p, _ := sub.next(); fmt.Sprint(p) != "1" {
+	if p, _ := sub.Next(); fmt.Sprint(p) != "1" {
 		t.Fatalf("got %v", p)
 	}
-	sub.expectEmpty("the retried PUBLISH")
+	sub.ExpectEmpty("the retried PUBLISH")
 
 	// The retry on the publisher's next connection.
-	same(t, "DISCONNECT", pub.do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
+	same(t, "DISCONNECT", pub.Do(`{"cmd": "DISCONNECT"}`), map[string]any{"status": "OK"})
 	waitFor(t, "pub forgotten", func() bool { return !s.Connected("pub") })
 	pub = connectRaw(t, s, "pub", "")
-	if r := pub.do(line); r["message_id"] != first["message_id"] {
+	if r := pub.Do(line); r["message_id"] != first["message_id"] {
 		t.Fatalf("retry on a new connection: %v, want message_id %v", r, first["message_id"])
 	}
-	sub.expectEmpty("the PUBLISH retried on a new connection")
+	sub.ExpectEmpty("the PUBLISH retried on a new connection")
 
 	// Another client's publish_id is its own; no publish_id, no check.
 	other := connectRaw(t, s, "other", "")
-	other.do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 2, "publish_id": "r-1"}`)
-	pub.do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 3}`)
-	pub.do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 3}`)
+	other.Do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 2, "publish_id": "r-1"}`)
+	pub.Do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 3}`)
+	pub.Do(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 3}`)
 	for _, want := range []string{"2", "3", "3"} {
-		if p, _ := sub.next(); fmt.Sprint(p) != want {
+		if p, _ := sub.Next(); fmt.Sprint(p) != want {
 			t.Fatalf("got %v, want %s", p, want)
 		}
 	}
 
 	// Bounded: an over-long publish_id is refused.
 	long := fmt.Sprintf(`{"cmd": "PUBLISH", "topic": "t/reply", "payload": 4, "publish_id": %q}`, strings.Repeat("x", MaxPublishIDBytes+1))
-	if r := pub.do(long); r["status"] != "ERROR" || r["error_code"] != CodeInvalidCommand {
+	if r := pub.Do(long); r["status"] != "ERROR" || r["error_code"] != CodeInvalidCommand {
 		t.Fatalf("a %d-byte publish_id: %v", MaxPublishIDBytes+1, r)
 	}
 }

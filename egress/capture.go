@@ -45,5 +45,5 @@ func (s *Session) handleCapture(c net.Conn, port int) {
 		reset(c)
 		return
 	}
-	s.splice(c, c, up, pre)
+	s.passOn(c, c, up, pre, in)
 }

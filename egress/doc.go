@@ -60,6 +60,24 @@
 // and X-Str-Reason; SOCKS5 reply 0x02; a captured connection is reset; DNS
 // answers NXDOMAIN.
 //
+// Secretless credentials and HTTP rules (Options.Intercept; intercept.go):
+// connections to a host that has a credential or an http_rules entry are
+// terminated instead of tunnelled. The sandbox is shown a leaf certificate
+// minted for that host by a CA made in memory at the proxy's start (its key
+// never leaves the worker's memory; the sandbox trusts its certificate), and
+// each request, over HTTP/1.1 or HTTP/2 (net/http on both sides), is checked
+// in order: the Host is the tunnel's destination; the host's rules allow
+// the method and a clean path under a prefix; no placeholder of a credential
+// that belongs to other hosts is in the path, query, headers or body (the
+// first MaxBodyScan bytes before anything is sent, the rest as it streams).
+// Then the configured header (or query parameter) holding the credential's
+// placeholder gets the real value, the request goes upstream over TLS
+// verified against the host's trust store (plus explicit extra roots; never
+// skipped: a failure is an upstream_certificate violation, never a fallback
+// to the tunnel), and values the server echoes are replaced by their
+// placeholder. Every other host keeps the byte-for-byte tunnel. A plain
+// http:// request is checked the same way but never gets a credential.
+//
 // What it protects against: a tool reaching the worker's own ports, the
 // broker, the host's loopback, private networks or cloud metadata through
 // the proxy (by name, by IP literal in any spelling, by v4-mapped, NAT64 or

@@ -103,6 +103,12 @@ var reasonText = map[string]string{
 	ReasonNameNotAllowlisted:  "name not in the allowlist",
 	ReasonQtypeRefused:        "query type not served (only A and AAAA)",
 	ReasonLimitNames:          "too many distinct names looked up",
+	ReasonMethodNotAllowed:    "request method not allowed by http_rules",
+	ReasonPathNotAllowed:      "request path not allowed by http_rules",
+	ReasonHostMismatch:        "the HTTP Host does not match the destination",
+	ReasonUpstreamCert:        "the server's certificate did not verify against the host's trust store",
+	ReasonCredentialHost:      "the credential may only be sent to its own hosts",
+	ReasonUnscrubbable:        "the response was in an encoding the proxy cannot read, so an echo of the credential could not be removed",
 }
 
 func eventMessage(ev Event) string {
@@ -116,6 +122,12 @@ func eventMessage(ev Event) string {
 			name = "query"
 		}
 		return "dns: " + name + " blocked — " + why
+	}
+	if ev.Kind == KindCredential && ev.Reason == ReasonUnscrubbable {
+		return "credential: " + strings.TrimPrefix(ev.Rule, "credentials: ") + ": the response from " + destString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
+	}
+	if ev.Kind == KindCredential {
+		return "credential: " + strings.TrimPrefix(ev.Rule, "credentials: ") + "'s placeholder sent to " + destString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
 	}
 	return "network: " + destString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
 }

@@ -285,7 +285,7 @@ func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in Intent, d Deci
 			return
 		}
 	}
-	s.splice(c, r, up, pre)
+	s.passOn(c, r, up, pre, in)
 }
 
 // handleForward forwards one absolute-form request: the Host header must
@@ -345,6 +345,14 @@ func (s *Session) handleForward(c net.Conn, br *bufio.Reader, rl requestLine, he
 		writeDenial(c, netEvent(in, d))
 		return
 	}
+	// The HTTP layer (rules, foreign placeholders) sees plain requests
+	// too; a credential is never put into one (it would travel in clear).
+	body, ev := s.inspect(req, in)
+	if ev != nil {
+		writeDenial(c, *ev)
+		return
+	}
+	req.Body = body
 	up, err := s.dial(d, port)
 	if err != nil {
 		writeBadGateway(c, in.Host, port)

@@ -84,6 +84,10 @@ type Policy struct {
 	DNSServers []string `yaml:"dns_servers,omitempty" json:"dns_servers,omitempty"`
 	// OnViolation: "report" (default) or "kill".
 	OnViolation string `yaml:"on_violation,omitempty" json:"on_violation,omitempty"`
+	// HTTPRules narrow the methods and paths allowed on the hosts they
+	// name (the proxy terminates TLS for those hosts). Tighten adds the
+	// tightening policy's rules to these: rules are never removed.
+	HTTPRules []HTTPRule `yaml:"http_rules,omitempty" json:"http_rules,omitempty"`
 }
 
 // compiled is a validated Policy in the form Decide uses.
@@ -94,6 +98,7 @@ type compiled struct {
 	cidrs    []netip.Prefix
 	dns      []netip.AddrPort
 	kill     bool
+	rules    []compiledRule
 	original Policy
 }
 
@@ -178,6 +183,7 @@ func (p Policy) compile() (*compiled, error) {
 		}
 		c.dns = append(c.dns, ap)
 	}
+	c.rules = compileRules(p, c.hosts, bad)
 	switch p.OnViolation {
 	case "", OnViolationReport:
 	case OnViolationKill:
@@ -240,8 +246,11 @@ func (p Policy) Tighten(q Policy) (Policy, error) {
 	}
 	if eff.Mode == Isolated {
 		// Nothing else means anything in isolated; do not inherit it.
-		eff.AllowedHosts, eff.AllowedPorts, eff.AllowedCIDRs, eff.DNSServers = nil, nil, nil, nil
+		eff.AllowedHosts, eff.AllowedPorts, eff.AllowedCIDRs, eff.DNSServers, eff.HTTPRules = nil, nil, nil, nil, nil
 	} else {
+		// Rules only narrow (a request must pass every rule matching its
+		// host), so the tightening policy's rules are added to these.
+		eff.HTTPRules = append(slices.Clone(p.HTTPRules), q.HTTPRules...)
 		if eff.AllowedHosts == nil && eff.Mode == p.Mode {
 			eff.AllowedHosts = slices.Clone(p.AllowedHosts)
 		}

@@ -38,6 +38,9 @@ type Options struct {
 	// (default 10 s). IdleTimeout closes a tunnel with no traffic in either
 	// direction (default 60 s).
 	ConnectTimeout, IdleTimeout time.Duration
+	// Intercept turns on TLS termination for hosts with a credential or
+	// an HTTP rule (nil: none; a policy with http_rules then fails Start).
+	Intercept *Interception
 	// OnKill is called once, at the first violation, when the policy says
 	// on_violation: kill. It runs on the connection's goroutine and should
 	// not block (the caller kills the sandbox).
@@ -66,6 +69,7 @@ type Session struct {
 	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	events *eventLog
 	fake   *fakeTable
+	icpt   *interceptor // nil: nothing is terminated
 	l      Listeners
 
 	ctx    context.Context
@@ -105,12 +109,17 @@ func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, err
 	if o.Resolver == nil {
 		o.Resolver = newResolver(pol.dns, o.ConnectTimeout)
 	}
+	icpt, err := newInterceptor(pol, o.Intercept)
+	if err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
 	s := &Session{
 		pol:      pol,
 		dec:      &decider{pol: pol, resolver: o.Resolver},
 		opts:     o,
 		events:   newEventLog(o.MaxEvents),
 		fake:     newFakeTable(),
+		icpt:     icpt,
 		l:        l,
 		slots:    make(chan struct{}, o.MaxConns),
 		dnsSlots: make(chan struct{}, maxDNSTCPConns),
@@ -122,7 +131,11 @@ func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, err
 		s.dialer = d.DialContext
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// Under mu: a ctx already cancelled runs Close at once, which reads
+	// stop (str serve's shutdown cancels sandboxes being built).
+	s.mu.Lock()
 	s.stop = context.AfterFunc(ctx, func() { s.Close() })
+	s.mu.Unlock()
 
 	if l.Proxy != nil {
 		s.serveListener(l.Proxy, s.handleProxy)
@@ -176,9 +189,10 @@ func (s *Session) Close() error {
 	s.closed = true
 	conns := s.conns
 	s.conns = nil
+	stop := s.stop
 	s.mu.Unlock()
 
-	s.stop()
+	stop()
 	s.cancel()
 	var errs []error
 	closeL := func(c io.Closer) {

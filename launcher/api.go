@@ -24,10 +24,18 @@ type Request struct {
 	// mapped: no tool may leave root's files on the host; it is bound as
 	// it is (the tool writes only where its mode lets others, as its own
 	// leased ids). Rootless the tool is the caller already; nothing is
-	// mapped. `str run --workdir` always sets it; an id-mapped bind is
-	// bounded by its filesystem only (the profile's work_dir cap is the
-	// Provider's work dirs').
+	// mapped. `str run --workdir` always sets it.
 	WorkdirAsOwner bool
+	// WorkdirLive (root mode) binds Workdir as it is, live and bounded by
+	// its filesystem only. Without it, root mode caps what the tool may
+	// write there like a worker's work dir: the tool sees an overlay of
+	// Workdir whose upper layer is a tmpfs capped by the profile's
+	// work_dir (size, inodes), and what it changed is copied back into
+	// Workdir once the sandbox has ended (step L10; Result.WriteBack),
+	// as the identity the live bind would have written with. Rootless
+	// the bind is always live (an unprivileged caller mounts nothing on
+	// the host).
+	WorkdirLive bool
 	// Binds are extra host paths made visible inside.
 	Binds []Bind
 
@@ -38,6 +46,11 @@ type Request struct {
 	Pids    int64 // pids.max
 	// Network narrows the profile's network policy (nil: the profile's).
 	Network *egress.Policy
+	// Credentials are secrets the tool may use without seeing them: the
+	// sandbox gets NAME=placeholder, and the egress proxy puts the value in
+	// requests to the credential's hosts only (egress.Credential). Their
+	// hosts must be within the network policy's allowed_hosts.
+	Credentials []egress.Credential
 
 	// Idle, when > 0, makes a sandbox that waits unarmed (a pooled one,
 	// started ahead of its call): its wall clock is Idle from Start, and
@@ -46,6 +59,12 @@ type Request struct {
 	// start (TimedOut). RLIMIT_CPU still counts from the process's start:
 	// what the tool does before the Arm is charged to its run.
 	Idle time.Duration
+
+	// AwaitCall makes a pre-built sandbox (str serve's pool): no Argv;
+	// the init does everything up to its step 10a and waits there until
+	// Sandbox.Call hands it the call's argv, environment and stdio. It
+	// needs Idle (it waits unarmed; Call arms it).
+	AwaitCall bool
 
 	// RecordNamespaces makes Start read the inode of each of the init's
 	// namespaces (Sandbox.Namespaces) between the clone (L4) and the plan
@@ -100,6 +119,15 @@ type Result struct {
 	// KilledForViolation: the policy says on_violation: kill, and it did.
 	KilledForViolation bool `json:"killed_for_violation,omitempty"`
 
+	// Resident: the run was a resident launcher's (str serve) pre-built
+	// sandbox; WallTimeMs then counts from the call, not the build.
+	Resident bool `json:"resident,omitempty"`
+
 	// SetupError is set when the sandbox failed before the tool ran.
 	SetupError *StepError `json:"setup_error,omitempty"`
+
+	// WriteBack is what step L10 copied back into a capped work dir
+	// (Request.WorkdirLive unset, root mode); its Error, the first
+	// failure of the copy (the tool's other changes are still copied).
+	WriteBack *WriteBack `json:"write_back,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,11 +60,19 @@ func numberTrees(ms []nsinit.Mount, first int) {
 // A tree marked IDMapOwner (the work dir of `str run`) is then made
 // id-mapped to the tool's host ids (owner.apply) while it is still
 // detached, the only time the kernel allows it.
-func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap) ([]*os.File, []nsinit.Mount, error) {
+//
+// A tree marked WriteBack (a capped `str run --workdir`) is then wrapped
+// in an overlay whose upper layer is a tmpfs capped by wd, and passed in
+// its place; the returned writeBacks are what step L10 copies back.
+func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.WorkDir) ([]*os.File, []nsinit.Mount, []*writeBack, error) {
 	var trees []*os.File
-	fail := func(err error) ([]*os.File, []nsinit.Mount, error) {
+	var wbs []*writeBack
+	fail := func(err error) ([]*os.File, []nsinit.Mount, []*writeBack, error) {
 		closeFiles(trees)
-		return nil, nil, err
+		for _, wb := range wbs {
+			wb.close()
+		}
+		return nil, nil, nil, err
 	}
 	out, copied := ms, false
 	for i, m := range ms {
@@ -89,17 +98,27 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap) ([]*os.File,
 			}
 			return fail(se)
 		}
-		trees = append(trees, os.NewFile(uintptr(fd), m.Source))
 		if m.IDMapOwner {
 			if err := owner.apply(fd, m.Source); err != nil {
+				unix.Close(fd)
 				return fail(err)
 			}
 		}
+		if m.WriteBack {
+			ovl, wb, err := overlayWorkDir(fd, m, wd, owner.uid, owner.gid)
+			unix.Close(fd) // the overlay holds the lower layer now
+			if err != nil {
+				return fail(err)
+			}
+			fd = ovl
+			wbs = append(wbs, wb)
+		}
+		trees = append(trees, os.NewFile(uintptr(fd), m.Source))
 	}
 	if copied {
 		numberTrees(out, first)
 	}
-	return trees, out, nil
+	return trees, out, wbs, nil
 }
 
 func closeFiles(fs []*os.File) {

@@ -63,9 +63,18 @@ func TestPlanTreeDescriptors(t *testing.T) {
 			if m.IDMapOwner {
 				t.Errorf("%s id-mapped without WorkdirAsOwner", m.Target)
 			}
+			if m.WriteBack != (m.Target == "/work" && !rootless) {
+				t.Errorf("rootless=%v: %s write_back %v; only the work dir, only as root", rootless, m.Target, m.WriteBack)
+			}
+		}
+		live := mustPlan(t, "standard", Request{Workdir: "/work", WorkdirLive: true}, fakeHost(uid, CgroupV1))
+		for _, m := range live.Child.Mounts {
+			if m.WriteBack {
+				t.Errorf("%s write_back with WorkdirLive", m.Target)
+			}
 		}
 		text := FormatPlan(pl, func(profiles.Quantity) string { return "" })
-		if !rootless && !strings.Contains(text, "bind rw /work -> /work, recursive, nosuid,nodev (no symlink); cloned on the host by the launcher (init fd ") {
+		if !rootless && !strings.Contains(text, "bind rw /work -> /work, recursive, nosuid,nodev (no symlink) (capped: an overlay whose upper layer is a tmpfs of the profile's work_dir; the tool's changes are copied back at step L10); cloned on the host by the launcher (init fd ") {
 			t.Errorf("--plan does not say who clones the work dir:\n%s", text)
 		}
 		if rootless && !strings.Contains(text, "bind ro /usr -> /usr, recursive, nosuid,nodev; cloned by the init") {
@@ -117,7 +126,7 @@ func TestCloneBindSourcesAbsentAndSymlink(t *testing.T) {
 	if ms[0].TreeFD != 5 || ms[1].TreeFD != 0 || ms[2].TreeFD != 6 {
 		t.Fatalf("numbering: %+v", ms)
 	}
-	trees, out, err := cloneBindSources(ms, 5, ownerMap{})
+	trees, out, _, err := cloneBindSources(ms, 5, ownerMap{}, profiles.WorkDir{})
 	if err != nil || len(trees) != 0 {
 		t.Fatalf("absent optional sources: %v, %d trees", err, len(trees))
 	}
@@ -134,7 +143,7 @@ func TestCloneBindSourcesAbsentAndSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms = []nsinit.Mount{{Kind: nsinit.MountBind, Source: link, Target: "/w", NoFollow: true, TreeFD: 5}}
-	_, _, err = cloneBindSources(ms, 5, ownerMap{})
+	_, _, _, err = cloneBindSources(ms, 5, ownerMap{}, profiles.WorkDir{})
 	var se *StepError
 	if !errors.As(err, &se) || se.Step != nsinit.StepLBindSources || se.Path != link || !errors.Is(err, nsinit.ErrSymlinkSource) ||
 		!strings.Contains(err.Error(), "launcher: clone bind source "+link+" (step L3, open O_PATH|O_NOFOLLOW)") {
@@ -142,7 +151,7 @@ func TestCloneBindSourcesAbsentAndSymlink(t *testing.T) {
 	}
 	// A missing source that is not optional is an error naming it.
 	ms = []nsinit.Mount{{Kind: nsinit.MountBind, Source: filepath.Join(dir, "gone"), Target: "/w", TreeFD: 5}}
-	if _, _, err = cloneBindSources(ms, 5, ownerMap{}); !errors.Is(err, unix.ENOENT) || !strings.Contains(err.Error(), "gone") {
+	if _, _, _, err = cloneBindSources(ms, 5, ownerMap{}, profiles.WorkDir{}); !errors.Is(err, unix.ENOENT) || !strings.Contains(err.Error(), "gone") {
 		t.Fatalf("missing source: %v", err)
 	}
 }

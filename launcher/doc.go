@@ -39,6 +39,14 @@
 //	    tmpfs of its own, input/, output/, the status FIFO, chowned to the
 //	    tool; removed by Box.Release; SweepWorkDirs at the caller's start
 //
+// The resident launcher (resident.go, `str serve`, root only) keeps
+// sandboxes made with Request.AwaitCall pre-built per profile: their init
+// waits at its sub-step 10a; Sandbox.Call arms the wall clock and hands it
+// a caller's argv, environment and stdio. Its socket is an authority
+// (file mode, SO_PEERCRED, the same plan as one-shot, "not poolable"
+// otherwise), checked in the order resident.go lists; residentproto.go
+// has the protocol and the client (CallResident).
+//
 // Install (install.go, steps I1-I6) runs pip for a tool's declared
 // package in a sandbox of its own, planned the same way on the standard
 // profile with the installation's network (isolated for a wheels folder,
@@ -50,7 +58,9 @@
 // sandbox outliving its launcher (Pdeathsig, re-armed by the init after
 // its uid change; cgroup kill; the next launcher to create a sandbox
 // removes the cgroups whose lock nobody holds); a tool running outside its
-// limits for any moment; two sandboxes sharing a host uid.
+// limits for any moment; two sandboxes sharing a host uid; a caller of
+// the resident launcher's socket it does not admit, or asking for more
+// than one-shot `str run` would give it.
 //
 // What it does not: it trusts the profiles it loads (embedded, or from the
 // directory the operator names) and the host paths the caller binds. What

@@ -127,6 +127,9 @@ func describeMount(m nsinit.Mount) string {
 		if m.IDMapOwner {
 			opt += " (id-mapped: its owner's host uid and gid are the tool's)"
 		}
+		if m.WriteBack {
+			opt += " (capped: an overlay whose upper layer is a tmpfs of the profile's work_dir; the tool's changes are copied back at step L10)"
+		}
 		return fmt.Sprintf("bind %s %s -> %s, recursive, nosuid,nodev%s%s", mode, m.Source, m.Target, opt, treeSource(m))
 	case nsinit.MountDevNode:
 		return fmt.Sprintf("device %s -> %s, nosuid,noexec%s", m.Source, m.Target, treeSource(m))

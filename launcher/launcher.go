@@ -49,6 +49,9 @@ type Launcher struct {
 	ids IDRange
 	// stateDir holds the id leases (statedir.Dir: STR_STATE_DIR).
 	stateDir string
+
+	// proxyCA: the egress CA for terminated hosts (credentials.go).
+	proxyCA proxyCA
 }
 
 // New loads the profiles and looks at the host once.
@@ -99,7 +102,12 @@ func (l *Launcher) Profiles() *profiles.Set { return l.profiles }
 
 // Plan validates a request against its profile and returns the concrete
 // plan. Errors that are the caller's fault wrap ErrInvalidRequest.
-func (l *Launcher) Plan(req Request) (*Plan, error) {
+func (l *Launcher) Plan(req Request) (*Plan, error) { return l.planFor(req, l.host) }
+
+// planFor is Plan for a caller described by host (str serve: its caller's
+// environment supplies the profile's passthrough names, as it would to
+// a one-shot str run).
+func (l *Launcher) planFor(req Request, host Host) (*Plan, error) {
 	name := req.Profile
 	if name == "" {
 		name = "standard"
@@ -135,11 +143,14 @@ func (l *Launcher) Plan(req Request) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launcher: profile %s: seccomp policy %q: %w", tight.Name, tight.Seccomp, err)
 	}
-	pl, err := NewPlan(tight, req, l.host, prog)
+	pl, err := NewPlan(tight, req, host, prog)
 	if err != nil {
 		return nil, err
 	}
 	pl.IDRange = l.ids
+	if err := l.planInterception(pl, req); err != nil {
+		return nil, err
+	}
 	return pl, nil
 }
 

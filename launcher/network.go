@@ -40,7 +40,16 @@ func (s *Sandbox) startEgress() {
 	for _, f := range files {
 		f.Close()
 	}
+	icpt, err := s.interception()
+	if err != nil {
+		closeListeners(l)
+		s.mu.Lock()
+		s.egressErr = err
+		s.mu.Unlock()
+		return
+	}
 	sess, err := egress.Start(s.ctx, s.plan.Network, l, egress.Options{
+		Intercept: icpt,
 		OnKill: func(ev egress.Event) {
 			s.mu.Lock()
 			s.violationKill = true

@@ -151,7 +151,10 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	if host.Readlink == nil {
 		host.Readlink = os.Readlink
 	}
-	if len(req.Argv) == 0 {
+	switch {
+	case req.AwaitCall && (len(req.Argv) > 0 || req.Idle <= 0 || len(req.ExtraFiles) > 0):
+		bad("a sandbox that awaits its call has no command, waits unarmed (Idle > 0) and passes no descriptors")
+	case !req.AwaitCall && len(req.Argv) == 0:
 		bad("no command given")
 	}
 
@@ -215,6 +218,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	c.Hostname = p.Hostname
 	c.UID, c.GID = p.UID, p.GID
 	c.Argv = append([]string(nil), req.Argv...)
+	c.AwaitCall = req.AwaitCall
 	c.BestEffort = p.BestEffort
 	c.PassFDs = len(req.ExtraFiles)
 	c.Rlimits = rlimits(p)
@@ -409,8 +413,11 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 			// writes only where its mode lets others, as its own leased
 			// ids), so no tool ever creates root's files on the host. L3
 			// checks the owner again on the tree it maps.
+			// WriteBack: root mode caps the tool's writes there with the
+			// profile's work_dir, as a worker's work dir (step L10).
 			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd, NoFollow: true,
-				IDMapOwner: req.WorkdirAsOwner && host.UID == 0 && !rootOwned(fi)})
+				IDMapOwner: req.WorkdirAsOwner && host.UID == 0 && !rootOwned(fi),
+				WriteBack:  host.UID == 0 && !req.WorkdirLive})
 			workdir = wd
 		}
 	}

@@ -60,6 +60,9 @@ type Spec struct {
 	ReadOnly []string
 	// Network narrows the profile's network policy; nil keeps it.
 	Network *egress.Policy
+	// Credentials are this call's secrets (Request.Credentials): the
+	// sandbox sees their placeholders only.
+	Credentials []egress.Credential
 	// Stderr receives the sandbox's standard error; nil discards it.
 	Stderr io.Writer
 	// ExtraFiles become the tool's descriptors 3, 4, ...; every other
@@ -154,8 +157,11 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 			Detail: spec.WorkDir.Prefix + "<random>", Msg: err.Error(), Err: err}
 	}
 	// L1-L2.
-	req := Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: wd.Path,
-		Timeout: spec.Timeout, Idle: spec.Idle, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network}
+	// WorkdirLive: the work dir is capped already (L9's own tmpfs, with
+	// the runner's files on a second one an overlay would not show).
+	req := Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: wd.Path, WorkdirLive: true,
+		Timeout: spec.Timeout, Idle: spec.Idle, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network,
+		Credentials: spec.Credentials}
 	for _, d := range spec.ReadOnly {
 		req.Binds = append(req.Binds, Bind{Source: d})
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -33,6 +34,9 @@ type Sandbox struct {
 	cg   sandboxCgroup
 	ids  *idLease // root mode: this sandbox's host id block
 
+	// writeBacks: a capped `str run --workdir`'s state from L3 to L10.
+	writeBacks []*writeBack
+
 	cmd               *exec.Cmd
 	initFile          *os.File // the sealed memfd of the init (initbin.File; shared, never closed)
 	configR, configW  *os.File
@@ -44,11 +48,17 @@ type Sandbox struct {
 	waitErr           error
 	events            []nsinit.Event
 	namespaces        map[string]uint64 // Request.RecordNamespaces: the init's namespace inodes, by /proc/PID/ns name
+	awaiting          chan struct{}     // Request.AwaitCall: closed when the init waits at its step 10a
+	earlyReady        chan struct{}     // Request.AwaitCall: closed when early holds the result (WaitResult)
+	early             *Result
+	awaitingOnce      sync.Once
 
 	mu            sync.Mutex
 	begun         bool        // Start (or a Kill before it) has run: Create's resources are no longer Kill's to release
 	timer         *time.Timer // the wall clock (L7): the idle limit until Arm, then the timeout
 	armed         bool        // Arm has replaced the idle limit
+	armedAt       time.Time   // when: a pre-built sandbox's wall time counts from it
+	called        bool        // Call has run (once per sandbox)
 	killed        bool        // kill has run: the sandbox is ending
 	timedOut      bool
 	cancelled     bool
@@ -78,7 +88,7 @@ type Phase = nsinit.Phase
 func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) (*Sandbox, error) {
 	now := time.Now()
 	s := &Sandbox{l: l, req: req, ctx: ctx, id: newCgroupID(), t0: now, last: now,
-		started: make(chan struct{}), finished: make(chan struct{})}
+		started: make(chan struct{}), finished: make(chan struct{}), awaiting: make(chan struct{}), earlyReady: make(chan struct{})}
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
@@ -244,7 +254,7 @@ func (s *Sandbox) run() {
 	// socket in the init's descriptors (nsinit.FirstTreeFD), where the
 	// plan numbered them.
 	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID, exe: s.initFile}
-	trees, mounts, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner)
+	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner, s.plan.WorkDir)
 	if err != nil {
 		s.startErr = err
 		s.configR.Close()
@@ -256,6 +266,7 @@ func (s *Sandbox) run() {
 		return
 	}
 	s.plan.Child.Mounts = mounts
+	s.writeBacks = wbs
 	// The init's own executable goes last, and is executed by that
 	// position: Go's fork moves descriptors around (upwards from the
 	// highest one passed) before execve, and only a passed one's final
@@ -399,6 +410,11 @@ func (s *Sandbox) readReports() {
 		var ev nsinit.Event
 		if json.Unmarshal(buf[:n], &ev) != nil {
 			closeFDs(fds)
+			continue
+		}
+		if ev.Type == "await_call" && s.plan.Child.AwaitCall {
+			closeFDs(fds)
+			s.awaitingOnce.Do(func() { close(s.awaiting) })
 			continue
 		}
 		if ev.Type == "listeners" && len(fds) == len(ev.Listeners) && s.listeners == nil {
@@ -549,8 +565,82 @@ func (s *Sandbox) Arm(timeout time.Duration) error {
 		return fmt.Errorf("arm sandbox %s: %w (its idle limit of %s ran out)", s.id, ErrEnded, s.plan.Idle)
 	}
 	// 4.
-	s.armed = true
+	s.armed, s.armedAt = true, time.Now()
 	s.timer = time.AfterFunc(timeout, func() { s.kill(&s.timedOut) })
+	return nil
+}
+
+// AwaitingCall is closed once a pre-built sandbox's init waits for its
+// call (step 10a): everything but the call's own steps is done. It never
+// closes for a sandbox whose setup failed (Ended does).
+func (s *Sandbox) AwaitingCall() <-chan struct{} { return s.awaiting }
+
+// Ended is closed once the sandbox is gone and Wait's result is ready.
+func (s *Sandbox) Ended() <-chan struct{} { return s.finished }
+
+// Call hands a pre-built sandbox (Request.AwaitCall) its one call. In
+// order:
+//
+//  1. the sandbox was created to await a call, and had none yet;
+//  2. its wall clock is armed with timeout (Arm: tighten-only, at most
+//     the profile's; ErrEnded for a sandbox that is ending), so the
+//     clock runs before the tool can;
+//  3. argv, the whole environment and the caller's stdin, stdout and
+//     stderr go to the init in one message on the report socket (its
+//     step 10a dup3s them onto 0-2, then resolves the tool and runs
+//     every step up to the execve as a one-shot run does). A send that
+//     fails kills the sandbox.
+//
+// The launcher's plan for the call (Launcher.Plan of the caller's
+// request) is what builds argv and env: the caller decides that this
+// sandbox's plan is the call's (str serve compares them).
+func (s *Sandbox) Call(argv, env []string, stdio [nsinit.CallFDs]*os.File, timeout time.Duration) error {
+	// 1.
+	if !s.plan.Child.AwaitCall {
+		return fmt.Errorf("%w: call sandbox %s: it was not created to await a call (Request.AwaitCall)", ErrInvalidRequest, s.id)
+	}
+	s.mu.Lock()
+	called := s.called
+	s.called = true
+	s.mu.Unlock()
+	if called {
+		return fmt.Errorf("%w: call sandbox %s: it had its call already", ErrInvalidRequest, s.id)
+	}
+	data, err := json.Marshal(nsinit.Call{Argv: argv, Env: env})
+	if err != nil {
+		return err
+	}
+	if len(data) > nsinit.MaxCallBytes {
+		return fmt.Errorf("%w: call sandbox %s: argv and environment are %d bytes as JSON, a call carries at most %d", ErrInvalidRequest, s.id, len(data), nsinit.MaxCallBytes)
+	}
+	// 2.
+	if err := s.Arm(timeout); err != nil {
+		return err
+	}
+	// 3. Through the socket's own file (SyscallConn), so its descriptor
+	// cannot be closed and reused under the send.
+	var fds [nsinit.CallFDs]int
+	for i, f := range stdio {
+		if f == nil {
+			return fmt.Errorf("%w: call sandbox %s: stdio descriptor %d missing", ErrInvalidRequest, s.id, i)
+		}
+		fds[i] = int(f.Fd())
+	}
+	rc, err := s.reportR.SyscallConn()
+	if err == nil {
+		werr := rc.Write(func(fd uintptr) bool {
+			err = unix.Sendmsg(int(fd), data, unix.UnixRights(fds[:]...), nil, 0)
+			return true
+		})
+		if err == nil {
+			err = werr
+		}
+	}
+	runtime.KeepAlive(stdio)
+	if err != nil {
+		s.kill(nil)
+		return &StepError{Who: "launcher", Step: nsinit.StepAwaitCall, Action: "send call", Path: "report socket", Detail: "SCM_RIGHTS", Msg: err.Error(), Err: err}
+	}
 	return nil
 }
 
@@ -620,21 +710,94 @@ func (s *Sandbox) collect() *Result {
 		}
 		r.OOMKilled = st.OOMKills > 0
 		r.PidsLimit = st.PidsMax > 0
-		if err := s.cg.Delete(); err != nil {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("remove cgroup %s: %v", s.cg.Path(), err))
-		}
-		s.cg = nil
 	}
-	s.ids.release()
-	s.ids = nil
-	s.mark(phaseTeardown)
-	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
-	r.Timings = s.timings
-	r.SetupTime = s.setupTime
 	if s.waitErr != nil && r.SetupError == nil && ps == nil {
 		r.SetupError = &StepError{Who: "launcher", Step: nsinit.StepLTeardown, Action: "wait init", Msg: s.waitErr.Error(), Err: s.waitErr}
 	}
+	// A pre-built sandbox's result is complete here: the tool was PID 1,
+	// so its reaping ended every process of its pid namespace, and the
+	// cgroup has been read. It is published now (WaitResult), so str
+	// serve replies before the rest of L8 (the cgroup's removal, the ids'
+	// release), which then only frees resources; its failures are logged.
+	early := s.plan != nil && s.plan.Child.AwaitCall && s.writeBacks == nil
+	if early {
+		s.publishEarly(r)
+	}
+	if s.cg != nil {
+		if err := s.cg.Delete(); err != nil {
+			w := fmt.Sprintf("remove cgroup %s: %v", s.cg.Path(), err)
+			r.Warnings = append(r.Warnings, w)
+			if early {
+				s.l.log.Warn(w)
+			}
+		}
+		s.cg = nil
+	}
+	s.mark(phaseTeardown)
+	s.writeBack(r)
+	// The host ids go back last: the copy back may write as them.
+	s.ids.release()
+	s.ids = nil
+	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
+	s.mu.Lock()
+	r.Resident = s.plan != nil && s.plan.Child.AwaitCall
+	if r.Resident && !s.armedAt.IsZero() {
+		// A pre-built sandbox's run starts at its call, not at its build.
+		r.WallTimeMs = float64(time.Since(s.armedAt).Microseconds()) / 1000
+	}
+	s.mu.Unlock()
+	r.Timings = s.timings
+	r.SetupTime = s.setupTime
 	return r
+}
+
+// publishEarly makes a copy of r, with its wall time and timings so
+// far, WaitResult's answer.
+func (s *Sandbox) publishEarly(r *Result) {
+	e := *r
+	e.Warnings = slices.Clone(r.Warnings)
+	e.Timings = slices.Clone(s.timings)
+	e.SetupTime = s.setupTime
+	e.Resident = true
+	s.mu.Lock()
+	from := s.t0
+	if !s.armedAt.IsZero() {
+		from = s.armedAt // the run starts at its call, not at its build
+	}
+	s.mu.Unlock()
+	e.WallTimeMs = float64(time.Since(from).Microseconds()) / 1000
+	s.early = &e
+	close(s.earlyReady)
+}
+
+// WaitResult is Wait for a pre-built sandbox (Request.AwaitCall): it
+// returns as soon as the result is complete, before the cgroup is
+// removed and the host ids released (Ended says when they are).
+// Other sandboxes: Wait.
+func (s *Sandbox) WaitResult() (*Result, error) {
+	<-s.started
+	if s.startErr != nil {
+		return nil, s.startErr
+	}
+	select {
+	case <-s.earlyReady:
+		return s.early, nil
+	case <-s.finished:
+		return s.result, nil
+	}
+}
+
+// writeBack is step L10: what the tool changed in a capped work dir,
+// copied back now that every process of the sandbox is gone (none can
+// change the upper layer under the copy).
+func (s *Sandbox) writeBack(r *Result) {
+	for _, wb := range s.writeBacks {
+		r.WriteBack = wb.run()
+	}
+	s.writeBacks = nil
+	if r.WriteBack != nil {
+		s.mark(phaseWriteBack)
+	}
 }
 
 // mark records a launcher phase: its duration since the previous mark.
@@ -655,6 +818,7 @@ var (
 	phasePlanSent    = launcherPhase{"launcher_plan_sent", true}
 	phaseRun         = launcherPhase{"launcher_run", false}
 	phaseTeardown    = launcherPhase{"launcher_teardown", false}
+	phaseWriteBack   = launcherPhase{"launcher_write_back", false}
 )
 
 // addInitPhases records the init's timed steps, all of them setup.
@@ -678,6 +842,10 @@ func (s *Sandbox) mark(ph launcherPhase) {
 
 // release removes the cgroup and id lease of a sandbox that never ran.
 func (s *Sandbox) release() {
+	for _, wb := range s.writeBacks {
+		wb.close()
+	}
+	s.writeBacks = nil
 	if s.cg != nil {
 		_ = s.cg.Delete()
 		s.cg = nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +25,14 @@ var trustedCore = []string{"launcher", "nsinit", "cmd/str-init", "seccomp", "egr
 // production binary's privileged path: test support, the benchmark
 // program (it times bubblewrap and str from the outside) and the tests.
 var notProduction = []string{"launcher/launchertest", "internal/testfs", "cmd/str-bench", "test"}
+
+// outsideCore are the privileged calls allowed outside the trusted core,
+// each a file and a call with its reason (every entry must still be found:
+// the list does not outlive its call).
+var outsideCore = map[string]string{
+	"cmd/str/worker.go: syscall.Exec": "`str worker` replaces its own process by str-worker from str's own directory " +
+		"(the worker is a program of its own, issue 19): no sandbox, no privilege change, the same process",
+}
 
 // privileged are the calls that mount, chown or start a program on the host.
 var privileged = map[string][]string{
@@ -54,8 +63,13 @@ func inDirs(rel string, dirs []string) bool {
 	return false
 }
 
+// exceptions is privilegedCalls' key for the calls outsideCore allows.
+const exceptions = "(outsideCore)"
+
 // privilegedCalls lists every call of a privileged function in the
-// non-test Go files of the tree below root, as "path:line: pkg.Func".
+// non-test Go files of the tree below root, by directory, as
+// "path:line: pkg.Func"; the calls outsideCore allows are listed under
+// exceptions as "path: pkg.Func".
 func privilegedCalls(t *testing.T, root string) map[string][]string {
 	t.Helper()
 	found := map[string][]string{}
@@ -91,6 +105,10 @@ func privilegedCalls(t *testing.T, root string) map[string][]string {
 			for _, fn := range privileged[pkg.Name] {
 				if sel.Sel.Name == fn {
 					dir := filepath.ToSlash(filepath.Dir(rel))
+					if _, ok := outsideCore[fmt.Sprintf("%s: %s.%s", rel, pkg.Name, fn)]; ok {
+						found[exceptions] = append(found[exceptions], fmt.Sprintf("%s: %s.%s", rel, pkg.Name, fn))
+						continue
+					}
 					found[dir] = append(found[dir], fmt.Sprintf("%s:%d: %s.%s", rel, fset.Position(sel.Pos()).Line, pkg.Name, fn))
 				}
 			}
@@ -111,8 +129,17 @@ func TestOnlyTheTrustedCoreActsOnTheHost(t *testing.T) {
 	root := repoRoot(t)
 	found := privilegedCalls(t, root)
 	inCore := 0
+	for _, c := range found[exceptions] {
+		t.Logf("allowed outside the trusted core: %s (%s)", c, outsideCore[c])
+	}
+	for c := range outsideCore {
+		if !slices.Contains(found[exceptions], c) {
+			t.Errorf("outsideCore allows %q, which is no longer there: remove it from the list", c)
+		}
+	}
 	for dir, calls := range found {
 		switch {
+		case dir == exceptions:
 		case inDirs(dir, notProduction):
 		case inDirs(dir, trustedCore):
 			inCore += len(calls)

@@ -30,9 +30,16 @@ type Config struct {
 	Argv []string `json:"argv"`
 	// Argv0, when set, is the tool's argv[0] (bubblewrap's --argv0); the
 	// program executed is still Argv[0] resolved in PATH.
-	Argv0   string   `json:"argv0,omitempty"`
-	Env     []string `json:"env"`
-	Workdir string   `json:"workdir"` // path inside the sandbox
+	Argv0 string `json:"argv0,omitempty"`
+	// AwaitCall: a pre-built sandbox (str serve's pool). Argv is empty;
+	// once loopback and the egress listeners are up (step 10) the init
+	// waits on the report socket for its Call (sub-step 10a), which
+	// brings argv, the whole environment and the caller's stdio; the
+	// steps from resolving the tool to its execve (steps 11-21) then run
+	// exactly as for a one-shot run.
+	AwaitCall bool     `json:"await_call,omitempty"`
+	Env       []string `json:"env"`
+	Workdir   string   `json:"workdir"` // path inside the sandbox
 
 	// PassFDs is how many inherited fds (at 3, 4, ... already) the tool
 	// keeps; every other fd is closed at its execve.
@@ -110,6 +117,13 @@ type Mount struct {
 	// mount: the tool writes where the owner can, and its files belong to
 	// the owner on the host. The init does nothing with it.
 	IDMapOwner bool `json:"id_map_owner,omitempty"`
+	// WriteBack: root mode, the launcher passes, instead of the plain
+	// clone, an overlay of it whose upper layer is a tmpfs capped by the
+	// profile's work_dir (the tool's writes land there, and meet ENOSPC
+	// at the cap), and copies what the tool changed back into Source
+	// after the sandbox has ended (launcher step L10). `str run
+	// --workdir` sets it. The init does nothing with it.
+	WriteBack bool `json:"write_back,omitempty"`
 }
 
 // SourceAbsent is the TreeFD of an optional bind whose source the
@@ -150,3 +164,21 @@ type Listener struct {
 	Network string `json:"network"` // "tcp" or "udp"
 	Addr    string `json:"addr"`    // "127.0.0.1:3128", "0.0.0.0:443"
 }
+
+// Call is what a pre-built sandbox's init waits for at step 10a: one
+// message on the report socket, launcher -> init, JSON, with exactly
+// CallFDs descriptors (SCM_RIGHTS) that become the tool's 0, 1 and 2.
+// Argv and Env replace the plan's (Env is the whole environment, built
+// by the launcher's plan for this call as for a one-shot run).
+type Call struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+}
+
+// CallFDs is how many descriptors travel with a Call: stdin, stdout,
+// stderr.
+const CallFDs = 3
+
+// MaxCallBytes bounds a Call message (argv and environment as JSON): a
+// larger call is not poolable (the caller runs one-shot).
+const MaxCallBytes = 128 << 10

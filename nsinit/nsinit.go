@@ -89,6 +89,7 @@ func Main() {
 //  8. chdir into the work dir and check getcwd
 //  9. set the hostname
 //  10. bring up loopback and hand the egress listeners to the launcher
+//     10a. pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2
 //  11. resolve the tool's path and build argv and envp
 //
 // Then on one locked OS thread, which is the one that calls execve (the
@@ -254,6 +255,29 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 		}
 	}
 	t.mark("net")
+
+	// 10a. A pre-built sandbox waits here for its call: everything that
+	// does not depend on the call is done (root, mounts, network), and
+	// everything from step 11 on runs after it exactly as in a one-shot
+	// run, so the tool's view is the same: step 11 needs the call's argv
+	// and PATH (and allocates, which step 20's RLIMIT_AS forbids after),
+	// and steps 12-21, from the cgroup entry to the execve, are the exec
+	// thread's own state, set on the thread that execs. The call comes
+	// from the launcher only (the report socket's other end is the
+	// launcher's; the caller's descriptors are opaque to us: dup3 onto
+	// 0-2, nothing else is done with them).
+	// While waiting the init is root of its own user namespace only, and
+	// the parent-death signal of the clone is still armed (no credential
+	// change yet).
+	if cfg.AwaitCall {
+		rep.send(event{Type: "await_call"})
+		call, err := awaitCall(fds.report)
+		if err != nil {
+			return ExitSetupFailed, err
+		}
+		cfg.Argv, cfg.Env = call.Argv, call.Env
+		t.last = time.Now() // the wait is not setup time
+	}
 
 	// 11. Resolve the tool inside the sandbox (before seccomp: stat only)
 	// and build everything execve needs now: after step 20 this process
@@ -511,6 +535,59 @@ func readConfig(fd int) (*Config, error) {
 		return nil, fmt.Errorf("config version %d, want %d", cfg.Version, ConfigVersion)
 	}
 	return &cfg, nil
+}
+
+// awaitCall is step 10a: one Call message on the report socket, with
+// exactly CallFDs descriptors, dup3'd onto 0-2 (without close-on-exec:
+// they are the tool's). EOF means the launcher went away.
+func awaitCall(fd int) (*Call, error) {
+	buf := make([]byte, MaxCallBytes)
+	oob := make([]byte, unix.CmsgSpace(4*(CallFDs+1)))
+	var n, oobn, flags int
+	var err error
+	for {
+		n, oobn, flags, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, stepErr(StepAwaitCall, "receive call", "report socket", "recvmsg", err)
+	}
+	if n == 0 && oobn == 0 {
+		return nil, stepErr(StepAwaitCall, "receive call", "report socket", "EOF", errors.New("the launcher went away before the call"))
+	}
+	var got []int
+	if oobn > 0 {
+		cms, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, stepErr(StepAwaitCall, "parse call descriptors", "report socket", "SCM_RIGHTS", err)
+		}
+		for _, cm := range cms {
+			fds, err := unix.ParseUnixRights(&cm)
+			if err != nil {
+				return nil, stepErr(StepAwaitCall, "parse call descriptors", "report socket", "SCM_RIGHTS", err)
+			}
+			got = append(got, fds...)
+		}
+	}
+	// Received with close-on-exec, so none leaks into the tool unless
+	// dup3'd onto 0-2 below.
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || len(got) != CallFDs {
+		return nil, stepErr(StepAwaitCall, "check call", "report socket", fmt.Sprintf("%d bytes, %d descriptors, flags %#x", n, len(got), flags),
+			fmt.Errorf("a call is one message of at most %d bytes with %d descriptors", MaxCallBytes, CallFDs))
+	}
+	var call Call
+	if err := json.Unmarshal(buf[:n], &call); err != nil {
+		return nil, stepErr(StepAwaitCall, "decode call", "report socket", "JSON", err)
+	}
+	for i, fd := range got {
+		if err := unix.Dup3(fd, i, 0); err != nil {
+			return nil, stepErr(StepAwaitCall, "dup3", fmt.Sprintf("fd %d -> %d", fd, i), "stdio", err)
+		}
+		unix.Close(fd)
+	}
+	return &call, nil
 }
 
 func lastCapability() (int, error) {

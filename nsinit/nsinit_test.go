@@ -67,7 +67,7 @@ func TestStepListsAgree(t *testing.T) {
 		for _, line := range strings.Split(string(data), "\n") {
 			rest, ok := strings.CutPrefix(line, f.prefix)
 			rest = strings.TrimLeft(rest, " ")
-			if ok && len(rest) > 2 && rest[0] >= '0' && rest[0] <= '9' && strings.Contains(rest[:4], ". ") {
+			if ok && len(rest) > 2 && rest[0] >= '0' && rest[0] <= '9' && strings.Contains(rest[:min(5, len(rest))], ". ") {
 				got = append(got, rest)
 			}
 		}
@@ -75,8 +75,8 @@ func TestStepListsAgree(t *testing.T) {
 			t.Errorf("%s: step list\n%s\nwant (nsinit.DocList)\n%s", f.path, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	}
-	if StepExec.String() != "21" || StepLCgroup.String() != "L1" || StepLTeardown.String() != "L8" {
-		t.Fatalf("step names: %s %s %s", StepExec, StepLCgroup, StepLTeardown)
+	if StepExec.String() != "21" || StepLCgroup.String() != "L1" || StepLTeardown.String() != "L8" || StepAwaitCall.String() != "10a" {
+		t.Fatalf("step names: %s %s %s %s", StepExec, StepLCgroup, StepLTeardown, StepAwaitCall)
 	}
 }
 
@@ -221,4 +221,68 @@ func TestStepResolveToolArgv0(t *testing.T) {
 			t.Fatalf("argv0 %q: argv[0] %q path %q, want %q and /bin/true", tc.argv0, got, unix.BytePtrToString(ex.path), tc.want)
 		}
 	}
+}
+
+// TestStep10aAwaitCall: step 10a takes exactly one call message with
+// exactly the three stdio descriptors; fewer descriptors, a message that
+// is not a Call, or the launcher gone (EOF) fail at step 10a, naming the
+// report socket, before anything is dup3'd onto 0-2 (the success path,
+// which replaces this process's stdio, runs in real sandboxes:
+// test/integration TestServe*).
+func TestStep10aAwaitCall(t *testing.T) {
+	pair := func() (ours, init int) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+		return fds[0], fds[1]
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	nul := int(devnull.Fd())
+	for _, c := range []struct {
+		name string
+		msg  string
+		fds  []int
+		eof  bool
+	}{
+		{"two descriptors", `{"argv":["/bin/true"]}`, []int{nul, nul}, false},
+		{"no descriptors", `{"argv":["/bin/true"]}`, nil, false},
+		{"not JSON", `argv`, []int{nul, nul, nul}, false},
+		{"launcher gone", "", nil, true},
+	} {
+		ours, init := pair()
+		if c.eof {
+			unix.Close(ours)
+		} else {
+			var oob []byte
+			if len(c.fds) > 0 {
+				oob = unix.UnixRights(c.fds...)
+			}
+			if err := unix.Sendmsg(ours, []byte(c.msg), oob, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := countFDs(t)
+		_, err := awaitCall(init)
+		var se *StepError
+		if !errors.As(err, &se) || se.Step != StepAwaitCall || se.Path != "report socket" || !strings.Contains(se.Error(), "(step 10a") {
+			t.Errorf("%s: %v, want a step 10a error on the report socket", c.name, err)
+		}
+		if after := countFDs(t); after > before+len(c.fds) {
+			t.Errorf("%s: %d descriptors before, %d after", c.name, before, after)
+		}
+	}
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }

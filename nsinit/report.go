@@ -29,7 +29,7 @@ type Phase struct {
 type Event = event
 
 type event struct {
-	Type    string     `json:"type"` // "timings", "warning", "error", "listeners"
+	Type    string     `json:"type"` // "timings", "warning", "error", "listeners", "await_call" (step 10a)
 	Phases  []Phase    `json:"phases,omitempty"`
 	Message string     `json:"message,omitempty"`
 	Error   *StepError `json:"error,omitempty"`

@@ -14,11 +14,11 @@ import (
 // case, matched as substrings). A mention "step N" must have one of step
 // N's words on its line or the line before or after; "steps A-B" one of
 // A's and one of B's. Every step has words (TestStepWordsComplete).
-// lastLauncherStep is the launcher's last step (L9, the work dir): the
-// mentions past it are wrong.
+// lastLauncherStep is the launcher's last step (L10, the write-back):
+// the mentions past it are wrong.
 const (
-	lastLauncherStep     = StepLWorkDir
-	lastLauncherStepName = "StepLWorkDir"
+	lastLauncherStep     = StepLWriteBack
+	lastLauncherStepName = "StepLWriteBack"
 )
 
 var stepWords = map[Step][]string{
@@ -44,6 +44,7 @@ var stepWords = map[Step][]string{
 	StepSeccomp:      {"seccomp", "filter"},
 	StepRlimits:      {"rlimit", "prlimit"},
 	StepExec:         {"execve", "exec "},
+	StepAwaitCall:    {"call", "pre-built", "str serve"},
 
 	StepLCgroup:      {"cgroup", "host id", "lease"},
 	StepLPipes:       {"pipe", "socket"},
@@ -54,23 +55,34 @@ var stepWords = map[Step][]string{
 	StepLTimeout:     {"timeout", "cancel", "wall clock"},
 	StepLTeardown:    {"teardown", "reaped", "remove"},
 	StepLWorkDir:     {"work dir", "workdir", "WorkDir"},
+	StepLWriteBack:   {"write back", "write-back", "writeback", "copies", "copied", "copy", "overlay"},
 }
 
 // stepMention is "step 5", "steps 13-16", "steps 20 and 21", "init
 // step 3", "launcher step L3", "(step 4, MS_BIND": one number, or a range
 // or list whose first and last number are checked.
-var stepMention = regexp.MustCompile(`(?i)\bsteps?\s+(L?\d+)((?:\s*(?:-|–|,|and|or|to)\s*L?\d+)*)`)
+var stepMention = regexp.MustCompile(`(?i)\bsteps?\s+(L?\d+[a-z]?)((?:\s*(?:-|–|,|and|or|to)\s*L?\d+[a-z]?)*)`)
 
-var stepNumber = regexp.MustCompile(`L?\d+`)
+var stepNumber = regexp.MustCompile(`L?\d+[a-z]?`)
 
-// parseStep is the Step a mention's number names ("12", "L3").
+// parseStep is the Step a mention's number names ("12", "10a", "L3"; a
+// launcher heading's letter, "L1a", is a part of L1).
 func parseStep(s string) (Step, bool) {
 	if rest, ok := strings.CutPrefix(s, "L"); ok {
+		rest = strings.TrimRight(rest, "abcdefghijklmnopqrstuvwxyz")
 		n, err := strconv.Atoi(rest)
 		if err != nil || n < 1 || n > int(lastLauncherStep-StepLCgroup)+1 {
 			return 0, false
 		}
 		return StepLCgroup + Step(n-1), true
+	}
+	if l := s[len(s)-1]; l >= 'a' && l <= 'z' {
+		for sub := StepAwaitCall; sub < numSubStepsEnd; sub++ {
+			if sub.String() == s {
+				return sub, true
+			}
+		}
+		return 0, false
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 || n >= int(numInitSteps) {
@@ -159,6 +171,9 @@ func titleOf(s Step) string {
 	if s < numInitSteps {
 		return stepTitles[s]
 	}
+	if t, ok := subStepTitles[s]; ok {
+		return t
+	}
 	return "launcher step"
 }
 
@@ -173,6 +188,11 @@ func TestStepWordsComplete(t *testing.T) {
 	for s := StepLCgroup; s <= lastLauncherStep; s++ {
 		if len(stepWords[s]) == 0 {
 			t.Errorf("launcher step %s has no words in stepWords", s)
+		}
+	}
+	for s := StepAwaitCall; s < numSubStepsEnd; s++ {
+		if len(stepWords[s]) == 0 || subStepTitles[s] == "" {
+			t.Errorf("sub-step %s has no words in stepWords or no title", s)
 		}
 	}
 }
@@ -194,11 +214,15 @@ func TestStepMentionsChecked(t *testing.T) {
 		{"// the uid change\n// re-arms the parent-death signal (step 16)", 1},
 		{"| outliving it | Pdeathsig, re-armed after the uid change (step 17) | seccomp (step 20) |", 1},
 		{"// there is a step 22 now", 1},
-		{"// the launcher's step L10", 1},
+		{"// the launcher's step L11", 1},
+		{"// the launcher's step L10 copies the tool's changes back", 0},
 		{"// the work dir is launcher step L9", 0},
 		{"// launcher step L6 sends the plan", 0},
 		{"// launcher step L5 sends the plan", 1},
 		{"// not a step mention: 12 steps, step-by-step", 0},
+		{"// a pre-built sandbox waits for its call at step 10a", 0},
+		{"// loopback is up at step 10a", 1},
+		{"// a pre-built sandbox waits for its call at step 10b", 1},
 	} {
 		if got := checkStepMentions("synthetic", c.text); len(got) != c.bad {
 			t.Errorf("%q: %d problems, want %d: %q", c.text, len(got), c.bad, got)
@@ -263,14 +287,17 @@ func stepConstants(t *testing.T) map[string]Step {
 		}
 		if next == -1 {
 			next = 0
-			if m[1] == "StepLCgroup" {
+			switch m[1] {
+			case "StepLCgroup":
 				next = StepLCgroup
+			case "StepAwaitCall":
+				next = StepAwaitCall
 			}
 		}
 		names[m[1]] = next
 		next++
 	}
-	if names["StepExec"] != StepExec || names["StepLCgroup"] != StepLCgroup || names[lastLauncherStepName] != lastLauncherStep || len(names) != int(numInitSteps)+int(lastLauncherStep-StepLCgroup)+1 {
+	if names["StepExec"] != StepExec || names["StepLCgroup"] != StepLCgroup || names[lastLauncherStepName] != lastLauncherStep || len(names) != int(numInitSteps)+int(lastLauncherStep-StepLCgroup)+1+int(numSubStepsEnd-StepAwaitCall) {
 		t.Fatalf("steps.go read wrong: %v", names)
 	}
 	return names
@@ -278,7 +305,7 @@ func stepConstants(t *testing.T) map[string]Step {
 
 // stepHeading is a numbered heading of the sequence in the code:
 // "// 12. cgroup v1: ...", "// L1a. Root mode: ...", "// L7 (cont.). ...".
-var stepHeading = regexp.MustCompile(`^\s*// (L?\d+)[a-z]?(?: \(cont\.\))?\. `)
+var stepHeading = regexp.MustCompile(`^\s*// (L?\d+[a-z]?)(?: \(cont\.\))?\. `)
 
 var stepConstRef = regexp.MustCompile(`\bStep[A-Z]\w*\b`)
 

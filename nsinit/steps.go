@@ -35,12 +35,38 @@ const (
 	numInitSteps
 )
 
-// The launcher's steps (who "launcher"): L1..L9: create the cgroup (and
+// The init's sub-steps: a part of the sequence that only some sandboxes
+// run, numbered after the step it follows ("10a"), so that the steps
+// after it keep their numbers. Each one's title is in subStepTitles.
+const (
+	// StepAwaitCall: a pre-built sandbox (str serve) waits for its call
+	// (Config.AwaitCall) once loopback and the egress listeners are up.
+	StepAwaitCall Step = 201 + iota // 10a
+	numSubStepsEnd
+)
+
+// subSteps places each sub-step: the step it follows, and its letter.
+var subSteps = map[Step]struct {
+	after  Step
+	letter string
+}{
+	StepAwaitCall: {StepLoopback, "a"},
+}
+
+// subStepTitles is what each sub-step does (DocList prints it after the
+// step it follows).
+var subStepTitles = map[Step]string{
+	StepAwaitCall: "pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2",
+}
+
+// The launcher's steps (who "launcher"): L1..L10: create the cgroup (and
 // lease the host ids), make the pipes, clone the bind sources on the host,
 // clone the init, open the cgroup v1 tasks files to the init, send the
-// plan, time out or cancel, tear down; and L9, for a sandbox made through
+// plan, time out or cancel, tear down; L9, for a sandbox made through
 // the launcher's Provider, make its work dir (after L1, before L2: its
-// tmpfs belongs to the leased ids) and remove it after L8.
+// tmpfs belongs to the leased ids) and remove it after L8; and L10, for
+// a capped `str run --workdir` (Mount.WriteBack), copy what the tool
+// changed back into the caller's directory once the sandbox has ended.
 const (
 	StepLCgroup      Step = 101 + iota // L1
 	StepLPipes                         // L2
@@ -51,6 +77,7 @@ const (
 	StepLTimeout                       // L7
 	StepLTeardown                      // L8
 	StepLWorkDir                       // L9
+	StepLWriteBack                     // L10
 )
 
 // stepTitles is the one list of what each init step does: run's doc
@@ -80,8 +107,12 @@ var stepTitles = [numInitSteps]string{
 	StepExec:         "execve the tool (raw syscall): the tool becomes PID 1",
 }
 
-// String is "5" for an init step and "L1" for a launcher step.
+// String is "5" for an init step, "10a" for a sub-step and "L1" for a
+// launcher step.
 func (s Step) String() string {
+	if sub, ok := subSteps[s]; ok {
+		return strconv.Itoa(int(sub.after)) + sub.letter
+	}
 	if s > StepLCgroup-1 {
 		return "L" + strconv.Itoa(int(s-StepLCgroup)+1)
 	}
@@ -90,10 +121,16 @@ func (s Step) String() string {
 
 // DocList is the numbered list of the init's steps as run's doc comment
 // and SECURITY.md print it ("  0. read the plan ...").
+// A sub-step follows the step it belongs after ("  10a. ...").
 func DocList() []string {
-	out := make([]string, numInitSteps)
+	out := make([]string, 0, int(numInitSteps)+len(subSteps))
 	for s := Step(0); s < numInitSteps; s++ {
-		out[s] = strconv.Itoa(int(s)) + ". " + stepTitles[s]
+		out = append(out, strconv.Itoa(int(s))+". "+stepTitles[s])
+		for sub := StepAwaitCall; sub < numSubStepsEnd; sub++ {
+			if subSteps[sub].after == s {
+				out = append(out, sub.String()+". "+subStepTitles[sub])
+			}
+		}
 	}
 	return out
 }

@@ -4,11 +4,13 @@
 # and python3 -c pass, warm dispatch, echo_tool end to end cold and warm
 # through throw-away workers, invocations per second with 4 in flight, and
 # per-sandbox memory, all interleaved in one run (compare ratios, not
-# absolute numbers). Asserts nothing about the numbers.
+# absolute numbers), ending with issue 19's target table in markdown (the
+# README's table is that output). Asserts nothing about the numbers.
 #
 #   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] ...   (any str-bench flag; -r R = --rounds R)
 #
-# Builds bin/str unless STR_BIN names one and bin/str-bench unless
+# Builds bin/str and bin/str-worker unless STR_BIN names a str (with its
+# str-worker beside it) and bin/str-bench unless
 # STR_BENCH_BIN names one, installs bubblewrap when it is missing and we are
 # root (str-bench refuses to compare without it), then execs
 # `str-bench --str STR_BIN`. Output: the table and ratios on stdout, and
@@ -27,7 +29,8 @@ done
 
 if [[ -z ${STR_BIN:-} ]]; then
   mkdir -p bin
-  go build -o bin/str ./cmd/str
+  CGO_ENABLED=0 go build -o bin/str ./cmd/str # as make build: static, no cgo
+  go build -o bin/str-worker ./cmd/str-worker  # the echo cells' str worker execs it
   STR_BIN=$root/bin/str
 fi
 [[ $STR_BIN == /* ]] || STR_BIN=$root/$STR_BIN

@@ -7,8 +7,9 @@
 #      $BASE_REPO:<recipe hash>. The recipe hash covers this script's recipe
 #      lines (suite, mirror, packages); an image with that tag is reused, so a
 #      second run only rebuilds the worker layer.
-#   2. The worker: Dockerfile FROM that base, with the str binary built on the
-#      host (bin/str, make build) copied in: no Go toolchain in the image.
+#   2. The worker: Dockerfile FROM that base, with the str binaries built on
+#      the host (bin/str and bin/str-worker, make build) copied in: no Go
+#      toolchain in the image.
 #
 # Environment: IMAGE (the worker tag, set by the Makefile), DEBIAN_MIRROR.
 # Needs root (debootstrap, first run only) and a running docker.
@@ -16,7 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:?IMAGE (the worker tag) is set by the Makefile}
-STR_BIN=bin/str # the one path .dockerignore lets into the context
+STR_BIN=bin/str               # the two binaries are the only paths
+STR_WORKER_BIN=bin/str-worker # .dockerignore lets into the context
 BASE_REPO=${BASE_REPO:-str-base}
 
 # ---- the recipe (every line here is part of the hash) ----------------------
@@ -34,7 +36,9 @@ RECIPE="v1 $SUITE $MIRROR minbase $PACKAGES"
 hash=$(printf '%s' "$RECIPE" | sha256sum | cut -c1-12)
 BASE="$BASE_REPO:$SUITE-$hash"
 
-[ -x "$STR_BIN" ] || { echo "image: $STR_BIN missing (make build first)" >&2; exit 1; }
+for b in "$STR_BIN" "$STR_WORKER_BIN"; do
+	[ -x "$b" ] || { echo "image: $b missing (make build first)" >&2; exit 1; }
+done
 docker version >/dev/null || { echo "image: no docker engine answers (docker version failed)" >&2; exit 1; }
 
 if docker image inspect "$BASE" >/dev/null 2>&1; then
@@ -67,5 +71,5 @@ docker tag "$BASE" "$BASE_REPO:$SUITE"
 
 # The worker layer: a small context (.dockerignore keeps everything but the
 # binary out).
-docker build -q --build-arg BASE="$BASE" --build-arg STR_BIN="$STR_BIN" -t "$IMAGE" . >/dev/null
+docker build -q --build-arg BASE="$BASE" --build-arg STR_BIN="$STR_BIN" --build-arg STR_WORKER_BIN="$STR_WORKER_BIN" -t "$IMAGE" . >/dev/null
 echo "image: $IMAGE built FROM $BASE"

@@ -7,7 +7,7 @@
 #
 #   scripts/test-vm.sh [extra go test flags for set 1, e.g. -test.run CgroupV2PidsMax]
 #
-# Builds bin/str and both test binaries on the host, then boots
+# Builds bin/str, bin/str-worker and both test binaries on the host, then boots
 # test/integration/vm/run-in-vm.sh and runs them there as root with
 # STR_CGROUP_V2=1 (set by the guest; the battery then fails unless its
 # sandboxes really got v2 cgroups), STR_MUST_WORK=1 and STR_BIN=<absolute
@@ -21,7 +21,8 @@
 # machine its time-bound cases (status_flood, memory_hog: the restrictive
 # profile's 60 s wall-clock limit) can time out. STR_MUST_WORK=1 (CI sets
 # it: a skip is a failure) asks for it too.
-# Env: STR_BIN (use this str instead of building bin/str); STR_VM_BATTERY
+# Env: STR_BIN (use this str, with its str-worker beside it, instead of
+# building bin/str and bin/str-worker); STR_VM_BATTERY
 # (auto, the default: with KVM, or under TCG when STR_MUST_WORK=1; 1: under
 # TCG too; 0: never); STR_VM_BATTERY_ARGS (extra battery flags, e.g.
 # -test.run TestHostile/memory_hog); STR_VM_TIMEOUT (seconds for the boot:
@@ -56,7 +57,8 @@ fi
 # 2. build on the host.
 if [[ -z ${STR_BIN:-} ]]; then # a prebuilt str may be given instead
   mkdir -p bin
-  go build -o bin/str ./cmd/str
+  CGO_ENABLED=0 go build -o bin/str ./cmd/str # as make build: static, no cgo
+  go build -o bin/str-worker ./cmd/str-worker # str worker execs it from str's directory
   STR_BIN=$root/bin/str
 fi
 [[ $STR_BIN == /* ]] || STR_BIN=$root/$STR_BIN

@@ -65,6 +65,9 @@ const (
 	stageRunnerArgs = "runner arguments"
 	stageStatusPipe = "status pipe"
 	stageStart      = "start"
+	// stageCredentials: reading a tool's credentials (a missing secret
+	// is the worker's configuration, named with its source).
+	stageCredentials = "credentials"
 )
 
 // setupError is the one place a sandbox that could not be set up becomes

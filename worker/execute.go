@@ -166,13 +166,12 @@ func (s *Server) execute(t *task) (outcome, func()) {
 
 // runnerArgv is the runner's command line in a sandbox that gets its done
 // pipe as descriptor doneFD (none in SANDBOX_MODE=none, where the tool is
-// a plain process: doneFD < 0).
+// a plain process: doneFD < 0), as runner.Command builds it (python -S).
 func (s *Server) runnerArgv(doneFD int, rest ...string) []string {
-	argv := []string{s.cfg.PythonBin, s.runnerPath}
 	if doneFD >= 0 {
-		argv = append(argv, "--done-fd", strconv.Itoa(doneFD))
+		rest = append([]string{"--done-fd", strconv.Itoa(doneFD)}, rest...)
 	}
-	return append(argv, rest...)
+	return runner.Command(s.cfg.PythonBin, s.runnerPath, rest...)
 }
 
 // sandboxSpec is what every sandbox of a call of tool has in common: the
@@ -215,6 +214,11 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 	spec := s.sandboxSpec(t.profile, callDirPrefix, t.sandboxTimeout, stderr, t.tool.Network, t.tool)
 	var doneR, doneW *os.File
 	var err error
+	// The tool's credentials, read for this call (a changed secret file
+	// is this call's value) with placeholders of its own.
+	if spec.Credentials, err = t.tool.Credentials.Secrets(os.Getenv); err != nil {
+		return s.errorOutcome(t, setupError(stageCredentials, err, nil)), nil
+	}
 	if s.cfg.SandboxMode != ModeNone {
 		if doneR, doneW, err = os.Pipe(); err != nil {
 			return s.errorOutcome(t, setupError(stageDonePipe, err, nil)), nil

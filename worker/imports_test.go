@@ -10,7 +10,7 @@ import (
 // TestWorkerImportsNoConcreteTransport: package worker (its build, not
 // its tests) depends on the transport interface only, never on a concrete
 // transport, the dev broker or a broker's client library: each transport
-// classifies its own errors and reports its own limits, and cmd/str wires
+// classifies its own errors and reports its own limits, and cmd/str-worker wires
 // the concrete one (STYLE.md 19).
 func TestWorkerImportsNoConcreteTransport(t *testing.T) {
 	const module = "github.com/securetoolruntime/str/"
@@ -35,7 +35,7 @@ func TestWorkerImportsNoConcreteTransport(t *testing.T) {
 	for _, dep := range deps {
 		for _, f := range forbidden {
 			if strings.HasPrefix(dep, f) {
-				t.Errorf("package worker depends on %s (forbidden: %s*); only cmd/str may wire a concrete transport", dep, f)
+				t.Errorf("package worker depends on %s (forbidden: %s*); only cmd/str-worker may wire a concrete transport", dep, f)
 			}
 		}
 	}

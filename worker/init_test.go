@@ -8,6 +8,7 @@ import (
 	"github.com/securetoolruntime/str/launcher/launchertest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +66,8 @@ type stubRunnerSandboxes struct {
 }
 
 func (s stubRunnerSandboxes) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
-	if len(spec.Argv) >= 2 && filepath.Base(spec.Argv[1]) == runner.FileName {
+	// PYTHON -S RUNNER ... -> PYTHON STUB LAST_ARG
+	if slices.ContainsFunc(spec.Argv, func(a string) bool { return filepath.Base(a) == runner.FileName }) {
 		spec.Argv = []string{spec.Argv[0], s.stub, spec.Argv[len(spec.Argv)-1]}
 	}
 	return s.Sandboxes.Create(ctx, spec)

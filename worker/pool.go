@@ -256,7 +256,10 @@ func (p *warmPool) configure(m *manifest.Manifest) {
 		if tool.WarmSet {
 			size = tool.Warm
 		}
-		if size == 0 {
+		if size == 0 || tool.Credentials != nil {
+			// A tool with credentials is never pooled: a pooled sandbox's
+			// environment is fixed before its call, and a placeholder is
+			// the call's own.
 			continue
 		}
 		profile := tool.SandboxProfile

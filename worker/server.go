@@ -85,6 +85,9 @@ type Server struct {
 	mu       sync.RWMutex
 	manifest *manifest.Manifest
 	subs     map[string]bool // invoke topics subscribed
+	// subMu orders the changes of subscriptions: applyManifest's and
+	// dropStaleSubscription's (taken before mu, never under it).
+	subMu sync.Mutex
 
 	queue    *fairQueue // accepted calls until an executor takes them (sched.go)
 	inflight sync.Map   // request id and task id -> *queuedTask
@@ -480,6 +483,8 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	added, _, changed := manifest.Diff(s.manifest, m)
 	s.mu.RUnlock()
 	s.installPackages(s.execCtx, m, append(added, changed...))
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping.Load() {
@@ -739,9 +744,14 @@ func (s *Server) dispatchInvoke(d *transport.Delivery, topicTool string, receive
 	}
 	if tool == nil {
 		// Unsubscribed before the answer, so that a caller who retries on
-		// the answer does not reach this worker again.
-		s.dropStaleSubscription(d.Topic, log)
-		s.reject(d, replyTo, id, topicTool, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", shownTool), log)
+		// the answer does not reach this worker again; both off the
+		// receive loop and outside mu (issue 18 §4: a slow broker delays
+		// this answer only).
+		e := errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker", shownTool)
+		go func() {
+			s.dropStaleSubscription(d.Topic, topicTool, log)
+			s.reject(d, replyTo, id, topicTool, e, log)
+		}()
 		return
 	}
 	// 7. per-requester rate limit.
@@ -922,13 +932,27 @@ func (s *Server) availableNow(t *task) *Error {
 }
 
 // dropStaleSubscription unsubscribes an invoke topic of a tool that is
-// not in the manifest (spec §4 TOOL_NOT_AVAILABLE). Called under s.mu.
-func (s *Server) dropStaleSubscription(topic string, log *slog.Logger) {
+// not in the manifest (spec §4 TOOL_NOT_AVAILABLE), unless a reload has
+// brought the tool back meanwhile. It holds subMu, not mu: a reload
+// waits for it, the receive loop does not.
+func (s *Server) dropStaleSubscription(topic, tool string, log *slog.Logger) {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	s.mu.RLock()
+	back := s.manifest.Tools[tool] != nil
+	s.mu.RUnlock()
+	if back {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.tr.Unsubscribe(ctx, topic); err != nil {
 		log.Warn("unsubscribing a tool that is not available failed", "topic", truncateName(topic), "error", err)
+		return
 	}
+	s.mu.Lock()
+	delete(s.subs, topic)
+	s.mu.Unlock()
 }
 
 // cancelledBefore reports whether t's cancellation (a cancel message, or

@@ -669,3 +669,48 @@ func TestShutdownGraceAndHealth(t *testing.T) {
 		t.Fatalf("metrics:\n%s", body)
 	}
 }
+
+// stallingUnsubscribe blocks Unsubscribe until release is closed, as a
+// broker that takes its time to answer.
+type stallingUnsubscribe struct {
+	transport.Transport
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *stallingUnsubscribe) Unsubscribe(ctx context.Context, topic string) error {
+	if strings.HasSuffix(topic, "/ghost") {
+		close(s.entered) // once: the ghost's subscription is dropped once
+		<-s.release
+	}
+	return s.Transport.Unsubscribe(ctx, topic)
+}
+
+// Issue 18 §4: the stale subscription of a tool that is not available is
+// dropped off the receive loop. While the broker holds that Unsubscribe,
+// a call to another tool is served; the stale tool's answer follows the
+// Unsubscribe (a caller retrying on it cannot reach this worker again).
+func TestStaleUnsubscribeDoesNotStallDispatch(t *testing.T) {
+	st := &stallingUnsubscribe{entered: make(chan struct{}), release: make(chan struct{})}
+	h := newExecHarness(t, nil, func(o *Options) {
+		st.Transport = o.Transport
+		o.Transport = st
+	})
+	h.start()
+	topic := h.cfg.Base() + "/sam_remote_tool/invoke/ghost"
+	must(t, h.srv.tr.Subscribe(context.Background(), topic))
+	ghost := h.send("ghost", nil)
+	<-st.entered
+	if _, ok := shapeResult(h.reply(h.send("echo", nil))); !ok {
+		t.Fatal("echo: no result while the stale unsubscribe was pending")
+	}
+	select {
+	case r := <-h.replyChan(ghost):
+		t.Fatalf("the ghost call was answered before its Unsubscribe returned: %s", r)
+	default:
+	}
+	close(st.release)
+	if got := string(h.reply(ghost)); !strings.Contains(got, `"code":"TOOL_NOT_AVAILABLE"`) {
+		t.Fatalf("ghost: %s", got)
+	}
+}

@@ -43,6 +43,10 @@ func (s *Server) toolProblem(tool *manifest.Tool) error {
 	if err := s.packageProblem(tool); err != nil {
 		return err
 	}
+	if tool.Credentials != nil && s.cfg.SandboxMode == ModeNone {
+		// Without a sandbox there is no proxy to keep the value out.
+		return fmt.Errorf("tool %s: %w: credentials need a sandbox (SANDBOX_MODE is none)", tool.Name, manifest.ErrToolUnavailable)
+	}
 	return tool.CheckSource(s.sourceCheck())
 }
 

@@ -38,8 +38,11 @@ evenly over the cells. Compare the ratios, not the absolute numbers.
 Cells, for /bin/true and for PYTHON -c pass: plain exec; the clone floor
 (str-bench spawn --ns: clone(pid,mnt,ipc,uts) and exec from a resident
 process, and the same with net and user namespaces); str run --profile
-restrictive and standard; bubblewrap's restrictive and standard lines, and the
-same two lines run by str bwrap.
+restrictive and standard; str run --serve through a str serve (restrictive,
+a pool of 2) started for the run (root only; its CPU per call, the sandbox
+and the refill included, added to the client's in the CPU ratio);
+bubblewrap's restrictive and standard lines, and the same two lines run by
+str bwrap.
 Then: warm dispatch (str-bench warm); echo_tool
 end to end through two throw-away workers with the embedded broker, one
 with every tool's warm pool off (cold) and one with echo_tool's on (warm:
@@ -49,8 +52,9 @@ invocations per second with 4 in flight next to bubblewrap + PYTHON -c pass
 spawned 4 at a time; and the Pss of str's own processes per sandbox while
 K tools sleep, next to bubblewrap's.
 
-Prints the table and the ratios on stdout and writes DIR/summary.txt (the
-same), DIR/samples.csv (cell,round,lat_us,cpu_us,full_us,status) and
+Prints the table, the ratios and issue 19's target table (markdown: each
+of its rows with this run's figure, its target and met/missed) on stdout
+and writes DIR/summary.txt (the same), DIR/samples.csv (cell,round,lat_us,cpu_us,full_us,status) and
 DIR/latency.svg. A progress line with an ETA goes to stderr. Cells that
 cannot run here are skipped with the reason; without bubblewrap nothing is
 compared (exit 1). Asserts nothing about the numbers.
@@ -151,6 +155,11 @@ type benchState struct {
 	rows     []benchRow
 	tput     map[string][]float64           // per-round invocations (or spawns) per second
 	echoCPU  map[string][]float64           // per-round worker CPU per invocation, µs
+	echoSelf map[string][]float64           // the same, the worker's own process only (no children), µs
+	serve    *exec.Cmd                      // the resident launcher the served cells call (str serve)
+	served   chan struct{}                  // closed once serve has exited and been reaped
+	serveCPU map[string][]float64           // per-round str serve CPU per served spawn, with its children (the sandboxes), µs
+	serveOwn map[string][]float64           // the same, str serve's own process only, µs
 	warmKV   map[string][]map[string]string // per-round str-bench warm output
 	errs     map[string][]string            // per-round failures of a cell's command
 	echoOut  bytes.Buffer                   // str-bench echo's lines, as they came
@@ -194,7 +203,8 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	if err != nil {
 		return 1, err
 	}
-	st := &benchState{cfg: cfg, str: str, bench: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{},
+	st := &benchState{cfg: cfg, str: str, bench: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{}, echoSelf: map[string][]float64{},
+		serveCPU: map[string][]float64{}, serveOwn: map[string][]float64{},
 		warmKV: map[string][]map[string]string{}, errs: map[string][]string{}}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return 1, err
@@ -216,8 +226,17 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	prog := newBenchProgress(stderr)
 	defer prog.end()
 
-	// 2. The cells, each tried once before anything is timed.
-	st.cells = benchSpawnCells(cfg, str, bwrap, work)
+	// 2. The cells, each tried once before anything is timed. The served
+	// cells call a resident launcher started for this run (root only).
+	sock := filepath.Join(tmp, "serve.sock")
+	serveSkip := st.startServe(ctx, sock)
+	defer st.stopServe()
+	st.cells = benchSpawnCells(cfg, str, bwrap, work, sock)
+	for _, c := range st.cells {
+		if strings.HasSuffix(c.id, "/str-serve") && serveSkip != "" {
+			c.skip = serveSkip
+		}
+	}
 	pythonOK := benchExecutable(cfg.python)
 	for _, c := range st.cells {
 		if c.target == "py" && !pythonOK {
@@ -361,7 +380,7 @@ func benchBwrapLine(bwrap, work string, restrictive bool) []string {
 }
 
 // benchSpawnCells are the launcher x target cells, in table order.
-func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work string) []*benchCell {
+func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work, sock string) []*benchCell {
 	targets := []struct {
 		id, title string
 		argv      []string
@@ -380,6 +399,7 @@ func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work string) []*benchCell
 		add("floor-net-user", "clone floor (+net,user)", "pid,mnt,ipc,uts,net,user")
 		add("str-restrictive", "str run --profile restrictive", "", str, "run", "--profile", "restrictive", "--")
 		add("str-standard", "str run --profile standard", "", str, "run", "--profile", "standard", "--")
+		add("str-serve", "str run --serve (restrictive, through a resident str serve)", "", str, "run", "--serve", sock, "--profile", "restrictive", "--")
 		add("bwrap-restrictive", "bwrap restrictive line", "", benchBwrapLine(bwrap, work, true)...)
 		add("bwrap-standard", "bwrap standard line", "", benchBwrapLine(bwrap, work, false)...)
 		// The same two lines run by str bwrap (issue 22): bubblewrap's
@@ -474,9 +494,25 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		if c.kind == cellTput {
 			n, jobs = max(cfg.n, 5*cfg.conc), cfg.conc
 		}
+		served := strings.HasSuffix(c.id, "/str-serve") && st.serve != nil
+		var own0, all0 int64
+		var serr0 error
+		if served {
+			own0, all0, serr0 = benchProcCPU(st.serve.Process.Pid)
+		}
 		out, errOut, err := benchCommand(ctx, 20*time.Minute, benchSpawnArgs(st.bench, c, n, cfg.warmups, jobs, c.id, raw, false)...)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
+		}
+		if served && serr0 == nil {
+			// The server's CPU over the cell (its warm-ups included, each
+			// a served call too), per call: the call, the sandbox it
+			// reaped and the refill after it.
+			if own1, all1, err := benchProcCPU(st.serve.Process.Pid); err == nil {
+				calls := float64(n + cfg.warmups)
+				st.serveCPU[c.id] = append(st.serveCPU[c.id], float64(all1-all0)/calls)
+				st.serveOwn[c.id] = append(st.serveOwn[c.id], float64(own1-own0)/calls)
+			}
 		}
 		rows, err := benchReadRaw(raw, c.id, round)
 		if err != nil {
@@ -508,9 +544,9 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 			argv = append(argv, "--ready-from", w.health)
 			calls = 3 + cfg.n // no throughput phase
 		}
-		cpu0, err0 := benchProcCPU(w.pid())
+		self0, cpu0, err0 := benchProcCPU(w.pid())
 		out, errOut, err := benchCommand(ctx, 20*time.Minute, argv...)
-		cpu1, err1 := benchProcCPU(w.pid())
+		self1, cpu1, err1 := benchProcCPU(w.pid())
 		fmt.Fprintf(&st.echoOut, "%s round=%d %s", c.id, round, out)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
@@ -526,6 +562,7 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		}
 		if err0 == nil && err1 == nil {
 			st.echoCPU[c.id] = append(st.echoCPU[c.id], float64(cpu1-cpu0)/float64(calls))
+			st.echoSelf[c.id] = append(st.echoSelf[c.id], float64(self1-self0)/float64(calls))
 		}
 	}
 	return nil
@@ -563,30 +600,29 @@ func benchFirstLine(s string) string {
 	return ""
 }
 
-// benchProcCPU is the CPU in µs of pid and of its reaped children
-// (utime+stime+cutime+cstime of /proc/PID/stat; USER_HZ is 100 on Linux).
-func benchProcCPU(pid int) (int64, error) {
+// benchProcCPU is the CPU in µs of pid itself (utime+stime) and of pid
+// with its reaped children (+ cutime+cstime), from /proc/PID/stat.
+func benchProcCPU(pid int) (self, all int64, err error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no comm", pid)
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no comm", pid)
 	}
 	f := strings.Fields(string(data[i+1:]))
 	if len(f) < 15 { // f[0] is field 3 (state); utime..cstime are fields 14-17
-		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
+		return 0, 0, fmt.Errorf("/proc/%d/stat: short", pid)
 	}
-	var ticks int64
-	for _, s := range f[11:15] {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	var ticks [4]int64
+	for k, s := range f[11:15] {
+		if ticks[k], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 		}
-		ticks += v
 	}
-	return ticks * 10000, nil
+	// A clock tick is 10 ms (USER_HZ 100).
+	return (ticks[0] + ticks[1]) * 10000, (ticks[0] + ticks[1] + ticks[2] + ticks[3]) * 10000, nil
 }
 
 // benchProgress is the progress line on stderr: one line rewritten in
@@ -783,6 +819,14 @@ func (st *benchState) report() string {
 		ratio("CPU str run standard / bwrap standard, "+t.name, cpu(t.id+"/str-standard"), cpu(t.id+"/bwrap-standard"), "")
 		ratio("str bwrap / bwrap, the restrictive line, "+t.name, p50(t.id+"/str-bwrap-restrictive"), p50(t.id+"/bwrap-restrictive"), "")
 		ratio("str bwrap / bwrap, the standard line, "+t.name, p50(t.id+"/str-bwrap-standard"), p50(t.id+"/bwrap-standard"), "")
+		ratio("str run --serve / bwrap restrictive, "+t.name, p50(t.id+"/str-serve"), p50(t.id+"/bwrap-restrictive"), "[<= 1.0]")
+		// The client's CPU plus the server's per call (the call, the
+		// sandbox it reaps and the refill after it).
+		served := math.NaN()
+		if v := st.serveCPU[t.id+"/str-serve"]; len(v) > 0 {
+			served = cpu(t.id+"/str-serve") + benchMedian(v)/1000
+		}
+		ratio("CPU str run --serve (client + str serve) / bwrap restrictive, "+t.name, served, cpu(t.id+"/bwrap-restrictive"), "")
 	}
 	ratio("str run restrictive / clone floor (+net,user), /bin/true", p50("true/str-restrictive"), p50("true/floor-net-user"), "")
 	if c := st.cell("true/warm-dispatch"); c != nil && c.skip == "" {
@@ -814,6 +858,32 @@ func (st *benchState) report() string {
 	}
 	ratio("Pss per sandbox, str run / bwrap", memOr("str-run"), memOr("bwrap"), "[str <= 1 MiB]")
 	ratio("Pss per sandbox, str worker / bwrap", memOr("worker"), memOr("bwrap"), "")
+
+	// Issue 19's table, each row with its target (README.md's table is
+	// this output).
+	ratioOf := func(a, b2 float64) float64 {
+		if b2 > 0 {
+			return a / b2
+		}
+		return math.NaN()
+	}
+	echoMS := func(m map[string][]float64, id string) float64 {
+		if len(m[id]) == 0 {
+			return math.NaN()
+		}
+		return benchMedian(m[id]) / 1000
+	}
+	b.WriteString("\nissue 19 targets (markdown, for README.md; ratios against bubblewrap in this run)\n")
+	b.WriteString(benchTargetsTable(benchTargets(benchFigures{
+		trueRun: ratioOf(p50("true/str-restrictive"), p50("true/bwrap-restrictive")), trueRunCPU: ratioOf(cpu("true/str-restrictive"), cpu("true/bwrap-restrictive")),
+		pyRun: ratioOf(p50("py/str-restrictive"), p50("py/bwrap-restrictive")), pyRunCPU: ratioOf(cpu("py/str-restrictive"), cpu("py/bwrap-restrictive")),
+		launcherSelfMS: echoMS(st.echoSelf, "echo/cold"),
+		echoColdMS:     echoMS(st.echoCPU, "echo/cold"), echoWarmMS: echoMS(st.echoCPU, "echo/warm"), echoReadyMS: echoMS(st.echoCPU, "echo/warm-ready"),
+		tputCold: ratioOf(tp("echo/cold"), tp("tput/bwrap-standard-py")), tputColdIPS: tp("echo/cold"), tputBwrapIPS: tp("tput/bwrap-standard-py"),
+		pssRunMiB: memOr("str-run") / 1024,
+		trueServe: ratioOf(p50("true/str-serve"), p50("true/bwrap-restrictive")), pyServe: ratioOf(p50("py/str-serve"), p50("py/bwrap-restrictive")),
+		serveOwnMS: echoMS(st.serveOwn, "true/str-serve"),
+	})))
 
 	if len(skipped) > 0 {
 		b.WriteString("\nskipped:\n" + strings.Join(skipped, "\n") + "\n")
@@ -1011,4 +1081,53 @@ func (st *benchState) panels() []benchPanel {
 		panel("python3 -c pass", pyIDs...),
 		panel("echo_tool end to end", "py/plain", "echo/cold", "echo/warm", "echo/warm-ready"),
 	}
+}
+
+// startServe starts the resident launcher the served cells call (`str
+// serve`, restrictive, a pool of 2) and waits for its socket; it returns
+// why the served cells cannot run here ("" = they can).
+func (st *benchState) startServe(ctx context.Context, sock string) string {
+	if os.Geteuid() != 0 {
+		return "str serve needs root"
+	}
+	cmd := exec.CommandContext(ctx, st.str, "serve", "--socket", sock, "--profiles", "restrictive", "--pool", "2")
+	var errb benchSyncBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		return fmt.Sprintf("str serve: %v", err)
+	}
+	st.serve, st.served = cmd, make(chan struct{})
+	exited := st.served
+	go func() { _ = cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(30 * time.Second) // a failure guard, not a measure
+	for {
+		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return ""
+		}
+		select {
+		case <-exited:
+			st.serve = nil
+			return "str serve exited: " + benchFirstLine(errb.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			st.stopServe()
+			return "str serve did not listen within 30 s: " + benchFirstLine(errb.String())
+		}
+	}
+}
+
+// stopServe ends the resident launcher (SIGTERM; its sandboxes go with it).
+func (st *benchState) stopServe() {
+	if st.serve == nil || st.serve.Process == nil {
+		return
+	}
+	_ = st.serve.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-st.served:
+	case <-time.After(30 * time.Second): // a failure guard, not a measure
+		_ = st.serve.Process.Kill()
+		<-st.served
+	}
+	st.serve = nil
 }

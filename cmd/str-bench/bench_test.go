@@ -163,7 +163,7 @@ func TestBenchWriteCSV(t *testing.T) {
 // samples (none, one, a wide spread, labels that need escaping).
 func TestBenchSVGWellFormed(t *testing.T) {
 	st := &benchState{cfg: benchSuiteConfig{rounds: 2, n: 3}}
-	st.cells = benchSpawnCells(benchSuiteConfig{python: "/usr/bin/python3"}, "/bin/str", "/usr/bin/bwrap", "/tmp/w")
+	st.cells = benchSpawnCells(benchSuiteConfig{python: "/usr/bin/python3"}, "/bin/str", "/usr/bin/bwrap", "/tmp/w", "/tmp/serve.sock")
 	st.cells = append(st.cells,
 		&benchCell{id: "echo/cold", target: "echo", title: "echo_tool <cold> & \"warm: 0\"", kind: cellEcho},
 		&benchCell{id: "echo/warm", target: "echo", title: "echo_tool warm", kind: cellEcho, skip: "no pool"},
@@ -230,10 +230,11 @@ func TestBenchSVGWellFormed(t *testing.T) {
 	if panels != 3 {
 		t.Errorf("%d panels, want 3 (/bin/true, python3 -c pass, echo)", panels)
 	}
-	// 9 /bin/true cells (str bwrap's two included) + 3 warm dispatch
-	// phases, 9 python cells, python + echo cold (warm skipped).
-	if cells != 23 {
-		t.Errorf("%d cells drawn, want 23", cells)
+	// 10 /bin/true cells (the floor without samples; str bwrap's two
+	// included) + 3 warm dispatch phases, 10 python cells, echo cold
+	// (warm skipped).
+	if cells != 25 {
+		t.Errorf("%d cells drawn, want 25", cells)
 	}
 	if !strings.Contains(buf.String(), "latency, ms (log scale)") {
 		t.Error("no axis label")

@@ -585,7 +585,10 @@ func benchCopyFile(src, dst string) error {
 
 func (st *benchState) memWorker(ctx context.Context, w *benchWorker) error {
 	k := st.cfg.k
-	idle, idleProcs, err := benchOwnMem([]int{w.pid()}, st.str)
+	// `str worker` execs str-worker, beside str, in the same process: its
+	// own processes run that binary (and the inits from their memfds).
+	exe := filepath.Join(filepath.Dir(st.str), "str-worker")
+	idle, idleProcs, err := benchOwnMem([]int{w.pid()}, exe)
 	if err != nil {
 		return err
 	}
@@ -619,7 +622,7 @@ func (st *benchState) memWorker(ctx context.Context, w *benchWorker) error {
 	if err := benchWaitTools(ctx, []int{w.pid()}, "python", k, 500*time.Millisecond); err != nil {
 		return err
 	}
-	busy, procs, err := benchOwnMem([]int{w.pid()}, st.str)
+	busy, procs, err := benchOwnMem([]int{w.pid()}, exe)
 	if err != nil {
 		return err
 	}
@@ -643,7 +646,7 @@ func (st *benchState) memWorker(ctx context.Context, w *benchWorker) error {
 	}
 	st.memory = append(st.memory, benchMemory{id: "worker", title: "str worker, per sandbox ((busy - idle) / K)",
 		perSandboxKB: float64(busy.pss-idle.pss) / float64(k),
-		detail: fmt.Sprintf("Pss idle %.1f MiB in %d str process(es), busy %.1f MiB in %d; private per sandbox %.2f MiB",
+		detail: fmt.Sprintf("Pss idle %.1f MiB in %d str-worker process(es), busy %.1f MiB in %d; private per sandbox %.2f MiB",
 			float64(idle.pss)/1024, idleProcs, float64(busy.pss)/1024, procs, float64(busy.private-idle.private)/1024/float64(k))})
 	return nil
 }

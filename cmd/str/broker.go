@@ -4,7 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -97,7 +97,7 @@ func cmdBroker(args []string) int {
 	// 3. the token file, named by the port actually bound (--listen may
 	// say port 0).
 	if !*anonymous {
-		path, err := writeBrokerToken(srv, *tokenFile, opts.Token)
+		path, err := srv.PublishTokenFile(*tokenFile, opts.Token)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "str broker: %v\n", err)
 			return 1
@@ -125,17 +125,10 @@ func cmdBroker(args []string) int {
 	return 0
 }
 
-// writeBrokerToken writes token to path, or (path empty) to the token file
-// clients of srv's port look for, and returns where it went. It also tells
-// the server the path, for its refusal messages.
-func writeBrokerToken(srv *broker.Server, path, token string) (string, error) {
-	if path == "" {
-		port := srv.Addr().(*net.TCPAddr).Port
-		path = broker.TokenFileFor(port)
-	}
-	if err := broker.WriteTokenFile(path, token); err != nil {
-		return "", err
-	}
-	srv.SetTokenFile(path)
-	return path, nil
+// newLogger is str's JSON log to stderr at level (debug, info, warn,
+// error; another word means info).
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }

@@ -36,6 +36,13 @@ func cmdDoctor(args []string) int {
 	info("kernel", unix.ByteSliceToString(uts.Release[:]))
 	uid := os.Geteuid()
 	info("running as", fmt.Sprintf("uid %d (%s mode)", uid, map[bool]string{true: "root", false: "rootless"}[uid == 0]))
+	// The worker is a program of its own: str run works without it, so
+	// its absence is information, not a failure.
+	if path, err := workerPath(); err != nil {
+		info("worker program", "str worker cannot start: "+err.Error())
+	} else {
+		info("worker program", path+" (str worker execs it)")
+	}
 	engine := containerEngine()
 	if engine != "" {
 		info("container", engine+" (the engine's settings below are docs/deployment.md's \"Docker\")")

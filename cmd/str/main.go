@@ -1,8 +1,12 @@
-// Command str is the secure tool runtime: one binary whose subcommands run a
-// sandbox (run, or bwrap: bubblewrap's command line), serve tool invocations (worker), run the dev broker
-// (broker), send one invocation (invoke), list what workers serve (tools),
-// show profiles (profile), check the host (doctor) and print its version
-// (version). The sandbox's init is a separate static program embedded in it
+// Command str is the secure tool runtime: its subcommands run a sandbox
+// (run, or bwrap: bubblewrap's command line), run the dev broker (broker),
+// send one invocation (invoke), list what workers serve (tools), show
+// profiles (profile), check the host (doctor) and print its version
+// (version). It is built with CGO_ENABLED=0: a static program that links
+// no C, so a one-shot `str run` pays only for a small Go start (issue 19).
+// The worker is a program of its own (cmd/str-worker, with the Solace
+// client library's cgo); `str worker` execs it from str's directory. The
+// sandbox's init is a separate static program embedded in str
 // (cmd/str-init, launcher/initbin). The benchmarks are a program of their
 // own (cmd/str-bench, make bench), not part of this binary.
 package main
@@ -19,7 +23,8 @@ const usage = `usage: str <command> [flags]
 commands:
   run      run a command in a fresh sandbox
   bwrap    run a bubblewrap command line in a fresh sandbox (also: str invoked as bwrap)
-  worker   serve tool invocations from a broker
+  serve    keep sandboxes pre-built for str run (a resident launcher on a unix socket)
+  worker   serve tool invocations from a broker (execs str-worker beside str)
   broker   run the embedded dev broker
   invoke   send one tool invocation and print status lines and the reply
   tools    list the tools the workers of a namespace serve
@@ -44,6 +49,8 @@ func main() {
 		code = cmdRun(args)
 	case "bwrap":
 		code = cmdBwrap("str bwrap", args)
+	case "serve":
+		code = cmdServe(args)
 	case "worker":
 		code = cmdWorker(args)
 	case "broker":

@@ -54,7 +54,9 @@ func cmdRun(args []string) int {
 	fs.Var(&roBinds, "ro-bind", "bind host `SRC[:DST]` read-only (repeatable)")
 	workdir := fs.String("workdir", "", "host `DIR` bound read-write at the same path and made the working directory; as root it is bound id-mapped: "+
 		"DIR's owner is the tool inside, so the tool writes where the owner may and its files belong to the owner on the host; a DIR owned by root is bound as it is "+
-		"(no tool leaves root's files on the host: the tool writes only where DIR's mode lets others, as its own ids); bounded by DIR's filesystem, not the profile's work_dir cap")
+		"(no tool leaves root's files on the host: the tool writes only where DIR's mode lets others, as its own ids); as root the tool's writes are capped by the profile's work_dir "+
+		"(they land on a capped tmpfs over DIR and are copied into DIR when the sandbox ends: --result's write_back)")
+	workdirLive := fs.Bool("workdir-live", false, "as root, bind -workdir DIR live instead: the tool writes into DIR directly, bounded by DIR's filesystem only (not the profile's work_dir cap)")
 	// -workdir-owner was the opt-in for what -workdir does now; accepted
 	// so that scripts keep working.
 	fs.Bool("workdir-owner", true, "accepted for compatibility: as root -workdir is always id-mapped to its owner (unless root owns it)")
@@ -68,7 +70,10 @@ func cmdRun(args []string) int {
 	fs.Var(&allowPorts, "allow-port", "restricted: a `PORT` the allowed hosts may be reached on (repeatable; default 443)")
 	fs.Var(&allowCIDRs, "allow-cidr", "a `CIDR` the tool may reach although private or an IP literal (repeatable; must be within the profile's)")
 	fs.Var(&envs, "env", "add `K=V` to the tool's environment (repeatable)")
+	var credFlags credentialFlags
+	credFlags.register(fs)
 	resultPath := fs.String("result", "", "write the result JSON to `PATH` (- for stdout, after the command's output)")
+	serveSocket := fs.String("serve", os.Getenv("STR_SERVE_SOCKET"), "run through the resident launcher (str serve) listening on `SOCKET` when it is reachable and the request is poolable; else one-shot (default $STR_SERVE_SOCKET)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -82,7 +87,7 @@ func cmdRun(args []string) int {
 	}
 
 	req := launcher.Request{
-		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: true, Pids: *pids,
+		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: true, WorkdirLive: *workdirLive, Pids: *pids,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	var bad []error
@@ -97,6 +102,8 @@ func cmdRun(args []string) int {
 		}
 		req.Network = n
 	}
+	creds, credErrs := credFlags.build(os.Getenv)
+	req.Credentials, bad = creds, append(bad, credErrs...)
 	for _, b := range binds {
 		req.Binds = append(req.Binds, parseBind(b, true))
 	}
@@ -129,6 +136,33 @@ func cmdRun(args []string) int {
 		return exitUsage
 	}
 
+	// SIGTERM/SIGINT to str run: end the sandbox cleanly (the context kills
+	// it and the cgroup is removed) rather than leave it to Pdeathsig.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+
+	// A resident launcher first, when one is named and the request may be
+	// poolable (no binds, no work dir, the server's own profiles); it
+	// answers "not poolable" for anything its pre-built sandboxes cannot
+	// honour, and then, or when nothing listens, the run is one-shot.
+	if *serveSocket != "" && len(req.Binds) == 0 && req.Workdir == "" && *profileDir == "" {
+		rreq := launcher.ResidentRequest{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Environ: os.Environ(),
+			Timeout: req.Timeout, Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
+		res, err := launcher.CallResident(ctx, *serveSocket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
+		switch {
+		case err == nil:
+			return finishRun(res, *resultPath)
+		case errors.Is(err, launcher.ErrNoResident), errors.Is(err, launcher.ErrNotPoolable):
+			// one-shot below
+		case isRefused(err):
+			// The caller may still run one-shot with its own privileges.
+			fmt.Fprintln(os.Stderr, "str run: warning: the resident launcher refused this caller; running one-shot:", err)
+		default:
+			fmt.Fprintln(os.Stderr, "str run:", err)
+			return exitLauncher
+		}
+	}
+
 	// STR_CGROUP_PARENT names the cgroup v2 parent for sandboxes (a
 	// delegated subtree); unset, the launcher picks "<own cgroup>/str".
 	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir, CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
@@ -137,18 +171,19 @@ func cmdRun(args []string) int {
 		return exitLauncher
 	}
 
-	// SIGTERM/SIGINT to str run: end the sandbox cleanly (the context kills
-	// it and the cgroup is removed) rather than leave it to Pdeathsig.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer stop()
-
 	res, err := l.Run(ctx, req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str run:", err)
 		return exitLauncher
 	}
-	if *resultPath != "" {
-		if err := writeResult(*resultPath, res); err != nil {
+	return finishRun(res, *resultPath)
+}
+
+// finishRun reports a run's result and returns str run's exit code: the
+// same for a one-shot run and one through a resident launcher.
+func finishRun(res *launcher.Result, resultPath string) int {
+	if resultPath != "" {
+		if err := writeResult(resultPath, res); err != nil {
 			fmt.Fprintln(os.Stderr, "str run: --result:", err)
 		}
 	}
@@ -157,6 +192,17 @@ func cmdRun(args []string) int {
 	}
 	if res.ViolationSummary != "" {
 		fmt.Fprintln(os.Stderr, res.ViolationSummary)
+	}
+	if wb := res.WriteBack; wb != nil {
+		for _, p := range wb.Skipped {
+			fmt.Fprintf(os.Stderr, "str run: warning: %s/%s: not copied back (not a file, directory or symlink)\n", wb.Dir, p)
+		}
+		if wb.Error != nil {
+			// The tool's changes did not all reach DIR: whatever the tool's
+			// own status, the run failed on str's side.
+			fmt.Fprintln(os.Stderr, "str run:", wb.Error.Error())
+			return exitLauncher
+		}
 	}
 	switch {
 	case res.SetupError != nil:
@@ -197,4 +243,9 @@ func writeResult(path string, res *launcher.Result) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+func isRefused(err error) bool {
+	var re *launcher.ResidentError
+	return errors.As(err, &re) && re.Refused
 }

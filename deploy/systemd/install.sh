@@ -4,7 +4,9 @@
 #
 #   deploy/systemd/install.sh BIN TOOLS_DIR
 #
-# BIN: the str binary (make build: bin/str). TOOLS_DIR: a directory with
+# BIN: the str binary (make build: bin/str), with the worker str-worker
+# beside it (bin/str-worker: `str worker` execs it from str's own
+# directory, so both go to /usr/local/bin). TOOLS_DIR: a directory with
 # manifest.yaml and the tools' python/ (e.g. examples/tools). Needs root.
 # It installs and reloads systemd; it does not start the service (edit
 # /etc/str/worker.env first, then systemctl enable --now str-worker).
@@ -12,10 +14,13 @@ set -eu
 bin=${1:?usage: install.sh BIN TOOLS_DIR}
 tools=${2:?usage: install.sh BIN TOOLS_DIR}
 here=$(dirname "$0")
+worker=$(dirname "$bin")/str-worker
 [ -f "$tools/manifest.yaml" ] || { echo "install.sh: $tools/manifest.yaml missing" >&2; exit 1; }
+[ -x "$worker" ] || { echo "install.sh: $worker missing (the worker, built beside str by make build)" >&2; exit 1; }
 
-# 1. The binary and the unit.
+# 1. The binaries and the unit.
 install -m 0755 "$bin" /usr/local/bin/str
+install -m 0755 "$worker" /usr/local/bin/str-worker
 install -m 0644 "$here/str-worker.service" /etc/systemd/system/str-worker.service
 
 # 2. Settings: the example on first install only (an operator's edits stay).

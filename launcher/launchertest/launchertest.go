@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
 )
 
@@ -44,5 +45,8 @@ func (s Sandboxes) Create(ctx context.Context, spec launcher.Spec) (launcher.Box
 		cred = &syscall.Credential{Uid: uint32(s.UID), Gid: uint32(s.GID)}
 	}
 	env := append([]string{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}, spec.Env...)
+	// As the launcher: a credential reaches the tool as its placeholder
+	// (the fake has no proxy: the value goes nowhere).
+	env = append(env, egress.CredentialEnv(spec.Credentials)...)
 	return launcher.NewHostBox(ctx, spec, env, cred)
 }

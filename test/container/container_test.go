@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/test/internal/enginetest"
+	"github.com/securetoolruntime/str/test/internal/strbuild"
 )
 
 // The helpers every engine test shares.
@@ -294,7 +295,7 @@ func TestContainerBattery(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", name).Run() })
 	args := append([]string{"run", "--rm", "--name", name}, leastPrivilege(root)...)
 	args = append(args,
-		"-v", bin+":/t/hostile.test:ro", "-v", strBin+":/t/str:ro",
+		"-v", bin+":/t/hostile.test:ro", "-v", strBin+":/t/str:ro", "-v", strbuild.WorkerBeside(strBin)+":/t/"+strbuild.Worker+":ro",
 		"-v", filepath.Join(root, "test/integration/hostile")+":/src/test/integration/hostile:ro",
 		"-v", filepath.Join(root, "examples")+":/src/examples:ro",
 		"-w", "/src/test/integration/hostile",

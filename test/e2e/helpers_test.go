@@ -1,4 +1,4 @@
-// Package e2e runs `str worker` (built from ./cmd/str) as a subprocess
+// Package e2e runs `str worker` (built from ./cmd/str and ./cmd/str-worker) as a subprocess
 // with the real launcher and talks to it over real TCP through the dev
 // broker, as an agent would.
 package e2e
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/test/internal/strbuild"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -41,10 +42,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	strBin = filepath.Join(dir, "str")
-	build := exec.Command("go", "build", "-o", strBin, "../../cmd/str")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if strBin, err = strbuild.Build(dir, "../.."); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building str:", err)
 		os.Exit(1)
 	}

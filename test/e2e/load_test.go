@@ -503,7 +503,7 @@ func (a *loadAgent) reset() {
 
 // sandboxSampler counts, every interval, the worker's live child
 // processes: each is one sandbox (just after the clone a copy of the
-// worker, comm "str"; then its init, comm the number of the descriptor it
+// worker, comm "str-worker"; then its init, comm the number of the descriptor it
 // was executed from; then the runner it becomes, python3, PID 1 of the
 // sandbox's pid namespace); the worker starts no other
 // process in sandbox mode, and with no warm pool a sandbox exists only

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/test/internal/strbuild"
 )
 
 // strBin is the str binary under test: $STR_BIN, or built once by TestMain.
@@ -29,10 +32,7 @@ func TestMain(m *testing.M) {
 		}
 		// World-readable so the rootless test's unprivileged user can run it.
 		_ = os.Chmod(dir, 0o755)
-		strBin = filepath.Join(dir, "str")
-		build := exec.Command("go", "build", "-o", strBin, "../../cmd/str")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
+		if strBin, err = strbuild.Build(dir, "../.."); err != nil {
 			fmt.Fprintln(os.Stderr, "building str:", err)
 			os.Exit(1)
 		}
@@ -71,12 +71,14 @@ type result struct {
 	CPUTimeMs       float64  `json:"cpu_time_ms"`
 	PeakMemoryBytes int64    `json:"peak_memory_bytes"`
 	Warnings        []string `json:"warnings"`
+	Resident        bool     `json:"resident"`
 	SetupError      *struct {
 		Step   int    `json:"step"`
 		Action string `json:"action"`
 		Path   string `json:"path"`
 		Error  string `json:"error"`
 	} `json:"setup_error"`
+	WriteBack *launcher.WriteBack `json:"write_back"`
 }
 
 type run struct {

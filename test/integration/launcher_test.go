@@ -248,14 +248,18 @@ func TestSIGKILLLeavesNothingBehind(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("sandbox processes never appeared")
 	}
-	var killed []string // the killed launcher's sandbox cgroups
+	// The killed launcher's sandbox cgroups: the new ones that hold the
+	// sandbox's processes (other packages' tests create sandboxes
+	// meanwhile; theirs are not this launcher's).
+	var killed []string
+	own := sandboxCgroupNames(findProcs("sleep " + marker))
 	for _, c := range strCgroups() {
-		if !slices.Contains(cgroupsBefore, c) {
+		if !slices.Contains(cgroupsBefore, c) && own[filepath.Base(c)] {
 			killed = append(killed, c)
 		}
 	}
 	if len(killed) == 0 {
-		t.Fatal("the running sandbox has no cgroup under str/")
+		t.Fatalf("the running sandbox has no cgroup under str/ (its processes' cgroups: %v)", own)
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
@@ -271,9 +275,45 @@ func TestSIGKILLLeavesNothingBehind(t *testing.T) {
 		}
 	}
 	mountsAfter, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Count(string(mountsAfter), "\n") != strings.Count(string(mountsBefore), "\n") {
-		t.Fatalf("host mount table changed:\nbefore:\n%s\nafter:\n%s", mountsBefore, mountsAfter)
+	if added := addedMounts(string(mountsBefore), string(mountsAfter)); len(added) > 0 {
+		t.Fatalf("host mount table gained:\n%s", strings.Join(added, "\n"))
 	}
+}
+
+// sandboxCgroupNames is the set of sandbox cgroup names (the directory
+// below a "str" parent) that the processes pids are in.
+func sandboxCgroupNames(pids []string) map[string]bool {
+	names := map[string]bool{}
+	for _, pid := range pids {
+		data, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+		for _, line := range strings.Split(string(data), "\n") {
+			_, path, ok := strings.Cut(line, ":/")
+			if i := strings.Index(path, "str/"); ok && i >= 0 {
+				names[strings.SplitN(path[i+len("str/"):], "/", 2)[0]] = true
+			}
+		}
+	}
+	return names
+}
+
+// addedMounts are the mount table's lines in after and not in before,
+// less those other tests running meanwhile make on the host by design:
+// the worker's work dirs (tmpfs "str-workdir"), network namespaces
+// (nsfs) and the container engine's (overlay, /var/lib/docker, /run/docker).
+func addedMounts(before, after string) []string {
+	seen := map[string]bool{}
+	for _, l := range strings.Split(before, "\n") {
+		seen[l] = true
+	}
+	var added []string
+	for _, l := range strings.Split(after, "\n") {
+		if l == "" || seen[l] || strings.Contains(l, " str-workdir ") || strings.Contains(l, " - nsfs ") ||
+			strings.Contains(l, " - overlay ") || strings.Contains(l, "/var/lib/docker") || strings.Contains(l, "/run/docker") {
+			continue
+		}
+		added = append(added, l)
+	}
+	return added
 }
 
 // strCgroups lists the sandbox cgroup directories (below a "str" parent).

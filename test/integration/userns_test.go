@@ -13,7 +13,8 @@ import (
 )
 
 // held is a sandbox kept running until release: its tool writes "ready"
-// into its work dir, then waits for the test to create "go".
+// into its work dir, then waits for the test to create "go" (a live work
+// dir: both sides see the other's file at once).
 type held struct {
 	t    *testing.T
 	wd   string
@@ -24,7 +25,7 @@ type held struct {
 func hold(t *testing.T, profile, before string) *held {
 	t.Helper()
 	h := &held{t: t, wd: worldDir(t)}
-	h.cmd = exec.Command(strBin, "run", "--profile", profile, "--workdir", h.wd, "--", "/bin/sh", "-c",
+	h.cmd = exec.Command(strBin, "run", "--profile", profile, "--workdir", h.wd, "--workdir-live", "--", "/bin/sh", "-c",
 		before+`; touch ready; while [ ! -e go ]; do sleep 0.02; done`)
 	h.cmd.Stderr = &h.errb
 	if err := h.cmd.Start(); err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // privateChain makes base/inner, both mode 0700 and owned by root, as
@@ -386,4 +388,80 @@ if echo x >> theirs.txt 2>/dev/null; then echo WROTE_THEIRS; fi; echo done`
 	if u := hostUID(t, filepath.Join(rootwd, "tool.txt")); u == 0 || u == owner || !strings.Contains(r.Stdout, "done") {
 		t.Fatalf("a tool's file in a root-owned 1777 dir: host uid %d (stdout %q)", u, r.Stdout)
 	}
+}
+
+// str run --workdir DIR (root mode) caps the tool's writes like a
+// worker's work dir (issue 18 §2): the restrictive profile's work_dir
+// is 256 MiB, so a tool writing 60 MiB files (under its 64 MiB
+// RLIMIT_FSIZE) meets ENOSPC before a fifth is whole; it can still
+// remove them and leave an answer. What the tool changed reaches DIR once
+// the sandbox has ended (step L10), owned by DIR's owner: a new file, an
+// appended one, a removed one, a directory removed and made again
+// (nothing of the old one stays), a symlink (written, never followed).
+// --workdir-live binds DIR live instead: the same writes are not capped
+// and no write-back is reported.
+func TestWorkdirCapped(t *testing.T) {
+	needRoot(t)
+	inner := privateChain(t)
+	wd := filepath.Join(inner, "wd")
+	const owner, group = 4242, 4343
+	files := map[string]string{"keep.txt": "old\n", "del.txt": "gone\n", "sub/x.txt": "x\n"}
+	for p, c := range files {
+		full := filepath.Join(wd, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"", "keep.txt", "del.txt", "sub", "sub/x.txt"} {
+		if err := os.Chown(filepath.Join(wd, p), owner, group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := `n=0; while dd if=/dev/zero of=big$n bs=1M count=60 2>/dev/null; do n=$((n+1)); [ $n -lt 8 ] || break; done
+echo "whole=$n"; rm -f big*
+echo new > new.txt; echo more >> keep.txt; rm del.txt; rm -r sub; mkdir sub; echo z > sub/z.txt
+ln -s /etc/shadow link; echo done`
+	r := sh(t, "restrictive", script, "--workdir", wd)
+	if !strings.Contains(r.Stdout, "whole=4\n") || !strings.HasSuffix(r.Stdout, "done\n") {
+		t.Fatalf("stdout %q: want 4 whole 60 MiB files under the 256 MiB cap, then the rest of the script", r.Stdout)
+	}
+	wb := r.Res.WriteBack
+	if wb == nil || wb.Error != nil || wb.Dir != wd || wb.Removed != 1 || wb.Files != 3 || wb.Symlinks != 1 {
+		t.Fatalf("write_back %+v (error %v): want new.txt, keep.txt, sub/z.txt, link and the removal of del.txt", wb, errOf(wb))
+	}
+	want := map[string]string{"new.txt": "new\n", "keep.txt": "old\nmore\n", "sub/z.txt": "z\n"}
+	for p, c := range want {
+		got, err := os.ReadFile(filepath.Join(wd, p))
+		if err != nil || string(got) != c {
+			t.Errorf("%s on the host: %q %v, want %q", p, got, err, c)
+		}
+		if u := hostUID(t, filepath.Join(wd, p)); u != owner {
+			t.Errorf("%s on the host: uid %d, want the work dir's owner %d", p, u, owner)
+		}
+	}
+	for _, p := range []string{"del.txt", "sub/x.txt", "big0"} {
+		if _, err := os.Lstat(filepath.Join(wd, p)); !os.IsNotExist(err) {
+			t.Errorf("%s should be gone from the host: %v", p, err)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(wd, "link")); err != nil || target != "/etc/shadow" {
+		t.Errorf("link on the host: %q %v", target, err)
+	}
+
+	// Live: no cap (five 60 MiB files), no write-back.
+	live := sh(t, "restrictive", `n=0; while [ $n -lt 5 ] && dd if=/dev/zero of=big$n bs=1M count=60 2>/dev/null; do n=$((n+1)); done; echo "whole=$n"; rm -f big*`,
+		"--workdir", wd, "--workdir-live")
+	if live.Stdout != "whole=5\n" || live.Res.WriteBack != nil {
+		t.Fatalf("--workdir-live: stdout %q, write_back %+v: want 5 whole files and no write-back", live.Stdout, live.Res.WriteBack)
+	}
+}
+
+func errOf(wb *launcher.WriteBack) error {
+	if wb == nil || wb.Error == nil {
+		return nil
+	}
+	return wb.Error
 }

@@ -52,6 +52,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/securetoolruntime/str/test/internal/enginetest"
+	"github.com/securetoolruntime/str/test/internal/strbuild"
 )
 
 // The helpers every engine test shares.
@@ -306,7 +307,7 @@ func podTools(t *testing.T, root, strBin string) []string {
 		t.Fatalf("go build ./test/pod/podns: %v\n%s", err, out)
 	}
 	return []string{"-v", bin + ":/pod/podns:ro", "-v", filepath.Join(root, "test/pod/podinit.sh") + ":/pod/podinit.sh:ro",
-		"-v", strBin + ":/t/str:ro", "--cgroupns", "private", "--entrypoint", "/pod/podinit.sh"}
+		"-v", strBin + ":/t/str:ro", "-v", strbuild.WorkerBeside(strBin) + ":/t/" + strbuild.Worker + ":ro", "--cgroupns", "private", "--entrypoint", "/pod/podinit.sh"}
 }
 
 // TestPodServes starts the worker in the reproduced pod and serves through
@@ -358,9 +359,10 @@ func TestPodServes(t *testing.T) {
 	// The worker is uid 0 of a 65,536-id user namespace (seen from the
 	// container's root: uid 100000, the pod's root on the node), with the
 	// manifest's capabilities and nothing more (CapBnd: the engine's
-	// default set less NET_RAW plus SYS_ADMIN and NET_ADMIN).
+	// default set less NET_RAW plus SYS_ADMIN and NET_ADMIN). /t/str
+	// worker execs /t/str-worker in the same process.
 	st := docker(t, "exec", name, "sh", "-c",
-		`for p in /proc/[0-9]*; do if [ "$(readlink $p/exe)" = /t/str ]; then cat $p/uid_map $p/gid_map; grep -E '^(Uid|CapBnd):' $p/status; break; fi; done`)
+		`for p in /proc/[0-9]*; do if [ "$(readlink $p/exe)" = /t/`+strbuild.Worker+` ]; then cat $p/uid_map $p/gid_map; grep -E '^(Uid|CapBnd):' $p/status; break; fi; done`)
 	want := []string{fmt.Sprintf("0 %d 65536", podRoot), fmt.Sprintf("Uid: %d %d %d %d", podRoot, podRoot, podRoot, podRoot), "CapBnd:\t" + manifestCaps(t, root)}
 	for _, w := range want {
 		if !strings.Contains(strings.Join(strings.Fields(st), " "), strings.Join(strings.Fields(w), " ")) {

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/test/internal/enginetest"
+	"github.com/securetoolruntime/str/test/internal/strbuild"
 )
 
 // The helpers every engine test shares.
@@ -242,6 +243,7 @@ func TestSystemdUnit(t *testing.T) {
 	ok := t.Run("install", func(t *testing.T) {
 		h.must("mkdir", "-p", "/src/bin", "/src/deploy")
 		docker(t, "cp", strBin, h.name+":/src/bin/str")
+		docker(t, "cp", strbuild.WorkerBeside(strBin), h.name+":/src/bin/"+strbuild.Worker)
 		docker(t, "cp", filepath.Join(root, "deploy/systemd"), h.name+":/src/deploy/systemd")
 		docker(t, "cp", filepath.Join(root, "examples/tools"), h.name+":/src/tools")
 		h.must("/src/deploy/systemd/install.sh", "/src/bin/str", "/src/tools")

@@ -62,6 +62,10 @@ type Tool struct {
 	// the profile's): `network: {policy: restricted, allowed_hosts: [...]}`.
 	// It may only tighten; the launcher refuses a looser one.
 	Network *egress.Policy
+	// Credentials are secrets the tool's calls use without seeing them
+	// (credentials.go); a request can neither add nor widen them. nil:
+	// none. A pointer keeps Tool comparable (the warm pool's key).
+	Credentials *Credentials
 	// UserScope is what the tool may do with user-scoped ("user:")
 	// artifacts, shared across all of the user's sessions:
 	// `artifacts: {user_scope: read|write|none}`; "" (absent) is read.
@@ -114,7 +118,8 @@ func (t *Tool) Equal(u *Tool) bool {
 	}
 	a, b := *t, *u
 	a.Network, b.Network = nil, nil
-	return a == b && reflect.DeepEqual(t.Network, u.Network)
+	a.Credentials, b.Credentials = nil, nil
+	return a == b && reflect.DeepEqual(t.Network, u.Network) && reflect.DeepEqual(t.Credentials, u.Credentials)
 }
 
 // MaxWarm is the largest warm pool size one tool may ask for.
@@ -267,7 +272,7 @@ func Parse(data []byte, source string) (*Manifest, error) {
 var toolFields = map[string]bool{
 	"runtime": true, "module": true, "function": true, "class_name": true, "package": true, "version": true,
 	"description": true, "timeout_seconds": true, "sandbox_profile": true, "sha256": true, "warm": true,
-	"network": true, "artifacts": true,
+	"network": true, "artifacts": true, "credentials": true,
 	"parameters": true, "artifact_params": true, "instructions": true, "config_schema": true,
 }
 
@@ -275,6 +280,7 @@ var artifactsFields = map[string]bool{"user_scope": true}
 
 var networkFields = map[string]bool{
 	"policy": true, "allowed_hosts": true, "allowed_ports": true, "allowed_cidrs": true, "dns_servers": true, "on_violation": true,
+	"http_rules": true,
 }
 
 // tool decodes one entry; every problem it finds is p's (the caller gives
@@ -357,6 +363,10 @@ func (p *parser) tool(name string, nameNode, node *yaml.Node) *Tool {
 				t.Network = &n
 			}
 		}
+	}
+
+	if v, ok := fields["credentials"]; ok && v.Tag != "!!null" {
+		p.credentials(t, where, v) // after network: the hosts are checked against it
 	}
 
 	if v, ok := fields["artifacts"]; ok && v.Tag != "!!null" {

@@ -576,6 +576,7 @@ func TestToolEqualEveryField(t *testing.T) {
 		"UserScope":  UserScopeWrite,
 		"Parameters": `{"type":"object"}`, "ArtifactParams": `{"a":{"is_list":true,"is_optional":false}}`,
 		"Instructions": "use it", "ConfigSchema": `[{"name":"k"}]`,
+		"Credentials": &Credentials{List: []Credential{{Name: "T", From: "env:T", Hosts: []string{"a.example.com"}, Header: "Authorization"}}},
 	}
 	typ := reflect.TypeOf(base)
 	for i := 0; i < typ.NumField(); i++ {

@@ -52,6 +52,22 @@ EOF and goes on exactly as a cold run from step 1 (an import failure of
 MODULE is reported then, as step 2 would; the module is not imported
 twice). Each warm runner serves one call.
 
+Interpreter start (-S): the worker starts the runner with "python3 -S",
+so Python's site module does not run at start: no .pth file of the
+interpreter's site-packages is executed (on a host with .pth hooks that
+import packages, e.g. certifi patches, ~3-5 ms of every call), no
+sitecustomize or usercustomize, no user site dir. The runner then puts
+exactly what the tools may import on sys.path itself (_site_paths): the
+interpreter's own site-packages dirs that exist in the sandbox, after the
+standard library, in site's order, as site would have (the tools dir and a
+declared package's site dir come first, from PYTHONPATH); and it defines
+the builtins site defines (exit, quit, help, copyright, credits, license).
+A system package that needs its .pth file to import (a legacy namespace
+package's -nspkg.pth) is not importable so. An interpreter in a virtual
+environment (pyvenv.cfg beside it) gets site's own processing instead,
+.pth files included. Without -S (the runner run by hand, or by tests)
+nothing changes.
+
 Exit status: 0 when a result file was written (even one carrying an error),
 2 when no result file could be written (unreadable arguments, unwritable
 result path). Nothing the tool prints on stdout or stderr is interpreted.
@@ -1959,6 +1975,26 @@ def _preload(module_name, function_name, class_name):
         import asyncio  # noqa: F401 - ~35 ms, now off the request path
 
 
+def _site_paths():
+    """Under -S, what site would have set up for the tools, without its
+    .pth files and customize hooks (see "Interpreter start" above)."""
+    if not sys.flags.no_site:
+        return
+    import site
+
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for d in (exe_dir, os.path.dirname(exe_dir)):
+        if os.path.isfile(os.path.join(d, "pyvenv.cfg")):
+            site.main()  # a virtual environment: site's own rules
+            return
+    for d in site.getsitepackages():
+        if os.path.isdir(d) and d not in sys.path:
+            sys.path.append(d)
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
+
+
 def main(argv):
     # The done descriptor first, before this process opens anything that
     # could take its number.
@@ -1972,6 +2008,9 @@ def main(argv):
     # The runner's own directory must not shadow tool modules.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    # The interpreter's site-packages (-S left them out), before any tool
+    # module is imported (the warm preload below included).
+    _site_paths()
 
     # 0. warm mode: prepare, say so, wait for the arguments.
     if warm:

@@ -31,6 +31,18 @@ var Source []byte
 //go:embed _str_runner.py
 var ModuleSource []byte
 
+// Command is the command line that starts the runner at path (Install's
+// result) with python, then args: "python -S path args...". -S: Python's
+// site module does not run at start, so no .pth file of the interpreter's
+// site-packages runs, nor sitecustomize, nor the user site (on a host with
+// .pth hooks that import packages, ~3-5 ms of CPU per call); the runner
+// puts the interpreter's own site-packages dirs on sys.path itself
+// (_str_runner.py, "Interpreter start"). The worker and the tests start
+// the runner only through it.
+func Command(python, path string, args ...string) []string {
+	return append([]string{python, "-S", path}, args...)
+}
+
 // FileName is the name Install gives the runner's entry point inside its
 // directory; ModuleFileName is the name of the module beside it.
 const (

@@ -37,6 +37,7 @@ func pythonBin(t *testing.T) string {
 type harness struct {
 	t       *testing.T
 	python  string
+	env     []string // more of the runner's environment
 	runner  string
 	tools   string
 	work    string
@@ -140,13 +141,15 @@ func (h *harness) runMode(a *Args, warm bool) (*Outcome, []string) {
 		linesCh <- lines
 	}()
 
-	cmd := exec.Command(h.python, h.runner, h.argPath)
+	argv := Command(h.python, h.runner, h.argPath)
+	var argsR *os.File
 	if warm {
 		data, err := os.ReadFile(h.argPath)
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		argsR, argsW, err := os.Pipe()
+		var argsW *os.File
+		argsR, argsW, err = os.Pipe()
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -155,10 +158,13 @@ func (h *harness) runMode(a *Args, warm bool) (*Outcome, []string) {
 			argsW.Write(data)
 			argsW.Close()
 		}()
-		cmd = exec.Command(h.python, h.runner, "--warm", "3", a.Module, a.Function)
+		argv = Command(h.python, h.runner, "--warm", "3", a.Module, a.Function)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if warm {
 		cmd.ExtraFiles = []*os.File{argsR}
 	}
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "PYTHONPATH=" + h.tools, "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8"}
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "PYTHONPATH=" + h.tools, "PYTHONDONTWRITEBYTECODE=1", "LANG=C.UTF-8"}, h.env...)
 	cmd.Dir = h.work
 	var stderr bytes.Buffer
 	cmd.Stdout = &stderr

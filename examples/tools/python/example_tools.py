@@ -184,6 +184,27 @@ def http_get(ctx, url, max_bytes=65536):
         return {"status": None, "error": str(e)}
 
 
+def api_call(ctx, url, token_env="API_TOKEN", max_bytes=65536):
+    """Calls an HTTPS API with a key the tool never sees. The manifest
+    entry's credentials: give this call $API_TOKEN as a placeholder
+    ("str-placeholder-..."); the worker's egress proxy puts the real value
+    into the Authorization header of requests to the credential's hosts
+    only, and gives back any echo of it as the placeholder again."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, headers={"Authorization": "Bearer " + os.environ.get(token_env, "")})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = r.read(int(max_bytes))
+            return {"status": r.status, "head": body[:200].decode("utf-8", "replace")}
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, "error": e.reason, "proxy_reason": e.headers.get("X-Str-Reason")}
+    except OSError as e:
+        return {"status": None, "error": str(e)}
+
+
 def self_check(ctx):
     """Reports what the sandbox looks like from inside, for a test (and an
     operator) to compare with what it must be: namespaces (the inode of

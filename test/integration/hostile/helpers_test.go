@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/test/internal/strbuild"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -49,10 +50,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	strBin = filepath.Join(dir, "str")
-	build := exec.Command("go", "build", "-o", strBin, "../../../cmd/str")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if strBin, err = strbuild.Build(dir, "../../.."); err != nil {
 		fmt.Fprintln(os.Stderr, "hostile: building str:", err)
 		os.Exit(1)
 	}

@@ -248,7 +248,13 @@ func installSitecustomize(t *testing.T, _ *harness, _ hcase) {
 	if rep.Result == nil {
 		t.Fatalf("want a result, got %.3000s", raw)
 	}
-	// site.py imported it in the tool's own sandbox, where it belongs.
+	// The runner starts Python with -S: site.py imports no
+	// sitecustomize at start, not even in the tool's sandbox.
+	if res["at_start"] != nil {
+		t.Fatalf("the package's sitecustomize.py ran at the interpreter's start: %v", res["at_start"])
+	}
+	// The package is there all the same: imported by the tool's own code,
+	// it runs in the tool's sandbox, where it belongs.
 	ranInSandbox(t, res, raw, "sitecustomize")
 }
 

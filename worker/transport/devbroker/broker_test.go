@@ -1,19 +1,14 @@
 package devbroker
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
-	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/broker/brokertest"
 )
 
 // The str dev broker the client tests talk to, on a port of loopback,
@@ -21,19 +16,7 @@ import (
 // tests do) to see what the client puts on the wire.
 
 // testLogger discards log output unless -v is given.
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+var testLogger = brokertest.Logger
 
 // startServer starts a broker on 127.0.0.1 (anonymous unless opts has a
 // token), closed when the test ends.
@@ -65,64 +48,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// raw is a test-side connection speaking the protocol by hand.
-type raw struct {
-	t  *testing.T
-	nc net.Conn
-	r  *bufio.Reader
-}
+// raw is brokertest's hand-speaking connection.
+type raw = brokertest.Raw
 
-func dialRaw(t *testing.T, addr net.Addr) *raw {
-	t.Helper()
-	nc, err := net.Dial("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
-}
+func dialRaw(t *testing.T, addr net.Addr) *raw { return brokertest.Dial(t, addr) }
 
-func (c *raw) send(line string) {
-	c.t.Helper()
-	c.nc.SetWriteDeadline(time.Now().Add(3 * time.Second))
-	if _, err := io.WriteString(c.nc, line+"\n"); err != nil {
-		c.t.Fatalf("send %s: %v", line, err)
-	}
-}
-
-// read returns the next response line, decoded with numbers kept as text.
-func (c *raw) read() map[string]any {
-	c.t.Helper()
-	c.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
-	line, err := c.r.ReadBytes('\n')
-	if err != nil {
-		c.t.Fatalf("read response: %v (partial %q)", err, line)
-	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		c.t.Fatalf("response %q is not a JSON object: %v", line, err)
-	}
-	return m
-}
-
-func (c *raw) do(line string) map[string]any {
-	c.t.Helper()
-	c.send(line)
-	return c.read()
-}
-
-// same compares a response with the expected one field by field: the same
-// keys, and equal values (JSON numbers compared as their text).
-func same(t *testing.T, what string, got map[string]any, want map[string]any) {
-	t.Helper()
-	if !reflect.DeepEqual(got, want) {
-		g, _ := json.Marshal(got)
-		w, _ := json.Marshal(want)
-		t.Fatalf("%s:\n got %s\nwant %s", what, g, w)
-	}
-}
+var same = brokertest.Same
 
 // connectRaw opens a connection and CONNECTs it.
 func connectRaw(t *testing.T, s *broker.Server, id, queue string, subs ...string) *raw {
@@ -132,17 +63,9 @@ func connectRaw(t *testing.T, s *broker.Server, id, queue string, subs ...string
 	if subs == nil {
 		js = []byte("[]")
 	}
-	r := c.do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": %q, "queue_name": %q, "subscriptions": %s}`, id, queue, js))
+	r := c.Do(fmt.Sprintf(`{"cmd": "CONNECT", "client_id": %q, "queue_name": %q, "subscriptions": %s}`, id, queue, js))
 	if r["status"] != "OK" {
 		t.Fatalf("CONNECT %s: %v", id, r)
 	}
 	return c
-}
-
-func (c *raw) publish(topic string, payload any) {
-	c.t.Helper()
-	p, _ := json.Marshal(payload)
-	if r := c.do(fmt.Sprintf(`{"cmd": "PUBLISH", "topic": %q, "payload": %s}`, topic, p)); r["status"] != "OK" {
-		c.t.Fatalf("PUBLISH %s: %v", topic, r)
-	}
 }

@@ -128,14 +128,14 @@ func TestClientWireForms(t *testing.T) {
 		{[]any{json.Number("1"), json.Number("2")}, map[string]any{}},
 		{"", map[string]any{}},
 	} {
-		r := py.do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
+		r := py.Do(`{"cmd": "RECEIVE", "timeout_ms": 2000}`)
 		m, _ := r["message"].(map[string]any)
 		same(t, "payload on the wire", map[string]any{"payload": m["payload"], "user_properties": m["user_properties"]},
 			map[string]any{"payload": want.payload, "user_properties": want.props})
 	}
 
-	py.send(`{"cmd": "PUBLISH", "topic": "in/1", "payload": "a \"string\" payload", "user_properties": {"timestamp": 1700000000123, "ok": true, "ratio": 0.5, "none": null, "obj": {"a": [1, 2]}, "s": "x"}}`)
-	if r := py.read(); r["status"] != "OK" {
+	py.Send(`{"cmd": "PUBLISH", "topic": "in/1", "payload": "a \"string\" payload", "user_properties": {"timestamp": 1700000000123, "ok": true, "ratio": 0.5, "none": null, "obj": {"a": [1, 2]}, "s": "x"}}`)
+	if r := py.Read(); r["status"] != "OK" {
 		t.Fatal(r)
 	}
 	d := receive(t, c)
@@ -148,7 +148,7 @@ func TestClientWireForms(t *testing.T) {
 	}
 	// An object payload is handed over as its JSON text: key order and
 	// characters as sent, whitespace compacted.
-	if r := py.do(`{"cmd": "PUBLISH", "topic": "in/2", "payload": {"b": 2, "a": "<&>\u00e9"}}`); r["status"] != "OK" {
+	if r := py.Do(`{"cmd": "PUBLISH", "topic": "in/2", "payload": {"b": 2, "a": "<&>\u00e9"}}`); r["status"] != "OK" {
 		t.Fatal(r)
 	}
 	if d := receive(t, c); string(d.Payload) != `{"b":2,"a":"<&>\u00e9"}` {
@@ -171,7 +171,7 @@ func TestClientPublisherIdentity(t *testing.T) {
 		t.Fatalf("distinct publisher id: got %q", d.Payload)
 	}
 
-	other.publish("echo/d", "marker")
+	other.Publish("echo/d", "marker")
 	if d := receive(t, distinct); string(d.Payload) != "marker" {
 		t.Fatalf("distinct publisher id: got %q", d.Payload)
 	}
@@ -193,15 +193,15 @@ func TestClientSubscribeUnsubscribe(t *testing.T) {
 	if err := c.Subscribe(ctx, "x/*"); err != nil {
 		t.Fatal(err)
 	}
-	p.publish("x/1", "one")
+	p.Publish("x/1", "one")
 	if d := receive(t, c); string(d.Payload) != "one" || d.Topic != "x/1" {
 		t.Fatalf("got %q on %s", d.Payload, d.Topic)
 	}
 	if err := c.Unsubscribe(ctx, "x/*"); err != nil {
 		t.Fatal(err)
 	}
-	p.publish("x/2", "two")
-	p.publish("m", "marker")
+	p.Publish("x/2", "two")
+	p.Publish("m", "marker")
 	if d := receive(t, c); string(d.Payload) != "marker" {
 		t.Fatalf("got %q, want the marker (x/* was unsubscribed)", d.Payload)
 	}
@@ -312,7 +312,7 @@ func TestClientReconnect(t *testing.T) {
 
 	p := connectRaw(t, s2, "p", "")
 	for _, topic := range []string{"a", "b", "c", "d"} {
-		p.publish(topic, "on "+topic)
+		p.Publish(topic, "on "+topic)
 	}
 	for _, want := range []string{"a", "b", "d"} { // c was unsubscribed
 		if d := receive(t, c); d.Topic != want {
@@ -385,7 +385,7 @@ func TestClientConnectWaitsForBroker(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("Connect did not succeed once the broker was up")
 	}
-	connectRaw(t, s, "p", "").publish("t", "hello")
+	connectRaw(t, s, "p", "").Publish("t", "hello")
 	if d := receive(t, c); string(d.Payload) != "hello" {
 		t.Fatalf("got %q", d.Payload)
 	}
@@ -470,12 +470,12 @@ func TestClientConnectLinesAndCatchUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { nc.Close() })
-		return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
+		return &raw{T: t, NC: nc, R: bufio.NewReader(nc)}
 	}
 	expectLine := func(r *raw, want string) {
 		t.Helper()
-		r.nc.SetReadDeadline(time.Now().Add(3 * time.Second))
-		got, err := r.r.ReadString('\n')
+		r.NC.SetReadDeadline(time.Now().Add(3 * time.Second))
+		got, err := r.R.ReadString('\n')
 		if err != nil || got != want+"\n" {
 			t.Fatalf("client sent %q (err %v), want %q", got, err, want)
 		}
@@ -490,16 +490,16 @@ func TestClientConnectLinesAndCatchUp(t *testing.T) {
 	if err := c.Unsubscribe(context.Background(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	recv.send(`{"status": "OK", "client_id": "w"}`)
+	recv.Send(`{"status": "OK", "client_id": "w"}`)
 
 	pub := accept()
 	expectLine(pub, `{"cmd":"CONNECT","client_id":"w-pub","queue_name":"","subscriptions":[]}`)
-	pub.send(`{"status": "OK", "client_id": "w-pub"}`)
+	pub.Send(`{"status": "OK", "client_id": "w-pub"}`)
 
 	expectLine(recv, `{"cmd":"SUBSCRIBE","topic_pattern":"b"}`)
-	recv.send(`{"status": "OK"}`)
+	recv.Send(`{"status": "OK"}`)
 	expectLine(recv, `{"cmd":"UNSUBSCRIBE","topic_pattern":"a"}`)
-	recv.send(`{"status": "OK"}`)
+	recv.Send(`{"status": "OK"}`)
 	select {
 	case err := <-connected:
 		if err != nil {
@@ -509,7 +509,7 @@ func TestClientConnectLinesAndCatchUp(t *testing.T) {
 		t.Fatal("Connect did not return")
 	}
 	expectLine(recv, `{"cmd":"RECEIVE","timeout_ms":100}`)
-	recv.send(`{"status": "OK", "message": {"message_id": "m1", "topic": "x/y", "payload": "hi", "user_properties": {"n": 5}}}`)
+	recv.Send(`{"status": "OK", "message": {"message_id": "m1", "topic": "x/y", "payload": "hi", "user_properties": {"n": 5}}}`)
 	if d := receive(t, c); d.Topic != "x/y" || string(d.Payload) != "hi" || d.UserProperties["n"] != "5" {
 		t.Fatalf("got %q %q %v", d.Topic, d.Payload, d.UserProperties)
 	}
@@ -519,7 +519,7 @@ func TestClientConnectLinesAndCatchUp(t *testing.T) {
 		errc <- c.Publish(context.Background(), transport.Message{Topic: "r/1", Payload: []byte(`{"ok": true}`), UserProperties: map[string]string{"k": "v"}, ID: "p-1"})
 	}()
 	expectLine(pub, `{"cmd":"PUBLISH","topic":"r/1","payload":{"ok":true},"user_properties":{"k":"v"},"publish_id":"p-1"}`)
-	pub.send(`{"status": "ERROR", "error_code": "INTERNAL_ERROR", "error_message": "boom"}`)
+	pub.Send(`{"status": "ERROR", "error_code": "INTERNAL_ERROR", "error_message": "boom"}`)
 	var be *BrokerError
 	if err := <-errc; !errors.As(err, &be) || be.Code != broker.CodeInternalError || be.Message != "boom" {
 		t.Fatalf("publish refused by the broker: %v", err)

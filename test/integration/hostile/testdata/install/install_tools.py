@@ -5,7 +5,12 @@ import json
 
 def sitecustomize(ctx):
     import strsc
-    return {"evidence": strsc.evidence()}
+    # The runner's interpreter starts with -S: site imported no
+    # sitecustomize, so nothing is recorded yet.
+    at_start = strsc.evidence()
+    # Imported by the tool's own code, the payload runs now, confined.
+    import sitecustomize  # noqa: F401
+    return {"at_start": at_start, "evidence": strsc.evidence()}
 
 
 def pth(ctx):

@@ -1,0 +1,576 @@
+package launcher
+
+// The resident launcher (str serve): a root process that keeps K
+// sandboxes per served profile pre-built, each one's init waiting at its
+// step 10a, and hands one to each `str run` that connects to its socket.
+//
+// The socket is an authority, checked in this order (checks 1-7):
+//
+//  1. the socket file: created under umask 0177 (no one but root may
+//     connect while it is set up), then owned root:GROUP mode 0660 with
+//     --allow-group, 0666 with --allow-uid (SO_PEERCRED alone decides
+//     then), 0600 without either: the kernel's connect permission check
+//     uses the caller's real groups;
+//  2. SO_PEERCRED of every connection: uid 0, a listed uid, or a member
+//     of the listed group (its primary gid, or the group's membership in
+//     the user database); anything else is answered "refused" and closed;
+//  3. the request is planned by Launcher.Plan exactly as one-shot `str
+//     run` plans it (profile lookup, tighten-only limits and network, the
+//     caller's environment for the profile's passthrough names): a bad
+//     request gets the same error text;
+//  4. poolable: a served profile, and the call's plan equal to the
+//     pre-built sandbox's but for argv, environment and a wall clock no
+//     longer than the profile's (Arm). Binds, a work dir, lower limits or
+//     a narrower network need another plan: "not_poolable", and the
+//     client runs one-shot;
+//  5. the call: Sandbox.Call arms the wall clock and hands argv, env and
+//     the caller's three stdio descriptors to the init (its step 10a);
+//     the server closes its copies at once;
+//  6. the reply: the Result (same JSON as `str run --result`); a
+//     cancellation from the client, or the connection closing, ends the
+//     sandbox as a cancelled one-shot run is ended;
+//  7. the cgroup's removal, the ids' release and the refill, after the
+//     reply: off the caller's critical path.
+//
+// Each pre-built sandbox is an ordinary sandbox of this launcher (its own
+// namespaces, cgroup, leased host ids, fresh tmpfs root and /tmp) used for
+// one call, never reused.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/user"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"golang.org/x/sys/unix"
+)
+
+// ResidentOptions configure a resident launcher.
+type ResidentOptions struct {
+	Socket   string   // the socket's path
+	Profiles []string // the served profiles (names or trust levels)
+	Pool     int      // pre-built sandboxes per profile (>= 1)
+	// AllowUIDs may connect besides root; AllowGID's members (-1: none)
+	// too.
+	AllowUIDs []int
+	AllowGID  int
+	// Idle is a pre-built sandbox's idle limit: one not called by then
+	// is killed and replaced (default DefaultResidentIdle).
+	Idle time.Duration
+}
+
+// requestDeadline bounds the wait for a connected caller's request.
+const requestDeadline = 10 * time.Second
+
+// DefaultResidentIdle is how long a pre-built sandbox waits for a call
+// before it is replaced.
+const DefaultResidentIdle = 10 * time.Minute
+
+// Resident is a running resident launcher.
+type Resident struct {
+	l     *Launcher
+	opts  ResidentOptions
+	log   *slog.Logger
+	ln    *net.UnixListener
+	ctx   context.Context
+	stop  context.CancelFunc
+	pools map[string]*residentPool // by the plan's profile name
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// residentPool is one served profile's pre-built sandboxes.
+type residentPool struct {
+	r    *Resident
+	name string
+	req  Request // the template request: AwaitCall, Idle
+	tmpl *Plan   // its plan, before Create leases ids
+
+	mu       sync.Mutex
+	ready    []*residentBox
+	building int
+	failures int // consecutive builds that ended before awaiting their call
+}
+
+type residentBox struct {
+	sb     *Sandbox
+	cancel context.CancelFunc // ends the sandbox as a cancellation (SIGINT, then SIGKILL)
+}
+
+// NewResident plans every served profile, creates the socket (check 1)
+// and starts filling the pools. Root only: the pre-built sandboxes lease
+// host ids.
+func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
+	if l.host.UID != 0 {
+		return nil, errors.New("str serve runs as root (its sandboxes lease host ids)")
+	}
+	if opts.Pool < 1 {
+		return nil, fmt.Errorf("%w: pool size %d: at least 1", ErrInvalidRequest, opts.Pool)
+	}
+	if opts.Idle <= 0 {
+		opts.Idle = DefaultResidentIdle
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	r := &Resident{l: l, opts: opts, log: l.log, ctx: ctx, stop: stop, pools: map[string]*residentPool{}}
+	for _, name := range opts.Profiles {
+		req := Request{Profile: name, AwaitCall: true, Idle: opts.Idle}
+		pl, err := l.Plan(req)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("str serve: profile %s: %w", name, err)
+		}
+		if pl.Timeout <= 0 {
+			stop()
+			return nil, fmt.Errorf("str serve: profile %s has no timeout: a pre-built sandbox is armed with one", name)
+		}
+		r.pools[pl.Profile] = &residentPool{r: r, name: pl.Profile, req: req, tmpl: pl}
+	}
+	ln, err := listenResident(opts)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	r.ln = ln
+	for _, p := range r.pools {
+		p.fill()
+	}
+	return r, nil
+}
+
+// listenResident is check 1: the socket file, owned and moded before any
+// connection can be accepted, and under umask 0177 until then.
+func listenResident(opts ResidentOptions) (*net.UnixListener, error) {
+	if fi, err := os.Lstat(opts.Socket); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("str serve: %s exists and is not a socket", opts.Socket)
+		}
+		if c, err := net.Dial("unixpacket", opts.Socket); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("str serve: %s: another str serve listens there", opts.Socket)
+		}
+		if err := os.Remove(opts.Socket); err != nil {
+			return nil, fmt.Errorf("str serve: remove stale socket: %w", err)
+		}
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: opts.Socket, Net: "unixpacket"})
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("str serve: listen %s: %w", opts.Socket, err)
+	}
+	mode, gid := os.FileMode(0o600), 0
+	switch {
+	case len(opts.AllowUIDs) > 0:
+		mode = 0o666 // any local user reaches check 2; only the listed pass it
+	case opts.AllowGID >= 0:
+		mode, gid = 0o660, opts.AllowGID
+	}
+	if err := os.Chown(opts.Socket, 0, gid); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("str serve: chown %s root:%d: %w", opts.Socket, gid, err)
+	}
+	if err := os.Chmod(opts.Socket, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("str serve: chmod %s %o: %w", opts.Socket, mode, err)
+	}
+	return ln, nil
+}
+
+// Serve accepts connections until Close.
+func (r *Resident) Serve() error {
+	for {
+		c, err := r.ln.AcceptUnix()
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return nil
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("str serve: accept: %w", err)
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer c.Close()
+			r.handle(c)
+		}()
+	}
+}
+
+// Close stops accepting, kills the idle sandboxes and waits for the
+// calls in flight and every sandbox to be gone.
+func (r *Resident) Close() { r.once.Do(r.close) }
+
+func (r *Resident) close() {
+	r.stop()
+	r.ln.Close()
+	r.wg.Wait()
+	for _, p := range r.pools {
+		p.mu.Lock()
+		boxes := p.ready
+		p.ready = nil
+		p.mu.Unlock()
+		for _, b := range boxes {
+			_ = b.sb.Kill()
+			_, _ = b.sb.Wait()
+		}
+	}
+}
+
+// authorize is check 2.
+func (r *Resident) authorize(cred *unix.Ucred) error {
+	if cred.Uid == 0 || slices.Contains(r.opts.AllowUIDs, int(cred.Uid)) {
+		return nil
+	}
+	if g := r.opts.AllowGID; g >= 0 {
+		if int(cred.Gid) == g {
+			return nil
+		}
+		if u, err := user.LookupId(strconv.Itoa(int(cred.Uid))); err == nil {
+			if gids, err := u.GroupIds(); err == nil && slices.Contains(gids, strconv.Itoa(g)) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("str serve: uid %d (gid %d, pid %d) may not use %s: root, --allow-uid and members of --allow-group only", cred.Uid, cred.Gid, cred.Pid, r.opts.Socket)
+}
+
+// reply sends the one answer of a connection.
+func reply(c *net.UnixConn, rep ResidentReply) {
+	b, err := json.Marshal(rep)
+	if err == nil {
+		_, _ = c.Write(b)
+	}
+}
+
+// handle serves one connection: checks 2-7 of the list above.
+func (r *Resident) handle(c *net.UnixConn) {
+	// 2. Who is calling.
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return
+	}
+	if err := r.authorize(cred); err != nil {
+		r.log.Warn("str serve: refused", "uid", cred.Uid, "gid", cred.Gid, "pid", cred.Pid)
+		// Its request is read and dropped first (descriptors closed
+		// unused): closing on unread data would reset the connection
+		// before the caller reads why.
+		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*(nsinit.CallFDs+1)))
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, oobn, _, _, err := c.ReadMsgUnix(buf, oob); err == nil {
+			stdio, _ := parseStdio(oob[:oobn])
+			for _, f := range stdio {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+		reply(c, ResidentReply{Type: "refused", Reason: err.Error()})
+		return
+	}
+
+	// The request and the caller's stdio.
+	buf := make([]byte, nsinit.MaxCallBytes*4)
+	oob := make([]byte, unix.CmsgSpace(4*(nsinit.CallFDs+1)))
+	// A caller that connects and sends nothing holds no goroutine for
+	// long (nor Close).
+	_ = c.SetReadDeadline(time.Now().Add(requestDeadline))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	stdio, fdErr := parseStdio(oob[:oobn])
+	defer func() {
+		for _, f := range stdio {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("request larger than %d bytes", len(buf))})
+		return
+	}
+	if fdErr != nil {
+		reply(c, ResidentReply{Type: "error", Reason: "str serve: " + fdErr.Error()})
+		return
+	}
+	var req ResidentRequest
+	if err := json.Unmarshal(buf[:n], &req); err != nil {
+		reply(c, ResidentReply{Type: "error", Reason: fmt.Sprintf("str serve: request: %v", err)})
+		return
+	}
+	if req.Version != ResidentVersion {
+		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("protocol version %d, this server speaks %d", req.Version, ResidentVersion)})
+		return
+	}
+
+	// 3. The plan one-shot str run would make for this caller.
+	environ := map[string]string{}
+	for _, kv := range req.Environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			environ[k] = v
+		}
+	}
+	host := r.l.host
+	host.Getenv = func(k string) string { return environ[k] }
+	lreq := Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout,
+		Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
+	pl, err := r.l.planFor(lreq, host)
+	if err != nil {
+		reply(c, ResidentReply{Type: "error", Reason: err.Error()})
+		return
+	}
+
+	// 4. Poolable?
+	p := r.pools[pl.Profile]
+	if p == nil {
+		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("profile %s is not served here", pl.Profile)})
+		return
+	}
+	if why := p.differs(pl); why != "" {
+		reply(c, ResidentReply{Type: "not_poolable", Reason: why})
+		return
+	}
+	if b, err := json.Marshal(nsinit.Call{Argv: pl.Child.Argv, Env: pl.Child.Env}); err != nil || len(b) > nsinit.MaxCallBytes {
+		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("argv and environment larger than a call's %d bytes", nsinit.MaxCallBytes)})
+		return
+	}
+
+	// 5. The call, on a pre-built sandbox (one built now if none is
+	// ready: still no client-side sandbox start).
+	box, err := p.callBox(pl, stdio)
+	if err != nil {
+		// No sandbox got the call (a build failed, or the send did), so
+		// the command has not run: the caller may run it one-shot.
+		r.log.Warn("str serve: no pre-built sandbox for a call", "profile", p.name, "error", err)
+		reply(c, ResidentReply{Type: "not_poolable", Reason: err.Error()})
+		return
+	}
+	for i, f := range stdio {
+		f.Close() // the init holds them now; ours must not keep a pipe open
+		stdio[i] = nil
+	}
+
+	// 6. Cancellation (a message, or the connection closing), then the
+	// reply.
+	go func() {
+		b := make([]byte, 256)
+		for {
+			n, err := c.Read(b)
+			if err != nil || n == 0 {
+				box.cancel()
+				return
+			}
+			var m ResidentCancel
+			if json.Unmarshal(b[:n], &m) == nil && m.Type == "cancel" {
+				box.cancel()
+				return
+			}
+		}
+	}()
+	res, err := box.sb.WaitResult()
+	box.cancel()
+	if err != nil {
+		reply(c, ResidentReply{Type: "error", Reason: err.Error()})
+	} else {
+		reply(c, ResidentReply{Type: "result", Result: res})
+	}
+	// 7. The rest of the teardown (the cgroup's removal, the ids'
+	// release) and the refill, after the reply.
+	<-box.sb.Ended()
+	p.fill()
+}
+
+// parseStdio takes exactly the three stdio descriptors of a request.
+func parseStdio(oob []byte) ([nsinit.CallFDs]*os.File, error) {
+	var out [nsinit.CallFDs]*os.File
+	var fds []int
+	if cms, err := unix.ParseSocketControlMessage(oob); err == nil {
+		for _, cm := range cms {
+			if got, err := unix.ParseUnixRights(&cm); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	for i, fd := range fds {
+		if i < nsinit.CallFDs {
+			out[i] = os.NewFile(uintptr(fd), "stdio"+strconv.Itoa(i))
+		} else {
+			unix.Close(fd)
+		}
+	}
+	if len(fds) != nsinit.CallFDs {
+		return out, fmt.Errorf("a request carries %d descriptors (stdin, stdout, stderr), got %d", nsinit.CallFDs, len(fds))
+	}
+	return out, nil
+}
+
+// differs is check 4: "" when the call's plan is the pre-built one's but
+// for what a call carries (argv, environment; a wall clock at most the
+// profile's, which Arm sets), else what differs.
+func (p *residentPool) differs(pl *Plan) string {
+	a, b := *pl, *p.tmpl
+	a.Child.Argv, b.Child.Argv = nil, nil
+	a.Child.Env, b.Child.Env = nil, nil
+	a.Child.AwaitCall, a.Idle = b.Child.AwaitCall, b.Idle
+	a.Timeout = b.Timeout
+	switch {
+	case !reflect.DeepEqual(a.Cgroup, b.Cgroup):
+		return "the cgroup limits differ from the profile's (--memory, --cpus or --pids)"
+	case !reflect.DeepEqual(a.Network, b.Network) || !reflect.DeepEqual(a.Child.Listen, b.Child.Listen):
+		return "the network policy differs from the profile's (--net, --allow-*)"
+	case !reflect.DeepEqual(a.Child.Mounts, b.Child.Mounts) || a.Child.Workdir != b.Child.Workdir:
+		return "the mounts differ from the profile's (binds or a work dir)"
+	case !reflect.DeepEqual(a, b):
+		return "the plan differs from the pre-built sandbox's"
+	}
+	return ""
+}
+
+// callBox takes a ready sandbox (or builds one) and hands it the call.
+// A ready one that ended while waiting (its idle limit, a crash) is
+// dropped and the next tried.
+func (p *residentPool) callBox(pl *Plan, stdio [nsinit.CallFDs]*os.File) (*residentBox, error) {
+	for {
+		p.mu.Lock()
+		var box *residentBox
+		if len(p.ready) > 0 {
+			box = p.ready[0]
+			p.ready = p.ready[1:]
+		}
+		p.mu.Unlock()
+		if box == nil {
+			var err error
+			if box, err = p.build(); err != nil {
+				return nil, err
+			}
+		}
+		err := box.sb.Call(pl.Child.Argv, pl.Child.Env, stdio, pl.Timeout)
+		if err == nil {
+			return box, nil
+		}
+		box.cancel()
+		_, _ = box.sb.Wait()
+		if !errors.Is(err, ErrEnded) {
+			return nil, err
+		}
+	}
+}
+
+// build makes one pre-built sandbox and waits until its init awaits the
+// call (or the sandbox ended: its setup error).
+func (p *residentPool) build() (*residentBox, error) {
+	ctx, cancel := context.WithCancel(p.r.ctx)
+	sb, err := p.r.l.CreateFromPlan(ctx, p.tmpl, p.req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := sb.Start(); err != nil {
+		cancel()
+		return nil, err
+	}
+	select {
+	case <-sb.AwaitingCall():
+		return &residentBox{sb: sb, cancel: cancel}, nil
+	case <-sb.Ended():
+		cancel()
+		res, err := sb.Wait()
+		if err == nil && res.SetupError != nil {
+			err = res.SetupError
+		}
+		return nil, fmt.Errorf("str serve: profile %s: a pre-built sandbox ended before its call: %v", p.name, errOr(err, errors.New("no setup error reported")))
+	}
+}
+
+// fill starts builds until the pool holds Pool sandboxes (ready or
+// being built). A sandbox that ends while it waits (its idle limit) is
+// dropped and replaced.
+func (p *residentPool) fill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.r.ctx.Err() == nil && len(p.ready)+p.building < p.r.opts.Pool {
+		p.building++
+		backoff := time.Duration(0)
+		if p.failures > 0 {
+			backoff = min(time.Second<<min(p.failures-1, 6), time.Minute)
+		}
+		p.r.wg.Add(1)
+		go func() {
+			defer p.r.wg.Done()
+			if backoff > 0 {
+				select {
+				case <-time.After(backoff):
+				case <-p.r.ctx.Done():
+				}
+			}
+			box, err := p.build()
+			p.mu.Lock()
+			p.building--
+			if err != nil {
+				p.failures++
+				p.mu.Unlock()
+				p.r.log.Error("str serve: build failed", "profile", p.name, "error", err)
+				p.fill()
+				return
+			}
+			p.failures = 0
+			if p.r.ctx.Err() != nil {
+				p.mu.Unlock()
+				box.cancel()
+				_ = box.sb.Kill()
+				_, _ = box.sb.Wait()
+				return
+			}
+			p.ready = append(p.ready, box)
+			p.mu.Unlock()
+			p.watch(box)
+		}()
+	}
+}
+
+// watch drops a ready sandbox that ends before a call takes it, and
+// refills.
+func (p *residentPool) watch(box *residentBox) {
+	p.r.wg.Add(1)
+	go func() {
+		defer p.r.wg.Done()
+		select {
+		case <-box.sb.Ended():
+		case <-p.r.ctx.Done():
+			return
+		}
+		p.mu.Lock()
+		i := slices.Index(p.ready, box)
+		if i >= 0 {
+			p.ready = slices.Delete(p.ready, i, i+1)
+		}
+		p.mu.Unlock()
+		if i >= 0 {
+			box.cancel()
+			p.fill()
+		}
+	}()
+}

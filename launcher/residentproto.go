@@ -1,0 +1,148 @@
+package launcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/nsinit"
+	"golang.org/x/sys/unix"
+)
+
+// The resident launcher's protocol (str serve), on a unix SOCK_SEQPACKET
+// socket, one JSON document per message:
+//
+//	client -> server  ResidentRequest, with the caller's stdin, stdout and
+//	                  stderr as SCM_RIGHTS (exactly nsinit.CallFDs)
+//	server -> client  ResidentReply "refused" (SO_PEERCRED said no),
+//	                  "not_poolable" (run one-shot instead), "error" (the
+//	                  request is bad, as one-shot str run would say), or
+//	                  "result" (the sandbox ran: its Result)
+//	client -> server  ResidentCancel, any time before the reply (SIGTERM,
+//	                  SIGINT or SIGHUP to the client); closing the
+//	                  connection cancels the same way
+//
+// A connection carries one call.
+
+// ResidentVersion is the protocol's version; a server answers a request
+// of another version "not_poolable".
+const ResidentVersion = 1
+
+// ResidentRequest is `str run`'s request as the server sees it: the same
+// fields as the command line's, checked by the same tighten-only rules
+// (Launcher.Plan). Binds and a work dir are never poolable; the client
+// does not send them.
+type ResidentRequest struct {
+	Version int      `json:"version"`
+	Profile string   `json:"profile"`
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env,omitempty"` // --env additions
+	// Environ is the caller's environment: the profile's passthrough
+	// names are read from it, as one-shot str run reads its own.
+	Environ []string       `json:"environ,omitempty"`
+	Timeout time.Duration  `json:"timeout_ns,omitempty"`
+	Memory  int64          `json:"memory,omitempty"`
+	CPUs    int64          `json:"cpus_milli,omitempty"`
+	Pids    int64          `json:"pids,omitempty"`
+	Network *egress.Policy `json:"network,omitempty"`
+}
+
+// ResidentReply is the server's one answer.
+type ResidentReply struct {
+	Type   string  `json:"type"` // "refused", "not_poolable", "error", "result"
+	Reason string  `json:"reason,omitempty"`
+	Result *Result `json:"result,omitempty"`
+}
+
+// ResidentCancel is the client's cancellation.
+type ResidentCancel struct {
+	Type string `json:"type"` // "cancel"
+}
+
+// Errors of CallResident that send the caller to one-shot str run.
+var (
+	// ErrNoResident: nothing listens on the socket (or it is not one).
+	ErrNoResident = errors.New("no resident launcher reachable")
+	// ErrNotPoolable: the server cannot serve this request from its
+	// pre-built sandboxes (reason attached).
+	ErrNotPoolable = errors.New("not poolable")
+)
+
+// ResidentError is a request the server refused (SO_PEERCRED) or found
+// bad ("error": what one-shot str run would say about it).
+type ResidentError struct {
+	Refused bool
+	Msg     string
+}
+
+func (e *ResidentError) Error() string { return e.Msg }
+
+// maxReplyBytes bounds a reply (a Result with its violations).
+const maxReplyBytes = 1 << 20
+
+// CallResident runs req through the resident launcher on socket with the
+// caller's stdio. ErrNoResident and ErrNotPoolable (wrapped) mean: run
+// one-shot. A cancelled ctx asks the server to end the sandbox (SIGINT to
+// the tool, SIGKILL after CancelGrace, as one-shot); the result still
+// comes back.
+func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio [nsinit.CallFDs]*os.File) (*Result, error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNoResident, socket, err)
+	}
+	defer c.Close()
+	req.Version = ResidentVersion
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, f := range stdio {
+		fds = append(fds, int(f.Fd()))
+	}
+	if _, _, err := c.WriteMsgUnix(data, unix.UnixRights(fds...), nil); err != nil {
+		return nil, fmt.Errorf("%w: %s: send: %w", ErrNoResident, socket, err)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		b, _ := json.Marshal(ResidentCancel{Type: "cancel"})
+		_, _ = c.Write(b)
+	})
+	defer stop()
+	buf := make([]byte, maxReplyBytes)
+	n, err := c.Read(buf)
+	if err != nil || n == 0 {
+		// The server went away mid-call: nothing says what ran; not a
+		// case to retry one-shot (the command may have run).
+		return nil, fmt.Errorf("resident launcher %s: no reply: %v", socket, errOr(err, errors.New("connection closed")))
+	}
+	var rep ResidentReply
+	if err := json.Unmarshal(buf[:n], &rep); err != nil {
+		return nil, fmt.Errorf("resident launcher %s: bad reply: %w", socket, err)
+	}
+	switch rep.Type {
+	case "result":
+		if rep.Result == nil {
+			return nil, fmt.Errorf("resident launcher %s: a result reply without a result", socket)
+		}
+		return rep.Result, nil
+	case "not_poolable":
+		return nil, fmt.Errorf("%w: %s", ErrNotPoolable, rep.Reason)
+	case "refused":
+		return nil, &ResidentError{Refused: true, Msg: rep.Reason}
+	case "error":
+		return nil, &ResidentError{Msg: rep.Reason}
+	}
+	return nil, fmt.Errorf("resident launcher %s: unknown reply %q", socket, rep.Type)
+}
+
+func errOr(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
+}
