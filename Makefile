@@ -19,7 +19,7 @@ DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
 # (STR_IMAGE), docs/deployment.md names it.
 IMAGE := str-worker:dev
 
-.PHONY: help deps init build run demo test test-unit test-fuzz test-integration test-vm test-container test-deps image fuzz bench bench-egress lint tools clean
+.PHONY: help deps init build run demo test test-unit test-fuzz test-integration test-vm test-container test-deps image fuzz bench bench-egress bwrap-suite lint tools clean
 
 help:
 	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job)"
@@ -29,6 +29,7 @@ help:
 	@echo "make fuzz    every go test -fuzz target for FUZZTIME each (default 20s; e.g. FUZZTIME=10m)"
 	@echo "make bench   str-bench: str vs bubblewrap, the clone floor and python3 -c pass (BENCH_ARGS=--quick)"
 	@echo "make bench-egress  the egress proxy's terminated path vs direct vs tunnel over a shaped veth link (root; BENCH_ROUNDS=15)"
+	@echo "make bwrap-suite  bubblewrap's own tests with the machine's bwrap and with str bwrap, counts side by side"
 	@echo "make lint    gofmt, go vet, staticcheck, deadcode, govulncheck (tools pinned in bin/tools)"
 
 # What a fresh Debian 12 machine lacks: libseccomp headers for cgo, python3
@@ -139,6 +140,14 @@ BENCH_ROUNDS ?= 15
 
 bench-egress:
 	STR_MUST_WORK=1 $(GO) test -count=1 -run '^$$' -bench BenchmarkTerminatedLink -benchtime $(BENCH_ROUNDS)x -timeout 30m ./egress
+
+# bubblewrap's own shell tests (from the Debian source package of the
+# installed bwrap, never stored here), run with the machine's bwrap and with
+# str bwrap in the same run, as root and as uid 65534: counts side by side
+# and the tests that differ (scripts/bwrap-suite.sh; README, "Replacing
+# bubblewrap"). Installs bubblewrap and the tests' tools when missing.
+bwrap-suite: build
+	STR_BIN=$(CURDIR)/$(BIN) ./scripts/bwrap-suite.sh
 
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

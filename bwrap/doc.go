@@ -9,8 +9,10 @@
 // option, --args FD read in place) and returns the options in order.
 // Translate maps them onto the launcher's terms: the filesystem as the
 // init's mount steps in the line's order, the environment, working
-// directory, ids and hostname the command sees, and the descriptors str
-// itself serves (--info-fd, --json-status-fd, --sync-fd). Two of str's
+// directory, ids and hostname the command sees, the caller's seccomp
+// programs (installed after the profile's filter, never instead of it),
+// and what str itself serves from outside the sandbox (--info-fd,
+// --json-status-fd, --sync-fd, --lock-file's lock). Two of str's
 // promises hold under any line: secrets directories a bind shows are
 // covered (SecretDirs), and --disable-userns is honoured only when the
 // profile's seccomp policy refuses user namespaces (CheckUsernsDenied).

@@ -32,7 +32,7 @@ type Host struct {
 type Sandbox struct {
 	Mounts   []nsinit.Mount // the filesystem, in the command line's order
 	Argv     []string
-	Argv0    string   // --argv0: the command's argv[0] ("" : its path)
+	Argv0    string   // the command's argv[0]: --argv0, else Argv[0] as given (bubblewrap's execvp keeps it)
 	Env      []string // the tool's whole environment
 	Workdir  string   // the tool's working directory inside
 	UID, GID uint32   // seen inside
@@ -56,6 +56,10 @@ type Sandbox struct {
 	// a read lock (F_SETLK, F_RDLCK) on each for the sandbox's life, as
 	// bubblewrap's pid 1 does inside; the file is the same inode.
 	LockFiles []string
+	// Seccomp are the caller's classic-BPF programs (--seccomp,
+	// --add-seccomp-fd), installed after the profile's filter, never
+	// instead of it.
+	Seccomp [][]byte
 }
 
 // Unsupported is an option str cannot honour exactly (yet): it is an
@@ -66,6 +70,38 @@ type Unsupported struct {
 }
 
 func (e *Unsupported) Error() string { return e.Option + ": not supported by str bwrap: " + e.Why }
+
+// MaxSeccompInsns is the kernel's BPF_MAXINSNS: the longest program
+// --seccomp and --add-seccomp-fd accept.
+const MaxSeccompInsns = 4096
+
+// SeccompReadError is a --seccomp or --add-seccomp-fd descriptor that
+// cannot be read; its message starts with bubblewrap's words.
+type SeccompReadError struct {
+	Option string
+	FD     int
+	Err    error
+}
+
+func (e *SeccompReadError) Error() string {
+	return fmt.Sprintf("Can't read seccomp data: %v (%s %d)", e.Err, e.Option, e.FD)
+}
+
+func (e *SeccompReadError) Unwrap() error { return e.Err }
+
+// SourceError is a bind source that cannot be found. Its message starts
+// with bubblewrap's own words, which callers match ("Can't find source
+// path"), and names the option.
+type SourceError struct {
+	Option, Path string
+	Err          error
+}
+
+func (e *SourceError) Error() string {
+	return "Can't find source path " + e.Path + ": " + e.Err.Error() + " (" + e.Option + " " + e.Path + ")"
+}
+
+func (e *SourceError) Unwrap() error { return e.Err }
 
 // refused lists every option str refuses, with the reason.
 var refused = map[string]string{
@@ -80,8 +116,6 @@ var refused = map[string]string{
 	"--ro-overlay":      "overlay mounts are not implemented yet",
 	"--exec-label":      "str does not set SELinux labels",
 	"--file-label":      "str does not set SELinux labels",
-	"--seccomp":         "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
-	"--add-seccomp-fd":  "str loads its profile's seccomp filter; a caller's extra filter is not implemented yet",
 	"--block-fd":        "blocking the sandbox's start on a descriptor is not implemented yet",
 	"--userns-block-fd": "blocking the sandbox's start on a descriptor is not implemented yet",
 	"--cap-add":         "the tool never holds capabilities under str (its bounding set is emptied)",
@@ -101,16 +135,31 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		return nil, errors.Join(errs...)
 	}
 
-	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
+	// --seccomp and --add-seccomp-fd do not mix: bubblewrap stops at the
+	// second, naming it first, before it reads any program.
+	firstSeccomp := ""
+	for _, op := range c.Ops {
+		if op.Option != "--seccomp" && op.Option != "--add-seccomp-fd" {
+			continue
+		}
+		if firstSeccomp != "" && op.Option != firstSeccomp {
+			return nil, &UsageError{Option: op.Option, Msg: op.Option + " cannot be combined with " + firstSeccomp}
+		}
+		firstSeccomp = op.Option
+	}
+
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
-	uts := false
+	uts, pidns := false, false
 	var uidSet, gidSet, hostnameSet, asPid1 bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
 		switch op.Option {
 		case "--unshare-all":
-			userns, uts, sb.ShareNet = true, true, false
+			userns, uts, pidns, sb.ShareNet = true, true, true, false
+		case "--unshare-pid":
+			pidns = true
 		case "--unshare-user", "--unshare-user-try":
 			userns = true
 		case "--unshare-uts":
@@ -141,6 +190,21 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			sb.SyncFDs = append(sb.SyncFDs, op.FD())
 		case "--argv0":
 			sb.Argv0 = op.Args[0]
+		case "--seccomp", "--add-seccomp-fd":
+			prog, err := h.ReadFD(op.FD())
+			if err != nil {
+				errs = append(errs, &SeccompReadError{Option: op.Option, FD: op.FD(), Err: err})
+				continue
+			}
+			switch {
+			case len(prog)%8 != 0: // bubblewrap's words, which its callers match
+				errs = append(errs, &UsageError{Option: op.Option, Msg: "Invalid seccomp data, must be multiple of 8"})
+				continue
+			case len(prog) == 0 || len(prog)/8 > MaxSeccompInsns:
+				errs = append(errs, &UsageError{Option: op.Option, Msg: fmt.Sprintf("Invalid seccomp data from %s %d: %d instructions, must be 1 to %d", op.Option, op.FD(), len(prog)/8, MaxSeccompInsns)})
+				continue
+			}
+			sb.Seccomp = append(sb.Seccomp, prog)
 		case "--die-with-parent":
 			sb.DieWithParent = true
 		case "--as-pid-1":
@@ -158,6 +222,9 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	}
 	if hostnameSet && !uts {
 		errs = append(errs, &UsageError{Option: "--hostname", Msg: "Specifying --hostname requires --unshare-uts"})
+	}
+	if asPid1 && !pidns {
+		errs = append(errs, &UsageError{Option: "--as-pid-1", Msg: "Specifying --as-pid-1 requires --unshare-pid"})
 	}
 
 	mounts, err := translateMounts(c.Ops, h, sb.UID, sb.GID)
@@ -250,8 +317,7 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				if errors.As(err, &pe) {
 					cause = pe.Err
 				}
-				//lint:ignore ST1005 bubblewrap's own wording, which its callers and its test suite match
-				errs = append(errs, fmt.Errorf("Can't find source path %s: %w (%s %s)", op.Args[0], cause, op.Option, op.Args[0]))
+				errs = append(errs, &SourceError{Option: op.Option, Path: op.Args[0], Err: cause})
 				continue
 			}
 			if dst != "/" {

@@ -191,6 +191,7 @@ func TestTranslateErrors(t *testing.T) {
 		{0, []string{"--uid", "5", "id"}, "Specifying --uid requires --unshare-user or --userns"},
 		{0, []string{"--gid", "5", "id"}, "Specifying --gid requires --unshare-user or --userns"},
 		{1000, []string{"--hostname", "h", "id"}, "Specifying --hostname requires --unshare-uts"},
+		{1000, []string{"--as-pid-1", "id"}, "Specifying --as-pid-1 requires --unshare-pid"},
 		{1000, []string{"--bind", "/nonexistent-bwrap-src", "/x", "id"}, "Can't find source path /nonexistent-bwrap-src: no such file or directory (--bind /nonexistent-bwrap-src)"},
 		{1000, []string{"--file", "9", "/f", "id"}, "--file 9 /f: Can't read from fd 9: bad file descriptor"},
 		{1000, []string{"--perms", "0", "--file", "7", "/f", "id"}, "--perms: not supported by str bwrap: mode 0 for --file /f"},
@@ -389,5 +390,37 @@ func TestTranslateBindFD(t *testing.T) {
 	want := []nsinit.Mount{{Kind: nsinit.MountBind, Source: "/proc/self/fd/" + fd, Target: "/d", ReadOnly: true}}
 	if !slices.Equal(sb.Mounts, want) {
 		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
+	}
+}
+
+// --seccomp and --add-seccomp-fd read a program of 8-byte records from
+// the descriptor, for the init to install after the profile's filter;
+// anything else is bubblewrap's usage error, as is combining the two.
+func TestTranslateSeccomp(t *testing.T) {
+	h := testHost(t, 1000)
+	progs := map[int][]byte{8: make([]byte, 16), 9: make([]byte, 12), 10: make([]byte, 8), 12: {}}
+	h.ReadFD = func(fd int) ([]byte, error) {
+		if p, ok := progs[fd]; ok {
+			return p, nil
+		}
+		return nil, errors.New("bad file descriptor")
+	}
+	sb, err := translate(t, h, "--add-seccomp-fd", "8", "--add-seccomp-fd", "10", "sh")
+	if err != nil || len(sb.Seccomp) != 2 || len(sb.Seccomp[0]) != 16 || len(sb.Seccomp[1]) != 8 {
+		t.Fatalf("two programs: %v, %v", sb, err)
+	}
+	for _, tc := range []struct {
+		line []string
+		want string
+	}{
+		{[]string{"--seccomp", "9", "sh"}, "Invalid seccomp data, must be multiple of 8"},
+		{[]string{"--seccomp", "12", "sh"}, "Invalid seccomp data from --seccomp 12: 0 instructions, must be 1 to 4096"},
+		{[]string{"--seccomp", "8", "--add-seccomp-fd", "12", "sh"}, "--add-seccomp-fd cannot be combined with --seccomp"},
+		{[]string{"--add-seccomp-fd", "12", "--seccomp", "8", "sh"}, "--seccomp cannot be combined with --add-seccomp-fd"},
+		{[]string{"--seccomp", "11", "sh"}, "Can't read seccomp data: bad file descriptor (--seccomp 11)"},
+	} {
+		if _, err := translate(t, h, tc.line...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.line, err, tc.want)
+		}
 	}
 }

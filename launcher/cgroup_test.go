@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // TestV2MissingControllers: a cgroup.subtree_control line is a list of

@@ -55,6 +55,11 @@ type Config struct {
 	// raw bytes decode far faster than hundreds of JSON objects.
 	SeccompPolicy string `json:"seccomp_policy"`
 	Seccomp       []byte `json:"seccomp_bpf"`
+	// ExtraSeccomp are the caller's own classic-BPF programs (str bwrap's
+	// --seccomp, --add-seccomp-fd), in the same form, installed after the
+	// profile's: stacked filters all run and the strictest answer wins,
+	// so they can only take away.
+	ExtraSeccomp [][]byte `json:"extra_seccomp_bpf,omitempty"`
 
 	// BestEffort permits the documented fallbacks (e.g. no fresh /proc),
 	// each reported as a warning event.

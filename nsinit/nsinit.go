@@ -408,6 +408,15 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer, tasks []int
 			return stepErr(StepSeccomp, "load seccomp", cfg.SeccompPolicy, "SECCOMP_SET_MODE_FILTER", err)
 		}
 	}
+	// The caller's own filters after the profile's, never instead of it:
+	// the kernel runs every filter and the strictest answer wins. They
+	// must allow what steps 20-21 need (prlimit64, execve), as bubblewrap
+	// requires of its callers' filters for its own execve.
+	for i, prog := range cfg.ExtraSeccomp {
+		if err := InstallSeccomp(prog); err != nil {
+			return stepErr(StepSeccomp, "load seccomp", fmt.Sprintf("the caller's filter %d", i+1), "SECCOMP_SET_MODE_FILTER", err)
+		}
+	}
 	t.mark("privileges")
 	t.flush()
 

@@ -41,7 +41,8 @@ process, and the same with net and user namespaces); str run --profile
 restrictive and standard; str run --serve through a str serve (restrictive,
 a pool of 2) started for the run (root only; its CPU per call, the sandbox
 and the refill included, added to the client's in the CPU ratio);
-bubblewrap's restrictive and standard lines.
+bubblewrap's restrictive and standard lines, and the same two lines run by
+str bwrap.
 Then: warm dispatch (str-bench warm); echo_tool
 end to end through two throw-away workers with the embedded broker, one
 with every tool's warm pool off (cold) and one with echo_tool's on (warm:
@@ -401,6 +402,10 @@ func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work, sock string) []*ben
 		add("str-serve", "str run --serve (restrictive, through a resident str serve)", "", str, "run", "--serve", sock, "--profile", "restrictive", "--")
 		add("bwrap-restrictive", "bwrap restrictive line", "", benchBwrapLine(bwrap, work, true)...)
 		add("bwrap-standard", "bwrap standard line", "", benchBwrapLine(bwrap, work, false)...)
+		// The same two lines run by str bwrap (issue 22): bubblewrap's
+		// command line, str's sandbox (its standard profile underneath).
+		add("str-bwrap-restrictive", "str bwrap, the restrictive line", "", append([]string{str, "bwrap"}, benchBwrapLine(bwrap, work, true)[1:]...)...)
+		add("str-bwrap-standard", "str bwrap, the standard line", "", append([]string{str, "bwrap"}, benchBwrapLine(bwrap, work, false)[1:]...)...)
 	}
 	return cells
 }
@@ -812,6 +817,8 @@ func (st *benchState) report() string {
 		ratio("str run standard / bwrap standard, "+t.name, p50(t.id+"/str-standard"), p50(t.id+"/bwrap-standard"), "")
 		ratio("CPU str run restrictive / bwrap restrictive, "+t.name, cpu(t.id+"/str-restrictive"), cpu(t.id+"/bwrap-restrictive"), "[<= 1.5]")
 		ratio("CPU str run standard / bwrap standard, "+t.name, cpu(t.id+"/str-standard"), cpu(t.id+"/bwrap-standard"), "")
+		ratio("str bwrap / bwrap, the restrictive line, "+t.name, p50(t.id+"/str-bwrap-restrictive"), p50(t.id+"/bwrap-restrictive"), "")
+		ratio("str bwrap / bwrap, the standard line, "+t.name, p50(t.id+"/str-bwrap-standard"), p50(t.id+"/bwrap-standard"), "")
 		ratio("str run --serve / bwrap restrictive, "+t.name, p50(t.id+"/str-serve"), p50(t.id+"/bwrap-restrictive"), "[<= 1.0]")
 		// The client's CPU plus the server's per call (the call, the
 		// sandbox it reaps and the refill after it).

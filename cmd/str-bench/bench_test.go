@@ -230,10 +230,11 @@ func TestBenchSVGWellFormed(t *testing.T) {
 	if panels != 3 {
 		t.Errorf("%d panels, want 3 (/bin/true, python3 -c pass, echo)", panels)
 	}
-	// 8 /bin/true cells (the floor without samples) + 3 warm dispatch
-	// phases, 8 python cells, echo cold (warm skipped).
-	if cells != 21 {
-		t.Errorf("%d cells drawn, want 21", cells)
+	// 10 /bin/true cells (the floor without samples; str bwrap's two
+	// included) + 3 warm dispatch phases, 10 python cells, echo cold
+	// (warm skipped).
+	if cells != 25 {
+		t.Errorf("%d cells drawn, want 25", cells)
 	}
 	if !strings.Contains(buf.String(), "latency, ms (log scale)") {
 		t.Error("no axis label")

@@ -164,13 +164,18 @@ func cmdBwrap(name string, args []string) int {
 	pl.Child.Env = env
 	pl.Child.Workdir = sb.Workdir
 	pl.Child.Argv0 = sb.Argv0
+	pl.Child.ExtraSeccomp = sb.Seccomp
 	if sb.Hostname != "" {
 		pl.Child.Hostname = sb.Hostname
 	}
 	pl.SetToolIDs(sb.UID, sb.GID)
 
 	if planOnly {
-		fmt.Printf("command: %q\nenvironment: %q\n\n", pl.Child.Argv, pl.Child.Env)
+		fmt.Printf("command: %q\nenvironment: %q\n", pl.Child.Argv, pl.Child.Env)
+		for i, prog := range sb.Seccomp {
+			fmt.Printf("the caller's seccomp filter %d: %d instructions, installed after the profile's (step 19)\n", i+1, len(prog)/8)
+		}
+		fmt.Println()
 		fmt.Print(launcher.FormatPlan(pl, profiles.FormatBytes))
 		return 0
 	}

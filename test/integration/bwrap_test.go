@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"golang.org/x/sys/unix"
 )
 
 // bwrapRunner is the tool the worker line runs (python -m MODULE ARGS):
@@ -27,11 +29,16 @@ try:
     usr_writable = True
 except OSError:
     usr_writable = False
+try:
+    open("/var/str-bwrap-probe", "w")
+    var_writable = True
+except OSError:
+    var_writable = False
 seen = {
     "uid": os.getuid(), "gid": os.getgid(), "euid": os.geteuid(),
     "cwd": os.getcwd(), "env": env,
     "input": open("input/in.txt").read(),
-    "usr_writable": usr_writable,
+    "usr_writable": usr_writable, "var_writable": var_writable,
     "tmp_empty": os.listdir("/tmp") == [],
     "dev": sorted(os.listdir("/dev")),
     "hostname": socket.gethostname(),
@@ -49,10 +56,10 @@ sys.exit(args["exit"])
 // PYTHONPATH and a task work dir with input/, output/ and the runner's
 // arguments, owned by an unprivileged user (str binds a writable dir
 // id-mapped to its owner; a root-owned one would not be the tool's).
-// It lives under /var/tmp: the worker line mounts a tmpfs over /tmp.
-func bwrapFixture(t *testing.T) (tools, work string) {
+// It lives under parent, outside what the worker lines mount a tmpfs over.
+func bwrapFixture(t *testing.T, parent string) (tools, work string) {
 	t.Helper()
-	base, err := os.MkdirTemp("/var/tmp", "str-bwrap-it-")
+	base, err := os.MkdirTemp(parent, "str-bwrap-it-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,19 +97,28 @@ func bwrapFixture(t *testing.T) (tools, work string) {
 
 // workerLine is the argument list the reference runtime's Python worker
 // builds for bubblewrap (solace-agent-mesh, branch ed/tools-in-container,
-// sandbox_runner.py _build_bwrap_command): restrictive adds
-// --unshare-net; the interpreter is python3 here.
-func workerLine(work, tools string, restrictive bool) []string {
+// sandbox_runner.py _build_bwrap_command) under each of its profiles:
+// restrictive adds --unshare-net; standard and permissive forward
+// PYTHONDONTWRITEBYTECODE and PYTHONUNBUFFERED from the worker's
+// environment (keep_env; set to 1 here); permissive adds --tmpfs /var
+// (writable_var). The interpreter is python3 here.
+func workerLine(work, tools, profile string) []string {
 	line := []string{"--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"}
-	if restrictive {
+	if profile == "restrictive" {
 		line = append(line, "--unshare-net")
 	}
 	line = append(line, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-		"--bind", work, work, "--chdir", work, "--clearenv",
+		"--bind", work, work)
+	if profile == "permissive" {
+		line = append(line, "--tmpfs", "/var")
+	}
+	line = append(line, "--chdir", work, "--clearenv",
 		"--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
-		"--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", tools, "--setenv", "_SAM_SANDBOX_LIGHT", "1",
-		"--", "/usr/bin/python3", "-m", "str_bwrap_runner", filepath.Join(work, "runner_args.json"))
-	return line
+		"--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONPATH", tools, "--setenv", "_SAM_SANDBOX_LIGHT", "1")
+	if profile != "restrictive" {
+		line = append(line, "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONUNBUFFERED", "1")
+	}
+	return append(line, "--", "/usr/bin/python3", "-m", "str_bwrap_runner", filepath.Join(work, "runner_args.json"))
 }
 
 type bwrapRun struct {
@@ -156,7 +172,12 @@ func TestBwrapWorkerLines(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		skipOrFail(t, "needs /usr/bin/python3 (the worker line runs a Python tool)")
 	}
-	tools, work := bwrapFixture(t)
+	// Under /srv, not /var/tmp: the permissive line mounts a tmpfs over
+	// /var (and one over /tmp).
+	if err := os.MkdirAll("/srv", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools, work := bwrapFixture(t, "/srv")
 	link := filepath.Join(t.TempDir(), "bwrap")
 	if err := os.Symlink(strBin, link); err != nil {
 		t.Fatal(err)
@@ -168,9 +189,9 @@ func TestBwrapWorkerLines(t *testing.T) {
 		t.Log("no /usr/bin/bwrap: str's runs are checked on their own (apt-get install bubblewrap for the side-by-side comparison)")
 	}
 	hostname, _ := os.Hostname()
-	for _, restrictive := range []bool{false, true} {
-		line := workerLine(work, tools, restrictive)
-		name := map[bool]string{false: "standard", true: "restrictive"}[restrictive]
+	for _, name := range []string{"standard", "restrictive", "permissive"} {
+		line := workerLine(work, tools, name)
+		restrictive := name == "restrictive"
 		t.Run(name, func(t *testing.T) {
 			runs := map[string]bwrapRun{
 				"str bwrap":    runBwrap(t, work, strBin, append([]string{"bwrap"}, line...)...),
@@ -179,11 +200,15 @@ func TestBwrapWorkerLines(t *testing.T) {
 			if realBwrap != "" {
 				runs["bubblewrap"] = runBwrap(t, work, realBwrap, line...)
 			}
+			env := map[string]any{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+				"PYTHONPATH": tools, "_SAM_SANDBOX_LIGHT": "1", "PWD": work}
+			if !restrictive {
+				env["PYTHONDONTWRITEBYTECODE"], env["PYTHONUNBUFFERED"] = "1", "1"
+			}
 			want := map[string]any{
 				"uid": 0.0, "gid": 0.0, "euid": 0.0, "cwd": work,
-				"env": map[string]any{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-					"PYTHONPATH": tools, "_SAM_SANDBOX_LIGHT": "1", "PWD": work},
-				"input": "the caller's input\n", "usr_writable": false, "tmp_empty": true,
+				"env":   env,
+				"input": "the caller's input\n", "usr_writable": false, "var_writable": name == "permissive", "tmp_empty": true,
 				"dev":      []any{"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"},
 				"hostname": hostname, "pid1_is_sandbox": true,
 			}
@@ -347,6 +372,18 @@ func TestBwrapPlanHelpVersion(t *testing.T) {
 			t.Errorf("str bwrap %q: exit %d, output %q; want %d and %q...", tc.args, cmd.ProcessState.ExitCode(), out, tc.exit, tc.prefix)
 		}
 	}
+	// Called as bwrap, the usage names the program as called (argv[0]),
+	// as bubblewrap's does; its errors start with "bwrap: ".
+	link := filepath.Join(t.TempDir(), "bwrap")
+	if err := os.Symlink(strBin, link); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := exec.Command(link, "--help").CombinedOutput(); !strings.HasPrefix(string(out), "usage: "+link+" ") {
+		t.Errorf("%s --help: %q; want it to start with %q", link, out, "usage: "+link+" ")
+	}
+	if out, _ := exec.Command(link, "--bind", "/nonexistent-bwrap-src", "/x", "true").CombinedOutput(); !strings.HasPrefix(string(out), "bwrap: Can't find source path /nonexistent-bwrap-src: ") {
+		t.Errorf("missing bind source: %q; want bubblewrap's \"bwrap: Can't find source path ...\"", out)
+	}
 	needRoot(t)
 	marker := filepath.Join(t.TempDir(), "ran")
 	out, err := exec.Command(strBin, "bwrap", "--plan", "--str-profile", "restrictive", "--unshare-net", "--ro-bind", "/usr", "/usr",
@@ -457,8 +494,8 @@ func TestBwrapRootless(t *testing.T) {
 }
 
 // The filesystem options the init gained for str bwrap (--remount-ro,
-// --mqueue, --chmod, --perms on --dir, --file, --bind-data, --ro-bind-data, a
-// destination through the line's own symlink) give the tool what the
+// --mqueue, --chmod, --perms on --dir, --file, --bind-data, --ro-bind-data,
+// Debian's --ro-bind-fd, a destination through the line's own symlink) give the tool what the
 // machine's bubblewrap gives it on the same line: the same modes, the
 // same read-only mounts, the same data.
 func TestBwrapFilesystemOptionsSideBySide(t *testing.T) {
@@ -478,11 +515,19 @@ func TestBwrapFilesystemOptionsSideBySide(t *testing.T) {
 	if err := os.Chown(src, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(src, "marker"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Others may list it: --ro-bind-fd binds it read-only, which str
+	// does not id-map (the tool, a leased uid, is "others" there).
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	script := `cd /tmp; stat -c '%a %n' s c p p/d f b r; ls link/; stat -f -c %T mq
 touch m/x 2>/dev/null && echo m writable || echo m read-only
 touch m/sub/x && echo m/sub writable || echo m/sub read-only
 (echo more >> r) 2>/dev/null && echo r writable || echo r read-only
-cat f b r`
+cat f b r; ls byfd`
 	// The usr-merged system, not all of / (a bind of the host's whole
 	// root carries whatever other tests left mounted under /tmp).
 	line := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
@@ -492,6 +537,7 @@ cat f b r`
 		"--perms", "0640", "--dir", "/tmp/p/d",
 		"--dir", "/tmp/real", "--symlink", "real", "/tmp/link", "--dir", "/tmp/link/inside",
 		"--mqueue", "/tmp/mq", "--file", "3", "/tmp/f", "--perms", "0640", "--bind-data", "4", "/tmp/b", "--ro-bind-data", "5", "/tmp/r",
+		"--ro-bind-fd", "6", "/tmp/byfd",
 		"sh", "-c", script}
 	run := func(prog string, args ...string) string {
 		var files []*os.File
@@ -507,6 +553,12 @@ cat f b r`
 			defer f.Close()
 			files = append(files, f)
 		}
+		d, err := os.Open(src) // --ro-bind-fd's descriptor: the directory
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		files = append(files, d)
 		cmd := exec.Command(prog, args...)
 		cmd.ExtraFiles = files
 		var out, errb bytes.Buffer
@@ -521,7 +573,7 @@ cat f b r`
 	if got != want {
 		t.Fatalf("str bwrap shows\n%s\nbubblewrap shows\n%s", got, want)
 	}
-	for _, s := range []string{"1777 s", "700 c", "750 p", "640 p/d", "666 f", "640 b", "600 r", "inside", "m read-only", "m/sub writable", "r read-only", "mqueue", "file\nbind-data\nro-bind-data\n"} {
+	for _, s := range []string{"1777 s", "700 c", "750 p", "640 p/d", "666 f", "640 b", "600 r", "inside", "m read-only", "m/sub writable", "r read-only", "mqueue", "file\nbind-data\nro-bind-data\nmarker\n"} {
 		if !strings.Contains(got, s) {
 			t.Errorf("both show\n%s\nwithout %q", got, s)
 		}
@@ -536,5 +588,138 @@ func TestBwrapArgv0(t *testing.T) {
 		"--symlink", "usr/lib64", "/lib64", "--argv0", "my-name", "sh", "-c", `echo "$0"`).CombinedOutput()
 	if err != nil || string(out) != "my-name\n" {
 		t.Fatalf("str bwrap --argv0 my-name sh -c 'echo $0': %v, %q; want my-name", err, out)
+	}
+}
+
+// --add-seccomp-fd and --seccomp: the caller's own filter (here: mkdir
+// and mkdirat fail with EPERM) applies in the sandbox as it does under
+// the machine's bubblewrap, on top of str's profile filter.
+func TestBwrapCallerSeccomp(t *testing.T) {
+	needRoot(t)
+	if runtime.GOARCH != "amd64" {
+		skipOrFail(t, "the test's BPF program is written for x86_64 (AUDIT_ARCH_X86_64, its syscall numbers)")
+	}
+	bubblewrap := "/usr/bin/bwrap"
+	if _, err := os.Stat(bubblewrap); err != nil {
+		skipOrFail(t, "needs the machine's bubblewrap (apt-get install bubblewrap) to compare with")
+	}
+	const (
+		ldW, jeqK, ret = 0x20, 0x15, 0x06 // BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+		archX8664      = 0xc000003e
+		sysMkdir       = 83
+		sysMkdirat     = 258
+		retErrnoEPERM  = 0x00050000 | 1
+		retAllow       = 0x7fff0000
+	)
+	insns := [][4]uint32{
+		{ldW, 0, 0, 4},             // 0: arch
+		{jeqK, 0, 4, archX8664},    // 1: another arch: allow (6)
+		{ldW, 0, 0, 0},             // 2: nr
+		{jeqK, 1, 0, sysMkdir},     // 3: mkdir: EPERM (5)
+		{jeqK, 0, 1, sysMkdirat},   // 4: mkdirat: EPERM (5), else allow (6)
+		{ret, 0, 0, retErrnoEPERM}, // 5
+		{ret, 0, 0, retAllow},      // 6
+	}
+	var prog []byte
+	for _, in := range insns {
+		prog = append(prog, byte(in[0]), byte(in[0]>>8), byte(in[1]), byte(in[2]),
+			byte(in[3]), byte(in[3]>>8), byte(in[3]>>16), byte(in[3]>>24))
+	}
+	progFile := filepath.Join(t.TempDir(), "prog")
+	if err := os.WriteFile(progFile, prog, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := `mkdir /tmp/made && echo mkdir allowed || echo mkdir refused; touch /tmp/file && echo touch allowed`
+	for _, opt := range []string{"--seccomp", "--add-seccomp-fd"} {
+		line := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+			"--symlink", "usr/lib64", "/lib64", "--tmpfs", "/tmp", opt, "3", "sh", "-c", script}
+		run := func(prog string, args ...string) string {
+			f, err := os.Open(progFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			cmd := exec.Command(prog, args...)
+			cmd.ExtraFiles = []*os.File{f}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s %s: %v\n%s", prog, opt, err, out)
+			}
+			return string(out)
+		}
+		want := run(bubblewrap, line...)
+		got := run(strBin, append([]string{"bwrap"}, line...)...)
+		// mkdir's own message names the errno: both must show EPERM.
+		if got != want || !strings.Contains(want, "Operation not permitted") || !strings.HasSuffix(want, "mkdir refused\ntouch allowed\n") {
+			t.Errorf("%s: str bwrap shows %q, bubblewrap %q; want both to refuse mkdir with EPERM and allow touch", opt, got, want)
+		}
+	}
+}
+
+// A command that cannot be executed has no exit code in --json-status-fd
+// (bubblewrap reports one only for a command that ran); str bwrap fails
+// with bubblewrap's status 1.
+func TestBwrapStatusFDExecFailure(t *testing.T) {
+	needRoot(t)
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--json-status-fd", "3", "--", "/")
+	cmd.ExtraFiles = []*os.File{statusW}
+	out, _ := cmd.CombinedOutput()
+	statusW.Close()
+	status, _ := readAllClose(statusR)
+	// The sandbox started (its child-pid is reported), its command did not.
+	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(status, `"child-pid"`) || strings.Contains(status, "exit-code") {
+		t.Fatalf("exec of /: exit %d, json-status %q, output %q; want 1, a child-pid and no exit-code", cmd.ProcessState.ExitCode(), status, out)
+	}
+}
+
+// --lock-file: while the sandbox runs, the host file its bind shows
+// carries a read lock held by str bwrap (bubblewrap's pid 1 holds it
+// inside); once str bwrap is gone, the lock is gone with it.
+func TestBwrapLockFile(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	lock := filepath.Join(dir, "lock")
+	if err := os.WriteFile(lock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--ro-bind", dir, "/d", "--lock-file", "/d/lock", "--", "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	holder := func() int32 {
+		f, err := os.Open(lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		lk := unix.Flock_t{Type: unix.F_WRLCK}
+		if err := unix.FcntlFlock(f.Fd(), unix.F_GETLK, &lk); err != nil {
+			t.Fatal(err)
+		}
+		if lk.Type == unix.F_UNLCK {
+			return 0
+		}
+		return lk.Pid
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for holder() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no lock on the host file within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pid := holder(); int(pid) != cmd.Process.Pid {
+		t.Fatalf("the lock is held by pid %d, want str bwrap's %d", pid, cmd.Process.Pid)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if pid := holder(); pid != 0 {
+		t.Fatalf("lock still held by pid %d after str bwrap exited", pid)
 	}
 }
