@@ -824,7 +824,7 @@ func (st *benchState) report() string {
 		// sandbox it reaps and the refill after it).
 		served := math.NaN()
 		if v := st.serveCPU[t.id+"/str-serve"]; len(v) > 0 {
-			served = cpu(t.id+"/str-serve") + benchMedian(v)/1000
+			served = cpu(t.id+"/str-serve") + benchMedian(v) // both µs
 		}
 		ratio("CPU str run --serve (client + str serve) / bwrap restrictive, "+t.name, served, cpu(t.id+"/bwrap-restrictive"), "")
 	}
