@@ -44,6 +44,10 @@ type Sandbox struct {
 	InfoFD, JSONStatusFD int
 	// SyncFDs are held open by str for the sandbox's life (--sync-fd).
 	SyncFDs []int
+	// BlockFD: the command starts only once it has data to read or is
+	// closed (--block-fd; -1 none; the last one given counts, as
+	// bubblewrap's).
+	BlockFD int
 	// UsernsDisabled: the line wants the tool unable to make user
 	// namespaces (--disable-userns, --assert-userns-disabled); str
 	// honours it when the profile's seccomp policy refuses every way
@@ -116,8 +120,7 @@ var refused = map[string]string{
 	"--ro-overlay":      "overlay mounts are not implemented yet",
 	"--exec-label":      "str does not set SELinux labels",
 	"--file-label":      "str does not set SELinux labels",
-	"--block-fd":        "blocking the sandbox's start on a descriptor is not implemented yet",
-	"--userns-block-fd": "blocking the sandbox's start on a descriptor is not implemented yet",
+	"--userns-block-fd": "str writes the sandbox's user namespace maps itself (a leased host uid); a caller cannot be given the namespace to map before the setup goes on",
 	"--cap-add":         "the tool never holds capabilities under str (its bounding set is emptied)",
 }
 
@@ -148,7 +151,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		firstSeccomp = op.Option
 	}
 
-	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, ShareNet: true}
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts, pidns := false, false
 	var uidSet, gidSet, hostnameSet, asPid1 bool
@@ -188,6 +191,8 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			sb.JSONStatusFD = op.FD()
 		case "--sync-fd":
 			sb.SyncFDs = append(sb.SyncFDs, op.FD())
+		case "--block-fd":
+			sb.BlockFD = op.FD()
 		case "--argv0":
 			sb.Argv0 = op.Args[0]
 		case "--seccomp", "--add-seccomp-fd":

@@ -132,7 +132,7 @@ func TestTranslateMountsAndProcess(t *testing.T) {
 		"--bind-try", "/nonexistent-bwrap-src", "/x", "--ro-bind-try", src, "/s",
 		"--perms", "0700", "--size", "8192", "--tmpfs", "/t", "--perms", "0750", "--dir", "/t/d",
 		"--symlink", "../t", "/l", "--perms", "0600", "--file", "7", "/t/f",
-		"--unsetenv", "SECRET", "--setenv", "A", "1", "--info-fd", "3", "--json-status-fd", "4", "--sync-fd", "5", "--sync-fd", "6", "sh")
+		"--unsetenv", "SECRET", "--setenv", "A", "1", "--info-fd", "3", "--json-status-fd", "4", "--sync-fd", "5", "--sync-fd", "6", "--block-fd", "7", "--block-fd", "8", "sh")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestTranslateMountsAndProcess(t *testing.T) {
 	if !slices.Equal(sb.Mounts, want) {
 		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
 	}
-	if sb.UID != 0 || sb.GID != 5 || sb.Hostname != "box" || !sb.ShareNet || sb.InfoFD != 3 || sb.JSONStatusFD != 4 || !slices.Equal(sb.SyncFDs, []int{5, 6}) {
+	if sb.UID != 0 || sb.GID != 5 || sb.Hostname != "box" || !sb.ShareNet || sb.InfoFD != 3 || sb.JSONStatusFD != 4 || !slices.Equal(sb.SyncFDs, []int{5, 6}) || sb.BlockFD != 8 {
 		t.Errorf("sandbox %+v", sb)
 	}
 	// No --chdir and the caller's directory not shown: $HOME is not

@@ -169,9 +169,24 @@ func cmdBwrap(name string, args []string) int {
 		pl.Child.Hostname = sb.Hostname
 	}
 	pl.SetToolIDs(sb.UID, sb.GID)
+	// --block-fd: the sandbox is built up to its init's step 10a (every
+	// mount, the namespaces, the listeners) and waits there; the command
+	// comes as its call once the descriptor has data or is closed. The
+	// wait is bounded by the profile's timeout, and the command's own
+	// clock starts at the call.
+	var callArgv, callEnv []string
+	if sb.BlockFD >= 0 {
+		callArgv, callEnv = pl.Child.Argv, pl.Child.Env
+		pl.Child.Argv, pl.Child.AwaitCall, pl.Idle = nil, true, pl.Timeout
+	}
 
 	if planOnly {
-		fmt.Printf("command: %q\nenvironment: %q\n", pl.Child.Argv, pl.Child.Env)
+		if sb.BlockFD >= 0 {
+			fmt.Printf("command: %q\nenvironment: %q\n", callArgv, callEnv)
+			fmt.Printf("started once descriptor %d has data or is closed (--block-fd): the init waits at step 10a, the command is its call\n", sb.BlockFD)
+		} else {
+			fmt.Printf("command: %q\nenvironment: %q\n", pl.Child.Argv, pl.Child.Env)
+		}
 		for i, prog := range sb.Seccomp {
 			fmt.Printf("the caller's seccomp filter %d: %d instructions, installed after the profile's (step 19)\n", i+1, len(prog)/8)
 		}
@@ -246,6 +261,16 @@ func cmdBwrap(name string, args []string) int {
 				return fail("--json-status-fd %d: %v", sb.JSONStatusFD, err)
 			}
 			status = f
+		}
+	}
+	if sb.BlockFD >= 0 {
+		if err := awaitBlockFD(ctx, s, sb.BlockFD); err != nil {
+			s.Kill()
+			return fail("--block-fd %d: %v", sb.BlockFD, err)
+		}
+		if err := s.Call(callArgv, callEnv, [nsinit.CallFDs]*os.File{os.Stdin, os.Stdout, os.Stderr}, pl.Timeout); err != nil && !errors.Is(err, launcher.ErrEnded) {
+			s.Kill()
+			return fail("--block-fd %d: %v", sb.BlockFD, err)
 		}
 	}
 	res, err := s.Wait()
@@ -324,4 +349,37 @@ func readAllFD(fd int) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(f)
+}
+
+// awaitBlockFD waits until the sandbox's init waits for its call (or the
+// sandbox has ended: Wait then says why), then until fd has data to read
+// or is closed (one byte is read, as bubblewrap reads it).
+func awaitBlockFD(ctx context.Context, s *launcher.Sandbox, fd int) error {
+	select {
+	case <-s.AwaitingCall():
+	case <-s.Ended():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	read := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		for {
+			_, err := unix.Read(fd, b[:])
+			if err == unix.EINTR {
+				continue
+			}
+			read <- err
+			return
+		}
+	}()
+	select {
+	case err := <-read:
+		return err
+	case <-s.Ended():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -723,3 +723,69 @@ func TestBwrapLockFile(t *testing.T) {
 		t.Fatalf("lock still held by pid %d after str bwrap exited", pid)
 	}
 }
+
+// --block-fd N: the command does not start until N has data (or is
+// closed), under bubblewrap and str bwrap alike. Deterministic: once
+// --info-fd says the sandbox exists, the command's marker is checked
+// absent (it cannot run before the write, however slow the machine),
+// then one byte is written and the marker must appear with exit 0.
+// str builds the sandbox up to its init's step 10a meanwhile.
+func TestBwrapBlockFD(t *testing.T) {
+	needRoot(t)
+	bw, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("no bwrap on this machine to compare with")
+	}
+	for _, bin := range []struct{ who, path string }{{"bwrap", bw}, {"str bwrap", strBin}} {
+		t.Run(bin.who, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			blockR, blockW, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			infoR, infoW, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+				"--symlink", "usr/lib64", "/lib64", "--bind", dir, "/d", "--unshare-pid", "--block-fd", "3", "--info-fd", "4",
+				"--", "/bin/sh", "-c", "echo ran > /d/marker"}
+			var cmd *exec.Cmd
+			if bin.who == "str bwrap" {
+				cmd = exec.Command(bin.path, append([]string{"bwrap"}, args...)...)
+			} else {
+				cmd = exec.Command(bin.path, args...)
+			}
+			cmd.ExtraFiles = []*os.File{blockR, infoW}
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			blockR.Close()
+			infoW.Close()
+			info, err := readAllClose(infoR) // EOF once the sandbox exists (info written and closed)
+			if err != nil || !strings.Contains(info, "child-pid") {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("--info-fd: %q %v; stderr %s", info, err, errb.String())
+			}
+			if _, err := os.Stat(filepath.Join(dir, "marker")); !os.IsNotExist(err) {
+				t.Errorf("the command ran before --block-fd had data: %v", err)
+			}
+			if _, err := blockW.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			blockW.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("exit: %v; stderr %s", err, errb.String())
+			}
+			if got, err := os.ReadFile(filepath.Join(dir, "marker")); err != nil || string(got) != "ran\n" {
+				t.Fatalf("marker after the write: %q %v", got, err)
+			}
+		})
+	}
+}
