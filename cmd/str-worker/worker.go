@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/internal/jsonlog"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker"
@@ -37,21 +38,13 @@ func cmdWorker(args []string) int {
 		fmt.Fprintf(os.Stderr, "str worker: %v\n", err)
 		return 2
 	}
-	log := newLogger(cfg.LogLevel)
+	log := jsonlog.New(cfg.LogLevel)
 	if err := runWorker(cfg, log); err != nil {
 		log.Error("worker failed", "error", err.Error())
 		fmt.Fprintf(os.Stderr, "str worker: %v\n", err)
 		return 1
 	}
 	return 0
-}
-
-// newLogger is the worker's JSON log to stderr at level (debug, info,
-// warn, error; another word means info), as str's own.
-func newLogger(level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
 func runWorker(cfg *worker.Config, log *slog.Logger) error {

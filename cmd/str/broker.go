@@ -4,12 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/internal/jsonlog"
 )
 
 const brokerUsage = `usage: str broker [--listen host:port] [--token-file PATH | --anonymous]
@@ -75,7 +75,7 @@ func cmdBroker(args []string) int {
 			return 2
 		}
 	}
-	log := newLogger(*level)
+	log := jsonlog.New(*level)
 
 	// 1. the token (unless anonymous). It exists before the socket does,
 	// so there is no moment when the broker accepts anyone.
@@ -123,12 +123,4 @@ func cmdBroker(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// newLogger is str's JSON log to stderr at level (debug, info, warn,
-// error; another word means info).
-func newLogger(level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/jsonlog"
 	"github.com/securetoolruntime/str/launcher"
 )
 
@@ -100,7 +101,7 @@ func cmdServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "str serve:", errors.Join(bad...))
 		return exitUsage
 	}
-	l, err := launcher.New(launcher.Options{CgroupParent: os.Getenv("STR_CGROUP_PARENT"), Logger: newLogger("info")})
+	l, err := launcher.New(launcher.Options{CgroupParent: os.Getenv("STR_CGROUP_PARENT"), Logger: jsonlog.New("info")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str serve:", err)
 		return exitLauncher
