@@ -789,3 +789,101 @@ func TestBwrapBlockFD(t *testing.T) {
 		})
 	}
 }
+
+// Two more users' kinds of line run unchanged with the same visible
+// result under bubblewrap and str bwrap (issue 22's done-when): a coding
+// agent's (the host's root read-only, the project dir writable, its own
+// /tmp, /dev and /proc, no network, a new session, die with the parent)
+// and a desktop app's (only /usr with the usual symlinks, every namespace,
+// its own hostname, a runtime dir made and named in the environment, the
+// passwd file read-only, data written from a descriptor). The probe prints
+// what the command sees; the comparison is exact. (Not compared: whether
+// the runtime dir is writable: under str a --dir entry is on the
+// read-only root and belongs to uid 0 inside, README "Replacing
+// bubblewrap".)
+func TestBwrapAgentAndDesktopLines(t *testing.T) {
+	needRoot(t)
+	bw, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("no bwrap on this machine to compare with")
+	}
+	probe := `id -u; id -g; pwd; hostname; echo "xdg=$XDG_RUNTIME_DIR"; ls -1 / | tr '\n' ' '; echo
+if touch /usr/x 2>/dev/null; then echo usr-writable; else echo usr-read-only; fi
+if [ -d /run/user/1000 ]; then echo runtime-dir; fi
+ls -A /tmp | wc -l; cat /etc/app.conf 2>/dev/null; echo written > out.txt && echo wrote`
+	for _, kind := range []string{"agent", "desktop"} {
+		t.Run(kind, func(t *testing.T) {
+			// Not under /tmp (the agent's line puts a tmpfs there), and
+			// owned by a user, as a project is: as root, str bwrap binds a
+			// writable source id-mapped to its owner (a root-owned one is
+			// writable only where its mode lets others: README).
+			if err := os.MkdirAll("/srv", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			project, err := os.MkdirTemp("/srv", "str-bwrap-project-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(project) })
+			// 0777: bubblewrap's --unshare-all maps only root, to whom a
+			// 4242-owned 0755 dir is not writable.
+			if err := os.Chmod(project, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(project, 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+			var line []string
+			switch kind {
+			case "agent":
+				line = []string{"--new-session", "--die-with-parent", "--ro-bind", "/", "/", "--bind", project, project,
+					"--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-net", "--chdir", project,
+					"--", "/bin/sh", "-c", probe}
+			case "desktop":
+				line = []string{"--unshare-all", "--die-with-parent", "--new-session", "--hostname", "app",
+					"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+					"--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev",
+					"--tmpfs", "/tmp", "--dir", "/run/user/1000", "--setenv", "XDG_RUNTIME_DIR", "/run/user/1000",
+					"--ro-bind", "/etc/passwd", "/etc/passwd", "--ro-bind-data", "3", "/etc/app.conf",
+					"--bind", project, "/home/app", "--chdir", "/home/app", "--", "/bin/sh", "-c", probe}
+			}
+			runs := map[string]string{}
+			for _, who := range []struct{ name, prog string }{{"bubblewrap", bw}, {"str bwrap", strBin}} {
+				args := line
+				if who.name == "str bwrap" {
+					args = append([]string{"bwrap"}, line...)
+				}
+				cmd := exec.Command(who.prog, args...)
+				cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/root"}
+				if kind == "desktop" {
+					r, w, err := os.Pipe()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := w.WriteString("theme=dark\n"); err != nil {
+						t.Fatal(err)
+					}
+					w.Close()
+					cmd.ExtraFiles = []*os.File{r}
+					defer r.Close()
+				}
+				os.Remove(filepath.Join(project, "out.txt"))
+				out, err := cmd.Output()
+				if err != nil {
+					var stderr string
+					if ee, ok := err.(*exec.ExitError); ok {
+						stderr = string(ee.Stderr)
+					}
+					t.Fatalf("%s: %v\n%s%s", who.name, err, out, stderr)
+				}
+				if got, err := os.ReadFile(filepath.Join(project, "out.txt")); err != nil || string(got) != "written\n" {
+					t.Errorf("%s: the command's file on the host: %q %v", who.name, got, err)
+				}
+				runs[who.name] = string(out)
+			}
+			if runs["bubblewrap"] != runs["str bwrap"] {
+				t.Errorf("the command saw different things:\nbubblewrap:\n%s\nstr bwrap:\n%s", runs["bubblewrap"], runs["str bwrap"])
+			}
+		})
+	}
+}
