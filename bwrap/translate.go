@@ -44,6 +44,9 @@ type Sandbox struct {
 	InfoFD, JSONStatusFD int
 	// SyncFDs are held open by str for the sandbox's life (--sync-fd).
 	SyncFDs []int
+	// RootBound: the line binds a directory over / (its root is that
+	// bind under bubblewrap, not a tmpfs of the command's).
+	RootBound bool
 	// BlockFD: the command starts only once it has data to read or is
 	// closed (--block-fd; -1 none; the last one given counts, as
 	// bubblewrap's).
@@ -235,6 +238,14 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	mounts, err := translateMounts(c.Ops, h, sb.UID, sb.GID)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	for _, op := range c.Ops {
+		switch op.Option {
+		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd":
+			if insidePath(op.Args[1]) == "/" {
+				sb.RootBound = true
+			}
+		}
 	}
 	for _, op := range c.Ops {
 		if op.Option != "--lock-file" {

@@ -35,7 +35,11 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	for i, m := range pl.Child.Mounts {
 		w("  %2d. %s\n", i+1, describeMount(m))
 	}
-	w("  then: pivot_root, detach old root, remount / read-only, chdir %s\n", pl.Child.Workdir)
+	if pl.Child.RootToCommand {
+		w("  then: pivot_root, detach old root, give / and the entries made on it to uid %d gid %d (writable, as bubblewrap's), chdir %s\n", pl.Child.UID, pl.Child.GID, pl.Child.Workdir)
+	} else {
+		w("  then: pivot_root, detach old root, remount / read-only, chdir %s\n", pl.Child.Workdir)
+	}
 	w("  the work dir (step L9, a sandbox of the worker's): root mode, a tmpfs the launcher mounts on it, %s and %d inodes, owned by the tool's leased ids,\n"+
 		"    with input/ (the caller's), output/ and %s/ (the runner's arguments, result and status FIFO, on a tmpfs of its own, %s, off the tool's cap); rootless, plain directories, uncapped\n",
 		bytes(pl.WorkDir.Size), pl.WorkDir.Inodes, RunnerDirName, bytes(profiles.Quantity(RunnerSpace)))

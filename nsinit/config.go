@@ -23,6 +23,12 @@ type Config struct {
 	// Identity the tool runs as (inside the user namespace, if any).
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
+	// RootToCommand (a bubblewrap line, str bwrap): step 7 hands the root
+	// tmpfs's own entries (the root, and the directories, files and
+	// symlinks the init made on it; nothing mounted there) to UID and GID
+	// and leaves the root writable, as bubblewrap's root is, instead of
+	// remounting it read-only.
+	RootToCommand bool `json:"root_to_command,omitempty"`
 	// SetGroups is false in a user namespace created without privilege,
 	// where setgroups(2) is denied by the kernel (/proc/PID/setgroups).
 	SetGroups bool `json:"set_groups"`

@@ -168,6 +168,12 @@ func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
 		}
 		// The planned mode exactly: the umask (022) applied at create.
 		err = unix.Fchmod(fd, mode)
+		if err == nil && cfg.RootToCommand {
+			// The command's, as bubblewrap's data files; now, because a
+			// read-only one is bound onto itself below and step 7's
+			// handover does not reach through that bind.
+			err = unix.Fchown(fd, int(cfg.UID), int(cfg.GID))
+		}
 		f := os.NewFile(uintptr(fd), m.Target)
 		if err == nil {
 			_, err = f.WriteString(m.Contents)
@@ -517,4 +523,67 @@ func openListeners(ls []Listener) ([]int, error) {
 		}
 	}
 	return fds, nil
+}
+
+// giveRootEntries (step 7, a bubblewrap line's root, left writable) gives the root tmpfs
+// and every entry on it to uid and gid, without following a symlink and
+// without crossing into anything mounted on it (an entry on another
+// device is a mount point: left as it is).
+func giveRootEntries(uid, gid uint32) error {
+	root, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return stepErr(StepRootReadOnly, "open root", "/", "O_RDONLY|O_DIRECTORY", err)
+	}
+	defer unix.Close(root)
+	var st unix.Statx_t
+	if err := unix.Statx(root, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &st); err != nil {
+		return stepErr(StepRootReadOnly, "statx root", "/", "STATX_MNT_ID", err)
+	}
+	if err := unix.Fchown(root, int(uid), int(gid)); err != nil {
+		return stepErr(StepRootReadOnly, "chown", "/", fmt.Sprintf("%d:%d", uid, gid), err)
+	}
+	return giveEntries(root, "/", st.Mnt_id, uid, gid)
+}
+
+// giveEntries gives the entries below dir that are on mount mnt (by mount
+// id: a file bound onto itself, --ro-bind-data's, is on the same
+// filesystem but another mount).
+func giveEntries(dir int, path string, mnt uint64, uid, gid uint32) error {
+	// Readdirnames through a duplicate: closing it leaves dir open.
+	dup, err := unix.Dup(dir)
+	if err != nil {
+		return stepErr(StepRootReadOnly, "dup", path, "", err)
+	}
+	f := os.NewFile(uintptr(dup), path)
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return stepErr(StepRootReadOnly, "read directory", path, "", err)
+	}
+	for _, n := range names {
+		p := filepath.Join(path, n)
+		var st unix.Statx_t
+		if err := unix.Statx(dir, n, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID|unix.STATX_TYPE, &st); err != nil {
+			return stepErr(StepRootReadOnly, "statx", p, "AT_SYMLINK_NOFOLLOW STATX_MNT_ID", err)
+		}
+		if st.Mnt_id != mnt {
+			continue // a mount point: what is mounted there is not the root's
+		}
+		if err := unix.Fchownat(dir, n, int(uid), int(gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return stepErr(StepRootReadOnly, "chown", p, fmt.Sprintf("%d:%d", uid, gid), err)
+		}
+		if uint32(st.Mode)&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		sub, err := unix.Openat(dir, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return stepErr(StepRootReadOnly, "open", p, "O_RDONLY|O_DIRECTORY|O_NOFOLLOW", err)
+		}
+		err = giveEntries(sub, p, mnt, uid, gid)
+		unix.Close(sub)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -85,7 +85,7 @@ func Main() {
 //  4. mount a fresh tmpfs as the new root
 //  5. perform the planned mounts in order
 //  6. pivot_root into the new root and detach the old one
-//  7. remount the new root read-only
+//  7. remount the new root read-only (a bubblewrap line's: give its own entries to the command, writable, instead)
 //  8. chdir into the work dir and check getcwd
 //  9. set the hostname
 //  10. bring up loopback and hand the egress listeners to the launcher
@@ -204,8 +204,15 @@ func run(fds fdLayout, rep *reporter) (int, error) {
 	t.mark("pivot_root")
 
 	// 7. The root tmpfs is read-only from now on: the tool writes only to
-	// the work dir and the planned tmpfs mounts.
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+	// the work dir and the planned tmpfs mounts. A bubblewrap line's root
+	// (RootToCommand) stays writable instead, its own entries the
+	// command's, as under bubblewrap: it is the 1 MiB tmpfs of step 4, and
+	// what is mounted on it is not touched.
+	if cfg.RootToCommand {
+		if err := giveRootEntries(cfg.UID, cfg.GID); err != nil {
+			return ExitSetupFailed, err
+		}
+	} else if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return ExitSetupFailed, stepErr(StepRootReadOnly, "remount read-only", "/", "MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV", err)
 	}
 

@@ -29,7 +29,7 @@ var stepWords = map[Step][]string{
 	StepRootTmpfs:    {"tmpfs", "hides", "new root"},
 	StepMounts:       {"mount", "bind"},
 	StepPivotRoot:    {"pivot_root", "old root"},
-	StepRootReadOnly: {"read-only"},
+	StepRootReadOnly: {"read-only", "writable"},
 	StepChdir:        {"chdir", "getcwd", "work dir", "search"},
 	StepHostname:     {"hostname"},
 	StepLoopback:     {"loopback", "lo is up", "egress", "listener"},

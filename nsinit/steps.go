@@ -90,7 +90,7 @@ var stepTitles = [numInitSteps]string{
 	StepRootTmpfs:    "mount a fresh tmpfs as the new root",
 	StepMounts:       "perform the planned mounts in order",
 	StepPivotRoot:    "pivot_root into the new root and detach the old one",
-	StepRootReadOnly: "remount the new root read-only",
+	StepRootReadOnly: "remount the new root read-only (a bubblewrap line's: give its own entries to the command, writable, instead)",
 	StepChdir:        "chdir into the work dir and check getcwd",
 	StepHostname:     "set the hostname",
 	StepLoopback:     "bring up loopback and hand the egress listeners to the launcher",

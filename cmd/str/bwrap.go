@@ -165,6 +165,11 @@ func cmdBwrap(name string, args []string) int {
 	pl.Child.Workdir = sb.Workdir
 	pl.Child.Argv0 = sb.Argv0
 	pl.Child.ExtraSeccomp = sb.Seccomp
+	// The root and what the line made on it are the command's and stay
+	// writable, as bubblewrap's tmpfs root (init step 7); a line that
+	// binds a directory over / has that bind as its root under
+	// bubblewrap, so str's stays read-only.
+	pl.Child.RootToCommand = !sb.RootBound
 	if sb.Hostname != "" {
 		pl.Child.Hostname = sb.Hostname
 	}

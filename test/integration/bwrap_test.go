@@ -797,10 +797,8 @@ func TestBwrapBlockFD(t *testing.T) {
 // and a desktop app's (only /usr with the usual symlinks, every namespace,
 // its own hostname, a runtime dir made and named in the environment, the
 // passwd file read-only, data written from a descriptor). The probe prints
-// what the command sees; the comparison is exact. (Not compared: whether
-// the runtime dir is writable: under str a --dir entry is on the
-// read-only root and belongs to uid 0 inside, README "Replacing
-// bubblewrap".)
+// what the command sees, the owner and writability of the root and of the
+// runtime dir among it; the comparison is exact.
 func TestBwrapAgentAndDesktopLines(t *testing.T) {
 	needRoot(t)
 	bw, err := exec.LookPath("bwrap")
@@ -809,7 +807,8 @@ func TestBwrapAgentAndDesktopLines(t *testing.T) {
 	}
 	probe := `id -u; id -g; pwd; hostname; echo "xdg=$XDG_RUNTIME_DIR"; ls -1 / | tr '\n' ' '; echo
 if touch /usr/x 2>/dev/null; then echo usr-writable; else echo usr-read-only; fi
-if [ -d /run/user/1000 ]; then echo runtime-dir; fi
+if [ -d /run/user/1000 ] && [ -w /run/user/1000 ]; then echo runtime-dir; fi
+stat -c '%n %u %g %a' / /run/user/1000 /tmp; if touch /at-root 2>/dev/null; then echo root-writable; fi
 ls -A /tmp | wc -l; cat /etc/app.conf 2>/dev/null; echo written > out.txt && echo wrote`
 	for _, kind := range []string{"agent", "desktop"} {
 		t.Run(kind, func(t *testing.T) {
@@ -840,7 +839,7 @@ ls -A /tmp | wc -l; cat /etc/app.conf 2>/dev/null; echo written > out.txt && ech
 					"--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-net", "--chdir", project,
 					"--", "/bin/sh", "-c", probe}
 			case "desktop":
-				line = []string{"--unshare-all", "--die-with-parent", "--new-session", "--hostname", "app",
+				line = []string{"--unshare-all", "--uid", "1000", "--gid", "1000", "--die-with-parent", "--new-session", "--hostname", "app",
 					"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
 					"--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev",
 					"--tmpfs", "/tmp", "--dir", "/run/user/1000", "--setenv", "XDG_RUNTIME_DIR", "/run/user/1000",
