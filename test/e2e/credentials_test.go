@@ -18,7 +18,7 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/egress"
-	"golang.org/x/net/dns/dnsmessage"
+	"github.com/securetoolruntime/str/test/internal/testdns"
 )
 
 // credTools is the tool of TestManifestCredentials: it calls url with its
@@ -64,44 +64,7 @@ def call(ctx, url, leak_url):
 // (the test's HTTPS servers), NXDOMAIN otherwise, on the host's loopback.
 func credDNS(t *testing.T) string {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	must(t, err)
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var p dnsmessage.Parser
-			h, err := p.Start(buf[:n])
-			if err != nil {
-				continue
-			}
-			q, err := p.Question()
-			if err != nil {
-				continue
-			}
-			name := strings.ToLower(q.Name.String())
-			known := name == "svc.test." || name == "other.test."
-			hdr := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true}
-			if !known {
-				hdr.RCode = dnsmessage.RCodeNameError
-			}
-			b := dnsmessage.NewBuilder(nil, hdr)
-			_ = b.StartQuestions()
-			_ = b.Question(q)
-			if known && q.Type == dnsmessage.TypeA {
-				_ = b.StartAnswers()
-				_ = b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}, dnsmessage.AResource{A: [4]byte{127, 0, 0, 1}})
-			}
-			if msg, err := b.Finish(); err == nil {
-				_, _ = pc.WriteTo(msg, from)
-			}
-		}
-	}()
-	return pc.LocalAddr().String()
+	return testdns.Serve(t, map[string][4]byte{"svc.test.": {127, 0, 0, 1}, "other.test.": {127, 0, 0, 1}})
 }
 
 // TestManifestCredentials: a tool's manifest entry names a credential in a

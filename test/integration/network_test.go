@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
+	"github.com/securetoolruntime/str/test/internal/testdns"
 )
 
 // The network tests use only this machine: a test host in a network
@@ -118,45 +118,7 @@ func testDNS(t *testing.T) string {
 		"meta.test.":    {169, 254, 169, 254},
 		"private.test.": {10, 213, 0, 10},
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var p dnsmessage.Parser
-			h, err := p.Start(buf[:n])
-			if err != nil {
-				continue
-			}
-			q, err := p.Question()
-			if err != nil {
-				continue
-			}
-			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true})
-			a, ok := answers[strings.ToLower(q.Name.String())]
-			if !ok {
-				b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RCode: dnsmessage.RCodeNameError})
-			}
-			_ = b.StartQuestions()
-			_ = b.Question(q)
-			if ok && q.Type == dnsmessage.TypeA {
-				_ = b.StartAnswers()
-				_ = b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}, dnsmessage.AResource{A: a})
-			}
-			msg, err := b.Finish()
-			if err == nil {
-				_, _ = pc.WriteTo(msg, from)
-			}
-		}
-	}()
-	return pc.LocalAddr().String()
+	return testdns.Serve(t, answers)
 }
 
 // netProfiles writes two profiles for the tests: nettest-restricted and
