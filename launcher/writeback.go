@@ -53,6 +53,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/securetoolruntime/str/nsinit"
@@ -126,11 +127,10 @@ func overlayWorkDir(tree int, m nsinit.Mount, wd profiles.WorkDir, toolUID, tool
 		return -1, nil, err
 	}
 	// The capped tmpfs, detached: no host path ever shows it.
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", int64(wd.Size), wd.Inodes)
-	upperFS, err := mountDetached("tmpfs", [][2]string{{"size", strconv.FormatInt(int64(wd.Size), 10)},
-		{"nr_inodes", strconv.FormatInt(wd.Inodes, 10)}, {"mode", "0700"}})
+	params := [][2]string{{"size", strconv.FormatInt(int64(wd.Size), 10)}, {"nr_inodes", strconv.FormatInt(wd.Inodes, 10)}, {"mode", "0700"}}
+	upperFS, err := mountDetached("tmpfs", params)
 	if err != nil {
-		return fail(se("mount work dir cap", "tmpfs "+opts, err))
+		return fail(se("mount work dir cap", "tmpfs "+paramString(params), err))
 	}
 	wb.upperFS = upperFS
 	// upper/ is the overlay's root as the tool sees it: DIR's mode, and
@@ -188,6 +188,18 @@ func mountDetached(fstype string, params [][2]string) (int, error) {
 		return -1, fmt.Errorf("fsmount %s: %w", fstype, err)
 	}
 	return mfd, nil
+}
+
+// paramString is params as a mount's option string ("size=1,mode=0700").
+func paramString(params [][2]string) string {
+	var b strings.Builder
+	for i, p := range params {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(p[0] + "=" + p[1])
+	}
+	return b.String()
 }
 
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
@@ -412,8 +424,9 @@ func (c *copier) copyFile(src int, name string, dst int, rel string, st *unix.St
 			c.fail("read the tool's changes", rel, "open", err)
 			return
 		}
-		n, werr := c.writeFile(in, dst, tmp, st)
-		unix.Close(in)
+		src := os.NewFile(uintptr(in), name)
+		n, werr := c.writeFile(src, dst, tmp, st)
+		src.Close()
 		if werr != nil {
 			_ = unix.Unlinkat(dst, tmp, 0)
 			c.fail("write file", rel, fmt.Sprintf("%d bytes", st.Size), werr)
@@ -440,14 +453,14 @@ func (c *copier) copyFile(src int, name string, dst int, rel string, st *unix.St
 
 // writeFile copies in into a new file tmp of dst with st's permission
 // bits (no setuid, setgid or sticky bit) and modification time.
-func (c *copier) writeFile(in, dst int, tmp string, st *unix.Stat_t) (int64, error) {
+func (c *copier) writeFile(in *os.File, dst int, tmp string, st *unix.Stat_t) (int64, error) {
 	out, err := openBeneath(dst, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return 0, err
 	}
 	f := os.NewFile(uintptr(out), tmp)
 	defer f.Close()
-	n, err := io.Copy(f, os.NewFile(uintptr(dupOrNeg(in)), "upper"))
+	n, err := io.Copy(f, in)
 	if err != nil {
 		return n, err
 	}
@@ -459,15 +472,6 @@ func (c *copier) writeFile(in, dst int, tmp string, st *unix.Stat_t) (int64, err
 		return n, err
 	}
 	return n, f.Close()
-}
-
-// dupOrNeg duplicates fd for an *os.File that closes its own copy.
-func dupOrNeg(fd int) int {
-	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return -1
-	}
-	return d
 }
 
 // removeBeneath removes name in dir, a directory with everything below
