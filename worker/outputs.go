@@ -170,6 +170,12 @@ func (s *Server) saveOutputs(t *task, dir string, toolMimes map[string]string) (
 	created := []CreatedArtifact{}
 	for _, p := range todo {
 		v, err := s.saveOutput(t, outFd, p.name, p.size, p.dev, p.ino, p.mime)
+		if errors.Is(err, unix.ELOOP) {
+			// A symlink now, swapped in after step 2: skipped as step 2
+			// skips one (never followed, nothing of it read).
+			t.log.Warn("output skipped (symlinks are not followed)", "output", p.name, "error", err)
+			continue
+		}
 		if err != nil {
 			saved := "nothing was saved"
 			if len(created) > 0 {

@@ -40,10 +40,16 @@ def odd_outputs(ctx):
         except ValueError:
             refused.append(name)
     return {"runner_refused": refused}
+
+def two_outputs(ctx):
+    ctx.save_artifact_text("x.txt", "original")
+    ctx.save_artifact_text("y.txt", "kept")
+    return {"ok": True}
 `
 
 const outputManifest = `  big_outputs: {module: outtools, function: big_outputs}
   odd_outputs: {module: outtools, function: odd_outputs}
+  two_outputs: {module: outtools, function: two_outputs}
 `
 
 // newOutputHarness is the execution harness with the output tests' tools
@@ -195,5 +201,57 @@ func TestActiveMimeTypesKept(t *testing.T) {
 	must(t, err)
 	if a.MimeType != "text/html" {
 		t.Fatalf("stored as %q", a.MimeType)
+	}
+}
+
+// swapStore is a store whose quota check, step 3 of saveOutputs (after
+// the outputs were checked, before they are saved), replaces every file
+// matching glob with a symlink to target: what a process the tool left
+// behind can do in that window (the hostile battery's
+// output_symlink_swap races for it).
+type swapStore struct {
+	artifacts.Store
+	glob, target string
+	swapped      []string
+}
+
+func (s *swapStore) CheckQuota(context.Context, string, string, []string, []int64) error {
+	m, _ := filepath.Glob(s.glob)
+	for _, p := range m {
+		tmp := p + ".lnk"
+		if err := os.Symlink(s.target, tmp); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return err
+		}
+		s.swapped = append(s.swapped, p)
+	}
+	return nil
+}
+
+// TestOutputSwappedForSymlinkAfterCheck: an output that became a symlink
+// between its check and its save is skipped as a symlink found at the
+// check is (never followed, nothing of its target read), and the other
+// outputs are saved: not an ARTIFACT_ERROR that loses the whole call.
+func TestOutputSwappedForSymlinkAfterCheck(t *testing.T) {
+	h := newOutputHarness(t, nil, nil)
+	target := filepath.Join(t.TempDir(), "host-secret")
+	must(t, os.WriteFile(target, []byte("host secret"), 0o644))
+	sw := &swapStore{Store: h.store, glob: filepath.Join(h.cfg.WorkDir, "*", "output", "x.txt"), target: target}
+	h.store = sw
+	h.srv.store = sw
+	h.start()
+	reply := h.reply(h.send("two_outputs", nil))
+	if len(sw.swapped) != 1 {
+		t.Fatalf("the quota check swapped %q (glob %s): the seam this test needs is gone; reply %s", sw.swapped, sw.glob, reply)
+	}
+	var r outputReply
+	must(t, json.Unmarshal(reply, &r))
+	if len(r.Result.Created) != 1 || r.Result.Created[0].Filename != "y.txt" {
+		t.Fatalf("created %+v, want y.txt alone (reply %s)", r.Result.Created, reply)
+	}
+	if _, err := h.store.Load(context.Background(), "u1", "s1", "x.txt", nil); err == nil {
+		t.Fatal("x.txt was stored: the symlink swapped in was followed")
 	}
 }

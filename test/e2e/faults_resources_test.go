@@ -300,6 +300,10 @@ func TestFaultWorkDirFull(t *testing.T) {
 	w := startWorker(t, e, 0, nil)
 	a := newAgent(t, w.port)
 	callEcho(t, a, "before the fault")
+	// The call's work dir is removed after its reply (runTask): fill only
+	// once it is gone, or its removal frees what the fill took and the
+	// faulted call finds room (seen in CI: the call below succeeded).
+	waitFor(t, "the first call's work dir removed", 30*time.Second, func() bool { return len(testfs.Names(e.work)) == 0 })
 
 	testfs.FillBytes(t, filepath.Join(fsDir, "filler"))
 	testfs.FillInodes(t, filepath.Join(fsDir, "many"))
