@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"golang.org/x/sys/unix"
 )
 
@@ -251,14 +252,6 @@ type linkFixture struct {
 	ph    string
 }
 
-func mustWork(b *testing.B, reason string) {
-	b.Helper()
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		b.Fatalf("STR_MUST_WORK=1 but: %s", reason)
-	}
-	b.Skip(reason)
-}
-
 // newLink creates the namespace, the veth pair, the TUN pair and the
 // server (all removed in cleanup) and the proxy session. Addresses:
 // 10.214.X.1 (host) and 10.214.X.2 (server) on the veth, 10.214.X.5 and
@@ -267,11 +260,11 @@ func mustWork(b *testing.B, reason string) {
 func newLink(b *testing.B) *link {
 	b.Helper()
 	if os.Geteuid() != 0 {
-		mustWork(b, "needs root: creates a network namespace and a veth pair and shapes them with tc")
+		mustwork.Skip(b, "needs root: creates a network namespace and a veth pair and shapes them with tc")
 	}
 	for _, tool := range []string{"ip", "tc"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			mustWork(b, "needs "+tool+" (iproute2) to build and shape the test link")
+			mustwork.Skip(b, "needs "+tool+" (iproute2) to build and shape the test link")
 		}
 	}
 	id := os.Getpid() % 100000
@@ -323,7 +316,7 @@ func newLink(b *testing.B) *link {
 		// in its own.
 		tun, err := openTun(l.hostTun)
 		if err != nil {
-			mustWork(b, "the kernel has no netem qdisc and the user-space delay needs a TUN device: "+err.Error())
+			mustwork.Skip(b, "the kernel has no netem qdisc and the user-space delay needs a TUN device: "+err.Error())
 		}
 		defer tun.Close()
 		server.ExtraFiles = []*os.File{tun}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"runtime/debug"
 	"testing"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 // openFDs is the number of descriptors this process holds.
@@ -25,10 +27,7 @@ func openFDs(t *testing.T) int {
 func TestKillBeforeStartReleases(t *testing.T) {
 	if os.Geteuid() != 0 {
 		const why = "creating a sandbox in root mode (a leased host id block and a cgroup) needs root"
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
+		mustwork.Skip(t, why)
 	}
 	l, err := New(Options{})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
 )
@@ -94,10 +95,7 @@ func TestWorkDirTmpfs(t *testing.T) {
 	}
 	if os.Geteuid() != 0 {
 		msg := "mounting a tmpfs needs root (CAP_SYS_ADMIN)"
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		mustwork.Skip(t, msg)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkDirTmpfs$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), "STR_TEST_TMPFS_CHILD=1")

@@ -1,10 +1,13 @@
 package seccomp
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 // TestRunTimePathHasNoCgo: the packages a sandbox's setup runs (this one,
@@ -15,10 +18,7 @@ import (
 func TestRunTimePathHasNoCgo(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatalf("go not on PATH: %v", err)
-		}
-		t.Skipf("go not on PATH (%v): cannot list dependencies", err)
+		mustwork.Skip(t, fmt.Sprintf("go not on PATH (%v): cannot list dependencies", err))
 	}
 	cmd := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}} {{len .CgoFiles}}",
 		".", "../launcher/...", "../cmd/str-init")

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"gopkg.in/yaml.v3"
 )
 
@@ -244,10 +245,7 @@ func TestBenchSVGWellFormed(t *testing.T) {
 // The floor cell: clone with namespace flags from the resident driver.
 func TestBenchFloorCellRuns(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal("the floor cell needs root (CLONE_NEWPID|NEWNS|NEWIPC|NEWUTS without a user namespace)")
-		}
-		t.Skip("the floor cell needs root (CLONE_NEWPID|NEWNS|NEWIPC|NEWUTS without a user namespace)")
+		mustwork.Skip(t, "the floor cell needs root (CLONE_NEWPID|NEWNS|NEWIPC|NEWUTS without a user namespace)")
 	}
 	for _, ns := range []string{"pid,mnt,ipc,uts", "pid,mnt,ipc,uts,net,user"} {
 		kv := benchExec(t, "spawn", "--ns", ns, "-n", "3", "-w", "1", "-l", "floor", "--", "/bin/true")

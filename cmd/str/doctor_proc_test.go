@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 // Mountinfo as a root worker sees it in a unit with ProtectKernelLogs=yes
@@ -117,10 +119,7 @@ func TestDoctorNamesCoveredProc(t *testing.T) {
 		reason = "needs unshare(1) (util-linux): " + err.Error()
 	}
 	if reason != "" {
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(reason + " (STR_MUST_WORK=1)")
-		}
-		t.Skip(reason)
+		mustwork.Skip(t, reason)
 	}
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--",
 		"sh", "-c", `mount --bind /dev/null /proc/kmsg && exec "$0" -test.run='^TestDoctorNamesCoveredProc$'`, os.Args[0])

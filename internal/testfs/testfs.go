@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,10 +30,7 @@ func Tmpfs(t testing.TB, dir, opts string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		msg := fmt.Sprintf("needs root: mounting a tmpfs (%s) to fill or remount", opts)
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(msg + " (STR_MUST_WORK=1)")
-		}
-		t.Skip(msg)
+		mustwork.Skip(t, msg)
 	}
 	if dir == "" {
 		dir = t.TempDir()

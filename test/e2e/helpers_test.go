@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/test/internal/strbuild"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -34,21 +35,7 @@ var strBin string
 // TestMain builds str, or uses $STR_BIN when set (a binary built
 // beforehand from this tree).
 func TestMain(m *testing.M) {
-	if strBin = os.Getenv("STR_BIN"); strBin != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "str-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if strBin, err = strbuild.Build(dir, "../.."); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building str:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(strbuild.Main(m, "../..", "e2e", &strBin))
 }
 
 // requireRoot skips (or, with STR_MUST_WORK=1, fails) when the worker's
@@ -59,10 +46,7 @@ func requireRoot(t *testing.T) {
 		return
 	}
 	msg := "e2e: needs root: the worker's launcher creates namespaces and cgroups for each tool and chowns work dirs to the sandbox's uid"
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		t.Fatal(msg + " (STR_MUST_WORK=1)")
-	}
-	t.Skip(msg)
+	mustwork.Skip(t, msg)
 }
 
 const e2eManifest = `version: 1

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher"
 	"golang.org/x/sys/unix"
 )
@@ -170,7 +171,7 @@ func seenOf(t *testing.T, who string, r bwrapRun) map[string]any {
 func TestBwrapWorkerLines(t *testing.T) {
 	needRoot(t)
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		skipOrFail(t, "needs /usr/bin/python3 (the worker line runs a Python tool)")
+		mustwork.Skip(t, "needs /usr/bin/python3 (the worker line runs a Python tool)")
 	}
 	// Under /srv, not /var/tmp: the permissive line mounts a tmpfs over
 	// /var (and one over /tmp).
@@ -425,7 +426,7 @@ func TestBwrapHidesSecrets(t *testing.T) {
 func TestBwrapDisableUserns(t *testing.T) {
 	needRoot(t)
 	if _, err := os.Stat("/usr/bin/unshare"); err != nil {
-		skipOrFail(t, "needs /usr/bin/unshare (util-linux)")
+		mustwork.Skip(t, "needs /usr/bin/unshare (util-linux)")
 	}
 	cmd := exec.Command(strBin, "bwrap", "--unshare-user", "--disable-userns", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
 		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--", "/usr/bin/unshare", "-U", "true")
@@ -442,7 +443,7 @@ func TestBwrapDisableUserns(t *testing.T) {
 func TestBwrapRootless(t *testing.T) {
 	needRoot(t) // to set up the unprivileged user's delegated cgroup
 	if _, err := exec.LookPath("setpriv"); err != nil {
-		skipOrFail(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
+		mustwork.Skip(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
 	}
 	dir := t.TempDir()
 	_ = os.Chmod(dir, 0o755)
@@ -465,14 +466,14 @@ func TestBwrapRootless(t *testing.T) {
 		}
 		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			skipOrFail(t, "cannot create a v1 cgroup to delegate: "+err.Error())
+			mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
 		}
 		defer os.Remove(d)
 		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
 		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
 	}
 	if len(moves) == 0 {
-		skipOrFail(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
+		mustwork.Skip(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
 	}
 	line := `--unshare-pid --unshare-net --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 ` +
 		`--proc /proc --dev /dev --tmpfs /tmp --chdir /tmp --clearenv --setenv PATH /usr/bin -- /bin/sh -c 'id -u; id -g; pwd; echo x > f && cat f; env'`
@@ -502,7 +503,7 @@ func TestBwrapFilesystemOptionsSideBySide(t *testing.T) {
 	needRoot(t)
 	bubblewrap := "/usr/bin/bwrap"
 	if _, err := os.Stat(bubblewrap); err != nil {
-		skipOrFail(t, "needs the machine's bubblewrap (apt-get install bubblewrap) to compare with")
+		mustwork.Skip(t, "needs the machine's bubblewrap (apt-get install bubblewrap) to compare with")
 	}
 	// Owned by an unprivileged user: str binds a writable dir id-mapped
 	// to its owner (a root-owned one would not be the tool's). Under
@@ -597,11 +598,11 @@ func TestBwrapArgv0(t *testing.T) {
 func TestBwrapCallerSeccomp(t *testing.T) {
 	needRoot(t)
 	if runtime.GOARCH != "amd64" {
-		skipOrFail(t, "the test's BPF program is written for x86_64 (AUDIT_ARCH_X86_64, its syscall numbers)")
+		mustwork.Skip(t, "the test's BPF program is written for x86_64 (AUDIT_ARCH_X86_64, its syscall numbers)")
 	}
 	bubblewrap := "/usr/bin/bwrap"
 	if _, err := os.Stat(bubblewrap); err != nil {
-		skipOrFail(t, "needs the machine's bubblewrap (apt-get install bubblewrap) to compare with")
+		mustwork.Skip(t, "needs the machine's bubblewrap (apt-get install bubblewrap) to compare with")
 	}
 	const (
 		ldW, jeqK, ret = 0x20, 0x15, 0x06 // BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K

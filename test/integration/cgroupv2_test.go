@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/securetoolruntime/str/launcher"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -31,6 +30,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/launcher"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,11 +54,11 @@ func needCgroupV2(t *testing.T) {
 			"(test/integration/vm/run-in-vm.sh sets STR_CGROUP_V2=1 there); the host run covers cgroup v1")
 	}
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "cgroup v2 set: needs root in the VM (run-in-vm.sh runs the command as root)")
+		mustwork.Skip(t, "cgroup v2 set: needs root in the VM (run-in-vm.sh runs the command as root)")
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(v2Root, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
-		skipOrFail(t, fmt.Sprintf("STR_CGROUP_V2=1 but %s is not a cgroup2 mount (statfs: type %#x, error %v)", v2Root, st.Type, err))
+		mustwork.Skip(t, fmt.Sprintf("STR_CGROUP_V2=1 but %s is not a cgroup2 mount (statfs: type %#x, error %v)", v2Root, st.Type, err))
 	}
 	mounts, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
@@ -64,7 +66,7 @@ func needCgroupV2(t *testing.T) {
 	}
 	for _, line := range strings.Split(string(mounts), "\n") {
 		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup" {
-			skipOrFail(t, "STR_CGROUP_V2=1 but a cgroup v1 hierarchy is mounted at "+f[1]+": not a pure cgroup v2 host")
+			mustwork.Skip(t, "STR_CGROUP_V2=1 but a cgroup v1 hierarchy is mounted at "+f[1]+": not a pure cgroup v2 host")
 		}
 	}
 	ctl, err := os.ReadFile(filepath.Join(v2Root, "cgroup.subtree_control"))
@@ -73,7 +75,7 @@ func needCgroupV2(t *testing.T) {
 	}
 	for _, c := range []string{"cpu", "memory", "pids"} {
 		if !slices.Contains(strings.Fields(string(ctl)), c) {
-			skipOrFail(t, fmt.Sprintf("controller %s is not enabled in %s/cgroup.subtree_control (%q)", c, v2Root, strings.TrimSpace(string(ctl))))
+			mustwork.Skip(t, fmt.Sprintf("controller %s is not enabled in %s/cgroup.subtree_control (%q)", c, v2Root, strings.TrimSpace(string(ctl))))
 		}
 	}
 }

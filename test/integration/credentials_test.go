@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 // The secretless-credential test: HTTPS servers in the test host's network
@@ -134,7 +135,7 @@ func TestSecretlessCredential(t *testing.T) {
 	tn := newTestNet(t)
 	dns := testDNS(t)
 	if _, err := exec.LookPath("curl"); err != nil {
-		skipOrFail(t, "needs curl on the host (bound into the sandbox with /usr)")
+		mustwork.Skip(t, "needs curl on the host (bound into the sandbox with /usr)")
 	}
 
 	// The servers' own CA (not the proxy's), and the worker's extra roots.

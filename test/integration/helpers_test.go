@@ -7,7 +7,6 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/test/internal/strbuild"
 )
@@ -23,40 +23,15 @@ import (
 var strBin string
 
 func TestMain(m *testing.M) {
-	strBin = os.Getenv("STR_BIN")
-	if strBin == "" {
-		dir, err := os.MkdirTemp("", "str-it-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		// World-readable so the rootless test's unprivileged user can run it.
-		_ = os.Chmod(dir, 0o755)
-		if strBin, err = strbuild.Build(dir, "../.."); err != nil {
-			fmt.Fprintln(os.Stderr, "building str:", err)
-			os.Exit(1)
-		}
-		code := m.Run()
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
-
-// skipOrFail skips with reason, or fails when STR_MUST_WORK=1.
-func skipOrFail(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		t.Fatalf("STR_MUST_WORK=1 but: %s", reason)
-	}
-	t.Skip(reason)
+	// The build is world-readable: the rootless test's unprivileged user runs it.
+	os.Exit(strbuild.Main(m, "../..", "integration", &strBin))
 }
 
 // needRoot is the precondition of every sandbox test here.
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root (CI runs as root): creates namespaces, mounts and cgroups")
+		mustwork.Skip(t, "needs root (CI runs as root): creates namespaces, mounts and cgroups")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/test/internal/testdns"
 )
 
@@ -42,7 +43,7 @@ func newTestNet(t *testing.T) *testNet {
 	t.Helper()
 	needRoot(t)
 	if _, err := exec.LookPath("ip"); err != nil {
-		skipOrFail(t, "needs ip (iproute2) to create the test host's network namespace")
+		mustwork.Skip(t, "needs ip (iproute2) to create the test host's network namespace")
 	}
 	id := strconv.Itoa(os.Getpid() % 100000)
 	n := &testNet{ns: "strt" + id, veth: "strh" + id}

@@ -2,12 +2,14 @@ package integration
 
 import (
 	"fmt"
-	"github.com/securetoolruntime/str/launcher"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // Rootless mode: str run as an unprivileged uid (65534) creates its own
@@ -17,7 +19,7 @@ import (
 func TestRootless(t *testing.T) {
 	needRoot(t) // to set up the unprivileged user's delegated cgroup
 	if _, err := exec.LookPath("setpriv"); err != nil {
-		skipOrFail(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
+		mustwork.Skip(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
 	}
 	// The binary must be reachable by uid 65534.
 	dir, err := os.MkdirTemp("", "str-rootless-")
@@ -47,14 +49,14 @@ func TestRootless(t *testing.T) {
 		}
 		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			skipOrFail(t, "cannot create a v1 cgroup to delegate: "+err.Error())
+			mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
 		}
 		defer os.Remove(d)
 		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
 		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
 	}
 	if len(moves) == 0 {
-		skipOrFail(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless test in the VM)")
+		mustwork.Skip(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless test in the VM)")
 	}
 	script := strings.Join(moves, " && ") + " && exec setpriv --reuid 65534 --regid 65534 --clear-groups " + bin +
 		` run --profile restrictive -- /bin/sh -c 'id -u; cat /proc/self/uid_map; grep -E "^(CapEff|NoNewPrivs|Seccomp):" /proc/self/status; /usr/bin/python3 -c "print(42)"'`

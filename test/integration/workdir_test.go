@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher"
 )
 
@@ -272,7 +273,7 @@ func invoke(t *testing.T, broker int, tool, args string) (reply, string) {
 func TestBindsDoNotPropagateToHost(t *testing.T) {
 	needRoot(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
-		skipOrFail(t, "needs unshare(1) (util-linux) to make a mount namespace with a shared mount")
+		mustwork.Skip(t, "needs unshare(1) (util-linux) to make a mount namespace with a shared mount")
 	}
 	dir := privateChain(t)
 	shared := filepath.Join(dir, "shared")

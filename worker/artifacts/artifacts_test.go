@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 var bg = context.Background()
@@ -236,10 +238,7 @@ func TestSymlinksInStoreAreNotFollowed(t *testing.T) {
 func TestMetaMatchesPythonJSONDumps(t *testing.T) {
 	py := "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatalf("%s not available: %v", py, err)
-		}
-		t.Skipf("%s not available to compare with json.dumps: %v", py, err)
+		mustwork.Skip(t, fmt.Sprintf("%s not available to compare with json.dumps: %v", py, err))
 	}
 	types := []string{"text/plain", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
 		`we"ird\type`, "tab\there", "caf\u00e9/x", "emoji/\U0001F600", "ctl/\x01\x7f", ""}

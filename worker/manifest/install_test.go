@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 func pythonForTest(t *testing.T) string {
@@ -23,10 +25,7 @@ func pythonForTest(t *testing.T) string {
 	}
 	if _, err := os.Stat(py); err != nil {
 		msg := fmt.Sprintf("python interpreter %s not available (%v); set STR_TEST_PYTHON", py, err)
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		mustwork.Skip(t, msg)
 	}
 	return py
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 // pythonBin returns the interpreter the tests run runner.py with.
@@ -24,10 +26,7 @@ func pythonBin(t *testing.T) string {
 	}
 	if _, err := os.Stat(bin); err != nil {
 		msg := fmt.Sprintf("python interpreter %s not available (%v); set STR_TEST_PYTHON", bin, err)
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		mustwork.Skip(t, msg)
 	}
 	return bin
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/test/internal/strbuild"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -42,21 +43,7 @@ func TestMain(m *testing.M) {
 	if !set {
 		_ = flag.Set("test.parallel", "32")
 	}
-	if strBin = os.Getenv("STR_BIN"); strBin != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "str-hostile-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if strBin, err = strbuild.Build(dir, "../../.."); err != nil {
-		fmt.Fprintln(os.Stderr, "hostile: building str:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(strbuild.Main(m, "../../..", "hostile", &strBin))
 }
 
 // requireRoot skips (or, with STR_MUST_WORK=1, fails) unless root.
@@ -66,10 +53,7 @@ func requireRoot(t *testing.T) {
 		return
 	}
 	msg := "hostile: needs root: the worker's launcher creates namespaces and cgroups for each tool and gives each sandbox host uids of its own"
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		t.Fatal(msg + " (STR_MUST_WORK=1)")
-	}
-	t.Skip(msg)
+	mustwork.Skip(t, msg)
 }
 
 type env struct {

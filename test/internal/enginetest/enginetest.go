@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 // Needs is what a test needs beyond root and a running engine.
@@ -55,10 +57,7 @@ func Need(t *testing.T, n Needs) {
 	if missing == "" {
 		return
 	}
-	if os.Getenv("STR_MUST_WORK") == "1" {
-		t.Fatal(n.Area + ": " + missing + " (STR_MUST_WORK=1)")
-	}
-	t.Skip(n.Area + ": " + missing)
+	mustwork.Skip(t, n.Area+": "+missing)
 }
 
 func imageOf(n Needs) string {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 )
 
 // Worker is the worker program's name beside str (cmd/str's workerProgram).
@@ -41,4 +42,31 @@ func Build(dir, root string) (string, error) {
 // `str worker` execs it from).
 func WorkerBeside(str string) string {
 	return filepath.Join(filepath.Dir(str), Worker)
+}
+
+// Main runs a test binary's tests (call it from TestMain and pass its
+// result to os.Exit) with *bin set to the str under test: $STR_BIN when
+// set, else str and str-worker built by Build from the module at root
+// into a temporary directory, world-readable so a test's unprivileged
+// user can run them, and removed once the tests ran. who names the
+// suite in the error printed when the build fails.
+func Main(m *testing.M, root, who string, bin *string) int {
+	if *bin = os.Getenv("STR_BIN"); *bin != "" {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "str-"+who+"-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if *bin, err = Build(dir, root); err != nil {
+		fmt.Fprintln(os.Stderr, who+": building str:", err)
+		return 1
+	}
+	return m.Run()
 }
