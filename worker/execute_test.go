@@ -1,16 +1,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/securetoolruntime/str/launcher"
-	"github.com/securetoolruntime/str/launcher/launchertest"
-	"golang.org/x/sys/unix"
 	"io"
 	"log/slog"
 	"net"
@@ -25,6 +21,11 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/securetoolruntime/str/internal/syncbuf"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/launchertest"
+	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker/artifacts"
@@ -102,22 +103,7 @@ func newExecHarness(t *testing.T, mod func(*Config), opts func(*Options)) *harne
 }
 
 // logBuffer is a concurrency-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 func (l *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))

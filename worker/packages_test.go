@@ -3,7 +3,6 @@ package worker
 import (
 	"archive/zip"
 	"encoding/json"
-	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher/launchertest"
 
 	"github.com/securetoolruntime/str/worker/manifest"
 )
@@ -62,7 +63,7 @@ func TestDeclaredPackages(t *testing.T) {
   tool_c: {module: pkgtools, function: which, package: str-pkg-c}
 `
 	must(t, os.WriteFile(h.cfg.ManifestPath, []byte(pm), 0o644))
-	logs := &lockedBuffer{}
+	logs := &logBuffer{}
 	var err error
 	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
 		Store: h.store, Logger: slog.New(slog.NewJSONHandler(logs, nil)),

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher/launchertest"
 
 	"github.com/securetoolruntime/str/internal/testfs"
 	"github.com/securetoolruntime/str/worker/artifacts"
@@ -68,7 +69,7 @@ func TestStoreErrorMapping(t *testing.T) {
 // A fault or degradation is set with the error seen, replaced by a new
 // one, cleared by nil; each change is logged once, a repeat is not.
 func TestReadinessSetClear(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &logBuffer{}
 	m := NewMetrics()
 	r := newReadiness(slog.New(slog.NewJSONHandler(logs, nil)), m.Faults)
 	if f, d := r.snapshot(); f != nil || d != nil {

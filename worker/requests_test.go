@@ -1,24 +1,23 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/securetoolruntime/str/launcher"
-	"github.com/securetoolruntime/str/launcher/launchertest"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/launchertest"
 
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/manifest"
@@ -29,27 +28,9 @@ import (
 // the start-up checks of the tools, queued calls, reserved and oversized
 // names, stopping before the first connection, and fail-closed start-up.
 
-// lockedBuffer collects log lines written concurrently.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // rebuild replaces the harness's server (before start) with one using sb
 // (nil = launchertest.Sandboxes) and logging to the returned buffer.
-func (h *harness) rebuild(sb Sandboxes, tr transport.Transport) *lockedBuffer {
+func (h *harness) rebuild(sb Sandboxes, tr transport.Transport) *logBuffer {
 	h.t.Helper()
 	if sb == nil {
 		sb = launchertest.Sandboxes{}
@@ -57,7 +38,7 @@ func (h *harness) rebuild(sb Sandboxes, tr transport.Transport) *lockedBuffer {
 	if tr == nil {
 		tr = h.bus.Client("worker", h.cfg.QueueName())
 	}
-	logs := &lockedBuffer{}
+	logs := &logBuffer{}
 	var err error
 	h.srv, err = New(Options{Config: h.cfg, Transport: tr, Sandboxes: sb, Store: h.store,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
@@ -139,7 +120,7 @@ func TestProfileCeilingEveryPair(t *testing.T) {
 // INVALID_REQUEST; the worker logs the clamp at debug.
 func TestProfileCeilingThroughServer(t *testing.T) {
 	h := newHarness(t, nil)
-	logs := &lockedBuffer{}
+	logs := &logBuffer{}
 	var err error
 	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
 		Store: h.store, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})

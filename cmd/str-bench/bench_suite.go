@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"golang.org/x/sys/unix"
 )
 
@@ -1091,7 +1092,7 @@ func (st *benchState) startServe(ctx context.Context, sock string) string {
 		return "str serve needs root"
 	}
 	cmd := exec.CommandContext(ctx, st.str, "serve", "--socket", sock, "--profiles", "restrictive", "--pool", "2")
-	var errb benchSyncBuffer
+	var errb syncbuf.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		return fmt.Sprintf("str serve: %v", err)

@@ -19,13 +19,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -418,26 +418,6 @@ func benchOwn(pid int, exe string) bool {
 	return link == exe || strings.HasPrefix(link, "/memfd:")
 }
 
-// benchSyncBuffer is a bytes.Buffer several commands write their stderr to.
-type benchSyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *benchSyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *benchSyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-func (b *benchSyncBuffer) Len() int { return len(b.String()) }
-
 // benchMemory is one memory cell's result.
 type benchMemory struct {
 	id, title    string
@@ -510,7 +490,7 @@ func benchWaitTools(ctx context.Context, roots []int, tool string, want int, set
 func benchMemLaunchers(ctx context.Context, k int, exe string, argv []string) (mem benchMemKB, procs int, err error) {
 	var cmds []*exec.Cmd
 	var roots []int
-	var errOut benchSyncBuffer
+	var errOut syncbuf.Buffer
 	defer func() {
 		for _, c := range cmds {
 			if werr := c.Wait(); werr != nil && err == nil {

@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/test/internal/strbuild"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -115,25 +115,8 @@ type workerProc struct {
 	cmd    *exec.Cmd
 	port   int // broker port
 	health int
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	done   chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startWorker starts `str worker` with the embedded broker (or, when
@@ -149,7 +132,7 @@ func startWorker(t *testing.T, e *env, brokerPort int, extra map[string]string) 
 // for it to be ready.
 func launchWorker(t *testing.T, e *env, brokerPort int, extra map[string]string) *workerProc {
 	t.Helper()
-	w := &workerProc{t: t, health: freePort(t), log: &syncBuffer{}, done: make(chan struct{})}
+	w := &workerProc{t: t, health: freePort(t), log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	vars := map[string]string{
 		"SAM_NAMESPACE": "e2e/", "MANIFEST_PATH": e.manifest, "TOOLS_PYTHON_DIR": e.tools,
 		"SANDBOX_WORK_DIR": e.work, "STR_RUNNER_DIR": filepath.Join(e.root, "runner"), "STR_SITE_DIR": filepath.Join(e.root, "site"),

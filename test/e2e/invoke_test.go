@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
 )
@@ -30,10 +31,10 @@ import (
 // startStrBroker runs `str broker` on a free port with extra flags and
 // waits until it accepts connections (and, unless anonymous, has written
 // its token file).
-func startStrBroker(t *testing.T, extra ...string) (port int, log *syncBuffer) {
+func startStrBroker(t *testing.T, extra ...string) (port int, log *syncbuf.Buffer) {
 	t.Helper()
 	port = freePort(t)
-	log = &syncBuffer{}
+	log = &syncbuf.Buffer{}
 	cmd := exec.Command(strBin, append([]string{"broker", "--listen", "127.0.0.1:" + strconv.Itoa(port)}, extra...)...)
 	cmd.Env = cleanEnv()
 	cmd.Stdout, cmd.Stderr = log, log
@@ -123,14 +124,14 @@ func (f *fakeWorker) counts() (requests, cancels int) {
 // invokeProc is a running `str invoke`.
 type invokeProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *syncbuf.Buffer
 	done           chan struct{}
 }
 
 func startInvoke(t *testing.T, env []string, args ...string) *invokeProc {
 	t.Helper()
 	p := &invokeProc{cmd: exec.Command(strBin, append([]string{"invoke"}, args...)...),
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+		stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	must(t, p.cmd.Start())

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/launcher"
 )
 
@@ -159,28 +160,9 @@ func freeTCPPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-type lockedBuffer struct {
-	mu chan struct{}
-	b  bytes.Buffer
-}
-
-func newLockedBuffer() *lockedBuffer { return &lockedBuffer{mu: make(chan struct{}, 1)} }
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu <- struct{}{}
-	defer func() { <-l.mu }()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu <- struct{}{}
-	defer func() { <-l.mu }()
-	return l.b.String()
-}
-
 type worker struct {
 	cmd  *exec.Cmd
-	log  *lockedBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 }
 
@@ -188,7 +170,7 @@ type worker struct {
 // (generously) until /readyz answers 200, or the worker exits.
 func startWorker(t *testing.T, broker, health int, vars map[string]string) *worker {
 	t.Helper()
-	w := &worker{log: newLockedBuffer(), done: make(chan struct{})}
+	w := &worker{log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(strBin, "worker", "--embedded-broker", "127.0.0.1:"+strconv.Itoa(broker))
 	w.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HEALTH_PORT=" + strconv.Itoa(health), "STR_LOG_LEVEL=info"}
 	for k, v := range vars {

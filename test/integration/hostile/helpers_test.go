@@ -4,7 +4,6 @@ package hostile
 // embedded broker, and an agent of the dev broker that invokes tools.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/test/internal/strbuild"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -94,32 +94,15 @@ type workerProc struct {
 	cmd    *exec.Cmd
 	port   int
 	health int
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	done   chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startWorker starts `str worker --embedded-broker` with extra
 // environment variables and waits until it is ready.
 func startWorker(t *testing.T, e *env, extra map[string]string) *workerProc {
 	t.Helper()
-	w := &workerProc{t: t, health: freePort(t), port: freePort(t), log: &syncBuffer{}, done: make(chan struct{})}
+	w := &workerProc{t: t, health: freePort(t), port: freePort(t), log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	vars := map[string]string{
 		"SAM_NAMESPACE": "e2e/", "MANIFEST_PATH": e.manifest, "TOOLS_PYTHON_DIR": e.tools,
 		"SANDBOX_WORK_DIR": e.work, "STR_RUNNER_DIR": filepath.Join(e.root, "runner"), "STR_SITE_DIR": filepath.Join(e.root, "site"),

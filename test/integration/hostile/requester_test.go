@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -369,7 +370,7 @@ func TestRequesterStrInvokeKeyed(t *testing.T) {
 		t.Fatalf("bob: %v\n%s", err, out)
 	}
 	cmd := invoke("slow_operation", "--user", "alice", "--args", `{"steps": 100, "delay": 1}`, "--wait", "10m")
-	var stdout syncBuffer
+	var stdout syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stdout
 	must(t, cmd.Start())
 	done := make(chan error, 1)
