@@ -290,7 +290,9 @@ func (r *Resident) handle(c *net.UnixConn) {
 	}
 
 	// The request and the caller's stdio.
-	buf := make([]byte, nsinit.MaxCallBytes*4)
+	bp := requestBufs.Get().(*[]byte)
+	defer requestBufs.Put(bp)
+	buf := *bp
 	oob := make([]byte, unix.CmsgSpace(4*(nsinit.CallFDs+1)))
 	// A caller that connects and sends nothing holds no goroutine for
 	// long (nor Close).
@@ -402,6 +404,11 @@ func (r *Resident) handle(c *net.UnixConn) {
 	<-box.sb.Ended()
 	p.fill()
 }
+
+// requestBufs holds the receive buffers of requests (argv and
+// environment at most four times a call's MaxCallBytes as JSON): reused,
+// not a fresh 512 KiB zeroed per call (perf: 8 % of str serve's CPU).
+var requestBufs = sync.Pool{New: func() any { b := make([]byte, nsinit.MaxCallBytes*4); return &b }}
 
 // parseStdio takes exactly the three stdio descriptors of a request.
 func parseStdio(oob []byte) ([nsinit.CallFDs]*os.File, error) {
