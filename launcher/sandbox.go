@@ -38,7 +38,7 @@ type Sandbox struct {
 	writeBacks []*writeBack
 
 	cmd               *exec.Cmd
-	initFile          *os.File // the sealed memfd of the init (initbin.File; shared, never closed)
+	initFile          *os.File // the init's executable (initExe; shared, never closed)
 	configR, configW  *os.File
 	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
@@ -92,9 +92,9 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	initFile, err := initbin.File()
+	initFile, err := l.initExe(plan.Rootless)
 	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "memfd", Msg: err.Error(), Err: err}
+		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "init executable", Msg: err.Error(), Err: err}
 	}
 
 	// L1a. Root mode: lease this sandbox's host ids; the plan is copied so
@@ -218,6 +218,30 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	s.initFile = initFile
 	return s, nil
 }
+
+// initExe is the init's executable (step L4), which no sandbox can ever
+// write (CVE-2019-5736): root mode, the copy in the state directory's
+// init/ on a read-only mount of its own (initbin.Cached: nothing written
+// per str process); rootless, or when that copy cannot be used (logged
+// once), a sealed memfd of the embedded init (initbin.File).
+func (l *Launcher) initExe(rootless bool) (*os.File, error) {
+	if !rootless {
+		dir, err := statedir.Sub(l.stateDir, "init")
+		var f *os.File
+		if err == nil {
+			f, err = initbin.Cached(dir)
+		}
+		if err == nil {
+			return f, nil
+		}
+		initFallback.Do(func() {
+			l.log.Warn("the init runs from a sealed memfd written by this process instead of its cached copy", "error", err)
+		})
+	}
+	return initbin.File()
+}
+
+var initFallback sync.Once
 
 // Plan returns the sandbox's plan.
 func (s *Sandbox) Plan() *Plan { return s.plan }
