@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
@@ -226,7 +227,9 @@ func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
 			}
 			l.v2parent = p
 		}
-		sweepStale(staleDirs(pl.Cgroup.Mode, l.v2parent))
+		if sweepDue(time.Now()) {
+			sweepStale(staleDirs(pl.Cgroup.Mode, l.v2parent))
+		}
 		l.cgroupReady = true
 	}
 	switch pl.Cgroup.Mode {
