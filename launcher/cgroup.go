@@ -34,7 +34,8 @@ import (
 // its launcher for the sandbox's life (cgroupLockDir): a later launcher
 // removes only cgroups whose lock nobody holds, so a SIGKILLed launcher's
 // leftovers go and a live one's never do (the first sandbox of a launcher
-// sweeps, unless another str process swept within sweepEvery).
+// sweeps: by the lock files, and through the cgroup directories at most
+// every sweepEvery, see sweepEvery).
 
 const cgroupRoot = "/sys/fs/cgroup"
 
@@ -600,17 +601,20 @@ func readKV(path string) map[string]int64 {
 	return m
 }
 
-// sweepEvery spaces the sweeps of all str processes of the host: a
-// one-shot `str run` is a launcher's first sandbox every time, and its
-// sweep (a readdir in five cgroupfs hierarchies, a lock try per live
-// sandbox) cost 3.7 % of its CPU (perf), for leftovers that are rare
-// (a SIGKILLed launcher's, whose pid namespace died with it).
+// sweepEvery spaces the full sweeps (sweepStale) of all str processes of
+// the host: a one-shot `str run` is a launcher's first sandbox every time,
+// and a full sweep (a readdir in five cgroupfs hierarchies, a lock try
+// per live sandbox) cost 3.7 % of its CPU (perf). In between, a launcher
+// sweeps by the lock files alone (sweepLocks): a SIGKILLed launcher's
+// cgroups still go at the next launcher's first sandbox; only a directory
+// that lost its lock file (a removal that failed after its lock was
+// taken, a state directory wiped) waits for the next full sweep.
 const sweepEvery = 10 * time.Second
 
-// sweepDue reports whether this launcher sweeps: no str process of the
-// host swept in the last sweepEvery (the mtime of cgroups/.swept in the
-// state directory), and marks the sweep as done now. A stamp that cannot
-// be read or written means a sweep.
+// sweepDue reports whether this launcher does the full sweep: no str
+// process of the host did one in the last sweepEvery (the mtime of
+// cgroups/.swept in the state directory), and marks it as done now. A
+// stamp that cannot be read or written means a full sweep.
 func sweepDue(now time.Time) bool {
 	stamp := filepath.Join(cgroupLockDir(), ".swept")
 	if st, err := os.Stat(stamp); err == nil && now.Sub(st.ModTime()).Abs() < sweepEvery {
@@ -622,6 +626,33 @@ func sweepDue(now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// sweepLocks is the sweep between full ones: every lock file of the state
+// directory that nobody holds (cgroupHeld removes it) names a dead
+// launcher's cgroup, which is emptied and removed in every directory
+// dirs() returns (read only when there is one: a readdir of the tmpfs
+// lock directory and a lock try per live sandbox is all it costs
+// otherwise).
+func sweepLocks(dirs func() []string) {
+	ents, err := os.ReadDir(cgroupLockDir())
+	if err != nil {
+		return
+	}
+	var parents []string
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), "s") || cgroupHeld(e.Name()) {
+			continue
+		}
+		if parents == nil {
+			parents = dirs()
+		}
+		for _, d := range parents {
+			p := filepath.Join(d, e.Name())
+			killProcs(p)
+			_ = retryBusy(func() error { return unix.Rmdir(p) })
+		}
+	}
 }
 
 // sweepStale removes sandbox cgroups left by launchers that died without

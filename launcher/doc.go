@@ -57,9 +57,8 @@
 // What it protects against: a request loosening its profile (overrides may
 // only tighten; every problem is collected before anything is created); a
 // sandbox outliving its launcher (Pdeathsig, re-armed by the init after
-// its uid change; cgroup kill; the next launcher to create a sandbox,
-// unless another swept in the last 10 s, removes the cgroups whose lock
-// nobody holds); a tool running outside its
+// its uid change; cgroup kill; the next launcher to create a sandbox
+// removes the cgroups whose lock nobody holds); a tool running outside its
 // limits for any moment; two sandboxes sharing a host uid; a caller of
 // the resident launcher's socket it does not admit, or asking for more
 // than one-shot `str run` would give it.

@@ -229,6 +229,8 @@ func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
 		}
 		if sweepDue(time.Now()) {
 			sweepStale(staleDirs(pl.Cgroup.Mode, l.v2parent))
+		} else {
+			sweepLocks(func() []string { return staleDirs(pl.Cgroup.Mode, l.v2parent) })
 		}
 		l.cgroupReady = true
 	}
