@@ -403,7 +403,13 @@ func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
 			continue
 		}
 		dir := filepath.Join(parent, id)
-		if err := os.MkdirAll(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		// One mkdir; the parent "str" only when it is missing (MkdirAll
+		// would stat both first, in cgroupfs, for every sandbox).
+		err := os.Mkdir(dir, 0o755)
+		if errors.Is(err, os.ErrNotExist) {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err != nil && !errors.Is(err, os.ErrExist) {
 			_ = c.Delete()
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
@@ -470,7 +476,8 @@ func (c *cgroupV1) SelfEntry(uid, gid int) ([]string, error) {
 
 func (c *cgroupV1) Empty() bool {
 	for _, p := range c.paths {
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		// The first bytes say it: a listed pid is never blank.
+		b, err := readSmall(filepath.Join(p, "cgroup.procs"), 64)
 		if err == nil && len(bytes.TrimSpace(b)) > 0 {
 			return false
 		}
@@ -576,8 +583,38 @@ func retryBusy(f func() error) error {
 	return err
 }
 
+// readSmall reads at most max bytes of a cgroup file: open, read until
+// EOF or max, close (os.ReadFile adds an fstat and a read past the end,
+// per file, several files per sandbox).
+func readSmall(path string, max int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	b := make([]byte, max)
+	n := 0
+	for n < max {
+		m, err := unix.Read(fd, b[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return b[:n], nil
+}
+
+// cgroupStatMax bounds the statistics files read (a few lines each).
+const cgroupStatMax = 4096
+
 func readInt(path string) int64 {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, cgroupStatMax)
 	if err != nil {
 		return 0
 	}
@@ -587,7 +624,7 @@ func readInt(path string) int64 {
 
 func readKV(path string) map[string]int64 {
 	m := map[string]int64{}
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, cgroupStatMax)
 	if err != nil {
 		return m
 	}
