@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ type Sandbox struct {
 
 	cmd               *exec.Cmd
 	initFile          *os.File // the init's executable (initExe; shared, never closed)
+	initCopy          bool     // initFile is the cached copy (initbin.Cached), not the memfd
 	configR, configW  *os.File
 	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
@@ -92,7 +94,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	initFile, err := l.initExe(plan.Rootless)
+	initFile, initCopy, err := l.initExe(plan.Rootless)
 	if err != nil {
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "init executable", Msg: err.Error(), Err: err}
 	}
@@ -215,7 +217,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		}
 	}
 	s.cmd = cmd
-	s.initFile = initFile
+	s.initFile, s.initCopy = initFile, initCopy
 	return s, nil
 }
 
@@ -223,25 +225,56 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 // write (CVE-2019-5736): root mode, the copy in the state directory's
 // init/ on a read-only mount of its own (initbin.Cached: nothing written
 // per str process); rootless, or when that copy cannot be used (logged
-// once), a sealed memfd of the embedded init (initbin.File).
-func (l *Launcher) initExe(rootless bool) (*os.File, error) {
-	if !rootless {
+// once), a sealed memfd of the embedded init (initbin.File). A copy the
+// kernel refuses to execute is retried from the memfd (retryWithMemfd).
+func (l *Launcher) initExe(rootless bool) (exe *os.File, fromCopy bool, err error) {
+	if !rootless && !initCopyRefused.Load() {
 		dir, err := statedir.Sub(l.stateDir, "init")
 		var f *os.File
 		if err == nil {
 			f, err = initbin.Cached(dir)
 		}
 		if err == nil {
-			return f, nil
+			return f, true, nil
 		}
 		initFallback.Do(func() {
 			l.log.Warn("the init runs from a sealed memfd written by this process instead of its cached copy", "error", err)
 		})
 	}
-	return initbin.File()
+	exe, err = initbin.File()
+	return exe, false, err
 }
 
 var initFallback sync.Once
+
+// initCopyRefused: the kernel refused to execute the cached copy (an LSM
+// denying a file on a detached mount, say): this process's later
+// sandboxes use the memfd from the start.
+var initCopyRefused atomic.Bool
+
+// retryWithMemfd is L4 again after the clone's execve of the cached copy
+// was refused (EACCES, EPERM, ENOEXEC): the same child, executed from the
+// sealed memfd, as rootless mode does. A refusal that was not the copy's
+// fails again and is reported as before.
+func (s *Sandbox) retryWithMemfd(err error) error {
+	if !s.initCopy ||
+		!(errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOEXEC)) {
+		return err
+	}
+	memfd, ferr := initbin.File()
+	if ferr != nil {
+		return err
+	}
+	initCopyRefused.Store(true)
+	s.l.log.Warn("the kernel refused to execute the init's cached copy; this process's sandboxes run it from a sealed memfd", "error", err)
+	old := s.cmd
+	files := slices.Clone(old.ExtraFiles)
+	files[len(files)-1] = memfd
+	s.initFile, s.initCopy = memfd, false
+	s.cmd = &exec.Cmd{Path: old.Path, Args: old.Args, Env: old.Env, Stdin: old.Stdin, Stdout: old.Stdout, Stderr: old.Stderr,
+		ExtraFiles: files, SysProcAttr: old.SysProcAttr}
+	return s.cmd.Start()
+}
 
 // Plan returns the sandbox's plan.
 func (s *Sandbox) Plan() *Plan { return s.plan }
@@ -303,6 +336,9 @@ func (s *Sandbox) run() {
 	// now; ours must be closed so EOF works (and no tree outlives the
 	// sandbox in this process).
 	err = s.cmd.Start()
+	if err != nil {
+		err = s.retryWithMemfd(err)
+	}
 	s.configR.Close()
 	s.reportW.Close()
 	closeFiles(trees)

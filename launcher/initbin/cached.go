@@ -33,7 +33,9 @@ import (
 // then linked under its name), and only root can have created or changed
 // a root-owned file in a directory only root may write. Anything else
 // under that name (another owner, a writable mode, another size) is
-// refused, and the launcher falls back to the memfd.
+// refused, and the launcher falls back to the memfd; so it does when the
+// kernel refuses to execute the copy (an LSM denying a file on a detached
+// mount): launcher.retryWithMemfd.
 
 // hashFile is "SHA256  str-init" of Binary, as sha256sum writes it
 // (go generate, after the build: see initbin.go).
