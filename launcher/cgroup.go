@@ -363,6 +363,7 @@ type cgroupV1 struct {
 	paths map[string]string // controller -> absolute dir
 	order []string          // controllers in v1Controllers order
 	lock  *cgroupLock
+	spare *v1Spare // the reused hierarchies' cgroups, when taken from a resident launcher's spares (cgroupreuse.go)
 }
 
 // v1Controllers are the only v1 hierarchies str touches: fewer
@@ -390,16 +391,23 @@ func v1Dirs() map[string]string {
 	return dirs
 }
 
-func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
+func newCgroupV1(id string, pl CgroupPlan, spare *v1Spare) (*cgroupV1, error) {
 	lock, err := lockCgroup(id)
 	if err != nil {
+		spare.remove()
 		return nil, fmt.Errorf("lock cgroup %s: %w", id, err)
 	}
-	c := &cgroupV1{paths: map[string]string{}, lock: lock}
+	c := &cgroupV1{paths: map[string]string{}, lock: lock, spare: spare}
 	dirs := v1Dirs()
 	for _, ctl := range v1Controllers {
 		parent, ok := dirs[ctl]
 		if !ok {
+			continue
+		}
+		if p, ok := spare.path(ctl); ok {
+			// Made for the same plan, its limits set: reused as it is.
+			c.paths[ctl] = p
+			c.order = append(c.order, ctl)
 			continue
 		}
 		dir := filepath.Join(parent, id)
@@ -430,6 +438,9 @@ func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
 		return nil, errors.New("no v1 memory hierarchy")
 	}
 	set := func(ctl string, kv [][2]string) error {
+		if _, reused := spare.path(ctl); reused {
+			return nil
+		}
 		if dir, ok := c.paths[ctl]; ok {
 			return writeFiles(dir, kv)
 		}
@@ -549,6 +560,10 @@ func (c *cgroupV1) Delete() error {
 		return errors.Join(errs...)
 	}
 	c.lock.release()
+	if c.spare != nil {
+		c.spare.lock.release()
+		c.spare = nil
+	}
 	return nil
 }
 

@@ -51,7 +51,7 @@ func TestV1KillEmptyAndNot(t *testing.T) {
 	// start-up sweep looks: one in a private directory would make this
 	// cgroup look stale to a launcher running meanwhile (another package's
 	// test), which would kill the shell and remove the cgroup under the test.
-	c, err := newCgroupV1(newCgroupID(), CgroupPlan{PidsMax: 16})
+	c, err := newCgroupV1(newCgroupID(), CgroupPlan{PidsMax: 16}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,9 @@ type Launcher struct {
 	// parent exists and stale cgroups were swept.
 	cgroupMu    sync.Mutex
 	cgroupReady bool
+	// spares: the v1 cgroups a resident launcher reuses (cgroupreuse.go);
+	// nil otherwise.
+	spares *cgroupSpares
 
 	// Root mode: the host id range sandboxes lease their ids from.
 	ids IDRange
@@ -238,7 +241,7 @@ func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
 	case CgroupV2:
 		return newCgroupV2(l.v2parent, id, pl.Cgroup)
 	case CgroupV1:
-		return newCgroupV1(id, pl.Cgroup)
+		return newCgroupV1(id, pl.Cgroup, l.spares.take(pl.Cgroup))
 	}
 	return nil, errors.New("no cgroup hierarchy")
 }

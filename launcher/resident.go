@@ -33,8 +33,10 @@ package launcher
 //     reply: off the caller's critical path.
 //
 // Each pre-built sandbox is an ordinary sandbox of this launcher (its own
-// namespaces, cgroup, leased host ids, fresh tmpfs root and /tmp) used for
-// one call, never reused.
+// namespaces, memory cgroup, leased host ids, fresh tmpfs root and /tmp)
+// used for one call, never reused. Its v1 pids, cpu, cpuacct and freezer
+// cgroups may be an earlier sandbox's, emptied and checked
+// (cgroupreuse.go).
 
 import (
 	"context"
@@ -122,6 +124,9 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 	if opts.Idle <= 0 {
 		opts.Idle = DefaultResidentIdle
 	}
+	// Its sandboxes reuse their v1 pids, cpu, cpuacct and freezer
+	// cgroups, one sandbox at a time (cgroupreuse.go has the checks).
+	l.spares = &cgroupSpares{byPlan: map[CgroupPlan][]*v1Spare{}}
 	ctx, stop := context.WithCancel(context.Background())
 	r := &Resident{l: l, opts: opts, log: l.log, ctx: ctx, stop: stop, pools: map[string]*residentPool{}}
 	for _, name := range opts.Profiles {
@@ -228,6 +233,7 @@ func (r *Resident) close() {
 			_, _ = b.sb.Wait()
 		}
 	}
+	r.l.spares.drain()
 }
 
 // authorize is check 2.

@@ -791,6 +791,11 @@ func (s *Sandbox) collect() *Result {
 	if early {
 		s.publishEarly(r)
 	}
+	if c, ok := s.cg.(*cgroupV1); ok && s.l.spares != nil {
+		if sp := c.keep(); sp != nil {
+			s.l.spares.put(s.plan.Cgroup, sp)
+		}
+	}
 	if s.cg != nil {
 		if err := s.cg.Delete(); err != nil {
 			w := fmt.Sprintf("remove cgroup %s: %v", s.cg.Path(), err)
