@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Secret is a credential's real value. It prints, logs and marshals as
@@ -73,7 +74,8 @@ func NewPlaceholder() (string, error) {
 	return PlaceholderPrefix + hex.EncodeToString(b[:]), nil
 }
 
-var envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+// envName is compiled at its first use, not at every str start.
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`) })
 
 // LoadSecret reads a credential's value from its source: "env:VAR" (the
 // caller's environment, through getenv), "file:PATH" (a file; one trailing
@@ -127,7 +129,7 @@ func validateCredentials(pol *compiled, creds []Credential) error {
 	for i := range creds {
 		c := &creds[i]
 		c.hosts = nil
-		if !envName.MatchString(c.Name) {
+		if !envName().MatchString(c.Name) {
 			bad(i, "name", c.Name, "not an environment variable name ([A-Z_][A-Z0-9_]*)")
 		} else if seen[c.Name] {
 			bad(i, "name", c.Name, "given twice")

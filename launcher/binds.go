@@ -128,11 +128,11 @@ func closeFiles(fs []*os.File) {
 }
 
 // ownerMap makes a tree id-mapped so that its owner is the tool: the
-// tool's host ids and the sealed memfd of the init, the one program the
+// tool's host ids and the init's executable (initExe), the one program the
 // launcher has at hand (it is never run here).
 type ownerMap struct {
 	uid, gid int      // the tool's host ids (root mode: the leased block's)
-	exe      *os.File // initbin.File
+	exe      *os.File // initExe's
 }
 
 // apply (step L3) maps the detached tree's owner to the tool:

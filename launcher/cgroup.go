@@ -33,7 +33,9 @@ import (
 // Each sandbox cgroup has an opaque random name and a lock file held by
 // its launcher for the sandbox's life (cgroupLockDir): a later launcher
 // removes only cgroups whose lock nobody holds, so a SIGKILLed launcher's
-// leftovers go and a live one's never do.
+// leftovers go and a live one's never do (the first sandbox of a launcher
+// sweeps: by the lock files, and through the cgroup directories at most
+// every sweepEvery, see sweepEvery).
 
 const cgroupRoot = "/sys/fs/cgroup"
 
@@ -361,6 +363,7 @@ type cgroupV1 struct {
 	paths map[string]string // controller -> absolute dir
 	order []string          // controllers in v1Controllers order
 	lock  *cgroupLock
+	spare *v1Spare // the reused hierarchies' cgroups, when taken from a resident launcher's spares (cgroupreuse.go)
 }
 
 // v1Controllers are the only v1 hierarchies str touches: fewer
@@ -388,20 +391,33 @@ func v1Dirs() map[string]string {
 	return dirs
 }
 
-func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
+func newCgroupV1(id string, pl CgroupPlan, spare *v1Spare) (*cgroupV1, error) {
 	lock, err := lockCgroup(id)
 	if err != nil {
+		spare.remove()
 		return nil, fmt.Errorf("lock cgroup %s: %w", id, err)
 	}
-	c := &cgroupV1{paths: map[string]string{}, lock: lock}
+	c := &cgroupV1{paths: map[string]string{}, lock: lock, spare: spare}
 	dirs := v1Dirs()
 	for _, ctl := range v1Controllers {
 		parent, ok := dirs[ctl]
 		if !ok {
 			continue
 		}
+		if p, ok := spare.path(ctl); ok {
+			// Made for the same plan, its limits set: reused as it is.
+			c.paths[ctl] = p
+			c.order = append(c.order, ctl)
+			continue
+		}
 		dir := filepath.Join(parent, id)
-		if err := os.MkdirAll(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		// One mkdir; the parent "str" only when it is missing (MkdirAll
+		// would stat both first, in cgroupfs, for every sandbox).
+		err := os.Mkdir(dir, 0o755)
+		if errors.Is(err, os.ErrNotExist) {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err != nil && !errors.Is(err, os.ErrExist) {
 			_ = c.Delete()
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
@@ -422,6 +438,9 @@ func newCgroupV1(id string, pl CgroupPlan) (*cgroupV1, error) {
 		return nil, errors.New("no v1 memory hierarchy")
 	}
 	set := func(ctl string, kv [][2]string) error {
+		if _, reused := spare.path(ctl); reused {
+			return nil
+		}
 		if dir, ok := c.paths[ctl]; ok {
 			return writeFiles(dir, kv)
 		}
@@ -468,7 +487,8 @@ func (c *cgroupV1) SelfEntry(uid, gid int) ([]string, error) {
 
 func (c *cgroupV1) Empty() bool {
 	for _, p := range c.paths {
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		// The first bytes say it: a listed pid is never blank.
+		b, err := readSmall(filepath.Join(p, "cgroup.procs"), 64)
 		if err == nil && len(bytes.TrimSpace(b)) > 0 {
 			return false
 		}
@@ -540,6 +560,10 @@ func (c *cgroupV1) Delete() error {
 		return errors.Join(errs...)
 	}
 	c.lock.release()
+	if c.spare != nil {
+		c.spare.lock.release()
+		c.spare = nil
+	}
 	return nil
 }
 
@@ -574,8 +598,38 @@ func retryBusy(f func() error) error {
 	return err
 }
 
+// readSmall reads at most max bytes of a cgroup file: open, read until
+// EOF or max, close (os.ReadFile adds an fstat and a read past the end,
+// per file, several files per sandbox).
+func readSmall(path string, max int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	b := make([]byte, max)
+	n := 0
+	for n < max {
+		m, err := unix.Read(fd, b[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return b[:n], nil
+}
+
+// cgroupStatMax bounds the statistics files read (a few lines each).
+const cgroupStatMax = 4096
+
 func readInt(path string) int64 {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, cgroupStatMax)
 	if err != nil {
 		return 0
 	}
@@ -585,7 +639,7 @@ func readInt(path string) int64 {
 
 func readKV(path string) map[string]int64 {
 	m := map[string]int64{}
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, cgroupStatMax)
 	if err != nil {
 		return m
 	}
@@ -597,6 +651,60 @@ func readKV(path string) map[string]int64 {
 		}
 	}
 	return m
+}
+
+// sweepEvery spaces the full sweeps (sweepStale) of all str processes of
+// the host: a one-shot `str run` is a launcher's first sandbox every time,
+// and a full sweep (a readdir in five cgroupfs hierarchies, a lock try
+// per live sandbox) cost 3.7 % of its CPU (perf). In between, a launcher
+// sweeps by the lock files alone (sweepLocks): a SIGKILLed launcher's
+// cgroups still go at the next launcher's first sandbox; only a directory
+// that lost its lock file (a removal that failed after its lock was
+// taken, a state directory wiped) waits for the next full sweep.
+const sweepEvery = 10 * time.Second
+
+// sweepDue reports whether this launcher does the full sweep: no str
+// process of the host did one in the last sweepEvery (the mtime of
+// cgroups/.swept in the state directory), and marks it as done now. A
+// stamp that cannot be read or written means a full sweep.
+func sweepDue(now time.Time) bool {
+	stamp := filepath.Join(cgroupLockDir(), ".swept")
+	if st, err := os.Stat(stamp); err == nil && now.Sub(st.ModTime()).Abs() < sweepEvery {
+		return false
+	}
+	if err := os.Chtimes(stamp, now, now); errors.Is(err, os.ErrNotExist) {
+		if f, err := os.OpenFile(stamp, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600); err == nil {
+			f.Close()
+		}
+	}
+	return true
+}
+
+// sweepLocks is the sweep between full ones: every lock file of the state
+// directory that nobody holds (cgroupHeld removes it) names a dead
+// launcher's cgroup, which is emptied and removed in every directory
+// dirs() returns (read only when there is one: a readdir of the tmpfs
+// lock directory and a lock try per live sandbox is all it costs
+// otherwise).
+func sweepLocks(dirs func() []string) {
+	ents, err := os.ReadDir(cgroupLockDir())
+	if err != nil {
+		return
+	}
+	var parents []string
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), "s") || cgroupHeld(e.Name()) {
+			continue
+		}
+		if parents == nil {
+			parents = dirs()
+		}
+		for _, d := range parents {
+			p := filepath.Join(d, e.Name())
+			killProcs(p)
+			_ = retryBusy(func() error { return unix.Rmdir(p) })
+		}
+	}
 }
 
 // sweepStale removes sandbox cgroups left by launchers that died without

@@ -50,7 +50,7 @@ func TestV1KillEmptyAndNot(t *testing.T) {
 	// start-up sweep looks: one in a private directory would make this
 	// cgroup look stale to a launcher running meanwhile (another package's
 	// test), which would kill the shell and remove the cgroup under the test.
-	c, err := newCgroupV1(newCgroupID(), CgroupPlan{PidsMax: 16})
+	c, err := newCgroupV1(newCgroupID(), CgroupPlan{PidsMax: 16}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,4 +150,31 @@ func procsIn(t *testing.T, dir string) int {
 		t.Fatal(err)
 	}
 	return len(strings.Fields(string(b)))
+}
+
+// The sweep of stale cgroups runs at most once per sweepEvery across the
+// str processes of a host (the stamp in the state directory), and again
+// once that has passed; a stamp that cannot be read means a sweep.
+func TestSweepDueSpacesSweeps(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("STR_STATE_DIR", dir)
+	now := time.Now()
+	if !sweepDue(now) {
+		t.Fatal("no stamp yet (no cgroups/ dir): want a sweep")
+	}
+	if err := os.Mkdir(filepath.Join(dir, "cgroups"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if !sweepDue(now) {
+		t.Fatal("no stamp yet: want a sweep")
+	}
+	if sweepDue(now.Add(time.Second)) {
+		t.Fatal("a sweep 1 s after the last one")
+	}
+	if !sweepDue(now.Add(sweepEvery + time.Second)) {
+		t.Fatalf("no sweep %v after the last one", sweepEvery+time.Second)
+	}
+	if !sweepDue(now.Add(-time.Hour)) {
+		t.Fatal("a stamp an hour in the future (clock set back): want a sweep")
+	}
 }

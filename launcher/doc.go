@@ -14,12 +14,13 @@
 //	    made private) and pass the detached trees to the init, which
 //	    attaches them by descriptor: a bind needs no permission of the
 //	    sandbox's uids on the source's parent directories
-//	L4. clone the static init (launcher/initbin, from a sealed memfd
-//	    passed as the init's last descriptor and executed by it) with
-//	    the plan's clone flags (a user namespace always), uid/gid maps,
-//	    setsid and Pdeathsig, from a locked OS thread that lives until the
-//	    child is reaped; on cgroup v2 the child is born in its cgroup
-//	    (CLONE_INTO_CGROUP)
+//	L4. clone the static init (launcher/initbin: root mode, a read-only
+//	    detached mount of its copy in the state directory; rootless, a
+//	    sealed memfd; passed as the init's last descriptor and executed
+//	    by it) with the plan's clone flags (a user namespace always),
+//	    uid/gid maps, setsid and Pdeathsig, from a locked OS thread that
+//	    lives until the child is reaped; on cgroup v2 the child is born
+//	    in its cgroup (CLONE_INTO_CGROUP)
 //	L5. cgroup v1: open the cgroup's tasks files to the init's host ids;
 //	    its exec thread moves itself in before it drops anything
 //	L6. send the plan; the init performs its numbered sequence and
@@ -30,7 +31,9 @@
 //	    (Request.Idle: a pooled one) gets its idle limit instead, until
 //	    Sandbox.Arm starts its timeout from the moment of the claim
 //	L8. after the child is reaped: kill what is left in the cgroup, read
-//	    peak memory, CPU, OOM and pids events, remove the cgroup, release
+//	    peak memory, CPU, OOM and pids events, remove the cgroup (str
+//	    serve: its v1 pids, cpu, cpuacct and freezer cgroups are kept for
+//	    the next sandbox when empty and clean, cgroupreuse.go), release
 //	    the id block
 //	L9. a sandbox made through the Provider (provider.go; the worker's):
 //	    its work dir (workdir.go): made before the plan, which binds it;

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
@@ -44,6 +45,9 @@ type Launcher struct {
 	// parent exists and stale cgroups were swept.
 	cgroupMu    sync.Mutex
 	cgroupReady bool
+	// spares: the v1 cgroups a resident launcher reuses (cgroupreuse.go);
+	// nil otherwise.
+	spares *cgroupSpares
 
 	// Root mode: the host id range sandboxes lease their ids from.
 	ids IDRange
@@ -226,14 +230,18 @@ func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
 			}
 			l.v2parent = p
 		}
-		sweepStale(staleDirs(pl.Cgroup.Mode, l.v2parent))
+		if sweepDue(time.Now()) {
+			sweepStale(staleDirs(pl.Cgroup.Mode, l.v2parent))
+		} else {
+			sweepLocks(func() []string { return staleDirs(pl.Cgroup.Mode, l.v2parent) })
+		}
 		l.cgroupReady = true
 	}
 	switch pl.Cgroup.Mode {
 	case CgroupV2:
 		return newCgroupV2(l.v2parent, id, pl.Cgroup)
 	case CgroupV1:
-		return newCgroupV1(id, pl.Cgroup)
+		return newCgroupV1(id, pl.Cgroup, l.spares.take(pl.Cgroup))
 	}
 	return nil, errors.New("no cgroup hierarchy")
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,7 +39,8 @@ type Sandbox struct {
 	writeBacks []*writeBack
 
 	cmd               *exec.Cmd
-	initFile          *os.File // the sealed memfd of the init (initbin.File; shared, never closed)
+	initFile          *os.File // the init's executable (initExe; shared, never closed)
+	initCopy          bool     // initFile is the cached copy (initbin.Cached), not the memfd
 	configR, configW  *os.File
 	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
@@ -92,9 +94,9 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	initFile, err := initbin.File()
+	initFile, initCopy, err := l.initExe(plan.Rootless)
 	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "memfd", Msg: err.Error(), Err: err}
+		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "init executable", Msg: err.Error(), Err: err}
 	}
 
 	// L1a. Root mode: lease this sandbox's host ids; the plan is copied so
@@ -215,8 +217,63 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		}
 	}
 	s.cmd = cmd
-	s.initFile = initFile
+	s.initFile, s.initCopy = initFile, initCopy
 	return s, nil
+}
+
+// initExe is the init's executable (step L4), which no sandbox can ever
+// write (CVE-2019-5736): root mode, the copy in the state directory's
+// init/ on a read-only mount of its own (initbin.Cached: nothing written
+// per str process); rootless, or when that copy cannot be used (logged
+// once), a sealed memfd of the embedded init (initbin.File). A copy the
+// kernel refuses to execute is retried from the memfd (retryWithMemfd).
+func (l *Launcher) initExe(rootless bool) (exe *os.File, fromCopy bool, err error) {
+	if !rootless && !initCopyRefused.Load() {
+		dir, err := statedir.Sub(l.stateDir, "init")
+		var f *os.File
+		if err == nil {
+			f, err = initbin.Cached(dir)
+		}
+		if err == nil {
+			return f, true, nil
+		}
+		initFallback.Do(func() {
+			l.log.Warn("the init runs from a sealed memfd written by this process instead of its cached copy", "error", err)
+		})
+	}
+	exe, err = initbin.File()
+	return exe, false, err
+}
+
+var initFallback sync.Once
+
+// initCopyRefused: the kernel refused to execute the cached copy (an LSM
+// denying a file on a detached mount, say): this process's later
+// sandboxes use the memfd from the start.
+var initCopyRefused atomic.Bool
+
+// retryWithMemfd is L4 again after the clone's execve of the cached copy
+// was refused (EACCES, EPERM, ENOEXEC): the same child, executed from the
+// sealed memfd, as rootless mode does. A refusal that was not the copy's
+// fails again and is reported as before.
+func (s *Sandbox) retryWithMemfd(err error) error {
+	if !s.initCopy ||
+		!(errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOEXEC)) {
+		return err
+	}
+	memfd, ferr := initbin.File()
+	if ferr != nil {
+		return err
+	}
+	initCopyRefused.Store(true)
+	s.l.log.Warn("the kernel refused to execute the init's cached copy; this process's sandboxes run it from a sealed memfd", "error", err)
+	old := s.cmd
+	files := slices.Clone(old.ExtraFiles)
+	files[len(files)-1] = memfd
+	s.initFile, s.initCopy = memfd, false
+	s.cmd = &exec.Cmd{Path: old.Path, Args: old.Args, Env: old.Env, Stdin: old.Stdin, Stdout: old.Stdout, Stderr: old.Stderr,
+		ExtraFiles: files, SysProcAttr: old.SysProcAttr}
+	return s.cmd.Start()
 }
 
 // Plan returns the sandbox's plan.
@@ -279,6 +336,9 @@ func (s *Sandbox) run() {
 	// now; ours must be closed so EOF works (and no tree outlives the
 	// sandbox in this process).
 	err = s.cmd.Start()
+	if err != nil {
+		err = s.retryWithMemfd(err)
+	}
 	s.configR.Close()
 	s.reportW.Close()
 	closeFiles(trees)
@@ -386,7 +446,9 @@ func (s *Sandbox) startClock() {
 // descriptors of a "listeners" event.
 func (s *Sandbox) readReports() {
 	defer s.reportR.Close()
-	buf := make([]byte, 256<<10)
+	bp := reportBufs.Get().(*[]byte)
+	defer reportBufs.Put(bp)
+	buf := *bp
 	oob := make([]byte, unix.CmsgSpace(4*64))
 	fd := int(s.reportR.Fd())
 	for {
@@ -429,6 +491,12 @@ func (s *Sandbox) readReports() {
 		s.events = append(s.events, ev)
 	}
 }
+
+// reportBufs holds the report socket's receive buffers (an event is at
+// most 256 KiB). Reused, not allocated per sandbox: a resident launcher
+// that zeroed a fresh 256 KiB for every sandbox spent more CPU on that
+// than on reading the events (perf, str serve under load).
+var reportBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 func closeFDs(fds []int) {
 	for _, fd := range fds {
@@ -722,6 +790,11 @@ func (s *Sandbox) collect() *Result {
 	early := s.plan != nil && s.plan.Child.AwaitCall && s.writeBacks == nil
 	if early {
 		s.publishEarly(r)
+	}
+	if c, ok := s.cg.(*cgroupV1); ok && s.l.spares != nil {
+		if sp := c.keep(); sp != nil {
+			s.l.spares.put(s.plan.Cgroup, sp)
+		}
 	}
 	if s.cg != nil {
 		if err := s.cg.Delete(); err != nil {

@@ -140,7 +140,7 @@ const SourceAbsent = -1
 // 0-2, then the tool's pass-list at 3..3+n-1 (exactly where the tool gets
 // them), the config pipe at 3+n, the report socket at 4+n, the mount
 // trees the launcher cloned at FirstTreeFD(n) onwards, in plan order, and
-// last the init's own executable (the sealed memfd it was executed from).
+// last the init's own executable (the read-only file it was executed from).
 // n is the init's argv[1]. Every one of them is below MaxInitFDs.
 const (
 	// MaxPassFDs is how many descriptors a sandbox may pass on to its

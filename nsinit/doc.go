@@ -1,6 +1,6 @@
 // Package nsinit is the sandbox's first process. The launcher executes it
 // as a small static program (cmd/str-init, no cgo, no libseccomp, no YAML)
-// from a sealed memfd, in new user, pid, mount, ipc, uts, cgroup and
+// read-only (launcher/initbin), in new user, pid, mount, ipc, uts, cgroup and
 // network namespaces. Its whole job is one linear, numbered sequence (see
 // run and DocList): read the plan, build a fresh root from tmpfs and
 // read-only binds, pivot_root, set the hostname, bring up loopback, drop
@@ -15,7 +15,7 @@
 // policy denies (seccomp); typing into the caller's terminal (setsid at
 // clone, CVE-2017-5226); inheriting file descriptors (close-on-exec for
 // everything but 0-2 and the pass-list, CVE-2024-21626); overwriting the
-// init's binary through /proc/PID/exe (it is a sealed memfd, and it is gone
+// init's binary through /proc/PID/exe (it is read-only, see initbin; gone
 // once the tool runs: CVE-2019-5736); escaping limits by forking before
 // they apply (rlimits are set by raw prlimit64 on the very thread that
 // calls execve; the cgroup is entered before the init reads its plan).

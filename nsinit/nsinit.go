@@ -50,7 +50,7 @@ const (
 const staging = "/tmp"
 
 // Main is the entry point of the sandbox init (cmd/str-init, a small
-// static program the launcher executes from a sealed memfd). It returns
+// static program the launcher executes read-only, see initbin). It returns
 // only by exiting: on success the process has become the tool (execve),
 // on failure it reports the failed step on the report pipe and exits with
 // ExitSetupFailed, ExitCannotExec or ExitNotFound. It prints nothing: the

@@ -2,7 +2,7 @@
 // with CGO_ENABLED=0; no libseccomp, YAML, broker or metrics code) that
 // performs nsinit's numbered sequence and then executes the tool in its
 // own place. It is not installed anywhere: str embeds it (launcher/initbin)
-// and runs it from a sealed memfd. argv[1] is the number of descriptors
+// and runs it from a read-only copy or a sealed memfd. argv[1] is the number of descriptors
 // passed on to the tool (see nsinit.Main).
 package main
 

@@ -1,14 +1,17 @@
 // Package initbin carries the sandbox init (cmd/str-init) inside str and
-// hands it to the kernel from a sealed memfd.
+// hands it to the kernel: as root from a read-only mount of one copy kept
+// in the state directory (Cached, cached.go), rootless from a sealed
+// memfd (File).
 //
 // The binary is built by go generate (below; `make build` runs it) with
 // CGO_ENABLED=0, -trimpath and no VCS stamp, so the build is reproducible:
 // TestEmbeddedInitUpToDate rebuilds it and fails when the committed copy
 // differs from what the sources produce.
 //
-// Why a memfd (CVE-2019-5736): a sandbox process that can open its init's
+// Why (CVE-2019-5736): a sandbox process that can open its init's
 // executable through /proc/PID/exe must never reach a file of the host it
-// could overwrite. The init is executed from an anonymous memfd sealed
+// could overwrite. Cached's copy is root's, mode 0555, and executed from
+// a read-only mount (cached.go has why that suffices). File's memfd is sealed
 // against any write, shrink or grow before the first sandbox starts, one
 // per str process and reused by every sandbox (no copy per spawn). The
 // init holds it as a descriptor until its execve (close-on-exec from its
@@ -31,6 +34,7 @@ import (
 // TestEmbeddedInitUpToDate rebuilds it the same way.
 //
 //go:generate sh -c "GOTOOLCHAIN=$(sed -n 's/^toolchain //p' ../../go.mod) CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o str-init ../../cmd/str-init"
+//go:generate sh -c "sha256sum str-init > str-init.sha256"
 
 // Binary is the static init, as built by go generate.
 //

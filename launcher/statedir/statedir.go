@@ -1,6 +1,7 @@
 // Package statedir names the one directory where str keeps its run-time
 // state: the id leases of root-mode sandboxes (ids/), the locks of live
-// sandbox cgroups (cgroups/) and the dev broker's connection token. Every
+// sandbox cgroups (cgroups/), root mode's copy of the sandbox init
+// (init/, launcher/initbin) and the dev broker's connection token. Every
 // str process of a host (worker, str run, str doctor, str broker) must see
 // the same directory, since the locks in it coordinate them: hence an
 // environment variable (STR_STATE_DIR) and not a flag of one command.
