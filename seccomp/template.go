@@ -93,6 +93,13 @@ var templateMoveMount = Rule{
 	Reason: "a call's child puts the supervisor's detached mounts (fresh /tmp, /dev/shm and /proc) in place; the template holds no capability, so the kernel refuses it there, and in a child the mounts copied from the template are locked (they cannot be moved or uncovered); every way to make a detached mount (open_tree, fsopen, fsmount) stays EPERM",
 }
 
+// templateCapset replaces the profile's rule for capset.
+var templateCapset = Rule{
+	Names:  []string{"capset"},
+	Action: Action{Kind: ActionAllow},
+	Reason: "a call's child empties its capability sets before any call data: its uid in its new user namespace was never 0 (the template's is not mapped there), so the uid change clears nothing by itself; capset can only lower what the caller holds",
+}
+
 // callMoveMount replaces it again in the call's own filter.
 var callMoveMount = Rule{
 	Names:  []string{"move_mount"},
@@ -101,11 +108,12 @@ var callMoveMount = Rule{
 }
 
 // TemplatePolicy is the filter of a per-tool template: base (the
-// profile's policy) with templateRules first and move_mount allowed.
+// profile's policy) with templateRules first, and move_mount and capset
+// allowed.
 func TemplatePolicy(base *Policy) (*Policy, error) {
 	p := derive(base, base.Name+"-template", "template of "+base.Name+": the profile's policy plus the one notified clone per call")
-	p.Rules = append(slices.Clone(templateRules), withoutSyscall(base.Rules, "move_mount")...)
-	p.Rules = append(p.Rules, templateMoveMount)
+	p.Rules = append(slices.Clone(templateRules), withoutSyscall(withoutSyscall(base.Rules, "move_mount"), "capset")...)
+	p.Rules = append(p.Rules, templateMoveMount, templateCapset)
 	p.Rules = dropDeadPrctl(p.Rules, base)
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("seccomp: derive template policy of %s: %w", base.Name, err)

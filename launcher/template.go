@@ -1,0 +1,1161 @@
+package launcher
+
+// A per-tool template ("zygote"): one Python per tool, started in a
+// sandbox of the tool's profile, imports the tool once; each call is a
+// clone of it into namespaces of its own (user, mount, pid, network, ipc,
+// uts, cgroup), with a fresh host uid/gid pair, fresh writable mounts, a
+// cgroup of its own with the profile's limits, and the profile's seccomp
+// filter. The supervisor here runs in the launcher's process (the
+// worker's, or a test's) and owns the template's seccomp listener.
+//
+// The template's life, in order (T1-T4), and each call's (C1-C12):
+//
+//	T1. plan the profile's sandbox; its filter is seccomp.TemplatePolicy
+//	    (the profile's plus the notified call clone), loaded with a
+//	    listener (nsinit step 19, handed over at 19a); its /proc is an
+//	    empty read-only tmpfs (the template never reaches a child's
+//	    /proc/PID/mem: it owns each child's user namespace, so the kernel
+//	    would let it), its /tmp and /dev/shm read-only (nothing writable
+//	    is shared with a child); TemplateSlots host id pairs are leased
+//	    with it and mapped into its user namespace (Plan.ExtraIDMaps)
+//	T2. start it; take the listener; wait for "ready" on the control
+//	    socket (the tool is imported, gc.freeze done)
+//	T3. refuse it unless, read from the host: one thread, no descriptor
+//	    but 0-2 and the control socket, no shared or memfd mapping
+//	T4. answer notifications (serveNotifications) until it ends
+//
+//	C1.  take a free id pair (TemplateSlots calls live at once)
+//	C2.  re-check the template is single-threaded; order one fork with
+//	     the call's socket (SCM_RIGHTS); the notified clone from the
+//	     template's pid with exactly seccomp.CallClone is let through
+//	     (SECCOMP_USER_NOTIF_FLAG_CONTINUE) once per order; anything
+//	     else gets EPERM
+//	C3.  the child's hello carries its pid (SCM_CREDENTIALS, translated
+//	     by the kernel); it must be the template's child, in 7
+//	     namespaces none of which is the template's; pidfd_open pins it
+//	C4.  setgroups deny, gid_map and uid_map: templateInsideID -> the
+//	     pair's host id
+//	C5.  lo up in its network namespace (template_netns.go)
+//	C6.  its own cgroup with the profile's limits; the child moved in
+//	C7.  fresh /tmp, /dev/shm (tmpfs sized as the profile's) and a /proc
+//	     of its own pid namespace (fsconfig pidns=), as detached mounts
+//	C8.  send the setup (mounts, ids, the call filter); the child moves
+//	     the mounts, drops the bounding set, sets its ids, clears its
+//	     capabilities, closes every other descriptor, reseeds, stacks
+//	     seccomp.CallPolicy, and says "ready"
+//	C9.  verify from the host (verifyChild): ids, capabilities,
+//	     no_new_privs, seccomp, threads, namespaces, descriptors, cwd,
+//	     cgroup, and no other process in its pid namespace; a child that
+//	     fails is killed and the template retired
+//	C10. send the call (the runner arguments a cold run reads)
+//	C11. read the answer; the wall clock kills through the pidfd and the
+//	     cgroup
+//	C12. wait for the exit (pidfd), remove the cgroup, return the pair
+//
+// The template is retired after TemplateMaxCalls calls or TemplateMaxAge
+// (one address-space layout for all its children; "From Zygote to
+// Morula", NDSS 2014), or when its tool's source hash changes (Stale).
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// Recycling: a template serves at most TemplateMaxCalls calls and lives at
+// most TemplateMaxAge; then it is retired and a new one (a new address
+// space layout, a new import) takes over. Constants for now; per-tool
+// settings later.
+const (
+	TemplateMaxCalls = 500
+	TemplateMaxAge   = 10 * time.Minute
+	// TemplateSlots is how many calls of one template live at once: the
+	// host id pairs leased with it.
+	TemplateSlots = 8
+)
+
+// templateInsideID is the uid and gid a call runs as inside its own user
+// namespace.
+const templateInsideID = 1000
+
+// templateSlotInside is the id, inside the template's user namespace, of
+// its slot i's host id (Plan.ExtraIDMaps).
+func templateSlotInside(i int) int { return 100000 + i }
+
+// templateDeadline bounds every wait on a template or a child that is not
+// the call itself (start, hello, setup): generous, never a measure.
+const templateDeadline = 60 * time.Second
+
+// ErrTemplateRefused: the template holds something a child would share
+// (a thread, a descriptor, a shared mapping) or did not start.
+var ErrTemplateRefused = errors.New("template refused")
+
+// ErrTemplateRetired: the template may not take more calls (recycled,
+// failed a check, or ended); start a new one.
+var ErrTemplateRetired = errors.New("template retired")
+
+// TemplateRequest describes a template: Request is the sandbox (profile,
+// binds, environment), whose Argv starts the template runner with its
+// control socket at fd 3 (StartTemplate makes it the first ExtraFile);
+// SourceHash identifies the tool's source (Stale).
+type TemplateRequest struct {
+	Request    Request
+	SourceHash string
+}
+
+// Template is one running template and its supervisor.
+type Template struct {
+	l          *Launcher
+	sb         *Sandbox
+	plan       *Plan
+	ctrl       *os.File // our end of the control socket
+	listener   *os.File // the template filter's listener
+	pid        int      // the template's host pid
+	ns         map[string]uint64
+	filters    int    // the template's Seccomp_filters
+	callFilter []byte // seccomp.CallPolicy of the profile, for each child
+	fresh      []freshMount
+	hash       string
+	mapper     *idMapper // opens the calls' id maps from the template's user namespace
+	started    time.Time
+	slots      chan int
+	leases     []*idLease
+	base       []int // host id of each slot
+
+	orderMu sync.Mutex // one fork order at a time
+	mu      sync.Mutex
+	pending bool // a fork is ordered and its clone not yet seen
+	calls   int
+	retired error
+	done    chan struct{}
+}
+
+// freshMount is one writable mount each call gets new.
+type freshMount struct {
+	target string
+	fs     string // "tmpfs" or "proc"
+	data   string // tmpfs options (size=,mode=)
+}
+
+// StartTemplate performs T1-T3 and starts T4. Root mode only: the calls'
+// host ids are leased. ctx is the template's lifetime (its end kills the
+// template as a cancelled sandbox), not a deadline for the start.
+func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Template, error) {
+	if l.host.UID != 0 {
+		return nil, errors.New("template: root mode only (each call gets leased host ids)")
+	}
+	req := tr.Request
+	ours, theirs, err := templatePair("template control")
+	if err != nil {
+		return nil, fmt.Errorf("template: control socket: %w", err)
+	}
+	defer theirs.Close()
+	req.ExtraFiles = append([]*os.File{theirs}, req.ExtraFiles...)
+	req.Idle = TemplateMaxAge + time.Minute // its wall clock: it is never armed
+
+	// T1. The plan.
+	pl, err := l.Plan(req)
+	if err != nil {
+		ours.Close()
+		return nil, err
+	}
+	t := &Template{l: l, plan: pl, ctrl: ours, hash: tr.SourceHash, done: make(chan struct{}), slots: make(chan int, TemplateSlots)}
+	fail := func(err error) (*Template, error) {
+		t.release()
+		return nil, err
+	}
+	if err := t.derivePolicies(req.Profile); err != nil {
+		return fail(err)
+	}
+	t.planMounts()
+	for i := 0; i < TemplateSlots; i++ {
+		lease, err := leaseIDs(l.ids, l.stateDir)
+		if err != nil {
+			return fail(fmt.Errorf("template: lease the calls' host ids: %w", err))
+		}
+		t.leases = append(t.leases, lease)
+		t.base = append(t.base, lease.base)
+		pl.ExtraIDMaps = append(pl.ExtraIDMaps, IDMap{Inside: templateSlotInside(i), Outside: lease.base, Size: 1})
+		t.slots <- i
+	}
+
+	// T2. Start; the listener; "ready".
+	sb, err := l.CreateFromPlan(ctx, pl, req)
+	if err != nil {
+		return fail(err)
+	}
+	t.sb = sb
+	if err := sb.Start(); err != nil {
+		return fail(err)
+	}
+	t.started = time.Now()
+	t.pid = sb.Pid()
+	select {
+	case t.listener = <-sb.notify:
+	case <-sb.Ended():
+		return fail(fmt.Errorf("%w: the template ended before its step 19a: %s", ErrTemplateRefused, t.endText()))
+	case <-time.After(templateDeadline):
+		return fail(fmt.Errorf("%w: no seccomp listener from the template within %s", ErrTemplateRefused, templateDeadline))
+	}
+	// The supervisor answers from now on: import-time code that tries
+	// the notified clone before any order gets EPERM, not a wait.
+	go t.serveNotifications()
+	var ready struct {
+		Type string `json:"type"`
+	}
+	if _, err := t.readCtrl(&ready, templateDeadline); err != nil || ready.Type != "ready" {
+		return fail(fmt.Errorf("%w: no \"ready\" from the template runner (%v): %s", ErrTemplateRefused, err, t.endText()))
+	}
+
+	// T3. Nothing a child would share.
+	if err := checkTemplateProcess(t.pid); err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrTemplateRefused, err))
+	}
+	if t.ns, err = nsInodes(t.pid); err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrTemplateRefused, err))
+	}
+	st, err := readStatus(t.pid)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrTemplateRefused, err))
+	}
+	t.filters, _ = strconv.Atoi(st["Seccomp_filters"])
+	if t.mapper, err = startMapper(fmt.Sprintf("/proc/%d/ns/user", t.pid)); err != nil {
+		return fail(err)
+	}
+
+	// T4. The supervisor (serving since T2); the end of the sandbox
+	// retires the template.
+	go func() {
+		<-sb.Ended()
+		t.retire(fmt.Errorf("%w: the template ended", ErrTemplateRetired))
+	}()
+	return t, nil
+}
+
+// derivePolicies compiles the template's filter into the plan and keeps
+// the calls' filter.
+func (t *Template) derivePolicies(profile string) error {
+	if profile == "" {
+		profile = "standard"
+	}
+	prof, err := t.l.profiles.Lookup(profile)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	var base *seccomp.Policy
+	if strings.HasPrefix(prof.Seccomp, "/") {
+		base, err = seccomp.LoadFile(prof.Seccomp)
+	} else {
+		base, err = seccomp.Load(prof.Seccomp)
+	}
+	if err != nil {
+		return fmt.Errorf("template: profile %s: %w", prof.Name, err)
+	}
+	tp, err := seccomp.TemplatePolicy(base)
+	if err != nil {
+		return err
+	}
+	cp, err := seccomp.CallPolicy(base)
+	if err != nil {
+		return err
+	}
+	tprog, err := tp.Compile()
+	if err != nil {
+		return err
+	}
+	cprog, err := cp.Compile()
+	if err != nil {
+		return err
+	}
+	t.plan.Child.SeccompPolicy = tprog.Policy
+	t.plan.Child.Seccomp = seccomp.EncodeFilter(tprog.Filter)
+	t.plan.Child.SeccompListener = true
+	t.plan.Seccomp, t.plan.SeccompDefault = tprog.Rules, tprog.DefaultAction
+	t.callFilter = seccomp.EncodeFilter(cprog.Filter)
+	return nil
+}
+
+// planMounts makes the template's /proc an empty read-only tmpfs and its
+// writable tmpfs mounts read-only, and records what each call gets fresh
+// instead: the same tmpfs mounts, writable, and its own /proc.
+func (t *Template) planMounts() {
+	ms := t.plan.Child.Mounts
+	for i, m := range ms {
+		switch {
+		case m.Kind == nsinit.MountProc:
+			ms[i] = nsinit.Mount{Kind: nsinit.MountTmpfs, Target: m.Target, ReadOnly: true, Data: "size=4k,mode=0555"}
+			t.fresh = append(t.fresh, freshMount{target: m.Target, fs: "proc"})
+		case m.Kind == nsinit.MountTmpfs && !m.ReadOnly && m.Target != "/dev":
+			ms[i].ReadOnly = true
+			t.fresh = append(t.fresh, freshMount{target: m.Target, fs: "tmpfs", data: m.Data})
+		}
+	}
+}
+
+// Pid is the template's host pid.
+func (t *Template) Pid() int { return t.pid }
+
+// Stale reports whether the template was made from another source than
+// hash (the tool changed: retire it).
+func (t *Template) Stale(hash string) bool { return t.hash != hash }
+
+// Retired is non-nil once the template takes no more calls.
+func (t *Template) Retired() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.retired
+}
+
+func (t *Template) retire(why error) {
+	t.mu.Lock()
+	if t.retired == nil {
+		t.retired = why
+		close(t.done)
+	}
+	t.mu.Unlock()
+}
+
+// Close retires the template, kills it and waits for it; the calls in
+// flight are killed with it (their parent-death signal).
+func (t *Template) Close() {
+	t.retire(fmt.Errorf("%w: closed", ErrTemplateRetired))
+	if t.sb != nil {
+		_ = t.sb.Kill()
+		_, _ = t.sb.Wait()
+	}
+	t.release()
+}
+
+func (t *Template) release() {
+	if t.ctrl != nil {
+		t.ctrl.Close()
+	}
+	if t.listener != nil {
+		t.listener.Close() // ends serveNotifications
+	}
+	if t.sb != nil {
+		select {
+		case <-t.sb.Ended():
+		default:
+			_ = t.sb.Kill()
+			_, _ = t.sb.Wait()
+		}
+	}
+	// The ids go back only when no call can still hold them: the calls
+	// die with the template (parent-death signal), each in its own
+	// cgroup, which Call has removed before returning its slot.
+	for i := 0; i < len(t.leases); i++ {
+		<-t.slots
+	}
+	for _, l := range t.leases {
+		l.release()
+	}
+	t.leases = nil
+	if t.mapper != nil {
+		t.mapper.close()
+		t.mapper = nil
+	}
+}
+
+func (t *Template) endText() string {
+	select {
+	case <-t.sb.Ended():
+		r, err := t.sb.Wait()
+		if err != nil {
+			return err.Error()
+		}
+		if r.SetupError != nil {
+			return r.SetupError.Error()
+		}
+		return fmt.Sprintf("exit %d", r.ExitCode)
+	default:
+		return "still running"
+	}
+}
+
+// readCtrl reads one JSON message from the control socket.
+func (t *Template) readCtrl(v any, d time.Duration) (int, error) {
+	_ = t.ctrl.SetReadDeadline(time.Now().Add(d))
+	buf := make([]byte, 4096)
+	n, err := t.ctrl.Read(buf)
+	if err != nil {
+		return 0, err
+	}
+	return n, json.Unmarshal(buf[:n], v)
+}
+
+// seccompNotif and seccompNotifResp are the kernel's struct seccomp_notif
+// and struct seccomp_notif_resp.
+type seccompNotif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Nr    int32
+	Arch  uint32
+	IP    uint64
+	Args  [6]uint64
+}
+
+type seccompNotifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+// serveNotifications is T4: every notification of the template's filter
+// is the notified clone (the filter sends nothing else); it continues
+// only when a fork is ordered and not yet seen, from the template's own
+// main thread (the pid of a notification is the caller's thread id, so
+// another thread of the template never matches), with exactly
+// seccomp.CallClone. Everything else is answered EPERM. The flags are
+// the syscall's register, copied by the kernel into the notification:
+// nothing the template does after the notification can change what
+// continues, so no SECCOMP_IOCTL_NOTIF_ID_VALID check is needed (that
+// check guards reads of the caller's memory, and none is made).
+func (t *Template) serveNotifications() {
+	fd := int(t.listener.Fd())
+	for {
+		var n seccompNotif
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n))); e != 0 {
+			if e == unix.EINTR || e == unix.ENOENT {
+				continue // interrupted, or the caller died before we read it
+			}
+			return // the listener is closed, or the filter's last task is gone
+		}
+		resp := seccompNotifResp{ID: n.ID, Error: -int32(unix.EPERM)}
+		t.mu.Lock()
+		if t.pending && int(n.Pid) == t.pid && n.Nr == unix.SYS_CLONE && n.Args[0] == seccomp.CallClone {
+			t.pending = false
+			resp = seccompNotifResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
+		}
+		t.mu.Unlock()
+		_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
+	}
+}
+
+// CallResult is one template call's outcome: the runner's result
+// document and what the supervisor verified of the child before the call.
+type CallResult struct {
+	Document json.RawMessage
+	Child    ChildCheck
+	TimedOut bool
+	Wall     time.Duration
+}
+
+// ChildCheck is what C9 verified.
+type ChildCheck struct {
+	Pid        int               // host pid
+	HostUID    int               // = HostGID: the pair's host id
+	MappedID   int               // its id in the template's user namespace (the lower id of the call's uid_map as the call reads it)
+	Namespaces map[string]uint64 // the child's 7, none the template's
+	Filters    int               // Seccomp_filters: the template's + 1
+}
+
+// Call runs one call (C1-C12): runnerArgs is what a cold runner reads.
+func (t *Template) Call(ctx context.Context, runnerArgs []byte, timeout time.Duration) (*CallResult, error) {
+	if err := t.Retired(); err != nil {
+		return nil, err
+	}
+	// C1. A free id pair.
+	var slot int
+	select {
+	case slot = <-t.slots:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.done:
+		return nil, t.Retired()
+	}
+	defer func() { t.slots <- slot }()
+	t.mu.Lock()
+	t.calls++
+	recycle := t.calls >= TemplateMaxCalls || time.Since(t.started) >= TemplateMaxAge
+	t.mu.Unlock()
+	if recycle {
+		t.retire(fmt.Errorf("%w: %d calls, %s old", ErrTemplateRetired, t.calls, time.Since(t.started).Round(time.Second)))
+	}
+	c := &templateCall{t: t, slot: slot, hostID: t.base[slot], pidfd: -1}
+	defer c.cleanup()
+	res, err := c.run(ctx, runnerArgs, timeout)
+	if err != nil {
+		var fe *childFailure
+		if errors.As(err, &fe) {
+			// A child that is not what the supervisor made is the
+			// template's doing: no more calls from it.
+			t.retire(fmt.Errorf("%w: %w", ErrTemplateRetired, err))
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// childFailure is a child that failed a check (C3 or C9).
+type childFailure struct{ msg string }
+
+func (e *childFailure) Error() string { return "template call: " + e.msg }
+
+func failChild(format string, a ...any) error { return &childFailure{fmt.Sprintf(format, a...)} }
+
+type templateCall struct {
+	t      *Template
+	slot   int
+	hostID int
+	sock   *os.File // our end of the call's socket
+	pid    int
+	pidfd  int
+	cg     sandboxCgroup
+	procFD int // the child's /proc root (our detached mount fd's dup)
+}
+
+func (c *templateCall) cleanup() {
+	if c.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+		c.waitExit(templateDeadline)
+		unix.Close(c.pidfd)
+	}
+	if c.sock != nil {
+		c.sock.Close()
+	}
+	if c.procFD > 0 {
+		unix.Close(c.procFD)
+	}
+	if c.cg != nil {
+		if !c.cg.Empty() {
+			_ = c.cg.Kill()
+		}
+		deadline := time.Now().Add(templateDeadline)
+		for !c.cg.Empty() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		_ = c.cg.Delete()
+	}
+}
+
+// waitExit waits until the child has exited (its pidfd is readable).
+func (c *templateCall) waitExit(d time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
+	deadline := time.Now().Add(d)
+	for {
+		ms := int(time.Until(deadline).Milliseconds())
+		if ms <= 0 {
+			return false
+		}
+		n, err := unix.Poll(fds, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
+
+func (c *templateCall) run(ctx context.Context, runnerArgs []byte, timeout time.Duration) (*CallResult, error) {
+	t := c.t
+	start := time.Now()
+	ours, theirs, err := templatePair("template call")
+	if err != nil {
+		return nil, fmt.Errorf("template call: socket: %w", err)
+	}
+	c.sock = ours
+	var theirStat unix.Stat_t
+	if err := unix.Fstat(int(theirs.Fd()), &theirStat); err != nil {
+		theirs.Close()
+		return nil, fmt.Errorf("template call: socket: %w", err)
+	}
+	if err := setPassCred(ours); err != nil {
+		theirs.Close()
+		return nil, err
+	}
+
+	// C2. The order.
+	if err := c.order(theirs); err != nil {
+		return nil, err
+	}
+
+	// C3. Who said hello.
+	var hello struct {
+		Type string `json:"type"`
+	}
+	pid, _, err := recvJSON(ours, &hello, templateDeadline, true)
+	if err != nil || hello.Type != "hello" {
+		return nil, failChild("no hello from the child: %v", err)
+	}
+	if err := c.adopt(pid); err != nil {
+		return nil, err
+	}
+
+	// C4. Its ids: setgroups from here (CAP_SYS_ADMIN over the call's
+	// user namespace), the maps through files the mapper opened.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/setgroups", pid), []byte("deny"), 0); err != nil {
+		return nil, fmt.Errorf("template call: write /proc/%d/setgroups deny: %w", pid, err)
+	}
+	// The map's lower id is read in the parent user namespace, the
+	// template's, where the pair's host id is templateSlotInside(slot).
+	id := strconv.Itoa(templateInsideID) + " " + strconv.Itoa(templateSlotInside(c.slot)) + " 1\n"
+	for _, name := range []string{"gid_map", "uid_map"} {
+		path := fmt.Sprintf("/proc/%d/%s", pid, name)
+		f, err := t.mapper.open(path)
+		if err != nil {
+			return nil, fmt.Errorf("template call: %w", err)
+		}
+		_, err = f.Write([]byte(id))
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("template call: write %s %q: %w", path, strings.TrimSpace(id), err)
+		}
+	}
+	t.leases[c.slot].record(pid)
+
+	// C5. lo.
+	if err := loopbackUpIn(fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil {
+		return nil, fmt.Errorf("template call: lo up in the child's network namespace: %w", err)
+	}
+
+	// C6. Its cgroup.
+	if t.plan.Cgroup.Mode != CgroupNone {
+		t.l.cgroupMu.Lock()
+		cg, err := t.l.createCgroup(newCgroupID(), t.plan)
+		t.l.cgroupMu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("template call: create cgroup: %w", err)
+		}
+		c.cg = cg
+		if err := enterCgroup(cg, pid); err != nil {
+			return nil, fmt.Errorf("template call: move pid %d into %s: %w", pid, cg.Path(), err)
+		}
+	}
+
+	// C7. Its mounts.
+	mfds, targets, err := c.freshMounts()
+	if err != nil {
+		return nil, err
+	}
+
+	// C8. The setup.
+	setup := map[string]any{
+		"type": "setup", "uid": templateInsideID, "gid": templateInsideID, "mounts": targets,
+		"call_filter": hex.EncodeToString(t.callFilter),
+		"nr":          map[string]int{"move_mount": unix.SYS_MOVE_MOUNT, "capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
+	}
+	err = sendJSON(ours, setup, mfds)
+	for _, fd := range mfds {
+		unix.Close(fd)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("template call: send setup: %w", err)
+	}
+	var ready struct {
+		Type string `json:"type"`
+	}
+	if _, _, err := recvJSON(ours, &ready, templateDeadline, false); err != nil || ready.Type != "ready" {
+		return nil, failChild("the child did not set itself up: %v", err)
+	}
+
+	// C9. Verify before any call data.
+	check, err := c.verify(theirStat.Ino)
+	if err != nil {
+		return nil, err
+	}
+
+	// C10. The call.
+	if err := sendJSON(ours, json.RawMessage(runnerArgs), nil); err != nil {
+		return nil, fmt.Errorf("template call: send the call: %w", err)
+	}
+
+	// C11. The answer, within the wall clock.
+	if timeout <= 0 {
+		timeout = t.plan.Timeout
+	}
+	var answer struct {
+		Type     string          `json:"type"`
+		Document json.RawMessage `json:"document"`
+	}
+	res := &CallResult{Child: *check}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	stop := context.AfterFunc(callCtx, func() {
+		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+		if c.cg != nil {
+			_ = c.cg.Kill()
+		}
+	})
+	_, _, err = recvJSON(ours, &answer, timeout+templateDeadline, false)
+	stop()
+	res.Wall = time.Since(start)
+	if callCtx.Err() != nil && ctx.Err() == nil {
+		res.TimedOut = true
+		return res, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("template call: no answer from the child: %w", err)
+	}
+	res.Document = answer.Document
+
+	// C12. The exit (cleanup removes the cgroup and returns the pair).
+	return res, nil
+}
+
+// order is C2.
+func (c *templateCall) order(theirs *os.File) error {
+	t := c.t
+	defer theirs.Close()
+	if n, err := countTasks(t.pid); err != nil || n != 1 {
+		t.retire(fmt.Errorf("%w: the template has %d threads (%v): a fork copies one", ErrTemplateRetired, n, err))
+		return t.Retired()
+	}
+	t.orderMu.Lock()
+	defer t.orderMu.Unlock()
+	t.mu.Lock()
+	t.pending = true
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.pending = false
+		t.mu.Unlock()
+	}()
+	order := map[string]any{"type": "fork", "nr": unix.SYS_CLONE, "flags": seccomp.CallClone}
+	if err := sendJSON(t.ctrl, order, []int{int(theirs.Fd())}); err != nil {
+		t.retire(fmt.Errorf("%w: send fork order: %w", ErrTemplateRetired, err))
+		return t.Retired()
+	}
+	var rep struct {
+		Type  string `json:"type"`
+		Error string `json:"error"`
+	}
+	if _, err := t.readCtrl(&rep, templateDeadline); err != nil {
+		t.retire(fmt.Errorf("%w: no answer to the fork order: %w", ErrTemplateRetired, err))
+		return t.Retired()
+	}
+	if rep.Type != "forked" {
+		// The ordered clone failed: either the kernel refused it, or
+		// another clone from the template's thread took the order (code
+		// of the tool's in a hook): retire the template either way.
+		t.retire(fmt.Errorf("%w: the template could not fork: %s", ErrTemplateRetired, rep.Error))
+		return t.Retired()
+	}
+	return nil
+}
+
+// adopt is C3's checks: pid is a child of the template in namespaces of
+// its own; its pidfd pins it (checked again after the open, so a pid
+// reused in between is caught).
+func (c *templateCall) adopt(pid int) error {
+	t := c.t
+	check := func() error {
+		st, err := readStatus(pid)
+		if err != nil {
+			return failChild("pid %d: %v", pid, err)
+		}
+		if st["PPid"] != strconv.Itoa(t.pid) {
+			return failChild("pid %d has parent %s, not the template %d", pid, st["PPid"], t.pid)
+		}
+		ns, err := nsInodes(pid)
+		if err != nil {
+			return failChild("pid %d: %v", pid, err)
+		}
+		for k, v := range ns {
+			if t.ns[k] == v {
+				return failChild("pid %d shares the template's %s namespace (%d)", pid, k, v)
+			}
+		}
+		return nil
+	}
+	if err := check(); err != nil {
+		return err
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return failChild("pidfd_open %d: %v", pid, err)
+	}
+	c.pid, c.pidfd = pid, fd
+	return check()
+}
+
+// freshMounts is C7: each as a detached mount made on the host.
+func (c *templateCall) freshMounts() ([]int, []string, error) {
+	var fds []int
+	var targets []string
+	fail := func(err error) ([]int, []string, error) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, nil, err
+	}
+	for _, m := range c.t.fresh {
+		fs, err := unix.Fsopen(m.fs, unix.FSOPEN_CLOEXEC)
+		if err != nil {
+			return fail(fmt.Errorf("template call: fsopen %s for %s: %w", m.fs, m.target, err))
+		}
+		var opts [][2]string
+		if m.data != "" {
+			for _, kv := range strings.Split(m.data, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				opts = append(opts, [2]string{k, v})
+			}
+		}
+		if m.fs == "proc" {
+			// The child's own pid namespace: the kernel takes it as
+			// fsconfig's pidns (Linux 6.18), so the mount is made here,
+			// never by the child (whose filter refuses fsopen).
+			ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/pid", c.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err == nil {
+				err = unix.FsconfigSetFd(fs, "pidns", ns)
+				unix.Close(ns)
+			}
+			if err != nil {
+				unix.Close(fs)
+				return fail(fmt.Errorf("template call: proc pidns= for %s: %w (kernel older than 6.18?)", m.target, err))
+			}
+		}
+		for _, o := range opts {
+			if err := unix.FsconfigSetString(fs, o[0], o[1]); err != nil {
+				unix.Close(fs)
+				return fail(fmt.Errorf("template call: fsconfig %s %s=%s: %w", m.target, o[0], o[1], err))
+			}
+		}
+		if err := unix.FsconfigCreate(fs); err != nil {
+			unix.Close(fs)
+			return fail(fmt.Errorf("template call: fsconfig create %s for %s: %w", m.fs, m.target, err))
+		}
+		attr := unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+		if m.fs == "proc" {
+			attr |= unix.MOUNT_ATTR_NOEXEC
+		}
+		mfd, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attr)
+		unix.Close(fs)
+		if err != nil {
+			return fail(fmt.Errorf("template call: fsmount %s for %s: %w", m.fs, m.target, err))
+		}
+		if m.fs == "proc" {
+			if c.procFD, err = unix.Dup(mfd); err != nil {
+				unix.Close(mfd)
+				return fail(err)
+			}
+			unix.CloseOnExec(c.procFD)
+		}
+		fds = append(fds, mfd)
+		targets = append(targets, m.target)
+	}
+	return fds, targets, nil
+}
+
+// verify is C9: everything the child was told to do, read from the host.
+func (c *templateCall) verify(sockIno uint64) (*ChildCheck, error) {
+	t, pid := c.t, c.pid
+	st, err := readStatus(pid)
+	if err != nil {
+		return nil, failChild("pid %d: %v", pid, err)
+	}
+	id := strconv.Itoa(c.hostID)
+	want := map[string]string{
+		"Uid": id + "\t" + id + "\t" + id + "\t" + id, "Gid": id + "\t" + id + "\t" + id + "\t" + id,
+		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
+		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
+		"NoNewPrivs": "1", "Seccomp": "2", "Seccomp_filters": strconv.Itoa(t.filters + 1), "Threads": "1",
+		"PPid": strconv.Itoa(t.pid),
+	}
+	for k, v := range want {
+		if st[k] != v {
+			return nil, failChild("pid %d: %s is %q, want %q", pid, k, st[k], v)
+		}
+	}
+	ns, err := nsInodes(pid)
+	if err != nil {
+		return nil, failChild("pid %d: %v", pid, err)
+	}
+	for k, v := range ns {
+		if t.ns[k] == v {
+			return nil, failChild("pid %d shares the template's %s namespace", pid, k)
+		}
+	}
+	// Descriptors: 0-2 /dev/null, 3 the call's socket, nothing else.
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, failChild("pid %d: %v", pid, err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"0", "1", "2", "3"}) {
+		return nil, failChild("pid %d holds descriptors %v, want 0-3", pid, names)
+	}
+	for fd, target := range map[string]string{"0": "/dev/null", "1": "/dev/null", "2": "/dev/null", "3": fmt.Sprintf("socket:[%d]", sockIno)} {
+		if got, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd)); err != nil || got != target {
+			return nil, failChild("pid %d: fd %s is %q (%v), want %s", pid, fd, got, err, target)
+		}
+	}
+	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err != nil || cwd != "/" {
+		return nil, failChild("pid %d: cwd %q (%v), want /", pid, cwd, err)
+	}
+	// The call's cgroup.
+	if c.cg != nil {
+		if err := inCgroup(pid, c.cg); err != nil {
+			return nil, failChild("pid %d: %v", pid, err)
+		}
+	}
+	// No other process in its pid namespace (one forked before the drop
+	// would keep the capabilities): its /proc, through our own fd of it.
+	if c.procFD > 0 {
+		n, err := countPids(c.procFD)
+		if err != nil || n != 1 {
+			return nil, failChild("pid %d: %d processes in its pid namespace (%v), want 1", pid, n, err)
+		}
+	}
+	return &ChildCheck{Pid: pid, HostUID: c.hostID, MappedID: templateSlotInside(c.slot), Namespaces: ns, Filters: t.filters + 1}, nil
+}
+
+// checkTemplateProcess is T3: one thread, descriptors 0-3 only (3 the
+// control socket), no MAP_SHARED mapping, no memfd, nothing of /dev/shm.
+func checkTemplateProcess(pid int) error {
+	if n, err := countTasks(pid); err != nil || n != 1 {
+		return fmt.Errorf("the template has %d threads (%v): a fork copies one, and a lock another held stays locked", n, err)
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		n, _ := strconv.Atoi(e.Name())
+		if n > 3 {
+			link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+			return fmt.Errorf("the template holds descriptor %d (%s) opened by the tool's import: every call would share it", n, link)
+		}
+	}
+	// smaps, not maps: a read-only MAP_SHARED mapping of a file opened
+	// read-only (glibc's gconv-modules.cache) can never be written through
+	// (no VM_MAYWRITE, "mw"), so it carries nothing between calls; one
+	// that may be written ("sh" and "mw") would.
+	smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return err
+	}
+	head := ""
+	for _, line := range strings.Split(string(smaps), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			head = line
+			path := ""
+			if len(f) >= 6 {
+				path = strings.Join(f[5:], " ")
+			}
+			if strings.HasPrefix(path, "/memfd:") || strings.HasPrefix(path, "/dev/shm/") {
+				return fmt.Errorf("the template maps %s %s: a memory file every call would share", f[1], path)
+			}
+			continue
+		}
+		if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok {
+			fl := strings.Fields(flags)
+			if slices.Contains(fl, "sh") && slices.Contains(fl, "mw") {
+				return fmt.Errorf("the template maps shared and writable %q: a mapping every call would share", head)
+			}
+		}
+	}
+	return nil
+}
+
+func countTasks(pid int) (int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return len(ents), err
+}
+
+// countPids counts the numbered entries of a procfs root.
+func countPids(procFD int) (int, error) {
+	fd, err := unix.Openat(procFD, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	f := os.NewFile(uintptr(fd), "proc")
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	n := 0
+	for _, name := range names {
+		if _, e := strconv.Atoi(name); e == nil {
+			n++
+		}
+	}
+	return n, err
+}
+
+// nsInodes is every one of pid's 7 namespaces (namespaceNames), or an
+// error.
+func nsInodes(pid int) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for _, n := range namespaceNames {
+		var st unix.Stat_t
+		if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, n), &st); err != nil {
+			return nil, err
+		}
+		out[n] = st.Ino
+	}
+	return out, nil
+}
+
+// readStatus is /proc/PID/status as key -> value (tabs kept).
+func readStatus(pid int) (map[string]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out, nil
+}
+
+// enterCgroup moves pid into every hierarchy of cg.
+func enterCgroup(cg sandboxCgroup, pid int) error {
+	p := []byte(strconv.Itoa(pid))
+	switch c := cg.(type) {
+	case *cgroupV1:
+		for _, ctl := range c.order {
+			if err := os.WriteFile(filepath.Join(c.paths[ctl], "cgroup.procs"), p, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *cgroupV2:
+		return os.WriteFile(filepath.Join(c.path, "cgroup.procs"), p, 0)
+	}
+	return errors.New("unknown cgroup kind")
+}
+
+// inCgroup checks pid's /proc/PID/cgroup names cg in every hierarchy.
+func inCgroup(pid int, cg sandboxCgroup) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return err
+	}
+	id := filepath.Base(cg.Path())
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasSuffix(line, "/"+id) {
+			n++
+		}
+	}
+	want := 1
+	if c, ok := cg.(*cgroupV1); ok {
+		want = len(c.order)
+	}
+	if n < want {
+		return fmt.Errorf("in %d of %d hierarchies of cgroup %s", n, want, id)
+	}
+	return nil
+}
+
+func setPassCred(f *os.File) error {
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// sendJSON sends v as one message, with fds as SCM_RIGHTS.
+func sendJSON(f *os.File, v any, fds []int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), b, oob, nil, 0)
+		return serr != unix.EAGAIN
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// recvJSON reads one message into v within d; with creds it returns the
+// sender's pid (SCM_CREDENTIALS, translated into our pid namespace by
+// the kernel). Descriptors that come with it are closed.
+func recvJSON(f *os.File, v any, d time.Duration, creds bool) (int, int, error) {
+	_ = f.SetReadDeadline(time.Now().Add(d))
+	defer f.SetReadDeadline(time.Time{})
+	buf := make([]byte, 64<<20)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4*8))
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var n, oobn, flags int
+	var rerr error
+	if err := raw.Read(func(fd uintptr) bool {
+		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	}); err != nil {
+		return 0, 0, err
+	}
+	if rerr != nil {
+		return 0, 0, rerr
+	}
+	pid := 0
+	if oobn > 0 {
+		cms, _ := unix.ParseSocketControlMessage(oob[:oobn])
+		for _, cm := range cms {
+			if fds, err := unix.ParseUnixRights(&cm); err == nil {
+				closeFDs(fds)
+			}
+			if uc, err := unix.ParseUnixCredentials(&cm); err == nil {
+				pid = int(uc.Pid)
+			}
+		}
+	}
+	if n == 0 {
+		return 0, 0, errors.New("the other end closed")
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		return 0, 0, errors.New("message truncated")
+	}
+	if creds && pid == 0 {
+		return 0, 0, errors.New("no SCM_CREDENTIALS")
+	}
+	return pid, n, json.Unmarshal(bytes.TrimSpace(buf[:n]), v)
+}
+
+// templatePair is a SOCK_SEQPACKET pair whose first end is ours,
+// non-blocking (so deadlines work on it); the second stays blocking for
+// the Python side.
+func templatePair(name string) (ours, theirs *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		closeFDs(fds[:])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), name+"-peer"), nil
+}

@@ -1,0 +1,205 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/worker/runner"
+)
+
+// templateFor starts a per-tool template of module (from
+// testdata/template) under profile, with the runner and the tools bound
+// read-only.
+func templateFor(t *testing.T, profile, module, function string) (*launcher.Template, error) {
+	t.Helper()
+	needRoot(t)
+	l, err := launcher.New(launcher.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rdir := filepath.Join(dir, "runner")
+	if err := os.Mkdir(rdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rpath, err := runner.Install(rdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := filepath.Abs("testdata/template")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := newLockedBuffer()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("template stderr:\n%s", stderr.String())
+		}
+	})
+	argv := runner.Command("/usr/bin/python3", "/opt/str-runner/"+filepath.Base(rpath), "--template", "3", module, function)
+	tpl, err := l.StartTemplate(context.Background(), launcher.TemplateRequest{SourceHash: "test", Request: launcher.Request{
+		Profile: profile,
+		Argv:    argv,
+		Env:     []string{"PYTHONPATH=/opt/str-tools", "PYTHONDONTWRITEBYTECODE=1"},
+		Binds:   []launcher.Bind{{Source: rdir, Target: "/opt/str-runner"}, {Source: tools, Target: "/opt/str-tools"}},
+		Stderr:  stderr,
+	}})
+	if err == nil {
+		t.Cleanup(tpl.Close)
+	}
+	return tpl, err
+}
+
+func templateCall(t *testing.T, tpl *launcher.Template, module, function string, args map[string]any) (*launcher.CallResult, map[string]any) {
+	t.Helper()
+	raw, _ := json.Marshal(args)
+	a, err := runner.EncodeArgs(&runner.Args{Module: module, Function: function, Args: raw, ResultFile: "/dev/null", OutputDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tpl.Call(context.Background(), a, time.Minute)
+	if err != nil {
+		t.Fatalf("template call: %v", err)
+	}
+	var doc struct {
+		Result map[string]any `json:"result"`
+		Error  string         `json:"error"`
+	}
+	if err := json.Unmarshal(res.Document, &doc); err != nil || doc.Error != "" {
+		t.Fatalf("call document %s: %v %s", res.Document, err, doc.Error)
+	}
+	return res, doc.Result
+}
+
+// Each call of a template, seen from inside and verified from the host:
+// PID 1 of its own pid namespace, a host uid no other live call has, 7
+// namespaces of its own, a /tmp no other call wrote to, seccomp on, no
+// capability, no netlink.
+func TestTemplateCallIsolation(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "probe_tool", "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 6
+	var mu sync.Mutex
+	seenNS := map[string]map[float64]int{}
+	uids := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tag := string(rune('a' + i))
+			// All at once, each holding a second: their host uids are live together.
+			res, got := templateCall(t, tpl, "probe_tool", "probe", map[string]any{"tag": tag, "hold": 1})
+			mu.Lock()
+			defer mu.Unlock()
+			if got["pid"] != float64(1) {
+				t.Errorf("call %s: pid %v, want 1", tag, got["pid"])
+			}
+			if tb := got["tmp_before"].([]any); len(tb) != 0 {
+				t.Errorf("call %s: /tmp already holds %v (another call's files)", tag, tb)
+			}
+			if procs := got["procs"].([]any); len(procs) != 1 || procs[0] != "1" {
+				t.Errorf("call %s: /proc lists %v, want only 1", tag, procs)
+			}
+			um := got["uid_map"].([]any)
+			if len(um) != 3 || um[0] != "1000" || um[2] != "1" {
+				t.Errorf("call %s: uid_map %v, want 1000 HOST 1", tag, um)
+			}
+			// The lower id reads in the template's user namespace, where the
+			// supervisor mapped the pair's host id (verified from the host:
+			// res.Child.HostUID in /proc/PID/status).
+			if want := strconv.Itoa(res.Child.MappedID); len(um) == 3 && um[1] != want {
+				t.Errorf("call %s: uid_map maps to %v, the supervisor mapped %s (host %d)", tag, um[1], want, res.Child.HostUID)
+			}
+			for k, want := range map[string]string{"Seccomp": "2", "CapEff": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1", "netlink": "EPERM"} {
+				if got[k] != want {
+					t.Errorf("call %s: %s = %v, want %s", tag, k, got[k], want)
+				}
+			}
+			for n, v := range got["ns"].(map[string]any) {
+				if seenNS[n] == nil {
+					seenNS[n] = map[float64]int{}
+				}
+				seenNS[n][v.(float64)]++
+			}
+			uids[res.Child.HostUID]++
+		}()
+	}
+	wg.Wait()
+	for n, m := range seenNS {
+		for ino, k := range m {
+			if k > 1 {
+				t.Errorf("%s namespace %v shared by %d calls", n, ino, k)
+			}
+		}
+	}
+	if len(seenNS) != 7 {
+		t.Errorf("saw %d namespace kinds, want 7", len(seenNS))
+	}
+	// All the calls were live at once (each holds a second, and there
+	// are more pairs than calls): each had a host uid of its own.
+	if len(uids) != calls {
+		t.Errorf("host uids %v: want %d distinct pairs for %d live calls", uids, calls, calls)
+	}
+}
+
+// The tool's import-time code gains nothing: every namespace and mount
+// call fails at import (in the template) and at call time (in the call).
+func TestTemplateHostileNamespaces(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "hostile_ns", "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, got := templateCall(t, tpl, "hostile_ns", "run", nil)
+	for _, when := range []string{"import", "call"} {
+		m := got[when].(map[string]any)
+		if len(m) < 18 {
+			t.Errorf("%s: only %d attempts reported: %v", when, len(m), m)
+		}
+		for k, v := range m {
+			if v != "EPERM" {
+				t.Errorf("%s: %s = %v, want EPERM", when, k, v)
+			}
+		}
+	}
+	// The template served on: a second call still works.
+	if _, got := templateCall(t, tpl, "hostile_ns", "run", nil); got["call"] == nil {
+		t.Errorf("second call: %v", got)
+	}
+}
+
+// A template whose import leaves something every call would share is
+// refused before any call.
+func TestTemplateRefusesShared(t *testing.T) {
+	for _, c := range []struct{ module, want string }{
+		{"hostile_thread", "threads"},
+		{"hostile_shared", "maps"},
+		{"hostile_memfd", "/memfd:"},
+		{"hostile_fd", "descriptor"},
+	} {
+		t.Run(c.module, func(t *testing.T) {
+			tpl, err := templateFor(t, "restrictive", c.module, "run")
+			if err == nil {
+				tpl.Close()
+				t.Fatalf("template of %s accepted", c.module)
+			}
+			if !errors.Is(err, launcher.ErrTemplateRefused) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("template of %s: %v, want ErrTemplateRefused naming %q", c.module, err, c.want)
+			}
+		})
+	}
+}
