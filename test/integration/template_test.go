@@ -203,3 +203,27 @@ func TestTemplateRefusesShared(t *testing.T) {
 		})
 	}
 }
+
+// A child that skipped part of its setup (the tool's import rewrote the
+// runner's uid change) is caught by the supervisor's verification before
+// the call is sent: the call fails, the template is retired.
+func TestTemplateVerifiesBeforeCall(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "hostile_keepuid", "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := runner.EncodeArgs(&runner.Args{Module: "hostile_keepuid", Function: "run", ResultFile: "/dev/null", OutputDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tpl.Call(context.Background(), a, time.Minute)
+	if err == nil {
+		t.Fatalf("the call ran: %s", res.Document)
+	}
+	if !strings.Contains(err.Error(), "Uid is") {
+		t.Errorf("call error %v, want the Uid check", err)
+	}
+	if !errors.Is(tpl.Retired(), launcher.ErrTemplateRetired) {
+		t.Errorf("template not retired after a child failed verification: %v", tpl.Retired())
+	}
+}
