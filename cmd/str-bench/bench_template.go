@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/worker/runner"
+)
+
+const benchTemplateUsage = `usage: str-bench template [-n N] [-rounds R] [--profile P] [--tools DIR] [--python PATH]
+
+Per-tool templates (launcher/template.go) next to bubblewrap, in one
+interleaved run: each round runs N calls of every cell, in this order:
+  python        python3 -c pass, one at a time (the latency reference)
+  bwrap-py/1    bwrap standard line + python3 -c pass, one in flight
+  bwrap-py/4    the same, four in flight
+  template/1    echo_tool through a template of profile P, one in flight
+  template/4    the same, four in flight
+Printed per cell (medians over the rounds): calls/s, CPU per call in ms
+(bwrap and python: the reaped tree's user+system; template: this
+process's own (the supervisor) plus the template's own and its reaped
+children's, from /proc; kernel threads' deferred namespace and cgroup
+cleanup not included), p50 and p99 latency in ms; then the ratios the
+issue's targets name. Root only (templates lease host ids). It asserts
+nothing.
+`
+
+type benchTplCell struct {
+	id    string
+	jobs  int
+	calls []time.Duration // latencies, all rounds
+	rate  []float64       // calls/s per round
+	cpu   []float64       // ms per call per round
+}
+
+func benchTemplate(args []string, stdout io.Writer) int {
+	fs := flag.NewFlagSet("template", flag.ContinueOnError)
+	n := fs.Int("n", 100, "calls per cell per round")
+	rounds := fs.Int("rounds", 3, "rounds")
+	profile := fs.String("profile", "standard", "the template's profile")
+	tools := fs.String("tools", "examples/tools/python", "directory of example_tools.py")
+	python := fs.String("python", "/usr/bin/python3", "python")
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprint(os.Stderr, benchTemplateUsage)
+		return exitUsage
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "str-bench template: root only (templates lease host ids)")
+		return 1
+	}
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "str-bench template: no bwrap:", err)
+		return 1
+	}
+	tmp, err := os.MkdirTemp("", "str-bench-tpl-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	_ = os.Chmod(tmp, 0o755)
+	work := filepath.Join(tmp, "w")
+	rdir := filepath.Join(tmp, "runner")
+	for _, d := range []string{work, rdir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	rpath, err := runner.Install(rdir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := runner.Compile(rdir, *python); err != nil {
+		fmt.Fprintln(os.Stderr, "str-bench template: compile the runner:", err)
+	}
+	toolsAbs, err := filepath.Abs(*tools)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	l, err := launcher.New(launcher.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	argv := runner.Command(*python, "/opt/str-runner/"+filepath.Base(rpath), "--template", "3", "example_tools", "echo_tool")
+	var tpl *launcher.Template
+	start := func() error {
+		if tpl != nil {
+			tpl.Close()
+		}
+		tpl, err = l.StartTemplate(context.Background(), launcher.TemplateRequest{SourceHash: "bench", Request: launcher.Request{
+			Profile: *profile, Argv: argv,
+			Env:   []string{"PYTHONPATH=/opt/str-tools"},
+			Binds: []launcher.Bind{{Source: rdir, Target: "/opt/str-runner"}, {Source: toolsAbs, Target: "/opt/str-tools"}},
+		}})
+		return err
+	}
+	if err := start(); err != nil {
+		fmt.Fprintln(os.Stderr, "str-bench template:", err)
+		return 1
+	}
+	defer func() { tpl.Close() }()
+	callArgs, err := runner.EncodeArgs(&runner.Args{Module: "example_tools", Function: "echo_tool", Args: json.RawMessage(`{"message":"hi"}`), ResultFile: "/dev/null", OutputDir: "/tmp"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	pyArgv := []string{*python, "-c", "pass"}
+	bwArgv := append(benchBwrapLine(bwrap, work, false), *python, "-c", "pass")
+
+	cells := []*benchTplCell{{id: "python", jobs: 1}, {id: "bwrap-py/1", jobs: 1}, {id: "bwrap-py/4", jobs: 4},
+		{id: "template/1", jobs: 1}, {id: "template/4", jobs: 4}}
+	for r := 0; r < *rounds; r++ {
+		for _, c := range cells {
+			var lat []time.Duration
+			var elapsed time.Duration
+			var cpu time.Duration
+			switch {
+			case strings.HasPrefix(c.id, "template"):
+				// A template retired by its recycling limit is replaced
+				// between cells, off the clock.
+				if tpl.Retired() != nil {
+					if err := start(); err != nil {
+						fmt.Fprintln(os.Stderr, "str-bench template:", err)
+						return 1
+					}
+				}
+				lat, elapsed, cpu, err = benchTplCalls(tpl, callArgs, *n, c.jobs)
+			case c.id == "python":
+				lat, elapsed, cpu, err = benchTplExec(pyArgv, *n, c.jobs)
+			default:
+				lat, elapsed, cpu, err = benchTplExec(bwArgv, *n, c.jobs)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "str-bench template: %s round %d: %v\n", c.id, r, err)
+				return 1
+			}
+			c.calls = append(c.calls, lat...)
+			c.rate = append(c.rate, float64(len(lat))/elapsed.Seconds())
+			c.cpu = append(c.cpu, float64(cpu.Microseconds())/1000/float64(len(lat)))
+		}
+	}
+	by := map[string]*benchTplCell{}
+	fmt.Fprintf(stdout, "%-12s %10s %12s %10s %10s\n", "cell", "calls/s", "CPU ms/call", "p50 ms", "p99 ms")
+	for _, c := range cells {
+		by[c.id] = c
+		fmt.Fprintf(stdout, "%-12s %10.1f %12.2f %10.2f %10.2f\n", c.id, benchMedian(c.rate), benchMedian(c.cpu), benchTplPct(c.calls, 50), benchTplPct(c.calls, 99))
+	}
+	fmt.Fprintf(stdout, "ratio calls/s template/4 vs bwrap-py/4: %.2fx (target >= 3x, stretch 5x)\n", benchMedian(by["template/4"].rate)/benchMedian(by["bwrap-py/4"].rate))
+	fmt.Fprintf(stdout, "ratio calls/s template/1 vs bwrap-py/1: %.2fx\n", benchMedian(by["template/1"].rate)/benchMedian(by["bwrap-py/1"].rate))
+	fmt.Fprintf(stdout, "ratio p50 template/1 vs python -c pass: %.2fx (target <= 0.4x)\n", benchTplPct(by["template/1"].calls, 50)/benchTplPct(by["python"].calls, 50))
+	fmt.Fprintf(stdout, "CPU per template call (4 in flight): %.2f ms (target <= 7 ms; bwrap-py/4: %.2f ms)\n", benchMedian(by["template/4"].cpu), benchMedian(by["bwrap-py/4"].cpu))
+	return 0
+}
+
+func benchTplPct(lat []time.Duration, p float64) float64 {
+	v := make([]float64, len(lat))
+	for i, d := range lat {
+		v[i] = float64(d.Microseconds()) / 1000
+	}
+	sort.Float64s(v)
+	return benchPercentile(v, p)
+}
+
+// benchTplCalls makes n template calls, jobs at a time.
+func benchTplCalls(tpl *launcher.Template, args []byte, n, jobs int) ([]time.Duration, time.Duration, time.Duration, error) {
+	cpu0 := benchTplCPU(tpl.Pid())
+	t0 := time.Now()
+	lat, err := benchTplRun(n, jobs, func() error {
+		res, err := tpl.Call(context.Background(), args, time.Minute)
+		if err == nil && !strings.Contains(string(res.Document), `"result"`) {
+			err = fmt.Errorf("call failed: %s", res.Document)
+		}
+		return err
+	})
+	return lat, time.Since(t0), benchTplCPU(tpl.Pid()) - cpu0, err
+}
+
+// benchTplCPU is this process's CPU plus the template's own and its
+// reaped children's.
+func benchTplCPU(pid int) time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	d := benchCPU(&ru)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return d
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// fields 14-17 of stat (utime stime cutime cstime), here from 3 on
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += v
+	}
+	return d + time.Duration(ticks)*10*time.Millisecond // USER_HZ 100
+}
+
+// benchTplExec runs argv n times, jobs at a time; CPU from the reaped trees.
+func benchTplExec(argv []string, n, jobs int) ([]time.Duration, time.Duration, time.Duration, error) {
+	var mu sync.Mutex
+	var cpu time.Duration
+	t0 := time.Now()
+	lat, err := benchTplRun(n, jobs, func() error {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		if err := cmd.Run(); err != nil {
+			return err
+		}
+		mu.Lock()
+		cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		mu.Unlock()
+		return nil
+	})
+	return lat, time.Since(t0), cpu, err
+}
+
+func benchTplRun(n, jobs int, one func() error) ([]time.Duration, error) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	next := make(chan struct{}, n)
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				t := time.Now()
+				err := one()
+				d := time.Since(t)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return lat, firstErr
+}
