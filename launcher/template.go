@@ -1098,21 +1098,34 @@ func sendJSON(f *os.File, v any, fds []int) error {
 	return serr
 }
 
+// maxTemplateMessage bounds one message from a template or a call (the
+// answer carries the call's result document).
+const maxTemplateMessage = 64 << 20
+
 // recvJSON reads one message into v within d; with creds it returns the
 // sender's pid (SCM_CREDENTIALS, translated into our pid namespace by
 // the kernel). Descriptors that come with it are closed.
 func recvJSON(f *os.File, v any, d time.Duration, creds bool) (int, int, error) {
 	_ = f.SetReadDeadline(time.Now().Add(d))
 	defer f.SetReadDeadline(time.Time{})
-	buf := make([]byte, 64<<20)
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)+unix.CmsgSpace(4*8))
 	raw, err := f.SyscallConn()
 	if err != nil {
 		return 0, 0, err
 	}
+	var buf []byte
 	var n, oobn, flags int
 	var rerr error
 	if err := raw.Read(func(fd uintptr) bool {
+		// The message's size first (MSG_PEEK|MSG_TRUNC returns it whole
+		// on a SOCK_SEQPACKET socket), then the message into a buffer of
+		// that size, at most maxTemplateMessage.
+		var size int
+		size, _, _, _, rerr = unix.Recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if rerr != nil {
+			return rerr != unix.EAGAIN
+		}
+		buf = make([]byte, min(max(size, 1), maxTemplateMessage))
 		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
 		return rerr != unix.EAGAIN
 	}); err != nil {
