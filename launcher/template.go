@@ -69,6 +69,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -206,7 +207,10 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	t.started = time.Now()
 	t.pid = sb.Pid()
 	select {
-	case t.listener = <-sb.notify:
+	case l := <-sb.notify:
+		if t.listener, err = pollable(l); err != nil {
+			return fail(fmt.Errorf("template: seccomp listener: %w", err))
+		}
 	case <-sb.Ended():
 		return fail(fmt.Errorf("%w: the template ended before its step 19a: %s", ErrTemplateRefused, t.endText()))
 	case <-time.After(templateDeadline):
@@ -429,24 +433,75 @@ type seccompNotifResp struct {
 // continues, so no SECCOMP_IOCTL_NOTIF_ID_VALID check is needed (that
 // check guards reads of the caller's memory, and none is made).
 func (t *Template) serveNotifications() {
-	fd := int(t.listener.Fd())
+	raw, err := t.listener.SyscallConn()
+	if err != nil {
+		return
+	}
 	for {
 		var n seccompNotif
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n))); e != 0 {
-			if e == unix.EINTR || e == unix.ENOENT {
-				continue // interrupted, or the caller died before we read it
+		var e syscall.Errno
+		hup := false
+		// The listener is non-blocking and in Go's poller: a
+		// notification wakes this loop, Close ends it (no raw descriptor
+		// outlives the file). The receive runs only when one is pending
+		// (POLLIN): it would block, whatever O_NONBLOCK says, and a
+		// filter whose tasks are gone reports only POLLHUP.
+		err := raw.Read(func(fd uintptr) bool {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if _, err := unix.Poll(p, 0); err != nil {
+				return false
 			}
-			return // the listener is closed, or the filter's last task is gone
+			if p[0].Revents&unix.POLLIN == 0 {
+				hup = p[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+				return hup
+			}
+			n = seccompNotif{}
+			_, _, e = unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n)))
+			return true
+		})
+		if err != nil || hup {
+			return // closed, or the template is gone
+		}
+		if e == unix.EINTR || e == unix.ENOENT {
+			continue // interrupted, or the caller died before we read it
+		}
+		if e != 0 {
+			return
 		}
 		resp := seccompNotifResp{ID: n.ID, Error: -int32(unix.EPERM)}
+		// The order is taken only when the answer reached the kernel: a
+		// clone interrupted by a signal (the template's SIGCHLD) before
+		// the answer withdraws its notification (SEND: ENOENT) and comes
+		// again, restarted, as a new one, which must still find the order.
 		t.mu.Lock()
-		if t.pending && int(n.Pid) == t.pid && n.Nr == unix.SYS_CLONE && n.Args[0] == seccomp.CallClone {
-			t.pending = false
+		ordered := t.pending && int(n.Pid) == t.pid && n.Nr == unix.SYS_CLONE && n.Args[0] == seccomp.CallClone
+		if ordered {
 			resp = seccompNotifResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
 		}
+		var se syscall.Errno
+		_ = raw.Control(func(fd uintptr) {
+			_, _, se = unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
+		})
+		if ordered && se == 0 {
+			t.pending = false
+		}
 		t.mu.Unlock()
-		_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
 	}
+}
+
+// pollable replaces f by a non-blocking duplicate in Go's poller.
+func pollable(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	name := f.Name()
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // CallResult is one template call's outcome: the runner's result

@@ -62,23 +62,28 @@ func templateFor(t *testing.T, profile, module, function string) (*launcher.Temp
 	return tpl, err
 }
 
+// templateCall makes one call; on failure it reports it (t.Errorf: it
+// runs in the tests' goroutines too) and returns nil.
 func templateCall(t *testing.T, tpl *launcher.Template, module, function string, args map[string]any) (*launcher.CallResult, map[string]any) {
 	t.Helper()
 	raw, _ := json.Marshal(args)
 	a, err := runner.EncodeArgs(&runner.Args{Module: module, Function: function, Args: raw, ResultFile: "/dev/null", OutputDir: "/tmp"})
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return nil, nil
 	}
 	res, err := tpl.Call(context.Background(), a, time.Minute)
 	if err != nil {
-		t.Fatalf("template call: %v", err)
+		t.Errorf("template call: %v", err)
+		return nil, nil
 	}
 	var doc struct {
 		Result map[string]any `json:"result"`
 		Error  string         `json:"error"`
 	}
 	if err := json.Unmarshal(res.Document, &doc); err != nil || doc.Error != "" {
-		t.Fatalf("call document %s: %v %s", res.Document, err, doc.Error)
+		t.Errorf("call document %s: %v %s", res.Document, err, doc.Error)
+		return nil, nil
 	}
 	return res, doc.Result
 }
@@ -104,6 +109,9 @@ func TestTemplateCallIsolation(t *testing.T) {
 			tag := string(rune('a' + i))
 			// All at once, each holding a second: their host uids are live together.
 			res, got := templateCall(t, tpl, "probe_tool", "probe", map[string]any{"tag": tag, "hold": 1})
+			if got == nil {
+				return
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if got["pid"] != float64(1) {
@@ -165,6 +173,9 @@ func TestTemplateHostileNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, got := templateCall(t, tpl, "hostile_ns", "run", nil)
+	if got == nil {
+		t.FailNow()
+	}
 	for _, when := range []string{"import", "call"} {
 		m := got[when].(map[string]any)
 		if len(m) < 18 {
@@ -177,7 +188,7 @@ func TestTemplateHostileNamespaces(t *testing.T) {
 		}
 	}
 	// The template served on: a second call still works.
-	if _, got := templateCall(t, tpl, "hostile_ns", "run", nil); got["call"] == nil {
+	if _, got := templateCall(t, tpl, "hostile_ns", "run", nil); got == nil || got["call"] == nil {
 		t.Errorf("second call: %v", got)
 	}
 }
@@ -225,5 +236,38 @@ func TestTemplateVerifiesBeforeCall(t *testing.T) {
 	}
 	if !errors.Is(tpl.Retired(), launcher.ErrTemplateRetired) {
 		t.Errorf("template not retired after a child failed verification: %v", tpl.Retired())
+	}
+}
+
+// Many calls, four in flight: calls end while others fork (their SIGCHLD
+// must not make the template's ordered clone restart into a refused
+// second one), and every call succeeds on the same template.
+func TestTemplateManyCalls(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "probe_tool", "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls, inFlight = 48, 4
+	next := make(chan int, calls)
+	for i := range calls {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				_, got := templateCall(t, tpl, "probe_tool", "probe", map[string]any{"tag": strconv.Itoa(i)})
+				if got != nil && got["pid"] != float64(1) {
+					t.Errorf("call %d: pid %v", i, got["pid"])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := tpl.Retired(); err != nil {
+		t.Errorf("template retired after %d calls: %v", calls, err)
 	}
 }

@@ -2192,26 +2192,21 @@ def _template(ctrl_fd, module_name, function_name, class_name):
     before = ctypes.pythonapi.PyOS_BeforeFork
     after_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
     after_child = ctypes.pythonapi.PyOS_AfterFork_Child
+    import select
+    import signal
+
+    # Children are ours to reap, at once (SIGCHLD: the supervisor removes
+    # a call's cgroup when its process is gone, and a zombie still holds
+    # it), and at least every half second. No wake-up pipe: the template
+    # holds no descriptor but 0-2 and the control socket, which the
+    # supervisor checks.
+    signal.signal(signal.SIGCHLD, _template_reap)
     gc.collect()
     gc.freeze()
     _send(ctrl, {"type": "ready"})
-    import select
-
-    # Children are ours to reap: after each order, and at least every
-    # half second (no wake-up pipe: the template holds no descriptor but
-    # 0-2 and the control socket, which the supervisor checks).
     while True:
-        try:
-            ready, _, _ = select.select([ctrl], [], [], 0.5)
-        except InterruptedError:
-            ready = []
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        ready, _, _ = select.select([ctrl], [], [], 0.5)
+        _template_reap()
         if ctrl not in ready:
             continue
         try:
@@ -2223,14 +2218,20 @@ def _template(ctrl_fd, module_name, function_name, class_name):
                 os.close(fd)
             _send(ctrl, {"type": "fork_failed", "error": "bad order"})
             continue
+        # SIGCHLD (a previous call ending) is blocked across the clone: a
+        # signal that arrives while the kernel copies the process makes
+        # it restart the clone (ERESTARTNOINTR), and the supervisor, whose
+        # order the first attempt took, refuses the second.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         before()
         pid = libc.syscall(ctypes.c_long(order["nr"]), ctypes.c_long(order["flags"]), ctypes.c_long(0),
                            ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
         err = ctypes.get_errno()
         if pid == 0:
             after_child()
-            _template_child(ctrl, fds[0])  # never returns
+            _template_child(ctrl, fds[0], old_mask)  # never returns
         after_parent()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         os.close(fds[0])
         if pid < 0:
             _send(ctrl, {"type": "fork_failed", "error": os.strerror(err), "errno": err})
@@ -2238,12 +2239,22 @@ def _template(ctrl_fd, module_name, function_name, class_name):
             _send(ctrl, {"type": "forked"})
 
 
-def _template_child(ctrl, call_fd):
+def _template_reap(*_):
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _template_child(ctrl, call_fd, mask):
     """A call's child: set up as the supervisor says, then run the call.
     Exits, never returns; any failure exits 125 (the supervisor kills a
     child that does not end up as it verifies anyway)."""
     try:
-        _template_call(ctrl, call_fd)
+        _template_call(ctrl, call_fd, mask)
     except BaseException as e:
         try:
             sys.stderr.write("str runner (template call): %s\n" % (e,))
@@ -2253,11 +2264,15 @@ def _template_child(ctrl, call_fd):
     os._exit(0)
 
 
-def _template_call(ctrl, call_fd):
+def _template_call(ctrl, call_fd, mask):
     import ctypes
     import socket
 
-    # The template's control socket is not the call's.
+    import signal
+
+    # The template's reaper and control socket are not the call's.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(ctrl.detach())
     sock = socket.socket(fileno=call_fd)
     # 1. hello: the kernel attaches our pid (SO_PASSCRED on the other end).
