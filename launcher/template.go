@@ -36,7 +36,8 @@ package launcher
 //	C4.  setgroups deny, gid_map and uid_map: templateInsideID -> the
 //	     pair's host id
 //	C5.  lo up in its network namespace (template_netns.go)
-//	C6.  its own cgroup with the profile's limits; the child moved in
+//	C6.  its slot's cgroup with the profile's limits (made with the
+//	     template, reused one call at a time); the child moved in
 //	C7.  fresh /tmp, /dev/shm (tmpfs sized as the profile's) and a /proc
 //	     of its own pid namespace (fsconfig pidns=), as detached mounts
 //	C8.  send the setup (mounts, ids, the call filter); the child moves
@@ -50,7 +51,7 @@ package launcher
 //	C10. send the call (the runner arguments a cold run reads)
 //	C11. read the answer; the wall clock kills through the pidfd and the
 //	     cgroup
-//	C12. wait for the exit (pidfd), remove the cgroup, return the pair
+//	C12. wait for the exit (pidfd), empty the slot's cgroup, return the pair
 //
 // The template is retired after TemplateMaxCalls calls or TemplateMaxAge
 // (one address-space layout for all its children; "From Zygote to
@@ -136,7 +137,8 @@ type Template struct {
 	started    time.Time
 	slots      chan int
 	leases     []*idLease
-	base       []int // host id of each slot
+	base       []int           // host id of each slot
+	cgs        []sandboxCgroup // the cgroup of each slot (nil entries: no cgroup), one call at a time
 
 	orderMu sync.Mutex // one fork order at a time
 	mu      sync.Mutex
@@ -185,6 +187,22 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	}
 	t.planMounts()
 	for i := 0; i < TemplateSlots; i++ {
+		// Each slot's cgroup is made once and reused by its calls, one at
+		// a time, emptied in between: a fresh cgroup per call cost a
+		// mkdir and rmdir in each hierarchy plus the kernel's deferred
+		// teardown (spawn-anatomy §4c: 2.0-2.8x bwrap with fresh cgroups,
+		// 3.2-3.4x reused). What a call leaves charged (page cache) is
+		// charged to the next call of the slot; no data of it is.
+		var cg sandboxCgroup
+		if pl.Cgroup.Mode != CgroupNone {
+			l.cgroupMu.Lock()
+			cg, err = l.createCgroup(newCgroupID(), pl)
+			l.cgroupMu.Unlock()
+			if err != nil {
+				return fail(fmt.Errorf("template: create the calls' cgroups: %w", err))
+			}
+		}
+		t.cgs = append(t.cgs, cg)
 		lease, err := leaseIDs(l.ids, l.stateDir)
 		if err != nil {
 			return fail(fmt.Errorf("template: lease the calls' host ids: %w", err))
@@ -360,9 +378,9 @@ func (t *Template) release() {
 			_, _ = t.sb.Wait()
 		}
 	}
-	// The ids go back only when no call can still hold them: the calls
-	// die with the template (parent-death signal), each in its own
-	// cgroup, which Call has removed before returning its slot.
+	// The ids and cgroups go back only when no call can still hold them:
+	// the calls die with the template (parent-death signal), and each
+	// call empties its slot's cgroup before returning the slot.
 	for i := 0; i < len(t.leases); i++ {
 		<-t.slots
 	}
@@ -370,6 +388,15 @@ func (t *Template) release() {
 		l.release()
 	}
 	t.leases = nil
+	for _, cg := range t.cgs {
+		if cg != nil {
+			if !cg.Empty() {
+				_ = cg.Kill()
+			}
+			_ = cg.Delete()
+		}
+	}
+	t.cgs = nil
 	if t.mapper != nil {
 		t.mapper.close()
 		t.mapper = nil
@@ -597,7 +624,11 @@ func (c *templateCall) cleanup() {
 		for !c.cg.Empty() && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
-		_ = c.cg.Delete()
+		if !c.cg.Empty() {
+			// Never handed to another call while anything of this one
+			// is left in it.
+			c.t.retire(fmt.Errorf("%w: cgroup %s not empty after its call", ErrTemplateRetired, c.cg.Path()))
+		}
 	}
 }
 
@@ -680,14 +711,9 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, timeout time.
 		return nil, fmt.Errorf("template call: lo up in the child's network namespace: %w", err)
 	}
 
-	// C6. Its cgroup.
-	if t.plan.Cgroup.Mode != CgroupNone {
-		t.l.cgroupMu.Lock()
-		cg, err := t.l.createCgroup(newCgroupID(), t.plan)
-		t.l.cgroupMu.Unlock()
-		if err != nil {
-			return nil, fmt.Errorf("template call: create cgroup: %w", err)
-		}
+	// C6. Its cgroup: the slot's, empty (cleanup emptied it after the
+	// slot's previous call), with the profile's limits.
+	if cg := t.cgs[c.slot]; cg != nil {
 		c.cg = cg
 		if err := enterCgroup(cg, pid); err != nil {
 			return nil, fmt.Errorf("template call: move pid %d into %s: %w", pid, cg.Path(), err)
@@ -760,7 +786,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, timeout time.
 	}
 	res.Document = answer.Document
 
-	// C12. The exit (cleanup removes the cgroup and returns the pair).
+	// C12. The exit (cleanup empties the slot's cgroup and returns the pair).
 	return res, nil
 }
 

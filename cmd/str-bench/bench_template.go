@@ -44,6 +44,7 @@ type benchTplCell struct {
 	calls []time.Duration // latencies, all rounds
 	rate  []float64       // calls/s per round
 	cpu   []float64       // ms per call per round
+	sup   []float64       // template cells: the supervisor's (this process's) share
 }
 
 func benchTemplate(args []string, stdout io.Writer) int {
@@ -142,7 +143,9 @@ func benchTemplate(args []string, stdout io.Writer) int {
 						return 1
 					}
 				}
-				lat, elapsed, cpu, err = benchTplCalls(tpl, callArgs, *n, c.jobs)
+				var sup time.Duration
+				lat, elapsed, cpu, sup, err = benchTplCalls(tpl, callArgs, *n, c.jobs)
+				c.sup = append(c.sup, float64(sup.Microseconds())/1000/float64(max(len(lat), 1)))
 			case c.id == "python":
 				lat, elapsed, cpu, err = benchTplExec(pyArgv, *n, c.jobs)
 			default:
@@ -158,10 +161,14 @@ func benchTemplate(args []string, stdout io.Writer) int {
 		}
 	}
 	by := map[string]*benchTplCell{}
-	fmt.Fprintf(stdout, "%-12s %10s %12s %10s %10s\n", "cell", "calls/s", "CPU ms/call", "p50 ms", "p99 ms")
+	fmt.Fprintf(stdout, "%-12s %10s %12s %10s %10s %14s\n", "cell", "calls/s", "CPU ms/call", "p50 ms", "p99 ms", "supervisor ms")
 	for _, c := range cells {
 		by[c.id] = c
-		fmt.Fprintf(stdout, "%-12s %10.1f %12.2f %10.2f %10.2f\n", c.id, benchMedian(c.rate), benchMedian(c.cpu), benchTplPct(c.calls, 50), benchTplPct(c.calls, 99))
+		sup := "-"
+		if len(c.sup) > 0 {
+			sup = fmt.Sprintf("%.2f", benchMedian(c.sup))
+		}
+		fmt.Fprintf(stdout, "%-12s %10.1f %12.2f %10.2f %10.2f %14s\n", c.id, benchMedian(c.rate), benchMedian(c.cpu), benchTplPct(c.calls, 50), benchTplPct(c.calls, 99), sup)
 	}
 	fmt.Fprintf(stdout, "ratio calls/s template/4 vs bwrap-py/4: %.2fx (target >= 3x, stretch 5x)\n", benchMedian(by["template/4"].rate)/benchMedian(by["bwrap-py/4"].rate))
 	fmt.Fprintf(stdout, "ratio calls/s template/1 vs bwrap-py/1: %.2fx\n", benchMedian(by["template/1"].rate)/benchMedian(by["bwrap-py/1"].rate))
@@ -180,8 +187,8 @@ func benchTplPct(lat []time.Duration, p float64) float64 {
 }
 
 // benchTplCalls makes n template calls, jobs at a time.
-func benchTplCalls(tpl *launcher.Template, args []byte, n, jobs int) ([]time.Duration, time.Duration, time.Duration, error) {
-	cpu0 := benchTplCPU(tpl.Pid())
+func benchTplCalls(tpl *launcher.Template, args []byte, n, jobs int) ([]time.Duration, time.Duration, time.Duration, time.Duration, error) {
+	cpu0, self0 := benchTplCPU(tpl.Pid())
 	t0 := time.Now()
 	lat, err := benchTplRun(n, jobs, func() error {
 		res, err := tpl.Call(context.Background(), args, time.Minute)
@@ -190,18 +197,19 @@ func benchTplCalls(tpl *launcher.Template, args []byte, n, jobs int) ([]time.Dur
 		}
 		return err
 	})
-	return lat, time.Since(t0), benchTplCPU(tpl.Pid()) - cpu0, err
+	cpu1, self1 := benchTplCPU(tpl.Pid())
+	return lat, time.Since(t0), cpu1 - cpu0, self1 - self0, err
 }
 
 // benchTplCPU is this process's CPU plus the template's own and its
-// reaped children's.
-func benchTplCPU(pid int) time.Duration {
+// reaped children's, and this process's alone.
+func benchTplCPU(pid int) (time.Duration, time.Duration) {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	d := benchCPU(&ru)
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return d
+		return d, d
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
@@ -211,7 +219,7 @@ func benchTplCPU(pid int) time.Duration {
 		v, _ := strconv.ParseInt(f[i], 10, 64)
 		ticks += v
 	}
-	return d + time.Duration(ticks)*10*time.Millisecond // USER_HZ 100
+	return d + time.Duration(ticks)*10*time.Millisecond, d // USER_HZ 100
 }
 
 // benchTplExec runs argv n times, jobs at a time; CPU from the reaped trees.
