@@ -1026,6 +1026,12 @@ func checkTemplateProcess(pid int) error {
 	if err != nil {
 		return err
 	}
+	return checkSmaps(smaps)
+}
+
+// checkSmaps refuses a mapping that is shared and may be written
+// (VmFlags "sh" and "mw") or is a memfd or /dev/shm file.
+func checkSmaps(smaps []byte) error {
 	head := ""
 	for _, line := range strings.Split(string(smaps), "\n") {
 		f := strings.Fields(line)
