@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -101,23 +102,17 @@ func benchTemplate(args []string, stdout io.Writer) int {
 		return 1
 	}
 	argv := runner.Command(*python, "/opt/str-runner/"+filepath.Base(rpath), "--template", "3", "example_tools", "echo_tool")
-	var tpl *launcher.Template
-	start := func() error {
-		if tpl != nil {
-			tpl.Close()
-		}
-		tpl, err = l.StartTemplate(context.Background(), launcher.TemplateRequest{SourceHash: "bench", Request: launcher.Request{
-			Profile: *profile, Argv: argv,
-			Env:   []string{"PYTHONPATH=/opt/str-tools"},
-			Binds: []launcher.Bind{{Source: rdir, Target: "/opt/str-runner"}, {Source: toolsAbs, Target: "/opt/str-tools"}},
-		}})
-		return err
-	}
-	if err := start(); err != nil {
+	req := launcher.TemplateRequest{SourceHash: "bench", Request: launcher.Request{
+		Profile: *profile, Argv: argv,
+		Env:   []string{"PYTHONPATH=/opt/str-tools"},
+		Binds: []launcher.Bind{{Source: rdir, Target: "/opt/str-runner"}, {Source: toolsAbs, Target: "/opt/str-tools"}},
+	}}
+	holder := &benchTplHolder{l: l, req: req}
+	if _, err := holder.get(nil); err != nil {
 		fmt.Fprintln(os.Stderr, "str-bench template:", err)
 		return 1
 	}
-	defer func() { tpl.Close() }()
+	defer holder.close()
 	callArgs, err := runner.EncodeArgs(&runner.Args{Module: "example_tools", Function: "echo_tool", Args: json.RawMessage(`{"message":"hi"}`), ResultFile: "/dev/null", OutputDir: "/tmp"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -135,16 +130,8 @@ func benchTemplate(args []string, stdout io.Writer) int {
 			var cpu time.Duration
 			switch {
 			case strings.HasPrefix(c.id, "template"):
-				// A template retired by its recycling limit is replaced
-				// between cells, off the clock.
-				if tpl.Retired() != nil {
-					if err := start(); err != nil {
-						fmt.Fprintln(os.Stderr, "str-bench template:", err)
-						return 1
-					}
-				}
 				var sup time.Duration
-				lat, elapsed, cpu, sup, err = benchTplCalls(tpl, callArgs, *n, c.jobs)
+				lat, elapsed, cpu, sup, err = benchTplCalls(holder, callArgs, *n, c.jobs)
 				c.sup = append(c.sup, float64(sup.Microseconds())/1000/float64(max(len(lat), 1)))
 			case c.id == "python":
 				lat, elapsed, cpu, err = benchTplExec(pyArgv, *n, c.jobs)
@@ -186,40 +173,106 @@ func benchTplPct(lat []time.Duration, p float64) float64 {
 	return benchPercentile(v, p)
 }
 
+// benchTplHolder is the current template; one retired by its recycling
+// limits (TemplateMaxCalls, TemplateMaxAge) is replaced on the clock, as
+// a worker would replace it (its start is part of the cost per call).
+type benchTplHolder struct {
+	l    *launcher.Launcher
+	req  launcher.TemplateRequest
+	mu   sync.Mutex
+	cur  *launcher.Template
+	old  []*launcher.Template
+	pids []int // every template's pid, for the CPU count
+}
+
+// get returns the current template, replacing it if it is retired (or
+// is the one the caller found retired).
+func (h *benchTplHolder) get(retired *launcher.Template) (*launcher.Template, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur != nil && h.cur != retired && h.cur.Retired() == nil {
+		return h.cur, nil
+	}
+	if h.cur != nil {
+		h.old = append(h.old, h.cur)
+	}
+	t, err := h.l.StartTemplate(context.Background(), h.req)
+	if err != nil {
+		return nil, err
+	}
+	h.cur = t
+	h.pids = append(h.pids, t.Pid())
+	return t, nil
+}
+
+func (h *benchTplHolder) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range append(h.old, h.cur) {
+		if t != nil {
+			t.Close()
+		}
+	}
+}
+
+func (h *benchTplHolder) cpu() (all, self time.Duration) {
+	h.mu.Lock()
+	pids := append([]int(nil), h.pids...)
+	h.mu.Unlock()
+	all, self = benchTplCPU(pids)
+	return all, self
+}
+
 // benchTplCalls makes n template calls, jobs at a time.
-func benchTplCalls(tpl *launcher.Template, args []byte, n, jobs int) ([]time.Duration, time.Duration, time.Duration, time.Duration, error) {
-	cpu0, self0 := benchTplCPU(tpl.Pid())
+func benchTplCalls(h *benchTplHolder, args []byte, n, jobs int) ([]time.Duration, time.Duration, time.Duration, time.Duration, error) {
+	cpu0, self0 := h.cpu()
 	t0 := time.Now()
 	lat, err := benchTplRun(n, jobs, func() error {
-		res, err := tpl.Call(context.Background(), args, time.Minute)
-		if err == nil && !strings.Contains(string(res.Document), `"result"`) {
-			err = fmt.Errorf("call failed: %s", res.Document)
+		var tpl *launcher.Template
+		for range 3 {
+			var err error
+			if tpl, err = h.get(tpl); err != nil {
+				return err
+			}
+			res, err := tpl.Call(context.Background(), args, time.Minute)
+			if errors.Is(err, launcher.ErrTemplateRetired) && tpl.Retired() != nil {
+				continue // recycled under us: the next template takes the call
+			}
+			if err == nil && !strings.Contains(string(res.Document), `"result"`) {
+				err = fmt.Errorf("call failed: %s", res.Document)
+			}
+			return err
 		}
-		return err
+		return errors.New("three templates retired under one call")
 	})
-	cpu1, self1 := benchTplCPU(tpl.Pid())
+	cpu1, self1 := h.cpu()
 	return lat, time.Since(t0), cpu1 - cpu0, self1 - self0, err
 }
 
-// benchTplCPU is this process's CPU plus the template's own and its
-// reaped children's, and this process's alone.
-func benchTplCPU(pid int) (time.Duration, time.Duration) {
+// benchTplCPU is this process's CPU plus every template's own and its
+// reaped children's (a retired template's last figures stay readable
+// until it is reaped at the end), and this process's alone.
+func benchTplCPU(pids []int) (time.Duration, time.Duration) {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	d := benchCPU(&ru)
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return d, d
+	self := benchCPU(&ru)
+	all := self
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		// utime stime cutime cstime: fields 14-17 of stat, here from 3 on
+		var ticks int64
+		for _, i := range []int{11, 12, 13, 14} {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += v
+		}
+		all += time.Duration(ticks) * 10 * time.Millisecond // USER_HZ 100
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	// fields 14-17 of stat (utime stime cutime cstime), here from 3 on
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} {
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		ticks += v
-	}
-	return d + time.Duration(ticks)*10*time.Millisecond, d // USER_HZ 100
+	return all, self
 }
 
 // benchTplExec runs argv n times, jobs at a time; CPU from the reaped trees.
@@ -229,8 +282,10 @@ func benchTplExec(argv []string, n, jobs int) ([]time.Duration, time.Duration, t
 	t0 := time.Now()
 	lat, err := benchTplRun(n, jobs, func() error {
 		cmd := exec.Command(argv[0], argv[1:]...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
 		if err := cmd.Run(); err != nil {
-			return err
+			return fmt.Errorf("%s: %w: %s", argv[0], err, strings.TrimSpace(stderr.String()))
 		}
 		mu.Lock()
 		cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
