@@ -563,7 +563,6 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, timeout time.Dur
 	case <-t.done:
 		return nil, t.Retired()
 	}
-	defer func() { t.slots <- slot }()
 	t.mu.Lock()
 	t.calls++
 	recycle := t.calls >= TemplateMaxCalls || time.Since(t.started) >= TemplateMaxAge
@@ -572,7 +571,15 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, timeout time.Dur
 		t.retire(fmt.Errorf("%w: %d calls, %s old", ErrTemplateRetired, t.calls, time.Since(t.started).Round(time.Second)))
 	}
 	c := &templateCall{t: t, slot: slot, hostID: t.base[slot], pidfd: -1}
-	defer c.cleanup()
+	// The answer goes back before the child is gone: its exit, the
+	// emptying of its cgroup and the slot's return run after (C12), off
+	// the caller's path; Close waits for them (it takes back every slot).
+	defer func() {
+		go func() {
+			c.cleanup()
+			t.slots <- slot
+		}()
+	}()
 	res, err := c.run(ctx, runnerArgs, timeout)
 	if err != nil {
 		var fe *childFailure

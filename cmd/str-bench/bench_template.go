@@ -281,10 +281,21 @@ func benchTplExec(argv []string, n, jobs int) ([]time.Duration, time.Duration, t
 	var cpu time.Duration
 	t0 := time.Now()
 	lat, err := benchTplRun(n, jobs, func() error {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil {
+		var cmd *exec.Cmd
+		for try := 0; ; try++ {
+			cmd = exec.Command(argv[0], argv[1:]...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if err == nil {
+				break
+			}
+			// bwrap's recursive bind of / races with mounts other jobs
+			// on the machine make and remove (a work dir under /tmp):
+			// that attempt is not bwrap's cost, try again.
+			if try < 3 && strings.Contains(stderr.String(), "Can't bind mount") {
+				continue
+			}
 			return fmt.Errorf("%s: %w: %s", argv[0], err, strings.TrimSpace(stderr.String()))
 		}
 		mu.Lock()
