@@ -711,6 +711,11 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, timeout time.
 			return nil, fmt.Errorf("template call: write %s %q: %w", path, strings.TrimSpace(id), err)
 		}
 	}
+	// The maps went to this child only if it is still the process its
+	// pidfd names (a pid is not reused while its process lives).
+	if err := unix.PidfdSendSignal(c.pidfd, 0, nil, 0); err != nil {
+		return nil, failChild("pid %d ended while its ids were mapped: %v", pid, err)
+	}
 	t.leases[c.slot].record(pid)
 
 	// C5. lo.
@@ -1004,6 +1009,12 @@ func (c *templateCall) verify(sockIno uint64) (*ChildCheck, error) {
 		if err != nil || n != 1 {
 			return nil, failChild("pid %d: %d processes in its pid namespace (%v), want 1", pid, n, err)
 		}
+	}
+	// Everything above was read through /proc/PID: it was this child's
+	// only if the child is still the process its pidfd names (a pid is
+	// not reused while its process lives).
+	if err := unix.PidfdSendSignal(c.pidfd, 0, nil, 0); err != nil {
+		return nil, failChild("pid %d ended during its verification: %v", pid, err)
 	}
 	return &ChildCheck{Pid: pid, HostUID: c.hostID, MappedID: templateSlotInside(c.slot), Namespaces: ns, Filters: t.filters + 1}, nil
 }
