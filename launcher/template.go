@@ -39,7 +39,8 @@ package launcher
 //	C6.  its slot's cgroup with the profile's limits (made with the
 //	     template, reused one call at a time); the child moved in
 //	C7.  fresh /tmp, /dev/shm (tmpfs sized as the profile's) and a /proc
-//	     of its own pid namespace (fsconfig pidns=), as detached mounts
+//	     of its own pid namespace (fsconfig pidns=), as detached mounts,
+//	     and its work dir (CallOptions.WorkDir), cloned
 //	C8.  send the setup (mounts, ids, the call filter); the child moves
 //	     the mounts, drops the bounding set, sets its ids, clears its
 //	     capabilities, closes every other descriptor, reseeds, stacks
@@ -118,6 +119,23 @@ var ErrTemplateRetired = errors.New("template retired")
 type TemplateRequest struct {
 	Request    Request
 	SourceHash string
+	// WorkDirTarget, when set, is where each call's work dir
+	// (CallOptions.WorkDir) is mounted in the call: an empty directory
+	// made on the template's root, outside every fresh mount and outside
+	// /proc and /dev.
+	WorkDirTarget string
+}
+
+// CallOptions are one call's own settings.
+type CallOptions struct {
+	// Timeout is the call's wall clock (0: the profile's).
+	Timeout time.Duration
+	// WorkDir, with the template's WorkDirTarget, makes the call's work
+	// dir on the host once its host ids are known (the pair it runs as:
+	// the directory must be writable by them) and returns its path; the
+	// supervisor clones it (open_tree, no symlink followed, nosuid,nodev)
+	// and the call mounts it at WorkDirTarget.
+	WorkDir func(hostUID, hostGID int) (string, error)
 }
 
 // Template is one running template and its supervisor.
@@ -132,6 +150,7 @@ type Template struct {
 	filters    int    // the template's Seccomp_filters
 	callFilter []byte // seccomp.CallPolicy of the profile, for each child
 	fresh      []freshMount
+	workTarget string // TemplateRequest.WorkDirTarget
 	hash       string
 	mapper     *idMapper // opens the calls' id maps from the template's user namespace
 	started    time.Time
@@ -186,6 +205,9 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 		return fail(err)
 	}
 	t.planMounts()
+	if err := t.planWorkDir(tr.WorkDirTarget); err != nil {
+		return fail(err)
+	}
 	for i := 0; i < TemplateSlots; i++ {
 		// Each slot's cgroup is made once and reused by its calls, one at
 		// a time, emptied in between: a fresh cgroup per call cost a
@@ -327,6 +349,25 @@ func (t *Template) planMounts() {
 			t.fresh = append(t.fresh, freshMount{target: m.Target, fs: "tmpfs", data: m.Data})
 		}
 	}
+}
+
+// planWorkDir adds the empty directory each call's work dir is mounted
+// on (TemplateRequest.WorkDirTarget).
+func (t *Template) planWorkDir(target string) error {
+	if target == "" {
+		return nil
+	}
+	bad := !filepath.IsAbs(target) || filepath.Clean(target) != target || target == "/" ||
+		under(target, "/proc") || under(target, "/dev")
+	for _, f := range t.fresh {
+		bad = bad || under(target, f.target) || under(f.target, target)
+	}
+	if bad {
+		return fmt.Errorf("%w: template work dir target %q: an absolute clean path outside /proc, /dev and the calls' fresh mounts", ErrInvalidRequest, target)
+	}
+	t.workTarget = target
+	t.plan.Child.Mounts = append(t.plan.Child.Mounts, nsinit.Mount{Kind: nsinit.MountDir, Target: target, Mode: 0o755})
+	return nil
 }
 
 // Pid is the template's host pid.
@@ -550,7 +591,7 @@ type ChildCheck struct {
 }
 
 // Call runs one call (C1-C12): runnerArgs is what a cold runner reads.
-func (t *Template) Call(ctx context.Context, runnerArgs []byte, timeout time.Duration) (*CallResult, error) {
+func (t *Template) Call(ctx context.Context, runnerArgs []byte, opts CallOptions) (*CallResult, error) {
 	if err := t.Retired(); err != nil {
 		return nil, err
 	}
@@ -580,7 +621,7 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, timeout time.Dur
 			t.slots <- slot
 		}()
 	}()
-	res, err := c.run(ctx, runnerArgs, timeout)
+	res, err := c.run(ctx, runnerArgs, opts)
 	if err != nil {
 		var fe *childFailure
 		if errors.As(err, &fe) {
@@ -656,7 +697,8 @@ func (c *templateCall) waitExit(d time.Duration) bool {
 	}
 }
 
-func (c *templateCall) run(ctx context.Context, runnerArgs []byte, timeout time.Duration) (*CallResult, error) {
+func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOptions) (*CallResult, error) {
+	timeout := opts.Timeout
 	t := c.t
 	start := time.Now()
 	ours, theirs, err := templatePair("template call")
@@ -736,6 +778,14 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, timeout time.
 	mfds, targets, err := c.freshMounts()
 	if err != nil {
 		return nil, err
+	}
+	if opts.WorkDir != nil && t.workTarget != "" {
+		tree, err := c.workDirTree(opts.WorkDir)
+		if err != nil {
+			closeFDs(mfds)
+			return nil, err
+		}
+		mfds, targets = append(mfds, tree), append(targets, t.workTarget)
 	}
 
 	// C8. The setup.
@@ -944,6 +994,27 @@ func (c *templateCall) freshMounts() ([]int, []string, error) {
 		targets = append(targets, m.target)
 	}
 	return fds, targets, nil
+}
+
+// workDirTree is the call's work dir as a detached tree: made by the
+// caller for the call's host ids, cloned here (root clones a mount of
+// the host's namespace; the call, privileged over its own, attaches it),
+// its last component not a symlink, nosuid and nodev, private.
+func (c *templateCall) workDirTree(mk func(uid, gid int) (string, error)) (int, error) {
+	dir, err := mk(c.hostID, c.hostID)
+	if err != nil {
+		return -1, fmt.Errorf("template call: make the work dir: %w", err)
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, fmt.Errorf("template call: open_tree %s: %w", dir, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(tree)
+		return -1, fmt.Errorf("template call: mount_setattr %s nosuid,nodev,private: %w", dir, err)
+	}
+	return tree, nil
 }
 
 // verify is C9: everything the child was told to do, read from the host.

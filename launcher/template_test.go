@@ -107,3 +107,22 @@ func TestSetnsOnlyWhereAllowed(t *testing.T) {
 		t.Error("the pattern misses a call")
 	}
 }
+
+// A call's work dir target is an empty directory of the template's root,
+// never under /proc, /dev or a mount each call gets fresh.
+func TestTemplateWorkDirTarget(t *testing.T) {
+	for target, ok := range map[string]bool{"/work": true, "/srv/call": true, "work": false, "/work/": false, "/": false,
+		"/proc/x": false, "/dev": false, "/tmp/work": false, "/dev/shm/w": false} {
+		pl := mustPlan(t, "standard", Request{}, fakeHost(0, CgroupV1))
+		tp := &Template{plan: pl}
+		tp.planMounts()
+		n := len(pl.Child.Mounts)
+		err := tp.planWorkDir(target)
+		if (err == nil) != ok {
+			t.Errorf("%q: %v, want accepted %v", target, err, ok)
+		}
+		if ok && (len(pl.Child.Mounts) != n+1 || pl.Child.Mounts[n].Kind != nsinit.MountDir || pl.Child.Mounts[n].Target != target) {
+			t.Errorf("%q: no directory planned for it", target)
+		}
+	}
+}

@@ -234,7 +234,7 @@ func benchTplCalls(h *benchTplHolder, args []byte, n, jobs int) ([]time.Duration
 			if tpl, err = h.get(tpl); err != nil {
 				return err
 			}
-			res, err := tpl.Call(context.Background(), args, time.Minute)
+			res, err := tpl.Call(context.Background(), args, launcher.CallOptions{Timeout: time.Minute})
 			if errors.Is(err, launcher.ErrTemplateRetired) && tpl.Retired() != nil {
 				continue // recycled under us: the next template takes the call
 			}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,13 @@ import (
 // testdata/template) under profile, with the runner and the tools bound
 // read-only.
 func templateFor(t *testing.T, profile, module, function string) (*launcher.Template, error) {
+	t.Helper()
+	return templateWith(t, profile, module, function, "")
+}
+
+// templateWith is templateFor with each call's work dir mounted at
+// workTarget ("" for none).
+func templateWith(t *testing.T, profile, module, function, workTarget string) (*launcher.Template, error) {
 	t.Helper()
 	needRoot(t)
 	l, err := launcher.New(launcher.Options{})
@@ -49,7 +57,7 @@ func templateFor(t *testing.T, profile, module, function string) (*launcher.Temp
 		}
 	})
 	argv := runner.Command("/usr/bin/python3", "/opt/str-runner/"+filepath.Base(rpath), "--template", "3", module, function)
-	tpl, err := l.StartTemplate(context.Background(), launcher.TemplateRequest{SourceHash: "test", Request: launcher.Request{
+	tpl, err := l.StartTemplate(context.Background(), launcher.TemplateRequest{SourceHash: "test", WorkDirTarget: workTarget, Request: launcher.Request{
 		Profile: profile,
 		Argv:    argv,
 		Env:     []string{"PYTHONPATH=/opt/str-tools", "PYTHONDONTWRITEBYTECODE=1"},
@@ -72,7 +80,7 @@ func templateCall(t *testing.T, tpl *launcher.Template, module, function string,
 		t.Error(err)
 		return nil, nil
 	}
-	res, err := tpl.Call(context.Background(), a, time.Minute)
+	res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: time.Minute})
 	if err != nil {
 		t.Errorf("template call: %v", err)
 		return nil, nil
@@ -227,7 +235,7 @@ func TestTemplateVerifiesBeforeCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := tpl.Call(context.Background(), a, time.Minute)
+	res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: time.Minute})
 	if err == nil {
 		t.Fatalf("the call ran: %s", res.Document)
 	}
@@ -269,5 +277,58 @@ func TestTemplateManyCalls(t *testing.T) {
 	wg.Wait()
 	if err := tpl.Retired(); err != nil {
 		t.Errorf("template retired after %d calls: %v", calls, err)
+	}
+}
+
+// Each call gets its own work dir from the host, made for its host ids
+// and mounted at the template's work dir target: it reads the input put
+// there, its output lands on the host owned by its pair, and the next
+// call sees only its own.
+func TestTemplateWorkDir(t *testing.T) {
+	tpl, err := templateWith(t, "restrictive", "probe_tool", "workdir", "/work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"first", "second"} {
+		var dir string
+		opts := launcher.CallOptions{Timeout: time.Minute, WorkDir: func(uid, gid int) (string, error) {
+			dir = filepath.Join(t.TempDir(), "wd")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return "", err
+			}
+			if err := os.WriteFile(filepath.Join(dir, "in.txt"), []byte("input of "+name), 0o644); err != nil {
+				return "", err
+			}
+			return dir, os.Chown(dir, uid, gid)
+		}}
+		raw, _ := json.Marshal(map[string]any{"name": name})
+		a, err := runner.EncodeArgs(&runner.Args{Module: "probe_tool", Function: "workdir", Args: raw, ResultFile: "/dev/null", OutputDir: "/work"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := tpl.Call(context.Background(), a, opts)
+		if err != nil {
+			t.Fatalf("call %s: %v", name, err)
+		}
+		var doc struct {
+			Result struct {
+				In string   `json:"in"`
+				Ls []string `json:"ls"`
+			} `json:"result"`
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(res.Document, &doc); err != nil || doc.Error != "" {
+			t.Fatalf("call %s: %s", name, res.Document)
+		}
+		if doc.Result.In != "input of "+name || strings.Join(doc.Result.Ls, ",") != "in.txt,out-"+name+".txt" {
+			t.Errorf("call %s saw in=%q ls=%v", name, doc.Result.In, doc.Result.Ls)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, "out-"+name+".txt"), &st); err != nil {
+			t.Fatalf("call %s: output not on the host: %v", name, err)
+		}
+		if int(st.Uid) != res.Child.HostUID || int(st.Gid) != res.Child.HostUID {
+			t.Errorf("call %s: output owned by %d:%d on the host, want the call's pair %d", name, st.Uid, st.Gid, res.Child.HostUID)
+		}
 	}
 }

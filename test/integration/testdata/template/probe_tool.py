@@ -28,3 +28,13 @@ def probe(tag, hold=0):
     out["lo_up"] = open("/sys/class/net/lo/operstate").read().strip() if os.path.exists("/sys/class/net/lo/operstate") else "?"
     time.sleep(hold)
     return out
+
+
+def workdir(name):
+    """Reads the input the host put in the call's work dir, writes an
+    output there, lists it."""
+    with open("/work/in.txt") as f:
+        got = f.read()
+    with open("/work/out-" + name + ".txt", "w") as f:
+        f.write(name)
+    return {"in": got, "ls": sorted(os.listdir("/work")), "uid": os.getuid()}
