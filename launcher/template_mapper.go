@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/securetoolruntime/str/launcher/initbin"
+	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,31 +23,25 @@ import (
 // credentials are checked, and the writer's). The supervisor is in the
 // host's user namespace, two levels up, and as a multi-threaded Go
 // program it may never setns into another user namespace. So each
-// template has a mapper: a raw clone of the launcher (no exec, no Go
-// runtime: only the precomputed raw syscalls of mapperChild, as Go's own
-// forkAndExecInChild1 runs) that joins the template's user namespace
-// (full capabilities there, none on the host) and, for each path the
-// supervisor sends on its socket, opens that file O_WRONLY and sends the
-// descriptor back. The supervisor writes the maps through them. The
-// mapper takes paths from the supervisor only (its socketpair); the
-// template cannot reach it (another pid namespace, ptrace denied).
-//
-// It keeps a copy-on-write image of the launcher's memory until it exits
-// (the template's Close); an exec'd helper would not (not done yet).
-
-// atFDCWD is AT_FDCWD (-100) as a syscall argument.
-const atFDCWD = ^uintptr(99)
+// template has a mapper: a raw clone of the launcher (no Go runtime in
+// it: only the precomputed raw syscalls of mapperChild, as Go's own
+// forkAndExecInChild1 runs) that joins the template's user namespace,
+// becomes its root (the template's first leased host id: not host root),
+// and executes the init binary as nsinit.MapperArgv0 (nsinit.MapperMain):
+// with every capability of the template's user namespace and none on
+// the host, it opens the uid_map/gid_map paths the supervisor sends on
+// its socketpair (nothing else) and sends the descriptors back. The
+// supervisor writes the maps through them. The template cannot reach it
+// (another pid namespace, ptrace denied). Executed, it holds none of the
+// launcher's memory or descriptors.
 
 // mapperMem is everything mapperChild touches, allocated before the
 // clone so that the child allocates nothing.
 type mapperMem struct {
-	path          [256]byte
-	iovIn         unix.Iovec
-	msgIn         unix.Msghdr
-	reply         [2]byte // 'k' (with the descriptor) or 'e'
-	iovOK, iovErr unix.Iovec
-	cmsg          [24]byte // CmsgSpace(4): one SCM_RIGHTS descriptor
-	msgOK, msgErr unix.Msghdr
+	empty [1]byte    // "": execveat's path with AT_EMPTY_PATH
+	argv0 [32]byte   // nsinit.MapperArgv0, NUL-terminated
+	argv  [2]uintptr // argv0, NULL
+	envp  [1]uintptr // NULL
 }
 
 type idMapper struct {
@@ -66,16 +62,14 @@ func startMapper(nsPath string) (*idMapper, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template mapper: socketpair: %w", err)
 	}
+	bin, err := initbin.File()
+	if err != nil {
+		closeFDs(sp[:])
+		return nil, fmt.Errorf("template mapper: %w", err)
+	}
 	m := &mapperMem{}
-	m.reply = [2]byte{'k', 'e'}
-	m.iovIn.Base, m.iovIn.Len = &m.path[0], uint64(len(m.path)-1)
-	m.msgIn.Iov, m.msgIn.Iovlen = &m.iovIn, 1
-	m.iovOK.Base, m.iovOK.Len = &m.reply[0], 1
-	m.iovErr.Base, m.iovErr.Len = &m.reply[1], 1
-	copy(m.cmsg[:], unix.UnixRights(0))
-	m.msgOK.Iov, m.msgOK.Iovlen = &m.iovOK, 1
-	m.msgOK.Control, m.msgOK.Controllen = &m.cmsg[0], uint64(len(m.cmsg))
-	m.msgErr.Iov, m.msgErr.Iovlen = &m.iovErr, 1
+	copy(m.argv0[:], nsinit.MapperArgv0)
+	m.argv[0] = uintptr(unsafe.Pointer(&m.argv0[0]))
 
 	// The clone runs on one locked thread with every signal blocked: the
 	// child inherits the mask, so no Go signal handler ever runs in it.
@@ -85,7 +79,8 @@ func startMapper(nsPath string) (*idMapper, error) {
 		all.Val[i] = ^uint64(0)
 	}
 	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old)
-	pid, errno := forkMapper(m, nsfd, sp[1], os.Getpid())
+	pid, errno := forkMapper(m, nsfd, sp[1], int(bin.Fd()), os.Getpid())
+	runtime.KeepAlive(bin)
 	_ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
 	runtime.UnlockOSThread()
 	unix.Close(sp[1])
@@ -106,68 +101,79 @@ func startMapper(nsPath string) (*idMapper, error) {
 //
 //go:nosplit
 //go:norace
-func forkMapper(m *mapperMem, nsfd, sock, ppid int) (uintptr, syscall.Errno) {
+func forkMapper(m *mapperMem, nsfd, sock, bin, ppid int) (uintptr, syscall.Errno) {
 	r, _, e := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
 	if e != 0 || r != 0 {
 		return r, e
 	}
-	mapperChild(m, nsfd, sock, ppid)
+	mapperChild(m, nsfd, sock, bin, ppid)
 	return 0, 0
 }
 
-// mapperChild is the mapper, in order:
+// mapperChild is the mapper until its execve, in order (any failure
+// exits; the supervisor then finds no mapper on the socket):
 //
-//  1. close every descriptor but the namespace's and the socket
-//  2. setns into the template's user namespace (single-threaded: it is
-//     a fresh clone); close it
-//  3. die with the launcher (PR_SET_PDEATHSIG after the credential
-//     change of 2, which clears it; then check the parent is the same)
-//  4. for each message (a NUL-free path): open it O_WRONLY|O_NOFOLLOW
-//     and send the descriptor back ('k'), or 'e'; EOF ends it
+//  1. the socket becomes descriptor 3 (dup3 keeps it across the exec);
+//     every other descriptor but the namespace's and the init binary's
+//     is closed (the rest of the launcher's never reach the mapper)
+//  2. setns into the template's user namespace (single-threaded: it is a
+//     fresh clone); close it
+//  3. become its root: setresgid, setresuid 0 (the template's first
+//     leased host id), so the exec keeps every capability of that
+//     namespace and the mapper is not host root
+//  4. die with the launcher (PR_SET_PDEATHSIG after the credential
+//     changes, which clear it; then check the parent is the same)
+//  5. execveat the init binary as nsinit.MapperArgv0, no environment
 //
 //go:nosplit
 //go:norace
-func mapperChild(m *mapperMem, nsfd, sock, ppid int) {
-	// 1.
-	lo, hi := nsfd, sock
-	if lo > hi {
-		lo, hi = hi, lo
+func mapperChild(m *mapperMem, nsfd, sock, bin, ppid int) {
+	// 1. 3 is free for the socket once the others are moved above it.
+	for _, fd := range [...]*int{&nsfd, &bin, &sock} {
+		if *fd <= 3 {
+			nfd, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(*fd), syscall.F_DUPFD_CLOEXEC, 10)
+			if e != 0 {
+				syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 1, 0, 0)
+			}
+			*fd = int(nfd)
+		}
 	}
-	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, uintptr(lo-1), 0)
-	if hi-lo > 1 {
-		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(lo+1), uintptr(hi-1), 0)
+	if _, _, e := syscall.RawSyscall(syscall.SYS_DUP3, uintptr(sock), 3, 0); e != 0 {
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 1, 0, 0)
 	}
-	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(hi+1), uintptr(^uint32(0)), 0)
+	keep := [3]int{3, nsfd, bin}
+	if keep[1] > keep[2] {
+		keep[1], keep[2] = keep[2], keep[1]
+	}
+	lo := 0
+	for _, k := range keep {
+		if k > lo {
+			syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(lo), uintptr(k-1), 0)
+		}
+		lo = k + 1
+	}
+	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(lo), uintptr(^uint32(0)), 0)
 	// 2.
 	if _, _, e := syscall.RawSyscall(unix.SYS_SETNS, uintptr(nsfd), unix.CLONE_NEWUSER, 0); e != 0 {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 2, 0, 0)
 	}
 	syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(nsfd), 0, 0)
 	// 3.
-	syscall.RawSyscall6(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0, 0)
-	if p, _, _ := syscall.RawSyscall(syscall.SYS_GETPPID, 0, 0, 0); int(p) != ppid {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESGID, 0, 0, 0); e != 0 {
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 3, 0, 0)
+	}
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, 0, 0, 0); e != 0 {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 3, 0, 0)
 	}
 	// 4.
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, uintptr(sock), uintptr(unsafe.Pointer(&m.msgIn)), 0)
-		if e == syscall.EINTR {
-			continue
-		}
-		if e != 0 || n == 0 || n >= uintptr(len(m.path)) {
-			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
-		}
-		m.path[n] = 0
-		fd, _, e := syscall.RawSyscall6(syscall.SYS_OPENAT, atFDCWD, uintptr(unsafe.Pointer(&m.path[0])),
-			uintptr(unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW), 0, 0, 0)
-		if e != 0 {
-			syscall.RawSyscall(syscall.SYS_SENDMSG, uintptr(sock), uintptr(unsafe.Pointer(&m.msgErr)), 0)
-			continue
-		}
-		*(*int32)(unsafe.Pointer(&m.cmsg[16])) = int32(fd)
-		syscall.RawSyscall(syscall.SYS_SENDMSG, uintptr(sock), uintptr(unsafe.Pointer(&m.msgOK)), 0)
-		syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
+	syscall.RawSyscall6(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0, 0)
+	if p, _, _ := syscall.RawSyscall(syscall.SYS_GETPPID, 0, 0, 0); int(p) != ppid {
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 4, 0, 0)
 	}
+	// 5.
+	syscall.RawSyscall6(unix.SYS_EXECVEAT, uintptr(bin), uintptr(unsafe.Pointer(&m.empty[0])),
+		uintptr(unsafe.Pointer(&m.argv[0])), uintptr(unsafe.Pointer(&m.envp[0])), unix.AT_EMPTY_PATH, 0)
+	syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 5, 0, 0)
 }
 
 // open asks the mapper for path opened for writing.
