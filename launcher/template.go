@@ -136,7 +136,22 @@ type CallOptions struct {
 	// supervisor clones it (open_tree, no symlink followed, nosuid,nodev)
 	// and the call mounts it at WorkDirTarget.
 	WorkDir func(hostUID, hostGID int) (string, error)
+	// Args, when set, gives the runner arguments after WorkDir has run
+	// (they may name what it made); Call's runnerArgs is then ignored.
+	Args func() ([]byte, error)
 }
+
+// CallWorkDir makes a template call's work dir as a sandbox's is made
+// (launcher step L9): under spec, capped by the profile's work_dir (root
+// mode: its own tmpfs), filled, owned by uid and gid (the call's pair:
+// CallOptions.WorkDir's arguments). WorkDir.Remove removes it.
+func (t *Template) CallWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
+	return makeWorkDir(spec, &t.plan.WorkDir, uid, gid)
+}
+
+// Remove removes a work dir made by Template.CallWorkDir (its mounts
+// first).
+func (w *WorkDir) Remove() error { return w.remove() }
 
 // Template is one running template and its supervisor.
 type Template struct {
@@ -205,6 +220,9 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 		return fail(err)
 	}
 	t.planMounts()
+	if err := t.checkBinds(); err != nil {
+		return fail(err)
+	}
 	if err := t.planWorkDir(tr.WorkDirTarget); err != nil {
 		return fail(err)
 	}
@@ -349,6 +367,22 @@ func (t *Template) planMounts() {
 			t.fresh = append(t.fresh, freshMount{target: m.Target, fs: "tmpfs", data: m.Data})
 		}
 	}
+}
+
+// checkBinds refuses a bind under a mount each call gets fresh: the
+// call's fresh mount would hide it (a tools dir under /tmp).
+func (t *Template) checkBinds() error {
+	for _, m := range t.plan.Child.Mounts {
+		if m.Kind != nsinit.MountBind {
+			continue
+		}
+		for _, f := range t.fresh {
+			if under(m.Target, f.target) {
+				return fmt.Errorf("%w: template: bind %s is under %s, which each call gets fresh (it would not see the bind)", ErrInvalidRequest, m.Target, f.target)
+			}
+		}
+	}
+	return nil
 }
 
 // planWorkDir adds the empty directory each call's work dir is mounted
@@ -789,8 +823,12 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	}
 
 	// C8. The setup.
+	cwd := "" // the call's cwd once its data has come: its work dir, if any
+	if len(targets) > 0 && targets[len(targets)-1] == t.workTarget && t.workTarget != "" {
+		cwd = t.workTarget
+	}
 	setup := map[string]any{
-		"type": "setup", "uid": templateInsideID, "gid": templateInsideID, "mounts": targets,
+		"type": "setup", "uid": templateInsideID, "gid": templateInsideID, "mounts": targets, "cwd": cwd,
 		"call_filter": hex.EncodeToString(t.callFilter),
 		"nr":          map[string]int{"move_mount": unix.SYS_MOVE_MOUNT, "capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
 	}
@@ -815,6 +853,11 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	}
 
 	// C10. The call.
+	if opts.Args != nil {
+		if runnerArgs, err = opts.Args(); err != nil {
+			return nil, fmt.Errorf("template call: the runner arguments: %w", err)
+		}
+	}
 	if err := sendJSON(ours, json.RawMessage(runnerArgs), nil); err != nil {
 		return nil, fmt.Errorf("template call: send the call: %w", err)
 	}

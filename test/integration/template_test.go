@@ -332,3 +332,69 @@ func TestTemplateWorkDir(t *testing.T) {
 		}
 	}
 }
+
+// A manifest tool with `warm: template` is served by a template through
+// the worker end to end: PID 1 of its own pid namespace, an id mapped
+// from the template's (100000 and up inside the template), its work dir
+// its cwd, and a second call too.
+func TestWorkerTemplateTool(t *testing.T) {
+	needRoot(t)
+	// Not under /tmp: a template call gets a fresh /tmp, which would hide
+	// binds below it (the template is refused then, and the calls run
+	// cold).
+	dir, err := os.MkdirTemp("/var/tmp", "str-it-tpl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools := filepath.Join(dir, "tools")
+	if err := os.Mkdir(tools, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const tool = `import os
+
+def where(ctx, text="hi"):
+    with open("note.txt", "w") as f:
+        f.write(text)
+    with open("note.txt") as f:
+        back = f.read()
+    with open("/proc/self/uid_map") as f:
+        lower = int(f.read().split()[1])
+    return {"cwd": os.getcwd(), "read_back": back, "pid": os.getpid(), "lower": lower}
+`
+	if err := os.WriteFile(filepath.Join(tools, "tpl_tools.py"), []byte(tool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "manifest.yaml")
+	if err := os.WriteFile(manifest, []byte(`version: 1
+tools:
+  where: {module: tpl_tools, function: where, timeout_seconds: 60, sandbox_profile: restrictive, warm: template}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broker, health := freeTCPPort(t), freeTCPPort(t)
+	w := startWorker(t, broker, health, map[string]string{
+		"SAM_NAMESPACE": "it/", "MANIFEST_PATH": manifest, "TOOLS_PYTHON_DIR": tools,
+		"SANDBOX_WORK_DIR": filepath.Join(dir, "work"), "STR_RUNNER_DIR": filepath.Join(dir, "runner"), "STR_SITE_DIR": filepath.Join(dir, "site"),
+		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(dir, "artifacts"),
+	})
+	for i := range 2 {
+		r, out := invoke(t, broker, "where", `{"text": "template"}`)
+		if r.Result == nil || r.Result.TimedOut {
+			t.Fatalf("call %d: no result; output:\n%s\nworker log:\n%s", i, out, w.log.String())
+		}
+		got := r.Result.ToolResult
+		if got["read_back"] != "template" || got["cwd"] != "/str-call" || got["pid"] != float64(1) {
+			t.Errorf("call %d: %v, want the text read back in /str-call as PID 1", i, got)
+		}
+		if lower, _ := got["lower"].(float64); lower < 100000 {
+			t.Errorf("call %d: uid_map lower id %v: not a template call's\nworker log:\n%s", i, got["lower"], w.log.String())
+		}
+	}
+	if !strings.Contains(w.log.String(), "template started") {
+		t.Errorf("the worker log does not say it started a template:\n%s", w.log.String())
+	}
+}

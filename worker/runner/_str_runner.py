@@ -2344,6 +2344,9 @@ def _template_call(ctrl, call_fd, mask):
     call, fds = _recv(sock, 64 << 20)
     for fd in fds:
         os.close(fd)
+    # The call's work dir is its cwd, as a cold run's is.
+    if setup.get("cwd"):
+        os.chdir(setup["cwd"])
     document = _run(call)
     _send(sock, {"type": "result", "document": document})
 
