@@ -108,6 +108,9 @@ const templateDeadline = 60 * time.Second
 // (a thread, a descriptor, a shared mapping) or did not start.
 var ErrTemplateRefused = errors.New("template refused")
 
+// ErrCallOutOfMemory: the call was killed at its cgroup's memory limit.
+var ErrCallOutOfMemory = errors.New("killed: out of memory")
+
 // ErrTemplateRetired: the template may not take more calls (recycled,
 // failed a check, or ended); start a new one.
 var ErrTemplateRetired = errors.New("template retired")
@@ -166,6 +169,7 @@ type Template struct {
 	callFilter []byte // seccomp.CallPolicy of the profile, for each child
 	fresh      []freshMount
 	workTarget string // TemplateRequest.WorkDirTarget
+	nproc      uint64 // the profile's RLIMIT_NPROC, set by each call on itself (0: none)
 	hash       string
 	mapper     *idMapper // opens the calls' id maps from the template's user namespace
 	started    time.Time
@@ -220,6 +224,7 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 		return fail(err)
 	}
 	t.planMounts()
+	t.planNproc()
 	if err := t.checkBinds(); err != nil {
 		return fail(err)
 	}
@@ -367,6 +372,25 @@ func (t *Template) planMounts() {
 			t.fresh = append(t.fresh, freshMount{target: m.Target, fs: "tmpfs", data: m.Data})
 		}
 	}
+}
+
+// planNproc takes RLIMIT_NPROC off the template and gives it to each
+// call. The kernel counts a user namespace's processes against every
+// ancestor namespace's owner too (ucounts): with the profile's limit on
+// the template, all its calls together would be held to it (one call's
+// fork bomb starving the others: TestHostile/concurrent_process_limits).
+// Without it on the template, each call sets it on itself before its
+// data (verified), and its cgroup's pids.max still bounds it.
+func (t *Template) planNproc() {
+	rl := t.plan.Child.Rlimits[:0]
+	for _, r := range t.plan.Child.Rlimits {
+		if r.Resource == unix.RLIMIT_NPROC {
+			t.nproc = r.Value
+			continue
+		}
+		rl = append(rl, r)
+	}
+	t.plan.Child.Rlimits = rl
 }
 
 // checkBinds refuses a bind under a mount each call gets fresh: the
@@ -828,7 +852,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 		cwd = t.workTarget
 	}
 	setup := map[string]any{
-		"type": "setup", "uid": templateInsideID, "gid": templateInsideID, "mounts": targets, "cwd": cwd,
+		"type": "setup", "uid": templateInsideID, "gid": templateInsideID, "mounts": targets, "cwd": cwd, "nproc": t.nproc,
 		"call_filter": hex.EncodeToString(t.callFilter),
 		"nr":          map[string]int{"move_mount": unix.SYS_MOVE_MOUNT, "capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
 	}
@@ -879,6 +903,10 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 			_ = c.cg.Kill()
 		}
 	})
+	var oom0 int64
+	if c.cg != nil {
+		oom0 = c.cg.Stats().OOMKills
+	}
 	_, _, err = recvJSON(ours, &answer, timeout+templateDeadline, false)
 	stop()
 	res.Wall = time.Since(start)
@@ -887,6 +915,9 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 		return res, nil
 	}
 	if err != nil {
+		if c.cg != nil && c.cg.Stats().OOMKills > oom0 {
+			return nil, fmt.Errorf("template call: %w (the slot's cgroup %s)", ErrCallOutOfMemory, c.cg.Path())
+		}
 		return nil, fmt.Errorf("template call: no answer from the child: %w", err)
 	}
 	res.Document = answer.Document
@@ -1124,6 +1155,11 @@ func (c *templateCall) verify(sockIno uint64) (*ChildCheck, error) {
 			return nil, failChild("pid %d: %d processes in its pid namespace (%v), want 1", pid, n, err)
 		}
 	}
+	if t.nproc > 0 {
+		if got := maxProcesses(pid); got != strconv.FormatUint(t.nproc, 10) {
+			return nil, failChild("pid %d: RLIMIT_NPROC %q, want %d", pid, got, t.nproc)
+		}
+	}
 	// Everything above was read through /proc/PID: it was this child's
 	// only if the child is still the process its pidfd names (a pid is
 	// not reused while its process lives).
@@ -1186,6 +1222,23 @@ func checkSmaps(smaps []byte) error {
 		}
 	}
 	return nil
+}
+
+// maxProcesses is the soft "Max processes" of /proc/PID/limits ("" if
+// unreadable).
+func maxProcesses(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Max processes"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				return f[0]
+			}
+		}
+	}
+	return ""
 }
 
 func countTasks(pid int) (int, error) {

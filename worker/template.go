@@ -153,6 +153,9 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 			if wd, err = tpl.CallWorkDir(launcher.WorkDirSpec{Base: s.cfg.WorkDir, Prefix: callDirPrefix}, uid, gid); err != nil {
 				return "", err
 			}
+			// Its name says nothing of the task: this line ties them together.
+			t.log = t.log.With("work_dir", filepath.Base(wd.Path))
+			t.log.Info("work dir made", "path", wd.Path, "template", true)
 			if paths, meta, perr = s.writeInputs(t, wd.Path, -1); perr != nil {
 				return "", perr
 			}
@@ -190,6 +193,8 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		// it, or a cold sandbox.
 		teardown()
 		return outcome{}, nil, false
+	case err != nil && errors.Is(err, launcher.ErrCallOutOfMemory):
+		return s.errorOutcome(t, errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)", t.profile)), teardown, true
 	case err != nil:
 		if cause := context.Cause(t.ctx); cause != nil {
 			return s.errorOutcome(t, cancelledError(cause)), teardown, true

@@ -2324,6 +2324,12 @@ def _template_call(ctrl, call_fd, mask):
     if null > 3:
         os.close(null)
     sys_("close_range", ctypes.c_uint(4), ctypes.c_uint(_CLOSE_RANGE_MAX), ctypes.c_uint(0))
+    # The profile's process limit, on this call alone (the template has
+    # none: see launcher planNproc).
+    if setup.get("nproc"):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (setup["nproc"], setup["nproc"]))
     # 5. RNG state: the template's was copied into every child.
     if "random" in sys.modules:
         sys.modules["random"].seed()
