@@ -35,8 +35,10 @@ type TemplateStarter interface {
 	StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (*launcher.Template, error)
 }
 
-// templateWorkTarget is where a template call's work dir is mounted.
-const templateWorkTarget = "/str-call"
+// templateWorkTarget is where a template call's work dir is mounted: a
+// directory of its own under an otherwise empty one, as a cold call's
+// work dir is alone in its parent (no other task's name is listed).
+const templateWorkTarget = "/str/work"
 
 // templateSet is the worker's templates, by tool name.
 type templateSet struct {

@@ -387,8 +387,8 @@ tools:
 			t.Fatalf("call %d: no result; output:\n%s\nworker log:\n%s", i, out, w.log.String())
 		}
 		got := r.Result.ToolResult
-		if got["read_back"] != "template" || got["cwd"] != "/str-call" || got["pid"] != float64(1) {
-			t.Errorf("call %d: %v, want the text read back in /str-call as PID 1", i, got)
+		if got["read_back"] != "template" || got["cwd"] != "/str/work" || got["pid"] != float64(1) {
+			t.Errorf("call %d: %v, want the text read back in /str/work as PID 1", i, got)
 		}
 		if lower, _ := got["lower"].(float64); lower < 100000 {
 			t.Errorf("call %d: uid_map lower id %v: not a template call's\nworker log:\n%s", i, got["lower"], w.log.String())
