@@ -193,6 +193,8 @@ func (pl *Plan) assignIDs(base int) {
 	if tg != 0 {
 		pl.GIDMappings = append(pl.GIDMappings, IDMap{Inside: tg, Outside: base + 1, Size: 1})
 	}
+	pl.UIDMappings = append(pl.UIDMappings, pl.ExtraIDMaps...)
+	pl.GIDMappings = append(pl.GIDMappings, pl.ExtraIDMaps...)
 	pl.ToolUID, pl.ToolGID = base+1, base+1
 	if tu == 0 {
 		pl.ToolUID = base

@@ -59,6 +59,11 @@ type Plan struct {
 	CloneNames    []string `json:"clone_flag_names"`
 	UIDMappings   []IDMap  `json:"uid_mappings,omitempty"`
 	GIDMappings   []IDMap  `json:"gid_mappings,omitempty"`
+	// ExtraIDMaps (root mode, a per-tool template: launcher/template.go)
+	// are added to both maps after the leased block's: the host id pairs
+	// the template's calls will run as, leased with it, so that the
+	// supervisor may map one into each call's own user namespace.
+	ExtraIDMaps []IDMap `json:"extra_id_maps,omitempty"`
 	// AmbientCaps are the capabilities the init keeps across its own exec
 	// in rootless mode (it is not uid 0 inside); it drops them all before
 	// the tool runs.

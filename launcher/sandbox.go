@@ -54,6 +54,7 @@ type Sandbox struct {
 	earlyReady        chan struct{}     // Request.AwaitCall: closed when early holds the result (WaitResult)
 	early             *Result
 	awaitingOnce      sync.Once
+	notify            chan *os.File // Child.SeccompListener: the template filter's listener (sub-step 19a), sent once
 
 	mu            sync.Mutex
 	begun         bool        // Start (or a Kill before it) has run: Create's resources are no longer Kill's to release
@@ -90,7 +91,8 @@ type Phase = nsinit.Phase
 func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) (*Sandbox, error) {
 	now := time.Now()
 	s := &Sandbox{l: l, req: req, ctx: ctx, id: newCgroupID(), t0: now, last: now,
-		started: make(chan struct{}), finished: make(chan struct{}), awaiting: make(chan struct{}), earlyReady: make(chan struct{})}
+		started: make(chan struct{}), finished: make(chan struct{}), awaiting: make(chan struct{}), earlyReady: make(chan struct{}),
+		notify: make(chan *os.File, 1)}
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
@@ -477,6 +479,14 @@ func (s *Sandbox) readReports() {
 		if ev.Type == "await_call" && s.plan.Child.AwaitCall {
 			closeFDs(fds)
 			s.awaitingOnce.Do(func() { close(s.awaiting) })
+			continue
+		}
+		if ev.Type == "seccomp_listener" && s.plan.Child.SeccompListener && len(fds) == 1 {
+			select {
+			case s.notify <- os.NewFile(uintptr(fds[0]), "seccomp listener"):
+			default: // a second one: the init sends one only
+				closeFDs(fds)
+			}
 			continue
 		}
 		if ev.Type == "listeners" && len(fds) == len(ev.Listeners) && s.listeners == nil {

@@ -66,6 +66,12 @@ type Config struct {
 	// profile's: stacked filters all run and the strictest answer wins,
 	// so they can only take away.
 	ExtraSeccomp [][]byte `json:"extra_seccomp_bpf,omitempty"`
+	// SeccompListener: a per-tool template (launcher/template.go). Step 19
+	// loads Seccomp with SECCOMP_FILTER_FLAG_NEW_LISTENER, and sub-step
+	// 19a hands the listener to the launcher, whose supervisor answers
+	// the filter's notified syscall (the one clone per call it orders).
+	// The init keeps no copy: the tool never holds its own listener.
+	SeccompListener bool `json:"seccomp_listener,omitempty"`
 
 	// BestEffort permits the documented fallbacks (e.g. no fresh /proc),
 	// each reported as a warning event.

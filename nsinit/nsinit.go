@@ -104,6 +104,7 @@ func Main() {
 //  17. re-arm the parent-death signal and check the launcher is alive
 //  18. set no_new_privs
 //  19. load seccomp
+//     19a. per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it
 //  20. set the rlimits (raw prlimit64, RLIMIT_AS last)
 //  21. execve the tool (raw syscall): the tool becomes PID 1
 //
@@ -410,7 +411,16 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer, tasks []int
 	// allow mount, pivot_root, capset or setresuid for us. Loaded on this
 	// thread only; execve keeps it. The filter allows what steps 20-21
 	// need (prlimit64 on itself, execve).
-	if len(cfg.Seccomp) > 0 {
+	lfd := -1
+	switch {
+	case cfg.SeccompListener && len(cfg.Seccomp) == 0:
+		return stepErr(StepSeccomp, "load seccomp", "", "SECCOMP_FILTER_FLAG_NEW_LISTENER", errors.New("a template's plan has no filter"))
+	case cfg.SeccompListener:
+		var err error
+		if lfd, err = InstallSeccompListener(cfg.Seccomp); err != nil {
+			return stepErr(StepSeccomp, "load seccomp", cfg.SeccompPolicy, "SECCOMP_SET_MODE_FILTER|SECCOMP_FILTER_FLAG_NEW_LISTENER", err)
+		}
+	case len(cfg.Seccomp) > 0:
 		if err := InstallSeccomp(cfg.Seccomp); err != nil {
 			return stepErr(StepSeccomp, "load seccomp", cfg.SeccompPolicy, "SECCOMP_SET_MODE_FILTER", err)
 		}
@@ -421,7 +431,20 @@ func dropAndExec(cfg *Config, ex *execArgs, rep *reporter, t *timer, tasks []int
 	// requires of its callers' filters for its own execve.
 	for i, prog := range cfg.ExtraSeccomp {
 		if err := InstallSeccomp(prog); err != nil {
+			unix.Close(lfd)
 			return stepErr(StepSeccomp, "load seccomp", fmt.Sprintf("the caller's filter %d", i+1), "SECCOMP_SET_MODE_FILTER", err)
+		}
+	}
+
+	// 19a. A template's listener goes to the launcher before any tool
+	// code runs, and the init's own descriptor is closed here, not left
+	// to close-on-exec: the tool (the template's import-time code) must
+	// never hold the listener that answers its own notifications.
+	if lfd >= 0 {
+		err := rep.sendFDs(event{Type: "seccomp_listener"}, []int{lfd})
+		unix.Close(lfd)
+		if err != nil {
+			return stepErr(StepHandListener, "hand over seccomp listener", "report socket", "SCM_RIGHTS", err)
 		}
 	}
 	t.mark("privileges")

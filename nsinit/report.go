@@ -109,5 +109,30 @@ func InstallSeccomp(filter []byte) error {
 	return nil
 }
 
+// InstallSeccompListener is InstallSeccomp with
+// SECCOMP_FILTER_FLAG_NEW_LISTENER: it returns the filter's listener, the
+// descriptor on which a supervisor receives the syscalls the filter
+// answers SECCOMP_RET_USER_NOTIF (a per-tool template's one clone per
+// call). The descriptor is close-on-exec.
+func InstallSeccompListener(filter []byte) (int, error) {
+	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > maxBPFInsns {
+		return -1, fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(filter), maxBPFInsns)
+	}
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	if err != nil {
+		return -1, fmt.Errorf("prctl(PR_GET_NO_NEW_PRIVS): %w", err)
+	}
+	if nnp != 1 {
+		return -1, ErrNoNewPrivs
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&filter[0]))}
+	fd, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(filter)
+	if e != 0 {
+		return -1, e
+	}
+	return int(fd), nil
+}
+
 // maxBPFInsns is the kernel's BPF_MAXINSNS.
 const maxBPFInsns = 4096

@@ -45,6 +45,7 @@ var stepWords = map[Step][]string{
 	StepRlimits:      {"rlimit", "prlimit"},
 	StepExec:         {"execve", "exec "},
 	StepAwaitCall:    {"call", "pre-built", "str serve"},
+	StepHandListener: {"listener", "template"},
 
 	StepLCgroup:      {"cgroup", "host id", "lease"},
 	StepLPipes:       {"pipe", "socket"},

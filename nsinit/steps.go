@@ -42,6 +42,10 @@ const (
 	// StepAwaitCall: a pre-built sandbox (str serve) waits for its call
 	// (Config.AwaitCall) once loopback and the egress listeners are up.
 	StepAwaitCall Step = 201 + iota // 10a
+	// StepHandListener: a per-tool template (Config.SeccompListener)
+	// hands the listener of its seccomp filter, loaded at step 19 with
+	// SECCOMP_FILTER_FLAG_NEW_LISTENER, to the launcher.
+	StepHandListener // 19a
 	numSubStepsEnd
 )
 
@@ -50,13 +54,15 @@ var subSteps = map[Step]struct {
 	after  Step
 	letter string
 }{
-	StepAwaitCall: {StepLoopback, "a"},
+	StepAwaitCall:    {StepLoopback, "a"},
+	StepHandListener: {StepSeccomp, "a"},
 }
 
 // subStepTitles is what each sub-step does (DocList prints it after the
 // step it follows).
 var subStepTitles = map[Step]string{
-	StepAwaitCall: "pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2",
+	StepAwaitCall:    "pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2",
+	StepHandListener: "per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it",
 }
 
 // The launcher's steps (who "launcher"): L1..L10: create the cgroup (and

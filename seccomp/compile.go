@@ -129,6 +129,8 @@ func retValue(a Action) uint32 {
 		return RetKillThread
 	case ActionLog:
 		return RetLog
+	case ActionNotify:
+		return RetUserNotif
 	}
 	panic("seccomp: unvalidated action " + a.Kind)
 }

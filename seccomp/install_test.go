@@ -144,6 +144,9 @@ func seccompChild(mode string) int {
 	if pol, ok := strings.CutPrefix(mode, "sweep:"); ok {
 		return sweepChild(pol)
 	}
+	if pol, ok := strings.CutPrefix(mode, "template:"); ok {
+		return templateChild(pol)
+	}
 	rep := childReport{Errnos: map[string]string{}, PythonExit: -1}
 	emit := func() int {
 		b, _ := json.Marshal(rep)

@@ -45,8 +45,13 @@ type Policy struct {
 
 // Action is what the kernel does when a rule matches.
 //
-//	action: allow | errno | kill_process | kill_thread | log
+//	action: allow | errno | kill_process | kill_thread | log | notify
 //	errno:  EPERM | ENOSYS | ...   (required with action errno, forbidden otherwise)
+//
+// notify (SECCOMP_RET_USER_NOTIF) hands the syscall to a supervisor that
+// holds the filter's listener (a per-tool template, seccomp/template.go);
+// it is valid only on clone with exactly one condition, "arg0 eq FLAGS"
+// (the flags are a register, so the supervisor's answer cannot be raced).
 type Action struct {
 	Kind  string `yaml:"action"`
 	Errno string `yaml:"errno,omitempty"`
@@ -81,10 +86,11 @@ const (
 	ActionKillProcess = "kill_process"
 	ActionKillThread  = "kill_thread"
 	ActionLog         = "log"
+	ActionNotify      = "notify"
 )
 
 var actionKinds = map[string]bool{
-	ActionAllow: true, ActionErrno: true, ActionKillProcess: true, ActionKillThread: true, ActionLog: true,
+	ActionAllow: true, ActionErrno: true, ActionKillProcess: true, ActionKillThread: true, ActionLog: true, ActionNotify: true,
 }
 
 // Argument comparison operators (64-bit, unsigned, like libseccomp's).
@@ -366,12 +372,14 @@ func (e *ValidationError) Error() string {
 //  1. version is 1
 //  2. name is a lower-case identifier; description is set
 //  3. default_action is a valid action and is not allow (default deny)
+//     nor notify
 //  4. there is at least one rule
 //  5. per rule: names non-empty, each a syscall of amd64
 //     or arm64, no name twice in a rule; action known; errno given iff
 //     action is errno and from the allowed list; reason non-empty;
 //     args: index 0..5 at most once, op known, value given, mask given
-//     iff op is masked_eq
+//     iff op is masked_eq; notify only on [clone] with exactly the one
+//     condition arg0 eq FLAGS
 //  6. across rules: a syscall has at most one unconditional rule; a
 //     syscall with an unconditional rule has no conditional rule with the
 //     same action (it would be dead); two conditional rules for a syscall
@@ -406,6 +414,9 @@ func (p *Policy) Validate() error {
 	if p.DefaultAction.Kind == ActionAllow {
 		add(-1, "default_action.action", "allow is not permitted: policies are default-deny")
 	}
+	if p.DefaultAction.Kind == ActionNotify {
+		add(-1, "default_action.action", "notify is only for one clone rule, never the default")
+	}
 	// 4. rules
 	if len(p.Rules) == 0 {
 		add(-1, "rules", "no rules")
@@ -437,6 +448,9 @@ func (p *Policy) Validate() error {
 		}
 		for _, m := range checkAction(r.Action) {
 			add(i, m.field, "%s", m.msg)
+		}
+		if r.Kind == ActionNotify && !notifyShape(r) {
+			add(i, "action", "notify is only for [clone] with exactly one condition {index: 0, op: eq}: a supervisor answers one exact flags value, never a family of calls")
 		}
 		if strings.TrimSpace(r.Reason) == "" {
 			add(i, "reason", "missing: every rule must say why")
@@ -521,6 +535,13 @@ func (p *Policy) Validate() error {
 		return ea.Error() < eb.Error()
 	})
 	return errors.Join(errs...)
+}
+
+// notifyShape: the only rule notify may have, clone with exactly one
+// condition "arg0 eq FLAGS".
+func notifyShape(r Rule) bool {
+	return len(r.Names) == 1 && r.Names[0] == "clone" && len(r.Args) == 1 &&
+		r.Args[0].Index == 0 && r.Args[0].Op == OpEq && r.Args[0].Value != nil
 }
 
 type fieldMsg struct{ field, msg string }

@@ -157,7 +157,13 @@ func (s *Server) execute(t *task) (outcome, func()) {
 	if err := t.tool.Verify(s.cfg.ToolsDir); err != nil {
 		return s.errorOutcome(t, errorf(CodeImportError, "tool %s cannot be loaded: %v", t.req.ToolName, err)), nil
 	}
-	// 2. a pre-started sandbox of the pool, if one fits this call.
+	// 2. the tool's template (`warm: template`), where the call may run
+	// in one; else a pre-started sandbox of the pool, if one fits.
+	if s.templateEligible(t) {
+		if out, teardown, ok := s.executeTemplate(t); ok {
+			return out, teardown
+		}
+	}
 	if w := s.pool.claim(t); w != nil {
 		return s.executeWarm(t, w)
 	}

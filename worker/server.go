@@ -54,6 +54,9 @@ type Options struct {
 	// the request's profile); nil = the embedded profiles. `str worker` passes the
 	// launcher's set.
 	Profiles *profiles.Set
+	// Templates starts per-tool templates for `warm: template` tools
+	// (template.go): the launcher in root mode; nil = none.
+	Templates TemplateStarter
 }
 
 // Server serves tool invocations: one receive loop, MaxConcurrent
@@ -71,6 +74,9 @@ type Server struct {
 	base     string
 
 	runnerPath string
+
+	// templates are the per-tool templates (template.go); nil = none.
+	templates *templateSet
 
 	// pool holds pre-started sandboxes (pool.go); nil = none.
 	pool *warmPool
@@ -184,6 +190,9 @@ func New(opts Options) (*Server, error) {
 		init:     newInitState(cfg),
 	}
 	s.pool = newWarmPool(s)
+	if opts.Templates != nil {
+		s.templates = &templateSet{start: opts.Templates, by: map[string]*toolTemplate{}}
+	}
 	s.out = newOutbox(s)
 	if cfg.ProbeInterval > 0 {
 		s.probe = newProber(s)
@@ -1068,8 +1077,10 @@ func (s *Server) shutdown() {
 	wg.Wait()
 	cancel()
 	s.mu.Unlock()
-	// The warm pool stops filling and kills its idle sandboxes.
+	// The warm pool stops filling and kills its idle sandboxes; the
+	// templates end (a call in flight in one ends with it).
 	s.pool.stop()
+	s.templates.closeAll()
 	// 2. queued requests are answered RESOURCE_EXHAUSTED: the queue hands
 	// them back as it closes, and the executors take nothing more (one
 	// that took a call just before answers it the same way: stopping).

@@ -9,6 +9,7 @@
 //	str-bench spawn ...     the spawn driver and the clone floor (bench.go)
 //	str-bench echo ...      one worker end to end (bench_echo.go)
 //	str-bench warm ...      the warm pool's dispatch (bench_warm.go)
+//	str-bench template ...  per-tool templates next to bubblewrap (bench_template.go)
 package main
 
 import (
@@ -39,6 +40,8 @@ func benchMain(args []string) int {
 			return benchEcho(args[1:], os.Stdout)
 		case "warm":
 			return benchWarm(args[1:], os.Stdout)
+		case "template":
+			return benchTemplate(args[1:], os.Stdout)
 		}
 		if !strings.HasPrefix(args[0], "-") {
 			fmt.Fprintf(os.Stderr, "str-bench: %s %q\n\n%s\n%s\n%s", benchUnknownCommand, args[0], benchSuiteUsage, benchUsage, benchEchoUsage)

@@ -84,6 +84,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 	// SANDBOX_MODE=none says so) and the artifact store.
 	var (
 		sandboxes worker.Sandboxes
+		templates worker.TemplateStarter // root mode only: templates lease host ids
 		set       *profiles.Set
 		pip       manifest.PipRunner // nil without a launcher: the wheel unpacker only
 	)
@@ -103,6 +104,9 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		}
 		sandboxes, set = l.Provider(), l.Profiles()
 		pip = sandboxedPip{l: l, python: cfg.PythonBin}
+		if os.Geteuid() == 0 {
+			templates = l
+		}
 	}
 	store, auditLog, err := artifacts.Open(artifacts.Settings{
 		Type: cfg.ArtifactType, BasePath: cfg.ArtifactBasePath, Namespace: cfg.Namespace,
@@ -119,7 +123,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 
 	// 5. the server and its health/metrics endpoint.
 	srv, err := worker.New(worker.Options{
-		Config: cfg, Transport: tr, Sandboxes: sandboxes, Profiles: set, Store: store, Logger: log,
+		Config: cfg, Transport: tr, Sandboxes: sandboxes, Profiles: set, Store: store, Logger: log, Templates: templates,
 		Installer: &manifest.Installer{
 			Python: cfg.PythonBin, SiteDir: cfg.SiteDir,
 			WheelsDir: filepath.Join(filepath.Dir(cfg.ManifestPath), "wheels"), IndexURL: cfg.PackageIndex,

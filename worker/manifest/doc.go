@@ -24,7 +24,8 @@
 // means the default of 300); version needs package and must parse as PEP
 // 440 specifiers; sha256 is 64 hex digits; warm (the tool's number of
 // pre-started sandboxes in the worker's pool) is 0..MaxWarm, absent means
-// the worker's default; artifacts.user_scope is read (the default), write
+// the worker's default, or "template" (a per-tool template serves the
+// calls, opt-in); artifacts.user_scope is read (the default), write
 // or none: what the tool may do with user-scoped ("user:") artifacts,
 // which every session of the user shares (read: its inputs may reference
 // them; write: its outputs may also create them; none: neither). The

@@ -58,6 +58,12 @@ type Tool struct {
 	// (STR_WARM_DEFAULT) applies.
 	Warm    int
 	WarmSet bool
+	// Template (`warm: template`, opt-in) serves the tool's calls from a
+	// per-tool template (launcher/template.go): one pre-imported Python
+	// forking each call into namespaces of its own. Calls whose network
+	// is not isolated, and workers that cannot make templates (rootless,
+	// SANDBOX_MODE=none), run cold.
+	Template bool
 	// Network narrows the profile's network policy for this tool (nil:
 	// the profile's): `network: {policy: restricted, allowed_hosts: [...]}`.
 	// It may only tighten; the launcher refuses a looser one.
@@ -337,7 +343,13 @@ func (p *parser) tool(name string, nameNode, node *yaml.Node) *Tool {
 		}
 	}
 
-	if v, ok := fields["warm"]; ok {
+	if v, ok := fields["warm"]; ok && v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
+		if v.Value == "template" {
+			t.Template = true
+		} else {
+			p.add(v, fmt.Sprintf("%s.warm: %q is neither a number of sandboxes (0..%d) nor template", where, v.Value, MaxWarm))
+		}
+	} else if ok {
 		if n, ok := p.integer(v, where+".warm"); ok {
 			if n < 0 || n > MaxWarm {
 				p.add(v, fmt.Sprintf("%s.warm: %d is not between 0 and %d", where, n, MaxWarm))

@@ -505,24 +505,26 @@ func TestParseWarm(t *testing.T) {
   a: {module: m, function: f, warm: 2}
   b: {module: m, function: f, warm: 0}
   c: {module: m, function: f}
+  d: {module: m, function: f, warm: template}
 `), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]struct {
-		n   int
-		set bool
-	}{"a": {2, true}, "b": {0, true}, "c": {0, false}} {
-		if got := m.Tools[name]; got.Warm != want.n || got.WarmSet != want.set {
-			t.Errorf("%s: warm %d set %v, want %d %v", name, got.Warm, got.WarmSet, want.n, want.set)
+		n        int
+		set, tpl bool
+	}{"a": {2, true, false}, "b": {0, true, false}, "c": {0, false, false}, "d": {0, false, true}} {
+		if got := m.Tools[name]; got.Warm != want.n || got.WarmSet != want.set || got.Template != want.tpl {
+			t.Errorf("%s: warm %d set %v template %v, want %d %v %v", name, got.Warm, got.WarmSet, got.Template, want.n, want.set, want.tpl)
 		}
 	}
 	err = problemsOf(t, `tools:
   a: {module: m, function: f, warm: -1}
   b: {module: m, function: f, warm: 17}
   c: {module: m, function: f, warm: "2"}
+  d: {module: m, function: f, warm: templates}
 `)
-	for _, want := range []string{"tools.a.warm: -1 is not between 0 and 16", "tools.b.warm: 17 is not between 0 and 16", "tools.c.warm must be an integer"} {
+	for _, want := range []string{"tools.a.warm: -1 is not between 0 and 16", "tools.b.warm: 17 is not between 0 and 16", `tools.c.warm: "2" is neither a number of sandboxes (0..16) nor template`, `tools.d.warm: "templates" is neither`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}
@@ -571,7 +573,7 @@ func TestToolEqualEveryField(t *testing.T) {
 	other := map[string]any{
 		"Name": "u", "Runtime": "other", "Module": "m2", "Function": "g", "ClassName": "C",
 		"Package": "p", "Version": ">=1", "Description": "d", "SandboxProfile": "restrictive",
-		"SHA256": strings.Repeat("a", 64), "TimeoutSeconds": 10, "Warm": 2, "WarmSet": true,
+		"SHA256": strings.Repeat("a", 64), "TimeoutSeconds": 10, "Warm": 2, "WarmSet": true, "Template": true,
 		"Network":    &egress.Policy{Mode: egress.Isolated},
 		"UserScope":  UserScopeWrite,
 		"Parameters": `{"type":"object"}`, "ArtifactParams": `{"a":{"is_list":true,"is_optional":false}}`,

@@ -1872,6 +1872,7 @@ def _error(text, kind):
 USAGE = (
     "usage: runner.py [--done-fd N] RUNNER_ARGS_JSON\n"
     "       runner.py [--done-fd N] --warm ARGS_FD MODULE FUNCTION [CLASS_NAME]\n"
+    "       runner.py --template CTRL_FD MODULE FUNCTION [CLASS_NAME]\n"
 )
 
 # Bytes written on the done descriptor (--done-fd).
@@ -1890,10 +1891,12 @@ def _parse_argv(argv):
             done_fd = int(args.pop(0))
         elif opt == "--warm":
             warm = True
+        elif opt == "--template":
+            warm = "template"
         else:
             raise ValueError("unknown option %s" % opt)
     if warm and not 3 <= len(args) <= 4:
-        raise ValueError("--warm takes ARGS_FD MODULE FUNCTION [CLASS_NAME]")
+        raise ValueError("--warm and --template take FD MODULE FUNCTION [CLASS_NAME]")
     if not warm and len(args) != 1:
         raise ValueError("one RUNNER_ARGS_JSON expected")
     return done_fd, warm, args
@@ -2012,6 +2015,11 @@ def main(argv):
     # module is imported (the warm preload below included).
     _site_paths()
 
+    # 0. template mode (launcher/template.go): import once, then fork
+    # each call into namespaces of its own; never returns.
+    if warm == "template":
+        return _template(int(rest[0]), rest[1], rest[2], rest[3] if len(rest) > 3 else "")
+
     # 0. warm mode: prepare, say so, wait for the arguments.
     if warm:
         source = "descriptor %s" % rest[0]
@@ -2108,6 +2116,245 @@ def _run(run_args):
     if ctx._output_mime_types:
         document["output_mime_types"] = dict(ctx._output_mime_types)
     return document
+
+
+# ---- template mode ----------------------------------------------------
+#
+# A per-tool template (launcher/template.go) is this runner, started once
+# in a sandbox of the tool's profile with --template CTRL_FD: it imports
+# the tool (_preload, as warm mode), freezes what it allocated
+# (gc.freeze: the children's reference counting then touches fewer shared
+# pages), says "ready" on the control socket and waits for fork orders.
+# The supervisor (the launcher's process) reads its fds, maps and threads
+# from the host and refuses a template that holds anything shared.
+#
+# Per order the template clones once with the flags the order names, the
+# only clone its seccomp filter sends to the supervisor, which lets it
+# through because it ordered it. The child, alone in fresh user, mount,
+# pid, network, ipc, uts and cgroup namespaces, says hello on the call's
+# socket (the kernel attaches its pid for the supervisor), receives its
+# fresh mounts and ids, drops every capability, closes every other
+# descriptor, reseeds the RNG, stacks the call's seccomp filter, says
+# "ready", and only then receives the call: the same runner arguments a
+# cold run reads, run by the same _run, answered on the socket.
+#
+# None of this is a protection against the tool: its import-time code ran
+# in this interpreter and may have rewritten any of it. The supervisor
+# verifies from the host what the child must have done before it sends
+# the call, and the filters hold whatever the Python code does.
+
+_AT_FDCWD = -100
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_PR_SET_PDEATHSIG = 1
+_PR_CAPBSET_DROP = 24
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_CLOSE_RANGE_MAX = 0xFFFFFFFF
+
+
+def _send(sock, obj, fds=()):
+    import socket
+
+    data = _json_dumps(obj).encode("utf-8")
+    if fds:
+        import array
+
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.sendmsg([data])
+
+
+def _recv(sock, size=1 << 16):
+    import array
+    import socket
+
+    fds = array.array("i")
+    data, anc, flags, _ = sock.recvmsg(size, socket.CMSG_SPACE(16 * fds.itemsize))
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    if not data:
+        raise EOFError("the supervisor closed the socket")
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        raise ValueError("message truncated")
+    return _json_loads(data.decode("utf-8")), list(fds)
+
+
+def _template(ctrl_fd, module_name, function_name, class_name):
+    import ctypes
+    import gc
+    import socket
+
+    ctrl = socket.socket(fileno=ctrl_fd)
+    _preload(module_name, function_name, class_name)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    before = ctypes.pythonapi.PyOS_BeforeFork
+    after_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
+    after_child = ctypes.pythonapi.PyOS_AfterFork_Child
+    import select
+    import signal
+
+    # Children are ours to reap, at once (SIGCHLD: the supervisor removes
+    # a call's cgroup when its process is gone, and a zombie still holds
+    # it), and at least every half second. No wake-up pipe: the template
+    # holds no descriptor but 0-2 and the control socket, which the
+    # supervisor checks.
+    signal.signal(signal.SIGCHLD, _template_reap)
+    gc.collect()
+    gc.freeze()
+    _send(ctrl, {"type": "ready"})
+    while True:
+        ready, _, _ = select.select([ctrl], [], [], 0.5)
+        _template_reap()
+        if ctrl not in ready:
+            continue
+        try:
+            order, fds = _recv(ctrl)
+        except EOFError:
+            os._exit(0)
+        if order.get("type") != "fork" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            _send(ctrl, {"type": "fork_failed", "error": "bad order"})
+            continue
+        # SIGCHLD (a previous call ending) is blocked across the clone: a
+        # signal that arrives while the kernel copies the process makes
+        # it restart the clone (ERESTARTNOINTR), and the supervisor, whose
+        # order the first attempt took, refuses the second.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        before()
+        pid = libc.syscall(ctypes.c_long(order["nr"]), ctypes.c_long(order["flags"]), ctypes.c_long(0),
+                           ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+        err = ctypes.get_errno()
+        if pid == 0:
+            after_child()
+            _template_child(ctrl, fds[0], old_mask)  # never returns
+        after_parent()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        os.close(fds[0])
+        if pid < 0:
+            _send(ctrl, {"type": "fork_failed", "error": os.strerror(err), "errno": err})
+        else:
+            _send(ctrl, {"type": "forked"})
+
+
+def _template_reap(*_):
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _template_child(ctrl, call_fd, mask):
+    """A call's child: set up as the supervisor says, then run the call.
+    Exits, never returns; any failure exits 125 (the supervisor kills a
+    child that does not end up as it verifies anyway)."""
+    try:
+        _template_call(ctrl, call_fd, mask)
+    except BaseException as e:
+        try:
+            sys.stderr.write("str runner (template call): %s\n" % (e,))
+        except BaseException:
+            pass
+        os._exit(125)
+    os._exit(0)
+
+
+def _template_call(ctrl, call_fd, mask):
+    import ctypes
+    import socket
+
+    import signal
+
+    # The template's reaper and control socket are not the call's.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    os.close(ctrl.detach())
+    sock = socket.socket(fileno=call_fd)
+    # 1. hello: the kernel attaches our pid (SO_PASSCRED on the other end).
+    _send(sock, {"type": "hello"})
+    # 2. the setup: fresh mounts, ids, the call filter, syscall numbers
+    setup, fds = _recv(sock)
+    nr = setup["nr"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    libc.prctl.restype = ctypes.c_int
+
+    def sys_(name, *args):
+        r = libc.syscall(ctypes.c_long(nr[name]), *args)
+        if r < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "%s: %s" % (name, os.strerror(e)))
+        return r
+
+    for fd, target in zip(fds, setup["mounts"]):
+        sys_("move_mount", ctypes.c_int(fd), b"", ctypes.c_int(_AT_FDCWD), target.encode(), ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH))
+        os.close(fd)
+    os.chdir("/")
+    # 3. capabilities: the bounding set while we still hold CAP_SETPCAP
+    # (of our own user namespace), then the ids, then every set empty.
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP %d" % cap)
+    os.setresgid(setup["gid"], setup["gid"], setup["gid"])
+    os.setresuid(setup["uid"], setup["uid"], setup["uid"])
+    # Every capability set empty: the uid in this user namespace was never
+    # 0 (the template's is not mapped here), so the uid change cleared
+    # nothing by itself (the template's filter allows capset).
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    sys_("capset", hdr, data)
+    # The uid change cleared the parent-death signal: the call dies with
+    # its template.
+    libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    # 4. descriptors: stdio is /dev/null, the call's socket is 3, nothing else.
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if sock.fileno() != 3:
+        os.dup2(sock.fileno(), 3)
+        old = sock.detach()
+        if old != 3:
+            os.close(old)
+        sock = socket.socket(fileno=3)
+    if null > 3:
+        os.close(null)
+    sys_("close_range", ctypes.c_uint(4), ctypes.c_uint(_CLOSE_RANGE_MAX), ctypes.c_uint(0))
+    # The profile's process limit, on this call alone (the template has
+    # none: see launcher planNproc).
+    if setup.get("nproc"):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (setup["nproc"], setup["nproc"]))
+    # 5. RNG state: the template's was copied into every child.
+    if "random" in sys.modules:
+        sys.modules["random"].seed()
+    # 6. the call's filter, stacked on the template's (no_new_privs is
+    # inherited): namespaces and mounts are closed again.
+    prog = bytes.fromhex(setup["call_filter"])
+    buf = ctypes.create_string_buffer(prog, len(prog))
+
+    class _Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
+    # 7. ready: the supervisor verifies all of the above from the host,
+    # and only then sends the call.
+    _send(sock, {"type": "ready"})
+    call, fds = _recv(sock, 64 << 20)
+    for fd in fds:
+        os.close(fd)
+    # The call's work dir is its cwd, as a cold run's is.
+    if setup.get("cwd"):
+        os.chdir(setup["cwd"])
+    document = _run(call)
+    _send(sock, {"type": "result", "document": document})
 
 
 def _register_facade_module():

@@ -27,7 +27,12 @@
 // --done-fd N it writes "d" on that pipe once result.json is in place (the
 // worker replies then, before the sandbox is gone); with --warm (the
 // worker's pool) it imports the tool first, writes "r", and reads the
-// runner arguments (EncodeArgs) from a pipe instead of a file.
+// runner arguments (EncodeArgs) from a pipe instead of a file. With
+// --template CTRL_FD (launcher/template.go) it imports the tool once and
+// forks each call on the supervisor's order; the child sets itself up as
+// the supervisor says, receives the same runner arguments on its call's
+// socket, runs them exactly as a cold run does (_run) and answers the
+// result document there.
 //
 // What it protects against: nothing inside the sandbox. The runner shares
 // its process with the tool, so a tool can rewrite the runner's state,

@@ -295,6 +295,16 @@ func ReadResult(path string, maxBytes int64) (*Outcome, error) {
 	return out, nil
 }
 
+// DecodeResult is ReadResult for a document already in memory (a
+// template call's, sent on its socket): at most maxBytes, decoded as
+// strictly.
+func DecodeResult(data []byte, maxBytes int64) (*Outcome, error) {
+	if int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("runner: result of %d bytes, the limit is %d", len(data), maxBytes)
+	}
+	return parseResult(data)
+}
+
 func parseResult(data []byte) (*Outcome, error) {
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(data, &doc); err != nil {

@@ -60,9 +60,35 @@ type env struct {
 	root, tools, manifest, work, artifacts string
 }
 
+// templateMode (STR_HOSTILE_TEMPLATE=1) runs the battery's restrictive
+// tools from per-tool templates (manifest warm: template): their
+// environment is then made outside /tmp, under which a template call's
+// fresh /tmp would hide the binds (the worker would run the calls cold).
+var templateMode = os.Getenv("STR_HOSTILE_TEMPLATE") == "1"
+
+// templateManifest is manifest with warm: template on the tools of the
+// restrictive profile (isolated network: what a template call serves).
+func templateManifest(manifest string) string {
+	var out []string
+	for _, line := range strings.Split(manifest, "\n") {
+		if strings.Contains(line, "sandbox_profile: restrictive") && strings.HasSuffix(line, "}") && !strings.Contains(line, "warm:") {
+			line = strings.TrimSuffix(line, "}") + ", warm: template}"
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
+}
+
 func newEnv(t *testing.T, manifest string) *env {
 	t.Helper()
 	root := t.TempDir()
+	if templateMode {
+		var err error
+		root, err = os.MkdirTemp("/var/tmp", "str-hostile-tpl-")
+		must(t, err)
+		t.Cleanup(func() { os.RemoveAll(root) })
+		manifest = templateManifest(manifest)
+	}
 	must(t, os.Chmod(root, 0o755))
 	must(t, os.Chmod(filepath.Dir(root), 0o755))
 	e := &env{root: root, tools: filepath.Join(root, "tools"), manifest: filepath.Join(root, "manifest.yaml"),

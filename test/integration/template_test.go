@@ -1,0 +1,400 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/worker/runner"
+)
+
+// templateFor starts a per-tool template of module (from
+// testdata/template) under profile, with the runner and the tools bound
+// read-only.
+func templateFor(t *testing.T, profile, module, function string) (*launcher.Template, error) {
+	t.Helper()
+	return templateWith(t, profile, module, function, "")
+}
+
+// templateWith is templateFor with each call's work dir mounted at
+// workTarget ("" for none).
+func templateWith(t *testing.T, profile, module, function, workTarget string) (*launcher.Template, error) {
+	t.Helper()
+	needRoot(t)
+	l, err := launcher.New(launcher.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rdir := filepath.Join(dir, "runner")
+	if err := os.Mkdir(rdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rpath, err := runner.Install(rdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := filepath.Abs("testdata/template")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := newLockedBuffer()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("template stderr:\n%s", stderr.String())
+		}
+	})
+	argv := runner.Command("/usr/bin/python3", "/opt/str-runner/"+filepath.Base(rpath), "--template", "3", module, function)
+	tpl, err := l.StartTemplate(context.Background(), launcher.TemplateRequest{SourceHash: "test", WorkDirTarget: workTarget, Request: launcher.Request{
+		Profile: profile,
+		Argv:    argv,
+		Env:     []string{"PYTHONPATH=/opt/str-tools", "PYTHONDONTWRITEBYTECODE=1"},
+		Binds:   []launcher.Bind{{Source: rdir, Target: "/opt/str-runner"}, {Source: tools, Target: "/opt/str-tools"}},
+		Stderr:  stderr,
+	}})
+	if err == nil {
+		t.Cleanup(tpl.Close)
+	}
+	return tpl, err
+}
+
+// templateCall makes one call; on failure it reports it (t.Errorf: it
+// runs in the tests' goroutines too) and returns nil.
+func templateCall(t *testing.T, tpl *launcher.Template, module, function string, args map[string]any) (*launcher.CallResult, map[string]any) {
+	t.Helper()
+	raw, _ := json.Marshal(args)
+	a, err := runner.EncodeArgs(&runner.Args{Module: module, Function: function, Args: raw, ResultFile: "/dev/null", OutputDir: "/tmp"})
+	if err != nil {
+		t.Error(err)
+		return nil, nil
+	}
+	res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: time.Minute})
+	if err != nil {
+		t.Errorf("template call: %v", err)
+		return nil, nil
+	}
+	var doc struct {
+		Result map[string]any `json:"result"`
+		Error  string         `json:"error"`
+	}
+	if err := json.Unmarshal(res.Document, &doc); err != nil || doc.Error != "" {
+		t.Errorf("call document %s: %v %s", res.Document, err, doc.Error)
+		return nil, nil
+	}
+	return res, doc.Result
+}
+
+// Each call of a template, seen from inside and verified from the host:
+// PID 1 of its own pid namespace, a host uid no other live call has, 7
+// namespaces of its own, a /tmp no other call wrote to, seccomp on, no
+// capability, no netlink.
+func TestTemplateCallIsolation(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "probe_tool", "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 6
+	var mu sync.Mutex
+	seenNS := map[string]map[float64]int{}
+	uids := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tag := string(rune('a' + i))
+			// All at once, each holding a second: their host uids are live together.
+			res, got := templateCall(t, tpl, "probe_tool", "probe", map[string]any{"tag": tag, "hold": 1})
+			if got == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if got["pid"] != float64(1) {
+				t.Errorf("call %s: pid %v, want 1", tag, got["pid"])
+			}
+			if tb := got["tmp_before"].([]any); len(tb) != 0 {
+				t.Errorf("call %s: /tmp already holds %v (another call's files)", tag, tb)
+			}
+			if procs := got["procs"].([]any); len(procs) != 1 || procs[0] != "1" {
+				t.Errorf("call %s: /proc lists %v, want only 1", tag, procs)
+			}
+			um := got["uid_map"].([]any)
+			if len(um) != 3 || um[0] != "1000" || um[2] != "1" {
+				t.Errorf("call %s: uid_map %v, want 1000 HOST 1", tag, um)
+			}
+			// The lower id reads in the template's user namespace, where the
+			// supervisor mapped the pair's host id (verified from the host:
+			// res.Child.HostUID in /proc/PID/status).
+			if want := strconv.Itoa(res.Child.MappedID); len(um) == 3 && um[1] != want {
+				t.Errorf("call %s: uid_map maps to %v, the supervisor mapped %s (host %d)", tag, um[1], want, res.Child.HostUID)
+			}
+			for k, want := range map[string]string{"Seccomp": "2", "CapEff": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1", "netlink": "EPERM"} {
+				if got[k] != want {
+					t.Errorf("call %s: %s = %v, want %s", tag, k, got[k], want)
+				}
+			}
+			for n, v := range got["ns"].(map[string]any) {
+				if seenNS[n] == nil {
+					seenNS[n] = map[float64]int{}
+				}
+				seenNS[n][v.(float64)]++
+			}
+			uids[res.Child.HostUID]++
+		}()
+	}
+	wg.Wait()
+	for n, m := range seenNS {
+		for ino, k := range m {
+			if k > 1 {
+				t.Errorf("%s namespace %v shared by %d calls", n, ino, k)
+			}
+		}
+	}
+	if len(seenNS) != 7 {
+		t.Errorf("saw %d namespace kinds, want 7", len(seenNS))
+	}
+	// All the calls were live at once (each holds a second, and there
+	// are more pairs than calls): each had a host uid of its own.
+	if len(uids) != calls {
+		t.Errorf("host uids %v: want %d distinct pairs for %d live calls", uids, calls, calls)
+	}
+}
+
+// The tool's import-time code gains nothing: every namespace and mount
+// call fails at import (in the template) and at call time (in the call).
+func TestTemplateHostileNamespaces(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "hostile_ns", "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, got := templateCall(t, tpl, "hostile_ns", "run", nil)
+	if got == nil {
+		t.FailNow()
+	}
+	for _, when := range []string{"import", "call"} {
+		m := got[when].(map[string]any)
+		if len(m) < 18 {
+			t.Errorf("%s: only %d attempts reported: %v", when, len(m), m)
+		}
+		for k, v := range m {
+			if v != "EPERM" {
+				t.Errorf("%s: %s = %v, want EPERM", when, k, v)
+			}
+		}
+	}
+	// The template served on: a second call still works.
+	if _, got := templateCall(t, tpl, "hostile_ns", "run", nil); got == nil || got["call"] == nil {
+		t.Errorf("second call: %v", got)
+	}
+}
+
+// A template whose import leaves something every call would share is
+// refused before any call.
+func TestTemplateRefusesShared(t *testing.T) {
+	for _, c := range []struct{ module, want string }{
+		{"hostile_thread", "threads"},
+		{"hostile_shared", "maps"},
+		{"hostile_memfd", "/memfd:"},
+		{"hostile_fd", "descriptor"},
+	} {
+		t.Run(c.module, func(t *testing.T) {
+			tpl, err := templateFor(t, "restrictive", c.module, "run")
+			if err == nil {
+				tpl.Close()
+				t.Fatalf("template of %s accepted", c.module)
+			}
+			if !errors.Is(err, launcher.ErrTemplateRefused) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("template of %s: %v, want ErrTemplateRefused naming %q", c.module, err, c.want)
+			}
+		})
+	}
+}
+
+// A child that skipped part of its setup (the tool's import rewrote the
+// runner's uid change) is caught by the supervisor's verification before
+// the call is sent: the call fails, the template is retired.
+func TestTemplateVerifiesBeforeCall(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "hostile_keepuid", "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := runner.EncodeArgs(&runner.Args{Module: "hostile_keepuid", Function: "run", ResultFile: "/dev/null", OutputDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: time.Minute})
+	if err == nil {
+		t.Fatalf("the call ran: %s", res.Document)
+	}
+	if !strings.Contains(err.Error(), "Uid is") {
+		t.Errorf("call error %v, want the Uid check", err)
+	}
+	if !errors.Is(tpl.Retired(), launcher.ErrTemplateRetired) {
+		t.Errorf("template not retired after a child failed verification: %v", tpl.Retired())
+	}
+}
+
+// Many calls, four in flight: calls end while others fork (their SIGCHLD
+// must not make the template's ordered clone restart into a refused
+// second one), and every call succeeds on the same template.
+func TestTemplateManyCalls(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "probe_tool", "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls, inFlight = 48, 4
+	next := make(chan int, calls)
+	for i := range calls {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				_, got := templateCall(t, tpl, "probe_tool", "probe", map[string]any{"tag": strconv.Itoa(i)})
+				if got != nil && got["pid"] != float64(1) {
+					t.Errorf("call %d: pid %v", i, got["pid"])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := tpl.Retired(); err != nil {
+		t.Errorf("template retired after %d calls: %v", calls, err)
+	}
+}
+
+// Each call gets its own work dir from the host, made for its host ids
+// and mounted at the template's work dir target: it reads the input put
+// there, its output lands on the host owned by its pair, and the next
+// call sees only its own.
+func TestTemplateWorkDir(t *testing.T) {
+	tpl, err := templateWith(t, "restrictive", "probe_tool", "workdir", "/work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"first", "second"} {
+		var dir string
+		opts := launcher.CallOptions{Timeout: time.Minute, WorkDir: func(uid, gid int) (string, error) {
+			dir = filepath.Join(t.TempDir(), "wd")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return "", err
+			}
+			if err := os.WriteFile(filepath.Join(dir, "in.txt"), []byte("input of "+name), 0o644); err != nil {
+				return "", err
+			}
+			return dir, os.Chown(dir, uid, gid)
+		}}
+		raw, _ := json.Marshal(map[string]any{"name": name})
+		a, err := runner.EncodeArgs(&runner.Args{Module: "probe_tool", Function: "workdir", Args: raw, ResultFile: "/dev/null", OutputDir: "/work"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := tpl.Call(context.Background(), a, opts)
+		if err != nil {
+			t.Fatalf("call %s: %v", name, err)
+		}
+		var doc struct {
+			Result struct {
+				In string   `json:"in"`
+				Ls []string `json:"ls"`
+			} `json:"result"`
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(res.Document, &doc); err != nil || doc.Error != "" {
+			t.Fatalf("call %s: %s", name, res.Document)
+		}
+		if doc.Result.In != "input of "+name || strings.Join(doc.Result.Ls, ",") != "in.txt,out-"+name+".txt" {
+			t.Errorf("call %s saw in=%q ls=%v", name, doc.Result.In, doc.Result.Ls)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, "out-"+name+".txt"), &st); err != nil {
+			t.Fatalf("call %s: output not on the host: %v", name, err)
+		}
+		if int(st.Uid) != res.Child.HostUID || int(st.Gid) != res.Child.HostUID {
+			t.Errorf("call %s: output owned by %d:%d on the host, want the call's pair %d", name, st.Uid, st.Gid, res.Child.HostUID)
+		}
+	}
+}
+
+// A manifest tool with `warm: template` is served by a template through
+// the worker end to end: PID 1 of its own pid namespace, an id mapped
+// from the template's (100000 and up inside the template), its work dir
+// its cwd, and a second call too.
+func TestWorkerTemplateTool(t *testing.T) {
+	needRoot(t)
+	// Not under /tmp: a template call gets a fresh /tmp, which would hide
+	// binds below it (the template is refused then, and the calls run
+	// cold).
+	dir, err := os.MkdirTemp("/var/tmp", "str-it-tpl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools := filepath.Join(dir, "tools")
+	if err := os.Mkdir(tools, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const tool = `import os
+
+def where(ctx, text="hi"):
+    with open("note.txt", "w") as f:
+        f.write(text)
+    with open("note.txt") as f:
+        back = f.read()
+    with open("/proc/self/uid_map") as f:
+        lower = int(f.read().split()[1])
+    return {"cwd": os.getcwd(), "read_back": back, "pid": os.getpid(), "lower": lower}
+`
+	if err := os.WriteFile(filepath.Join(tools, "tpl_tools.py"), []byte(tool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "manifest.yaml")
+	if err := os.WriteFile(manifest, []byte(`version: 1
+tools:
+  where: {module: tpl_tools, function: where, timeout_seconds: 60, sandbox_profile: restrictive, warm: template}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broker, health := freeTCPPort(t), freeTCPPort(t)
+	w := startWorker(t, broker, health, map[string]string{
+		"SAM_NAMESPACE": "it/", "MANIFEST_PATH": manifest, "TOOLS_PYTHON_DIR": tools,
+		"SANDBOX_WORK_DIR": filepath.Join(dir, "work"), "STR_RUNNER_DIR": filepath.Join(dir, "runner"), "STR_SITE_DIR": filepath.Join(dir, "site"),
+		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(dir, "artifacts"),
+	})
+	for i := range 2 {
+		r, out := invoke(t, broker, "where", `{"text": "template"}`)
+		if r.Result == nil || r.Result.TimedOut {
+			t.Fatalf("call %d: no result; output:\n%s\nworker log:\n%s", i, out, w.log.String())
+		}
+		got := r.Result.ToolResult
+		if got["read_back"] != "template" || got["cwd"] != "/str/work" || got["pid"] != float64(1) {
+			t.Errorf("call %d: %v, want the text read back in /str/work as PID 1", i, got)
+		}
+		if lower, _ := got["lower"].(float64); lower < 100000 {
+			t.Errorf("call %d: uid_map lower id %v: not a template call's\nworker log:\n%s", i, got["lower"], w.log.String())
+		}
+	}
+	if !strings.Contains(w.log.String(), "template started") {
+		t.Errorf("the worker log does not say it started a template:\n%s", w.log.String())
+	}
+}

@@ -1,0 +1,222 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/worker/manifest"
+	"github.com/securetoolruntime/str/worker/runner"
+)
+
+// Per-tool templates (manifest `warm: template`, opt-in): a tool's calls
+// are served by one pre-imported Python that forks each call into
+// namespaces of its own (launcher/template.go; SECURITY.md "Per-tool
+// templates"). The worker keeps one template per tool, made at the
+// tool's first call and replaced when the launcher retires it (its
+// recycling limits, a failed check) or when the tool's module changes on
+// disk. A call runs in a template only where it would get nothing less
+// than a cold one: root mode (the templates lease host ids), a call of
+// the tool's own function (not the init sub-protocol), and an isolated
+// network (a template's call has lo only: no egress proxy yet); any
+// other call runs cold.
+
+// TemplateStarter starts per-tool templates: the launcher in root mode
+// (`str worker` passes it); nil = no templates, every call cold.
+type TemplateStarter interface {
+	StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (*launcher.Template, error)
+}
+
+// templateWorkTarget is where a template call's work dir is mounted: a
+// directory of its own under an otherwise empty one, as a cold call's
+// work dir is alone in its parent (no other task's name is listed).
+const templateWorkTarget = "/str/work"
+
+// templateSet is the worker's templates, by tool name.
+type templateSet struct {
+	start TemplateStarter
+	mu    sync.Mutex
+	by    map[string]*toolTemplate
+}
+
+type toolTemplate struct {
+	tpl  *launcher.Template
+	tool manifest.Tool // the entry it was made for
+}
+
+// closeAll closes every template (the worker's shutdown).
+func (ts *templateSet) closeAll() {
+	if ts == nil {
+		return
+	}
+	ts.mu.Lock()
+	all := ts.by
+	ts.by = map[string]*toolTemplate{}
+	ts.mu.Unlock()
+	for _, tt := range all {
+		tt.tpl.Close()
+	}
+}
+
+// templateEligible: the call may run in a template (see above).
+func (s *Server) templateEligible(t *task) bool {
+	if s.templates == nil || !t.tool.Template || t.mode == runner.ModeInit || s.cfg.SandboxMode == ModeNone {
+		return false
+	}
+	if t.tool.Network != nil && t.tool.Network.Mode == egress.Isolated {
+		return true
+	}
+	prof, err := s.profiles.Lookup(t.profile)
+	return err == nil && prof.Network.Mode == egress.Isolated && t.tool.Network == nil
+}
+
+// sourceHash is the tool's module file's sha256 ("" if unreadable: the
+// call then fails its import as a cold one would).
+func (s *Server) sourceHash(tool *manifest.Tool) string {
+	b, err := os.ReadFile(filepath.Join(s.cfg.ToolsDir, strings.ReplaceAll(tool.Module, ".", "/")+".py"))
+	if err != nil {
+		return ""
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// templateFor returns the tool's template for this call's profile,
+// starting one when there is none, it was retired, its manifest entry
+// changed or its module's source did.
+func (s *Server) templateFor(t *task) (*launcher.Template, error) {
+	ts := s.templates
+	hash := s.sourceHash(t.tool)
+	key := t.req.ToolName + "\x00" + t.profile
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tt, ok := ts.by[key]; ok {
+		if tt.tpl.Retired() == nil && !tt.tpl.Stale(hash) && tt.tool.Equal(t.tool) {
+			return tt.tpl, nil
+		}
+		delete(ts.by, key)
+		go tt.tpl.Close() // its calls in flight finish first
+	}
+	argv := []string{"--template", "3", t.tool.Module, t.tool.Function}
+	if t.tool.ClassName != "" {
+		argv = append(argv, t.tool.ClassName)
+	}
+	spec := s.sandboxSpec(t.profile, callDirPrefix, t.sandboxTimeout, nil, t.tool.Network, t.tool)
+	req := launcher.Request{Profile: spec.Profile, Argv: s.runnerArgv(-1, argv...), Env: spec.Env, Network: spec.Network}
+	for _, d := range spec.ReadOnly {
+		req.Binds = append(req.Binds, launcher.Bind{Source: d})
+	}
+	tpl, err := ts.start.StartTemplate(context.Background(), launcher.TemplateRequest{Request: req, SourceHash: hash, WorkDirTarget: templateWorkTarget})
+	if err != nil {
+		return nil, err
+	}
+	ts.by[key] = &toolTemplate{tpl: tpl, tool: *t.tool}
+	t.log.Info("template started", "tool", t.req.ToolName, "pid", tpl.Pid())
+	return tpl, nil
+}
+
+// executeTemplate runs t in its tool's template (handled false: run it
+// cold instead). Its work dir is made for the call's host ids once the
+// launcher knows them, mounted in the call at templateWorkTarget; the
+// runner's arguments name it there. The runner's result document comes
+// back on the call's socket and is decoded as a cold call's result file
+// is (runner.DecodeResult), never written into the work dir.
+func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
+	tpl, err := s.templateFor(t)
+	if err != nil {
+		t.log.Warn("no template: the call runs cold", "error", err)
+		return outcome{}, nil, false
+	}
+	var (
+		wd    *launcher.WorkDir
+		relay *statusRelay
+		paths map[string]string
+		meta  map[string]runner.ArtifactMeta
+		perr  *Error
+	)
+	inside := func(p string) string {
+		if rel, err := filepath.Rel(wd.Path, p); err == nil && !strings.HasPrefix(rel, "..") {
+			return filepath.Join(templateWorkTarget, rel)
+		}
+		return p
+	}
+	opts := launcher.CallOptions{
+		Timeout: t.sandboxTimeout,
+		WorkDir: func(uid, gid int) (string, error) {
+			var err error
+			if wd, err = tpl.CallWorkDir(launcher.WorkDirSpec{Base: s.cfg.WorkDir, Prefix: callDirPrefix}, uid, gid); err != nil {
+				return "", err
+			}
+			// Its name says nothing of the task: this line ties them together.
+			t.log = t.log.With("work_dir", filepath.Base(wd.Path))
+			t.log.Info("work dir made", "path", wd.Path, "template", true)
+			if paths, meta, perr = s.writeInputs(t, wd.Path, -1); perr != nil {
+				return "", perr
+			}
+			// The FIFO's read end before the tool runs (its open would block).
+			if relay, err = s.startStatusRelay(t, wd.StatusPipe); err != nil {
+				return "", err
+			}
+			return wd.Path, nil
+		},
+		Args: func() ([]byte, error) {
+			in := map[string]string{}
+			for k, p := range paths {
+				in[k] = inside(p)
+			}
+			a := s.runnerArgs(t, &launcher.WorkDir{Path: templateWorkTarget, StatusPipe: inside(wd.StatusPipe), Result: inside(wd.Result), Output: inside(wd.Output)}, in, meta)
+			return runner.EncodeArgs(a)
+		},
+	}
+	teardown := func() {
+		if relay != nil {
+			relay.finish()
+		}
+		if wd != nil {
+			if err := wd.Remove(); err != nil {
+				t.log.Error("removing the work dir failed", "path", wd.Path, "error", err)
+			}
+		}
+	}
+	res, err := tpl.Call(t.ctx, nil, opts)
+	switch {
+	case perr != nil:
+		return s.errorOutcome(t, perr), teardown, true
+	case err != nil && errors.Is(err, launcher.ErrTemplateRetired) && wd == nil:
+		// Retired before this call reached it: the next template serves
+		// it, or a cold sandbox.
+		teardown()
+		return outcome{}, nil, false
+	case err != nil && errors.Is(err, launcher.ErrCallOutOfMemory):
+		return s.errorOutcome(t, errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)", t.profile)), teardown, true
+	case err != nil:
+		if cause := context.Cause(t.ctx); cause != nil {
+			return s.errorOutcome(t, cancelledError(cause)), teardown, true
+		}
+		return s.errorOutcome(t, errorf(CodeSandboxFailed, "template call: %v", err)), teardown, true
+	case res.TimedOut:
+		return outcome{payload: EncodeTimeout(t.req.ID, time.Since(t.received)), label: "timeout"}, teardown, true
+	}
+	doneAt := time.Now()
+	if relay != nil {
+		relay.drain()
+	}
+	// Decoded from memory: nothing is written into the work dir, where
+	// the tool could have put a symlink in its place.
+	parsed, err := runner.DecodeResult(res.Document, int64(s.maxReplyBytes()))
+	if err != nil {
+		return s.errorOutcome(t, errorf(CodeSandboxFailed, "unusable result (template call): %v", err)), teardown, true
+	}
+	out := s.resultOutcome(t, parsed, wd.Path, doneAt.Sub(t.received), NetworkReport{})
+	out.exitedAt = doneAt
+	t.log.Info("tool finished", "execution_ms", doneAt.Sub(t.received).Milliseconds(), "template", true, "host_uid", res.Child.HostUID)
+	return out, teardown, true
+}
