@@ -9,15 +9,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 func needV1(t *testing.T) {
 	t.Helper()
 	if why := v1TestSkip(); why != "" {
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
+		mustwork.Skip(t, why)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher/initbin"
 )
 
@@ -22,10 +23,7 @@ import (
 func TestInitCopyRefusedFallsBackToMemfd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		const why = "the init's cached copy and a root-mode sandbox need root"
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
+		mustwork.Skip(t, why)
 	}
 	if dir := os.Getenv("STR_TEST_INIT_COPY_DIR"); dir != "" {
 		os.Exit(initCopyRefusedChild(dir))

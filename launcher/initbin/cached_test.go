@@ -12,16 +12,14 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"golang.org/x/sys/unix"
 )
 
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("STR_MUST_WORK") == "1" {
-			t.Fatal("STR_MUST_WORK=1: the cached init is root mode only, and this test is not root")
-		}
-		t.Skip("the cached init is root mode only (open_tree, a root-owned copy)")
+		mustwork.Skip(t, "the cached init is root mode only (open_tree, a root-owned copy)")
 	}
 }
 

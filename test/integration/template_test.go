@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/worker/runner"
 )
@@ -50,7 +51,7 @@ func templateWith(t *testing.T, profile, module, function, workTarget string) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := newLockedBuffer()
+	stderr := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("template stderr:\n%s", stderr.String())
