@@ -890,10 +890,6 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	if timeout <= 0 {
 		timeout = t.plan.Timeout
 	}
-	var answer struct {
-		Type     string          `json:"type"`
-		Document json.RawMessage `json:"document"`
-	}
 	res := &CallResult{Child: *check}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -907,7 +903,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	if c.cg != nil {
 		oom0 = c.cg.Stats().OOMKills
 	}
-	_, _, err = recvJSON(ours, &answer, timeout+templateDeadline, false)
+	doc, err := recvDocument(ours, timeout+templateDeadline)
 	stop()
 	res.Wall = time.Since(start)
 	if callCtx.Err() != nil && ctx.Err() == nil {
@@ -920,7 +916,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 		}
 		return nil, fmt.Errorf("template call: no answer from the child: %w", err)
 	}
-	res.Document = answer.Document
+	res.Document = doc
 
 	// C12. The exit (cleanup empties the slot's cgroup and returns the pair).
 	return res, nil
@@ -1373,6 +1369,58 @@ func sendJSON(f *os.File, v any, fds []int) error {
 // maxTemplateMessage bounds one message from a template or a call (the
 // answer carries the call's result document).
 const maxTemplateMessage = 64 << 20
+
+// templateChunk is the most bytes of a result document one message
+// carries (the runner's _RESULT_CHUNK): a SOCK_SEQPACKET message must fit
+// the socket's send buffer (wmem_default, ~208 KiB), so a larger document
+// is sent in pieces.
+const templateChunk = 64 << 10
+
+// recvDocument reads a call's answer (C11) within d: a header message
+// {"type": "result", "size": N}, 1 <= N <= maxTemplateMessage, then the N
+// bytes of the result document in messages of at most templateChunk
+// bytes. A piece longer than what is left of N, or the socket closing
+// before N bytes, is an error naming both counts.
+func recvDocument(f *os.File, d time.Duration) (json.RawMessage, error) {
+	deadline := time.Now().Add(d)
+	var head struct {
+		Type string `json:"type"`
+		Size int    `json:"size"`
+	}
+	if _, _, err := recvJSON(f, &head, d, false); err != nil {
+		return nil, err
+	}
+	if head.Type != "result" || head.Size < 1 || head.Size > maxTemplateMessage {
+		return nil, fmt.Errorf("the answer's header is %q of %d bytes: want \"result\" of 1 to %d bytes", head.Type, head.Size, maxTemplateMessage)
+	}
+	_ = f.SetReadDeadline(deadline)
+	defer f.SetReadDeadline(time.Time{})
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	doc := make([]byte, head.Size)
+	for off := 0; off < len(doc); {
+		var n, flags int
+		var rerr error
+		if err := raw.Read(func(fd uintptr) bool {
+			n, _, flags, _, rerr = unix.Recvmsg(int(fd), doc[off:], nil, 0)
+			return rerr != unix.EAGAIN
+		}); err != nil {
+			return nil, err
+		}
+		switch {
+		case rerr != nil:
+			return nil, rerr
+		case n == 0:
+			return nil, fmt.Errorf("the other end closed after %d of the %d bytes announced", off, len(doc))
+		case flags&unix.MSG_TRUNC != 0:
+			return nil, fmt.Errorf("a piece of the answer runs past the %d bytes announced (%d received before it)", len(doc), off)
+		}
+		off += n
+	}
+	return doc, nil
+}
 
 // recvJSON reads one message into v within d; with creds it returns the
 // sender's pid (SCM_CREDENTIALS, translated into our pid namespace by

@@ -399,3 +399,25 @@ tools:
 		t.Errorf("the worker log does not say it started a template:\n%s", w.log.String())
 	}
 }
+
+// A result document larger than one socket buffer (a SOCK_SEQPACKET
+// message must fit wmem_default, ~208 KiB) arrives whole, in pieces
+// (launcher.recvDocument), and the template goes on serving.
+func TestTemplateLargeResult(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "probe_tool", "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kib := range []int{1024, 1} {
+		res, got := templateCall(t, tpl, "probe_tool", "big", map[string]any{"kib": kib})
+		if got == nil {
+			t.Fatalf("%d KiB: no result", kib)
+		}
+		if blob, _ := got["blob"].(string); len(blob) != kib<<10 {
+			t.Fatalf("%d KiB: a blob of %d bytes (document %d bytes)", kib, len(blob), len(res.Document))
+		}
+	}
+	if err := tpl.Retired(); err != nil {
+		t.Errorf("template retired after a large result: %v", err)
+	}
+}

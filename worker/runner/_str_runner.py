@@ -2152,6 +2152,11 @@ _SECCOMP_MODE_FILTER = 2
 _CLOSE_RANGE_MAX = 0xFFFFFFFF
 
 
+# The most bytes of a result document one message carries
+# (launcher.templateChunk).
+_RESULT_CHUNK = 64 << 10
+
+
 def _send(sock, obj, fds=()):
     import socket
 
@@ -2354,7 +2359,12 @@ def _template_call(ctrl, call_fd, mask):
     if setup.get("cwd"):
         os.chdir(setup["cwd"])
     document = _run(call)
-    _send(sock, {"type": "result", "document": document})
+    # 8. the answer: its size, then the document in pieces (one message
+    # must fit the socket's send buffer; launcher.recvDocument).
+    data = _json_dumps(document).encode("utf-8")
+    _send(sock, {"type": "result", "size": len(data)})
+    for i in range(0, len(data), _RESULT_CHUNK):
+        sock.sendmsg([data[i : i + _RESULT_CHUNK]])
 
 
 def _register_facade_module():

@@ -38,3 +38,8 @@ def workdir(name):
     with open("/work/out-" + name + ".txt", "w") as f:
         f.write(name)
     return {"in": got, "ls": sorted(os.listdir("/work")), "uid": os.getuid()}
+
+
+def big(kib):
+    """Returns a result of about kib KiB: larger than one socket buffer."""
+    return {"blob": "x" * (int(kib) << 10)}
