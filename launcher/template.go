@@ -853,8 +853,8 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	}
 	setup := map[string]any{
 		"type": "setup", "uid": templateInsideID, "gid": templateInsideID, "mounts": targets, "cwd": cwd, "nproc": t.nproc,
-		"call_filter": hex.EncodeToString(t.callFilter),
-		"nr":          map[string]int{"move_mount": unix.SYS_MOVE_MOUNT, "capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
+		"call_filter": hex.EncodeToString(t.callFilter), "result_chunk": templateChunk,
+		"nr": map[string]int{"move_mount": unix.SYS_MOVE_MOUNT, "capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
 	}
 	err = sendJSON(ours, setup, mfds)
 	for _, fd := range mfds {
@@ -1371,7 +1371,7 @@ func sendJSON(f *os.File, v any, fds []int) error {
 const maxTemplateMessage = 64 << 20
 
 // templateChunk is the most bytes of a result document one message
-// carries (the runner's _RESULT_CHUNK): a SOCK_SEQPACKET message must fit
+// carries (sent to the child in its setup): a SOCK_SEQPACKET message must fit
 // the socket's send buffer (wmem_default, ~208 KiB), so a larger document
 // is sent in pieces.
 const templateChunk = 64 << 10

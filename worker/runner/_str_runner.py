@@ -2152,11 +2152,6 @@ _SECCOMP_MODE_FILTER = 2
 _CLOSE_RANGE_MAX = 0xFFFFFFFF
 
 
-# The most bytes of a result document one message carries
-# (launcher.templateChunk).
-_RESULT_CHUNK = 64 << 10
-
-
 def _send(sock, obj, fds=()):
     import socket
 
@@ -2363,8 +2358,9 @@ def _template_call(ctrl, call_fd, mask):
     # must fit the socket's send buffer; launcher.recvDocument).
     data = _json_dumps(document).encode("utf-8")
     _send(sock, {"type": "result", "size": len(data)})
-    for i in range(0, len(data), _RESULT_CHUNK):
-        sock.sendmsg([data[i : i + _RESULT_CHUNK]])
+    chunk = setup["result_chunk"]
+    for i in range(0, len(data), chunk):
+        sock.sendmsg([data[i : i + chunk]])
 
 
 def _register_facade_module():
