@@ -163,6 +163,8 @@ func (s *Server) execute(t *task) (outcome, func()) {
 		if out, teardown, ok := s.executeTemplate(t); ok {
 			return out, teardown
 		}
+	} else if t.tool.Template {
+		s.metrics.TemplateFallbacks.WithLabelValues(fallbackNotEligible).Inc()
 	}
 	if w := s.pool.claim(t); w != nil {
 		return s.executeWarm(t, w)

@@ -47,6 +47,13 @@ type Metrics struct {
 	WarmReady    *prom.GaugeVec   // str_worker_warm_pool_ready{tool}
 	WarmMemory   *prom.Gauge      // str_worker_warm_memory_bytes
 
+	// Per-tool templates (template.go).
+	TemplatesStarted  *prom.CounterVec // str_worker_templates_started_total{tool}
+	TemplatesRetired  *prom.CounterVec // str_worker_templates_retired_total{reason}
+	TemplateCalls     *prom.CounterVec // str_worker_template_calls_total{tool}
+	TemplateFallbacks *prom.CounterVec // str_worker_template_fallbacks_total{reason}
+	TemplatesLive     *prom.Gauge      // str_worker_templates_live
+
 	mu         sync.Mutex
 	running    int
 	runningMax int
@@ -132,10 +139,28 @@ func NewMetrics() *Metrics {
 		WarmMemory: prom.NewGauge(prom.Opts{
 			Name: "str_worker_warm_memory_bytes", Help: "Memory the pool holds, each pooled sandbox counted at its profile's memory limit (the budget is STR_WARM_MEMORY).",
 		}),
+		TemplatesStarted: prom.NewCounterVec(prom.Opts{
+			Name: "str_worker_templates_started_total", Help: "Per-tool templates started (warm: template), by tool.",
+		}, []string{"tool"}),
+		TemplatesRetired: prom.NewCounterVec(prom.Opts{
+			Name: "str_worker_templates_retired_total",
+			Help: "Per-tool templates replaced or ended, by reason: " + templateRetireReasons + ".",
+		}, []string{"reason"}),
+		TemplateCalls: prom.NewCounterVec(prom.Opts{
+			Name: "str_worker_template_calls_total", Help: "Executions served by a per-tool template (each forked into namespaces of its own), by tool.",
+		}, []string{"tool"}),
+		TemplateFallbacks: prom.NewCounterVec(prom.Opts{
+			Name: "str_worker_template_fallbacks_total",
+			Help: "Executions of a warm: template tool that ran in a sandbox of their own instead, by reason: " + templateFallbackReasons + ".",
+		}, []string{"reason"}),
+		TemplatesLive: prom.NewGauge(prom.Opts{
+			Name: "str_worker_templates_live", Help: "Per-tool templates the worker holds now (one per tool and profile).",
+		}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
 		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.Faults, m.BrokerReestablished, m.NetworkViolations,
 		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmReady, m.WarmMemory,
+		m.TemplatesStarted, m.TemplatesRetired, m.TemplateCalls, m.TemplateFallbacks, m.TemplatesLive,
 		prom.NewProcessCollector())
 	return m
 }

@@ -33,6 +33,11 @@ func touchAll(m *Metrics) {
 	m.WarmSize.WithLabelValues("echo").Set(2)
 	m.WarmReady.WithLabelValues("echo").Set(1)
 	m.WarmMemory.Set(2 << 30)
+	m.TemplatesStarted.WithLabelValues("echo").Inc()
+	m.TemplatesRetired.WithLabelValues("source_changed").Inc()
+	m.TemplateCalls.WithLabelValues("echo").Add(5)
+	m.TemplateFallbacks.WithLabelValues("not_eligible").Inc()
+	m.TemplatesLive.Set(1)
 }
 
 // TestMetricsText pins the names, help texts, labels and buckets of the

@@ -191,7 +191,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.pool = newWarmPool(s)
 	if opts.Templates != nil {
-		s.templates = &templateSet{start: opts.Templates, by: map[string]*toolTemplate{}}
+		s.templates = &templateSet{start: opts.Templates, metrics: s.metrics, by: map[string]*toolTemplate{}}
 	}
 	s.out = newOutbox(s)
 	if cfg.ProbeInterval > 0 {

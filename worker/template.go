@@ -40,11 +40,40 @@ type TemplateStarter interface {
 // work dir is alone in its parent (no other task's name is listed).
 const templateWorkTarget = "/str/work"
 
+// The reasons of str_worker_templates_retired_total: the tool's module
+// changed on disk, its manifest entry changed, the launcher retired it
+// (its recycling limits of calls or age, a failed check at a fork, the
+// template ended: the worker's log has the launcher's words), the
+// worker shut down.
+const (
+	retiredSourceChanged = "source_changed"
+	retiredEntryChanged  = "entry_changed"
+	retiredByLauncher    = "launcher"
+	retiredShutdown      = "shutdown"
+
+	templateRetireReasons = retiredSourceChanged + ", " + retiredEntryChanged + ", " + retiredByLauncher +
+		" (recycled after its calls or age, a failed check, ended), " + retiredShutdown
+)
+
+// The reasons of str_worker_template_fallbacks_total: a warm: template
+// tool's call that ran in a sandbox of its own because it may not run in
+// a template (templateEligible: no templates in this mode, the init
+// sub-protocol, a network that is not isolated), no template could be
+// started, or its template was retired before the call reached it and
+// the next one could not take it.
+const (
+	fallbackNotEligible     = "not_eligible"
+	fallbackStartFailed     = "start_failed"
+	fallbackRetired         = "retired_before_call"
+	templateFallbackReasons = fallbackNotEligible + ", " + fallbackStartFailed + ", " + fallbackRetired
+)
+
 // templateSet is the worker's templates, by tool name.
 type templateSet struct {
-	start TemplateStarter
-	mu    sync.Mutex
-	by    map[string]*toolTemplate
+	start   TemplateStarter
+	metrics *Metrics
+	mu      sync.Mutex
+	by      map[string]*toolTemplate
 }
 
 type toolTemplate struct {
@@ -60,8 +89,10 @@ func (ts *templateSet) closeAll() {
 	ts.mu.Lock()
 	all := ts.by
 	ts.by = map[string]*toolTemplate{}
+	ts.metrics.TemplatesLive.Set(0)
 	ts.mu.Unlock()
 	for _, tt := range all {
+		ts.metrics.TemplatesRetired.WithLabelValues(retiredShutdown).Inc()
 		tt.tpl.Close()
 	}
 }
@@ -99,10 +130,21 @@ func (s *Server) templateFor(t *task) (*launcher.Template, error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if tt, ok := ts.by[key]; ok {
-		if tt.tpl.Retired() == nil && !tt.tpl.Stale(hash) && tt.tool.Equal(t.tool) {
+		var reason string
+		switch retired := tt.tpl.Retired(); {
+		case retired != nil:
+			reason = retiredByLauncher
+			t.log.Info("template retired", "tool", t.req.ToolName, "pid", tt.tpl.Pid(), "why", retired.Error())
+		case tt.tpl.Stale(hash):
+			reason = retiredSourceChanged
+		case !tt.tool.Equal(t.tool):
+			reason = retiredEntryChanged
+		default:
 			return tt.tpl, nil
 		}
+		ts.metrics.TemplatesRetired.WithLabelValues(reason).Inc()
 		delete(ts.by, key)
+		ts.metrics.TemplatesLive.Set(float64(len(ts.by)))
 		go tt.tpl.Close() // its calls in flight finish first
 	}
 	argv := []string{"--template", "3", t.tool.Module, t.tool.Function}
@@ -119,6 +161,8 @@ func (s *Server) templateFor(t *task) (*launcher.Template, error) {
 		return nil, err
 	}
 	ts.by[key] = &toolTemplate{tpl: tpl, tool: *t.tool}
+	ts.metrics.TemplatesStarted.WithLabelValues(t.req.ToolName).Inc()
+	ts.metrics.TemplatesLive.Set(float64(len(ts.by)))
 	t.log.Info("template started", "tool", t.req.ToolName, "pid", tpl.Pid())
 	return tpl, nil
 }
@@ -133,6 +177,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 	tpl, err := s.templateFor(t)
 	if err != nil {
 		t.log.Warn("no template: the call runs cold", "error", err)
+		s.metrics.TemplateFallbacks.WithLabelValues(fallbackStartFailed).Inc()
 		return outcome{}, nil, false
 	}
 	var (
@@ -187,6 +232,9 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		}
 	}
 	res, err := tpl.Call(t.ctx, nil, opts)
+	if err == nil || wd != nil { // it reached the template: served there, whatever its outcome
+		s.metrics.TemplateCalls.WithLabelValues(t.req.ToolName).Inc()
+	}
 	switch {
 	case perr != nil:
 		return s.errorOutcome(t, perr), teardown, true
@@ -194,6 +242,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		// Retired before this call reached it: the next template serves
 		// it, or a cold sandbox.
 		teardown()
+		s.metrics.TemplateFallbacks.WithLabelValues(fallbackRetired).Inc()
 		return outcome{}, nil, false
 	case err != nil && errors.Is(err, launcher.ErrCallOutOfMemory):
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)", t.profile)), teardown, true

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -373,6 +376,13 @@ def where(ctx, text="hi"):
 	if err := os.WriteFile(manifest, []byte(`version: 1
 tools:
   where: {module: tpl_tools, function: where, timeout_seconds: 60, sandbox_profile: restrictive, warm: template}
+  where_net:
+    module: tpl_tools
+    function: where
+    timeout_seconds: 60
+    sandbox_profile: standard
+    warm: template
+    network: {policy: restricted, allowed_hosts: [svc.test]}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -397,6 +407,63 @@ tools:
 	}
 	if !strings.Contains(w.log.String(), "template started") {
 		t.Errorf("the worker log does not say it started a template:\n%s", w.log.String())
+	}
+	wantMetrics(t, health, w, map[string]float64{
+		`str_worker_templates_started_total{tool="where"}`: 1,
+		`str_worker_template_calls_total{tool="where"}`:    2,
+		`str_worker_templates_live`:                        1,
+	})
+
+	// The module changes on disk: the next call retires the template and
+	// starts another.
+	if err := os.WriteFile(filepath.Join(tools, "tpl_tools.py"), []byte(tool+"# changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r, out := invoke(t, broker, "where", `{"text": "changed"}`); r.Result == nil || r.Result.ToolResult["read_back"] != "changed" {
+		t.Fatalf("after the change: no result; output:\n%s\nworker log:\n%s", out, w.log.String())
+	}
+	// A call with egress (not isolated) may not run in a template: cold.
+	if r, out := invoke(t, broker, "where_net", `{"text": "net"}`); r.Result == nil || r.Result.ToolResult["read_back"] != "net" {
+		t.Fatalf("where_net: no result; output:\n%s\nworker log:\n%s", out, w.log.String())
+	}
+	wantMetrics(t, health, w, map[string]float64{
+		`str_worker_templates_started_total{tool="where"}`:            2,
+		`str_worker_templates_retired_total{reason="source_changed"}`: 1,
+		`str_worker_template_calls_total{tool="where"}`:               3,
+		`str_worker_templates_live`:                                   1,
+		`str_worker_template_fallbacks_total{reason="not_eligible"}`:  1,
+		`str_worker_template_calls_total{tool="where_net"}`:           0,
+		`str_worker_templates_started_total{tool="where_net"}`:        0,
+	})
+}
+
+// wantMetrics reads the worker's /metrics (its health port) and checks
+// each sample's value (a sample not printed reads 0).
+func wantMetrics(t *testing.T, health int, w *worker, want map[string]float64) {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", health))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for l := range strings.Lines(string(body)) {
+		name, val, ok := strings.Cut(strings.TrimSpace(l), " ")
+		if ok && !strings.HasPrefix(name, "#") {
+			got[name], _ = strconv.ParseFloat(val, 64)
+		}
+	}
+	for sample, v := range want {
+		if got[sample] != v {
+			t.Errorf("%s = %v, want %v", sample, got[sample], v)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s\nworker log:\n%s", body, w.log.String())
 	}
 }
 
