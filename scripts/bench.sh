@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # make bench: `str-bench` (cmd/str-bench/bench_suite.go) on this machine: str run
 # next to bubblewrap, plain exec and the kernel's clone floor for /bin/true
-# and python3 -c pass, warm dispatch, echo_tool end to end cold and warm
-# through throw-away workers, invocations per second with 4 in flight, and
-# per-sandbox memory, all interleaved in one run (compare ratios, not
-# absolute numbers), ending with issue 19's target table in markdown (the
-# README's table is that output). Asserts nothing about the numbers.
+# and python3 -c pass, warm dispatch, echo_tool end to end cold, warm and
+# from a per-tool template through throw-away workers, invocations per
+# second with 4 in flight, and per-sandbox memory, all interleaved in one
+# run (compare ratios, not absolute numbers), ending with issue 19's and
+# issue 20's target tables in markdown (the README's tables are that
+# output). Asserts nothing about the numbers.
 #
 #   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] ...   (any str-bench flag; -r R = --rounds R)
 #

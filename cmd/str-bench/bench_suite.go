@@ -48,13 +48,15 @@ Then: warm dispatch (str-bench warm); echo_tool
 end to end through two throw-away workers with the embedded broker, one
 with every tool's warm pool off (cold) and one with echo_tool's on (warm:
 calls back to back, each meeting a pool still refilling after the one
-before; and warm, pool ready: each call sent once the pool is ready again);
-invocations per second with 4 in flight next to bubblewrap + PYTHON -c pass
-spawned 4 at a time; and the Pss of str's own processes per sandbox while
-K tools sleep, next to bubblewrap's.
+before; and warm, pool ready: each call sent once the pool is ready again)
+and through a third (root only) serving echo_tool from a per-tool template
+(warm: template, network isolated; its CPU read from the worker's live
+tree); invocations per second with 4 in flight next to bubblewrap + PYTHON
+-c pass spawned 4 at a time; and the Pss of str's own processes per sandbox
+while K tools sleep, next to bubblewrap's.
 
-Prints the table, the ratios and issue 19's target table (markdown: each
-of its rows with this run's figure, its target and met/missed) on stdout
+Prints the table, the ratios, issue 19's and issue 20's target tables
+(markdown: each row with this run's figure, its target and met/missed) on stdout
 and writes DIR/summary.txt (the same), DIR/samples.csv (cell,round,lat_us,cpu_us,full_us,status) and
 DIR/latency.svg. A progress line with an ETA goes to stderr. Cells that
 cannot run here are skipped with the reason; without bubblewrap nothing is
@@ -143,6 +145,7 @@ type benchCell struct {
 	ns     string       // spawn: str-bench spawn --ns (the clone floor)
 	worker *benchWorker // echo
 	paced  bool         // echo: each call waits for the warm pool to be ready (str-bench echo --ready-from)
+	tree   bool         // echo: the worker's CPU is its live tree's (benchTreeCPU), and every call must be a template call
 	skip   string       // why it does not run here ("" = it runs)
 }
 
@@ -290,6 +293,20 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 		}
 	}
 	ready.worker, ready.skip = warm.worker, warm.skip
+	// A third worker: echo_tool from a per-tool template (issue 20).
+	tpl := &benchCell{id: "echo/template", target: "echo", title: "echo_tool end to end, per-tool template", kind: cellEcho, tree: true}
+	switch examples, why := benchFindExamples(cfg.examples, self); {
+	case cold.skip != "":
+		tpl.skip = cold.skip
+	case why != "":
+		tpl.skip = why
+	default:
+		prog.note("starting the template worker")
+		tpl.worker, tpl.skip = benchStartTemplateWorker(ctx, cfg, str, examples)
+		if tpl.worker != nil {
+			workers = append(workers, tpl.worker)
+		}
+	}
 	tput := &benchCell{id: "tput/bwrap-standard-py", target: "tput", kind: cellTput,
 		title: fmt.Sprintf("bwrap standard line + python3 -c pass, %d in flight", cfg.conc),
 		argv:  append(benchBwrapLine(bwrap, work, false), cfg.python, "-c", "pass")}
@@ -298,7 +315,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	} else if c := st.cell("py/bwrap-standard"); c != nil && c.skip != "" {
 		tput.skip = c.skip
 	}
-	st.cells = append(st.cells, cold, warm, ready, tput)
+	st.cells = append(st.cells, cold, warm, ready, tpl, tput)
 
 	// 4. The rounds: every runnable cell once per round, in a fixed order.
 	var run []*benchCell
@@ -545,12 +562,36 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 			argv = append(argv, "--ready-from", w.health)
 			calls = 3 + cfg.n // no throughput phase
 		}
+		var tpl0 float64
+		if c.tree {
+			var err error
+			if tpl0, err = benchTemplateCalls(ctx, w); err != nil {
+				return err
+			}
+		}
 		self0, cpu0, err0 := benchProcCPU(w.pid())
+		if c.tree {
+			cpu0, err0 = benchTreeCPU(w.pid())
+		}
 		out, errOut, err := benchCommand(ctx, 20*time.Minute, argv...)
 		self1, cpu1, err1 := benchProcCPU(w.pid())
+		if c.tree {
+			cpu1, err1 = benchTreeCPU(w.pid())
+		}
 		fmt.Fprintf(&st.echoOut, "%s round=%d %s", c.id, round, out)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
+		}
+		if c.tree {
+			// Every call of the round in a template, or its figures are
+			// not the template's.
+			tpl1, err := benchTemplateCalls(ctx, w)
+			if err != nil {
+				return err
+			}
+			if int(tpl1-tpl0) != calls {
+				return fmt.Errorf("%d of %d calls served by a template (str_worker_template_calls_total; worker log %s)", int(tpl1-tpl0), calls, w.log)
+			}
 		}
 		rows, err := benchReadLatencies(raw, c.id, round)
 		if err != nil {
@@ -847,6 +888,8 @@ func (st *benchState) report() string {
 	tp := func(id string) float64 { return benchMedian(st.tput[id]) }
 	ratio(fmt.Sprintf("inv/s echo_tool warm / bwrap + python3 -c pass, %d in flight", cfg.conc), tp("echo/warm"), tp("tput/bwrap-standard-py"), "[>= 1.0]")
 	ratio(fmt.Sprintf("inv/s echo_tool cold / bwrap + python3 -c pass, %d in flight", cfg.conc), tp("echo/cold"), tp("tput/bwrap-standard-py"), "")
+	ratio("echo_tool per-tool template / python3 -c pass", p50("echo/template"), p50("py/plain"), "[<= 0.4]")
+	ratio(fmt.Sprintf("inv/s echo_tool per-tool template / bwrap + python3 -c pass, %d in flight", cfg.conc), tp("echo/template"), tp("tput/bwrap-standard-py"), "[>= 3.0]")
 	mem := map[string]float64{}
 	for _, m := range st.memory {
 		mem[m.id] = m.perSandboxKB
@@ -885,6 +928,39 @@ func (st *benchState) report() string {
 		trueServe: ratioOf(p50("true/str-serve"), p50("true/bwrap-restrictive")), pyServe: ratioOf(p50("py/str-serve"), p50("py/bwrap-restrictive")),
 		serveOwnMS: echoMS(st.serveOwn, "true/str-serve"),
 	})))
+
+	// Issue 20's table (per-tool templates), the same way.
+	p99 := func(id string) float64 {
+		if s, ok := stats[id]; ok && s.n > 0 {
+			return s.p99
+		}
+		return math.NaN()
+	}
+	perSec := func(id string) float64 { // one in flight: 1 / mean latency
+		var sum float64
+		var n int
+		for _, r := range byCell[id] {
+			if r.status == 0 {
+				sum += r.lat
+				n++
+			}
+		}
+		if n == 0 || (st.cell(id) != nil && st.cell(id).skip != "") {
+			return math.NaN()
+		}
+		return 1e6 / (sum / float64(n)) // lat in µs
+	}
+	tf := benchTemplateFigures{
+		tput: ratioOf(tp("echo/template"), tp("tput/bwrap-standard-py")), tputIPS: tp("echo/template"), tputBwrapIPS: tp("tput/bwrap-standard-py"),
+		p50: ratioOf(p50("echo/template"), p50("py/plain")), p50MS: p50("echo/template") / 1000, p99MS: p99("echo/template") / 1000, pyP50MS: p50("py/plain") / 1000,
+		cpuMS:       echoMS(st.echoCPU, "echo/template"),
+		oneTemplate: perSec("echo/template"), oneCold: perSec("echo/cold"), oneWarmReady: perSec("echo/warm-ready"), oneBwrap: perSec("py/bwrap-standard"),
+	}
+	b.WriteString("\nissue 20 targets (markdown, for README.md; per-tool templates, in this run)\n")
+	b.WriteString(benchTargetsTable(benchTemplateTargets(tf)))
+	b.WriteString(benchOneInFlight(tf))
+	b.WriteString("(template: echo_tool with warm: template and network isolated, the worker's CPU read from its live tree (the template\n" +
+		" reaps its calls, so their CPU is not in the worker's own cutime until the template ends))\n")
 
 	if len(skipped) > 0 {
 		b.WriteString("\nskipped:\n" + strings.Join(skipped, "\n") + "\n")
@@ -1080,7 +1156,7 @@ func (st *benchState) panels() []benchPanel {
 	return []benchPanel{
 		panel("/bin/true", trueIDs...),
 		panel("python3 -c pass", pyIDs...),
-		panel("echo_tool end to end", "py/plain", "echo/cold", "echo/warm", "echo/warm-ready"),
+		panel("echo_tool end to end", "py/plain", "echo/cold", "echo/warm", "echo/warm-ready", "echo/template"),
 	}
 }
 

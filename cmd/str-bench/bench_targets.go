@@ -97,3 +97,42 @@ func benchTargetsTable(rows []benchTarget) string {
 	}
 	return b.String()
 }
+
+// benchTemplateFigures are the measurements of issue 20's target table
+// (per-tool templates); NaN is "not measured in this run".
+type benchTemplateFigures struct {
+	tput                   float64 // invocations/s from a template, 4 in flight / bwrap + python3 -c pass
+	tputIPS, tputBwrapIPS  float64 // the two rates behind it
+	p50                    float64 // echo_tool p50 from a template, one in flight / python3 -c pass
+	p50MS, p99MS, pyP50MS  float64 // the figures behind it
+	cpuMS                  float64 // the worker's live tree CPU per template call, ms
+	oneTemplate, oneCold   float64 // calls/s one in flight (1 / mean latency): template, cold,
+	oneWarmReady, oneBwrap float64 // warm pool ready, bwrap + python3 -c pass
+}
+
+// benchTemplateTargets are issue 20's rows, in its order.
+func benchTemplateTargets(f benchTemplateFigures) []benchTarget {
+	return []benchTarget{
+		{"`echo_tool` calls/s at 4 in flight vs bubblewrap + `python3 -c pass`",
+			fmt.Sprintf("%s (%.1f vs %.1f /s)", benchX(f.tput), f.tputIPS, f.tputBwrapIPS), "≥ 3x (stretch 5x)",
+			benchVerdict(f.tput >= 3, f.tput)},
+		{"`echo_tool` latency p50, one in flight, vs `python3 -c pass`",
+			fmt.Sprintf("%s (p50 %s, p99 %s; `python3 -c pass` p50 %s)", benchX(f.p50), benchMS(f.p50MS), benchMS(f.p99MS), benchMS(f.pyP50MS)), "≤ 0.4x",
+			benchVerdict(f.p50 <= 0.4, f.p50)},
+		{"worker tree CPU per template call", benchMS(f.cpuMS), "≤ 7 ms",
+			benchVerdict(f.cpuMS <= 7, f.cpuMS)},
+	}
+}
+
+// benchOneInFlight is the line under issue 20's table: calls/s with one
+// in flight (1 / mean latency), template next to cold, warm and bwrap.
+func benchOneInFlight(f benchTemplateFigures) string {
+	r := func(v float64) string {
+		if math.IsNaN(v) {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f/s", v)
+	}
+	return fmt.Sprintf("calls/s one in flight (1 / mean latency): template %s, cold %s, warm pool ready %s, bwrap + `python3 -c pass` %s\n",
+		r(f.oneTemplate), r(f.oneCold), r(f.oneWarmReady), r(f.oneBwrap))
+}

@@ -50,3 +50,33 @@ func TestBenchTargets(t *testing.T) {
 		t.Errorf("markdown table:\n%s", table)
 	}
 }
+
+// TestBenchTemplateTargets: issue 20's three rows, in its order, each
+// met at its target, missed past it, and said not measured without it.
+func TestBenchTemplateTargets(t *testing.T) {
+	at := benchTemplateFigures{tput: 3, tputIPS: 300, tputBwrapIPS: 100, p50: 0.4, p50MS: 4, p99MS: 9, pyP50MS: 10, cpuMS: 7}
+	rows := benchTemplateTargets(at)
+	want := []string{"≥ 3x (stretch 5x)", "≤ 0.4x", "≤ 7 ms"}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(rows), len(want))
+	}
+	for i, r := range rows {
+		if r.target != want[i] || r.verdict != "met" {
+			t.Errorf("row %d (%s): target %q verdict %q, want %q met", i, r.measure, r.target, r.verdict, want[i])
+		}
+	}
+	for i, r := range benchTemplateTargets(benchTemplateFigures{tput: 2.99, p50: 0.41, cpuMS: 7.1}) {
+		if r.verdict != "missed" {
+			t.Errorf("row %d (%s) past its target: %q", i, r.measure, r.verdict)
+		}
+	}
+	nan := math.NaN()
+	for i, r := range benchTemplateTargets(benchTemplateFigures{tput: nan, p50: nan, cpuMS: nan}) {
+		if !strings.HasPrefix(r.verdict, "not measured in this run") {
+			t.Errorf("row %d (%s) without figures: %q", i, r.measure, r.verdict)
+		}
+	}
+	if l := benchOneInFlight(benchTemplateFigures{oneTemplate: 250, oneCold: nan, oneWarmReady: 200, oneBwrap: 80}); !strings.Contains(l, "template 250.0/s, cold -,") {
+		t.Errorf("one in flight line: %q", l)
+	}
+}

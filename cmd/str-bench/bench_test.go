@@ -21,7 +21,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/worker/manifest"
 	"gopkg.in/yaml.v3"
 )
 
@@ -433,5 +435,44 @@ func TestBenchWaitPoolReady(t *testing.T) {
 	err := benchWaitPoolReady(ctx, empty.URL, "echo_tool")
 	if err == nil || !strings.Contains(err.Error(), `(last: str_worker_warm_pool_ready{tool="echo_tool"} 0, str_worker_warm_pool_size{tool="echo_tool"} 0)`) {
 		t.Errorf("empty pool: %v", err)
+	}
+}
+
+// TestBenchTemplateManifest: the template worker's manifest, read by the
+// worker's own parser, gives the example echo_tool a template with an
+// isolated network (what worker/template.go requires) and every other
+// tool no pool.
+func TestBenchTemplateManifest(t *testing.T) {
+	data, err := os.ReadFile("../../examples/tools/manifest.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := benchTemplateManifest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Parse(out, "manifest-template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Unavailable) > 0 {
+		t.Errorf("entries refused: %v\n%s", m.Unavailable, out)
+	}
+	echo := m.Tools["echo_tool"]
+	if echo == nil || !echo.Template || echo.Network == nil || echo.Network.Mode != egress.Isolated {
+		t.Fatalf("echo_tool: %+v, want warm: template and network isolated:\n%s", echo, out)
+	}
+	for name, tool := range m.Tools {
+		if name != "echo_tool" && (tool.Template || tool.Warm != 0) {
+			t.Errorf("%s: warm %d template %v, want no pool", name, tool.Warm, tool.Template)
+		}
+	}
+	// A manifest whose echo_tool already has both fields: replaced, not doubled.
+	again, err := benchTemplateManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := manifest.Parse(again, "again"); err != nil || strings.Count(string(again), "warm: template") != 1 {
+		t.Errorf("rewritten twice (%v):\n%s", err, again)
 	}
 }

@@ -37,7 +37,7 @@ const benchWorkerNamespace = "bench/"
 // benchWorker is one throw-away `str worker --embedded-broker` on free
 // loopback ports.
 type benchWorker struct {
-	name     string // cold, warm
+	name     string // cold, warm, template
 	manifest string
 	broker   string // 127.0.0.1:PORT
 	port     int
@@ -45,6 +45,7 @@ type benchWorker struct {
 	log      string
 	cmd      *exec.Cmd
 	exited   chan struct{}
+	ownDir   string // removed once the worker has stopped ("" = none)
 }
 
 func (w *benchWorker) pid() int { return w.cmd.Process.Pid }
@@ -53,6 +54,9 @@ func (w *benchWorker) pid() int { return w.cmd.Process.Pid }
 func (w *benchWorker) stop() {
 	if w == nil || w.cmd == nil || w.cmd.Process == nil {
 		return
+	}
+	if w.ownDir != "" {
+		defer os.RemoveAll(w.ownDir)
 	}
 	select {
 	case <-w.exited:
@@ -68,8 +72,9 @@ func (w *benchWorker) stop() {
 	}
 }
 
-// poolMetrics are the worker's /metrics lines about its warm pool, if it
-// has any (hits, misses, size), for the report's notes.
+// poolMetrics are the worker's /metrics lines about its warm pool and
+// its templates, if it has any (hits, misses, size; templates started,
+// calls served, fallbacks), for the report's notes.
 func (w *benchWorker) poolMetrics() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -80,7 +85,7 @@ func (w *benchWorker) poolMetrics() []string {
 	var out []string
 	for l := range strings.Lines(string(page)) {
 		l = strings.TrimSuffix(l, "\n")
-		if !strings.HasPrefix(l, "#") && !strings.Contains(l, "_bucket") && (strings.Contains(l, "pool") || strings.Contains(l, "warm")) {
+		if !strings.HasPrefix(l, "#") && !strings.Contains(l, "_bucket") && (strings.Contains(l, "pool") || strings.Contains(l, "warm") || strings.Contains(l, "template")) {
 			out = append(out, l)
 		}
 	}
@@ -160,6 +165,110 @@ func benchSetWarm(data []byte, set func(tool string) (int, bool)) ([]byte, error
 		}
 	}
 	return yaml.Marshal(&doc)
+}
+
+// benchTemplateManifest rewrites a manifest for the template worker:
+// echo_tool gets `warm: template` and an isolated network (a template
+// serves only calls with an isolated network, worker/template.go), every
+// other tool warm: 0 (no pool adds to the worker tree's CPU).
+func benchTemplateManifest(data []byte) ([]byte, error) {
+	data, err := benchSetWarm(data, func(tool string) (int, bool) { return 0, tool != "echo_tool" })
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	tools := doc.Content[0] // benchSetWarm checked the shape
+	for i := 0; i+1 < len(tools.Content); i += 2 {
+		if tools.Content[i].Value == "tools" {
+			tools = tools.Content[i+1]
+			break
+		}
+	}
+	var echo *yaml.Node
+	for i := 0; i+1 < len(tools.Content); i += 2 {
+		if tools.Content[i].Value == "echo_tool" && tools.Content[i+1].Kind == yaml.MappingNode {
+			echo = tools.Content[i+1]
+		}
+	}
+	if echo == nil {
+		return nil, errors.New("manifest: no echo_tool mapping")
+	}
+	str := func(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v} }
+	set := map[string]*yaml.Node{
+		"warm":    str("template"),
+		"network": {Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{str("policy"), str("isolated")}},
+	}
+	for j := 0; j+1 < len(echo.Content); j += 2 {
+		if v, ok := set[echo.Content[j].Value]; ok {
+			echo.Content[j+1] = v
+			delete(set, echo.Content[j].Value)
+		}
+	}
+	for _, k := range []string{"warm", "network"} {
+		if v, ok := set[k]; ok {
+			echo.Content = append(echo.Content, str(k), v)
+		}
+	}
+	return yaml.Marshal(&doc)
+}
+
+// benchStartTemplateWorker starts the template worker (benchTemplateManifest
+// of the example manifest); it returns why not when it cannot run here.
+// Its state (work dirs, the runner) is not under /tmp: a template call
+// gets a fresh /tmp, which would hide binds below it (the launcher
+// refuses such a template, and every call would run cold).
+func benchStartTemplateWorker(ctx context.Context, cfg benchSuiteConfig, self, examples string) (*benchWorker, string) {
+	if os.Geteuid() != 0 {
+		return nil, "per-tool templates need root (the worker leases host ids for each call)"
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "str-bench-template.")
+	if err != nil {
+		return nil, err.Error()
+	}
+	// Each call's init runs as a host uid of its own and must traverse it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, err.Error()
+	}
+	if rel, err := filepath.Rel("/tmp", examples); err == nil && !strings.HasPrefix(rel, "..") {
+		os.RemoveAll(dir)
+		return nil, fmt.Sprintf("the example tools %s are under /tmp, which a template call gets fresh (pass --examples elsewhere)", examples)
+	}
+	data, err := os.ReadFile(filepath.Join(examples, "manifest.yaml"))
+	if err == nil {
+		data, err = benchTemplateManifest(data)
+	}
+	path := filepath.Join(dir, "manifest-template.yaml")
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err.Error()
+	}
+	w, err := benchStartWorker(ctx, cfg, self, "template", examples, path, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err.Error()
+	}
+	w.ownDir = dir
+	return w, ""
+}
+
+// benchTemplateCalls is the template worker's
+// str_worker_template_calls_total for echo_tool (0 when not printed).
+func benchTemplateCalls(ctx context.Context, w *benchWorker) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	page, err := benchScrapeMetrics(ctx, w.health)
+	if err != nil {
+		return 0, err
+	}
+	const sample = `str_worker_template_calls_total{tool="echo_tool"}`
+	return benchMetricValues(page, sample)[sample], nil
 }
 
 // benchFreePort asks the kernel for a free loopback port.
@@ -346,6 +455,27 @@ func benchChildren() map[int][]int {
 		}
 	}
 	return children
+}
+
+// benchTreeCPU is the CPU in µs of root and every live descendant, each
+// with its reaped children (utime+stime+cutime+cstime). A template's
+// calls are reaped by the template, which lives on: its children's CPU
+// reaches the worker's cutime only when the template ends, so the
+// worker's own /proc/PID/stat does not see it. A process that ends
+// between two readings is counted in its parent's cutime at the second.
+func benchTreeCPU(root int) (int64, error) {
+	var sum int64
+	for i, pid := range benchTree(benchChildren(), root) {
+		_, all, err := benchProcCPU(pid)
+		if err != nil {
+			if i == 0 {
+				return 0, err
+			}
+			continue // gone since the listing: its parent's cutime has it
+		}
+		sum += all
+	}
+	return sum, nil
 }
 
 // benchTree is root and its descendants.
