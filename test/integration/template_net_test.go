@@ -1,0 +1,124 @@
+package integration
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
+)
+
+// netTemplate starts a template of net_tool (testdata/template) under
+// the nettest-restricted profile (network_test.go): svc.test on 8443
+// allowed, everything else refused.
+func netTemplate(t *testing.T) *launcher.Template {
+	t.Helper()
+	newTestNet(t)
+	dir := netProfiles(t, testDNS(t))
+	tpl, err := templateIn(t, dir, "nettest-restricted", "net_tool", "probe", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+// violation reports whether report has a denial of dst ("host:port" or
+// "host") for reason.
+func violation(report launcher.NetworkReport, dst, reason string) bool {
+	for _, v := range report.Violations {
+		key := v.Host
+		if key == "" {
+			key = v.IP
+		}
+		if v.Port != 0 && v.Kind == egress.KindNet {
+			key += ":" + strconv.Itoa(v.Port)
+		}
+		if key == dst && v.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// A template call of a tool with an allow-list has a cold call's egress:
+// the proxy variables, the proxy and the DNS stub on its own lo, served
+// with the tool's policy. The allowed host answers (CONNECT, and a plain
+// connect after the stub's answer); a refused host, a refused port and a
+// direct connect do not, and the refusals are in the call's report.
+func TestTemplateCallNetwork(t *testing.T) {
+	tpl := netTemplate(t)
+	res, got := templateCall(t, tpl, "net_tool", "probe", map[string]any{"probes": [][]any{
+		{"allowed", "proxy", "svc.test", 8443},
+		{"allowed_plain", "plain", "svc.test", 8443},
+		{"other_name", "proxy", "other.test", 8443},
+		{"other_port", "proxy", "svc.test", 8080},
+		{"direct", "plain", testHostIP, 8443},
+	}})
+	if res == nil {
+		t.FailNow()
+	}
+	env, _ := got["env"].(map[string]any)
+	if env["HTTPS_PROXY"] != "http://"+egress.ProxyAddr || env["STR_NETWORK"] != "restricted" {
+		t.Errorf("the call's environment: %v, want the proxy at %s and STR_NETWORK=restricted", env, egress.ProxyAddr)
+	}
+	for name, want := range map[string]string{"allowed": "ok: hello 8443", "allowed_plain": "ok: hello 8443"} {
+		if got[name] != want {
+			t.Errorf("%s: %v, want %q", name, got[name], want)
+		}
+	}
+	for _, name := range []string{"other_name", "other_port", "direct"} {
+		if s, _ := got[name].(string); strings.HasPrefix(s, "ok") || s == "" {
+			t.Errorf("%s: %q, want a refusal", name, s)
+		}
+	}
+	for dst, reason := range map[string]string{"other.test:8443": "not_allowlisted", "svc.test:8080": "port_not_allowed"} {
+		if !violation(res.Network, dst, reason) {
+			t.Errorf("no violation %s %s in the call's report %+v", dst, reason, res.Network)
+		}
+	}
+	if !strings.Contains(res.Network.Summary, "<sandbox_violations>") {
+		t.Errorf("the call's report has no summary: %+v", res.Network)
+	}
+}
+
+// Two calls of one template at once: each call's refusals are in its own
+// report only (a session per call), and both reach the allowed host.
+func TestTemplateCallNetworkPerCall(t *testing.T) {
+	tpl := netTemplate(t)
+	names := []string{"first-call.test", "second-call.test"}
+	reports := make([]launcher.NetworkReport, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// hold: both calls are alive together (their refusals made
+			// while the other's session serves).
+			res, got := templateCall(t, tpl, "net_tool", "probe", map[string]any{"hold": 2, "probes": [][]any{
+				{"refused", "proxy", name, 8443},
+				{"allowed", "proxy", "svc.test", 8443},
+			}})
+			if res == nil {
+				return
+			}
+			if got["allowed"] != "ok: hello 8443" {
+				t.Errorf("call %d: allowed: %v", i, got["allowed"])
+			}
+			reports[i] = res.Network
+		}()
+	}
+	wg.Wait()
+	for i, name := range names {
+		if !violation(reports[i], name+":8443", "not_allowlisted") {
+			t.Errorf("call %d: its refusal of %s is not in its report %+v", i, name, reports[i])
+		}
+		other := names[1-i]
+		for _, v := range reports[i].Violations {
+			if v.Host == other {
+				t.Errorf("call %d: the other call's refusal of %s is in its report %+v", i, other, reports[i])
+			}
+		}
+	}
+}
