@@ -177,9 +177,9 @@ type Template struct {
 	filters    int    // the template's Seccomp_filters
 	callFilter []byte // seccomp.CallPolicy of the profile, for each child
 	fresh      []freshMount
-	workTarget string // TemplateRequest.WorkDirTarget
+	workTarget string            // TemplateRequest.WorkDirTarget
 	callListen []nsinit.Listener // each call's egress listeners (C5)
-	nproc      uint64 // the profile's RLIMIT_NPROC, set by each call on itself (0: none)
+	nproc      uint64            // the profile's RLIMIT_NPROC, set by each call on itself (0: none)
 	hash       string
 	mapper     *idMapper // opens the calls' id maps from the template's user namespace
 	started    time.Time
