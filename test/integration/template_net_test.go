@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,5 +123,85 @@ func TestTemplateCallNetworkPerCall(t *testing.T) {
 				t.Errorf("call %d: the other call's refusal of %s is in its report %+v", i, other, reports[i])
 			}
 		}
+	}
+}
+
+// The worker runs a tool with a network policy in its template (warm:
+// template) and replies with the call's denials, as for a cold call: the
+// allowed host answers, a refused one is in the reply's violations.
+func TestWorkerTemplateNetwork(t *testing.T) {
+	newTestNet(t)
+	profileDir := netProfiles(t, testDNS(t))
+	// Not under /tmp: a template call's fresh /tmp would hide the binds.
+	dir, err := os.MkdirTemp("/var/tmp", "str-it-tplnet-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools := filepath.Join(dir, "tools")
+	if err := os.Mkdir(tools, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("testdata/template/net_tool.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := string(src) + `
+
+def fetch(ctx, probes):
+    out = probe(probes)
+    with open("/proc/self/uid_map") as f:
+        out["lower"] = int(f.read().split()[1])
+    return out
+`
+	if err := os.WriteFile(filepath.Join(tools, "tpl_net.py"), []byte(tool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "manifest.yaml")
+	if err := os.WriteFile(manifest, []byte(`version: 1
+tools:
+  fetch: {module: tpl_net, function: fetch, timeout_seconds: 60, sandbox_profile: nettest-restricted, warm: template, network: {policy: restricted, allowed_hosts: [svc.test], allowed_ports: [8443]}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broker, health := freeTCPPort(t), freeTCPPort(t)
+	w := startWorker(t, broker, health, map[string]string{
+		"SAM_NAMESPACE": "it/", "MANIFEST_PATH": manifest, "TOOLS_PYTHON_DIR": tools, "SANDBOX_PROFILE_DIR": profileDir,
+		"SANDBOX_WORK_DIR": filepath.Join(dir, "work"), "STR_RUNNER_DIR": filepath.Join(dir, "runner"), "STR_SITE_DIR": filepath.Join(dir, "site"),
+		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(dir, "artifacts"),
+	})
+	for i := range 2 {
+		r, out := invoke(t, broker, "fetch", `{"probes": [["allowed", "proxy", "svc.test", 8443], ["refused", "proxy", "other.test", 8443]]}`)
+		if r.Result == nil || r.Result.TimedOut {
+			t.Fatalf("call %d: no result; output:\n%s\nworker log:\n%s", i, out, w.log.String())
+		}
+		got := r.Result.ToolResult
+		if lower, _ := got["lower"].(float64); lower < 100000 {
+			t.Errorf("call %d: uid_map lower id %v: not a template call's\nworker log:\n%s", i, got["lower"], w.log.String())
+		}
+		if got["allowed"] != "ok: hello 8443" {
+			t.Errorf("call %d: allowed: %v", i, got["allowed"])
+		}
+		if s, _ := got["refused"].(string); !strings.HasPrefix(s, "denied") {
+			t.Errorf("call %d: refused: %q, want a refusal", i, s)
+		}
+		var rep struct {
+			Result struct {
+				Violations []egress.Event `json:"violations"`
+			} `json:"result"`
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if !violation(launcher.NetworkReport{Violations: rep.Result.Violations}, "other.test:8443", "not_allowlisted") || len(rep.Result.Violations) != 1 {
+			t.Errorf("call %d: violations %+v, want this call's refusal of other.test:8443 only", i, rep.Result.Violations)
+		}
+	}
+	if !strings.Contains(w.log.String(), "template started") {
+		t.Errorf("the worker log does not say it started a template:\n%s", w.log.String())
 	}
 }
