@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/worker/runner"
 )
 
 // netTemplate starts a template of net_tool (testdata/template) under
@@ -203,5 +206,45 @@ tools:
 	}
 	if !strings.Contains(w.log.String(), "template started") {
 		t.Errorf("the worker log does not say it started a template:\n%s", w.log.String())
+	}
+}
+
+// on_violation: kill ends the call that broke the policy (not the
+// template: its next call is served) and says so, with the denial in
+// that call's report.
+func TestTemplateCallNetworkKill(t *testing.T) {
+	base, err := os.ReadFile("../../profiles/restrictive.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(base), "name: restrictive", "name: nettest-tplkill", 1)
+	y = strings.Replace(y, "aliases: [untrusted]", "aliases: []", 1)
+	i, j := strings.Index(y, "network:"), strings.Index(y, "hostname:")
+	y = y[:i] + "network:\n  policy: restricted\n  allowed_hosts: [api.example.com]\n  on_violation: kill\n" + y[j:]
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "nettest-tplkill.yaml"), []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := templateIn(t, dir, "nettest-tplkill", "net_tool", "probe", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(map[string]any{"hold": 60, "probes": [][]any{{"evil", "proxy", "evil.example.net", 443}}})
+	a, err := runner.EncodeArgs(&runner.Args{Module: "net_tool", Function: "probe", Args: raw, ResultFile: "/dev/null", OutputDir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatalf("template call: %v", err)
+	}
+	if !res.KilledForViolation || res.TimedOut || len(res.Document) != 0 {
+		t.Fatalf("on_violation: kill did not end the call: killed %v, timed out %v, document %s", res.KilledForViolation, res.TimedOut, res.Document)
+	}
+	if !violation(res.Network, "evil.example.net:443", "not_allowlisted") {
+		t.Errorf("the killed call's report %+v lacks its denial", res.Network)
+	}
+	if _, got := templateCall(t, tpl, "net_tool", "probe", map[string]any{"probes": [][]any{}}); got == nil {
+		t.Errorf("the template did not serve the next call")
 	}
 }
