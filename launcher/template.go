@@ -933,7 +933,9 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	doc, err := recvDocument(ours, timeout+templateDeadline)
 	stop()
 	res.Wall = time.Since(start)
-	res.Network = c.stopEgress()
+	// The report so far, as a cold call's is taken before its teardown:
+	// the session is closed by cleanup, off the caller's path.
+	res.Network = c.networkReport()
 	if callCtx.Err() != nil && ctx.Err() == nil {
 		res.TimedOut = true
 		return res, nil
@@ -995,19 +997,22 @@ func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
 	return nil
 }
 
-// stopEgress closes the call's egress session (if any) and returns its
-// record of denials.
-func (c *templateCall) stopEgress() NetworkReport {
-	sess := c.egress
-	if sess == nil {
-		return NetworkReport{}
-	}
-	c.egress = nil
-	_ = sess.Close()
+// networkReport is the call's egress session's record of denials so far.
+func (c *templateCall) networkReport() NetworkReport {
 	var r NetworkReport
-	r.Violations, r.Dropped = sess.Violations()
-	r.Summary = sess.Summary()
+	if c.egress != nil {
+		r.Violations, r.Dropped = c.egress.Violations()
+		r.Summary = c.egress.Summary()
+	}
 	return r
+}
+
+// stopEgress closes the call's egress session, if any (cleanup).
+func (c *templateCall) stopEgress() {
+	if c.egress != nil {
+		_ = c.egress.Close()
+		c.egress = nil
+	}
 }
 
 // order is C2.
