@@ -15,31 +15,7 @@ import (
 // before the tool runs; a failure leaves the listeners closed, so the
 // sandbox has no network at all (fail closed), and is reported.
 func (s *Sandbox) startEgress() {
-	var l egress.Listeners
-	var files []*os.File
-	for name, f := range s.listeners {
-		files = append(files, f)
-		switch {
-		case name == "proxy":
-			l.Proxy, _ = net.FileListener(f)
-		case name == "dns-tcp":
-			l.DNSTCP, _ = net.FileListener(f)
-		case name == "dns-udp":
-			l.DNSUDP, _ = net.FilePacketConn(f)
-		case strings.HasPrefix(name, "capture-"):
-			port, err := strconv.Atoi(strings.TrimPrefix(name, "capture-"))
-			if ln, lerr := net.FileListener(f); err == nil && lerr == nil {
-				if l.Capture == nil {
-					l.Capture = map[int]net.Listener{}
-				}
-				l.Capture[port] = ln
-			}
-		}
-	}
-	// net.File* dup the descriptors: ours are closed either way.
-	for _, f := range files {
-		f.Close()
-	}
+	l := takeListeners(s.listeners)
 	icpt, err := s.interception()
 	if err != nil {
 		closeListeners(l)
@@ -67,6 +43,34 @@ func (s *Sandbox) startEgress() {
 	s.mu.Lock()
 	s.egress = sess
 	s.mu.Unlock()
+}
+
+// takeListeners makes the egress proxy's listeners of the sockets a
+// sandbox's init (step 10) or a template's supervisor (C5) opened in the
+// sandbox's or the call's network namespace, by listener name; the files
+// are closed (net.File* dup them).
+func takeListeners(files map[string]*os.File) egress.Listeners {
+	var l egress.Listeners
+	for name, f := range files {
+		switch {
+		case name == "proxy":
+			l.Proxy, _ = net.FileListener(f)
+		case name == "dns-tcp":
+			l.DNSTCP, _ = net.FileListener(f)
+		case name == "dns-udp":
+			l.DNSUDP, _ = net.FilePacketConn(f)
+		case strings.HasPrefix(name, "capture-"):
+			port, err := strconv.Atoi(strings.TrimPrefix(name, "capture-"))
+			if ln, lerr := net.FileListener(f); err == nil && lerr == nil {
+				if l.Capture == nil {
+					l.Capture = map[int]net.Listener{}
+				}
+				l.Capture[port] = ln
+			}
+		}
+		f.Close()
+	}
+	return l
 }
 
 func closeListeners(l egress.Listeners) {

@@ -10,7 +10,9 @@ package launcher
 //
 // The template's life, in order (T1-T4), and each call's (C1-C12):
 //
-//	T1. plan the profile's sandbox; its filter is seccomp.TemplatePolicy
+//	T1. plan the profile's sandbox, without its egress listeners (the
+//	    template's own network namespace has lo only: import-time code
+//	    reaches nothing; each call gets them in its own, C5); its filter is seccomp.TemplatePolicy
 //	    (the profile's plus the notified call clone), loaded with a
 //	    listener (nsinit step 19, handed over at 19a); its /proc is an
 //	    empty read-only tmpfs (the template never reaches a child's
@@ -35,7 +37,12 @@ package launcher
 //	     namespaces none of which is the template's; pidfd_open pins it
 //	C4.  setgroups deny, gid_map and uid_map: templateInsideID -> the
 //	     pair's host id
-//	C5.  lo up in its network namespace (template_netns.go)
+//	C5.  lo up in its network namespace and the egress listeners
+//	     opened there (template_netns.go: the ones nsinit step 10 opens
+//	     in a cold sandbox, at the same addresses), served by an egress
+//	     session of the call's own with the template's policy (the
+//	     tool's, tightened as for a cold run): the call's traffic and
+//	     denials are the call's (CallResult.Network)
 //	C6.  its slot's cgroup with the profile's limits (made with the
 //	     template, reused one call at a time); the child moved in
 //	C7.  fresh /tmp, /dev/shm (tmpfs sized as the profile's) and a /proc
@@ -71,10 +78,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
+	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
@@ -168,8 +177,9 @@ type Template struct {
 	filters    int    // the template's Seccomp_filters
 	callFilter []byte // seccomp.CallPolicy of the profile, for each child
 	fresh      []freshMount
-	workTarget string // TemplateRequest.WorkDirTarget
-	nproc      uint64 // the profile's RLIMIT_NPROC, set by each call on itself (0: none)
+	workTarget string            // TemplateRequest.WorkDirTarget
+	callListen []nsinit.Listener // each call's egress listeners (C5)
+	nproc      uint64            // the profile's RLIMIT_NPROC, set by each call on itself (0: none)
 	hash       string
 	mapper     *idMapper // opens the calls' id maps from the template's user namespace
 	started    time.Time
@@ -216,6 +226,12 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 		return nil, err
 	}
 	t := &Template{l: l, plan: pl, ctrl: ours, hash: tr.SourceHash, done: make(chan struct{}), slots: make(chan int, TemplateSlots)}
+	// The egress listeners move from the template to each call: served
+	// in the template's namespace, import-time code would have the
+	// tool's network with nobody's call to attribute it to. The proxy
+	// variables, resolv.conf and CA bundle stay in the plan: the same
+	// loopback addresses in every call's namespace, nothing per call.
+	t.callListen, pl.Child.Listen = pl.Child.Listen, nil
 	fail := func(err error) (*Template, error) {
 		t.release()
 		return nil, err
@@ -637,6 +653,11 @@ type CallResult struct {
 	Child    ChildCheck
 	TimedOut bool
 	Wall     time.Duration
+	// Network is what the call's egress session denied (C5).
+	Network NetworkReport
+	// KilledForViolation: the policy says on_violation: kill, and it
+	// killed the call (Document is then empty).
+	KilledForViolation bool
 }
 
 // ChildCheck is what C9 verified.
@@ -708,9 +729,13 @@ type templateCall struct {
 	pidfd  int
 	cg     sandboxCgroup
 	procFD int // the child's /proc root (our detached mount fd's dup)
+
+	egress     *egress.Session // the call's egress proxy (C5)
+	policyKill atomic.Bool     // its on_violation: kill killed the call
 }
 
 func (c *templateCall) cleanup() {
+	c.stopEgress() // first: its OnKill uses the pidfd
 	if c.pidfd >= 0 {
 		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
 		c.waitExit(templateDeadline)
@@ -818,9 +843,11 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	}
 	t.leases[c.slot].record(pid)
 
-	// C5. lo.
-	if err := loopbackUpIn(fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil {
-		return nil, fmt.Errorf("template call: lo up in the child's network namespace: %w", err)
+	// C5. lo and the egress listeners, in the child's network namespace;
+	// served before any call data (C10), as a cold sandbox's are before
+	// its tool runs.
+	if err := c.startEgress(ctx, fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil {
+		return nil, fmt.Errorf("template call: %w", err)
 	}
 
 	// C6. Its cgroup: the slot's, empty (cleanup emptied it after the
@@ -906,8 +933,15 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	doc, err := recvDocument(ours, timeout+templateDeadline)
 	stop()
 	res.Wall = time.Since(start)
+	// The report so far, as a cold call's is taken before its teardown:
+	// the session is closed by cleanup, off the caller's path.
+	res.Network = c.networkReport()
 	if callCtx.Err() != nil && ctx.Err() == nil {
 		res.TimedOut = true
+		return res, nil
+	}
+	if c.policyKill.Load() {
+		res.KilledForViolation = true
 		return res, nil
 	}
 	if err != nil {
@@ -920,6 +954,65 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 
 	// C12. The exit (cleanup empties the slot's cgroup and returns the pair).
 	return res, nil
+}
+
+// startEgress is C5: the call's listeners, opened in its network
+// namespace (nsPath), served with the template's policy by a session of
+// the call's own. A failure fails the call: no call runs without its
+// proxy (a cold sandbox whose proxy fails has no network; a template
+// call is not started instead).
+func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
+	t := c.t
+	fds, err := callNetwork(nsPath, t.callListen)
+	if err != nil {
+		return fmt.Errorf("the child's network namespace: %w", err)
+	}
+	files := map[string]*os.File{}
+	for i, l := range t.callListen {
+		files[l.Name] = os.NewFile(uintptr(fds[i]), l.Name)
+	}
+	l := takeListeners(files)
+	icpt, err := t.sb.interception()
+	if err != nil {
+		closeListeners(l)
+		return fmt.Errorf("egress: %w", err)
+	}
+	sess, err := egress.Start(ctx, t.plan.Network, l, egress.Options{
+		Intercept: icpt,
+		OnKill: func(egress.Event) {
+			c.policyKill.Store(true)
+			_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+			// The slot's cgroup, not c.cg: set at C6, after this session
+			// starts serving.
+			if cg := t.cgs[c.slot]; cg != nil {
+				_ = cg.Kill()
+			}
+		},
+	})
+	if err != nil {
+		closeListeners(l)
+		return err
+	}
+	c.egress = sess
+	return nil
+}
+
+// networkReport is the call's egress session's record of denials so far.
+func (c *templateCall) networkReport() NetworkReport {
+	var r NetworkReport
+	if c.egress != nil {
+		r.Violations, r.Dropped = c.egress.Violations()
+		r.Summary = c.egress.Summary()
+	}
+	return r
+}
+
+// stopEgress closes the call's egress session, if any (cleanup).
+func (c *templateCall) stopEgress() {
+	if c.egress != nil {
+		_ = c.egress.Close()
+		c.egress = nil
+	}
 }
 
 // order is C2.

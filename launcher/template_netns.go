@@ -2,30 +2,35 @@ package launcher
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
 	"sync"
 
+	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
 
 // The one file of str that calls setns: a per-tool template's supervisor
-// brings up lo in each call's fresh network namespace from the host, so
-// the call's child never needs netlink or a network ioctl of its own.
+// brings up lo in each call's fresh network namespace from the host and
+// opens the call's egress listeners there (the ones nsinit step 10 opens
+// in a cold sandbox), so the call's child never needs netlink, a network
+// ioctl or a socket of its own before its tool runs.
 
 // hostNetNS is the supervisor's own network namespace, opened once.
 var hostNetNS = sync.OnceValues(func() (int, error) {
 	return unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 })
 
-// socketInNetNS makes an AF_INET datagram socket in the network namespace
-// of nsPath (/proc/PID/ns/net): the one locked thread joins it, creates
-// the socket and goes back. A socket keeps its namespace for life, so
-// its ioctls then act there from any thread. If the way back fails the
+// socketsInNetNS makes one AF_INET socket of each type (SOCK_DGRAM,
+// SOCK_STREAM) in the network namespace of nsPath (/proc/PID/ns/net): the
+// one locked thread joins it, creates the sockets and goes back. A socket
+// keeps its namespace for life, so its ioctls, bind and listen then act
+// there from any thread: nothing else is done inside. If the way back fails the
 // thread stays locked and dies with its goroutine (Go then discards it):
 // no goroutine ever runs in the call's namespace.
-func socketInNetNS(nsPath string, hostNS int) (int, error) {
+func socketsInNetNS(nsPath string, hostNS int, types []int) ([]int, error) {
 	type res struct {
-		fd  int
+		fds []int
 		err error
 	}
 	ch := make(chan res, 1)
@@ -34,41 +39,102 @@ func socketInNetNS(nsPath string, hostNS int) (int, error) {
 		ns, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- res{-1, fmt.Errorf("open %s: %w", nsPath, err)}
+			ch <- res{nil, fmt.Errorf("open %s: %w", nsPath, err)}
 			return
 		}
 		defer unix.Close(ns)
 		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			ch <- res{-1, fmt.Errorf("setns %s: %w", nsPath, err)}
+			ch <- res{nil, fmt.Errorf("setns %s: %w", nsPath, err)}
 			return
 		}
-		s, serr := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err := unix.Setns(hostNS, unix.CLONE_NEWNET); err != nil {
-			if serr == nil {
-				unix.Close(s)
+		var fds []int
+		var serr error
+		for _, typ := range types {
+			s, err := unix.Socket(unix.AF_INET, typ|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				serr = fmt.Errorf("socket in %s: %w", nsPath, err)
+				break
 			}
-			ch <- res{-1, fmt.Errorf("setns back to the host's network namespace: %w", err)} // thread stays locked: discarded
+			fds = append(fds, s)
+		}
+		if err := unix.Setns(hostNS, unix.CLONE_NEWNET); err != nil {
+			closeFDs(fds)
+			ch <- res{nil, fmt.Errorf("setns back to the host's network namespace: %w", err)} // thread stays locked: discarded
 			return
 		}
 		runtime.UnlockOSThread()
-		ch <- res{s, serr}
+		if serr != nil {
+			closeFDs(fds)
+			fds = nil
+		}
+		ch <- res{fds, serr}
 	}()
 	r := <-ch
-	return r.fd, r.err
+	return r.fds, r.err
 }
 
-// loopbackUpIn brings up lo in the network namespace of nsPath.
-func loopbackUpIn(nsPath string) error {
+// callNetwork brings up lo in the network namespace of nsPath and opens
+// there the egress listeners ls (bound, and listening if TCP), returned in
+// ls's order: one visit of the namespace makes every socket
+// (socketsInNetNS), so each listener is the call's namespace's, never the
+// host's. lo first: a bind to 127.0.0.1 needs it up.
+func callNetwork(nsPath string, ls []nsinit.Listener) ([]int, error) {
 	host, err := hostNetNS()
 	if err != nil {
-		return fmt.Errorf("open the host's network namespace: %w", err)
+		return nil, fmt.Errorf("open the host's network namespace: %w", err)
 	}
-	s, err := socketInNetNS(nsPath, host)
+	types := []int{unix.SOCK_DGRAM} // the first: lo's ioctls
+	for _, l := range ls {
+		switch l.Network {
+		case "udp":
+			types = append(types, unix.SOCK_DGRAM)
+		case "tcp":
+			types = append(types, unix.SOCK_STREAM)
+		default:
+			return nil, fmt.Errorf("listener %s: network %q is not tcp or udp", l.Name, l.Network)
+		}
+	}
+	fds, err := socketsInNetNS(nsPath, host, types)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer unix.Close(s)
+	err = loopbackUp(fds[0])
+	unix.Close(fds[0])
+	lfds := fds[1:]
+	for i, l := range ls {
+		if err != nil {
+			break
+		}
+		err = bindListener(lfds[i], l)
+	}
+	if err != nil {
+		closeFDs(lfds)
+		return nil, err
+	}
+	return lfds, nil
+}
+
+// bindListener binds fd, a socket of the call's network namespace, to
+// l's address there and, for TCP, listens.
+func bindListener(fd int, l nsinit.Listener) error {
+	ap, err := netip.ParseAddrPort(l.Addr)
+	if err != nil || !ap.Addr().Is4() {
+		return fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		return fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err)
+	}
+	if l.Network == "tcp" {
+		if err := unix.Listen(fd, 128); err != nil {
+			return fmt.Errorf("listener %s: listen %s: %w", l.Name, l.Addr, err)
+		}
+	}
+	return nil
+}
+
+// loopbackUp sets IFF_UP on lo through s, a socket of its namespace.
+func loopbackUp(s int) error {
 	ifr, err := unix.NewIfreq("lo")
 	if err != nil {
 		return err

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
@@ -25,9 +24,12 @@ import (
 // recycling limits, a failed check) or when the tool's module changes on
 // disk. A call runs in a template only where it would get nothing less
 // than a cold one: root mode (the templates lease host ids), a call of
-// the tool's own function (not the init sub-protocol), and an isolated
-// network (a template's call has lo only: no egress proxy yet); any
-// other call runs cold.
+// the tool's own function (not the init sub-protocol), and a tool
+// without credentials (each call reads its secrets and gets placeholders
+// of its own, in its environment: a template's environment is fixed at
+// its start); any other call runs cold. A call's network is a cold
+// call's: the egress proxy with the tool's policy on its own listeners
+// (launcher C5), its denials in its reply.
 
 // TemplateStarter starts per-tool templates: the launcher in root mode
 // (`str worker` passes it); nil = no templates, every call cold.
@@ -99,14 +101,7 @@ func (ts *templateSet) closeAll() {
 
 // templateEligible: the call may run in a template (see above).
 func (s *Server) templateEligible(t *task) bool {
-	if s.templates == nil || !t.tool.Template || t.mode == runner.ModeInit || s.cfg.SandboxMode == ModeNone {
-		return false
-	}
-	if t.tool.Network != nil && t.tool.Network.Mode == egress.Isolated {
-		return true
-	}
-	prof, err := s.profiles.Lookup(t.profile)
-	return err == nil && prof.Network.Mode == egress.Isolated && t.tool.Network == nil
+	return s.templates != nil && t.tool.Template && t.mode != runner.ModeInit && s.cfg.SandboxMode != ModeNone && t.tool.Credentials == nil
 }
 
 // sourceHash is the tool's module file's sha256 ("" if unreadable: the
@@ -253,6 +248,9 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "template call: %v", err)), teardown, true
 	case res.TimedOut:
 		return outcome{payload: EncodeTimeout(t.req.ID, time.Since(t.received)), label: "timeout"}, teardown, true
+	case res.KilledForViolation:
+		s.countViolations(t, res.Network)
+		return s.errorOutcome(t, errorf(CodeSandboxFailed, "the tool was killed: it broke the network policy (on_violation: kill)\n%s", res.Network.Summary)), teardown, true
 	}
 	doneAt := time.Now()
 	if relay != nil {
@@ -264,7 +262,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 	if err != nil {
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "unusable result (template call): %v", err)), teardown, true
 	}
-	out := s.resultOutcome(t, parsed, wd.Path, doneAt.Sub(t.received), NetworkReport{})
+	out := s.resultOutcome(t, parsed, wd.Path, doneAt.Sub(t.received), res.Network)
 	out.exitedAt = doneAt
 	t.log.Info("tool finished", "execution_ms", doneAt.Sub(t.received).Milliseconds(), "template", true, "host_uid", res.Child.HostUID)
 	return out, teardown, true

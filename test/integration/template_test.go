@@ -33,8 +33,14 @@ func templateFor(t *testing.T, profile, module, function string) (*launcher.Temp
 // workTarget ("" for none).
 func templateWith(t *testing.T, profile, module, function, workTarget string) (*launcher.Template, error) {
 	t.Helper()
+	return templateIn(t, "", profile, module, function, workTarget)
+}
+
+// templateIn is templateWith with the profiles of profileDir loaded too.
+func templateIn(t *testing.T, profileDir, profile, module, function, workTarget string) (*launcher.Template, error) {
+	t.Helper()
 	needRoot(t)
-	l, err := launcher.New(launcher.Options{})
+	l, err := launcher.New(launcher.Options{ProfileDir: profileDir})
 	if err != nil {
 		t.Fatal(err)
 	}

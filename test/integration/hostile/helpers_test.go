@@ -67,11 +67,13 @@ type env struct {
 var templateMode = os.Getenv("STR_HOSTILE_TEMPLATE") == "1"
 
 // templateManifest is manifest with warm: template on the tools of the
-// restrictive profile (isolated network: what a template call serves).
+// restrictive profile and on those with a network policy of their own
+// (h_restricted: a template call gets a cold call's egress).
 func templateManifest(manifest string) string {
 	var out []string
 	for _, line := range strings.Split(manifest, "\n") {
-		if strings.Contains(line, "sandbox_profile: restrictive") && strings.HasSuffix(line, "}") && !strings.Contains(line, "warm:") {
+		templated := strings.Contains(line, "sandbox_profile: restrictive") || strings.Contains(line, "network: {")
+		if templated && strings.HasSuffix(line, "}") && !strings.Contains(line, "warm:") {
 			line = strings.TrimSuffix(line, "}") + ", warm: template}"
 		}
 		out = append(out, line)
