@@ -389,6 +389,7 @@ tools:
     sandbox_profile: standard
     warm: template
     network: {policy: restricted, allowed_hosts: [svc.test]}
+    credentials: [{name: TPL_KEY, from: "env:STR_TEST_TPL_KEY", hosts: [svc.test], header: Authorization}]
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -397,6 +398,7 @@ tools:
 		"SAM_NAMESPACE": "it/", "MANIFEST_PATH": manifest, "TOOLS_PYTHON_DIR": tools,
 		"SANDBOX_WORK_DIR": filepath.Join(dir, "work"), "STR_RUNNER_DIR": filepath.Join(dir, "runner"), "STR_SITE_DIR": filepath.Join(dir, "site"),
 		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(dir, "artifacts"),
+		"STR_TEST_TPL_KEY": "not-a-secret",
 	})
 	for i := range 2 {
 		r, out := invoke(t, broker, "where", `{"text": "template"}`)
@@ -428,7 +430,8 @@ tools:
 	if r, out := invoke(t, broker, "where", `{"text": "changed"}`); r.Result == nil || r.Result.ToolResult["read_back"] != "changed" {
 		t.Fatalf("after the change: no result; output:\n%s\nworker log:\n%s", out, w.log.String())
 	}
-	// A call with egress (not isolated) may not run in a template: cold.
+	// A tool with credentials may not run in a template (each call's
+	// placeholders are its own; a template's environment is fixed): cold.
 	if r, out := invoke(t, broker, "where_net", `{"text": "net"}`); r.Result == nil || r.Result.ToolResult["read_back"] != "net" {
 		t.Fatalf("where_net: no result; output:\n%s\nworker log:\n%s", out, w.log.String())
 	}
