@@ -135,19 +135,7 @@ func TestTemplateCallNetworkPerCall(t *testing.T) {
 func TestWorkerTemplateNetwork(t *testing.T) {
 	newTestNet(t)
 	profileDir := netProfiles(t, testDNS(t))
-	// Not under /tmp: a template call's fresh /tmp would hide the binds.
-	dir, err := os.MkdirTemp("/var/tmp", "str-it-tplnet-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tools := filepath.Join(dir, "tools")
-	if err := os.Mkdir(tools, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, tools := templateWorkerDir(t, "str-it-tplnet-")
 	src, err := os.ReadFile("testdata/template/net_tool.py")
 	if err != nil {
 		t.Fatal(err)

@@ -349,21 +349,7 @@ func TestTemplateWorkDir(t *testing.T) {
 // its cwd, and a second call too.
 func TestWorkerTemplateTool(t *testing.T) {
 	needRoot(t)
-	// Not under /tmp: a template call gets a fresh /tmp, which would hide
-	// binds below it (the template is refused then, and the calls run
-	// cold).
-	dir, err := os.MkdirTemp("/var/tmp", "str-it-tpl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tools := filepath.Join(dir, "tools")
-	if err := os.Mkdir(tools, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, tools := templateWorkerDir(t, "str-it-tpl-")
 	const tool = `import os
 
 def where(ctx, text="hi"):
@@ -496,4 +482,25 @@ func TestTemplateLargeResult(t *testing.T) {
 	if err := tpl.Retired(); err != nil {
 		t.Errorf("template retired after a large result: %v", err)
 	}
+}
+
+// templateWorkerDir makes a worker's directory (removed when the test
+// ends) and its tools dir in it, under /var/tmp, not /tmp: a template
+// call gets a fresh /tmp, which would hide binds below it (the template
+// is refused then, and the calls run cold).
+func templateWorkerDir(t *testing.T, prefix string) (dir, tools string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tools = filepath.Join(dir, "tools")
+	if err := os.Mkdir(tools, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, tools
 }
