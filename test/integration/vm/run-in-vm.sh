@@ -287,7 +287,13 @@ pids=()
 [[ $verbose == 1 ]] && sed 's/^/[console] /' "$s/console.log" >&2
 
 if [[ -s $s/rc ]]; then exit "$(cat "$s/rc")"; fi
-if [[ $qrc == 124 || $qrc == 137 ]]; then say "timed out after ${timeout}s"; exit 124; fi
+if [[ $qrc == 124 || $qrc == 137 ]]; then
+  # What the guest's kernel last said (hung tasks, an oops, the OOM killer
+  # at its console level) is the only diagnosis a frozen guest leaves.
+  say "timed out after ${timeout}s; the guest console's last lines:"
+  tail -n 40 "$s/console.log" >&2
+  exit 124
+fi
 say "the guest reported no exit status (qemu exit $qrc); console:"
 tail -n 40 "$s/console.log" >&2
 exit 125
