@@ -77,7 +77,7 @@ test: deps build test-deps
 # image's base, bubblewrap for `str bwrap`'s side-by-side tests.
 test-deps:
 	@missing=""; \
-	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl; do \
+	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
