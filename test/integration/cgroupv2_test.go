@@ -42,6 +42,9 @@ const (
 	// v2Backstop bounds one str run: emulated guests are slow, and a hang
 	// must fail one test rather than the whole VM run.
 	v2Backstop = 300 * time.Second
+	// v2PipeGrace: how long after str's exit its output may stay open
+	// (only by a process that outlived it, which none may).
+	v2PipeGrace = 30 * time.Second
 	// v2Hog allocates without end: tail keeps its one newline-free "line".
 	v2Hog = "head -c 300M /dev/zero | tail"
 )
@@ -109,6 +112,11 @@ func v2Start(t *testing.T, o v2Opts, args ...string) *v2Proc {
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errb
 	p.cmd.SysProcAttr, p.cmd.Env = o.Attr, o.Env
 	p.cmd.Dir = "/"
+	// Wait returns this long after str exits even if something it left
+	// behind still holds its stdout or stderr: the test then fails naming
+	// that (wait: exec.ErrWaitDelay) instead of waiting for the pipe
+	// forever (the VM's timeout, with nothing printed).
+	p.cmd.WaitDelay = v2PipeGrace
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %v: %v", argv, err)
 	}
@@ -134,6 +142,9 @@ func (p *v2Proc) wait(t *testing.T) run {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		t.Fatalf("%v did not finish within %v; stderr:\n%s", p.cmd.Args, v2Backstop, p.errb.String())
+	}
+	if errors.Is(p.err, exec.ErrWaitDelay) {
+		t.Errorf("%v exited but its stdout or stderr stayed open %v later: a process it started outlived it", p.cmd.Args, v2PipeGrace)
 	}
 	r := run{Stdout: p.out.String(), Stderr: p.errb.String(), Exit: p.cmd.ProcessState.ExitCode()}
 	i := strings.LastIndex(r.Stdout, "{\n  \"exit_code\"")
