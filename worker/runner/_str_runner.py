@@ -2189,6 +2189,7 @@ def _template(ctrl_fd, module_name, function_name, class_name):
     _preload(module_name, function_name, class_name)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
+    _template_prepare(libc)
     before = ctypes.pythonapi.PyOS_BeforeFork
     after_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
     after_child = ctypes.pythonapi.PyOS_AfterFork_Child
@@ -2239,6 +2240,40 @@ def _template(ctrl_fd, module_name, function_name, class_name):
             _send(ctrl, {"type": "forked"})
 
 
+# What every call's child needs, made once in the template before its
+# first fork (a child inherits it): each child then allocates and imports
+# nothing for its setup. Work done in a child is paid again by every call,
+# and every page a child writes is copied from the template
+# (copy-on-write faults are most of a template call's CPU, measured).
+_TPL = {}
+
+
+def _template_prepare(libc):
+    import ctypes
+
+    libc.prctl.restype = ctypes.c_int
+
+    class _Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    _TPL["libc"] = libc
+    _TPL["fprog"] = _Fprog
+    try:
+        import resource  # RLIMIT_NPROC in each child (a C extension: no import per call)
+
+        _TPL["resource"] = resource
+    except ImportError:
+        pass
+    # The highest capability this kernel knows: the bounding set is emptied
+    # cap by cap up to it (a higher one is EINVAL, which was 64 - N calls
+    # of nothing per child).
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            _TPL["last_cap"] = int(f.read())
+    except (OSError, ValueError):
+        _TPL["last_cap"] = 63
+
+
 def _template_reap(*_):
     while True:
         try:
@@ -2280,9 +2315,7 @@ def _template_call(ctrl, call_fd, mask):
     # 2. the setup: fresh mounts, ids, the call filter, syscall numbers
     setup, fds = _recv(sock)
     nr = setup["nr"]
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    libc.prctl.restype = ctypes.c_int
+    libc = _TPL["libc"]
 
     def sys_(name, *args):
         r = libc.syscall(ctypes.c_long(nr[name]), *args)
@@ -2297,7 +2330,7 @@ def _template_call(ctrl, call_fd, mask):
     os.chdir("/")
     # 3. capabilities: the bounding set while we still hold CAP_SETPCAP
     # (of our own user namespace), then the ids, then every set empty.
-    for cap in range(64):
+    for cap in range(_TPL["last_cap"] + 1):
         if libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0 and ctypes.get_errno() != 22:
             raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP %d" % cap)
     os.setresgid(setup["gid"], setup["gid"], setup["gid"])
@@ -2327,8 +2360,9 @@ def _template_call(ctrl, call_fd, mask):
     # The profile's process limit, on this call alone (the template has
     # none: see launcher planNproc).
     if setup.get("nproc"):
-        import resource
-
+        resource = _TPL.get("resource")
+        if resource is None:
+            import resource
         resource.setrlimit(resource.RLIMIT_NPROC, (setup["nproc"], setup["nproc"]))
     # 5. RNG state: the template's was copied into every child.
     if "random" in sys.modules:
@@ -2337,11 +2371,7 @@ def _template_call(ctrl, call_fd, mask):
     # inherited): namespaces and mounts are closed again.
     prog = bytes.fromhex(setup["call_filter"])
     buf = ctypes.create_string_buffer(prog, len(prog))
-
-    class _Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fprog = _Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    fprog = _TPL["fprog"](len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
     # 7. ready: the supervisor verifies all of the above from the host,
