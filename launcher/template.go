@@ -184,9 +184,11 @@ type Template struct {
 	mapper     *idMapper // opens the calls' id maps from the template's user namespace
 	started    time.Time
 	slots      chan int
-	leases     []*idLease
-	base       []int           // host id of each slot
-	cgs        []sandboxCgroup // the cgroup of each slot (nil entries: no cgroup), one call at a time
+	// slotsOnce, releaseOnce: Close and Drain end the template once.
+	slotsOnce, releaseOnce sync.Once
+	leases                 []*idLease
+	base                   []int           // host id of each slot
+	cgs                    []sandboxCgroup // the cgroup of each slot (nil entries: no cgroup), one call at a time
 
 	orderMu sync.Mutex // one fork order at a time
 	mu      sync.Mutex
@@ -233,6 +235,8 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	// loopback addresses in every call's namespace, nothing per call.
 	t.callListen, pl.Child.Listen = pl.Child.Listen, nil
 	fail := func(err error) (*Template, error) {
+		t.kill()
+		t.takeSlots()
 		t.release()
 		return nil, err
 	}
@@ -468,37 +472,71 @@ func (t *Template) retire(why error) {
 }
 
 // Close retires the template, kills it and waits for it; the calls in
-// flight are killed with it (their parent-death signal).
+// flight are killed with it (their parent-death signal). For a shutdown;
+// a template replaced while serving is drained (Drain). Close and Drain
+// may both be called, in any order and at once.
 func (t *Template) Close() {
 	t.retire(fmt.Errorf("%w: closed", ErrTemplateRetired))
-	if t.sb != nil {
-		_ = t.sb.Kill()
-		_, _ = t.sb.Wait()
-	}
+	t.kill()
+	t.takeSlots()
 	t.release()
 }
 
+// Drain retires the template, waits until every call in flight has
+// answered and cleaned up (each gives its slot back; a call is bounded by
+// its own timeout), then ends the template as Close does. A template is
+// recycled (TemplateMaxCalls, TemplateMaxAge) or replaced while calls run
+// in it: killing it then would kill those calls (their parent-death
+// signal), and a call must never fail because its template was recycled.
+// A call that took its slot runs to its end (one racing the retirement
+// may still take a slot: it is waited for like the others); a call that
+// starts after the retirement is refused (ErrTemplateRetired).
+func (t *Template) Drain() {
+	t.retire(fmt.Errorf("%w: drained", ErrTemplateRetired))
+	t.takeSlots()
+	t.kill()
+	t.release()
+}
+
+// kill ends the template's sandbox and waits for it (the calls in flight
+// die with it).
+func (t *Template) kill() {
+	if t.sb == nil {
+		return
+	}
+	select {
+	case <-t.sb.Ended():
+	default:
+		_ = t.sb.Kill()
+		_, _ = t.sb.Wait()
+	}
+}
+
+// takeSlots takes every slot back, once: no call holds the template's
+// ids or cgroups after it. Each call empties its slot's cgroup before it
+// returns the slot.
+func (t *Template) takeSlots() {
+	t.slotsOnce.Do(func() {
+		for i := 0; i < len(t.leases); i++ {
+			<-t.slots
+		}
+	})
+}
+
+// release frees what the template holds, once, after kill and takeSlots.
 func (t *Template) release() {
+	t.releaseOnce.Do(t.releaseAll)
+}
+
+func (t *Template) releaseAll() {
 	if t.ctrl != nil {
 		t.ctrl.Close()
 	}
 	if t.listener != nil {
 		t.listener.Close() // ends serveNotifications
 	}
-	if t.sb != nil {
-		select {
-		case <-t.sb.Ended():
-		default:
-			_ = t.sb.Kill()
-			_, _ = t.sb.Wait()
-		}
-	}
-	// The ids and cgroups go back only when no call can still hold them:
-	// the calls die with the template (parent-death signal), and each
-	// call empties its slot's cgroup before returning the slot.
-	for i := 0; i < len(t.leases); i++ {
-		<-t.slots
-	}
+	// The ids and cgroups go back only when no call can still hold them
+	// (takeSlots came first).
 	for _, l := range t.leases {
 		l.release()
 	}

@@ -140,7 +140,7 @@ func (s *Server) templateFor(t *task) (*launcher.Template, error) {
 		ts.metrics.TemplatesRetired.WithLabelValues(reason).Inc()
 		delete(ts.by, key)
 		ts.metrics.TemplatesLive.Set(float64(len(ts.by)))
-		go tt.tpl.Close() // its calls in flight finish first
+		go tt.tpl.Drain() // its calls in flight finish first, then it ends
 	}
 	argv := []string{"--template", "3", t.tool.Module, t.tool.Function}
 	if t.tool.ClassName != "" {

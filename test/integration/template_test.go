@@ -504,3 +504,84 @@ func templateWorkerDir(t *testing.T, prefix string) (dir, tools string) {
 	}
 	return dir, tools
 }
+
+// A template retired while a call runs in it (recycled after its calls or
+// age, or replaced) is drained: the call in flight answers, calls that
+// come after the retirement are refused (they run cold), and only then
+// does the template end. Killing it at once killed the call (CI of a
+// worker at 4 in flight: "no hello from the child" at the 500th call).
+func TestTemplateDrainLetsCallsFinish(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "probe_tool", "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res map[string]any
+		err error
+	}
+	held := make(chan answer, 1)
+	go func() {
+		raw, _ := json.Marshal(map[string]any{"tag": "held", "hold": 2})
+		a, err := runner.EncodeArgs(&runner.Args{Module: "probe_tool", Function: "probe", Args: raw, ResultFile: "/dev/null", OutputDir: "/tmp"})
+		if err != nil {
+			held <- answer{err: err}
+			return
+		}
+		res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: time.Minute})
+		if err != nil {
+			held <- answer{err: err}
+			return
+		}
+		var doc struct {
+			Result map[string]any `json:"result"`
+			Error  string         `json:"error"`
+		}
+		if err := json.Unmarshal(res.Document, &doc); err != nil || doc.Error != "" {
+			err = fmt.Errorf("document %s: %v %s", res.Document, err, doc.Error)
+		}
+		held <- answer{res: doc.Result, err: err}
+	}()
+	// The held call is in flight once the template has a child (its call).
+	for len(processChildren(t, tpl.Pid())) == 0 {
+		select {
+		case a := <-held:
+			t.Fatalf("the held call ended before the drain: %+v", a)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	drained := make(chan struct{})
+	go func() { tpl.Drain(); close(drained) }()
+	// The retirement comes first: a new call is refused, not queued.
+	for tpl.Retired() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := tpl.Call(context.Background(), nil, launcher.CallOptions{Timeout: time.Minute}); !errors.Is(err, launcher.ErrTemplateRetired) {
+		t.Errorf("a call after the retirement: %v, want ErrTemplateRetired", err)
+	}
+	a := <-held
+	if a.err != nil {
+		t.Fatalf("the call in flight during the drain failed: %v", a.err)
+	}
+	if a.res["pid"] != float64(1) {
+		t.Errorf("the held call's answer: %v", a.res)
+	}
+	<-drained
+	if err := syscall.Kill(tpl.Pid(), 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the template (pid %d) is still there after Drain: kill 0: %v", tpl.Pid(), err)
+	}
+}
+
+// processChildren lists pid's children (every thread's).
+func processChildren(t *testing.T, pid int) []string {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []string
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	return kids
+}
