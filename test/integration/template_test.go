@@ -536,8 +536,8 @@ func TestTemplateDrainLetsCallsFinish(t *testing.T) {
 			Result map[string]any `json:"result"`
 			Error  string         `json:"error"`
 		}
-		if err := json.Unmarshal(res.Document, &doc); err != nil || doc.Error != "" {
-			err = fmt.Errorf("document %s: %v %s", res.Document, err, doc.Error)
+		if derr := json.Unmarshal(res.Document, &doc); derr != nil || doc.Error != "" {
+			err = fmt.Errorf("document %s: %v %s", res.Document, derr, doc.Error)
 		}
 		held <- answer{res: doc.Result, err: err}
 	}()
