@@ -74,10 +74,11 @@ test: deps build test-deps
 # What only the test phases need, installed up front (as root) so that the
 # image built in the background and the VM phase never run apt-get at the
 # same time: qemu, a static busybox and xz for the VM, debootstrap for the
-# image's base, bubblewrap for `str bwrap`'s side-by-side tests.
+# image's base, bubblewrap for `str bwrap`'s side-by-side tests, procps for
+# the VM's process listings, numpy for the template reseed test.
 test-deps:
 	@missing=""; \
-	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps; do \
+	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps python3-numpy; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

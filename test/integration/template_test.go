@@ -585,3 +585,30 @@ func processChildren(t *testing.T, pid int) []string {
 	}
 	return kids
 }
+
+// RNG state: each call of a template reseeds the generators the tool
+// imported (Python's random, numpy's global one) from the kernel; without
+// it every call, a copy of the template, draws the same numbers.
+func TestTemplateReseedsGenerators(t *testing.T) {
+	tpl, err := templateFor(t, "restrictive", "rng_tool", "draw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]map[float64]bool{"random": {}, "numpy": {}}
+	for range 3 {
+		_, got := templateCall(t, tpl, "rng_tool", "draw", map[string]any{})
+		if got == nil {
+			t.FailNow()
+		}
+		for k := range seen {
+			v, ok := got[k].(float64)
+			if !ok {
+				t.Fatalf("call result %v: no number %q", got, k)
+			}
+			if seen[k][v] {
+				t.Errorf("two calls drew the same %s number %v: the template's generator state was not reseeded", k, v)
+			}
+			seen[k][v] = true
+		}
+	}
+}

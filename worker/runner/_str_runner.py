@@ -2364,9 +2364,17 @@ def _template_call(ctrl, call_fd, mask):
         if resource is None:
             import resource
         resource.setrlimit(resource.RLIMIT_NPROC, (setup["nproc"], setup["nproc"]))
-    # 5. RNG state: the template's was copied into every child.
+    # 5. RNG state: the template's was copied into every child. Reseeded
+    # from the kernel: the standard library's shared generator and
+    # numpy's legacy global one (a tool that imported them). os.urandom,
+    # secrets, uuid4 and SystemRandom read the kernel on every use; a
+    # generator object a tool builds and keeps at import is its own and
+    # is shared by its calls (README, "Not done yet"); tempfile's name
+    # generator is too, harmlessly: every call's /tmp is fresh.
     if "random" in sys.modules:
         sys.modules["random"].seed()
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
     # 6. the call's filter, stacked on the template's (no_new_privs is
     # inherited): namespaces and mounts are closed again.
     prog = bytes.fromhex(setup["call_filter"])
