@@ -195,6 +195,8 @@ func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent, h *
 	}
 	// 2. Handed over: this goroutine returns, and the server ends the
 	// connection's upstream side and gives back its hold when it closes.
+	// over is set before the server sees the connection, which may close
+	// (and release) before serve returns; release runs once either way.
 	h.over = true
 	t := &termConn{h: &termHandler{s: s, in: in, rt: tr}, end: func() { end(); h.release() }}
 	if !s.term.serve(tc, t) {
