@@ -13,7 +13,7 @@ import (
 // sandbox's own loopback, never a destination: denied as ip_literal. On
 // port 443 the ClientHello is read first (bounded) so Decide also checks the
 // SNI. Denied connections are reset.
-func (s *Session) handleCapture(c net.Conn, port int) {
+func (s *Session) handleCapture(c net.Conn, port int, h *held) {
 	c.SetDeadline(time.Now().Add(s.opts.ConnectTimeout))
 	in := Intent{Port: port, Via: ViaTransparent}
 	if ta, ok := c.LocalAddr().(*net.TCPAddr); ok {
@@ -45,5 +45,5 @@ func (s *Session) handleCapture(c net.Conn, port int) {
 		reset(c)
 		return
 	}
-	s.passOn(c, c, up, pre, in)
+	s.passOn(c, c, up, pre, in, h)
 }

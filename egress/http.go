@@ -29,7 +29,7 @@ var (
 
 // handleProxy serves one connection on the proxy port: SOCKS5 when the first
 // byte is 0x05, HTTP otherwise.
-func (s *Session) handleProxy(c net.Conn) {
+func (s *Session) handleProxy(c net.Conn, h *held) {
 	c.SetDeadline(time.Now().Add(s.opts.ConnectTimeout)) // bounds the whole request phase
 	br := bufio.NewReaderSize(c, proxyReadBuf)
 	first, err := br.Peek(1)
@@ -38,12 +38,12 @@ func (s *Session) handleProxy(c net.Conn) {
 	}
 	switch first[0] {
 	case 0x05:
-		s.handleSOCKS(c, br)
+		s.handleSOCKS(c, br, h)
 	case 0x04: // SOCKS4/4a: no domain validation story, no IPv6; refused
 		s.record(Event{Kind: KindNet, Reason: ReasonUnsupportedProtocol, Via: ViaSOCKS5})
 		c.Write([]byte{0, 0x5b, 0, 0, 0, 0, 0, 0}) // SOCKS4 "request rejected"
 	default:
-		s.handleHTTP(c, br)
+		s.handleHTTP(c, br, h)
 	}
 }
 
@@ -199,7 +199,7 @@ func writeBadGateway(w io.Writer, host string, port int) {
 
 // handleHTTP serves one HTTP proxy request: CONNECT (a tunnel) or an
 // absolute-form http:// request (forwarded, then the connection closes).
-func (s *Session) handleHTTP(c net.Conn, br *bufio.Reader) {
+func (s *Session) handleHTTP(c net.Conn, br *bufio.Reader, h *held) {
 	rl, head, err := readHead(br)
 	if err != nil {
 		if errors.Is(err, errBadLine) || errors.Is(err, errBadHeader) || errors.Is(err, errHeadTooLarge) {
@@ -213,7 +213,7 @@ func (s *Session) handleHTTP(c net.Conn, br *bufio.Reader) {
 		return
 	}
 	if rl.method == http.MethodConnect {
-		s.handleConnect(c, br, rl)
+		s.handleConnect(c, br, rl, h)
 		return
 	}
 	s.handleForward(c, br, rl, head)
@@ -231,7 +231,7 @@ func (s *Session) intentFor(name string, ip netip.Addr, port int, via string) In
 	return Intent{Host: name, IP: ip, Port: port, Via: via}
 }
 
-func (s *Session) handleConnect(c net.Conn, br *bufio.Reader, rl requestLine) {
+func (s *Session) handleConnect(c net.Conn, br *bufio.Reader, rl requestLine, h *held) {
 	name, ip, port, err := parseConnectTarget(rl.target)
 	if err != nil {
 		host, _, _ := strings.Cut(rl.target, ":")
@@ -255,12 +255,12 @@ func (s *Session) handleConnect(c net.Conn, br *bufio.Reader, rl requestLine) {
 		s.untrack(up)
 		return
 	}
-	s.tunnel(c, br, up, in, d)
+	s.tunnel(c, br, up, in, d, h)
 }
 
 // tunnel checks the TLS server name on port 443 (the client has its 200 or
 // SOCKS success by now and sends its ClientHello), then splices.
-func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in Intent, d Decision) {
+func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in Intent, d Decision, h *held) {
 	var pre []byte
 	if in.Port == 443 && in.Host != "" {
 		c.SetReadDeadline(time.Now().Add(min(sniTimeout, s.opts.ConnectTimeout)))
@@ -285,7 +285,7 @@ func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in Intent, d Deci
 			return
 		}
 	}
-	s.passOn(c, r, up, pre, in)
+	s.passOn(c, r, up, pre, in, h)
 }
 
 // handleForward forwards one absolute-form request: the Host header must

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -107,7 +108,8 @@ func (s *Session) intercepts(host string) bool {
 // passOn is the last step of every allowed tunnel (CONNECT, SOCKS5,
 // transparent capture): hosts with a credential or a rule are terminated,
 // every other host is spliced byte for byte as before.
-func (s *Session) passOn(c net.Conn, r io.Reader, up net.Conn, pre []byte, in Intent) {
+func (s *Session) passOn(c net.Conn, r io.Reader, up net.Conn, pre []byte, in Intent, h *held) {
+	r = unbuffer(r, c)
 	if !s.intercepts(in.Host) {
 		s.splice(c, r, up, pre)
 		return
@@ -115,7 +117,24 @@ func (s *Session) passOn(c net.Conn, r io.Reader, up net.Conn, pre []byte, in In
 	if len(pre) > 0 {
 		r = io.MultiReader(bytes.NewReader(pre), r)
 	}
-	s.terminate(c, r, up, in)
+	s.terminate(c, r, up, in, h)
+}
+
+// unbuffer returns a reader of the bytes r (the request phase's
+// bufio.Reader, or c itself) holds buffered and then of c directly: the
+// request phase's buffer (proxyReadBuf) is not kept for the life of a
+// tunnel or a terminated connection, most of which idle.
+func unbuffer(r io.Reader, c net.Conn) io.Reader {
+	br, ok := r.(*bufio.Reader)
+	if !ok {
+		return r
+	}
+	n := br.Buffered()
+	if n == 0 {
+		return c
+	}
+	b, _ := br.Peek(n) // buffered: never reads, never fails
+	return io.MultiReader(bytes.NewReader(bytes.Clone(b)), c)
 }
 
 // readerConn is a connection whose reads go through r (bytes already
@@ -133,19 +152,18 @@ var errSNIMismatch = errors.New("egress: TLS server name does not match the dest
 //
 //  1. TLS handshake with the sandbox, showing a leaf for in.Host minted by
 //     the session's CA; an SNI naming another host is sni_mismatch;
-//  2. HTTP/2 (ALPN h2) or HTTP/1.1, both net/http's, on it; every
-//     request goes through inspect (Host, rules, placeholders), then
-//     upstream;
+//  2. HTTP/2 (ALPN h2) or HTTP/1.1, both net/http's, on it (the session's
+//     termServer, to which the connection is handed over); every request
+//     goes through inspect (Host, rules, placeholders), then upstream;
 //  3. upstream over TLS verified against UpstreamRoots, HTTP/2 when the
 //     server offers it: first on the connection the tunnel already dialed
 //     (its handshake runs alongside step 1), later on connections dialed
 //     after a fresh Decide.
-func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent) {
+func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent, h *held) {
 	// 3. starts here: the upstream handshake on the pinned connection runs
 	// while the sandbox's handshake (1.) does. Only TLS goes upstream
 	// before a request has passed inspect.
 	first := s.startFirst(up, in)
-	defer first.release()
 	// 1.
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -165,33 +183,124 @@ func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent) {
 	tc := tls.Server(readerConn{c, r}, cfg)
 	c.SetDeadline(time.Now().Add(s.opts.ConnectTimeout))
 	if err := tc.HandshakeContext(s.ctx); err != nil {
+		first.release()
 		return // not TLS, or the sandbox does not trust the CA: no request was sent upstream
 	}
 	c.SetDeadline(time.Time{})
 	// 3. (the transport that takes the handshake started above)
 	tr := s.upstreamTransport(in, first)
-	defer tr.CloseIdleConnections()
-	h := &termHandler{s: s, in: in, rt: tr}
-	// 2. One http.Server for both: it hands a connection that negotiated
-	// h2 to its HTTP/2 server (the standard library's), any other to
-	// HTTP/1.1, and reports StateClosed when either is done.
-	done := make(chan struct{})
-	var once sync.Once
-	srv := &http.Server{
-		Handler:           h,
+	end := func() {
+		tr.CloseIdleConnections()
+		first.release()
+	}
+	// 2. Handed over: this goroutine returns, and the server ends the
+	// connection's upstream side and gives back its hold when it closes.
+	// over is set before the server sees the connection, which may close
+	// (and release) before serve returns; release runs once either way.
+	h.over = true
+	t := &termConn{h: &termHandler{s: s, in: in, rt: tr}, end: func() { end(); h.release() }}
+	if !s.term.serve(tc, t) {
+		h.over = false // the session is closing: released by the caller
+		end()
+	}
+}
+
+// termServer serves a session's terminated connections: one http.Server,
+// which hands a connection that negotiated h2 to its HTTP/2 server (the
+// standard library's) and any other to HTTP/1.1, fed by terminate through
+// a listener of its own. Each connection's handler and end are found by
+// the connection (ConnContext, ConnState): no goroutine per connection
+// waits for it beyond the server's own.
+type termServer struct {
+	srv   *http.Server
+	queue chan net.Conn // unbuffered: a sent connection was accepted
+	ctx   context.Context
+
+	mu    sync.Mutex
+	conns map[net.Conn]*termConn
+}
+
+// termConn is one terminated connection's handler, and what its end does:
+// close the upstream side and release the connection's hold.
+type termConn struct {
+	h   *termHandler
+	end func()
+}
+
+type termConnKey struct{}
+
+// startTermServer starts the session's termServer; it stops accepting
+// when the session's context is done (Close closes the connections).
+func (s *Session) startTermServer() *termServer {
+	t := &termServer{queue: make(chan net.Conn), ctx: s.ctx, conns: make(map[net.Conn]*termConn)}
+	t.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.Context().Value(termConnKey{}).(*termConn).h.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: s.opts.ConnectTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    maxHeadBytes,
 		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
 		ErrorLog:          log.New(io.Discard, "", 0),
-		ConnState: func(_ net.Conn, st http.ConnState) {
-			if st == http.StateClosed || st == http.StateHijacked {
-				once.Do(func() { close(done) })
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return context.WithValue(ctx, termConnKey{}, t.conns[c])
+		},
+		// Every accepted connection ends in StateClosed (or Hijacked).
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st != http.StateClosed && st != http.StateHijacked {
+				return
+			}
+			t.mu.Lock()
+			tc := t.conns[c]
+			delete(t.conns, c)
+			t.mu.Unlock()
+			if tc != nil {
+				tc.end()
 			}
 		},
 	}
-	srv.Serve(&oneConnListener{c: tc, done: done, ctx: s.ctx})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t.srv.Serve(termListener{t})
+	}()
+	return t
 }
+
+// serve hands c over to the server; false when the session is closing
+// (c was not accepted and tc's end is the caller's).
+func (t *termServer) serve(c net.Conn, tc *termConn) bool {
+	t.mu.Lock()
+	t.conns[c] = tc
+	t.mu.Unlock()
+	select {
+	case t.queue <- c:
+		return true
+	case <-t.ctx.Done():
+		t.mu.Lock()
+		delete(t.conns, c)
+		t.mu.Unlock()
+		return false
+	}
+}
+
+// termListener is the termServer's listener: the connections terminate
+// hands over, until the session's context is done.
+type termListener struct{ t *termServer }
+
+func (l termListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.t.queue:
+		return c, nil
+	case <-l.t.ctx.Done():
+		return nil, net.ErrClosed
+	}
+}
+
+func (termListener) Close() error   { return nil }
+func (termListener) Addr() net.Addr { return &net.TCPAddr{} }
 
 // firstConn is the upstream TLS handshake on the connection the tunnel
 // already dialed (checked and pinned by its decision), started in parallel
@@ -262,33 +371,6 @@ func (f *firstConn) release() {
 func (s *Session) upstreamTLS(host string) *tls.Config {
 	return &tls.Config{RootCAs: s.icpt.roots, ServerName: host, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 }
-
-// oneConnListener serves exactly one connection to http.Server.Serve and
-// makes Serve return once that connection is closed.
-type oneConnListener struct {
-	mu   sync.Mutex
-	c    net.Conn
-	done chan struct{}
-	ctx  context.Context
-}
-
-func (l *oneConnListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	c := l.c
-	l.c = nil
-	l.mu.Unlock()
-	if c != nil {
-		return c, nil
-	}
-	select {
-	case <-l.done:
-	case <-l.ctx.Done():
-	}
-	return nil, net.ErrClosed
-}
-
-func (l *oneConnListener) Close() error   { return nil }
-func (l *oneConnListener) Addr() net.Addr { return &net.TCPAddr{} }
 
 // trackedConn untracks its connection from the session when the upstream
 // transport closes it.

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -19,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Every server here is a real HTTPS server on 127.0.0.1 with a certificate
@@ -131,7 +133,7 @@ type icptFixture struct {
 
 // newFixture: api.test has the credential, other.test an HTTP rule (so it
 // is terminated too), plain.test neither (a tunnel).
-func newFixture(t testing.TB, onViolation string) *icptFixture {
+func newFixture(t testing.TB, onViolation string, mods ...func(*Options)) *icptFixture {
 	t.Helper()
 	f := &icptFixture{}
 	var err error
@@ -156,11 +158,15 @@ func newFixture(t testing.TB, onViolation string) *icptFixture {
 		AllowedPorts: []int{f.api.port, f.other.port, f.plain.port}, AllowedCIDRs: lo32, OnViolation: onViolation,
 		HTTPRules: []HTTPRule{{Host: "other.test", Methods: []string{"GET", "POST"}, Paths: []string{"/repos/"}}}}
 	lo := []netip.Addr{loopback}
-	f.ts = startSession(t, p, Options{
+	o := Options{
 		Resolver:  stubResolver{"api.test": lo, "other.test": lo, "plain.test": lo},
 		Intercept: &Interception{CA: f.proxyCA, Credentials: []Credential{f.cred}, UpstreamRoots: roots},
 		OnKill:    func(Event) { f.kills.Add(1) },
-	})
+	}
+	for _, mod := range mods {
+		mod(&o)
+	}
+	f.ts = startSession(t, p, o)
 	f.sandboxRoots = x509.NewCertPool()
 	f.sandboxRoots.AddCert(f.proxyCA.Certificate())
 	f.sandboxRoots.AddCert(f.serverCA.Certificate())
@@ -745,5 +751,128 @@ func TestInterceptNoRequestReleases(t *testing.T) {
 	}
 	if n := f.api.hits.Load(); n != 0 {
 		t.Errorf("the server got %d requests", n)
+	}
+}
+
+// A terminated connection is served on by the session's HTTP server once
+// its handler goroutine has returned (termServer): it keeps its MaxConns
+// slot while open, gives it back when it closes, and Close still ends it.
+func TestInterceptHandedOverHoldsSlot(t *testing.T) {
+	f := newFixture(t, "", func(o *Options) { o.MaxConns = 2 })
+	u := f.url(f.api, "api.test", "/small")
+	hdr := map[string]string{"Authorization": "Bearer " + f.cred.Placeholder}
+	var open []*http.Client
+	for range 2 {
+		c := f.client(true)
+		if resp, _ := do(t, c, "GET", u, nil, hdr); resp.StatusCode != 200 {
+			t.Fatalf("GET: %d", resp.StatusCode)
+		}
+		open = append(open, c)
+	}
+	if !refused(t, f.ts.proxy, []byte(fmt.Sprintf("CONNECT api.test:%d HTTP/1.1\r\n\r\n", f.api.port))) {
+		t.Fatal("a third connection was served: an open terminated connection gave back its slot")
+	}
+	mustEvent(t, f.ts.Session, ReasonLimitConnections, "")
+	// Closing one gives its slot back (once the proxy has seen the close).
+	open[0].CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := f.client(true)
+		req, _ := http.NewRequest("GET", u, nil)
+		req.Header.Set("Authorization", "Bearer "+f.cred.Placeholder)
+		resp, err := c.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("GET: %d", resp.StatusCode)
+			}
+			open[0] = c
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the closed connection's slot was not given back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Close ends the open ones and returns (it waits for their ends).
+	if err := f.ts.Close(); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", u, nil)
+	if resp, err := open[1].Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a request on a terminated connection after Close: %d", resp.StatusCode)
+	}
+	for _, c := range open {
+		c.CloseIdleConnections()
+	}
+}
+
+// connectFirst sends a CONNECT request in the same write as the first
+// bytes written through it (a client that does not wait for the 200) and
+// reads the proxy's response before the first bytes read.
+type connectFirst struct {
+	net.Conn
+	connect []byte
+	br      *bufio.Reader
+	status  int
+}
+
+func (c *connectFirst) Write(b []byte) (int, error) {
+	if c.connect != nil {
+		p := append(c.connect, b...)
+		c.connect = nil
+		if _, err := c.Conn.Write(p); err != nil {
+			return 0, err
+		}
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *connectFirst) Read(b []byte) (int, error) {
+	if c.status == 0 {
+		resp, err := http.ReadResponse(c.br, &http.Request{Method: "CONNECT"})
+		if err != nil {
+			return 0, err
+		}
+		c.status = resp.StatusCode
+		if c.status != 200 {
+			return 0, fmt.Errorf("CONNECT: %d", c.status)
+		}
+	}
+	return c.br.Read(b)
+}
+
+// A ClientHello sent with the CONNECT request, in one segment, sits in the
+// request phase's buffer when the connection is terminated: it reaches the
+// TLS server first (unbuffer), and the request goes through.
+func TestInterceptClientHelloWithConnect(t *testing.T) {
+	f := newFixture(t, "")
+	raw := dialT(t, f.ts.proxy)
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(20 * time.Second))
+	target := fmt.Sprintf("api.test:%d", f.api.port)
+	cf := &connectFirst{Conn: raw, connect: []byte("CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n"), br: bufio.NewReader(raw)}
+	tc := tls.Client(cf, &tls.Config{RootCAs: f.sandboxRoots, ServerName: "api.test", NextProtos: []string{"http/1.1"}})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("handshake with the proxy: %v", err)
+	}
+	req, _ := http.NewRequest("GET", f.url(f.api, "api.test", "/small"), nil)
+	req.Header.Set("Authorization", "Bearer "+f.cred.Placeholder)
+	if err := req.Write(tc); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	if got := f.api.last(t).Auth; got != "Bearer "+testSecret {
+		t.Errorf("the server saw %q", got)
 	}
 }

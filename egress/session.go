@@ -70,6 +70,7 @@ type Session struct {
 	events *eventLog
 	fake   *fakeTable
 	icpt   *interceptor // nil: nothing is terminated
+	term   *termServer  // serves the terminated connections (nil with icpt)
 	l      Listeners
 
 	ctx    context.Context
@@ -137,6 +138,9 @@ func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, err
 	s.stop = context.AfterFunc(ctx, func() { s.Close() })
 	s.mu.Unlock()
 
+	if icpt != nil {
+		s.term = s.startTermServer()
+	}
 	if l.Proxy != nil {
 		s.serveListener(l.Proxy, s.handleProxy)
 	}
@@ -145,7 +149,7 @@ func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, err
 			continue
 		}
 		port := port
-		s.serveListener(ln, func(c net.Conn) { s.handleCapture(c, port) })
+		s.serveListener(ln, func(c net.Conn, h *held) { s.handleCapture(c, port, h) })
 	}
 	if l.DNSTCP != nil {
 		s.serveDNSTCP(l.DNSTCP)
@@ -284,9 +288,31 @@ func (s *Session) untrack(c net.Conn) {
 	c.Close()
 }
 
+// held is one accepted connection's hold on the session: a MaxConns slot,
+// its tracking (Close closes it) and its count in the wait group (Close
+// waits for it), all given back once by release. The goroutine handling
+// the connection releases it when the handler returns, unless the handler
+// handed it over: a terminated connection is served on by the session's
+// HTTP server (termServer) with no goroutine of the handler's left waiting
+// for it, and released when that server reports it closed.
+type held struct {
+	s    *Session
+	c    net.Conn
+	over bool // handed over; only the handling goroutine reads or sets it
+	once sync.Once
+}
+
+func (h *held) release() {
+	h.once.Do(func() {
+		h.s.untrack(h.c)
+		<-h.s.slots
+		h.s.wg.Done()
+	})
+}
+
 // serveListener accepts on ln until it is closed; every connection takes a
 // slot of MaxConns or is refused with a limit_connections event.
-func (s *Session) serveListener(ln net.Listener, handle func(net.Conn)) {
+func (s *Session) serveListener(ln net.Listener, handle func(net.Conn, *held)) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -320,11 +346,14 @@ func (s *Session) serveListener(ln net.Listener, handle func(net.Conn)) {
 				return
 			}
 			s.wg.Add(1)
+			h := &held{s: s, c: c}
 			go func() {
-				defer s.wg.Done()
-				defer func() { <-s.slots }()
-				defer s.untrack(c)
-				handle(c)
+				defer func() {
+					if !h.over {
+						h.release()
+					}
+				}()
+				handle(c, h)
 			}()
 		}
 	}()

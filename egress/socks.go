@@ -144,7 +144,7 @@ func socksReply(w io.Writer, rep byte) error {
 }
 
 // handleSOCKS serves one SOCKS5 connection.
-func (s *Session) handleSOCKS(c net.Conn, br *bufio.Reader) {
+func (s *Session) handleSOCKS(c net.Conn, br *bufio.Reader, h *held) {
 	// Greeting: VER NMETHODS METHODS...
 	var g [2]byte
 	if _, err := io.ReadFull(br, g[:]); err != nil {
@@ -209,5 +209,5 @@ func (s *Session) handleSOCKS(c net.Conn, br *bufio.Reader) {
 		s.untrack(up)
 		return
 	}
-	s.tunnel(c, br, up, in, d)
+	s.tunnel(c, br, up, in, d, h)
 }
