@@ -35,8 +35,8 @@ package launcher
 //	C3.  the child's hello carries its pid (SCM_CREDENTIALS, translated
 //	     by the kernel); it must be the template's child, in 7
 //	     namespaces none of which is the template's; pidfd_open pins it
-//	C4.  setgroups deny, gid_map and uid_map: templateInsideID -> the
-//	     pair's host id
+//	C4.  setgroups deny, gid_map and uid_map: the profile's gid and uid
+//	     (a cold sandbox's tool's) -> the pair's host id
 //	C5.  lo up in its network namespace and the egress listeners
 //	     opened there (template_netns.go: the ones nsinit step 10 opens
 //	     in a cold sandbox, at the same addresses), served by an egress
@@ -100,10 +100,6 @@ const (
 	// host id pairs leased with it.
 	TemplateSlots = 8
 )
-
-// templateInsideID is the uid and gid a call runs as inside its own user
-// namespace.
-const templateInsideID = 1000
 
 // templateSlotInside is the id, inside the template's user namespace, of
 // its slot i's host id (Plan.ExtraIDMaps).
@@ -823,13 +819,20 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	}
 	// The map's lower id is read in the parent user namespace, the
 	// template's, where the pair's host id is templateSlotInside(slot).
-	id := strconv.Itoa(templateInsideID) + " " + strconv.Itoa(templateSlotInside(c.slot)) + " 1\n"
-	for _, name := range []string{"gid_map", "uid_map"} {
-		path := fmt.Sprintf("/proc/%d/%s", pid, name)
+	// Inside, the call is the profile's uid and gid, as a cold sandbox's
+	// tool is (the template's /etc/passwd names them): the only ids its
+	// namespace maps.
+	outside := " " + strconv.Itoa(templateSlotInside(c.slot)) + " 1\n"
+	for _, m := range []struct {
+		name string
+		id   uint32
+	}{{"gid_map", t.plan.Child.GID}, {"uid_map", t.plan.Child.UID}} {
+		path := fmt.Sprintf("/proc/%d/%s", pid, m.name)
 		f, err := t.mapper.open(path)
 		if err != nil {
 			return nil, fmt.Errorf("template call: %w", err)
 		}
+		id := strconv.FormatUint(uint64(m.id), 10) + outside
 		_, err = f.Write([]byte(id))
 		f.Close()
 		if err != nil {
@@ -879,7 +882,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 		cwd = t.workTarget
 	}
 	setup := map[string]any{
-		"type": "setup", "uid": templateInsideID, "gid": templateInsideID, "mounts": targets, "cwd": cwd, "nproc": t.nproc,
+		"type": "setup", "uid": t.plan.Child.UID, "gid": t.plan.Child.GID, "mounts": targets, "cwd": cwd, "nproc": t.nproc,
 		"call_filter": hex.EncodeToString(t.callFilter), "result_chunk": templateChunk,
 		"nr": map[string]int{"move_mount": unix.SYS_MOVE_MOUNT, "capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
 	}
