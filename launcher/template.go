@@ -1472,6 +1472,15 @@ const maxTemplateMessage = 64 << 20
 // is sent in pieces.
 const templateChunk = 64 << 10
 
+// AnswerTooLargeError: a call announced an answer of Size bytes, more than
+// the Max a template call's answer may have (the tool's doing: its
+// result is too large, as a cold call's result file can be).
+type AnswerTooLargeError struct{ Size, Max int64 }
+
+func (e *AnswerTooLargeError) Error() string {
+	return fmt.Sprintf("the answer announces %d bytes, more than the %d a template call's answer may have", e.Size, e.Max)
+}
+
 // recvDocument reads a call's answer (C11) within d: a header message
 // {"type": "result", "size": N}, 1 <= N <= maxTemplateMessage, then the N
 // bytes of the result document in messages of at most templateChunk
@@ -1486,7 +1495,10 @@ func recvDocument(f *os.File, d time.Duration) (json.RawMessage, error) {
 	if _, _, err := recvJSON(f, &head, d, false); err != nil {
 		return nil, err
 	}
-	if head.Type != "result" || head.Size < 1 || head.Size > maxTemplateMessage {
+	if head.Type == "result" && head.Size > maxTemplateMessage {
+		return nil, &AnswerTooLargeError{Size: int64(head.Size), Max: maxTemplateMessage}
+	}
+	if head.Type != "result" || head.Size < 1 {
 		return nil, fmt.Errorf("the answer's header is %q of %d bytes: want \"result\" of 1 to %d bytes", head.Type, head.Size, maxTemplateMessage)
 	}
 	_ = f.SetReadDeadline(deadline)

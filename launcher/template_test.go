@@ -1,12 +1,15 @@
 package launcher
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -124,5 +127,40 @@ func TestTemplateWorkDirTarget(t *testing.T) {
 		if ok && (len(pl.Child.Mounts) != n+1 || pl.Child.Mounts[n].Kind != nsinit.MountDir || pl.Child.Mounts[n].Target != target) {
 			t.Errorf("%q: no directory planned for it", target)
 		}
+	}
+}
+
+// An answer whose header announces more than a template call's answer may
+// have is the tool's result too large (AnswerTooLargeError, which the
+// worker answers as it answers a cold call's oversized result.json), not
+// a child that gave no answer; a header within bounds is read.
+func TestRecvDocumentTooLarge(t *testing.T) {
+	for _, c := range []struct {
+		size     int
+		tooLarge bool
+	}{{maxTemplateMessage + 1, true}, {2, false}} {
+		ours, theirs, err := templatePair("test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := fmt.Sprintf(`{"type": "result", "size": %d}`, c.size)
+		if _, err := theirs.Write([]byte(head)); err != nil {
+			t.Fatal(err)
+		}
+		if !c.tooLarge {
+			if _, err := theirs.Write([]byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		doc, err := recvDocument(ours, time.Minute)
+		var tl *AnswerTooLargeError
+		switch {
+		case c.tooLarge && (!errors.As(err, &tl) || tl.Size != int64(c.size)):
+			t.Errorf("size %d: %v, want an AnswerTooLargeError of %d bytes", c.size, err, c.size)
+		case !c.tooLarge && (err != nil || string(doc) != "{}"):
+			t.Errorf("size %d: %q, %v, want {}", c.size, doc, err)
+		}
+		ours.Close()
+		theirs.Close()
 	}
 }

@@ -227,6 +227,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		}
 	}
 	res, err := tpl.Call(t.ctx, nil, opts)
+	var tooLarge *launcher.AnswerTooLargeError
 	if err == nil || wd != nil { // it reached the template: served there, whatever its outcome
 		s.metrics.TemplateCalls.WithLabelValues(t.req.ToolName).Inc()
 	}
@@ -239,6 +240,8 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		teardown()
 		s.metrics.TemplateFallbacks.WithLabelValues(fallbackRetired).Inc()
 		return outcome{}, nil, false
+	case err != nil && errors.As(err, &tooLarge):
+		return s.tooLargeResult(t, "the template call's answer", tooLarge.Size), teardown, true
 	case err != nil && errors.Is(err, launcher.ErrCallOutOfMemory):
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)", t.profile)), teardown, true
 	case err != nil:
@@ -257,8 +260,16 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		relay.drain()
 	}
 	// Decoded from memory: nothing is written into the work dir, where
-	// the tool could have put a symlink in its place.
+	// the tool could have put a symlink in its place. Classified as a
+	// cold call's result file is (classify.go): too large or nested too
+	// deeply is the tool's fault.
+	if n := len(res.Document); n > s.maxReplyBytes() {
+		return s.tooLargeResult(t, "the template call's answer", int64(n)), teardown, true
+	}
 	parsed, err := runner.DecodeResult(res.Document, int64(s.maxReplyBytes()))
+	if e := nestedTooDeeply(err); e != nil {
+		return s.errorOutcome(t, e), teardown, true
+	}
 	if err != nil {
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "unusable result (template call): %v", err)), teardown, true
 	}

@@ -2354,11 +2354,18 @@ def _template_call(ctrl, call_fd, mask):
     if setup.get("cwd"):
         os.chdir(setup["cwd"])
     document = _run(call)
-    # 8. the answer: its size, then the document in pieces (one message
-    # must fit the socket's send buffer; launcher.recvDocument).
+    # 8. the answer.
+    _send_result(sock, document, setup["result_chunk"])
+
+
+def _send_result(sock, document, chunk):
+    """A template call's step 8, its _write_result: the document's size,
+    then the document in pieces of at most chunk bytes (one message must
+    fit the socket's send buffer; launcher.recvDocument). The worker
+    checks what arrives as it checks a result file (runner.DecodeResult):
+    the tool runs in this process and can replace this function."""
     data = _json_dumps(document).encode("utf-8")
     _send(sock, {"type": "result", "size": len(data)})
-    chunk = setup["result_chunk"]
     for i in range(0, len(data), chunk):
         sock.sendmsg([data[i : i + chunk]])
 
