@@ -372,6 +372,13 @@ func (t *Template) derivePolicies(profile string) error {
 // planMounts makes the template's /proc an empty read-only tmpfs and its
 // writable tmpfs mounts read-only, and records what each call gets fresh
 // instead: the same tmpfs mounts, writable, and its own /proc.
+//
+// A mask under a fresh mount (an empty read-only tmpfs: plan step 7's
+// over /var/run/secrets, under the permissive profile's writable /var)
+// is left out: the template could not make its mount point in the
+// read-only tmpfs there, and it would hide nothing, in the template or
+// in a call: what lies under a fresh mount is that empty tmpfs's, never
+// the host's (a bind there is refused: checkBinds).
 func (t *Template) planMounts() {
 	ms := t.plan.Child.Mounts
 	for i, m := range ms {
@@ -384,6 +391,19 @@ func (t *Template) planMounts() {
 			t.fresh = append(t.fresh, freshMount{target: m.Target, fs: "tmpfs", data: m.Data})
 		}
 	}
+	t.plan.Child.Mounts = slices.DeleteFunc(ms, func(m nsinit.Mount) bool {
+		return m.Kind == nsinit.MountTmpfs && m.ReadOnly && t.underFresh(m.Target)
+	})
+}
+
+// underFresh: target lies strictly under a mount each call gets fresh.
+func (t *Template) underFresh(target string) bool {
+	for _, f := range t.fresh {
+		if target != f.target && under(target, f.target) {
+			return true
+		}
+	}
+	return false
 }
 
 // planNproc takes RLIMIT_NPROC off the template and gives it to each
