@@ -2146,6 +2146,7 @@ def _run(run_args):
 _AT_FDCWD = -100
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
@@ -2311,6 +2312,14 @@ def _template_call(ctrl, call_fd, mask):
     # The uid change cleared the parent-death signal: the call dies with
     # its template.
     libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    # It also made the process non-dumpable, and no execve follows to
+    # make it dumpable again, as a cold sandbox's tool's does: its
+    # /proc/self would be root's (overflow), so the tool could not list
+    # its own /proc/self/fd or ns. Dumpable as a cold tool is: ptrace and
+    # process_vm_* stay EPERM in the filter, and the template, which owns
+    # the call's user namespace, could reach it either way (it has no /proc).
+    if libc.prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
     # 4. descriptors: stdio is /dev/null, the call's socket is 3, nothing else.
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
