@@ -116,6 +116,12 @@ var ErrTemplateRefused = errors.New("template refused")
 // ErrCallOutOfMemory: the call was killed at its cgroup's memory limit.
 var ErrCallOutOfMemory = errors.New("killed: out of memory")
 
+// ErrCallNetwork: the call's egress listeners or its egress session could
+// not be made (C5). Nothing of the call had reached its child (its work
+// dir and data come later), and the template is not retired: the call
+// may run elsewhere (the worker runs it in a sandbox of its own).
+var ErrCallNetwork = errors.New("the call's network could not be set up")
+
 // ErrTemplateRetired: the template may not take more calls (recycled,
 // failed a check, or ended); start a new one.
 var ErrTemplateRetired = errors.New("template retired")
@@ -869,8 +875,10 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	// C5. lo and the egress listeners, in the child's network namespace;
 	// served before any call data (C10), as a cold sandbox's are before
 	// its tool runs.
+	// Not the template's doing (it is not retired): the caller may run
+	// the call elsewhere (ErrCallNetwork; the worker runs it cold).
 	if err := c.startEgress(ctx, fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil {
-		return nil, fmt.Errorf("template call: %w", err)
+		return nil, fmt.Errorf("template call: %w: %w", ErrCallNetwork, err)
 	}
 
 	// C6. Its cgroup: the slot's, empty (cleanup emptied it after the
@@ -979,14 +987,17 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	return res, nil
 }
 
+// makeCallNetwork is callNetwork; a test replaces it to make the
+// listeners fail (export_test.go).
+var makeCallNetwork = callNetwork
+
 // startEgress is C5: the call's listeners, opened in its network
 // namespace (nsPath), served with the template's policy by a session of
-// the call's own. A failure fails the call: no call runs without its
-// proxy (a cold sandbox whose proxy fails has no network; a template
-// call is not started instead).
+// the call's own. A failure fails the call before any of its data is
+// sent (ErrCallNetwork): no call runs without its proxy.
 func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
 	t := c.t
-	fds, err := callNetwork(nsPath, t.callListen)
+	fds, err := makeCallNetwork(nsPath, t.callListen)
 	if err != nil {
 		return fmt.Errorf("the child's network namespace: %w", err)
 	}

@@ -31,10 +31,34 @@ import (
 // call's: the egress proxy with the tool's policy on its own listeners
 // (launcher C5), its denials in its reply.
 
-// TemplateStarter starts per-tool templates: the launcher in root mode
-// (`str worker` passes it); nil = no templates, every call cold.
+// TemplateStarter starts per-tool templates: LauncherTemplates in root
+// mode (`str worker` passes it); nil = no templates, every call cold.
 type TemplateStarter interface {
-	StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (*launcher.Template, error)
+	StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (Template, error)
+}
+
+// Template is a running per-tool template as the worker uses it: a
+// *launcher.Template (launcher/template.go says what each method does).
+type Template interface {
+	Call(ctx context.Context, runnerArgs []byte, opts launcher.CallOptions) (*launcher.CallResult, error)
+	CallWorkDir(spec launcher.WorkDirSpec, uid, gid int) (*launcher.WorkDir, error)
+	Retired() error
+	Stale(hash string) bool
+	Pid() int
+	Close()
+}
+
+// LauncherTemplates is l's StartTemplate as a TemplateStarter.
+func LauncherTemplates(l *launcher.Launcher) TemplateStarter { return launcherTemplates{l} }
+
+type launcherTemplates struct{ l *launcher.Launcher }
+
+func (lt launcherTemplates) StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (Template, error) {
+	tpl, err := lt.l.StartTemplate(ctx, tr)
+	if err != nil {
+		return nil, err // never a typed nil in the interface
+	}
+	return tpl, nil
 }
 
 // templateWorkTarget is where a template call's work dir is mounted: a
@@ -60,14 +84,17 @@ const (
 // The reasons of str_worker_template_fallbacks_total: a warm: template
 // tool's call that ran in a sandbox of its own because it may not run in
 // a template (templateEligible: no templates in this mode, the init
-// sub-protocol, a network that is not isolated), no template could be
-// started, or its template was retired before the call reached it and
-// the next one could not take it.
+// sub-protocol, a tool with credentials), no template could be started,
+// its template was retired before the call reached it and the next one
+// could not take it, or the call's egress listeners could not be made in
+// its namespace (launcher.ErrCallNetwork: nothing of the call had reached
+// the template's child; the template serves the next call).
 const (
 	fallbackNotEligible     = "not_eligible"
 	fallbackStartFailed     = "start_failed"
 	fallbackRetired         = "retired_before_call"
-	templateFallbackReasons = fallbackNotEligible + ", " + fallbackStartFailed + ", " + fallbackRetired
+	fallbackCallNetwork     = "call_network_failed"
+	templateFallbackReasons = fallbackNotEligible + ", " + fallbackStartFailed + ", " + fallbackRetired + ", " + fallbackCallNetwork
 )
 
 // templateSet is the worker's templates, by tool name.
@@ -79,7 +106,7 @@ type templateSet struct {
 }
 
 type toolTemplate struct {
-	tpl  *launcher.Template
+	tpl  Template
 	tool manifest.Tool // the entry it was made for
 }
 
@@ -118,7 +145,7 @@ func (s *Server) sourceHash(tool *manifest.Tool) string {
 // templateFor returns the tool's template for this call's profile,
 // starting one when there is none, it was retired, its manifest entry
 // changed or its module's source did.
-func (s *Server) templateFor(t *task) (*launcher.Template, error) {
+func (s *Server) templateFor(t *task) (Template, error) {
 	ts := s.templates
 	hash := s.sourceHash(t.tool)
 	key := t.req.ToolName + "\x00" + t.profile
@@ -239,6 +266,13 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		// it, or a cold sandbox.
 		teardown()
 		s.metrics.TemplateFallbacks.WithLabelValues(fallbackRetired).Inc()
+		return outcome{}, nil, false
+	case err != nil && errors.Is(err, launcher.ErrCallNetwork) && wd == nil:
+		// Its listeners could not be made: a cold sandbox makes its own
+		// (nothing of the call had reached the template's child).
+		teardown()
+		t.log.Warn("the template call's network could not be set up: the call runs cold", "error", err)
+		s.metrics.TemplateFallbacks.WithLabelValues(fallbackCallNetwork).Inc()
 		return outcome{}, nil, false
 	case err != nil && errors.As(err, &tooLarge):
 		return s.tooLargeResult(t, "the template call's answer", tooLarge.Size), teardown, true
