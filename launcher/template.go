@@ -195,6 +195,7 @@ type Template struct {
 	pending bool // a fork is ordered and its clone not yet seen
 	calls   int
 	retired error
+	why     RetireReason // with retired
 	done    chan struct{}
 }
 
@@ -327,7 +328,7 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	// retires the template.
 	go func() {
 		<-sb.Ended()
-		t.retire(fmt.Errorf("%w: the template ended", ErrTemplateRetired))
+		t.retire(RetiredEnded, fmt.Errorf("%w: the template ended", ErrTemplateRetired))
 	}()
 	return t, nil
 }
@@ -480,10 +481,45 @@ func (t *Template) Retired() error {
 	return t.retired
 }
 
-func (t *Template) retire(why error) {
+// RetireReason is why a template takes no more calls (Template.Why).
+type RetireReason string
+
+// The reasons, in the words of the worker's
+// str_worker_templates_retired_total{reason}.
+const (
+	RetiredCalls       RetireReason = "calls"        // it served TemplateMaxCalls calls
+	RetiredAge         RetireReason = "age"          // it is TemplateMaxAge old
+	RetiredFailedCheck RetireReason = "failed_check" // a check at a fork order, of a child or of a slot's cgroup failed
+	RetiredEnded       RetireReason = "ended"        // the template's process ended
+	RetiredClosed      RetireReason = "closed"       // Close
+)
+
+// Why is the reason the template was retired ("" while it takes calls).
+func (t *Template) Why() RetireReason {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.why
+}
+
+// recycleReason is why a template that has taken calls calls and is age
+// old takes no more ("" if it may take the next): its address-space
+// layout has been shared long enough (TemplateMaxCalls, TemplateMaxAge).
+func recycleReason(calls int, age time.Duration) RetireReason {
+	switch {
+	case calls >= TemplateMaxCalls:
+		return RetiredCalls
+	case age >= TemplateMaxAge:
+		return RetiredAge
+	}
+	return ""
+}
+
+// retire records the first reason only: a template retired for a failed
+// check that then ends stays retired for the check.
+func (t *Template) retire(reason RetireReason, why error) {
 	t.mu.Lock()
 	if t.retired == nil {
-		t.retired = why
+		t.retired, t.why = why, reason
 		close(t.done)
 	}
 	t.mu.Unlock()
@@ -492,7 +528,7 @@ func (t *Template) retire(why error) {
 // Close retires the template, kills it and waits for it; the calls in
 // flight are killed with it (their parent-death signal).
 func (t *Template) Close() {
-	t.retire(fmt.Errorf("%w: closed", ErrTemplateRetired))
+	t.retire(RetiredClosed, fmt.Errorf("%w: closed", ErrTemplateRetired))
 	if t.sb != nil {
 		_ = t.sb.Kill()
 		_, _ = t.sb.Wait()
@@ -707,10 +743,11 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, opts CallOptions
 	}
 	t.mu.Lock()
 	t.calls++
-	recycle := t.calls >= TemplateMaxCalls || time.Since(t.started) >= TemplateMaxAge
+	calls, age := t.calls, time.Since(t.started)
 	t.mu.Unlock()
-	if recycle {
-		t.retire(fmt.Errorf("%w: %d calls, %s old", ErrTemplateRetired, t.calls, time.Since(t.started).Round(time.Second)))
+	if reason := recycleReason(calls, age); reason != "" {
+		// This call is its last.
+		t.retire(reason, fmt.Errorf("%w: %d calls, %s old", ErrTemplateRetired, calls, age.Round(time.Second)))
 	}
 	c := &templateCall{t: t, slot: slot, hostID: t.base[slot], pidfd: -1}
 	// The answer goes back before the child is gone: its exit, the
@@ -728,7 +765,7 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, opts CallOptions
 		if errors.As(err, &fe) {
 			// A child that is not what the supervisor made is the
 			// template's doing: no more calls from it.
-			t.retire(fmt.Errorf("%w: %w", ErrTemplateRetired, err))
+			t.retire(RetiredFailedCheck, fmt.Errorf("%w: %w", ErrTemplateRetired, err))
 		}
 		return nil, err
 	}
@@ -780,7 +817,7 @@ func (c *templateCall) cleanup() {
 		if !c.cg.Empty() {
 			// Never handed to another call while anything of this one
 			// is left in it.
-			c.t.retire(fmt.Errorf("%w: cgroup %s not empty after its call", ErrTemplateRetired, c.cg.Path()))
+			c.t.retire(RetiredFailedCheck, fmt.Errorf("%w: cgroup %s not empty after its call", ErrTemplateRetired, c.cg.Path()))
 		}
 	}
 }
@@ -1054,7 +1091,7 @@ func (c *templateCall) order(theirs *os.File) error {
 	t := c.t
 	defer theirs.Close()
 	if n, err := countTasks(t.pid); err != nil || n != 1 {
-		t.retire(fmt.Errorf("%w: the template has %d threads (%v): a fork copies one", ErrTemplateRetired, n, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: the template has %d threads (%v): a fork copies one", ErrTemplateRetired, n, err))
 		return t.Retired()
 	}
 	t.orderMu.Lock()
@@ -1069,7 +1106,7 @@ func (c *templateCall) order(theirs *os.File) error {
 	}()
 	order := map[string]any{"type": "fork", "nr": unix.SYS_CLONE, "flags": seccomp.CallClone}
 	if err := sendJSON(t.ctrl, order, []int{int(theirs.Fd())}); err != nil {
-		t.retire(fmt.Errorf("%w: send fork order: %w", ErrTemplateRetired, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: send fork order: %w", ErrTemplateRetired, err))
 		return t.Retired()
 	}
 	var rep struct {
@@ -1077,14 +1114,14 @@ func (c *templateCall) order(theirs *os.File) error {
 		Error string `json:"error"`
 	}
 	if _, err := t.readCtrl(&rep, templateDeadline); err != nil {
-		t.retire(fmt.Errorf("%w: no answer to the fork order: %w", ErrTemplateRetired, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: no answer to the fork order: %w", ErrTemplateRetired, err))
 		return t.Retired()
 	}
 	if rep.Type != "forked" {
 		// The ordered clone failed: either the kernel refused it, or
 		// another clone from the template's thread took the order (code
 		// of the tool's in a hook): retire the template either way.
-		t.retire(fmt.Errorf("%w: the template could not fork: %s", ErrTemplateRetired, rep.Error))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: the template could not fork: %s", ErrTemplateRetired, rep.Error))
 		return t.Retired()
 	}
 	return nil

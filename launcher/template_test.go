@@ -168,3 +168,23 @@ func TestRecvDocumentTooLarge(t *testing.T) {
 		theirs.Close()
 	}
 }
+
+// A template takes calls until TemplateMaxCalls or TemplateMaxAge, each
+// named as its retirement's reason.
+func TestRecycleReason(t *testing.T) {
+	for _, c := range []struct {
+		calls int
+		age   time.Duration
+		want  RetireReason
+	}{
+		{1, 0, ""},
+		{TemplateMaxCalls - 1, TemplateMaxAge - time.Second, ""},
+		{TemplateMaxCalls, 0, RetiredCalls},
+		{1, TemplateMaxAge, RetiredAge},
+		{TemplateMaxCalls, TemplateMaxAge, RetiredCalls},
+	} {
+		if got := recycleReason(c.calls, c.age); got != c.want {
+			t.Errorf("%d calls, %s old: %q, want %q", c.calls, c.age, got, c.want)
+		}
+	}
+}

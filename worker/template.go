@@ -43,6 +43,7 @@ type Template interface {
 	Call(ctx context.Context, runnerArgs []byte, opts launcher.CallOptions) (*launcher.CallResult, error)
 	CallWorkDir(spec launcher.WorkDirSpec, uid, gid int) (*launcher.WorkDir, error)
 	Retired() error
+	Why() launcher.RetireReason
 	Stale(hash string) bool
 	Pid() int
 	Close()
@@ -66,19 +67,22 @@ func (lt launcherTemplates) StartTemplate(ctx context.Context, tr launcher.Templ
 // work dir is alone in its parent (no other task's name is listed).
 const templateWorkTarget = "/str/work"
 
-// The reasons of str_worker_templates_retired_total: the tool's module
-// changed on disk, its manifest entry changed, the launcher retired it
-// (its recycling limits of calls or age, a failed check at a fork, the
-// template ended: the worker's log has the launcher's words), the
-// worker shut down.
+// The reasons of str_worker_templates_retired_total: the launcher's
+// (launcher.RetireReason: it served its calls, it is too old, a check at
+// a fork order, of a child or of a slot's cgroup failed, its process
+// ended; the worker's log has the launcher's words), and the worker's:
+// the tool's module changed on disk, a manifest reload changed the tool's
+// entry or removed the tool (retired at the reload), the worker shut
+// down.
 const (
 	retiredSourceChanged = "source_changed"
 	retiredEntryChanged  = "entry_changed"
-	retiredByLauncher    = "launcher"
+	retiredRemoved       = "removed"
 	retiredShutdown      = "shutdown"
 
-	templateRetireReasons = retiredSourceChanged + ", " + retiredEntryChanged + ", " + retiredByLauncher +
-		" (recycled after its calls or age, a failed check, ended), " + retiredShutdown
+	templateRetireReasons = string(launcher.RetiredCalls) + ", " + string(launcher.RetiredAge) + ", " +
+		string(launcher.RetiredFailedCheck) + ", " + string(launcher.RetiredEnded) + ", " +
+		retiredSourceChanged + ", " + retiredEntryChanged + ", " + retiredRemoved + ", " + retiredShutdown
 )
 
 // The reasons of str_worker_template_fallbacks_total: a warm: template
@@ -126,6 +130,35 @@ func (ts *templateSet) closeAll() {
 	}
 }
 
+// drop takes the template under key out of service for reason (ts.mu
+// held): its calls in flight finish first.
+func (ts *templateSet) drop(key string, tt *toolTemplate, reason string) {
+	ts.metrics.TemplatesRetired.WithLabelValues(reason).Inc()
+	delete(ts.by, key)
+	ts.metrics.TemplatesLive.Set(float64(len(ts.by)))
+	go tt.tpl.Close()
+}
+
+// retireGone retires, at a manifest reload, the templates of the tools m
+// no longer has (removed) or whose entry it changed (entry_changed),
+// rather than leaving them, unused, to the end of their age.
+func (ts *templateSet) retireGone(m *manifest.Manifest) {
+	if ts == nil {
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for key, tt := range ts.by {
+		name, _, _ := strings.Cut(key, "\x00")
+		switch now := m.Tools[name]; {
+		case now == nil:
+			ts.drop(key, tt, retiredRemoved)
+		case !tt.tool.Equal(now):
+			ts.drop(key, tt, retiredEntryChanged)
+		}
+	}
+}
+
 // templateEligible: the call may run in a template (see above).
 func (s *Server) templateEligible(t *task) bool {
 	return s.templates != nil && t.tool.Template && t.mode != runner.ModeInit && s.cfg.SandboxMode != ModeNone && t.tool.Credentials == nil
@@ -155,7 +188,7 @@ func (s *Server) templateFor(t *task) (Template, error) {
 		var reason string
 		switch retired := tt.tpl.Retired(); {
 		case retired != nil:
-			reason = retiredByLauncher
+			reason = string(tt.tpl.Why())
 			t.log.Info("template retired", "tool", t.req.ToolName, "pid", tt.tpl.Pid(), "why", retired.Error())
 		case tt.tpl.Stale(hash):
 			reason = retiredSourceChanged
@@ -164,10 +197,7 @@ func (s *Server) templateFor(t *task) (Template, error) {
 		default:
 			return tt.tpl, nil
 		}
-		ts.metrics.TemplatesRetired.WithLabelValues(reason).Inc()
-		delete(ts.by, key)
-		ts.metrics.TemplatesLive.Set(float64(len(ts.by)))
-		go tt.tpl.Close() // its calls in flight finish first
+		ts.drop(key, tt, reason)
 	}
 	argv := []string{"--template", "3", t.tool.Module, t.tool.Function}
 	if t.tool.ClassName != "" {

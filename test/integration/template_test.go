@@ -257,8 +257,8 @@ func TestTemplateVerifiesBeforeCall(t *testing.T) {
 	if !strings.Contains(err.Error(), "Uid is") {
 		t.Errorf("call error %v, want the Uid check", err)
 	}
-	if !errors.Is(tpl.Retired(), launcher.ErrTemplateRetired) {
-		t.Errorf("template not retired after a child failed verification: %v", tpl.Retired())
+	if !errors.Is(tpl.Retired(), launcher.ErrTemplateRetired) || tpl.Why() != launcher.RetiredFailedCheck {
+		t.Errorf("template not retired for a failed check after a child failed verification: %v (%q)", tpl.Retired(), tpl.Why())
 	}
 }
 
