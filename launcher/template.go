@@ -35,8 +35,8 @@ package launcher
 //	C3.  the child's hello carries its pid (SCM_CREDENTIALS, translated
 //	     by the kernel); it must be the template's child, in 7
 //	     namespaces none of which is the template's; pidfd_open pins it
-//	C4.  setgroups deny, gid_map and uid_map: templateInsideID -> the
-//	     pair's host id
+//	C4.  setgroups deny, gid_map and uid_map: the profile's gid and uid
+//	     (a cold sandbox's tool's) -> the pair's host id
 //	C5.  lo up in its network namespace and the egress listeners
 //	     opened there (template_netns.go: the ones nsinit step 10 opens
 //	     in a cold sandbox, at the same addresses), served by an egress
@@ -101,10 +101,6 @@ const (
 	TemplateSlots = 8
 )
 
-// templateInsideID is the uid and gid a call runs as inside its own user
-// namespace.
-const templateInsideID = 1000
-
 // templateSlotInside is the id, inside the template's user namespace, of
 // its slot i's host id (Plan.ExtraIDMaps).
 func templateSlotInside(i int) int { return 100000 + i }
@@ -119,6 +115,12 @@ var ErrTemplateRefused = errors.New("template refused")
 
 // ErrCallOutOfMemory: the call was killed at its cgroup's memory limit.
 var ErrCallOutOfMemory = errors.New("killed: out of memory")
+
+// ErrCallNetwork: the call's egress listeners or its egress session could
+// not be made (C5). Nothing of the call had reached its child (its work
+// dir and data come later), and the template is not retired: the call
+// may run elsewhere (the worker runs it in a sandbox of its own).
+var ErrCallNetwork = errors.New("the call's network could not be set up")
 
 // ErrTemplateRetired: the template may not take more calls (recycled,
 // failed a check, or ended); start a new one.
@@ -195,6 +197,7 @@ type Template struct {
 	pending bool // a fork is ordered and its clone not yet seen
 	calls   int
 	retired error
+	why     RetireReason // with retired
 	done    chan struct{}
 }
 
@@ -329,7 +332,7 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	// retires the template.
 	go func() {
 		<-sb.Ended()
-		t.retire(fmt.Errorf("%w: the template ended", ErrTemplateRetired))
+		t.retire(RetiredEnded, fmt.Errorf("%w: the template ended", ErrTemplateRetired))
 	}()
 	return t, nil
 }
@@ -380,6 +383,13 @@ func (t *Template) derivePolicies(profile string) error {
 // planMounts makes the template's /proc an empty read-only tmpfs and its
 // writable tmpfs mounts read-only, and records what each call gets fresh
 // instead: the same tmpfs mounts, writable, and its own /proc.
+//
+// A mask under a fresh mount (an empty read-only tmpfs: plan step 7's
+// over /var/run/secrets, under the permissive profile's writable /var)
+// is left out: the template could not make its mount point in the
+// read-only tmpfs there, and it would hide nothing, in the template or
+// in a call: what lies under a fresh mount is that empty tmpfs's, never
+// the host's (a bind there is refused: checkBinds).
 func (t *Template) planMounts() {
 	ms := t.plan.Child.Mounts
 	for i, m := range ms {
@@ -392,6 +402,19 @@ func (t *Template) planMounts() {
 			t.fresh = append(t.fresh, freshMount{target: m.Target, fs: "tmpfs", data: m.Data})
 		}
 	}
+	t.plan.Child.Mounts = slices.DeleteFunc(ms, func(m nsinit.Mount) bool {
+		return m.Kind == nsinit.MountTmpfs && m.ReadOnly && t.underFresh(m.Target)
+	})
+}
+
+// underFresh: target lies strictly under a mount each call gets fresh.
+func (t *Template) underFresh(target string) bool {
+	for _, f := range t.fresh {
+		if target != f.target && under(target, f.target) {
+			return true
+		}
+	}
+	return false
 }
 
 // planNproc takes RLIMIT_NPROC off the template and gives it to each
@@ -462,10 +485,46 @@ func (t *Template) Retired() error {
 	return t.retired
 }
 
-func (t *Template) retire(why error) {
+// RetireReason is why a template takes no more calls (Template.Why).
+type RetireReason string
+
+// The reasons, in the words of the worker's
+// str_worker_templates_retired_total{reason}.
+const (
+	RetiredCalls       RetireReason = "calls"        // it served TemplateMaxCalls calls
+	RetiredAge         RetireReason = "age"          // it is TemplateMaxAge old
+	RetiredFailedCheck RetireReason = "failed_check" // a check at a fork order, of a child or of a slot's cgroup failed
+	RetiredEnded       RetireReason = "ended"        // the template's process ended
+	RetiredClosed      RetireReason = "closed"       // Close
+	RetiredDrained     RetireReason = "drained"      // Drain (replaced by its user)
+)
+
+// Why is the reason the template was retired ("" while it takes calls).
+func (t *Template) Why() RetireReason {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.why
+}
+
+// recycleReason is why a template that has taken calls calls and is age
+// old takes no more ("" if it may take the next): its address-space
+// layout has been shared long enough (TemplateMaxCalls, TemplateMaxAge).
+func recycleReason(calls int, age time.Duration) RetireReason {
+	switch {
+	case calls >= TemplateMaxCalls:
+		return RetiredCalls
+	case age >= TemplateMaxAge:
+		return RetiredAge
+	}
+	return ""
+}
+
+// retire records the first reason only: a template retired for a failed
+// check that then ends stays retired for the check.
+func (t *Template) retire(reason RetireReason, why error) {
 	t.mu.Lock()
 	if t.retired == nil {
-		t.retired = why
+		t.retired, t.why = why, reason
 		close(t.done)
 	}
 	t.mu.Unlock()
@@ -476,7 +535,7 @@ func (t *Template) retire(why error) {
 // a template replaced while serving is drained (Drain). Close and Drain
 // may both be called, in any order and at once.
 func (t *Template) Close() {
-	t.retire(fmt.Errorf("%w: closed", ErrTemplateRetired))
+	t.retire(RetiredClosed, fmt.Errorf("%w: closed", ErrTemplateRetired))
 	t.kill()
 	t.takeSlots()
 	t.release()
@@ -492,7 +551,7 @@ func (t *Template) Close() {
 // may still take a slot: it is waited for like the others); a call that
 // starts after the retirement is refused (ErrTemplateRetired).
 func (t *Template) Drain() {
-	t.retire(fmt.Errorf("%w: drained", ErrTemplateRetired))
+	t.retire(RetiredDrained, fmt.Errorf("%w: drained", ErrTemplateRetired))
 	t.takeSlots()
 	t.kill()
 	t.release()
@@ -723,10 +782,11 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, opts CallOptions
 	}
 	t.mu.Lock()
 	t.calls++
-	recycle := t.calls >= TemplateMaxCalls || time.Since(t.started) >= TemplateMaxAge
+	calls, age := t.calls, time.Since(t.started)
 	t.mu.Unlock()
-	if recycle {
-		t.retire(fmt.Errorf("%w: %d calls, %s old", ErrTemplateRetired, t.calls, time.Since(t.started).Round(time.Second)))
+	if reason := recycleReason(calls, age); reason != "" {
+		// This call is its last.
+		t.retire(reason, fmt.Errorf("%w: %d calls, %s old", ErrTemplateRetired, calls, age.Round(time.Second)))
 	}
 	c := &templateCall{t: t, slot: slot, hostID: t.base[slot], pidfd: -1}
 	// The answer goes back before the child is gone: its exit, the
@@ -744,7 +804,7 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, opts CallOptions
 		if errors.As(err, &fe) {
 			// A child that is not what the supervisor made is the
 			// template's doing: no more calls from it.
-			t.retire(fmt.Errorf("%w: %w", ErrTemplateRetired, err))
+			t.retire(RetiredFailedCheck, fmt.Errorf("%w: %w", ErrTemplateRetired, err))
 		}
 		return nil, err
 	}
@@ -796,7 +856,7 @@ func (c *templateCall) cleanup() {
 		if !c.cg.Empty() {
 			// Never handed to another call while anything of this one
 			// is left in it.
-			c.t.retire(fmt.Errorf("%w: cgroup %s not empty after its call", ErrTemplateRetired, c.cg.Path()))
+			c.t.retire(RetiredFailedCheck, fmt.Errorf("%w: cgroup %s not empty after its call", ErrTemplateRetired, c.cg.Path()))
 		}
 	}
 }
@@ -861,13 +921,20 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	}
 	// The map's lower id is read in the parent user namespace, the
 	// template's, where the pair's host id is templateSlotInside(slot).
-	id := strconv.Itoa(templateInsideID) + " " + strconv.Itoa(templateSlotInside(c.slot)) + " 1\n"
-	for _, name := range []string{"gid_map", "uid_map"} {
-		path := fmt.Sprintf("/proc/%d/%s", pid, name)
+	// Inside, the call is the profile's uid and gid, as a cold sandbox's
+	// tool is (the template's /etc/passwd names them): the only ids its
+	// namespace maps.
+	outside := " " + strconv.Itoa(templateSlotInside(c.slot)) + " 1\n"
+	for _, m := range []struct {
+		name string
+		id   uint32
+	}{{"gid_map", t.plan.Child.GID}, {"uid_map", t.plan.Child.UID}} {
+		path := fmt.Sprintf("/proc/%d/%s", pid, m.name)
 		f, err := t.mapper.open(path)
 		if err != nil {
 			return nil, fmt.Errorf("template call: %w", err)
 		}
+		id := strconv.FormatUint(uint64(m.id), 10) + outside
 		_, err = f.Write([]byte(id))
 		f.Close()
 		if err != nil {
@@ -884,8 +951,10 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	// C5. lo and the egress listeners, in the child's network namespace;
 	// served before any call data (C10), as a cold sandbox's are before
 	// its tool runs.
+	// Not the template's doing (it is not retired): the caller may run
+	// the call elsewhere (ErrCallNetwork; the worker runs it cold).
 	if err := c.startEgress(ctx, fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil {
-		return nil, fmt.Errorf("template call: %w", err)
+		return nil, fmt.Errorf("template call: %w: %w", ErrCallNetwork, err)
 	}
 
 	// C6. Its cgroup: the slot's, empty (cleanup emptied it after the
@@ -917,7 +986,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 		cwd = t.workTarget
 	}
 	setup := map[string]any{
-		"type": "setup", "uid": templateInsideID, "gid": templateInsideID, "mounts": targets, "cwd": cwd, "nproc": t.nproc,
+		"type": "setup", "uid": t.plan.Child.UID, "gid": t.plan.Child.GID, "mounts": targets, "cwd": cwd, "nproc": t.nproc,
 		"call_filter": hex.EncodeToString(t.callFilter), "result_chunk": templateChunk,
 		"nr": map[string]int{"move_mount": unix.SYS_MOVE_MOUNT, "capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
 	}
@@ -994,14 +1063,17 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	return res, nil
 }
 
+// makeCallNetwork is callNetwork; a test replaces it to make the
+// listeners fail (export_test.go).
+var makeCallNetwork = callNetwork
+
 // startEgress is C5: the call's listeners, opened in its network
 // namespace (nsPath), served with the template's policy by a session of
-// the call's own. A failure fails the call: no call runs without its
-// proxy (a cold sandbox whose proxy fails has no network; a template
-// call is not started instead).
+// the call's own. A failure fails the call before any of its data is
+// sent (ErrCallNetwork): no call runs without its proxy.
 func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
 	t := c.t
-	fds, err := callNetwork(nsPath, t.callListen)
+	fds, err := makeCallNetwork(nsPath, t.callListen)
 	if err != nil {
 		return fmt.Errorf("the child's network namespace: %w", err)
 	}
@@ -1058,7 +1130,7 @@ func (c *templateCall) order(theirs *os.File) error {
 	t := c.t
 	defer theirs.Close()
 	if n, err := countTasks(t.pid); err != nil || n != 1 {
-		t.retire(fmt.Errorf("%w: the template has %d threads (%v): a fork copies one", ErrTemplateRetired, n, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: the template has %d threads (%v): a fork copies one", ErrTemplateRetired, n, err))
 		return t.Retired()
 	}
 	t.orderMu.Lock()
@@ -1073,7 +1145,7 @@ func (c *templateCall) order(theirs *os.File) error {
 	}()
 	order := map[string]any{"type": "fork", "nr": unix.SYS_CLONE, "flags": seccomp.CallClone}
 	if err := sendJSON(t.ctrl, order, []int{int(theirs.Fd())}); err != nil {
-		t.retire(fmt.Errorf("%w: send fork order: %w", ErrTemplateRetired, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: send fork order: %w", ErrTemplateRetired, err))
 		return t.Retired()
 	}
 	var rep struct {
@@ -1081,14 +1153,14 @@ func (c *templateCall) order(theirs *os.File) error {
 		Error string `json:"error"`
 	}
 	if _, err := t.readCtrl(&rep, templateDeadline); err != nil {
-		t.retire(fmt.Errorf("%w: no answer to the fork order: %w", ErrTemplateRetired, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: no answer to the fork order: %w", ErrTemplateRetired, err))
 		return t.Retired()
 	}
 	if rep.Type != "forked" {
 		// The ordered clone failed: either the kernel refused it, or
 		// another clone from the template's thread took the order (code
 		// of the tool's in a hook): retire the template either way.
-		t.retire(fmt.Errorf("%w: the template could not fork: %s", ErrTemplateRetired, rep.Error))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: the template could not fork: %s", ErrTemplateRetired, rep.Error))
 		return t.Retired()
 	}
 	return nil
@@ -1507,6 +1579,15 @@ const maxTemplateMessage = 64 << 20
 // is sent in pieces.
 const templateChunk = 64 << 10
 
+// AnswerTooLargeError: a call announced an answer of Size bytes, more than
+// the Max a template call's answer may have (the tool's doing: its
+// result is too large, as a cold call's result file can be).
+type AnswerTooLargeError struct{ Size, Max int64 }
+
+func (e *AnswerTooLargeError) Error() string {
+	return fmt.Sprintf("the answer announces %d bytes, more than the %d a template call's answer may have", e.Size, e.Max)
+}
+
 // recvDocument reads a call's answer (C11) within d: a header message
 // {"type": "result", "size": N}, 1 <= N <= maxTemplateMessage, then the N
 // bytes of the result document in messages of at most templateChunk
@@ -1521,7 +1602,10 @@ func recvDocument(f *os.File, d time.Duration) (json.RawMessage, error) {
 	if _, _, err := recvJSON(f, &head, d, false); err != nil {
 		return nil, err
 	}
-	if head.Type != "result" || head.Size < 1 || head.Size > maxTemplateMessage {
+	if head.Type == "result" && head.Size > maxTemplateMessage {
+		return nil, &AnswerTooLargeError{Size: int64(head.Size), Max: maxTemplateMessage}
+	}
+	if head.Type != "result" || head.Size < 1 {
 		return nil, fmt.Errorf("the answer's header is %q of %d bytes: want \"result\" of 1 to %d bytes", head.Type, head.Size, maxTemplateMessage)
 	}
 	_ = f.SetReadDeadline(deadline)

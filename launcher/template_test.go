@@ -1,12 +1,15 @@
 package launcher
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -39,6 +42,10 @@ func TestTemplatePlan(t *testing.T) {
 		}
 		for _, m := range pl.Child.Mounts {
 			switch {
+			case tp.underFresh(m.Target):
+				// The template could not make its mount point in the
+				// read-only tmpfs (permissive: /var/run/secrets under /var).
+				t.Errorf("%s: the template mounts %s (%s) under a mount each call gets fresh", name, m.Target, m.Kind)
 			case m.Kind == nsinit.MountProc:
 				t.Errorf("%s: the template has a proc mount at %s", name, m.Target)
 			case m.Target == "/proc" && !(m.Kind == nsinit.MountTmpfs && m.ReadOnly):
@@ -123,6 +130,61 @@ func TestTemplateWorkDirTarget(t *testing.T) {
 		}
 		if ok && (len(pl.Child.Mounts) != n+1 || pl.Child.Mounts[n].Kind != nsinit.MountDir || pl.Child.Mounts[n].Target != target) {
 			t.Errorf("%q: no directory planned for it", target)
+		}
+	}
+}
+
+// An answer whose header announces more than a template call's answer may
+// have is the tool's result too large (AnswerTooLargeError, which the
+// worker answers as it answers a cold call's oversized result.json), not
+// a child that gave no answer; a header within bounds is read.
+func TestRecvDocumentTooLarge(t *testing.T) {
+	for _, c := range []struct {
+		size     int
+		tooLarge bool
+	}{{maxTemplateMessage + 1, true}, {2, false}} {
+		ours, theirs, err := templatePair("test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := fmt.Sprintf(`{"type": "result", "size": %d}`, c.size)
+		if _, err := theirs.Write([]byte(head)); err != nil {
+			t.Fatal(err)
+		}
+		if !c.tooLarge {
+			if _, err := theirs.Write([]byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		doc, err := recvDocument(ours, time.Minute)
+		var tl *AnswerTooLargeError
+		switch {
+		case c.tooLarge && (!errors.As(err, &tl) || tl.Size != int64(c.size)):
+			t.Errorf("size %d: %v, want an AnswerTooLargeError of %d bytes", c.size, err, c.size)
+		case !c.tooLarge && (err != nil || string(doc) != "{}"):
+			t.Errorf("size %d: %q, %v, want {}", c.size, doc, err)
+		}
+		ours.Close()
+		theirs.Close()
+	}
+}
+
+// A template takes calls until TemplateMaxCalls or TemplateMaxAge, each
+// named as its retirement's reason.
+func TestRecycleReason(t *testing.T) {
+	for _, c := range []struct {
+		calls int
+		age   time.Duration
+		want  RetireReason
+	}{
+		{1, 0, ""},
+		{TemplateMaxCalls - 1, TemplateMaxAge - time.Second, ""},
+		{TemplateMaxCalls, 0, RetiredCalls},
+		{1, TemplateMaxAge, RetiredAge},
+		{TemplateMaxCalls, TemplateMaxAge, RetiredCalls},
+	} {
+		if got := recycleReason(c.calls, c.age); got != c.want {
+			t.Errorf("%d calls, %s old: %q, want %q", c.calls, c.age, got, c.want)
 		}
 	}
 }

@@ -29,8 +29,12 @@ const CallCloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID
 // plain copy of the template.
 const CallClone = uint64(CallCloneFlags | int(unix.SIGCHLD))
 
-// prCapbsetDrop is prctl's PR_CAPBSET_DROP.
-const prCapbsetDrop = 0x18
+// prCapbsetDrop and prSetDumpable are prctl's PR_CAPBSET_DROP and
+// PR_SET_DUMPABLE.
+const (
+	prCapbsetDrop = 0x18
+	prSetDumpable = 0x4
+)
 
 // afNetlink, sockRaw and the socket-ioctl range, as the rules below
 // compare them.
@@ -83,6 +87,12 @@ var templateRules = []Rule{
 		Action: Action{Kind: ActionAllow},
 		Args:   []Arg{{Index: 0, Op: OpMaskedEq, Mask: u64(0xffffffff), Value: u64(prCapbsetDrop)}},
 		Reason: "prctl(PR_CAPBSET_DROP): a call's child gets a full bounding set with its new user namespace and empties it before any call data; it can only remove capabilities",
+	},
+	{
+		Names:  []string{"prctl"},
+		Action: Action{Kind: ActionAllow},
+		Args:   []Arg{{Index: 0, Op: OpMaskedEq, Mask: u64(0xffffffff), Value: u64(prSetDumpable)}, {Index: 1, Op: OpEq, Value: u64(1)}},
+		Reason: "prctl(PR_SET_DUMPABLE, 1): a call's child's uid change made it non-dumpable, and no execve follows to make it dumpable again as a cold sandbox's tool is (its /proc/self would be root's: the tool could not list its own /proc/self/fd or ns); ptrace and process_vm_* stay refused, and the template, which owns the call's user namespace, could reach it either way",
 	},
 }
 
@@ -169,13 +179,15 @@ func withoutSyscall(rules []Rule, name string) []Rule {
 	return out
 }
 
-// dropDeadPrctl removes the PR_CAPBSET_DROP rule when base already
-// allows every prctl (the rule would be dead, which Validate refuses).
+// dropDeadPrctl removes the template's prctl rules (PR_CAPBSET_DROP,
+// PR_SET_DUMPABLE) when base already allows every prctl (they would be
+// dead, which Validate refuses).
 func dropDeadPrctl(rules []Rule, base *Policy) []Rule {
 	for _, r := range base.Rules {
 		if len(r.Args) == 0 && slices.Contains(r.Names, "prctl") && r.Kind == ActionAllow {
 			return slices.DeleteFunc(rules, func(r Rule) bool {
-				return len(r.Names) == 1 && r.Names[0] == "prctl" && len(r.Args) == 1 && *r.Args[0].Value == prCapbsetDrop
+				return len(r.Names) == 1 && r.Names[0] == "prctl" && len(r.Args) > 0 && r.Kind == ActionAllow &&
+					(*r.Args[0].Value == prCapbsetDrop || *r.Args[0].Value == prSetDumpable)
 			})
 		}
 	}

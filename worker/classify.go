@@ -141,9 +141,8 @@ func (s *Server) classify(t *task, sb Sandbox, exit *SandboxExit, dir, resultPat
 	}
 	res, err := runner.ReadResult(resultPath, int64(s.maxReplyBytes()))
 	if err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) && strings.Contains(se.Error(), "max depth") {
-			return fail(errorf(CodeToolError, "the tool's result is nested too deeply (more than %d levels): %v", MaxResultDepth, err))
+		if e := nestedTooDeeply(err); e != nil {
+			return fail(e)
 		}
 		how := fmt.Sprintf("exit code %d", exit.ExitCode)
 		if exit.Signal != 0 {
@@ -170,9 +169,28 @@ func (s *Server) classify(t *task, sb Sandbox, exit *SandboxExit, dir, resultPat
 // tool's fault, not the sandbox's); ok is false when it is not.
 func (s *Server) resultTooLarge(t *task, resultPath string) (outcome, bool) {
 	if fi, err := os.Lstat(resultPath); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(s.maxReplyBytes()) {
-		return s.errorOutcome(t, errorf(CodeToolError, "the tool's result is too large: result.json has %d bytes, the limit is %d (the broker's message limit less the reply envelope)", fi.Size(), s.maxReplyBytes())), true
+		return s.tooLargeResult(t, "result.json", fi.Size()), true
 	}
 	return outcome{}, false
+}
+
+// tooLargeResult is the reply for a result document (what: result.json,
+// or a template call's answer) of size bytes, more than a reply may
+// carry: the tool's fault, not the sandbox's. A cold and a template
+// call answer alike.
+func (s *Server) tooLargeResult(t *task, what string, size int64) outcome {
+	return s.errorOutcome(t, errorf(CodeToolError, "the tool's result is too large: %s has %d bytes, the limit is %d (the broker's message limit less the reply envelope)", what, size, s.maxReplyBytes()))
+}
+
+// nestedTooDeeply is the error for a result document the decoder refused
+// at its depth limit (the tool's fault), nil for any other error. A cold
+// and a template call answer alike.
+func nestedTooDeeply(err error) *Error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) && strings.Contains(se.Error(), "max depth") {
+		return errorf(CodeToolError, "the tool's result is nested too deeply (more than %d levels): %v", MaxResultDepth, err)
+	}
+	return nil
 }
 
 // resultOutcome turns a readable result into the reply: the tool's error,

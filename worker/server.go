@@ -494,6 +494,15 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	s.installPackages(s.execCtx, m, append(added, changed...))
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
+	// Once the dispatch lock is released (a template's start holds the
+	// templates' lock for its whole duration): the templates of tools
+	// that left or changed are retired at the reload that applied.
+	applied := false
+	defer func() {
+		if applied {
+			s.templates.retireGone(m)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping.Load() {
@@ -556,6 +565,7 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	}
 	old := s.manifest
 	s.manifest = m
+	applied = true
 	s.pool.configure(m)
 	// Notices (spec §14), queued for the notice writer (no publish under
 	// the lock): removed for each entry that left, init for each tool

@@ -31,10 +31,36 @@ import (
 // call's: the egress proxy with the tool's policy on its own listeners
 // (launcher C5), its denials in its reply.
 
-// TemplateStarter starts per-tool templates: the launcher in root mode
-// (`str worker` passes it); nil = no templates, every call cold.
+// TemplateStarter starts per-tool templates: LauncherTemplates in root
+// mode (`str worker` passes it); nil = no templates, every call cold.
 type TemplateStarter interface {
-	StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (*launcher.Template, error)
+	StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (Template, error)
+}
+
+// Template is a running per-tool template as the worker uses it: a
+// *launcher.Template (launcher/template.go says what each method does).
+type Template interface {
+	Call(ctx context.Context, runnerArgs []byte, opts launcher.CallOptions) (*launcher.CallResult, error)
+	CallWorkDir(spec launcher.WorkDirSpec, uid, gid int) (*launcher.WorkDir, error)
+	Retired() error
+	Why() launcher.RetireReason
+	Stale(hash string) bool
+	Pid() int
+	Drain()
+	Close()
+}
+
+// LauncherTemplates is l's StartTemplate as a TemplateStarter.
+func LauncherTemplates(l *launcher.Launcher) TemplateStarter { return launcherTemplates{l} }
+
+type launcherTemplates struct{ l *launcher.Launcher }
+
+func (lt launcherTemplates) StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (Template, error) {
+	tpl, err := lt.l.StartTemplate(ctx, tr)
+	if err != nil {
+		return nil, err // never a typed nil in the interface
+	}
+	return tpl, nil
 }
 
 // templateWorkTarget is where a template call's work dir is mounted: a
@@ -42,32 +68,38 @@ type TemplateStarter interface {
 // work dir is alone in its parent (no other task's name is listed).
 const templateWorkTarget = "/str/work"
 
-// The reasons of str_worker_templates_retired_total: the tool's module
-// changed on disk, its manifest entry changed, the launcher retired it
-// (its recycling limits of calls or age, a failed check at a fork, the
-// template ended: the worker's log has the launcher's words), the
-// worker shut down.
+// The reasons of str_worker_templates_retired_total: the launcher's
+// (launcher.RetireReason: it served its calls, it is too old, a check at
+// a fork order, of a child or of a slot's cgroup failed, its process
+// ended; the worker's log has the launcher's words), and the worker's:
+// the tool's module changed on disk, a manifest reload changed the tool's
+// entry or removed the tool (retired at the reload), the worker shut
+// down.
 const (
 	retiredSourceChanged = "source_changed"
 	retiredEntryChanged  = "entry_changed"
-	retiredByLauncher    = "launcher"
+	retiredRemoved       = "removed"
 	retiredShutdown      = "shutdown"
 
-	templateRetireReasons = retiredSourceChanged + ", " + retiredEntryChanged + ", " + retiredByLauncher +
-		" (recycled after its calls or age, a failed check, ended), " + retiredShutdown
+	templateRetireReasons = string(launcher.RetiredCalls) + ", " + string(launcher.RetiredAge) + ", " +
+		string(launcher.RetiredFailedCheck) + ", " + string(launcher.RetiredEnded) + ", " +
+		retiredSourceChanged + ", " + retiredEntryChanged + ", " + retiredRemoved + ", " + retiredShutdown
 )
 
 // The reasons of str_worker_template_fallbacks_total: a warm: template
 // tool's call that ran in a sandbox of its own because it may not run in
 // a template (templateEligible: no templates in this mode, the init
-// sub-protocol, a network that is not isolated), no template could be
-// started, or its template was retired before the call reached it and
-// the next one could not take it.
+// sub-protocol, a tool with credentials), no template could be started,
+// its template was retired before the call reached it and the next one
+// could not take it, or the call's egress listeners could not be made in
+// its namespace (launcher.ErrCallNetwork: nothing of the call had reached
+// the template's child; the template serves the next call).
 const (
 	fallbackNotEligible     = "not_eligible"
 	fallbackStartFailed     = "start_failed"
 	fallbackRetired         = "retired_before_call"
-	templateFallbackReasons = fallbackNotEligible + ", " + fallbackStartFailed + ", " + fallbackRetired
+	fallbackCallNetwork     = "call_network_failed"
+	templateFallbackReasons = fallbackNotEligible + ", " + fallbackStartFailed + ", " + fallbackRetired + ", " + fallbackCallNetwork
 )
 
 // templateSet is the worker's templates, by tool name.
@@ -79,7 +111,7 @@ type templateSet struct {
 }
 
 type toolTemplate struct {
-	tpl  *launcher.Template
+	tpl  Template
 	tool manifest.Tool // the entry it was made for
 }
 
@@ -96,6 +128,35 @@ func (ts *templateSet) closeAll() {
 	for _, tt := range all {
 		ts.metrics.TemplatesRetired.WithLabelValues(retiredShutdown).Inc()
 		tt.tpl.Close()
+	}
+}
+
+// drop takes the template under key out of service for reason (ts.mu
+// held): its calls in flight finish first.
+func (ts *templateSet) drop(key string, tt *toolTemplate, reason string) {
+	ts.metrics.TemplatesRetired.WithLabelValues(reason).Inc()
+	delete(ts.by, key)
+	ts.metrics.TemplatesLive.Set(float64(len(ts.by)))
+	go tt.tpl.Drain() // its calls in flight finish first, then it ends
+}
+
+// retireGone retires, at a manifest reload, the templates of the tools m
+// no longer has (removed) or whose entry it changed (entry_changed),
+// rather than leaving them, unused, to the end of their age.
+func (ts *templateSet) retireGone(m *manifest.Manifest) {
+	if ts == nil {
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for key, tt := range ts.by {
+		name, _, _ := strings.Cut(key, "\x00")
+		switch now := m.Tools[name]; {
+		case now == nil:
+			ts.drop(key, tt, retiredRemoved)
+		case !tt.tool.Equal(now):
+			ts.drop(key, tt, retiredEntryChanged)
+		}
 	}
 }
 
@@ -118,7 +179,7 @@ func (s *Server) sourceHash(tool *manifest.Tool) string {
 // templateFor returns the tool's template for this call's profile,
 // starting one when there is none, it was retired, its manifest entry
 // changed or its module's source did.
-func (s *Server) templateFor(t *task) (*launcher.Template, error) {
+func (s *Server) templateFor(t *task) (Template, error) {
 	ts := s.templates
 	hash := s.sourceHash(t.tool)
 	key := t.req.ToolName + "\x00" + t.profile
@@ -128,7 +189,7 @@ func (s *Server) templateFor(t *task) (*launcher.Template, error) {
 		var reason string
 		switch retired := tt.tpl.Retired(); {
 		case retired != nil:
-			reason = retiredByLauncher
+			reason = string(tt.tpl.Why())
 			t.log.Info("template retired", "tool", t.req.ToolName, "pid", tt.tpl.Pid(), "why", retired.Error())
 		case tt.tpl.Stale(hash):
 			reason = retiredSourceChanged
@@ -137,10 +198,7 @@ func (s *Server) templateFor(t *task) (*launcher.Template, error) {
 		default:
 			return tt.tpl, nil
 		}
-		ts.metrics.TemplatesRetired.WithLabelValues(reason).Inc()
-		delete(ts.by, key)
-		ts.metrics.TemplatesLive.Set(float64(len(ts.by)))
-		go tt.tpl.Drain() // its calls in flight finish first, then it ends
+		ts.drop(key, tt, reason)
 	}
 	argv := []string{"--template", "3", t.tool.Module, t.tool.Function}
 	if t.tool.ClassName != "" {
@@ -227,6 +285,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		}
 	}
 	res, err := tpl.Call(t.ctx, nil, opts)
+	var tooLarge *launcher.AnswerTooLargeError
 	if err == nil || wd != nil { // it reached the template: served there, whatever its outcome
 		s.metrics.TemplateCalls.WithLabelValues(t.req.ToolName).Inc()
 	}
@@ -239,6 +298,15 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		teardown()
 		s.metrics.TemplateFallbacks.WithLabelValues(fallbackRetired).Inc()
 		return outcome{}, nil, false
+	case err != nil && errors.Is(err, launcher.ErrCallNetwork) && wd == nil:
+		// Its listeners could not be made: a cold sandbox makes its own
+		// (nothing of the call had reached the template's child).
+		teardown()
+		t.log.Warn("the template call's network could not be set up: the call runs cold", "error", err)
+		s.metrics.TemplateFallbacks.WithLabelValues(fallbackCallNetwork).Inc()
+		return outcome{}, nil, false
+	case err != nil && errors.As(err, &tooLarge):
+		return s.tooLargeResult(t, "the template call's answer", tooLarge.Size), teardown, true
 	case err != nil && errors.Is(err, launcher.ErrCallOutOfMemory):
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)", t.profile)), teardown, true
 	case err != nil:
@@ -257,8 +325,16 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		relay.drain()
 	}
 	// Decoded from memory: nothing is written into the work dir, where
-	// the tool could have put a symlink in its place.
+	// the tool could have put a symlink in its place. Classified as a
+	// cold call's result file is (classify.go): too large or nested too
+	// deeply is the tool's fault.
+	if n := len(res.Document); n > s.maxReplyBytes() {
+		return s.tooLargeResult(t, "the template call's answer", int64(n)), teardown, true
+	}
 	parsed, err := runner.DecodeResult(res.Document, int64(s.maxReplyBytes()))
+	if e := nestedTooDeeply(err); e != nil {
+		return s.errorOutcome(t, e), teardown, true
+	}
 	if err != nil {
 		return s.errorOutcome(t, errorf(CodeSandboxFailed, "unusable result (template call): %v", err)), teardown, true
 	}

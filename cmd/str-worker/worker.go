@@ -105,7 +105,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		sandboxes, set = l.Provider(), l.Profiles()
 		pip = sandboxedPip{l: l, python: cfg.PythonBin}
 		if os.Geteuid() == 0 {
-			templates = l
+			templates = worker.LauncherTemplates(l)
 		}
 	}
 	store, auditLog, err := artifacts.Open(artifacts.Settings{

@@ -141,9 +141,14 @@ func TestTemplateCallIsolation(t *testing.T) {
 			if procs := got["procs"].([]any); len(procs) != 1 || procs[0] != "1" {
 				t.Errorf("call %s: /proc lists %v, want only 1", tag, procs)
 			}
+			// Inside, the profile's uid, as a cold sandbox's tool
+			// (restrictive.yaml: 65534, nobody): the one id mapped.
 			um := got["uid_map"].([]any)
-			if len(um) != 3 || um[0] != "1000" || um[2] != "1" {
-				t.Errorf("call %s: uid_map %v, want 1000 HOST 1", tag, um)
+			if len(um) != 3 || um[0] != "65534" || um[2] != "1" {
+				t.Errorf("call %s: uid_map %v, want 65534 HOST 1 (the profile's uid)", tag, um)
+			}
+			if uid := strings.Fields(got["Uid"].(string)); len(uid) != 4 || uid[0] != "65534" || uid[1] != "65534" || uid[2] != "65534" || uid[3] != "65534" {
+				t.Errorf("call %s: Uid %v, want the profile's 65534 in all four", tag, got["Uid"])
 			}
 			// The lower id reads in the template's user namespace, where the
 			// supervisor mapped the pair's host id (verified from the host:
@@ -252,8 +257,8 @@ func TestTemplateVerifiesBeforeCall(t *testing.T) {
 	if !strings.Contains(err.Error(), "Uid is") {
 		t.Errorf("call error %v, want the Uid check", err)
 	}
-	if !errors.Is(tpl.Retired(), launcher.ErrTemplateRetired) {
-		t.Errorf("template not retired after a child failed verification: %v", tpl.Retired())
+	if !errors.Is(tpl.Retired(), launcher.ErrTemplateRetired) || tpl.Why() != launcher.RetiredFailedCheck {
+		t.Errorf("template not retired for a failed check after a child failed verification: %v (%q)", tpl.Retired(), tpl.Why())
 	}
 }
 

@@ -2146,6 +2146,7 @@ def _run(run_args):
 _AT_FDCWD = -100
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
@@ -2344,6 +2345,14 @@ def _template_call(ctrl, call_fd, mask):
     # The uid change cleared the parent-death signal: the call dies with
     # its template.
     libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    # It also made the process non-dumpable, and no execve follows to
+    # make it dumpable again, as a cold sandbox's tool's does: its
+    # /proc/self would be root's (overflow), so the tool could not list
+    # its own /proc/self/fd or ns. Dumpable as a cold tool is: ptrace and
+    # process_vm_* stay EPERM in the filter, and the template, which owns
+    # the call's user namespace, could reach it either way (it has no /proc).
+    if libc.prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
     # 4. descriptors: stdio is /dev/null, the call's socket is 3, nothing else.
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
@@ -2392,11 +2401,18 @@ def _template_call(ctrl, call_fd, mask):
     if setup.get("cwd"):
         os.chdir(setup["cwd"])
     document = _run(call)
-    # 8. the answer: its size, then the document in pieces (one message
-    # must fit the socket's send buffer; launcher.recvDocument).
+    # 8. the answer.
+    _send_result(sock, document, setup["result_chunk"])
+
+
+def _send_result(sock, document, chunk):
+    """A template call's step 8, its _write_result: the document's size,
+    then the document in pieces of at most chunk bytes (one message must
+    fit the socket's send buffer; launcher.recvDocument). The worker
+    checks what arrives as it checks a result file (runner.DecodeResult):
+    the tool runs in this process and can replace this function."""
     data = _json_dumps(document).encode("utf-8")
     _send(sock, {"type": "result", "size": len(data)})
-    chunk = setup["result_chunk"]
     for i in range(0, len(data), chunk):
         sock.sendmsg([data[i : i + chunk]])
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -172,6 +173,9 @@ func TestHostile(t *testing.T) {
 		if code, _ := h.w.get("/readyz"); code != 200 || !h.w.alive() {
 			t.Errorf("the worker is not ready after the battery (readyz %d)", code)
 		}
+		if templateMode {
+			checkTemplated(t, h.w)
+		}
 	})
 
 	// Not a case of the table (SECURITY.md names those): the mode the
@@ -230,16 +234,63 @@ func TestHostile(t *testing.T) {
 }
 
 // templateVariant is a case as a template call (STR_HOSTILE_TEMPLATE=1)
-// answers it where that differs from a cold call, every time stricter:
-// a template call has no netlink at all (the template's filter). Its
+// answers it where that differs from a cold call. Each answer is the same
+// protection, reached earlier or more strictly (SECURITY.md "Per-tool
+// templates"); everything else wants the cold answer. A template call's
 // network is a cold call's (the egress listeners on its own lo, the
 // tool's policy), so the network cases want the cold answers.
 func templateVariant(c hcase) hcase {
-	switch c.name {
-	case "net_interfaces_restrictive":
-		c.want, c.code, c.msg = "", "EXECUTION_ERROR", "PermissionError" // if_nameindex: netlink EPERM
+	switch {
+	case strings.HasPrefix(c.name, "net_interfaces_"):
+		// if_nameindex asks netlink, which a template call's filter
+		// refuses outright (seccomp.CallPolicy: EPERM to every netlink,
+		// raw and packet socket): the tool learns nothing of any
+		// interface, where a cold call learns that it has lo only.
+		c.want, c.code, c.msg = "", "EXECUTION_ERROR", "PermissionError"
+	case c.name == "socket_families":
+		// The same six sockets refused, by seccomp in both. Netlink
+		// (audit, uevent) and packet sockets meet two filters in a
+		// template call: the profile's (its EAFNOSUPPORT rule answers
+		// them in a cold call) and, stacked on it, the call filter
+		// (seccomp.CallPolicy: EPERM to every netlink, raw and packet
+		// socket); between two errno answers the kernel returns the
+		// later filter's. Raw IP, vsock and AF_ALG answer as cold.
+		c.want = "EPERM,EPERM,EPERM,EPERM,EAFNOSUPPORT,EAFNOSUPPORT"
+	case c.name == "setuid_root":
+		// The tool stays its own uid either way. A template call's user
+		// namespace maps the profile's uid alone, so uid 0 does not exist
+		// there: setuid(0) and setresuid(0, 0, 0) are EINVAL (the kernel
+		// checks the id is mapped before the capability); a cold
+		// sandbox's namespace maps its init's uid 0 too, so there they
+		// are EPERM (no CAP_SETUID). setgroups is EPERM in both
+		// (setgroups denied in the user namespace).
+		c.want = "EINVAL,EPERM,EINVAL"
 	}
 	return c
+}
+
+// checkTemplated: in template mode every tool of the manifest served
+// calls from a template, and no call fell back to a cold sandbox because
+// its template could not start or it was not eligible (a template the
+// launcher refused would otherwise let the battery pass on cold calls).
+func checkTemplated(t *testing.T, w *workerProc) {
+	t.Helper()
+	_, page := w.get("/metrics")
+	t.Logf("template metrics:\n%s", strings.Join(regexp.MustCompile(`(?m)^str_worker_template.*$`).FindAllString(page, -1), "\n"))
+	for _, m := range regexp.MustCompile(`(?m)^str_worker_template_fallbacks_total\{reason="([a-z_]+)"\} (\d+)$`).FindAllStringSubmatch(page, -1) {
+		if m[1] != "retired_before_call" && m[2] != "0" {
+			t.Errorf("%s calls ran cold (str_worker_template_fallbacks_total{reason=%q}): the worker log says why", m[2], m[1])
+		}
+	}
+	for _, line := range strings.Split(manifest, "\n") {
+		tool, _, ok := strings.Cut(strings.TrimSpace(line), ": {")
+		if !ok || !strings.HasPrefix(tool, "h_") {
+			continue
+		}
+		if !regexp.MustCompile(`(?m)^str_worker_template_calls_total\{tool="` + tool + `"\} [1-9]`).MatchString(page) {
+			t.Errorf("no call of %s was served by a template", tool)
+		}
+	}
 }
 
 func tokenFile(port int) string { return broker.TokenFileFor(port) }

@@ -194,7 +194,7 @@ func cases() []hcase {
 		hcase{name: "huge_result", profile: "standard", code: "TOOL_ERROR"},
 		hcase{name: "deep_result", profile: "standard", py: "raw_result", args: map[string]any{"kind": "deep"}, code: "TOOL_ERROR", msg: "nested too deeply"},
 		hcase{name: "nonutf8_result", profile: "standard", py: "raw_result", args: map[string]any{"kind": "nonutf8"}, want: "bad \ufffd\ufffd bytes"},
-		hcase{name: "garbage_result", profile: "standard", py: "raw_result", args: map[string]any{"kind": "garbage"}, code: "SANDBOX_FAILED"},
+		hcase{name: "garbage_result", profile: "standard", py: "raw_result", args: map[string]any{"kind": "garbage"}, code: "SANDBOX_FAILED", msg: "unusable result"},
 	)
 
 	// ---- information

@@ -16,10 +16,12 @@
 // from the host that the sandboxes really got cgroups of the mode found
 // (STR_CGROUP_V2=1 demands v2), so a silent fallback fails the battery.
 //
-// With STR_HOSTILE_TEMPLATE=1 the restrictive profile's tools and the
-// tool with a network policy of its own (h_restricted) are served from
-// per-tool templates (manifest warm: template; launcher/template.go) and
-// the same cases run against template calls.
+// With STR_HOSTILE_TEMPLATE=1 every tool of the battery, of every
+// profile, is served from a per-tool template (manifest warm: template;
+// launcher/template.go) and the same cases run against template calls;
+// the few a template call answers differently (each the same protection,
+// reached earlier: templateVariant says why) want the template's answer,
+// and the battery fails if a call ran cold instead (checkTemplated).
 //
 // It trusts the str binary under test ($STR_BIN, else built from this
 // tree) and needs root (namespaces, cgroups, a host uid per sandbox):

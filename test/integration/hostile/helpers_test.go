@@ -60,19 +60,25 @@ type env struct {
 	root, tools, manifest, work, artifacts string
 }
 
-// templateMode (STR_HOSTILE_TEMPLATE=1) runs the battery's restrictive
-// tools from per-tool templates (manifest warm: template): their
-// environment is then made outside /tmp, under which a template call's
-// fresh /tmp would hide the binds (the worker would run the calls cold).
+// templateMode (STR_HOSTILE_TEMPLATE=1) runs every tool of the battery
+// from a per-tool template (manifest warm: template): their environment
+// is then made under templateRoot, outside /tmp and /var, under which a
+// template call's fresh /tmp (every profile) or /var (permissive) would
+// hide the binds (the launcher refuses such a template and the calls
+// would run cold).
 var templateMode = os.Getenv("STR_HOSTILE_TEMPLATE") == "1"
 
-// templateManifest is manifest with warm: template on the tools of the
-// restrictive profile and on those with a network policy of their own
-// (h_restricted: a template call gets a cold call's egress).
+// templateRoot holds the battery's environment in template mode: /run,
+// outside every profile's fresh mounts (/tmp, /var, /dev/shm).
+const templateRoot = "/run"
+
+// templateManifest is manifest with warm: template on every tool: each
+// profile's, and those with a network policy of their own (h_restricted:
+// a template call gets a cold call's egress).
 func templateManifest(manifest string) string {
 	var out []string
 	for _, line := range strings.Split(manifest, "\n") {
-		templated := strings.Contains(line, "sandbox_profile: restrictive") || strings.Contains(line, "network: {")
+		templated := strings.Contains(line, "sandbox_profile: ")
 		if templated && strings.HasSuffix(line, "}") && !strings.Contains(line, "warm:") {
 			line = strings.TrimSuffix(line, "}") + ", warm: template}"
 		}
@@ -85,10 +91,13 @@ func newEnv(t *testing.T, manifest string) *env {
 	t.Helper()
 	root := t.TempDir()
 	if templateMode {
-		var err error
-		root, err = os.MkdirTemp("/var/tmp", "str-hostile-tpl-")
+		// A directory of our own above root: its mode is set below
+		// (never a system directory's).
+		dir, err := os.MkdirTemp(templateRoot, "str-hostile-tpl-")
 		must(t, err)
-		t.Cleanup(func() { os.RemoveAll(root) })
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		root = filepath.Join(dir, "env")
+		must(t, os.Mkdir(root, 0o755))
 		manifest = templateManifest(manifest)
 	}
 	must(t, os.Chmod(root, 0o755))

@@ -677,15 +677,24 @@ RAW_RESULTS = {
 
 
 def c_raw_result(ctx, kw):
-    """Replaces the runner's result writer (a tool runs in the runner's
-    process): result.json becomes raw bytes of the attacker's choosing."""
+    """Replaces the runner's result writers (a tool runs in the runner's
+    process): the result becomes raw bytes of the attacker's choosing,
+    in result.json (a cold call) or on the call's socket (a template
+    call, framed as the runner frames it)."""
     import __main__
+    runner = __main__.runner
     raw = RAW_RESULTS[kw["kind"]]()
 
     def writer(path, document):
         with open(path, "wb") as f:
             f.write(raw)
-    __main__.runner._write_result = writer
+
+    def sender(sock, document, chunk):
+        runner._send(sock, {"type": "result", "size": len(raw)})
+        for i in range(0, len(raw), chunk):
+            sock.sendmsg([raw[i:i + chunk]])
+    runner._write_result = writer
+    runner._send_result = sender
     return {"outcome": "replaced"}
 
 
