@@ -1,0 +1,6 @@
+package main
+
+// fastEntry is str's ELF entry on linux/amd64 (fast_linux_amd64.s): the
+// served `str run` fast path before Go's runtime starts, else Go's own
+// entry. Never called from Go; the linker enters it (-ldflags=-E).
+func fastEntry()
