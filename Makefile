@@ -57,7 +57,7 @@ init:
 	$(GO) generate ./launcher/initbin
 
 build: deps init
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/str
+	CGO_ENABLED=0 $(GO) build -ldflags="$$(GO=$(GO) ./scripts/str-ldflags.sh)" -o $(BIN) ./cmd/str
 	$(GO) build -o $(WORKER_BIN) ./cmd/str-worker
 
 run: build
@@ -77,7 +77,7 @@ test: deps build test-deps
 # image's base, bubblewrap for `str bwrap`'s side-by-side tests.
 test-deps:
 	@missing=""; \
-	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps; do \
+	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps strace; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
