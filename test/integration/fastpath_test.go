@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -279,10 +280,10 @@ func TestFastPathSyscalls(t *testing.T) {
 		l = strings.TrimLeft(l, "0123456789 ") // strace -f's pid
 		name, _, _ := strings.Cut(l, "(")
 		calls = append(calls, name)
-		for _, bad := range []string{"clone", "clone3", "mmap", "rt_sigaction", "sched_getaffinity"} {
-			if name == bad {
-				t.Errorf("the fast path made %s: Go's runtime started\n%s", name, data)
-			}
+	}
+	for _, bad := range []string{"clone", "clone3", "mmap", "rt_sigaction", "sched_getaffinity"} {
+		if slices.Contains(calls, bad) {
+			t.Errorf("the fast path made %s: Go's runtime started\n%s", bad, data)
 		}
 	}
 	t.Logf("the fast path's %d syscalls (execve included): %s", len(calls), strings.Join(calls, " "))
