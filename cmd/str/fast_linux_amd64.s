@@ -17,7 +17,9 @@
 //
 //  1. parse argv and environ as above; anything else: the Go path;
 //  2. socket(AF_UNIX, SOCK_SEQPACKET) and connect: on failure the Go
-//     path, which finds nothing listening either and runs one-shot;
+//     path, which finds nothing listening either and runs one-shot; a
+//     socket below fd 3 (stdin, stdout or stderr closed) is the Go
+//     path's too (Go's runtime puts /dev/null there);
 //  3. block SIGHUP, SIGINT and SIGTERM and open a signalfd for them
 //     (before the request is sent, so no signal goes unanswered; no
 //     handlers: nothing runs asynchronously);
@@ -367,6 +369,12 @@ copied:
 	CMPQ	AX, $0
 	JLT	gopath
 	MOVQ	AX, st<>+0(SB)
+	// The lowest free descriptor: below 3, one of stdin, stdout and
+	// stderr is closed, and the socket took its place (it would be sent
+	// as the tool's stdio). The Go path: Go's runtime opens /dev/null
+	// there first, as it always has.
+	CMPQ	AX, $3
+	JLT	undosocket
 	MOVQ	AX, DI
 	MOVQ	$SYS_connect, AX
 	LEAQ	addr<>(SB), SI

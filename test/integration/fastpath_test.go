@@ -211,6 +211,14 @@ func TestFastPathFallsBack(t *testing.T) {
 			t.Errorf("%s: exit %d stdout %q stderr %q, want %d, %q..., stderr with %q", c.name, r.Exit, r.Stdout, r.Stderr, c.exit, c.stdout, c.stderr)
 		}
 	}
+
+	// stdin closed: the stub's socket would be fd 0 (and sent as the
+	// tool's stdin); the Go path runs it with /dev/null there.
+	r := strExec(t, "/bin/sh", "", nil, "-c", `exec "$0" "$@" <&-`, strBin, "run", "--serve", sp.socket, "--profile", "restrictive", "--",
+		"/bin/sh", "-c", "readlink /proc/self/fd/0")
+	if !r.goStarted || r.Exit != 0 || r.Stdout != "/dev/null\n" {
+		t.Errorf("stdin closed: Go started %v, exit %d, the tool's stdin %q, want the Go path and /dev/null; stderr %s", r.goStarted, r.Exit, r.Stdout, r.Stderr)
+	}
 }
 
 // TestFastPathCancel: SIGTERM to a client on the fast path cancels the
