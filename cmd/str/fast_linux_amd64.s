@@ -34,7 +34,8 @@
 //     signal mask restored) and go to the Go path, which asks again and
 //     answers as always; no reply at all (the server went away: the
 //     command may have run, so it is not run again) is exit 125 with the
-//     Go path's message.
+//     Go path's message ("no reply: EOF"; a failed read or poll says
+//     "connection closed" where Go names the errno).
 //
 // The Go path is _rt0_amd64_linux with the stack exactly as the kernel
 // left it (SP is never moved; the stub's state lives in its own BSS).
@@ -107,6 +108,11 @@ DATA	noreply2<>+24(SB)/4, $"lose"
 DATA	noreply2<>+28(SB)/2, $"d\x0a"
 DATA	noreply2<>+30(SB)/1, $"\x00"
 GLOBL	noreply2<>(SB), RODATA|NOPTR, $31
+
+DATA	noreplyeof<>+0(SB)/8, $": no rep"
+DATA	noreplyeof<>+8(SB)/8, $"ly: EOF\x0a"
+DATA	noreplyeof<>+16(SB)/1, $"\x00"
+GLOBL	noreplyeof<>(SB), RODATA|NOPTR, $17
 
 DATA	badreply2<>+0(SB)/8, $": bad re"
 DATA	badreply2<>+8(SB)/4, $"ply\x0a"
@@ -480,7 +486,8 @@ readreply:
 	CMPQ	AX, $-EINTR
 	JEQ	readreply
 	CMPQ	AX, $0
-	JLE	noreply
+	JEQ	noreplyeof
+	JLT	noreply
 	CMPQ	AX, $12
 	JLT	undoall // not a compact reply (an older server's JSON): the Go path
 	CMPL	reply<>+0(SB), $COMPACT_MAGIC
@@ -517,6 +524,11 @@ exit:
 	MOVLQSX	reply<>+8(SB), DI
 	MOVQ	$SYS_exit_group, AX
 	SYSCALL
+
+noreplyeof:
+	// The server closed the connection (as Go's read reports it).
+	LEAQ	noreplyeof<>(SB), BX
+	JMP	failmsg
 
 noreply:
 	LEAQ	noreply2<>(SB), BX

@@ -368,3 +368,35 @@ func TestFastPathRefused(t *testing.T) {
 		t.Errorf("uid 65532 (allowed): Go started %v, exit %d, stdout %q, stderr:\n%s", r.goStarted, r.Exit, r.Stdout, stderr)
 	}
 }
+
+// TestFastPathServerGone: the server dies mid-call. The command may have
+// run, so neither path runs it again: both exit 125 with the same
+// message.
+func TestFastPathServerGone(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("the entry stub is linux/amd64's")
+	}
+	gone := func(fast bool) fastRun {
+		sp := startServe(t, 1)
+		marker := fmt.Sprintf("str-fast-gone-%d", time.Now().UnixNano())
+		args := []string{"--serve", sp.socket, "--profile", "restrictive", "--", "/bin/sh", "-c", "sleep 300; true", marker}
+		if fast {
+			args = append([]string{"run"}, args...)
+		} else {
+			args = goPath(args)
+		}
+		go func() {
+			if eventually(30*time.Second, func() bool { return len(sandboxShells(marker)) == 1 }) {
+				_ = sp.cmd.Process.Kill()
+			}
+		}()
+		r := strExec(t, strBin, "", nil, args...)
+		r.Stderr = strings.ReplaceAll(r.Stderr, sp.socket, "SOCKET")
+		return r
+	}
+	fast, slow := gone(true), gone(false)
+	want := "no reply: EOF"
+	if fast.goStarted || fast.Exit != 125 || fast.Exit != slow.Exit || fast.Stderr != slow.Stderr || !strings.Contains(fast.Stderr, want) {
+		t.Errorf("server gone: fast path exit %d stderr %q (Go started %v), Go path exit %d stderr %q; want 125 and %q from both", fast.Exit, fast.Stderr, fast.goStarted, slow.Exit, slow.Stderr, want)
+	}
+}
