@@ -35,7 +35,11 @@
 //     answers as always; no reply at all (the server went away: the
 //     command may have run, so it is not run again) is exit 125 with the
 //     Go path's message ("no reply: EOF"; a failed read or poll says
-//     "connection closed" where Go names the errno).
+//     "connection closed" where Go names the errno). A cancelling signal
+//     that came before a not_poolable, refused or error answer stays
+//     pending: restoring the mask ends str by its default action before
+//     the Go path starts (the Go path would run one-shot with its
+//     context already cancelled).
 //
 // The Go path is _rt0_amd64_linux with the stack exactly as the kernel
 // left it (SP is never moved; the stub's state lives in its own BSS).
@@ -71,6 +75,8 @@
 #define REPLY_MAX 65536
 #define COMPACT_MAGIC 0x01525453
 #define COMPACT_RESULT 1
+#define COMPACT_NOT_POOLABLE 2
+#define COMPACT_ERROR 4
 #define EXIT_LAUNCHER 125
 
 DATA	optnames<>+0(SB)/8, $"serve\x00pr"
@@ -137,6 +143,30 @@ TEXT ·fastEntry(SB), NOSPLIT|NOFRAME, $0
 	LEAQ	8(R13)(R12*8), R14
 	CMPQ	R12, $4 // str run -- CMD at least
 	JLT	gopath
+	// str invoked as bwrap takes bubblewrap's command line: any argv[0]
+	// with "bwrap" in it is the Go path's (stricter than its basename).
+	MOVQ	0(R13), SI
+	TESTQ	SI, SI
+	JEQ	gopath
+
+argv0:
+	MOVBLZX	0(SI), AX
+	TESTB	AL, AL
+	JEQ	argv0done
+	INCQ	SI
+	CMPB	AL, $'b'
+	JNE	argv0
+	CMPB	0(SI), $'w'
+	JNE	argv0
+	CMPB	1(SI), $'r'
+	JNE	argv0
+	CMPB	2(SI), $'a'
+	JNE	argv0
+	CMPB	3(SI), $'p'
+	JEQ	gopath
+	JMP	argv0
+
+argv0done:
 	MOVQ	8(R13), SI
 	CMPB	0(SI), $'r'
 	JNE	gopath
@@ -497,8 +527,10 @@ readreply:
 	MOVBLZX	reply<>+4(SB), CX
 	CMPQ	CX, $COMPACT_RESULT
 	JEQ	result
-	CMPQ	CX, $4
-	JLE	undoall // not_poolable, refused, error: the Go path asks again
+	CMPQ	CX, $COMPACT_NOT_POOLABLE
+	JLT	badreply
+	CMPQ	CX, $COMPACT_ERROR
+	JLE	undoall // not_poolable, refused, error: nothing ran; the Go path asks again
 	JMP	badreply
 
 result:

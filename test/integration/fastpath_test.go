@@ -212,6 +212,15 @@ func TestFastPathFallsBack(t *testing.T) {
 		}
 	}
 
+	// str invoked as bwrap: bubblewrap's command line, the Go path's.
+	bw := filepath.Join(dir, "bwrap")
+	if err := os.Symlink(strBin, bw); err != nil {
+		t.Fatal(err)
+	}
+	if r := strExec(t, bw, "", nil, "run", "--serve", sp.socket, "--", "/bin/true"); !r.goStarted {
+		t.Errorf("invoked as bwrap: the stub served %q", "run --serve")
+	}
+
 	// stdin closed: the stub's socket would be fd 0 (and sent as the
 	// tool's stdin); the Go path runs it with /dev/null there.
 	r := strExec(t, "/bin/sh", "", nil, "-c", `exec "$0" "$@" <&-`, strBin, "run", "--serve", sp.socket, "--profile", "restrictive", "--",
