@@ -11,7 +11,10 @@
 //
 // with a socket from --serve, else from $STR_SERVE_SOCKET (its first
 // entry, as os.Getenv), a pathname of at most 107 bytes, and
-// $STR_PROFILE_DIR empty or unset (with one, str run is never served).
+// $STR_PROFILE_DIR empty or unset (with one, str run is never served);
+// argv[0] must not contain "bwrap" (str invoked as bwrap reads
+// bubblewrap's command line), and the request must fit the server's
+// receive buffer.
 //
 // Steps (all raw syscalls, no stack but the kernel's, no allocation):
 //
