@@ -57,7 +57,7 @@ init:
 	$(GO) generate ./launcher/initbin
 
 build: deps init
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/str
+	CGO_ENABLED=0 $(GO) build -ldflags="$$(GO=$(GO) ./scripts/str-ldflags.sh)" -o $(BIN) ./cmd/str
 	$(GO) build -o $(WORKER_BIN) ./cmd/str-worker
 
 run: build
@@ -78,7 +78,7 @@ test: deps build test-deps
 # the VM's process listings, numpy for the template reseed test.
 test-deps:
 	@missing=""; \
-	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps python3-numpy; do \
+	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps python3-numpy strace; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

@@ -26,7 +26,8 @@ package launcher
 //  5. the call: Sandbox.Call arms the wall clock and hands argv, env and
 //     the caller's three stdio descriptors to the init (its step 10a);
 //     the server closes its copies at once;
-//  6. the reply: the Result (same JSON as `str run --result`); a
+//  6. the reply: the Result (same JSON as `str run --result`), or to a
+//     compact request its Outcome (exit status, stderr text); a
 //     cancellation from the client, or the connection closing, ends the
 //     sandbox as a cancelled one-shot run is ended;
 //  7. the cgroup's removal, the ids' release and the refill, after the
@@ -254,13 +255,33 @@ func (r *Resident) authorize(cred *unix.Ucred) error {
 	return fmt.Errorf("str serve: uid %d (gid %d, pid %d) may not use %s: root, --allow-uid and members of --allow-group only", cred.Uid, cred.Gid, cred.Pid, r.opts.Socket)
 }
 
-// reply sends the one answer of a connection.
-func reply(c *net.UnixConn, rep ResidentReply) {
+// reply sends the one answer of a connection: as JSON, or compactly to a
+// compact request (a result as its Outcome: status and stderr text).
+func reply(c *net.UnixConn, compact bool, rep ResidentReply) {
+	if compact {
+		var b []byte
+		switch rep.Type {
+		case "result":
+			code, text := rep.Result.Outcome()
+			b = encodeCompact(CompactResult, code, text)
+		case "not_poolable":
+			b = encodeCompact(CompactNotPoolable, 0, rep.Reason)
+		case "refused":
+			b = encodeCompact(CompactRefused, 0, rep.Reason)
+		default:
+			b = encodeCompact(CompactError, 0, rep.Reason)
+		}
+		_, _ = c.Write(b)
+		return
+	}
 	b, err := json.Marshal(rep)
 	if err == nil {
 		_, _ = c.Write(b)
 	}
 }
+
+// isCompact: a request in the compact encoding (JSON's first byte is '{').
+func isCompact(b []byte) bool { return len(b) > 0 && b[0] == CompactMagic[0] }
 
 // handle serves one connection: checks 2-7 of the list above.
 func (r *Resident) handle(c *net.UnixConn) {
@@ -283,7 +304,9 @@ func (r *Resident) handle(c *net.UnixConn) {
 		// before the caller reads why.
 		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*(nsinit.CallFDs+1)))
 		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		if _, oobn, _, _, err := c.ReadMsgUnix(buf, oob); err == nil {
+		compact := false
+		if n, oobn, _, _, err := c.ReadMsgUnix(buf, oob); err == nil {
+			compact = isCompact(buf[:n])
 			stdio, _ := parseStdio(oob[:oobn])
 			for _, f := range stdio {
 				if f != nil {
@@ -291,7 +314,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 				}
 			}
 		}
-		reply(c, ResidentReply{Type: "refused", Reason: err.Error()})
+		reply(c, compact, ResidentReply{Type: "refused", Reason: err.Error()})
 		return
 	}
 
@@ -308,6 +331,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	compact := isCompact(buf[:n])
 	stdio, fdErr := parseStdio(oob[:oobn])
 	defer func() {
 		for _, f := range stdio {
@@ -317,28 +341,38 @@ func (r *Resident) handle(c *net.UnixConn) {
 		}
 	}()
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("request larger than %d bytes", len(buf))})
+		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("request larger than %d bytes", len(buf))})
 		return
 	}
 	if fdErr != nil {
-		reply(c, ResidentReply{Type: "error", Reason: "str serve: " + fdErr.Error()})
+		reply(c, compact, ResidentReply{Type: "error", Reason: "str serve: " + fdErr.Error()})
 		return
 	}
 	var req ResidentRequest
-	if err := json.Unmarshal(buf[:n], &req); err != nil {
-		reply(c, ResidentReply{Type: "error", Reason: fmt.Sprintf("str serve: request: %v", err)})
+	if compact {
+		if req, err = decodeCompact(buf[:n]); err != nil {
+			reply(c, compact, ResidentReply{Type: "error", Reason: "str serve: " + err.Error()})
+			return
+		}
+	} else if err := json.Unmarshal(buf[:n], &req); err != nil {
+		reply(c, compact, ResidentReply{Type: "error", Reason: fmt.Sprintf("str serve: request: %v", err)})
 		return
 	}
 	if req.Version != ResidentVersion {
-		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("protocol version %d, this server speaks %d", req.Version, ResidentVersion)})
+		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("protocol version %d, this server speaks %d", req.Version, ResidentVersion)})
 		return
 	}
 
 	// 3. The plan one-shot str run would make for this caller.
 	environ := map[string]string{}
 	for _, kv := range req.Environ {
+		// A key's first entry counts, as Go's os.Getenv reads it (the
+		// Go client sends os.Environ, which has no duplicates; the
+		// entry stub sends the environ as it was exec'd).
 		if k, v, ok := strings.Cut(kv, "="); ok {
-			environ[k] = v
+			if _, dup := environ[k]; !dup {
+				environ[k] = v
+			}
 		}
 	}
 	host := r.l.host
@@ -347,22 +381,22 @@ func (r *Resident) handle(c *net.UnixConn) {
 		Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
 	pl, err := r.l.planFor(lreq, host)
 	if err != nil {
-		reply(c, ResidentReply{Type: "error", Reason: err.Error()})
+		reply(c, compact, ResidentReply{Type: "error", Reason: err.Error()})
 		return
 	}
 
 	// 4. Poolable?
 	p := r.pools[pl.Profile]
 	if p == nil {
-		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("profile %s is not served here", pl.Profile)})
+		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("profile %s is not served here", pl.Profile)})
 		return
 	}
 	if why := p.differs(pl); why != "" {
-		reply(c, ResidentReply{Type: "not_poolable", Reason: why})
+		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: why})
 		return
 	}
 	if b, err := json.Marshal(nsinit.Call{Argv: pl.Child.Argv, Env: pl.Child.Env}); err != nil || len(b) > nsinit.MaxCallBytes {
-		reply(c, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("argv and environment larger than a call's %d bytes", nsinit.MaxCallBytes)})
+		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("argv and environment larger than a call's %d bytes", nsinit.MaxCallBytes)})
 		return
 	}
 
@@ -373,7 +407,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 		// No sandbox got the call (a build failed, or the send did), so
 		// the command has not run: the caller may run it one-shot.
 		r.log.Warn("str serve: no pre-built sandbox for a call", "profile", p.name, "error", err)
-		reply(c, ResidentReply{Type: "not_poolable", Reason: err.Error()})
+		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: err.Error()})
 		return
 	}
 	for i, f := range stdio {
@@ -401,9 +435,9 @@ func (r *Resident) handle(c *net.UnixConn) {
 	res, err := box.sb.WaitResult()
 	box.cancel()
 	if err != nil {
-		reply(c, ResidentReply{Type: "error", Reason: err.Error()})
+		reply(c, compact, ResidentReply{Type: "error", Reason: err.Error()})
 	} else {
-		reply(c, ResidentReply{Type: "result", Result: res})
+		reply(c, compact, ResidentReply{Type: "result", Result: res})
 	}
 	// 7. The rest of the teardown (the cgroup's removal, the ids'
 	// release) and the refill, after the reply.

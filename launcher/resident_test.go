@@ -13,7 +13,7 @@ import (
 
 // planLauncher is a Launcher that only plans (embedded profiles, a
 // root-mode fake host): no privilege needed.
-func planLauncher(t *testing.T) *Launcher {
+func planLauncher(t testing.TB) *Launcher {
 	t.Helper()
 	set, err := profiles.Embedded()
 	if err != nil {

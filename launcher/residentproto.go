@@ -1,7 +1,9 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,6 +31,28 @@ import (
 //	                  connection cancels the same way
 //
 // A connection carries one call.
+//
+// The compact encoding is the same request and reply for str's entry stub
+// (cmd/str/fast_linux_amd64.s), which runs before Go's runtime and so
+// cannot write JSON. The server tells the two apart by the first byte
+// (JSON's is '{') and answers a compact request compactly:
+//
+//	request  "STR\x01" (CompactMagic), argc uint32 LE, envc uint32 LE,
+//	         then 2+argc+envc NUL-terminated byte strings: the profile
+//	         ("" = standard), the --timeout text ("" = none; parsed as
+//	         the command line parses it), argv (argc >= 1), the caller's
+//	         environ (as it was exec'd: a key's first entry counts, as
+//	         Go's os.Getenv reads it), and nothing after the last NUL;
+//	         the same three stdio descriptors as SCM_RIGHTS
+//	reply    "STR\x01", a type byte (CompactResult, CompactNotPoolable,
+//	         CompactRefused, CompactError), three zero bytes, the exit
+//	         status as int32 LE, then text: for a result the exact
+//	         bytes `str run` writes to stderr (Result.Outcome), for the
+//	         others the reason; at most CompactReplyMax bytes in all
+//	cancel   the JSON ResidentCancel, as from the Go client
+//
+// Anything but a result sends the stub to Go's runtime, which sends the
+// request again as JSON and handles the answer as it always does.
 
 // ResidentVersion is the protocol's version; a server answers a request
 // of another version "not_poolable".
@@ -81,6 +106,91 @@ type ResidentError struct {
 }
 
 func (e *ResidentError) Error() string { return e.Msg }
+
+// The compact encoding's constants (see the protocol above); the entry
+// stub spells the same values (cmd/str/fast_linux_amd64.s).
+const (
+	CompactMagic       = "STR\x01"
+	CompactReplyMax    = 64 << 10
+	CompactResult      = 1
+	CompactNotPoolable = 2
+	CompactRefused     = 3
+	CompactError       = 4
+	compactHeader      = len(CompactMagic) + 8
+)
+
+// decodeCompact reads a compact request: every check of the format
+// above, then the --timeout text parsed and checked as `str run` parses
+// it (a positive duration). The result goes through the same checks as a
+// JSON request.
+func decodeCompact(b []byte) (ResidentRequest, error) {
+	var req ResidentRequest
+	if len(b) < compactHeader || string(b[:len(CompactMagic)]) != CompactMagic {
+		return req, errors.New("compact request: no header")
+	}
+	argc := binary.LittleEndian.Uint32(b[4:])
+	envc := binary.LittleEndian.Uint32(b[8:])
+	rest := b[compactHeader:]
+	// Each string takes at least its NUL: counts beyond the bytes left
+	// are refused before anything is allocated for them.
+	if argc == 0 || uint64(argc)+uint64(envc)+2 > uint64(len(rest)) {
+		return req, fmt.Errorf("compact request: %d arguments and %d environment entries in %d bytes", argc, envc, len(rest))
+	}
+	next := func() (string, error) {
+		i := bytes.IndexByte(rest, 0)
+		if i < 0 {
+			return "", errors.New("compact request: a string without its NUL")
+		}
+		s := string(rest[:i])
+		rest = rest[i+1:]
+		return s, nil
+	}
+	var timeout string
+	var err error
+	if req.Profile, err = next(); err != nil {
+		return req, err
+	}
+	if timeout, err = next(); err != nil {
+		return req, err
+	}
+	req.Argv = make([]string, argc)
+	for i := range req.Argv {
+		if req.Argv[i], err = next(); err != nil {
+			return req, err
+		}
+	}
+	req.Environ = make([]string, envc)
+	for i := range req.Environ {
+		if req.Environ[i], err = next(); err != nil {
+			return req, err
+		}
+	}
+	if len(rest) != 0 {
+		return req, fmt.Errorf("compact request: %d bytes after the last string", len(rest))
+	}
+	if timeout != "" {
+		d, err := profiles.ParseDuration(timeout)
+		if err != nil || d <= 0 {
+			return req, fmt.Errorf("compact request: --timeout %q: not a positive duration", timeout)
+		}
+		req.Timeout = d
+	}
+	req.Version = ResidentVersion
+	return req, nil
+}
+
+// encodeCompact is a compact reply of type typ: status and text (cut to
+// fit CompactReplyMax).
+func encodeCompact(typ byte, status int, text string) []byte {
+	if len(text) > CompactReplyMax-compactHeader {
+		text = text[:CompactReplyMax-compactHeader]
+	}
+	b := make([]byte, compactHeader, compactHeader+len(text))
+	copy(b, CompactMagic)
+	b[4] = typ
+	binary.LittleEndian.PutUint32(b[8:], uint32(int32(status)))
+	return append(b, text...)
+}
 
 // maxReplyBytes bounds a reply (a Result with its violations).
 const maxReplyBytes = 1 << 20

@@ -19,7 +19,7 @@ FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-5s}
 
 # Every fuzz target of the repository: package, target, and "ci" for the
 # ones `make test` runs (one per area of the fuzzing plan, and every parser
-# of bytes that come from inside the sandbox; 13 ci targets x FUZZTIME).
+# of bytes that come from inside the sandbox; 14 ci targets x FUZZTIME).
 # A Fuzz function missing here fails the run.
 targets=(
   "./worker                    FuzzParseRequest      ci" # request parsing and validation
@@ -39,6 +39,7 @@ targets=(
   "./egress                    FuzzClientHelloSNI    ci" # sandbox bytes: SNI of captured TLS connections, parsed and peeked
   "./broker                    FuzzRequest           -"  # dev broker request handling
   "./worker/transport          FuzzMatch             -"  # topic matching
+  "./launcher                  FuzzDecodeCompact     ci" # str serve: a caller's compact request (str's entry stub), decoded and planned
 )
 
 ci=0

@@ -14,19 +14,14 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
-	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 )
 
-// Exit codes of `str run` when the failure is str's, not the tool's.
-// Everything else is the tool's own status (128+N when signal N killed it).
-// 125-127 are the init's own (defined once, in nsinit).
+// Exit codes of `str run` when the failure is str's, not the tool's
+// (launcher.Outcome's, and bad flags).
 const (
-	exitTimedOut    = 124                    // the wall-clock timeout killed the sandbox
-	exitLauncher    = nsinit.ExitSetupFailed // str could not build or start the sandbox (usage, profile, setup step)
-	exitCannotExec  = nsinit.ExitCannotExec  // the command exists but cannot be executed
-	exitNotFound    = nsinit.ExitNotFound    // the command does not exist inside the sandbox
-	exitUsage       = 2                      // bad flags (before anything was attempted)
+	exitLauncher    = launcher.ExitLauncher // str could not build or start the sandbox (usage, profile, setup step)
+	exitUsage       = 2                     // bad flags (before anything was attempted)
 	runUsageSummary = `usage: str run [flags] -- CMD [ARGS...]
 
 Runs CMD in a fresh sandbox and exits with its status (128+N if signal N
@@ -187,37 +182,9 @@ func finishRun(res *launcher.Result, resultPath string) int {
 			fmt.Fprintln(os.Stderr, "str run: --result:", err)
 		}
 	}
-	for _, w := range res.Warnings {
-		fmt.Fprintln(os.Stderr, "str run: warning:", w)
-	}
-	if res.ViolationSummary != "" {
-		fmt.Fprintln(os.Stderr, res.ViolationSummary)
-	}
-	if wb := res.WriteBack; wb != nil {
-		for _, p := range wb.Skipped {
-			fmt.Fprintf(os.Stderr, "str run: warning: %s/%s: not copied back (not a file, directory or symlink)\n", wb.Dir, p)
-		}
-		if wb.Error != nil {
-			// The tool's changes did not all reach DIR: whatever the tool's
-			// own status, the run failed on str's side.
-			fmt.Fprintln(os.Stderr, "str run:", wb.Error.Error())
-			return exitLauncher
-		}
-	}
-	switch {
-	case res.SetupError != nil:
-		fmt.Fprintln(os.Stderr, "str run:", res.SetupError.Error())
-		if res.ExitCode == exitNotFound || res.ExitCode == exitCannotExec {
-			return res.ExitCode
-		}
-		return exitLauncher
-	case res.TimedOut:
-		fmt.Fprintln(os.Stderr, "str run: timed out; the sandbox was killed")
-		return exitTimedOut
-	case res.OOMKilled:
-		fmt.Fprintln(os.Stderr, "str run: the memory limit was hit; the OOM killer ended the tool")
-	}
-	return res.ExitCode
+	code, text := res.Outcome()
+	fmt.Fprint(os.Stderr, text)
+	return code
 }
 
 func errOrPositive(err error) error {
