@@ -75,7 +75,8 @@ test: deps build test-deps
 # image built in the background and the VM phase never run apt-get at the
 # same time: qemu, a static busybox and xz for the VM, debootstrap for the
 # image's base, bubblewrap for `str bwrap`'s side-by-side tests, procps for
-# the VM's process listings, numpy for the template reseed test.
+# the VM's process listings, numpy for the template reseed test, strace for
+# the served fast path's syscall test.
 test-deps:
 	@missing=""; \
 	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps python3-numpy strace; do \
