@@ -40,9 +40,9 @@ str_worker_warm_pool_size, at least 1), so each call meets a warm pool at
 rest; without it the calls go back to back and meet a pool still refilling
 from the call before. The throughput phase is left out when pacing. Each
 scrape costs the worker CPU (its /metrics page, ~0.4 ms on a 2-core VM),
-so the pacing scrapes little: it first sleeps most of the time the last
-wait took, then scrapes every 5 ms; the line printed says how many scrapes
-were made (metrics_scrapes=), for whoever counts the worker's CPU.
+so the pacing scrapes little: it first sleeps about as long as the last
+wait took, then scrapes every 5 ms; the line printed says how many
+scrapes were made (metrics_scrapes=), for whoever counts the worker's CPU.
 `
 
 // benchEcho measures the worker end to end, as an agent sees it.
@@ -214,33 +214,36 @@ func benchEcho(args []string, stdout io.Writer) int {
 }
 
 // benchPacer sends each paced call once the pool is ready again, with as
-// few scrapes of the worker's /metrics as it can: every scrape is work of
-// the worker's, counted in the cell's worker CPU per call (polled every 2
-// ms it was 10-13 scrapes, 4-5 ms, per call: more than a warm call's
-// own difference to a cold one).
+// few scrapes of the worker's /metrics as it can (one or two per call):
+// every scrape is work of the worker's, counted in the cell's worker CPU
+// per call (polled every 2 ms it was 10-13 scrapes, 4-9 ms, per call:
+// more than a warm call's own difference to a cold one).
 type benchPacer struct {
 	base, tool string
-	last       time.Duration // how long the previous wait took
+	expect     time.Duration // slept before the first scrape
 	scrapes    int           // made so far
 }
 
-// benchPacerLead is the part of the previous wait slept before the first
-// scrape: the refill times of consecutive calls vary by a few ms.
-const benchPacerLead = 0.8
-
-// wait returns once every pooled sandbox of the tool is ready.
+// wait returns once every pooled sandbox of the tool is ready. When the
+// first scrape finds it ready, the sleep may have been longer than
+// needed and the next one is shorter; otherwise the next sleep is this
+// whole wait.
 func (p *benchPacer) wait(ctx context.Context) error {
 	t0 := time.Now()
-	if d := time.Duration(float64(p.last) * benchPacerLead); d > 0 {
+	if p.expect > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(d):
+		case <-time.After(p.expect):
 		}
 	}
 	n, err := benchWaitPoolReady(ctx, p.base, p.tool)
 	p.scrapes += n
-	p.last = time.Since(t0)
+	if n == 1 {
+		p.expect = p.expect * 9 / 10
+	} else {
+		p.expect = time.Since(t0)
+	}
 	return err
 }
 

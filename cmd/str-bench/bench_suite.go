@@ -630,13 +630,17 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 	return nil
 }
 
-// benchScrapesForCost is how many scrapes of /metrics measure a worker's
-// CPU per scrape: ~0.1 s of its CPU, against a clock tick of 10 ms.
-const benchScrapesForCost = 300
+// benchScrapesForCost scrapes of /metrics, benchScrapeGap apart, measure
+// a worker's CPU per scrape: ~0.1 s of its CPU, against a clock tick of
+// 10 ms. Apart, as the pacing scrapes (a scrape after a pause costs the
+// worker 2-3 times one right after another: 0.70 against 0.27 ms).
+const (
+	benchScrapesForCost = 150
+	benchScrapeGap      = 20 * time.Millisecond
+)
 
 // scrapeCost is w's own CPU in µs per scrape of its /metrics, measured
-// once (benchScrapesForCost scrapes back to back, outside any cell's
-// figures; 0 when it cannot be).
+// once, outside any cell's figures (0 when it cannot be).
 func (st *benchState) scrapeCost(ctx context.Context, w *benchWorker) float64 {
 	if v, ok := st.scrapeUs[w]; ok {
 		return v
@@ -650,6 +654,7 @@ func (st *benchState) scrapeCost(ctx context.Context, w *benchWorker) float64 {
 		if _, err := benchScrapeMetrics(ctx, w.health); err != nil {
 			return 0
 		}
+		time.Sleep(benchScrapeGap)
 	}
 	self1, _, err := benchProcCPU(w.pid())
 	if err != nil {
