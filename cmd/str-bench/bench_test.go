@@ -411,11 +411,12 @@ func TestBenchWaitPoolReady(t *testing.T) {
 		io.WriteString(w, "# HELP x\n"+pages[min(n, len(pages)-1)])
 	}))
 	defer hs.Close()
-	if err := benchWaitPoolReady(t.Context(), hs.URL, "echo_tool"); err != nil {
+	n, err := benchWaitPoolReady(t.Context(), hs.URL, "echo_tool")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := scrapes.Load(); n != 3 {
-		t.Errorf("ready after %d scrapes, want 3", n)
+	if got := scrapes.Load(); got != 3 || n != 3 {
+		t.Errorf("ready after %d scrapes (counted %d), want 3", got, n)
 	}
 
 	// A pool of 0 never counts as ready: the third scrape ends the wait
@@ -432,7 +433,7 @@ func TestBenchWaitPoolReady(t *testing.T) {
 		io.WriteString(w, `str_worker_warm_pool_size{tool="echo_tool"} 0`+"\n"+`str_worker_warm_pool_ready{tool="echo_tool"} 0`+"\n")
 	}))
 	defer empty.Close()
-	err := benchWaitPoolReady(ctx, empty.URL, "echo_tool")
+	_, err = benchWaitPoolReady(ctx, empty.URL, "echo_tool")
 	if err == nil || !strings.Contains(err.Error(), `(last: str_worker_warm_pool_ready{tool="echo_tool"} 0, str_worker_warm_pool_size{tool="echo_tool"} 0)`) {
 		t.Errorf("empty pool: %v", err)
 	}
