@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const benchUsage = `usage: str-bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] [--ns LIST] [-j J] -- CMD [ARGS...]
+const benchUsage = `usage: str-bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] [--ns LIST] [-j J] [--quiet PID] -- CMD [ARGS...]
 
 Spawns CMD N times in a row (after WARMUP unmeasured spawns), with no shell
 and stdin/stdout/stderr on /dev/null, and prints one line of key=value
@@ -32,6 +33,10 @@ straight from this resident process (Go's SysProcAttr; a user namespace
 maps 0 to the caller's uid): the kernel's floor that a launcher is compared
 with. -j J keeps J spawns in flight (throughput); then what CMD leaves
 behind is reaped once at the end, not per spawn (full_us = lat_us).
+--quiet PID waits, before each spawn, until PID's process tree (a
+resident str serve and its pre-built sandboxes) ran less than 0.3 ms in
+10 ms, i.e. its refill after the last call is done (at most 3 s; the line
+then counts restless=N): a served call that meets the pool at rest.
 It is the driver of str-bench (the whole comparison, bench_suite.go), with
 spawnloop.c's flags, output line and RAW format: one line per measured
 spawn, "lat_us cpu_us maxrss_kb wait_status full_us". It asserts nothing
@@ -60,11 +65,12 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	keepErr := fs.Bool("e", false, "keep CMD's stderr (debugging)")
 	nsList := fs.String("ns", "", "clone CMD into these new namespaces (`LIST`: pid,mnt,ipc,uts,net,user,cgroup)")
 	jobs := fs.Int("j", 1, "spawns in flight")
+	quiet := fs.Int("quiet", 0, "before each spawn, wait until the process tree of `PID` (a resident str serve) is at rest: its refill done (one in flight only)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	argv := fs.Args()
-	if len(argv) == 0 || *n < 1 || *warm < 0 || *jobs < 1 {
+	if len(argv) == 0 || *n < 1 || *warm < 0 || *jobs < 1 || (*quiet != 0 && *jobs != 1) {
 		fs.Usage()
 		return exitUsage
 	}
@@ -99,7 +105,14 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{devnull.Fd(), devnull.Fd(), errFD}, Sys: sys}
 
 	samples := make([]benchSample, 0, *n)
+	restless := 0 // spawns whose wait for --quiet's tree to rest ran out
+	rest := func() {
+		if *quiet != 0 && !benchAwaitRest(*quiet) {
+			restless++
+		}
+	}
 	for i := 0; i < *warm; i++ {
+		rest()
 		if _, err := benchOne(path, argv, attr); err != nil {
 			fmt.Fprintf(os.Stderr, "str-bench: spawn %s: %v\n", path, err)
 			return 1
@@ -108,6 +121,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	start := time.Now()
 	if *jobs == 1 {
 		for i := 0; i < *n; i++ {
+			rest()
 			s, err := benchOne(path, argv, attr)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "str-bench: spawn %s: %v\n", path, err)
@@ -130,8 +144,67 @@ func benchSpawn(args []string, stdout io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintln(stdout, benchSummary(*label, *jobs, samples, elapsed))
+	line := benchSummary(*label, *jobs, samples, elapsed)
+	if *quiet != 0 {
+		line += fmt.Sprintf(" restless=%d", restless)
+	}
+	fmt.Fprintln(stdout, line)
 	return 0
+}
+
+// Rest, for --quiet: a process tree is at rest when all its threads
+// together ran less than benchRestCPU in a benchRestWindow (a resident
+// launcher between calls: only its runtime's timers). The wait gives up
+// after benchRestMax (the spawn then goes ahead and counts as restless).
+const (
+	benchRestWindow = 10 * time.Millisecond
+	benchRestCPU    = 300 * time.Microsecond
+	benchRestMax    = 3 * time.Second
+)
+
+// benchAwaitRest waits until the tree of pid is at rest; false if it was
+// not within benchRestMax.
+func benchAwaitRest(pid int) bool {
+	deadline := time.Now().Add(benchRestMax)
+	last := benchTreeRunNS(pid)
+	for time.Now().Before(deadline) {
+		time.Sleep(benchRestWindow)
+		now := benchTreeRunNS(pid)
+		if now-last < int64(benchRestCPU) {
+			return true
+		}
+		last = now
+	}
+	return false
+}
+
+// benchTreeRunNS is the time on CPU, in ns, of every thread of pid and of
+// its live descendants (/proc/PID/task/TID/schedstat's first field).
+func benchTreeRunNS(pid int) int64 {
+	var total int64
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
+		for _, t := range tasks {
+			dir := fmt.Sprintf("/proc/%d/task/%s/", p, t.Name())
+			if b, err := os.ReadFile(dir + "schedstat"); err == nil {
+				if f := strings.Fields(string(b)); len(f) > 0 {
+					v, _ := strconv.ParseInt(f[0], 10, 64)
+					total += v
+				}
+			}
+			if b, err := os.ReadFile(dir + "children"); err == nil {
+				for _, c := range strings.Fields(string(b)) {
+					if k, err := strconv.Atoi(c); err == nil {
+						queue = append(queue, k)
+					}
+				}
+			}
+		}
+	}
+	return total
 }
 
 // benchNamespaces are the --ns names and their clone flags.

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -243,7 +244,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	defer st.stopServe()
 	st.cells = benchSpawnCells(cfg, str, bwrap, work, sock)
 	for _, c := range st.cells {
-		if strings.HasSuffix(c.id, "/str-serve") && serveSkip != "" {
+		if (strings.HasSuffix(c.id, "/str-serve") || strings.HasSuffix(c.id, "/str-serve-rest")) && serveSkip != "" {
 			c.skip = serveSkip
 		}
 	}
@@ -429,6 +430,12 @@ func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work, sock string) []*ben
 		add("str-restrictive", "str run --profile restrictive", "", str, "run", "--profile", "restrictive", "--")
 		add("str-standard", "str run --profile standard", "", str, "run", "--profile", "standard", "--")
 		add("str-serve", "str run --serve (restrictive, through a resident str serve)", "", str, "run", "--serve", sock, "--profile", "restrictive", "--")
+		// The same, each call sent once str serve's refill after the last
+		// one is done (its tree at rest: spawn --quiet), as the warm
+		// pool's "pool ready" cell: the latency of a call that meets the
+		// pre-built sandboxes at rest. Back to back, above, each call's
+		// refill competes with the next call for the 2 CPUs.
+		add("str-serve-rest", "str run --serve, pool at rest", "", str, "run", "--serve", sock, "--profile", "restrictive", "--")
 		add("bwrap-restrictive", "bwrap restrictive line", "", benchBwrapLine(bwrap, work, true)...)
 		add("bwrap-standard", "bwrap standard line", "", benchBwrapLine(bwrap, work, false)...)
 		// The same two lines run by str bwrap (issue 22): bubblewrap's
@@ -529,7 +536,11 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		if served {
 			own0, all0, serr0 = benchProcCPU(st.serve.Process.Pid)
 		}
-		out, errOut, err := benchCommand(ctx, 20*time.Minute, benchSpawnArgs(st.bench, c, n, cfg.warmups, jobs, c.id, raw, false)...)
+		args := benchSpawnArgs(st.bench, c, n, cfg.warmups, jobs, c.id, raw, false)
+		if strings.HasSuffix(c.id, "/str-serve-rest") && st.serve != nil {
+			args = slices.Insert(args, 2, "--quiet", strconv.Itoa(st.serve.Process.Pid))
+		}
+		out, errOut, err := benchCommand(ctx, 20*time.Minute, args...)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
 		}
@@ -916,6 +927,7 @@ func (st *benchState) report() string {
 		ratio("str bwrap / bwrap, the restrictive line, "+t.name, p50(t.id+"/str-bwrap-restrictive"), p50(t.id+"/bwrap-restrictive"), "")
 		ratio("str bwrap / bwrap, the standard line, "+t.name, p50(t.id+"/str-bwrap-standard"), p50(t.id+"/bwrap-standard"), "")
 		ratio("str run --serve / bwrap restrictive, "+t.name, p50(t.id+"/str-serve"), p50(t.id+"/bwrap-restrictive"), "[<= 1.0]")
+		ratio("str run --serve, pool at rest / bwrap restrictive, "+t.name, p50(t.id+"/str-serve-rest"), p50(t.id+"/bwrap-restrictive"), "")
 		// The client's CPU plus the server's per call (the call, the
 		// sandbox it reaps and the refill after it).
 		served := math.NaN()
@@ -980,6 +992,7 @@ func (st *benchState) report() string {
 		tputCold: ratioOf(tp("echo/cold"), tp("tput/bwrap-standard-py")), tputColdIPS: tp("echo/cold"), tputBwrapIPS: tp("tput/bwrap-standard-py"),
 		pssRunMiB: memOr("str-run") / 1024,
 		trueServe: ratioOf(p50("true/str-serve"), p50("true/bwrap-restrictive")), pyServe: ratioOf(p50("py/str-serve"), p50("py/bwrap-restrictive")),
+		trueRest: ratioOf(p50("true/str-serve-rest"), p50("true/bwrap-restrictive")), pyRest: ratioOf(p50("py/str-serve-rest"), p50("py/bwrap-restrictive")),
 		serveOwnMS: echoMS(st.serveOwn, "true/str-serve"),
 	})))
 

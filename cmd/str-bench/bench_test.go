@@ -233,11 +233,11 @@ func TestBenchSVGWellFormed(t *testing.T) {
 	if panels != 3 {
 		t.Errorf("%d panels, want 3 (/bin/true, python3 -c pass, echo)", panels)
 	}
-	// 10 /bin/true cells (the floor without samples; str bwrap's two
-	// included) + 3 warm dispatch phases, 10 python cells, echo cold
-	// (warm skipped).
-	if cells != 25 {
-		t.Errorf("%d cells drawn, want 25", cells)
+	// 11 /bin/true cells (the floor without samples; str bwrap's two and
+	// the served pool-at-rest one included) + 3 warm dispatch phases, 11
+	// python cells, echo cold (warm skipped).
+	if cells != 27 {
+		t.Errorf("%d cells drawn, want 27", cells)
 	}
 	if !strings.Contains(buf.String(), "latency, ms (log scale)") {
 		t.Error("no axis label")
