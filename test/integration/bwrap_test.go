@@ -141,14 +141,7 @@ func runBwrap(t *testing.T, work string, prog string, args ...string) bwrapRun {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", prog, err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(120 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("%s did not finish within 120 s; stderr: %s", prog, errb.String())
-	}
+	waitStarted(t, cmd, prog, &errb)
 	res, _ := os.ReadFile(filepath.Join(work, "output", "result.json"))
 	return bwrapRun{stdout: out.String(), stderr: errb.String(), exit: cmd.ProcessState.ExitCode(), result: string(res)}
 }
@@ -260,14 +253,7 @@ func TestBwrapStatusFDs(t *testing.T) {
 	}
 	statusW.Close()
 	infoW.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(120 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("str bwrap did not finish within 120 s; stderr: %s", errb.String())
-	}
+	waitStarted(t, cmd, "str bwrap", &errb)
 	if code := cmd.ProcessState.ExitCode(); code != 7 {
 		t.Fatalf("exit %d, want 7; stderr: %s", code, errb.String())
 	}

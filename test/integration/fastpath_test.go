@@ -43,14 +43,7 @@ func strExec(t *testing.T, bin, stdin string, env []string, args ...string) fast
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(120 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("str %q did not finish within 120 s; stderr: %s", args, errb.String())
-	}
+	waitStarted(t, cmd, fmt.Sprintf("str %q", args), &errb)
 	r := fastRun{run: run{Stdout: out.String(), Exit: cmd.ProcessState.ExitCode()}}
 	var kept []string
 	for _, l := range strings.SplitAfter(errb.String(), "\n") {

@@ -7,6 +7,7 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,14 +76,7 @@ func str(t *testing.T, args ...string) run {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start str: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(120 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("str %v did not finish within 120 s; stderr: %s", args, errb.String())
-	}
+	waitStarted(t, cmd, fmt.Sprintf("str %v", args), &errb)
 	r := run{Stdout: out.String(), Stderr: errb.String(), Exit: cmd.ProcessState.ExitCode()}
 	if data, err := os.ReadFile(resFile); err == nil {
 		if err := json.Unmarshal(data, &r.Res); err != nil {
@@ -146,4 +140,22 @@ func eventually(limit time.Duration, cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return cond()
+}
+
+// strBackstop bounds one command a test waits for: a hang fails that test
+// rather than the whole binary at its -test.timeout.
+const strBackstop = 120 * time.Second
+
+// waitStarted waits for the started cmd to exit; past strBackstop it kills
+// it and fails the test, naming what with its stderr so far.
+func waitStarted(t *testing.T, cmd *exec.Cmd, what string, stderr *bytes.Buffer) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(strBackstop):
+		_ = cmd.Process.Kill()
+		t.Fatalf("%s did not finish within %v; stderr: %s", what, strBackstop, stderr.String())
+	}
 }
