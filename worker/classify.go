@@ -130,11 +130,9 @@ func (s *Server) classify(t *task, sb Sandbox, exit *SandboxExit, dir, resultPat
 	case exit.TimedOut:
 		return outcome{payload: EncodeTimeout(t.req.ID, elapsed), label: "timeout"}
 	case exit.OOMKilled:
-		return fail(errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)%s", t.profile, stderrNote(stderr)))
+		return fail(oomKilled(t, stderrNote(stderr)))
 	case exit.KilledForViolation:
-		net := sb.NetworkReport()
-		s.countViolations(t, net)
-		return fail(errorf(CodeSandboxFailed, "the tool was killed: it broke the network policy (on_violation: kill)\n%s", net.Summary))
+		return fail(s.killedForViolation(t, sb.NetworkReport()))
 	}
 	if out, ok := s.resultTooLarge(t, resultPath); ok {
 		return out
@@ -235,6 +233,21 @@ func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed
 		return fail(errorf(CodeToolError, "the tool's result is too large: the reply would have %d bytes, the limit is %d (the broker's message limit less the publish envelope)", len(payload), max))
 	}
 	return outcome{payload: payload, label: "success"}
+}
+
+// oomKilled is the error of a call killed at its profile's memory limit
+// (note: the tail of its stderr, or ""). A cold and a template call
+// answer alike.
+func oomKilled(t *task, note string) *Error {
+	return errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)%s", t.profile, note)
+}
+
+// killedForViolation is the error of a call its network policy killed
+// (on_violation: kill), its denials counted. A cold and a template call
+// answer alike.
+func (s *Server) killedForViolation(t *task, net NetworkReport) *Error {
+	s.countViolations(t, net)
+	return errorf(CodeSandboxFailed, "the tool was killed: it broke the network policy (on_violation: kill)\n%s", net.Summary)
 }
 
 // countViolations logs and counts what the call's network policy denied.

@@ -308,7 +308,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 	case err != nil && errors.As(err, &tooLarge):
 		return s.tooLargeResult(t, "the template call's answer", tooLarge.Size), teardown, true
 	case err != nil && errors.Is(err, launcher.ErrCallOutOfMemory):
-		return s.errorOutcome(t, errorf(CodeSandboxFailed, "the tool was killed: out of memory (the profile %s memory limit)", t.profile)), teardown, true
+		return s.errorOutcome(t, oomKilled(t, "")), teardown, true
 	case err != nil:
 		if cause := context.Cause(t.ctx); cause != nil {
 			return s.errorOutcome(t, cancelledError(cause)), teardown, true
@@ -317,8 +317,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 	case res.TimedOut:
 		return outcome{payload: EncodeTimeout(t.req.ID, time.Since(t.received)), label: "timeout"}, teardown, true
 	case res.KilledForViolation:
-		s.countViolations(t, res.Network)
-		return s.errorOutcome(t, errorf(CodeSandboxFailed, "the tool was killed: it broke the network policy (on_violation: kill)\n%s", res.Network.Summary)), teardown, true
+		return s.errorOutcome(t, s.killedForViolation(t, res.Network)), teardown, true
 	}
 	doneAt := time.Now()
 	if relay != nil {
