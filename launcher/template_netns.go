@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"fmt"
-	"net/netip"
 	"runtime"
 	"sync"
 
@@ -86,65 +85,28 @@ func callNetwork(nsPath string, ls []nsinit.Listener) ([]int, error) {
 	}
 	types := []int{unix.SOCK_DGRAM} // the first: lo's ioctls
 	for _, l := range ls {
-		switch l.Network {
-		case "udp":
-			types = append(types, unix.SOCK_DGRAM)
-		case "tcp":
-			types = append(types, unix.SOCK_STREAM)
-		default:
-			return nil, fmt.Errorf("listener %s: network %q is not tcp or udp", l.Name, l.Network)
+		typ, err := nsinit.ListenerSocketType(l)
+		if err != nil {
+			return nil, err
 		}
+		types = append(types, typ)
 	}
 	fds, err := socketsInNetNS(nsPath, host, types)
 	if err != nil {
 		return nil, err
 	}
-	err = loopbackUp(fds[0])
+	err = nsinit.LoopbackUp(fds[0])
 	unix.Close(fds[0])
 	lfds := fds[1:]
 	for i, l := range ls {
 		if err != nil {
 			break
 		}
-		err = bindListener(lfds[i], l)
+		err = nsinit.BindListener(lfds[i], l)
 	}
 	if err != nil {
 		closeFDs(lfds)
 		return nil, err
 	}
 	return lfds, nil
-}
-
-// bindListener binds fd, a socket of the call's network namespace, to
-// l's address there and, for TCP, listens.
-func bindListener(fd int, l nsinit.Listener) error {
-	ap, err := netip.ParseAddrPort(l.Addr)
-	if err != nil || !ap.Addr().Is4() {
-		return fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
-		return fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err)
-	}
-	if l.Network == "tcp" {
-		if err := unix.Listen(fd, 128); err != nil {
-			return fmt.Errorf("listener %s: listen %s: %w", l.Name, l.Addr, err)
-		}
-	}
-	return nil
-}
-
-// loopbackUp sets IFF_UP on lo through s, a socket of its namespace.
-func loopbackUp(s int) error {
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
-	}
-	return nil
 }

@@ -476,15 +476,25 @@ func loopbackUp() error {
 		return err
 	}
 	defer unix.Close(s)
+	return LoopbackUp(s)
+}
+
+// LoopbackUp sets IFF_UP on lo through s, an AF_INET socket of lo's
+// network namespace (step 10 here; a per-tool template's supervisor for
+// each call, launcher/template_netns.go).
+func LoopbackUp(s int) error {
 	ifr, err := unix.NewIfreq("lo")
 	if err != nil {
 		return err
 	}
 	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
+		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
+	}
+	return nil
 }
 
 // openListeners binds every planned listener in the current (the
@@ -498,31 +508,51 @@ func openListeners(ls []Listener) ([]int, error) {
 		return nil, err
 	}
 	for _, l := range ls {
-		ap, err := netip.ParseAddrPort(l.Addr)
-		if err != nil || !ap.Addr().Is4() {
-			return fail(fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr))
-		}
-		typ := unix.SOCK_STREAM
-		if l.Network == "udp" {
-			typ = unix.SOCK_DGRAM
-		} else if l.Network != "tcp" {
-			return fail(fmt.Errorf("listener %s: network %q is not tcp or udp", l.Name, l.Network))
+		typ, err := ListenerSocketType(l)
+		if err != nil {
+			return fail(err)
 		}
 		fd, err := unix.Socket(unix.AF_INET, typ|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return fail(fmt.Errorf("listener %s: socket: %w", l.Name, err))
 		}
 		fds = append(fds, fd)
-		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
-			return fail(fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err))
-		}
-		if typ == unix.SOCK_STREAM {
-			if err := unix.Listen(fd, 128); err != nil {
-				return fail(fmt.Errorf("listener %s: listen %s: %w", l.Name, l.Addr, err))
-			}
+		if err := BindListener(fd, l); err != nil {
+			return fail(err)
 		}
 	}
 	return fds, nil
+}
+
+// ListenerSocketType is the socket type of l: SOCK_STREAM for tcp,
+// SOCK_DGRAM for udp.
+func ListenerSocketType(l Listener) (int, error) {
+	switch l.Network {
+	case "tcp":
+		return unix.SOCK_STREAM, nil
+	case "udp":
+		return unix.SOCK_DGRAM, nil
+	}
+	return 0, fmt.Errorf("listener %s: network %q is not tcp or udp", l.Name, l.Network)
+}
+
+// BindListener binds fd, an AF_INET socket of ListenerSocketType(l) in
+// the network namespace l serves, to l's address and, for TCP, listens
+// (step 10 here; a per-tool template's supervisor for each call).
+func BindListener(fd int, l Listener) error {
+	ap, err := netip.ParseAddrPort(l.Addr)
+	if err != nil || !ap.Addr().Is4() {
+		return fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		return fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err)
+	}
+	if l.Network == "tcp" {
+		if err := unix.Listen(fd, 128); err != nil {
+			return fmt.Errorf("listener %s: listen %s: %w", l.Name, l.Addr, err)
+		}
+	}
+	return nil
 }
 
 // giveRootEntries (step 7, a bubblewrap line's root, left writable) gives the root tmpfs
