@@ -2188,9 +2188,7 @@ def _template(ctrl_fd, module_name, function_name, class_name):
 
     ctrl = socket.socket(fileno=ctrl_fd)
     _preload(module_name, function_name, class_name)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    _template_prepare(libc)
+    libc = _template_prepare()
     before = ctypes.pythonapi.PyOS_BeforeFork
     after_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
     after_child = ctypes.pythonapi.PyOS_AfterFork_Child
@@ -2249,9 +2247,13 @@ def _template(ctrl_fd, module_name, function_name, class_name):
 _TPL = {}
 
 
-def _template_prepare(libc):
+def _template_prepare():
+    """Fills _TPL; returns the libc handle (the template's own forks use it)."""
     import ctypes
+    import resource  # RLIMIT_NPROC in each child (a C extension: no import per call)
 
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
     libc.prctl.restype = ctypes.c_int
 
     class _Fprog(ctypes.Structure):
@@ -2259,12 +2261,7 @@ def _template_prepare(libc):
 
     _TPL["libc"] = libc
     _TPL["fprog"] = _Fprog
-    try:
-        import resource  # RLIMIT_NPROC in each child (a C extension: no import per call)
-
-        _TPL["resource"] = resource
-    except ImportError:
-        pass
+    _TPL["resource"] = resource
     # The highest capability this kernel knows: the bounding set is emptied
     # cap by cap up to it (a higher one is EINVAL, which was 64 - N calls
     # of nothing per child).
@@ -2273,6 +2270,7 @@ def _template_prepare(libc):
             _TPL["last_cap"] = int(f.read())
     except (OSError, ValueError):
         _TPL["last_cap"] = 63
+    return libc
 
 
 def _template_reap(*_):
@@ -2369,9 +2367,7 @@ def _template_call(ctrl, call_fd, mask):
     # The profile's process limit, on this call alone (the template has
     # none: see launcher planNproc).
     if setup.get("nproc"):
-        resource = _TPL.get("resource")
-        if resource is None:
-            import resource
+        resource = _TPL["resource"]
         resource.setrlimit(resource.RLIMIT_NPROC, (setup["nproc"], setup["nproc"]))
     # 5. RNG state: the template's was copied into every child. Reseeded
     # from the kernel: the standard library's shared generator and
