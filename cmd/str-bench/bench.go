@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,27 +180,17 @@ func benchAwaitRest(pid int) bool {
 }
 
 // benchTreeRunNS is the time on CPU, in ns, of every thread of pid and of
-// its live descendants (/proc/PID/task/TID/schedstat's first field).
+// its live descendants (benchTree; each thread's
+// /proc/PID/task/TID/schedstat's first field: finer than stat's ticks).
 func benchTreeRunNS(pid int) int64 {
 	var total int64
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
-		for _, t := range tasks {
-			dir := fmt.Sprintf("/proc/%d/task/%s/", p, t.Name())
-			if b, err := os.ReadFile(dir + "schedstat"); err == nil {
+	for _, p := range benchTree(benchChildren(), pid) {
+		stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p))
+		for _, st := range stats {
+			if b, err := os.ReadFile(st); err == nil {
 				if f := strings.Fields(string(b)); len(f) > 0 {
 					v, _ := strconv.ParseInt(f[0], 10, 64)
 					total += v
-				}
-			}
-			if b, err := os.ReadFile(dir + "children"); err == nil {
-				for _, c := range strings.Fields(string(b)) {
-					if k, err := strconv.Atoi(c); err == nil {
-						queue = append(queue, k)
-					}
 				}
 			}
 		}
