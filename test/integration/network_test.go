@@ -327,18 +327,7 @@ func TestNetworkViolationsReported(t *testing.T) {
 // says so.
 func TestNetworkOnViolationKill(t *testing.T) {
 	needRoot(t)
-	base, err := os.ReadFile("../../profiles/restrictive.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := strings.Replace(string(base), "name: restrictive", "name: nettest-kill", 1)
-	y = strings.Replace(y, "aliases: [untrusted]", "aliases: []", 1)
-	i, j := strings.Index(y, "network:"), strings.Index(y, "hostname:")
-	y = y[:i] + "network:\n  policy: restricted\n  allowed_hosts: [api.example.com]\n  on_violation: kill\n" + y[j:]
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "nettest-kill.yaml"), []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := killProfileDir(t, "nettest-kill")
 	resFile := filepath.Join(t.TempDir(), "r.json")
 	cmd := exec.Command(strBin, "run", "--result", resFile, "--profile-dir", dir, "--profile", "nettest-kill", "--",
 		"/usr/bin/python3", "-c", `
@@ -361,4 +350,24 @@ print("survived")`)
 	if !res.Killed || res.Signal != 9 || strings.Contains(string(out), "survived") {
 		t.Fatalf("on_violation: kill did not end the sandbox: %s\n%s", data, out)
 	}
+}
+
+// killProfileDir writes, into a directory of its own, the profile name:
+// restrictive's, with a restricted network to api.example.com only and
+// on_violation: kill; it returns the directory (for --profile-dir).
+func killProfileDir(t *testing.T, name string) string {
+	t.Helper()
+	base, err := os.ReadFile("../../profiles/restrictive.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(base), "name: restrictive", "name: "+name, 1)
+	y = strings.Replace(y, "aliases: [untrusted]", "aliases: []", 1)
+	i, j := strings.Index(y, "network:"), strings.Index(y, "hostname:")
+	y = y[:i] + "network:\n  policy: restricted\n  allowed_hosts: [api.example.com]\n  on_violation: kill\n" + y[j:]
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

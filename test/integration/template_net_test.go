@@ -201,18 +201,7 @@ tools:
 // template: its next call is served) and says so, with the denial in
 // that call's report.
 func TestTemplateCallNetworkKill(t *testing.T) {
-	base, err := os.ReadFile("../../profiles/restrictive.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := strings.Replace(string(base), "name: restrictive", "name: nettest-tplkill", 1)
-	y = strings.Replace(y, "aliases: [untrusted]", "aliases: []", 1)
-	i, j := strings.Index(y, "network:"), strings.Index(y, "hostname:")
-	y = y[:i] + "network:\n  policy: restricted\n  allowed_hosts: [api.example.com]\n  on_violation: kill\n" + y[j:]
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "nettest-tplkill.yaml"), []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := killProfileDir(t, "nettest-tplkill")
 	tpl, err := templateIn(t, dir, "nettest-tplkill", "net_tool", "probe", "")
 	if err != nil {
 		t.Fatal(err)
