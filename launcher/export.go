@@ -53,10 +53,10 @@ func (s *Sandbox) Pid() int {
 	default:
 		return 0
 	}
-	if s.startErr != nil || s.cmd.Process == nil {
+	if s.startErr != nil || s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.Pid
 }
 
 func isAbsClean(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }

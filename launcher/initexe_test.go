@@ -36,7 +36,8 @@ func TestInitCopyRefusedFallsBackToMemfd(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestInitCopyRefusedFallsBackToMemfd$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "STR_TEST_INIT_COPY_DIR="+dir)
+	// STR_INIT=exec: a direct sandbox never executes the init.
+	cmd.Env = append(os.Environ(), "STR_TEST_INIT_COPY_DIR="+dir, "STR_INIT=exec")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)

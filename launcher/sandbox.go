@@ -38,9 +38,16 @@ type Sandbox struct {
 	// writeBacks: a capped `str run --workdir`'s state from L3 to L10.
 	writeBacks []*writeBack
 
-	cmd               *exec.Cmd
-	initFile          *os.File // the init's executable (initExe; shared, never closed)
-	initCopy          bool     // initFile is the cached copy (initbin.Cached), not the memfd
+	cmd *exec.Cmd // the init's clone (str-init), or nil for a direct sandbox
+	// direct: the init's steps run in this process's own clone child,
+	// compiled into prog at Start (nsinit.Program; L4), not in str-init.
+	direct            bool
+	prog              *nsinit.Program
+	proc              *os.Process      // the child: the init, then the tool
+	procState         *os.ProcessState // its wait status, once reaped
+	copiers           sync.WaitGroup   // a direct sandbox's stdio copies (a Request's non-file Stdin/Stdout/Stderr)
+	initFile          *os.File         // the init's executable (initExe; shared, never closed)
+	initCopy          bool             // initFile is the cached copy (initbin.Cached), not the memfd
 	configR, configW  *os.File
 	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
@@ -96,9 +103,16 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	initFile, initCopy, err := l.initExe(plan.Rootless)
-	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "init executable", Msg: err.Error(), Err: err}
+	// A direct sandbox needs the init's executable only to id-map a
+	// work dir (ownerMap); every other one starts str-init from it.
+	s.direct = directPlan(plan)
+	var initFile *os.File
+	var initCopy bool
+	var err error
+	if !s.direct || needsOwnerMap(plan) {
+		if initFile, initCopy, err = l.initExe(plan.Rootless); err != nil {
+			return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "init executable", Msg: err.Error(), Err: err}
+		}
 	}
 
 	// L1a. Root mode: lease this sandbox's host ids; the plan is copied so
@@ -159,13 +173,16 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	// listeners as SCM_RIGHTS). Both are close-on-exec here; ExtraFiles
 	// dup them into the child without that flag, after the tool's
 	// pass-list, and the init's step 1 sets it again before the tool runs.
-	if s.configR, s.configW, err = os.Pipe(); err != nil {
-		s.release()
-		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "pipe", Path: "config", Msg: err.Error(), Err: err}
+	// A direct sandbox has no config pipe: its plan is compiled into the
+	// program its clone child runs.
+	if !s.direct {
+		if s.configR, s.configW, err = os.Pipe(); err != nil {
+			s.release()
+			return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "pipe", Path: "config", Msg: err.Error(), Err: err}
+		}
 	}
 	if s.reportR, s.reportW, err = seqpacketPair(); err != nil {
-		s.configR.Close()
-		s.configW.Close()
+		closeIfSet(s.configR, s.configW)
 		s.release()
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "socketpair", Path: "report", Detail: "AF_UNIX SOCK_SEQPACKET", Msg: err.Error(), Err: err}
 	}
@@ -218,9 +235,20 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			cmd.SysProcAttr.CgroupFD = fd
 		}
 	}
-	s.cmd = cmd
+	if !s.direct {
+		s.cmd = cmd
+	}
 	s.initFile, s.initCopy = initFile, initCopy
 	return s, nil
+}
+
+// closeIfSet closes the files that are not nil.
+func closeIfSet(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // initExe is the init's executable (step L4), which no sandbox can ever
@@ -316,9 +344,8 @@ func (s *Sandbox) run() {
 	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner, s.plan.WorkDir)
 	if err != nil {
 		s.startErr = err
-		s.configR.Close()
+		closeIfSet(s.configR, s.configW)
 		s.reportW.Close()
-		s.configW.Close()
 		s.reportR.Close()
 		s.release()
 		close(s.started)
@@ -326,6 +353,10 @@ func (s *Sandbox) run() {
 	}
 	s.plan.Child.Mounts = mounts
 	s.writeBacks = wbs
+	if s.direct {
+		s.runDirect(trees)
+		return
+	}
 	// The init's own executable goes last, and is executed by that
 	// position: Go's fork moves descriptors around (upwards from the
 	// highest one passed) before execve, and only a passed one's final
@@ -354,7 +385,8 @@ func (s *Sandbox) run() {
 		return
 	}
 	s.mark(phaseClone)
-	pid := s.cmd.Process.Pid
+	s.proc = s.cmd.Process
+	pid := s.proc.Pid
 	if s.ids != nil {
 		s.ids.record(pid)
 	}
@@ -384,6 +416,7 @@ func (s *Sandbox) run() {
 	stopCtx := context.AfterFunc(s.ctx, func() { s.interrupt() })
 
 	s.waitErr = s.cmd.Wait()
+	s.procState = s.cmd.ProcessState
 	s.mu.Lock()
 	s.exited = true
 	if s.timer != nil {
@@ -473,6 +506,15 @@ func (s *Sandbox) readReports() {
 			}
 		}
 		var ev nsinit.Event
+		if s.prog != nil {
+			// A direct sandbox's child reports a failure as one binary
+			// record: the operation's index and the errno.
+			if se, ok := s.prog.Failure(buf[:n]); ok {
+				closeFDs(fds)
+				s.events = append(s.events, nsinit.Event{Type: "error", Error: se})
+				continue
+			}
+		}
 		if json.Unmarshal(buf[:n], &ev) != nil {
 			closeFDs(fds)
 			continue
@@ -527,8 +569,8 @@ func (s *Sandbox) interrupt() {
 		return
 	}
 	s.cancelled = true
-	if s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGINT)
+	if s.proc != nil {
+		_ = s.proc.Signal(syscall.SIGINT)
 	}
 	s.mu.Unlock()
 	select {
@@ -549,8 +591,8 @@ func (s *Sandbox) kill(why *bool) {
 		*why = true
 	}
 	s.killed = true
-	if s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	if s.proc != nil {
+		_ = s.proc.Signal(syscall.SIGKILL)
 	}
 	if s.cg != nil {
 		_ = s.cg.Kill()
@@ -729,7 +771,7 @@ func (s *Sandbox) Wait() (*Result, error) {
 
 func (s *Sandbox) collect() *Result {
 	r := &Result{}
-	ps := s.cmd.ProcessState
+	ps := s.procState
 	for _, ev := range s.events {
 		switch ev.Type {
 		case "timings":

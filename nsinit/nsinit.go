@@ -78,8 +78,8 @@ func Main() {
 // It returns only on failure. The steps, in order (nsinit.DocList; the
 // same list is in SECURITY.md):
 //
-//  0. read the plan from the config pipe
-//  1. mark every inherited fd past the pass-list close-on-exec
+//  0. read the plan from the config pipe (a direct sandbox: none to read, the plan is the program its clone child runs)
+//  1. mark every inherited fd past the pass-list close-on-exec (a direct sandbox first moves the launcher's descriptors above the tool's and dup3s 0-2 and the pass-list into place)
 //  2. make / private, recursively
 //  3. take each bind source's detached tree (the launcher's descriptor, or open_tree here when rootless) and open the cgroup v1 tasks files
 //  4. mount a fresh tmpfs as the new root

@@ -89,8 +89,8 @@ const (
 // stepTitles is the one list of what each init step does: run's doc
 // comment and SECURITY.md carry exactly these lines.
 var stepTitles = [numInitSteps]string{
-	StepReadPlan:     "read the plan from the config pipe",
-	StepCloseFDs:     "mark every inherited fd past the pass-list close-on-exec",
+	StepReadPlan:     "read the plan from the config pipe (a direct sandbox: none to read, the plan is the program its clone child runs)",
+	StepCloseFDs:     "mark every inherited fd past the pass-list close-on-exec (a direct sandbox first moves the launcher's descriptors above the tool's and dup3s 0-2 and the pass-list into place)",
 	StepMakePrivate:  "make / private, recursively",
 	StepCloneSources: "take each bind source's detached tree (the launcher's descriptor, or open_tree here when rootless) and open the cgroup v1 tasks files",
 	StepRootTmpfs:    "mount a fresh tmpfs as the new root",

@@ -1,0 +1,269 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/securetoolruntime/str/nsinit"
+	"golang.org/x/sys/unix"
+)
+
+// A direct sandbox runs the init's steps in the launcher's own clone
+// child, compiled into an nsinit.Program, instead of executing str-init
+// (issue 19: no second Go runtime, no plan to encode and decode, no
+// second execve per sandbox). Every root-mode plan whose steps a Program
+// can express is direct; the others (rootless, pre-built, template,
+// bubblewrap root, best effort: nsinit.DirectUnsupported) run str-init.
+// STR_INIT=exec runs str-init for every sandbox (to compare the two).
+
+// directPlan reports whether plan's sandbox is direct.
+func directPlan(plan *Plan) bool {
+	return !plan.Rootless && nsinit.DirectUnsupported(&plan.Child) == "" && os.Getenv("STR_INIT") != "exec"
+}
+
+// needsOwnerMap: a tree of plan is id-mapped at L3, which runs the init's
+// executable's mapper (ownerMap).
+func needsOwnerMap(plan *Plan) bool {
+	for _, m := range plan.Child.Mounts {
+		if m.IDMapOwner {
+			return true
+		}
+	}
+	return false
+}
+
+// runDirect is run's L4-L8 for a direct sandbox, once L3 has cloned the
+// bind sources (trees, in plan order).
+func (s *Sandbox) runDirect(trees []*os.File) {
+	var childEnds []*os.File // the child's copies: closed here once it exists
+	fail := func(se *StepError) {
+		closeFiles(childEnds)
+		closeFiles(trees)
+		s.reportW.Close()
+		s.reportR.Close()
+		s.startErr = se
+		s.release()
+		close(s.started)
+	}
+	cloneErr := func(action string, err error) *StepError {
+		return &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: action, Path: "str run",
+			Detail: cloneDetail(s.plan), Msg: err.Error(), Err: err, Hint: "user namespaces disabled or not permitted? see str doctor"}
+	}
+
+	// The child's descriptors: its stdio (a non-file reader or writer
+	// through a pipe this process copies, as exec.Cmd does), the tool's
+	// pass-list, the report socket, the trees and the id-map pipe.
+	files := nsinit.DirectFiles{Report: int(s.reportW.Fd())}
+	childEnds = append(childEnds, s.reportW)
+	for i, std := range []any{s.req.Stdin, s.req.Stdout, s.req.Stderr} {
+		if i == 2 && sameWriter(s.req.Stdout, s.req.Stderr) {
+			// One writer, one pipe (as exec.Cmd): two copies into one
+			// writer would interleave, and a bytes.Buffer's ReadFrom
+			// would even undo the other's writes.
+			files.Stdio[2] = files.Stdio[1]
+			continue
+		}
+		f, err := s.childStdio(i, std)
+		if err != nil {
+			fail(cloneErr("stdio", err))
+			return
+		}
+		files.Stdio[i] = int(f.Fd())
+		if f != std {
+			childEnds = append(childEnds, f)
+		}
+	}
+	for _, f := range s.req.ExtraFiles {
+		files.Pass = append(files.Pass, int(f.Fd()))
+	}
+	for _, t := range trees {
+		files.Trees = append(files.Trees, int(t.Fd()))
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		fail(cloneErr("pipe", err))
+		return
+	}
+	files.Sync = p
+	childEnds = append(childEnds, os.NewFile(uintptr(p[0]), "id-map sync"), os.NewFile(uintptr(p[1]), "id-map sync"))
+
+	// L4. The program, then the clone: the child waits for its id maps
+	// (written here, as Go's fork-and-exec does for str-init) and runs it.
+	prog, err := nsinit.CompileDirect(&s.plan.Child, files, nsinit.LastCapability(), hardLimit)
+	if err != nil {
+		se, ok := err.(*StepError)
+		if !ok {
+			se = cloneErr("compile the init's steps", err)
+		}
+		fail(se)
+		return
+	}
+	s.prog = prog
+	cgroupFD := -1
+	if s.cg != nil {
+		if fd, ok := s.cg.CloneFD(); ok {
+			// cgroup v2: CLONE_INTO_CGROUP, born inside its cgroup.
+			cgroupFD = fd
+		}
+	}
+	pid, err := prog.Start(s.plan.CloneFlags, cgroupFD, files.Sync, func(pid int) error {
+		if s.req.RecordNamespaces {
+			s.namespaces = readNamespaces(pid) // the child is waiting, alive
+		}
+		return writeIDMaps(pid, s.plan)
+	})
+	if err != nil {
+		fail(cloneErr("clone", err))
+		return
+	}
+	closeFiles(childEnds)
+	closeFiles(trees)
+	if s.proc, err = os.FindProcess(pid); err != nil {
+		// Not reached on Linux (FindProcess always succeeds); kill the
+		// child by its pid rather than leave it unwatched.
+		unix.Kill(pid, unix.SIGKILL)
+		s.reportR.Close()
+		s.startErr = cloneErr("watch the child", err)
+		s.release()
+		close(s.started)
+		return
+	}
+	if s.ids != nil {
+		s.ids.record(pid)
+	}
+	s.mark(phaseClone)
+
+	// L7. The wall clock, before Start returns.
+	s.startClock()
+	close(s.started)
+
+	var execAt time.Time
+	reportDone := make(chan struct{})
+	go func() {
+		defer close(reportDone)
+		s.readReports()
+		execAt = time.Now() // EOF: the child executed the tool, or exited
+	}()
+	stopCtx := context.AfterFunc(s.ctx, func() { s.interrupt() })
+
+	s.procState, s.waitErr = s.proc.Wait()
+	s.mu.Lock()
+	s.exited = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+	stopCtx()
+	<-reportDone
+	s.copiers.Wait()
+	// The child's setup, from the clone to the tool's execve (or its
+	// failure): the init's steps, timed from here as one phase.
+	if execAt.After(s.last) {
+		s.addInitPhases([]Phase{{Name: "nsinit_setup", Ms: float64(execAt.Sub(s.last).Microseconds()) / 1000}})
+		s.last = execAt
+	}
+	s.mark(phaseRun)
+
+	// L8.
+	s.result = s.collect()
+}
+
+// childStdio is the file the child gets as descriptor i (0-2) for std, a
+// Request's Stdin, Stdout or Stderr: the file itself, /dev/null for nil,
+// or a pipe's end whose other end this process copies from or to (the
+// copy of an output ends before Wait returns).
+func (s *Sandbox) childStdio(i int, std any) (*os.File, error) {
+	switch v := std.(type) {
+	case *os.File:
+		if v != nil {
+			return v, nil
+		}
+	case nil:
+	case io.Reader:
+		if i == 0 {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, err
+			}
+			go func() {
+				_, _ = io.Copy(w, v)
+				w.Close()
+			}()
+			return r, nil
+		}
+	}
+	if w, ok := std.(io.Writer); ok && i > 0 && w != nil && !isNilFile(std) {
+		r, wr, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		s.copiers.Add(1)
+		go func() {
+			defer s.copiers.Done()
+			_, _ = io.Copy(w, r)
+			r.Close()
+		}()
+		return wr, nil
+	}
+	flag := os.O_RDONLY
+	if i > 0 {
+		flag = os.O_WRONLY
+	}
+	return os.OpenFile(os.DevNull, flag, 0)
+}
+
+// sameWriter: a and b are the same writer (false for values that cannot
+// be compared).
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a != nil && a == b
+}
+
+// isNilFile: a typed nil *os.File in an interface.
+func isNilFile(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && f == nil
+}
+
+// writeIDMaps writes the child's uid and gid maps, each in one write as
+// the kernel requires. Root mode only: the gid map needs no setgroups
+// "deny" first.
+func writeIDMaps(pid int, plan *Plan) error {
+	for _, m := range []struct {
+		file string
+		maps []IDMap
+	}{{"uid_map", plan.UIDMappings}, {"gid_map", plan.GIDMappings}} {
+		var b []byte
+		for _, x := range m.maps {
+			b = fmt.Appendf(b, "%d %d %d\n", x.Inside, x.Outside, x.Size)
+		}
+		path := fmt.Sprintf("/proc/%d/%s", pid, m.file)
+		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		_, err = unix.Write(fd, b)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("write %s %q: %w", path, b, err)
+		}
+	}
+	return nil
+}
+
+// hardLimit is this process's hard limit of resource, which the child
+// inherits at the fork.
+func hardLimit(resource int) (uint64, error) {
+	var l unix.Rlimit
+	if err := unix.Getrlimit(resource, &l); err != nil {
+		return 0, err
+	}
+	return l.Max, nil
+}

@@ -1,0 +1,904 @@
+package nsinit
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Program is the init's steps for one sandbox compiled, in the
+// launcher's process, into a list of raw system calls that the launcher's
+// own clone child performs before it executes the tool: the technique of
+// Go's own fork-and-exec child (syscall.forkAndExecInChild), which runs
+// only raw calls on memory prepared before the fork. No second program is
+// executed and no second Go runtime starts per sandbox (issue 19: the
+// init's runtime start, plan decoding and execve were ~29 % of a one-shot
+// run's CPU).
+//
+// The steps and their order are exactly run's (the numbered list in
+// SECURITY.md); every operation carries its Step, and a failure comes
+// back on the report socket as one binary record (the operation's index
+// and the errno), which the launcher turns into the same StepError the
+// init would have sent (Program.Failure).
+//
+// What a Program cannot express runs through str-init as before
+// (DirectUnsupported says why): a rootless plan (its bind sources are
+// cloned by the init itself), a pre-built sandbox waiting for its call
+// (argv arrives at run time), a per-tool template (its seccomp listener),
+// a bubblewrap line's root handed to the command (a directory walk), and
+// a best-effort plan (its /proc may fail with a warning).
+type Program struct {
+	ops   []op
+	descs []opDesc
+
+	// Memory the child reads and writes: its own copy after the fork.
+	slots  [maxSlots]uintptr
+	stat   unix.Stat_t
+	pfd    unix.PollFd
+	rec    [failureLen]byte
+	cwd    [unix.PathMax]byte
+	report slotID // the slot holding the report socket
+
+	keep []any // every buffer an operation points into
+}
+
+// op kinds: opSys is one raw system call; the others are the few steps
+// between two calls that need the result of the one before (all done on
+// memory prepared before the fork).
+const (
+	opSys       = iota // r1 = syscall(nr, a...)
+	opFdPath           // the number in slot a0, in decimal and NUL-terminated, at mem (after "/proc/self/fd/")
+	opStore32          // *(*int32)(mem) = int32(slots[a0])
+	opStorePtr         // *(*uintptr)(mem) = slots[a0]
+	opOr16             // *(*uint16)(mem) |= uint16(a1)
+	opCheckLink        // fstat the O_PATH descriptor in slot a0: a symlink fails
+	opCheckCwd         // getcwd into Program.cwd; it must equal the a1 bytes at mem
+	opCheckPoll        // poll the report socket: POLLERR|POLLHUP fails (the launcher is gone)
+	opResolve          // r1 = the first of a1 candidate paths (C strings, their addresses at mem) that is an executable file
+)
+
+// Exit classes: which of str's exit codes a failure of the operation
+// gives the process (ExitSetupFailed unless the class says otherwise).
+const (
+	exitSetup   = iota // 125
+	exitExec           // ENOENT 127; EACCES, ENOEXEC 126; else 125
+	exitResolve        // EACCES 126; else 127
+)
+
+const (
+	maxSlots = 1024 // a power of two: an index is masked, never bounds-checked, in the child
+	noSlot   = 0xffff
+	// failureLen is the failure record: failureMagic, the operation's
+	// index and the errno (0: a check failed; opDesc.check says which).
+	failureLen = 16
+)
+
+// failureMagic starts every failure record: a JSON event never starts
+// with a NUL byte.
+var failureMagic = [8]byte{0, 's', 't', 'r', 'f', 'a', 'i', 'l'}
+
+// slotID names one of a Program's slots.
+type slotID uint16
+
+type op struct {
+	kind     uint8
+	exit     uint8
+	slotArgs uint8  // bit i: a[i] names a slot, whose value is passed
+	out      slotID // the slot r1 is stored in (noSlot: none)
+	cond     slotID // run only when this slot is 0 (noSlot: always)
+	hit      slotID // the slot set to 1 when okErr occurred, else 0 (noSlot: none)
+	okErr    uint16
+	want     uintptr // with checkWant: r1 must be exactly this (a write's length)
+	check    bool
+	nr       uintptr
+	a        [6]uintptr
+	// mem is the memory a non-syscall operation reads or writes (never
+	// a[i]: a pointer kept as a uintptr is not one to the collector).
+	mem unsafe.Pointer
+}
+
+// opDesc is what the launcher says of an operation that failed: the same
+// fields the init's stepErr sets.
+type opDesc struct {
+	step                 Step
+	who                  string // "nsinit", or "launcher" for L4's child half
+	action, path, detail string
+	prefix               string // before the errno's text ("mkdir usr: ")
+	check                string // the message when a check failed (errno 0)
+	hint                 string
+	hintErrno            syscall.Errno // the hint only for this errno (0: always)
+}
+
+// DirectFiles are the launcher's descriptors the child takes: they are
+// inherited by the fork at these numbers and moved above the tool's
+// (step 1) before the tool's own are put in place.
+type DirectFiles struct {
+	Stdio  [3]int
+	Pass   []int
+	Report int
+	Sync   [2]int // the L4 pipe: the child waits on Sync[0] for its id maps
+	// Trees are the launcher's clones of the bind sources, in plan order:
+	// a mount's TreeFD is FirstTreeFD(len(Pass)) + its index here.
+	Trees []int
+}
+
+// DirectUnsupported says why cfg cannot run as a Program ("" when it can).
+func DirectUnsupported(cfg *Config) string {
+	switch {
+	case cfg.AwaitCall:
+		return "a pre-built sandbox (argv arrives with the call)"
+	case cfg.SeccompListener:
+		return "a per-tool template (seccomp listener)"
+	case cfg.RootToCommand:
+		return "a bubblewrap line's root handed to the command"
+	case cfg.BestEffort:
+		return "a best-effort plan"
+	}
+	for _, m := range cfg.Mounts {
+		if (m.Kind == MountBind || m.Kind == MountDevNode) && m.TreeFD == 0 {
+			return "a bind source the init clones itself (rootless)"
+		}
+	}
+	return ""
+}
+
+// builder collects a Program's operations.
+type builder struct {
+	p     *Program
+	next  slotID
+	step  Step
+	who   string
+	err   error
+	first int // FirstTreeFD of the plan
+}
+
+func (b *builder) slot(init uintptr) slotID {
+	if b.next >= maxSlots {
+		b.fail(errors.New("too many descriptors for one program"))
+		return 0
+	}
+	s := b.next
+	b.next++
+	b.p.slots[s] = init
+	return s
+}
+
+func (b *builder) fail(err error) {
+	if b.err == nil {
+		b.err = err
+	}
+}
+
+// cstr is s as a C string the program keeps.
+func (b *builder) cstr(s string) uintptr {
+	if strings.IndexByte(s, 0) >= 0 {
+		b.fail(fmt.Errorf("%q contains a NUL byte", s))
+		return 0
+	}
+	buf := append([]byte(s), 0)
+	b.p.keep = append(b.p.keep, buf)
+	return uintptr(unsafe.Pointer(&buf[0]))
+}
+
+// mem keeps v and returns its address.
+func (b *builder) mem(v any, p unsafe.Pointer) uintptr {
+	b.p.keep = append(b.p.keep, v)
+	return uintptr(p)
+}
+
+// add appends o with its description.
+func (b *builder) add(o op, d opDesc) *op {
+	d.step = b.step
+	d.who = b.who
+	b.p.ops = append(b.p.ops, o)
+	b.p.descs = append(b.p.descs, d)
+	return &b.p.ops[len(b.p.ops)-1]
+}
+
+// sys is one raw call; slotArgs marks the arguments that name slots.
+func (b *builder) sys(d opDesc, nr uintptr, slotArgs uint8, out slotID, a ...uintptr) *op {
+	o := op{kind: opSys, nr: nr, slotArgs: slotArgs, out: out, cond: noSlot, hit: noSlot}
+	copy(o.a[:], a)
+	return b.add(o, d)
+}
+
+// CompileDirect compiles cfg, as run would perform it, into a Program
+// for the launcher's clone child. lastCap is the host's
+// /proc/sys/kernel/cap_last_cap; limits are the launcher's own hard
+// rlimits by resource (the child inherits them at the fork).
+func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (*Program, error) {
+	if why := DirectUnsupported(cfg); why != "" {
+		return nil, fmt.Errorf("not a direct plan: %s", why)
+	}
+	if cfg.PassFDs != len(f.Pass) {
+		return nil, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
+	}
+	p := &Program{}
+	b := &builder{p: p, first: FirstTreeFD(len(f.Pass))}
+	n := len(f.Pass)
+
+	// Slots that hold a descriptor start with the launcher's number;
+	// step 1 moves each above the tool's and stores the new one.
+	type moved struct {
+		slot slotID
+		fd   int
+	}
+	var moves []moved
+	take := func(fd int) slotID {
+		s := b.slot(uintptr(fd))
+		moves = append(moves, moved{s, fd})
+		return s
+	}
+	syncR := b.slot(uintptr(f.Sync[0]))
+	p.report = take(f.Report)
+	var stdio [3]slotID
+	for i, fd := range f.Stdio {
+		stdio[i] = take(fd)
+	}
+	pass := make([]slotID, n)
+	for i, fd := range f.Pass {
+		pass[i] = take(fd)
+	}
+	trees := make([]slotID, len(f.Trees))
+	for i, fd := range f.Trees {
+		trees[i] = take(fd)
+	}
+
+	// L4, the clone's child half (what Go's forkAndExecInChild does for
+	// str-init): wait for the launcher's id maps, a new session (no
+	// controlling terminal: CVE-2017-5226), root of the new user
+	// namespace (the leased block's first id), the parent-death signal
+	// after that credential change (which clears it).
+	b.step, b.who = StepLClone, "launcher"
+	d := func(action, detail string) opDesc {
+		return opDesc{action: "clone child: " + action, path: "str run", detail: detail}
+	}
+	b.sys(d("close", "the id-map pipe's write end"), unix.SYS_CLOSE, 0, noSlot, uintptr(f.Sync[1]))
+	one := make([]byte, 1)
+	rd := b.sys(opDesc{action: "clone child: wait for the id maps", path: "str run", check: "the launcher went away before writing the id maps"},
+		unix.SYS_READ, 1, noSlot, uintptr(syncR), b.mem(one, unsafe.Pointer(&one[0])), 1)
+	rd.check, rd.want = true, 1
+	b.sys(d("close", "the id-map pipe"), unix.SYS_CLOSE, 1, noSlot, uintptr(syncR))
+	b.sys(d("setsid", ""), unix.SYS_SETSID, 0, noSlot)
+	b.sys(d("setgroups", "[]"), unix.SYS_SETGROUPS, 0, noSlot, 0, 0)
+	b.sys(d("setresgid", "0"), unix.SYS_SETRESGID, 0, noSlot, 0, 0, 0)
+	b.sys(d("setresuid", "0"), unix.SYS_SETRESUID, 0, noSlot, 0, 0, 0)
+	b.sys(d("prctl", "PR_SET_PDEATHSIG SIGKILL"), unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
+
+	// 0. The plan is this Program: nothing to read.
+	b.who = "nsinit"
+
+	// 1. Every descriptor the child takes moves above the tool's (3+n
+	// on), close-on-exec; then the tool's 0-2 and pass-list are put in
+	// place without it, and everything from 3+n on is marked
+	// close-on-exec: the tool gets exactly 0-2 and the pass-list (runc's
+	// leaked descriptor, CVE-2024-21626, is the bug this prevents).
+	b.step = StepCloseFDs
+	for _, m := range moves {
+		b.sys(opDesc{action: "move descriptor", path: fmt.Sprintf("fd %d", m.fd), detail: fmt.Sprintf("F_DUPFD_CLOEXEC %d", 3+n)},
+			unix.SYS_FCNTL, 1, m.slot, uintptr(m.slot), unix.F_DUPFD_CLOEXEC, uintptr(3+n))
+	}
+	for i, s := range append(stdio[:], pass...) {
+		b.sys(opDesc{action: "dup3", path: fmt.Sprintf("fd -> %d", i), detail: "the tool's descriptor"},
+			unix.SYS_DUP3, 1, noSlot, uintptr(s), uintptr(i), 0)
+	}
+	b.sys(opDesc{action: "close_range", path: fmt.Sprintf("fd %d..", 3+n), detail: "CLOSE_RANGE_CLOEXEC"},
+		unix.SYS_CLOSE_RANGE, 0, noSlot, uintptr(3+n), ^uintptr(0)>>32, unix.CLOSE_RANGE_CLOEXEC)
+
+	// 2. Every mount private.
+	b.step = StepMakePrivate
+	b.sys(opDesc{action: "make private", path: "/", detail: "MS_REC|MS_PRIVATE", hint: hintUserns},
+		unix.SYS_MOUNT, 0, noSlot, 0, b.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0)
+
+	// 3. The bind sources are the launcher's trees (taken above); the
+	// cgroup v1 tasks files are opened now, for step 12.
+	b.step = StepCloneSources
+	mountTree := make([]slotID, len(cfg.Mounts))
+	for i, m := range cfg.Mounts {
+		mountTree[i] = noSlot
+		if m.Kind != MountBind && m.Kind != MountDevNode {
+			continue
+		}
+		switch {
+		case m.TreeFD == SourceAbsent:
+			if !m.Optional {
+				return nil, stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
+			}
+		case m.TreeFD-b.first >= 0 && m.TreeFD-b.first < len(trees):
+			mountTree[i] = trees[m.TreeFD-b.first]
+		default:
+			return nil, stepErr(StepCloneSources, "take bind source", m.Source, fmt.Sprintf("tree_fd %d", m.TreeFD),
+				fmt.Errorf("not one of the launcher's %d trees", len(trees)))
+		}
+	}
+	tasks := make([]slotID, len(cfg.CgroupTasks))
+	for i, t := range cfg.CgroupTasks {
+		tasks[i] = b.slot(0)
+		b.sys(opDesc{action: "open cgroup tasks file", path: t, detail: "O_WRONLY"},
+			unix.SYS_OPENAT, 0, tasks[i], atFDCWD, b.cstr(t), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	}
+
+	// 4. The umask, then a fresh tmpfs as the new root.
+	b.step = StepRootTmpfs
+	b.sys(opDesc{action: "umask", detail: "022"}, unix.SYS_UMASK, 0, noSlot, 0o022)
+	b.sys(opDesc{action: "mount tmpfs root", path: staging, detail: "MS_NOSUID|MS_NODEV"},
+		unix.SYS_MOUNT, 0, noSlot, b.cstr("tmpfs"), b.cstr(staging), b.cstr("tmpfs"), unix.MS_NOSUID|unix.MS_NODEV, b.cstr("mode=0755,size=1m"))
+	root := b.slot(0)
+	b.sys(opDesc{action: "open new root", path: staging, detail: "O_PATH"},
+		unix.SYS_OPENAT, 0, root, atFDCWD, b.cstr(staging), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+
+	// 5. The planned mounts, in plan order.
+	b.step = StepMounts
+	for i, m := range cfg.Mounts {
+		b.mount(cfg, root, m, mountTree[i])
+	}
+
+	// 6. pivot_root into the new root and detach the old one.
+	b.step = StepPivotRoot
+	b.sys(opDesc{action: "chdir", path: staging}, unix.SYS_FCHDIR, 1, noSlot, uintptr(root))
+	b.sys(opDesc{action: "pivot_root", path: staging}, unix.SYS_PIVOT_ROOT, 0, noSlot, b.cstr("."), b.cstr("."))
+	b.sys(opDesc{action: "detach old root", path: "/", detail: "MNT_DETACH"}, unix.SYS_UMOUNT2, 0, noSlot, b.cstr("."), unix.MNT_DETACH)
+	b.sys(opDesc{action: "chdir", path: "/"}, unix.SYS_CHDIR, 0, noSlot, b.cstr("/"))
+	b.sys(opDesc{action: "close", path: "new root"}, unix.SYS_CLOSE, 1, noSlot, uintptr(root))
+
+	// 7. The root read-only.
+	b.step = StepRootReadOnly
+	b.sys(opDesc{action: "remount read-only", path: "/", detail: "MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV"},
+		unix.SYS_MOUNT, 0, noSlot, 0, b.cstr("/"), 0, unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, 0)
+
+	// 8. chdir into the work dir, and check getcwd.
+	b.step = StepChdir
+	wd := cfg.Workdir
+	if wd == "" {
+		wd = "/"
+	}
+	b.sys(opDesc{action: "chdir", path: wd, hint: hintWorkdir, hintErrno: unix.EACCES}, unix.SYS_CHDIR, 0, noSlot, b.cstr(wd))
+	want := append([]byte(wd), 0)
+	p.keep = append(p.keep, want)
+	b.add(op{kind: opCheckCwd, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&want[0]), a: [6]uintptr{0, uintptr(len(want))}},
+		opDesc{action: "getcwd after chdir", path: wd, check: "working directory is not the planned one"})
+
+	// 9. The hostname.
+	b.step = StepHostname
+	if cfg.Hostname != "" {
+		h := []byte(cfg.Hostname)
+		b.sys(opDesc{action: "sethostname", path: cfg.Hostname}, unix.SYS_SETHOSTNAME, 0, noSlot, b.mem(h, unsafe.Pointer(&h[0])), uintptr(len(h)))
+	}
+
+	// 10. Loopback up, then the egress listeners, handed to the launcher.
+	b.step = StepLoopback
+	if cfg.LoopbackUp {
+		b.loopback()
+	}
+	if len(cfg.Listen) > 0 {
+		b.listeners(cfg.Listen)
+	}
+
+	// 11. Resolve the tool in its PATH, inside; argv and envp are ready.
+	b.step = StepResolveTool
+	if len(cfg.Argv) == 0 {
+		return nil, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
+	}
+	path := b.slot(0)
+	cands := candidates(cfg.Argv[0], cfg.Env)
+	cp := make([]uintptr, len(cands))
+	for i, c := range cands {
+		cp[i] = b.cstr(c)
+	}
+	p.keep = append(p.keep, cp)
+	b.add(op{kind: opResolve, exit: exitResolve, out: path, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&cp[0]),
+		a: [6]uintptr{0, uintptr(len(cp))}},
+		opDesc{action: "resolve tool", path: cfg.Argv[0], detail: "PATH of the tool's environment"})
+	argv := make([]uintptr, len(cfg.Argv)+1)
+	for i, a := range cfg.Argv {
+		argv[i] = b.cstr(a)
+	}
+	if cfg.Argv0 != "" {
+		argv[0] = b.cstr(cfg.Argv0)
+	} else {
+		b.add(op{kind: opStorePtr, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&argv[0]), a: [6]uintptr{uintptr(path)}},
+			opDesc{action: "prepare execve", path: cfg.Argv[0]})
+	}
+	argvP := b.mem(argv, unsafe.Pointer(&argv[0]))
+	envp := make([]uintptr, len(cfg.Env)+1)
+	for i, e := range cfg.Env {
+		envp[i] = b.cstr(e)
+	}
+	envpP := b.mem(envp, unsafe.Pointer(&envp[0]))
+
+	// 12. cgroup v1: this process enters its cgroup itself.
+	b.step = StepEnterCgroup
+	zero := []byte("0")
+	for i, t := range cfg.CgroupTasks {
+		w := b.sys(opDesc{action: "enter cgroup", path: t, detail: "write 0 (this thread)", check: "short write"},
+			unix.SYS_WRITE, 1, noSlot, uintptr(tasks[i]), b.mem(zero, unsafe.Pointer(&zero[0])), 1)
+		w.check, w.want = true, 1
+		b.sys(opDesc{action: "close", path: t}, unix.SYS_CLOSE, 1, noSlot, uintptr(tasks[i]))
+	}
+
+	// 13. The bounding set.
+	b.step = StepDropBounding
+	for c := 0; c <= lastCap; c++ {
+		o := b.sys(opDesc{action: "drop bounding capability", path: fmt.Sprintf("cap %d", c), detail: "PR_CAPBSET_DROP"},
+			unix.SYS_PRCTL, 0, noSlot, unix.PR_CAPBSET_DROP, uintptr(c))
+		o.okErr = uint16(unix.EINVAL)
+	}
+
+	// 14. Ambient capabilities.
+	b.step = StepClearAmbient
+	b.sys(opDesc{action: "clear ambient capabilities", detail: "PR_CAP_AMBIENT_CLEAR_ALL"},
+		unix.SYS_PRCTL, 0, noSlot, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL)
+
+	// 15. Groups, gid, uid.
+	b.step = StepSetIDs
+	if cfg.SetGroups {
+		b.sys(opDesc{action: "setgroups", path: "[]"}, unix.SYS_SETGROUPS, 0, noSlot, 0, 0)
+	}
+	b.sys(opDesc{action: "setresgid", path: fmt.Sprint(cfg.GID)}, unix.SYS_SETRESGID, 0, noSlot, uintptr(cfg.GID), uintptr(cfg.GID), uintptr(cfg.GID))
+	b.sys(opDesc{action: "setresuid", path: fmt.Sprint(cfg.UID)}, unix.SYS_SETRESUID, 0, noSlot, uintptr(cfg.UID), uintptr(cfg.UID), uintptr(cfg.UID))
+
+	// 16. Every capability set empty.
+	b.step = StepClearCaps
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := &[2]unix.CapUserData{}
+	b.sys(opDesc{action: "capset", path: "all sets empty"}, unix.SYS_CAPSET, 0, noSlot,
+		b.mem(hdr, unsafe.Pointer(hdr)), b.mem(data, unsafe.Pointer(&data[0])))
+
+	// 17. The parent-death signal again, and the launcher still there.
+	b.step = StepParentDeath
+	b.sys(opDesc{action: "prctl", path: "PR_SET_PDEATHSIG", detail: "SIGKILL"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
+	b.add(op{kind: opCheckPoll, out: noSlot, cond: noSlot, hit: noSlot},
+		opDesc{action: "check launcher", path: "report pipe", detail: "POLLERR", check: "the launcher exited during setup"})
+
+	// 18. no_new_privs.
+	b.step = StepNoNewPrivs
+	b.sys(opDesc{action: "prctl", path: "PR_SET_NO_NEW_PRIVS"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_NO_NEW_PRIVS, 1)
+
+	// 19. seccomp: the profile's filter, then the caller's own.
+	b.step = StepSeccomp
+	progs := cfg.ExtraSeccomp
+	names := make([]string, 0, len(progs)+1)
+	if len(cfg.Seccomp) > 0 {
+		progs = append([][]byte{cfg.Seccomp}, progs...)
+		names = append(names, cfg.SeccompPolicy)
+	}
+	for i := range cfg.ExtraSeccomp {
+		names = append(names, fmt.Sprintf("the caller's filter %d", i+1))
+	}
+	for i, prog := range progs {
+		if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > maxBPFInsns {
+			return nil, stepErr(StepSeccomp, "load seccomp", names[i], "SECCOMP_SET_MODE_FILTER",
+				fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(prog), maxBPFInsns))
+		}
+		prog = append([]byte(nil), prog...)
+		fp := &unix.SockFprog{Len: uint16(len(prog) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
+		p.keep = append(p.keep, prog)
+		b.sys(opDesc{action: "load seccomp", path: names[i], detail: "SECCOMP_SET_MODE_FILTER"},
+			unix.SYS_SECCOMP, 0, noSlot, unix.SECCOMP_SET_MODE_FILTER, 0, b.mem(fp, unsafe.Pointer(fp)))
+	}
+
+	// 20. The rlimits, RLIMIT_AS last; each at most the hard limit the
+	// child inherits (it cannot raise one, and lower is tighter).
+	b.step = StepRlimits
+	var last *Rlimit
+	ordered := make([]Rlimit, 0, len(cfg.Rlimits))
+	for _, rl := range cfg.Rlimits {
+		if rl.Resource == unix.RLIMIT_AS {
+			last = &rl
+			continue
+		}
+		ordered = append(ordered, rl)
+	}
+	if last != nil {
+		ordered = append(ordered, *last)
+	}
+	for _, rl := range ordered {
+		max, err := hardLimit(rl.Resource)
+		if err != nil {
+			return nil, stepErr(StepResolveTool, "prepare execve", cfg.Argv[0], "", fmt.Errorf("getrlimit %s: %w", rl.Name, err))
+		}
+		v := min(rl.Value, max)
+		lim := &unix.Rlimit{Cur: v, Max: v}
+		b.sys(opDesc{action: "prlimit64", path: rl.Name, detail: fmt.Sprint(v)},
+			unix.SYS_PRLIMIT64, 0, noSlot, 0, uintptr(rl.Resource), b.mem(lim, unsafe.Pointer(lim)), 0)
+	}
+
+	// 21. execve: the tool becomes PID 1.
+	b.step = StepExec
+	o := b.sys(opDesc{action: "execve", path: cfg.Argv[0]}, unix.SYS_EXECVE, 1, noSlot, uintptr(path), argvP, envpP)
+	o.exit = exitExec
+
+	if b.err != nil {
+		return nil, b.err
+	}
+	return p, nil
+}
+
+// atFDCWD is AT_FDCWD as a system call argument.
+const atFDCWD = ^uintptr(99) // -100
+
+// candidates are the paths lookPath would try, in its order.
+func candidates(argv0 string, env []string) []string {
+	if strings.Contains(argv0, "/") {
+		return []string{argv0}
+	}
+	pathEnv := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	var out []string
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir != "" {
+			out = append(out, filepath.Join(dir, argv0))
+		}
+	}
+	if len(out) == 0 {
+		out = []string{""} // ENOENT, as lookPath's empty PATH
+	}
+	return out
+}
+
+// mkdirAll is the init's mkdirAll as operations: every component created
+// (EEXIST is fine) and opened O_PATH|O_NOFOLLOW|O_DIRECTORY from the one
+// before; the last gets mode exactly when it was created here. It
+// returns the slot of the last component's descriptor (root for "/").
+func (b *builder) mkdirAll(root slotID, path string, mode uint32, target string) slotID {
+	if mode == 0 {
+		mode = 0o755
+	}
+	var comps []string
+	for _, c := range strings.Split(strings.Trim(path, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		if c == ".." || c == "." {
+			b.fail(stepErr(b.step, "mkdir", target, "", fmt.Errorf("path component %q refused", c)))
+			return root
+		}
+		comps = append(comps, c)
+	}
+	cur := root
+	for i, c := range comps {
+		last := i == len(comps)-1
+		m := parentMode(mode)
+		if last {
+			m = mode
+		}
+		existed := b.slot(0)
+		mk := b.sys(opDesc{action: "mkdir", path: target, prefix: "mkdir " + c + ": "}, unix.SYS_MKDIRAT, 1, noSlot, uintptr(cur), b.cstr(c), uintptr(m))
+		mk.okErr, mk.hit = uint16(unix.EEXIST), existed
+		next := b.slot(0)
+		b.sys(opDesc{action: "mkdir", path: target, prefix: "open " + c + ": "}, unix.SYS_OPENAT, 1, next,
+			uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if cur != root {
+			b.sys(opDesc{action: "close", path: target}, unix.SYS_CLOSE, 1, noSlot, uintptr(cur))
+		}
+		cur = next
+		if last && m&^0o755 != 0 {
+			// Bits the umask removed, or sticky/setgid: through the
+			// descriptor just opened, only on a directory made here.
+			buf := b.fdPath(cur, opDesc{action: "mkdir", path: target})
+			b.p.ops[len(b.p.ops)-1].cond = existed
+			ch := b.sys(opDesc{action: "mkdir", path: target, prefix: fmt.Sprintf("chmod %s %#o: ", c, m)},
+				unix.SYS_FCHMODAT, 0, noSlot, atFDCWD, buf, uintptr(m), 0)
+			ch.cond = existed
+		}
+	}
+	return cur
+}
+
+// fdPathPrefix is what opFdPath's buffer starts with; the child writes
+// the descriptor's number after it.
+const fdPathPrefix = "/proc/self/fd/"
+
+// fdPath adds the operation that names the descriptor in slot fd as
+// /proc/self/fd/N and returns the name's address.
+func (b *builder) fdPath(fd slotID, d opDesc) uintptr {
+	buf := make([]byte, 32)
+	copy(buf, fdPathPrefix)
+	b.p.keep = append(b.p.keep, buf)
+	b.add(op{kind: opFdPath, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&buf[len(fdPathPrefix)]), a: [6]uintptr{uintptr(fd)}}, d)
+	return uintptr(unsafe.Pointer(&buf[0]))
+}
+
+// closeSlot closes a descriptor the program opened (never root's).
+func (b *builder) closeSlot(s, root slotID, what string) {
+	if s != root {
+		b.sys(opDesc{action: "close", path: what}, unix.SYS_CLOSE, 1, noSlot, uintptr(s))
+	}
+}
+
+// openNoFollow is the init's openNoFollow: each component O_PATH|
+// O_NOFOLLOW from the one before, a symlink refused.
+func (b *builder) openNoFollow(root slotID, path string) slotID {
+	cur := root
+	for _, c := range strings.Split(strings.Trim(path, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		if c == ".." || c == "." {
+			b.fail(stepErr(b.step, "open", path, "O_PATH|O_NOFOLLOW", fmt.Errorf("path component %q refused", c)))
+			return root
+		}
+		next := b.slot(0)
+		b.sys(opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": "},
+			unix.SYS_OPENAT, 1, next, uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		b.closeSlot(cur, root, path)
+		b.add(op{kind: opCheckLink, out: noSlot, cond: noSlot, hit: noSlot, a: [6]uintptr{uintptr(next)}},
+			opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": ", check: "open " + c + ": " + errSymlinkOnPath.Error()})
+		cur = next
+	}
+	return cur
+}
+
+// fdPathMount mounts fstype at the directory whose O_PATH descriptor is
+// in slot target, through /proc/self/fd (the host's /proc, before
+// pivot_root), as the init's doMount does.
+func (b *builder) fdPathMount(target slotID, d opDesc, src, fstype string, flags uintptr, data string) *op {
+	buf := b.fdPath(target, d)
+	dp := uintptr(0)
+	if data != "" {
+		dp = b.cstr(data)
+	}
+	return b.sys(d, unix.SYS_MOUNT, 0, noSlot, b.cstr(src), buf, b.cstr(fstype), flags, dp)
+}
+
+// mount is one planned mount (step 5), as doMount performs it.
+func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
+	if !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target {
+		b.fail(stepErr(StepMounts, "check target", m.Target, "", errors.New("target must be absolute and clean")))
+		return
+	}
+	parent, name := filepath.Split(m.Target)
+	switch m.Kind {
+	case MountDir:
+		b.closeSlot(b.mkdirAll(root, m.Target, m.Mode, m.Target), root, m.Target)
+
+	case MountSymlink:
+		dfd := b.mkdirAll(root, parent, 0o755, parent)
+		b.sys(opDesc{action: "symlink", path: m.Target, detail: "-> " + m.Source}, unix.SYS_SYMLINKAT, 2, noSlot, b.cstr(m.Source), uintptr(dfd), b.cstr(name))
+		b.closeSlot(dfd, root, parent)
+
+	case MountFile:
+		dfd := b.mkdirAll(root, parent, 0o755, parent)
+		mode := m.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		fd := b.slot(0)
+		b.sys(opDesc{action: "create file", path: m.Target, detail: "O_CREAT|O_EXCL"}, unix.SYS_OPENAT, 1, fd,
+			uintptr(dfd), b.cstr(name), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uintptr(mode))
+		wd := opDesc{action: "write file", path: m.Target, detail: fmt.Sprintf("mode %#o", mode), check: "short write"}
+		b.sys(wd, unix.SYS_FCHMOD, 1, noSlot, uintptr(fd), uintptr(mode))
+		if len(m.Contents) > 0 {
+			c := []byte(m.Contents)
+			w := b.sys(wd, unix.SYS_WRITE, 1, noSlot, uintptr(fd), b.mem(c, unsafe.Pointer(&c[0])), uintptr(len(c)))
+			w.check, w.want = true, uintptr(len(c))
+		}
+		b.sys(wd, unix.SYS_CLOSE, 1, noSlot, uintptr(fd))
+		if m.ReadOnly {
+			rd := opDesc{action: "bind read-only", path: m.Target, detail: "open_tree|mount_setattr MOUNT_ATTR_RDONLY|move_mount"}
+			t := b.slot(0)
+			b.sys(rd, unix.SYS_OPEN_TREE, 1, t, uintptr(dfd), b.cstr(name), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+			attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+			b.sys(rd, unix.SYS_MOUNT_SETATTR, 1, noSlot, uintptr(t), b.cstr(""), unix.AT_EMPTY_PATH, b.mem(attr, unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
+			b.sys(rd, unix.SYS_MOVE_MOUNT, 1|4, noSlot, uintptr(t), b.cstr(""), uintptr(dfd), b.cstr(name), unix.MOVE_MOUNT_F_EMPTY_PATH)
+			b.sys(rd, unix.SYS_CLOSE, 1, noSlot, uintptr(t))
+		}
+		b.closeSlot(dfd, root, parent)
+
+	case MountRemountRO:
+		fd := b.openNoFollow(root, m.Target)
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+		b.sys(opDesc{action: "remount read-only", path: m.Target, detail: "mount_setattr MOUNT_ATTR_RDONLY"},
+			unix.SYS_MOUNT_SETATTR, 1, noSlot, uintptr(fd), b.cstr(""), unix.AT_EMPTY_PATH, b.mem(attr, unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
+		b.closeSlot(fd, root, m.Target)
+
+	case MountChmod:
+		fd := b.openNoFollow(root, m.Target)
+		d := opDesc{action: "chmod", path: m.Target, detail: fmt.Sprintf("%#o", m.Mode)}
+		buf := b.fdPath(fd, d)
+		b.sys(d, unix.SYS_FCHMODAT, 0, noSlot, atFDCWD, buf, uintptr(m.Mode), 0)
+		b.closeSlot(fd, root, m.Target)
+
+	case MountBind, MountDevNode:
+		if tree == noSlot {
+			return // optional and absent on the host
+		}
+		var target slotID
+		if dir, err := treeIsDir(int(b.p.slots[tree])); err != nil {
+			b.fail(stepErr(StepMounts, "create mount point", m.Target, "fstat tree", err))
+			return
+		} else if dir {
+			target = b.mkdirAll(root, m.Target, 0o755, m.Target)
+		} else {
+			dfd := b.mkdirAll(root, parent, 0o755, m.Target)
+			mp := opDesc{action: "create mount point", path: m.Target}
+			f := b.slot(0)
+			b.sys(mp, unix.SYS_OPENAT, 1, f, uintptr(dfd), b.cstr(name), unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
+			b.sys(mp, unix.SYS_CLOSE, 1, noSlot, uintptr(f))
+			target = b.slot(0)
+			b.sys(mp, unix.SYS_OPENAT, 1, target, uintptr(dfd), b.cstr(name), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			b.closeSlot(dfd, root, parent)
+		}
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+		what := "MOUNT_ATTR_NOSUID"
+		if m.Kind == MountDevNode {
+			attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
+			what += "|MOUNT_ATTR_NOEXEC"
+		} else {
+			attr.Attr_set |= unix.MOUNT_ATTR_NODEV
+			what += "|MOUNT_ATTR_NODEV"
+		}
+		if m.ReadOnly {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+			what += "|MOUNT_ATTR_RDONLY"
+		}
+		b.sys(opDesc{action: "mount_setattr", path: m.Source, detail: what + " AT_RECURSIVE"}, unix.SYS_MOUNT_SETATTR, 1, noSlot,
+			uintptr(tree), b.cstr(""), unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, b.mem(attr, unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
+		b.sys(opDesc{action: "bind-mount", path: m.Source + " -> " + m.Target, detail: "move_mount"}, unix.SYS_MOVE_MOUNT, 1|4, noSlot,
+			uintptr(tree), b.cstr(""), uintptr(target), b.cstr(""), unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		b.closeSlot(target, root, m.Target)
+		b.sys(opDesc{action: "close", path: m.Source}, unix.SYS_CLOSE, 1, noSlot, uintptr(tree))
+
+	case MountTmpfs:
+		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+		if m.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		b.fdPathMount(target, opDesc{action: "mount tmpfs", path: m.Target, detail: m.Data}, "tmpfs", "tmpfs", flags, m.Data)
+		b.closeSlot(target, root, m.Target)
+
+	case MountDevpts:
+		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
+		b.fdPathMount(target, opDesc{action: "mount devpts", path: m.Target, detail: m.Data}, "devpts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, m.Data)
+		b.closeSlot(target, root, m.Target)
+
+	case MountMqueue:
+		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
+		b.fdPathMount(target, opDesc{action: "mount mqueue", path: m.Target, detail: "MS_NOSUID|MS_NODEV|MS_NOEXEC"}, "mqueue", "mqueue", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		b.closeSlot(target, root, m.Target)
+
+	case MountProc:
+		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
+		b.fdPathMount(target, opDesc{action: "mount proc", path: m.Target, detail: "fresh procfs for the new pid namespace", hint: hintProc},
+			"proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		b.closeSlot(target, root, m.Target)
+
+	default:
+		b.fail(stepErr(StepMounts, "mount", m.Target, string(m.Kind), errors.New("unknown mount kind")))
+	}
+}
+
+func treeIsDir(fd int) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, err
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+}
+
+// loopback is LoopbackUp as operations: SIOCGIFFLAGS, IFF_UP added,
+// SIOCSIFFLAGS.
+func (b *builder) loopback() {
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		b.fail(err)
+		return
+	}
+	// unix.Ifreq is the kernel's struct ifreq: the name, then the union
+	// whose first 16 bits are ifr_flags.
+	raw := (*[unix.IFNAMSIZ + 24]byte)(unsafe.Pointer(ifr))
+	d := opDesc{action: "bring up", path: "lo", detail: "SIOCSIFFLAGS IFF_UP"}
+	s := b.slot(0)
+	b.sys(d, unix.SYS_SOCKET, 0, s, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	p := b.mem(ifr, unsafe.Pointer(raw))
+	b.sys(opDesc{action: "bring up", path: "lo", detail: "SIOCSIFFLAGS IFF_UP", prefix: "SIOCGIFFLAGS lo: "}, unix.SYS_IOCTL, 1, noSlot, uintptr(s), unix.SIOCGIFFLAGS, p)
+	b.add(op{kind: opOr16, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&raw[unix.IFNAMSIZ]), a: [6]uintptr{0, unix.IFF_UP}}, d)
+	b.sys(opDesc{action: "bring up", path: "lo", detail: "SIOCSIFFLAGS IFF_UP", prefix: "SIOCSIFFLAGS lo: "}, unix.SYS_IOCTL, 1, noSlot, uintptr(s), unix.SIOCSIFFLAGS, p)
+	b.sys(d, unix.SYS_CLOSE, 1, noSlot, uintptr(s))
+}
+
+// listeners is openListeners and the hand-over of step 10 as
+// operations: each socket bound (and listening), then one "listeners"
+// event with their descriptors (SCM_RIGHTS), then closed here.
+func (b *builder) listeners(ls []Listener) {
+	d := opDesc{action: "open egress listeners", path: "lo"}
+	fds := make([]slotID, len(ls))
+	for i, l := range ls {
+		typ, err := ListenerSocketType(l)
+		if err != nil {
+			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", err))
+			return
+		}
+		ap, err := netip.ParseAddrPort(l.Addr)
+		if err != nil || !ap.Addr().Is4() {
+			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)))
+			return
+		}
+		fds[i] = b.slot(0)
+		b.sys(opDesc{action: d.action, path: d.path, prefix: "listener " + l.Name + ": socket: "}, unix.SYS_SOCKET, 0, fds[i], unix.AF_INET, uintptr(typ|unix.SOCK_CLOEXEC), 0)
+		sa := &unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ap.Addr().As4()}
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], ap.Port())
+		b.sys(opDesc{action: d.action, path: d.path, prefix: fmt.Sprintf("listener %s: bind %s: ", l.Name, l.Addr)}, unix.SYS_BIND, 1, noSlot,
+			uintptr(fds[i]), b.mem(sa, unsafe.Pointer(sa)), unix.SizeofSockaddrInet4)
+		if l.Network == "tcp" {
+			b.sys(opDesc{action: d.action, path: d.path, prefix: fmt.Sprintf("listener %s: listen %s: ", l.Name, l.Addr)}, unix.SYS_LISTEN, 1, noSlot, uintptr(fds[i]), 128)
+		}
+	}
+	ev, err := json.Marshal(event{Type: "listeners", Listeners: ls})
+	if err != nil {
+		b.fail(err)
+		return
+	}
+	oob := unix.UnixRights(make([]int, len(ls))...)
+	hd := opDesc{action: "hand over egress listeners", path: "report socket", detail: "SCM_RIGHTS"}
+	for i := range ls {
+		b.add(op{kind: opStore32, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&oob[unix.CmsgLen(0)+4*i]), a: [6]uintptr{uintptr(fds[i])}}, hd)
+	}
+	iov := &unix.Iovec{Base: &ev[0]}
+	iov.SetLen(len(ev))
+	msg := &unix.Msghdr{Iov: iov, Iovlen: 1, Control: &oob[0]}
+	msg.SetControllen(len(oob))
+	b.p.keep = append(b.p.keep, ev, oob, iov)
+	b.sys(hd, unix.SYS_SENDMSG, 1, noSlot, uintptr(b.p.report), b.mem(msg, unsafe.Pointer(msg)), 0)
+	for i := range ls {
+		b.sys(opDesc{action: "close", path: "egress listener " + ls[i].Name}, unix.SYS_CLOSE, 1, noSlot, uintptr(fds[i]))
+	}
+}
+
+// Failure turns a message read from the report socket into the
+// StepError of the operation that failed, when it is a failure record of
+// this program.
+func (p *Program) Failure(msg []byte) (*StepError, bool) {
+	if len(msg) != failureLen || [8]byte(msg[:8]) != failureMagic {
+		return nil, false
+	}
+	i := int(binary.LittleEndian.Uint32(msg[8:]))
+	errno := syscall.Errno(binary.LittleEndian.Uint32(msg[12:]))
+	if i < 0 || i >= len(p.descs) {
+		return nil, false
+	}
+	d := p.descs[i]
+	se := &StepError{Who: d.who, Step: d.step, Action: d.action, Path: d.path, Detail: d.detail}
+	if errno == 0 {
+		se.Msg = d.check
+		se.Err = errors.New(d.check)
+	} else {
+		se.Msg, se.Err, se.Errno = d.prefix+errno.Error(), errno, int(errno)
+	}
+	if d.hint != "" && (d.hintErrno == 0 || d.hintErrno == errno) {
+		se.Hint = d.hint
+	}
+	return se, true
+}
+
+// Len is how many operations the program has.
+func (p *Program) Len() int { return len(p.ops) }
+
+// LastCapability is the host's highest capability number
+// (/proc/sys/kernel/cap_last_cap), read once per process.
+var LastCapability = sync.OnceValue(func() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return int(unix.CAP_LAST_CAP)
+	}
+	var n int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err != nil {
+		return int(unix.CAP_LAST_CAP)
+	}
+	return n
+})

@@ -1,0 +1,246 @@
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The runtime's fork hooks, as package syscall uses them around its own
+// fork-and-exec child: BeforeFork blocks signals and keeps the stack from
+// growing, AfterForkInChild resets the runtime's signal handlers and
+// restores the mask in the child, AfterFork undoes BeforeFork in the
+// parent.
+//
+//go:linkname beforeFork syscall.runtime_BeforeFork
+func beforeFork()
+
+//go:linkname afterFork syscall.runtime_AfterFork
+func afterFork()
+
+//go:linkname afterForkInChild syscall.runtime_AfterForkInChild
+func afterForkInChild()
+
+// cloneArgs is the kernel's struct clone_args (clone3).
+type cloneArgs struct {
+	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls, setTID, setTIDSize, cgroup uint64
+}
+
+// Start is launcher step L4 for a Program: it clones the child with
+// cloneFlags (into the cgroup v2 directory cgroupFD with
+// CLONE_INTO_CGROUP when it is >= 0), which runs the program and never
+// returns; then, in the launcher, maps writes the child's id maps and one
+// byte on f.Sync[1] lets it go on. On error the child, if any, is killed
+// and reaped.
+//
+// Between the fork and the execve the child runs only the program's raw
+// system calls on memory prepared before the fork (child): it may not
+// allocate, grow its stack or take a lock, as Go's own fork-and-exec
+// child; the fork is under syscall.ForkLock, as Go's, so no descriptor
+// is half-made while it happens.
+func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func(pid int) error) (int, error) {
+	args := &cloneArgs{flags: uint64(cloneFlags), exitSignal: uint64(unix.SIGCHLD)}
+	if cgroupFD >= 0 {
+		args.flags |= unix.CLONE_INTO_CGROUP
+		args.cgroup = uint64(cgroupFD)
+	}
+	syscall.ForkLock.Lock()
+	beforeFork()
+	var r1 uintptr
+	var e syscall.Errno
+	if cgroupFD >= 0 {
+		r1, _, e = syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0)
+	} else {
+		r1, _, e = syscall.RawSyscall6(unix.SYS_CLONE, cloneFlags|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+	}
+	if e == 0 && r1 == 0 {
+		p.child() // never returns
+	}
+	afterFork()
+	syscall.ForkLock.Unlock()
+	if e != 0 {
+		return 0, fmt.Errorf("clone: %w", e)
+	}
+	pid := int(r1)
+	err := maps(pid)
+	if err == nil {
+		_, err = unix.Write(sync[1], []byte{1})
+	}
+	if err != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		for {
+			if _, werr := unix.Wait4(pid, &ws, 0, nil); !errors.Is(werr, unix.EINTR) {
+				break
+			}
+		}
+		return 0, err
+	}
+	return pid, nil
+}
+
+// emptyPath is "" as a C string.
+var emptyPath = [1]byte{}
+
+// child runs the program in the clone child and ends in the tool's
+// execve, or in exit_group after writing the failed operation's record
+// on the report socket. Only raw system calls on prepared memory: no
+// allocation, no write barrier (no pointer is stored), no stack growth.
+//
+//go:nosplit
+//go:norace
+func (p *Program) child() {
+	afterForkInChild()
+	for i := 0; i < len(p.ops); i++ {
+		o := &p.ops[i]
+		if o.cond != noSlot && p.slots[o.cond&(maxSlots-1)] != 0 {
+			continue
+		}
+		var r1, errno uintptr
+		switch o.kind {
+		case opSys:
+			a := o.a
+			for j := 0; j < 6; j++ {
+				if o.slotArgs&(1<<j) != 0 {
+					a[j] = p.slots[a[j]&(maxSlots-1)]
+				}
+			}
+			r, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
+			r1, errno = r, uintptr(e)
+			if o.hit != noSlot {
+				p.slots[o.hit&(maxSlots-1)] = 0
+			}
+			if errno != 0 && errno == uintptr(o.okErr) {
+				errno = 0
+				if o.hit != noSlot {
+					p.slots[o.hit&(maxSlots-1)] = 1
+				}
+			}
+			if errno == 0 && o.check && r1 != o.want {
+				p.fail(i, 0, o.exit)
+			}
+		case opFdPath:
+			v := p.slots[o.a[0]&(maxSlots-1)]
+			digits := uintptr(1)
+			for t := v; t >= 10; t /= 10 {
+				digits++
+			}
+			*(*byte)(unsafe.Add(o.mem, digits)) = 0
+			for k := digits; k > 0; k-- {
+				*(*byte)(unsafe.Add(o.mem, k-1)) = byte('0' + v%10)
+				v /= 10
+			}
+		case opStore32:
+			*(*int32)(o.mem) = int32(p.slots[o.a[0]&(maxSlots-1)])
+		case opStorePtr:
+			*(*uintptr)(o.mem) = p.slots[o.a[0]&(maxSlots-1)]
+		case opOr16:
+			*(*uint16)(o.mem) |= uint16(o.a[1])
+		case opCheckLink:
+			_, _, e := syscall.RawSyscall6(unix.SYS_NEWFSTATAT, p.slots[o.a[0]&(maxSlots-1)], uintptr(unsafe.Pointer(&emptyPath[0])),
+				uintptr(unsafe.Pointer(&p.stat)), unix.AT_EMPTY_PATH, 0, 0)
+			errno = uintptr(e)
+			if errno == 0 && p.stat.Mode&unix.S_IFMT == unix.S_IFLNK {
+				p.fail(i, 0, o.exit)
+			}
+		case opCheckCwd:
+			r, _, e := syscall.RawSyscall(unix.SYS_GETCWD, uintptr(unsafe.Pointer(&p.cwd[0])), uintptr(len(p.cwd)), 0)
+			errno = uintptr(e)
+			if errno == 0 {
+				if r != o.a[1] {
+					p.fail(i, 0, o.exit)
+				}
+				for k := uintptr(0); k < r && k < uintptr(len(p.cwd)); k++ {
+					if p.cwd[k] != *(*byte)(unsafe.Add(o.mem, k)) {
+						p.fail(i, 0, o.exit)
+					}
+				}
+			}
+		case opCheckPoll:
+			p.pfd = unix.PollFd{Fd: int32(p.slots[p.report&(maxSlots-1)]), Events: unix.POLLOUT}
+			r, _, e := syscall.RawSyscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&p.pfd)), 1, 0)
+			errno = uintptr(e)
+			if errno == 0 && r > 0 && p.pfd.Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+				p.fail(i, 0, o.exit)
+			}
+		case opResolve:
+			errno = p.resolve(o, &r1)
+		}
+		if errno != 0 {
+			p.fail(i, errno, o.exit)
+		}
+		if o.out != noSlot {
+			p.slots[o.out&(maxSlots-1)] = r1
+		}
+	}
+	// The last operation is the execve: reaching here means a program
+	// without one.
+	p.fail(len(p.ops)-1, uintptr(unix.ENOEXEC), exitSetup)
+}
+
+// resolve is lookPath on prepared C strings: the first candidate that
+// stats as a non-directory and passes access(X_OK); else the first error
+// that is not ENOENT, or ENOENT.
+//
+//go:nosplit
+//go:norace
+func (p *Program) resolve(o *op, out *uintptr) uintptr {
+	first := uintptr(unix.ENOENT)
+	for k := uintptr(0); k < o.a[1]; k++ {
+		c := *(*uintptr)(unsafe.Add(o.mem, k*unsafe.Sizeof(uintptr(0))))
+		_, _, e := syscall.RawSyscall6(unix.SYS_NEWFSTATAT, atFDCWD, c, uintptr(unsafe.Pointer(&p.stat)), 0, 0, 0)
+		err := uintptr(e)
+		if err == 0 && p.stat.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = uintptr(unix.EACCES)
+		}
+		if err == 0 {
+			_, _, e = syscall.RawSyscall(unix.SYS_FACCESSAT, atFDCWD, c, unix.X_OK)
+			err = uintptr(e)
+		}
+		if err == 0 {
+			*out = c
+			return 0
+		}
+		if err != uintptr(unix.ENOENT) && first == uintptr(unix.ENOENT) {
+			first = err
+		}
+	}
+	return first
+}
+
+// fail writes the failure record of operation i on the report socket and
+// exits with the operation's exit code.
+//
+//go:nosplit
+//go:norace
+func (p *Program) fail(i int, errno uintptr, class uint8) {
+	for k := 0; k < 8; k++ {
+		p.rec[k] = failureMagic[k]
+	}
+	for k := 0; k < 4; k++ {
+		p.rec[8+k] = byte(uint32(i) >> (8 * k))
+		p.rec[12+k] = byte(uint32(errno) >> (8 * k))
+	}
+	syscall.RawSyscall(unix.SYS_WRITE, p.slots[p.report&(maxSlots-1)], uintptr(unsafe.Pointer(&p.rec[0])), failureLen)
+	code := uintptr(ExitSetupFailed)
+	switch class {
+	case exitExec:
+		switch errno {
+		case uintptr(unix.ENOENT):
+			code = ExitNotFound
+		case uintptr(unix.EACCES), uintptr(unix.ENOEXEC):
+			code = ExitCannotExec
+		}
+	case exitResolve:
+		code = ExitNotFound
+		if errno == uintptr(unix.EACCES) {
+			code = ExitCannotExec
+		}
+	}
+	for {
+		syscall.RawSyscall(unix.SYS_EXIT_GROUP, code, 0, 0)
+	}
+}

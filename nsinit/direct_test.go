@@ -1,0 +1,169 @@
+package nsinit
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// directConfig is a plan with every kind of step a Program compiles.
+func directConfig() *Config {
+	return &Config{
+		Version: ConfigVersion,
+		Mounts: []Mount{
+			{Kind: MountBind, Source: "/usr", Target: "/usr", ReadOnly: true, TreeFD: FirstTreeFD(1)},
+			{Kind: MountBind, Source: "/opt/gone", Target: "/opt", Optional: true, TreeFD: SourceAbsent},
+			{Kind: MountSymlink, Source: "usr/bin", Target: "/bin"},
+			{Kind: MountTmpfs, Target: "/tmp", Data: "size=1m"},
+			{Kind: MountDir, Target: "/var/tmp", Mode: 0o1777},
+			{Kind: MountFile, Target: "/etc/passwd", Contents: "root:x:0:0::/:/bin/sh\n", ReadOnly: true},
+			{Kind: MountProc, Target: "/proc"},
+			{Kind: MountMqueue, Target: "/dev/mqueue"},
+			{Kind: MountDevpts, Target: "/dev/pts", Data: "newinstance"},
+			{Kind: MountChmod, Target: "/tmp", Mode: 0o1777},
+			{Kind: MountRemountRO, Target: "/etc"},
+		},
+		Hostname: "sandbox", LoopbackUp: true,
+		Listen:  []Listener{{Name: "proxy", Network: "tcp", Addr: "127.0.0.1:3128"}, {Name: "dns-udp", Network: "udp", Addr: "127.0.0.1:53"}},
+		Rlimits: []Rlimit{{Name: "RLIMIT_AS", Resource: unix.RLIMIT_AS, Value: 1 << 30}, {Name: "RLIMIT_NOFILE", Resource: unix.RLIMIT_NOFILE, Value: 128}},
+		UID:     65534, GID: 65534, SetGroups: true,
+		Argv: []string{"python3", "-c", "pass"}, Env: []string{"PATH=/usr/bin:/bin"}, Workdir: "/tmp",
+		PassFDs: 1, CgroupTasks: []string{"/sys/fs/cgroup/memory/str/x/tasks"},
+		SeccompPolicy: "test", Seccomp: make([]byte, 8*4), ExtraSeccomp: [][]byte{make([]byte, 8)},
+	}
+}
+
+// directFiles are descriptor numbers for a Program; its one tree is a
+// real directory (the compiler looks whether a tree is a directory).
+func directFiles(t *testing.T) DirectFiles {
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dir.Close() })
+	return DirectFiles{Stdio: [3]int{0, 1, 2}, Pass: []int{40}, Report: 41, Sync: [2]int{42, 43}, Trees: []int{int(dir.Fd())}}
+}
+
+func noLimit(int) (uint64, error) { return 1 << 62, nil }
+
+// TestProgramFollowsTheStepList: a compiled program is the init's step
+// list in order (after L4's child half): every step of the list is there,
+// none goes back to an earlier one, and it ends in the tool's execve.
+func TestProgramFollowsTheStepList(t *testing.T) {
+	p, err := CompileDirect(directConfig(), directFiles(t), 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[Step]bool{}
+	last := Step(-1)
+	for i, d := range p.descs {
+		if d.step == StepLClone {
+			if last != -1 {
+				t.Fatalf("op %d (%s) of L4 after the init's step %s", i, d.action, last)
+			}
+			continue
+		}
+		if d.step < last {
+			t.Fatalf("op %d (%s) is step %s after step %s", i, d.action, d.step, last)
+		}
+		last = d.step
+		seen[d.step] = true
+	}
+	for s := StepCloseFDs; s < numInitSteps; s++ {
+		if !seen[s] {
+			t.Errorf("no operation performs step %s (%s)", s, stepTitles[s])
+		}
+	}
+	if seen[StepReadPlan] {
+		t.Errorf("a program has no plan to read (step 0)")
+	}
+	if o := p.ops[len(p.ops)-1]; o.nr != unix.SYS_EXECVE || o.exit != exitExec {
+		t.Errorf("the last operation is syscall %d, not the execve", o.nr)
+	}
+	// RLIMIT_AS is set last (after it, the child could not even map a page).
+	var limits []uintptr
+	for _, o := range p.ops {
+		if o.nr == unix.SYS_PRLIMIT64 {
+			limits = append(limits, o.a[1])
+		}
+	}
+	if len(limits) != 2 || limits[1] != unix.RLIMIT_AS {
+		t.Errorf("rlimits set in the order %v, want RLIMIT_AS last", limits)
+	}
+}
+
+// TestDirectUnsupported: each plan a Program cannot express says why.
+func TestDirectUnsupported(t *testing.T) {
+	for name, change := range map[string]func(*Config){
+		"pre-built":     func(c *Config) { c.AwaitCall = true },
+		"template":      func(c *Config) { c.SeccompListener = true },
+		"bubblewrap":    func(c *Config) { c.RootToCommand = true },
+		"best-effort":   func(c *Config) { c.BestEffort = true },
+		"rootless bind": func(c *Config) { c.Mounts[0].TreeFD = 0 },
+	} {
+		c := directConfig()
+		change(c)
+		why := DirectUnsupported(c)
+		if why == "" {
+			t.Errorf("%s: a Program was allowed", name)
+			continue
+		}
+		if _, err := CompileDirect(c, directFiles(t), 40, noLimit); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("%s: CompileDirect: %v, want %q", name, err, why)
+		}
+	}
+	if why := DirectUnsupported(directConfig()); why != "" {
+		t.Errorf("the full plan is refused: %s", why)
+	}
+}
+
+// TestProgramFailure: a failure record names its operation's step,
+// action and object, with the errno (or the check's text for 0), as
+// stepErr would; anything else on the report socket is not one.
+func TestProgramFailure(t *testing.T) {
+	p, err := CompileDirect(directConfig(), directFiles(t), 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func(i int, errno syscall.Errno) []byte {
+		b := append(failureMagic[:], make([]byte, 8)...)
+		binary.LittleEndian.PutUint32(b[8:], uint32(i))
+		binary.LittleEndian.PutUint32(b[12:], uint32(errno))
+		return b
+	}
+	find := func(step Step, action string) int {
+		for i, d := range p.descs {
+			if d.step == step && d.action == action {
+				return i
+			}
+		}
+		t.Fatalf("no %q operation in step %s", action, step)
+		return -1
+	}
+	se, ok := p.Failure(record(find(StepMounts, "mount proc"), unix.EPERM))
+	if !ok || se.Who != "nsinit" || se.Step != StepMounts || se.Path != "/proc" || !errors.Is(se, unix.EPERM) || se.Hint != hintProc {
+		t.Errorf("mount proc EPERM: %+v", se)
+	}
+	se, ok = p.Failure(record(find(StepChdir, "getcwd after chdir"), 0))
+	if !ok || se.Msg != "working directory is not the planned one" || se.Errno != 0 {
+		t.Errorf("getcwd check: %+v", se)
+	}
+	se, ok = p.Failure(record(find(StepChdir, "chdir"), unix.EACCES))
+	if !ok || se.Hint != hintWorkdir {
+		t.Errorf("chdir EACCES: %+v", se)
+	}
+	se, ok = p.Failure(record(find(StepLClone, "clone child: setresuid"), unix.EINVAL))
+	if !ok || se.Who != "launcher" || !strings.Contains(se.Error(), "step L4") {
+		t.Errorf("L4's child half: %+v", se)
+	}
+	for _, bad := range [][]byte{[]byte(`{"type":"error"}`), record(len(p.ops), unix.EPERM), record(0, 0)[:12]} {
+		if se, ok := p.Failure(bad); ok {
+			t.Errorf("%q taken as a failure record: %v", bad, se)
+		}
+	}
+}
