@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,11 +43,11 @@ type Program struct {
 	descs []opDesc
 
 	// Memory the child reads and writes: its own copy after the fork.
-	slots  [maxSlots]uintptr
-	stat   unix.Stat_t
-	pfd    unix.PollFd
-	rec    [failureLen]byte
-	cwd    [unix.PathMax]byte
+	slots [maxSlots]uintptr
+	stat  unix.Stat_t
+	pfd   unix.PollFd
+	zero  unix.Timespec
+	rec   [failureLen]byte
 	report slotID // the slot holding the report socket
 
 	keep []any // every buffer an operation points into
@@ -62,7 +63,7 @@ const (
 	opStorePtr         // *(*uintptr)(mem) = slots[a0]
 	opOr16             // *(*uint16)(mem) |= uint16(a1)
 	opCheckLink        // fstat the O_PATH descriptor in slot a0: a symlink fails
-	opCheckCwd         // getcwd into Program.cwd; it must equal the a1 bytes at mem
+	opCheckCwd         // getcwd into the a1 bytes after the a1 bytes at mem, which it must equal
 	opCheckPoll        // poll the report socket: POLLERR|POLLHUP fails (the launcher is gone)
 	opResolve          // r1 = the first of a1 candidate paths (C strings, their addresses at mem) that is an executable file
 )
@@ -76,7 +77,7 @@ const (
 )
 
 const (
-	maxSlots = 1024 // a power of two: an index is masked, never bounds-checked, in the child
+	maxSlots = 256 // a power of two: an index is masked, never bounds-checked, in the child
 	noSlot   = 0xffff
 	// failureLen is the failure record: failureMagic, the operation's
 	// index and the errno (0: a check failed; opDesc.check says which).
@@ -154,15 +155,27 @@ func DirectUnsupported(cfg *Config) string {
 
 // builder collects a Program's operations.
 type builder struct {
-	p     *Program
-	next  slotID
+	p       *Program
+	next    slotID
+	free    []slotID // slots of descriptors closed: reused
+	scratch slotID   // mkdirAll's "existed" flag, set and read by neighbouring operations
 	step  Step
 	who   string
 	err   error
 	first int // FirstTreeFD of the plan
 }
 
+// slot is a slot for a value an operation stores (init 0), or one that
+// starts with init (a descriptor of the launcher's). A freed slot is
+// reused only for the first kind, and its start value is left alone: an
+// earlier operation may still read it at run time (the slots' start
+// values are the program's, written once, before the fork).
 func (b *builder) slot(init uintptr) slotID {
+	if n := len(b.free); n > 0 && init == 0 {
+		s := b.free[n-1]
+		b.free = b.free[:n-1]
+		return s
+	}
 	if b.next >= maxSlots {
 		b.fail(errors.New("too many descriptors for one program"))
 		return 0
@@ -171,6 +184,12 @@ func (b *builder) slot(init uintptr) slotID {
 	b.next++
 	b.p.slots[s] = init
 	return s
+}
+
+// close closes the descriptor in slot s, whose slot is then free.
+func (b *builder) close(d opDesc, s slotID) {
+	b.sys(d, unix.SYS_CLOSE, 1, noSlot, uintptr(s))
+	b.free = append(b.free, s)
 }
 
 func (b *builder) fail(err error) {
@@ -224,7 +243,11 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		return nil, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
 	}
 	p := &Program{}
+	// The operations' count, roughly, so that the lists grow once.
+	n0 := 64 + lastCap + 10*len(cfg.Mounts) + 6*len(cfg.Listen)
+	p.ops, p.descs = make([]op, 0, n0), make([]opDesc, 0, n0)
 	b := &builder{p: p, first: FirstTreeFD(len(f.Pass))}
+	b.scratch = b.slot(0)
 	n := len(f.Pass)
 
 	// Slots that hold a descriptor start with the launcher's number;
@@ -268,7 +291,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	rd := b.sys(opDesc{action: "clone child: wait for the id maps", path: "str run", check: "the launcher went away before writing the id maps"},
 		unix.SYS_READ, 1, noSlot, uintptr(syncR), b.mem(one, unsafe.Pointer(&one[0])), 1)
 	rd.check, rd.want = true, 1
-	b.sys(d("close", "the id-map pipe"), unix.SYS_CLOSE, 1, noSlot, uintptr(syncR))
+	b.close(d("close", "the id-map pipe"), syncR)
 	b.sys(d("setsid", ""), unix.SYS_SETSID, 0, noSlot)
 	b.sys(d("setgroups", "[]"), unix.SYS_SETGROUPS, 0, noSlot, 0, 0)
 	b.sys(d("setresgid", "0"), unix.SYS_SETRESGID, 0, noSlot, 0, 0, 0)
@@ -349,7 +372,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "pivot_root", path: staging}, unix.SYS_PIVOT_ROOT, 0, noSlot, b.cstr("."), b.cstr("."))
 	b.sys(opDesc{action: "detach old root", path: "/", detail: "MNT_DETACH"}, unix.SYS_UMOUNT2, 0, noSlot, b.cstr("."), unix.MNT_DETACH)
 	b.sys(opDesc{action: "chdir", path: "/"}, unix.SYS_CHDIR, 0, noSlot, b.cstr("/"))
-	b.sys(opDesc{action: "close", path: "new root"}, unix.SYS_CLOSE, 1, noSlot, uintptr(root))
+	b.close(opDesc{action: "close", path: "new root"}, root)
 
 	// 7. The root read-only.
 	b.step = StepRootReadOnly
@@ -363,9 +386,12 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		wd = "/"
 	}
 	b.sys(opDesc{action: "chdir", path: wd, hint: hintWorkdir, hintErrno: unix.EACCES}, unix.SYS_CHDIR, 0, noSlot, b.cstr(wd))
-	want := append([]byte(wd), 0)
+	// The planned path, NUL-terminated, then as much room for getcwd's
+	// answer: a longer one (ERANGE) is not the planned one either.
+	want := make([]byte, 2*(len(wd)+1))
+	copy(want, wd)
 	p.keep = append(p.keep, want)
-	b.add(op{kind: opCheckCwd, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&want[0]), a: [6]uintptr{0, uintptr(len(want))}},
+	b.add(op{kind: opCheckCwd, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&want[0]), a: [6]uintptr{0, uintptr(len(wd) + 1)}},
 		opDesc{action: "getcwd after chdir", path: wd, check: "working directory is not the planned one"})
 
 	// 9. The hostname.
@@ -423,13 +449,13 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		w := b.sys(opDesc{action: "enter cgroup", path: t, detail: "write 0 (this thread)", check: "short write"},
 			unix.SYS_WRITE, 1, noSlot, uintptr(tasks[i]), b.mem(zero, unsafe.Pointer(&zero[0])), 1)
 		w.check, w.want = true, 1
-		b.sys(opDesc{action: "close", path: t}, unix.SYS_CLOSE, 1, noSlot, uintptr(tasks[i]))
+		b.close(opDesc{action: "close", path: t}, tasks[i])
 	}
 
 	// 13. The bounding set.
 	b.step = StepDropBounding
 	for c := 0; c <= lastCap; c++ {
-		o := b.sys(opDesc{action: "drop bounding capability", path: fmt.Sprintf("cap %d", c), detail: "PR_CAPBSET_DROP"},
+		o := b.sys(opDesc{action: "drop bounding capability", path: "cap " + strconv.Itoa(c), detail: "PR_CAPBSET_DROP"},
 			unix.SYS_PRCTL, 0, noSlot, unix.PR_CAPBSET_DROP, uintptr(c))
 		o.okErr = uint16(unix.EINVAL)
 	}
@@ -480,7 +506,6 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			return nil, stepErr(StepSeccomp, "load seccomp", names[i], "SECCOMP_SET_MODE_FILTER",
 				fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(prog), maxBPFInsns))
 		}
-		prog = append([]byte(nil), prog...)
 		fp := &unix.SockFprog{Len: uint16(len(prog) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
 		p.keep = append(p.keep, prog)
 		b.sys(opDesc{action: "load seccomp", path: names[i], detail: "SECCOMP_SET_MODE_FILTER"},
@@ -576,14 +601,14 @@ func (b *builder) mkdirAll(root slotID, path string, mode uint32, target string)
 		if last {
 			m = mode
 		}
-		existed := b.slot(0)
+		existed := b.scratch
 		mk := b.sys(opDesc{action: "mkdir", path: target, prefix: "mkdir " + c + ": "}, unix.SYS_MKDIRAT, 1, noSlot, uintptr(cur), b.cstr(c), uintptr(m))
 		mk.okErr, mk.hit = uint16(unix.EEXIST), existed
 		next := b.slot(0)
 		b.sys(opDesc{action: "mkdir", path: target, prefix: "open " + c + ": "}, unix.SYS_OPENAT, 1, next,
 			uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if cur != root {
-			b.sys(opDesc{action: "close", path: target}, unix.SYS_CLOSE, 1, noSlot, uintptr(cur))
+			b.close(opDesc{action: "close", path: target}, cur)
 		}
 		cur = next
 		if last && m&^0o755 != 0 {
@@ -616,7 +641,7 @@ func (b *builder) fdPath(fd slotID, d opDesc) uintptr {
 // closeSlot closes a descriptor the program opened (never root's).
 func (b *builder) closeSlot(s, root slotID, what string) {
 	if s != root {
-		b.sys(opDesc{action: "close", path: what}, unix.SYS_CLOSE, 1, noSlot, uintptr(s))
+		b.close(opDesc{action: "close", path: what}, s)
 	}
 }
 
@@ -687,7 +712,7 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 			w := b.sys(wd, unix.SYS_WRITE, 1, noSlot, uintptr(fd), b.mem(c, unsafe.Pointer(&c[0])), uintptr(len(c)))
 			w.check, w.want = true, uintptr(len(c))
 		}
-		b.sys(wd, unix.SYS_CLOSE, 1, noSlot, uintptr(fd))
+		b.close(wd, fd)
 		if m.ReadOnly {
 			rd := opDesc{action: "bind read-only", path: m.Target, detail: "open_tree|mount_setattr MOUNT_ATTR_RDONLY|move_mount"}
 			t := b.slot(0)
@@ -695,7 +720,7 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 			attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 			b.sys(rd, unix.SYS_MOUNT_SETATTR, 1, noSlot, uintptr(t), b.cstr(""), unix.AT_EMPTY_PATH, b.mem(attr, unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
 			b.sys(rd, unix.SYS_MOVE_MOUNT, 1|4, noSlot, uintptr(t), b.cstr(""), uintptr(dfd), b.cstr(name), unix.MOVE_MOUNT_F_EMPTY_PATH)
-			b.sys(rd, unix.SYS_CLOSE, 1, noSlot, uintptr(t))
+			b.close(rd, t)
 		}
 		b.closeSlot(dfd, root, parent)
 
@@ -728,7 +753,7 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 			mp := opDesc{action: "create mount point", path: m.Target}
 			f := b.slot(0)
 			b.sys(mp, unix.SYS_OPENAT, 1, f, uintptr(dfd), b.cstr(name), unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
-			b.sys(mp, unix.SYS_CLOSE, 1, noSlot, uintptr(f))
+			b.close(mp, f)
 			target = b.slot(0)
 			b.sys(mp, unix.SYS_OPENAT, 1, target, uintptr(dfd), b.cstr(name), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			b.closeSlot(dfd, root, parent)
@@ -751,7 +776,7 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 		b.sys(opDesc{action: "bind-mount", path: m.Source + " -> " + m.Target, detail: "move_mount"}, unix.SYS_MOVE_MOUNT, 1|4, noSlot,
 			uintptr(tree), b.cstr(""), uintptr(target), b.cstr(""), unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 		b.closeSlot(target, root, m.Target)
-		b.sys(opDesc{action: "close", path: m.Source}, unix.SYS_CLOSE, 1, noSlot, uintptr(tree))
+		b.close(opDesc{action: "close", path: m.Source}, tree)
 
 	case MountTmpfs:
 		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
@@ -809,7 +834,7 @@ func (b *builder) loopback() {
 	b.sys(opDesc{action: "bring up", path: "lo", detail: "SIOCSIFFLAGS IFF_UP", prefix: "SIOCGIFFLAGS lo: "}, unix.SYS_IOCTL, 1, noSlot, uintptr(s), unix.SIOCGIFFLAGS, p)
 	b.add(op{kind: opOr16, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&raw[unix.IFNAMSIZ]), a: [6]uintptr{0, unix.IFF_UP}}, d)
 	b.sys(opDesc{action: "bring up", path: "lo", detail: "SIOCSIFFLAGS IFF_UP", prefix: "SIOCSIFFLAGS lo: "}, unix.SYS_IOCTL, 1, noSlot, uintptr(s), unix.SIOCSIFFLAGS, p)
-	b.sys(d, unix.SYS_CLOSE, 1, noSlot, uintptr(s))
+	b.close(d, s)
 }
 
 // listeners is openListeners and the hand-over of step 10 as
@@ -856,7 +881,7 @@ func (b *builder) listeners(ls []Listener) {
 	b.p.keep = append(b.p.keep, ev, oob, iov)
 	b.sys(hd, unix.SYS_SENDMSG, 1, noSlot, uintptr(b.p.report), b.mem(msg, unsafe.Pointer(msg)), 0)
 	for i := range ls {
-		b.sys(opDesc{action: "close", path: "egress listener " + ls[i].Name}, unix.SYS_CLOSE, 1, noSlot, uintptr(fds[i]))
+		b.close(opDesc{action: "close", path: "egress listener " + ls[i].Name}, fds[i])
 	}
 }
 

@@ -147,21 +147,28 @@ func (p *Program) child() {
 				p.fail(i, 0, o.exit)
 			}
 		case opCheckCwd:
-			r, _, e := syscall.RawSyscall(unix.SYS_GETCWD, uintptr(unsafe.Pointer(&p.cwd[0])), uintptr(len(p.cwd)), 0)
+			n := o.a[1] // the planned path's length with its NUL
+			r, _, e := syscall.RawSyscall(unix.SYS_GETCWD, uintptr(unsafe.Add(o.mem, n)), n, 0)
 			errno = uintptr(e)
+			if errno == uintptr(unix.ERANGE) {
+				p.fail(i, 0, o.exit) // longer than the planned path
+			}
 			if errno == 0 {
-				if r != o.a[1] {
+				if r != n {
 					p.fail(i, 0, o.exit)
 				}
-				for k := uintptr(0); k < r && k < uintptr(len(p.cwd)); k++ {
-					if p.cwd[k] != *(*byte)(unsafe.Add(o.mem, k)) {
+				for k := uintptr(0); k < n; k++ {
+					if *(*byte)(unsafe.Add(o.mem, n+k)) != *(*byte)(unsafe.Add(o.mem, k)) {
 						p.fail(i, 0, o.exit)
 					}
 				}
 			}
 		case opCheckPoll:
 			p.pfd = unix.PollFd{Fd: int32(p.slots[p.report&(maxSlots-1)]), Events: unix.POLLOUT}
-			r, _, e := syscall.RawSyscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&p.pfd)), 1, 0)
+			// ppoll with a zero timeout: poll(2) is not on every
+			// architecture (arm64 has only ppoll).
+			p.zero = unix.Timespec{}
+			r, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&p.pfd)), 1, uintptr(unsafe.Pointer(&p.zero)), 0, 0, 0)
 			errno = uintptr(e)
 			if errno == 0 && r > 0 && p.pfd.Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
 				p.fail(i, 0, o.exit)

@@ -167,3 +167,21 @@ func TestProgramFailure(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCompileDirect: what compiling a plan costs the launcher per
+// sandbox (issue 19: the per-sandbox work that is not isolation).
+func BenchmarkCompileDirect(b *testing.B) {
+	cfg := directConfig()
+	dir, err := os.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	f := DirectFiles{Stdio: [3]int{0, 1, 2}, Pass: []int{40}, Report: 41, Sync: [2]int{42, 43}, Trees: []int{int(dir.Fd())}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := CompileDirect(cfg, f, 40, noLimit); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

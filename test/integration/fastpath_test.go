@@ -158,13 +158,19 @@ func TestFastPathSameAsGoPath(t *testing.T) {
 		}
 	}
 
-	// Bytes that are not UTF-8 reach the tool as one-shot passes them
-	// (today as U+FFFD: the plan and the call reach the init as JSON).
+	// Bytes that are not UTF-8 reach the tool as one-shot str-init passes
+	// them (as U+FFFD: the plan and the call reach str-init as JSON); a
+	// direct one-shot sandbox (the plan compiled in the launcher's own
+	// process) passes them exactly.
 	args := []string{"--serve", sp.socket, "--profile", "restrictive", "--", "/bin/sh", "-c", `printf '[%s]' "$@"`, "sh", "\xff\xfe", "a\x80b"}
 	fast := strExec(t, strBin, "", nil, append([]string{"run"}, args...)...)
-	one := strExec(t, strBin, "", nil, append([]string{"run", "--profile", "restrictive", "--"}, args[5:]...)...)
-	if fast.goStarted || fast.Exit != 0 || fast.Stdout != one.Stdout {
-		t.Errorf("non-UTF-8 argv: fast %q (exit %d, Go started %v), one-shot %q", fast.Stdout, fast.Exit, fast.goStarted, one.Stdout)
+	oneShot := append([]string{"run", "--profile", "restrictive", "--"}, args[5:]...)
+	viaInit := strExec(t, strBin, "", []string{"STR_INIT=exec"}, oneShot...)
+	if fast.goStarted || fast.Exit != 0 || fast.Stdout != viaInit.Stdout {
+		t.Errorf("non-UTF-8 argv: fast %q (exit %d, Go started %v), one-shot through str-init %q", fast.Stdout, fast.Exit, fast.goStarted, viaInit.Stdout)
+	}
+	if direct := strExec(t, strBin, "", nil, oneShot...); direct.Exit != 0 || direct.Stdout != "[\xff\xfe][a\x80b]" {
+		t.Errorf("non-UTF-8 argv: a direct one-shot sandbox printed %q (exit %d), want the bytes as given", direct.Stdout, direct.Exit)
 	}
 }
 
