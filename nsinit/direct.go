@@ -43,11 +43,11 @@ type Program struct {
 	descs []opDesc
 
 	// Memory the child reads and writes: its own copy after the fork.
-	slots [maxSlots]uintptr
-	stat  unix.Stat_t
-	pfd   unix.PollFd
-	zero  unix.Timespec
-	rec   [failureLen]byte
+	slots  [maxSlots]uintptr
+	stat   unix.Stat_t
+	pfd    unix.PollFd
+	zero   unix.Timespec
+	rec    [failureLen]byte
 	report slotID // the slot holding the report socket
 
 	keep []any // every buffer an operation points into
@@ -159,10 +159,10 @@ type builder struct {
 	next    slotID
 	free    []slotID // slots of descriptors closed: reused
 	scratch slotID   // mkdirAll's "existed" flag, set and read by neighbouring operations
-	step  Step
-	who   string
-	err   error
-	first int // FirstTreeFD of the plan
+	step    Step
+	who     string
+	err     error
+	first   int // FirstTreeFD of the plan
 }
 
 // slot is a slot for a value an operation stores (init 0), or one that
