@@ -48,8 +48,10 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 		s.release()
 		close(s.started)
 	}
+	// The same action as str-init's clone ("clone init"): the child is
+	// the init, only not a program of its own.
 	cloneErr := func(action string, err error) *StepError {
-		return &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: action, Path: "str run",
+		return &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: action, Path: "(direct: the launcher's own child)",
 			Detail: cloneDetail(s.plan), Msg: err.Error(), Err: err, Hint: "user namespaces disabled or not permitted? see str doctor"}
 	}
 
@@ -116,7 +118,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 		return writeIDMaps(pid, s.plan)
 	})
 	if err != nil {
-		fail(cloneErr("clone", err))
+		fail(cloneErr("clone init", err))
 		return
 	}
 	closeFiles(childEnds)
@@ -160,9 +162,16 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	<-reportDone
 	s.copiers.Wait()
 	// The child's setup, from the clone to the tool's execve (or its
-	// failure): the init's steps, timed from here as one phase.
-	if execAt.After(s.last) {
-		s.addInitPhases([]Phase{{Name: "nsinit_setup", Ms: float64(execAt.Sub(s.last).Microseconds()) / 1000}})
+	// failure): the init's steps, timed from here as one phase; a
+	// pre-built sandbox's from its call (the wait is not setup time).
+	from := s.last
+	s.mu.Lock()
+	if s.armedAt.After(from) {
+		from = s.armedAt
+	}
+	s.mu.Unlock()
+	if execAt.After(from) {
+		s.addInitPhases([]Phase{{Name: "nsinit_setup", Ms: float64(execAt.Sub(from).Microseconds()) / 1000}})
 		s.last = execAt
 	}
 	s.mark(phaseRun)

@@ -721,12 +721,25 @@ func (s *Sandbox) Call(argv, env []string, stdio [nsinit.CallFDs]*os.File, timeo
 	if called {
 		return fmt.Errorf("%w: call sandbox %s: it had its call already", ErrInvalidRequest, s.id)
 	}
-	data, err := json.Marshal(nsinit.Call{Argv: argv, Env: env})
-	if err != nil {
-		return err
-	}
-	if len(data) > nsinit.MaxCallBytes {
-		return fmt.Errorf("%w: call sandbox %s: argv and environment are %d bytes as JSON, a call carries at most %d", ErrInvalidRequest, s.id, len(data), nsinit.MaxCallBytes)
+	// A direct sandbox takes its call in nsinit.EncodeCall's form (its
+	// clone child has no JSON decoder), str-init as JSON.
+	var data []byte
+	var err error
+	if s.direct {
+		if data, err = nsinit.EncodeCall(argv, env); err != nil {
+			return fmt.Errorf("%w: call sandbox %s: %v", ErrInvalidRequest, s.id, err)
+		}
+		<-s.started // the program exists once the clone did
+		if s.prog != nil {
+			s.prog.SetCallTool(argv[0])
+		}
+	} else {
+		if data, err = json.Marshal(nsinit.Call{Argv: argv, Env: env}); err != nil {
+			return err
+		}
+		if len(data) > nsinit.MaxCallBytes {
+			return fmt.Errorf("%w: call sandbox %s: argv and environment are %d bytes as JSON, a call carries at most %d", ErrInvalidRequest, s.id, len(data), nsinit.MaxCallBytes)
+		}
 	}
 	// 2.
 	if err := s.Arm(timeout); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -34,10 +35,11 @@ import (
 //
 // What a Program cannot express runs through str-init as before
 // (DirectUnsupported says why): a rootless plan (its bind sources are
-// cloned by the init itself), a pre-built sandbox waiting for its call
-// (argv arrives at run time), a per-tool template (its seccomp listener),
+// cloned by the init itself), a per-tool template (its seccomp listener),
 // a bubblewrap line's root handed to the command (a directory walk), and
-// a best-effort plan (its /proc may fail with a warning).
+// a best-effort plan (its /proc may fail with a warning). A pre-built
+// sandbox (str serve) is direct: its call arrives in the binary form of
+// EncodeCall, into memory the program prepared (callArea).
 type Program struct {
 	ops   []op
 	descs []opDesc
@@ -48,7 +50,11 @@ type Program struct {
 	pfd    unix.PollFd
 	zero   unix.Timespec
 	rec    [failureLen]byte
-	report slotID // the slot holding the report socket
+	report slotID    // the slot holding the report socket
+	call   *callArea // a pre-built sandbox's: where its call arrives
+	// callTool is a pre-built sandbox's argv[0] once its call is sent
+	// (SetCallTool): a failure names it, as str-init's would.
+	callTool atomic.Pointer[string]
 
 	keep []any // every buffer an operation points into
 }
@@ -57,15 +63,17 @@ type Program struct {
 // between two calls that need the result of the one before (all done on
 // memory prepared before the fork).
 const (
-	opSys       = iota // r1 = syscall(nr, a...)
-	opFdPath           // the number in slot a0, in decimal and NUL-terminated, at mem (after "/proc/self/fd/")
-	opStore32          // *(*int32)(mem) = int32(slots[a0])
-	opStorePtr         // *(*uintptr)(mem) = slots[a0]
-	opOr16             // *(*uint16)(mem) |= uint16(a1)
-	opCheckLink        // fstat the O_PATH descriptor in slot a0: a symlink fails
-	opCheckCwd         // getcwd into the a1 bytes after the a1 bytes at mem, which it must equal
-	opCheckPoll        // poll the report socket: POLLERR|POLLHUP fails (the launcher is gone)
-	opResolve          // r1 = the first of a1 candidate paths (C strings, their addresses at mem) that is an executable file
+	opSys         = iota // r1 = syscall(nr, a...)
+	opFdPath             // the number in slot a0, in decimal and NUL-terminated, at mem (after "/proc/self/fd/")
+	opStore32            // *(*int32)(mem) = int32(slots[a0])
+	opStorePtr           // *(*uintptr)(mem) = slots[a0]
+	opOr16               // *(*uint16)(mem) |= uint16(a1)
+	opCheckLink          // fstat the O_PATH descriptor in slot a0: a symlink fails
+	opCheckCwd           // getcwd into the a1 bytes after the a1 bytes at mem, which it must equal
+	opCheckPoll          // poll the report socket: POLLERR|POLLHUP fails (the launcher is gone)
+	opResolve            // r1 = the first of a1 candidate paths (C strings, their addresses at mem) that is an executable file
+	opCloseOthers        // close every descriptor from a0 on but the a1 slots listed at mem (slot ids)
+	opAwaitCall          // receive the call (sub-step 10a) into the callArea at mem; r1 = its candidate count
 )
 
 // Exit classes: which of str's exit codes a failure of the operation
@@ -136,8 +144,6 @@ type DirectFiles struct {
 // DirectUnsupported says why cfg cannot run as a Program ("" when it can).
 func DirectUnsupported(cfg *Config) string {
 	switch {
-	case cfg.AwaitCall:
-		return "a pre-built sandbox (argv arrives with the call)"
 	case cfg.SeccompListener:
 		return "a per-tool template (seccomp listener)"
 	case cfg.RootToCommand:
@@ -284,11 +290,11 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// after that credential change (which clears it).
 	b.step, b.who = StepLClone, "launcher"
 	d := func(action, detail string) opDesc {
-		return opDesc{action: "clone child: " + action, path: "str run", detail: detail}
+		return opDesc{action: "clone child: " + action, path: "(direct: the launcher's own child)", detail: detail}
 	}
 	b.sys(d("close", "the id-map pipe's write end"), unix.SYS_CLOSE, 0, noSlot, uintptr(f.Sync[1]))
 	one := make([]byte, 1)
-	rd := b.sys(opDesc{action: "clone child: wait for the id maps", path: "str run", check: "the launcher went away before writing the id maps"},
+	rd := b.sys(opDesc{action: "clone child: wait for the id maps", path: "(direct: the launcher's own child)", check: "the launcher went away before writing the id maps"},
 		unix.SYS_READ, 1, noSlot, uintptr(syncR), b.mem(one, unsafe.Pointer(&one[0])), 1)
 	rd.check, rd.want = true, 1
 	b.close(d("close", "the id-map pipe"), syncR)
@@ -311,6 +317,17 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		b.sys(opDesc{action: "move descriptor", path: fmt.Sprintf("fd %d", m.fd), detail: fmt.Sprintf("F_DUPFD_CLOEXEC %d", 3+n)},
 			unix.SYS_FCNTL, 1, m.slot, uintptr(m.slot), unix.F_DUPFD_CLOEXEC, uintptr(3+n))
 	}
+	// Every other descriptor the fork copied from the launcher (its
+	// clients, other sandboxes' pipes and sockets) is closed now, not at
+	// the execve: a pre-built sandbox waits long before it, and an end of
+	// another sandbox's report socket held here would keep its EOF away.
+	keepSlots := make([]slotID, len(moves))
+	for i, m := range moves {
+		keepSlots[i] = m.slot
+	}
+	p.keep = append(p.keep, keepSlots)
+	b.add(op{kind: opCloseOthers, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&keepSlots[0]), a: [6]uintptr{uintptr(3 + n), uintptr(len(keepSlots))}},
+		opDesc{action: "close the launcher's other descriptors", path: fmt.Sprintf("fd %d..", 3+n)})
 	for i, s := range append(stdio[:], pass...) {
 		b.sys(opDesc{action: "dup3", path: fmt.Sprintf("fd -> %d", i), detail: "the tool's descriptor"},
 			unix.SYS_DUP3, 1, noSlot, uintptr(s), uintptr(i), 0)
@@ -410,37 +427,75 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		b.listeners(cfg.Listen)
 	}
 
+	// 10a. A pre-built sandbox waits here for its call (argv, the whole
+	// environment, the paths to try for argv[0], and its stdio), as
+	// str-init's awaitCall: everything from step 11 on runs after it.
+	var call *callArea
+	ncands := slotID(noSlot)
+	if cfg.AwaitCall {
+		b.step = StepAwaitCall
+		ev := []byte(`{"type":"await_call"}`)
+		w := b.sys(opDesc{action: "announce", path: "report socket", detail: "await_call", check: "short write"}, unix.SYS_WRITE, 1, noSlot,
+			uintptr(p.report), b.mem(ev, unsafe.Pointer(&ev[0])), uintptr(len(ev)))
+		w.check, w.want = true, uintptr(len(ev))
+		call = newCallArea()
+		p.call = call
+		ncands = b.slot(0)
+		b.add(op{kind: opAwaitCall, out: ncands, cond: noSlot, hit: noSlot, slotArgs: 1, mem: unsafe.Pointer(call), a: [6]uintptr{uintptr(p.report)}},
+			opDesc{action: "receive call", path: "report socket", detail: "recvmsg",
+				check: fmt.Sprintf("a call is one message of at most %d bytes with %d descriptors, %d arguments, %d variables and %d paths", MaxCallBytes, CallFDs, MaxCallArgs, MaxCallEnv, MaxCallPaths)})
+	}
+
 	// 11. Resolve the tool in its PATH, inside; argv and envp are ready.
 	b.step = StepResolveTool
-	if len(cfg.Argv) == 0 {
-		return nil, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
-	}
 	path := b.slot(0)
-	cands := candidates(cfg.Argv[0], cfg.Env)
-	cp := make([]uintptr, len(cands))
-	for i, c := range cands {
-		cp[i] = b.cstr(c)
-	}
-	p.keep = append(p.keep, cp)
-	b.add(op{kind: opResolve, exit: exitResolve, out: path, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&cp[0]),
-		a: [6]uintptr{0, uintptr(len(cp))}},
-		opDesc{action: "resolve tool", path: cfg.Argv[0], detail: "PATH of the tool's environment"})
-	argv := make([]uintptr, len(cfg.Argv)+1)
-	for i, a := range cfg.Argv {
-		argv[i] = b.cstr(a)
-	}
-	if cfg.Argv0 != "" {
-		argv[0] = b.cstr(cfg.Argv0)
+	var argvP, envpP uintptr
+	tool := callToolName
+	if call != nil {
+		b.add(op{kind: opResolve, exit: exitResolve, out: path, cond: noSlot, hit: noSlot, slotArgs: 2, mem: unsafe.Pointer(&call.paths[0]),
+			a: [6]uintptr{0, uintptr(ncands)}},
+			opDesc{action: "resolve tool", path: tool, detail: "PATH of the tool's environment"})
+		if cfg.Argv0 == "" {
+			b.add(op{kind: opStorePtr, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&call.argv[0]), a: [6]uintptr{uintptr(path)}},
+				opDesc{action: "prepare execve", path: tool})
+		}
+		argvP, envpP = uintptr(unsafe.Pointer(&call.argv[0])), uintptr(unsafe.Pointer(&call.env[0]))
 	} else {
-		b.add(op{kind: opStorePtr, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&argv[0]), a: [6]uintptr{uintptr(path)}},
-			opDesc{action: "prepare execve", path: cfg.Argv[0]})
+		if len(cfg.Argv) == 0 {
+			return nil, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
+		}
+		tool = cfg.Argv[0]
+		cands := candidates(cfg.Argv[0], cfg.Env)
+		cp := make([]uintptr, len(cands))
+		for i, c := range cands {
+			cp[i] = b.cstr(c)
+		}
+		p.keep = append(p.keep, cp)
+		b.add(op{kind: opResolve, exit: exitResolve, out: path, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&cp[0]),
+			a: [6]uintptr{0, uintptr(len(cp))}},
+			opDesc{action: "resolve tool", path: cfg.Argv[0], detail: "PATH of the tool's environment"})
+		argv := make([]uintptr, len(cfg.Argv)+1)
+		for i, a := range cfg.Argv {
+			argv[i] = b.cstr(a)
+		}
+		if cfg.Argv0 != "" {
+			argv[0] = b.cstr(cfg.Argv0)
+		} else {
+			b.add(op{kind: opStorePtr, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&argv[0]), a: [6]uintptr{uintptr(path)}},
+				opDesc{action: "prepare execve", path: cfg.Argv[0]})
+		}
+		argvP = b.mem(argv, unsafe.Pointer(&argv[0]))
+		envp := make([]uintptr, len(cfg.Env)+1)
+		for i, e := range cfg.Env {
+			envp[i] = b.cstr(e)
+		}
+		envpP = b.mem(envp, unsafe.Pointer(&envp[0]))
 	}
-	argvP := b.mem(argv, unsafe.Pointer(&argv[0]))
-	envp := make([]uintptr, len(cfg.Env)+1)
-	for i, e := range cfg.Env {
-		envp[i] = b.cstr(e)
+	if call != nil && cfg.Argv0 != "" {
+		// bubblewrap's --argv0 never reaches a pre-built sandbox (its
+		// plans are str serve's); refused rather than ignored.
+		return nil, stepErr(StepResolveTool, "prepare execve", tool, "argv0", errors.New("a pre-built sandbox takes argv[0] from its call"))
 	}
-	envpP := b.mem(envp, unsafe.Pointer(&envp[0]))
 
 	// 12. cgroup v1: this process enters its cgroup itself.
 	b.step = StepEnterCgroup
@@ -530,7 +585,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	for _, rl := range ordered {
 		max, err := hardLimit(rl.Resource)
 		if err != nil {
-			return nil, stepErr(StepResolveTool, "prepare execve", cfg.Argv[0], "", fmt.Errorf("getrlimit %s: %w", rl.Name, err))
+			return nil, stepErr(StepResolveTool, "prepare execve", tool, "", fmt.Errorf("getrlimit %s: %w", rl.Name, err))
 		}
 		v := min(rl.Value, max)
 		lim := &unix.Rlimit{Cur: v, Max: v}
@@ -540,7 +595,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 
 	// 21. execve: the tool becomes PID 1.
 	b.step = StepExec
-	o := b.sys(opDesc{action: "execve", path: cfg.Argv[0]}, unix.SYS_EXECVE, 1, noSlot, uintptr(path), argvP, envpP)
+	o := b.sys(opDesc{action: "execve", path: tool}, unix.SYS_EXECVE, 1, noSlot, uintptr(path), argvP, envpP)
 	o.exit = exitExec
 
 	if b.err != nil {
@@ -898,6 +953,9 @@ func (p *Program) Failure(msg []byte) (*StepError, bool) {
 		return nil, false
 	}
 	d := p.descs[i]
+	if t := p.callTool.Load(); t != nil && d.path == callToolName {
+		d.path = *t
+	}
 	se := &StepError{Who: d.who, Step: d.step, Action: d.action, Path: d.path, Detail: d.detail}
 	if errno == 0 {
 		se.Msg = d.check
@@ -910,6 +968,13 @@ func (p *Program) Failure(msg []byte) (*StepError, bool) {
 	}
 	return se, true
 }
+
+// callToolName stands for a pre-built sandbox's argv[0] in its
+// operations' descriptions until SetCallTool names it.
+const callToolName = "the call's argv[0]"
+
+// SetCallTool records a pre-built sandbox's argv[0], sent in its call.
+func (p *Program) SetCallTool(argv0 string) { p.callTool.Store(&argv0) }
 
 // Len is how many operations the program has.
 func (p *Program) Len() int { return len(p.ops) }
@@ -927,3 +992,68 @@ var LastCapability = sync.OnceValue(func() int {
 	}
 	return n
 })
+
+// A pre-built direct sandbox's call (sub-step 10a) is one message on the
+// report socket with exactly CallFDs descriptors, as str-init's, but in a
+// form raw code can take apart: three little-endian uint32 counts (argv,
+// environment, the paths to try for argv[0]), then that many
+// NUL-terminated strings in that order. The paths are the launcher's
+// (candidates: the PATH of the call's environment, as lookPath walks it),
+// so the child never parses PATH.
+const (
+	MaxCallArgs  = 4096 // argv entries of one call
+	MaxCallEnv   = 4096 // environment entries of one call
+	MaxCallPaths = 256  // paths tried for argv[0]
+	callHeader   = 12
+)
+
+// callArea is where a pre-built direct sandbox receives its call: the
+// message, its descriptors and the arrays execve takes, prepared before
+// the fork (the pointers in msg and iov are set here, never in the child).
+type callArea struct {
+	buf   [MaxCallBytes]byte
+	cmsg  [64]byte // CmsgSpace(4*(CallFDs+1)) and more: a fourth descriptor is seen, and refused
+	iov   unix.Iovec
+	msg   unix.Msghdr
+	argv  [MaxCallArgs + 1]uintptr
+	env   [MaxCallEnv + 1]uintptr
+	paths [MaxCallPaths]uintptr
+}
+
+func newCallArea() *callArea {
+	c := &callArea{}
+	c.iov.Base = &c.buf[0]
+	c.iov.SetLen(len(c.buf))
+	c.msg.Iov = &c.iov
+	c.msg.Iovlen = 1
+	c.msg.Control = &c.cmsg[0]
+	return c
+}
+
+// EncodeCall is a call's message for a pre-built direct sandbox.
+func EncodeCall(argv, env []string) ([]byte, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("empty argv")
+	}
+	paths := candidates(argv[0], env)
+	if len(argv) > MaxCallArgs || len(env) > MaxCallEnv || len(paths) > MaxCallPaths {
+		return nil, fmt.Errorf("a call carries at most %d arguments, %d variables and %d PATH entries (%d, %d, %d)",
+			MaxCallArgs, MaxCallEnv, MaxCallPaths, len(argv), len(env), len(paths))
+	}
+	b := make([]byte, callHeader, callHeader+64)
+	binary.LittleEndian.PutUint32(b[0:], uint32(len(argv)))
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(env)))
+	binary.LittleEndian.PutUint32(b[8:], uint32(len(paths)))
+	for _, list := range [][]string{argv, env, paths} {
+		for _, s := range list {
+			if strings.IndexByte(s, 0) >= 0 {
+				return nil, fmt.Errorf("%q contains a NUL byte", s)
+			}
+			b = append(append(b, s...), 0)
+		}
+	}
+	if len(b) > MaxCallBytes {
+		return nil, fmt.Errorf("argv, environment and paths are %d bytes, a call carries at most %d", len(b), MaxCallBytes)
+	}
+	return b, nil
+}

@@ -88,7 +88,9 @@ var emptyPath = [1]byte{}
 // child runs the program in the clone child and ends in the tool's
 // execve, or in exit_group after writing the failed operation's record
 // on the report socket. Only raw system calls on prepared memory: no
-// allocation, no write barrier (no pointer is stored), no stack growth.
+// allocation, no write barrier (no pointer is stored), no stack growth:
+// every function it calls is //go:nosplit (beforeFork made any stack
+// check fail), so no closure and no helper that is not.
 //
 //go:nosplit
 //go:norace
@@ -100,14 +102,14 @@ func (p *Program) child() {
 			continue
 		}
 		var r1, errno uintptr
+		a := o.a
+		for j := 0; j < 6; j++ {
+			if o.slotArgs&(1<<j) != 0 {
+				a[j] = p.slots[a[j]&(maxSlots-1)]
+			}
+		}
 		switch o.kind {
 		case opSys:
-			a := o.a
-			for j := 0; j < 6; j++ {
-				if o.slotArgs&(1<<j) != 0 {
-					a[j] = p.slots[a[j]&(maxSlots-1)]
-				}
-			}
 			r, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
 			r1, errno = r, uintptr(e)
 			if o.hit != noSlot {
@@ -174,7 +176,15 @@ func (p *Program) child() {
 				p.fail(i, 0, o.exit)
 			}
 		case opResolve:
-			errno = p.resolve(o, &r1)
+			errno = p.resolve(o, a[1], &r1)
+		case opCloseOthers:
+			p.closeOthers(o, a[0], a[1])
+		case opAwaitCall:
+			var ok bool
+			errno, ok = awaitCallRaw((*callArea)(o.mem), a[0], &r1)
+			if errno == 0 && !ok {
+				p.fail(i, 0, o.exit)
+			}
 		}
 		if errno != 0 {
 			p.fail(i, errno, o.exit)
@@ -194,9 +204,9 @@ func (p *Program) child() {
 //
 //go:nosplit
 //go:norace
-func (p *Program) resolve(o *op, out *uintptr) uintptr {
+func (p *Program) resolve(o *op, n uintptr, out *uintptr) uintptr {
 	first := uintptr(unix.ENOENT)
-	for k := uintptr(0); k < o.a[1]; k++ {
+	for k := uintptr(0); k < n; k++ {
 		c := *(*uintptr)(unsafe.Add(o.mem, k*unsafe.Sizeof(uintptr(0))))
 		_, _, e := syscall.RawSyscall6(unix.SYS_NEWFSTATAT, atFDCWD, c, uintptr(unsafe.Pointer(&p.stat)), 0, 0, 0)
 		err := uintptr(e)
@@ -216,6 +226,107 @@ func (p *Program) resolve(o *op, out *uintptr) uintptr {
 		}
 	}
 	return first
+}
+
+// closeOthers closes every descriptor from first on that is not in one
+// of the n slots listed at o.mem: the launcher's, copied by the fork.
+//
+//go:nosplit
+//go:norace
+func (p *Program) closeOthers(o *op, first, n uintptr) {
+	top := uintptr(0)
+	for k := uintptr(0); k < n; k++ {
+		if v := p.slots[*(*slotID)(unsafe.Add(o.mem, k*unsafe.Sizeof(slotID(0))))&(maxSlots-1)]; v > top {
+			top = v
+		}
+	}
+	for fd := first; fd <= top; fd++ {
+		ours := false
+		for k := uintptr(0); k < n; k++ {
+			if p.slots[*(*slotID)(unsafe.Add(o.mem, k*unsafe.Sizeof(slotID(0))))&(maxSlots-1)] == fd {
+				ours = true
+				break
+			}
+		}
+		if !ours {
+			syscall.RawSyscall(unix.SYS_CLOSE, fd, 0, 0)
+		}
+	}
+	syscall.RawSyscall(unix.SYS_CLOSE_RANGE, top+1, ^uintptr(0)>>32, 0)
+}
+
+// awaitCallRaw is sub-step 10a in a direct sandbox: one message on the
+// report socket (fd) with exactly CallFDs descriptors, dup3'd onto 0-2,
+// and EncodeCall's strings laid out as execve's arrays in c. r1 is the
+// number of paths to try. ok is false for a message that is not a call
+// (or EOF: the launcher went away), errno for a failed system call.
+//
+//go:nosplit
+//go:norace
+func awaitCallRaw(c *callArea, fd uintptr, r1 *uintptr) (errno uintptr, ok bool) {
+	var n uintptr
+	for {
+		c.msg.Controllen = uint64(len(c.cmsg))
+		c.msg.Flags = 0
+		r, _, e := syscall.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&c.msg)), unix.MSG_CMSG_CLOEXEC)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return uintptr(e), false
+		}
+		n = r
+		break
+	}
+	hdr := (*unix.Cmsghdr)(unsafe.Pointer(&c.cmsg[0]))
+	const fdsLen = 4 * CallFDs
+	if c.msg.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n < callHeader ||
+		c.msg.Controllen < uint64(unix.SizeofCmsghdr+fdsLen) || hdr.Level != unix.SOL_SOCKET || hdr.Type != unix.SCM_RIGHTS ||
+		hdr.Len != uint64(unix.SizeofCmsghdr+fdsLen) {
+		return 0, false
+	}
+	for k := 0; k < CallFDs; k++ {
+		got := uintptr(*(*int32)(unsafe.Pointer(&c.cmsg[unix.SizeofCmsghdr+4*k])))
+		if _, _, e := syscall.RawSyscall(unix.SYS_DUP3, got, uintptr(k), 0); e != 0 {
+			return uintptr(e), false
+		}
+		syscall.RawSyscall(unix.SYS_CLOSE, got, 0, 0)
+	}
+	// The counts, little-endian (no helper: nothing here may call a
+	// function that checks its stack, see child).
+	argc := uintptr(c.buf[0]) | uintptr(c.buf[1])<<8 | uintptr(c.buf[2])<<16 | uintptr(c.buf[3])<<24
+	envc := uintptr(c.buf[4]) | uintptr(c.buf[5])<<8 | uintptr(c.buf[6])<<16 | uintptr(c.buf[7])<<24
+	pathc := uintptr(c.buf[8]) | uintptr(c.buf[9])<<8 | uintptr(c.buf[10])<<16 | uintptr(c.buf[11])<<24
+	if argc < 1 || argc > MaxCallArgs || envc > MaxCallEnv || pathc < 1 || pathc > MaxCallPaths {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(&c.buf[0]))
+	pos := uintptr(callHeader)
+	for k := uintptr(0); k < argc+envc+pathc; k++ {
+		start := pos
+		for pos < n && c.buf[pos] != 0 {
+			pos++
+		}
+		if pos >= n {
+			return 0, false // a string without its NUL
+		}
+		pos++
+		switch {
+		case k < argc:
+			c.argv[k] = base + start
+		case k < argc+envc:
+			c.env[k-argc] = base + start
+		default:
+			c.paths[k-argc-envc] = base + start
+		}
+	}
+	if pos != n {
+		return 0, false
+	}
+	c.argv[argc] = 0
+	c.env[envc] = 0
+	*r1 = pathc
+	return 0, true
 }
 
 // fail writes the failure record of operation i on the report socket and

@@ -97,10 +97,74 @@ func TestProgramFollowsTheStepList(t *testing.T) {
 	}
 }
 
+// order is where a step comes in the list: a sub-step right after the
+// step it follows.
+func order(s Step) float64 {
+	if sub, ok := subSteps[s]; ok {
+		return float64(sub.after) + 0.5
+	}
+	return float64(s)
+}
+
+// TestPrebuiltProgram: a pre-built sandbox's program (str serve) waits
+// for its call at 10a, after the network and before the tool is
+// resolved, and takes argv, environment and paths from it.
+func TestPrebuiltProgram(t *testing.T) {
+	c := directConfig()
+	c.AwaitCall, c.Argv, c.Env = true, nil, nil
+	p, err := CompileDirect(c, directFiles(t), 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, await := -1.0, -1
+	for i, d := range p.descs {
+		if d.step == StepLClone {
+			continue
+		}
+		if order(d.step) < last {
+			t.Fatalf("op %d (%s) is step %s after a later one", i, d.action, d.step)
+		}
+		last = order(d.step)
+		if p.ops[i].kind == opAwaitCall {
+			await = i
+		}
+	}
+	if await < 0 || p.descs[await].step != StepAwaitCall || p.call == nil {
+		t.Fatalf("no call awaited at 10a")
+	}
+	c.Argv0 = "name"
+	if _, err := CompileDirect(c, directFiles(t), 40, noLimit); err == nil {
+		t.Errorf("a pre-built program with a fixed argv[0] was compiled")
+	}
+}
+
+// TestEncodeCall: the call's message is the three counts and the
+// strings; what it cannot carry is refused, not cut.
+func TestEncodeCall(t *testing.T) {
+	b, err := EncodeCall([]string{"sh", "-c", "x"}, []string{"PATH=/a:/b", "A=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "sh\x00-c\x00x\x00PATH=/a:/b\x00A=1\x00/a/sh\x00/b/sh\x00"
+	if binary.LittleEndian.Uint32(b) != 3 || binary.LittleEndian.Uint32(b[4:]) != 2 || binary.LittleEndian.Uint32(b[8:]) != 2 || string(b[12:]) != want {
+		t.Errorf("message %q", b)
+	}
+	for name, c := range map[string][2][]string{
+		"empty argv":     {nil, nil},
+		"NUL":            {{"a\x00b"}, nil},
+		"too many args":  {make([]string, MaxCallArgs+1), nil},
+		"too many paths": {{"x"}, {"PATH=" + strings.Repeat("/d:", MaxCallPaths+1)}},
+		"too large":      {{"x", strings.Repeat("y", MaxCallBytes)}, nil},
+	} {
+		if _, err := EncodeCall(c[0], c[1]); err == nil {
+			t.Errorf("%s: encoded", name)
+		}
+	}
+}
+
 // TestDirectUnsupported: each plan a Program cannot express says why.
 func TestDirectUnsupported(t *testing.T) {
 	for name, change := range map[string]func(*Config){
-		"pre-built":     func(c *Config) { c.AwaitCall = true },
 		"template":      func(c *Config) { c.SeccompListener = true },
 		"bubblewrap":    func(c *Config) { c.RootToCommand = true },
 		"best-effort":   func(c *Config) { c.BestEffort = true },

@@ -64,7 +64,8 @@ func startServe(t *testing.T, pool int, extra ...string) *serveProc {
 }
 
 // waiting counts the server's children that are still the init (a
-// pre-built sandbox waiting at step 10a: its command line is str-init's).
+// pre-built sandbox waiting at step 10a): str-init's command line, or,
+// for a direct sandbox (the server's own clone child), the server's.
 func (sp *serveProc) waiting() int { return len(sp.waitingPids()) }
 
 // waitingPids are their host pids.
@@ -85,11 +86,20 @@ func (sp *serveProc) waitingPids() []string {
 		if len(f) < 2 || f[1] != strconv.Itoa(sp.cmd.Process.Pid) {
 			continue
 		}
-		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.HasPrefix(string(cl), "str-init\x00") {
+		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && (strings.HasPrefix(string(cl), "str-init\x00") || string(cl) == sp.cmdline()) {
 			pids = append(pids, e.Name())
 		}
 	}
 	return pids
+}
+
+// cmdline is the server's own command line, as /proc shows it.
+func (sp *serveProc) cmdline() string {
+	cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sp.cmd.Process.Pid))
+	if err != nil {
+		return "\x00unreadable"
+	}
+	return string(cl)
 }
 
 // served runs str run through the server (--serve) with args.
