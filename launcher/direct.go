@@ -15,8 +15,9 @@ import (
 // child, compiled into an nsinit.Program, instead of executing str-init
 // (issue 19: no second Go runtime, no plan to encode and decode, no
 // second execve per sandbox). Every root-mode plan whose steps a Program
-// can express is direct; the others (rootless, pre-built, template,
-// bubblewrap root, best effort: nsinit.DirectUnsupported) run str-init.
+// can express is direct (one-shot, pre-built, a worker's, a bubblewrap
+// line's); the others (rootless, template, best effort:
+// nsinit.DirectUnsupported) run str-init.
 // STR_INIT=exec runs str-init for every sandbox (to compare the two).
 
 // directPlan reports whether plan's sandbox is direct.

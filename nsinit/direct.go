@@ -35,9 +35,8 @@ import (
 //
 // What a Program cannot express runs through str-init as before
 // (DirectUnsupported says why): a rootless plan (its bind sources are
-// cloned by the init itself), a per-tool template (its seccomp listener),
-// a bubblewrap line's root handed to the command (a directory walk), and
-// a best-effort plan (its /proc may fail with a warning). A pre-built
+// cloned by the init itself), a per-tool template (its seccomp listener)
+// and a best-effort plan (its /proc may fail with a warning). A pre-built
 // sandbox (str serve) is direct: its call arrives in the binary form of
 // EncodeCall, into memory the program prepared (callArea).
 type Program struct {
@@ -146,8 +145,6 @@ func DirectUnsupported(cfg *Config) string {
 	switch {
 	case cfg.SeccompListener:
 		return "a per-tool template (seccomp listener)"
-	case cfg.RootToCommand:
-		return "a bubblewrap line's root handed to the command"
 	case cfg.BestEffort:
 		return "a best-effort plan"
 	}
@@ -391,10 +388,21 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "chdir", path: "/"}, unix.SYS_CHDIR, 0, noSlot, b.cstr("/"))
 	b.close(opDesc{action: "close", path: "new root"}, root)
 
-	// 7. The root read-only.
+	// 7. The root read-only; a bubblewrap line's root (RootToCommand)
+	// stays writable instead, it and the entries made on it the
+	// command's, as giveRootEntries does: the program knows them all
+	// (rootEntries), so it chowns each without a directory walk.
 	b.step = StepRootReadOnly
-	b.sys(opDesc{action: "remount read-only", path: "/", detail: "MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV"},
-		unix.SYS_MOUNT, 0, noSlot, 0, b.cstr("/"), 0, unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, 0)
+	if cfg.RootToCommand {
+		owner := fmt.Sprintf("%d:%d", cfg.UID, cfg.GID)
+		for _, e := range rootEntries(cfg.Mounts) {
+			b.sys(opDesc{action: "chown", path: e, detail: owner}, unix.SYS_FCHOWNAT, 0, noSlot,
+				atFDCWD, b.cstr(e), uintptr(cfg.UID), uintptr(cfg.GID), unix.AT_SYMLINK_NOFOLLOW)
+		}
+	} else {
+		b.sys(opDesc{action: "remount read-only", path: "/", detail: "MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV"},
+			unix.SYS_MOUNT, 0, noSlot, 0, b.cstr("/"), 0, unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, 0)
+	}
 
 	// 8. chdir into the work dir, and check getcwd.
 	b.step = StepChdir
@@ -455,10 +463,14 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		b.add(op{kind: opResolve, exit: exitResolve, out: path, cond: noSlot, hit: noSlot, slotArgs: 2, mem: unsafe.Pointer(&call.paths[0]),
 			a: [6]uintptr{0, uintptr(ncands)}},
 			opDesc{action: "resolve tool", path: tool, detail: "PATH of the tool's environment"})
-		if cfg.Argv0 == "" {
-			b.add(op{kind: opStorePtr, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&call.argv[0]), a: [6]uintptr{uintptr(path)}},
-				opDesc{action: "prepare execve", path: tool})
+		// argv[0] is the resolved path, or the plan's Argv0 (bubblewrap's
+		// --argv0 with --block-fd), over the call's own.
+		from := path
+		if cfg.Argv0 != "" {
+			from = b.slot(b.cstr(cfg.Argv0))
 		}
+		b.add(op{kind: opStorePtr, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&call.argv[0]), a: [6]uintptr{uintptr(from)}},
+			opDesc{action: "prepare execve", path: tool})
 		argvP, envpP = uintptr(unsafe.Pointer(&call.argv[0])), uintptr(unsafe.Pointer(&call.env[0]))
 	} else {
 		if len(cfg.Argv) == 0 {
@@ -491,12 +503,6 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		}
 		envpP = b.mem(envp, unsafe.Pointer(&envp[0]))
 	}
-	if call != nil && cfg.Argv0 != "" {
-		// bubblewrap's --argv0 never reaches a pre-built sandbox (its
-		// plans are str serve's); refused rather than ignored.
-		return nil, stepErr(StepResolveTool, "prepare execve", tool, "argv0", errors.New("a pre-built sandbox takes argv[0] from its call"))
-	}
-
 	// 12. cgroup v1: this process enters its cgroup itself.
 	b.step = StepEnterCgroup
 	zero := []byte("0")
@@ -762,6 +768,11 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 			uintptr(dfd), b.cstr(name), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uintptr(mode))
 		wd := opDesc{action: "write file", path: m.Target, detail: fmt.Sprintf("mode %#o", mode), check: "short write"}
 		b.sys(wd, unix.SYS_FCHMOD, 1, noSlot, uintptr(fd), uintptr(mode))
+		if cfg.RootToCommand {
+			// The command's, now: a read-only one is bound onto itself
+			// below, where step 7's chown does not reach.
+			b.sys(wd, unix.SYS_FCHOWN, 1, noSlot, uintptr(fd), uintptr(cfg.UID), uintptr(cfg.GID))
+		}
 		if len(m.Contents) > 0 {
 			c := []byte(m.Contents)
 			w := b.sys(wd, unix.SYS_WRITE, 1, noSlot, uintptr(fd), b.mem(c, unsafe.Pointer(&c[0])), uintptr(len(c)))
@@ -861,6 +872,65 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 	default:
 		b.fail(stepErr(StepMounts, "mount", m.Target, string(m.Kind), errors.New("unknown mount kind")))
 	}
+}
+
+// rootEntries are "/" and every entry the mounts make on the root tmpfs
+// itself, parents before children: what giveRootEntries would find on
+// the root's own mount. An entry that is a mount target, or lies below
+// one, is not the root's (what is mounted there is left as it is, and an
+// entry made under a mount point, before or after its mount, is not on
+// the root's mount either); a file bound read-only onto itself is such a
+// target too (MountFile chowns it at its creation).
+func rootEntries(ms []Mount) []string {
+	targets := map[string]bool{}
+	for _, m := range ms {
+		switch m.Kind {
+		case MountBind, MountDevNode, MountTmpfs, MountProc, MountMqueue, MountDevpts:
+			if m.Kind == MountBind || m.Kind == MountDevNode {
+				if m.TreeFD == SourceAbsent {
+					continue // never mounted: its mount point is not made either
+				}
+			}
+			targets[m.Target] = true
+		case MountFile:
+			if m.ReadOnly {
+				targets[m.Target] = true
+			}
+		}
+	}
+	covered := func(p string) bool {
+		for q := p; q != "/"; q = filepath.Dir(q) {
+			if targets[q] {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]bool{"/": true}
+	out := []string{"/"}
+	add := func(p string) {
+		if !seen[p] && !covered(p) {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, m := range ms {
+		if m.Kind == MountChmod || m.Kind == MountRemountRO {
+			continue // they make nothing
+		}
+		if (m.Kind == MountBind || m.Kind == MountDevNode) && m.TreeFD == SourceAbsent {
+			continue
+		}
+		var dirs []string
+		for q := filepath.Dir(m.Target); q != "/"; q = filepath.Dir(q) {
+			dirs = append([]string{q}, dirs...)
+		}
+		for _, d := range dirs {
+			add(d)
+		}
+		add(m.Target)
+	}
+	return out
 }
 
 func treeIsDir(fd int) (bool, error) {

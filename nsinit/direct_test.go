@@ -132,10 +132,6 @@ func TestPrebuiltProgram(t *testing.T) {
 	if await < 0 || p.descs[await].step != StepAwaitCall || p.call == nil {
 		t.Fatalf("no call awaited at 10a")
 	}
-	c.Argv0 = "name"
-	if _, err := CompileDirect(c, directFiles(t), 40, noLimit); err == nil {
-		t.Errorf("a pre-built program with a fixed argv[0] was compiled")
-	}
 }
 
 // TestEncodeCall: the call's message is the three counts and the
@@ -166,7 +162,6 @@ func TestEncodeCall(t *testing.T) {
 func TestDirectUnsupported(t *testing.T) {
 	for name, change := range map[string]func(*Config){
 		"template":      func(c *Config) { c.SeccompListener = true },
-		"bubblewrap":    func(c *Config) { c.RootToCommand = true },
 		"best-effort":   func(c *Config) { c.BestEffort = true },
 		"rootless bind": func(c *Config) { c.Mounts[0].TreeFD = 0 },
 	} {
@@ -247,5 +242,28 @@ func BenchmarkCompileDirect(b *testing.B) {
 		if _, err := CompileDirect(cfg, f, 40, noLimit); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestRootEntries: a bubblewrap line's root hands the command exactly
+// the entries made on the root tmpfs: not a mount point, not what lies
+// under one (made before or after its mount), not a file bound onto
+// itself, not an absent bind's mount point.
+func TestRootEntries(t *testing.T) {
+	got := rootEntries([]Mount{
+		{Kind: MountDir, Target: "/a/b"},
+		{Kind: MountTmpfs, Target: "/tmp"},
+		{Kind: MountDir, Target: "/tmp/x"},
+		{Kind: MountDir, Target: "/m/under"},
+		{Kind: MountBind, Target: "/m", TreeFD: 7},
+		{Kind: MountBind, Target: "/gone/dir", TreeFD: SourceAbsent},
+		{Kind: MountSymlink, Source: "usr/bin", Target: "/bin"},
+		{Kind: MountFile, Target: "/etc/ro", ReadOnly: true},
+		{Kind: MountFile, Target: "/etc/rw"},
+		{Kind: MountChmod, Target: "/a", Mode: 0o700},
+	})
+	want := "/ /a /a/b /bin /etc /etc/rw"
+	if strings.Join(got, " ") != want {
+		t.Errorf("root entries %q, want %q", got, want)
 	}
 }
