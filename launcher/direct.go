@@ -153,13 +153,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	stopCtx := context.AfterFunc(s.ctx, func() { s.interrupt() })
 
 	s.procState, s.waitErr = s.proc.Wait()
-	s.mu.Lock()
-	s.exited = true
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	s.mu.Unlock()
-	stopCtx()
+	s.reaped(stopCtx)
 	<-reportDone
 	s.copiers.Wait()
 	// The child's setup, from the clone to the tool's execve (or its

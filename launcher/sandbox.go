@@ -417,13 +417,7 @@ func (s *Sandbox) run() {
 
 	s.waitErr = s.cmd.Wait()
 	s.procState = s.cmd.ProcessState
-	s.mu.Lock()
-	s.exited = true
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	s.mu.Unlock()
-	stopCtx()
+	s.reaped(stopCtx)
 	<-reportDone
 	s.mark(phaseRun)
 
@@ -431,6 +425,18 @@ func (s *Sandbox) run() {
 	// namespace; the cgroup kill catches anything else, then the cgroup
 	// is read and removed and the id block released.
 	s.result = s.collect()
+}
+
+// reaped records that the child is reaped: no timer or cancellation
+// acts on it any more.
+func (s *Sandbox) reaped(stopCtx func() bool) {
+	s.mu.Lock()
+	s.exited = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+	stopCtx()
 }
 
 // cgroupSelfEntry is L5 (cgroup v1): the cgroup's tasks files made

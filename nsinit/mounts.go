@@ -81,6 +81,15 @@ func CloneSource(m Mount) (tree int, detail string, err error) {
 	return tree, "", nil
 }
 
+// absentSource is step 3's check of a bind source the launcher found missing:
+// only an optional one may be.
+func absentSource(m Mount) error {
+	if m.Optional {
+		return nil
+	}
+	return stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
+}
+
 // takeSources (step 3) returns, for each mount, the descriptor of its
 // detached source tree, or -1 for a mount with no source (or an optional
 // one that is absent). A TreeFD from the plan is the launcher's clone,
@@ -96,8 +105,8 @@ func takeSources(mounts []Mount, fds fdLayout) ([]int, error) {
 		}
 		switch {
 		case m.TreeFD == SourceAbsent:
-			if !m.Optional {
-				return nil, stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
+			if err := absentSource(m); err != nil {
+				return nil, err
 			}
 		case m.TreeFD > 0:
 			if last := fds.trees + MaxBindSources - 1; m.TreeFD < fds.trees || m.TreeFD > last {
@@ -233,19 +242,7 @@ func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
 		// Recursive attributes on the detached tree before it is attached:
 		// there is never a moment where the bind is visible writable.
 		// Device nodes keep dev (they are devices) but get noexec.
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
-		what := "MOUNT_ATTR_NOSUID"
-		if m.Kind == MountDevNode {
-			attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
-			what += "|MOUNT_ATTR_NOEXEC"
-		} else {
-			attr.Attr_set |= unix.MOUNT_ATTR_NODEV
-			what += "|MOUNT_ATTR_NODEV"
-		}
-		if m.ReadOnly {
-			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-			what += "|MOUNT_ATTR_RDONLY"
-		}
+		attr, what := bindAttr(m)
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 			return stepErr(step, "mount_setattr", m.Source, what+" AT_RECURSIVE", err)
 		}
@@ -323,6 +320,27 @@ func doMount(rep *reporter, cfg *Config, root int, m Mount, tree int) error {
 		return nil
 	}
 	return stepErr(step, "mount", m.Target, string(m.Kind), errors.New("unknown mount kind"))
+}
+
+// bindAttr is what a bind's (or device node's) detached tree gets,
+// recursively, before it is attached, and its names for an error: nosuid
+// always; nodev, but noexec for a device node (it is a device); rdonly
+// when the plan says so.
+func bindAttr(m Mount) (unix.MountAttr, string) {
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+	what := "MOUNT_ATTR_NOSUID"
+	if m.Kind == MountDevNode {
+		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
+		what += "|MOUNT_ATTR_NOEXEC"
+	} else {
+		attr.Attr_set |= unix.MOUNT_ATTR_NODEV
+		what += "|MOUNT_ATTR_NODEV"
+	}
+	if m.ReadOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		what += "|MOUNT_ATTR_RDONLY"
+	}
+	return attr, what
 }
 
 // mountpoint creates (or opens) the mount point for target, a directory or
