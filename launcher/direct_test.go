@@ -23,6 +23,8 @@ pwd; hostname; umask; ulimit -a; env | sort; cat /proc/self/uid_map /proc/self/g
 // ids, pipe inodes, pids, and /proc's link count (the host's processes).
 var perRun = regexp.MustCompile(`\b18[0-9]{8}\b|pipe:\[[0-9]+\]|/proc/[0-9]+/|(?m)^dr-xr-xr-x +[0-9]+ .*proc$`)
 
+var spaces = regexp.MustCompile(` +`)
+
 // runProbe runs probeScript in profile, through str-init (STR_INIT=exec)
 // or direct, and returns its output with what differs per run blanked.
 func runProbe(t *testing.T, l *Launcher, profile, init string) (string, *Result) {
@@ -36,7 +38,9 @@ func runProbe(t *testing.T, l *Launcher, profile, init string) (string, *Result)
 	if res.SetupError != nil || res.ExitCode != 0 {
 		t.Fatalf("%s %s: exit %d, setup error %v\n%s", profile, init, res.ExitCode, res.SetupError, out.String())
 	}
-	return perRun.ReplaceAllString(out.String(), "N"), res
+	// Runs of spaces collapsed: ls pads its columns to the widest value
+	// (/proc's link count, the host's process count, among them).
+	return spaces.ReplaceAllString(perRun.ReplaceAllString(out.String(), "N"), " "), res
 }
 
 // TestDirectMatchesInit: a direct sandbox (the init's steps compiled into
