@@ -173,6 +173,9 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 
 	// L8.
 	s.result = s.collect()
+	// The program is done with: the child ran it (its own copy) and its
+	// failure, if any, was read at the report socket's EOF.
+	s.prog.Release()
 }
 
 // childStdio is the file the child gets as descriptor i (0-2) for std, a
