@@ -183,26 +183,24 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 // or a pipe's end whose other end this process copies from or to (the
 // copy of an output ends before Wait returns).
 func (s *Sandbox) childStdio(i int, std any) (*os.File, error) {
-	switch v := std.(type) {
-	case *os.File:
-		if v != nil {
-			return v, nil
+	if f, ok := std.(*os.File); ok {
+		if f != nil {
+			return f, nil
 		}
-	case nil:
-	case io.Reader:
-		if i == 0 {
-			r, w, err := os.Pipe()
-			if err != nil {
-				return nil, err
-			}
-			go func() {
-				_, _ = io.Copy(w, v)
-				w.Close()
-			}()
-			return r, nil
-		}
+		std = nil // a typed nil file is no file: /dev/null, as nil
 	}
-	if w, ok := std.(io.Writer); ok && i > 0 && w != nil && !isNilFile(std) {
+	if rd, ok := std.(io.Reader); ok && i == 0 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			_, _ = io.Copy(w, rd)
+			w.Close()
+		}()
+		return r, nil
+	}
+	if w, ok := std.(io.Writer); ok && i > 0 {
 		r, wr, err := os.Pipe()
 		if err != nil {
 			return nil, err
@@ -231,12 +229,6 @@ func sameWriter(a, b io.Writer) (same bool) {
 		}
 	}()
 	return a != nil && a == b
-}
-
-// isNilFile: a typed nil *os.File in an interface.
-func isNilFile(v any) bool {
-	f, ok := v.(*os.File)
-	return ok && f == nil
 }
 
 // writeIDMaps writes the child's uid and gid maps, each in one write as

@@ -395,13 +395,9 @@ func (r *Resident) handle(c *net.UnixConn) {
 		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: why})
 		return
 	}
-	// Either form of a call must carry it (a pool's sandboxes are direct
-	// in root mode, str-init's rootless).
-	if b, err := json.Marshal(nsinit.Call{Argv: pl.Child.Argv, Env: pl.Child.Env}); err != nil || len(b) > nsinit.MaxCallBytes {
-		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("argv and environment larger than a call's %d bytes", nsinit.MaxCallBytes)})
-		return
-	}
-	if _, err := nsinit.EncodeCall(pl.Child.Argv, pl.Child.Env); err != nil {
+	// The call must fit the form the pool's sandboxes take it in
+	// (direct in root mode, str-init's JSON rootless).
+	if _, err := encodeCall(directPlan(pl), pl.Child.Argv, pl.Child.Env); err != nil {
 		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: "a pre-built sandbox cannot take this call: " + err.Error()})
 		return
 	}

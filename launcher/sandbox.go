@@ -427,6 +427,20 @@ func (s *Sandbox) run() {
 	s.result = s.collect()
 }
 
+// encodeCall is a pre-built sandbox's call message: nsinit.EncodeCall's
+// form for a direct sandbox (its clone child has no JSON decoder), JSON
+// for str-init. An error says why the call cannot be carried.
+func encodeCall(direct bool, argv, env []string) ([]byte, error) {
+	if direct {
+		return nsinit.EncodeCall(argv, env)
+	}
+	data, err := json.Marshal(nsinit.Call{Argv: argv, Env: env})
+	if err == nil && len(data) > nsinit.MaxCallBytes {
+		err = fmt.Errorf("argv and environment are %d bytes as JSON, a call carries at most %d", len(data), nsinit.MaxCallBytes)
+	}
+	return data, err
+}
+
 // reaped records that the child is reaped: no timer or cancellation
 // acts on it any more.
 func (s *Sandbox) reaped(stopCtx func() bool) {
@@ -727,24 +741,14 @@ func (s *Sandbox) Call(argv, env []string, stdio [nsinit.CallFDs]*os.File, timeo
 	if called {
 		return fmt.Errorf("%w: call sandbox %s: it had its call already", ErrInvalidRequest, s.id)
 	}
-	// A direct sandbox takes its call in nsinit.EncodeCall's form (its
-	// clone child has no JSON decoder), str-init as JSON.
-	var data []byte
-	var err error
+	data, err := encodeCall(s.direct, argv, env)
+	if err != nil {
+		return fmt.Errorf("%w: call sandbox %s: %v", ErrInvalidRequest, s.id, err)
+	}
 	if s.direct {
-		if data, err = nsinit.EncodeCall(argv, env); err != nil {
-			return fmt.Errorf("%w: call sandbox %s: %v", ErrInvalidRequest, s.id, err)
-		}
 		<-s.started // the program exists once the clone did
 		if s.prog != nil {
 			s.prog.SetCallTool(argv[0])
-		}
-	} else {
-		if data, err = json.Marshal(nsinit.Call{Argv: argv, Env: env}); err != nil {
-			return err
-		}
-		if len(data) > nsinit.MaxCallBytes {
-			return fmt.Errorf("%w: call sandbox %s: argv and environment are %d bytes as JSON, a call carries at most %d", ErrInvalidRequest, s.id, len(data), nsinit.MaxCallBytes)
 		}
 	}
 	// 2.

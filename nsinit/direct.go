@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -106,7 +105,7 @@ type op struct {
 	cond     slotID // run only when this slot is 0 (noSlot: always)
 	hit      slotID // the slot set to 1 when okErr occurred, else 0 (noSlot: none)
 	okErr    uint16
-	want     uintptr // with checkWant: r1 must be exactly this (a write's length)
+	want     uintptr // with check: r1 must be exactly this (a write's length)
 	check    bool
 	nr       uintptr
 	a        [6]uintptr
@@ -227,6 +226,13 @@ func (b *builder) add(o op, d opDesc) *op {
 	return &b.p.ops[len(b.p.ops)-1]
 }
 
+// special adds one of the operations that are not a system call (kind),
+// on mem with arguments a0 and a1; it stores nothing and always runs
+// unless the caller sets out, cond or hit on the operation returned.
+func (b *builder) special(kind uint8, mem unsafe.Pointer, a0, a1 uintptr, d opDesc) *op {
+	return b.add(op{kind: kind, out: noSlot, cond: noSlot, hit: noSlot, mem: mem, a: [6]uintptr{a0, a1}}, d)
+}
+
 // sys is one raw call; slotArgs marks the arguments that name slots.
 func (b *builder) sys(d opDesc, nr uintptr, slotArgs uint8, out slotID, a ...uintptr) *op {
 	o := op{kind: opSys, nr: nr, slotArgs: slotArgs, out: out, cond: noSlot, hit: noSlot}
@@ -246,9 +252,10 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		return nil, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
 	}
 	p := &Program{}
-	// The operations' count, roughly, so that the lists grow once.
 	// The lists of a released program are reused (a worker compiles one
-	// per cold call: ~90 KB that would otherwise be garbage each time).
+	// per cold call: ~90 KB that would otherwise be garbage each time);
+	// new ones are sized to the operations' count, roughly, so that they
+	// grow once.
 	if l, ok := opListPool.Get().(*opLists); ok {
 		p.ops, p.descs = l.ops[:0], l.descs[:0]
 	} else {
@@ -329,7 +336,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		keepSlots[i] = m.slot
 	}
 	p.keep = append(p.keep, keepSlots)
-	b.add(op{kind: opCloseOthers, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&keepSlots[0]), a: [6]uintptr{uintptr(3 + n), uintptr(len(keepSlots))}},
+	b.special(opCloseOthers, unsafe.Pointer(&keepSlots[0]), uintptr(3+n), uintptr(len(keepSlots)),
 		opDesc{action: "close the launcher's other descriptors", path: fmt.Sprintf("fd %d..", 3+n)})
 	for i, s := range append(stdio[:], pass...) {
 		b.sys(opDesc{action: "dup3", path: fmt.Sprintf("fd -> %d", i), detail: "the tool's descriptor"},
@@ -422,7 +429,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	want := make([]byte, 2*(len(wd)+1))
 	copy(want, wd)
 	p.keep = append(p.keep, want)
-	b.add(op{kind: opCheckCwd, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&want[0]), a: [6]uintptr{0, uintptr(len(wd) + 1)}},
+	b.special(opCheckCwd, unsafe.Pointer(&want[0]), 0, uintptr(len(wd)+1),
 		opDesc{action: "getcwd after chdir", path: wd, check: "working directory is not the planned one"})
 
 	// 9. The hostname.
@@ -455,9 +462,10 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		call = sharedCallArea()
 		p.call = call
 		ncands = b.slot(0)
-		b.add(op{kind: opAwaitCall, out: ncands, cond: noSlot, hit: noSlot, slotArgs: 1, mem: unsafe.Pointer(call), a: [6]uintptr{uintptr(p.report)}},
+		o := b.special(opAwaitCall, unsafe.Pointer(call), uintptr(p.report), 0,
 			opDesc{action: "receive call", path: "report socket", detail: "recvmsg",
 				check: fmt.Sprintf("a call is one message of at most %d bytes with %d descriptors, %d arguments, %d variables and %d paths", MaxCallBytes, CallFDs, MaxCallArgs, MaxCallEnv, MaxCallPaths)})
+		o.out, o.slotArgs = ncands, 1
 	}
 
 	// 11. Resolve the tool in its PATH, inside; argv and envp are ready.
@@ -466,17 +474,16 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	var argvP, envpP uintptr
 	tool := callToolName
 	if call != nil {
-		b.add(op{kind: opResolve, exit: exitResolve, out: path, cond: noSlot, hit: noSlot, slotArgs: 2, mem: unsafe.Pointer(&call.paths[0]),
-			a: [6]uintptr{0, uintptr(ncands)}},
+		o := b.special(opResolve, unsafe.Pointer(&call.paths[0]), 0, uintptr(ncands),
 			opDesc{action: "resolve tool", path: tool, detail: "PATH of the tool's environment"})
+		o.out, o.exit, o.slotArgs = path, exitResolve, 2
 		// argv[0] is the resolved path, or the plan's Argv0 (bubblewrap's
 		// --argv0 with --block-fd), over the call's own.
 		from := path
 		if cfg.Argv0 != "" {
 			from = b.slot(b.cstr(cfg.Argv0))
 		}
-		b.add(op{kind: opStorePtr, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&call.argv[0]), a: [6]uintptr{uintptr(from)}},
-			opDesc{action: "prepare execve", path: tool})
+		b.special(opStorePtr, unsafe.Pointer(&call.argv[0]), uintptr(from), 0, opDesc{action: "prepare execve", path: tool})
 		argvP, envpP = uintptr(unsafe.Pointer(&call.argv[0])), uintptr(unsafe.Pointer(&call.env[0]))
 	} else {
 		if len(cfg.Argv) == 0 {
@@ -489,9 +496,9 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			cp[i] = b.cstr(c)
 		}
 		p.keep = append(p.keep, cp)
-		b.add(op{kind: opResolve, exit: exitResolve, out: path, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&cp[0]),
-			a: [6]uintptr{0, uintptr(len(cp))}},
+		o := b.special(opResolve, unsafe.Pointer(&cp[0]), 0, uintptr(len(cp)),
 			opDesc{action: "resolve tool", path: cfg.Argv[0], detail: "PATH of the tool's environment"})
+		o.out, o.exit = path, exitResolve
 		argv := make([]uintptr, len(cfg.Argv)+1)
 		for i, a := range cfg.Argv {
 			argv[i] = b.cstr(a)
@@ -499,8 +506,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		if cfg.Argv0 != "" {
 			argv[0] = b.cstr(cfg.Argv0)
 		} else {
-			b.add(op{kind: opStorePtr, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&argv[0]), a: [6]uintptr{uintptr(path)}},
-				opDesc{action: "prepare execve", path: cfg.Argv[0]})
+			b.special(opStorePtr, unsafe.Pointer(&argv[0]), uintptr(path), 0, opDesc{action: "prepare execve", path: cfg.Argv[0]})
 		}
 		argvP = b.mem(argv, unsafe.Pointer(&argv[0]))
 		envp := make([]uintptr, len(cfg.Env)+1)
@@ -550,7 +556,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// 17. The parent-death signal again, and the launcher still there.
 	b.step = StepParentDeath
 	b.sys(opDesc{action: "prctl", path: "PR_SET_PDEATHSIG", detail: "SIGKILL"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
-	b.add(op{kind: opCheckPoll, out: noSlot, cond: noSlot, hit: noSlot},
+	b.special(opCheckPoll, nil, 0, 0,
 		opDesc{action: "check launcher", path: "report pipe", detail: "POLLERR", check: "the launcher exited during setup"})
 
 	// 18. no_new_privs.
@@ -569,9 +575,8 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		names = append(names, fmt.Sprintf("the caller's filter %d", i+1))
 	}
 	for i, prog := range progs {
-		if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > maxBPFInsns {
-			return nil, stepErr(StepSeccomp, "load seccomp", names[i], "SECCOMP_SET_MODE_FILTER",
-				fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(prog), maxBPFInsns))
+		if err := checkFilter(prog); err != nil {
+			return nil, stepErr(StepSeccomp, "load seccomp", names[i], "SECCOMP_SET_MODE_FILTER", err)
 		}
 		fp := &unix.SockFprog{Len: uint16(len(prog) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
 		p.keep = append(p.keep, prog)
@@ -582,19 +587,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// 20. The rlimits, RLIMIT_AS last; each at most the hard limit the
 	// child inherits (it cannot raise one, and lower is tighter).
 	b.step = StepRlimits
-	var last *Rlimit
-	ordered := make([]Rlimit, 0, len(cfg.Rlimits))
-	for _, rl := range cfg.Rlimits {
-		if rl.Resource == unix.RLIMIT_AS {
-			last = &rl
-			continue
-		}
-		ordered = append(ordered, rl)
-	}
-	if last != nil {
-		ordered = append(ordered, *last)
-	}
-	for _, rl := range ordered {
+	for _, rl := range rlimitOrder(cfg.Rlimits) {
 		max, err := hardLimit(rl.Resource)
 		if err != nil {
 			return nil, stepErr(StepResolveTool, "prepare execve", tool, "", fmt.Errorf("getrlimit %s: %w", rl.Name, err))
@@ -619,7 +612,11 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 // atFDCWD is AT_FDCWD as a system call argument.
 const atFDCWD = ^uintptr(99) // -100
 
-// candidates are the paths lookPath would try, in its order.
+// candidates are the paths to try for argv0, in order: argv0 itself when
+// it has a slash, else each directory of the environment's PATH (the
+// last PATH= wins; /usr/local/bin:/usr/bin:/bin without one) joined
+// with it. lookPath (str-init) stats them; a direct sandbox's child does
+// the same on the prepared list (opResolve).
 func candidates(argv0 string, env []string) []string {
 	if strings.Contains(argv0, "/") {
 		return []string{argv0}
@@ -637,7 +634,7 @@ func candidates(argv0 string, env []string) []string {
 		}
 	}
 	if len(out) == 0 {
-		out = []string{""} // ENOENT, as lookPath's empty PATH
+		out = []string{""} // an empty PATH: nothing found (ENOENT)
 	}
 	return out
 }
@@ -695,24 +692,8 @@ func (b *builder) fdPath(fd slotID, d opDesc) uintptr {
 	buf := make([]byte, 32)
 	copy(buf, fdPathPrefix)
 	b.p.keep = append(b.p.keep, buf)
-	b.add(op{kind: opFdPath, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&buf[len(fdPathPrefix)]), a: [6]uintptr{uintptr(fd)}}, d)
+	b.special(opFdPath, unsafe.Pointer(&buf[len(fdPathPrefix)]), uintptr(fd), 0, d)
 	return uintptr(unsafe.Pointer(&buf[0]))
-}
-
-// components are path's names, root first; "." and ".." are refused
-// (no path the init makes or opens may climb or stand still).
-func components(path string) ([]string, error) {
-	var out []string
-	for _, c := range strings.Split(strings.Trim(path, "/"), "/") {
-		if c == "" {
-			continue
-		}
-		if c == ".." || c == "." {
-			return nil, fmt.Errorf("path component %q refused", c)
-		}
-		out = append(out, c)
-	}
-	return out, nil
 }
 
 // closeSlot closes a descriptor the program opened (never root's).
@@ -736,7 +717,7 @@ func (b *builder) openNoFollow(root slotID, path string) slotID {
 		b.sys(opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": "},
 			unix.SYS_OPENAT, 1, next, uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		b.closeSlot(cur, root, path)
-		b.add(op{kind: opCheckLink, out: noSlot, cond: noSlot, hit: noSlot, a: [6]uintptr{uintptr(next)}},
+		b.special(opCheckLink, nil, uintptr(next), 0,
 			opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": ", check: "open " + c + ": " + errSymlinkOnPath.Error()})
 		cur = next
 	}
@@ -960,7 +941,7 @@ func (b *builder) loopback() {
 	b.sys(d, unix.SYS_SOCKET, 0, s, unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	p := b.mem(ifr, unsafe.Pointer(raw))
 	b.sys(opDesc{action: "bring up", path: "lo", detail: "SIOCSIFFLAGS IFF_UP", prefix: "SIOCGIFFLAGS lo: "}, unix.SYS_IOCTL, 1, noSlot, uintptr(s), unix.SIOCGIFFLAGS, p)
-	b.add(op{kind: opOr16, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&raw[unix.IFNAMSIZ]), a: [6]uintptr{0, unix.IFF_UP}}, d)
+	b.special(opOr16, unsafe.Pointer(&raw[unix.IFNAMSIZ]), 0, unix.IFF_UP, d)
 	b.sys(opDesc{action: "bring up", path: "lo", detail: "SIOCSIFFLAGS IFF_UP", prefix: "SIOCSIFFLAGS lo: "}, unix.SYS_IOCTL, 1, noSlot, uintptr(s), unix.SIOCSIFFLAGS, p)
 	b.close(d, s)
 }
@@ -977,9 +958,9 @@ func (b *builder) listeners(ls []Listener) {
 			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", err))
 			return
 		}
-		ap, err := netip.ParseAddrPort(l.Addr)
-		if err != nil || !ap.Addr().Is4() {
-			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)))
+		ap, err := listenerAddr(l)
+		if err != nil {
+			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", err))
 			return
 		}
 		fds[i] = b.slot(0)
@@ -1000,7 +981,7 @@ func (b *builder) listeners(ls []Listener) {
 	oob := unix.UnixRights(make([]int, len(ls))...)
 	hd := opDesc{action: "hand over egress listeners", path: "report socket", detail: "SCM_RIGHTS"}
 	for i := range ls {
-		b.add(op{kind: opStore32, out: noSlot, cond: noSlot, hit: noSlot, mem: unsafe.Pointer(&oob[unix.CmsgLen(0)+4*i]), a: [6]uintptr{uintptr(fds[i])}}, hd)
+		b.special(opStore32, unsafe.Pointer(&oob[unix.CmsgLen(0)+4*i]), uintptr(fds[i]), 0, hd)
 	}
 	iov := &unix.Iovec{Base: &ev[0]}
 	iov.SetLen(len(ev))

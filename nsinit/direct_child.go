@@ -33,7 +33,7 @@ type cloneArgs struct {
 // cloneFlags (into the cgroup v2 directory cgroupFD with
 // CLONE_INTO_CGROUP when it is >= 0), which runs the program and never
 // returns; then, in the launcher, maps writes the child's id maps and one
-// byte on f.Sync[1] lets it go on. On error the child, if any, is killed
+// byte on sync[1] (DirectFiles.Sync's write end) lets it go on. On error the child, if any, is killed
 // and reaped.
 //
 // Between the fork and the execve the child runs only the program's raw

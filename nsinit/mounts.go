@@ -374,19 +374,15 @@ func mkdirAll(root int, path string, mode uint32) (int, error) {
 	if mode == 0 {
 		mode = 0o755
 	}
+	comps, err := components(path)
+	if err != nil {
+		return -1, err
+	}
 	cur, err := unix.Dup(root)
 	if err != nil {
 		return -1, err
 	}
-	comps := strings.Split(strings.Trim(path, "/"), "/")
 	for i, c := range comps {
-		if c == "" {
-			continue
-		}
-		if c == ".." || c == "." {
-			unix.Close(cur)
-			return -1, fmt.Errorf("path component %q refused", c)
-		}
 		last := i == len(comps)-1
 		m := parentMode(mode)
 		if last {
@@ -417,6 +413,24 @@ func mkdirAll(root int, path string, mode uint32) (int, error) {
 	return cur, nil
 }
 
+// components are path's names, root first; "." and ".." are refused
+// (no path the init makes or opens may climb or stand still): the one
+// split of str-init's mkdirAll and openNoFollow and of a direct
+// sandbox's program.
+func components(path string) ([]string, error) {
+	var out []string
+	for _, c := range strings.Split(strings.Trim(path, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		if c == ".." || c == "." {
+			return nil, fmt.Errorf("path component %q refused", c)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // parentMode is the mode of a directory created as the parent of one of
 // mode: the owner may enter and write it, and the group and others may
 // enter and list it when the directory itself gives them anything.
@@ -434,18 +448,15 @@ func parentMode(mode uint32) uint32 {
 // openNoFollow opens path under root O_PATH without following a symlink
 // in any component, the last one included, and creates nothing.
 func openNoFollow(root int, path string) (int, error) {
+	comps, err := components(path)
+	if err != nil {
+		return -1, err
+	}
 	cur, err := unix.Dup(root)
 	if err != nil {
 		return -1, err
 	}
-	for _, c := range strings.Split(strings.Trim(path, "/"), "/") {
-		if c == "" {
-			continue
-		}
-		if c == ".." || c == "." {
-			unix.Close(cur)
-			return -1, fmt.Errorf("path component %q refused", c)
-		}
+	for _, c := range comps {
 		next, err := unix.Openat(cur, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(cur)
 		if err != nil {
@@ -558,9 +569,9 @@ func ListenerSocketType(l Listener) (int, error) {
 // the network namespace l serves, to l's address and, for TCP, listens
 // (step 10 here; a per-tool template's supervisor for each call).
 func BindListener(fd int, l Listener) error {
-	ap, err := netip.ParseAddrPort(l.Addr)
-	if err != nil || !ap.Addr().Is4() {
-		return fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)
+	ap, err := listenerAddr(l)
+	if err != nil {
+		return err
 	}
 	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
 		return fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err)
@@ -571,6 +582,15 @@ func BindListener(fd int, l Listener) error {
 		}
 	}
 	return nil
+}
+
+// listenerAddr is l's address, which must be IPv4 address:port.
+func listenerAddr(l Listener) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(l.Addr)
+	if err != nil || !ap.Addr().Is4() {
+		return netip.AddrPort{}, fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)
+	}
+	return ap, nil
 }
 
 // giveRootEntries (step 7, a bubblewrap line's root, left writable) gives the root tmpfs

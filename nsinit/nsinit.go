@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -511,27 +510,30 @@ func prepareExec(cfg *Config, path string) (*execArgs, error) {
 	if ex.envp, err = cStrings(cfg.Env); err != nil {
 		return nil, fmt.Errorf("environment: %w", err)
 	}
-	var as *limit
-	for _, rl := range cfg.Rlimits {
+	for _, rl := range rlimitOrder(cfg.Rlimits) {
 		var cur unix.Rlimit
 		if err := unix.Getrlimit(rl.Resource, &cur); err != nil {
 			return nil, fmt.Errorf("getrlimit %s: %w", rl.Name, err)
 		}
-		v := rl.Value
-		if v > cur.Max {
-			v = cur.Max
-		}
-		l := limit{name: rl.Name, resource: rl.Resource, lim: unix.Rlimit{Cur: v, Max: v}}
-		if rl.Resource == unix.RLIMIT_AS {
-			as = &l
-			continue
-		}
-		ex.limits = append(ex.limits, l)
-	}
-	if as != nil {
-		ex.limits = append(ex.limits, *as)
+		v := min(rl.Value, cur.Max)
+		ex.limits = append(ex.limits, limit{name: rl.Name, resource: rl.Resource, lim: unix.Rlimit{Cur: v, Max: v}})
 	}
 	return ex, nil
+}
+
+// rlimitOrder is the order step 20 sets rls in: the plan's, with
+// RLIMIT_AS moved last (after it, the process could not even map a page).
+func rlimitOrder(rls []Rlimit) []Rlimit {
+	out := make([]Rlimit, 0, len(rls))
+	var as []Rlimit
+	for _, rl := range rls {
+		if rl.Resource == unix.RLIMIT_AS {
+			as = append(as, rl)
+			continue
+		}
+		out = append(out, rl)
+	}
+	return append(out, as...)
 }
 
 // cStrings is a NULL-terminated array of C strings.
@@ -635,21 +637,8 @@ func lastCapability() (int, error) {
 // lookPath finds argv0 in the PATH of the tool's environment, inside the
 // sandbox (we are past pivot_root).
 func lookPath(argv0 string, env []string) (string, error) {
-	if strings.Contains(argv0, "/") {
-		return argv0, checkExec(argv0)
-	}
-	pathEnv := "/usr/local/bin:/usr/bin:/bin"
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathEnv = v
-		}
-	}
 	firstErr := error(unix.ENOENT)
-	for _, dir := range filepath.SplitList(pathEnv) {
-		if dir == "" {
-			continue
-		}
-		p := filepath.Join(dir, argv0)
+	for _, p := range candidates(argv0, env) {
 		err := checkExec(p)
 		if err == nil {
 			return p, nil

@@ -90,8 +90,8 @@ var ErrNoNewPrivs = errors.New("no_new_privs is not set on this thread")
 // set first: without it the kernel takes a filter only from CAP_SYS_ADMIN,
 // and a setuid exec could shed it.
 func InstallSeccomp(filter []byte) error {
-	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > maxBPFInsns {
-		return fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(filter), maxBPFInsns)
+	if err := checkFilter(filter); err != nil {
+		return err
 	}
 	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
 	if err != nil {
@@ -115,8 +115,8 @@ func InstallSeccomp(filter []byte) error {
 // answers SECCOMP_RET_USER_NOTIF (a per-tool template's one clone per
 // call). The descriptor is close-on-exec.
 func InstallSeccompListener(filter []byte) (int, error) {
-	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > maxBPFInsns {
-		return -1, fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(filter), maxBPFInsns)
+	if err := checkFilter(filter); err != nil {
+		return -1, err
 	}
 	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
 	if err != nil {
@@ -132,6 +132,15 @@ func InstallSeccompListener(filter []byte) (int, error) {
 		return -1, e
 	}
 	return int(fd), nil
+}
+
+// checkFilter: filter is 1 to maxBPFInsns whole sock_filter records (the
+// one check of str-init's installers and of a direct sandbox's program).
+func checkFilter(filter []byte) error {
+	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > maxBPFInsns {
+		return fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(filter), maxBPFInsns)
+	}
+	return nil
 }
 
 // maxBPFInsns is the kernel's BPF_MAXINSNS.
