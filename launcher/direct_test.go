@@ -1,21 +1,25 @@
 package launcher
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"os"
 	"regexp"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/nsinit"
 )
 
 // probeScript prints what a tool sees of its sandbox: identity,
-// capabilities, seccomp, no_new_privs, descriptors, mounts, root, work
+// capabilities, seccomp, no_new_privs, blocked and ignored signals, descriptors, mounts, root, work
 // dir, host name, umask, rlimits and environment.
-const probeScript = `id; grep -E '^(Cap|Seccomp|NoNewPrivs)' /proc/self/status; ls -l /proc/self/fd | sed 1d | cut -c1-10,44-;
+const probeScript = `id; grep -E '^(Cap|Seccomp|NoNewPrivs|Sig(Blk|Ign))' /proc/self/status; ls -l /proc/self/fd | sed 1d | cut -c1-10,44-;
 cut -d' ' -f4- /proc/self/mountinfo; ls -la / /dev /etc | sed 's/ [A-Z][a-z][a-z] [ 0-9][0-9] [0-9:]* / DATE /';
 pwd; hostname; umask; ulimit -a; env | sort; cat /proc/self/uid_map /proc/self/gid_map; echo "pid $$ ppid $PPID"`
 
@@ -119,3 +123,66 @@ func TestDirectFailureMatchesInit(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectChildMemory: a direct sandbox's child shares the launcher's
+// address space (CLONE_VM, linux/amd64) while it runs the steps and waits
+// for its call, and the tool it executes has its own: nothing of the
+// launcher's memory reaches the tool (kcmp KCMP_VM: 0 is the same mm).
+func TestDirectChildMemory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		mustwork.Skip(t, "a root-mode sandbox (leased ids, cgroups) needs root")
+	}
+	l, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := l.Create(context.Background(), Request{Profile: "restrictive", AwaitCall: true, Idle: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Kill()
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-s.AwaitingCall()
+	sameMM := func() bool {
+		r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(os.Getpid()), uintptr(s.Pid()), kcmpVM, 0, 0, 0)
+		if e != 0 {
+			t.Fatalf("kcmp %d %d KCMP_VM: %v", os.Getpid(), s.Pid(), e)
+		}
+		return r == 0
+	}
+	if got := sameMM(); got != nsinit.CloneSharesMemory {
+		t.Fatalf("the waiting child shares the launcher's memory: %v, want %v (CLONE_VM on this architecture)", got, nsinit.CloneSharesMemory)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inW.Close()
+	defer outR.Close()
+	if err := s.Call([]string{"/bin/sh", "-c", "echo executed; read x"}, nil, [nsinit.CallFDs]*os.File{inR, outW, outW}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	if err != nil || line != "executed\n" {
+		t.Fatalf("the tool said %q, %v", line, err)
+	}
+	if sameMM() {
+		t.Fatal("the tool shares the launcher's memory after its execve")
+	}
+	inW.Write([]byte("\n"))
+	res, err := s.Wait()
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exit %v, %v", res, err)
+	}
+}
+
+// kcmpVM is the kernel's KCMP_VM (include/uapi/linux/kcmp.h).
+const kcmpVM = 1

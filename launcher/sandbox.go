@@ -501,13 +501,26 @@ func (s *Sandbox) startClock() {
 // descriptors of a "listeners" event.
 func (s *Sandbox) readReports() {
 	defer s.reportR.Close()
-	// A buffer of its own per sandbox, not a pooled one: pooled, the
-	// worker's RSS grew ~14 % over TestSoak's minute (it held 10 %
-	// before), a growth str serve's CPU saving does not pay for.
-	buf := make([]byte, 256<<10)
+	// A buffer of its own per sandbox, not a pooled one (pooled, the
+	// worker's RSS grew ~14 % over TestSoak's minute), and sized to each
+	// message: a peek with MSG_TRUNC tells a message's length, so the
+	// few events of a sandbox need one small buffer. A 256 KiB buffer
+	// made per sandbox zeroed 64 pages that a resident launcher then
+	// copied (copy-on-write) while its pre-built children waited.
+	buf := make([]byte, 1024)
 	oob := make([]byte, unix.CmsgSpace(4*64))
 	fd := int(s.reportR.Fd())
 	for {
+		size, _, _, _, err := unix.Recvmsg(fd, buf[:1], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if size > len(buf) {
+			buf = make([]byte, size)
+		}
 		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {
 			continue

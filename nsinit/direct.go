@@ -42,7 +42,9 @@ type Program struct {
 	ops   []op
 	descs []opDesc
 
-	// Memory the child reads and writes: its own copy after the fork.
+	// Memory the child reads and writes: this program's alone (with
+	// CLONE_VM the child writes the launcher's own memory here, see
+	// CloneSharesMemory), and never read by the launcher.
 	slots  [maxSlots]uintptr
 	stat   unix.Stat_t
 	pfd    unix.PollFd
@@ -55,6 +57,14 @@ type Program struct {
 	callTool atomic.Pointer[string]
 
 	keep []any // every buffer an operation points into
+
+	// The child's own stack and call area (childMem), and what it
+	// resets the signals with: the launcher's thread mask, read before
+	// the clone, a SIG_DFL action and room for the one it replaces.
+	mem     *childMem
+	sigmask uint64
+	sigact  [4]uint64
+	sigold  [4]uint64
 }
 
 // op kinds: opSys is one raw system call; the others are the few steps
@@ -245,13 +255,27 @@ func (b *builder) sys(d opDesc, nr uintptr, slotArgs uint8, out slotID, a ...uin
 // /proc/sys/kernel/cap_last_cap; limits are the launcher's own hard
 // rlimits by resource (the child inherits them at the fork).
 func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (*Program, error) {
+	p, err := compileDirect(cfg, f, lastCap, hardLimit)
+	if err != nil && p != nil {
+		p.Release()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (p *Program, err error) {
 	if why := DirectUnsupported(cfg); why != "" {
 		return nil, fmt.Errorf("not a direct plan: %s", why)
 	}
 	if cfg.PassFDs != len(f.Pass) {
 		return nil, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
 	}
-	p := &Program{}
+	p = &Program{}
+	if p.mem, err = getChildMem(); err != nil {
+		return p, err
+	}
 	// The lists of a released program are reused (a worker compiles one
 	// per cold call: ~90 KB that would otherwise be garbage each time);
 	// new ones are sized to the operations' count, roughly, so that they
@@ -327,7 +351,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		b.sys(opDesc{action: "move descriptor", path: fmt.Sprintf("fd %d", m.fd), detail: fmt.Sprintf("F_DUPFD_CLOEXEC %d", 3+n)},
 			unix.SYS_FCNTL, 1, m.slot, uintptr(m.slot), unix.F_DUPFD_CLOEXEC, uintptr(3+n))
 	}
-	// Every other descriptor the fork copied from the launcher (its
+	// Every other descriptor the clone copied from the launcher (its
 	// clients, other sandboxes' pipes and sockets) is closed now, not at
 	// the execve: a pre-built sandbox waits long before it, and an end of
 	// another sandbox's report socket held here would keep its EOF away.
@@ -362,12 +386,12 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		switch {
 		case m.TreeFD == SourceAbsent:
 			if err := absentSource(m); err != nil {
-				return nil, err
+				return p, err
 			}
 		case m.TreeFD-b.first >= 0 && m.TreeFD-b.first < len(trees):
 			mountTree[i] = trees[m.TreeFD-b.first]
 		default:
-			return nil, stepErr(StepCloneSources, "take bind source", m.Source, fmt.Sprintf("tree_fd %d", m.TreeFD),
+			return p, stepErr(StepCloneSources, "take bind source", m.Source, fmt.Sprintf("tree_fd %d", m.TreeFD),
 				fmt.Errorf("not one of the launcher's %d trees", len(trees)))
 		}
 	}
@@ -459,7 +483,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		w := b.sys(opDesc{action: "announce", path: "report socket", detail: "await_call", check: "short write"}, unix.SYS_WRITE, 1, noSlot,
 			uintptr(p.report), b.mem(ev, unsafe.Pointer(&ev[0])), uintptr(len(ev)))
 		w.check, w.want = true, uintptr(len(ev))
-		call = sharedCallArea()
+		call = p.mem.call
 		p.call = call
 		ncands = b.slot(0)
 		o := b.special(opAwaitCall, unsafe.Pointer(call), uintptr(p.report), 0,
@@ -487,7 +511,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		argvP, envpP = uintptr(unsafe.Pointer(&call.argv[0])), uintptr(unsafe.Pointer(&call.env[0]))
 	} else {
 		if len(cfg.Argv) == 0 {
-			return nil, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
+			return p, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
 		}
 		tool = cfg.Argv[0]
 		cands := candidates(cfg.Argv[0], cfg.Env)
@@ -576,7 +600,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	}
 	for i, prog := range progs {
 		if err := checkFilter(prog); err != nil {
-			return nil, stepErr(StepSeccomp, "load seccomp", names[i], "SECCOMP_SET_MODE_FILTER", err)
+			return p, stepErr(StepSeccomp, "load seccomp", names[i], "SECCOMP_SET_MODE_FILTER", err)
 		}
 		fp := &unix.SockFprog{Len: uint16(len(prog) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
 		p.keep = append(p.keep, prog)
@@ -590,7 +614,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	for _, rl := range rlimitOrder(cfg.Rlimits) {
 		max, err := hardLimit(rl.Resource)
 		if err != nil {
-			return nil, stepErr(StepResolveTool, "prepare execve", tool, "", fmt.Errorf("getrlimit %s: %w", rl.Name, err))
+			return p, stepErr(StepResolveTool, "prepare execve", tool, "", fmt.Errorf("getrlimit %s: %w", rl.Name, err))
 		}
 		v := min(rl.Value, max)
 		lim := &unix.Rlimit{Cur: v, Max: v}
@@ -604,7 +628,7 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	o.exit = exitExec
 
 	if b.err != nil {
-		return nil, b.err
+		return p, b.err
 	}
 	return p, nil
 }
@@ -1039,18 +1063,20 @@ type opLists struct {
 
 var opListPool sync.Pool
 
-// Release gives the program's lists back for the next one. The launcher
-// calls it once the child has executed the tool or exited (its copy of
-// the program is its own since the fork) and Failure has been read; p
-// must not be used after.
+// Release gives the program's lists and its child's memory back for the
+// next one. The launcher calls it once the child has executed the tool
+// or exited (on linux/amd64 the child runs on this memory, shared, until
+// then) and Failure has been read; p must not be used after.
 func (p *Program) Release() {
-	if p.ops == nil {
-		return
+	if p.ops != nil {
+		clear(p.ops[:cap(p.ops)]) // no pointer kept alive through a pooled list
+		clear(p.descs[:cap(p.descs)])
+		opListPool.Put(&opLists{ops: p.ops[:0], descs: p.descs[:0]})
 	}
-	clear(p.ops[:cap(p.ops)]) // no pointer kept alive through a pooled list
-	clear(p.descs[:cap(p.descs)])
-	opListPool.Put(&opLists{ops: p.ops[:0], descs: p.descs[:0]})
-	p.ops, p.descs, p.keep = nil, nil, nil
+	if p.mem != nil {
+		putChildMem(p.mem)
+	}
+	p.ops, p.descs, p.keep, p.mem, p.call = nil, nil, nil, nil, nil
 }
 
 // Len is how many operations the program has.
@@ -1097,21 +1123,14 @@ type callArea struct {
 	paths [MaxCallPaths]uintptr
 }
 
-// sharedCallArea is the one callArea of this process, for every
-// pre-built program: a clone child gets its own copy of it at the fork
-// (no CLONE_VM) and writes only there, and this process never writes it
-// after making it, so no sandbox sees another's call. One area instead of
-// ~200 KB allocated and zeroed per pre-built sandbox (str serve's CPU).
-var sharedCallArea = sync.OnceValue(newCallArea)
-
-func newCallArea() *callArea {
-	c := &callArea{}
+// init points the area's message at its own buffers: once, when its
+// mapping is made (a child writes only the buffers and the counts).
+func (c *callArea) init() {
 	c.iov.Base = &c.buf[0]
 	c.iov.SetLen(len(c.buf))
 	c.msg.Iov = &c.iov
 	c.msg.Iovlen = 1
 	c.msg.Control = &c.cmsg[0]
-	return c
 }
 
 // EncodeCall is a call's message for a pre-built direct sandbox.

@@ -10,19 +10,18 @@ import (
 )
 
 // The runtime's fork hooks, as package syscall uses them around its own
-// fork-and-exec child: BeforeFork blocks signals and keeps the stack from
-// growing, AfterForkInChild resets the runtime's signal handlers and
-// restores the mask in the child, AfterFork undoes BeforeFork in the
-// parent.
+// fork-and-exec child: BeforeFork blocks signals (the child starts with
+// every signal blocked) and keeps the stack from growing, AfterFork
+// undoes it in the parent. The child does not call the runtime's
+// AfterForkInChild: it writes the runtime's own state, which a CLONE_VM
+// child shares with the launcher; resetSignals does its part with raw
+// calls.
 //
 //go:linkname beforeFork syscall.runtime_BeforeFork
 func beforeFork()
 
 //go:linkname afterFork syscall.runtime_AfterFork
 func afterFork()
-
-//go:linkname afterForkInChild syscall.runtime_AfterForkInChild
-func afterForkInChild()
 
 // cloneArgs is the kernel's struct clone_args (clone3).
 type cloneArgs struct {
@@ -36,29 +35,27 @@ type cloneArgs struct {
 // byte on sync[1] (DirectFiles.Sync's write end) lets it go on. On error the child, if any, is killed
 // and reaped.
 //
-// Between the fork and the execve the child runs only the program's raw
-// system calls on memory prepared before the fork (child): it may not
-// allocate, grow its stack or take a lock, as Go's own fork-and-exec
-// child; the fork is under syscall.ForkLock, as Go's, so no descriptor
-// is half-made while it happens.
+// Between the clone and the execve the child runs only the program's raw
+// system calls on memory prepared before the clone (child), on its own
+// stack and sharing the launcher's memory where CloneSharesMemory: it
+// may not allocate, grow its stack, take a lock or use the runtime, as
+// Go's own fork-and-exec child; the clone is under syscall.ForkLock, as
+// Go's fork, so no descriptor is half-made while it happens.
 func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func(pid int) error) (int, error) {
 	args := &cloneArgs{flags: uint64(cloneFlags), exitSignal: uint64(unix.SIGCHLD)}
 	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
 		args.cgroup = uint64(cgroupFD)
 	}
+	// The mask the tool starts with: the launcher's threads' own (each
+	// runs with the one the process started with), as Go's child
+	// restores it.
+	if _, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_BLOCK, 0, uintptr(unsafe.Pointer(&p.sigmask)), 8, 0, 0); e != 0 {
+		return 0, fmt.Errorf("rt_sigprocmask: %w", e)
+	}
 	syscall.ForkLock.Lock()
 	beforeFork()
-	var r1 uintptr
-	var e syscall.Errno
-	if cgroupFD >= 0 {
-		r1, _, e = syscall.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(args)), unsafe.Sizeof(*args), 0)
-	} else {
-		r1, _, e = syscall.RawSyscall6(unix.SYS_CLONE, cloneFlags|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
-	}
-	if e == 0 && r1 == 0 {
-		p.child() // never returns
-	}
+	r1, e := p.clone(cloneFlags, args)
 	afterFork()
 	syscall.ForkLock.Unlock()
 	if e != 0 {
@@ -95,7 +92,7 @@ var emptyPath = [1]byte{}
 //go:nosplit
 //go:norace
 func (p *Program) child() {
-	afterForkInChild()
+	p.resetSignals()
 	for i := 0; i < len(p.ops); i++ {
 		o := &p.ops[i]
 		if o.cond != noSlot && p.slots[o.cond&(maxSlots-1)] != 0 {
@@ -196,6 +193,34 @@ func (p *Program) child() {
 	// The last operation is the execve: reaching here means a program
 	// without one.
 	p.fail(len(p.ops)-1, uintptr(unix.ENOEXEC), exitSetup)
+}
+
+// resetSignals is the child's first step: every signal the launcher
+// catches back to SIG_DFL (one it ignores stays ignored, as execve keeps
+// it), then the launcher's mask in place of beforeFork's all-blocked
+// one. Until then no signal is delivered, so no handler of the
+// launcher's ever runs in the child (with CLONE_VM it would run on the
+// launcher's memory). The tool then starts with what Go's own
+// fork-and-exec child gives it: the launcher's mask, default actions
+// but for the ignored signals.
+//
+//go:nosplit
+//go:norace
+func (p *Program) resetSignals() {
+	for sig := uintptr(1); sig <= 64; sig++ {
+		if sig == uintptr(unix.SIGKILL) || sig == uintptr(unix.SIGSTOP) {
+			continue
+		}
+		p.sigact[0] = 0 // SIG_DFL
+		if _, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&p.sigact)), uintptr(unsafe.Pointer(&p.sigold)), 8, 0, 0); e != 0 {
+			continue
+		}
+		if p.sigold[0] == 1 { // it was SIG_IGN: put it back
+			p.sigact[0] = 1
+			syscall.RawSyscall6(unix.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&p.sigact)), 0, 8, 0, 0)
+		}
+	}
+	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&p.sigmask)), 0, 8, 0, 0)
 }
 
 // resolve is lookPath on prepared C strings: the first candidate that
