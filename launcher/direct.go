@@ -119,6 +119,8 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 		return writeIDMaps(pid, s.plan)
 	})
 	if err != nil {
+		// Start reaped the child, if there was one: its memory is free.
+		prog.Release()
 		fail(cloneErr("clone init", err))
 		return
 	}

@@ -53,9 +53,12 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 	if _, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_BLOCK, 0, uintptr(unsafe.Pointer(&p.sigmask)), 8, 0, 0); e != 0 {
 		return 0, fmt.Errorf("rt_sigprocmask: %w", e)
 	}
+	// Everything the clone needs is computed before beforeFork: from
+	// there to afterFork no function with a stack check may run.
+	top := p.mem.stackTop()
 	syscall.ForkLock.Lock()
 	beforeFork()
-	r1, e := p.clone(cloneFlags, args)
+	r1, e := p.clone(cloneFlags, args, top)
 	afterFork()
 	syscall.ForkLock.Unlock()
 	if e != 0 {

@@ -22,7 +22,7 @@ var childEntryFn = childEntry
 const CloneSharesMemory = true
 
 // clone is L4's clone on linux/amd64: CLONE_VM, the child on its own
-// stack (childMem). No copy of the launcher's memory is made: the
+// stack (childMem; top is its initial stack pointer). No copy of the launcher's memory is made: the
 // clone costs no page-table copy, and the launcher's later writes no
 // copy-on-write fault (with a resident launcher's pre-built sandboxes
 // waiting, those were most of its CPU per call). The child writes only
@@ -33,8 +33,7 @@ const CloneSharesMemory = true
 //
 //go:nosplit
 //go:norace
-func (p *Program) clone(flags uintptr, args *cloneArgs) (uintptr, syscall.Errno) {
-	top := p.mem.stackTop()
+func (p *Program) clone(flags uintptr, args *cloneArgs, top uintptr) (uintptr, syscall.Errno) {
 	entry := **(**uintptr)(unsafe.Pointer(&childEntryFn))
 	if args.flags&unix.CLONE_INTO_CGROUP != 0 {
 		args.flags |= unix.CLONE_VM

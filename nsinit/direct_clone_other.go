@@ -15,12 +15,13 @@ import (
 const CloneSharesMemory = false
 
 // clone is L4's clone where no CLONE_VM entry is written: a fork, the
-// child on the calling goroutine's stack (its own copy). Called between
+// child on the calling goroutine's stack (its own copy; the childMem
+// stack is not used). Called between
 // beforeFork and afterFork: no stack check.
 //
 //go:nosplit
 //go:norace
-func (p *Program) clone(flags uintptr, args *cloneArgs) (uintptr, syscall.Errno) {
+func (p *Program) clone(flags uintptr, args *cloneArgs, _ uintptr) (uintptr, syscall.Errno) {
 	var r1 uintptr
 	var e syscall.Errno
 	if args.flags&unix.CLONE_INTO_CGROUP != 0 {

@@ -11,8 +11,8 @@ import (
 // childMem is the memory a direct sandbox's clone child has for itself:
 // the stack it runs on (above a guard page) and the area a pre-built
 // sandbox's call arrives in. On linux/amd64 the child shares the
-// launcher's address space until its execve (CLONE_VM, see
-// cloneChild), so everything it writes must be its own: this mapping,
+// launcher's address space until its execve (CLONE_VM, see clone
+// in direct_clone_amd64.go), so everything it writes must be its own: this mapping,
 // and its Program's slots and buffers; nothing of another sandbox's.
 //
 // Mappings are reused once Release has run (the child has executed the
