@@ -139,13 +139,16 @@ func lockCgroup(id string) (*cgroupLock, error) {
 	// and our flock finds it unlocked and removes it: our lock would then
 	// be on a file nobody else can find, and a later sweep would take the
 	// cgroup for a dead launcher's. So the lock counts only while its
-	// file is still linked; a removed one is created again.
+	// file is still linked; a removed one is created again. The flock
+	// waits: the file is new (O_EXCL), so the only other holder can be
+	// such a sweep, for the moment it takes to remove it (a LOCK_NB
+	// failed then, EWOULDBLOCK, and a worker refused to start).
 	for range 3 {
 		f, err := os.OpenFile(filepath.Join(dir, id), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
 			return nil, &statedir.Error{Dir: dir, Err: err}
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if err := flockEINTR(int(f.Fd())); err != nil {
 			f.Close()
 			return nil, err
 		}
@@ -160,6 +163,15 @@ func lockCgroup(id string) (*cgroupLock, error) {
 		f.Close()
 	}
 	return nil, fmt.Errorf("lock file %s was removed under us three times (a sweep of another str process)", filepath.Join(dir, id))
+}
+
+// flockEINTR takes fd's exclusive lock, waiting for it.
+func flockEINTR(fd int) error {
+	for {
+		if err := unix.Flock(fd, unix.LOCK_EX); err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 func (l *cgroupLock) release() {

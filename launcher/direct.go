@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/securetoolruntime/str/nsinit"
@@ -126,16 +127,19 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	}
 	closeFiles(childEnds)
 	closeFiles(trees)
-	if s.proc, err = os.FindProcess(pid); err != nil {
-		// Not reached on Linux (FindProcess always succeeds); kill the
-		// child by its pid rather than leave it unwatched.
+	// The child's pidfd (its pid cannot be reused before this process
+	// reaps it): signals go through it, and the poller waits on it.
+	pidfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
 		unix.Kill(pid, unix.SIGKILL)
+		reap(pid)
 		s.reportR.Close()
-		s.startErr = cloneErr("watch the child", err)
+		s.startErr = cloneErr("watch the child (pidfd_open)", err)
 		s.release()
 		close(s.started)
 		return
 	}
+	s.pid, s.pidfd = pid, os.NewFile(uintptr(pidfd), "pidfd")
 	if s.ids != nil {
 		s.ids.record(pid)
 	}
@@ -154,7 +158,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	}()
 	stopCtx := context.AfterFunc(s.ctx, func() { s.interrupt() })
 
-	s.procState, s.waitErr = s.proc.Wait()
+	s.procState, s.waitErr = s.waitDirect()
 	s.reaped(stopCtx)
 	<-reportDone
 	s.copiers.Wait()
@@ -178,6 +182,52 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	// The program is done with: the child ran it (its own copy) and its
 	// failure, if any, was read at the report socket's EOF.
 	s.prog.Release()
+}
+
+// waitDirect reaps the direct child: its pidfd becomes readable when it
+// exits, then wait4 (WNOHANG) takes its status and resource usage. The
+// poller waits, so no thread blocks in a wait while the tool runs (one
+// per sandbox otherwise, in a worker or str serve with many).
+func (s *Sandbox) waitDirect() (*exitState, error) {
+	defer s.pidfd.Close()
+	rc, err := s.pidfd.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	st := &exitState{}
+	var werr error
+	err = rc.Read(func(uintptr) bool {
+		for {
+			wpid, e := syscall.Wait4(s.pid, &st.ws, syscall.WNOHANG, &st.ru)
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e != nil:
+				werr = e
+				return true
+			case wpid == 0:
+				return false // still running: wait for the pidfd
+			}
+			return true
+		}
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wait4 %d: %w", s.pid, err)
+	}
+	return st, nil
+}
+
+// reap waits for pid, a child killed before it was watched.
+func reap(pid int) {
+	var ws unix.WaitStatus
+	for {
+		if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+			return
+		}
+	}
 }
 
 // childStdio is the file the child gets as descriptor i (0-2) for std, a

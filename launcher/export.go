@@ -53,10 +53,10 @@ func (s *Sandbox) Pid() int {
 	default:
 		return 0
 	}
-	if s.startErr != nil || s.proc == nil {
+	if s.startErr != nil {
 		return 0
 	}
-	return s.proc.Pid
+	return s.pid
 }
 
 func isAbsClean(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }

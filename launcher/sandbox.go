@@ -43,11 +43,13 @@ type Sandbox struct {
 	// compiled into prog at Start (nsinit.Program; L4), not in str-init.
 	direct            bool
 	prog              *nsinit.Program
-	proc              *os.Process      // the child: the init, then the tool
-	procState         *os.ProcessState // its wait status, once reaped
-	copiers           sync.WaitGroup   // a direct sandbox's stdio copies (a Request's non-file Stdin/Stdout/Stderr)
-	initFile          *os.File         // the init's executable (initExe; shared, never closed)
-	initCopy          bool             // initFile is the cached copy (initbin.Cached), not the memfd
+	proc              *os.Process    // str-init's child: the init, then the tool
+	pid               int            // the child's pid: the init, then the tool
+	pidfd             *os.File       // a direct sandbox's child (pidfd_open, non-blocking: the poller waits on it)
+	procState         *exitState     // its wait status, once reaped
+	copiers           sync.WaitGroup // a direct sandbox's stdio copies (a Request's non-file Stdin/Stdout/Stderr)
+	initFile          *os.File       // the init's executable (initExe; shared, never closed)
+	initCopy          bool           // initFile is the cached copy (initbin.Cached), not the memfd
 	configR, configW  *os.File
 	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
@@ -386,7 +388,8 @@ func (s *Sandbox) run() {
 	}
 	s.mark(phaseClone)
 	s.proc = s.cmd.Process
-	pid := s.proc.Pid
+	s.pid = s.proc.Pid
+	pid := s.pid
 	if s.ids != nil {
 		s.ids.record(pid)
 	}
@@ -416,7 +419,14 @@ func (s *Sandbox) run() {
 	stopCtx := context.AfterFunc(s.ctx, func() { s.interrupt() })
 
 	s.waitErr = s.cmd.Wait()
-	s.procState = s.cmd.ProcessState
+	if ps := s.cmd.ProcessState; ps != nil {
+		st := &exitState{}
+		st.ws, _ = ps.Sys().(syscall.WaitStatus)
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			st.ru = *ru
+		}
+		s.procState = st
+	}
 	s.reaped(stopCtx)
 	<-reportDone
 	s.mark(phaseRun)
@@ -509,23 +519,37 @@ func (s *Sandbox) readReports() {
 	// copied (copy-on-write) while its pre-built children waited.
 	buf := make([]byte, 1024)
 	oob := make([]byte, unix.CmsgSpace(4*64))
-	fd := int(s.reportR.Fd())
+	rc, err := s.reportR.SyscallConn()
+	if err != nil {
+		return
+	}
 	for {
-		size, _, _, _, err := unix.Recvmsg(fd, buf[:1], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		if size > len(buf) {
-			buf = make([]byte, size)
-		}
-		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || (n == 0 && oobn == 0) {
+		// One message: its length (a peek), then the message itself; the
+		// poller waits while there is none (EAGAIN), no thread blocks.
+		var n, oobn int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			size, _, _, _, e := unix.Recvmsg(int(fd), buf[:1], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+			for e == unix.EINTR {
+				size, _, _, _, e = unix.Recvmsg(int(fd), buf[:1], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+			}
+			if e == unix.EAGAIN {
+				return false // none yet: the poller waits
+			}
+			if e != nil {
+				rerr = e
+				return true
+			}
+			if size > len(buf) {
+				buf = make([]byte, size)
+			}
+			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+			for rerr == unix.EINTR {
+				n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+			}
+			return true
+		})
+		if err != nil || rerr != nil || (n == 0 && oobn == 0) {
 			return
 		}
 		var fds []int
@@ -539,16 +563,21 @@ func (s *Sandbox) readReports() {
 			}
 		}
 		var ev nsinit.Event
+		direct := false
 		if s.prog != nil {
 			// A direct sandbox's child reports a failure as one binary
-			// record: the operation's index and the errno.
+			// record (the operation's index and the errno), and its
+			// listeners as one fixed record the program names.
 			if se, ok := s.prog.Failure(buf[:n]); ok {
 				closeFDs(fds)
 				s.events = append(s.events, nsinit.Event{Type: "error", Error: se})
 				continue
 			}
+			if ls, ok := s.prog.Listeners(buf[:n]); ok {
+				ev, direct = nsinit.Event{Type: "listeners", Listeners: ls}, true
+			}
 		}
-		if json.Unmarshal(buf[:n], &ev) != nil {
+		if !direct && json.Unmarshal(buf[:n], &ev) != nil {
 			closeFDs(fds)
 			continue
 		}
@@ -584,13 +613,40 @@ func closeFDs(fds []int) {
 	}
 }
 
-// seqpacketPair is the report socket: ours (read) and the init's (write).
+// seqpacketPair is the report socket: ours (read; non-blocking, so the
+// runtime's poller waits on it and no thread blocks in a recvmsg while
+// the tool runs) and the init's (write; blocking, its own open file).
 func seqpacketPair() (ours, theirs *os.File, err error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
 	return os.NewFile(uintptr(fds[0]), "report"), os.NewFile(uintptr(fds[1]), "report-init"), nil
+}
+
+// exitState is the child's wait status and resource usage once reaped.
+type exitState struct {
+	ws syscall.WaitStatus
+	ru syscall.Rusage
+}
+
+// signal sends sig to the sandbox's PID 1 while it is not reaped (s.mu
+// held, s.exited false): through its pidfd (direct), or os.Process
+// (str-init's child), so never to a pid reused since.
+func (s *Sandbox) signal(sig syscall.Signal) {
+	switch {
+	case s.pidfd != nil:
+		if rc, err := s.pidfd.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _ = unix.PidfdSendSignal(int(fd), sig, nil, 0) })
+		}
+	case s.proc != nil:
+		_ = s.proc.Signal(sig)
+	}
 }
 
 // interrupt is a cancellation: SIGINT to the tool (PID 1 of the sandbox:
@@ -602,9 +658,7 @@ func (s *Sandbox) interrupt() {
 		return
 	}
 	s.cancelled = true
-	if s.proc != nil {
-		_ = s.proc.Signal(syscall.SIGINT)
-	}
+	s.signal(syscall.SIGINT)
 	s.mu.Unlock()
 	select {
 	case <-s.finished:
@@ -624,9 +678,7 @@ func (s *Sandbox) kill(why *bool) {
 		*why = true
 	}
 	s.killed = true
-	if s.proc != nil {
-		_ = s.proc.Signal(syscall.SIGKILL)
-	}
+	s.signal(syscall.SIGKILL)
 	if s.cg != nil {
 		_ = s.cg.Kill()
 	}
@@ -781,7 +833,7 @@ func (s *Sandbox) Call(argv, env []string, stdio [nsinit.CallFDs]*os.File, timeo
 	if err == nil {
 		werr := rc.Write(func(fd uintptr) bool {
 			err = unix.Sendmsg(int(fd), data, unix.UnixRights(fds[:]...), nil, 0)
-			return true
+			return err != unix.EAGAIN // no room yet (the socket is non-blocking): the poller waits
 		})
 		if err == nil {
 			err = werr
@@ -826,19 +878,15 @@ func (s *Sandbox) collect() *Result {
 	// The child is the init until its execve and the tool after it: its
 	// wait status is the tool's (or the init's 125/126/127 after an error).
 	if ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
-			switch {
-			case ws.Signaled():
-				r.Signal = int(ws.Signal())
-				r.ExitCode = 128 + r.Signal
-			case ws.Exited():
-				r.ExitCode = ws.ExitStatus()
-			}
+		switch ws := ps.ws; {
+		case ws.Signaled():
+			r.Signal = int(ws.Signal())
+			r.ExitCode = 128 + r.Signal
+		case ws.Exited():
+			r.ExitCode = ws.ExitStatus()
 		}
-		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			r.CPUTimeMs = float64(time.Duration(ru.Utime.Nano()+ru.Stime.Nano())) / 1e6
-			r.PeakMemoryBytes = ru.Maxrss * 1024
-		}
+		r.CPUTimeMs = float64(time.Duration(ps.ru.Utime.Nano()+ps.ru.Stime.Nano())) / 1e6
+		r.PeakMemoryBytes = ps.ru.Maxrss * 1024
 	}
 	if r.Signal != 0 {
 		r.SignalName = unix.SignalName(syscall.Signal(r.Signal))

@@ -2,7 +2,6 @@ package nsinit
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -56,7 +55,8 @@ type Program struct {
 	// (SetCallTool): a failure names it, as str-init's would.
 	callTool atomic.Pointer[string]
 
-	keep []any // every buffer an operation points into
+	keep   []any      // every buffer an operation points into
+	listen []Listener // the listeners its "listeners" record hands over, in order
 
 	// The child's own stack and call area (childMem), and what it
 	// resets the signals with: the launcher's thread mask, read before
@@ -103,6 +103,11 @@ const (
 // failureMagic starts every failure record: a JSON event never starts
 // with a NUL byte.
 var failureMagic = [8]byte{0, 's', 't', 'r', 'f', 'a', 'i', 'l'}
+
+// listenersRecord is a direct child's "listeners" event: these 8 bytes
+// with the listeners' descriptors (SCM_RIGHTS), in the plan's order
+// (Program.Listeners names them).
+var listenersRecord = [8]byte{0, 's', 't', 'r', 'l', 's', 't', 'n'}
 
 // slotID names one of a Program's slots.
 type slotID uint16
@@ -997,11 +1002,10 @@ func (b *builder) listeners(ls []Listener) {
 			b.sys(opDesc{action: d.action, path: d.path, prefix: fmt.Sprintf("listener %s: listen %s: ", l.Name, l.Addr)}, unix.SYS_LISTEN, 1, noSlot, uintptr(fds[i]), 128)
 		}
 	}
-	ev, err := json.Marshal(event{Type: "listeners", Listeners: ls})
-	if err != nil {
-		b.fail(err)
-		return
-	}
+	// The event is one fixed record, not JSON: the launcher that compiled
+	// the program knows the listeners' names and order (Listeners).
+	ev := listenersRecord[:]
+	b.p.listen = ls
 	oob := unix.UnixRights(make([]int, len(ls))...)
 	hd := opDesc{action: "hand over egress listeners", path: "report socket", detail: "SCM_RIGHTS"}
 	for i := range ls {
@@ -1047,6 +1051,16 @@ func (p *Program) Failure(msg []byte) (*StepError, bool) {
 	return se, true
 }
 
+// Listeners names the descriptors of a message read from the report
+// socket when it is this program's "listeners" record: the plan's
+// listeners, in the order the child sent them.
+func (p *Program) Listeners(msg []byte) ([]Listener, bool) {
+	if len(msg) != len(listenersRecord) || [8]byte(msg) != listenersRecord || p.listen == nil {
+		return nil, false
+	}
+	return p.listen, true
+}
+
 // callToolName stands for a pre-built sandbox's argv[0] in its
 // operations' descriptions until SetCallTool names it.
 const callToolName = "the call's argv[0]"
@@ -1076,7 +1090,7 @@ func (p *Program) Release() {
 	if p.mem != nil {
 		putChildMem(p.mem)
 	}
-	p.ops, p.descs, p.keep, p.mem, p.call = nil, nil, nil, nil, nil
+	p.ops, p.descs, p.keep, p.mem, p.call, p.listen = nil, nil, nil, nil, nil, nil
 }
 
 // Len is how many operations the program has.

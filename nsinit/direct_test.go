@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -265,5 +266,55 @@ func TestRootEntries(t *testing.T) {
 	want := "/ /a /a/b /bin /etc /etc/rw"
 	if strings.Join(got, " ") != want {
 		t.Errorf("root entries %q, want %q", got, want)
+	}
+}
+
+// TestProgramListeners: a direct child hands its egress listeners over as
+// one fixed record (sent by the program's sendmsg, its descriptors in the
+// plan's order), which only that program's Listeners names; JSON events
+// and failure records are not it.
+func TestProgramListeners(t *testing.T) {
+	cfg := directConfig()
+	p, err := CompileDirect(cfg, directFiles(t), 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	sends := 0
+	for i, o := range p.ops {
+		if o.kind == opSys && o.nr == unix.SYS_SENDMSG {
+			sends++
+			if p.descs[i].step != StepLoopback {
+				t.Errorf("operation %d sends at step %v, want %v", i, p.descs[i].step, StepLoopback)
+			}
+		}
+	}
+	var msgs []string
+	for _, k := range p.keep {
+		if m, ok := k.(*unix.Msghdr); ok {
+			msgs = append(msgs, string(unsafe.Slice(m.Iov.Base, m.Iov.Len)))
+		}
+	}
+	if sends != 1 || len(msgs) != 1 || msgs[0] != string(listenersRecord[:]) {
+		t.Fatalf("%d sendmsg operations sending %q, want one sending the listeners record", sends, msgs)
+	}
+	ls, ok := p.Listeners(listenersRecord[:])
+	if !ok || len(ls) != len(cfg.Listen) || ls[0] != cfg.Listen[0] || ls[1] != cfg.Listen[1] {
+		t.Fatalf("Listeners = %+v, %v; want %+v", ls, ok, cfg.Listen)
+	}
+	for _, msg := range [][]byte{[]byte(`{"type":"listeners","listeners":[]}`), failureMagic[:], append(listenersRecord[:], 0)} {
+		if _, ok := p.Listeners(msg); ok {
+			t.Errorf("Listeners(%q) names listeners", msg)
+		}
+	}
+	c := directConfig()
+	c.Listen = nil
+	q, err := CompileDirect(c, directFiles(t), 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Release()
+	if _, ok := q.Listeners(listenersRecord[:]); ok {
+		t.Error("a program without listeners names some")
 	}
 }
