@@ -3,6 +3,7 @@ package nsinit
 import (
 	"os"
 	"regexp"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,7 +15,7 @@ const MapperArgv0 = "str-id-mapper"
 
 // mapperPath is the only kind of path the mapper opens: a process's uid
 // or gid map in the host's /proc.
-var mapperPath = regexp.MustCompile(`^/proc/[1-9][0-9]{0,9}/(uid_map|gid_map)$`)
+var mapperPath = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^/proc/[1-9][0-9]{0,9}/(uid_map|gid_map)$`) })
 
 // MapperMain serves the launcher on descriptor 3 (a SOCK_SEQPACKET
 // socket): each message is a path, answered 'k' with the file opened
@@ -35,7 +36,7 @@ func MapperMain() {
 			os.Exit(0)
 		}
 		path := string(buf[:n])
-		if !mapperPath.MatchString(path) {
+		if !mapperPath().MatchString(path) {
 			_ = unix.Sendmsg(3, []byte{'e'}, nil, nil, 0)
 			continue
 		}

@@ -3,6 +3,7 @@ package seccomp
 import (
 	"fmt"
 	"runtime"
+	"sync"
 )
 
 // Audit architecture values (linux/audit.h) of the architectures this
@@ -24,12 +25,12 @@ const (
 type archSpec struct {
 	name     string // GOARCH: "amd64", "arm64"
 	audit    uint32
-	syscalls map[string]int32
+	syscalls func() map[string]int32 // built on first use: not at every str process's start
 }
 
 var (
-	archAMD64 = archSpec{"amd64", AuditArchX86_64, syscallsAMD64}
-	archARM64 = archSpec{"arm64", AuditArchAArch64, syscallsARM64}
+	archAMD64 = archSpec{"amd64", AuditArchX86_64, sync.OnceValue(syscallsAMD64)}
+	archARM64 = archSpec{"arm64", AuditArchAArch64, sync.OnceValue(syscallsARM64)}
 
 	// supportedArches are the architectures str runs on; policies name
 	// syscalls of either, and every one is compiled ahead of time.
@@ -49,7 +50,7 @@ func native() (archSpec, error) {
 // resolve returns the number of syscall name on a; ok is false when the
 // syscall does not exist there (open on arm64).
 func (a archSpec) resolve(name string) (int32, bool) {
-	nr, ok := a.syscalls[name]
+	nr, ok := a.syscalls()[name]
 	return nr, ok
 }
 

@@ -71,11 +71,11 @@ func TestSyscallTableMatchesLibseccomp(t *testing.T) {
 	for _, a := range supportedArches {
 		want := libseccompTable(t, a)
 		for name, nr := range want {
-			if got, ok := a.syscalls[name]; !ok || got != nr {
+			if got, ok := a.syscalls()[name]; !ok || got != nr {
 				t.Errorf("%s: %s is %d in libseccomp, %d (present %v) in syscalls.go: go generate ./seccomp", a.name, name, nr, got, ok)
 			}
 		}
-		for name, nr := range a.syscalls {
+		for name, nr := range a.syscalls() {
 			if _, ok := want[name]; !ok {
 				t.Errorf("%s: %s (%d) is in syscalls.go but not in libseccomp %s: go generate ./seccomp", a.name, name, nr, libseccompVersion())
 			}
@@ -103,11 +103,11 @@ func writeSyscallTable(t *testing.T) {
 		}
 		sort.Slice(names, func(i, j int) bool { return table[names[i]] < table[names[j]] })
 		fmt.Fprintf(&b, "// %s are the syscall numbers of %s, by name.\n", a.v, a.name)
-		fmt.Fprintf(&b, "var %s = map[string]int32{\n", a.v)
+		fmt.Fprintf(&b, "func %s() map[string]int32 {\n\treturn map[string]int32{\n", a.v)
 		for _, n := range names {
-			fmt.Fprintf(&b, "\t%q: %d,\n", n, table[n])
+			fmt.Fprintf(&b, "\t\t%q: %d,\n", n, table[n])
 		}
-		b.WriteString("}\n\n")
+		b.WriteString("\t}\n}\n\n")
 	}
 	src, err := format.Source(b.Bytes())
 	if err != nil {

@@ -467,10 +467,10 @@ func TestDispatchFarJumps(t *testing.T) {
 		t.Fatal(err)
 	}
 	var names []string
-	for n := range arch.syscalls {
+	for n := range arch.syscalls() {
 		names = append(names, n)
 	}
-	sort.Slice(names, func(i, j int) bool { return arch.syscalls[names[i]] < arch.syscalls[names[j]] })
+	sort.Slice(names, func(i, j int) bool { return arch.syscalls()[names[i]] < arch.syscalls()[names[j]] })
 	p := &Policy{Version: 1, Name: "far-jumps", Description: "long argument blocks",
 		DefaultAction: Action{Kind: ActionErrno, Errno: "ENOSYS"}}
 	for i, n := range names[:40] {
@@ -497,7 +497,7 @@ func TestDispatchFarJumps(t *testing.T) {
 	for i := 0; i < 20000; i++ {
 		d := Data{Arch: arch.audit, Nr: int32(rng.IntN(1100))}
 		if rng.IntN(2) == 0 {
-			d.Nr = arch.syscalls[names[rng.IntN(45)]]
+			d.Nr = arch.syscalls()[names[rng.IntN(45)]]
 		}
 		k := uint64(rng.IntN(45))
 		d.Args[0] = k<<20 + uint64(rng.IntN(3)) - 1
