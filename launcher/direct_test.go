@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -186,3 +187,56 @@ func TestDirectChildMemory(t *testing.T) {
 
 // kcmpVM is the kernel's KCMP_VM (include/uapi/linux/kcmp.h).
 const kcmpVM = 1
+
+// TestDirectSandboxesHoldNoThread: running direct sandboxes hold no
+// thread of the launcher each. Their clones come from nsinit's one
+// cloner thread (the parent-death signal follows that thread, which
+// lives as long as the process), and the report socket and the child's
+// pidfd are waited on by the runtime's poller: a worker or str serve
+// with many sandboxes does not grow a locked thread per sandbox.
+func TestDirectSandboxesHoldNoThread(t *testing.T) {
+	if os.Geteuid() != 0 {
+		mustwork.Skip(t, "a root-mode sandbox (leased ids, cgroups) needs root")
+	}
+	l, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := func() int {
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^Threads:\s+(\d+)`).FindSubmatch(b)
+		n, _ := strconv.Atoi(string(m[1]))
+		return n
+	}
+	var boxes []*Sandbox
+	defer func() {
+		for _, s := range boxes {
+			s.Kill()
+			s.Wait()
+		}
+	}()
+	start := func() {
+		s, err := l.Create(context.Background(), Request{Profile: "restrictive", Argv: []string{"/bin/sleep", "60"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		boxes = append(boxes, s)
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One sandbox first: the cloner's thread, and any other a setup
+	// needs, exist before the count starts.
+	start()
+	before := threads()
+	const n = 16
+	for range n {
+		start()
+	}
+	if grew := threads() - before; grew >= n/2 {
+		t.Fatalf("%d running sandboxes added %d threads to the launcher (a locked thread each would add %d)", n, grew, n)
+	}
+}

@@ -330,11 +330,15 @@ func (s *Sandbox) Start() error {
 	return s.startErr
 }
 
-// run owns the locked OS thread that forks the child and stays alive until
-// the child is reaped (Pdeathsig is tied to that thread).
+// run is the sandbox's life from L3 to L8. For str-init's child it owns
+// the locked OS thread that forks it and stays alive until it is reaped
+// (Pdeathsig is tied to that thread); a direct child is cloned by
+// nsinit's cloner thread, which lives as long as the process.
 func (s *Sandbox) run() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if !s.direct {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	defer close(s.finished)
 
 	// L3. The bind sources, cloned on the host now (root mode): after

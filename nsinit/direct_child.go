@@ -3,6 +3,8 @@ package nsinit
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -53,14 +55,10 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 	if _, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_BLOCK, 0, uintptr(unsafe.Pointer(&p.sigmask)), 8, 0, 0); e != 0 {
 		return 0, fmt.Errorf("rt_sigprocmask: %w", e)
 	}
-	// Everything the clone needs is computed before beforeFork: from
-	// there to afterFork no function with a stack check may run.
-	top := p.mem.stackTop()
-	syscall.ForkLock.Lock()
-	beforeFork()
-	r1, e := p.clone(cloneFlags, args, top)
-	afterFork()
-	syscall.ForkLock.Unlock()
+	r := &cloneReq{p: p, flags: cloneFlags, args: args, top: p.mem.stackTop(), done: make(chan struct{})}
+	cloner() <- r
+	<-r.done
+	r1, e := r.r1, r.e
 	if e != 0 {
 		return 0, fmt.Errorf("clone: %w", e)
 	}
@@ -81,6 +79,44 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 	}
 	return pid, nil
 }
+
+// cloneReq is one clone for the cloner: its program, flags, clone_args
+// and the child's stack top (everything computed before beforeFork: from
+// there to afterFork no function with a stack check may run), and the
+// result.
+type cloneReq struct {
+	p     *Program
+	flags uintptr
+	args  *cloneArgs
+	top   uintptr
+	r1    uintptr
+	e     syscall.Errno
+	done  chan struct{}
+}
+
+// cloner is the goroutine that makes every direct sandbox's clone, locked
+// to its OS thread for the life of the process. A child's parent-death
+// signal (PR_SET_PDEATHSIG, armed in L4's child half) follows the thread
+// that cloned it, not the process; Go ends a thread only when a
+// goroutine exits while locked to it, and this one never exits, so the
+// thread lives as long as the launcher, and a sandbox's own goroutines
+// need no thread of their own (one locked thread per running sandbox
+// before). The clone is under syscall.ForkLock, as Go's own fork.
+var cloner = sync.OnceValue(func() chan<- *cloneReq {
+	c := make(chan *cloneReq)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		for r := range c {
+			syscall.ForkLock.Lock()
+			beforeFork()
+			r.r1, r.e = r.p.clone(r.flags, r.args, r.top)
+			afterFork()
+			syscall.ForkLock.Unlock()
+			close(r.done)
+		}
+	}()
+	return c
+})
 
 // emptyPath is "" as a C string.
 var emptyPath = [1]byte{}
