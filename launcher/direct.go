@@ -133,6 +133,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	if err != nil {
 		unix.Kill(pid, unix.SIGKILL)
 		reap(pid)
+		prog.Release() // the child is gone: its memory is free
 		s.reportR.Close()
 		s.startErr = cloneErr("watch the child (pidfd_open)", err)
 		s.release()

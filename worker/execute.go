@@ -83,6 +83,8 @@ type outcome struct {
 // runTask executes t and answers it: reply published, delivery acked,
 // work dir removed, in that order.
 func (s *Server) runTask(t *task) {
+	s.idle.begin()
+	defer s.idle.end()
 	defer s.forget(t)
 	defer t.cancel(nil)
 	var out outcome

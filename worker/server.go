@@ -80,6 +80,9 @@ type Server struct {
 
 	// pool holds pre-started sandboxes (pool.go); nil = none.
 	pool *warmPool
+	// idle gives the memory of a burst of calls back once none has run
+	// for a while (idle.go).
+	idle *idleTrim
 	// probe checks that the broker still delivers (probe.go); nil = off.
 	probe *prober
 	// out publishes the answers the receive loop gives (outbox.go).
@@ -183,6 +186,7 @@ func New(opts Options) (*Server, error) {
 		execCtx: execCtx, execStop: execStop,
 		replyCtx: replyCtx, replyStop: replyStop,
 		limiter:  newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
+		idle:     newIdleTrim(idleTrimAfter, freeOSMemory),
 		toolsSem: make(chan struct{}, maxToolsRepliesInFlight),
 		replays:  newReplayGuard(),
 		auth:     auth,
@@ -1115,6 +1119,7 @@ func (s *Server) shutdown() {
 		lost.Stop()
 	}
 	s.stopTools()
+	s.idle.stop()
 	// 4. every pooled sandbox gone and its work area removed; the queued
 	// rejections (outbox.go), notices and init replies sent (init.go),
 	// each path waiting at most replyShutdownWindow for the broker.
