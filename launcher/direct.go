@@ -113,7 +113,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 			cgroupFD = fd
 		}
 	}
-	pid, err := prog.Start(s.plan.CloneFlags, cgroupFD, files.Sync, func(pid int) error {
+	pid, pidfd, err := prog.Start(s.plan.CloneFlags, cgroupFD, files.Sync, func(pid int) error {
 		if s.req.RecordNamespaces {
 			s.namespaces = readNamespaces(pid) // the child is waiting, alive
 		}
@@ -127,19 +127,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	}
 	closeFiles(childEnds)
 	closeFiles(trees)
-	// The child's pidfd (its pid cannot be reused before this process
-	// reaps it): signals go through it, and the poller waits on it.
-	pidfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		unix.Kill(pid, unix.SIGKILL)
-		reap(pid)
-		prog.Release() // the child is gone: its memory is free
-		s.reportR.Close()
-		s.startErr = cloneErr("watch the child (pidfd_open)", err)
-		s.release()
-		close(s.started)
-		return
-	}
+	// The child's pidfd: signals go through it, and the poller waits on it.
 	s.pid, s.pidfd = pid, os.NewFile(uintptr(pidfd), "pidfd")
 	if s.ids != nil {
 		s.ids.record(pid)
@@ -219,16 +207,6 @@ func (s *Sandbox) waitDirect() (*exitState, error) {
 		return nil, fmt.Errorf("wait4 %d: %w", s.pid, err)
 	}
 	return st, nil
-}
-
-// reap waits for pid, a child killed before it was watched.
-func reap(pid int) {
-	var ws unix.WaitStatus
-	for {
-		if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
-			return
-		}
-	}
 }
 
 // childStdio is the file the child gets as descriptor i (0-2) for std, a

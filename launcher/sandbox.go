@@ -516,11 +516,11 @@ func (s *Sandbox) startClock() {
 func (s *Sandbox) readReports() {
 	defer s.reportR.Close()
 	// A buffer of its own per sandbox, not a pooled one (pooled, the
-	// worker's RSS grew ~14 % over TestSoak's minute), and sized to each
-	// message: a peek with MSG_TRUNC tells a message's length, so the
-	// few events of a sandbox need one small buffer. A 256 KiB buffer
-	// made per sandbox zeroed 64 pages that a resident launcher then
-	// copied (copy-on-write) while its pre-built children waited.
+	// worker's RSS grew ~14 % over TestSoak's minute), grown to each
+	// message's length (recvMessage), so the few events of a sandbox need
+	// one small buffer. A 256 KiB buffer made per sandbox zeroed 64 pages
+	// that a resident launcher then copied (copy-on-write) while its
+	// pre-built children waited.
 	buf := make([]byte, 1024)
 	oob := make([]byte, unix.CmsgSpace(4*64))
 	rc, err := s.reportR.SyscallConn()
@@ -528,32 +528,8 @@ func (s *Sandbox) readReports() {
 		return
 	}
 	for {
-		// One message: its length (a peek), then the message itself; the
-		// poller waits while there is none (EAGAIN), no thread blocks.
-		var n, oobn int
-		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
-			size, _, _, _, e := unix.Recvmsg(int(fd), buf[:1], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
-			for e == unix.EINTR {
-				size, _, _, _, e = unix.Recvmsg(int(fd), buf[:1], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
-			}
-			if e == unix.EAGAIN {
-				return false // none yet: the poller waits
-			}
-			if e != nil {
-				rerr = e
-				return true
-			}
-			if size > len(buf) {
-				buf = make([]byte, size)
-			}
-			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
-			for rerr == unix.EINTR {
-				n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
-			}
-			return true
-		})
-		if err != nil || rerr != nil || (n == 0 && oobn == 0) {
+		n, oobn, _, err := recvMessage(rc, &buf, oob, maxReportMessage)
+		if err != nil || (n == 0 && oobn == 0) {
 			return
 		}
 		var fds []int
@@ -631,6 +607,41 @@ func seqpacketPair() (ours, theirs *os.File, err error) {
 		return nil, nil, err
 	}
 	return os.NewFile(uintptr(fds[0]), "report"), os.NewFile(uintptr(fds[1]), "report-init"), nil
+}
+
+// maxReportMessage is the longest report-socket message read whole (a
+// longer one is truncated, and then no event).
+const maxReportMessage = 256 << 10
+
+// recvMessage reads one message of a non-blocking SOCK_SEQPACKET socket
+// through rc: its length first (MSG_PEEK|MSG_TRUNC gives it whole), then
+// the message into *buf, grown to that length, at most limit bytes; the
+// runtime's poller waits while there is none. flags has MSG_TRUNC or
+// MSG_CTRUNC for a message cut short.
+func recvMessage(rc syscall.RawConn, buf *[]byte, oob []byte, limit int) (n, oobn, flags int, err error) {
+	var rerr error
+	recv := func(fd int, p, oob []byte, how int) {
+		for {
+			n, oobn, flags, _, rerr = unix.Recvmsg(fd, p, oob, how)
+			if rerr != unix.EINTR {
+				return
+			}
+		}
+	}
+	if err = rc.Read(func(fd uintptr) bool {
+		recv(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if rerr != nil {
+			return rerr != unix.EAGAIN // none yet: the poller waits
+		}
+		if want := min(max(n, 1), limit); want > len(*buf) {
+			*buf = make([]byte, want)
+		}
+		recv(int(fd), *buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	}); err == nil {
+		err = rerr
+	}
+	return n, oobn, flags, err
 }
 
 // exitState is the child's wait status and resource usage once reaped.

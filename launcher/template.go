@@ -1649,25 +1649,9 @@ func recvJSON(f *os.File, v any, d time.Duration, creds bool) (int, int, error) 
 		return 0, 0, err
 	}
 	var buf []byte
-	var n, oobn, flags int
-	var rerr error
-	if err := raw.Read(func(fd uintptr) bool {
-		// The message's size first (MSG_PEEK|MSG_TRUNC returns it whole
-		// on a SOCK_SEQPACKET socket), then the message into a buffer of
-		// that size, at most maxTemplateMessage.
-		var size int
-		size, _, _, _, rerr = unix.Recvmsg(int(fd), nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
-		if rerr != nil {
-			return rerr != unix.EAGAIN
-		}
-		buf = make([]byte, min(max(size, 1), maxTemplateMessage))
-		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
-		return rerr != unix.EAGAIN
-	}); err != nil {
+	n, oobn, flags, err := recvMessage(raw, &buf, oob, maxTemplateMessage)
+	if err != nil {
 		return 0, 0, err
-	}
-	if rerr != nil {
-		return 0, 0, rerr
 	}
 	pid := 0
 	if oobn > 0 {

@@ -261,10 +261,10 @@ func (b *builder) sys(d opDesc, nr uintptr, slotArgs uint8, out slotID, a ...uin
 // rlimits by resource (the child inherits them at the fork).
 func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (*Program, error) {
 	p, err := compileDirect(cfg, f, lastCap, hardLimit)
-	if err != nil && p != nil {
-		p.Release()
-	}
 	if err != nil {
+		if p != nil {
+			p.Release() // its child memory and lists, for the next program
+		}
 		return nil, err
 	}
 	return p, nil

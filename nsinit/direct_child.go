@@ -33,9 +33,11 @@ type cloneArgs struct {
 // Start is launcher step L4 for a Program: it clones the child with
 // cloneFlags (into the cgroup v2 directory cgroupFD with
 // CLONE_INTO_CGROUP when it is >= 0), which runs the program and never
-// returns; then, in the launcher, maps writes the child's id maps and one
-// byte on sync[1] (DirectFiles.Sync's write end) lets it go on. On error the child, if any, is killed
-// and reaped.
+// returns; then, in the launcher, it opens the child's pidfd
+// (non-blocking, close-on-exec: the launcher watches and signals the
+// child through it), maps writes the child's id maps and one byte on
+// sync[1] (DirectFiles.Sync's write end) lets it go on. On error the
+// child, if any, is killed and reaped.
 //
 // Between the clone and the execve the child runs only the program's raw
 // system calls on memory prepared before the clone (child), on its own
@@ -43,7 +45,7 @@ type cloneArgs struct {
 // may not allocate, grow its stack, take a lock or use the runtime, as
 // Go's own fork-and-exec child; the clone is under syscall.ForkLock, as
 // Go's fork, so no descriptor is half-made while it happens.
-func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func(pid int) error) (int, error) {
+func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func(pid int) error) (pid, pidfd int, err error) {
 	args := &cloneArgs{flags: uint64(cloneFlags), exitSignal: uint64(unix.SIGCHLD)}
 	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
@@ -53,21 +55,25 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 	// runs with the one the process started with), as Go's child
 	// restores it.
 	if _, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_BLOCK, 0, uintptr(unsafe.Pointer(&p.sigmask)), 8, 0, 0); e != 0 {
-		return 0, fmt.Errorf("rt_sigprocmask: %w", e)
+		return 0, -1, fmt.Errorf("rt_sigprocmask: %w", e)
 	}
 	r := &cloneReq{p: p, flags: cloneFlags, args: args, top: p.mem.stackTop(), done: make(chan struct{})}
 	cloner() <- r
 	<-r.done
-	r1, e := r.r1, r.e
-	if e != 0 {
-		return 0, fmt.Errorf("clone: %w", e)
+	if r.e != 0 {
+		return 0, -1, fmt.Errorf("clone: %w", r.e)
 	}
-	pid := int(r1)
-	err := maps(pid)
-	if err == nil {
+	// Its pid cannot be reused before this process reaps it.
+	pid = int(r.r1)
+	if pidfd, err = unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err != nil {
+		pidfd, err = -1, fmt.Errorf("pidfd_open: %w", err)
+	} else if err = maps(pid); err == nil {
 		_, err = unix.Write(sync[1], []byte{1})
 	}
 	if err != nil {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
 		unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
 		for {
@@ -75,9 +81,9 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 				break
 			}
 		}
-		return 0, err
+		return 0, -1, err
 	}
-	return pid, nil
+	return pid, pidfd, nil
 }
 
 // cloneReq is one clone for the cloner: its program, flags, clone_args

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -73,6 +72,3 @@ func (t *idleTrim) stop() {
 		t.timer.Stop()
 	}
 }
-
-// freeOSMemory is idleTrim's trim in a worker.
-func freeOSMemory() { debug.FreeOSMemory() }

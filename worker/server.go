@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,7 +187,7 @@ func New(opts Options) (*Server, error) {
 		execCtx: execCtx, execStop: execStop,
 		replyCtx: replyCtx, replyStop: replyStop,
 		limiter:  newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),
-		idle:     newIdleTrim(idleTrimAfter, freeOSMemory),
+		idle:     newIdleTrim(idleTrimAfter, debug.FreeOSMemory),
 		toolsSem: make(chan struct{}, maxToolsRepliesInFlight),
 		replays:  newReplayGuard(),
 		auth:     auth,
