@@ -170,6 +170,32 @@ func TestSlowSubscriberByteBound(t *testing.T) {
 	}
 }
 
+// TestRemoveStaleTokenFile: the port's token file goes when it is a
+// regular file; a missing one is no error; anything else is refused, not
+// removed.
+func TestRemoveStaleTokenFile(t *testing.T) {
+	t.Setenv("STR_STATE_DIR", t.TempDir())
+	path := DefaultTokenFile(7)
+	if err := WriteTokenFile(path, NewToken()); err != nil {
+		t.Fatal(err)
+	}
+	if got, removed, err := RemoveStaleTokenFile(7); err != nil || !removed || got != path {
+		t.Fatalf("RemoveStaleTokenFile = %q, %v, %v; want %q, true, nil", got, removed, err, path)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale token file still there: %v", err)
+	}
+	if _, removed, err := RemoveStaleTokenFile(7); err != nil || removed {
+		t.Fatalf("no file: removed %v, %v", removed, err)
+	}
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, removed, err := RemoveStaleTokenFile(7); err == nil || removed || !strings.Contains(err.Error(), path) {
+		t.Fatalf("a directory in its place: removed %v, %v", removed, err)
+	}
+}
+
 func TestTokenFile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "str")
 	path := filepath.Join(dir, "broker-1.token")

@@ -145,6 +145,30 @@ func RemoveTokenFile(path, token string) error {
 	return nil
 }
 
+// RemoveStaleTokenFile removes the token file named by port
+// (DefaultTokenFile) when it is a regular file, and says whether it did. A
+// broker without a token (--anonymous) calls it once it has bound port: a
+// file there was left by an earlier broker on the same port that died
+// without removing it (SIGKILL), and would tell clients a token that no
+// live broker holds. $DEV_BROKER_TOKEN_FILE is not touched: that path is
+// the operator's, not the port's.
+func RemoveStaleTokenFile(port int) (string, bool, error) {
+	path := DefaultTokenFile(port)
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return path, false, nil
+	case err != nil:
+		return path, false, fmt.Errorf("devbroker: stale token file: %w", err)
+	case !fi.Mode().IsRegular():
+		return path, false, fmt.Errorf("devbroker: stale token file %s is not a regular file (mode %v); remove it", path, fi.Mode())
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return path, false, fmt.Errorf("devbroker: remove stale token file: %w", err)
+	}
+	return path, true, nil
+}
+
 // tokenEqual compares in constant time (for equal lengths), so response
 // timing does not reveal how much of a guess was right.
 func tokenEqual(a, b string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -105,6 +106,18 @@ func cmdBroker(args []string) int {
 		defer broker.RemoveTokenFile(path, opts.Token)
 		log.Info("dev broker listening", "addr", srv.Addr().String(), "token_file", path)
 	} else {
+		// No token: a token file named by this port is a dead broker's
+		// (killed before it could remove it); clients would send its token.
+		if a, ok := srv.Addr().(*net.TCPAddr); ok {
+			path, removed, err := broker.RemoveStaleTokenFile(a.Port)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "str broker: %v\n", err)
+				return 1
+			}
+			if removed {
+				log.Warn("removed a stale token file left by an earlier broker on this port", "token_file", path)
+			}
+		}
 		log.Warn("dev broker listening WITHOUT authentication (--anonymous): anyone who can connect can read and forge every message",
 			"addr", srv.Addr().String())
 	}

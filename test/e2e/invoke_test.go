@@ -283,10 +283,18 @@ func TestBrokerRequiresToken(t *testing.T) {
 		t.Fatalf("wrong token file: exit %d\nstderr: %s", code, p.stderr)
 	}
 
-	// --anonymous: no token file, and any CONNECT is accepted.
-	aport, alog := startStrBroker(t, "--anonymous")
+	// --anonymous: no token file, and any CONNECT is accepted. A token
+	// file a dead broker left on its port (SIGKILLed, so it could not
+	// remove it) is removed: clients would send a token no broker holds.
+	aport := freePort(t)
+	must(t, broker.WriteTokenFile(broker.DefaultTokenFile(aport), broker.NewToken()))
+	t.Cleanup(func() { os.Remove(broker.DefaultTokenFile(aport)) })
+	_, alog := startStrBroker(t, "--anonymous", "--listen", "127.0.0.1:"+strconv.Itoa(aport))
 	if _, err := os.Stat(broker.TokenFileFor(aport)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("anonymous broker's token file: %v", err)
+	}
+	if !strings.Contains(alog.String(), "removed a stale token file") {
+		t.Errorf("anonymous broker did not report the stale token file it removed:\n%s", alog)
 	}
 	if r := rawCONNECT(t, aport, `{"cmd": "CONNECT", "client_id": "reference-client", "subscriptions": []}`); r["status"] != "OK" {
 		t.Fatalf("anonymous broker refused a CONNECT: %v", r)
