@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
@@ -102,7 +104,22 @@ var (
 // bad ("error": what one-shot str run would say about it).
 type ResidentError struct {
 	Refused bool
-	Msg     string
+	// Untrusted: the socket's listener is not root, so it is not a str
+	// serve (which runs only as root); it was sent nothing.
+	Untrusted bool
+	Msg       string
+}
+
+// ResidentSocketName is the resident launcher's socket in the state
+// directory (DefaultResidentSocket).
+const ResidentSocketName = "serve.sock"
+
+// DefaultResidentSocket is where str serve listens and str run looks when
+// neither is told another socket: serve.sock in the state directory
+// (/run/str/serve.sock for root). The entry stub spells the same rule
+// (cmd/str/fast_linux_amd64.s).
+func DefaultResidentSocket(getenv func(string) string) string {
+	return filepath.Join(statedir.Dir(getenv), ResidentSocketName)
 }
 
 func (e *ResidentError) Error() string { return e.Msg }
@@ -206,6 +223,13 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 		return nil, fmt.Errorf("%w: %s: %w", ErrNoResident, socket, err)
 	}
 	defer c.Close()
+	// The listener must be root: str serve runs only as root, and
+	// anything else listening there (a socket planted in a directory the
+	// caller did not check) gets neither the request nor the caller's
+	// stdio. SO_PEERCRED gives the listener's credentials as of listen().
+	if uid, err := peerUID(c); err != nil || uid != 0 {
+		return nil, &ResidentError{Untrusted: true, Msg: untrustedMsg(socket, uid, err)}
+	}
 	req.Version = ResidentVersion
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -248,6 +272,30 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 		return nil, &ResidentError{Msg: rep.Reason}
 	}
 	return nil, fmt.Errorf("resident launcher %s: unknown reply %q", socket, rep.Type)
+}
+
+// peerUID is the uid SO_PEERCRED reports for c's peer.
+func peerUID(c *net.UnixConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	var cred *unix.Ucred
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return -1, err
+	}
+	if gerr != nil {
+		return -1, gerr
+	}
+	return int(cred.Uid), nil
+}
+
+func untrustedMsg(socket string, uid int, err error) string {
+	if err != nil {
+		return fmt.Sprintf("resident launcher %s: SO_PEERCRED: %v", socket, err)
+	}
+	return fmt.Sprintf("resident launcher %s: the listener is uid %d, not root: not a str serve", socket, uid)
 }
 
 func errOr(err, fallback error) error {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/internal/syncbuf"
+	"github.com/securetoolruntime/str/launcher"
 	"golang.org/x/sys/unix"
 )
 
@@ -233,6 +235,11 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	work := filepath.Join(tmp, "w") // bwrap's --bind W W --chdir W
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return 1, err
+	}
+	// The one-shot rows run str run as users type it: a resident launcher
+	// it would find by itself would serve them instead.
+	if sock := benchFoundResident(); sock != "" {
+		return 1, fmt.Errorf("a resident launcher listens on %s, which str run uses by itself: the one-shot rows would be served by it; stop it for the run (systemctl stop str-serve)", sock)
 	}
 	prog := newBenchProgress(stderr)
 	defer prog.end()
@@ -1279,4 +1286,23 @@ func (st *benchState) stopServe() {
 		<-st.served
 	}
 	st.serve = nil
+}
+
+// benchFoundResident is the socket str run would use without --serve
+// ($STR_SERVE_SOCKET, else the default) when something listens there,
+// else "".
+func benchFoundResident() string {
+	sock, ok := os.LookupEnv("STR_SERVE_SOCKET")
+	if !ok {
+		sock = launcher.DefaultResidentSocket(os.Getenv)
+	}
+	if sock == "" {
+		return ""
+	}
+	c, err := net.Dial("unixpacket", sock)
+	if err != nil {
+		return ""
+	}
+	c.Close()
+	return sock
 }

@@ -58,10 +58,14 @@
 #define SYS_connect 42
 #define SYS_sendto 44
 #define SYS_sendmsg 46
+#define SYS_getsockopt 55
+#define SYS_geteuid 107
 #define SYS_exit_group 231
 #define SYS_signalfd4 289
 
 #define AF_UNIX 1
+#define SOL_SOCKET 1
+#define SO_PEERCRED 17
 #define SOCK_SEQPACKET_CLOEXEC 0x80005
 #define SFD_CLOEXEC 0x80000
 #define MSG_NOSIGNAL 0x4000
@@ -93,8 +97,21 @@ DATA	envnames<>+0(SB)/8, $"STR_SERV"
 DATA	envnames<>+8(SB)/8, $"E_SOCKET"
 DATA	envnames<>+16(SB)/8, $"=\x00STR_PR"
 DATA	envnames<>+24(SB)/8, $"OFILE_DI"
-DATA	envnames<>+32(SB)/4, $"R=\x00\x00"
-GLOBL	envnames<>(SB), RODATA|NOPTR, $36
+DATA	envnames<>+32(SB)/8, $"R=\x00STR_S"
+DATA	envnames<>+40(SB)/8, $"TATE_DIR"
+DATA	envnames<>+48(SB)/2, $"=\x00"
+DATA	envnames<>+50(SB)/1, $"\x00"
+GLOBL	envnames<>(SB), RODATA|NOPTR, $51
+
+// The default socket (launcher.DefaultResidentSocket): root's, and the
+// name under $STR_STATE_DIR.
+DATA	rootsock<>+0(SB)/8, $"/run/str"
+DATA	rootsock<>+8(SB)/8, $"/serve.s"
+DATA	rootsock<>+16(SB)/4, $"ock\x00"
+GLOBL	rootsock<>(SB), RODATA|NOPTR, $20
+DATA	sockname<>+0(SB)/8, $"/serve.s"
+DATA	sockname<>+8(SB)/4, $"ock\x00"
+GLOBL	sockname<>(SB), RODATA|NOPTR, $12
 
 DATA	empty<>+0(SB)/1, $"\x00"
 GLOBL	empty<>(SB), RODATA|NOPTR, $1
@@ -130,7 +147,9 @@ GLOBL	badreply2<>(SB), RODATA|NOPTR, $13
 
 // The stub's state.
 GLOBL	opts<>(SB), NOPTR, $24      // --serve, --profile, --timeout values (0: not given)
-GLOBL	envvals<>(SB), NOPTR, $16   // $STR_SERVE_SOCKET, $STR_PROFILE_DIR (0: unset)
+GLOBL	envvals<>(SB), NOPTR, $24   // $STR_SERVE_SOCKET, $STR_PROFILE_DIR, $STR_STATE_DIR (0: unset)
+GLOBL	defsock<>(SB), NOPTR, $112  // $STR_STATE_DIR/serve.sock
+GLOBL	cred<>(SB), NOPTR, $16      // struct ucred (pid, uid, gid), then its length
 GLOBL	head<>(SB), NOPTR, $32      // the request's first strings, 0-terminated list
 GLOBL	st<>(SB), NOPTR, $64        // 0 socket fd, 8 signalfd, 16 cancelled, 24 socket path, 32 old signal mask, 40 signal set, 56 address length
 GLOBL	addr<>(SB), NOPTR, $112     // sockaddr_un
@@ -309,13 +328,65 @@ envdone:
 	JNE	gopath
 
 socketname:
-	// The socket: --serve, else $STR_SERVE_SOCKET; "" is none.
+	// The socket: --serve, else $STR_SERVE_SOCKET ("" is none for both),
+	// else the default.
 	MOVQ	opts<>+0(SB), SI
 	TESTQ	SI, SI
 	JNE	sockpath
 	MOVQ	envvals<>+0(SB), SI
 	TESTQ	SI, SI
+	JNE	sockpath
+	// The default, as launcher.DefaultResidentSocket: serve.sock in the
+	// state directory, which is $STR_STATE_DIR when set and not empty
+	// (filepath.Clean of it: a value Clean would change is the Go
+	// path's), else root's /run/str, else (not root) the Go path's.
+	MOVQ	envvals<>+16(SB), SI
+	TESTQ	SI, SI
+	JEQ	rootdefault
+	CMPB	0(SI), $0
+	JEQ	rootdefault
+	CMPB	0(SI), $'/'
+	JNE	gopath // relative: str refuses it (statedir.Check)
+	LEAQ	defsock<>(SB), DI
+	XORQ	CX, CX
+
+statecopy:
+	MOVBLZX	(SI)(CX*1), AX
+	TESTB	AL, AL
+	JEQ	statedone
+	CMPB	AL, $'/'
+	JNE	statestore
+	// "//", "/." ("/./", "/../", or a dot name: taken as Clean might
+	// change it) and a trailing '/' are the Go path's.
+	MOVBLZX	1(SI)(CX*1), DX
+	CMPB	DL, $'/'
 	JEQ	gopath
+	CMPB	DL, $'.'
+	JEQ	gopath
+	TESTB	DL, DL
+	JEQ	gopath
+
+statestore:
+	MOVB	AL, (DI)(CX*1)
+	INCQ	CX
+	CMPQ	CX, $96
+	JGT	gopath // with "/serve.sock", longer than sun_path holds
+	JMP	statecopy
+
+statedone:
+	MOVQ	sockname<>+0(SB), AX
+	MOVQ	AX, (DI)(CX*1)
+	MOVL	sockname<>+8(SB), AX
+	MOVL	AX, 8(DI)(CX*1)
+	MOVQ	DI, SI
+	JMP	sockpath
+
+rootdefault:
+	MOVQ	$SYS_geteuid, AX
+	SYSCALL
+	TESTQ	AX, AX
+	JNE	gopath
+	LEAQ	rootsock<>(SB), SI
 
 sockpath:
 	CMPB	0(SI), $0
@@ -421,6 +492,25 @@ copied:
 	SYSCALL
 	CMPQ	AX, $0
 	JLT	undosocket
+	// The listener must be root (launcher.CallResident's check: str
+	// serve runs only as root, and nothing else is sent the request or
+	// the caller's stdio): SO_PEERCRED, the listener's credentials as of
+	// its listen(). Anything else, or no answer, is the Go path's, which
+	// asks again and says why it runs one-shot.
+	MOVL	$12, cred<>+12(SB)
+	MOVQ	R8, R9 // the request's length, kept across the call
+	MOVQ	$SYS_getsockopt, AX
+	MOVQ	st<>+0(SB), DI
+	MOVQ	$SOL_SOCKET, SI
+	MOVQ	$SO_PEERCRED, DX
+	LEAQ	cred<>(SB), R10
+	LEAQ	cred<>+12(SB), R8
+	SYSCALL
+	MOVQ	R9, R8
+	CMPQ	AX, $0
+	JNE	undosocket
+	CMPL	cred<>+4(SB), $0
+	JNE	undosocket
 
 	// 3. The cancelling signals: blocked, read from a signalfd.
 	MOVQ	$CANCEL_SIGNALS, st<>+40(SB)

@@ -68,7 +68,8 @@ func cmdRun(args []string) int {
 	var credFlags credentialFlags
 	credFlags.register(fs)
 	resultPath := fs.String("result", "", "write the result JSON to `PATH` (- for stdout, after the command's output)")
-	serveSocket := fs.String("serve", os.Getenv("STR_SERVE_SOCKET"), "run through the resident launcher (str serve) listening on `SOCKET` when it is reachable and the request is poolable; else one-shot (default $STR_SERVE_SOCKET)")
+	serveSocket := fs.String("serve", "", "run through the resident launcher (str serve) listening on `SOCKET` when it is reachable and the request is poolable; else one-shot (default $STR_SERVE_SOCKET if set, else serve.sock in the state directory: /run/str/serve.sock for root; \"\" for none)")
+	oneShot := fs.Bool("one-shot", false, "never use a resident launcher")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -140,18 +141,22 @@ func cmdRun(args []string) int {
 	// poolable (no binds, no work dir, the server's own profiles); it
 	// answers "not poolable" for anything its pre-built sandboxes cannot
 	// honour, and then, or when nothing listens, the run is one-shot.
-	if *serveSocket != "" && len(req.Binds) == 0 && req.Workdir == "" && *profileDir == "" {
+	socket := residentSocket(fs, *serveSocket, *oneShot)
+	if socket != "" && len(req.Binds) == 0 && req.Workdir == "" && *profileDir == "" {
 		rreq := launcher.ResidentRequest{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Environ: os.Environ(),
 			Timeout: req.Timeout, Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
-		res, err := launcher.CallResident(ctx, *serveSocket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
+		res, err := launcher.CallResident(ctx, socket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
+		var re *launcher.ResidentError
 		switch {
 		case err == nil:
 			return finishRun(res, *resultPath)
 		case errors.Is(err, launcher.ErrNoResident), errors.Is(err, launcher.ErrNotPoolable):
 			// one-shot below
-		case isRefused(err):
+		case errors.As(err, &re) && re.Refused:
 			// The caller may still run one-shot with its own privileges.
 			fmt.Fprintln(os.Stderr, "str run: warning: the resident launcher refused this caller; running one-shot:", err)
+		case errors.As(err, &re) && re.Untrusted:
+			fmt.Fprintln(os.Stderr, "str run: warning: not using this socket; running one-shot:", err)
 		default:
 			fmt.Fprintln(os.Stderr, "str run:", err)
 			return exitLauncher
@@ -212,7 +217,23 @@ func writeResult(path string, res *launcher.Result) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
-func isRefused(err error) bool {
-	var re *launcher.ResidentError
-	return errors.As(err, &re) && re.Refused
+// residentSocket is the resident launcher's socket str run tries first,
+// "" for none: none with --one-shot; else --serve when given ("" is
+// none); else $STR_SERVE_SOCKET when set (empty is none); else the
+// default (launcher.DefaultResidentSocket), which is simply not there on
+// a host without str serve. The entry stub (fast_linux_amd64.s) picks
+// the same socket.
+func residentSocket(fs *flag.FlagSet, serve string, oneShot bool) string {
+	if oneShot {
+		return ""
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "serve" })
+	if given {
+		return serve
+	}
+	if s, ok := os.LookupEnv("STR_SERVE_SOCKET"); ok {
+		return s
+	}
+	return launcher.DefaultResidentSocket(os.Getenv)
 }

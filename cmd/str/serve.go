@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,14 +15,16 @@ import (
 
 	"github.com/securetoolruntime/str/internal/jsonlog"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/statedir"
 )
 
-const serveUsageSummary = `usage: str serve --socket PATH [flags]
+const serveUsageSummary = `usage: str serve [--socket PATH] [flags]
 
 Keeps --pool sandboxes per served profile pre-built (namespaces, mounts,
 cgroup, host ids: everything up to the tool's own steps), each waiting for
-one call, and serves ` + "`str run --serve PATH`" + ` (or STR_SERVE_SOCKET=PATH) with
-them: the caller's argv, environment and stdio go to a waiting sandbox,
+one call, and serves ` + "`str run`" + ` with them (the default socket, in str's state
+directory, is where str run looks by itself; another is named to str run with
+--serve PATH or STR_SERVE_SOCKET=PATH): the caller's argv, environment and stdio go to a waiting sandbox,
 whose init then runs the same last steps as a one-shot run. Root only.
 Callers are checked with SO_PEERCRED: root, --allow-uid and members of
 --allow-group. A request the pre-built sandboxes cannot honour (binds, a
@@ -34,7 +37,7 @@ flags:
 func cmdServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, serveUsageSummary); fs.PrintDefaults() }
-	socket := fs.String("socket", "", "the socket's `PATH` (created root:GROUP 0660 with --allow-group, 0600 without; 0666 with --allow-uid, where SO_PEERCRED alone decides)")
+	socket := fs.String("socket", "", "the socket's `PATH` (default serve.sock in the state directory, where str run looks by itself: /run/str/serve.sock; created root:GROUP 0660 with --allow-group, 0600 without; 0666 with --allow-uid, where SO_PEERCRED alone decides)")
 	profilesFlag := fs.String("profiles", "restrictive,standard", "the served profiles, comma-separated")
 	pool := fs.Int("pool", 2, "pre-built sandboxes per profile")
 	idle := fs.Duration("idle", launcher.DefaultResidentIdle, "a pre-built sandbox not called within this is replaced")
@@ -49,7 +52,18 @@ func cmdServe(args []string) int {
 	}
 	var bad []error
 	if *socket == "" {
-		bad = append(bad, errors.New("--socket is required"))
+		// The default: the state directory's, made (0700) if missing.
+		dir := statedir.Dir(os.Getenv)
+		err := statedir.Check(os.Getenv)
+		if err == nil {
+			if err = os.MkdirAll(dir, 0o700); err != nil {
+				err = &statedir.Error{Dir: dir, Err: err}
+			}
+		}
+		if err != nil {
+			bad = append(bad, err)
+		}
+		*socket = launcher.DefaultResidentSocket(os.Getenv)
 	}
 	if fs.NArg() > 0 {
 		bad = append(bad, fmt.Errorf("unexpected arguments %q", fs.Args()))
@@ -119,6 +133,9 @@ func cmdServe(args []string) int {
 	}()
 	start := time.Now()
 	fmt.Fprintf(os.Stderr, "str serve: %s: profiles %s, %d pre-built each\n", *socket, strings.Join(opts.Profiles, ","), *pool)
+	if (len(opts.AllowUIDs) > 0 || opts.AllowGID >= 0) && !othersReach(*socket) {
+		fmt.Fprintf(os.Stderr, "str serve: warning: --allow-uid/--allow-group: a directory above %s lets only root through; name a socket others can reach (--socket) and tell their str run (STR_SERVE_SOCKET)\n", *socket)
+	}
 	err = r.Serve()
 	r.Close()
 	_ = os.Remove(*socket)
@@ -128,4 +145,19 @@ func cmdServe(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "str serve: stopped after %s\n", time.Since(start).Round(time.Second))
 	return 0
+}
+
+// othersReach reports whether every directory above path lets others
+// search it (x for group or others), so that a caller other than root can
+// reach the socket at all.
+func othersReach(path string) bool {
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o011 == 0 {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/test/internal/strbuild"
 )
 
@@ -403,5 +404,93 @@ func TestFastPathServerGone(t *testing.T) {
 	want := "no reply: EOF"
 	if fast.goStarted || fast.Exit != 125 || fast.Exit != slow.Exit || fast.Stderr != slow.Stderr || !strings.Contains(fast.Stderr, want) {
 		t.Errorf("server gone: fast path exit %d stderr %q (Go started %v), Go path exit %d stderr %q; want 125 and %q from both", fast.Exit, fast.Stderr, fast.goStarted, slow.Exit, slow.Stderr, want)
+	}
+}
+
+// fakeListener listens on a SOCK_SEQPACKET socket at path as uid 65534
+// (not root, so not a str serve) and logs the bytes each accepted
+// connection brought before its peer closed it.
+func fakeListener(t *testing.T, path string) (log func() []string) {
+	t.Helper()
+	needRoot(t)
+	const script = `
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1]); s.listen(8)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    n = 0
+    while True:
+        b = c.recv(1 << 20)
+        if not b:
+            break
+        n += len(b)
+    c.close()
+    print("conn", n, flush=True)
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", script, path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	out := &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if !eventually(30*time.Second, func() bool { return strings.Contains(out.String(), "listening") }) {
+		t.Fatalf("the fake listener did not start: %s", out.String())
+	}
+	return func() []string {
+		var conns []string
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(l, "conn ") {
+				conns = append(conns, l)
+			}
+		}
+		return conns
+	}
+}
+
+// TestResidentListenerMustBeRoot: a socket whose listener is not root is
+// not a str serve. The stub and the Go path each connect, see the
+// listener's uid (SO_PEERCRED) and send nothing, neither the request nor
+// the caller's stdio; the Go path warns and runs one-shot. The socket is
+// the one named by --serve, and the default one under $STR_STATE_DIR
+// (the stub's rule for the default, as launcher.DefaultResidentSocket):
+// there the unknown profile ends the one-shot run before any sandbox (a
+// run with another state directory must not sweep this host's cgroups).
+func TestResidentListenerMustBeRoot(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("the entry stub is linux/amd64's")
+	}
+	dir := worldDir(t)
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(state, "serve.sock")
+	conns := fakeListener(t, sock)
+	const warn = "the listener is uid 65534, not root: not a str serve"
+
+	r := strExec(t, strBin, "", nil, "run", "--serve", sock, "--profile", "restrictive", "--", "/bin/echo", "ok")
+	if !r.goStarted || r.Exit != 0 || r.Stdout != "ok\n" || !strings.Contains(r.Stderr, warn) {
+		t.Errorf("--serve to a non-root listener: Go started %v, exit %d, stdout %q, stderr %q; want the Go path, one-shot, and %q", r.goStarted, r.Exit, r.Stdout, r.Stderr, warn)
+	}
+	r = strExec(t, strBin, "", []string{"STR_STATE_DIR=" + state}, "run", "--profile", "no-such-profile", "--", "/bin/true")
+	if !r.goStarted || r.Exit != 125 || !strings.Contains(r.Stderr, warn) || !strings.Contains(r.Stderr, sock) {
+		t.Errorf("the default socket under $STR_STATE_DIR: Go started %v, exit %d, stderr %q; want the Go path, its warning naming %s, exit 125 (no such profile)", r.goStarted, r.Exit, r.Stderr, sock)
+	}
+	// The stub and the Go path connected for each run, and sent nothing.
+	if !eventually(30*time.Second, func() bool { return len(conns()) >= 4 }) {
+		t.Fatalf("the fake listener saw %d connections, want 4 (stub and Go path, two runs): %q", len(conns()), conns())
+	}
+	for _, c := range conns() {
+		if c != "conn 0" {
+			t.Errorf("a non-root listener was sent something: %q", conns())
+			break
+		}
 	}
 }
