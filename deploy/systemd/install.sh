@@ -1,5 +1,6 @@
 #!/bin/sh
-# Installs the str worker as a systemd service, the steps of
+# Installs the str worker as a systemd service (and str serve's unit,
+# not enabled), the steps of
 # docs/deployment.md ("systemd"); test/systemd runs exactly this script.
 #
 #   deploy/systemd/install.sh BIN TOOLS_DIR
@@ -22,6 +23,8 @@ worker=$(dirname "$bin")/str-worker
 install -m 0755 "$bin" /usr/local/bin/str
 install -m 0755 "$worker" /usr/local/bin/str-worker
 install -m 0644 "$here/str-worker.service" /etc/systemd/system/str-worker.service
+# The resident launcher (optional: pre-built sandboxes for str run).
+install -m 0644 "$here/str-serve.service" /etc/systemd/system/str-serve.service
 
 # 2. Settings: the example on first install only (an operator's edits stay).
 #    0640: it holds the broker credentials.
@@ -46,3 +49,4 @@ install -d -m 0755 /sandbox /sam/artifacts
 
 systemctl daemon-reload
 echo "installed: edit /etc/str/worker.env, then: systemctl enable --now str-worker && str doctor"
+echo "optional, for str run: systemctl enable --now str-serve"

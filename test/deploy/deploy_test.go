@@ -472,12 +472,13 @@ func mebibytes(t *testing.T, q string) int {
 
 // ---- systemd -----------------------------------------------------------
 
-func TestSystemdUnit(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(root(t), "deploy", "systemd", "str-worker.service"))
+// systemdUnit reads deploy/systemd/NAME: section -> key -> values.
+func systemdUnit(t *testing.T, name string) map[string]map[string][]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root(t), "deploy", "systemd", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// section -> key -> values
 	unit := map[string]map[string][]string{}
 	section := ""
 	for i, raw := range strings.Split(string(data), "\n") {
@@ -490,34 +491,66 @@ func TestSystemdUnit(t *testing.T) {
 		default:
 			k, v, ok := strings.Cut(line, "=")
 			if !ok || section == "" {
-				t.Fatalf("str-worker.service:%d: %q is not KEY=VALUE in a section", i+1, line)
+				t.Fatalf("%s:%d: %q is not KEY=VALUE in a section", name, i+1, line)
 			}
 			unit[section][k] = append(unit[section][k], v)
 		}
 	}
-	svc := unit["Service"]
-	if svc == nil {
-		t.Fatal("no [Service] section")
+	if unit["Service"] == nil {
+		t.Fatalf("%s: no [Service] section", name)
 	}
-	if !slices.Equal(svc["Delegate"], []string{"yes"}) {
-		t.Errorf("Delegate = %v, want yes", svc["Delegate"])
-	}
-	if es := svc["ExecStart"]; len(es) != 1 || !slices.Equal(strings.Fields(es[0])[1:2], []string{"worker"}) ||
-		filepath.Base(strings.Fields(es[0])[0]) != "str" {
-		t.Errorf("ExecStart = %v, want one `.../str worker`", es)
-	}
-	// Options that make sandboxes impossible (measured under systemd by
-	// test/systemd, which tries each) must stay off.
-	for _, k := range []string{"ProtectKernelLogs", "ProtectKernelTunables", "ProtectControlGroups", "ProcSubset", "ProtectHostname"} {
-		if v, ok := svc[k]; ok && !slices.Equal(v, []string{"no"}) {
-			t.Errorf("%s=%v would forbid building sandboxes", k, v)
+	return unit
+}
+
+// TestSystemdUnit: the worker's unit and str serve's, each run by its
+// str subcommand with its cgroup subtree delegated, none of the settings
+// that make sandboxes impossible, /run/str kept when it stops (every str
+// process of the host shares it); str serve's hardening is exactly the
+// worker's (its unit says so, and test/systemd measured the worker's
+// setting by setting).
+func TestSystemdUnit(t *testing.T) {
+	units := map[string]map[string]map[string][]string{}
+	for name, sub := range map[string]string{"str-worker.service": "worker", "str-serve.service": "serve"} {
+		unit := systemdUnit(t, name)
+		units[sub] = unit
+		svc := unit["Service"]
+		if !slices.Equal(svc["Delegate"], []string{"yes"}) {
+			t.Errorf("%s: Delegate = %v, want yes", name, svc["Delegate"])
+		}
+		if es := svc["ExecStart"]; len(es) != 1 || !slices.Equal(strings.Fields(es[0])[1:2], []string{sub}) ||
+			filepath.Base(strings.Fields(es[0])[0]) != "str" {
+			t.Errorf("%s: ExecStart = %v, want one `.../str %s`", name, es, sub)
+		}
+		// Options that make sandboxes impossible (measured under systemd
+		// by test/systemd, which tries each) must stay off.
+		for _, k := range []string{"ProtectKernelLogs", "ProtectKernelTunables", "ProtectControlGroups", "ProcSubset", "ProtectHostname"} {
+			if v, ok := svc[k]; ok && !slices.Equal(v, []string{"no"}) {
+				t.Errorf("%s: %s=%v would forbid building sandboxes", name, k, v)
+			}
+		}
+		// Namespaces: a list of the kinds a sandbox uses, never "yes".
+		if v := svc["RestrictNamespaces"]; slices.Contains(v, "yes") || slices.Contains(v, "true") {
+			t.Errorf("%s: RestrictNamespaces=%v: the sandbox is made of namespaces", name, v)
+		}
+		for k, want := range map[string]string{"RuntimeDirectory": "str", "RuntimeDirectoryMode": "0700", "RuntimeDirectoryPreserve": "yes"} {
+			if !slices.Equal(svc[k], []string{want}) {
+				t.Errorf("%s: %s = %v, want %s (/run/str is every str process's)", name, k, svc[k], want)
+			}
+		}
+		if unit["Install"] == nil || len(unit["Install"]["WantedBy"]) == 0 {
+			t.Errorf("%s: no [Install] WantedBy", name)
 		}
 	}
-	// Namespaces: a list of the kinds a sandbox uses, never "yes".
-	if v := svc["RestrictNamespaces"]; slices.Contains(v, "yes") || slices.Contains(v, "true") {
-		t.Errorf("RestrictNamespaces=%v: the sandbox is made of namespaces", v)
-	}
-	if unit["Install"] == nil || len(unit["Install"]["WantedBy"]) == 0 {
-		t.Error("no [Install] WantedBy")
+	// The settings each unit has for itself; every other one the same.
+	own := map[string]bool{"Type": true, "Environment": true, "EnvironmentFile": true, "ExecStart": true, "KillMode": true,
+		"KillSignal": true, "TimeoutStopSec": true, "Restart": true, "RestartSec": true, "StateDirectory": true,
+		"ReadWritePaths": true, "UMask": true}
+	w, sv := units["worker"]["Service"], units["serve"]["Service"]
+	for _, pair := range [][2]map[string][]string{{w, sv}, {sv, w}} {
+		for k := range pair[0] {
+			if !own[k] && !slices.Equal(w[k], sv[k]) {
+				t.Errorf("%s: str-worker.service %v, str-serve.service %v: str serve's hardening must be the worker's", k, w[k], sv[k])
+			}
+		}
 	}
 }

@@ -23,7 +23,12 @@
 //	          MemoryDenyWriteExecute, not uid 0), the escape attempts and a
 //	          network-policy denial; the worker's capability bounding set
 //	          and no_new_privs are the unit's
-//	stop      systemctl stop: the worker drains and exits 0
+//	resident  systemctl start str-serve: a plain str run (no flag, no
+//	          environment) is served by it, on the entry stub, and
+//	          --one-shot is not
+//	stop      systemctl stop: the worker drains and exits 0; str-serve
+//	          still serves (the worker's stop keeps /run/str); stopped
+//	          too, it removes its socket and str run is one-shot, silently
 //	doctor    str doctor under every property of the unit (systemd-run)
 //	options   each hardening setting of the unit alone passes str doctor;
 //	          each one the unit leaves out fails it as its comment says
@@ -195,7 +200,8 @@ var lifecycle = map[string]bool{
 	"KillSignal": true, "TimeoutStopSec": true, "Restart": true, "RestartSec": true,
 }
 var base = map[string]bool{
-	"Delegate": true, "User": true, "StateDirectory": true, "RuntimeDirectory": true, "ReadWritePaths": true,
+	"Delegate": true, "User": true, "StateDirectory": true, "RuntimeDirectory": true, "RuntimeDirectoryMode": true,
+	"RuntimeDirectoryPreserve": true, "ReadWritePaths": true,
 	"UMask": true, "LimitNOFILE": true,
 }
 
@@ -230,6 +236,19 @@ func (h *host) doctor(props [][2]string) (string, error) {
 		argv = append(argv, "-p", p[0]+"="+p[1])
 	}
 	return h.run(append(argv, "/usr/local/bin/str", "doctor")...)
+}
+
+// strRun runs `str run ARGS... -- /bin/true` in the host and decodes the
+// result JSON it prints (--result -, after the tool's output).
+func (h *host) strRun(t *testing.T, args ...string) (res struct {
+	Resident bool `json:"resident"`
+}) {
+	t.Helper()
+	out := h.must(append(append([]string{"str", "run"}, args...), "--", "/bin/true")...)
+	if i := strings.Index(out, "{"); i < 0 || json.Unmarshal([]byte(out[i:]), &res) != nil {
+		t.Fatalf("str run %s: no result JSON:\n%s", strings.Join(args, " "), out)
+	}
+	return res
 }
 
 func TestSystemdUnit(t *testing.T) {
@@ -322,6 +341,38 @@ func TestSystemdUnit(t *testing.T) {
 		t.FailNow()
 	}
 
+	ok = t.Run("resident", func(t *testing.T) {
+		if out := h.must("systemd-analyze", "verify", "/etc/systemd/system/str-serve.service"); out != "" {
+			t.Logf("systemd-analyze verify str-serve:\n%s", out)
+		}
+		h.must("systemctl", "start", "str-serve")
+		// Served once its pools are built; until then a call is one-shot.
+		deadline := time.Now().Add(3 * time.Minute)
+		for !h.strRun(t, "--result", "-").Resident {
+			if st, _ := h.run("systemctl", "is-active", "str-serve"); st != "active" || time.Now().After(deadline) {
+				j, _ := h.run("journalctl", "-u", "str-serve", "--no-pager", "-n", "40")
+				t.Fatalf("str run is not served by str-serve (%s)\n%s", st, j)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if mode := h.must("stat", "-c", "%a %U", "/run/str/serve.sock"); mode != "600 root" {
+			t.Errorf("/run/str/serve.sock: mode and owner %q, want 600 root", mode)
+		}
+		// A plain str run, found by itself, on the entry stub: Go's
+		// runtime never started (GODEBUG=inittrace=1 would print its
+		// package inits).
+		out := h.must("env", "GODEBUG=inittrace=1", "str", "run", "--", "/bin/echo", "ok")
+		if out != "ok" {
+			t.Errorf("str run through str-serve, the stub's path: %q, want only the tool's \"ok\"", out)
+		}
+		if r := h.strRun(t, "--one-shot", "--result", "-"); r.Resident {
+			t.Errorf("str run --one-shot was served")
+		}
+	})
+	if !ok {
+		t.FailNow()
+	}
+
 	t.Run("stop", func(t *testing.T) {
 		h.must("systemctl", "stop", "str-worker")
 		show := h.must("systemctl", "show", "-p", "ActiveState,Result,ExecMainStatus", "str-worker")
@@ -329,6 +380,25 @@ func TestSystemdUnit(t *testing.T) {
 			if !strings.Contains(show, want) {
 				t.Errorf("after systemctl stop: want %s:\n%s", want, show)
 			}
+		}
+		// The worker's stop leaves /run/str (RuntimeDirectoryPreserve=):
+		// str-serve still serves.
+		if !h.strRun(t, "--result", "-").Resident {
+			t.Errorf("after the worker stopped, str run is no longer served by str-serve")
+		}
+		h.must("systemctl", "stop", "str-serve")
+		show = h.must("systemctl", "show", "-p", "ActiveState,Result,ExecMainStatus", "str-serve")
+		for _, want := range []string{"ActiveState=inactive", "Result=success", "ExecMainStatus=0"} {
+			if !strings.Contains(show, want) {
+				t.Errorf("after systemctl stop str-serve: want %s:\n%s", want, show)
+			}
+		}
+		if out, err := h.run("test", "-e", "/run/str/serve.sock"); err == nil {
+			t.Errorf("/run/str/serve.sock outlived str-serve %s", out)
+		}
+		// Nothing listens: one-shot, and not a word about it.
+		if out := h.must("sh", "-c", "str run -- /bin/echo ok 2>&1"); out != "ok" {
+			t.Errorf("str run without str-serve: %q, want only the tool's \"ok\"", out)
 		}
 	})
 
