@@ -276,19 +276,40 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 
 // peerUID is the uid SO_PEERCRED reports for c's peer.
 func peerUID(c *net.UnixConn) (int, error) {
-	rc, err := c.SyscallConn()
+	cred, err := peerCred(c)
 	if err != nil {
 		return -1, err
+	}
+	return int(cred.Uid), nil
+}
+
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var gerr error
 	if err := rc.Control(func(fd uintptr) { cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return -1, err
+		return nil, err
 	}
-	if gerr != nil {
-		return -1, gerr
+	return cred, gerr
+}
+
+// ResidentListener connects to socket, sends nothing, and returns the
+// listener's pid and uid (SO_PEERCRED, as of its listen()): what str
+// doctor reports. An error wraps ErrNoResident when nothing listens.
+func ResidentListener(socket string) (pid, uid int, err error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %s: %w", ErrNoResident, socket, err)
 	}
-	return int(cred.Uid), nil
+	defer c.Close()
+	cred, err := peerCred(c)
+	if err != nil {
+		return 0, 0, fmt.Errorf("resident launcher %s: SO_PEERCRED: %w", socket, err)
+	}
+	return int(cred.Pid), int(cred.Uid), nil
 }
 
 func untrustedMsg(socket string, uid int, err error) string {

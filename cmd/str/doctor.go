@@ -43,6 +43,7 @@ func cmdDoctor(args []string) int {
 	} else {
 		info("worker program", path+" (str worker execs it)")
 	}
+	doctorResident(info)
 	engine := containerEngine()
 	if engine != "" {
 		info("container", engine+" (the engine's settings below are docs/deployment.md's \"Docker\")")
@@ -148,6 +149,30 @@ func cmdDoctor(args []string) int {
 	}
 	fmt.Println("\nsome checks failed: see the fixes above.")
 	return 1
+}
+
+// doctorResident says whether a plain str run here is served by a
+// resident launcher: what listens where str run looks by itself
+// ($STR_SERVE_SOCKET, else the state directory's serve.sock). Either way
+// sandboxes work, so it is information.
+func doctorResident(info func(name, detail string)) {
+	sock, set := os.LookupEnv("STR_SERVE_SOCKET")
+	if !set {
+		sock = launcher.DefaultResidentSocket(os.Getenv)
+	}
+	if sock == "" {
+		info("resident launcher", "none ($STR_SERVE_SOCKET is empty): str run is one-shot")
+		return
+	}
+	pid, uid, err := launcher.ResidentListener(sock)
+	switch {
+	case err != nil:
+		info("resident launcher", "none on "+sock+": str run is one-shot (systemctl enable --now str-serve: pre-built sandboxes)")
+	case uid != 0:
+		info("resident launcher", fmt.Sprintf("%s is listened on by uid %d (pid %d), not root: not a str serve; str run will not use it", sock, uid, pid))
+	default:
+		info("resident launcher", fmt.Sprintf("str serve (pid %d) on %s: str run's poolable requests are served by it", pid, sock))
+	}
 }
 
 // doctorIDRange checks the root-mode id range against this process's id

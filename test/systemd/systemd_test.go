@@ -368,6 +368,10 @@ func TestSystemdUnit(t *testing.T) {
 		if r := h.strRun(t, "--one-shot", "--result", "-"); r.Resident {
 			t.Errorf("str run --one-shot was served")
 		}
+		pid := h.must("systemctl", "show", "-p", "MainPID", "--value", "str-serve")
+		if out, _ := h.run("str", "doctor"); !strings.Contains(out, "str serve (pid "+pid+") on /run/str/serve.sock") {
+			t.Errorf("str doctor does not name str-serve (pid %s) as the resident launcher:\n%s", pid, out)
+		}
 	})
 	if !ok {
 		t.FailNow()
