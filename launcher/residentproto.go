@@ -101,7 +101,8 @@ var (
 )
 
 // ResidentError is a request the server refused (SO_PEERCRED) or found
-// bad ("error": what one-shot str run would say about it).
+// bad ("error": what one-shot str run would say about it), or a listener
+// the client would not send it to (Untrusted).
 type ResidentError struct {
 	Refused bool
 	// Untrusted: the socket's listener is not root, so it is not a str
@@ -109,6 +110,8 @@ type ResidentError struct {
 	Untrusted bool
 	Msg       string
 }
+
+func (e *ResidentError) Error() string { return e.Msg }
 
 // ResidentSocketName is the resident launcher's socket in the state
 // directory (DefaultResidentSocket).
@@ -121,8 +124,6 @@ const ResidentSocketName = "serve.sock"
 func DefaultResidentSocket(getenv func(string) string) string {
 	return filepath.Join(statedir.Dir(getenv), ResidentSocketName)
 }
-
-func (e *ResidentError) Error() string { return e.Msg }
 
 // The compact encoding's constants (see the protocol above); the entry
 // stub spells the same values (cmd/str/fast_linux_amd64.s).
@@ -227,8 +228,8 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 	// anything else listening there (a socket planted in a directory the
 	// caller did not check) gets neither the request nor the caller's
 	// stdio. SO_PEERCRED gives the listener's credentials as of listen().
-	if uid, err := peerUID(c); err != nil || uid != 0 {
-		return nil, &ResidentError{Untrusted: true, Msg: untrustedMsg(socket, uid, err)}
+	if cred, err := peerCred(c); err != nil || cred.Uid != 0 {
+		return nil, &ResidentError{Untrusted: true, Msg: untrustedMsg(socket, cred, err)}
 	}
 	req.Version = ResidentVersion
 	data, err := json.Marshal(req)
@@ -274,15 +275,8 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 	return nil, fmt.Errorf("resident launcher %s: unknown reply %q", socket, rep.Type)
 }
 
-// peerUID is the uid SO_PEERCRED reports for c's peer.
-func peerUID(c *net.UnixConn) (int, error) {
-	cred, err := peerCred(c)
-	if err != nil {
-		return -1, err
-	}
-	return int(cred.Uid), nil
-}
-
+// peerCred is what SO_PEERCRED says of c's peer: for a connected
+// client, the listener's credentials as of its listen().
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
@@ -312,11 +306,11 @@ func ResidentListener(socket string) (pid, uid int, err error) {
 	return int(cred.Pid), int(cred.Uid), nil
 }
 
-func untrustedMsg(socket string, uid int, err error) string {
+func untrustedMsg(socket string, cred *unix.Ucred, err error) string {
 	if err != nil {
 		return fmt.Sprintf("resident launcher %s: SO_PEERCRED: %v", socket, err)
 	}
-	return fmt.Sprintf("resident launcher %s: the listener is uid %d, not root: not a str serve", socket, uid)
+	return fmt.Sprintf("resident launcher %s: the listener is uid %d, not root: not a str serve", socket, cred.Uid)
 }
 
 func errOr(err, fallback error) error {
