@@ -125,6 +125,19 @@ func DefaultResidentSocket(getenv func(string) string) string {
 	return filepath.Join(statedir.Dir(getenv), ResidentSocketName)
 }
 
+// ResidentSocketEnv names the resident launcher's socket for str run.
+const ResidentSocketEnv = "STR_SERVE_SOCKET"
+
+// ImplicitResidentSocket is the socket str run uses when no --serve names
+// one: $STR_SERVE_SOCKET when set (empty: none, ""), else
+// DefaultResidentSocket. str doctor and str-bench ask the same.
+func ImplicitResidentSocket() string {
+	if s, ok := os.LookupEnv(ResidentSocketEnv); ok {
+		return s
+	}
+	return DefaultResidentSocket(os.Getenv)
+}
+
 // The compact encoding's constants (see the protocol above); the entry
 // stub spells the same values (cmd/str/fast_linux_amd64.s).
 const (

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -1289,20 +1288,14 @@ func (st *benchState) stopServe() {
 }
 
 // benchFoundResident is the socket str run would use without --serve
-// ($STR_SERVE_SOCKET, else the default) when something listens there,
-// else "".
+// (launcher.ImplicitResidentSocket) when something listens there, else "".
 func benchFoundResident() string {
-	sock, ok := os.LookupEnv("STR_SERVE_SOCKET")
-	if !ok {
-		sock = launcher.DefaultResidentSocket(os.Getenv)
-	}
+	sock := launcher.ImplicitResidentSocket()
 	if sock == "" {
 		return ""
 	}
-	c, err := net.Dial("unixpacket", sock)
-	if err != nil {
+	if _, _, err := launcher.ResidentListener(sock); err != nil {
 		return ""
 	}
-	c.Close()
 	return sock
 }

@@ -156,10 +156,7 @@ func cmdDoctor(args []string) int {
 // ($STR_SERVE_SOCKET, else the state directory's serve.sock). Either way
 // sandboxes work, so it is information.
 func doctorResident(info func(name, detail string)) {
-	sock, set := os.LookupEnv("STR_SERVE_SOCKET")
-	if !set {
-		sock = launcher.DefaultResidentSocket(os.Getenv)
-	}
+	sock := launcher.ImplicitResidentSocket()
 	if sock == "" {
 		info("resident launcher", "none ($STR_SERVE_SOCKET is empty): str run is one-shot")
 		return

@@ -219,10 +219,10 @@ func writeResult(path string, res *launcher.Result) error {
 
 // residentSocket is the resident launcher's socket str run tries first,
 // "" for none: none with --one-shot; else --serve when given ("" is
-// none); else $STR_SERVE_SOCKET when set (empty is none); else the
-// default (launcher.DefaultResidentSocket), which is simply not there on
-// a host without str serve. The entry stub (fast_linux_amd64.s) picks
-// the same socket.
+// none); else launcher.ImplicitResidentSocket ($STR_SERVE_SOCKET when
+// set, empty is none; else the state directory's, which is simply not
+// there on a host without str serve). The entry stub
+// (fast_linux_amd64.s) picks the same socket.
 func residentSocket(fs *flag.FlagSet, serve string, oneShot bool) string {
 	if oneShot {
 		return ""
@@ -232,8 +232,5 @@ func residentSocket(fs *flag.FlagSet, serve string, oneShot bool) string {
 	if given {
 		return serve
 	}
-	if s, ok := os.LookupEnv("STR_SERVE_SOCKET"); ok {
-		return s
-	}
-	return launcher.DefaultResidentSocket(os.Getenv)
+	return launcher.ImplicitResidentSocket()
 }
