@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,12 +31,12 @@ import (
 //	    kill; memory.max_usage_in_bytes, memory.oom_control, cpuacct.usage,
 //	    pids.events; rmdir.
 //
-// Each sandbox cgroup has an opaque random name and a lock file held by
-// its launcher for the sandbox's life (cgroupLockDir): a later launcher
-// removes only cgroups whose lock nobody holds, so a SIGKILLed launcher's
-// leftovers go and a live one's never do (the first sandbox of a launcher
-// sweeps: by the lock files, and through the cgroup directories at most
-// every sweepEvery, see sweepEvery).
+// Each sandbox cgroup has an opaque random name behind its state
+// directory's prefix and a lock file held by its launcher for the
+// sandbox's life (cgroupSpace): a later launcher of the same state
+// directory removes only cgroups whose lock nobody holds, so a SIGKILLed
+// launcher's leftovers go and a live one's never do, and no str touches
+// the cgroups of another state directory (see sweepDue for when).
 
 const cgroupRoot = "/sys/fs/cgroup"
 
@@ -111,31 +112,79 @@ func ProcCgroups(pid string) (map[string]string, error) {
 	return cgs, nil
 }
 
-// newCgroupID is an opaque sandbox cgroup name: nothing about the worker
-// (no pid) shows inside or outside.
+// newCgroupID is an opaque sandbox id: nothing about the worker (no pid)
+// shows inside or outside. It names the sandbox's lock file; its cgroup
+// is the id behind its state directory's prefix (cgroupSpace.name).
 func newCgroupID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "s" + hex.EncodeToString(b[:])
 }
 
-// cgroupLockDir holds one lock file per live sandbox cgroup: cgroups/ of
-// the state directory.
-func cgroupLockDir() string {
-	return filepath.Join(statedir.Dir(os.Getenv), "cgroups")
+// cgroupSpace is what one state directory owns of the cgroup tree. Every
+// str process of a host may run with its own state directory (a worker,
+// str serve, an admin's str run, CI beside them), and each one sweeps
+// what its launchers left when they were SIGKILLed: a sweep must find
+// only what it can prove its own (issue 29: a sweep that took every
+// unlocked "s*" cgroup for a dead launcher's SIGKILLed the sandboxes of
+// every str with another state directory). So:
+//
+//   - every sandbox cgroup of a state directory is named prefix+id, the
+//     prefix derived from the directory's path, and a sweep looks at no
+//     other name;
+//   - its lock file (lockDir/id) is created and locked before the cgroup
+//     exists and lists the cgroup's directories, so a sweep finds a dead
+//     launcher's cgroups from its own lock files, wherever they are (a v1
+//     memory cgroup below another session's cgroup, say).
+//
+// Sandbox cgroups sit directly in the launcher's own cgroup (per v1
+// hierarchy, or its v2 cgroup: see v2Base), not below a common parent: a
+// sandbox weighs for the CPU scheduler what one process of its launcher's
+// cgroup weighs (cpu.shares 1024, cpu.weight 100), as the same command
+// under bubblewrap would. Below one "str" parent, all the sandboxes of a
+// host together had the weight of one process (issue 29, item 3).
+type cgroupSpace struct {
+	lockDir string // <state dir>/cgroups
+	prefix  string // "str-" + 12 hex digits of sha256(state dir) + "-"
+}
+
+func newCgroupSpace(stateDir string) cgroupSpace {
+	sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
+	return cgroupSpace{
+		lockDir: filepath.Join(stateDir, "cgroups"),
+		prefix:  "str-" + hex.EncodeToString(sum[:6]) + "-",
+	}
+}
+
+// name is the cgroup directory name of sandbox id.
+func (sp cgroupSpace) name(id string) string { return sp.prefix + id }
+
+// own reports whether dir is a sandbox cgroup of this state directory:
+// below /sys/fs/cgroup and named with its prefix. A lock file's list is
+// checked with it before a sweep kills or removes anything it names.
+func (sp cgroupSpace) own(dir string) bool {
+	return strings.HasPrefix(dir, cgroupRoot+"/") && filepath.Clean(dir) == dir &&
+		strings.HasPrefix(filepath.Base(dir), sp.prefix)
 }
 
 // cgroupLock is created and locked before the cgroup's directories exist
 // and removed after they are gone, so an unlocked (or missing) lock file
-// next to an existing directory means its launcher died.
-type cgroupLock struct{ f *os.File }
+// next to an existing directory means its launcher died. It lists the
+// directories it guards, one a line.
+type cgroupLock struct {
+	fd   int
+	path string
+}
 
-func lockCgroup(id string) (*cgroupLock, error) {
-	dir, err := statedir.Sub(statedir.Dir(os.Getenv), "cgroups")
+// lockCgroup creates and locks sandbox id's lock file in sp.lockDir and
+// writes dirs into it, before any of them exists.
+func lockCgroup(sp cgroupSpace, id string, dirs []string) (*cgroupLock, error) {
+	dir, err := statedir.Sub(filepath.Dir(sp.lockDir), filepath.Base(sp.lockDir))
 	if err != nil {
 		return nil, err
 	}
-	// A sweep (cgroupHeld) that opens the new file between its creation
+	path := filepath.Join(dir, id)
+	// A sweep (sweepLocks) that opens the new file between its creation
 	// and our flock finds it unlocked and removes it: our lock would then
 	// be on a file nobody else can find, and a later sweep would take the
 	// cgroup for a dead launcher's. So the lock counts only while its
@@ -143,26 +192,35 @@ func lockCgroup(id string) (*cgroupLock, error) {
 	// waits: the file is new (O_EXCL), so the only other holder can be
 	// such a sweep, for the moment it takes to remove it (a LOCK_NB
 	// failed then, EWOULDBLOCK, and a worker refused to start).
+	content := []byte(strings.Join(dirs, "\n") + "\n")
 	for range 3 {
-		f, err := os.OpenFile(filepath.Join(dir, id), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
-			return nil, &statedir.Error{Dir: dir, Err: err}
+			return nil, &statedir.Error{Dir: dir, Err: &os.PathError{Op: "create", Path: path, Err: err}}
 		}
-		if err := flockEINTR(int(f.Fd())); err != nil {
-			f.Close()
-			return nil, err
+		if err := flockEINTR(fd); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("flock %s: %w", path, err)
 		}
 		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			f.Close()
-			return nil, err
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("fstat %s: %w", path, err)
 		}
-		if st.Nlink > 0 {
-			return &cgroupLock{f: f}, nil
+		if st.Nlink == 0 {
+			unix.Close(fd)
+			continue
 		}
-		f.Close()
+		// The list before the first mkdir: a launcher killed after it
+		// leaves a lock that names every directory it may have made.
+		if _, err := unix.Pwrite(fd, content, 0); err != nil {
+			_ = unix.Unlink(path)
+			unix.Close(fd)
+			return nil, &statedir.Error{Dir: dir, Err: &os.PathError{Op: "write", Path: path, Err: err}}
+		}
+		return &cgroupLock{fd: fd, path: path}, nil
 	}
-	return nil, fmt.Errorf("lock file %s was removed under us three times (a sweep of another str process)", filepath.Join(dir, id))
+	return nil, fmt.Errorf("lock file %s was removed under us three times (a sweep of another str process)", path)
 }
 
 // flockEINTR takes fd's exclusive lock, waiting for it.
@@ -174,27 +232,15 @@ func flockEINTR(fd int) error {
 	}
 }
 
+// release removes the lock file, then drops the lock (in this order: a
+// sweep that opened the file before it was removed finds it unlinked).
 func (l *cgroupLock) release() {
-	if l == nil || l.f == nil {
+	if l == nil || l.fd < 0 {
 		return
 	}
-	_ = os.Remove(l.f.Name())
-	l.f.Close()
-	l.f = nil
-}
-
-// held reports whether a live launcher holds the lock of cgroup id.
-func cgroupHeld(id string) bool {
-	f, err := os.OpenFile(filepath.Join(cgroupLockDir(), id), os.O_RDWR|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return true
-	}
-	_ = os.Remove(f.Name())
-	return false
+	_ = unix.Unlink(l.path)
+	unix.Close(l.fd)
+	l.fd = -1
 }
 
 // writeFiles writes name=value pairs into dir, in order, naming the file
@@ -219,14 +265,14 @@ type cgroupV2 struct {
 // v2Controllers are enabled for sandbox cgroups.
 var v2Controllers = []string{"memory", "pids", "cpu"}
 
-// v2Parent returns the cgroup under which sandboxes are created. With an
-// explicit parent it is used as is. Otherwise it is "str" below our own
-// cgroup; because cgroup v2 forbids processes in a cgroup whose children
-// have controllers enabled, a launcher that is not in the root cgroup first
+// v2Base returns the cgroup in which sandbox cgroups are created. With an
+// explicit parent it is used as is. Otherwise it is our own cgroup;
+// because cgroup v2 forbids processes in a cgroup whose children have
+// controllers enabled, a launcher that is not in the root cgroup first
 // moves itself into a leaf "<own>/str-supervisor". This is what a
 // delegated subtree (systemd Delegate=yes) needs. It runs at the first
 // Create, never for commands that start no sandbox.
-func v2Parent(explicit string) (string, error) {
+func v2Base(explicit string) (string, error) {
 	if explicit != "" {
 		return explicit, nil
 	}
@@ -256,17 +302,22 @@ func v2Parent(explicit string) (string, error) {
 			p = filepath.Dir(p)
 		}
 	}
-	return filepath.Join(p, "str"), nil
+	return p, nil
 }
 
-// prepareV2Parent creates the parent and enables the controllers for its
-// children, along the way from the launcher's own cgroup.
-func prepareV2Parent(parent string) error {
-	dir := filepath.Join(cgroupRoot, parent)
+// prepareV2Base enables the controllers for the base's children: in the
+// base's cgroup.subtree_control, and first in its parent's when the base
+// does not have them (an explicit parent made for str).
+func prepareV2Base(base string) error {
+	dir := filepath.Join(cgroupRoot, base)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	for _, d := range []string{filepath.Dir(dir), dir} {
+	steps := []string{dir}
+	if have, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers")); len(v2MissingControllers(have, v2Controllers)) > 0 {
+		steps = []string{filepath.Dir(dir), dir}
+	}
+	for _, d := range steps {
 		if !strings.HasPrefix(d, cgroupRoot) {
 			continue
 		}
@@ -298,12 +349,12 @@ func v2MissingControllers(file []byte, want []string) []string {
 	return missing
 }
 
-func newCgroupV2(parent, id string, pl CgroupPlan) (*cgroupV2, error) {
-	lock, err := lockCgroup(id)
+func newCgroupV2(sp cgroupSpace, base, id string, pl CgroupPlan) (*cgroupV2, error) {
+	path := filepath.Join(cgroupRoot, base, sp.name(id))
+	lock, err := lockCgroup(sp, id, []string{path})
 	if err != nil {
 		return nil, fmt.Errorf("lock cgroup %s: %w", id, err)
 	}
-	path := filepath.Join(cgroupRoot, parent, id)
 	if err := os.Mkdir(path, 0o755); err != nil {
 		lock.release()
 		return nil, fmt.Errorf("create %s: %w", path, err)
@@ -382,8 +433,9 @@ type cgroupV1 struct {
 // hierarchies, fewer mkdirs per sandbox.
 var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 
-// v1Dirs is "<root>/<controller>/<own cgroup>/str" per mounted controller.
-func v1Dirs() map[string]string {
+// v1Bases is "<root>/<controller>/<own cgroup>" per mounted controller:
+// where this launcher's sandbox cgroups go (cgroupSpace).
+func v1Bases() map[string]string {
 	own, err := OwnCgroups()
 	if err != nil {
 		return nil
@@ -397,22 +449,30 @@ func v1Dirs() map[string]string {
 		// A hierarchy mounted with several controllers (cpu,cpuacct) has
 		// one directory under either name.
 		if _, err := os.Stat(filepath.Join(cgroupRoot, c)); err == nil {
-			dirs[c] = filepath.Join(cgroupRoot, c, p, "str")
+			dirs[c] = filepath.Join(cgroupRoot, c, p)
 		}
 	}
 	return dirs
 }
 
-func newCgroupV1(id string, pl CgroupPlan, spare *v1Spare) (*cgroupV1, error) {
-	lock, err := lockCgroup(id)
+func newCgroupV1(sp cgroupSpace, id string, pl CgroupPlan, spare *v1Spare) (*cgroupV1, error) {
+	bases := v1Bases()
+	var made []string // the directories this lock guards (a spare's have their own)
+	for _, ctl := range v1Controllers {
+		if _, ok := bases[ctl]; ok {
+			if _, reused := spare.path(ctl); !reused {
+				made = append(made, filepath.Join(bases[ctl], sp.name(id)))
+			}
+		}
+	}
+	lock, err := lockCgroup(sp, id, made)
 	if err != nil {
 		spare.remove()
 		return nil, fmt.Errorf("lock cgroup %s: %w", id, err)
 	}
 	c := &cgroupV1{paths: map[string]string{}, lock: lock, spare: spare}
-	dirs := v1Dirs()
 	for _, ctl := range v1Controllers {
-		parent, ok := dirs[ctl]
+		base, ok := bases[ctl]
 		if !ok {
 			continue
 		}
@@ -422,25 +482,18 @@ func newCgroupV1(id string, pl CgroupPlan, spare *v1Spare) (*cgroupV1, error) {
 			c.order = append(c.order, ctl)
 			continue
 		}
-		dir := filepath.Join(parent, id)
-		// One mkdir; the parent "str" only when it is missing (MkdirAll
-		// would stat both first, in cgroupfs, for every sandbox).
-		err := os.Mkdir(dir, 0o755)
-		if errors.Is(err, os.ErrNotExist) {
-			err = os.MkdirAll(dir, 0o755)
-		}
-		if err != nil && !errors.Is(err, os.ErrExist) {
+		dir := filepath.Join(base, sp.name(id))
+		// A co-mounted hierarchy (cpu,cpuacct) has it made already.
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			_ = c.Delete()
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
-		// Modes set explicitly, never through the umask (a worker under
-		// UMask=0027 would make them 0750): the init, an unprivileged uid,
+		// The mode set explicitly, never through the umask (a worker under
+		// UMask=0027 would make it 0750): the init, an unprivileged uid,
 		// must reach its tasks file.
-		for _, d := range []string{parent, dir} {
-			if err := os.Chmod(d, 0o755); err != nil {
-				_ = c.Delete()
-				return nil, fmt.Errorf("chmod %s: %w", d, err)
-			}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			_ = c.Delete()
+			return nil, fmt.Errorf("chmod %s: %w", dir, err)
 		}
 		c.paths[ctl] = dir
 		c.order = append(c.order, ctl)
@@ -665,109 +718,135 @@ func readKV(path string) map[string]int64 {
 	return m
 }
 
-// sweepEvery spaces the full sweeps (sweepStale) of all str processes of
-// the host: a one-shot `str run` is a launcher's first sandbox every time,
-// and a full sweep (a readdir in five cgroupfs hierarchies, a lock try
-// per live sandbox) cost 3.7 % of its CPU (perf). In between, a launcher
-// sweeps by the lock files alone (sweepLocks): a SIGKILLed launcher's
-// cgroups still go at the next launcher's first sandbox; only a directory
-// that lost its lock file (a removal that failed after its lock was
-// taken, a state directory wiped) waits for the next full sweep.
+// sweepEvery spaces the sweeps of one state directory's str processes:
+// a one-shot `str run` is a launcher's first sandbox every time, and a
+// sweep (a lock try per live sandbox, a readdir per hierarchy) cost a
+// one-shot run 3.7 % of its CPU, ~700 of its 3,400 system calls with 100
+// live sandboxes on the host (issue 29, item 4). So a launcher sweeps
+// only when no str process of its state directory did in the last
+// sweepEvery, except a long-lived one (a worker, str serve:
+// Options.LongLived), which also sweeps at its first sandbox: a worker
+// restarted after a SIGKILL removes what the killed one left at once.
 const sweepEvery = 10 * time.Second
 
-// sweepDue reports whether this launcher does the full sweep: no str
-// process of the host did one in the last sweepEvery (the mtime of
-// cgroups/.swept in the state directory), and marks it as done now. A
-// stamp that cannot be read or written means a full sweep.
-func sweepDue(now time.Time) bool {
-	stamp := filepath.Join(cgroupLockDir(), ".swept")
-	if st, err := os.Stat(stamp); err == nil && now.Sub(st.ModTime()).Abs() < sweepEvery {
+// sweepDue reports whether this launcher sweeps now: no str process of
+// its state directory did in the last sweepEvery (the mtime of
+// cgroups/.swept), and marks it as done now. A stamp that cannot be read
+// or written means a sweep.
+func sweepDue(sp cgroupSpace, now time.Time) bool {
+	stamp := filepath.Join(sp.lockDir, ".swept")
+	var st unix.Stat_t
+	if unix.Stat(stamp, &st) == nil && now.Sub(time.Unix(st.Mtim.Unix())).Abs() < sweepEvery {
 		return false
 	}
-	if err := os.Chtimes(stamp, now, now); errors.Is(err, os.ErrNotExist) {
-		if f, err := os.OpenFile(stamp, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600); err == nil {
-			f.Close()
+	ts := []unix.Timespec{unix.NsecToTimespec(now.UnixNano()), unix.NsecToTimespec(now.UnixNano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, stamp, ts, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
+		if fd, err := unix.Open(stamp, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600); err == nil {
+			_ = unix.UtimesNanoAt(unix.AT_FDCWD, stamp, ts, unix.AT_SYMLINK_NOFOLLOW)
+			unix.Close(fd)
 		}
 	}
 	return true
 }
 
-// sweepLocks is the sweep between full ones: every lock file of the state
-// directory that nobody holds (cgroupHeld removes it) names a dead
-// launcher's cgroup, which is emptied and removed in every directory
-// dirs() returns (read only when there is one: a readdir of the tmpfs
-// lock directory and a lock try per live sandbox is all it costs
-// otherwise).
-func sweepLocks(dirs func() []string) {
-	ents, err := os.ReadDir(cgroupLockDir())
+// sweep removes what launchers of this state directory left when they
+// died without tearing down (SIGKILL of str run: Pdeathsig killed the
+// sandbox, but nobody was left to rmdir its cgroup). Two passes, neither
+// of which looks at anything but this state directory's own:
+//
+//  1. sweepLocks: every lock file nobody holds lists a dead launcher's
+//     directories, wherever they are;
+//  2. sweepNames: a directory in bases named with this state directory's
+//     prefix whose lock file is gone (the state directory was wiped, a
+//     lock write failed).
+//
+// A live launcher's cgroups are never touched: their lock is held.
+func sweep(sp cgroupSpace, bases []string) {
+	sweepLocks(sp)
+	sweepNames(sp, bases)
+}
+
+// sweepLocks is pass 1. Each lock file is tried once, on a raw fd (open,
+// flock, close for a live sandbox's).
+func sweepLocks(sp cgroupSpace) {
+	ents, err := os.ReadDir(sp.lockDir)
 	if err != nil {
 		return
 	}
-	var parents []string
+	buf := make([]byte, 4096)
 	for _, e := range ents {
-		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), "s") || cgroupHeld(e.Name()) {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), "s") {
 			continue
 		}
-		if parents == nil {
-			parents = dirs()
+		path := filepath.Join(sp.lockDir, e.Name())
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
 		}
-		for _, d := range parents {
-			p := filepath.Join(d, e.Name())
-			killProcs(p)
-			_ = retryBusy(func() error { return unix.Rmdir(p) })
+		var st unix.Stat_t
+		// Held: a live launcher's. Unlinked: its holder released it
+		// between our readdir and our open (the directories are gone).
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil || unix.Fstat(fd, &st) != nil || st.Nlink == 0 {
+			unix.Close(fd)
+			continue
 		}
+		n, _ := unix.Pread(fd, buf, 0)
+		gone := true
+		for _, dir := range strings.Split(string(buf[:max(n, 0)]), "\n") {
+			if !sp.own(dir) {
+				continue // blank, or not a sandbox cgroup of this state directory
+			}
+			killProcs(dir)
+			if err := retryBusy(func() error { return unix.Rmdir(dir) }); err != nil {
+				gone = false
+			}
+		}
+		if gone {
+			_ = unix.Unlink(path)
+		}
+		unix.Close(fd)
 	}
 }
 
-// sweepStale removes sandbox cgroups left by launchers that died without
-// tearing down (SIGKILL of str run: Pdeathsig killed the sandbox, but
-// nobody was left to rmdir its cgroup): a directory whose lock file nobody
-// holds is emptied (any survivor is killed) and removed. A live
-// launcher's cgroups are never touched.
-//
-// Each name's lock is tried once, not once per hierarchy: a v1 sandbox has
-// a directory in five of them, and the sweep runs at every one-shot str
-// run, so it costs one open and flock per live sandbox, no more.
-func sweepStale(dirs []string) {
-	held := map[string]bool{}
-	for _, dir := range dirs {
-		ents, err := os.ReadDir(dir)
+// sweepNames is pass 2.
+func sweepNames(sp cgroupSpace, bases []string) {
+	for _, base := range bases {
+		ents, err := os.ReadDir(base)
 		if err != nil {
 			continue
 		}
 		for _, e := range ents {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), "s") {
+			id, ok := strings.CutPrefix(e.Name(), sp.prefix)
+			if !e.IsDir() || !ok || strings.Contains(id, "/") {
 				continue
 			}
-			h, tried := held[e.Name()]
-			if !tried {
-				h = cgroupHeld(e.Name())
-				held[e.Name()] = h
+			if _, err := os.Lstat(filepath.Join(sp.lockDir, id)); !errors.Is(err, os.ErrNotExist) {
+				continue // a lock file: pass 1 decided (held, or removal failed)
 			}
-			if h {
-				continue
-			}
-			p := filepath.Join(dir, e.Name())
+			// No lock file: a lock is created before its directories and
+			// removed after them, so its launcher is gone.
+			p := filepath.Join(base, e.Name())
 			killProcs(p)
 			_ = retryBusy(func() error { return unix.Rmdir(p) })
 		}
 	}
 }
 
-// staleDirs returns the directories holding this launcher's kind of
-// sandbox cgroups: "<own cgroup>/str" in every v1 controller str uses, or
-// the v2 parent.
-func staleDirs(mode CgroupMode, v2parent string) []string {
+// cgroupBases returns the directories holding this launcher's sandbox
+// cgroups: its own cgroup in every v1 hierarchy str uses, or the v2 base.
+func cgroupBases(mode CgroupMode, v2base string) []string {
 	switch mode {
 	case CgroupV2:
-		if v2parent == "" {
+		if v2base == "" {
 			return nil
 		}
-		return []string{filepath.Join(cgroupRoot, v2parent)}
+		return []string{filepath.Join(cgroupRoot, v2base)}
 	case CgroupV1:
 		var dirs []string
-		for _, d := range v1Dirs() {
-			dirs = append(dirs, d)
+		for _, d := range v1Bases() {
+			if !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
 		}
 		return dirs
 	}

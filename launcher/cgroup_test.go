@@ -46,11 +46,9 @@ func TestV1KillEmptyAndNot(t *testing.T) {
 	if why := v1TestSkip(); why != "" {
 		mustwork.Skip(t, why)
 	}
-	// The lock goes in the default state directory, where every launcher's
-	// start-up sweep looks: one in a private directory would make this
-	// cgroup look stale to a launcher running meanwhile (another package's
-	// test), which would kill the shell and remove the cgroup under the test.
-	c, err := newCgroupV1(newCgroupID(), CgroupPlan{PidsMax: 16}, nil)
+	// A state directory of the test's own: no other str process's sweep
+	// looks at its cgroups (cgroupSpace).
+	c, err := newCgroupV1(newCgroupSpace(t.TempDir()), newCgroupID(), CgroupPlan{PidsMax: 16}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,24 +155,24 @@ func procsIn(t *testing.T, dir string) int {
 // once that has passed; a stamp that cannot be read means a sweep.
 func TestSweepDueSpacesSweeps(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("STR_STATE_DIR", dir)
+	sp := newCgroupSpace(dir)
 	now := time.Now()
-	if !sweepDue(now) {
+	if !sweepDue(sp, now) {
 		t.Fatal("no stamp yet (no cgroups/ dir): want a sweep")
 	}
 	if err := os.Mkdir(filepath.Join(dir, "cgroups"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if !sweepDue(now) {
+	if !sweepDue(sp, now) {
 		t.Fatal("no stamp yet: want a sweep")
 	}
-	if sweepDue(now.Add(time.Second)) {
+	if sweepDue(sp, now.Add(time.Second)) {
 		t.Fatal("a sweep 1 s after the last one")
 	}
-	if !sweepDue(now.Add(sweepEvery + time.Second)) {
+	if !sweepDue(sp, now.Add(sweepEvery+time.Second)) {
 		t.Fatalf("no sweep %v after the last one", sweepEvery+time.Second)
 	}
-	if !sweepDue(now.Add(-time.Hour)) {
+	if !sweepDue(sp, now.Add(-time.Hour)) {
 		t.Fatal("a stamp an hour in the future (clock set back): want a sweep")
 	}
 }

@@ -25,11 +25,12 @@ func needV1(t *testing.T) {
 // CPU time reads 0 and its memory cgroup is not part of it.
 func TestV1KeepOnlyEmptyAndClean(t *testing.T) {
 	needV1(t)
+	stateDir := t.TempDir()
 	deadline := time.Now().Add(30 * time.Second) // a failure guard, not a measure
 	// in starts script in a fresh set of plan, and waits until ready().
 	in := func(plan CgroupPlan, script string, ready func(c *cgroupV1) bool) (*cgroupV1, *exec.Cmd) {
 		t.Helper()
-		c, err := newCgroupV1(newCgroupID(), plan, nil)
+		c, err := newCgroupV1(newCgroupSpace(stateDir), newCgroupID(), plan, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -92,7 +92,8 @@
 // Needs: root, or user namespaces plus a delegated cgroup subtree
 // (cgroup v2: the launcher's cgroup writable, e.g. systemd Delegate=yes;
 // the launcher then moves itself into a "str-supervisor" leaf and creates
-// sandboxes under "<own cgroup>/str"; cgroup v1: the launcher's own
+// sandboxes beside it, in its own cgroup, named
+// "str-<state directory>-s<id>"; cgroup v1: the launcher's own
 // cgroup writable in the memory, pids, cpu, cpuacct and freezer
 // hierarchies). `str doctor` checks all of it.
 package launcher

@@ -34,8 +34,9 @@ const IDsPerSandbox = 2
 // above the ids of normal users and of the usual /etc/subuid blocks.
 var DefaultIDRange = IDRange{Start: 1879048192, Count: 65536, Source: "default"}
 
-// Slots is how many sandboxes the range holds at once.
-func (r IDRange) Slots() int { return r.Count / IDsPerSandbox }
+// Slots is how many sandboxes the range holds at once: its whole blocks,
+// which start at even ids (block).
+func (r IDRange) Slots() int { return max(r.Start+r.Count-alignedStart(r), 0) / IDsPerSandbox }
 
 // String is "START:COUNT (source)".
 func (r IDRange) String() string {
@@ -96,8 +97,41 @@ func parseRange(s string) (IDRange, error) {
 		return IDRange{}, fmt.Errorf("count %d holds no sandbox (%d ids each)", count, IDsPerSandbox)
 	case start+count-1 > maxID:
 		return IDRange{}, fmt.Errorf("range %d:%d passes the last valid id 4294967294", start, count)
+	case (IDRange{Start: start, Count: count}).Slots() < 1:
+		return IDRange{}, fmt.Errorf("range %d:%d holds no whole block of %d ids starting at an even id", start, count, IDsPerSandbox)
 	}
 	return IDRange{Start: start, Count: count}, nil
+}
+
+// IDLeaseDir holds the lease files of every root-mode sandbox of the
+// host, whatever its launcher's state directory: host ids are one space
+// for every str process in the host's user namespace, so two instances
+// with different state directories (a worker, CI beside it, an admin's
+// STR_STATE_DIR=... str run) must never lease the same block (issue 29).
+// It is the default state directory's ids/, which the shipped units
+// keep (RuntimeDirectory=str) and a pod mounts (an emptyDir at /run/str).
+const IDLeaseDir = statedir.RootDefault + "/ids"
+
+// ErrNoFreeIDs: every block of the id range is leased. It is capacity,
+// not a fault: the worker answers RESOURCE_EXHAUSTED.
+var ErrNoFreeIDs = errors.New("no free sandbox id block")
+
+// IDLeaseError is a lease directory that cannot be created or written.
+type IDLeaseError struct {
+	Dir string
+	Err error
+}
+
+func (e *IDLeaseError) Error() string {
+	return fmt.Sprintf("id lease directory %s (every root str of the host): %v", e.Dir, e.Err)
+}
+
+func (e *IDLeaseError) Unwrap() error { return e.Err }
+
+// IDLeaseHint is the fix for an IDLeaseError.
+func IDLeaseHint() string {
+	return fmt.Sprintf("make %s writable (Kubernetes, readOnlyRootFilesystem: an emptyDir mounted at %s); see str doctor",
+		statedir.RootDefault, statedir.RootDefault)
 }
 
 // idLease is one sandbox's id block, held by an flock on its lock file
@@ -106,23 +140,36 @@ func parseRange(s string) (IDRange, error) {
 // (its launcher may have been SIGKILLed, which drops the flock at once
 // while the kernel is still tearing the sandbox down).
 type idLease struct {
-	f    *os.File
+	fd   int
+	path string
 	base int // the init's host id; the tool's is base+1
 }
 
-// leaseIDs takes the first free block, starting at a random slot, with its
-// lock file in the state directory's ids/.
-func leaseIDs(r IDRange, stateDir string) (*idLease, error) {
-	dir, err := statedir.Sub(stateDir, "ids")
-	if err != nil {
-		return nil, err
+// block is the first id of block i. Blocks start at even ids, whatever
+// the range's start, and a lease file is named by its block's first id:
+// the same ids are the same file in every range that holds them, so two
+// ranges that overlap (different STR_ID_RANGE starts) cannot lease one
+// id twice.
+func (r IDRange) block(i int) int { return alignedStart(r) + i*IDsPerSandbox }
+
+func alignedStart(r IDRange) int {
+	return (r.Start + IDsPerSandbox - 1) / IDsPerSandbox * IDsPerSandbox
+}
+
+// leaseIDs takes the first free block, starting at a random slot, with
+// its lock file in dir (IDLeaseDir; a test's own directory in tests).
+func leaseIDs(r IDRange, dir string) (*idLease, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, &IDLeaseError{Dir: dir, Err: err}
 	}
 	slots := r.Slots()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	first := int(binary.LittleEndian.Uint32(b[:]) % uint32(slots))
+	first := int(binary.LittleEndian.Uint32(b[:]) % uint32(max(slots, 1)))
 	for i := 0; i < slots; i++ {
-		slot := (first + i) % slots
+		base := r.block((first + i) % slots)
+		path := filepath.Join(dir, strconv.Itoa(base))
+		// Raw fds: open, flock, fstat, pwrite; no os.File around them.
 		// No O_SYNC (it cost a disk flush per run, ~0.65 ms): the lease
 		// coordinates live processes only. The lock is the flock, which
 		// the kernel drops when its holder dies; the recorded pid is read
@@ -131,30 +178,34 @@ func leaseIDs(r IDRange, stateDir string) (*idLease, error) {
 		// could lose (the pid) names a process that did not survive the
 		// reboot either: previousHolderAlive then finds no such process
 		// in the block's ids, and the block is free, as it should be.
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(slot)), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
-			return nil, &statedir.Error{Dir: dir, Err: err}
+			return nil, &IDLeaseError{Dir: dir, Err: &os.PathError{Op: "open", Path: path, Err: err}}
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+			unix.Close(fd)
 			continue // held by a live sandbox
 		}
-		base := r.Start + slot*IDsPerSandbox
-		if previousHolderAlive(f, base) {
-			f.Close()
+		// A holder removes its file when it releases the block (the
+		// directory stays at the live concurrency): a file we locked
+		// after its removal is no lease; the name may already be a new
+		// holder's file.
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || st.Nlink == 0 || previousHolderAlive(fd, base) {
+			unix.Close(fd)
 			continue
 		}
-		return &idLease{f: f, base: base}, nil
+		return &idLease{fd: fd, path: path, base: base}, nil
 	}
-	return nil, fmt.Errorf("all %d id blocks of range %s are in use", slots, r)
+	return nil, fmt.Errorf("%w: all %d blocks of range %s are in use", ErrNoFreeIDs, slots, r)
 }
 
 // previousHolderAlive: the pid recorded in the lock file still exists and
 // runs as one of the block's ids.
-func previousHolderAlive(f *os.File, base int) bool {
+func previousHolderAlive(fd, base int) bool {
 	var buf [16]byte
-	n, _ := f.ReadAt(buf[:], 0)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	n, _ := unix.Pread(fd, buf[:], 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:max(n, 0)])))
 	if err != nil || pid <= 0 {
 		return false
 	}
@@ -167,18 +218,21 @@ func previousHolderAlive(f *os.File, base int) bool {
 
 // record writes the init's host pid into the lock file.
 func (l *idLease) record(pid int) {
-	_ = l.f.Truncate(0)
-	_, _ = l.f.WriteAt([]byte(strconv.Itoa(pid)+"\n"), 0)
+	b := []byte(strconv.Itoa(pid) + "\n")
+	_, _ = unix.Pwrite(l.fd, b, 0)
+	_ = unix.Ftruncate(l.fd, int64(len(b)))
 }
 
 // release drops the lease; called once the sandbox's processes are gone.
+// The file is removed before the lock is dropped (a lease that opened it
+// meanwhile finds it unlinked).
 func (l *idLease) release() {
-	if l == nil || l.f == nil {
+	if l == nil || l.fd < 0 {
 		return
 	}
-	_ = l.f.Truncate(0)
-	l.f.Close()
-	l.f = nil
+	_ = unix.Unlink(l.path)
+	unix.Close(l.fd)
+	l.fd = -1
 }
 
 // assignIDs fills in a root-mode plan's id maps for a leased block:

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -185,15 +186,16 @@ func TestLoadIDRangeInPod(t *testing.T) {
 	}
 }
 
-// A state directory that cannot be created fails the lease with an error
-// naming it and STR_STATE_DIR (not a full id range).
-func TestLeaseIDsStateDir(t *testing.T) {
+// A lease directory that cannot be created fails the lease with an
+// IDLeaseError naming it (not a full id range).
+func TestLeaseIDsLeaseDir(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := leaseIDs(IDRange{Start: 5000000, Count: 4}, file)
-	if err == nil || !strings.Contains(err.Error(), "state directory "+file+"/ids (STR_STATE_DIR)") {
-		t.Fatalf("leaseIDs with an unusable state dir: %v", err)
+	_, err := leaseIDs(IDRange{Start: 5000000, Count: 4}, filepath.Join(file, "ids"))
+	var le *IDLeaseError
+	if !errors.As(err, &le) || errors.Is(err, ErrNoFreeIDs) || !strings.Contains(err.Error(), "id lease directory "+file+"/ids (every root str of the host)") {
+		t.Fatalf("leaseIDs with an unusable lease dir: %v", err)
 	}
 }

@@ -24,10 +24,14 @@ type StepError = nsinit.StepError
 type Options struct {
 	// ProfileDir holds extra *.yaml profiles loaded next to the embedded ones.
 	ProfileDir string
-	// CgroupParent is the cgroup (v2: path below /sys/fs/cgroup) under
-	// which sandbox cgroups are created; "" = automatic (see v2Parent).
+	// CgroupParent is the cgroup (v2: path below /sys/fs/cgroup) in
+	// which sandbox cgroups are created; "" = automatic (see v2Base).
 	CgroupParent string
-	Logger       *slog.Logger
+	// LongLived: a worker or str serve, started rarely and running many
+	// sandboxes. It sweeps a dead launcher's cgroups at its first sandbox
+	// whatever the state directory's stamp says (sweepEvery).
+	LongLived bool
+	Logger    *slog.Logger
 }
 
 // Launcher creates sandboxes. It is safe for concurrent use.
@@ -36,22 +40,27 @@ type Launcher struct {
 	profiles *profiles.Set
 	host     Host
 	log      *slog.Logger
-	v2parent string
+	v2base   string
 
 	// policyFiles caches compiled policy files by path.
 	policyFiles sync.Map
 
 	// cgroupMu serialises cgroup creation; cgroupReady is set once the
-	// parent exists and stale cgroups were swept.
+	// base is prepared. cgroups: this state directory's part of the
+	// cgroup tree (cgroupSpace).
 	cgroupMu    sync.Mutex
 	cgroupReady bool
+	cgroups     cgroupSpace
 	// spares: the v1 cgroups a resident launcher reuses (cgroupreuse.go);
 	// nil otherwise.
 	spares *cgroupSpares
 
-	// Root mode: the host id range sandboxes lease their ids from.
-	ids IDRange
-	// stateDir holds the id leases (statedir.Dir: STR_STATE_DIR).
+	// Root mode: the host id range sandboxes lease their ids from, and
+	// where the leases are (IDLeaseDir).
+	ids        IDRange
+	idLeaseDir string
+	// stateDir holds the cgroup locks and the init's copy (statedir.Dir:
+	// STR_STATE_DIR).
 	stateDir string
 
 	// proxyCA: the egress CA for terminated hosts (credentials.go).
@@ -78,6 +87,8 @@ func New(opts Options) (*Launcher, error) {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
 	l.stateDir = statedir.Dir(os.Getenv)
+	l.cgroups = newCgroupSpace(l.stateDir)
+	l.idLeaseDir = IDLeaseDir
 	if l.host.UID == 0 {
 		space, err := ReadIDSpace()
 		if err != nil {
@@ -215,33 +226,34 @@ func (l *Launcher) Create(ctx context.Context, req Request) (*Sandbox, error) {
 }
 
 // createCgroup makes the sandbox's cgroup according to the plan's mode.
-// The first call also finds (v2: creates) the parent and removes the
-// cgroups of launchers that were SIGKILLed; commands that start no
-// sandbox never touch the cgroup tree. Callers hold cgroupMu.
+// The first call also finds (v2: prepares) the base; a call sweeps the
+// cgroups of this state directory's launchers that were SIGKILLed when
+// one is due (sweepDue; a long-lived launcher's first call too).
+// Commands that start no sandbox never touch the cgroup tree. Callers
+// hold cgroupMu.
 func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
-	if !l.cgroupReady {
+	first := !l.cgroupReady
+	if first {
 		if pl.Cgroup.Mode == CgroupV2 {
-			p, err := v2Parent(l.opts.CgroupParent)
+			p, err := v2Base(l.opts.CgroupParent)
 			if err != nil {
 				return nil, err
 			}
-			if err := prepareV2Parent(p); err != nil {
+			if err := prepareV2Base(p); err != nil {
 				return nil, err
 			}
-			l.v2parent = p
-		}
-		if sweepDue(time.Now()) {
-			sweepStale(staleDirs(pl.Cgroup.Mode, l.v2parent))
-		} else {
-			sweepLocks(func() []string { return staleDirs(pl.Cgroup.Mode, l.v2parent) })
+			l.v2base = p
 		}
 		l.cgroupReady = true
 	}
+	if sweepDue(l.cgroups, time.Now()) || (first && l.opts.LongLived) {
+		sweep(l.cgroups, cgroupBases(pl.Cgroup.Mode, l.v2base))
+	}
 	switch pl.Cgroup.Mode {
 	case CgroupV2:
-		return newCgroupV2(l.v2parent, id, pl.Cgroup)
+		return newCgroupV2(l.cgroups, l.v2base, id, pl.Cgroup)
 	case CgroupV1:
-		return newCgroupV1(id, pl.Cgroup, l.spares.take(pl.Cgroup))
+		return newCgroupV1(l.cgroups, id, pl.Cgroup, l.spares.take(pl.Cgroup))
 	}
 	return nil, errors.New("no cgroup hierarchy")
 }

@@ -176,7 +176,7 @@ func TestLeaseIDs(t *testing.T) {
 	if a.base == b.base {
 		t.Fatalf("two live leases share block %d", a.base)
 	}
-	if _, err := leaseIDs(r, dir); err == nil || !strings.Contains(err.Error(), "all 2 id blocks") {
+	if _, err := leaseIDs(r, dir); !errors.Is(err, ErrNoFreeIDs) || !strings.Contains(err.Error(), "all 2 blocks") {
 		t.Fatalf("a third lease of a 2-block range: %v", err)
 	}
 	a.record(os.Getpid()) // our uid is not in the block: not a holder
@@ -187,6 +187,68 @@ func TestLeaseIDs(t *testing.T) {
 	}
 	b.release()
 	c.release()
+	if names := dirNames(t, dir); len(names) != 0 {
+		t.Fatalf("lease files left after every lease was released: %v (the directory must stay at the live concurrency)", names)
+	}
+}
+
+// Ranges that overlap with other starts (two instances' STR_ID_RANGE, an
+// odd start among them) lease one id at most once between them: a lease
+// file names its block's first id, and blocks start at even ids.
+func TestLeaseIDsOverlappingRanges(t *testing.T) {
+	dir := t.TempDir()
+	ranges := []IDRange{{Start: 5000000, Count: 8}, {Start: 5000002, Count: 8}, {Start: 5000001, Count: 9}, {Start: 5000004, Count: 2}}
+	held := map[int]string{} // id -> the range that leased it
+	var leases []*idLease
+	for {
+		got := false
+		for _, r := range ranges {
+			l, err := leaseIDs(r, dir)
+			if errors.Is(err, ErrNoFreeIDs) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = true
+			leases = append(leases, l)
+			for id := l.base; id < l.base+IDsPerSandbox; id++ {
+				if by, dup := held[id]; dup {
+					t.Fatalf("id %d leased by range %s and again by range %s", id, by, r)
+				}
+				held[id] = r.String()
+			}
+			if l.base < r.Start || l.base+IDsPerSandbox > r.Start+r.Count {
+				t.Fatalf("range %s leased block %d-%d outside it", r, l.base, l.base+IDsPerSandbox-1)
+			}
+		}
+		if !got {
+			break
+		}
+	}
+	// Together the ranges cover 5000000-5000009: 5 whole even blocks.
+	if len(leases) != 5 {
+		t.Fatalf("%d blocks leased, want the 5 of 5000000-5000009: %v", len(leases), held)
+	}
+	for _, l := range leases {
+		l.release()
+	}
+	if _, err := parseRange("5000001:2"); err == nil {
+		t.Fatal("range 5000001:2 holds no even block, accepted")
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 func TestPlanReferenceNumbers(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -121,15 +120,15 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	// a shared plan never carries one sandbox's ids into another.
 	p := *plan
 	if !p.Rootless {
-		lease, err := leaseIDs(l.ids, l.stateDir)
+		lease, err := leaseIDs(l.ids, l.idLeaseDir)
 		if err != nil {
-			// The hint follows the cause: an unwritable state directory
+			// The hint follows the cause: an unwritable lease directory
 			// (a read-only root file system) is not a full id range.
 			hint := "all blocks in use: a larger STR_ID_RANGE=START:COUNT (or str line in /etc/subuid), or fewer concurrent sandboxes; see str doctor"
-			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
-				hint = statedir.Hint(l.stateDir)
+			if le := (*IDLeaseError)(nil); errors.As(err, &le) {
+				hint = IDLeaseHint()
 			}
-			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "lease host ids", Path: filepath.Join(l.stateDir, "ids"),
+			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "lease host ids", Path: l.idLeaseDir,
 				Detail: l.ids.String(), Msg: err.Error(), Err: err, Hint: hint}
 		}
 		s.ids = lease
@@ -148,7 +147,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
 				hint = statedir.Hint(statedir.Dir(os.Getenv)) // the cgroup's lock file, not the cgroup
 			}
-			se := &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "create cgroup", Path: "str/" + s.id,
+			se := &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "create cgroup", Path: l.cgroups.name(s.id),
 				Detail: string(plan.Cgroup.Mode), Msg: err.Error(), Err: err, Hint: hint}
 			if !plan.BestEffort {
 				s.release()

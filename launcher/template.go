@@ -271,7 +271,7 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 			}
 		}
 		t.cgs = append(t.cgs, cg)
-		lease, err := leaseIDs(l.ids, l.stateDir)
+		lease, err := leaseIDs(l.ids, l.idLeaseDir)
 		if err != nil {
 			return fail(fmt.Errorf("template: lease the calls' host ids: %w", err))
 		}

@@ -71,8 +71,8 @@ const (
 )
 
 // setupError is the one place a sandbox that could not be set up becomes
-// the call's error. The disk full under the work dir is
-// RESOURCE_EXHAUSTED; anything else is SANDBOX_FAILED. An error that
+// the call's error. The disk full under the work dir and no free id block
+// are RESOURCE_EXHAUSTED; anything else is SANDBOX_FAILED. An error that
 // carries a launcher.StepError (the launcher's Create or Start, the
 // init's report as SandboxExit.SetupError) already names its step and
 // object: it is passed on unchanged, without a stage of the worker's. Any
@@ -85,6 +85,10 @@ func setupError(stage string, err error, stderr *tailBuffer) *Error {
 	}
 	var step *launcher.StepError
 	switch {
+	case errors.Is(err, launcher.ErrNoFreeIDs):
+		// Capacity, not a fault, and not the agent's business where the
+		// host keeps its leases: no host path in the message.
+		return errorf(CodeResourceExhausted, "no free sandbox id block: every block of this worker's id range is leased by a running sandbox on its host; retry when calls finish")
 	case isNoSpace(err) && stage != "":
 		return errorf(CodeResourceExhausted, "no disk space for the work dir: %s: %v", stage, err)
 	case isNoSpace(err):

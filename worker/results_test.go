@@ -123,6 +123,8 @@ func (initStepCreated) Wait() (*SandboxExit, error) {
 // worker's own stages keep their names; a full disk is
 // RESOURCE_EXHAUSTED. setupError is the one place that decides.
 func TestSetupErrorCarriesTheLaunchersStep(t *testing.T) {
+	noIDs := &launcher.StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "lease host ids", Path: launcher.IDLeaseDir,
+		Msg: "no free sandbox id block: all 2 blocks of range 5000000:4 (STR_ID_RANGE) are in use", Err: fmt.Errorf("%w: all 2 blocks", launcher.ErrNoFreeIDs)}
 	workDir := &launcher.StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: "make work dir", Path: "/var/lib/str/work",
 		Msg: "permission denied", Errno: int(syscall.EACCES), Err: syscall.EACCES}
 	for _, c := range []struct {
@@ -137,6 +139,8 @@ func TestSetupErrorCarriesTheLaunchersStep(t *testing.T) {
 		{stageStatusPipe, errors.New("mkfifo: exists"), CodeSandboxFailed, `sandbox setup failed at step "status pipe": mkfifo: exists`},
 		{stageRunnerArgs, syscall.ENOSPC, CodeResourceExhausted, "no disk space for the work dir: runner arguments: " + syscall.ENOSPC.Error()},
 		{"", fmt.Errorf("mkdir: %w", syscall.ENOSPC), CodeResourceExhausted, "no disk space for the work dir: mkdir: " + syscall.ENOSPC.Error()},
+		// No free id block is capacity, named without the host's paths.
+		{stageCreate, noIDs, CodeResourceExhausted, "no free sandbox id block: every block of this worker's id range is leased by a running sandbox on its host; retry when calls finish"},
 	} {
 		e := setupError(c.stage, c.err, nil)
 		if e.Code != c.code || e.Message != c.msg {

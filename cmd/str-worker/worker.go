@@ -98,7 +98,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		}
 		sandboxes = worker.Unsandboxed{Profiles: set}
 	default:
-		l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, CgroupParent: cfg.CgroupParent, Logger: log})
+		l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, CgroupParent: cfg.CgroupParent, LongLived: true, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -95,7 +95,7 @@ func cmdDoctor(args []string) int {
 	// which takes no global lock), so favordynmods is not needed.
 
 	// Host ids and the state directory: every sandbox runs under a block
-	// of host ids of its own, leased in the state directory.
+	// of host ids of its own, leased in launcher.IDLeaseDir.
 	doctorIDRange(check, info, uid)
 	doctorStateDir(check)
 
@@ -205,15 +205,15 @@ func doctorIDRange(check func(name string, good bool, detail, fix string), info 
 		"pick a range no account uses: STR_ID_RANGE=START:COUNT or a str:START:COUNT line in /etc/subuid")
 }
 
-// doctorStateDir checks that the state directory (id leases, cgroup locks)
-// can be created and written.
+// doctorStateDir checks that the state directory (cgroup locks) and, as
+// root, the host's id lease directory can be created and written.
 func doctorStateDir(check func(name string, good bool, detail, fix string)) {
 	if err := statedir.Check(os.Getenv); err != nil {
 		check("state directory", false, err.Error(), "set "+statedir.Env+" to an absolute path")
 		return
 	}
 	dir := statedir.Dir(os.Getenv)
-	sub, err := statedir.Sub(dir, "ids")
+	sub, err := statedir.Sub(dir, "cgroups")
 	if err == nil {
 		if err = unix.Access(sub, unix.W_OK); err != nil {
 			err = &statedir.Error{Dir: sub, Err: err}
@@ -221,9 +221,21 @@ func doctorStateDir(check func(name string, good bool, detail, fix string)) {
 	}
 	if err != nil {
 		check("state directory", false, err.Error(), statedir.Hint(dir))
+	} else {
+		check("state directory", true, dir+" is writable ("+statedir.Env+")", "")
+	}
+	if os.Geteuid() != 0 {
+		return // rootless sandboxes lease no host ids
+	}
+	err = os.MkdirAll(launcher.IDLeaseDir, 0o700)
+	if err == nil {
+		err = unix.Access(launcher.IDLeaseDir, unix.W_OK)
+	}
+	if err != nil {
+		check("id leases", false, (&launcher.IDLeaseError{Dir: launcher.IDLeaseDir, Err: err}).Error(), launcher.IDLeaseHint())
 		return
 	}
-	check("state directory", true, dir+" is writable ("+statedir.Env+")", "")
+	check("id leases", true, launcher.IDLeaseDir+" is writable (one for every root str of the host)", "")
 }
 
 // containerEngine names the container engine this process runs under, from

@@ -115,7 +115,7 @@ func cmdServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "str serve:", errors.Join(bad...))
 		return exitUsage
 	}
-	l, err := launcher.New(launcher.Options{CgroupParent: os.Getenv("STR_CGROUP_PARENT"), Logger: jsonlog.New("info")})
+	l, err := launcher.New(launcher.Options{CgroupParent: os.Getenv("STR_CGROUP_PARENT"), LongLived: true, Logger: jsonlog.New("info")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str serve:", err)
 		return exitLauncher

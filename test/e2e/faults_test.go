@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -122,8 +123,11 @@ func (p proc) alive() bool {
 }
 
 // sandboxCgroups returns the sandbox cgroup directories (every v1
-// controller, or the v2 one) the processes are in: the launcher puts
-// each sandbox in "<parent>/str/s<16 hex>" (launcher/cgroup.go).
+// controller, or the v2 one) the processes are in: the launcher names
+// each sandbox's "str-<12 hex of its state directory>-s<16 hex>"
+// (launcher/cgroup.go, cgroupSpace).
+var sandboxCgroupRE = regexp.MustCompile(`^str-[0-9a-f]{12}-s[0-9a-f]{16}$`)
+
 func sandboxCgroups(procs []proc) map[string]bool {
 	dirs := map[string]bool{}
 	for _, p := range procs {
@@ -132,7 +136,7 @@ func sandboxCgroups(procs []proc) map[string]bool {
 			continue
 		}
 		for ctl, path := range cgs { // ctl "": the v2 hierarchy, at the root
-			if !strings.Contains(path, "/str/s") {
+			if !sandboxCgroupRE.MatchString(filepath.Base(path)) {
 				continue
 			}
 			dir := filepath.Join("/sys/fs/cgroup", ctl, path)
@@ -213,7 +217,8 @@ func TestFaultWorkerSIGKILL(t *testing.T) {
 	cgroups := sandboxCgroups(procs)
 	sandboxIDs := map[string]bool{}
 	for dir := range cgroups {
-		sandboxIDs[filepath.Base(dir)] = true
+		name := filepath.Base(dir) // str-<state dir>-<id>; the lock file is named <id>
+		sandboxIDs[name[strings.LastIndex(name, "-")+1:]] = true
 	}
 	if len(sandboxIDs) < 5 {
 		t.Fatalf("%d sandbox cgroups (%v) of %d processes, want at least 5 (4 calls, 1 pooled): the check below proves little",

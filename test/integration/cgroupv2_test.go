@@ -159,8 +159,9 @@ func (p *v2Proc) wait(t *testing.T) run {
 	return r
 }
 
-// v2SandboxParent is the cgroup directory under which a launcher started by
-// this test creates sandbox cgroups: "str" below the test's own cgroup.
+// v2SandboxParent is the cgroup directory in which a launcher started by
+// this test creates sandbox cgroups: the test's own cgroup (sandbox
+// cgroups are named str-<state directory>-s<id>, see isSandboxCgroup).
 func v2SandboxParent(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/cgroup")
@@ -171,15 +172,15 @@ func v2SandboxParent(t *testing.T) string {
 	if !ok {
 		t.Fatalf("/proc/self/cgroup is not a pure cgroup v2 entry: %q", b)
 	}
-	return filepath.Join(v2Root, own, "str")
+	return filepath.Join(v2Root, own)
 }
 
-// v2Subdirs lists the child cgroups of dir.
+// v2Subdirs lists the sandbox cgroups in dir.
 func v2Subdirs(dir string) map[string]bool {
 	m := map[string]bool{}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if e.IsDir() {
+		if e.IsDir() && isSandboxCgroup(e.Name()) {
 			m[e.Name()] = true
 		}
 	}
@@ -437,8 +438,8 @@ func TestCgroupV2KillTeardown(t *testing.T) {
 // directory and its cgroup.procs, cgroup.subtree_control and
 // cgroup.threads, as systemd Delegate=yes does) and starts str there as
 // that uid. str moves itself into <subtree>/str-supervisor and creates the
-// sandbox cgroup below <subtree>/str, with its limits in force: the hog is
-// OOM-killed at 64 MiB.
+// sandbox cgroup beside it in <subtree>, with its limits in force: the hog
+// is OOM-killed at 64 MiB.
 func TestCgroupV2RootlessDelegation(t *testing.T) {
 	needCgroupV2(t)
 	const uid, gid = 65534, 65534
@@ -476,7 +477,7 @@ func TestCgroupV2RootlessDelegation(t *testing.T) {
 	}
 	defer dfd.Close()
 
-	parent := filepath.Join(deleg, "str")
+	parent := deleg
 	p := v2Start(t, v2Opts{Bin: bin, Env: []string{"PATH=/usr/bin:/bin"}, Attr: &syscall.SysProcAttr{
 		Credential:  &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}},
 		UseCgroupFD: true, // str starts inside the delegated subtree

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,15 +260,22 @@ func TestSIGKILLLeavesNothingBehind(t *testing.T) {
 		}
 	}
 	if len(killed) == 0 {
-		t.Fatalf("the running sandbox has no cgroup under str/ (its processes' cgroups: %v)", own)
+		t.Fatalf("the running sandbox has no sandbox cgroup (its processes' cgroups: %v)", own)
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 	if !eventually(10*time.Second, func() bool { return len(findProcs("sleep "+marker)) == 0 }) {
 		t.Fatalf("sandbox processes survived SIGKILL of str run: %v", findProcs("sleep "+marker))
 	}
-	// The next launcher to create a sandbox removes the cgroups of dead
-	// launchers (their lock files are free).
+	// The next launcher of the state directory to create a sandbox once a
+	// sweep is due removes the cgroups of dead launchers (their lock files
+	// are free). The stamp set back by sweepEvery (10 s) stands for the
+	// time passing.
+	stamp := "/run/str/cgroups/.swept"
+	old := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(stamp, old, old); err != nil {
+		t.Fatalf("set the sweep stamp back: %v", err)
+	}
 	sh(t, "restrictive", "true")
 	for _, c := range strCgroups() {
 		if slices.Contains(killed, c) {
@@ -280,16 +288,18 @@ func TestSIGKILLLeavesNothingBehind(t *testing.T) {
 	}
 }
 
-// sandboxCgroupNames is the set of sandbox cgroup names (the directory
-// below a "str" parent) that the processes pids are in.
+// sandboxCgroupNames is the set of sandbox cgroup names
+// (isSandboxCgroup) that the processes pids are in.
 func sandboxCgroupNames(pids []string) map[string]bool {
 	names := map[string]bool{}
 	for _, pid := range pids {
 		data, _ := os.ReadFile("/proc/" + pid + "/cgroup")
 		for _, line := range strings.Split(string(data), "\n") {
 			_, path, ok := strings.Cut(line, ":/")
-			if i := strings.Index(path, "str/"); ok && i >= 0 {
-				names[strings.SplitN(path[i+len("str/"):], "/", 2)[0]] = true
+			for _, c := range strings.Split(path, "/") {
+				if ok && isSandboxCgroup(c) {
+					names[c] = true
+				}
 			}
 		}
 	}
@@ -316,14 +326,14 @@ func addedMounts(before, after string) []string {
 	return added
 }
 
-// strCgroups lists the sandbox cgroup directories (below a "str" parent).
+// strCgroups lists the sandbox cgroup directories (isSandboxCgroup).
 func strCgroups() []string {
 	var found []string
 	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil
 		}
-		if filepath.Base(filepath.Dir(p)) == "str" {
+		if isSandboxCgroup(d.Name()) {
 			found = append(found, p)
 			return filepath.SkipDir
 		}
@@ -331,6 +341,13 @@ func strCgroups() []string {
 	})
 	return found
 }
+
+// sandboxCgroupRE is a sandbox cgroup's name: "str-", 12 hex digits of
+// its launcher's state directory, "-s" and 16 hex digits of its own
+// (launcher/cgroup.go, cgroupSpace).
+var sandboxCgroupRE = regexp.MustCompile(`^str-[0-9a-f]{12}-s[0-9a-f]{16}$`)
+
+func isSandboxCgroup(name string) bool { return sandboxCgroupRE.MatchString(name) }
 
 // No fd of str run or its caller leaks into the tool.
 func TestNoFDLeak(t *testing.T) {

@@ -419,8 +419,8 @@ func TestPodServes(t *testing.T) {
 // TestPodDoctor: the pod as the old manifest had it (no state volume, no
 // STR_ID_RANGE). str doctor names both, each with a fix that works (the
 // range it prints is the manifest's); a sandbox fails at "lease host ids"
-// (str run: exit 125) with an error naming /run/str and STR_STATE_DIR, and
-// the hint names the volume, not the id range. And with the runtime's
+// (str run: exit 125) with an error naming the lease directory /run/str/ids,
+// and the hint names the volume, not the id range. And with the runtime's
 // masked /proc (procMount: Default), str doctor names procMount.
 func TestPodDoctor(t *testing.T) {
 	image, strBin := need(t)
@@ -442,7 +442,8 @@ func TestPodDoctor(t *testing.T) {
 		"uid_map 0 100000 65536",
 		"range 1879048192:65536 (default): ids 1879048192-1879113727 are not all inside this process's uid_map and gid_map (0 100000 65536)",
 		"fix: STR_ID_RANGE=10002:55532 ",
-		"state directory /run/str/ids (STR_STATE_DIR): mkdir /run/str: read-only file system",
+		"state directory /run/str/cgroups (STR_STATE_DIR): mkdir /run/str: read-only file system",
+		"id lease directory /run/str/ids (every root str of the host): mkdir /run/str: read-only file system",
 		"an emptyDir mounted at /run/str",
 	} {
 		if !strings.Contains(out, want) {
@@ -459,7 +460,7 @@ func TestPodDoctor(t *testing.T) {
 	// With the id range but without the state volume: rc 125 and the
 	// hint names the state directory.
 	out = run([]string{"STR_ID_RANGE=10002:55532"}, "/bin/sh", "-c", "/t/str run --profile restrictive -- /bin/true; echo rc=$?")
-	for _, want := range []string{"lease host ids", "state directory /run/str/ids (STR_STATE_DIR)", "emptyDir mounted at /run/str", "rc=125"} {
+	for _, want := range []string{"lease host ids", "id lease directory /run/str/ids (every root str of the host): mkdir /run/str: read-only file system", "emptyDir mounted at /run/str", "rc=125"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("str run in the pod without the state volume lacks %q:\n%s", want, out)
 		}
