@@ -198,3 +198,91 @@ func TestIDLeasesAcrossStateDirs(t *testing.T) {
 	}
 	check(envB2, "instance B, a range overlapping A's from another start")
 }
+
+// TestKilledServeCgroupsSwept: str serve SIGKILLed with pre-built
+// sandboxes leaves their cgroups; the next sweep of its state directory
+// removes every one, even where the sweeping str's own cgroup is another
+// (issue 29, item 6: the sweep looked only below its own cgroup, so
+// what a server in another memory cgroup, another login session's, left
+// stayed for good). The server runs in a memory cgroup of the test's; the
+// sweeping str run in the test's own.
+func TestKilledServeCgroupsSwept(t *testing.T) {
+	needRoot(t)
+	if launcher.DetectCgroup() != launcher.CgroupV1 {
+		t.Skip("cgroup v2: one hierarchy, the server's cgroup is its launcher's own everywhere; the per-hierarchy case is v1's")
+	}
+	own, err := launcher.OwnCgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := filepath.Join("/sys/fs/cgroup/memory", own["memory"], fmt.Sprintf("strtest-%d", os.Getpid()))
+	if err := os.Mkdir(mem, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// sandboxDirs: every sandbox cgroup below mem (either naming).
+	sandboxDirs := func() []string {
+		var dirs []string
+		_ = filepath.WalkDir(mem, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && p != mem && (isSandboxCgroup(d.Name()) || len(d.Name()) == 17 && d.Name()[0] == 's') {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		return dirs
+	}
+	t.Cleanup(func() {
+		for _, d := range sandboxDirs() {
+			_ = syscall.Rmdir(d)
+		}
+		_ = syscall.Rmdir(filepath.Join(mem, "str"))
+		_ = syscall.Rmdir(mem)
+	})
+
+	state := t.TempDir()
+	env := append(os.Environ(), "STR_STATE_DIR="+state)
+	serve := exec.Command("/bin/sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$1" serve --socket "$2" --pool 2 --profiles restrictive`,
+		mem, strBin, filepath.Join(state, "s.sock"))
+	serve.Env = env
+	var log bytes.Buffer
+	serve.Stdout, serve.Stderr = &log, &log
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = serve.Process.Kill(); _ = serve.Wait() }()
+	if !eventually(60*time.Second, func() bool { return len(sandboxDirs()) >= 2 }) {
+		t.Fatalf("str serve in %s never made its pre-built sandboxes' memory cgroups there; log:\n%s", mem, log.String())
+	}
+	_ = serve.Process.Signal(syscall.SIGKILL)
+	_ = serve.Wait()
+	left := sandboxDirs()
+	if !eventually(30*time.Second, func() bool {
+		for _, d := range left {
+			if b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs")); len(bytes.TrimSpace(b)) > 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the killed server's sandboxes are still alive in %v", left)
+	}
+
+	// The next str of the state directory, once a sweep is due (the stamp
+	// set back stands for the time passing), from the test's own cgroup.
+	old := time.Now().Add(-time.Hour)
+	_ = os.Chtimes(filepath.Join(state, "cgroups", ".swept"), old, old)
+	cmd := exec.Command(strBin, "run", "--one-shot", "--profile", "restrictive", "--", "/bin/true")
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("str run after the server's SIGKILL: %v\n%s", err, out)
+	}
+	if d := sandboxDirs(); len(d) > 0 {
+		t.Errorf("cgroups of the killed str serve left after its state directory's sweep: %v (were %v)", d, left)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "cgroups")); len(ents) > 1 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("lock files left in %s/cgroups: %v", state, names)
+	}
+}
