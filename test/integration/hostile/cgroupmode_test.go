@@ -51,7 +51,7 @@ func hostCgroupMode(t *testing.T) cgroupMode {
 // SECURITY.md's table may name though it is not one of cases().
 const cgroupModeCase = "cgroup_mode"
 
-var sandboxCgroupName = regexp.MustCompile(`^s[0-9a-f]{16}$`)
+var sandboxCgroupName = regexp.MustCompile(`^str-[0-9a-f]{12}-s[0-9a-f]{16}$`)
 
 // checkCgroupMode: a standard sandbox holds while the harness finds its
 // process on the host and reads its cgroup: on v2 one unified cgroup of
