@@ -143,6 +143,7 @@ func TestBenchWriteCSV(t *testing.T) {
 	rows := []benchRow{
 		{cell: "true/plain", round: 1, lat: 812.25, cpu: 700, full: 820, status: 0},
 		{cell: "echo/cold, \"quoted\"", round: 2, lat: 40000, cpu: math.NaN(), full: math.NaN(), status: 256},
+		{cell: "load/plain", round: 3, lat: 90000, cpu: 61000, full: 90100, sched: true, cmdRun: 58000.04, cmdWait: 30000},
 	}
 	var buf bytes.Buffer
 	if err := benchWriteCSV(&buf, rows); err != nil {
@@ -153,9 +154,10 @@ func TestBenchWriteCSV(t *testing.T) {
 		t.Fatalf("not CSV: %v\n%s", err, buf.String())
 	}
 	want := [][]string{
-		{"cell", "round", "lat_us", "cpu_us", "full_us", "status"},
-		{"true/plain", "1", "812.2", "700.0", "820.0", "0"},
-		{"echo/cold, \"quoted\"", "2", "40000.0", "", "", "256"},
+		{"cell", "round", "lat_us", "cpu_us", "full_us", "status", "cmd_run_us", "cmd_wait_us"},
+		{"true/plain", "1", "812.2", "700.0", "820.0", "0", "", ""},
+		{"echo/cold, \"quoted\"", "2", "40000.0", "", "", "256", "", ""},
+		{"load/plain", "3", "90000.0", "61000.0", "90100.0", "0", "58000.0", "30000.0"},
 	}
 	if !reflect.DeepEqual(recs, want) {
 		t.Errorf("CSV:\n got %q\nwant %q", recs, want)
