@@ -275,3 +275,37 @@ func TestBenchLoadReport(t *testing.T) {
 		t.Error("load/plain has no p50")
 	}
 }
+
+// latency.svg gains an "under load" panel with the phase's cells that ran,
+// labelled by launcher.
+func TestBenchSVGUnderLoadPanel(t *testing.T) {
+	st := &benchState{cfg: benchSuiteConfig{rounds: 1, n: 2}}
+	if n := len(st.panels()); n != 3 {
+		t.Fatalf("without the phase: %d panels, want 3", n)
+	}
+	cfg := benchLoadDefaults()
+	cfg.conc = 1
+	st.load = newBenchLoad(cfg, "/b/str-bench", "/b/str", "", "/usr/bin/bwrap", "/w")
+	st.load.cells[0].skip = "no python"
+	for _, c := range st.load.cells[1:] {
+		st.rows = append(st.rows, benchRow{cell: c.id, round: 1, lat: 2e5, cpu: 6e4, full: 2e5})
+	}
+	panels := st.panels()
+	if len(panels) != 4 || panels[3].title != "under load" {
+		t.Fatalf("with the phase: %d panels, the last %q", len(panels), panels[len(panels)-1].title)
+	}
+	var labels []string
+	for _, c := range panels[3].cells {
+		labels = append(labels, c.label)
+		if len(c.ms) != 1 || c.ms[0] != 200 {
+			t.Errorf("%s: samples %v, want [200] ms", c.label, c.ms)
+		}
+	}
+	if want := []string{"bwrap restrictive line", "str run --one-shot --profile restrictive"}; !slices.Equal(labels, want) {
+		t.Errorf("labels %q, want %q", labels, want)
+	}
+	var buf strings.Builder
+	if err := benchWriteSVG(&buf, st.svgHeading(), panels); err != nil || !strings.Contains(buf.String(), ">under load<") {
+		t.Errorf("latency.svg: %v, under load panel drawn: %v", err, strings.Contains(buf.String(), ">under load<"))
+	}
+}

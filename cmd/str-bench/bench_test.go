@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -308,14 +309,17 @@ func TestBenchSuiteFlags(t *testing.T) {
 			t.Errorf("%q: %v", c.args, err)
 			continue
 		}
-		if cfg.rounds != c.rounds || cfg.n != c.n || cfg.warmups != c.warmup || cfg.quick != c.quick || cfg.conc != 4 || cfg.k != 8 {
-			t.Errorf("%q: got rounds=%d n=%d warmups=%d quick=%v conc=%d k=%d", c.args, cfg.rounds, cfg.n, cfg.warmups, cfg.quick, cfg.conc, cfg.k)
+		if cfg.rounds != c.rounds || cfg.n != c.n || cfg.warmups != c.warmup || cfg.quick != c.quick || cfg.conc != 4 || cfg.k != 8 || cfg.spinners != 2*runtime.NumCPU() {
+			t.Errorf("%q: got rounds=%d n=%d warmups=%d quick=%v conc=%d k=%d spinners=%d", c.args, cfg.rounds, cfg.n, cfg.warmups, cfg.quick, cfg.conc, cfg.k, cfg.spinners)
 		}
+	}
+	if cfg, _ := benchParseSuite([]string{"--spinners", "0"}, io.Discard); cfg.spinners != 0 {
+		t.Errorf("--spinners 0: %d", cfg.spinners)
 	}
 	if cfg, _ := benchParseSuite([]string{"--quick", "--out", "/tmp/x"}, io.Discard); cfg.out != "/tmp/x" {
 		t.Errorf("--out: %q", cfg.out)
 	}
-	for _, bad := range [][]string{{"--rounds", "0"}, {"-n", "-1"}, {"extra"}, {"--python", "python3"}, {"--nosuch"}} {
+	for _, bad := range [][]string{{"--rounds", "0"}, {"-n", "-1"}, {"extra"}, {"--python", "python3"}, {"--nosuch"}, {"--spinners", "-1"}} {
 		if _, err := benchParseSuite(bad, io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
