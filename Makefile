@@ -27,7 +27,7 @@ help:
 	@echo "make image   the worker image $(IMAGE) from a locally built Debian 12 base (no registry; docker, root)"
 	@echo "make demo    scripted tour against a running 'make run'"
 	@echo "make fuzz    every go test -fuzz target for FUZZTIME each (default 20s; e.g. FUZZTIME=10m)"
-	@echo "make bench   str-bench: str vs bubblewrap, the clone floor and python3 -c pass (BENCH_ARGS=--quick)"
+	@echo "make bench   str-bench: str vs bubblewrap, the clone floor, python3 -c pass and under load (BENCH_ARGS=--quick)"
 	@echo "make bench-egress  the egress proxy's terminated path vs direct vs tunnel over a shaped veth link (root; BENCH_ROUNDS=15)"
 	@echo "make bwrap-suite  bubblewrap's own tests with the machine's bwrap and with str bwrap, counts side by side"
 	@echo "make lint    gofmt, go vet, staticcheck, deadcode, govulncheck (tools pinned in bin/tools)"

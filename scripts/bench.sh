@@ -4,9 +4,13 @@
 # and python3 -c pass, warm dispatch, echo_tool end to end cold, warm and
 # from a per-tool template through throw-away workers, invocations per
 # second with 4 in flight, and per-sandbox memory, all interleaved in one
-# run (compare ratios, not absolute numbers), ending with issue 19's and
-# issue 20's target tables in markdown (the README's tables are that
-# output). Asserts nothing about the numbers.
+# run (compare ratios, not absolute numbers), then str run next to
+# bubblewrap under the same background load (2 x nproc CPU spinners,
+# stopped at the end; --spinners 0 skips it), ending with issue 19's and
+# issue 20's target tables and the under-load table in markdown (the
+# README's tables are that output). Asserts nothing about the numbers.
+# `str-bench load --str-b OLD` runs the under-load phase alone, a second
+# str binary in the same rounds.
 #
 #   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] ...   (any str-bench flag; -r R = --rounds R)
 #

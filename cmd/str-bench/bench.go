@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const benchUsage = `usage: str-bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] [--ns LIST] [-j J] [--quiet PID] -- CMD [ARGS...]
+const benchUsage = `usage: str-bench spawn [-n N] [-w WARMUP] [-l LABEL] [-o RAW] [-e] [--ns LIST] [-j J] [--quiet PID] [--schedstat] -- CMD [ARGS...]
 
 Spawns CMD N times in a row (after WARMUP unmeasured spawns), with no shell
 and stdin/stdout/stderr on /dev/null, and prints one line of key=value
@@ -38,6 +38,12 @@ behind is reaped once at the end, not per spawn (full_us = lat_us).
 resident str serve and its pre-built sandboxes) ran less than 0.3 ms in
 10 ms, i.e. its refill after the last call is done (at most 3 s; the line
 then counts restless=N): a served call that meets the pool at rest.
+--schedstat reads CMD's stdout through a pipe, whose last line must be
+CMD's own /proc/self/schedstat ("run_ns wait_ns slices", printed as CMD's
+last act): its time on a CPU and waiting on the run queue, whatever
+sandbox CMD runs in. The line then adds cmd_run_p50_us, cmd_wait_p50_us
+and noschedstat=N (spawns without that line), and RAW lines two fields,
+"cmd_run_us cmd_wait_us" (-1 -1 for a spawn without it).
 It is the driver of str-bench (the whole comparison, bench_suite.go), with
 spawnloop.c's flags, output line and RAW format: one line per measured
 spawn, "lat_us cpu_us maxrss_kb wait_status full_us". It asserts nothing
@@ -50,6 +56,9 @@ type benchSample struct {
 	maxRSSKB       int64
 	status         syscall.WaitStatus
 	leftovers      int
+	sched          bool          // --schedstat and CMD's last line was its schedstat
+	cmdRun         time.Duration // that line: CMD's time on a CPU
+	cmdWait        time.Duration // and waiting on a run queue
 }
 
 // benchLeftoverLimit bounds the wait for what a command leaves behind: a
@@ -67,6 +76,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	nsList := fs.String("ns", "", "clone CMD into these new namespaces (`LIST`: pid,mnt,ipc,uts,net,user,cgroup)")
 	jobs := fs.Int("j", 1, "spawns in flight")
 	quiet := fs.Int("quiet", 0, "before each spawn, wait until the process tree of `PID` (a resident str serve) is at rest: its refill done (one in flight only)")
+	sched := fs.Bool("schedstat", false, "CMD prints its own /proc/self/schedstat last: report its run and run-queue wait times")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -104,6 +114,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 		errFD = os.Stderr.Fd()
 	}
 	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{devnull.Fd(), devnull.Fd(), errFD}, Sys: sys}
+	sp := benchSpawner{path: path, argv: argv, attr: attr, sched: *sched}
 
 	samples := make([]benchSample, 0, *n)
 	restless := 0 // spawns whose wait for --quiet's tree to rest ran out
@@ -114,7 +125,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	}
 	for i := 0; i < *warm; i++ {
 		rest()
-		if _, err := benchOne(path, argv, attr); err != nil {
+		if _, err := sp.one(); err != nil {
 			fmt.Fprintf(os.Stderr, "str-bench: spawn %s: %v\n", path, err)
 			return 1
 		}
@@ -123,7 +134,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	if *jobs == 1 {
 		for i := 0; i < *n; i++ {
 			rest()
-			s, err := benchOne(path, argv, attr)
+			s, err := sp.one()
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "str-bench: spawn %s: %v\n", path, err)
 				return 1
@@ -131,7 +142,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 			samples = append(samples, s)
 		}
 	} else {
-		samples, err = benchParallel(path, argv, attr, *n, *jobs)
+		samples, err = sp.parallel(*n, *jobs)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "str-bench: spawn %s: %v\n", path, err)
 			return 1
@@ -140,7 +151,7 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	elapsed := time.Since(start)
 
 	if *rawPath != "" {
-		if err := benchWriteRaw(*rawPath, samples); err != nil {
+		if err := benchWriteRaw(*rawPath, samples, *sched); err != nil {
 			fmt.Fprintln(os.Stderr, "str-bench:", err)
 			return 1
 		}
@@ -148,6 +159,9 @@ func benchSpawn(args []string, stdout io.Writer) int {
 	line := benchSummary(*label, *jobs, samples, elapsed)
 	if *quiet != 0 {
 		line += fmt.Sprintf(" restless=%d", restless)
+	}
+	if *sched {
+		line += " " + benchSchedSummary(samples)
 	}
 	fmt.Fprintln(stdout, line)
 	return 0
@@ -228,11 +242,101 @@ func benchCloneAttr(list string) (*syscall.SysProcAttr, error) {
 	return sys, nil
 }
 
-// benchParallel keeps jobs spawns of argv in flight until n have been
+// benchSpawner is what every spawn of one str-bench spawn shares.
+type benchSpawner struct {
+	path  string
+	argv  []string
+	attr  *syscall.ProcAttr
+	sched bool // --schedstat: CMD's stdout is a pipe whose last line is its schedstat
+}
+
+// benchStdoutTail is what is kept of CMD's stdout under --schedstat: its
+// last bytes, where the schedstat line is (all of it is read, so that CMD
+// never blocks on the pipe).
+const benchStdoutTail = 4 << 10
+
+// start forks and execs CMD. Under --schedstat its stdout is the write end
+// of a fresh pipe (closed here once CMD has it, so that EOF means every
+// holder exited) and out delivers what was read from it; else out is nil.
+func (sp *benchSpawner) start() (pid int, out <-chan []byte, err error) {
+	if !sp.sched {
+		pid, err = syscall.ForkExec(sp.path, sp.argv, sp.attr)
+		return pid, nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	attr := *sp.attr // a copy per spawn: spawns in flight have pipes of their own
+	attr.Files = append([]uintptr(nil), sp.attr.Files...)
+	attr.Files[1] = w.Fd()
+	pid, err = syscall.ForkExec(sp.path, sp.argv, &attr)
+	w.Close()
+	if err != nil {
+		r.Close()
+		return 0, nil, err
+	}
+	ch := make(chan []byte, 1)
+	go func() {
+		defer r.Close()
+		var tail []byte
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			tail = append(tail, buf[:n]...)
+			if len(tail) > benchStdoutTail {
+				tail = append(tail[:0], tail[len(tail)-benchStdoutTail:]...)
+			}
+			if err != nil {
+				break
+			}
+		}
+		ch <- tail
+	}()
+	return pid, ch, nil
+}
+
+// readSched fills s's schedstat fields from what CMD printed (out from
+// start; nothing when nil). By the time it is called CMD and every process
+// it left behind are reaped, so EOF is near; the wait is bounded anyway.
+func (sp *benchSpawner) readSched(s *benchSample, out <-chan []byte) error {
+	if out == nil {
+		return nil
+	}
+	select {
+	case b := <-out:
+		s.cmdRun, s.cmdWait, s.sched = benchParseSchedstat(b)
+		return nil
+	case <-time.After(benchLeftoverLimit):
+		return fmt.Errorf("stdout of %s still open after %v", sp.path, benchLeftoverLimit)
+	}
+}
+
+// benchParseSchedstat reads the last non-empty line of out as a
+// /proc/PID/schedstat line: "run_ns wait_ns slices", three non-negative
+// integers; ok is false for anything else.
+func benchParseSchedstat(out []byte) (run, wait time.Duration, ok bool) {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) != 3 {
+		return 0, 0, false
+	}
+	var v [3]int64
+	for i, x := range f {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, false
+		}
+		v[i] = n
+	}
+	return time.Duration(v[0]), time.Duration(v[1]), true
+}
+
+// parallel keeps jobs spawns of argv in flight until n have been
 // reaped. Each spawn is waited for by its pid (the CPU of its own waited-for
 // descendants included); orphans are reaped once at the end, since a
 // wait4(-1) per spawn would take another spawn's child.
-func benchParallel(path string, argv []string, attr *syscall.ProcAttr, n, jobs int) ([]benchSample, error) {
+func (sp *benchSpawner) parallel(n, jobs int) ([]benchSample, error) {
 	var mu sync.Mutex
 	var samples []benchSample
 	var firstErr error
@@ -252,7 +356,7 @@ func benchParallel(path string, argv []string, attr *syscall.ProcAttr, n, jobs i
 				mu.Unlock()
 				var s benchSample
 				t0 := time.Now()
-				pid, err := syscall.ForkExec(path, argv, attr)
+				pid, out, err := sp.start()
 				var ru syscall.Rusage
 				if err == nil {
 					for {
@@ -263,6 +367,12 @@ func benchParallel(path string, argv []string, attr *syscall.ProcAttr, n, jobs i
 				}
 				s.lat = time.Since(t0)
 				s.full, s.cpu, s.maxRSSKB = s.lat, benchCPU(&ru), ru.Maxrss
+				if err == nil {
+					// CMD's stdout ends with CMD (a sandbox's init reaps
+					// it before the launcher returns): no orphan holds
+					// it open unless CMD left one behind.
+					err = sp.readSched(&s, out)
+				}
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -316,12 +426,13 @@ func benchReapAll() (int, error) {
 	}
 }
 
-// benchOne spawns argv once, reaps it, then reaps every descendant that
+// one spawns argv once, reaps it, then reaps every descendant that
 // was re-parented to us.
-func benchOne(path string, argv []string, attr *syscall.ProcAttr) (benchSample, error) {
+func (sp *benchSpawner) one() (benchSample, error) {
+	path := sp.path
 	var s benchSample
 	t0 := time.Now()
-	pid, err := syscall.ForkExec(path, argv, attr)
+	pid, out, err := sp.start()
 	if err != nil {
 		return s, err
 	}
@@ -383,22 +494,50 @@ func benchOne(path string, argv []string, attr *syscall.ProcAttr) (benchSample, 
 	case <-time.After(benchLeftoverLimit):
 		return s, fmt.Errorf("descendants of %s still running after %v", path, benchLeftoverLimit)
 	}
-	return s, nil
+	return s, sp.readSched(&s, out)
 }
 
 func benchCPU(ru *syscall.Rusage) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func benchWriteRaw(path string, samples []benchSample) error {
+// benchWriteRaw appends one line per sample to path: "lat_us cpu_us
+// maxrss_kb wait_status full_us", and with sched "cmd_run_us cmd_wait_us"
+// after it (-1 -1 for a sample without CMD's schedstat).
+func benchWriteRaw(path string, samples []benchSample, sched bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
 	for _, s := range samples {
-		fmt.Fprintf(f, "%.1f %.0f %d %d %.1f\n", benchUs(s.lat), benchUs(s.cpu), s.maxRSSKB, int(s.status), benchUs(s.full))
+		fmt.Fprintf(f, "%.1f %.0f %d %d %.1f", benchUs(s.lat), benchUs(s.cpu), s.maxRSSKB, int(s.status), benchUs(s.full))
+		switch {
+		case sched && s.sched:
+			fmt.Fprintf(f, " %.1f %.1f", benchUs(s.cmdRun), benchUs(s.cmdWait))
+		case sched:
+			fmt.Fprint(f, " -1 -1")
+		}
+		fmt.Fprintln(f)
 	}
 	return f.Close()
+}
+
+// benchSchedSummary is --schedstat's part of the output line: the p50s of
+// CMD's own run and run-queue wait times over the samples that have them.
+func benchSchedSummary(samples []benchSample) string {
+	var run, wait []float64
+	missing := 0
+	for _, s := range samples {
+		if !s.sched {
+			missing++
+			continue
+		}
+		run = append(run, benchUs(s.cmdRun))
+		wait = append(wait, benchUs(s.cmdWait))
+	}
+	sort.Float64s(run)
+	sort.Float64s(wait)
+	return fmt.Sprintf("cmd_run_p50_us=%.1f cmd_wait_p50_us=%.1f noschedstat=%d", benchPercentile(run, 50), benchPercentile(wait, 50), missing)
 }
 
 func benchUs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

@@ -26,10 +26,14 @@ type benchRow struct {
 	cpu    float64 // user+system CPU of the whole process tree
 	full   float64 // until every process it left behind is reaped too
 	status int     // wait status (0 = exited 0)
+	// str-bench spawn --schedstat: the command's own schedstat, when it
+	// printed one (sched): its time on a CPU and waiting on the run queue.
+	sched           bool
+	cmdRun, cmdWait float64
 }
 
 // benchCSVHeader is samples.csv's header.
-var benchCSVHeader = []string{"cell", "round", "lat_us", "cpu_us", "full_us", "status"}
+var benchCSVHeader = []string{"cell", "round", "lat_us", "cpu_us", "full_us", "status", "cmd_run_us", "cmd_wait_us"}
 
 // benchWriteCSV writes rows as samples.csv.
 func benchWriteCSV(w io.Writer, rows []benchRow) error {
@@ -44,7 +48,11 @@ func benchWriteCSV(w io.Writer, rows []benchRow) error {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	for _, r := range rows {
-		if err := cw.Write([]string{r.cell, strconv.Itoa(r.round), num(r.lat), num(r.cpu), num(r.full), strconv.Itoa(r.status)}); err != nil {
+		run, wait := "", ""
+		if r.sched {
+			run, wait = num(r.cmdRun), num(r.cmdWait)
+		}
+		if err := cw.Write([]string{r.cell, strconv.Itoa(r.round), num(r.lat), num(r.cpu), num(r.full), strconv.Itoa(r.status), run, wait}); err != nil {
 			return err
 		}
 	}
@@ -88,7 +96,9 @@ func benchMedian(v []float64) float64 {
 }
 
 // benchReadRaw parses a spawn driver RAW file ("lat_us cpu_us maxrss_kb
-// wait_status full_us" per line) into rows of cell and round.
+// wait_status full_us" per line, with --schedstat "cmd_run_us cmd_wait_us"
+// after it, -1 -1 when the command printed none) into rows of cell and
+// round.
 func benchReadRaw(path, cell string, round int) ([]benchRow, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -102,16 +112,20 @@ func benchReadRaw(path, cell string, round int) ([]benchRow, error) {
 		if len(fl) == 0 {
 			continue
 		}
-		if len(fl) != 5 {
-			return nil, fmt.Errorf("%s: line %q: want 5 fields", path, sc.Text())
+		if len(fl) != 5 && len(fl) != 7 {
+			return nil, fmt.Errorf("%s: line %q: want 5 or 7 fields", path, sc.Text())
 		}
-		var v [5]float64
+		var v [7]float64
 		for i, s := range fl {
 			if v[i], err = strconv.ParseFloat(s, 64); err != nil {
 				return nil, fmt.Errorf("%s: line %q: %w", path, sc.Text(), err)
 			}
 		}
-		rows = append(rows, benchRow{cell: cell, round: round, lat: v[0], cpu: v[1], full: v[4], status: int(v[3])})
+		row := benchRow{cell: cell, round: round, lat: v[0], cpu: v[1], full: v[4], status: int(v[3])}
+		if len(fl) == 7 && v[5] >= 0 && v[6] >= 0 {
+			row.sched, row.cmdRun, row.cmdWait = true, v[5], v[6]
+		}
+		rows = append(rows, row)
 	}
 	return rows, sc.Err()
 }

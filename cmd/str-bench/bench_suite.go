@@ -31,7 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const benchSuiteUsage = `usage: str-bench [--str PATH] [--quick] [--out DIR] [--rounds R] [-n N] [--python PATH] [-k K] [--examples DIR]
+const benchSuiteUsage = `usage: str-bench [--str PATH] [--quick] [--out DIR] [--rounds R] [-n N] [--python PATH] [-k K] [--examples DIR] [--spinners S]
 
 Measures str next to bubblewrap, plain exec and the kernel's clone floor,
 interleaved in one run: R rounds, each running every cell once (N measured
@@ -57,11 +57,17 @@ and through a third (root only) serving echo_tool from a per-tool template
 (warm: template, network isolated; its CPU read from the worker's live
 tree); invocations per second with 4 in flight next to bubblewrap + PYTHON
 -c pass spawned 4 at a time; and the Pss of str's own processes per sandbox
-while K tools sleep, next to bubblewrap's.
+while K tools sleep, next to bubblewrap's. Last, under load (str-bench
+load, issue 29): S CPU spinners (default 2 x nproc; 0 skips the phase)
+while R rounds of at most 10 runs per cell (--quick: 4) run a fixed python3 loop plain,
+under bubblewrap's restrictive line and under str run --one-shot
+--profile restrictive, one at a time and 4 in flight: the wall ratio next
+to the CPU ratio and the command's run-queue wait.
 
 Prints the table, the ratios, issue 19's and issue 20's target tables
-(markdown: each row with this run's figure, its target and met/missed) on stdout
-and writes DIR/summary.txt (the same), DIR/samples.csv (cell,round,lat_us,cpu_us,full_us,status) and
+(markdown: each row with this run's figure, its target and met/missed) and
+the under-load table (markdown, stating the load) on stdout
+and writes DIR/summary.txt (the same), DIR/samples.csv (cell,round,lat_us,cpu_us,full_us,status,cmd_run_us,cmd_wait_us) and
 DIR/latency.svg. A progress line with an ETA goes to stderr. Cells that
 cannot run here are skipped with the reason; without bubblewrap nothing is
 compared (exit 1). Asserts nothing about the numbers.
@@ -70,7 +76,7 @@ The str measured is --str PATH (default: the str next to this binary, as
 make build and scripts/bench.sh place them: bin/str beside bin/str-bench).
 Its building blocks run on their own too: str-bench spawn (the spawn driver
 and the clone floor), str-bench echo (one worker end to end), and str-bench
-warm (the warm pool's dispatch).
+warm (the warm pool's dispatch), str-bench load (the phase under load).
 `
 
 // benchSuiteConfig is what the flags decide.
@@ -84,6 +90,7 @@ type benchSuiteConfig struct {
 	examples  string // examples/tools (manifest.yaml, python/); "" = find it
 	conc      int    // invocations in flight in the throughput cells (the worker's default)
 	str       string // the str binary measured; "" = the str next to this binary
+	spinners  int    // the under-load phase's CPU spinners; 0 = no such phase
 }
 
 // benchParseSuite parses str-bench's flags. --quick changes the defaults
@@ -98,6 +105,7 @@ func benchParseSuite(args []string, stderr io.Writer) (benchSuiteConfig, error) 
 	fs.IntVar(&cfg.rounds, "rounds", 5, "rounds over all cells")
 	fs.IntVar(&cfg.n, "n", 40, "measured spawns or invocations per cell per round")
 	fs.IntVar(&cfg.k, "k", 8, "concurrent sandboxes of the memory cells")
+	fs.IntVar(&cfg.spinners, "spinners", 2*runtime.NumCPU(), "CPU spinners of the last phase, under load (the default is 2 x nproc; 0: no such phase)")
 	fs.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python of the python3 -c pass cells and of the workers (absolute `PATH`)")
 	fs.StringVar(&cfg.str, "str", "", "the str binary measured (`PATH`; default: str next to this binary)")
 	fs.StringVar(&cfg.examples, "examples", "", "the example tools `DIR` (default: examples/tools here or next to bin/)")
@@ -124,6 +132,9 @@ func benchParseSuite(args []string, stderr io.Writer) (benchSuiteConfig, error) 
 	}
 	if cfg.rounds < 1 || cfg.n < 1 || cfg.k < 1 {
 		return cfg, fmt.Errorf("--rounds, -n and -k must be at least 1")
+	}
+	if cfg.spinners < 0 {
+		return cfg, fmt.Errorf("--spinners %d: want 0 (no phase under load) or more", cfg.spinners)
 	}
 	if !filepath.IsAbs(cfg.python) {
 		return cfg, fmt.Errorf("--python %q: want an absolute path", cfg.python)
@@ -177,6 +188,7 @@ type benchState struct {
 	memory   []benchMemory
 	memSkips []string
 	notes    []string
+	load     *benchLoad // the phase under load (nil: --spinners 0)
 }
 
 func benchSuite(args []string, stdout, stderr io.Writer) int {
@@ -337,7 +349,11 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 			run = append(run, c)
 		}
 	}
-	prog.start(len(run), cfg.rounds, 3)
+	extra := 3 // the memory phases
+	if cfg.spinners > 0 {
+		extra++
+	}
+	prog.start(len(run), cfg.rounds, extra)
 	for r := 1; r <= cfg.rounds; r++ {
 		for i, c := range run {
 			if ctx.Err() != nil {
@@ -365,6 +381,29 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 			w.stop()
 		}
 	}, tmp, work)
+
+	// 6. Under load (issue 29 item 3): last, so that its spinners disturb
+	// no other cell; str serve is stopped first, its figures taken.
+	if cfg.spinners > 0 {
+		st.stopServe()
+		lc := benchLoadDefaults()
+		lc.spinners, lc.rounds, lc.n, lc.conc, lc.python = cfg.spinners, cfg.rounds, min(cfg.n, benchLoadMaxN), cfg.conc, cfg.python
+		if cfg.quick {
+			lc.n = min(cfg.n, benchLoadQuickN)
+		}
+		if err := lc.check(); err != nil {
+			return exitUsage, err
+		}
+		st.load = newBenchLoad(lc, self, str, "", bwrap, work)
+		prog.phase(fmt.Sprintf("under load: %d spinners", lc.spinners))
+		if err := st.load.run(ctx, prog, tmp); err != nil {
+			if ctx.Err() != nil {
+				return 130, err
+			}
+			st.notes = append(st.notes, "under load: "+err.Error())
+		}
+		st.rows = append(st.rows, st.load.rows...)
+	}
 	prog.finish()
 
 	// 6. The report.
@@ -1040,6 +1079,10 @@ func (st *benchState) report() string {
 	b.WriteString("(template: echo_tool with warm: template and network isolated, the worker's CPU read from its live tree (the template\n" +
 		" reaps its calls, so their CPU is not in the worker's own cutime until the template ends))\n")
 
+	if st.load != nil {
+		b.WriteString("\n" + st.load.report())
+	}
+
 	if len(skipped) > 0 {
 		b.WriteString("\nskipped:\n" + strings.Join(skipped, "\n") + "\n")
 	}
@@ -1231,11 +1274,22 @@ func (st *benchState) panels() []benchPanel {
 			pyIDs = append(pyIDs, c.id)
 		}
 	}
-	return []benchPanel{
+	panels := []benchPanel{
 		panel("/bin/true", trueIDs...),
 		panel("python3 -c pass", pyIDs...),
 		panel("echo_tool end to end", "py/plain", "echo/cold", "echo/warm", "echo/warm-ready", "echo/template"),
 	}
+	if st.load != nil {
+		var ids []string
+		for _, c := range st.load.cells {
+			if c.skip == "" {
+				titles[c.id] = c.title
+				ids = append(ids, c.id)
+			}
+		}
+		panels = append(panels, panel("under load", ids...))
+	}
+	return panels
 }
 
 // startServe starts the resident launcher the served cells call (`str

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,6 +144,7 @@ func TestBenchWriteCSV(t *testing.T) {
 	rows := []benchRow{
 		{cell: "true/plain", round: 1, lat: 812.25, cpu: 700, full: 820, status: 0},
 		{cell: "echo/cold, \"quoted\"", round: 2, lat: 40000, cpu: math.NaN(), full: math.NaN(), status: 256},
+		{cell: "load/plain", round: 3, lat: 90000, cpu: 61000, full: 90100, sched: true, cmdRun: 58000.04, cmdWait: 30000},
 	}
 	var buf bytes.Buffer
 	if err := benchWriteCSV(&buf, rows); err != nil {
@@ -153,9 +155,10 @@ func TestBenchWriteCSV(t *testing.T) {
 		t.Fatalf("not CSV: %v\n%s", err, buf.String())
 	}
 	want := [][]string{
-		{"cell", "round", "lat_us", "cpu_us", "full_us", "status"},
-		{"true/plain", "1", "812.2", "700.0", "820.0", "0"},
-		{"echo/cold, \"quoted\"", "2", "40000.0", "", "", "256"},
+		{"cell", "round", "lat_us", "cpu_us", "full_us", "status", "cmd_run_us", "cmd_wait_us"},
+		{"true/plain", "1", "812.2", "700.0", "820.0", "0", "", ""},
+		{"echo/cold, \"quoted\"", "2", "40000.0", "", "", "256", "", ""},
+		{"load/plain", "3", "90000.0", "61000.0", "90100.0", "0", "58000.0", "30000.0"},
 	}
 	if !reflect.DeepEqual(recs, want) {
 		t.Errorf("CSV:\n got %q\nwant %q", recs, want)
@@ -306,14 +309,17 @@ func TestBenchSuiteFlags(t *testing.T) {
 			t.Errorf("%q: %v", c.args, err)
 			continue
 		}
-		if cfg.rounds != c.rounds || cfg.n != c.n || cfg.warmups != c.warmup || cfg.quick != c.quick || cfg.conc != 4 || cfg.k != 8 {
-			t.Errorf("%q: got rounds=%d n=%d warmups=%d quick=%v conc=%d k=%d", c.args, cfg.rounds, cfg.n, cfg.warmups, cfg.quick, cfg.conc, cfg.k)
+		if cfg.rounds != c.rounds || cfg.n != c.n || cfg.warmups != c.warmup || cfg.quick != c.quick || cfg.conc != 4 || cfg.k != 8 || cfg.spinners != 2*runtime.NumCPU() {
+			t.Errorf("%q: got rounds=%d n=%d warmups=%d quick=%v conc=%d k=%d spinners=%d", c.args, cfg.rounds, cfg.n, cfg.warmups, cfg.quick, cfg.conc, cfg.k, cfg.spinners)
 		}
+	}
+	if cfg, _ := benchParseSuite([]string{"--spinners", "0"}, io.Discard); cfg.spinners != 0 {
+		t.Errorf("--spinners 0: %d", cfg.spinners)
 	}
 	if cfg, _ := benchParseSuite([]string{"--quick", "--out", "/tmp/x"}, io.Discard); cfg.out != "/tmp/x" {
 		t.Errorf("--out: %q", cfg.out)
 	}
-	for _, bad := range [][]string{{"--rounds", "0"}, {"-n", "-1"}, {"extra"}, {"--python", "python3"}, {"--nosuch"}} {
+	for _, bad := range [][]string{{"--rounds", "0"}, {"-n", "-1"}, {"extra"}, {"--python", "python3"}, {"--nosuch"}, {"--spinners", "-1"}} {
 		if _, err := benchParseSuite(bad, io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -10,6 +10,8 @@
 //	str-bench echo ...      one worker end to end (bench_echo.go)
 //	str-bench warm ...      the warm pool's dispatch (bench_warm.go)
 //	str-bench template ...  per-tool templates next to bubblewrap (bench_template.go)
+//	str-bench load ...      str run next to bubblewrap under background load (bench_load.go)
+//	str-bench spin ...      one CPU spinner of that load (bench_load.go)
 package main
 
 import (
@@ -42,6 +44,10 @@ func benchMain(args []string) int {
 			return benchWarm(args[1:], os.Stdout)
 		case "template":
 			return benchTemplate(args[1:], os.Stdout)
+		case "load":
+			return benchLoadMain(args[1:], os.Stdout, os.Stderr)
+		case "spin":
+			return benchSpin(args[1:])
 		}
 		if !strings.HasPrefix(args[0], "-") {
 			fmt.Fprintf(os.Stderr, "str-bench: %s %q\n\n%s\n%s\n%s", benchUnknownCommand, args[0], benchSuiteUsage, benchUsage, benchEchoUsage)
