@@ -6,11 +6,12 @@ package launcher
 //
 // The socket is an authority, checked in this order (checks 1-7):
 //
-//  1. the socket file: created under umask 0177 (no one but root may
-//     connect while it is set up), then owned root:GROUP mode 0660 with
-//     --allow-group, 0666 with --allow-uid (SO_PEERCRED alone decides
-//     then), 0600 without either: the kernel's connect permission check
-//     uses the caller's real groups;
+//  1. the socket file: in a directory root owns and no one else may
+//     write (else refused), owned root:GROUP mode 0660 with --allow-group,
+//     0666 with --allow-uid (SO_PEERCRED alone decides then), 0600
+//     without either (the kernel's connect permission check uses the
+//     caller's real groups), set in a private directory before a rename
+//     publishes it: nothing done by path (residentsock.go);
 //  2. SO_PEERCRED of every connection: uid 0, a listed uid, or a member
 //     of the listed group (its primary gid, or the group's membership in
 //     the user database); anything else is answered "refused" and closed;
@@ -53,7 +54,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/securetoolruntime/str/nsinit"
@@ -87,6 +87,7 @@ type Resident struct {
 	opts  ResidentOptions
 	log   *slog.Logger
 	ln    *net.UnixListener
+	sock  *residentSocket
 	ctx   context.Context
 	stop  context.CancelFunc
 	pools map[string]*residentPool // by the plan's profile name
@@ -143,55 +144,16 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 		}
 		r.pools[pl.Profile] = &residentPool{r: r, name: pl.Profile, req: req, tmpl: pl}
 	}
-	ln, err := listenResident(opts)
+	ln, sock, err := listenResident(opts)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	r.ln = ln
+	r.ln, r.sock = ln, sock
 	for _, p := range r.pools {
 		p.fill()
 	}
 	return r, nil
-}
-
-// listenResident is check 1: the socket file, owned and moded before any
-// connection can be accepted, and under umask 0177 until then.
-func listenResident(opts ResidentOptions) (*net.UnixListener, error) {
-	if fi, err := os.Lstat(opts.Socket); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("str serve: %s exists and is not a socket", opts.Socket)
-		}
-		if c, err := net.Dial("unixpacket", opts.Socket); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("str serve: %s: another str serve listens there", opts.Socket)
-		}
-		if err := os.Remove(opts.Socket); err != nil {
-			return nil, fmt.Errorf("str serve: remove stale socket: %w", err)
-		}
-	}
-	old := syscall.Umask(0o177)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: opts.Socket, Net: "unixpacket"})
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("str serve: listen %s: %w", opts.Socket, err)
-	}
-	mode, gid := os.FileMode(0o600), 0
-	switch {
-	case len(opts.AllowUIDs) > 0:
-		mode = 0o666 // any local user reaches check 2; only the listed pass it
-	case opts.AllowGID >= 0:
-		mode, gid = 0o660, opts.AllowGID
-	}
-	if err := os.Chown(opts.Socket, 0, gid); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("str serve: chown %s root:%d: %w", opts.Socket, gid, err)
-	}
-	if err := os.Chmod(opts.Socket, mode); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("str serve: chmod %s %o: %w", opts.Socket, mode, err)
-	}
-	return ln, nil
 }
 
 // Serve accepts connections until Close.
@@ -223,6 +185,9 @@ func (r *Resident) Close() { r.once.Do(r.close) }
 func (r *Resident) close() {
 	r.stop()
 	r.ln.Close()
+	// The name goes with the listener, so that no str run finds a socket
+	// nobody accepts on (only if it is still ours: residentsock.go).
+	r.sock.close()
 	r.wg.Wait()
 	for _, p := range r.pools {
 		p.mu.Lock()
