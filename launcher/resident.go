@@ -91,8 +91,12 @@ type Resident struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 	pools map[string]*residentPool // by the plan's profile name
-	wg    sync.WaitGroup
-	once  sync.Once
+	// refusing holds a token per refused connection being answered;
+	// refusals rate-limits their log (refuse).
+	refusing chan struct{}
+	refusals refusalLog
+	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 // residentPool is one served profile's pre-built sandboxes.
@@ -130,7 +134,8 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 	// cgroups, one sandbox at a time (cgroupreuse.go has the checks).
 	l.spares = &cgroupSpares{byPlan: map[CgroupPlan][]*v1Spare{}}
 	ctx, stop := context.WithCancel(context.Background())
-	r := &Resident{l: l, opts: opts, log: l.log, ctx: ctx, stop: stop, pools: map[string]*residentPool{}}
+	r := &Resident{l: l, opts: opts, log: l.log, ctx: ctx, stop: stop, pools: map[string]*residentPool{},
+		refusing: make(chan struct{}, maxRefusing)}
 	for _, name := range opts.Profiles {
 		req := Request{Profile: name, AwaitCall: true, Idle: opts.Idle}
 		pl, err := l.Plan(req)
@@ -220,6 +225,100 @@ func (r *Resident) authorize(cred *unix.Ucred) error {
 	return fmt.Errorf("str serve: uid %d (gid %d, pid %d) may not use %s: root, --allow-uid and members of --allow-group only", cred.Uid, cred.Gid, cred.Pid, r.opts.Socket)
 }
 
+// Bounds on what callers check 2 refuses may cost the server (issue 29,
+// item 7: a refused user's flood had grown it from 13 to 206 MB and
+// written 20,000 log lines in 8 s).
+const (
+	// maxRefusing refused connections are answered at once; any beyond
+	// are closed unanswered (their callers see the connection end).
+	maxRefusing = 16
+	// refusalLogInterval: per uid, one log line per interval, carrying
+	// the number of its refusals since the previous line that had none.
+	refusalLogInterval = 10 * time.Second
+	// refusalLogUIDs bounds the uids the log remembers; beyond, the
+	// others share one count (overflowUID).
+	refusalLogUIDs = 1024
+	overflowUID    = ^uint32(0) // (uid_t)-1: never a process's uid
+)
+
+// refuse answers a caller check 2 turned away, at a bounded cost: a
+// rate-limited log line, no buffer for its request, at most maxRefusing
+// answered at a time.
+func (r *Resident) refuse(c *net.UnixConn, cred *unix.Ucred, why error) {
+	r.refusals.note(r.log, cred, time.Now())
+	select {
+	case r.refusing <- struct{}{}:
+		defer func() { <-r.refusing }()
+	default:
+		return // closed unanswered by handle's caller
+	}
+	// Its request is taken off the socket unread: a one-byte read of a
+	// SOCK_SEQPACKET record dequeues all of it (the rest truncated), and
+	// without a control buffer the kernel closes the descriptors it
+	// carried rather than installing them here. It is read at all because
+	// closing on unread data would reset the connection before the
+	// caller reads why; its first byte says which encoding to answer in.
+	var b [1]byte
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	compact := false
+	if n, _, _, _, err := c.ReadMsgUnix(b[:], nil); err == nil {
+		compact = isCompact(b[:n])
+	}
+	reply(c, compact, ResidentReply{Type: "refused", Reason: why.Error()})
+}
+
+// refusalLog rate-limits check 2's log lines per uid.
+type refusalLog struct {
+	mu    sync.Mutex
+	byUID map[uint32]*refusalCount
+}
+
+type refusalCount struct {
+	logged     time.Time // the uid's last line
+	suppressed int       // its refusals since, without a line
+}
+
+// note logs cred's refusal at now, unless its uid had a line within
+// refusalLogInterval: then it only counts it. It reports whether it
+// logged.
+func (rl *refusalLog) note(log *slog.Logger, cred *unix.Ucred, now time.Time) bool {
+	rl.mu.Lock()
+	if rl.byUID == nil {
+		rl.byUID = map[uint32]*refusalCount{}
+	}
+	uid := cred.Uid
+	e := rl.byUID[uid]
+	if e == nil && len(rl.byUID) >= refusalLogUIDs {
+		// Forget the uids whose last line is older than the interval
+		// (their uncounted refusals with them); still full, the new uid
+		// shares the overflow count.
+		for u, old := range rl.byUID {
+			if now.Sub(old.logged) >= refusalLogInterval {
+				delete(rl.byUID, u)
+			}
+		}
+		if len(rl.byUID) >= refusalLogUIDs {
+			uid = overflowUID
+			e = rl.byUID[uid]
+		}
+	}
+	if e != nil && now.Sub(e.logged) < refusalLogInterval {
+		e.suppressed++
+		rl.mu.Unlock()
+		return false
+	}
+	if e == nil {
+		e = &refusalCount{}
+		rl.byUID[uid] = e
+	}
+	suppressed := e.suppressed
+	e.logged, e.suppressed = now, 0
+	rl.mu.Unlock()
+	log.Warn("str serve: refused", "uid", cred.Uid, "gid", cred.Gid, "pid", cred.Pid, "overflow", uid == overflowUID,
+		"refused_unlogged", suppressed, "log_interval", refusalLogInterval.String())
+	return true
+}
+
 // reply sends the one answer of a connection: as JSON, or compactly to a
 // compact request (a result as its Outcome: status and stderr text).
 func reply(c *net.UnixConn, compact bool, rep ResidentReply) {
@@ -263,23 +362,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 		return
 	}
 	if err := r.authorize(cred); err != nil {
-		r.log.Warn("str serve: refused", "uid", cred.Uid, "gid", cred.Gid, "pid", cred.Pid)
-		// Its request is read and dropped first (descriptors closed
-		// unused): closing on unread data would reset the connection
-		// before the caller reads why.
-		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*(nsinit.CallFDs+1)))
-		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		compact := false
-		if n, oobn, _, _, err := c.ReadMsgUnix(buf, oob); err == nil {
-			compact = isCompact(buf[:n])
-			stdio, _ := parseStdio(oob[:oobn])
-			for _, f := range stdio {
-				if f != nil {
-					f.Close()
-				}
-			}
-		}
-		reply(c, compact, ResidentReply{Type: "refused", Reason: err.Error()})
+		r.refuse(c, cred, err)
 		return
 	}
 
