@@ -52,13 +52,12 @@ func cmdServe(args []string) int {
 	}
 	var bad []error
 	if *socket == "" {
-		// The default: the state directory's, made (0700) if missing.
+		// The default: the state directory's, made (0700) if missing and
+		// checked as every state directory is (statedir.Secure).
 		dir := statedir.Dir(os.Getenv)
 		err := statedir.Check(os.Getenv)
 		if err == nil {
-			if err = os.MkdirAll(dir, 0o700); err != nil {
-				err = &statedir.Error{Dir: dir, Err: err}
-			}
+			err = statedir.Secure(dir)
 		}
 		if err != nil {
 			bad = append(bad, err)
