@@ -44,7 +44,8 @@ func mkdirMode(path string, mode os.FileMode) error {
 // a shared directory such as /tmp changes nothing there. prepareDirs uses
 // it for the work base (others need x), the runner dir and the site dir
 // (others need rx), which the sandbox's uid must traverse or read; a dir
-// left 0750 by an earlier start under UMask=0027 is repaired.
+// left 0750 by an earlier start under UMask=0027 is repaired. A directory
+// others could rename entries in is refused (step 3).
 func ensureDir(path string, mode os.FileMode) error {
 	// 1. what is missing, from the top down.
 	path = filepath.Clean(path)
@@ -78,6 +79,14 @@ func ensureDir(path string, mode os.FileMode) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	// 3. no one but this uid and root may rename what the worker makes in
+	// it (it mounts a tmpfs on, and chowns, work dirs by path): owned by
+	// this uid or root, and writable by no one else unless sticky (/tmp:
+	// others may add names, never rename or remove the worker's).
+	if euid := os.Geteuid(); (int(st.Uid) != euid && st.Uid != 0) || (st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0) {
+		return fmt.Errorf("directory %s is owned by uid %d with mode %04o: it must be owned by uid %d or root, and not writable by group or others unless sticky (they could rename what the worker makes there)",
+			path, st.Uid, st.Mode&0o7777, euid)
 	}
 	need := uint32(mode.Perm() & 0o077)
 	if st.Mode&need != need {

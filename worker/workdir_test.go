@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -28,5 +30,46 @@ func TestTaskIDNamesNoDir(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(p, "keep.txt")); err != nil || string(b) != filepath.Base(p) {
 			t.Errorf("%s after a call named after it: %q %v", p, b, err)
 		}
+	}
+}
+
+// TestEnsureDirRefusesRenamableDir: issue 29, item 2's audit of the work
+// base (and the runner and site dirs). The worker mounts, chowns and
+// removes what it makes there by path, so a base where another uid could
+// rename its entries is refused, naming the directory, its owner and
+// mode: writable by group or others without the sticky bit, or owned by
+// another uid than the worker's and root. A sticky shared one (/tmp) and
+// the worker's own are used.
+func TestEnsureDirRefusesRenamableDir(t *testing.T) {
+	mk := func(perm os.FileMode) string {
+		d := filepath.Join(t.TempDir(), "base")
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, perm); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	euid := os.Geteuid()
+	open := mk(0o777)
+	if err := ensureDir(open, 0o711); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("directory %s is owned by uid %d with mode 0777", open, euid)) {
+		t.Errorf("a 0777 base: %v", err)
+	}
+	if err := ensureDir(mk(0o777|os.ModeSticky), 0o711); err != nil {
+		t.Errorf("a sticky 1777 base: %v", err)
+	}
+	if err := ensureDir(filepath.Join(mk(0o755), "work"), 0o711); err != nil {
+		t.Errorf("a fresh base: %v", err)
+	}
+	if euid != 0 {
+		return // the rest needs another uid's directory
+	}
+	other := mk(0o755)
+	if err := os.Chown(other, 1234, 1234); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureDir(other, 0o711); err == nil || !strings.Contains(err.Error(), "is owned by uid 1234 with mode 0755") {
+		t.Errorf("uid 1234's base: %v", err)
 	}
 }
