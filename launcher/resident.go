@@ -14,7 +14,9 @@ package launcher
 //     publishes it: nothing done by path (residentsock.go);
 //  2. SO_PEERCRED of every connection: uid 0, a listed uid, or a member
 //     of the listed group (its primary gid, or the group's membership in
-//     the user database); anything else is answered "refused" and closed;
+//     the user database); anything else is answered "refused" and closed,
+//     at a bounded cost (refuse: its request never buffered, a few
+//     answered at a time, a rate-limited log);
 //  3. the request is planned by Launcher.Plan exactly as one-shot `str
 //     run` plans it (profile lookup, tighten-only limits and network, the
 //     caller's environment for the profile's passthrough names): a bad
