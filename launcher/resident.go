@@ -56,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/securetoolruntime/str/nsinit"
@@ -231,9 +232,10 @@ func (r *Resident) authorize(cred *unix.Ucred) error {
 // item 7: a refused user's flood had grown it from 13 to 206 MB and
 // written 20,000 log lines in 8 s).
 const (
-	// maxRefusing refused connections are answered at once; any beyond
-	// are closed unanswered (their callers see the connection end).
-	maxRefusing = 16
+	// maxRefusing refused connections may wait for their request at
+	// once (a second each at most); any beyond are answered only from
+	// what they already sent.
+	maxRefusing = 64
 	// refusalLogInterval: per uid, one log line per interval, carrying
 	// the number of its refusals since the previous line that had none.
 	refusalLogInterval = 10 * time.Second
@@ -248,25 +250,31 @@ const (
 // answered at a time.
 func (r *Resident) refuse(c *net.UnixConn, cred *unix.Ucred, why error) {
 	r.refusals.note(r.log, cred, time.Now())
-	select {
-	case r.refusing <- struct{}{}:
-		defer func() { <-r.refusing }()
-	default:
-		return // closed unanswered by handle's caller
-	}
 	// Its request is taken off the socket unread: a one-byte read of a
 	// SOCK_SEQPACKET record dequeues all of it (the rest truncated), and
 	// without a control buffer the kernel closes the descriptors it
 	// carried rather than installing them here. It is read at all because
 	// closing on unread data would reset the connection before the
-	// caller reads why; its first byte says which encoding to answer in.
+	// caller reads why (a caller would take that for a server that died
+	// during its call); its first byte says which encoding to answer in.
 	var b [1]byte
-	_ = c.SetReadDeadline(time.Now().Add(time.Second))
-	compact := false
-	if n, _, _, _, err := c.ReadMsgUnix(b[:], nil); err == nil {
-		compact = isCompact(b[:n])
+	n, err := 0, error(nil)
+	select {
+	case r.refusing <- struct{}{}:
+		defer func() { <-r.refusing }()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _, _, _, err = c.ReadMsgUnix(b[:], nil)
+	default:
+		// maxRefusing wait already: no waiting, only a request already
+		// queued is taken (a caller sends it right after connecting).
+		var rc syscall.RawConn
+		if rc, err = c.SyscallConn(); err == nil {
+			if cerr := rc.Control(func(fd uintptr) { n, _, _, _, err = unix.Recvmsg(int(fd), b[:], nil, unix.MSG_DONTWAIT) }); cerr != nil {
+				err = cerr
+			}
+		}
 	}
-	reply(c, compact, ResidentReply{Type: "refused", Reason: why.Error()})
+	reply(c, err == nil && isCompact(b[:n]), ResidentReply{Type: "refused", Reason: why.Error()})
 }
 
 // refusalLog rate-limits check 2's log lines per uid.
