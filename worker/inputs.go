@@ -80,13 +80,15 @@ func ensureDir(path string, mode os.FileMode) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	// 3. no one but this uid and root may rename what the worker makes in
-	// it (it mounts a tmpfs on, and chowns, work dirs by path): owned by
-	// this uid or root, and writable by no one else unless sticky (/tmp:
-	// others may add names, never rename or remove the worker's).
-	if euid := os.Geteuid(); (int(st.Uid) != euid && st.Uid != 0) || (st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0) {
-		return fmt.Errorf("directory %s is owned by uid %d with mode %04o: it must be owned by uid %d or root, and not writable by group or others unless sticky (they could rename what the worker makes there)",
-			path, st.Uid, st.Mode&0o7777, euid)
+	// 3. group and others may not rename what the worker makes in it (it
+	// mounts a tmpfs on, and chowns, work dirs by path): no group or
+	// other write bit, unless sticky (/tmp: others may add names, never
+	// rename or remove the worker's). The owner is not checked: the
+	// image's dirs belong to its user str (uid 10001) also when the
+	// worker runs as root, where no process of that uid runs.
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		return fmt.Errorf("directory %s is owned by uid %d with mode %04o: group or others may write it and it is not sticky, so they could rename what the worker makes there (chmod go-w it, or name another)",
+			path, st.Uid, st.Mode&0o7777)
 	}
 	need := uint32(mode.Perm() & 0o077)
 	if st.Mode&need != need {
