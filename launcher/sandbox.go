@@ -127,7 +127,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 			// (a read-only root file system) is not a full id range.
 			hint := "all blocks in use: a larger STR_ID_RANGE=START:COUNT (or str line in /etc/subuid), or fewer concurrent sandboxes; see str doctor"
 			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
-				hint = statedir.Hint(l.stateDir)
+				hint = statedir.HintFor(l.stateDir, err)
 			}
 			return nil, &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "lease host ids", Path: filepath.Join(l.stateDir, "ids"),
 				Detail: l.ids.String(), Msg: err.Error(), Err: err, Hint: hint}
@@ -146,7 +146,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		if err != nil {
 			hint := "no writable cgroup? run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or set best_effort; see str doctor"
 			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
-				hint = statedir.Hint(statedir.Dir(os.Getenv)) // the cgroup's lock file, not the cgroup
+				hint = statedir.HintFor(statedir.Dir(os.Getenv), err) // the cgroup's lock file, not the cgroup
 			}
 			se := &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "create cgroup", Path: "str/" + s.id,
 				Detail: string(plan.Cgroup.Mode), Msg: err.Error(), Err: err, Hint: hint}

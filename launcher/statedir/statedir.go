@@ -35,6 +35,16 @@ func Hint(dir string) string {
 		dir, Env, dir)
 }
 
+// HintFor is the fix named by err, an error about the state directory
+// dir: for a directory others could change (*UnsafeDirError), making it
+// the euid's alone; else Hint's.
+func HintFor(dir string, err error) string {
+	if ue := (*UnsafeDirError)(nil); errors.As(err, &ue) {
+		return fmt.Sprintf("give %s to uid %d alone (chown, chmod go-w) or set %s to a directory only that uid may write; see str doctor", ue.Dir, ue.Want, Env)
+	}
+	return Hint(dir)
+}
+
 // Dir is the state directory:
 //
 //	STR_STATE_DIR set:            $STR_STATE_DIR (an absolute path, see Check)

@@ -116,3 +116,15 @@ func TestSubRefusesUnsafeDir(t *testing.T) {
 		t.Errorf("Sub with a planted ids/: %v", err)
 	}
 }
+
+// TestHintFor: an unsafe state directory's fix names its owner and the
+// setting, not writability.
+func TestHintFor(t *testing.T) {
+	err := &Error{Dir: "/s", Err: &UnsafeDirError{Dir: "/s", Owner: 1234, Mode: 0o40755, Want: 0}}
+	if h := HintFor("/s", err); !strings.Contains(h, "give /s to uid 0 alone") || !strings.Contains(h, Env) {
+		t.Errorf("HintFor an unsafe dir: %q", h)
+	}
+	if h := HintFor("/s", &Error{Dir: "/s", Err: os.ErrPermission}); h != Hint("/s") {
+		t.Errorf("HintFor another error: %q", h)
+	}
+}
