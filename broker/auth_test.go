@@ -249,7 +249,7 @@ func TestTokenFile(t *testing.T) {
 	if err := os.Chmod(open, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteTokenFile(filepath.Join(open, "b.token"), tok); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+	if err := WriteTokenFile(filepath.Join(open, "b.token"), tok); err == nil || !strings.Contains(err.Error(), "writable by no one else") {
 		t.Fatalf("world-writable dir: %v", err)
 	}
 	link := filepath.Join(t.TempDir(), "link")

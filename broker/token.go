@@ -11,9 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 
 	"github.com/securetoolruntime/str/launcher/statedir"
+	"golang.org/x/sys/unix"
 )
 
 // The connection token (see "Authentication" in the package doc).
@@ -57,33 +57,33 @@ func TokenFileFor(port int) string {
 // file in the same directory, then rename), creating the directory with mode
 // 0700 when it is missing. The directory must be owned by the caller's euid
 // and writable by nobody else, so another local user cannot have planted it
-// (e.g. /tmp/str-UID) to read or swap the token.
+// (e.g. /tmp/str-UID) to read or swap the token; it is checked on an
+// O_PATH descriptor and the file is created and renamed relative to that
+// descriptor, so a directory above it renamed after the check changes
+// nothing (the token never lands in a directory that was not checked).
 func WriteTokenFile(path, token string) error {
-	dir := filepath.Dir(path)
+	dir, name := filepath.Split(path)
+	dir = filepath.Clean(dir)
 	// 1. the directory: ours, not a symlink, not group/world writable.
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("devbroker: token file %s: create directory: %w", path, err)
 	}
-	fi, err := os.Lstat(dir)
+	dirfd, err := statedir.OpenOwned(dir, os.Geteuid())
 	if err != nil {
-		return fmt.Errorf("devbroker: token file %s: %w", path, err)
+		return fmt.Errorf("devbroker: token file %s: %w; remove it or choose another path (--token-file, %s)", path, err, TokenFileEnv)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.IsDir():
-		return fmt.Errorf("devbroker: token file %s: %s is not a directory (a symlink?)", path, dir)
-	case !ok || int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("devbroker: token file %s: directory %s is not owned by uid %d; remove it or choose another path (--token-file, %s)", path, dir, os.Geteuid(), TokenFileEnv)
-	case fi.Mode().Perm()&0o022 != 0:
-		return fmt.Errorf("devbroker: token file %s: directory %s is writable by group or others (mode %v)", path, dir, fi.Mode().Perm())
-	}
-	// 2. the file: created 0600 (CreateTemp's mode; fchmod makes it
-	// independent of the umask), then renamed over any stale one.
-	f, err := os.CreateTemp(dir, ".broker-token-*")
+	defer unix.Close(dirfd)
+	// 2. the file: created 0600 under a fresh name (O_EXCL, O_NOFOLLOW;
+	// fchmod makes the mode independent of the umask), then renamed over
+	// any stale one, both relative to the checked directory.
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := ".broker-token-" + hex.EncodeToString(rnd[:])
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("devbroker: token file %s: %w", path, err)
+		return fmt.Errorf("devbroker: token file %s: create %s: %w", path, tmp, err)
 	}
-	tmp := f.Name()
+	f := os.NewFile(uintptr(fd), filepath.Join(dir, tmp))
 	err = f.Chmod(0o600)
 	if err == nil {
 		_, err = f.WriteString(token + "\n")
@@ -95,10 +95,10 @@ func WriteTokenFile(path, token string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = unix.Renameat(dirfd, tmp, dirfd, name)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		unix.Unlinkat(dirfd, tmp, 0)
 		return fmt.Errorf("devbroker: token file %s: write: %w", path, err)
 	}
 	return nil

@@ -159,8 +159,10 @@ func alignedStart(r IDRange) int {
 // leaseIDs takes the first free block, starting at a random slot, with
 // its lock file in dir (IDLeaseDir; a test's own directory in tests).
 func leaseIDs(r IDRange, dir string) (*idLease, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, &IDLeaseError{Dir: dir, Err: err}
+	// The lease directory passes the state directory's checks (root's,
+	// writable by no one else: statedir.Sub), as it did when it was one.
+	if _, err := statedir.Sub(filepath.Dir(dir), filepath.Base(dir)); err != nil {
+		return nil, &IDLeaseError{Dir: dir, Err: errors.Unwrap(err)}
 	}
 	slots := r.Slots()
 	var b [4]byte

@@ -14,6 +14,10 @@ const (
 	ExitLauncher   = nsinit.ExitSetupFailed // str could not build or start the sandbox (usage, profile, setup step)
 	ExitCannotExec = nsinit.ExitCannotExec  // the command exists but cannot be executed
 	ExitNotFound   = nsinit.ExitNotFound    // the command does not exist inside the sandbox
+	// ExitResidentLost: the resident launcher (str serve) took the call
+	// and went away before its reply; the command may have run, so str
+	// run does not run it again (unlike 125, nothing says it is safe to).
+	ExitResidentLost = 123
 )
 
 // Outcome is what `str run` makes of a Result: its exit code and the

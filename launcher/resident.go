@@ -6,14 +6,17 @@ package launcher
 //
 // The socket is an authority, checked in this order (checks 1-7):
 //
-//  1. the socket file: created under umask 0177 (no one but root may
-//     connect while it is set up), then owned root:GROUP mode 0660 with
-//     --allow-group, 0666 with --allow-uid (SO_PEERCRED alone decides
-//     then), 0600 without either: the kernel's connect permission check
-//     uses the caller's real groups;
+//  1. the socket file: in a directory root owns and no one else may
+//     write (else refused), owned root:GROUP mode 0660 with --allow-group,
+//     0666 with --allow-uid (SO_PEERCRED alone decides then), 0600
+//     without either (the kernel's connect permission check uses the
+//     caller's real groups), set in a private directory before a rename
+//     publishes it: nothing done by path (residentsock.go);
 //  2. SO_PEERCRED of every connection: uid 0, a listed uid, or a member
 //     of the listed group (its primary gid, or the group's membership in
-//     the user database); anything else is answered "refused" and closed;
+//     the user database); anything else is answered "refused" and closed,
+//     at a bounded cost (refuse: its request never buffered, a few
+//     answered at a time, a rate-limited log);
 //  3. the request is planned by Launcher.Plan exactly as one-shot `str
 //     run` plans it (profile lookup, tighten-only limits and network, the
 //     caller's environment for the profile's passthrough names): a bad
@@ -87,11 +90,16 @@ type Resident struct {
 	opts  ResidentOptions
 	log   *slog.Logger
 	ln    *net.UnixListener
+	sock  *residentSocket
 	ctx   context.Context
 	stop  context.CancelFunc
 	pools map[string]*residentPool // by the plan's profile name
-	wg    sync.WaitGroup
-	once  sync.Once
+	// refusing holds a token per refused connection being answered;
+	// refusals rate-limits their log (refuse).
+	refusing chan struct{}
+	refusals refusalLog
+	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 // residentPool is one served profile's pre-built sandboxes.
@@ -129,7 +137,8 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 	// cgroups, one sandbox at a time (cgroupreuse.go has the checks).
 	l.spares = &cgroupSpares{byPlan: map[CgroupPlan][]*v1Spare{}}
 	ctx, stop := context.WithCancel(context.Background())
-	r := &Resident{l: l, opts: opts, log: l.log, ctx: ctx, stop: stop, pools: map[string]*residentPool{}}
+	r := &Resident{l: l, opts: opts, log: l.log, ctx: ctx, stop: stop, pools: map[string]*residentPool{},
+		refusing: make(chan struct{}, maxRefusing)}
 	for _, name := range opts.Profiles {
 		req := Request{Profile: name, AwaitCall: true, Idle: opts.Idle}
 		pl, err := l.Plan(req)
@@ -143,55 +152,16 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 		}
 		r.pools[pl.Profile] = &residentPool{r: r, name: pl.Profile, req: req, tmpl: pl}
 	}
-	ln, err := listenResident(opts)
+	ln, sock, err := listenResident(opts)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	r.ln = ln
+	r.ln, r.sock = ln, sock
 	for _, p := range r.pools {
 		p.fill()
 	}
 	return r, nil
-}
-
-// listenResident is check 1: the socket file, owned and moded before any
-// connection can be accepted, and under umask 0177 until then.
-func listenResident(opts ResidentOptions) (*net.UnixListener, error) {
-	if fi, err := os.Lstat(opts.Socket); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("str serve: %s exists and is not a socket", opts.Socket)
-		}
-		if c, err := net.Dial("unixpacket", opts.Socket); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("str serve: %s: another str serve listens there", opts.Socket)
-		}
-		if err := os.Remove(opts.Socket); err != nil {
-			return nil, fmt.Errorf("str serve: remove stale socket: %w", err)
-		}
-	}
-	old := syscall.Umask(0o177)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: opts.Socket, Net: "unixpacket"})
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("str serve: listen %s: %w", opts.Socket, err)
-	}
-	mode, gid := os.FileMode(0o600), 0
-	switch {
-	case len(opts.AllowUIDs) > 0:
-		mode = 0o666 // any local user reaches check 2; only the listed pass it
-	case opts.AllowGID >= 0:
-		mode, gid = 0o660, opts.AllowGID
-	}
-	if err := os.Chown(opts.Socket, 0, gid); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("str serve: chown %s root:%d: %w", opts.Socket, gid, err)
-	}
-	if err := os.Chmod(opts.Socket, mode); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("str serve: chmod %s %o: %w", opts.Socket, mode, err)
-	}
-	return ln, nil
 }
 
 // Serve accepts connections until Close.
@@ -223,6 +193,9 @@ func (r *Resident) Close() { r.once.Do(r.close) }
 func (r *Resident) close() {
 	r.stop()
 	r.ln.Close()
+	// The name goes with the listener, so that no str run finds a socket
+	// nobody accepts on (only if it is still ours: residentsock.go).
+	r.sock.close()
 	r.wg.Wait()
 	for _, p := range r.pools {
 		p.mu.Lock()
@@ -253,6 +226,107 @@ func (r *Resident) authorize(cred *unix.Ucred) error {
 		}
 	}
 	return fmt.Errorf("str serve: uid %d (gid %d, pid %d) may not use %s: root, --allow-uid and members of --allow-group only", cred.Uid, cred.Gid, cred.Pid, r.opts.Socket)
+}
+
+// Bounds on what callers check 2 refuses may cost the server (issue 29,
+// item 7: a refused user's flood had grown it from 13 to 206 MB and
+// written 20,000 log lines in 8 s).
+const (
+	// maxRefusing refused connections may wait for their request at
+	// once (a second each at most); any beyond are answered only from
+	// what they already sent.
+	maxRefusing = 64
+	// refusalLogInterval: per uid, one log line per interval, carrying
+	// the number of its refusals since the previous line that had none.
+	refusalLogInterval = 10 * time.Second
+	// refusalLogUIDs bounds the uids the log remembers; beyond, the
+	// others share one count (overflowUID).
+	refusalLogUIDs = 1024
+	overflowUID    = ^uint32(0) // (uid_t)-1: never a process's uid
+)
+
+// refuse answers a caller check 2 turned away, at a bounded cost: a
+// rate-limited log line, no buffer for its request, at most maxRefusing
+// answered at a time.
+func (r *Resident) refuse(c *net.UnixConn, cred *unix.Ucred, why error) {
+	r.refusals.note(r.log, cred, time.Now())
+	// Its request is taken off the socket unread: a one-byte read of a
+	// SOCK_SEQPACKET record dequeues all of it (the rest truncated), and
+	// without a control buffer the kernel closes the descriptors it
+	// carried rather than installing them here. It is read at all because
+	// closing on unread data would reset the connection before the
+	// caller reads why (a caller would take that for a server that died
+	// during its call); its first byte says which encoding to answer in.
+	var b [1]byte
+	n, err := 0, error(nil)
+	select {
+	case r.refusing <- struct{}{}:
+		defer func() { <-r.refusing }()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _, _, _, err = c.ReadMsgUnix(b[:], nil)
+	default:
+		// maxRefusing wait already: no waiting, only a request already
+		// queued is taken (a caller sends it right after connecting).
+		var rc syscall.RawConn
+		if rc, err = c.SyscallConn(); err == nil {
+			if cerr := rc.Control(func(fd uintptr) { n, _, _, _, err = unix.Recvmsg(int(fd), b[:], nil, unix.MSG_DONTWAIT) }); cerr != nil {
+				err = cerr
+			}
+		}
+	}
+	reply(c, err == nil && isCompact(b[:n]), ResidentReply{Type: "refused", Reason: why.Error()})
+}
+
+// refusalLog rate-limits check 2's log lines per uid.
+type refusalLog struct {
+	mu    sync.Mutex
+	byUID map[uint32]*refusalCount
+}
+
+type refusalCount struct {
+	logged     time.Time // the uid's last line
+	suppressed int       // its refusals since, without a line
+}
+
+// note logs cred's refusal at now, unless its uid had a line within
+// refusalLogInterval: then it only counts it. It reports whether it
+// logged.
+func (rl *refusalLog) note(log *slog.Logger, cred *unix.Ucred, now time.Time) bool {
+	rl.mu.Lock()
+	if rl.byUID == nil {
+		rl.byUID = map[uint32]*refusalCount{}
+	}
+	uid := cred.Uid
+	e := rl.byUID[uid]
+	if e == nil && len(rl.byUID) >= refusalLogUIDs {
+		// Forget the uids whose last line is older than the interval
+		// (their uncounted refusals with them); still full, the new uid
+		// shares the overflow count.
+		for u, old := range rl.byUID {
+			if now.Sub(old.logged) >= refusalLogInterval {
+				delete(rl.byUID, u)
+			}
+		}
+		if len(rl.byUID) >= refusalLogUIDs {
+			uid = overflowUID
+			e = rl.byUID[uid]
+		}
+	}
+	if e != nil && now.Sub(e.logged) < refusalLogInterval {
+		e.suppressed++
+		rl.mu.Unlock()
+		return false
+	}
+	if e == nil {
+		e = &refusalCount{}
+		rl.byUID[uid] = e
+	}
+	suppressed := e.suppressed
+	e.logged, e.suppressed = now, 0
+	rl.mu.Unlock()
+	log.Warn("str serve: refused", "uid", cred.Uid, "gid", cred.Gid, "pid", cred.Pid, "overflow", uid == overflowUID,
+		"refused_unlogged", suppressed, "log_interval", refusalLogInterval.String())
+	return true
 }
 
 // reply sends the one answer of a connection: as JSON, or compactly to a
@@ -298,23 +372,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 		return
 	}
 	if err := r.authorize(cred); err != nil {
-		r.log.Warn("str serve: refused", "uid", cred.Uid, "gid", cred.Gid, "pid", cred.Pid)
-		// Its request is read and dropped first (descriptors closed
-		// unused): closing on unread data would reset the connection
-		// before the caller reads why.
-		buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*(nsinit.CallFDs+1)))
-		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		compact := false
-		if n, oobn, _, _, err := c.ReadMsgUnix(buf, oob); err == nil {
-			compact = isCompact(buf[:n])
-			stdio, _ := parseStdio(oob[:oobn])
-			for _, f := range stdio {
-				if f != nil {
-					f.Close()
-				}
-			}
-		}
-		reply(c, compact, ResidentReply{Type: "refused", Reason: err.Error()})
+		r.refuse(c, cred, err)
 		return
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/profiles"
+	"golang.org/x/sys/unix"
 )
 
 // planLauncher is a Launcher that only plans (embedded profiles, a
@@ -84,5 +85,46 @@ func TestResidentPoolable(t *testing.T) {
 		if (got == "") != (c.want == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%+v: %q, want %q", c.req, got, c.want)
 		}
+	}
+}
+
+// TestRefusalLogRateLimited: check 2's log (issue 29, item 7). A uid
+// refused many times gets one line per refusalLogInterval, the next
+// carrying how many went unlogged; each uid has its own; once
+// refusalLogUIDs uids are remembered, new ones share one overflow line.
+func TestRefusalLogRateLimited(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var rl refusalLog
+	t0 := time.Unix(1_000_000, 0)
+	lines := 0
+	for i := 0; i < 10_000; i++ {
+		if rl.note(log, &unix.Ucred{Uid: 1234, Pid: int32(i)}, t0.Add(time.Duration(i)*time.Millisecond)) {
+			lines++
+		}
+	}
+	// 10 s of refusals, one per ms: the first line, then one at 10 s
+	// (i = 10,000 is past the loop).
+	if lines != 1 || strings.Count(buf.String(), "\n") != 1 {
+		t.Fatalf("10,000 refusals within one interval: %d lines:\n%s", lines, buf.String())
+	}
+	buf.Reset()
+	if !rl.note(log, &unix.Ucred{Uid: 1234}, t0.Add(refusalLogInterval)) || !strings.Contains(buf.String(), "refused_unlogged=9999") {
+		t.Errorf("the next interval's line: %q, want refused_unlogged=9999", buf.String())
+	}
+	if !rl.note(log, &unix.Ucred{Uid: 4321}, t0.Add(refusalLogInterval)) {
+		t.Error("another uid's first refusal was not logged")
+	}
+	// Many uids: memory and lines bounded by refusalLogUIDs and the
+	// overflow entry.
+	lines = 0
+	now := t0.Add(2 * refusalLogInterval)
+	for u := uint32(0); u < 3*refusalLogUIDs; u++ {
+		if rl.note(log, &unix.Ucred{Uid: 10_000 + u}, now) {
+			lines++
+		}
+	}
+	if len(rl.byUID) > refusalLogUIDs+1 || lines > refusalLogUIDs+1 {
+		t.Errorf("%d uids refused at once: %d remembered, %d lines; want at most %d of each", 3*refusalLogUIDs, len(rl.byUID), lines, refusalLogUIDs+1)
 	}
 }

@@ -113,6 +113,21 @@ type ResidentError struct {
 
 func (e *ResidentError) Error() string { return e.Msg }
 
+// ResidentLostError: the connection ended without a reply after the
+// request was sent (str serve killed mid-call). The command may have run;
+// str run exits ExitResidentLost and does not run it again. The entry
+// stub (cmd/str/fast_linux_amd64.s) writes the same text.
+type ResidentLostError struct {
+	Socket string
+	Err    error // the read's error (io.EOF: the server closed)
+}
+
+func (e *ResidentLostError) Error() string {
+	return fmt.Sprintf("resident launcher %s died during the call; the command may have run (no reply: %v)", e.Socket, e.Err)
+}
+
+func (e *ResidentLostError) Unwrap() error { return e.Err }
+
 // ResidentSocketName is the resident launcher's socket in the state
 // directory (DefaultResidentSocket).
 const ResidentSocketName = "serve.sock"
@@ -264,9 +279,10 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 	buf := make([]byte, maxReplyBytes)
 	n, err := c.Read(buf)
 	if err != nil || n == 0 {
-		// The server went away mid-call: nothing says what ran; not a
-		// case to retry one-shot (the command may have run).
-		return nil, fmt.Errorf("resident launcher %s: no reply: %v", socket, errOr(err, errors.New("connection closed")))
+		// The server went away after it was sent the call: nothing says
+		// what ran; not a case to retry one-shot (the command may have
+		// run).
+		return nil, &ResidentLostError{Socket: socket, Err: errOr(err, errors.New("connection closed"))}
 	}
 	var rep ResidentReply
 	if err := json.Unmarshal(buf[:n], &rep); err != nil {

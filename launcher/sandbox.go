@@ -145,7 +145,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		if err != nil {
 			hint := "no writable cgroup? run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or set best_effort; see str doctor"
 			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
-				hint = statedir.Hint(statedir.Dir(os.Getenv)) // the cgroup's lock file, not the cgroup
+				hint = statedir.HintFor(statedir.Dir(os.Getenv), err) // the cgroup's lock file, not the cgroup
 			}
 			se := &StepError{Who: "launcher", Step: nsinit.StepLCgroup, Action: "create cgroup", Path: l.cgroups.name(s.id),
 				Detail: string(plan.Cgroup.Mode), Msg: err.Error(), Err: err, Hint: hint}

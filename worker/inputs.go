@@ -44,7 +44,8 @@ func mkdirMode(path string, mode os.FileMode) error {
 // a shared directory such as /tmp changes nothing there. prepareDirs uses
 // it for the work base (others need x), the runner dir and the site dir
 // (others need rx), which the sandbox's uid must traverse or read; a dir
-// left 0750 by an earlier start under UMask=0027 is repaired.
+// left 0750 by an earlier start under UMask=0027 is repaired. A directory
+// others could rename entries in is refused (step 3).
 func ensureDir(path string, mode os.FileMode) error {
 	// 1. what is missing, from the top down.
 	path = filepath.Clean(path)
@@ -78,6 +79,16 @@ func ensureDir(path string, mode os.FileMode) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	// 3. group and others may not rename what the worker makes in it (it
+	// mounts a tmpfs on, and chowns, work dirs by path): no group or
+	// other write bit, unless sticky (/tmp: others may add names, never
+	// rename or remove the worker's). The owner is not checked: the
+	// image's dirs belong to its user str (uid 10001) also when the
+	// worker runs as root, where no process of that uid runs.
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		return fmt.Errorf("directory %s is owned by uid %d with mode %04o: group or others may write it and it is not sticky, so they could rename what the worker makes there (chmod go-w it, or name another)",
+			path, st.Uid, st.Mode&0o7777)
 	}
 	need := uint32(mode.Perm() & 0o077)
 	if st.Mode&need != need {

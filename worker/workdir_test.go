@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -28,5 +30,40 @@ func TestTaskIDNamesNoDir(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(p, "keep.txt")); err != nil || string(b) != filepath.Base(p) {
 			t.Errorf("%s after a call named after it: %q %v", p, b, err)
 		}
+	}
+}
+
+// TestEnsureDirRefusesRenamableDir: issue 29, item 2's audit of the work
+// base (and the runner and site dirs). The worker mounts, chowns and
+// removes what it makes there by path, so a base where group or others
+// could rename its entries (writable by them without the sticky bit) is
+// refused, naming the directory, its owner and mode. A sticky shared one
+// (/tmp) and the worker's own are used.
+func TestEnsureDirRefusesRenamableDir(t *testing.T) {
+	mk := func(perm os.FileMode) string {
+		d := filepath.Join(t.TempDir(), "base")
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, perm); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, perm := range []os.FileMode{0o777, 0o770, 0o733} {
+		d := mk(perm)
+		want := fmt.Sprintf("directory %s is owned by uid %d with mode %04o: group or others may write it", d, os.Geteuid(), perm)
+		if err := ensureDir(d, 0o711); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a %o base: %v, want %q", perm, err, want)
+		}
+		if fi, _ := os.Lstat(d); fi.Mode().Perm() != perm {
+			t.Errorf("a refused %o base was changed to %o", perm, fi.Mode().Perm())
+		}
+	}
+	if err := ensureDir(mk(0o777|os.ModeSticky), 0o711); err != nil {
+		t.Errorf("a sticky 1777 base: %v", err)
+	}
+	if err := ensureDir(filepath.Join(mk(0o755), "work"), 0o711); err != nil {
+		t.Errorf("a fresh base: %v", err)
 	}
 }

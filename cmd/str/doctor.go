@@ -220,7 +220,7 @@ func doctorStateDir(check func(name string, good bool, detail, fix string)) {
 		}
 	}
 	if err != nil {
-		check("state directory", false, err.Error(), statedir.Hint(dir))
+		check("state directory", false, err.Error(), statedir.HintFor(dir, err))
 	} else {
 		check("state directory", true, dir+" is writable ("+statedir.Env+")", "")
 	}

@@ -36,9 +36,11 @@
 //     stub cannot read (an older server's JSON) undo steps 2-3 (the
 //     signal mask restored) and go to the Go path, which asks again and
 //     answers as always; no reply at all (the server went away: the
-//     command may have run, so it is not run again) is exit 125 with the
-//     Go path's message ("no reply: EOF"; a failed read or poll says
-//     "connection closed" where Go names the errno). A cancelling signal
+//     command may have run, so it is not run again) is exit 123
+//     (launcher.ExitResidentLost) with the Go path's message ("... died
+//     during the call; the command may have run (no reply: EOF)"; a
+//     failed read or poll says "connection closed" where Go names the
+//     errno); a reply this stub cannot decode is exit 125. A cancelling signal
 //     that came before a not_poolable, refused or error answer stays
 //     pending: restoring the mask ends str by its default action before
 //     the Go path starts (the Go path would run one-shot with its
@@ -85,6 +87,7 @@
 #define COMPACT_NOT_POOLABLE 2
 #define COMPACT_ERROR 4
 #define EXIT_LAUNCHER 125
+#define EXIT_RESIDENT_LOST 123
 
 DATA	optnames<>+0(SB)/8, $"serve\x00pr"
 DATA	optnames<>+8(SB)/8, $"ofile\x00ti"
@@ -127,18 +130,30 @@ DATA	noreply1<>+16(SB)/8, $"t launch"
 DATA	noreply1<>+24(SB)/4, $"er \x00"
 GLOBL	noreply1<>(SB), RODATA|NOPTR, $28
 
-DATA	noreply2<>+0(SB)/8, $": no rep"
-DATA	noreply2<>+8(SB)/8, $"ly: conn"
-DATA	noreply2<>+16(SB)/8, $"ection c"
-DATA	noreply2<>+24(SB)/4, $"lose"
-DATA	noreply2<>+28(SB)/2, $"d\x0a"
-DATA	noreply2<>+30(SB)/1, $"\x00"
-GLOBL	noreply2<>(SB), RODATA|NOPTR, $31
+DATA	noreply2<>+0(SB)/8, $" died du"
+DATA	noreply2<>+8(SB)/8, $"ring the"
+DATA	noreply2<>+16(SB)/8, $" call; t"
+DATA	noreply2<>+24(SB)/8, $"he comma"
+DATA	noreply2<>+32(SB)/8, $"nd may h"
+DATA	noreply2<>+40(SB)/8, $"ave run "
+DATA	noreply2<>+48(SB)/8, $"(no repl"
+DATA	noreply2<>+56(SB)/8, $"y: conne"
+DATA	noreply2<>+64(SB)/8, $"ction cl"
+DATA	noreply2<>+72(SB)/4, $"osed"
+DATA	noreply2<>+76(SB)/2, $")\x0a"
+DATA	noreply2<>+78(SB)/1, $"\x00"
+GLOBL	noreply2<>(SB), RODATA|NOPTR, $79
 
-DATA	noreplyeof<>+0(SB)/8, $": no rep"
-DATA	noreplyeof<>+8(SB)/8, $"ly: EOF\x0a"
-DATA	noreplyeof<>+16(SB)/1, $"\x00"
-GLOBL	noreplyeof<>(SB), RODATA|NOPTR, $17
+DATA	noreplyeof<>+0(SB)/8, $" died du"
+DATA	noreplyeof<>+8(SB)/8, $"ring the"
+DATA	noreplyeof<>+16(SB)/8, $" call; t"
+DATA	noreplyeof<>+24(SB)/8, $"he comma"
+DATA	noreplyeof<>+32(SB)/8, $"nd may h"
+DATA	noreplyeof<>+40(SB)/8, $"ave run "
+DATA	noreplyeof<>+48(SB)/8, $"(no repl"
+DATA	noreplyeof<>+56(SB)/8, $"y: EOF)\x0a"
+DATA	noreplyeof<>+64(SB)/1, $"\x00"
+GLOBL	noreplyeof<>(SB), RODATA|NOPTR, $65
 
 DATA	badreply2<>+0(SB)/8, $": bad re"
 DATA	badreply2<>+8(SB)/4, $"ply\x0a"
@@ -651,19 +666,24 @@ exit:
 	SYSCALL
 
 noreplyeof:
-	// The server closed the connection (as Go's read reports it).
+	// The server closed the connection (as Go's read reports it) after
+	// it was sent the call: the command may have run (exit 123,
+	// launcher.ExitResidentLost, as launcher.ResidentLostError).
 	LEAQ	noreplyeof<>(SB), BX
+	MOVQ	$EXIT_RESIDENT_LOST, R15
 	JMP	failmsg
 
 noreply:
 	LEAQ	noreply2<>(SB), BX
+	MOVQ	$EXIT_RESIDENT_LOST, R15
 	JMP	failmsg
 
 badreply:
 	LEAQ	badreply2<>(SB), BX
+	MOVQ	$EXIT_LAUNCHER, R15
 
 failmsg:
-	// "str run: resident launcher S" and BX's text, then exit 125.
+	// "str run: resident launcher S" and BX's text, then exit R15.
 	LEAQ	noreply1<>(SB), AX
 	MOVQ	AX, head<>+0(SB)
 	MOVQ	st<>+24(SB), AX
@@ -695,7 +715,7 @@ msgwrite:
 	MOVQ	$SYS_write, AX
 	MOVQ	$2, DI
 	SYSCALL
-	MOVQ	$EXIT_LAUNCHER, DI
+	MOVQ	R15, DI
 	MOVQ	$SYS_exit_group, AX
 	SYSCALL
 

@@ -27,7 +27,8 @@ const (
 Runs CMD in a fresh sandbox and exits with its status (128+N if signal N
 killed it). str's own exit codes: 124 timed out, 125 sandbox setup failed
 (the message names the step and path), 126 CMD not executable, 127 CMD not
-found inside the sandbox, 2 bad flags.
+found inside the sandbox, 123 the resident launcher (str serve) died during
+the call (CMD may have run; str run does not run it again), 2 bad flags.
 
 flags:
 `
@@ -157,6 +158,9 @@ func cmdRun(args []string) int {
 			fmt.Fprintln(os.Stderr, "str run: warning: the resident launcher refused this caller; running one-shot:", err)
 		case errors.As(err, &re) && re.Untrusted:
 			fmt.Fprintln(os.Stderr, "str run: warning: not using this socket; running one-shot:", err)
+		case errors.As(err, new(*launcher.ResidentLostError)):
+			fmt.Fprintln(os.Stderr, "str run:", err)
+			return launcher.ExitResidentLost
 		default:
 			fmt.Fprintln(os.Stderr, "str run:", err)
 			return exitLauncher

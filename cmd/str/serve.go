@@ -37,7 +37,7 @@ flags:
 func cmdServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, serveUsageSummary); fs.PrintDefaults() }
-	socket := fs.String("socket", "", "the socket's `PATH` (default serve.sock in the state directory, where str run looks by itself: /run/str/serve.sock; created root:GROUP 0660 with --allow-group, 0600 without; 0666 with --allow-uid, where SO_PEERCRED alone decides)")
+	socket := fs.String("socket", "", "the socket's `PATH` (default serve.sock in the state directory, where str run looks by itself: /run/str/serve.sock; its directory must be root's and writable by no one else; created root:GROUP 0660 with --allow-group, 0600 without; 0666 with --allow-uid, where SO_PEERCRED alone decides)")
 	profilesFlag := fs.String("profiles", "restrictive,standard", "the served profiles, comma-separated")
 	pool := fs.Int("pool", 2, "pre-built sandboxes per profile")
 	idle := fs.Duration("idle", launcher.DefaultResidentIdle, "a pre-built sandbox not called within this is replaced")
@@ -52,13 +52,12 @@ func cmdServe(args []string) int {
 	}
 	var bad []error
 	if *socket == "" {
-		// The default: the state directory's, made (0700) if missing.
+		// The default: the state directory's, made (0700) if missing and
+		// checked as every state directory is (statedir.Secure).
 		dir := statedir.Dir(os.Getenv)
 		err := statedir.Check(os.Getenv)
 		if err == nil {
-			if err = os.MkdirAll(dir, 0o700); err != nil {
-				err = &statedir.Error{Dir: dir, Err: err}
-			}
+			err = statedir.Secure(dir)
 		}
 		if err != nil {
 			bad = append(bad, err)
@@ -137,8 +136,7 @@ func cmdServe(args []string) int {
 		fmt.Fprintf(os.Stderr, "str serve: warning: --allow-uid/--allow-group: a directory above %s lets only root through; name a socket others can reach (--socket) and tell their str run (STR_SERVE_SOCKET)\n", *socket)
 	}
 	err = r.Serve()
-	r.Close()
-	_ = os.Remove(*socket)
+	r.Close() // removes the socket, if still its own
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -16,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // Env is the setting that overrides the default directory.
@@ -31,6 +33,16 @@ const RootDefault = "/run/str"
 func Hint(dir string) string {
 	return fmt.Sprintf("make %s writable or set %s to a writable directory (Kubernetes, readOnlyRootFilesystem: an emptyDir mounted at %s); see str doctor",
 		dir, Env, dir)
+}
+
+// HintFor is the fix named by err, an error about the state directory
+// dir: for a directory others could change (*UnsafeDirError), making it
+// the euid's alone; else Hint's.
+func HintFor(dir string, err error) string {
+	if ue := (*UnsafeDirError)(nil); errors.As(err, &ue) {
+		return fmt.Sprintf("give %s to uid %d alone (chown, chmod go-w) or set %s to a directory only that uid may write; see str doctor", ue.Dir, ue.Want, Env)
+	}
+	return Hint(dir)
 }
 
 // Dir is the state directory:
@@ -77,11 +89,76 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Sub creates the subdirectory name of dir (mode 0700, and dir itself if
-// missing) and returns its path; an error is an *Error.
+// missing) and returns its path; an error is an *Error. dir must be owned
+// by the euid and writable by no one else (Secure): str names the files
+// in it by path (lock files, the init's copy), so anyone who could rename
+// entries there could point root's creates at files of their choice.
 func Sub(dir, name string) (string, error) {
 	p := filepath.Join(dir, name)
 	if err := os.MkdirAll(p, 0o700); err != nil {
 		return "", &Error{Dir: p, Err: err}
 	}
+	tightened, err := secure(dir)
+	if err != nil {
+		return "", &Error{Dir: dir, Err: err}
+	}
+	if tightened {
+		// Others could write dir until now: p may be theirs.
+		if err := CheckOwned(p, os.Geteuid()); err != nil {
+			return "", &Error{Dir: p, Err: err}
+		}
+	}
 	return p, nil
+}
+
+// Secure creates dir (0700) if missing and checks it as Sub does.
+func Secure(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return &Error{Dir: dir, Err: err}
+	}
+	if _, err := secure(dir); err != nil {
+		return &Error{Dir: dir, Err: err}
+	}
+	return nil
+}
+
+// secure is the state directory's check, one lstat when it passes:
+//
+//  1. a directory (not a symlink) owned by the euid, no group or other
+//     write bit: used as it is;
+//  2. owned by the euid, not sticky, but group or others may write it (as
+//     the kubelet makes an emptyDir: 0777): its owner is this uid, so the
+//     write bits are dropped (fchmod on the directory opened O_NOFOLLOW
+//     and checked again there, never by path) and tightened is true;
+//  3. anything else is refused (*UnsafeDirError): another uid's directory,
+//     or a sticky shared one (/tmp-like: shared on purpose, never
+//     changed).
+func secure(dir string) (tightened bool, err error) {
+	uid := os.Geteuid()
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return false, &os.PathError{Op: "lstat", Path: dir, Err: err}
+	}
+	if checkOwned(dir, &st, uid) == nil {
+		return false, nil
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != uid || st.Mode&unix.S_ISVTX != 0 {
+		return false, &UnsafeDirError{Dir: dir, Owner: st.Uid, Mode: st.Mode, Want: uid}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil {
+		return false, &os.PathError{Op: "fstat", Path: dir, Err: err}
+	}
+	if fst.Dev != st.Dev || fst.Ino != st.Ino || int(fst.Uid) != uid || fst.Mode&unix.S_ISVTX != 0 {
+		return false, &UnsafeDirError{Dir: dir, Owner: fst.Uid, Mode: fst.Mode, Want: uid}
+	}
+	if err := unix.Fchmod(fd, fst.Mode&0o7777&^0o022); err != nil {
+		return false, &os.PathError{Op: "chmod go-w", Path: dir, Err: err}
+	}
+	return true, nil
 }

@@ -375,9 +375,11 @@ func TestFastPathRefused(t *testing.T) {
 	}
 }
 
-// TestFastPathServerGone: the server dies mid-call. The command may have
-// run, so neither path runs it again: both exit 125 with the same
-// message.
+// TestFastPathServerGone: the server dies mid-call (issue 29, item 6).
+// The command ran (its shell was seen in the sandbox), so neither path
+// runs it again nor says "could not be set up" (125, safe to retry): both
+// exit 123 (launcher.ExitResidentLost) with the same message saying the
+// command may have run.
 func TestFastPathServerGone(t *testing.T) {
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skip("the entry stub is linux/amd64's")
@@ -401,9 +403,9 @@ func TestFastPathServerGone(t *testing.T) {
 		return r
 	}
 	fast, slow := gone(true), gone(false)
-	want := "no reply: EOF"
-	if fast.goStarted || fast.Exit != 125 || fast.Exit != slow.Exit || fast.Stderr != slow.Stderr || !strings.Contains(fast.Stderr, want) {
-		t.Errorf("server gone: fast path exit %d stderr %q (Go started %v), Go path exit %d stderr %q; want 125 and %q from both", fast.Exit, fast.Stderr, fast.goStarted, slow.Exit, slow.Stderr, want)
+	want := "str run: resident launcher SOCKET died during the call; the command may have run (no reply: EOF)\n"
+	if fast.goStarted || fast.Exit != 123 || fast.Exit != slow.Exit || fast.Stderr != slow.Stderr || fast.Stderr != want {
+		t.Errorf("server gone: fast path exit %d stderr %q (Go started %v), Go path exit %d stderr %q; want 123 and %q from both", fast.Exit, fast.Stderr, fast.goStarted, slow.Exit, slow.Stderr, want)
 	}
 }
 

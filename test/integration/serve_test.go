@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
 // The resident launcher (str serve): a run through it must look, from
@@ -410,5 +412,113 @@ func TestServeReplacesIdleSandboxes(t *testing.T) {
 	}
 	if r := sp.served(t, "--profile", "standard", "--", "/bin/echo", "fresh"); r.Exit != 0 || r.Stdout != "fresh\n" || !r.Res.Resident {
 		t.Errorf("a call after the replacement: exit %d resident %v stdout %q: %s", r.Exit, r.Res.Resident, r.Stdout, r.Stderr)
+	}
+}
+
+// refusedFlood is a local user str serve refuses, as fast as it can:
+// conns connections from threads threads, each sending a request of size
+// bytes with three descriptors, or (every third) nothing, the last 256
+// of those per thread held open; it never reads an answer. It prints "done N"
+// with the connections it made.
+const refusedFlood = `
+import array, collections, resource, socket, sys, threading
+path, conns, threads, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+hold = min(256, (hard - 64) // threads)
+payload = b"{" + b"x" * (size - 1)
+made = [0] * threads
+fds = array.array("i", [0, 1, 2]).tobytes()
+def flood(k):
+    silent = collections.deque()
+    for i in range(conns // threads):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            s.connect(path)
+            made[k] += 1
+        except OSError:
+            s.close()
+            continue
+        if i % 3:
+            try:
+                s.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            except OSError:
+                pass
+            s.close()
+        else:
+            silent.append(s)
+            if len(silent) > hold:
+                silent.popleft().close()
+    for s in silent:
+        s.close()
+ts = [threading.Thread(target=flood, args=(k,)) for k in range(threads)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("done", sum(made), flush=True)
+`
+
+// procStatusKB is a field of /proc/PID/status in KiB (VmRSS, VmHWM).
+func procStatusKB(t *testing.T, pid int, field string) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				t.Fatalf("%s: %q", field, l)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// TestServeRefusedPeerBounded: what a refused local user costs str serve
+// is bounded (issue 29, item 7; it had grown the server from 13 to 206
+// MB and written 20,000 log lines in 8 s). 20,000 connections of uid
+// 65533 (128 KiB requests with descriptors, or silent ones held open)
+// leave the server's peak resident memory within 40 MiB of where it
+// started, its log with a bounded number of refusal lines (one per
+// refusalLogInterval, counted whatever the flood took), and the server
+// serving an allowed caller after it.
+func TestServeRefusedPeerBounded(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		mustwork.Skip(t, "needs /usr/bin/python3 (the refused peer's flood)")
+	}
+	sp := startServe(t, 1, "--allow-uid", "65532")
+	pid := sp.cmd.Process.Pid
+	before := procStatusKB(t, pid, "VmRSS")
+	start := time.Now()
+	flood := exec.Command("/usr/bin/python3", "-c", refusedFlood, sp.socket, "20000", "32", strconv.Itoa(128<<10))
+	flood.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65533, Gid: 65533, Groups: []uint32{}}}
+	out, err := flood.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "done ") {
+		t.Fatalf("the flood: %v\n%s", err, out)
+	}
+	elapsed := time.Since(start)
+	peak := procStatusKB(t, pid, "VmHWM")
+	t.Logf("refused flood (%s): %s in %v; str serve VmRSS %d KiB before, peak %d KiB", "20000 connections", strings.TrimSpace(string(out)), elapsed.Round(time.Millisecond), before, peak)
+	if peak-before > 40<<10 {
+		t.Errorf("str serve's peak resident memory grew by %d KiB under a refused peer's flood (from %d KiB), want at most 40 MiB", peak-before, before)
+	}
+	// Still running.
+	if err := sp.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("str serve is gone after the flood: %v; log:\n%s", err, sp.log)
+	}
+	// The log, complete once the server stopped: one refusal line per
+	// 10 s interval of the flood (the first at its start).
+	_ = sp.cmd.Process.Signal(syscall.SIGTERM)
+	_ = sp.cmd.Wait()
+	lines := strings.Count(sp.log.String(), "str serve: refused")
+	allowed := 1 + int(time.Since(start)/(10*time.Second))
+	if lines > allowed {
+		t.Errorf("%d refusal log lines for one refused uid over %v, want at most %d (one per 10 s)", lines, time.Since(start).Round(time.Second), allowed)
+	}
+	if lines == 0 {
+		t.Errorf("no refusal logged:\n%s", sp.log)
 	}
 }
