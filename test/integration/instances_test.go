@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher"
 )
 
@@ -284,5 +285,117 @@ func TestKilledServeCgroupsSwept(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Errorf("lock files left in %s/cgroups: %v", state, names)
+	}
+}
+
+// TestSandboxWeighsOneProcess: a sandbox's cgroup in the CPU controller is
+// a child of its launcher's own cgroup with the default weight, so it
+// competes for the CPU as one more process of the caller's cgroup would,
+// as the same command under bubblewrap does (issue 29, item 3: every
+// sandbox of the host sat below one "str" cgroup whose weight was one
+// process's, so under load all of them together got one process's share;
+// str-bench load measures the effect). The cpu cgroup of the sandboxed
+// process, seen from the host, is checked against the test's own.
+func TestSandboxWeighsOneProcess(t *testing.T) {
+	needRoot(t)
+	own, err := launcher.OwnCgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, weightFile, weight := "cpu", "cpu.shares", "1024"
+	if launcher.DetectCgroup() == launcher.CgroupV2 {
+		ctl, weightFile, weight = "", "cpu.weight", "100"
+	}
+	marker := "7" + strconv.Itoa(os.Getpid()%100000) + "1"
+	// "sleep MARKER" is the sandboxed process's command line, not str's
+	// (its argv has the marker after "$0").
+	cmd := exec.Command(strBin, "run", "--one-shot", "--profile", "restrictive", "--", "/bin/sh", "-c", `exec sleep "$0"`, marker)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var pids []string
+	if !eventually(60*time.Second, func() bool { pids = findProcs("sleep " + marker); return len(pids) > 0 }) {
+		t.Fatal("the sandboxed sleep never appeared")
+	}
+	cgs, err := launcher.ProcCgroups(pids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := cgs[ctl]
+	if !isSandboxCgroup(filepath.Base(path)) {
+		t.Fatalf("the sandboxed process's %q cgroup is %q: not a sandbox cgroup", ctl, path)
+	}
+	launcherCg := own[ctl]
+	if launcherCg == "/str-supervisor" || strings.HasSuffix(launcherCg, "/str-supervisor") {
+		launcherCg = filepath.Dir(launcherCg)
+	}
+	if filepath.Dir(path) != filepath.Clean(launcherCg) {
+		t.Errorf("the sandbox's %s cgroup %s is not a child of its launcher's own %s: its weight is shared below %s",
+			weightFile, path, launcherCg, filepath.Dir(path))
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctl, path, weightFile))
+	if err != nil || strings.TrimSpace(string(b)) != weight {
+		t.Errorf("%s of the sandbox: %q (%v), want the default %s (one process's)", weightFile, b, err, weight)
+	}
+}
+
+// TestOneShotRunSweepsOnlyWhenDue: a one-shot str run whose state
+// directory was swept less than 10 s ago touches no other sandbox's lock
+// (issue 29, item 4: every one-shot run opened and flocked the lock file
+// of every live sandbox on the host, ~700 of its 3,400 system calls with
+// 100 live). Twelve sandboxes sleep in the same state directory; the run
+// under strace makes a bounded number of flock calls (its own id lease
+// and cgroup lock), not one per live sandbox; once a sweep is due it does
+// try them all.
+func TestOneShotRunSweepsOnlyWhenDue(t *testing.T) {
+	needRoot(t)
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		mustwork.Skip(t, "needs strace (make test-deps installs it)")
+	}
+	state := t.TempDir()
+	env := append(os.Environ(), "STR_STATE_DIR="+state)
+	const live = 12
+	for range live {
+		cmd := exec.Command(strBin, "run", "--one-shot", "--profile", "restrictive", "--", "/bin/sleep", "600")
+		cmd.Env = env
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+	locks := func() int {
+		ents, _ := os.ReadDir(filepath.Join(state, "cgroups"))
+		n := 0
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "s") {
+				n++
+			}
+		}
+		return n
+	}
+	if !eventually(60*time.Second, func() bool { return locks() >= live }) {
+		t.Fatalf("%d of %d sandboxes hold their cgroup lock", locks(), live)
+	}
+	flocks := func(stamp time.Time) int {
+		t.Helper()
+		if err := os.Chtimes(filepath.Join(state, "cgroups", ".swept"), stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "strace.out")
+		cmd := exec.Command(strace, "-f", "-qq", "-e", "trace=flock", "-o", out, strBin, "run", "--one-shot", "--profile", "restrictive", "--", "/bin/true")
+		cmd.Env = env
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("str run under strace: %v\n%s", err, b)
+		}
+		b, _ := os.ReadFile(out)
+		return strings.Count(string(b), "flock(")
+	}
+	if n := flocks(time.Now()); n > 4 {
+		t.Errorf("a one-shot run, its state directory swept just now, made %d flock calls with %d live sandboxes: it tried their locks (want its own only, at most 4)", n, live)
+	}
+	if n := flocks(time.Now().Add(-time.Hour)); n < live {
+		t.Errorf("a one-shot run with a sweep due made %d flock calls with %d live sandboxes: the sweep did not try their locks", n, live)
 	}
 }
