@@ -46,9 +46,6 @@ type hcase struct {
 	timedOut          bool
 	check             func(t *testing.T, h *harness, r reply, res map[string]any)
 	run               func(t *testing.T, h *harness, c hcase)
-	// defect: when the outcome is not the expected one and this says
-	// why, the case is skipped as a known defect another change fixes.
-	defect func(r reply, res map[string]any) string
 }
 
 // harness is one worker and what the cases aim at.
@@ -203,11 +200,6 @@ func TestHostile(t *testing.T) {
 				c = templateVariant(c)
 			}
 			r, res, raw, _ := h.call(t, c.profile, py, c.args, c.params)
-			if c.defect != nil {
-				if why := c.defect(r, res); why != "" {
-					t.Skip("known defect: " + why)
-				}
-			}
 			switch {
 			case c.code != "":
 				if r.Error == nil || r.Error.Code != c.code || !strings.Contains(r.Error.Message, c.msg) {

@@ -53,22 +53,15 @@ func cases() []hcase {
 				}
 			}},
 		hcase{name: "output_name_user_scope", profile: "restrictive", py: "raw_output", args: map[string]any{"names": []any{"user:planted.txt"}}, want: "planted",
-			check: onlyOK,
-			defect: func(r reply, _ map[string]any) string {
-				if strings.Contains(strings.Join(created(r), ","), "user:") {
-					return "a tool can write user-scoped (user:) artifacts (issue 11; another helper is making it a manifest permission, default read)"
-				}
-				return ""
-			}},
+			check: onlyOK},
 		hcase{name: "fsize_efbig", profile: "restrictive", args: map[string]any{"size": 64 << 20}, want: "EFBIG"},
 		hcase{name: "fsize_efbig_permissive", profile: "permissive", py: "fsize_efbig", args: map[string]any{"size": 1 << 30}, want: "EFBIG"},
 		hcase{name: "fsize_sigxfsz", profile: "restrictive", args: map[string]any{"size": 64 << 20}, want: "signal:SIGXFSZ"},
 		hcase{name: "fill_tmp", profile: "restrictive", py: "fill_dir", args: map[string]any{"dir": "/tmp"}, want: "ENOSPC", check: atMost(64 << 20)},
 		hcase{name: "fill_dev_shm", profile: "restrictive", py: "fill_dir", args: map[string]any{"dir": "/dev/shm"}, want: "ENOSPC", check: atMost(16 << 20)},
 		hcase{name: "fill_dev_shm_confidential", profile: "confidential", py: "fill_dir", args: map[string]any{"dir": "/dev/shm"}, want: "ENOENT"},
-		hcase{name: "fill_workdir", profile: "restrictive", py: "fill_dir", args: map[string]any{"dir": ".", "limit": 1 << 30, "keep": true}, want: "ENOSPC", check: atMost(256 << 20),
-			defect: uncapped},
-		hcase{name: "fill_workdir_inodes", profile: "restrictive", py: "fill_inodes", want: "ENOSPC", defect: uncapped},
+		hcase{name: "fill_workdir", profile: "restrictive", py: "fill_dir", args: map[string]any{"dir": ".", "limit": 1 << 30, "keep": true}, want: "ENOSPC", check: atMost(256 << 20)},
+		hcase{name: "fill_workdir_inodes", profile: "restrictive", py: "fill_inodes", want: "ENOSPC"},
 		hcase{name: "other_task_workdir", profile: "restrictive", run: otherTaskWorkdir},
 		hcase{name: "proc_self_exe", profile: "restrictive", want: "EACCES"},
 		hcase{name: "proc_1_exe", profile: "restrictive", want: "EACCES",
@@ -259,15 +252,6 @@ func violation(reason string) func(*testing.T, *harness, reply, map[string]any) 
 		}
 		t.Fatalf("no net violation %q in the reply: %+v", reason, r.Result.Violations)
 	}
-}
-
-// uncapped: the work dir is a host bind without a size or inode cap
-// (issue 11's first defect, being fixed by another change).
-func uncapped(r reply, res map[string]any) string {
-	if res != nil && res["outcome"] == "ok" {
-		return "the work dir is uncapped (issue 11): the tool wrote its whole budget without ENOSPC"
-	}
-	return ""
 }
 
 // workDirOf is the work dir the worker logged for request id ("" if
