@@ -220,7 +220,7 @@ func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed
 	if fixes > 0 {
 		t.log.Warn("the tool's result had invalid UTF-8 or unpaired surrogates: replaced with U+FFFD", "replacements", fixes)
 	}
-	toolResult, err := NormalizeToolResult(cleaned)
+	toolResult, err := resultObject(cleaned) // an object uncopied: EncodeResult compacts it into the reply
 	if err != nil {
 		return fail(errorf(CodeExecutionError, "%v", err))
 	}

@@ -614,15 +614,35 @@ func marshal(v any) []byte {
 // NormalizeToolResult); artifacts may be nil (encoded as []); skipped
 // outputs, if any, are listed in "skipped_outputs", and the network
 // policy's denials, if any, in "violations" (with "violation_summary").
+//
+// The bytes are marshal's of the whole reply; toolResult (most of a
+// large reply) is compacted once, straight into a buffer of the reply's
+// size: marshal copied it into a buffer grown by doubling, then again
+// into another (four 15 MiB results held some 300 MB at once in a
+// worker, issue 29 item 7).
 func EncodeResult(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact, skipped []SkippedOutput, net NetworkReport) []byte {
 	if artifacts == nil {
 		artifacts = []CreatedArtifact{}
 	}
-	return marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
-		ToolResult: toolResult, ExecutionTimeMs: executionTime.Milliseconds(),
+	// The reply around an empty tool_result, then the result in its
+	// place. The first `"tool_result":` is the member: before it come
+	// only `{"jsonrpc":"2.0","id":`, the id as a JSON string (whose every
+	// '"' is escaped) and `,"result":{`.
+	env := marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
+		ToolResult: json.RawMessage(`{}`), ExecutionTimeMs: executionTime.Milliseconds(),
 		CreatedArtifacts: artifacts, SkippedOutputs: skipped,
 		Violations: net.Violations, ViolationsDropped: net.Dropped, ViolationSummary: net.Summary,
 	}})
+	at := bytes.Index(env, []byte(`"tool_result":{}`)) + len(`"tool_result":`)
+	out := bytes.NewBuffer(make([]byte, 0, len(env)-len(`{}`)+len(toolResult)))
+	out.Write(env[:at])
+	// marshal's own encoding of a json.RawMessage: compacted, nothing
+	// escaped (SetEscapeHTML(false)).
+	if err := json.Compact(out, toolResult); err != nil {
+		panic("worker: encoding a reply: tool_result: " + err.Error())
+	}
+	out.Write(env[at+len(`{}`):])
+	return out.Bytes()
 }
 
 // EncodeTimeout is the timeout reply: a result, not an error.
@@ -680,6 +700,7 @@ func NormalizeToolResult(value json.RawMessage) (json.RawMessage, error) {
 	}
 	if t[0] == '{' {
 		var buf bytes.Buffer
+		buf.Grow(len(t)) // the most it takes: one buffer, not a doubling
 		if err := json.Compact(&buf, t); err != nil {
 			return nil, fmt.Errorf("tool result is not valid JSON: %w", err)
 		}
@@ -705,6 +726,16 @@ func NormalizeToolResult(value json.RawMessage) (json.RawMessage, error) {
 		r.Text = &s
 	}
 	return marshal(r), nil
+}
+
+// resultObject is NormalizeToolResult without its copy of an object:
+// a valid object is returned as it is (EncodeResult compacts it straight
+// into the reply); anything else is NormalizeToolResult's.
+func resultObject(value json.RawMessage) (json.RawMessage, error) {
+	if t := bytes.TrimSpace(value); len(t) > 0 && t[0] == '{' && json.Valid(t) {
+		return t, nil
+	}
+	return NormalizeToolResult(value)
 }
 
 // MaxResultDepth bounds how deeply a tool result may nest objects and

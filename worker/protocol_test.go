@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/securetoolruntime/str/egress"
 )
 
 func golden(t *testing.T, name string) string {
@@ -212,6 +214,29 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 	} {
 		if got := truncate(c.in, c.n); got != c.want || !utf8.ValidString(got) {
 			t.Errorf("truncate(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}
+
+// EncodeResult's reply is marshal's of the whole envelope, byte for byte,
+// whatever the id, the result's spacing and characters, the artifacts,
+// skipped outputs and denials.
+func TestEncodeResultIsMarshal(t *testing.T) {
+	results := []string{`{}`, `{"a": [1, 2, {"b": "x y"}], "c": null}`, "{\n \"html\": \"<a href='x'>&</a>\", \"ls\": \"\u2028\", \"é\": 1}",
+		`{"tool_result":{},"x":"\"tool_result\":{}"}`}
+	ids := []string{"req-1", `we"ird "tool_result":{} id`, "é<&>"}
+	for _, r := range results {
+		for _, id := range ids {
+			arts := []CreatedArtifact{{Filename: "a.txt", Version: 2, MimeType: "text/plain", SizeBytes: 3}}
+			skipped := []SkippedOutput{{Filename: "b", Reason: "r"}}
+			net := NetworkReport{Violations: []egress.Event{{Kind: "net", Host: "h", Reason: "not_allowed", Count: 2}}, Dropped: 1, Summary: "s"}
+			want := marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
+				ToolResult: json.RawMessage(r), ExecutionTimeMs: 150, CreatedArtifacts: arts, SkippedOutputs: skipped,
+				Violations: net.Violations, ViolationsDropped: net.Dropped, ViolationSummary: net.Summary,
+			}})
+			if got := EncodeResult(id, json.RawMessage(r), 150*time.Millisecond, arts, skipped, net); string(got) != string(want) {
+				t.Errorf("result %q id %q:\n got %s\nwant %s", r, id, got, want)
+			}
 		}
 	}
 }

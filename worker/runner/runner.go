@@ -275,13 +275,27 @@ func ReadResult(path string, maxBytes int64) (*Outcome, error) {
 	if maxBytes > 0 && st.Size() > maxBytes {
 		return nil, fmt.Errorf("runner: read result %s: %d bytes exceeds the limit of %d", path, st.Size(), maxBytes)
 	}
-	reader := io.Reader(f)
-	if maxBytes > 0 {
-		reader = io.LimitReader(f, maxBytes+1)
-	}
-	data, err := io.ReadAll(reader)
-	if err != nil {
+	// Into one buffer of the size stat gave, plus a byte that shows a
+	// file still growing (then read on, within the limit): a result may
+	// be most of a broker message, and io.ReadAll's doubling held up to
+	// twice it, then dropped all but the last buffer.
+	data := make([]byte, st.Size()+1)
+	n, err := io.ReadFull(f, data)
+	switch {
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+		data = data[:n]
+	case err != nil:
 		return nil, fmt.Errorf("runner: read result %s: read: %w", path, err)
+	default:
+		reader := io.Reader(f)
+		if maxBytes > 0 {
+			reader = io.LimitReader(f, maxBytes+1-int64(len(data)))
+		}
+		more, err := io.ReadAll(reader)
+		if err != nil {
+			return nil, fmt.Errorf("runner: read result %s: read: %w", path, err)
+		}
+		data = append(data, more...)
 	}
 	if maxBytes > 0 && int64(len(data)) > maxBytes {
 		return nil, fmt.Errorf("runner: read result %s: grew beyond the limit of %d bytes", path, maxBytes)
@@ -306,8 +320,8 @@ func DecodeResult(data []byte, maxBytes int64) (*Outcome, error) {
 }
 
 func parseResult(data []byte) (*Outcome, error) {
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(data, &doc); err != nil {
+	doc, err := topLevel(data)
+	if err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if doc == nil {
@@ -360,6 +374,88 @@ func parseResult(data []byte) (*Outcome, error) {
 	default:
 		return nil, errors.New(`neither "result" nor "error" is present`)
 	}
+}
+
+// topLevel is json.Unmarshal(data, &doc) for a map[string]json.RawMessage
+// doc (the same document accepted, the same errors, a repeated key's
+// last value kept), except that the values are slices of data, not
+// copies: a result is most of its document, and Unmarshal copied it
+// whole. An object is split here once json.Valid has passed it (so
+// every string, number and nesting below is well formed); anything else
+// goes to Unmarshal, for its error or its nil (null).
+func topLevel(data []byte) (map[string]json.RawMessage, error) {
+	i := skipSpace(data, 0)
+	if !json.Valid(data) || i == len(data) || data[i] != '{' {
+		var doc map[string]json.RawMessage
+		if err := json.Unmarshal(data, &doc); err != nil {
+			return nil, err
+		}
+		return doc, nil
+	}
+	doc := map[string]json.RawMessage{}
+	i = skipSpace(data, i+1)
+	if data[i] == '}' {
+		return doc, nil
+	}
+	for {
+		// "key" : value , or }
+		end := valueEnd(data, i)
+		var key string
+		if err := json.Unmarshal(data[i:end], &key); err != nil {
+			return nil, err
+		}
+		i = skipSpace(data, skipSpace(data, end)+1) // past the ':'
+		end = valueEnd(data, i)
+		doc[key] = json.RawMessage(data[i:end:end])
+		i = skipSpace(data, end)
+		if data[i] == '}' {
+			return doc, nil
+		}
+		i = skipSpace(data, i+1) // past the ','
+	}
+}
+
+// skipSpace is the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// valueEnd is the index just past the JSON value that starts at i, in a
+// document json.Valid accepted.
+func valueEnd(data []byte, i int) int {
+	depth := 0
+	for ; i < len(data); i++ {
+		switch c := data[i]; c {
+		case '"':
+			for i++; data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+			if depth < 0 { // the end of the enclosing object: a scalar ended
+				return i
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
 }
 
 // Install writes runner.py and _str_runner.py into dir as read-only (0444)

@@ -1323,3 +1323,42 @@ class Data:
 		})
 	}
 }
+
+// topLevel splits a document as json.Unmarshal into a
+// map[string]json.RawMessage does (same members, same errors), with its
+// values slices of the document rather than copies.
+func TestTopLevelMatchesUnmarshal(t *testing.T) {
+	docs := []string{
+		`{}`, ` { } `, `{"result": {"a": [1, 2, {"b": "}\"]"}]}, "output_mime_types": {}}`,
+		"{\n\t\"result\" :\r {\"x\":\"\\u0041\\\\\"} ,\"error\": null}", `{"a":1,"a":2}`, `{"a":-1.5e3,"b":true,"c":false,"d":null}`,
+		`{"k\u00e9y":"v","\ud83d\ude00":[[],[{}]]}`, `{"a":"\"}{"}`, `null`, ` null `, `[]`, `"s"`, `1`, ``, `{`, `{"a":}`, `{"a":1,}`,
+		`{"a":1} x`, "{\"a\":\"\xff\"}", `{"a":[1,2]`,
+	}
+	for _, d := range docs {
+		var want map[string]json.RawMessage
+		werr := json.Unmarshal([]byte(d), &want)
+		got, gerr := topLevel([]byte(d))
+		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+			t.Errorf("%q: error %v, want %v", d, gerr, werr)
+			continue
+		}
+		if (want == nil) != (got == nil) || len(want) != len(got) {
+			t.Errorf("%q: %q, want %q", d, got, want)
+			continue
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Errorf("%q: member %q is %q, want %q", d, k, got[k], v)
+			}
+		}
+	}
+	// No copy: the result is the document's own bytes.
+	data := []byte(`{"result": {"blob": "xxxx"}}`)
+	got, err := topLevel(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got["result"]; &r[0] != &data[11] || cap(r) != len(r) {
+		t.Errorf("the result is not a capped slice of the document")
+	}
+}
