@@ -645,6 +645,58 @@ func EncodeResult(id string, toolResult json.RawMessage, executionTime time.Dura
 	return out.Bytes()
 }
 
+// encodeResultInPlace is EncodeResult's reply written into buf around
+// its toolResult buf[at:at+n], where it is: the result compacted in place
+// (compaction only moves bytes to the left), the envelope's start before
+// it (in the room ReadResult left) and its end after it. ok is false when
+// the room does not suffice; the result is then compacted and the caller
+// encodes buf[at:at+n'] with EncodeResult. The reply is a slice of buf:
+// no copy of the result is made.
+func encodeResultInPlace(buf []byte, at, n int, id string, executionTime time.Duration, artifacts []CreatedArtifact, skipped []SkippedOutput, net NetworkReport) (reply, compacted []byte, ok bool) {
+	if artifacts == nil {
+		artifacts = []CreatedArtifact{}
+	}
+	env := marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
+		ToolResult: json.RawMessage(`{}`), ExecutionTimeMs: executionTime.Milliseconds(),
+		CreatedArtifacts: artifacts, SkippedOutputs: skipped,
+		Violations: net.Violations, ViolationsDropped: net.Dropped, ViolationSummary: net.Summary,
+	}})
+	// As in EncodeResult: the first `"tool_result":` is the member.
+	i := bytes.Index(env, []byte(`"tool_result":{}`)) + len(`"tool_result":`)
+	head, tail := env[:i], env[i+len(`{}`):]
+	m := compactInPlace(buf[at : at+n])
+	if at < len(head) || at+m+len(tail) > len(buf) {
+		return nil, buf[at : at+m], false
+	}
+	copy(buf[at-len(head):], head)
+	copy(buf[at+m:], tail)
+	return buf[at-len(head) : at+m+len(tail)], nil, true
+}
+
+// compactInPlace is json.Compact (nothing escaped) of the valid JSON text
+// b, written over b: the whitespace outside strings removed. It returns
+// the new length.
+func compactInPlace(b []byte) int {
+	w, in := 0, false
+	for r := 0; r < len(b); r++ {
+		c := b[r]
+		switch {
+		case in && c == '\\' && r+1 < len(b):
+			b[w], b[w+1] = c, b[r+1]
+			w += 2
+			r++
+			continue
+		case c == '"':
+			in = !in
+		case !in && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			continue
+		}
+		b[w] = c
+		w++
+	}
+	return w
+}
+
 // EncodeTimeout is the timeout reply: a result, not an error.
 func EncodeTimeout(id string, executionTime time.Duration) []byte {
 	return marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{

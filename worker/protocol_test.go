@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -236,6 +237,36 @@ func TestEncodeResultIsMarshal(t *testing.T) {
 			}})
 			if got := EncodeResult(id, json.RawMessage(r), 150*time.Millisecond, arts, skipped, net); string(got) != string(want) {
 				t.Errorf("result %q id %q:\n got %s\nwant %s", r, id, got, want)
+			}
+		}
+	}
+}
+
+// The reply written in place, around the result in its buffer, is
+// EncodeResult's; with too little room around the result it says so,
+// the result compacted, and EncodeResult of that is the reply.
+func TestEncodeResultInPlace(t *testing.T) {
+	results := []string{`{}`, "{ \"a\" : [ 1 ,\t2 ] ,\n\"s\": \"x \\\" \\\\ y\", \"u\": \"\u2028<&>\" }", `{"tool_result":{}}`, `{"k":"\\\\"}`}
+	arts := []CreatedArtifact{{Filename: "a.txt", Version: 2, MimeType: "text/plain", SizeBytes: 3}}
+	for _, r := range results {
+		var want bytes.Buffer
+		must(t, json.Compact(&want, []byte(r)))
+		if b := []byte(r); string(b[:compactInPlace(b)]) != want.String() {
+			t.Errorf("compactInPlace(%q) = %q, want %q", r, b[:compactInPlace([]byte(r))], want.String())
+		}
+		for _, room := range []struct{ head, tail int }{{1024, 4096}, {10, 4096}, {1024, 10}} {
+			buf := make([]byte, room.head+len(r)+room.tail)
+			copy(buf[room.head:], r)
+			reply, compacted, ok := encodeResultInPlace(buf, room.head, len(r), `id "1"`, 150*time.Millisecond, arts, nil, NetworkReport{})
+			want := EncodeResult(`id "1"`, json.RawMessage(r), 150*time.Millisecond, arts, nil, NetworkReport{})
+			if ok != (room.head == 1024 && room.tail == 4096) {
+				t.Fatalf("%q with room %v: in place %v", r, room, ok)
+			}
+			if !ok {
+				reply = EncodeResult(`id "1"`, compacted, 150*time.Millisecond, arts, nil, NetworkReport{})
+			}
+			if string(reply) != string(want) {
+				t.Errorf("%q with room %v:\n got %s\nwant %s", r, room, reply, want)
 			}
 		}
 	}

@@ -29,14 +29,16 @@ func heapObjects() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// Large results do not multiply in the worker (issue 29 item 7: four
-// 15 MiB results peaked at 327 MB in a worker). Four calls at once each
-// return 15 MiB; the worker reads each result.json, checks and
-// normalises the result and encodes the reply: its heap must not grow
-// by more than twice the four results (the replies themselves, held by
-// the test's agent until read, are one of the two), sampled while the
-// calls run. Before, each result was copied some ten times on its way
-// (read, decoded, compacted, encoded), each copy grown by doubling.
+// Large results are not copied on their way through the worker (issue
+// 29 item 7: four 15 MiB results peaked at 327 MB in a worker). Four
+// calls at once each return 15 MiB; the worker reads each result.json,
+// checks the result and writes the reply around it, in the buffer it read
+// it into. The heap, sampled while the calls run, may hold per call that
+// buffer and the reply the bus delivered to the test's agent (a copy of
+// the bus's, held until the test has them all): two results' worth, plus
+// half a result of slack. Before, each result was copied some seven
+// times on its way (read, decoded, compacted, encoded), each copy grown
+// by doubling: 3.05-3.55x the results' total; now 1.5-2.0x.
 func TestLargeResultsPeakMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs four tools of 15 MiB results")
@@ -91,8 +93,8 @@ func TestLargeResultsPeakMemory(t *testing.T) {
 	growth := peak - min(peak, base)
 	t.Logf("heap objects: %.1f MiB before, peak %.1f MiB (+%.1f MiB) for %d results of %d MiB (%.2fx their total)",
 		float64(base)/(1<<20), float64(peak)/(1<<20), float64(growth)/(1<<20), calls, mib, float64(growth)/float64(results))
-	if growth > 2*results {
-		t.Errorf("the heap grew by %s for %s of results: more than twice their size", fmtMiB(growth), fmtMiB(results))
+	if limit := results * 5 / 2; growth > limit {
+		t.Errorf("the heap grew by %s for %s of results: more than %s (a buffer a call, the agent's copy, half a result)", fmtMiB(growth), fmtMiB(results), fmtMiB(limit))
 	}
 }
 

@@ -231,7 +231,14 @@ func objectOrEmpty(raw json.RawMessage) (json.RawMessage, error) {
 // Exactly one of Result (a JSON object, the tool_result) and Error is set;
 // ErrorKind is one of KindImport, KindExecution, KindTool when Error is.
 type Outcome struct {
-	Result    json.RawMessage
+	Result json.RawMessage
+	// Buf, set by ReadResult, is the buffer Result is a slice of (at
+	// ResultAt): the document with ReplyHeadRoom bytes before it and at
+	// least ReplyTailRoom after, so that the worker can write its reply
+	// around the result where it is, not copy it (a result may be most of
+	// a broker message). Result may not be used once Buf is.
+	Buf       []byte
+	ResultAt  int
 	Error     string
 	ErrorKind string
 	// OutputMimeTypes holds the mime types the tool passed to
@@ -239,6 +246,15 @@ type Outcome struct {
 	// over the extension table; files not listed use the table.
 	OutputMimeTypes map[string]string
 }
+
+// The room ReadResult leaves before and after the document in its buffer
+// (Outcome.Buf): the reply's envelope before the result (its id is at
+// most a few hundred bytes) and after it (timings, artifacts, denials);
+// a reply that does not fit is built in a buffer of its own.
+const (
+	ReplyHeadRoom = 1 << 10
+	ReplyTailRoom = 16 << 10
+)
 
 // ErrNoResult is wrapped by ReadResult when the result file does not exist
 // (the runner died before writing it).
@@ -279,7 +295,8 @@ func ReadResult(path string, maxBytes int64) (*Outcome, error) {
 	// file still growing (then read on, within the limit): a result may
 	// be most of a broker message, and io.ReadAll's doubling held up to
 	// twice it, then dropped all but the last buffer.
-	data := make([]byte, st.Size()+1)
+	buf := make([]byte, ReplyHeadRoom+st.Size()+1+ReplyTailRoom)
+	data := buf[ReplyHeadRoom : ReplyHeadRoom+st.Size()+1]
 	n, err := io.ReadFull(f, data)
 	switch {
 	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
@@ -295,7 +312,8 @@ func ReadResult(path string, maxBytes int64) (*Outcome, error) {
 		if err != nil {
 			return nil, fmt.Errorf("runner: read result %s: read: %w", path, err)
 		}
-		data = append(data, more...)
+		data = append(data[:len(data):len(data)], more...)
+		buf = nil // a new array: no room around it
 	}
 	if maxBytes > 0 && int64(len(data)) > maxBytes {
 		return nil, fmt.Errorf("runner: read result %s: grew beyond the limit of %d bytes", path, maxBytes)
@@ -305,6 +323,10 @@ func ReadResult(path string, maxBytes int64) (*Outcome, error) {
 	out, err := parseResult(data)
 	if err != nil {
 		return nil, fmt.Errorf("runner: read result %s: %w", path, err)
+	}
+	if at := resultOffset(data, out.Result); buf != nil && at >= 0 {
+		// Result is a slice of data (parseResult does not copy it).
+		out.Buf, out.ResultAt = buf, ReplyHeadRoom+at
 	}
 	return out, nil
 }
@@ -413,6 +435,21 @@ func topLevel(data []byte) (map[string]json.RawMessage, error) {
 		}
 		i = skipSpace(data, i+1) // past the ','
 	}
+}
+
+// resultOffset is where r, a slice of data, starts in it (-1: r is
+// empty or not a slice of data). The result comes first in a runner's
+// document: the loop ends after a few bytes.
+func resultOffset(data, r []byte) int {
+	if len(r) == 0 {
+		return -1
+	}
+	for i := range data {
+		if &data[i] == &r[0] {
+			return i
+		}
+	}
+	return -1
 }
 
 // skipSpace is the index of the first byte at or after i that is not

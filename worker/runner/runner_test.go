@@ -1362,3 +1362,23 @@ func TestTopLevelMatchesUnmarshal(t *testing.T) {
 		t.Errorf("the result is not a capped slice of the document")
 	}
 }
+
+// ReadResult leaves the result where it read it, with room around the
+// document for the reply (Outcome.Buf).
+func TestReadResultRoom(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "result.json")
+	if err := os.WriteFile(path, []byte(`{"result": {"a": 1}, "output_mime_types": {}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ReadResult(path, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Buf == nil || &out.Buf[out.ResultAt] != &out.Result[0] || out.ResultAt < ReplyHeadRoom ||
+		len(out.Buf)-out.ResultAt-len(out.Result) < ReplyTailRoom {
+		t.Fatalf("Buf %d bytes, result at %d: not the result's buffer with room around it", len(out.Buf), out.ResultAt)
+	}
+	if string(out.Result) != `{"a": 1}` {
+		t.Errorf("result %q", out.Result)
+	}
+}
