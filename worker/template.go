@@ -302,6 +302,9 @@ func (s *Server) templateFor(t *task) (Template, string) {
 	key := templateKey(t.req.ToolName, t.profile)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if ts.closed {
+		return nil, fallbackNotReady // the worker is shutting down: its templates are closed
+	}
 	tt := ts.by[key]
 	if tt != nil && tt.tpl != nil {
 		var reason string
@@ -326,8 +329,6 @@ func (s *Server) templateFor(t *task) (Template, string) {
 		ts.by[key] = tt
 	}
 	switch {
-	case ts.closed:
-		return nil, fallbackNotReady
 	case tt.starting:
 		return nil, fallbackNotReady
 	case time.Now().Before(tt.retryAt):
