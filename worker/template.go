@@ -338,6 +338,28 @@ func (s *Server) templateFor(t *task) (Template, string) {
 	return nil, fallbackNotReady
 }
 
+// renewTemplate takes old, the tool's template for t's profile, retired,
+// out of service and starts its replacement in the background (unless a
+// start runs, the back-off has not ended, or the tool's module or entry
+// changed since: the next call's templateFor sees to those).
+func (s *Server) renewTemplate(t *task, old Template) {
+	ts := s.templates
+	hash := s.sourceHash(t.tool)
+	key := templateKey(t.req.ToolName, t.profile)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	tt := ts.by[key]
+	if ts.closed || tt == nil || tt.tpl != old {
+		return // already replaced
+	}
+	ts.drop(tt, string(old.Why()))
+	t.log.Info("template retired", "tool", t.req.ToolName, "pid", old.Pid(), "why", old.Retired().Error())
+	if tt.starting || time.Now().Before(tt.retryAt) || tt.hash != hash || !tt.tool.Equal(t.tool) {
+		return
+	}
+	s.startTemplateLocked(t.req.ToolName, key, tt)
+}
+
 // startTemplateLocked starts tt's template in the background (ts.mu
 // held): once ready it serves the tool's next calls; a failure sets the
 // back-off. A start whose entry was replaced or removed meanwhile, or
@@ -453,6 +475,11 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		}
 	}
 	res, err := tpl.Call(t.ctx, nil, opts)
+	if tpl.Retired() != nil {
+		// This call was its last (recycled after its calls or age, or a
+		// failed check): the replacement starts now, not at the next call.
+		s.renewTemplate(t, tpl)
+	}
 	var tooLarge *launcher.AnswerTooLargeError
 	if err == nil || wd != nil { // it reached the template: served there, whatever its outcome
 		s.metrics.TemplateCalls.WithLabelValues(t.req.ToolName).Inc()

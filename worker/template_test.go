@@ -29,6 +29,7 @@ type fakeTemplates struct {
 	attempts        int // StartTemplate calls
 	started, closed int // templates made; closed (or drained)
 	calls           int
+	retireAtCall    launcher.RetireReason // the next call retires its template (its last), then clears it
 	retired         error
 	why             launcher.RetireReason
 }
@@ -60,6 +61,9 @@ func (ft fakeTemplate) Call(context.Context, []byte, launcher.CallOptions) (*lau
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
 	ft.f.calls++
+	if why := ft.f.retireAtCall; why != "" {
+		ft.f.retired, ft.f.why, ft.f.retireAtCall = fmt.Errorf("%w: %s", launcher.ErrTemplateRetired, why), why, ""
+	}
 	return nil, ft.f.callErr
 }
 
@@ -314,5 +318,32 @@ func TestTemplateBackoff(t *testing.T) {
 		if got[i] != want[i]*time.Second {
 			t.Fatalf("back-off after 1..9 failures: %v, want 1s doubling to 60s", got)
 		}
+	}
+}
+
+// A template retired by the call it served (its last: recycled after its
+// calls or age) is replaced at once, in the background, not at the
+// tool's next call (which would run cold meanwhile).
+func TestTemplateRenewedAfterItsLastCall(t *testing.T) {
+	f := &fakeTemplates{}
+	f.callErr = fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected"))
+	h := templateHarness(t, f)
+	waitLive(t, h, 1)
+	f.mu.Lock()
+	f.retireAtCall = launcher.RetiredCalls
+	f.mu.Unlock()
+	// The fake's calls fail before they reach the child (ErrCallNetwork):
+	// a cold sandbox answers. The template retired itself at the call.
+	h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "last"}}))
+	if _, calls, _ := f.counts(); calls != 1 {
+		t.Fatalf("%d template calls, want 1", calls)
+	}
+	f.mu.Lock()
+	f.retired, f.why = nil, "" // the replacement is not retired
+	f.mu.Unlock()
+	waitFor(t, "the replacement started without another call", func() bool { started, _, _ := f.counts(); return started == 2 })
+	waitLive(t, h, 1)
+	if page := metricsText(t, h); !strings.Contains(page, `str_worker_templates_retired_total{reason="calls"} 1`) {
+		t.Errorf("metrics lack the retirement:\n%s", grepLines(page, "str_worker_template"))
 	}
 }
