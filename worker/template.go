@@ -23,16 +23,20 @@ import (
 // manifest's load (and at a reload that adds or changes the tool) and
 // replaced when the launcher retires it (its recycling limits, a failed
 // check, its process ended) or when the tool's module changes on disk.
-// A call never waits for a template: a start runs in the background, and
-// a call that finds no ready template (being started, or its last start
-// failed) runs cold at once (counted, str_worker_template_fallbacks_total
-// {reason="not_ready"} or {reason="start_failed"}). A dead template was a
-// call's wait for its replacement's import, up to a minute, before it
-// ran cold. A start that fails (the runner's import fails, hangs beyond
-// STR_TEMPLATE_START_TIMEOUT_SECONDS, the launcher refuses the
-// template) is retried at a later call after a back-off (1 s doubling to
-// 60 s, reset by a start that succeeds), so a tool whose template cannot
-// start costs one failed start a minute, not one a call. A call runs in a template only where it would get nothing less
+// A call never waits for a template: every start runs in the background,
+// and a call that finds no template ready runs cold at once (counted:
+// str_worker_template_fallbacks_total{reason="not_ready"}, or
+// "start_failed" when its last start failed). Before, the call that
+// found a template dead waited for its replacement's import, up to a
+// minute when that never said ready. A start that fails (the import
+// fails or does not say ready within STR_TEMPLATE_START_TIMEOUT_SECONDS,
+// the launcher refuses the template) and a template that ends or fails a
+// check are restarted after a back-off (1 s doubling to 60 s, reset by a
+// call the template serves), by a timer: a tool whose template cannot
+// start or keeps dying costs one start a minute, not one a call. A
+// template recycled after its calls or age is replaced at once, by the
+// call that was its last. A call runs in a template only where it would
+// get nothing less
 // than a cold one: root mode (the templates lease host ids), a call of
 // the tool's own function (not the init sub-protocol), and a tool
 // without credentials (each call reads its secrets and gets placeholders
@@ -106,9 +110,10 @@ const (
 // the template's child; the template serves the next call).
 //
 // And the worker's own, for a call that found no ready template (it never
-// waits for one): its template is being started (not_ready: at the
-// manifest's load, or after the previous one was retired or ended), or
-// its last start failed and the back-off has not ended (start_failed).
+// waits for one): its template is being started or restarted
+// (not_ready: at the manifest's load, after the previous one was retired,
+// or in the back-off after it ended or failed a check), or its last start
+// failed and the back-off has not ended (start_failed).
 const (
 	fallbackNotEligible     = "not_eligible"
 	fallbackNotReady        = "not_ready"
@@ -118,9 +123,10 @@ const (
 	templateFallbackReasons = fallbackNotEligible + ", " + fallbackNotReady + ", " + fallbackStartFailed + ", " + fallbackRetired + ", " + fallbackCallNetwork
 )
 
-// The back-off after a failed template start: the next start no sooner
-// than templateBackoffFirst, doubling at each failure in a row up to
-// templateBackoffMax; a start that succeeds resets it.
+// The back-off after a failed template start, or a template that ended
+// or failed a check: the next start templateBackoffFirst later, doubling
+// at each failure in a row up to templateBackoffMax; a call the template
+// serves resets it.
 // (Variables: a test makes the back-off long enough to observe.)
 var (
 	templateBackoffFirst = time.Second
@@ -160,11 +166,48 @@ type toolTemplate struct {
 	profile string
 	hash    string   // its module's source (sourceHash) when its start began
 	tpl     Template // in service; nil while none is ready
-	// starting: a start runs in the background (startLocked).
+	// starting: a start runs in the background (startTemplateLocked).
 	starting bool
-	// failures: starts failed in a row; no start before retryAt.
-	failures int
-	retryAt  time.Time
+	// failures: failed starts, ends and failed checks in a row; the next
+	// start runs at retryAt (retry's timer); startFailed: the last
+	// failure was a start's.
+	failures    int
+	retryAt     time.Time
+	retry       *time.Timer
+	startFailed bool
+}
+
+// failLocked counts a failure of tt's template (ts.mu held) and arms the
+// restart after the back-off.
+func (s *Server) failLocked(name, key string, tt *toolTemplate, start bool) time.Duration {
+	ts := s.templates
+	tt.failures++
+	tt.startFailed = start
+	wait := templateBackoff(tt.failures)
+	tt.retryAt = time.Now().Add(wait)
+	if tt.retry != nil {
+		tt.retry.Stop()
+	}
+	tt.retry = time.AfterFunc(wait, func() {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		// Only if nothing replaced it meanwhile: a call may have started
+		// one, a reload removed the tool, the worker shut down.
+		if !ts.closed && ts.by[key] == tt && tt.tpl == nil && !tt.starting {
+			s.startTemplateLocked(name, key, tt)
+		}
+	})
+	return wait
+}
+
+// served: tpl, the template of key, served a call: its failures in a
+// row are over.
+func (ts *templateSet) served(key string, tpl Template) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tt := ts.by[key]; tt != nil && tt.tpl == tpl {
+		tt.failures = 0
+	}
 }
 
 // closeAll closes every template and ends the starts in progress (the
@@ -181,6 +224,9 @@ func (ts *templateSet) closeAll() {
 	ts.mu.Unlock()
 	ts.cancel() // a start in progress: its sandbox is killed, the start fails
 	for _, tt := range all {
+		if tt.retry != nil {
+			tt.retry.Stop()
+		}
 		if tt.tpl != nil {
 			ts.metrics.TemplatesRetired.WithLabelValues(retiredShutdown).Inc()
 			tt.tpl.Close()
@@ -232,6 +278,9 @@ func (ts *templateSet) retireGone(m *manifest.Manifest) {
 		}
 		if tt.tpl != nil {
 			ts.drop(tt, reason)
+		}
+		if tt.retry != nil {
+			tt.retry.Stop()
 		}
 		// A start in progress for the old entry closes what it makes
 		// (its entry is no longer in ts.by).
@@ -319,7 +368,7 @@ func (s *Server) templateFor(t *task) (Template, string) {
 		default:
 			return tt.tpl, ""
 		}
-		ts.drop(tt, reason)
+		s.dropLocked(t.req.ToolName, key, tt, reason)
 	}
 	if tt == nil || tt.hash != hash || !tt.tool.Equal(t.tool) {
 		// None yet, or a start (or back-off) for another version of the
@@ -331,11 +380,24 @@ func (s *Server) templateFor(t *task) (Template, string) {
 	switch {
 	case tt.starting:
 		return nil, fallbackNotReady
-	case time.Now().Before(tt.retryAt):
+	case time.Now().Before(tt.retryAt) && tt.startFailed:
 		return nil, fallbackStartFailed
+	case time.Now().Before(tt.retryAt):
+		return nil, fallbackNotReady // restarted by its timer
 	}
 	s.startTemplateLocked(t.req.ToolName, key, tt)
 	return nil, fallbackNotReady
+}
+
+// dropLocked takes tt's template out of service for reason (ts.mu held):
+// one that ended or failed a check counts as a failure (its restart
+// waits the back-off); one recycled, stale or replaced does not.
+func (s *Server) dropLocked(name, key string, tt *toolTemplate, reason string) {
+	s.templates.drop(tt, reason)
+	switch launcher.RetireReason(reason) {
+	case launcher.RetiredEnded, launcher.RetiredFailedCheck:
+		s.failLocked(name, key, tt, false)
+	}
 }
 
 // renewTemplate takes old, the tool's template for t's profile, retired,
@@ -352,10 +414,10 @@ func (s *Server) renewTemplate(t *task, old Template) {
 	if ts.closed || tt == nil || tt.tpl != old {
 		return // already replaced
 	}
-	ts.drop(tt, string(old.Why()))
+	s.dropLocked(t.req.ToolName, key, tt, string(old.Why()))
 	t.log.Info("template retired", "tool", t.req.ToolName, "pid", old.Pid(), "why", old.Retired().Error())
 	if tt.starting || time.Now().Before(tt.retryAt) || tt.hash != hash || !tt.tool.Equal(t.tool) {
-		return
+		return // its timer, or the next call's templateFor, starts the next one
 	}
 	s.startTemplateLocked(t.req.ToolName, key, tt)
 }
@@ -388,12 +450,14 @@ func (s *Server) startTemplateLocked(name, key string, tt *toolTemplate) {
 		var retryIn time.Duration
 		switch {
 		case err != nil:
-			tt.failures++
-			retryIn = templateBackoff(tt.failures)
-			tt.retryAt = time.Now().Add(retryIn)
 			ts.metrics.TemplateStartFailures.WithLabelValues(name).Inc()
+			if current {
+				retryIn = s.failLocked(name, key, tt, true)
+			}
 		case current:
-			tt.tpl, tt.failures, tt.retryAt = tpl, 0, time.Time{}
+			// Its failures count on until it serves a call: a template
+			// that starts and dies at once keeps backing off.
+			tt.tpl, tt.retryAt = tpl, time.Time{}
 			ts.metrics.TemplatesStarted.WithLabelValues(name).Inc()
 			ts.liveLocked()
 		}
@@ -475,6 +539,9 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		}
 	}
 	res, err := tpl.Call(t.ctx, nil, opts)
+	if err == nil {
+		s.templates.served(templateKey(t.req.ToolName, t.profile), tpl)
+	}
 	if tpl.Retired() != nil {
 		// This call was its last (recycled after its calls or age, or a
 		// failed check): the replacement starts now, not at the next call.

@@ -248,6 +248,8 @@ func TestTemplateDeadCallRunsColdAtOnce(t *testing.T) {
 			t.Errorf("metrics lack %s:\n%s", want, grepLines(page, "str_worker_template"))
 		}
 	}
+	// The replacement starts after the back-off of an ended template (1 s).
+	waitFor(t, "the replacement's start", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.attempts == 2 })
 	f.mu.Lock()
 	attempts, calls := f.attempts, f.calls
 	f.retired, f.why, f.block = nil, "", nil
@@ -264,7 +266,7 @@ func TestTemplateDeadCallRunsColdAtOnce(t *testing.T) {
 }
 
 // A failed start backs off: the tool's calls run cold (start_failed) and
-// start nothing until the back-off ends; the next start that succeeds
+// start nothing until the back-off ends; a call the template serves
 // resets it.
 func TestTemplateStartFailureBacksOff(t *testing.T) {
 	first, most := templateBackoffFirst, templateBackoffMax
@@ -300,11 +302,21 @@ func TestTemplateStartFailureBacksOff(t *testing.T) {
 	}
 	h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "m"}})) // starts one
 	waitLive(t, h, 1)
+	// Its failures count on until the template serves a call (one that
+	// starts and dies at once keeps backing off).
+	ts.mu.Lock()
+	tt = ts.by[key]
+	failures, tpl, retryAt := tt.failures, tt.tpl, tt.retryAt
+	ts.mu.Unlock()
+	if failures != 1 || !retryAt.IsZero() {
+		t.Errorf("after a start that succeeded: failures %d, retry at %v; want 1 and none", failures, retryAt)
+	}
+	ts.served(key, tpl)
 	ts.mu.Lock()
 	failures = ts.by[key].failures
 	ts.mu.Unlock()
 	if failures != 0 {
-		t.Errorf("failures %d after a start that succeeded, want 0", failures)
+		t.Errorf("failures %d after a call served, want 0", failures)
 	}
 }
 
