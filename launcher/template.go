@@ -138,6 +138,10 @@ type TemplateRequest struct {
 	// made on the template's root, outside every fresh mount and outside
 	// /proc and /dev.
 	WorkDirTarget string
+	// ReadyTimeout bounds the wait for the template runner's "ready"
+	// (T2: the tool imported); 0 is templateDeadline. A tool whose import
+	// takes longer is refused (ErrTemplateRefused).
+	ReadyTimeout time.Duration
 }
 
 // CallOptions are one call's own settings.
@@ -308,7 +312,11 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	var ready struct {
 		Type string `json:"type"`
 	}
-	if _, err := t.readCtrl(&ready, templateDeadline); err != nil || ready.Type != "ready" {
+	readyTimeout := tr.ReadyTimeout
+	if readyTimeout <= 0 {
+		readyTimeout = templateDeadline
+	}
+	if _, err := t.readCtrl(&ready, readyTimeout); err != nil || ready.Type != "ready" {
 		return fail(fmt.Errorf("%w: no \"ready\" from the template runner (%v): %s", ErrTemplateRefused, err, t.endText()))
 	}
 

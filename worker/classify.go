@@ -224,7 +224,7 @@ func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed
 	if fixes > 0 {
 		t.log.Warn("the tool's result had invalid UTF-8 or unpaired surrogates: replaced with U+FFFD", "replacements", fixes)
 	}
-	toolResult, err := NormalizeToolResult(cleaned)
+	toolResult, err := resultObject(cleaned) // an object uncopied: EncodeResult compacts it into the reply
 	if err != nil {
 		return fail(errorf(CodeExecutionError, "%v", err))
 	}
@@ -232,7 +232,18 @@ func (s *Server) resultOutcome(t *task, res *runner.Outcome, dir string, elapsed
 	if aerr != nil {
 		return fail(aerr)
 	}
-	payload := EncodeResult(t.req.ID, toolResult, elapsed, created, skipped, net)
+	var payload []byte
+	if res.Buf != nil && fixes == 0 && len(toolResult) == len(res.Result) && &toolResult[0] == &res.Result[0] {
+		// The result as ReadResult left it, in its buffer with room
+		// around it: the reply is written there (a result may be most of
+		// a broker message; a copy of it doubled the worker's memory).
+		var ok bool
+		if payload, toolResult, ok = encodeResultInPlace(res.Buf, res.ResultAt, len(toolResult), t.req.ID, elapsed, created, skipped, net); !ok {
+			payload = EncodeResult(t.req.ID, toolResult, elapsed, created, skipped, net)
+		}
+	} else {
+		payload = EncodeResult(t.req.ID, toolResult, elapsed, created, skipped, net)
+	}
 	if max := s.maxReplyBytes(); len(payload) > max {
 		return fail(errorf(CodeToolError, "the tool's result is too large: the reply would have %d bytes, the limit is %d (the broker's message limit less the publish envelope)", len(payload), max))
 	}

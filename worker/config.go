@@ -113,6 +113,9 @@ type Config struct {
 	WarmMemory  int64         // STR_WARM_MEMORY: bytes; each pooled sandbox counts at its profile's memory limit
 	WarmMaxAge  time.Duration // STR_WARM_MAX_AGE_SECONDS: an idle pooled sandbox older than this is recycled
 
+	// Per-tool templates (template.go).
+	TemplateStartTimeout time.Duration // STR_TEMPLATE_START_TIMEOUT_SECONDS: a template's import and "ready" within this, else its start failed
+
 	// Exposure of what the tools and the worker show (issue 16 §6).
 	// ActiveMimeTypes (ARTIFACT_ACTIVE_MIME_TYPES): what a tool-chosen
 	// active mime type (artifacts.IsActiveMimeType: HTML, SVG, XML,
@@ -235,6 +238,7 @@ var settings = []setting{
 	{name: "STR_WARM_DEFAULT", flag: "warm-default", def: "0", help: "pre-started sandboxes per tool when its manifest entry has no warm: N (0..16)"},
 	{name: "STR_WARM_MEMORY", flag: "warm-memory", def: "4Gi", help: "memory budget of the warm pool (e.g. 4Gi): each pooled sandbox counts at its profile's cgroup memory limit, the most it may use; 0 = no pool"},
 	{name: "STR_WARM_MAX_AGE_SECONDS", flag: "warm-max-age", def: "120", help: "a pooled sandbox unused for this long is replaced by a fresh one"},
+	{name: "STR_TEMPLATE_START_TIMEOUT_SECONDS", flag: "template-start-timeout", def: "60", help: "a warm: template tool's template that has not imported the tool and said ready within this long failed to start (retried with back-off); calls never wait for a template: they run cold meanwhile"},
 }
 
 // ConfigUsage is printed by `str worker --help`.
@@ -426,7 +430,8 @@ func configFromValues(v map[string]string) (*Config, error) {
 		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
 		ProbeInterval: ms("STR_BROKER_PROBE_INTERVAL_MS"), ProbeTimeout: ms("STR_BROKER_PROBE_TIMEOUT_MS"),
 		WarmDefault: integer("STR_WARM_DEFAULT", 0), WarmMaxAge: secs("STR_WARM_MAX_AGE_SECONDS", 1),
-		ActiveMimeTypes: v["ARTIFACT_ACTIVE_MIME_TYPES"], MetricsAddr: v["METRICS_ADDR"], MetricsToken: v["METRICS_TOKEN"],
+		TemplateStartTimeout: secs("STR_TEMPLATE_START_TIMEOUT_SECONDS", 1),
+		ActiveMimeTypes:      v["ARTIFACT_ACTIVE_MIME_TYPES"], MetricsAddr: v["METRICS_ADDR"], MetricsToken: v["METRICS_TOKEN"],
 		HealthDetail: v["HEALTH_DETAIL"],
 	}
 	if b, err := strconv.ParseBool(strings.TrimSpace(v["STR_PACKAGE_ALLOW_BUILDS"])); err != nil {

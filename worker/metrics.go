@@ -53,6 +53,9 @@ type Metrics struct {
 	TemplateCalls     *prom.CounterVec // str_worker_template_calls_total{tool}
 	TemplateFallbacks *prom.CounterVec // str_worker_template_fallbacks_total{reason}
 	TemplatesLive     *prom.Gauge      // str_worker_templates_live
+	// TemplateStartFailures counts failed template starts (each sets the
+	// tool's back-off; its calls run cold meanwhile).
+	TemplateStartFailures *prom.CounterVec // str_worker_template_start_failures_total{tool}
 
 	mu         sync.Mutex
 	running    int
@@ -156,11 +159,15 @@ func NewMetrics() *Metrics {
 		TemplatesLive: prom.NewGauge(prom.Opts{
 			Name: "str_worker_templates_live", Help: "Per-tool templates the worker holds now (one per tool and profile).",
 		}),
+		TemplateStartFailures: prom.NewCounterVec(prom.Opts{
+			Name: "str_worker_template_start_failures_total",
+			Help: "Per-tool template starts that failed (the import failed or did not say ready within STR_TEMPLATE_START_TIMEOUT_SECONDS, the launcher refused the template), by tool: the next start waits a back-off of 1 s doubling to 60 s; the tool's calls run cold meanwhile.",
+		}, []string{"tool"}),
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
 		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.Faults, m.BrokerReestablished, m.NetworkViolations,
 		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmReady, m.WarmMemory,
-		m.TemplatesStarted, m.TemplatesRetired, m.TemplateCalls, m.TemplateFallbacks, m.TemplatesLive,
+		m.TemplatesStarted, m.TemplatesRetired, m.TemplateCalls, m.TemplateFallbacks, m.TemplatesLive, m.TemplateStartFailures,
 		prom.NewProcessCollector())
 	return m
 }

@@ -38,6 +38,7 @@ func touchAll(m *Metrics) {
 	m.TemplateCalls.WithLabelValues("echo").Add(5)
 	m.TemplateFallbacks.WithLabelValues("not_eligible").Inc()
 	m.TemplatesLive.Set(1)
+	m.TemplateStartFailures.WithLabelValues("echo").Inc()
 }
 
 // TestMetricsText pins the names, help texts, labels and buckets of the

@@ -614,15 +614,87 @@ func marshal(v any) []byte {
 // NormalizeToolResult); artifacts may be nil (encoded as []); skipped
 // outputs, if any, are listed in "skipped_outputs", and the network
 // policy's denials, if any, in "violations" (with "violation_summary").
+//
+// The bytes are marshal's of the whole reply; toolResult (most of a
+// large reply) is compacted once, straight into a buffer of the reply's
+// size: marshal copied it into a buffer grown by doubling, then again
+// into another (four 15 MiB results held some 300 MB at once in a
+// worker, issue 29 item 7).
 func EncodeResult(id string, toolResult json.RawMessage, executionTime time.Duration, artifacts []CreatedArtifact, skipped []SkippedOutput, net NetworkReport) []byte {
 	if artifacts == nil {
 		artifacts = []CreatedArtifact{}
 	}
-	return marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
-		ToolResult: toolResult, ExecutionTimeMs: executionTime.Milliseconds(),
+	// The reply around an empty tool_result, then the result in its
+	// place. The first `"tool_result":` is the member: before it come
+	// only `{"jsonrpc":"2.0","id":`, the id as a JSON string (whose every
+	// '"' is escaped) and `,"result":{`.
+	env := marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
+		ToolResult: json.RawMessage(`{}`), ExecutionTimeMs: executionTime.Milliseconds(),
 		CreatedArtifacts: artifacts, SkippedOutputs: skipped,
 		Violations: net.Violations, ViolationsDropped: net.Dropped, ViolationSummary: net.Summary,
 	}})
+	at := bytes.Index(env, []byte(`"tool_result":{}`)) + len(`"tool_result":`)
+	out := bytes.NewBuffer(make([]byte, 0, len(env)-len(`{}`)+len(toolResult)))
+	out.Write(env[:at])
+	// marshal's own encoding of a json.RawMessage: compacted, nothing
+	// escaped (SetEscapeHTML(false)).
+	if err := json.Compact(out, toolResult); err != nil {
+		panic("worker: encoding a reply: tool_result: " + err.Error())
+	}
+	out.Write(env[at+len(`{}`):])
+	return out.Bytes()
+}
+
+// encodeResultInPlace is EncodeResult's reply written into buf around
+// its toolResult buf[at:at+n], where it is: the result compacted in place
+// (compaction only moves bytes to the left), the envelope's start before
+// it (in the room ReadResult left) and its end after it. ok is false when
+// the room does not suffice; the result is then compacted and the caller
+// encodes buf[at:at+n'] with EncodeResult. The reply is a slice of buf:
+// no copy of the result is made.
+func encodeResultInPlace(buf []byte, at, n int, id string, executionTime time.Duration, artifacts []CreatedArtifact, skipped []SkippedOutput, net NetworkReport) (reply, compacted []byte, ok bool) {
+	if artifacts == nil {
+		artifacts = []CreatedArtifact{}
+	}
+	env := marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
+		ToolResult: json.RawMessage(`{}`), ExecutionTimeMs: executionTime.Milliseconds(),
+		CreatedArtifacts: artifacts, SkippedOutputs: skipped,
+		Violations: net.Violations, ViolationsDropped: net.Dropped, ViolationSummary: net.Summary,
+	}})
+	// As in EncodeResult: the first `"tool_result":` is the member.
+	i := bytes.Index(env, []byte(`"tool_result":{}`)) + len(`"tool_result":`)
+	head, tail := env[:i], env[i+len(`{}`):]
+	m := compactInPlace(buf[at : at+n])
+	if at < len(head) || at+m+len(tail) > len(buf) {
+		return nil, buf[at : at+m], false
+	}
+	copy(buf[at-len(head):], head)
+	copy(buf[at+m:], tail)
+	return buf[at-len(head) : at+m+len(tail)], nil, true
+}
+
+// compactInPlace is json.Compact (nothing escaped) of the valid JSON text
+// b, written over b: the whitespace outside strings removed. It returns
+// the new length.
+func compactInPlace(b []byte) int {
+	w, in := 0, false
+	for r := 0; r < len(b); r++ {
+		c := b[r]
+		switch {
+		case in && c == '\\' && r+1 < len(b):
+			b[w], b[w+1] = c, b[r+1]
+			w += 2
+			r++
+			continue
+		case c == '"':
+			in = !in
+		case !in && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			continue
+		}
+		b[w] = c
+		w++
+	}
+	return w
 }
 
 // EncodeTimeout is the timeout reply: a result, not an error.
@@ -680,6 +752,7 @@ func NormalizeToolResult(value json.RawMessage) (json.RawMessage, error) {
 	}
 	if t[0] == '{' {
 		var buf bytes.Buffer
+		buf.Grow(len(t)) // the most it takes: one buffer, not a doubling
 		if err := json.Compact(&buf, t); err != nil {
 			return nil, fmt.Errorf("tool result is not valid JSON: %w", err)
 		}
@@ -705,6 +778,16 @@ func NormalizeToolResult(value json.RawMessage) (json.RawMessage, error) {
 		r.Text = &s
 	}
 	return marshal(r), nil
+}
+
+// resultObject is NormalizeToolResult without its copy of an object:
+// a valid object is returned as it is (EncodeResult compacts it straight
+// into the reply); anything else is NormalizeToolResult's.
+func resultObject(value json.RawMessage) (json.RawMessage, error) {
+	if t := bytes.TrimSpace(value); len(t) > 0 && t[0] == '{' && json.Valid(t) {
+		return t, nil
+	}
+	return NormalizeToolResult(value)
 }
 
 // MaxResultDepth bounds how deeply a tool result may nest objects and

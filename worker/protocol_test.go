@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/securetoolruntime/str/egress"
 )
 
 func golden(t *testing.T, name string) string {
@@ -212,6 +215,59 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 	} {
 		if got := truncate(c.in, c.n); got != c.want || !utf8.ValidString(got) {
 			t.Errorf("truncate(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}
+
+// EncodeResult's reply is marshal's of the whole envelope, byte for byte,
+// whatever the id, the result's spacing and characters, the artifacts,
+// skipped outputs and denials.
+func TestEncodeResultIsMarshal(t *testing.T) {
+	results := []string{`{}`, `{"a": [1, 2, {"b": "x y"}], "c": null}`, "{\n \"html\": \"<a href='x'>&</a>\", \"ls\": \"\u2028\", \"é\": 1}",
+		`{"tool_result":{},"x":"\"tool_result\":{}"}`}
+	ids := []string{"req-1", `we"ird "tool_result":{} id`, "é<&>"}
+	for _, r := range results {
+		for _, id := range ids {
+			arts := []CreatedArtifact{{Filename: "a.txt", Version: 2, MimeType: "text/plain", SizeBytes: 3}}
+			skipped := []SkippedOutput{{Filename: "b", Reason: "r"}}
+			net := NetworkReport{Violations: []egress.Event{{Kind: "net", Host: "h", Reason: "not_allowed", Count: 2}}, Dropped: 1, Summary: "s"}
+			want := marshal(replyEnvelope{JSONRPC: "2.0", ID: id, Result: &resultBody{
+				ToolResult: json.RawMessage(r), ExecutionTimeMs: 150, CreatedArtifacts: arts, SkippedOutputs: skipped,
+				Violations: net.Violations, ViolationsDropped: net.Dropped, ViolationSummary: net.Summary,
+			}})
+			if got := EncodeResult(id, json.RawMessage(r), 150*time.Millisecond, arts, skipped, net); string(got) != string(want) {
+				t.Errorf("result %q id %q:\n got %s\nwant %s", r, id, got, want)
+			}
+		}
+	}
+}
+
+// The reply written in place, around the result in its buffer, is
+// EncodeResult's; with too little room around the result it says so,
+// the result compacted, and EncodeResult of that is the reply.
+func TestEncodeResultInPlace(t *testing.T) {
+	results := []string{`{}`, "{ \"a\" : [ 1 ,\t2 ] ,\n\"s\": \"x \\\" \\\\ y\", \"u\": \"\u2028<&>\" }", `{"tool_result":{}}`, `{"k":"\\\\"}`}
+	arts := []CreatedArtifact{{Filename: "a.txt", Version: 2, MimeType: "text/plain", SizeBytes: 3}}
+	for _, r := range results {
+		var want bytes.Buffer
+		must(t, json.Compact(&want, []byte(r)))
+		if b := []byte(r); string(b[:compactInPlace(b)]) != want.String() {
+			t.Errorf("compactInPlace(%q) = %q, want %q", r, b[:compactInPlace([]byte(r))], want.String())
+		}
+		for _, room := range []struct{ head, tail int }{{1024, 4096}, {10, 4096}, {1024, 10}} {
+			buf := make([]byte, room.head+len(r)+room.tail)
+			copy(buf[room.head:], r)
+			reply, compacted, ok := encodeResultInPlace(buf, room.head, len(r), `id "1"`, 150*time.Millisecond, arts, nil, NetworkReport{})
+			want := EncodeResult(`id "1"`, json.RawMessage(r), 150*time.Millisecond, arts, nil, NetworkReport{})
+			if ok != (room.head == 1024 && room.tail == 4096) {
+				t.Fatalf("%q with room %v: in place %v", r, room, ok)
+			}
+			if !ok {
+				reply = EncodeResult(`id "1"`, compacted, 150*time.Millisecond, arts, nil, NetworkReport{})
+			}
+			if string(reply) != string(want) {
+				t.Errorf("%q with room %v:\n got %s\nwant %s", r, room, reply, want)
+			}
 		}
 	}
 }

@@ -196,7 +196,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.pool = newWarmPool(s)
 	if opts.Templates != nil {
-		s.templates = &templateSet{start: opts.Templates, metrics: s.metrics, by: map[string]*toolTemplate{}}
+		s.templates = newTemplateSet(opts.Templates, s.metrics)
 	}
 	s.out = newOutbox(s)
 	if cfg.ProbeInterval > 0 {
@@ -334,6 +334,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The warm pool, after the probe and with the manifest's tools.
 	s.pool.start()
 	s.pool.configure(m)
+	s.prestartTemplates(m)
 	// 6. manifest hot reload.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -499,13 +500,14 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	s.installPackages(s.execCtx, m, append(added, changed...))
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
-	// Once the dispatch lock is released (a template's start holds the
-	// templates' lock for its whole duration): the templates of tools
-	// that left or changed are retired at the reload that applied.
+	// Once the dispatch lock is released: the templates of tools that
+	// left or changed are retired at the reload that applied, and those
+	// of tools added or changed are started (in the background).
 	applied := false
 	defer func() {
 		if applied {
 			s.templates.retireGone(m)
+			s.prestartTemplates(m)
 		}
 	}()
 	s.mu.Lock()

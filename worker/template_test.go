@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/launchertest"
@@ -17,19 +18,39 @@ import (
 
 // fakeTemplates is a TemplateStarter whose templates' calls fail with
 // callErr, before they ask for their work dir (as a call fails at C5).
+// A start waits while block is set (a template that never says ready)
+// and fails with startErr when that is set.
 type fakeTemplates struct {
 	callErr error
 
 	mu              sync.Mutex
-	started, closed int
+	block           chan struct{}
+	startErr        error
+	attempts        int // StartTemplate calls
+	started, closed int // templates made; closed (or drained)
 	calls           int
+	retireAtCall    launcher.RetireReason // the next call retires its template (its last), then clears it
 	retired         error
 	why             launcher.RetireReason
 }
 
-func (f *fakeTemplates) StartTemplate(context.Context, launcher.TemplateRequest) (Template, error) {
+func (f *fakeTemplates) StartTemplate(ctx context.Context, _ launcher.TemplateRequest) (Template, error) {
+	f.mu.Lock()
+	f.attempts++
+	block := f.block
+	f.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.startErr != nil {
+		return nil, f.startErr
+	}
 	f.started++
 	return fakeTemplate{f}, nil
 }
@@ -40,6 +61,9 @@ func (ft fakeTemplate) Call(context.Context, []byte, launcher.CallOptions) (*lau
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
 	ft.f.calls++
+	if why := ft.f.retireAtCall; why != "" {
+		ft.f.retired, ft.f.why, ft.f.retireAtCall = fmt.Errorf("%w: %s", launcher.ErrTemplateRetired, why), why, ""
+	}
 	return nil, ft.f.callErr
 }
 
@@ -93,6 +117,7 @@ func templateHarness(t *testing.T, start TemplateStarter) *harness {
 func TestTemplateCallNetworkFallsBack(t *testing.T) {
 	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected: no listeners"))}
 	h := templateHarness(t, f)
+	waitLive(t, h, 1)
 	for i := 0; i < 2; i++ {
 		r := string(h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "cold"}})))
 		if !strings.Contains(r, `"echo":"cold"`) {
@@ -123,6 +148,15 @@ func (f *fakeTemplates) counts() (started, calls, closed int) {
 	return f.started, f.calls, f.closed
 }
 
+// waitLive waits until the worker holds n templates in service (they
+// start in the background: at the manifest's load, or after a call found
+// none).
+func waitLive(t *testing.T, h *harness, n int) {
+	t.Helper()
+	want := fmt.Sprintf("str_worker_templates_live %d\n", n)
+	waitFor(t, strings.TrimSpace(want), func() bool { return strings.Contains(metricsText(t, h), want) })
+}
+
 // A template the launcher retired is replaced at the tool's next call
 // and counted under the launcher's reason (calls, age, failed_check,
 // ended), not one reason for all.
@@ -130,12 +164,15 @@ func TestTemplateRetiredReason(t *testing.T) {
 	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected"))}
 	h := templateHarness(t, f)
 	call := func() { h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "m"}})) }
-	for _, why := range []launcher.RetireReason{launcher.RetiredCalls, launcher.RetiredFailedCheck} {
+	for i, why := range []launcher.RetireReason{launcher.RetiredCalls, launcher.RetiredFailedCheck} {
+		waitFor(t, fmt.Sprintf("template %d started", i+1), func() bool { started, _, _ := f.counts(); return started == i+1 })
+		waitLive(t, h, 1)
 		call()
 		f.mu.Lock()
 		f.retired, f.why = fmt.Errorf("%w: %s", launcher.ErrTemplateRetired, why), why
 		f.mu.Unlock()
-		call() // finds it retired: a new one
+		call() // finds it retired: a new one, started in the background
+		waitFor(t, "the replacement started", func() bool { started, _, _ := f.counts(); return started == i+2 })
 		f.mu.Lock()
 		f.retired, f.why = nil, ""
 		f.mu.Unlock()
@@ -164,9 +201,9 @@ func TestTemplateRetiredAtReload(t *testing.T) {
 		defer h.srv.mu.RUnlock()
 		return h.srv.manifest.Tools["echo_tpl2"] != nil
 	})
-	for _, tool := range []string{"echo_tpl", "echo_tpl2"} {
-		h.reply(h.send(tool, map[string]any{"args": map[string]any{"message": "m"}}))
-	}
+	// Both started ahead of any call: echo_tpl at the start, echo_tpl2
+	// at the reload that added it.
+	waitLive(t, h, 2)
 	if started, _, closed := f.counts(); started != 2 || closed != 0 {
 		t.Fatalf("%d templates started, %d closed: want 2 and 0", started, closed)
 	}
@@ -175,10 +212,150 @@ func TestTemplateRetiredAtReload(t *testing.T) {
 		"  echo_tpl2: {module: testtools, function: echo, warm: template, timeout_seconds: 7}\n"
 	must(t, os.WriteFile(h.cfg.ManifestPath, []byte(next), 0o644))
 	waitFor(t, "both templates closed at the reload", func() bool { _, _, closed := f.counts(); return closed == 2 })
+	// echo_tpl2's new entry gets a template of its own.
+	waitFor(t, "echo_tpl2's new template", func() bool { started, _, _ := f.counts(); return started == 3 })
+	waitLive(t, h, 1)
 	page := metricsText(t, h)
-	for _, want := range []string{`str_worker_templates_retired_total{reason="removed"} 1`, `str_worker_templates_retired_total{reason="entry_changed"} 1`, "str_worker_templates_live 0"} {
+	for _, want := range []string{`str_worker_templates_retired_total{reason="removed"} 1`, `str_worker_templates_retired_total{reason="entry_changed"} 1`, "str_worker_templates_live 1"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("metrics lack %s:\n%s", want, grepLines(page, "str_worker_templates"))
 		}
+	}
+}
+
+// A call never waits for a template. The template ended (its process
+// killed) and its replacement never says ready: the next calls run cold
+// at once (not_ready), one start runs meanwhile, not one a call; once it
+// is ready, the template serves the tool's calls again.
+func TestTemplateDeadCallRunsColdAtOnce(t *testing.T) {
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected"))}
+	h := templateHarness(t, f)
+	waitLive(t, h, 1)
+	block := make(chan struct{})
+	f.mu.Lock()
+	f.retired, f.why = fmt.Errorf("%w: the template ended", launcher.ErrTemplateRetired), launcher.RetiredEnded
+	f.block = block
+	f.mu.Unlock()
+	for i := 0; i < 3; i++ {
+		r := string(h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "cold"}})))
+		if !strings.Contains(r, `"echo":"cold"`) {
+			t.Fatalf("call %d: %s, want the tool's result from a cold sandbox", i, r)
+		}
+	}
+	page := metricsText(t, h)
+	for _, want := range []string{`str_worker_template_fallbacks_total{reason="not_ready"} 3`, `str_worker_templates_retired_total{reason="ended"} 1`, "str_worker_templates_live 0"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(page, "str_worker_template"))
+		}
+	}
+	// The replacement starts after the back-off of an ended template (1 s).
+	waitFor(t, "the replacement's start", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.attempts == 2 })
+	f.mu.Lock()
+	attempts, calls := f.attempts, f.calls
+	f.retired, f.why, f.block = nil, "", nil
+	f.mu.Unlock()
+	if attempts != 2 || calls != 0 {
+		t.Errorf("%d starts, %d template calls: want 2 starts (the first and one replacement, still waiting) and no call", attempts, calls)
+	}
+	close(block) // the replacement says ready
+	waitLive(t, h, 1)
+	h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "warm"}}))
+	if _, calls, _ := f.counts(); calls != 1 {
+		t.Errorf("%d template calls after the replacement was ready, want 1", calls)
+	}
+}
+
+// A failed start backs off: the tool's calls run cold (start_failed) and
+// start nothing until the back-off ends; a call the template serves
+// resets it.
+func TestTemplateStartFailureBacksOff(t *testing.T) {
+	first, most := templateBackoffFirst, templateBackoffMax
+	t.Cleanup(func() { templateBackoffFirst, templateBackoffMax = first, most })
+	templateBackoffFirst, templateBackoffMax = time.Hour, 2*time.Hour // no retry within the test unless it ends the back-off
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected")),
+		startErr: errors.New("injected: the runner's import failed")}
+	h := templateHarness(t, f)
+	waitFor(t, "the first start failed", func() bool {
+		return strings.Contains(metricsText(t, h), `str_worker_template_start_failures_total{tool="echo_tpl"} 1`)
+	})
+	for i := 0; i < 3; i++ {
+		if r := string(h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "cold"}}))); !strings.Contains(r, `"echo":"cold"`) {
+			t.Fatalf("call %d: %s, want the tool's result from a cold sandbox", i, r)
+		}
+	}
+	if page := metricsText(t, h); !strings.Contains(page, `str_worker_template_fallbacks_total{reason="start_failed"} 3`) {
+		t.Errorf("metrics lack start_failed 3:\n%s", grepLines(page, "str_worker_template"))
+	}
+	key := templateKey("echo_tpl", h.cfg.DefaultProfile)
+	ts := h.srv.templates
+	ts.mu.Lock()
+	tt := ts.by[key]
+	failures := tt.failures
+	tt.retryAt = time.Time{} // the back-off ends
+	ts.mu.Unlock()
+	f.mu.Lock()
+	attempts := f.attempts
+	f.startErr = nil
+	f.mu.Unlock()
+	if attempts != 1 || failures != 1 {
+		t.Fatalf("%d starts, %d failures recorded during the back-off: want 1 and 1", attempts, failures)
+	}
+	h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "m"}})) // starts one
+	waitLive(t, h, 1)
+	// Its failures count on until the template serves a call (one that
+	// starts and dies at once keeps backing off).
+	ts.mu.Lock()
+	tt = ts.by[key]
+	failures, tpl, retryAt := tt.failures, tt.tpl, tt.retryAt
+	ts.mu.Unlock()
+	if failures != 1 || !retryAt.IsZero() {
+		t.Errorf("after a start that succeeded: failures %d, retry at %v; want 1 and none", failures, retryAt)
+	}
+	ts.served(key, tpl)
+	ts.mu.Lock()
+	failures = ts.by[key].failures
+	ts.mu.Unlock()
+	if failures != 0 {
+		t.Errorf("failures %d after a call served, want 0", failures)
+	}
+}
+
+func TestTemplateBackoff(t *testing.T) {
+	var got []time.Duration
+	for n := 1; n <= 9; n++ {
+		got = append(got, templateBackoff(n))
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("back-off after 1..9 failures: %v, want 1s doubling to 60s", got)
+		}
+	}
+}
+
+// A template retired by the call it served (its last: recycled after its
+// calls or age) is replaced at once, in the background, not at the
+// tool's next call (which would run cold meanwhile).
+func TestTemplateRenewedAfterItsLastCall(t *testing.T) {
+	f := &fakeTemplates{}
+	f.callErr = fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected"))
+	h := templateHarness(t, f)
+	waitLive(t, h, 1)
+	f.mu.Lock()
+	f.retireAtCall = launcher.RetiredCalls
+	f.mu.Unlock()
+	// The fake's calls fail before they reach the child (ErrCallNetwork):
+	// a cold sandbox answers. The template retired itself at the call.
+	h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "last"}}))
+	if _, calls, _ := f.counts(); calls != 1 {
+		t.Fatalf("%d template calls, want 1", calls)
+	}
+	f.mu.Lock()
+	f.retired, f.why = nil, "" // the replacement is not retired
+	f.mu.Unlock()
+	waitFor(t, "the replacement started without another call", func() bool { started, _, _ := f.counts(); return started == 2 })
+	waitLive(t, h, 1)
+	if page := metricsText(t, h); !strings.Contains(page, `str_worker_templates_retired_total{reason="calls"} 1`) {
+		t.Errorf("metrics lack the retirement:\n%s", grepLines(page, "str_worker_template"))
 	}
 }

@@ -255,7 +255,36 @@ func benchStartTemplateWorker(ctx context.Context, cfg benchSuiteConfig, self, e
 		return nil, err.Error()
 	}
 	w.ownDir = dir
+	// echo_tool's template starts in the background at the worker's
+	// start; a call before it is ready would run cold.
+	if err := benchAwaitTemplate(ctx, w); err != nil {
+		w.stop()
+		return nil, err.Error()
+	}
 	return w, ""
+}
+
+// benchAwaitTemplate waits (up to 2 minutes) until the template worker
+// holds a template (str_worker_templates_live).
+func benchAwaitTemplate(ctx context.Context, w *benchWorker) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		page, err := benchScrapeMetrics(sctx, w.health)
+		cancel()
+		const sample = "str_worker_templates_live"
+		if err == nil && benchMetricValues(page, sample)[sample] >= 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the template worker started no template within 2 minutes (worker log %s)", w.log)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // benchTemplateCalls is the template worker's

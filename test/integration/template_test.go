@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -391,6 +392,9 @@ tools:
 		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(dir, "artifacts"),
 		"STR_TEST_TPL_KEY": "not-a-secret",
 	})
+	// The template is started at the manifest's load, in the background:
+	// a call before it is ready would run cold.
+	waitMetrics(t, health, w, map[string]float64{`str_worker_templates_live`: 1})
 	for i := range 2 {
 		r, out := invoke(t, broker, "where", `{"text": "template"}`)
 		if r.Result == nil || r.Result.TimedOut {
@@ -413,13 +417,18 @@ tools:
 		`str_worker_templates_live`:                        1,
 	})
 
-	// The module changes on disk: the next call retires the template and
-	// starts another.
+	// The module changes on disk: the next call retires the template,
+	// starts another in the background and runs cold (not_ready); once
+	// that one is ready, it serves the calls.
 	if err := os.WriteFile(filepath.Join(tools, "tpl_tools.py"), []byte(tool+"# changed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if r, out := invoke(t, broker, "where", `{"text": "changed"}`); r.Result == nil || r.Result.ToolResult["read_back"] != "changed" {
 		t.Fatalf("after the change: no result; output:\n%s\nworker log:\n%s", out, w.log.String())
+	}
+	waitMetrics(t, health, w, map[string]float64{`str_worker_templates_started_total{tool="where"}`: 2, `str_worker_templates_live`: 1})
+	if r, out := invoke(t, broker, "where", `{"text": "changed"}`); r.Result == nil || r.Result.ToolResult["read_back"] != "changed" {
+		t.Fatalf("after the new template: no result; output:\n%s\nworker log:\n%s", out, w.log.String())
 	}
 	// A tool with credentials may not run in a template (each call's
 	// placeholders are its own; a template's environment is fixed): cold.
@@ -432,6 +441,7 @@ tools:
 		`str_worker_template_calls_total{tool="where"}`:               3,
 		`str_worker_templates_live`:                                   1,
 		`str_worker_template_fallbacks_total{reason="not_eligible"}`:  1,
+		`str_worker_template_fallbacks_total{reason="not_ready"}`:     1,
 		`str_worker_template_calls_total{tool="where_net"}`:           0,
 		`str_worker_templates_started_total{tool="where_net"}`:        0,
 	})
@@ -440,6 +450,21 @@ tools:
 // wantMetrics reads the worker's /metrics (its health port) and checks
 // each sample's value (a sample not printed reads 0).
 func wantMetrics(t *testing.T, health int, w *worker, want map[string]float64) {
+	t.Helper()
+	got, body := readMetrics(t, health)
+	for sample, v := range want {
+		if got[sample] != v {
+			t.Errorf("%s = %v, want %v", sample, got[sample], v)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s\nworker log:\n%s", body, w.log.String())
+	}
+}
+
+// readMetrics reads the worker's /metrics: each sample's value, and the
+// page.
+func readMetrics(t *testing.T, health int) (map[string]float64, string) {
 	t.Helper()
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", health))
 	if err != nil {
@@ -457,14 +482,142 @@ func wantMetrics(t *testing.T, health int, w *worker, want map[string]float64) {
 			got[name], _ = strconv.ParseFloat(val, 64)
 		}
 	}
-	for sample, v := range want {
-		if got[sample] != v {
-			t.Errorf("%s = %v, want %v", sample, got[sample], v)
+	return got, string(body)
+}
+
+// waitMetrics waits (up to 2 minutes, a backstop) until every sample of
+// want has its value, then checks them as wantMetrics does.
+func waitMetrics(t *testing.T, health int, w *worker, want map[string]float64) {
+	t.Helper()
+	eventually(2*time.Minute, func() bool {
+		got, _ := readMetrics(t, health)
+		for sample, v := range want {
+			if got[sample] != v {
+				return false
+			}
+		}
+		return true
+	})
+	wantMetrics(t, health, w, want)
+}
+
+// A dead template never holds a call (issue 29 item 5). The template of
+// a warm: template tool is killed (SIGKILL, its every process), and its
+// replacement's import does not end (it waits while a file exists) with
+// a start timeout of a day: a call that waited for the replacement would
+// hang to the end of str invoke's --wait. Each call runs cold at once
+// instead (counted, not_ready: the replacement starts in the
+// background); once the import ends, the new template serves the calls.
+func TestWorkerDeadTemplateRunsCold(t *testing.T) {
+	needRoot(t)
+	dir, tools := templateWorkerDir(t, "str-it-tpl-dead-")
+	hold := filepath.Join(tools, "hold-import")
+	const tool = `import os, sys, time
+
+# A template's import (the runner's --template) waits while the file
+# hold-import exists beside the module; a cold call's does not.
+_hold = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hold-import")
+while "--template" in sys.argv and os.path.exists(_hold):
+    time.sleep(0.05)
+
+def where(ctx, text="hi"):
+    return {"text": text, "pid": os.getpid()}
+`
+	if err := os.WriteFile(filepath.Join(tools, "dead_tools.py"), []byte(tool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "manifest.yaml")
+	if err := os.WriteFile(manifest, []byte(`version: 1
+tools:
+  where: {module: dead_tools, function: where, timeout_seconds: 60, sandbox_profile: restrictive, warm: template}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broker, health := freeTCPPort(t), freeTCPPort(t)
+	w := startWorker(t, broker, health, map[string]string{
+		"SAM_NAMESPACE": "it/", "MANIFEST_PATH": manifest, "TOOLS_PYTHON_DIR": tools,
+		"SANDBOX_WORK_DIR": filepath.Join(dir, "work"), "STR_RUNNER_DIR": filepath.Join(dir, "runner"), "STR_SITE_DIR": filepath.Join(dir, "site"),
+		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(dir, "artifacts"),
+		"STR_TEMPLATE_START_TIMEOUT_SECONDS": "86400",
+	})
+	call := func(what string) {
+		t.Helper()
+		r, out := invoke(t, broker, "where", `{"text": "`+what+`"}`)
+		if r.Result == nil || r.Result.ToolResult["text"] != what {
+			t.Fatalf("%s: no result; output:\n%s\nworker log:\n%s", what, out, w.log.String())
 		}
 	}
-	if t.Failed() {
-		t.Logf("/metrics:\n%s\nworker log:\n%s", body, w.log.String())
+	waitMetrics(t, health, w, map[string]float64{`str_worker_templates_live`: 1})
+	call("first")
+	wantMetrics(t, health, w, map[string]float64{`str_worker_template_calls_total{tool="where"}`: 1})
+
+	// The template's pid, from the worker's log; the process and its
+	// descendants SIGKILLed, once the next import is held.
+	m := regexp.MustCompile(`template started.*?"pid":(\d+)`).FindStringSubmatch(w.log.String())
+	if m == nil {
+		t.Fatalf("no template pid in the worker log:\n%s", w.log.String())
 	}
+	pid, _ := strconv.Atoi(m[1])
+	if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); !strings.Contains(string(cmd), "--template") {
+		t.Fatalf("pid %d is not the template (cmdline %q)", pid, cmd)
+	}
+	if err := os.WriteFile(hold, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	killTree(t, pid)
+
+	// Two calls: the first may still find the dead template in service
+	// (its end not yet seen: the call's fork order fails and it runs cold,
+	// retired_before_call); the second finds it retired. Neither waits
+	// for the replacement, whose import is held.
+	call("after the kill")
+	call("again")
+	got, page := readMetrics(t, health)
+	if got[`str_worker_template_fallbacks_total{reason="not_ready"}`] < 1 || got[`str_worker_template_calls_total{tool="where"}`] != 1 ||
+		got[`str_worker_templates_live`] != 0 || got[`str_worker_templates_started_total{tool="where"}`] != 1 {
+		t.Errorf("after the kill: want both calls cold (at least one not_ready), still one template call, none live, one started:\n%s", grepMetrics(page, "str_worker_template"))
+	}
+
+	// The import goes on: the replacement serves the next call.
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
+	waitMetrics(t, health, w, map[string]float64{`str_worker_templates_started_total{tool="where"}`: 2, `str_worker_templates_live`: 1})
+	call("replaced")
+	wantMetrics(t, health, w, map[string]float64{`str_worker_template_calls_total{tool="where"}`: 2})
+}
+
+// killTree SIGKILLs pid and every descendant, children first found.
+func killTree(t *testing.T, pid int) {
+	t.Helper()
+	todo := []int{pid}
+	var all []int
+	for len(todo) > 0 {
+		p := todo[0]
+		todo = todo[1:]
+		all = append(all, p)
+		for _, c := range processChildren(t, p) {
+			if n, err := strconv.Atoi(c); err == nil {
+				todo = append(todo, n)
+			}
+		}
+	}
+	for _, p := range all {
+		if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Fatalf("kill %d: %v", p, err)
+		}
+	}
+}
+
+// grepMetrics is the lines of page that contain sub.
+func grepMetrics(page, sub string) string {
+	var out []string
+	for l := range strings.Lines(page) {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // A result document larger than one socket buffer (a SOCK_SEQPACKET

@@ -231,7 +231,14 @@ func objectOrEmpty(raw json.RawMessage) (json.RawMessage, error) {
 // Exactly one of Result (a JSON object, the tool_result) and Error is set;
 // ErrorKind is one of KindImport, KindExecution, KindTool when Error is.
 type Outcome struct {
-	Result    json.RawMessage
+	Result json.RawMessage
+	// Buf, set by ReadResult, is the buffer Result is a slice of (at
+	// ResultAt): the document with ReplyHeadRoom bytes before it and at
+	// least ReplyTailRoom after, so that the worker can write its reply
+	// around the result where it is, not copy it (a result may be most of
+	// a broker message). Result may not be used once Buf is.
+	Buf       []byte
+	ResultAt  int
 	Error     string
 	ErrorKind string
 	// OutputMimeTypes holds the mime types the tool passed to
@@ -239,6 +246,15 @@ type Outcome struct {
 	// over the extension table; files not listed use the table.
 	OutputMimeTypes map[string]string
 }
+
+// The room ReadResult leaves before and after the document in its buffer
+// (Outcome.Buf): the reply's envelope before the result (its id is at
+// most a few hundred bytes) and after it (timings, artifacts, denials);
+// a reply that does not fit is built in a buffer of its own.
+const (
+	ReplyHeadRoom = 1 << 10
+	ReplyTailRoom = 16 << 10
+)
 
 // ErrNoResult is wrapped by ReadResult when the result file does not exist
 // (the runner died before writing it).
@@ -275,13 +291,29 @@ func ReadResult(path string, maxBytes int64) (*Outcome, error) {
 	if maxBytes > 0 && st.Size() > maxBytes {
 		return nil, fmt.Errorf("runner: read result %s: %d bytes exceeds the limit of %d", path, st.Size(), maxBytes)
 	}
-	reader := io.Reader(f)
-	if maxBytes > 0 {
-		reader = io.LimitReader(f, maxBytes+1)
-	}
-	data, err := io.ReadAll(reader)
-	if err != nil {
+	// Into one buffer of the size stat gave, plus a byte that shows a
+	// file still growing (then read on, within the limit): a result may
+	// be most of a broker message, and io.ReadAll's doubling held up to
+	// twice it, then dropped all but the last buffer.
+	buf := make([]byte, ReplyHeadRoom+st.Size()+1+ReplyTailRoom)
+	data := buf[ReplyHeadRoom : ReplyHeadRoom+st.Size()+1]
+	n, err := io.ReadFull(f, data)
+	switch {
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+		data = data[:n]
+	case err != nil:
 		return nil, fmt.Errorf("runner: read result %s: read: %w", path, err)
+	default:
+		reader := io.Reader(f)
+		if maxBytes > 0 {
+			reader = io.LimitReader(f, maxBytes+1-int64(len(data)))
+		}
+		more, err := io.ReadAll(reader)
+		if err != nil {
+			return nil, fmt.Errorf("runner: read result %s: read: %w", path, err)
+		}
+		data = append(data[:len(data):len(data)], more...)
+		buf = nil // a new array: no room around it
 	}
 	if maxBytes > 0 && int64(len(data)) > maxBytes {
 		return nil, fmt.Errorf("runner: read result %s: grew beyond the limit of %d bytes", path, maxBytes)
@@ -291,6 +323,10 @@ func ReadResult(path string, maxBytes int64) (*Outcome, error) {
 	out, err := parseResult(data)
 	if err != nil {
 		return nil, fmt.Errorf("runner: read result %s: %w", path, err)
+	}
+	if at := resultOffset(data, out.Result); buf != nil && at >= 0 {
+		// Result is a slice of data (parseResult does not copy it).
+		out.Buf, out.ResultAt = buf, ReplyHeadRoom+at
 	}
 	return out, nil
 }
@@ -306,8 +342,8 @@ func DecodeResult(data []byte, maxBytes int64) (*Outcome, error) {
 }
 
 func parseResult(data []byte) (*Outcome, error) {
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(data, &doc); err != nil {
+	doc, err := topLevel(data)
+	if err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if doc == nil {
@@ -360,6 +396,103 @@ func parseResult(data []byte) (*Outcome, error) {
 	default:
 		return nil, errors.New(`neither "result" nor "error" is present`)
 	}
+}
+
+// topLevel is json.Unmarshal(data, &doc) for a map[string]json.RawMessage
+// doc (the same document accepted, the same errors, a repeated key's
+// last value kept), except that the values are slices of data, not
+// copies: a result is most of its document, and Unmarshal copied it
+// whole. An object is split here once json.Valid has passed it (so
+// every string, number and nesting below is well formed); anything else
+// goes to Unmarshal, for its error or its nil (null).
+func topLevel(data []byte) (map[string]json.RawMessage, error) {
+	i := skipSpace(data, 0)
+	if !json.Valid(data) || i == len(data) || data[i] != '{' {
+		var doc map[string]json.RawMessage
+		if err := json.Unmarshal(data, &doc); err != nil {
+			return nil, err
+		}
+		return doc, nil
+	}
+	doc := map[string]json.RawMessage{}
+	i = skipSpace(data, i+1)
+	if data[i] == '}' {
+		return doc, nil
+	}
+	for {
+		// "key" : value , or }
+		end := valueEnd(data, i)
+		var key string
+		if err := json.Unmarshal(data[i:end], &key); err != nil {
+			return nil, err
+		}
+		i = skipSpace(data, skipSpace(data, end)+1) // past the ':'
+		end = valueEnd(data, i)
+		doc[key] = json.RawMessage(data[i:end:end])
+		i = skipSpace(data, end)
+		if data[i] == '}' {
+			return doc, nil
+		}
+		i = skipSpace(data, i+1) // past the ','
+	}
+}
+
+// resultOffset is where r, a slice of data, starts in it (-1: r is
+// empty or not a slice of data). The result comes first in a runner's
+// document: the loop ends after a few bytes.
+func resultOffset(data, r []byte) int {
+	if len(r) == 0 {
+		return -1
+	}
+	for i := range data {
+		if &data[i] == &r[0] {
+			return i
+		}
+	}
+	return -1
+}
+
+// skipSpace is the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// valueEnd is the index just past the JSON value that starts at i, in a
+// document json.Valid accepted.
+func valueEnd(data []byte, i int) int {
+	depth := 0
+	for ; i < len(data); i++ {
+		switch c := data[i]; c {
+		case '"':
+			for i++; data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+			if depth < 0 { // the end of the enclosing object: a scalar ended
+				return i
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
 }
 
 // Install writes runner.py and _str_runner.py into dir as read-only (0444)

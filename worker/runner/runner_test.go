@@ -1323,3 +1323,62 @@ class Data:
 		})
 	}
 }
+
+// topLevel splits a document as json.Unmarshal into a
+// map[string]json.RawMessage does (same members, same errors), with its
+// values slices of the document rather than copies.
+func TestTopLevelMatchesUnmarshal(t *testing.T) {
+	docs := []string{
+		`{}`, ` { } `, `{"result": {"a": [1, 2, {"b": "}\"]"}]}, "output_mime_types": {}}`,
+		"{\n\t\"result\" :\r {\"x\":\"\\u0041\\\\\"} ,\"error\": null}", `{"a":1,"a":2}`, `{"a":-1.5e3,"b":true,"c":false,"d":null}`,
+		`{"k\u00e9y":"v","\ud83d\ude00":[[],[{}]]}`, `{"a":"\"}{"}`, `null`, ` null `, `[]`, `"s"`, `1`, ``, `{`, `{"a":}`, `{"a":1,}`,
+		`{"a":1} x`, "{\"a\":\"\xff\"}", `{"a":[1,2]`,
+	}
+	for _, d := range docs {
+		var want map[string]json.RawMessage
+		werr := json.Unmarshal([]byte(d), &want)
+		got, gerr := topLevel([]byte(d))
+		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+			t.Errorf("%q: error %v, want %v", d, gerr, werr)
+			continue
+		}
+		if (want == nil) != (got == nil) || len(want) != len(got) {
+			t.Errorf("%q: %q, want %q", d, got, want)
+			continue
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Errorf("%q: member %q is %q, want %q", d, k, got[k], v)
+			}
+		}
+	}
+	// No copy: the result is the document's own bytes.
+	data := []byte(`{"result": {"blob": "xxxx"}}`)
+	got, err := topLevel(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got["result"]; &r[0] != &data[11] || cap(r) != len(r) {
+		t.Errorf("the result is not a capped slice of the document")
+	}
+}
+
+// ReadResult leaves the result where it read it, with room around the
+// document for the reply (Outcome.Buf).
+func TestReadResultRoom(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "result.json")
+	if err := os.WriteFile(path, []byte(`{"result": {"a": 1}, "output_mime_types": {}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ReadResult(path, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Buf == nil || &out.Buf[out.ResultAt] != &out.Result[0] || out.ResultAt < ReplyHeadRoom ||
+		len(out.Buf)-out.ResultAt-len(out.Result) < ReplyTailRoom {
+		t.Fatalf("Buf %d bytes, result at %d: not the result's buffer with room around it", len(out.Buf), out.ResultAt)
+	}
+	if string(out.Result) != `{"a": 1}` {
+		t.Errorf("result %q", out.Result)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,10 +170,46 @@ func startWorker(t *testing.T, e *env, extra map[string]string) *workerProc {
 	deadline := time.Now().Add(rpcWait)
 	for {
 		if code, _ := w.get("/readyz"); code == 200 {
-			return w
+			break
 		}
 		if !w.alive() || time.Now().After(deadline) {
 			t.Fatalf("worker not ready:\n%s", tail(w.log.String(), 40))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if templateMode {
+		w.awaitTemplates(t, e, deadline)
+	}
+	return w
+}
+
+// awaitTemplates waits until every warm: template tool of e's manifest
+// (one without credentials: those always run cold) has its template
+// started or its start failed: the worker starts them in the background
+// at its start, and a call that came before would run cold.
+func (w *workerProc) awaitTemplates(t *testing.T, e *env, deadline time.Time) {
+	t.Helper()
+	m, err := os.ReadFile(e.manifest)
+	must(t, err)
+	want := 0
+	for _, l := range strings.Split(string(m), "\n") {
+		if strings.Contains(l, "warm: template") && !strings.Contains(l, "credentials") {
+			want++
+		}
+	}
+	sample := regexp.MustCompile(`(?m)^str_worker_(templates_live|template_start_failures_total\{[^}]*\}) (\d+)$`)
+	for {
+		_, page := w.get("/metrics")
+		n := 0
+		for _, m := range sample.FindAllStringSubmatch(page, -1) {
+			v, _ := strconv.Atoi(m[2])
+			n += v
+		}
+		if n >= want {
+			return
+		}
+		if !w.alive() || time.Now().After(deadline) {
+			t.Fatalf("%d of %d templates started:\n%s", n, want, tail(w.log.String(), 40))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -666,6 +666,10 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 	if req.UserProperties == nil {
 		req.UserProperties = map[string]string{}
 	}
+	line, err := publishLine(req)
+	if err != nil {
+		return fmt.Errorf("devbroker: publish %s: encode: %w", m.Topic, err)
+	}
 	var lastErr error
 	for attempt := 1; attempt <= 2; attempt++ {
 		sess, err := c.waitSession(ctx)
@@ -688,7 +692,7 @@ func (c *Client) Publish(ctx context.Context, m transport.Message) error {
 			return fmt.Errorf("devbroker: publish %s: %w", m.Topic, context.DeadlineExceeded)
 		}
 		sess.pubMu.Lock()
-		rep, err := sess.pub.roundTrip(broker.CmdPublish, req, timeout)
+		rep, err := sess.pub.roundTripLine(broker.CmdPublish, line, timeout)
 		sess.pubUsed = time.Now()
 		sess.pubMu.Unlock()
 		if err == nil {
@@ -971,10 +975,65 @@ func (lc *lineConn) roundTrip(cmd string, req any, timeout time.Duration) (*repl
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", cmd, err)
 	}
+	return lc.roundTripLine(cmd, net.Buffers{data}, timeout)
+}
+
+// publishLine is broker.EncodeLine(req), byte for byte, in pieces to be
+// written at once (writev): the line around the payload, and the payload
+// itself when it is already compact (a worker's reply is), else
+// compacted once into a buffer of its size. EncodeLine copied a payload
+// (most of a large message: a reply of 15 MiB) into a buffer grown by
+// doubling, then again into another, at each attempt. req.Payload is
+// valid JSON (Publish sends anything else as a JSON string).
+func publishLine(req publishRequest) (net.Buffers, error) {
+	payload := req.Payload
+	req.Payload = json.RawMessage(`0`)
+	env, err := broker.EncodeLine(req)
+	if err != nil {
+		return nil, err
+	}
+	// The first `"payload":` is the member: before it come only
+	// `{"cmd":"PUBLISH","topic":` and the topic as a JSON string, whose
+	// every '"' is escaped.
+	at := bytes.Index(env, []byte(`"payload":0`)) + len(`"payload":`)
+	if !compact(payload) {
+		// EncodeLine's own encoding of a json.RawMessage: compacted,
+		// nothing escaped (SetEscapeHTML(false)).
+		var buf bytes.Buffer
+		buf.Grow(len(payload))
+		if err := json.Compact(&buf, payload); err != nil {
+			return nil, err
+		}
+		payload = buf.Bytes()
+	}
+	return net.Buffers{env[:at], payload, env[at+len(`0`):]}, nil
+}
+
+// compact reports whether the valid JSON text p is what json.Compact
+// makes of it: no whitespace outside its strings.
+func compact(p []byte) bool {
+	in := false
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case in && c == '\\':
+			i++
+		case c == '"':
+			in = !in
+		case !in && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
+}
+
+// roundTripLine sends one encoded command line, in pieces (written
+// together, writev), and reads its reply.
+func (lc *lineConn) roundTripLine(cmd string, pieces net.Buffers, timeout time.Duration) (*reply, error) {
 	if err := lc.nc.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return nil, fmt.Errorf("%s: set deadline: %w", cmd, err)
 	}
-	if _, err := lc.nc.Write(data); err != nil {
+	pieces = append(net.Buffers(nil), pieces...) // WriteTo consumes its slice; the caller's may be sent again
+	if _, err := pieces.WriteTo(lc.nc); err != nil {
 		return nil, fmt.Errorf("send %s: %w", cmd, err)
 	}
 	line, err := broker.ReadLine(lc.r, lc.max)

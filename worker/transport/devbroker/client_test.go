@@ -2,6 +2,7 @@ package devbroker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -733,5 +734,34 @@ func TestClientPublishID(t *testing.T) {
 	defer rcancel()
 	if d, err := sub.Receive(rctx); err == nil {
 		t.Fatalf("a duplicate was routed: %s on %s", d.Payload, d.Topic)
+	}
+}
+
+// publishLine is broker.EncodeLine's line for every payload, topic and
+// property set (the payload compacted, nothing escaped).
+func TestPublishLineIsEncodeLine(t *testing.T) {
+	payloads := []string{`{}`, `{"a": [1, 2, {"b": "x y"}], "c": null}`, "{\n \"html\": \"<a href='x'>&</a>\", \"ls\": \"\u2028\u2029\"}",
+		`"a string"`, `123`, `{"esc": "\"payload\":0 \\u0041"}`, ` [ true , false ] `, `{"a":"x y","b":["\"",{"c":" "}]}`, `{"a":"\\"}`}
+	topics := []string{"a/b/c", `we"ird/"payload":0/top`, "é/<&>"}
+	for _, p := range payloads {
+		for _, topic := range topics {
+			req := publishRequest{Cmd: broker.CmdPublish, Topic: topic, Payload: json.RawMessage(p),
+				UserProperties: map[string]string{"k": `"payload":0`}, PublishID: "id-1"}
+			want, err := broker.EncodeLine(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pieces, err := publishLine(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := bytes.Join(pieces, nil); string(got) != string(want) {
+				t.Errorf("payload %q topic %q:\n got %s\nwant %s", p, topic, got, want)
+			}
+			// A compact payload is sent as it is, not copied.
+			if compact([]byte(p)) && &pieces[1][0] != &req.Payload[0] {
+				t.Errorf("payload %q: copied, though compact", p)
+			}
+		}
 	}
 }
