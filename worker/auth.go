@@ -174,6 +174,7 @@ func (s *Server) verifyInvoke(d *transport.Delivery, key *signingKey, req *Reque
 		return requester{UserID: req.UserID}, nil
 	}
 	var via []string
+	keyID := ""
 	// 2. the signed identity equals the request's.
 	if s.signing() {
 		if u := props[PropUserID]; u == "" || u != req.UserID {
@@ -186,6 +187,7 @@ func (s *Server) verifyInvoke(d *transport.Delivery, key *signingKey, req *Reque
 				return requester{}, e
 			}
 			via[0] = "key:" + key.ID
+			keyID = key.ID
 		}
 	}
 	// 4. the user's token.
@@ -199,7 +201,7 @@ func (s *Server) verifyInvoke(d *transport.Delivery, key *signingKey, req *Reque
 		}
 		via = append(via, "token")
 	}
-	return requester{UserID: req.UserID, Verified: true, Via: strings.Join(via, "+")}, nil
+	return requester{UserID: req.UserID, Verified: true, Via: strings.Join(via, "+"), Key: keyID}, nil
 }
 
 // verifyCancel establishes who a cancel is from, by the same rules as an
@@ -213,7 +215,7 @@ func (s *Server) verifyCancel(d *transport.Delivery, now time.Time) (who request
 	}
 	props := d.UserProperties
 	var via []string
-	user := ""
+	user, keyID := "", ""
 	if s.signing() {
 		key, e := s.checkSignature(d, now)
 		if e != nil {
@@ -229,6 +231,7 @@ func (s *Server) verifyCancel(d *transport.Delivery, now time.Time) (who request
 					key.ID, truncateName(user), truncateName(props[PropClientID]))
 			}
 			via[0] = "key:" + key.ID
+			keyID = key.ID
 		}
 	}
 	if s.auth.tokens != nil {
@@ -243,7 +246,7 @@ func (s *Server) verifyCancel(d *transport.Delivery, now time.Time) (who request
 		user = claim
 		via = append(via, "token")
 	}
-	return requester{UserID: user, Verified: true, Via: strings.Join(via, "+")}, true, nil
+	return requester{UserID: user, Verified: true, Via: strings.Join(via, "+"), Key: keyID}, true, nil
 }
 
 // verifyToken checks a user token and returns its identity claim. The

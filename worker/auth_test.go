@@ -565,3 +565,57 @@ func TestIdentityConfig(t *testing.T) {
 		t.Errorf("a keys file without keys: %v", err)
 	}
 }
+
+// TestAgentKeyShare: issue 29 §7. An agent key allowed users "mallory*"
+// sends 12 calls as 12 made-up users, each within its own user caps: the
+// key gets its caps over all of them (3 running, 4 waiting: auto, as a
+// user's), the other 5 are RESOURCE_EXHAUSTED naming the key (before, the
+// 12 users took every slot and queue place), and another key's call
+// runs meanwhile.
+func TestAgentKeyShare(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		keys := filepath.Join(t.TempDir(), "keys.yaml")
+		must(t, os.WriteFile(keys, []byte(`version: 1
+keys:
+  - id: mallory-key
+    secret: mallory-secret-0123456789abcdef01234567
+    apps: [app]
+    users: ["mallory*"]
+    tools: ["*"]
+  - id: alice-key
+    secret: alice-secret-0123456789abcdef0123456789
+    apps: [app]
+    users: [alice]
+    tools: ["*"]
+`), 0o600))
+		c.SigningKeys = keys
+		c.MaxConcurrent, c.MaxQueued = 4, 16
+	})
+	h.start()
+	mallory := withKey("mallory-key", "mallory-secret-0123456789abcdef01234567")
+	var ids []string
+	for i := range 12 {
+		id := fmt.Sprintf("m%02d", i)
+		ids = append(ids, id)
+		h.invokeAs("sleeper", id, map[string]any{"user_id": fmt.Sprintf("mallory%02d", i), "args": map[string]any{"seconds": 600}}, nil, mallory)
+	}
+	for _, id := range ids[7:] {
+		code, msg := errorCode(t, h.reply(id))
+		if code != "RESOURCE_EXHAUSTED" || !strings.Contains(msg, `agent key "mallory-key"`) || !strings.Contains(msg, "STR_KEY_MAX_QUEUED") {
+			t.Fatalf("%s, over the key's caps: %s %q", id, code, msg)
+		}
+	}
+	for _, id := range ids[:3] {
+		waitFor(t, id+" running", func() bool { return len(h.status(id)) > 0 })
+	}
+	h.invokeAs("echo", "alice-1", map[string]any{"user_id": "alice"}, nil, withKey("alice-key", "alice-secret-0123456789abcdef0123456789"))
+	if r := h.reply("alice-1"); !isResult(r) {
+		t.Fatalf("another key's call beside mallory's: %s", r)
+	}
+	h.srv.queue.mu.Lock()
+	running, waiting := h.srv.queue.shares["agent-key:mallory-key"].running, h.srv.queue.shares["agent-key:mallory-key"].waiting
+	h.srv.queue.mu.Unlock()
+	if running != 3 || waiting != 4 {
+		t.Fatalf("mallory's key: %d running, %d waiting; want 3 and 4", running, waiting)
+	}
+}

@@ -103,9 +103,12 @@ type Config struct {
 	ProbeTimeout  time.Duration // STR_BROKER_PROBE_TIMEOUT_MS
 
 	// Fair shares and artifact quotas (sched.go, artifacts/quota.go),
-	// per requester (task.who.key()) and per store user (params.user_id).
+	// per requester (task.who.key()), per agent key (task.who.Key) and
+	// per store user (params.user_id).
 	UserMaxRunning int             // STR_USER_MAX_RUNNING: one requester's running calls (-1 = auto: userMaxRunning)
 	UserMaxQueued  int             // STR_USER_MAX_QUEUED: one requester's waiting calls (-1 = auto: userMaxQueued)
+	KeyMaxRunning  int             // STR_KEY_MAX_RUNNING: one agent key's running calls, all its users together (-1 = auto: keyMaxRunning)
+	KeyMaxQueued   int             // STR_KEY_MAX_QUEUED: one agent key's waiting calls (-1 = auto: keyMaxQueued)
 	ArtifactQuota  artifacts.Quota // ARTIFACT_{USER,SESSION}_MAX_{BYTES,VERSIONS} (0 = no limit)
 
 	// The warm pool (pool.go).
@@ -224,6 +227,8 @@ var settings = []setting{
 	{name: "STR_BROKER_PROBE_TIMEOUT_MS", flag: "broker-probe-timeout-ms", def: "30000", help: "a probe not back within this long makes /readyz say broker \"deaf\" and the worker re-establish its broker session"},
 	{name: "STR_USER_MAX_RUNNING", flag: "user-max-running", def: "auto", help: "calls one requester (user, verified or not) may have running at once; auto = SANDBOX_MAX_CONCURRENT - 1 (at least 1), so one requester never takes the whole worker; at most SANDBOX_MAX_CONCURRENT"},
 	{name: "STR_USER_MAX_QUEUED", flag: "user-max-queued", def: "auto", help: "calls one requester may have waiting for a slot; auto = SANDBOX_MAX_QUEUED / 4 (at least 1); beyond it that requester's calls are RESOURCE_EXHAUSTED"},
+	{name: "STR_KEY_MAX_RUNNING", flag: "key-max-running", def: "auto", help: "calls the users of one agent key (STR_SIGNING_KEYS) may have running at once, all together, besides each user's own cap; auto = SANDBOX_MAX_CONCURRENT - 1 (at least 1), so one key never takes the whole worker with made-up users; at most SANDBOX_MAX_CONCURRENT (set it so when one agent serves every user)"},
+	{name: "STR_KEY_MAX_QUEUED", flag: "key-max-queued", def: "auto", help: "calls the users of one agent key may have waiting for a slot, all together; auto = SANDBOX_MAX_QUEUED / 4 (at least 1); beyond it that key's calls are RESOURCE_EXHAUSTED"},
 	{name: "ARTIFACT_USER_MAX_BYTES", flag: "artifact-user-max-bytes", def: "0", help: "artifact quota of one store user (params.user_id; the verified one with identity verification on): bytes over all their versions, every session and user: scope (e.g. 1Gi; 0 = no quota)"},
 	{name: "ARTIFACT_USER_MAX_VERSIONS", flag: "artifact-user-max-versions", def: "0", help: "artifact quota of one store user: versions stored (0 = no quota)"},
 	{name: "ARTIFACT_SESSION_MAX_BYTES", flag: "artifact-session-max-bytes", def: "0", help: "artifact quota of one session of a user: bytes over all its versions (0 = no quota)"},
@@ -450,6 +455,10 @@ func configFromValues(v map[string]string) (*Config, error) {
 	if c.UserMaxRunning == 0 {
 		bad("STR_USER_MAX_RUNNING", "must be auto or at least 1")
 	}
+	c.KeyMaxRunning, c.KeyMaxQueued = auto("STR_KEY_MAX_RUNNING"), auto("STR_KEY_MAX_QUEUED")
+	if c.KeyMaxRunning == 0 {
+		bad("STR_KEY_MAX_RUNNING", "must be auto or at least 1")
+	}
 	size := func(name string) int64 {
 		q, err := profiles.ParseBytes(strings.TrimSpace(v[name]))
 		if err != nil {
@@ -562,6 +571,25 @@ func (c *Config) userMaxQueued() int {
 		return max(1, c.MaxQueued/4)
 	}
 	return c.UserMaxQueued
+}
+
+// keyMaxRunning is STR_KEY_MAX_RUNNING, auto resolved as
+// STR_USER_MAX_RUNNING's auto: one agent key is one share, like one user,
+// whatever number of users it claims.
+func (c *Config) keyMaxRunning() int {
+	if c.KeyMaxRunning < 0 {
+		return max(1, c.MaxConcurrent-1)
+	}
+	return min(c.KeyMaxRunning, c.MaxConcurrent)
+}
+
+// keyMaxQueued is STR_KEY_MAX_QUEUED, auto resolved as
+// STR_USER_MAX_QUEUED's auto.
+func (c *Config) keyMaxQueued() int {
+	if c.KeyMaxQueued < 0 {
+		return max(1, c.MaxQueued/4)
+	}
+	return c.KeyMaxQueued
 }
 
 // Base is the topic base: namespace without trailing "/" + "/a2a/v1".
