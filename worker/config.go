@@ -88,15 +88,19 @@ type Config struct {
 	ShutdownGrace   time.Duration // SHUTDOWN_GRACE_SECONDS
 	SigningSecret   string        // STR_SIGNING_SECRET: HMAC-SHA256 request signing when set
 	// Identity modes besides the shared secret (auth.go).
-	SigningKeys       string        // STR_SIGNING_KEYS: keys file of per-agent signing keys
-	UserTokenKeys     string        // STR_USER_TOKEN_KEYS: issuer keys (JWK Set or PEM) of user tokens
-	UserTokenAudience string        // STR_USER_TOKEN_AUDIENCE: required with STR_USER_TOKEN_KEYS
-	UserTokenIssuer   string        // STR_USER_TOKEN_ISSUER: "" = any issuer the keys verify
-	UserTokenClaim    string        // STR_USER_TOKEN_CLAIM: the claim equal to params.user_id
-	RatePerMinute     float64       // STR_USER_RATE_PER_MINUTE (0 = off)
-	RateBurst         int           // STR_USER_RATE_BURST
-	ReloadInterval    time.Duration // STR_MANIFEST_POLL_MS
-	LogLevel          string        // STR_LOG_LEVEL
+	SigningKeys       string // STR_SIGNING_KEYS: keys file of per-agent signing keys
+	UserTokenKeys     string // STR_USER_TOKEN_KEYS: issuer keys (JWK Set or PEM) of user tokens
+	UserTokenAudience string // STR_USER_TOKEN_AUDIENCE: required with STR_USER_TOKEN_KEYS
+	UserTokenIssuer   string // STR_USER_TOKEN_ISSUER: "" = any issuer the keys verify
+	UserTokenClaim    string // STR_USER_TOKEN_CLAIM: the claim equal to params.user_id
+	// UserTokenMaxLifetime (STR_USER_TOKEN_MAX_LIFETIME_SECONDS): the
+	// longest a user token may be valid: exp − iat, or exp − now when it
+	// has no iat (auth.go).
+	UserTokenMaxLifetime time.Duration
+	RatePerMinute        float64       // STR_USER_RATE_PER_MINUTE (0 = off)
+	RateBurst            int           // STR_USER_RATE_BURST
+	ReloadInterval       time.Duration // STR_MANIFEST_POLL_MS
+	LogLevel             string        // STR_LOG_LEVEL
 
 	// The broker liveness probe (probe.go).
 	ProbeInterval time.Duration // STR_BROKER_PROBE_INTERVAL_MS (0 = off)
@@ -219,6 +223,7 @@ var settings = []setting{
 	{name: "STR_USER_TOKEN_AUDIENCE", flag: "user-token-audience", help: "audience a user token must name (required with STR_USER_TOKEN_KEYS)"},
 	{name: "STR_USER_TOKEN_ISSUER", flag: "user-token-issuer", help: "issuer (iss) a user token must name (default: any the keys verify)"},
 	{name: "STR_USER_TOKEN_CLAIM", flag: "user-token-claim", def: "sub", help: "the user token's claim that must equal params.user_id"},
+	{name: "STR_USER_TOKEN_MAX_LIFETIME_SECONDS", flag: "user-token-max-lifetime", def: "86400", help: "the longest a user token may be valid, exp - iat (exp - now when it has no iat, with a minute's leeway); a longer-lived token is refused (AUTHENTICATION_FAILED): the worker cannot revoke a token, so this bounds how long a leaked one works. The default, one day, is what common issuers give at most (access tokens of an hour, some a day)"},
 	{name: "STR_USER_RATE_PER_MINUTE", flag: "user-rate-per-minute", def: "0", help: "per-user invocation rate (token bucket; 0 = off)"},
 	{name: "STR_USER_RATE_BURST", flag: "user-rate-burst", def: "0", help: "per-user burst (0 = one minute's rate)"},
 	{name: "STR_MANIFEST_POLL_MS", flag: "manifest-poll-ms", def: "500", help: "manifest reload poll interval"},
@@ -427,7 +432,8 @@ func configFromValues(v map[string]string) (*Config, error) {
 		ShutdownGrace: secs("SHUTDOWN_GRACE_SECONDS", 0), SigningSecret: v["STR_SIGNING_SECRET"],
 		SigningKeys: v["STR_SIGNING_KEYS"], UserTokenKeys: v["STR_USER_TOKEN_KEYS"], UserTokenAudience: v["STR_USER_TOKEN_AUDIENCE"],
 		UserTokenIssuer: v["STR_USER_TOKEN_ISSUER"], UserTokenClaim: v["STR_USER_TOKEN_CLAIM"],
-		RatePerMinute: number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
+		UserTokenMaxLifetime: secs("STR_USER_TOKEN_MAX_LIFETIME_SECONDS", 1),
+		RatePerMinute:        number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
 		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
 		ProbeInterval: ms("STR_BROKER_PROBE_INTERVAL_MS"), ProbeTimeout: ms("STR_BROKER_PROBE_TIMEOUT_MS"),
 		WarmDefault: integer("STR_WARM_DEFAULT", 0), WarmMaxAge: secs("STR_WARM_MAX_AGE_SECONDS", 1),
