@@ -88,15 +88,12 @@ type Config struct {
 	ShutdownGrace   time.Duration // SHUTDOWN_GRACE_SECONDS
 	SigningSecret   string        // STR_SIGNING_SECRET: HMAC-SHA256 request signing when set
 	// Identity modes besides the shared secret (auth.go).
-	SigningKeys       string // STR_SIGNING_KEYS: keys file of per-agent signing keys
-	UserTokenKeys     string // STR_USER_TOKEN_KEYS: issuer keys (JWK Set or PEM) of user tokens
-	UserTokenAudience string // STR_USER_TOKEN_AUDIENCE: required with STR_USER_TOKEN_KEYS
-	UserTokenIssuer   string // STR_USER_TOKEN_ISSUER: "" = any issuer the keys verify
-	UserTokenClaim    string // STR_USER_TOKEN_CLAIM: the claim equal to params.user_id
-	// UserTokenMaxLifetime (STR_USER_TOKEN_MAX_LIFETIME_SECONDS): the
-	// longest a user token may be valid: exp − iat, or exp − now when it
-	// has no iat (auth.go).
-	UserTokenMaxLifetime time.Duration
+	SigningKeys          string        // STR_SIGNING_KEYS: keys file of per-agent signing keys
+	UserTokenKeys        string        // STR_USER_TOKEN_KEYS: issuer keys (JWK Set or PEM) of user tokens
+	UserTokenAudience    string        // STR_USER_TOKEN_AUDIENCE: required with STR_USER_TOKEN_KEYS
+	UserTokenIssuer      string        // STR_USER_TOKEN_ISSUER: "" = any issuer the keys verify
+	UserTokenClaim       string        // STR_USER_TOKEN_CLAIM: the claim equal to params.user_id
+	UserTokenMaxLifetime time.Duration // STR_USER_TOKEN_MAX_LIFETIME_SECONDS: exp − iat (exp − now without iat) at most
 	RatePerMinute        float64       // STR_USER_RATE_PER_MINUTE (0 = off)
 	RateBurst            int           // STR_USER_RATE_BURST
 	ReloadInterval       time.Duration // STR_MANIFEST_POLL_MS
