@@ -160,7 +160,7 @@ type Server struct {
 	// CONNECT read bytes, had its first line answered, logged in or
 	// closed.
 	progress chan struct{}
-	accepted uint64 // connections accepted, numbering them (conn.seq); accept loop only
+	accepted atomic.Uint64 // connections accepted, numbering them (conn.seq); one accept loop per listener
 
 	mu        sync.Mutex
 	closed    bool
@@ -522,8 +522,7 @@ func (s *Server) serve(ln net.Listener) error {
 			s.log.Warn("cannot set keep-alive on the connection; a peer that vanishes is noticed only by IdleTimeout",
 				"remote", nc.RemoteAddr().String(), "err", err)
 		}
-		s.accepted++
-		c := &conn{srv: s, nc: nc, seq: s.accepted, gone: make(chan struct{}), handled: make(chan struct{}, 1), unauth: true}
+		c := &conn{srv: s, nc: nc, seq: s.accepted.Add(1), gone: make(chan struct{}), handled: make(chan struct{}, 1), unauth: true}
 		if sc, ok := nc.(syscall.Conn); ok {
 			c.raw, _ = sc.SyscallConn() // nil on error: c is then never made to give way before its first line is answered
 		}
