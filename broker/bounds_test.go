@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestLoginLineLimitCutsOff: 64 MiB sent before CONNECT, on one line. The
@@ -93,6 +95,28 @@ func halfLine(t *testing.T, s *Server, from string) *raw {
 	return &raw{T: t, NC: nc, R: bufio.NewReader(nc)}
 }
 
+// readAll waits until the server has read every byte sent so far on each
+// connection waiting for its CONNECT (so which one gives way next does
+// not depend on how soon its reader ran).
+func readAll(t *testing.T, s *Server) {
+	t.Helper()
+	waitFor(t, "the server to read what the waiting connections sent", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for c := range s.conns {
+			if !c.unauth {
+				continue
+			}
+			unread := -1
+			c.raw.Control(func(fd uintptr) { unread, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+			if unread != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestUnauthenticatedConnectionCap: MaxUnauthenticated connections that
 // have not CONNECTed; for the next one the oldest of them gives way
 // (closed, counted), except that one whose first line was answered and
@@ -108,6 +132,7 @@ func TestUnauthenticatedConnectionCap(t *testing.T) {
 	}
 
 	// The oldest gives way to a fourth.
+	readAll(t, s)
 	fourth := halfLine(t, s, "")
 	first[0].ExpectEOF()
 	waitFor(t, "one gave way, three wait", func() bool {
@@ -119,6 +144,7 @@ func TestUnauthenticatedConnectionCap(t *testing.T) {
 	// ones.
 	first[2].Send(`"RECEIVE"}`)
 	errorCode(t, "RECEIVE before CONNECT", first[2].Read(), CodeNotConnected)
+	readAll(t, s)
 	halfLine(t, s, "")
 	first[2].ExpectEOF()
 	waitFor(t, "two gave way", func() bool { return s.Stats().GaveWay == 2 })
@@ -145,6 +171,7 @@ func TestGiveWayBySource(t *testing.T) {
 		flood = append(flood, halfLine(t, s, "127.0.0.1"))
 		waitFor(t, "the flood's connections", func() bool { return s.Stats().Unauthenticated == 2+i })
 	}
+	readAll(t, s)
 	halfLine(t, s, "127.0.0.2")
 	flood[0].ExpectEOF()
 	if r := other.Do(`"CONNECT","client_id":"other"}`); r["status"] != StatusOK {
