@@ -2,19 +2,17 @@ package broker
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/broker/brokertest"
 	"golang.org/x/sys/unix"
 )
 
@@ -245,100 +243,6 @@ func TestDerivedMaxConnsBelowFileLimit(t *testing.T) {
 	}
 }
 
-// preLoginFlood is a client without the token that keeps every
-// unauthenticated place of s taken: n connections, each reopened as soon
-// as the server closes it, in the three shapes a token-less peer can give
-// one (silent, half a line, a command other than CONNECT). stop ends it
-// and waits for its goroutines; reopened counts the connections the
-// server closed under it.
-type preLoginFlood struct {
-	stop     func()
-	reopened atomic.Int64
-}
-
-func startPreLoginFlood(t *testing.T, addr net.Addr, n int) *preLoginFlood {
-	t.Helper()
-	f := &preLoginFlood{}
-	done := make(chan struct{})
-	var mu sync.Mutex
-	open := make(map[net.Conn]struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				nc, err := net.Dial("tcp", addr.String())
-				if err != nil {
-					select {
-					case <-done:
-						return
-					case <-time.After(time.Millisecond): // the listener is gone or the host is out of ports
-						continue
-					}
-				}
-				mu.Lock()
-				select {
-				case <-done:
-					mu.Unlock()
-					nc.Close()
-					return
-				default:
-				}
-				open[nc] = struct{}{}
-				mu.Unlock()
-				switch i % 3 {
-				case 0: // silent
-				case 1:
-					io.WriteString(nc, `{"cmd":"CONN`)
-				case 2:
-					io.WriteString(nc, `{"cmd":"RECEIVE","timeout_ms":0}`+"\n")
-				}
-				io.Copy(io.Discard, nc) // until the server closes it (or stop does)
-				mu.Lock()
-				delete(open, nc)
-				mu.Unlock()
-				nc.Close()
-				f.reopened.Add(1)
-			}
-		}()
-	}
-	f.stop = sync.OnceFunc(func() {
-		mu.Lock()
-		close(done)
-		for nc := range open {
-			nc.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	t.Cleanup(f.stop)
-	return f
-}
-
-// tokenLogin is one real login: a new connection, the CONNECT with the
-// token, its answer; one attempt, no retry.
-func tokenLogin(addr net.Addr, token, id string) error {
-	nc, err := net.Dial("tcp", addr.String())
-	if err != nil {
-		return fmt.Errorf("login %s: dial: %w", id, err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(time.Minute)) // generous: the machine is loaded by the flood
-	if _, err := fmt.Fprintf(nc, `{"cmd":"CONNECT","client_id":%q,"subscriptions":["t/>"],"token":%q}`+"\n", id, token); err != nil {
-		return fmt.Errorf("login %s: send CONNECT: %w", id, err)
-	}
-	line, err := bufio.NewReader(nc).ReadBytes('\n')
-	if err != nil {
-		return fmt.Errorf("login %s: no answer to CONNECT (%q): %w", id, line, err)
-	}
-	var r map[string]any
-	if err := json.Unmarshal(line, &r); err != nil || r["status"] != StatusOK || r["client_id"] != id {
-		return fmt.Errorf("login %s: CONNECT answered %s", id, line)
-	}
-	return nil
-}
-
 // TestPreLoginFloodCannotLockOut: a token-less client holds every one of
 // the default MaxUnauthenticated places and reopens each connection the
 // server closes, as fast as it can; meanwhile 20 clients with the token
@@ -349,9 +253,9 @@ func tokenLogin(addr net.Addr, token, id string) error {
 func TestPreLoginFloodCannotLockOut(t *testing.T) {
 	tok := NewToken()
 	s := startServer(t, Options{Token: tok})
-	flood := startPreLoginFlood(t, s.Addr(), 2*DefaultMaxUnauthenticated)
+	flood := brokertest.StartFlood(t, s.Addr().String(), 2*DefaultMaxUnauthenticated)
 	waitForWithin(t, time.Minute, "the flood holding every unauthenticated place", func() bool {
-		return s.Stats().Unauthenticated == DefaultMaxUnauthenticated && flood.reopened.Load() > 0
+		return s.Stats().Unauthenticated == DefaultMaxUnauthenticated && flood.Reopened.Load() > 0
 	})
 
 	const logins = 20
@@ -360,9 +264,9 @@ func TestPreLoginFloodCannotLockOut(t *testing.T) {
 		// Each login starts once the flood has had as many connections
 		// closed under it as there are places since the last one, so
 		// all 20 meet a flood in full swing.
-		turned := flood.reopened.Load() + DefaultMaxUnauthenticated
-		waitForWithin(t, time.Minute, "the flood to turn the places over", func() bool { return flood.reopened.Load() >= turned })
-		go func() { errs <- tokenLogin(s.Addr(), tok, fmt.Sprintf("real-%02d", i)) }()
+		turned := flood.Reopened.Load() + DefaultMaxUnauthenticated
+		waitForWithin(t, time.Minute, "the flood to turn the places over", func() bool { return flood.Reopened.Load() >= turned })
+		go func() { errs <- brokertest.Login(s.Addr().String(), tok, fmt.Sprintf("real-%02d", i)) }()
 	}
 	failed := 0
 	for range logins {
@@ -377,6 +281,6 @@ func TestPreLoginFloodCannotLockOut(t *testing.T) {
 	waitForWithin(t, time.Minute, "the flood still holding every unauthenticated place", func() bool {
 		return s.Stats().Unauthenticated == DefaultMaxUnauthenticated
 	})
-	flood.stop()
-	t.Logf("the server closed %d flood connections", flood.reopened.Load())
+	flood.Stop()
+	t.Logf("the server closed %d flood connections", flood.Reopened.Load())
 }

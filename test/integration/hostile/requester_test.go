@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/broker/brokertest"
 	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
@@ -386,4 +387,45 @@ func TestRequesterStrInvokeKeyed(t *testing.T) {
 	if !strings.Contains(stdout.String(), `"code":"CANCELLED"`) {
 		t.Fatalf("the signed cancel was not honoured:\n%s", stdout.String())
 	}
+}
+
+// TestPreLoginFloodAgainstWorker: issue 29 §7. A local peer without the
+// token keeps every place of the worker's embedded broker before CONNECT
+// taken, reopening each connection the broker closes, as fast as it can;
+// 20 logins with the token (one connection, one attempt each) all get in
+// (before, 4 of 20 did), and an agent connecting through the flood has
+// its call served.
+func TestPreLoginFloodAgainstWorker(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, requesterManifest)
+	w := startWorker(t, e, nil)
+	tok, err := broker.ReadTokenFile(broker.TokenFileFor(w.port))
+	must(t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(w.port)
+	flood := brokertest.StartFlood(t, addr, 2*broker.DefaultMaxUnauthenticated)
+	// The broker closing connections under the flood is the sign that it
+	// holds every place.
+	waitFor(t, "the flood to hold every place", rpcWait, func() bool { return flood.Reopened.Load() >= 2*broker.DefaultMaxUnauthenticated })
+	const logins = 20
+	errs := make(chan error, logins)
+	for i := range logins {
+		go func() { errs <- brokertest.Login(addr, tok, fmt.Sprintf("flood-login-%02d", i)) }()
+	}
+	failed := 0
+	for range logins {
+		if err := <-errs; err != nil {
+			t.Error(err)
+			failed++
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d logins with the token failed under a pre-login flood", failed, logins)
+	}
+	alice := newRequester(t, w, "e2e")
+	alice.invoke(call{tool: "echo_tool", id: "through-flood"})
+	if r := alice.reply("through-flood"); r.Result == nil {
+		t.Fatalf("a call through the flood: %+v", r.Error)
+	}
+	flood.Stop()
+	t.Logf("the broker closed %d flood connections", flood.Reopened.Load())
 }
