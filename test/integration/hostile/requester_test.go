@@ -429,3 +429,57 @@ func TestPreLoginFloodAgainstWorker(t *testing.T) {
 	flood.Stop()
 	t.Logf("the broker closed %d flood connections", flood.Reopened.Load())
 }
+
+// TestAgentKeyShareAgainstWorker: issue 29 §7. An agent key allowed users
+// "mallory*" sends 12 long calls, each as a new user (so each within its
+// user's caps), to a worker of 4 slots and 16 queue places: the key's
+// caps (auto: 3 running, 4 waiting) hold over all its users, the other 5
+// calls are RESOURCE_EXHAUSTED naming the key, and alice's agent's call
+// runs meanwhile. Before, the made-up users took every slot and place.
+func TestAgentKeyShareAgainstWorker(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, requesterManifest)
+	keys := filepath.Join(e.root, "keys.yaml")
+	must(t, os.WriteFile(keys, []byte(strings.Replace(requesterKeys, "users: [mallory]", `users: ["mallory*"]`, 1)), 0o600))
+	w := startWorker(t, e, map[string]string{"STR_SIGNING_KEYS": keys, "SANDBOX_MAX_CONCURRENT": "4", "SANDBOX_MAX_QUEUED": "16",
+		"SHUTDOWN_GRACE_SECONDS": "1"})
+	alice := newRequester(t, w, "e2e")
+	mallory := newRequester(t, w, "mallory")
+	var ids []string
+	for i := range 12 {
+		id := fmt.Sprintf("share-%02d", i)
+		ids = append(ids, id)
+		mallory.invoke(call{tool: "slow_operation", id: id, keyID: "mallory-key", secret: mallorySecret,
+			params: map[string]any{"user_id": fmt.Sprintf("mallory%02d", i), "args": map[string]any{"steps": 600, "delay": 1}}})
+	}
+	for _, id := range ids[7:] {
+		if r := mallory.reply(id); r.Error == nil || r.Error.Code != "RESOURCE_EXHAUSTED" || !strings.Contains(r.Error.Message, `agent key "mallory-key"`) {
+			t.Errorf("%s, over the key's caps: %+v", id, r)
+		}
+	}
+	for _, id := range ids[:3] {
+		waitFor(t, id+" running", rpcWait, func() bool { return mallory.isRunning(id) })
+	}
+	alice.invoke(call{tool: "echo_tool", id: "beside-mallory", keyID: "e2e-key", secret: e2eSecret})
+	if r := alice.reply("beside-mallory"); r.Result == nil {
+		t.Fatalf("alice's call beside mallory's key: %+v", r.Error)
+	}
+	// None of the 4 waiting runs, while the 3 running have not ended
+	// (the restrictive profile's 60 s would end them on a slow machine:
+	// then a waiting one may run, and this says nothing).
+	var over []string
+	for _, id := range ids[3:7] {
+		if mallory.isRunning(id) {
+			over = append(over, id)
+		}
+	}
+	for _, id := range ids[:3] {
+		if len(mallory.replyChan(id)) > 0 {
+			t.Logf("%s ended before the check of the waiting calls (its timeout): not checked", id)
+			return
+		}
+	}
+	if len(over) > 0 {
+		t.Errorf("%v run: mallory's key has more than its 3 running", over)
+	}
+}
