@@ -164,19 +164,46 @@
 // requests that crash or hang up the reference are answered
 // INVALID_COMMAND.
 //
-// Connection bounds: before its CONNECT (and token check) a connection may
-// send request lines of at most Options.LoginLineBytes (default 4 KiB; a
-// longer line is answered INVALID_COMMAND and the connection closed, the
-// rest unread) and must complete the CONNECT within Options.LoginTimeout of
-// its accept (default 10 s; other commands, answered NOT_CONNECTED, do not
-// extend it). Lines before the CONNECT are read one at a time, so a
-// request pipelined right behind the CONNECT gets MaxLineBytes. At most
-// Options.MaxUnauthenticated connections (default 64) wait for their
-// CONNECT, and at most Options.MaxConns are open in all (default a quarter
-// of the process's RLIMIT_NOFILE soft limit, at least 16, so that broker
-// clients cannot take the descriptors sandboxes need); a connection over
-// either is accepted and closed at once. A connected client that sends no
-// request for Options.IdleTimeout (default 10 min) is closed; the clock
+// Connection bounds: the listening socket has TCP_DEFER_ACCEPT, so the
+// kernel hands a connection to the broker when its first bytes arrive (or
+// about a second after the handshake, if it sends none; until then it
+// costs the broker nothing). Before its CONNECT (and token check) a
+// connection may send request lines of at most Options.LoginLineBytes
+// (default 4 KiB; a longer line is answered INVALID_COMMAND and the
+// connection closed, the rest unread) and must complete the CONNECT within
+// Options.LoginTimeout of its accept (default 10 s; other commands,
+// answered NOT_CONNECTED, do not extend it). Lines before the CONNECT are
+// read one at a time, so a request pipelined right behind the CONNECT gets
+// MaxLineBytes. At most Options.MaxUnauthenticated connections (default
+// 64) wait for their CONNECT, and at most Options.MaxConns are open in all
+// (default a quarter of the process's RLIMIT_NOFILE soft limit, at least
+// 16, so that broker clients cannot take the descriptors sandboxes need).
+//
+// When a new connection finds either bound reached, one connection waiting
+// for its CONNECT gives way to it (is closed; counted as Stats.GaveWay), so
+// that a client without the token, opening connections as fast as it can,
+// cannot keep out one with the token (TestPreLoginFloodCannotLockOut; when
+// newcomers were refused instead, such a flood let 4 of 20 logins in). Which
+// one gives way: first a connection whose first line has been answered and
+// which still has no session (a client with the token sends its CONNECT
+// first, so this is never one); then one from the peer address holding
+// the most waiting connections (a flood from one host makes room from its
+// own; on loopback every peer is 127.0.0.1, so this cannot be the only
+// defence); then the oldest. A connection never gives way while its first
+// line is unread in its socket or read and not yet answered: with
+// TCP_DEFER_ACCEPT a client's CONNECT is in its socket when it is
+// accepted, so a client with the token loses its place only if its
+// CONNECT line arrives in pieces and the flood turns all the places over
+// between them (a CONNECT is one segment in practice: a few hundred bytes).
+// When no waiting connection may give way yet (every one has its first
+// line unread or unanswered, which lasts as long as reading and answering
+// one line), the broker accepts nothing until one may, and new
+// connections wait in the kernel's accept queue. When MaxConns are open
+// and none of them waits for its CONNECT, a new connection is accepted and
+// closed at once: connected clients are never pushed out.
+//
+// A connected client that sends no request for Options.IdleTimeout
+// (default 10 min) is closed; the clock
 // runs only between a reply and the next request, so a RECEIVE waiting up
 // to its maximum (1 h) is not idle. Every refusal and close is counted and
 // logged (a warning on the first and every 100th of each kind). There is
@@ -200,7 +227,9 @@
 // What it protects against: a peer that cannot read the token file (another
 // local user; a tool whose sandbox shares the host's network but not its
 // files) cannot CONNECT, hence cannot read, forge, or divert any message; a
-// peer cannot take over or join a connected client_id; a slow or stuck
+// peer cannot take over or join a connected client_id; a peer without the
+// token cannot keep one with it from logging in by taking every place
+// before CONNECT; a slow or stuck
 // subscriber holds at most QueueSize messages and MaxQueueBytes bytes; a
 // misbehaving peer cannot crash the server, exhaust it with one unbounded
 // line, or desynchronise other connections; every malformed request gets an
@@ -213,7 +242,8 @@
 // network in clear text off loopback). Connections are bounded in number (all,
 // and those not yet CONNECTed), in time (to CONNECT, and idle after) and, before
 // CONNECT, in line length, so an unauthenticated peer holds at most
-// MaxUnauthenticated connections of LoginLineBytes each for LoginTimeout;
+// MaxUnauthenticated connections of LoginLineBytes each for LoginTimeout,
+// and gives them up to newcomers, a client with the token among them;
 // subscriptions per client are not bounded, and total memory after CONNECT is
 // bounded per client and by MaxConns.
 // With --anonymous, everything above that relies on the token is gone.

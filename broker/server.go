@@ -3,6 +3,8 @@ package broker
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -57,6 +60,14 @@ const (
 	peerIdle          = 5 * time.Second
 	peerProbeInterval = 5 * time.Second
 	peerUserTimeout   = 20 * time.Second
+	// deferAcceptSeconds is the listening socket's TCP_DEFER_ACCEPT: the
+	// kernel hands a connection to the broker once its first bytes have
+	// arrived, or about this long after the handshake if none come. So a
+	// client's CONNECT is already readable when its connection takes a
+	// place among the MaxUnauthenticated, and a place is never given away
+	// (see admit) in the moment between a client's connect and its
+	// first write.
+	deferAcceptSeconds = 1
 )
 
 // Options configures a Server. Exactly one of Token and Anonymous must be
@@ -93,13 +104,18 @@ type Options struct {
 	// complete a CONNECT; then it is closed. 0 means DefaultLoginTimeout.
 	LoginTimeout time.Duration
 	// MaxUnauthenticated is the most connections at once that have not
-	// yet completed a CONNECT; a connection accepted beyond it is closed
-	// at once. 0 means DefaultMaxUnauthenticated.
+	// yet completed a CONNECT. When they are all taken, one of them that
+	// has no request of its own unanswered gives way to the new
+	// connection (see "Connection bounds" in the package doc), so a
+	// client that only opens connections cannot keep one with the token
+	// out. 0 means DefaultMaxUnauthenticated.
 	MaxUnauthenticated int
-	// MaxConns is the most connections at once, of any kind; a connection
-	// accepted beyond it is closed at once. 0 means a quarter of the
-	// process's RLIMIT_NOFILE soft limit at NewServer (at least 16), so
-	// that broker clients cannot take the descriptors the sandboxes need.
+	// MaxConns is the most connections at once, of any kind; beyond it a
+	// connection waiting for its CONNECT gives way as above, and when
+	// none is waiting the new connection is closed at once. 0 means a
+	// quarter of the process's RLIMIT_NOFILE soft limit at NewServer (at
+	// least 16), so that broker clients cannot take the descriptors the
+	// sandboxes need.
 	MaxConns int
 	// IdleTimeout closes a connected (CONNECTed) connection that has sent
 	// no request for this long. A RECEIVE being waited on is not idle:
@@ -139,6 +155,12 @@ type Server struct {
 	log        *slog.Logger
 	done       chan struct{} // closed by Close
 	wg         sync.WaitGroup
+	// progress (capacity 1) tells admit, waiting for a connection that
+	// may give way, that one may now: a connection waiting for its
+	// CONNECT read bytes, had its first line answered, logged in or
+	// closed.
+	progress chan struct{}
+	accepted atomic.Uint64 // connections accepted, numbering them (conn.seq); one accept loop per listener
 
 	mu        sync.Mutex
 	closed    bool
@@ -157,7 +179,7 @@ type Server struct {
 // Server.mu.
 type boundCounts struct {
 	overMaxConns     uint64 // accepted beyond MaxConns and closed
-	overUnauth       uint64 // accepted beyond MaxUnauthenticated and closed
+	gaveWay          uint64 // waiting for CONNECT, closed to make room for a new connection
 	loginLineTooLong uint64 // a line over LoginLineBytes before CONNECT
 	loginTimeout     uint64 // no CONNECT within LoginTimeout
 	idleTimeout      uint64 // no request within IdleTimeout
@@ -169,8 +191,9 @@ type Stats struct {
 	Conns           int // connections open
 	Unauthenticated int // of those, not yet CONNECTed
 	// Cut by a bound since NewServer (see "Connection bounds" in the
-	// package doc).
-	OverMaxConns, OverUnauthenticated, LoginLineTooLong, LoginTimeout, IdleTimeout uint64
+	// package doc). GaveWay counts connections that had not CONNECTed
+	// and were closed to make room for a new one.
+	OverMaxConns, GaveWay, LoginLineTooLong, LoginTimeout, IdleTimeout uint64
 }
 
 // Stats returns the current Stats.
@@ -179,7 +202,7 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	b := s.bounds
 	return Stats{Conns: len(s.conns), Unauthenticated: s.unauth,
-		OverMaxConns: b.overMaxConns, OverUnauthenticated: b.overUnauth, LoginLineTooLong: b.loginLineTooLong,
+		OverMaxConns: b.overMaxConns, GaveWay: b.gaveWay, LoginLineTooLong: b.loginLineTooLong,
 		LoginTimeout: b.loginTimeout, IdleTimeout: b.idleTimeout}
 }
 
@@ -235,10 +258,24 @@ type group struct {
 
 // conn is one accepted TCP connection.
 type conn struct {
+	srv     *Server
 	nc      net.Conn
-	session *client       // nil until CONNECT
-	gone    chan struct{} // closed when the peer's side is finished
-	unauth  bool          // counted in Server.unauth; guarded by Server.mu
+	raw     syscall.RawConn // nc's socket, for reads before CONNECT (nil: not a socket)
+	seq     uint64          // accept order: older connections give way first
+	source  netip.Addr      // the peer's address, without the port
+	session *client         // nil until CONNECT
+	gone    chan struct{}   // closed when the peer's side is finished
+	unauth  bool            // counted in Server.unauth; guarded by Server.mu
+	// Before CONNECT: how far the first request line has got (first)
+	// and whether the connection was closed to make room for a new one
+	// (gaveWay: its reader reads nothing more). Guarded by loginMu,
+	// which Read holds across each read(2) before CONNECT, so that
+	// giveWay sees every byte either still in the socket or in first;
+	// gaveWay is written with Server.mu held as well. Lock order:
+	// Server.mu, then loginMu.
+	loginMu sync.Mutex
+	first   firstLine
+	gaveWay bool
 	// authed is set by the first successful CONNECT; the line reader
 	// switches from LoginLineBytes to MaxLineBytes then.
 	authed atomic.Bool
@@ -247,6 +284,25 @@ type conn struct {
 	// no line is read ahead under the wrong limit.
 	handled chan struct{}
 }
+
+// firstLine is how far a connection's first request line has got, the
+// one a client with the token sends its CONNECT in.
+type firstLine uint8
+
+const (
+	// firstUnread: no complete line read yet (perhaps a part of one).
+	firstUnread firstLine = iota
+	// firstInHand: read, not yet answered.
+	firstInHand
+	// firstAnswered: answered; a connection still without a session
+	// after that has shown it is no client with the token (those
+	// CONNECT first), and gives way before any other.
+	firstAnswered
+)
+
+// errGaveWay is what the reader of a connection that gave way to a new
+// one gets (its socket is being closed).
+var errGaveWay = errors.New("devbroker: connection closed to make room for a new one")
 
 // NewServer returns a server that is not yet listening.
 func NewServer(opts Options) *Server {
@@ -264,6 +320,7 @@ func NewServer(opts Options) *Server {
 		refSess:    opts.ReferenceSessions,
 		log:        opts.Logger,
 		done:       make(chan struct{}),
+		progress:   make(chan struct{}, 1),
 		conns:      make(map[*conn]struct{}),
 		clients:    make(map[string]*client),
 		groups:     make(map[string]*group),
@@ -322,7 +379,8 @@ func (s *Server) Listen(addr string) error {
 	case s.token != "" && s.anonymous:
 		return errors.New("devbroker: both a token and anonymous: choose one")
 	}
-	ln, err := net.Listen("tcp", addr)
+	lc := net.ListenConfig{Control: deferAccept}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("devbroker: listen on %s: %w", addr, err)
 	}
@@ -336,6 +394,21 @@ func (s *Server) Listen(addr string) error {
 			s.log.Error("accept loop ended", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
+	return nil
+}
+
+// deferAccept sets TCP_DEFER_ACCEPT (deferAcceptSeconds) on the listening
+// socket before it listens.
+func deferAccept(network, address string, rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, deferAcceptSeconds)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("setsockopt TCP_DEFER_ACCEPT %d s on %s: %w", deferAcceptSeconds, address, serr)
+	}
 	return nil
 }
 
@@ -449,24 +522,22 @@ func (s *Server) serve(ln net.Listener) error {
 			s.log.Warn("cannot set keep-alive on the connection; a peer that vanishes is noticed only by IdleTimeout",
 				"remote", nc.RemoteAddr().String(), "err", err)
 		}
-		c := &conn{nc: nc, gone: make(chan struct{}), handled: make(chan struct{}, 1), unauth: true}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			nc.Close()
-			return ErrServerClosed
+		c := &conn{srv: s, nc: nc, seq: s.accepted.Add(1), gone: make(chan struct{}), handled: make(chan struct{}, 1), unauth: true}
+		if sc, ok := nc.(syscall.Conn); ok {
+			c.raw, _ = sc.SyscallConn() // nil on error: c is then never made to give way before its first line is answered
 		}
-		// The connection bounds, before any byte is read: over one, the
-		// connection is closed at once and counted.
-		if refused := s.admit(nc); refused {
-			s.mu.Unlock()
+		if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+			c.source = ap.Addr().Unmap()
+		}
+		// The connection bounds, before any byte is read.
+		switch err := s.admit(c); {
+		case errors.Is(err, ErrServerClosed):
+			nc.Close()
+			return err
+		case err != nil: // refused and counted
 			nc.Close()
 			continue
 		}
-		s.conns[c] = struct{}{}
-		s.unauth++
-		s.wg.Add(1)
-		s.mu.Unlock()
 		go s.handleConn(c)
 	}
 }
@@ -498,28 +569,217 @@ func watchPeer(nc net.Conn) error {
 	return nil
 }
 
-// admit checks a freshly accepted connection against the connection
-// bounds, counting and logging a refusal (the first and every 100th of
-// each kind, so a flood cannot flood the log). The caller holds s.mu.
-func (s *Server) admit(nc net.Conn) (refused bool) {
-	var n *uint64
-	var what string
-	switch {
-	// 1. All connections: descriptors for the sandboxes come first.
-	case len(s.conns) >= s.maxConns:
-		n, what = &s.bounds.overMaxConns, "connection refused: MaxConns connections open"
-	// 2. Connections that have not yet CONNECTed.
-	case s.unauth >= s.maxUnauth:
-		n, what = &s.bounds.overUnauth, "connection refused: MaxUnauthenticated connections not yet CONNECTed"
-	default:
-		return false
+// errRefused is admit's answer for a connection over MaxConns when no
+// connection waits for its CONNECT.
+var errRefused = errors.New("devbroker: connection refused")
+
+// admit registers the freshly accepted connection c under the connection
+// bounds, counting and logging each refusal and each connection that
+// gives way (the first and every 100th of each kind, so a flood cannot
+// flood the log). Its steps, repeated until c is in or refused:
+//  1. room under both MaxConns and MaxUnauthenticated: c is in;
+//  2. MaxConns connections open and none of them waiting for its
+//     CONNECT: c is refused (descriptors for the sandboxes come first,
+//     and connected clients are not pushed out by newcomers);
+//  3. otherwise one connection waiting for its CONNECT gives way to c
+//     (s.giveWayFor): closed, and c takes its place;
+//  4. none of them can give way yet (each has its first line unread in
+//     the socket, or in hand, unanswered): wait until one of them moves
+//     (s.progress) and go back to 1. The wait is short (reading and
+//     answering one line of at most LoginLineBytes; the answer is the
+//     connection's first write, which its empty send buffer takes at
+//     once), and meanwhile new connections wait in the kernel's accept
+//     queue instead of being refused.
+//
+// It returns nil (c is in), errRefused or ErrServerClosed.
+func (s *Server) admit(c *conn) error {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return ErrServerClosed
+		}
+		// 1. Room.
+		if len(s.conns) < s.maxConns && s.unauth < s.maxUnauth {
+			s.conns[c] = struct{}{}
+			s.unauth++
+			s.wg.Add(1)
+			s.mu.Unlock()
+			return nil
+		}
+		// 2. Full of connected clients.
+		if s.unauth == 0 {
+			s.cut(&s.bounds.overMaxConns, "connection refused: MaxConns connections open", c)
+			s.mu.Unlock()
+			return errRefused
+		}
+		// 3. A waiting connection gives way.
+		if old := s.giveWayFor(); old != nil {
+			delete(s.conns, old)
+			old.unauth = false
+			s.conns[c] = struct{}{} // the counts stay: one waiting connection for another
+			s.wg.Add(1)
+			s.cut(&s.bounds.gaveWay, "connection closed: it had not CONNECTed and gave way to a new connection (MaxUnauthenticated or MaxConns reached)", old)
+			s.mu.Unlock()
+			// Outside s.mu: Close waits for a read in progress on old,
+			// which holds old.loginMu, never s.mu.
+			old.nc.Close()
+			return nil
+		}
+		s.mu.Unlock()
+		// 4. Wait for one to move.
+		select {
+		case <-s.progress:
+		case <-s.done:
+			return ErrServerClosed
+		}
 	}
+}
+
+// giveWayFor picks the connection waiting for its CONNECT that makes room
+// for a new one, marks it (conn.gaveWay) and returns it; nil when none
+// may give way now. The order:
+//  1. connections whose first line was answered and which still have no
+//     session (a client with the token sends its CONNECT first, so these
+//     are none);
+//  2. then those from the peer address holding the most waiting
+//     connections (a flood from one host makes room from its own, not
+//     from other hosts'; on loopback every peer is 127.0.0.1, so this
+//     alone could not be the defence);
+//  3. then the oldest first.
+//
+// A connection never gives way while its first line is in hand or its
+// socket holds bytes not yet read: those may be the CONNECT of a client
+// with the token. With TCP_DEFER_ACCEPT (deferAcceptSeconds) a client's
+// first bytes are in the socket when it is accepted, so what gives way is
+// what sent nothing, or only part of a line and then stopped. The caller
+// holds s.mu.
+func (s *Server) giveWayFor() *conn {
+	var waiting []*conn
+	perSource := make(map[netip.Addr]int)
+	for c := range s.conns {
+		if c.unauth {
+			waiting = append(waiting, c)
+			perSource[c.source]++
+		}
+	}
+	answered := make(map[*conn]bool, len(waiting))
+	for _, c := range waiting {
+		c.loginMu.Lock()
+		answered[c] = c.first == firstAnswered
+		c.loginMu.Unlock()
+	}
+	slices.SortFunc(waiting, func(a, b *conn) int {
+		if answered[a] != answered[b] {
+			if answered[a] {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(perSource[b.source], perSource[a.source]), cmp.Compare(a.seq, b.seq))
+	})
+	for _, c := range waiting {
+		if c.giveWay() {
+			return c
+		}
+	}
+	return nil
+}
+
+// giveWay marks c as giving way, unless its first line may be a CONNECT
+// still to be answered: in hand, or (not yet read) in its socket. It holds
+// c.loginMu, so no read(2) of c runs meanwhile (see Read).
+func (c *conn) giveWay() bool {
+	c.loginMu.Lock()
+	defer c.loginMu.Unlock()
+	switch c.first {
+	case firstInHand:
+		return false
+	case firstUnread:
+		if c.raw == nil {
+			return false
+		}
+		unread := -1
+		if err := c.raw.Control(func(fd uintptr) {
+			if n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil {
+				unread = n
+			}
+		}); err != nil || unread != 0 {
+			return false // bytes to read (or the socket is closing: its end nudges admit)
+		}
+	}
+	c.gaveWay = true
+	return true
+}
+
+// Read is the line reader's read of c's socket. After the CONNECT it is
+// nc.Read. Before it, the read(2) runs under c.loginMu and notes in
+// c.first when the first line is complete, so that giveWay sees each of
+// c's bytes either in the socket or in c.first, never between the two; and
+// a connection that gave way reads nothing more.
+func (c *conn) Read(p []byte) (int, error) {
+	if c.raw == nil || c.authed.Load() {
+		return c.nc.Read(p)
+	}
+	var n int
+	var rerr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		c.loginMu.Lock()
+		defer c.loginMu.Unlock()
+		if c.gaveWay {
+			rerr = errGaveWay
+			return true
+		}
+		for {
+			n, rerr = unix.Read(int(fd), p)
+			if !errors.Is(rerr, unix.EINTR) {
+				break
+			}
+		}
+		if errors.Is(rerr, unix.EAGAIN) {
+			return false // nothing yet: wait until readable
+		}
+		if rerr == nil && c.first == firstUnread && bytes.IndexByte(p[:n], '\n') >= 0 {
+			c.first = firstInHand
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
+	}
+	c.srv.nudge() // what was in the socket is read: c may give way now
+	return n, nil
+}
+
+// answeredFirst notes that c's first line has been answered.
+func (c *conn) answeredFirst() {
+	c.loginMu.Lock()
+	defer c.loginMu.Unlock()
+	c.first = firstAnswered
+}
+
+// nudge tells admit that a connection waiting for its CONNECT has moved
+// (see Server.progress).
+func (s *Server) nudge() {
+	select {
+	case s.progress <- struct{}{}:
+	default:
+	}
+}
+
+// cut counts a connection cut by a bound (n) and logs the first and
+// every 100th. The caller holds s.mu.
+func (s *Server) cut(n *uint64, what string, c *conn) {
 	*n++
 	if *n == 1 || *n%100 == 0 {
-		s.log.Warn(what, "remote", nc.RemoteAddr().String(), "open", len(s.conns), "unauthenticated", s.unauth,
-			"max_conns", s.maxConns, "max_unauthenticated", s.maxUnauth, "refused_total", *n)
+		s.log.Warn(what, "remote", c.nc.RemoteAddr().String(), "open", len(s.conns), "unauthenticated", s.unauth,
+			"max_conns", s.maxConns, "max_unauthenticated", s.maxUnauth, "total", *n)
 	}
-	return true
 }
 
 // count adds one to a bound's counter. It takes s.mu.
@@ -549,7 +809,7 @@ type line struct {
 // right after the CONNECT is measured against the limit in force after it.
 func (s *Server) readLines(c *conn, out chan<- line, stop <-chan struct{}) {
 	defer close(c.gone)
-	r := bufio.NewReaderSize(c.nc, 16<<10)
+	r := bufio.NewReaderSize(c, 16<<10) // c.Read: see giveWay
 	var buf []byte
 	tooLong := false
 	for {
@@ -623,6 +883,7 @@ func (s *Server) handleConn(c *conn) {
 		}
 		s.detach(c, log)
 		s.mu.Unlock()
+		s.nudge() // a place may be free
 		log.Debug("connection closed")
 	}()
 
@@ -661,6 +922,8 @@ func (s *Server) handleConn(c *conn) {
 		}
 		resp, hangUp := s.handle(c, l, log)
 		if l.login {
+			c.answeredFirst()
+			s.nudge() // c may give way now, if still without a session
 			select {
 			case c.handled <- struct{}{}:
 			default:
@@ -819,6 +1082,11 @@ func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slo
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c.gaveWay {
+		// Closed to make room meanwhile (a connection whose first
+		// line was not this CONNECT): its place is another's now.
+		return errorResponse(CodeNotConnected, "CONNECT refused: the connection had to give way to a new one (send CONNECT first)"), true
+	}
 	// 3. One connection per client id: a second connection claiming a
 	// connected id would share its queue and subscriptions (take its
 	// messages, unsubscribe it, subscribe it to a flood).
@@ -865,6 +1133,7 @@ func (s *Server) handleConnect(c *conn, req map[string]json.RawMessage, log *slo
 	if c.unauth {
 		c.unauth = false
 		s.unauth--
+		s.nudge() // a place is free
 	}
 	c.authed.Store(true)
 	log.Info("client connected", "client_id", id, "queue_name", cl.queue, "subscriptions", len(subs))

@@ -354,7 +354,14 @@ func TestQueueBoundDropsOldest(t *testing.T) {
 // waitFor polls cond (for state another goroutine changes) for up to 3 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
+	waitForWithin(t, 3*time.Second, what, cond)
+}
+
+// waitForWithin is waitFor with a bound of d, for conditions that take
+// the machine's effort (a flood in progress).
+func waitForWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for: %s", what)

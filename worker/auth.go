@@ -40,8 +40,9 @@ import (
 //     so a leaked agent key is that agent's, not every user's;
 //   - STR_USER_TOKEN_KEYS, user tokens (the reference's enterprise mode):
 //     a JWT in the authToken user property, verified against the issuer
-//     keys, its expiry and audience checked, and its claim
-//     (STR_USER_TOKEN_CLAIM, default sub) equal to params.user_id.
+//     keys, its expiry, lifetime (STR_USER_TOKEN_MAX_LIFETIME_SECONDS)
+//     and audience checked, and its claim (STR_USER_TOKEN_CLAIM, default
+//     sub) equal to params.user_id.
 //
 // When any is configured, nothing is published to a replyTo the worker
 // could not authenticate: a request whose signature fails, or that
@@ -75,12 +76,14 @@ type authModes struct {
 	audience string                   // STR_USER_TOKEN_AUDIENCE
 	issuer   string                   // STR_USER_TOKEN_ISSUER ("" = any)
 	claim    string                   // STR_USER_TOKEN_CLAIM
+	lifetime time.Duration            // STR_USER_TOKEN_MAX_LIFETIME_SECONDS
 }
 
 // newAuthModes loads the keys and token key files (a file that cannot be
 // loaded at start-up is a configuration error).
 func newAuthModes(cfg *Config, log *slog.Logger) (*authModes, error) {
-	a := &authModes{audience: cfg.UserTokenAudience, issuer: cfg.UserTokenIssuer, claim: cfg.UserTokenClaim}
+	a := &authModes{audience: cfg.UserTokenAudience, issuer: cfg.UserTokenIssuer, claim: cfg.UserTokenClaim,
+		lifetime: cfg.UserTokenMaxLifetime}
 	var err error
 	if cfg.SigningKeys != "" {
 		if a.keys, err = loadWatched(cfg.SigningKeys, "STR_SIGNING_KEYS", parseKeyRing, log); err != nil {
@@ -174,6 +177,7 @@ func (s *Server) verifyInvoke(d *transport.Delivery, key *signingKey, req *Reque
 		return requester{UserID: req.UserID}, nil
 	}
 	var via []string
+	keyID := ""
 	// 2. the signed identity equals the request's.
 	if s.signing() {
 		if u := props[PropUserID]; u == "" || u != req.UserID {
@@ -186,6 +190,7 @@ func (s *Server) verifyInvoke(d *transport.Delivery, key *signingKey, req *Reque
 				return requester{}, e
 			}
 			via[0] = "key:" + key.ID
+			keyID = key.ID
 		}
 	}
 	// 4. the user's token.
@@ -199,7 +204,7 @@ func (s *Server) verifyInvoke(d *transport.Delivery, key *signingKey, req *Reque
 		}
 		via = append(via, "token")
 	}
-	return requester{UserID: req.UserID, Verified: true, Via: strings.Join(via, "+")}, nil
+	return requester{UserID: req.UserID, Verified: true, Via: strings.Join(via, "+"), Key: keyID}, nil
 }
 
 // verifyCancel establishes who a cancel is from, by the same rules as an
@@ -213,7 +218,7 @@ func (s *Server) verifyCancel(d *transport.Delivery, now time.Time) (who request
 	}
 	props := d.UserProperties
 	var via []string
-	user := ""
+	user, keyID := "", ""
 	if s.signing() {
 		key, e := s.checkSignature(d, now)
 		if e != nil {
@@ -229,6 +234,7 @@ func (s *Server) verifyCancel(d *transport.Delivery, now time.Time) (who request
 					key.ID, truncateName(user), truncateName(props[PropClientID]))
 			}
 			via[0] = "key:" + key.ID
+			keyID = key.ID
 		}
 	}
 	if s.auth.tokens != nil {
@@ -243,7 +249,7 @@ func (s *Server) verifyCancel(d *transport.Delivery, now time.Time) (who request
 		user = claim
 		via = append(via, "token")
 	}
-	return requester{UserID: user, Verified: true, Via: strings.Join(via, "+")}, true, nil
+	return requester{UserID: user, Verified: true, Via: strings.Join(via, "+"), Key: keyID}, true, nil
 }
 
 // verifyToken checks a user token and returns its identity claim. The
@@ -253,14 +259,16 @@ func (s *Server) verifyCancel(d *transport.Delivery, now time.Time) (who request
 // key (the header's kid selects among keys that have one); exp present
 // and not past, nbf and iat not in the future (tokenLeeway); aud holds
 // STR_USER_TOKEN_AUDIENCE; iss equal to STR_USER_TOKEN_ISSUER when set;
-// the claim a non-empty string.
+// valid for at most STR_USER_TOKEN_MAX_LIFETIME_SECONDS; the claim a
+// non-empty string.
 func (s *Server) verifyToken(raw string, now time.Time, id string) (string, *Error) {
 	// 1. present.
 	if raw == "" {
 		s.log.Warn("request refused: no authToken", "id", truncateName(id))
 		return "", errorf(CodeAuthenticationFailed, msgNoAuthToken)
 	}
-	claim, err := s.auth.tokens.get().verify(raw, now, s.auth.audience, s.auth.issuer, s.auth.claim)
+	claim, err := s.auth.tokens.get().verify(raw, now, tokenPolicy{audience: s.auth.audience, issuer: s.auth.issuer,
+		claim: s.auth.claim, maxLifetime: s.auth.lifetime})
 	if err != nil {
 		s.log.Warn("request refused: invalid or expired token", "id", truncateName(id), "error", err)
 		return "", errorf(CodeAuthenticationFailed, msgInvalidAuthToken)
@@ -449,8 +457,16 @@ func parseTokenKeys(data []byte) (*tokenKeys, error) {
 	return &out, nil
 }
 
+// tokenPolicy is what a verified token must hold besides its signature.
+type tokenPolicy struct {
+	audience    string        // STR_USER_TOKEN_AUDIENCE: in aud
+	issuer      string        // STR_USER_TOKEN_ISSUER: iss ("" = any)
+	claim       string        // STR_USER_TOKEN_CLAIM: the identity
+	maxLifetime time.Duration // STR_USER_TOKEN_MAX_LIFETIME_SECONDS
+}
+
 // verify checks one token (see Server.verifyToken) and returns the claim.
-func (tk *tokenKeys) verify(raw string, now time.Time, audience, issuer, claimName string) (string, error) {
+func (tk *tokenKeys) verify(raw string, now time.Time, p tokenPolicy) (string, error) {
 	// 1. a compact JWS of an allowed algorithm.
 	tok, err := jwt.ParseSigned(raw, tokenAlgorithms)
 	if err != nil {
@@ -480,13 +496,28 @@ func (tk *tokenKeys) verify(raw string, now time.Time, audience, issuer, claimNa
 	if std.Expiry == nil {
 		return "", errors.New("no exp claim (a token without expiry is refused)")
 	}
-	if err := std.ValidateWithLeeway(jwt.Expected{AnyAudience: jwt.Audience{audience}, Issuer: issuer, Time: now}, tokenLeeway); err != nil {
+	if err := std.ValidateWithLeeway(jwt.Expected{AnyAudience: jwt.Audience{p.audience}, Issuer: p.issuer, Time: now}, tokenLeeway); err != nil {
 		return "", err
 	}
-	// 4. the identity claim.
-	v, _ := all[claimName].(string)
+	// 4. the lifetime: the worker cannot revoke a token, so a leaked one
+	// works until its exp; a token the issuer made valid for longer than
+	// the maximum (exp − iat) is refused, and one without iat when what
+	// is left of it (exp − now) is longer, with tokenLeeway for the
+	// clocks' skew (iat is the issuer's own, exact). After step 3, which
+	// refused a token past exp or with iat in the future.
+	exp := std.Expiry.Time()
+	if std.IssuedAt != nil {
+		if life := exp.Sub(std.IssuedAt.Time()); life > p.maxLifetime {
+			return "", fmt.Errorf("token lifetime (exp - iat) is %v, longer than the maximum %v (STR_USER_TOKEN_MAX_LIFETIME_SECONDS)", life, p.maxLifetime)
+		}
+	} else if left := exp.Sub(now); left > p.maxLifetime+tokenLeeway {
+		return "", fmt.Errorf("token without iat valid for %v more (exp - now), longer than the maximum %v (STR_USER_TOKEN_MAX_LIFETIME_SECONDS, with %v leeway)",
+			left.Truncate(time.Second), p.maxLifetime, tokenLeeway)
+	}
+	// 5. the identity claim.
+	v, _ := all[p.claim].(string)
 	if v == "" {
-		return "", fmt.Errorf("claim %q missing or not a string", claimName)
+		return "", fmt.Errorf("claim %q missing or not a string", p.claim)
 	}
 	return v, nil
 }

@@ -407,7 +407,7 @@ func TestUserTokenVerify(t *testing.T) {
 		keys, err := parseTokenKeys(form.data)
 		must(t, err)
 		verify := func(tok, claim string) (string, error) {
-			return keys.verify(tok, time.Now(), "str-workers", "https://idp.example", claim)
+			return keys.verify(tok, time.Now(), tokenPolicy{audience: "str-workers", issuer: "https://idp.example", claim: claim, maxLifetime: 24 * time.Hour})
 		}
 		for _, i := range iss {
 			if got, err := verify(i.mint(t, claimsFor("alice", time.Hour)), "sub"); err != nil || got != "alice" {
@@ -555,6 +555,19 @@ func TestIdentityConfig(t *testing.T) {
 	if c.SigningKeys != filepath.Join(wd, "keys.yaml") || c.UserTokenKeys != filepath.Join(wd, "issuer.pem") || c.UserTokenClaim != "sub" {
 		t.Errorf("paths %q %q claim %q", c.SigningKeys, c.UserTokenKeys, c.UserTokenClaim)
 	}
+	if c.UserTokenMaxLifetime != 24*time.Hour {
+		t.Errorf("default token lifetime %v, want 24h", c.UserTokenMaxLifetime)
+	}
+	c, err = LoadConfig([]string{"--user-token-max-lifetime", "3600"}, env(nil), io.Discard)
+	if err != nil || c.UserTokenMaxLifetime != time.Hour {
+		t.Errorf("--user-token-max-lifetime 3600: %v %v", c, err)
+	}
+	for _, v := range []string{"0", "-1", "1d"} {
+		if _, err := LoadConfig(nil, env(map[string]string{"STR_USER_TOKEN_MAX_LIFETIME_SECONDS": v}), io.Discard); err == nil ||
+			!strings.Contains(err.Error(), "STR_USER_TOKEN_MAX_LIFETIME_SECONDS") {
+			t.Errorf("STR_USER_TOKEN_MAX_LIFETIME_SECONDS=%s: %v", v, err)
+		}
+	}
 	bad := filepath.Join(t.TempDir(), "keys.yaml")
 	must(t, os.WriteFile(bad, []byte("version: 1\nkeys: []\n"), 0o600))
 	cfg, err := LoadConfig(nil, env(nil), io.Discard)
@@ -563,5 +576,135 @@ func TestIdentityConfig(t *testing.T) {
 	if _, err := New(Options{Config: cfg, Transport: memory.NewBus().Client("w", ""), Sandboxes: launchertest.Sandboxes{}, Store: artifacts.NewMemory("demo/")}); err == nil ||
 		!strings.Contains(err.Error(), "STR_SIGNING_KEYS") || !strings.Contains(err.Error(), "no keys") {
 		t.Errorf("a keys file without keys: %v", err)
+	}
+}
+
+// TestAgentKeyShare: issue 29 §7. An agent key allowed users "mallory*"
+// sends 12 calls as 12 made-up users, each within its own user caps: the
+// key gets its caps over all of them (3 running, 4 waiting: auto, as a
+// user's), the other 5 are RESOURCE_EXHAUSTED naming the key (before, the
+// 12 users took every slot and queue place), and another key's call
+// runs meanwhile.
+func TestAgentKeyShare(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		keys := filepath.Join(t.TempDir(), "keys.yaml")
+		must(t, os.WriteFile(keys, []byte(`version: 1
+keys:
+  - id: mallory-key
+    secret: mallory-secret-0123456789abcdef01234567
+    apps: [app]
+    users: ["mallory*"]
+    tools: ["*"]
+  - id: alice-key
+    secret: alice-secret-0123456789abcdef0123456789
+    apps: [app]
+    users: [alice]
+    tools: ["*"]
+`), 0o600))
+		c.SigningKeys = keys
+		c.MaxConcurrent, c.MaxQueued = 4, 16
+	})
+	h.start()
+	mallory := withKey("mallory-key", "mallory-secret-0123456789abcdef01234567")
+	var ids []string
+	for i := range 12 {
+		id := fmt.Sprintf("m%02d", i)
+		ids = append(ids, id)
+		h.invokeAs("sleeper", id, map[string]any{"user_id": fmt.Sprintf("mallory%02d", i), "args": map[string]any{"seconds": 600}}, nil, mallory)
+	}
+	for _, id := range ids[7:] {
+		code, msg := errorCode(t, h.reply(id))
+		if code != "RESOURCE_EXHAUSTED" || !strings.Contains(msg, `agent key "mallory-key"`) || !strings.Contains(msg, "STR_KEY_MAX_QUEUED") {
+			t.Fatalf("%s, over the key's caps: %s %q", id, code, msg)
+		}
+	}
+	for _, id := range ids[:3] {
+		waitFor(t, id+" running", func() bool { return len(h.status(id)) > 0 })
+	}
+	h.invokeAs("echo", "alice-1", map[string]any{"user_id": "alice"}, nil, withKey("alice-key", "alice-secret-0123456789abcdef0123456789"))
+	if r := h.reply("alice-1"); !isResult(r) {
+		t.Fatalf("another key's call beside mallory's: %s", r)
+	}
+	h.srv.queue.mu.Lock()
+	running, waiting := h.srv.queue.shares["agent-key:mallory-key"].running, h.srv.queue.shares["agent-key:mallory-key"].waiting
+	h.srv.queue.mu.Unlock()
+	if running != 3 || waiting != 4 {
+		t.Fatalf("mallory's key: %d running, %d waiting; want 3 and 4", running, waiting)
+	}
+}
+
+// TestUserTokenLifetimeBoundary: issue 29 §7. A token valid for exactly
+// the maximum (exp − iat) is accepted and one second more is refused,
+// naming the setting; without iat, what is left of it (exp − now) may be
+// the maximum plus the minute's leeway, and not a second more.
+func TestUserTokenLifetimeBoundary(t *testing.T) {
+	iss := newIssuers(t)[:1]
+	keys, err := parseTokenKeys(jwksOf(t, iss))
+	must(t, err)
+	const max = 6 * time.Hour
+	now := time.Now().Truncate(time.Second) // NumericDate has whole seconds
+	policy := tokenPolicy{audience: "str-workers", issuer: "https://idp.example", claim: "sub", maxLifetime: max}
+	token := func(iat, exp time.Time) string {
+		c := map[string]any{"sub": "alice", "aud": "str-workers", "iss": "https://idp.example", "exp": exp.Unix()}
+		if !iat.IsZero() {
+			c["iat"] = iat.Unix()
+		}
+		return iss[0].mint(t, c)
+	}
+	issued := now.Add(-time.Hour)
+	for _, c := range []struct {
+		name     string
+		iat, exp time.Time
+		ok       bool
+	}{
+		{"exp - iat = the maximum", issued, issued.Add(max), true},
+		{"exp - iat = the maximum + 1 s", issued, issued.Add(max + time.Second), false},
+		{"exp - iat = 10 years", now, now.AddDate(10, 0, 0), false},
+		{"no iat, exp - now = the maximum + leeway", time.Time{}, now.Add(max + tokenLeeway), true},
+		{"no iat, exp - now = the maximum + leeway + 1 s", time.Time{}, now.Add(max + tokenLeeway + time.Second), false},
+		{"no iat, exp - now = 10 years", time.Time{}, now.AddDate(10, 0, 0), false},
+	} {
+		got, err := keys.verify(token(c.iat, c.exp), now, policy)
+		switch {
+		case c.ok && (err != nil || got != "alice"):
+			t.Errorf("%s: refused: %v", c.name, err)
+		case !c.ok && err == nil:
+			t.Errorf("%s: accepted", c.name)
+		case !c.ok && !strings.Contains(err.Error(), "STR_USER_TOKEN_MAX_LIFETIME_SECONDS"):
+			t.Errorf("%s: refused without naming the setting: %v", c.name, err)
+		}
+	}
+}
+
+// TestUserTokenLifetimeThroughServer: with the default maximum (one day),
+// a 10-year user token, with iat or without, is refused
+// AUTHENTICATION_FAILED (the reference's message, answered: the request
+// is signed), and the worker goes on serving: a day's token runs.
+func TestUserTokenLifetimeThroughServer(t *testing.T) {
+	iss := newIssuers(t)
+	h := newHarness(t, func(c *Config) {
+		keys := filepath.Join(t.TempDir(), "issuer.jwks")
+		must(t, os.WriteFile(keys, jwksOf(t, iss), 0o644))
+		c.SigningSecret, c.UserTokenKeys, c.UserTokenAudience, c.UserTokenClaim = "s3cret", keys, "str-workers", "sub"
+	})
+	if h.cfg.UserTokenMaxLifetime != 24*time.Hour {
+		t.Fatalf("default STR_USER_TOKEN_MAX_LIFETIME_SECONDS: %v, want 24h", h.cfg.UserTokenMaxLifetime)
+	}
+	h.start()
+	noIat := claimsFor("alice", 10*365*24*time.Hour)
+	delete(noIat, "iat")
+	for id, tok := range map[string]string{
+		"ten-years":        iss[0].mint(t, claimsFor("alice", 10*365*24*time.Hour)),
+		"ten-years-no-iat": iss[1].mint(t, noIat),
+	} {
+		h.invokeAs("echo", id, map[string]any{"user_id": "alice"}, map[string]string{PropAuthToken: tok}, withSecret("s3cret"))
+		if code, msg := errorCode(t, h.reply(id)); code != "AUTHENTICATION_FAILED" || msg != msgInvalidAuthToken {
+			t.Errorf("%s: %s %q, want AUTHENTICATION_FAILED %q", id, code, msg, msgInvalidAuthToken)
+		}
+	}
+	h.invokeAs("echo", "a-day", map[string]any{"user_id": "alice"},
+		map[string]string{PropAuthToken: iss[2].mint(t, claimsFor("alice", 24*time.Hour))}, withSecret("s3cret"))
+	if r := h.reply("a-day"); !isResult(r) {
+		t.Fatalf("a token of one day after the refusals: %s", r)
 	}
 }

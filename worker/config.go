@@ -88,24 +88,28 @@ type Config struct {
 	ShutdownGrace   time.Duration // SHUTDOWN_GRACE_SECONDS
 	SigningSecret   string        // STR_SIGNING_SECRET: HMAC-SHA256 request signing when set
 	// Identity modes besides the shared secret (auth.go).
-	SigningKeys       string        // STR_SIGNING_KEYS: keys file of per-agent signing keys
-	UserTokenKeys     string        // STR_USER_TOKEN_KEYS: issuer keys (JWK Set or PEM) of user tokens
-	UserTokenAudience string        // STR_USER_TOKEN_AUDIENCE: required with STR_USER_TOKEN_KEYS
-	UserTokenIssuer   string        // STR_USER_TOKEN_ISSUER: "" = any issuer the keys verify
-	UserTokenClaim    string        // STR_USER_TOKEN_CLAIM: the claim equal to params.user_id
-	RatePerMinute     float64       // STR_USER_RATE_PER_MINUTE (0 = off)
-	RateBurst         int           // STR_USER_RATE_BURST
-	ReloadInterval    time.Duration // STR_MANIFEST_POLL_MS
-	LogLevel          string        // STR_LOG_LEVEL
+	SigningKeys          string        // STR_SIGNING_KEYS: keys file of per-agent signing keys
+	UserTokenKeys        string        // STR_USER_TOKEN_KEYS: issuer keys (JWK Set or PEM) of user tokens
+	UserTokenAudience    string        // STR_USER_TOKEN_AUDIENCE: required with STR_USER_TOKEN_KEYS
+	UserTokenIssuer      string        // STR_USER_TOKEN_ISSUER: "" = any issuer the keys verify
+	UserTokenClaim       string        // STR_USER_TOKEN_CLAIM: the claim equal to params.user_id
+	UserTokenMaxLifetime time.Duration // STR_USER_TOKEN_MAX_LIFETIME_SECONDS: exp − iat (exp − now without iat) at most
+	RatePerMinute        float64       // STR_USER_RATE_PER_MINUTE (0 = off)
+	RateBurst            int           // STR_USER_RATE_BURST
+	ReloadInterval       time.Duration // STR_MANIFEST_POLL_MS
+	LogLevel             string        // STR_LOG_LEVEL
 
 	// The broker liveness probe (probe.go).
 	ProbeInterval time.Duration // STR_BROKER_PROBE_INTERVAL_MS (0 = off)
 	ProbeTimeout  time.Duration // STR_BROKER_PROBE_TIMEOUT_MS
 
 	// Fair shares and artifact quotas (sched.go, artifacts/quota.go),
-	// per requester (task.who.key()) and per store user (params.user_id).
+	// per requester (task.who.key()), per agent key (task.who.Key) and
+	// per store user (params.user_id).
 	UserMaxRunning int             // STR_USER_MAX_RUNNING: one requester's running calls (-1 = auto: userMaxRunning)
 	UserMaxQueued  int             // STR_USER_MAX_QUEUED: one requester's waiting calls (-1 = auto: userMaxQueued)
+	KeyMaxRunning  int             // STR_KEY_MAX_RUNNING: one agent key's running calls, all its users together (-1 = auto: keyMaxRunning)
+	KeyMaxQueued   int             // STR_KEY_MAX_QUEUED: one agent key's waiting calls (-1 = auto: keyMaxQueued)
 	ArtifactQuota  artifacts.Quota // ARTIFACT_{USER,SESSION}_MAX_{BYTES,VERSIONS} (0 = no limit)
 
 	// The warm pool (pool.go).
@@ -219,6 +223,7 @@ var settings = []setting{
 	{name: "STR_USER_TOKEN_AUDIENCE", flag: "user-token-audience", help: "audience a user token must name (required with STR_USER_TOKEN_KEYS)"},
 	{name: "STR_USER_TOKEN_ISSUER", flag: "user-token-issuer", help: "issuer (iss) a user token must name (default: any the keys verify)"},
 	{name: "STR_USER_TOKEN_CLAIM", flag: "user-token-claim", def: "sub", help: "the user token's claim that must equal params.user_id"},
+	{name: "STR_USER_TOKEN_MAX_LIFETIME_SECONDS", flag: "user-token-max-lifetime", def: "86400", help: "the longest a user token may be valid, exp - iat (exp - now when it has no iat, with a minute's leeway); a longer-lived token is refused (AUTHENTICATION_FAILED): the worker cannot revoke a token, so this bounds how long a leaked one works. The default, one day, is what common issuers give at most (access tokens of an hour, some a day)"},
 	{name: "STR_USER_RATE_PER_MINUTE", flag: "user-rate-per-minute", def: "0", help: "per-user invocation rate (token bucket; 0 = off)"},
 	{name: "STR_USER_RATE_BURST", flag: "user-rate-burst", def: "0", help: "per-user burst (0 = one minute's rate)"},
 	{name: "STR_MANIFEST_POLL_MS", flag: "manifest-poll-ms", def: "500", help: "manifest reload poll interval"},
@@ -227,6 +232,8 @@ var settings = []setting{
 	{name: "STR_BROKER_PROBE_TIMEOUT_MS", flag: "broker-probe-timeout-ms", def: "30000", help: "a probe not back within this long makes /readyz say broker \"deaf\" and the worker re-establish its broker session"},
 	{name: "STR_USER_MAX_RUNNING", flag: "user-max-running", def: "auto", help: "calls one requester (user, verified or not) may have running at once; auto = SANDBOX_MAX_CONCURRENT - 1 (at least 1), so one requester never takes the whole worker; at most SANDBOX_MAX_CONCURRENT"},
 	{name: "STR_USER_MAX_QUEUED", flag: "user-max-queued", def: "auto", help: "calls one requester may have waiting for a slot; auto = SANDBOX_MAX_QUEUED / 4 (at least 1); beyond it that requester's calls are RESOURCE_EXHAUSTED"},
+	{name: "STR_KEY_MAX_RUNNING", flag: "key-max-running", def: "auto", help: "calls the users of one agent key (STR_SIGNING_KEYS) may have running at once, all together, besides each user's own cap; auto = SANDBOX_MAX_CONCURRENT - 1 (at least 1), so one key never takes the whole worker with made-up users; at most SANDBOX_MAX_CONCURRENT (set it so when one agent serves every user)"},
+	{name: "STR_KEY_MAX_QUEUED", flag: "key-max-queued", def: "auto", help: "calls the users of one agent key may have waiting for a slot, all together; auto = SANDBOX_MAX_QUEUED / 4 (at least 1); beyond it that key's calls are RESOURCE_EXHAUSTED"},
 	{name: "ARTIFACT_USER_MAX_BYTES", flag: "artifact-user-max-bytes", def: "0", help: "artifact quota of one store user (params.user_id; the verified one with identity verification on): bytes over all their versions, every session and user: scope (e.g. 1Gi; 0 = no quota)"},
 	{name: "ARTIFACT_USER_MAX_VERSIONS", flag: "artifact-user-max-versions", def: "0", help: "artifact quota of one store user: versions stored (0 = no quota)"},
 	{name: "ARTIFACT_SESSION_MAX_BYTES", flag: "artifact-session-max-bytes", def: "0", help: "artifact quota of one session of a user: bytes over all its versions (0 = no quota)"},
@@ -426,7 +433,8 @@ func configFromValues(v map[string]string) (*Config, error) {
 		ShutdownGrace: secs("SHUTDOWN_GRACE_SECONDS", 0), SigningSecret: v["STR_SIGNING_SECRET"],
 		SigningKeys: v["STR_SIGNING_KEYS"], UserTokenKeys: v["STR_USER_TOKEN_KEYS"], UserTokenAudience: v["STR_USER_TOKEN_AUDIENCE"],
 		UserTokenIssuer: v["STR_USER_TOKEN_ISSUER"], UserTokenClaim: v["STR_USER_TOKEN_CLAIM"],
-		RatePerMinute: number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
+		UserTokenMaxLifetime: secs("STR_USER_TOKEN_MAX_LIFETIME_SECONDS", 1),
+		RatePerMinute:        number("STR_USER_RATE_PER_MINUTE"), RateBurst: integer("STR_USER_RATE_BURST", 0),
 		ReloadInterval: ms("STR_MANIFEST_POLL_MS"), LogLevel: v["STR_LOG_LEVEL"],
 		ProbeInterval: ms("STR_BROKER_PROBE_INTERVAL_MS"), ProbeTimeout: ms("STR_BROKER_PROBE_TIMEOUT_MS"),
 		WarmDefault: integer("STR_WARM_DEFAULT", 0), WarmMaxAge: secs("STR_WARM_MAX_AGE_SECONDS", 1),
@@ -454,6 +462,10 @@ func configFromValues(v map[string]string) (*Config, error) {
 	c.UserMaxRunning, c.UserMaxQueued = auto("STR_USER_MAX_RUNNING"), auto("STR_USER_MAX_QUEUED")
 	if c.UserMaxRunning == 0 {
 		bad("STR_USER_MAX_RUNNING", "must be auto or at least 1")
+	}
+	c.KeyMaxRunning, c.KeyMaxQueued = auto("STR_KEY_MAX_RUNNING"), auto("STR_KEY_MAX_QUEUED")
+	if c.KeyMaxRunning == 0 {
+		bad("STR_KEY_MAX_RUNNING", "must be auto or at least 1")
 	}
 	size := func(name string) int64 {
 		q, err := profiles.ParseBytes(strings.TrimSpace(v[name]))
@@ -567,6 +579,25 @@ func (c *Config) userMaxQueued() int {
 		return max(1, c.MaxQueued/4)
 	}
 	return c.UserMaxQueued
+}
+
+// keyMaxRunning is STR_KEY_MAX_RUNNING, auto resolved as
+// STR_USER_MAX_RUNNING's auto: one agent key is one share, like one user,
+// whatever number of users it claims.
+func (c *Config) keyMaxRunning() int {
+	if c.KeyMaxRunning < 0 {
+		return max(1, c.MaxConcurrent-1)
+	}
+	return min(c.KeyMaxRunning, c.MaxConcurrent)
+}
+
+// keyMaxQueued is STR_KEY_MAX_QUEUED, auto resolved as
+// STR_USER_MAX_QUEUED's auto.
+func (c *Config) keyMaxQueued() int {
+	if c.KeyMaxQueued < 0 {
+		return max(1, c.MaxQueued/4)
+	}
+	return c.KeyMaxQueued
 }
 
 // Base is the topic base: namespace without trailing "/" + "/a2a/v1".

@@ -21,8 +21,9 @@
 //
 // It protects the worker and the host from hostile requests (oversized,
 // malformed, path traversal through task ids, user and session ids and
-// filenames, unsigned requests when signing is on, floods per user) and
-// from hostile tools writing into their work dir (symlinks, FIFOs,
+// filenames, unsigned requests when signing is on, floods per user and
+// per agent key: sched.go's shares, which a key's made-up users do not
+// multiply) and from hostile tools writing into their work dir (symlinks, FIFOs,
 // oversized outputs, endless status lines, filling it: capped in root
 // mode only) and from tools writing user-scoped artifacts they were not
 // given (manifest artifacts.user_scope). Containment of the tool's code

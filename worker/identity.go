@@ -10,6 +10,11 @@ type requester struct {
 	UserID   string // params.user_id, equal to the verified claim when Verified
 	Verified bool   // a signature or token bound UserID to this request
 	Via      string // what verified it ("" when unverified): "shared-secret", "key:ID", "token", joined by "+"
+	// Key is the id of the agent key of STR_SIGNING_KEYS that verified
+	// the request ("" for none). Besides the user's share, the calls of
+	// all the users one key claims share the key's (sched.go): a key may
+	// claim many users, and made-up users must not multiply its share.
+	Key string
 }
 
 // key is the string per-requester state is kept under. Verified and

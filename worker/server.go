@@ -181,9 +181,10 @@ func New(opts Options) (*Server, error) {
 		log: log, metrics: m, profiles: set, base: cfg.Base(),
 		// Quotas per store user and session (ARTIFACT_*_MAX_*), in front
 		// of whichever store: a refusal is that user's, never a fault.
-		store:   artifacts.WithQuota(opts.Store, cfg.ArtifactQuota),
-		subs:    map[string]bool{},
-		queue:   newFairQueue(cfg.MaxConcurrent, cfg.MaxQueued, cfg.userMaxRunning(), cfg.userMaxQueued()),
+		store: artifacts.WithQuota(opts.Store, cfg.ArtifactQuota),
+		subs:  map[string]bool{},
+		queue: newFairQueue(cfg.MaxConcurrent, cfg.MaxQueued,
+			shareCaps{cfg.userMaxRunning(), cfg.userMaxQueued()}, shareCaps{cfg.keyMaxRunning(), cfg.keyMaxQueued()}),
 		execCtx: execCtx, execStop: execStop,
 		replyCtx: replyCtx, replyStop: replyStop,
 		limiter:  newRateLimiter(cfg.RatePerMinute, cfg.RateBurst),

@@ -34,9 +34,12 @@ Connection bounds (each refusal or close is logged and counted): a
 connection has --login-timeout to CONNECT, with request lines of at most
 --login-line-bytes until then (a longer one closes it); at most
 --max-unauthenticated connections wait for their CONNECT and at most
---max-conns are open in all (default: a quarter of RLIMIT_NOFILE), beyond
-which new connections are closed at once; a connected client that sends
-no request for --idle-timeout is closed (a waiting RECEIVE is not idle).
+--max-conns are open in all (default: a quarter of RLIMIT_NOFILE); beyond
+either, a connection still waiting for its CONNECT gives way to the new
+one (so a peer without the token cannot keep one with it out), and when
+none waits the new connection is closed at once; a connected client that
+sends no request for --idle-timeout is closed (a waiting RECEIVE is not
+idle).
 
 `
 
@@ -49,7 +52,7 @@ func cmdBroker(args []string) int {
 	queueBytes := fs.Int("queue-bytes", broker.DefaultMaxQueueBytes, "bytes of messages held per client before the oldest are dropped")
 	loginLine := fs.Int("login-line-bytes", broker.DefaultLoginLineBytes, "longest request line before CONNECT; a longer one closes the connection")
 	loginTimeout := fs.Duration("login-timeout", broker.DefaultLoginTimeout, "time a new connection has to CONNECT")
-	maxUnauth := fs.Int("max-unauthenticated", broker.DefaultMaxUnauthenticated, "connections at once that have not CONNECTed")
+	maxUnauth := fs.Int("max-unauthenticated", broker.DefaultMaxUnauthenticated, "connections at once that have not CONNECTed (beyond it one of them gives way to a new one)")
 	maxConns := fs.Int("max-conns", 0, "connections at once (0: a quarter of RLIMIT_NOFILE)")
 	idle := fs.Duration("idle-timeout", broker.DefaultIdleTimeout, "close a connected client that sends no request for this long")
 	tokenFile := fs.String("token-file", "", "where to write the connection token (default: see above)")
@@ -129,7 +132,7 @@ func cmdBroker(args []string) int {
 	// What the bounds cut while it ran, for the operator tuning them.
 	st := srv.Stats()
 	log.Info("dev broker stopping", "conns", st.Conns, "cut_over_max_conns", st.OverMaxConns,
-		"cut_over_unauthenticated", st.OverUnauthenticated, "cut_login_line", st.LoginLineTooLong,
+		"cut_gave_way", st.GaveWay, "cut_login_line", st.LoginLineTooLong,
 		"cut_login_timeout", st.LoginTimeout, "cut_idle", st.IdleTimeout)
 	if err := srv.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "str broker: close: %v\n", err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/broker"
+	"github.com/securetoolruntime/str/broker/brokertest"
 	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
@@ -385,5 +386,100 @@ func TestRequesterStrInvokeKeyed(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), `"code":"CANCELLED"`) {
 		t.Fatalf("the signed cancel was not honoured:\n%s", stdout.String())
+	}
+}
+
+// TestPreLoginFloodAgainstWorker: issue 29 §7. A local peer without the
+// token keeps every place of the worker's embedded broker before CONNECT
+// taken, reopening each connection the broker closes, as fast as it can;
+// 20 logins with the token (one connection, one attempt each) all get in
+// (before, 4 of 20 did), and an agent connecting through the flood has
+// its call served.
+func TestPreLoginFloodAgainstWorker(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, requesterManifest)
+	w := startWorker(t, e, nil)
+	tok, err := broker.ReadTokenFile(broker.TokenFileFor(w.port))
+	must(t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(w.port)
+	flood := brokertest.StartFlood(t, addr, 2*broker.DefaultMaxUnauthenticated)
+	// The broker closing connections under the flood is the sign that it
+	// holds every place.
+	waitFor(t, "the flood to hold every place", rpcWait, func() bool { return flood.Reopened.Load() >= 2*broker.DefaultMaxUnauthenticated })
+	const logins = 20
+	errs := make(chan error, logins)
+	for i := range logins {
+		go func() { errs <- brokertest.Login(addr, tok, fmt.Sprintf("flood-login-%02d", i)) }()
+	}
+	failed := 0
+	for range logins {
+		if err := <-errs; err != nil {
+			t.Error(err)
+			failed++
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d logins with the token failed under a pre-login flood", failed, logins)
+	}
+	alice := newRequester(t, w, "e2e")
+	alice.invoke(call{tool: "echo_tool", id: "through-flood"})
+	if r := alice.reply("through-flood"); r.Result == nil {
+		t.Fatalf("a call through the flood: %+v", r.Error)
+	}
+	flood.Stop()
+	t.Logf("the broker closed %d flood connections", flood.Reopened.Load())
+}
+
+// TestAgentKeyShareAgainstWorker: issue 29 §7. An agent key allowed users
+// "mallory*" sends 12 long calls, each as a new user (so each within its
+// user's caps), to a worker of 4 slots and 16 queue places: the key's
+// caps (auto: 3 running, 4 waiting) hold over all its users, the other 5
+// calls are RESOURCE_EXHAUSTED naming the key, and alice's agent's call
+// runs meanwhile. Before, the made-up users took every slot and place.
+func TestAgentKeyShareAgainstWorker(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t, requesterManifest)
+	keys := filepath.Join(e.root, "keys.yaml")
+	must(t, os.WriteFile(keys, []byte(strings.Replace(requesterKeys, "users: [mallory]", `users: ["mallory*"]`, 1)), 0o600))
+	w := startWorker(t, e, map[string]string{"STR_SIGNING_KEYS": keys, "SANDBOX_MAX_CONCURRENT": "4", "SANDBOX_MAX_QUEUED": "16",
+		"SHUTDOWN_GRACE_SECONDS": "1"})
+	alice := newRequester(t, w, "e2e")
+	mallory := newRequester(t, w, "mallory")
+	var ids []string
+	for i := range 12 {
+		id := fmt.Sprintf("share-%02d", i)
+		ids = append(ids, id)
+		mallory.invoke(call{tool: "slow_operation", id: id, keyID: "mallory-key", secret: mallorySecret,
+			params: map[string]any{"user_id": fmt.Sprintf("mallory%02d", i), "args": map[string]any{"steps": 600, "delay": 1}}})
+	}
+	for _, id := range ids[7:] {
+		if r := mallory.reply(id); r.Error == nil || r.Error.Code != "RESOURCE_EXHAUSTED" || !strings.Contains(r.Error.Message, `agent key "mallory-key"`) {
+			t.Errorf("%s, over the key's caps: %+v", id, r)
+		}
+	}
+	for _, id := range ids[:3] {
+		waitFor(t, id+" running", rpcWait, func() bool { return mallory.isRunning(id) })
+	}
+	alice.invoke(call{tool: "echo_tool", id: "beside-mallory", keyID: "e2e-key", secret: e2eSecret})
+	if r := alice.reply("beside-mallory"); r.Result == nil {
+		t.Fatalf("alice's call beside mallory's key: %+v", r.Error)
+	}
+	// None of the 4 waiting runs, while the 3 running have not ended
+	// (the restrictive profile's 60 s would end them on a slow machine:
+	// then a waiting one may run, and this says nothing).
+	var over []string
+	for _, id := range ids[3:7] {
+		if mallory.isRunning(id) {
+			over = append(over, id)
+		}
+	}
+	for _, id := range ids[:3] {
+		if len(mallory.replyChan(id)) > 0 {
+			t.Logf("%s ended before the check of the waiting calls (its timeout): not checked", id)
+			return
+		}
+	}
+	if len(over) > 0 {
+		t.Errorf("%v run: mallory's key has more than its 3 running", over)
 	}
 }
