@@ -25,11 +25,11 @@ IMAGE := str-worker:dev
 .PHONY: help deps init build run demo test test-unit test-unit-plain test-unit-race test-fuzz test-integration test-integration-host test-integration-template test-vm test-container test-docker test-systemd test-pod test-fleet test-deps image fuzz bench bench-egress bwrap-suite lint tools clean
 
 help:
-	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job)"
+	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job; BROKER_PORT=N for another port)"
 	@echo "make test    every test: unit, fuzz (12 s a target), host integration (as root), cgroup v2 in a VM, the image in docker, systemd, a pod and a fleet;"
 	@echo "             every phase runs even when one fails; the run then fails and its last line names each failed phase"
 	@echo "make image   the worker image $(IMAGE) from a locally built Debian 12 base (no registry; docker, root)"
-	@echo "make demo    scripted tour against a running 'make run'"
+	@echo "make demo    scripted tour against a running 'make run' (BROKER=HOST:PORT for a broker elsewhere than 127.0.0.1:55554)"
 	@echo "make fuzz    every go test -fuzz target for FUZZTIME each (default 20s; e.g. FUZZTIME=10m)"
 	@echo "make bench   str-bench: str vs bubblewrap, the clone floor and python3 -c pass (BENCH_ARGS=--quick)"
 	@echo "make bench-egress  the egress proxy's terminated path vs direct vs tunnel over a shaped veth link (root; BENCH_ROUNDS=15)"
@@ -64,11 +64,18 @@ build: deps init
 	CGO_ENABLED=0 $(GO) build -ldflags="$$(GO=$(GO) ./scripts/str-ldflags.sh)" -o $(BIN) ./cmd/str
 	$(GO) build -o $(WORKER_BIN) ./cmd/str-worker
 
-run: build
-	./scripts/run.sh
+# make run BROKER_PORT=N: the embedded broker on 127.0.0.1:N instead.
+BROKER_PORT ?= 55554
 
+run: build
+	BROKER_PORT=$(BROKER_PORT) STR_BIN=$(CURDIR)/$(BIN) ./scripts/run.sh
+
+# make demo BROKER=HOST:PORT: against a worker's broker elsewhere than
+# 127.0.0.1:55554 (e.g. the one of make run BROKER_PORT=N); make passes a
+# variable set on its command line to the script's environment.
 demo:
 	./scripts/demo.sh
+
 
 # The phases run in this order, each timed (scripts/phases.sh prints the
 # table at the end). A failed phase does not stop the run: every phase

@@ -156,3 +156,23 @@ func TestMakeTestCoversEveryTestPackage(t *testing.T) {
 		t.Error("test-integration-host does not list ./test/...")
 	}
 }
+
+// TestMakeRunAndDemoSettings: make run passes BROKER_PORT to run.sh (its
+// port could not be changed), and make help documents it and make demo's
+// BROKER (undocumented before).
+func TestMakeRunAndDemoSettings(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("make is not installed: %v", err)
+	}
+	r := root(t)
+	out, err := exec.Command("make", "-C", r, "-n", "run", "BROKER_PORT=4711").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "BROKER_PORT=4711 STR_BIN=") || !strings.Contains(string(out), "./scripts/run.sh") {
+		t.Errorf("make -n run BROKER_PORT=4711: %v; want run.sh started with BROKER_PORT=4711\n%s", err, out)
+	}
+	out, err = exec.Command("make", "-C", r, "-s", "help").CombinedOutput()
+	for _, want := range []string{"BROKER_PORT=N", "make demo", "BROKER=HOST:PORT"} {
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("make help: %v; want it to mention %q\n%s", err, want, out)
+		}
+	}
+}
