@@ -4,6 +4,9 @@
 # attempt that is stopped. With no worker serving it says so and stops.
 # Run it as the worker's user: str invoke reads the broker's token file
 # (bin/str broker --help says where; DEV_BROKER_TOKEN_FILE overrides).
+# BROKER=HOST:PORT (make demo BROKER=...) names the broker when it is not
+# make run's 127.0.0.1:55554 (make run BROKER_PORT=N: 127.0.0.1:N);
+# SAM_NAMESPACE the namespace (demo/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STR="${STR:-bin/str}"
@@ -16,7 +19,7 @@ fail=0
 
 step "0. the tools the worker serves (str tools)"
 if ! "$STR" tools --broker "$BROKER" --namespace "$NS"; then
-  echo "demo: no worker is serving namespace $NS on $BROKER: start one with make run (in another terminal, as this user) and run make demo again" >&2
+  echo "demo: no worker is serving namespace $NS on $BROKER: start one with make run (in another terminal, as this user; make run BROKER_PORT=N and make demo BROKER=127.0.0.1:N for another port) and run make demo again" >&2
   exit 1
 fi
 

@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # make run: build str and start a worker with the embedded dev broker on
-# 127.0.0.1:55554, namespace demo/, the example tools and a filesystem
-# artifact store under ./var/artifacts. Then, from a second terminal:
+# 127.0.0.1:BROKER_PORT (default 55554; make run BROKER_PORT=N), namespace
+# demo/, the example tools and a filesystem artifact store under
+# ./var/artifacts. Then, from a second terminal:
 #   bin/str invoke echo_tool --args '{"message":"hi"}'
+# (with another port: --broker 127.0.0.1:N, or DEV_BROKER_PORT=N).
 # The embedded broker requires the token it writes (mode 0600) to
-# /run/str/broker-55554.token as root, else $XDG_RUNTIME_DIR/str/ or
+# /run/str/broker-PORT.token as root, else $XDG_RUNTIME_DIR/str/ or
 # /tmp/str-UID/ (see bin/str broker --help); str invoke reads it by itself
 # when run as the same user.
+#
+# STR_BIN names an str already built (make run passes the one it has just
+# built): then nothing is built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# 0. the broker's port: a number, checked before anything is built.
+port=${BROKER_PORT:-55554}
+if ! [[ $port =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then
+  echo "run.sh: BROKER_PORT=$port: want a TCP port, 1-65535" >&2; exit 2
+fi
+broker=127.0.0.1:$port
 
 # 1. what is missing: Go and Python.
 command -v go >/dev/null || { echo "run.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
@@ -23,9 +35,12 @@ if [ ! -x "$PYTHON" ]; then
   fi
 fi
 
-# 2. build.
-mkdir -p bin
-make -s build
+# 2. build (unless STR_BIN names a built str).
+str=${STR_BIN:-bin/str}
+if [ -z "${STR_BIN:-}" ]; then
+  mkdir -p bin
+  make -s build
+fi
 
 # 3. state directories.
 mkdir -p var/artifacts var/work var/runner var/site
@@ -41,5 +56,11 @@ export STR_RUNNER_DIR="${STR_RUNNER_DIR:-$PWD/var/runner}"
 export STR_SITE_DIR="${STR_SITE_DIR:-$PWD/var/site}"
 export SANDBOX_PYTHON_BIN="$PYTHON"
 export HEALTH_PORT="${HEALTH_PORT:-8081}"
-echo "run.sh: worker on 127.0.0.1:55554 (namespace $SAM_NAMESPACE); try, as the same user: bin/str invoke echo_tool --args '{\"message\":\"hi\"}'" >&2
-exec bin/str worker --embedded-broker 127.0.0.1:55554 "$@"
+try="bin/str invoke echo_tool --args '{\"message\":\"hi\"}'"
+demo="make demo"
+if [ "$port" != 55554 ]; then
+  try="bin/str invoke echo_tool --broker $broker --args '{\"message\":\"hi\"}'"
+  demo="make demo BROKER=$broker"
+fi
+echo "run.sh: worker on $broker (namespace $SAM_NAMESPACE); try, as the same user: $try, or $demo" >&2
+exec "$str" worker --embedded-broker "$broker" "$@"

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,19 +78,18 @@ func cmdDoctor(args []string) int {
 		ctrl := strings.TrimSpace(readFile("/sys/fs/cgroup/cgroup.controllers"))
 		check("cgroup", true, "v2 (unified), root controllers: "+ctrl, "")
 		cgs, _ := launcher.OwnCgroups()
-		own := cgs[""]
-		w := unix.Access("/sys/fs/cgroup"+own, unix.W_OK) == nil
-		check("cgroup delegation", w, "own cgroup "+own+map[bool]string{true: " is writable", false: " is not writable"}[w],
-			"run as root, or under systemd with Delegate=yes (deploy/systemd/str-worker.service), or chown the subtree to this user")
+		st := probeCgroupDirs(2, map[string]string{"": cgs[""]})
+		detail, fix := cgroupAdvice(st, uid, engine)
+		check("cgroup delegation", st.writable(), detail, fix)
 	case launcher.CgroupV1:
 		check("cgroup", true, "v1 controllers (hybrid/legacy): memory, pids, cpu via the v1 fallback; cgroup.kill emulated with freezer", "")
 	default:
-		fix := "run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or use a best_effort profile (no memory/pids/cpu limits)"
-		if engine != "" {
-			fix = "the container's cgroup is mounted read-only (Docker does so unless --privileged): run it with --cgroupns=private and " +
-				"remount that mount read-write before the worker starts (the image's entrypoint str-container-worker does; needs CAP_SYS_ADMIN and the mount syscall)"
-		}
-		check("cgroup", false, "no writable cgroup hierarchy", fix)
+		// Not v2, and the v1 memory or pids cgroup of this process is
+		// not writable (launcher.DetectCgroup): say which, and why.
+		cgs, _ := launcher.OwnCgroups()
+		st := probeCgroupDirs(1, map[string]string{"memory": cgs["memory"], "pids": cgs["pids"]})
+		detail, fix := cgroupAdvice(st, uid, engine)
+		check("cgroup", false, detail, fix)
 	}
 
 	// Spawn latency: no sandbox start migrates a process between cgroups
@@ -250,6 +252,110 @@ func containerEngine() string {
 		return "kubernetes (KUBERNETES_SERVICE_HOST)"
 	}
 	return ""
+}
+
+// cgroupDir is one cgroup directory str needs to write: its own cgroup
+// (v2), or its own cgroup in one v1 controller.
+type cgroupDir struct {
+	controller string // "" on v2
+	path       string // under /sys/fs/cgroup
+	missing    bool   // the controller is not mounted (v1) or the path is absent
+	readOnly   bool   // the mount holding it is read-only
+	writable   bool   // access(W_OK) for this process
+}
+
+// cgroupState is what str doctor found of the cgroup hierarchy.
+type cgroupState struct {
+	version int // 1 (hybrid/legacy) or 2 (unified)
+	dirs    []cgroupDir
+}
+
+func (st cgroupState) writable() bool {
+	for _, d := range st.dirs {
+		if !d.writable {
+			return false
+		}
+	}
+	return true
+}
+
+// probeCgroupDirs looks at this process's own cgroup directories (own:
+// controller -> path, "" on v2), in a stable order.
+func probeCgroupDirs(version int, own map[string]string) cgroupState {
+	st := cgroupState{version: version}
+	for _, c := range slices.Sorted(maps.Keys(own)) {
+		dir := filepath.Join("/sys/fs/cgroup", c, own[c])
+		d := cgroupDir{controller: c, path: dir}
+		var fs unix.Statfs_t
+		if own[c] == "" && version == 1 || unix.Statfs(dir, &fs) != nil {
+			d.missing = true
+		} else {
+			d.readOnly = fs.Flags&unix.ST_RDONLY != 0
+			d.writable = unix.Access(dir, unix.W_OK) == nil
+		}
+		st.dirs = append(st.dirs, d)
+	}
+	return st
+}
+
+// cgroupAdvice is the detail and the fix for a cgroup hierarchy str
+// cannot write, for the cause found: a read-only mount (a container
+// engine's, or the host's), or a directory this user does not own (no
+// delegation), each said for the hierarchy there is (v1 has no
+// Delegate=yes). detail is empty of blame when everything is writable.
+func cgroupAdvice(st cgroupState, uid int, engine string) (detail, fix string) {
+	var ro, denied, missing []string
+	for _, d := range st.dirs {
+		switch {
+		case d.missing:
+			missing = append(missing, d.path)
+		case d.readOnly:
+			ro = append(ro, d.path)
+		case !d.writable:
+			denied = append(denied, d.path)
+		}
+	}
+	list := func(ps []string) string { return strings.Join(ps, ", ") }
+	switch {
+	case len(ro)+len(denied)+len(missing) == 0:
+		if st.version == 2 {
+			return "own cgroup " + st.dirs[0].path + " is writable", ""
+		}
+		return "own memory and pids cgroups are writable", ""
+	case len(missing) > 0:
+		return fmt.Sprintf("cgroup v%d: %s not found", st.version, list(missing)),
+			"mount the memory and pids controllers (cgroup v1) or the unified hierarchy (v2), or use a best_effort profile (no memory/pids/cpu limits)"
+	case len(ro) > 0 && engine != "":
+		mount := "/sys/fs/cgroup"
+		if st.version == 1 {
+			mount = "the memory, pids, cpu, cpuacct and freezer bind mounts"
+		}
+		return fmt.Sprintf("cgroup v%d: %s on a read-only mount (the container's cgroup)", st.version, list(ro)),
+			"the container's cgroup is mounted read-only (Docker does so unless --privileged): run it with --cgroupns=private and " +
+				"remount " + mount + " read-write before the worker starts (the image's entrypoint str-container-worker does; needs CAP_SYS_ADMIN and the mount syscall)"
+	case len(ro) > 0:
+		return fmt.Sprintf("cgroup v%d: %s on a read-only mount", st.version, list(ro)),
+			"remount the cgroup filesystem read-write (mount -o remount,rw), or use a best_effort profile (no memory/pids/cpu limits)"
+	case uid == 0:
+		return fmt.Sprintf("cgroup v%d: %s not writable by root (read-write mount: an LSM or the directory's mode refuses)", st.version, list(denied)),
+			"let root write its own cgroup (check the directory's mode and any AppArmor/SELinux denial in the kernel log), or use a best_effort profile (no memory/pids/cpu limits)"
+	case st.version == 2:
+		fix = "delegate the subtree to uid " + strconv.Itoa(uid) + ": run under systemd with Delegate=yes (deploy/systemd/str-worker.service; " +
+			"systemd-run --user --scope -p Delegate=yes for a shell), or chown the directory and its cgroup.procs, cgroup.subtree_control and cgroup.threads to this user; or run as root"
+		if engine != "" {
+			fix += "; in the image, the entrypoint delegates the container's cgroup (docker run --user 0 -e STR_RUN_AS=USER)"
+		}
+		return fmt.Sprintf("cgroup v2: own cgroup %s is not delegated to uid %d (not writable; the mount is read-write)", list(denied), uid), fix
+	default:
+		fix = "cgroup v1 has no Delegate=yes: chown these directories and their cgroup.procs and tasks to uid " + strconv.Itoa(uid) +
+			" (as root), run as root, or boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1) and delegate with Delegate=yes; " +
+			"or use a best_effort profile (no memory/pids/cpu limits)"
+		if engine != "" {
+			fix = "the container's cgroup is not delegated to uid " + strconv.Itoa(uid) + ": start the image's entrypoint as root with STR_RUN_AS=USER " +
+				"(docker run --user 0 -e STR_RUN_AS=str), which chowns the container's cgroups to USER and drops to it. Otherwise: " + fix
+		}
+		return fmt.Sprintf("cgroup v1: own cgroups %s are not writable by uid %d (not delegated; the mounts are read-write)", list(denied), uid), fix
+	}
 }
 
 // refusedMountCall returns the mount-family call a sandbox setup error

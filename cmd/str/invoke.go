@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/worker"
@@ -168,12 +170,11 @@ func cmdInvoke(args []string) int {
 		"task_id": *taskID, "tool_name": tool, "app_name": *app, "user_id": *user, "session_id": *session,
 	}
 	var problems []string
-	for name, raw := range map[string]string{"args": *argsJSON, "tool_config": *toolConfig} {
-		var obj map[string]any
-		if err := json.Unmarshal([]byte(raw), &obj); err != nil || obj == nil {
-			problems = append(problems, fmt.Sprintf("--%s must be a JSON object", strings.ReplaceAll(name, "_", "-")))
+	for _, p := range []struct{ name, flag, raw string }{{"args", "--args", *argsJSON}, {"tool_config", "--tool-config", *toolConfig}} {
+		if problem := jsonObjectProblem(p.flag, p.raw); problem != "" {
+			problems = append(problems, problem)
 		}
-		params[name] = json.RawMessage(raw)
+		params[p.name] = json.RawMessage(p.raw)
 	}
 	if *profile != "" {
 		params["sandbox_profile"] = *profile
@@ -466,6 +467,50 @@ func cmdInvoke(args []string) int {
 			}
 			return exitInvokeFailed
 		}
+	}
+}
+
+// jsonObjectProblem says why raw, the value of flag, is not a JSON object:
+// a syntax error with its position and the text around it, or the kind of
+// JSON value it is instead. "" when it is one.
+func jsonObjectProblem(flag, raw string) string {
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		var se *json.SyntaxError
+		if !errors.As(err, &se) {
+			return fmt.Sprintf("%s is not valid JSON: %v", flag, err)
+		}
+		if int(se.Offset) >= len(raw) && strings.Contains(err.Error(), "unexpected end") {
+			return fmt.Sprintf("%s is not valid JSON: it ends (after %d bytes) before the value does: %v", flag, len(raw), err)
+		}
+		// Offset counts the bytes read when the error was found: the
+		// offending byte is the last of them.
+		bad := max(int(se.Offset)-1, 0)
+		from, to := max(bad-24, 0), min(bad+12, len(raw))
+		// The text around it, shown with a caret under it; bytes that do
+		// not print (newlines, control bytes, invalid UTF-8) as '.'.
+		shown := func(s string) string {
+			return strings.Map(func(r rune) rune {
+				if r == utf8.RuneError || !unicode.IsGraphic(r) {
+					return '.'
+				}
+				return r
+			}, s)
+		}
+		return fmt.Sprintf("%s is not valid JSON at byte %d of %d: %v\n  %s\n  %s^", flag, bad+1, len(raw), err,
+			shown(raw[from:to]), strings.Repeat(" ", utf8.RuneCountInString(raw[from:bad])))
+	}
+	switch v.(type) {
+	case map[string]any:
+		return ""
+	case nil:
+		return fmt.Sprintf("%s must be a JSON object ({...}), got null", flag)
+	case []any:
+		return fmt.Sprintf("%s must be a JSON object ({...}), got an array", flag)
+	case string:
+		return fmt.Sprintf("%s must be a JSON object ({...}), got a string (did the shell eat the braces? quote the object: '{\"key\":\"value\"}')", flag)
+	default:
+		return fmt.Sprintf("%s must be a JSON object ({...}), got %s", flag, raw)
 	}
 }
 

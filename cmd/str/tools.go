@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -85,8 +86,13 @@ func (b brokerTarget) connect(ctx context.Context, clientID string, subs []strin
 		client.Close()
 		err = fmt.Errorf("connect to %s: %w", b.addr, err)
 		var be *devbroker.BrokerError
-		if errors.As(err, &be) && strings.Contains(be.Message, "token") {
+		switch {
+		case errors.As(err, &be) && strings.Contains(be.Message, "token"):
 			err = fmt.Errorf("%w\nthe broker wants its token; looked in %s (--token-file, %s)", err, b.tokenFile, broker.TokenFileEnv)
+		case errors.Is(err, syscall.ECONNREFUSED):
+			err = fmt.Errorf("%w\nnothing listens on %s: no broker, nor a worker with its embedded broker, runs there; start one with make run "+
+				"(a worker with the embedded broker on 127.0.0.1:55554; make run BROKER_PORT=N for another port), "+
+				"or name the running one with --broker or DEV_BROKER_HOST and DEV_BROKER_PORT", err, b.addr)
 		}
 		return nil, err
 	}

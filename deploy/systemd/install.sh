@@ -8,7 +8,9 @@
 # BIN: the str binary (make build: bin/str), with the worker str-worker
 # beside it (bin/str-worker: `str worker` execs it from str's own
 # directory, so both go to /usr/local/bin). TOOLS_DIR: a directory with
-# manifest.yaml and the tools' python/ (e.g. examples/tools). Needs root.
+# manifest.yaml and the tools' python/ (e.g. examples/tools). Run it from
+# the source tree: it also installs docs/deployment.md, which the units'
+# Documentation= names. Needs root.
 # It installs and reloads systemd; it does not start the service (edit
 # /etc/str/worker.env first, then systemctl enable --now str-worker).
 set -eu
@@ -18,6 +20,8 @@ here=$(dirname "$0")
 worker=$(dirname "$bin")/str-worker
 [ -f "$tools/manifest.yaml" ] || { echo "install.sh: $tools/manifest.yaml missing" >&2; exit 1; }
 [ -x "$worker" ] || { echo "install.sh: $worker missing (the worker, built beside str by make build)" >&2; exit 1; }
+doc=$here/../../docs/deployment.md
+[ -f "$doc" ] || { echo "install.sh: $doc missing (run install.sh from the source tree: the units' Documentation= is this file)" >&2; exit 1; }
 
 # 1. The binaries and the unit.
 install -m 0755 "$bin" /usr/local/bin/str
@@ -25,6 +29,8 @@ install -m 0755 "$worker" /usr/local/bin/str-worker
 install -m 0644 "$here/str-worker.service" /etc/systemd/system/str-worker.service
 # The resident launcher (optional: pre-built sandboxes for str run).
 install -m 0644 "$here/str-serve.service" /etc/systemd/system/str-serve.service
+# What both units' Documentation= points at (systemctl help str-worker).
+install -D -m 0644 "$doc" /usr/share/doc/str/deployment.md
 
 # 2. Settings: the example on first install only (an operator's edits stay).
 #    0640: it holds the broker credentials.

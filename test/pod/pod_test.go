@@ -16,8 +16,8 @@
 //	                               them, sizeLimit as size: the only writable
 //	                               paths
 //	volumes (configMap, readOnly)  examples/tools bind-mounted read-only at /tools
-//	capabilities add/drop          docker's default set less NET_RAW plus SYS_ADMIN
-//	                               and NET_ADMIN, and the same bounding set inside
+//	capabilities add/drop          docker's default set less NET_RAW plus SYS_ADMIN,
+//	                               and the same bounding set inside
 //	                               the user namespace (setpriv in podinit.sh)
 //	procMount: Unmasked            --security-opt systempaths=unconfined (Docker
 //	                               otherwise masks /proc/kcore, /proc/keys, ...)
@@ -359,7 +359,7 @@ func TestPodServes(t *testing.T) {
 	// The worker is uid 0 of a 65,536-id user namespace (seen from the
 	// container's root: uid 100000, the pod's root on the node), with the
 	// manifest's capabilities and nothing more (CapBnd: the engine's
-	// default set less NET_RAW plus SYS_ADMIN and NET_ADMIN). /t/str
+	// default set less NET_RAW plus SYS_ADMIN). /t/str
 	// worker execs /t/str-worker in the same process.
 	st := docker(t, "exec", name, "sh", "-c",
 		`for p in /proc/[0-9]*; do if [ "$(readlink $p/exe)" = /t/`+strbuild.Worker+` ]; then cat $p/uid_map $p/gid_map; grep -E '^(Uid|CapBnd):' $p/status; break; fi; done`)

@@ -12,7 +12,7 @@
 # 2. A user namespace mapping 0-65535 to OUTSIDE.. (podns).
 # 3. In it, the capability set of the manifest's securityContext, from
 #    POD_CAPS (setpriv's syntax; test/pod derives it from the manifest: the
-#    runtime's default set less NET_RAW plus SYS_ADMIN and NET_ADMIN): the
+#    runtime's default set less NET_RAW plus SYS_ADMIN): the
 #    bounding set, which is what uid 0 keeps across exec.
 set -eu
 fail() { echo "podinit: $*" >&2; exit 1; }

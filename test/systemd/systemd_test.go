@@ -260,14 +260,29 @@ func TestSystemdUnit(t *testing.T) {
 	svc := unitService(t)
 
 	ok := t.Run("install", func(t *testing.T) {
-		h.must("mkdir", "-p", "/src/bin", "/src/deploy")
+		h.must("mkdir", "-p", "/src/bin", "/src/deploy", "/src/docs")
 		docker(t, "cp", strBin, h.name+":/src/bin/str")
 		docker(t, "cp", strbuild.WorkerBeside(strBin), h.name+":/src/bin/"+strbuild.Worker)
 		docker(t, "cp", filepath.Join(root, "deploy/systemd"), h.name+":/src/deploy/systemd")
+		docker(t, "cp", filepath.Join(root, "docs/deployment.md"), h.name+":/src/docs/deployment.md")
 		docker(t, "cp", filepath.Join(root, "examples/tools"), h.name+":/src/tools")
 		h.must("/src/deploy/systemd/install.sh", "/src/bin/str", "/src/tools")
 		if out := h.must("systemd-analyze", "verify", "/etc/systemd/system/str-worker.service"); out != "" {
 			t.Logf("systemd-analyze verify:\n%s", out)
+		}
+		// Each unit's Documentation= is a file the install put there.
+		for _, unit := range []string{"str-worker.service", "str-serve.service"} {
+			docs := strings.Fields(h.must("systemctl", "show", "-P", "Documentation", unit))
+			if len(docs) == 0 {
+				t.Errorf("%s: no Documentation=", unit)
+			}
+			for _, d := range docs {
+				if path, ok := strings.CutPrefix(d, "file://"); ok {
+					if _, err := h.run("test", "-s", path); err != nil {
+						t.Errorf("%s: Documentation=%s: no such file after install.sh", unit, d)
+					}
+				}
+			}
 		}
 	})
 	if !ok {
