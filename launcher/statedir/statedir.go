@@ -1,10 +1,13 @@
-// Package statedir names the one directory where str keeps its run-time
-// state: the id leases of root-mode sandboxes (ids/), the locks of live
-// sandbox cgroups (cgroups/), root mode's copy of the sandbox init
-// (init/, launcher/initbin) and the dev broker's connection token. Every
-// str process of a host (worker, str run, str doctor, str broker) must see
-// the same directory, since the locks in it coordinate them: hence an
-// environment variable (STR_STATE_DIR) and not a flag of one command.
+// Package statedir names the directory where str keeps its run-time
+// state: the locks of live sandbox cgroups (cgroups/), root mode's copy of
+// the sandbox init (init/, launcher/initbin), str serve's default socket
+// and the dev broker's connection token. The str processes that share one
+// (a worker, the str run and str doctor beside it) coordinate through its
+// locks; another str of the host may have a directory of its own
+// (STR_STATE_DIR): its sandbox cgroups carry its own name prefix and no
+// str touches another directory's (launcher.cgroupSpace). Root-mode id
+// leases are the host's, not a state directory's: RootDefault/ids for
+// every root str (launcher.IDLeaseDir).
 //
 // It is a leaf package so that the dev broker's token file follows the
 // same setting without importing the launcher.
