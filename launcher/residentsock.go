@@ -18,13 +18,14 @@ import (
 // privileged operation by path. Root's chown and chmod of a socket it had
 // just bound by name followed a symlink that a user who could write the
 // socket's directory swapped in between: root gave any file that user
-// chose mode 0666 (issue 29, item 2). Now:
+// chose mode 0666 (issue 29, item 2). Now, in seven parts (numbered as
+// parts, not steps: the init's steps own that word):
 //
 //  1. the socket's directory is opened O_PATH|O_NOFOLLOW and checked on
 //     that descriptor: root's, writable by no one else (statedir.OpenOwned);
 //     anything else is refused, naming the directory, its owner and mode;
 //  2. a file already at the name must be a socket nobody listens on (a
-//     stale one, left to the rename of step 6 to replace), checked through
+//     stale one, left to the rename of part 6 to replace), checked through
 //     a descriptor of its own;
 //  3. a private directory (0700, root's) is made in it, by mkdirat on the
 //     checked descriptor;
@@ -65,7 +66,7 @@ func socketMode(opts ResidentOptions) (mode uint32, gid int) {
 // not be connected to.
 const maxSocketPath = 107
 
-// listenResident is check 1, steps 1-6 above.
+// listenResident is check 1, parts 1-6 above.
 func listenResident(opts ResidentOptions) (ln *net.UnixListener, sock *residentSocket, err error) {
 	path := opts.Socket
 	fail := func(step string, err error) (*net.UnixListener, *residentSocket, error) {
@@ -95,7 +96,7 @@ func listenResident(opts ResidentOptions) (ln *net.UnixListener, sock *residentS
 		}
 	}()
 
-	// 2. A file at the name: a stale socket is replaced by step 6; a
+	// 2. A file at the name: a stale socket is replaced by part 6; a
 	// live one (another str serve) or anything else is refused.
 	if err := checkStale(dirfd, name); err != nil {
 		return fail("the file at its name", err)
@@ -109,7 +110,7 @@ func listenResident(opts ResidentOptions) (ln *net.UnixListener, sock *residentS
 	if err := unix.Mkdirat(dirfd, priv, 0o700); err != nil {
 		return fail("mkdir "+priv, err)
 	}
-	defer unix.Unlinkat(dirfd, priv, unix.AT_REMOVEDIR) // empty once step 6 renamed the socket out (or step 4 failed)
+	defer unix.Unlinkat(dirfd, priv, unix.AT_REMOVEDIR) // empty once part 6 renamed the socket out (or part 4 failed)
 	privfd, err := unix.Openat(dirfd, priv, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fail("open "+priv, err)
@@ -155,7 +156,7 @@ func listenResident(opts ResidentOptions) (ln *net.UnixListener, sock *residentS
 	}
 	sock.dev, sock.ino = st.Dev, st.Ino
 
-	// 6. Publish: one rename, over a stale socket if step 2 found one.
+	// 6. Publish: one rename, over a stale socket if part 2 found one.
 	if err := unix.Renameat(privfd, tmp, dirfd, name); err != nil {
 		return fail("rename into place", err)
 	}
@@ -172,7 +173,7 @@ func listenResident(opts ResidentOptions) (ln *net.UnixListener, sock *residentS
 	return ln, sock, nil
 }
 
-// checkStale is step 2: nothing at name, or a socket no one accepts on.
+// checkStale is part 2: nothing at name, or a socket no one accepts on.
 // The connect goes through the file's own O_PATH descriptor, so what is
 // dialled is the inode that was checked.
 func checkStale(dirfd int, name string) error {
@@ -198,7 +199,7 @@ func checkStale(dirfd int, name string) error {
 	return nil
 }
 
-// remove is step 7: the name goes only if it is still this socket.
+// remove is part 7: the name goes only if it is still this socket.
 func (s *residentSocket) remove() {
 	var st unix.Stat_t
 	if unix.Fstatat(s.dirfd, s.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Dev == s.dev && st.Ino == s.ino {
@@ -206,7 +207,7 @@ func (s *residentSocket) remove() {
 	}
 }
 
-// close removes the socket (step 7) and lets its directory go.
+// close removes the socket (part 7) and lets its directory go.
 func (s *residentSocket) close() {
 	s.remove()
 	unix.Close(s.dirfd)
