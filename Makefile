@@ -196,8 +196,8 @@ bench-egress:
 # bubblewrap's own shell tests (from the Debian source package of the
 # installed bwrap, never stored here), run with the machine's bwrap and with
 # str bwrap in the same run, as root and as uid 65534: counts side by side
-# and the tests that differ (scripts/bwrap-suite.sh; README, "Replacing
-# bubblewrap"). Installs bubblewrap and the tests' tools when missing.
+# and the tests that differ (scripts/bwrap-suite.sh; docs/bwrap.md,
+# "bubblewrap's own test suite"). Installs bubblewrap and the tests' tools when missing.
 bwrap-suite: build
 	STR_BIN=$(CURDIR)/$(BIN) ./scripts/bwrap-suite.sh
 

@@ -8,7 +8,7 @@
 # bubblewrap under the same background load (2 x nproc CPU spinners,
 # stopped at the end; --spinners 0 skips it), ending with issue 19's and
 # issue 20's target tables and the under-load table in markdown (the
-# README's tables are that output). Asserts nothing about the numbers.
+# README's Results table and docs/performance.md come from that output). Asserts nothing about the numbers.
 # `str-bench load --str-b OLD` runs the under-load phase alone, a second
 # str binary in the same rounds.
 #

@@ -409,7 +409,7 @@ func benchAutogroup() string {
 }
 
 // report is the phase as text: the load, the table, the ratios, and the
-// markdown table for README.md.
+// markdown table for docs/performance.md.
 func (bl *benchLoad) report() string {
 	var b strings.Builder
 	cfg := bl.cfg
@@ -451,7 +451,7 @@ func (bl *benchLoad) report() string {
 		fmt.Fprintf(&b, "  %-62s wall %7s  CPU %7s  run-queue wait %7s\n", row.label, ratio(a.p50, base.p50), ratio(a.cpuP50, base.cpuP50), ratio(a.waitP50, base.waitP50))
 	}
 
-	b.WriteString("\nissue 29 under load (markdown, for README.md; str and bubblewrap under the same load, in this run)\n")
+	b.WriteString("\nissue 29 under load (markdown, for docs/performance.md; str and bubblewrap under the same load, in this run)\n")
 	b.WriteString(bl.markdown(st))
 	if len(skipped) > 0 {
 		b.WriteString("\nskipped under load:\n" + strings.Join(skipped, "\n") + "\n")
@@ -493,7 +493,7 @@ func (bl *benchLoad) ratioRows() []benchLoadRatio {
 	return rows
 }
 
-// markdown is the phase's table for README.md: every cell with its wall,
+// markdown is the phase's table for docs/performance.md: every cell with its wall,
 // CPU and run-queue wait, each next to bwrap's (same in-flight count),
 // under a line that states the load and the command.
 func (bl *benchLoad) markdown(st map[string]benchLoadStats) string {
@@ -528,7 +528,7 @@ func (bl *benchLoad) markdown(st map[string]benchLoadStats) string {
 	return b.String()
 }
 
-// markdownName is a cell's launcher as the README names it.
+// markdownName is a cell's launcher as docs/performance.md names it.
 func (bl *benchLoad) markdownName(c *benchLoadCell) string {
 	switch c.launcher {
 	case "plain":

@@ -1019,8 +1019,8 @@ func (st *benchState) report() string {
 	ratio("Pss per sandbox, str run / bwrap", memOr("str-run"), memOr("bwrap"), "[str <= 1 MiB]")
 	ratio("Pss per sandbox, str worker / bwrap", memOr("worker"), memOr("bwrap"), "")
 
-	// Issue 19's table, each row with its target (README.md's table is
-	// this output).
+	// Issue 19's table, each row with its target (README.md's Results
+	// table is this output and issue 20's).
 	ratioOf := func(a, b2 float64) float64 {
 		if b2 > 0 {
 			return a / b2

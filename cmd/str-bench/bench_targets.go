@@ -2,7 +2,8 @@ package main
 
 // The target table of issue 19 ("Spawn at the physical floor"): each row
 // of the issue's table with the figure this run measured and its target,
-// printed as markdown so that README.md's table is this output pasted.
+// printed as markdown: README.md's Results table is this output and issue
+// 20's, pasted.
 
 import (
 	"fmt"

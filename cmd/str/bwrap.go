@@ -34,8 +34,8 @@ const exitBwrapFailed = 1
 const bwrapUsage = `usage: %s [--plan] [--str-profile NAME] [OPTIONS...] [--] COMMAND [ARGS...]
 
 bubblewrap's command line (its %s manual), run in a str sandbox.
-Options str cannot honour exactly are refused by name (see README,
-"Replacing bubblewrap"). str's own options, first on the line:
+Options str cannot honour exactly are refused by name (see
+docs/bwrap.md in str's source). str's own options, first on the line:
     --plan               print the sandbox's plan and exit
     --str-profile NAME   the str profile whose limits, seccomp filter and
                          network policy apply (default standard)

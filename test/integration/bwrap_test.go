@@ -802,7 +802,7 @@ ls -A /tmp | wc -l; cat /etc/app.conf 2>/dev/null; echo written > out.txt && ech
 			// Not under /tmp (the agent's line puts a tmpfs there), and
 			// owned by a user, as a project is: as root, str bwrap binds a
 			// writable source id-mapped to its owner (a root-owned one is
-			// writable only where its mode lets others: README).
+			// writable only where its mode lets others: docs/bwrap.md).
 			if err := os.MkdirAll("/srv", 0o755); err != nil {
 				t.Fatal(err)
 			}
