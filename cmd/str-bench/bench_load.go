@@ -674,18 +674,7 @@ func benchLoadMain(args []string, stdout, stderr io.Writer) int {
 }
 
 func benchRunLoad(ctx context.Context, cfg benchLoadConfig, stdout, stderr io.Writer) (int, error) {
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		return 1, errors.New("bubblewrap is missing, and str-bench compares against it: apt-get install bubblewrap")
-	}
-	self, err := os.Executable()
-	if err == nil {
-		self, err = filepath.EvalSymlinks(self)
-	}
-	if err != nil {
-		return 1, fmt.Errorf("this binary's path: %w", err)
-	}
-	str, err := benchStrBinary(cfg.str, self)
+	bwrap, self, str, err := benchBinaries(cfg.str)
 	if err != nil {
 		return 1, err
 	}

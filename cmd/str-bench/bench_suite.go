@@ -209,20 +209,28 @@ func benchSuite(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.Writer) (int, error) {
-	// 1. What there is to compare with.
-	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		return 1, errors.New("bubblewrap is missing, and str-bench compares against it: apt-get install bubblewrap")
+// benchBinaries finds what a run compares: bubblewrap, this binary and
+// the str measured (flagPath: see benchStrBinary).
+func benchBinaries(flagPath string) (bwrap, self, str string, err error) {
+	if bwrap, err = exec.LookPath("bwrap"); err != nil {
+		return "", "", "", errors.New("bubblewrap is missing, and str-bench compares against it: apt-get install bubblewrap")
 	}
-	self, err := os.Executable()
+	self, err = os.Executable()
 	if err == nil {
 		self, err = filepath.EvalSymlinks(self)
 	}
 	if err != nil {
-		return 1, fmt.Errorf("this binary's path: %w", err)
+		return "", "", "", fmt.Errorf("this binary's path: %w", err)
 	}
-	str, err := benchStrBinary(cfg.str, self)
+	if str, err = benchStrBinary(flagPath, self); err != nil {
+		return "", "", "", err
+	}
+	return bwrap, self, str, nil
+}
+
+func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.Writer) (int, error) {
+	// 1. What there is to compare with.
+	bwrap, self, str, err := benchBinaries(cfg.str)
 	if err != nil {
 		return 1, err
 	}
