@@ -385,8 +385,7 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 	// Both may have happened by now: a result the runner said is complete
 	// is taken as such whichever the select saw first (a cancellation
 	// that came after it must not turn it into CANCELLED).
-	select {
-	case <-run.done:
+	if run.doneBeforeEnd() {
 		doneAt := time.Now()
 		x.relay.drain()
 		if out, ok := s.classifyDone(t, x, doneAt.Sub(t.received)); ok {
@@ -398,7 +397,6 @@ func (s *Server) awaitResult(t *task, x *execution) outcome {
 		}
 		t.log.Warn("done signal without a readable result: waiting for the sandbox's end")
 		<-run.exited
-	default:
 	}
 	exitedAt := time.Now()
 	// the sandbox is gone: relay what its status FIFO holds.

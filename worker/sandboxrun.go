@@ -85,20 +85,51 @@ type sandboxRun struct {
 	readyAt time.Time
 	done    chan struct{} // closed on signalDone; doneAt is set before
 	doneAt  time.Time
+	// signalsRead is closed once the done pipe has been read to its
+	// signalDone or its end (at once without a done pipe).
+	signalsRead chan struct{}
 }
 
 // watchSandbox starts watching sb; doneR (nil = no done pipe) is the
 // worker's read end of the runner's done pipe, closed by the watcher.
 func watchSandbox(sb Sandbox, doneR *os.File) *sandboxRun {
-	run := &sandboxRun{sb: sb, exited: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{})}
+	run := &sandboxRun{sb: sb, exited: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{}), signalsRead: make(chan struct{})}
 	go func() {
 		run.exit, run.waitErr = sb.Wait()
 		close(run.exited)
 	}()
 	if doneR != nil {
 		go run.readSignals(doneR)
+	} else {
+		close(run.signalsRead)
 	}
 	return run
+}
+
+// signalsReadBound bounds how long a sandbox's end waits for its done
+// pipe to be read to the end (every write end closes with the sandbox,
+// so the reader returns at once; the bound only keeps a stray write end
+// from holding a reply).
+const signalsReadBound = 5 * time.Second
+
+// doneBeforeEnd reports, once the sandbox has ended, whether its runner
+// said its result was complete: the done pipe is read to its end first,
+// so the answer does not depend on which of the two watching goroutines
+// ran first (a machine under load ran the exit's first, and a cancel
+// that came after a complete result turned it into CANCELLED).
+func (run *sandboxRun) doneBeforeEnd() bool {
+	select {
+	case <-run.done:
+		return true
+	case <-run.signalsRead:
+	case <-time.After(signalsReadBound):
+	}
+	select {
+	case <-run.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // readSignals reads the done pipe until signalDone or EOF (every write
@@ -106,6 +137,7 @@ func watchSandbox(sb Sandbox, doneR *os.File) *sandboxRun {
 // tool can write on the descriptor too, so nothing but timing depends on
 // them (awaitResult reads result.json itself).
 func (run *sandboxRun) readSignals(doneR *os.File) {
+	defer close(run.signalsRead)
 	defer doneR.Close()
 	var b [1]byte
 	for {
