@@ -15,7 +15,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -656,21 +655,7 @@ func benchSpin(args []string) int {
 
 // benchLoadMain is str-bench load.
 func benchLoadMain(args []string, stdout, stderr io.Writer) int {
-	cfg, err := benchParseLoad(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "str-bench load:", err)
-		return exitUsage
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	code, err := benchRunLoad(ctx, cfg, stdout, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "str-bench load:", err)
-	}
-	return code
+	return benchMainOf(args, stdout, stderr, "str-bench load", benchParseLoad, benchRunLoad)
 }
 
 func benchRunLoad(ctx context.Context, cfg benchLoadConfig, stdout, stderr io.Writer) (int, error) {

@@ -192,19 +192,26 @@ type benchState struct {
 }
 
 func benchSuite(args []string, stdout, stderr io.Writer) int {
-	cfg, err := benchParseSuite(args, stderr)
+	return benchMainOf(args, stdout, stderr, "str-bench", benchParseSuite, benchRunSuite)
+}
+
+// benchMainOf is a str-bench command that parses its flags, then runs
+// until done or interrupted (SIGINT, SIGTERM), errors prefixed by name.
+func benchMainOf[C any](args []string, stdout, stderr io.Writer, name string,
+	parse func([]string, io.Writer) (C, error), run func(context.Context, C, io.Writer, io.Writer) (int, error)) int {
+	cfg, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "str-bench:", err)
+		fmt.Fprintln(stderr, name+":", err)
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code, err := benchRunSuite(ctx, cfg, stdout, stderr)
+	code, err := run(ctx, cfg, stdout, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "str-bench:", err)
+		fmt.Fprintln(stderr, name+":", err)
 	}
 	return code
 }
