@@ -206,11 +206,11 @@ func TestResidentSocketFile(t *testing.T) {
 		t.Errorf("directory holds %v, want the socket only", ents)
 	}
 	// It accepts at its published name.
-	go func() {
+	go func(ln *net.UnixListener) { // ln is assigned again below
 		if c, err := ln.Accept(); err == nil {
 			c.Close()
 		}
-	}()
+	}(ln)
 	c, err := net.DialTimeout("unixpacket", sock, 30*time.Second)
 	if err != nil {
 		t.Fatalf("dial the published socket: %v", err)
