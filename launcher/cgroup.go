@@ -796,8 +796,7 @@ func sweepLocks(sp cgroupSpace) {
 			if !sp.own(dir) {
 				continue // blank, or not a sandbox cgroup of this state directory
 			}
-			killProcs(dir)
-			if err := retryBusy(func() error { return unix.Rmdir(dir) }); err != nil {
+			if killAndRemove(dir) != nil {
 				gone = false
 			}
 		}
@@ -825,11 +824,16 @@ func sweepNames(sp cgroupSpace, bases []string) {
 			}
 			// No lock file: a lock is created before its directories and
 			// removed after them, so its launcher is gone.
-			p := filepath.Join(base, e.Name())
-			killProcs(p)
-			_ = retryBusy(func() error { return unix.Rmdir(p) })
+			_ = killAndRemove(filepath.Join(base, e.Name()))
 		}
 	}
+}
+
+// killAndRemove empties a dead launcher's cgroup directory (SIGKILL to
+// whatever is left in it) and removes it.
+func killAndRemove(dir string) error {
+	killProcs(dir)
+	return retryBusy(func() error { return unix.Rmdir(dir) })
 }
 
 // cgroupBases returns the directories holding this launcher's sandbox

@@ -278,17 +278,7 @@ func (bl *benchLoad) check(ctx context.Context, c *benchLoadCell) string {
 	if err == nil && kv["fails"] == "0" && kv["noschedstat"] == "0" {
 		return ""
 	}
-	why := benchFirstLine(errOut)
-	if why == "" && err != nil {
-		why = err.Error()
-	}
-	if why == "" {
-		why = "the command failed or printed no schedstat (" + strings.TrimSpace(out) + ")"
-	}
-	if os.Geteuid() != 0 {
-		why += " (not root)"
-	}
-	return why
+	return benchCheckWhy(out, errOut, err, "the command failed or printed no schedstat")
 }
 
 // runCell runs one cell for one round and collects its samples: one

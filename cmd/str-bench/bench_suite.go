@@ -533,16 +533,22 @@ func benchSpawnArgs(self string, c *benchCell, n, warmups, jobs int, label, raw 
 // cannot be timed here ("" = it can).
 func benchCheckSpawn(ctx context.Context, self string, c *benchCell) string {
 	out, errOut, err := benchCommand(ctx, 60*time.Second, benchSpawnArgs(self, c, 1, 0, 1, "check", "", true)...)
-	kv := benchKV(out)
-	if err == nil && kv["fails"] == "0" {
+	if err == nil && benchKV(out)["fails"] == "0" {
 		return ""
 	}
+	return benchCheckWhy(out, errOut, err, "the command failed")
+}
+
+// benchCheckWhy is why a cell's check run failed: the driver's first
+// line of stderr, else its error, else what (and its stdout); "(not
+// root)" added when str-bench does not run as root.
+func benchCheckWhy(out, errOut string, err error, what string) string {
 	why := benchFirstLine(errOut)
 	if why == "" && err != nil {
 		why = err.Error()
 	}
 	if why == "" {
-		why = "the command failed (" + strings.TrimSpace(out) + ")"
+		why = what + " (" + strings.TrimSpace(out) + ")"
 	}
 	if os.Geteuid() != 0 {
 		why += " (not root)"
