@@ -63,11 +63,12 @@
 // steps are T1-T4 and C1-C12 in template.go; SECURITY.md says what a
 // template shares with its children and why each item is safe.
 //
-// Install (install.go, steps I1-I6) runs pip for a tool's declared
-// package in a sandbox of its own, planned the same way on the standard
-// profile with the installation's network (isolated for a wheels folder,
-// restricted to the index's host and port otherwise), the target its only
-// writable host path, handed to the sandbox's uid and taken back after.
+// The installation sandbox is package launcher/install (steps I1-I6): it
+// runs pip for a tool's declared package in a sandbox of this launcher,
+// planned the same way on the standard profile with the installation's
+// network (isolated for a wheels folder, restricted to the index's host
+// and port otherwise), the target its only writable host path, handed to
+// the sandbox's uid and taken back after.
 //
 // What it protects against: a request loosening its profile (overrides may
 // only tighten; every problem is collected before anything is created); a

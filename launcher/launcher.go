@@ -154,7 +154,7 @@ func (l *Launcher) planFor(req Request, host Host) (*Plan, error) {
 	// Embedded policies come precompiled and self-checked (go generate);
 	// an operator's policy file is compiled (and self-checked) once per
 	// launcher.
-	prog, err := l.seccompProgram(tight.Seccomp)
+	prog, err := l.SeccompProgram(tight.Seccomp)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: profile %s: seccomp policy %q: %w", tight.Name, tight.Seccomp, err)
 	}
@@ -169,9 +169,10 @@ func (l *Launcher) planFor(req Request, host Host) (*Plan, error) {
 	return pl, nil
 }
 
-// seccompProgram returns the compiled policy a profile names: an embedded
-// one by name, or a policy file by absolute path.
-func (l *Launcher) seccompProgram(name string) (*seccomp.Program, error) {
+// SeccompProgram returns the compiled policy a profile names: an embedded
+// one by name, or a policy file by absolute path (compiled once per
+// launcher).
+func (l *Launcher) SeccompProgram(name string) (*seccomp.Program, error) {
 	if !filepath.IsAbs(name) {
 		return seccomp.CompileEmbedded(name)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/internal/jsonlog"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/install"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/artifacts"
@@ -166,14 +167,14 @@ func metricsOnly(h http.Handler) http.Handler {
 }
 
 // sandboxedPip runs the installer's pip jobs in installation sandboxes
-// of the launcher (launcher/install.go).
+// of the launcher (launcher/install).
 type sandboxedPip struct {
 	l      *launcher.Launcher
 	python string
 }
 
 func (p sandboxedPip) RunPip(ctx context.Context, job manifest.PipJob) error {
-	_, err := p.l.Install(ctx, launcher.InstallSpec{
+	_, err := install.Run(ctx, p.l, install.Spec{
 		Python: p.python, Requirement: job.Requirement, Target: job.Target,
 		WheelsDir: job.WheelsDir, IndexURL: job.IndexURL, ExtraHosts: job.ExtraHosts,
 		AllowBuilds: job.AllowBuilds, Output: job.Output,

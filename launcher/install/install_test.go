@@ -1,4 +1,4 @@
-package launcher
+package install
 
 import (
 	"errors"
@@ -10,20 +10,22 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
 )
 
 // TestPlanInstall: what an installation sandbox runs and reaches, per
 // source (issue 18 §1).
-func TestPlanInstall(t *testing.T) {
-	base := InstallSpec{Python: "/usr/bin/python3", Requirement: "pyfiglet>=1.0,<2", Target: "/site/.staging-pyfiglet-1"}
+func TestPlan(t *testing.T) {
+	base := Spec{Python: "/usr/bin/python3", Requirement: "pyfiglet>=1.0,<2", Target: "/site/.staging-pyfiglet-1"}
 
 	// The wheels folder: isolated, read-only, wheels only.
 	spec := base
 	spec.WheelsDir = "/tools/wheels"
-	req, network, err := PlanInstall(spec)
+	req, network, err := Plan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,10 +38,10 @@ func TestPlanInstall(t *testing.T) {
 	if network.Mode != egress.Isolated {
 		t.Errorf("network %+v, want isolated", network)
 	}
-	if wb := []Bind{{Source: "/site/.staging-pyfiglet-1", Writable: true}, {Source: "/tools/wheels"}}; !slices.Equal(req.Binds, wb) {
+	if wb := []launcher.Bind{{Source: "/site/.staging-pyfiglet-1", Writable: true}, {Source: "/tools/wheels"}}; !slices.Equal(req.Binds, wb) {
 		t.Errorf("binds %+v, want %+v", req.Binds, wb)
 	}
-	if req.Profile != InstallBaseProfile || req.Timeout != InstallTimeout || req.Workdir != "" {
+	if req.Profile != BaseProfile || req.Timeout != DefaultTimeout || req.Workdir != "" {
 		t.Errorf("request %+v", req)
 	}
 
@@ -47,7 +49,7 @@ func TestPlanInstall(t *testing.T) {
 	// port; builds allowed on request.
 	spec = base
 	spec.IndexURL, spec.AllowBuilds = "http://127.0.0.1:8080/simple/", true
-	req, network, err = PlanInstall(spec)
+	req, network, err = Plan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestPlanInstall(t *testing.T) {
 	// A named index and the hosts its files come from.
 	spec = base
 	spec.IndexURL, spec.ExtraHosts = "https://pypi.org/simple", []string{"files.pythonhosted.org"}
-	if _, network, err = PlanInstall(spec); err != nil {
+	if _, network, err = Plan(spec); err != nil {
 		t.Fatal(err)
 	}
 	if network.Mode != egress.Restricted || !slices.Equal(network.AllowedHosts, []string{"pypi.org", "files.pythonhosted.org"}) ||
@@ -72,10 +74,10 @@ func TestPlanInstall(t *testing.T) {
 	}
 
 	// Refused, every problem at once.
-	bad := InstallSpec{Python: "python3", Requirement: "--index-url=http://evil", Target: "site/x", WheelsDir: "/w", IndexURL: "http://u:p@h/"}
-	_, _, err = PlanInstall(bad)
-	if !errors.Is(err, ErrInvalidRequest) {
-		t.Fatalf("PlanInstall(bad) = %v", err)
+	bad := Spec{Python: "python3", Requirement: "--index-url=http://evil", Target: "site/x", WheelsDir: "/w", IndexURL: "http://u:p@h/"}
+	_, _, err = Plan(bad)
+	if !errors.Is(err, launcher.ErrInvalidRequest) {
+		t.Fatalf("Plan(bad) = %v", err)
 	}
 	for _, w := range []string{`interpreter "python3"`, `requirement "--index-url=http://evil"`, `target "site/x"`, "both a wheels folder"} {
 		if !strings.Contains(err.Error(), w) {
@@ -83,20 +85,20 @@ func TestPlanInstall(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		mod  func(*InstallSpec)
+		mod  func(*Spec)
 		want string
 	}{
-		{func(s *InstallSpec) {}, "neither a wheels folder nor an index"},
-		{func(s *InstallSpec) { s.IndexURL = "http://u:p@h/" }, "without credentials"},
-		{func(s *InstallSpec) { s.IndexURL = "file:///etc" }, "want http(s)"},
-		{func(s *InstallSpec) { s.Requirement = "a b" }, "not a distribution name"},
-		{func(s *InstallSpec) { s.Requirement = "a;rm -rf /" }, "not a distribution name"},
-		{func(s *InstallSpec) { s.IndexURL, s.ExtraHosts = "https://pypi.org/simple", []string{"*.evil"} }, "want a host name"},
-		{func(s *InstallSpec) { s.WheelsDir = "/site" }, "overlap"},
+		{func(s *Spec) {}, "neither a wheels folder nor an index"},
+		{func(s *Spec) { s.IndexURL = "http://u:p@h/" }, "without credentials"},
+		{func(s *Spec) { s.IndexURL = "file:///etc" }, "want http(s)"},
+		{func(s *Spec) { s.Requirement = "a b" }, "not a distribution name"},
+		{func(s *Spec) { s.Requirement = "a;rm -rf /" }, "not a distribution name"},
+		{func(s *Spec) { s.IndexURL, s.ExtraHosts = "https://pypi.org/simple", []string{"*.evil"} }, "want a host name"},
+		{func(s *Spec) { s.WheelsDir = "/site" }, "overlap"},
 	} {
 		s := base
 		c.mod(&s)
-		if _, _, err := PlanInstall(s); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := Plan(s); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", s, err, c.want)
 		}
 	}
@@ -110,21 +112,24 @@ func TestPlanInstallSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := fakeHost(0, CgroupV2)
-	inner := host.Lstat
-	host.Lstat = func(p string) (fs.FileInfo, error) {
-		if p == "/site/.staging-x" || p == "/wheels" {
-			return fakeInfo{p, fs.ModeDir}, nil
-		}
-		return inner(p)
+	// This machine's paths, planned as root mode on cgroup v2 (planning
+	// touches nothing).
+	host := launcher.DetectHost()
+	host.UID, host.GID, host.Cgroup = 0, 0, launcher.CgroupV2
+	target := filepath.Join(t.TempDir(), ".staging-x")
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	l := &Launcher{profiles: set, host: host}
-	pl, req, err := l.PlanInstallSandbox(InstallSpec{Python: "/usr/bin/python3", Requirement: "x==1", Target: "/site/.staging-x",
+	req, network, err := Plan(Spec{Python: "/usr/bin/python3", Requirement: "x==1", Target: target,
 		IndexURL: "http://10.1.2.3:3141/root/pypi/+simple/"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pl.Profile != InstallBaseProfile || pl.Timeout != InstallTimeout || !slices.Equal(pl.Child.Argv, req.Argv) {
+	pl, err := planSandbox(set, host, seccomp.CompileEmbedded, req, network)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Profile != BaseProfile || pl.Timeout != DefaultTimeout || !slices.Equal(pl.Child.Argv, req.Argv) {
 		t.Errorf("plan %s, timeout %s, argv %q", pl.Profile, pl.Timeout, pl.Child.Argv)
 	}
 	if pl.Network.Mode != egress.Restricted || !slices.Equal(pl.Network.AllowedCIDRs, []string{"10.1.2.3/32"}) || !slices.Equal(pl.Network.AllowedPorts, []int{3141}) {
@@ -139,7 +144,7 @@ func TestPlanInstallSandbox(t *testing.T) {
 			writable = append(writable, m.Source)
 		}
 	}
-	if !slices.Equal(writable, []string{"/site/.staging-x"}) {
+	if !slices.Equal(writable, []string{target}) {
 		t.Errorf("writable host binds %q, want only the target", writable)
 	}
 }

@@ -1,4 +1,4 @@
-package launcher
+package install
 
 import (
 	"context"
@@ -18,46 +18,22 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
 )
 
-// Package installation (issue 18 §1). A manifest tool's `package:` is
-// installed by pip, run by the tools' own interpreter, inside a sandbox of
-// its own: nothing of the package (a build hook of an sdist, pip's own
-// handling of it) ever runs on the host. PlanInstall turns an InstallSpec
-// into a Request and a network policy (pure, unit-tested); Install applies
-// it:
-//
-//	I1. check the spec: interpreter, requirement, target, exactly one
-//	    source (a wheels folder or an index URL)
-//	I2. the network: the wheels folder → isolated (it is bound read-only);
-//	    an index → restricted to the index's host and port (plus the
-//	    operator's extra file hosts), reached through the egress proxy,
-//	    whose address pip takes from HTTPS_PROXY/HTTP_PROXY
-//	I3. plan the sandbox on InstallBaseProfile with that policy set by the
-//	    launcher (not a caller's override): the target bound writable, the
-//	    wheels folder read-only, nothing else of the host writable
-//	I4. create it; hand the (empty) target to the sandbox's host uid
-//	I5. run pip: wheels only (--only-binary=:all:) unless AllowBuilds
-//	I6. whatever the outcome, take the target back: every entry owned by
-//	    the launcher's uid, group and other write bits cleared, anything
-//	    but files, directories and symlinks removed, so the sandboxes that
-//	    later read it cannot change it
-//
-// The caller (the worker's installer) decides which package, where, and
-// reads the result as files (dist-info metadata); it never imports it.
+// BaseProfile is the profile an installation sandbox is planned on (its
+// mounts, limits and seccomp policy; the network is the installation's
+// own).
+const BaseProfile = "standard"
 
-// InstallBaseProfile is the profile an installation sandbox is planned on
-// (its mounts, limits and seccomp policy; the network is the
-// installation's own).
-const InstallBaseProfile = "standard"
+// DefaultTimeout bounds an installation when the spec gives none.
+const DefaultTimeout = 10 * time.Minute
 
-// InstallTimeout bounds an installation when the spec gives none.
-const InstallTimeout = 10 * time.Minute
-
-// InstallSpec is one package installation.
-type InstallSpec struct {
+// Spec is one package installation.
+type Spec struct {
 	// Python is the interpreter the tools run with (absolute path); pip
 	// runs as "Python -I -m pip".
 	Python string
@@ -78,15 +54,15 @@ type InstallSpec struct {
 	// AllowBuilds lets pip build source distributions (their build code
 	// then runs in this sandbox); by default only wheels are installed.
 	AllowBuilds bool
-	// Timeout bounds the run; 0 = InstallTimeout.
+	// Timeout bounds the run; 0 = DefaultTimeout.
 	Timeout time.Duration
 	// Output receives pip's standard output and error.
 	Output io.Writer
 }
 
-// InstallResult is how an installation ended.
-type InstallResult struct {
-	Sandbox *Result
+// Result is how an installation ended.
+type Result struct {
+	Sandbox *launcher.Result
 	// Network is the policy the sandbox had (for the caller's log).
 	Network egress.Policy
 }
@@ -97,12 +73,12 @@ var requirementRE = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\s*(===|==|!=|~=|>=|<=|>|<)\s*[A-Za-z0-9.*+!_-]+(\s*,\s*(===|==|!=|~=|>=|<=|>|<)\s*[A-Za-z0-9.*+!_-]+)*)?$`)
 })
 
-// PlanInstall checks spec (I1) and returns the sandbox request and its
-// network policy (I2). Problems wrap ErrInvalidRequest, all at once.
-func PlanInstall(spec InstallSpec) (Request, egress.Policy, error) {
+// Plan checks spec (I1) and returns the sandbox request and its network
+// policy (I2). Problems wrap launcher.ErrInvalidRequest, all at once.
+func Plan(spec Spec) (launcher.Request, egress.Policy, error) {
 	var problems []error
 	bad := func(format string, a ...any) {
-		problems = append(problems, fmt.Errorf("%w: install: "+format, append([]any{ErrInvalidRequest}, a...)...))
+		problems = append(problems, fmt.Errorf("%w: install: "+format, append([]any{launcher.ErrInvalidRequest}, a...)...))
 	}
 	absClean := func(what, p string) bool {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
@@ -136,7 +112,7 @@ func PlanInstall(spec InstallSpec) (Request, egress.Policy, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return Request{}, egress.Policy{}, errors.Join(problems...)
+		return launcher.Request{}, egress.Policy{}, errors.Join(problems...)
 	}
 	argv := []string{spec.Python, "-I", "-m", "pip", "install",
 		"--isolated", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
@@ -145,10 +121,10 @@ func PlanInstall(spec InstallSpec) (Request, egress.Policy, error) {
 		// Wheels only: building an sdist runs its build code.
 		argv = append(argv, "--only-binary=:all:")
 	}
-	binds := []Bind{{Source: spec.Target, Writable: true}}
+	binds := []launcher.Bind{{Source: spec.Target, Writable: true}}
 	if spec.WheelsDir != "" {
 		argv = append(argv, "--no-index", "--find-links", spec.WheelsDir)
-		binds = append(binds, Bind{Source: spec.WheelsDir})
+		binds = append(binds, launcher.Bind{Source: spec.WheelsDir})
 	} else {
 		// The proxy named explicitly: pip would otherwise honour NO_PROXY
 		// (loopback names) and bypass it for an index on a loopback
@@ -158,9 +134,9 @@ func PlanInstall(spec InstallSpec) (Request, egress.Policy, error) {
 	argv = append(argv, "--", spec.Requirement)
 	timeout := spec.Timeout
 	if timeout <= 0 {
-		timeout = InstallTimeout
+		timeout = DefaultTimeout
 	}
-	req := Request{Profile: InstallBaseProfile, Argv: argv, Binds: binds, Timeout: timeout,
+	req := launcher.Request{Profile: BaseProfile, Argv: argv, Binds: binds, Timeout: timeout,
 		Env: []string{"PYTHONDONTWRITEBYTECODE=1"}, Stdout: spec.Output, Stderr: spec.Output}
 	return req, network, nil
 }
@@ -206,9 +182,14 @@ func indexPolicy(raw string, extra []string) (egress.Policy, error) {
 	return p, nil
 }
 
-// planInstall is I3: the base profile with the installation's network.
-func (l *Launcher) planInstall(req Request, network egress.Policy) (*Plan, error) {
-	prof, err := l.profiles.Lookup(InstallBaseProfile)
+// planSandbox is I3: the base profile with the installation's network,
+// set by the installation itself (not a caller's override: a restricted
+// policy with an index on a private or loopback address is no narrowing
+// of the base profile's allow_egress, and an installation may take longer
+// than one tool call). host and program are the launcher's
+// (Launcher.Host, Launcher.SeccompProgram).
+func planSandbox(set *profiles.Set, host launcher.Host, program func(string) (*seccomp.Program, error), req launcher.Request, network egress.Policy) (*launcher.Plan, error) {
+	prof, err := set.Lookup(BaseProfile)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: install: %w", err)
 	}
@@ -216,45 +197,40 @@ func (l *Launcher) planInstall(req Request, network egress.Policy) (*Plan, error
 	if err != nil {
 		return nil, fmt.Errorf("launcher: install: %w", err)
 	}
-	// The launcher's own decisions, not a caller's overrides: a restricted
-	// policy with an index on a private or loopback address is no
-	// narrowing of the base profile's allow_egress, and an installation
-	// may take longer than one tool call.
 	tight.Network = network
 	tight.Timeout = profiles.Duration(req.Timeout)
-	prog, err := l.seccompProgram(tight.Seccomp)
+	prog, err := program(tight.Seccomp)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: install: seccomp policy %q: %w", tight.Seccomp, err)
 	}
-	pl, err := NewPlan(tight, req, l.host, prog)
-	if err != nil {
-		return nil, err
-	}
-	pl.IDRange = l.ids
-	return pl, nil
+	return launcher.NewPlan(tight, req, host, prog)
 }
 
-// PlanInstallSandbox is PlanInstall plus the sandbox's plan (what `str
-// profile show` would print for it).
-func (l *Launcher) PlanInstallSandbox(spec InstallSpec) (*Plan, Request, error) {
-	req, network, err := PlanInstall(spec)
+// PlanSandbox is Plan plus the sandbox's plan on l (what `str profile
+// show` would print for it).
+func PlanSandbox(l *launcher.Launcher, spec Spec) (*launcher.Plan, launcher.Request, error) {
+	req, network, err := Plan(spec)
 	if err != nil {
-		return nil, Request{}, err
+		return nil, launcher.Request{}, err
 	}
-	pl, err := l.planInstall(req, network)
-	return pl, req, err
+	pl, err := planSandbox(l.Profiles(), l.Host(), l.SeccompProgram, req, network)
+	if err != nil {
+		return nil, req, err
+	}
+	pl.IDRange = l.IDRange()
+	return pl, req, nil
 }
 
-// Install runs pip for spec in a sandbox of its own (I1-I6). The error
-// is set when the sandbox could not run or pip failed; the target then
-// holds whatever pip left, taken back (I6) like a success.
-func (l *Launcher) Install(ctx context.Context, spec InstallSpec) (out *InstallResult, err error) {
+// Run runs pip for spec in a sandbox of l's own (I1-I6). The error is
+// set when the sandbox could not run or pip failed; the target then holds
+// whatever pip left, taken back (I6) like a success.
+func Run(ctx context.Context, l *launcher.Launcher, spec Spec) (out *Result, err error) {
 	// I1-I3.
-	pl, req, err := l.PlanInstallSandbox(spec)
+	pl, req, err := PlanSandbox(l, spec)
 	if err != nil {
 		return nil, err
 	}
-	out = &InstallResult{Network: pl.Network}
+	out = &Result{Network: pl.Network}
 	if err := checkEmptyDir(spec.Target); err != nil {
 		return out, fmt.Errorf("launcher: install %s: step I1 check target %s is an empty directory: %w", spec.Requirement, spec.Target, err)
 	}
@@ -270,7 +246,7 @@ func (l *Launcher) Install(ctx context.Context, spec InstallSpec) (out *InstallR
 	}
 	// I6 on every path from here.
 	defer func() {
-		if rerr := reclaimTree(spec.Target, l.host.UID, l.host.GID); rerr != nil {
+		if rerr := reclaimTree(spec.Target, l.Host().UID, l.Host().GID); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("launcher: install %s: step I6 take back target %s: %w", spec.Requirement, spec.Target, rerr))
 		}
 	}()
@@ -307,6 +283,9 @@ func (l *Launcher) Install(ctx context.Context, spec InstallSpec) (out *InstallR
 	}
 	return out, err
 }
+
+// under reports whether path is dir or below it.
+func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
 
 func checkEmptyDir(p string) error {
 	fi, err := os.Lstat(p)
