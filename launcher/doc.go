@@ -41,6 +41,9 @@
 //	    owned by the leased ids, .str/ (the runner's files) on a small
 //	    tmpfs of its own, input/, output/, the status FIFO, chowned to the
 //	    tool; removed by Box.Release; SweepWorkDirs at the caller's start
+//	L10. a capped `str run --workdir` (root mode): once every process of
+//	    the sandbox is reaped, copy what the tool changed back into the
+//	    directory (package launcher/writeback; its overlay is made at L3)
 //
 // The resident launcher (resident.go, `str serve`, root only) keeps
 // sandboxes made with Request.AwaitCall pre-built per profile: their init

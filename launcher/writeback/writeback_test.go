@@ -1,4 +1,4 @@
-package launcher
+package writeback
 
 import (
 	"os"
@@ -90,8 +90,8 @@ func TestWriteBackHostile(t *testing.T) {
 
 	dirFD, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	must(err)
-	wb := &writeBack{dir: dir, dirFD: dirFD, upperFS: upperFS, uid: owner, gid: group}
-	r := wb.run()
+	wb := &Dir{dir: dir, dirFD: dirFD, upperFS: upperFS, uid: owner, gid: group}
+	r := wb.CopyBack()
 
 	if r.Error == nil || r.Error.Step != nsinit.StepLWriteBack || !strings.HasSuffix(r.Error.Path, "rootonly/x.txt") {
 		t.Errorf("error %v: want step L10 refused at rootonly/x.txt (root's 0755 dir, written as the owner)", r.Error)
