@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher/intercept"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 )
@@ -33,16 +34,16 @@ func TestPlanInterception(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kv := range []string{"API_TOKEN=" + ph, "SSL_CERT_FILE=" + CABundlePath, "REQUESTS_CA_BUNDLE=" + CABundlePath, "CURL_CA_BUNDLE=" + CABundlePath} {
+	for _, kv := range []string{"API_TOKEN=" + ph, "SSL_CERT_FILE=" + intercept.BundlePath, "REQUESTS_CA_BUNDLE=" + intercept.BundlePath, "CURL_CA_BUNDLE=" + intercept.BundlePath} {
 		if !slices.Contains(pl.Child.Env, kv) {
 			t.Errorf("env lacks %s: %q", kv, pl.Child.Env)
 		}
 	}
-	i := slices.IndexFunc(pl.Child.Mounts, func(m nsinit.Mount) bool { return m.Target == CABundlePath })
+	i := slices.IndexFunc(pl.Child.Mounts, func(m nsinit.Mount) bool { return m.Target == intercept.BundlePath })
 	if i < 0 || pl.Child.Mounts[i].Kind != nsinit.MountFile {
 		t.Fatalf("no CA bundle file in the plan")
 	}
-	ca, _, err := l.egressCA()
+	ca, _, err := l.proxyCA.Get()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestPlanInterception(t *testing.T) {
 		t.Error("the secret is in the plan")
 	}
 	// The same CA for every sandbox of this launcher.
-	ca2, _, _ := l.egressCA()
+	ca2, _, _ := l.proxyCA.Get()
 	if ca2 != ca {
 		t.Error("a second CA for the same launcher")
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher/intercept"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -63,8 +64,8 @@ type Launcher struct {
 	// STR_STATE_DIR).
 	stateDir string
 
-	// proxyCA: the egress CA for terminated hosts (credentials.go).
-	proxyCA proxyCA
+	// proxyCA: the egress CA for terminated hosts (launcher/intercept).
+	proxyCA intercept.CA
 }
 
 // New loads the profiles and looks at the host once.
@@ -167,6 +168,27 @@ func (l *Launcher) planFor(req Request, host Host) (*Plan, error) {
 		return nil, err
 	}
 	return pl, nil
+}
+
+// planInterception adds to a plan what a sandbox needs when its egress
+// terminates TLS (package intercept: the CA bundle, the variables that
+// point clients at it, NAME=placeholder for each credential; the values
+// stay in the request). A credential that is invalid or outside the
+// policy's allowed_hosts, or a mount hiding the bundle, is the caller's
+// fault.
+func (l *Launcher) planInterception(pl *Plan, req Request) error {
+	if !intercept.Needed(pl.Network, req.Credentials) {
+		return nil
+	}
+	if err := intercept.Check(pl.Network, req.Credentials, pl.Child.Mounts); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	mounts, env, err := l.proxyCA.Add(pl.Child.Mounts, pl.Child.Env, req.Credentials)
+	if err != nil {
+		return fmt.Errorf("launcher: egress CA: %w", err)
+	}
+	pl.Child.Mounts, pl.Child.Env = mounts, env
+	return nil
 }
 
 // SeccompProgram returns the compiled policy a profile names: an embedded

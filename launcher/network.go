@@ -9,6 +9,12 @@ import (
 	"github.com/securetoolruntime/str/egress"
 )
 
+// interception is what the sandbox's egress session terminates with (nil
+// when nothing is terminated).
+func (s *Sandbox) interception() (*egress.Interception, error) {
+	return s.l.proxyCA.Interception(s.plan.Network, s.req.Credentials)
+}
+
 // startEgress serves the listeners the init opened on the sandbox's lo
 // (nsinit step 10) with the plan's network policy: the one decision point
 // for everything that leaves the sandbox. Called from the report reader
