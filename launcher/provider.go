@@ -21,8 +21,8 @@ import (
 // and puts its inputs in the work dir; it never mounts or chowns.
 //
 // Implementations: Launcher.Provider (namespaces, seccomp, cgroups),
-// and providers whose boxes are NewHostBox host processes
-// (SANDBOX_MODE=none; launchertest.Sandboxes for unit tests).
+// and providers whose boxes are host processes (launcher/hostbox:
+// SANDBOX_MODE=none; launchertest.Sandboxes for unit tests).
 type Provider interface {
 	// CheckProfile validates a profile name; an unknown name wraps
 	// profiles.ErrUnknownProfile.

@@ -161,6 +161,13 @@ func makeWorkDir(spec WorkDirSpec, capacity *profiles.WorkDir, uid, gid int) (*W
 	return w, nil
 }
 
+// MakeUncappedWorkDir is makeWorkDir without a cap: plain directories,
+// nothing mounted (a box without a sandbox: launcher/hostbox); uid < 0:
+// nothing is chowned.
+func MakeUncappedWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
+	return makeWorkDir(spec, nil, uid, gid)
+}
+
 // fill is L9.2-L9.6 on the dir L9.1 made. On error the caller
 // removes w (remove unmounts what was mounted).
 func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {

@@ -175,3 +175,10 @@ func tmpfsChild(t *testing.T) {
 		t.Fatalf("unescape: %q", got)
 	}
 }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/hostbox"
 	"github.com/securetoolruntime/str/profiles"
 )
 
@@ -33,7 +34,7 @@ func (u Unsandboxed) CheckProfile(name string) error {
 }
 
 // Create checks the profile and the timeout and makes the work dir
-// (launcher.NewHostBox: plain directories, uncapped); nothing runs until
+// (hostbox.New: plain directories, uncapped); nothing runs until
 // Start. As the launcher's plan: Timeout 0 is the profile's, and one
 // above the profile's is refused (the worker fits its timeouts with launcher.FitTimeout).
 func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
@@ -53,7 +54,7 @@ func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (Sandbox, err
 	for _, k := range sortedKeys(prof.Env.Set) {
 		env = append(env, k+"="+prof.Env.Set[k])
 	}
-	b, err := launcher.NewHostBox(ctx, spec, append(env, spec.Env...), nil)
+	b, err := hostbox.New(ctx, spec, append(env, spec.Env...), nil)
 	if err != nil {
 		return nil, fmt.Errorf("SANDBOX_MODE=none: %w", err)
 	}

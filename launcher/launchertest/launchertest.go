@@ -1,6 +1,6 @@
 // Package launchertest is a fake of the launcher's Provider for the unit
 // tests of its callers (the worker): each "sandbox" is a plain child
-// process of the test (launcher.NewHostBox), with the launcher's work
+// process of the test (launcher/hostbox), with the launcher's work
 // dir layout (plain directories, uncapped) and its clock, idle limit,
 // arm and cancellation, without namespaces, cgroups or root. Containment
 // itself is tested against the real launcher (launcher's own tests,
@@ -14,6 +14,7 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/hostbox"
 )
 
 // Profiles are the names the fake knows (the embedded profiles' names).
@@ -48,5 +49,5 @@ func (s Sandboxes) Create(ctx context.Context, spec launcher.Spec) (launcher.Box
 	// As the launcher: a credential reaches the tool as its placeholder
 	// (the fake has no proxy: the value goes nowhere).
 	env = append(env, egress.CredentialEnv(spec.Credentials)...)
-	return launcher.NewHostBox(ctx, spec, env, cred)
+	return hostbox.New(ctx, spec, env, cred)
 }

@@ -1,4 +1,4 @@
-package launcher
+package hostbox
 
 import (
 	"context"
@@ -10,48 +10,56 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
-// HostBox is a Box that runs its command as a plain child process of the
-// caller, WITHOUT ANY ISOLATION: what SANDBOX_MODE=none uses (worker's
-// Unsandboxed), and launchertest's fake. What it keeps of a sandbox: the
-// work dir layout (plain directories, uncapped), the wall
-// clock and idle limit (Arm as Sandbox.Arm), the cancellation, and its
-// own process group killed as a whole at the end.
-//
-// NewHostBox makes the work dir; Env is the whole environment (nothing of
-// the caller's is inherited). Cred, when set, is the ids the process runs
-// as (root only), and the work dir is handed to them as a sandbox's is.
-func NewHostBox(ctx context.Context, spec Spec, env []string, cred *syscall.Credential) (Box, error) {
+// New makes a Box that runs spec's command as a plain child process of
+// the caller, WITHOUT ANY ISOLATION (see the package doc), and its work
+// dir (plain directories, uncapped). env is the whole environment
+// (nothing of the caller's is inherited). cred, when set, is the ids the
+// process runs as (root only), and the work dir is handed to them as a
+// sandbox's is.
+func New(ctx context.Context, spec launcher.Spec, env []string, cred *syscall.Credential) (launcher.Box, error) {
 	if spec.Timeout < 0 || spec.Idle < 0 {
-		return nil, wrapInvalid("timeout %s, idle limit %s: must not be negative", spec.Timeout, spec.Idle)
+		return nil, invalid("timeout %s, idle limit %s: must not be negative", spec.Timeout, spec.Idle)
 	}
 	if len(spec.Argv) == 0 {
-		return nil, wrapInvalid("no command")
+		return nil, invalid("no command")
 	}
 	uid, gid := -1, -1
 	if cred != nil {
 		uid, gid = int(cred.Uid), int(cred.Gid)
 	}
-	wd, err := makeWorkDir(spec.WorkDir, nil, uid, gid)
+	wd, err := launcher.MakeUncappedWorkDir(spec.WorkDir, uid, gid)
 	if err != nil {
 		return nil, err
 	}
 	return &hostBox{ctx: ctx, spec: spec, env: env, cred: cred, wd: wd}, nil
 }
 
+// errNotStarted is Wait's error for a box never started.
+var errNotStarted = errors.New("the sandbox was not started")
+
+// invalid marks an error as the caller's (launcher.ErrInvalidRequest).
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{launcher.ErrInvalidRequest}, a...)...)
+}
+
 type hostBox struct {
 	ctx  context.Context
-	spec Spec
+	spec launcher.Spec
 	env  []string
 	cred *syscall.Credential
-	wd   *WorkDir
+	wd   *launcher.WorkDir
 	p    *hostProc
 }
 
-func (b *hostBox) WorkDir() *WorkDir            { return b.wd }
-func (b *hostBox) NetworkReport() NetworkReport { return NetworkReport{} }
-func (b *hostBox) Release() error               { return b.wd.remove() }
+func (b *hostBox) WorkDir() *launcher.WorkDir { return b.wd }
+func (b *hostBox) NetworkReport() launcher.NetworkReport {
+	return launcher.NetworkReport{}
+}
+func (b *hostBox) Release() error { return b.wd.Remove() }
 
 func (b *hostBox) Start() error {
 	cmd := exec.Command(b.spec.Argv[0], b.spec.Argv[1:]...)
@@ -68,7 +76,7 @@ func (b *hostBox) Start() error {
 	return nil
 }
 
-func (b *hostBox) Wait() (*Exit, error) {
+func (b *hostBox) Wait() (*launcher.Exit, error) {
 	if b.p == nil {
 		return nil, errNotStarted
 	}
@@ -84,7 +92,7 @@ func (b *hostBox) Kill() error {
 
 func (b *hostBox) Arm(timeout time.Duration) error {
 	if b.p == nil {
-		return wrapInvalid("arm: not started")
+		return invalid("arm: not started")
 	}
 	return b.p.arm(timeout)
 }
@@ -151,19 +159,19 @@ func (p *hostProc) mark(b *bool) {
 // arm: see Box.Arm (the same checks as Sandbox.Arm).
 func (p *hostProc) arm(timeout time.Duration) error {
 	if timeout <= 0 || (p.limit > 0 && timeout > p.limit) {
-		return wrapInvalid("arm: timeout %s asked, at most %s allowed", timeout, p.limit)
+		return invalid("arm: timeout %s asked, at most %s allowed", timeout, p.limit)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case !p.unarmed:
-		return wrapInvalid("arm: the process was not started to wait unarmed, or is armed already")
+		return invalid("arm: the process was not started to wait unarmed, or is armed already")
 	case p.timedOut || p.cancelled || !p.timer.Stop():
-		return fmt.Errorf("arm: %w (its idle limit ran out, or it was cancelled)", ErrEnded)
+		return fmt.Errorf("arm: %w (its idle limit ran out, or it was cancelled)", launcher.ErrEnded)
 	}
 	select {
 	case <-p.done:
-		return fmt.Errorf("arm: %w (the process has exited)", ErrEnded)
+		return fmt.Errorf("arm: %w (the process has exited)", launcher.ErrEnded)
 	default:
 	}
 	p.unarmed = false
@@ -193,13 +201,13 @@ func (p *hostProc) kill() error {
 
 // wait returns when the process has exited; its process group is killed
 // first, so nothing it started outlives it (as with a sandbox).
-func (p *hostProc) wait() (*Exit, error) {
+func (p *hostProc) wait() (*launcher.Exit, error) {
 	err := p.cmd.Wait()
 	close(p.done)
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := &Exit{TimedOut: p.timedOut, Cancelled: p.cancelled}
+	e := &launcher.Exit{TimedOut: p.timedOut, Cancelled: p.cancelled}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		ws := ee.Sys().(syscall.WaitStatus)
