@@ -2,8 +2,6 @@ package launcher
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -244,11 +242,3 @@ func (b *launcherBox) Wait() (*Exit, error) {
 // ErrUnknownProfile is profiles.ErrUnknownProfile, which CheckProfile
 // errors wrap for names no profile has.
 var ErrUnknownProfile = profiles.ErrUnknownProfile
-
-// errNotStarted is Wait's error for a host box never started.
-var errNotStarted = errors.New("the sandbox was not started")
-
-// wrapInvalid marks err as the caller's.
-func wrapInvalid(format string, a ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidRequest}, a...)...)
-}
