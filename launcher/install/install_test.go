@@ -19,7 +19,7 @@ import (
 
 // TestPlanInstall: what an installation sandbox runs and reaches, per
 // source (issue 18 §1).
-func TestPlan(t *testing.T) {
+func TestPlanInstall(t *testing.T) {
 	base := Spec{Python: "/usr/bin/python3", Requirement: "pyfiglet>=1.0,<2", Target: "/site/.staging-pyfiglet-1"}
 
 	// The wheels folder: isolated, read-only, wheels only.
