@@ -370,24 +370,24 @@ func awaitCallRaw(c *callArea, fd uintptr, r1 *uintptr) (errno uintptr, ok bool)
 	if argc < 1 || argc > MaxCallArgs || envc > MaxCallEnv || pathc < 1 || pathc > MaxCallPaths {
 		return 0, false
 	}
-	base := uintptr(unsafe.Pointer(&c.buf[0]))
+	// The strings, one loop per array: each index is below a count
+	// checked above, so below its array's length, which the compiler
+	// sees (no bounds check, whose panic calls into the runtime;
+	// TestCloneChildCallsNothingElse).
 	pos := uintptr(callHeader)
-	for k := uintptr(0); k < argc+envc+pathc; k++ {
-		start := pos
-		for pos < n && c.buf[pos] != 0 {
-			pos++
+	for k := uintptr(0); k < argc; k++ {
+		if c.argv[k], pos = callString(c, pos, n); pos == 0 {
+			return 0, false
 		}
-		if pos >= n {
-			return 0, false // a string without its NUL
+	}
+	for k := uintptr(0); k < envc; k++ {
+		if c.env[k], pos = callString(c, pos, n); pos == 0 {
+			return 0, false
 		}
-		pos++
-		switch {
-		case k < argc:
-			c.argv[k] = base + start
-		case k < argc+envc:
-			c.env[k-argc] = base + start
-		default:
-			c.paths[k-argc-envc] = base + start
+	}
+	for k := uintptr(0); k < pathc; k++ {
+		if c.paths[k], pos = callString(c, pos, n); pos == 0 {
+			return 0, false
 		}
 	}
 	if pos != n {
@@ -397,6 +397,24 @@ func awaitCallRaw(c *callArea, fd uintptr, r1 *uintptr) (errno uintptr, ok bool)
 	c.env[envc] = 0
 	*r1 = pathc
 	return 0, true
+}
+
+// callString is the address of the NUL-terminated string at pos in the
+// first n bytes of c's message, and the position after it; next is 0 for
+// a string without its NUL.
+//
+//go:nosplit
+//go:norace
+func callString(c *callArea, pos, n uintptr) (s, next uintptr) {
+	if n > uintptr(len(c.buf)) {
+		return 0, 0
+	}
+	for start := pos; pos < n; pos++ {
+		if c.buf[pos] == 0 {
+			return uintptr(unsafe.Pointer(&c.buf[0])) + start, pos + 1
+		}
+	}
+	return 0, 0
 }
 
 // fail writes the failure record of operation i on the report socket and
