@@ -45,7 +45,20 @@ type cloneArgs struct {
 // may not allocate, grow its stack, take a lock or use the runtime, as
 // Go's own fork-and-exec child; the clone is under syscall.ForkLock, as
 // Go's fork, so no descriptor is half-made while it happens.
+//
+// A program starts once, and its memory is kept until its child has
+// exited (programLife).
 func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func(pid int) error) (pid, pidfd int, err error) {
+	p.life.mu.Lock()
+	defer p.life.mu.Unlock()
+	switch {
+	case p.life.released:
+		return 0, -1, errors.New("start a released program")
+	case p.life.started:
+		return 0, -1, errors.New("start a program a second time")
+	}
+	p.life.started = true
+	pin(p)
 	args := &cloneArgs{flags: uint64(cloneFlags), exitSignal: uint64(unix.SIGCHLD)}
 	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
@@ -65,8 +78,11 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 	}
 	// Its pid cannot be reused before this process reaps it.
 	pid = int(r.r1)
+	p.life.running, p.life.pid, p.life.pidfd = true, pid, -1
 	if pidfd, err = unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err != nil {
 		pidfd, err = -1, fmt.Errorf("pidfd_open: %w", err)
+	} else if p.life.pidfd, err = unix.FcntlInt(uintptr(pidfd), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+		p.life.pidfd, err = -1, fmt.Errorf("the program's own pidfd: %w", err)
 	} else if err = maps(pid); err == nil {
 		_, err = unix.Write(sync[1], []byte{1})
 	}
@@ -77,7 +93,14 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 		unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
 		for {
-			if _, werr := unix.Wait4(pid, &ws, 0, nil); !errors.Is(werr, unix.EINTR) {
+			_, werr := unix.Wait4(pid, &ws, 0, nil)
+			if werr == nil { // reaped: Release may recycle
+				p.life.running = false
+				if p.life.pidfd >= 0 {
+					unix.Close(p.life.pidfd)
+				}
+			}
+			if !errors.Is(werr, unix.EINTR) {
 				break
 			}
 		}
