@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,15 +33,40 @@ var notProduction = []string{"launcher/launchertest", "internal/testfs", "cmd/st
 var outsideCore = map[string]string{
 	"cmd/str/worker.go: syscall.Exec": "`str worker` replaces its own process by str-worker from str's own directory " +
 		"(the worker is a program of its own, issue 19): no sandbox, no privilege change, the same process",
+	"bwrap/userns.go: SYS_UNSHARE": usernsProbe,
+	"bwrap/userns.go: SYS_CLONE":   usernsProbe,
+	"bwrap/userns.go: SYS_CLONE3":  usernsProbe,
 }
 
-// privileged are the calls that mount, chown or start a program on the host.
+const usernsProbe = "the numbers are seccomp data a policy is evaluated on (`str bwrap --disable-userns`): no system call is made"
+
+// privileged are the calls that mount, chown or start a program on the
+// host, or enter or make namespaces, change root or trace a process.
 var privileged = map[string][]string{
 	"exec":    {"Command", "CommandContext"},
 	"os":      {"StartProcess", "Chown", "Lchown"},
-	"syscall": {"ForkExec", "StartProcess", "Exec", "Mount", "Unmount", "Chown", "Fchown", "Lchown", "Fchownat"},
-	"unix":    {"Mount", "Unmount", "Chown", "Fchown", "Lchown", "Fchownat", "MountSetattr", "MoveMount", "OpenTree", "Fsmount", "Fsopen", "Exec"},
+	"syscall": {"ForkExec", "StartProcess", "Exec", "Mount", "Unmount", "Chown", "Fchown", "Lchown", "Fchownat", "PivotRoot", "Unshare", "Chroot", "PtraceAttach"},
+	"unix": {"Mount", "Unmount", "Chown", "Fchown", "Lchown", "Fchownat", "MountSetattr", "MoveMount", "OpenTree", "Fsmount", "Fsopen", "Exec",
+		"PivotRoot", "Unshare", "Setns", "Chroot", "PtraceAttach", "PtraceSeize"},
 }
+
+// privilegedSyscalls are the system call numbers of the same acts (and
+// of entering or making namespaces, the mount API, seccomp and ptrace),
+// as a raw call names them (unix.SYS_MOUNT, syscall.SYS_CLONE3): any use
+// of one of these names is a privileged call, whatever function it is
+// passed to.
+var privilegedSyscalls = []string{
+	"SYS_MOUNT", "SYS_UMOUNT2", "SYS_PIVOT_ROOT", "SYS_CHROOT", "SYS_SETNS", "SYS_UNSHARE",
+	"SYS_OPEN_TREE", "SYS_MOVE_MOUNT", "SYS_MOUNT_SETATTR", "SYS_FSOPEN", "SYS_FSCONFIG", "SYS_FSMOUNT", "SYS_FSPICK",
+	"SYS_CLONE", "SYS_CLONE3", "SYS_FORK", "SYS_VFORK", "SYS_EXECVE", "SYS_EXECVEAT",
+	"SYS_CHOWN", "SYS_FCHOWN", "SYS_LCHOWN", "SYS_FCHOWNAT", "SYS_SECCOMP", "SYS_PTRACE",
+}
+
+// rawSyscalls are the functions that take a system call's number
+// (syscall's and unix's): one given a literal number instead of a name is
+// reported too, as "raw system call N" (a number cannot be audited by
+// name).
+var rawSyscalls = []string{"Syscall", "Syscall6", "RawSyscall", "RawSyscall6", "RawSyscallNoError", "SyscallNoError"}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -93,27 +119,14 @@ func privilegedCalls(t *testing.T, root string) map[string][]string {
 		if err != nil {
 			return err
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			sel, ok := n.(*ast.SelectorExpr)
-			if !ok {
-				return true
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		for _, u := range privilegedUses(fset, f) {
+			if _, ok := outsideCore[fmt.Sprintf("%s: %s", rel, u.call)]; ok {
+				found[exceptions] = append(found[exceptions], fmt.Sprintf("%s: %s", rel, u.call))
+				continue
 			}
-			pkg, ok := sel.X.(*ast.Ident)
-			if !ok {
-				return true
-			}
-			for _, fn := range privileged[pkg.Name] {
-				if sel.Sel.Name == fn {
-					dir := filepath.ToSlash(filepath.Dir(rel))
-					if _, ok := outsideCore[fmt.Sprintf("%s: %s.%s", rel, pkg.Name, fn)]; ok {
-						found[exceptions] = append(found[exceptions], fmt.Sprintf("%s: %s.%s", rel, pkg.Name, fn))
-						continue
-					}
-					found[dir] = append(found[dir], fmt.Sprintf("%s:%d: %s.%s", rel, fset.Position(sel.Pos()).Line, pkg.Name, fn))
-				}
-			}
-			return true
-		})
+			found[dir] = append(found[dir], fmt.Sprintf("%s:%d: %s", rel, u.line, u.call))
+		}
 		return nil
 	})
 	if err != nil {
@@ -122,9 +135,115 @@ func privilegedCalls(t *testing.T, root string) map[string][]string {
 	return found
 }
 
+// privilegedUse is one privileged call found in a file: its line and
+// what it is ("unix.Mount", "SYS_MOUNT", "raw system call 165").
+type privilegedUse struct {
+	line int
+	call string
+}
+
+// privilegedUses lists f's privileged calls: a privileged function by
+// package name, a privileged system call's number by name (in any
+// expression: unix.Syscall(unix.SYS_MOUNT, ...), a variable set to it, a
+// conversion), and a raw system call given a literal number.
+func privilegedUses(fset *token.FileSet, f *ast.File) []privilegedUse {
+	var uses []privilegedUse
+	at := func(n ast.Node, call string) {
+		uses = append(uses, privilegedUse{line: fset.Position(n.Pos()).Line, call: call})
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.SelectorExpr:
+			if pkg, ok := n.X.(*ast.Ident); ok && slices.Contains(privileged[pkg.Name], n.Sel.Name) {
+				at(n, pkg.Name+"."+n.Sel.Name)
+			}
+		case *ast.Ident: // a selector's name too: unix.SYS_MOUNT
+			if slices.Contains(privilegedSyscalls, n.Name) {
+				at(n, n.Name)
+			}
+		case *ast.CallExpr:
+			sel, ok := n.Fun.(*ast.SelectorExpr)
+			if !ok || !slices.Contains(rawSyscalls, sel.Sel.Name) || len(n.Args) == 0 {
+				return true
+			}
+			nr := n.Args[0]
+			for { // through conversions and parentheses: uintptr(165)
+				if c, ok := nr.(*ast.CallExpr); ok && len(c.Args) == 1 {
+					nr = c.Args[0]
+				} else if p, ok := nr.(*ast.ParenExpr); ok {
+					nr = p.X
+				} else {
+					break
+				}
+			}
+			if lit, ok := nr.(*ast.BasicLit); ok && lit.Kind == token.INT {
+				at(n, "raw system call "+lit.Value)
+			}
+		}
+		return true
+	})
+	return uses
+}
+
+// TestPrivilegedScanCatches: the scan finds each kind of privileged call
+// in a planted file (and nothing in harmless ones), and a file outside
+// the trusted core is reported under its own directory.
+func TestPrivilegedScanCatches(t *testing.T) {
+	cases := []struct {
+		src  string
+		want []string
+	}{
+		{`unix.Mount("a", "b", "", 0, "")`, []string{"unix.Mount"}},
+		{`syscall.Syscall6(syscall.SYS_MOUNT, 0, 0, 0, 0, 0, 0)`, []string{"SYS_MOUNT"}},
+		{`unix.RawSyscall(unix.SYS_UMOUNT2, 0, 0, 0)`, []string{"SYS_UMOUNT2"}},
+		{`unix.Syscall(uintptr(unix.SYS_PIVOT_ROOT), 0, 0, 0)`, []string{"SYS_PIVOT_ROOT"}},
+		{`nr := unix.SYS_SETNS; unix.Syscall(uintptr(nr), 0, 0, 0)`, []string{"SYS_SETNS"}},
+		{`unix.RawSyscall6(unix.SYS_CLONE3, 0, 0, 0, 0, 0, 0)`, []string{"SYS_CLONE3"}},
+		{`sys.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWNS, 0, 0)`, []string{"SYS_UNSHARE"}},
+		{`unix.Syscall(unix.SYS_OPEN_TREE, 0, 0, 0)`, []string{"SYS_OPEN_TREE"}},
+		{`unix.Syscall6(unix.SYS_MOVE_MOUNT, 0, 0, 0, 0, 0, 0)`, []string{"SYS_MOVE_MOUNT"}},
+		{`unix.Syscall6(unix.SYS_MOUNT_SETATTR, 0, 0, 0, 0, 0, 0)`, []string{"SYS_MOUNT_SETATTR"}},
+		{`unix.Syscall(unix.SYS_FSOPEN, 0, 0, 0); unix.Syscall(unix.SYS_FSMOUNT, 0, 0, 0)`, []string{"SYS_FSOPEN", "SYS_FSMOUNT"}},
+		{`unix.Syscall(unix.SYS_SECCOMP, 0, 0, 0)`, []string{"SYS_SECCOMP"}},
+		{`unix.Syscall6(unix.SYS_PTRACE, 0, 0, 0, 0, 0, 0)`, []string{"SYS_PTRACE"}},
+		{`syscall.RawSyscall((165), 0, 0, 0)`, []string{"raw system call 165"}},
+		{`unix.Setns(3, unix.CLONE_NEWNS)`, []string{"unix.Setns"}},
+		{`unix.Syscall(unix.SYS_GETPID, 0, 0, 0); unix.Getpid(); os.Open("x")`, nil},
+	}
+	for _, c := range cases {
+		src := "package p\nfunc f() {\n" + c.src + "\n}\n"
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, "p.go", src, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatalf("%s: %v", c.src, err)
+		}
+		var got []string
+		for _, u := range privilegedUses(fset, f) {
+			got = append(got, u.call)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: found %q, want %q", c.src, got, c.want)
+		}
+	}
+
+	// A planted file outside the core is reported under its directory.
+	root := t.TempDir()
+	planted := filepath.Join(root, "worker", "planted.go")
+	if err := os.MkdirAll(filepath.Dir(planted), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(planted, []byte("package worker\n\nfunc f() { unix.Syscall(unix.SYS_MOUNT, 0, 0, 0) }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := privilegedCalls(t, root)["worker"]; !slices.Equal(got, []string{"worker/planted.go:3: SYS_MOUNT"}) {
+		t.Errorf("the planted call: found %q under worker", got)
+	}
+}
+
 // TestOnlyTheTrustedCoreActsOnTheHost: outside the trusted core (and the
 // non-production directories), no code mounts, chowns or starts a
-// program. The worker asks the launcher for all three.
+// program, through a function or a raw system call (privilegedUses). The
+// worker asks the launcher for all three.
 func TestOnlyTheTrustedCoreActsOnTheHost(t *testing.T) {
 	root := repoRoot(t)
 	found := privilegedCalls(t, root)
@@ -156,8 +275,12 @@ func TestOnlyTheTrustedCoreActsOnTheHost(t *testing.T) {
 	}
 }
 
-// TestReadmeTrustedCoreLines: README.md's trusted-core table names every
-// directory of trustedCore with its non-test line count, within 10 %.
+// TestReadmeTrustedCoreLines: README.md's trusted-core table has one row
+// for every package of trustedCore (a directory with non-test Go or
+// assembly files, notProduction and testdata aside) with its non-test Go
+// lines, within 10 %, and its assembly lines, exactly; and no row for
+// one that is gone. On a difference it prints the table as it should be
+// (the descriptions kept from README.md), to paste.
 func TestReadmeTrustedCoreLines(t *testing.T) {
 	root := repoRoot(t)
 	f, err := os.Open(filepath.Join(root, "README.md"))
@@ -165,50 +288,116 @@ func TestReadmeTrustedCoreLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	row := regexp.MustCompile("^\\| `([a-z/-]+)/` \\| ([0-9,]+) \\|")
-	listed := map[string]int{}
+	// A row without its assembly column is read for its description.
+	row := regexp.MustCompile("^\\| `([a-z0-9/-]+)/` \\| ([0-9,]+) \\|(?: ([0-9,]+) \\|)? (.*) \\|$")
+	type readmeRow struct {
+		goLines, asmLines int
+		noAsm             bool // the row lacks the assembly column
+		what              string
+	}
+	listed := map[string]readmeRow{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if m := row.FindStringSubmatch(sc.Text()); m != nil {
 			n, _ := strconv.Atoi(strings.ReplaceAll(m[2], ",", ""))
-			listed[m[1]] = n
+			a, _ := strconv.Atoi(strings.ReplaceAll(m[3], ",", ""))
+			listed[m[1]] = readmeRow{n, a, m[3] == "", m[4]}
 		}
 	}
-	for _, dir := range trustedCore {
-		want, ok := listed[dir]
-		if !ok {
-			t.Errorf("README.md's trusted-core table lacks `%s/`", dir)
-			continue
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	pkgs := corePackages(t, root)
+	table := "| package | lines (non-test Go) | lines (assembly) | what it does on the host |\n|---|---:|---:|---|\n"
+	for _, p := range pkgs {
+		r, ok := listed[p.dir]
+		switch {
+		case !ok:
+			t.Errorf("README.md's trusted-core table lacks `%s/` (%d lines of Go, %d of assembly)", p.dir, p.goLines, p.asmLines)
+			r.what = "(what it does on the host)"
+		case r.noAsm:
+			t.Errorf("README.md's row for `%s/` lacks its assembly lines", p.dir)
+		case (p.goLines-r.goLines)*10 > r.goLines || (r.goLines-p.goLines)*10 > r.goLines:
+			t.Errorf("README.md says `%s/` has %d lines of Go; it has %d (non-test)", p.dir, r.goLines, p.goLines)
+		case p.asmLines != r.asmLines:
+			t.Errorf("README.md says `%s/` has %d lines of assembly; it has %d", p.dir, r.asmLines, p.asmLines)
 		}
-		got := goLines(t, filepath.Join(root, dir))
-		if diff := got - want; diff*10 > want || -diff*10 > want {
-			t.Errorf("README.md says `%s/` has %d lines; it has %d (non-test Go): update the table", dir, want, got)
-		}
+		delete(listed, p.dir)
+		table += fmt.Sprintf("| `%s/` | %s | %s | %s |\n", p.dir, thousands(p.goLines), thousands(p.asmLines), r.what)
+	}
+	for dir := range listed {
+		t.Errorf("README.md's trusted-core table lists `%s/`, which is not a package of the trusted core", dir)
+	}
+	if t.Failed() {
+		t.Errorf("the table should read:\n%s", table)
+	} else {
+		t.Logf("the table:\n%s", table)
 	}
 }
 
-func goLines(t *testing.T, dir string) int {
+// corePackage is one package of the trusted core: its directory and its
+// line counts.
+type corePackage struct {
+	dir               string
+	goLines, asmLines int
+}
+
+// corePackages are trustedCore's packages, in its order, each
+// directory's sub-packages after it.
+func corePackages(t *testing.T, root string) []corePackage {
 	t.Helper()
-	n := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == "launchertest" || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+	var pkgs []corePackage
+	for _, top := range trustedCore {
+		counts := map[string]*corePackage{}
+		err := filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			rel = filepath.ToSlash(rel)
+			if d.IsDir() {
+				if d.Name() == "testdata" || inDirs(rel, notProduction) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			isGo := strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go")
+			isAsm := strings.HasSuffix(path, ".s")
+			if !isGo && !isAsm {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			dir := filepath.ToSlash(filepath.Dir(rel))
+			p := counts[dir]
+			if p == nil {
+				p = &corePackage{dir: dir}
+				counts[dir] = p
+			}
+			if isGo {
+				p.goLines += strings.Count(string(b), "\n")
+			} else {
+				p.asmLines += strings.Count(string(b), "\n")
+			}
 			return nil
-		}
-		b, err := os.ReadFile(path)
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		n += strings.Count(string(b), "\n")
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		for _, dir := range slices.Sorted(maps.Keys(counts)) {
+			pkgs = append(pkgs, *counts[dir])
+		}
 	}
-	return n
+	return pkgs
+}
+
+// thousands is n with a comma every three digits, as the table writes it.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

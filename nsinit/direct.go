@@ -65,6 +65,8 @@ type Program struct {
 	sigmask uint64
 	sigact  [4]uint64
 	sigold  [4]uint64
+
+	life programLife // started once; released once its child cannot read it (direct_mem.go)
 }
 
 // op kinds: opSys is one raw system call; the others are the few steps
@@ -1076,22 +1078,6 @@ type opLists struct {
 }
 
 var opListPool sync.Pool
-
-// Release gives the program's lists and its child's memory back for the
-// next one. The launcher calls it once the child has executed the tool
-// or exited (on linux/amd64 the child runs on this memory, shared, until
-// then) and Failure has been read; p must not be used after.
-func (p *Program) Release() {
-	if p.ops != nil {
-		clear(p.ops[:cap(p.ops)]) // no pointer kept alive through a pooled list
-		clear(p.descs[:cap(p.descs)])
-		opListPool.Put(&opLists{ops: p.ops[:0], descs: p.descs[:0]})
-	}
-	if p.mem != nil {
-		putChildMem(p.mem)
-	}
-	p.ops, p.descs, p.keep, p.mem, p.call, p.listen = nil, nil, nil, nil, nil, nil
-}
 
 // Len is how many operations the program has.
 func (p *Program) Len() int { return len(p.ops) }

@@ -45,7 +45,20 @@ type cloneArgs struct {
 // may not allocate, grow its stack, take a lock or use the runtime, as
 // Go's own fork-and-exec child; the clone is under syscall.ForkLock, as
 // Go's fork, so no descriptor is half-made while it happens.
+//
+// A program starts once, and its memory is kept until its child has
+// exited (programLife).
 func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func(pid int) error) (pid, pidfd int, err error) {
+	p.life.mu.Lock()
+	defer p.life.mu.Unlock()
+	switch {
+	case p.life.released:
+		return 0, -1, errors.New("start a released program")
+	case p.life.started:
+		return 0, -1, errors.New("start a program a second time")
+	}
+	p.life.started = true
+	pin(p)
 	args := &cloneArgs{flags: uint64(cloneFlags), exitSignal: uint64(unix.SIGCHLD)}
 	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
@@ -65,8 +78,11 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 	}
 	// Its pid cannot be reused before this process reaps it.
 	pid = int(r.r1)
+	p.life.running, p.life.pid, p.life.pidfd = true, pid, -1
 	if pidfd, err = unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err != nil {
 		pidfd, err = -1, fmt.Errorf("pidfd_open: %w", err)
+	} else if p.life.pidfd, err = unix.FcntlInt(uintptr(pidfd), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+		p.life.pidfd, err = -1, fmt.Errorf("the program's own pidfd: %w", err)
 	} else if err = maps(pid); err == nil {
 		_, err = unix.Write(sync[1], []byte{1})
 	}
@@ -77,7 +93,14 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 		unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
 		for {
-			if _, werr := unix.Wait4(pid, &ws, 0, nil); !errors.Is(werr, unix.EINTR) {
+			_, werr := unix.Wait4(pid, &ws, 0, nil)
+			if werr == nil { // reaped: Release may recycle
+				p.life.running = false
+				if p.life.pidfd >= 0 {
+					unix.Close(p.life.pidfd)
+				}
+			}
+			if !errors.Is(werr, unix.EINTR) {
 				break
 			}
 		}
@@ -370,24 +393,24 @@ func awaitCallRaw(c *callArea, fd uintptr, r1 *uintptr) (errno uintptr, ok bool)
 	if argc < 1 || argc > MaxCallArgs || envc > MaxCallEnv || pathc < 1 || pathc > MaxCallPaths {
 		return 0, false
 	}
-	base := uintptr(unsafe.Pointer(&c.buf[0]))
+	// The strings, one loop per array: each index is below a count
+	// checked above, so below its array's length, which the compiler
+	// sees (no bounds check, whose panic calls into the runtime;
+	// TestCloneChildCallsNothingElse).
 	pos := uintptr(callHeader)
-	for k := uintptr(0); k < argc+envc+pathc; k++ {
-		start := pos
-		for pos < n && c.buf[pos] != 0 {
-			pos++
+	for k := uintptr(0); k < argc; k++ {
+		if c.argv[k], pos = callString(c, pos, n); pos == 0 {
+			return 0, false
 		}
-		if pos >= n {
-			return 0, false // a string without its NUL
+	}
+	for k := uintptr(0); k < envc; k++ {
+		if c.env[k], pos = callString(c, pos, n); pos == 0 {
+			return 0, false
 		}
-		pos++
-		switch {
-		case k < argc:
-			c.argv[k] = base + start
-		case k < argc+envc:
-			c.env[k-argc] = base + start
-		default:
-			c.paths[k-argc-envc] = base + start
+	}
+	for k := uintptr(0); k < pathc; k++ {
+		if c.paths[k], pos = callString(c, pos, n); pos == 0 {
+			return 0, false
 		}
 	}
 	if pos != n {
@@ -397,6 +420,24 @@ func awaitCallRaw(c *callArea, fd uintptr, r1 *uintptr) (errno uintptr, ok bool)
 	c.env[envc] = 0
 	*r1 = pathc
 	return 0, true
+}
+
+// callString is the address of the NUL-terminated string at pos in the
+// first n bytes of c's message, and the position after it; next is 0 for
+// a string without its NUL.
+//
+//go:nosplit
+//go:norace
+func callString(c *callArea, pos, n uintptr) (s, next uintptr) {
+	if n > uintptr(len(c.buf)) {
+		return 0, 0
+	}
+	for start := pos; pos < n; pos++ {
+		if c.buf[pos] == 0 {
+			return uintptr(unsafe.Pointer(&c.buf[0])) + start, pos + 1
+		}
+	}
+	return 0, 0
 }
 
 // fail writes the failure record of operation i on the report socket and

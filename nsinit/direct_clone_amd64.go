@@ -28,7 +28,7 @@ const CloneSharesMemory = true
 // waiting, those were most of its CPU per call). The child writes only
 // its own memory (its Program's slots and buffers, its childMem) and
 // stops using the launcher's at its execve or exit_group; the launcher
-// releases that memory only after it has reaped the child. Called
+// releases that memory only after the child has exited (programLife). Called
 // between beforeFork and afterFork: no stack check.
 //
 //go:nosplit

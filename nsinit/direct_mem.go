@@ -15,8 +15,8 @@ import (
 // in direct_clone_amd64.go), so everything it writes must be its own: this mapping,
 // and its Program's slots and buffers; nothing of another sandbox's.
 //
-// Mappings are reused once Release has run (the child has executed the
-// tool or exited): a fresh one costs an mmap, an mprotect and a page
+// Mappings are reused once Release has run, which it does only after
+// the child's exit (programLife): a fresh one costs an mmap, an mprotect and a page
 // fault for every page the child touches.
 type childMem struct {
 	region []byte
@@ -78,4 +78,95 @@ func putChildMem(m *childMem) {
 	}
 	freeChildMem.Unlock()
 	unix.Munmap(m.region)
+}
+
+// programLife keeps a Program's memory (its lists, buffers, slots and
+// childMem) from being reused, or freed by the collector, while a child
+// may still read it: with CLONE_VM the child runs on it, the launcher's
+// own memory, until its execve or exit.
+//
+//   - Start runs once: a second Start, or one after Release, fails
+//     before any clone.
+//   - From the clone on, the program is pinned (reachable from pinned:
+//     the collector frees none of it) and keeps its own pidfd of the
+//     child (pidfd; running).
+//   - Release recycles the memory only when no child can read it: none
+//     was cloned, Start reaped it (its error path), or the pidfd is
+//     readable, which the kernel makes it once the child has exited,
+//     after the child dropped its hold on the memory (exit_mm before
+//     exit_notify in do_exit). Otherwise it fails and keeps everything;
+//     a Release after the exit recycles.
+type programLife struct {
+	mu       sync.Mutex // held by Start and Release
+	started  bool
+	running  bool // a child was cloned and not seen exited: pid, pidfd are its
+	pid      int
+	pidfd    int
+	released bool
+}
+
+// pinned holds the programs whose child may run.
+var pinned struct {
+	sync.Mutex
+	m map[*Program]struct{}
+}
+
+func pin(p *Program) {
+	pinned.Lock()
+	if pinned.m == nil {
+		pinned.m = map[*Program]struct{}{}
+	}
+	pinned.m[p] = struct{}{}
+	pinned.Unlock()
+}
+
+func unpin(p *Program) {
+	pinned.Lock()
+	delete(pinned.m, p)
+	pinned.Unlock()
+}
+
+// childExited is whether the pidfd is readable: its process has exited
+// (or was reaped). An error says no.
+func childExited(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n == 1 && fds[0].Revents&unix.POLLIN != 0
+	}
+}
+
+// Release gives the program's lists and its child's memory back for the
+// next program once no child can read them (programLife): the launcher
+// calls it after it has reaped the child and read its failure, if any.
+// Before the child's exit it fails and recycles nothing. p must not be
+// used after a Release that succeeded; another Release does nothing.
+func (p *Program) Release() error {
+	p.life.mu.Lock()
+	defer p.life.mu.Unlock()
+	if p.life.released {
+		return nil
+	}
+	if p.life.running {
+		if !childExited(p.life.pidfd) {
+			return fmt.Errorf("release the program of child %d before it exited: it may still run on the program's memory", p.life.pid)
+		}
+		unix.Close(p.life.pidfd)
+		p.life.running = false
+	}
+	p.life.released = true
+	unpin(p)
+	if p.ops != nil {
+		clear(p.ops[:cap(p.ops)]) // no pointer kept alive through a pooled list
+		clear(p.descs[:cap(p.descs)])
+		opListPool.Put(&opLists{ops: p.ops[:0], descs: p.descs[:0]})
+	}
+	if p.mem != nil {
+		putChildMem(p.mem)
+	}
+	p.ops, p.descs, p.keep, p.mem, p.call, p.listen = nil, nil, nil, nil, nil, nil
+	return nil
 }
