@@ -296,7 +296,7 @@ var mapperPath = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^/proc/[1-9][0-9]{0,9}/(uid_map|gid_map)$`)
 })
 
-// serveMapper is the mapper, once executed (mapperChild's step 5): it
+// serveMapper is the mapper, once mapperChild has executed it: it
 // serves the supervisor on descriptor 3 (a SOCK_SEQPACKET socket): each
 // message is a path, answered 'k' with the file opened O_WRONLY as
 // SCM_RIGHTS, or 'e'. It runs in a template's user namespace as its
