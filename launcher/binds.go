@@ -3,7 +3,6 @@ package launcher
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"syscall"
@@ -236,10 +235,9 @@ func idMapUserNS(uid, hostUID, gid, hostGID int) (userns int, action string, err
 		file    string
 		in, out int
 	}{{"uid_map", uid, hostUID}, {"gid_map", gid, hostGID}} {
-		path := fmt.Sprintf("/proc/%d/%s", pid, m.file)
 		line := fmt.Sprintf("%d %d 1", m.in, m.out)
-		if err := writeFileAt(path, line+"\n"); err != nil {
-			return -1, fmt.Sprintf("write %q to %s", line, path), err
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, m.file), []byte(line+"\n"), 0); err != nil {
+			return -1, fmt.Sprintf("map %q", line), err
 		}
 	}
 	// 4.
@@ -248,20 +246,6 @@ func idMapUserNS(uid, hostUID, gid, hostGID int) (userns int, action string, err
 		return -1, "open " + path, err
 	}
 	return userns, "", nil
-}
-
-// writeFileAt writes s to the existing file at path in one write.
-func writeFileAt(path, s string) error {
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	n, err := unix.Write(fd, []byte(s))
-	if err == nil && n != len(s) {
-		err = io.ErrShortWrite
-	}
-	return err
 }
 
 // withSignalsBlocked runs clone, which forks a raw child that never
