@@ -26,17 +26,6 @@ func directPlan(plan *Plan) bool {
 	return !plan.Rootless && nsinit.DirectUnsupported(&plan.Child) == "" && os.Getenv("STR_INIT") != "exec"
 }
 
-// needsOwnerMap: a tree of plan is id-mapped at L3, which runs the init's
-// executable's mapper (ownerMap).
-func needsOwnerMap(plan *Plan) bool {
-	for _, m := range plan.Child.Mounts {
-		if m.IDMapOwner {
-			return true
-		}
-	}
-	return false
-}
-
 // runDirect is run's L4-L8 for a direct sandbox, once L3 has cloned the
 // bind sources (trees, in plan order).
 func (s *Sandbox) runDirect(trees []*os.File) {

@@ -104,13 +104,13 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	// A direct sandbox needs the init's executable only to id-map a
-	// work dir (ownerMap); every other one starts str-init from it.
+	// Every sandbox that is not direct starts str-init from the init's
+	// executable.
 	s.direct = directPlan(plan)
 	var initFile *os.File
 	var initCopy bool
 	var err error
-	if !s.direct || needsOwnerMap(plan) {
+	if !s.direct {
 		if initFile, initCopy, err = l.initExe(plan.Rootless); err != nil {
 			return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "init executable", Msg: err.Error(), Err: err}
 		}
@@ -345,7 +345,7 @@ func (s *Sandbox) run() {
 	// before the init that attaches them exists. They follow the report
 	// socket in the init's descriptors (nsinit.FirstTreeFD), where the
 	// plan numbered them.
-	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID, exe: s.initFile}
+	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID}
 	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner, s.plan.WorkDir)
 	if err != nil {
 		s.startErr = err

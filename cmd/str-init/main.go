@@ -7,7 +7,6 @@
 package main
 
 import (
-	"os"
 	"runtime"
 	"runtime/debug"
 
@@ -24,11 +23,5 @@ func main() {
 	// No garbage collection: the init lives for milliseconds, and after
 	// RLIMIT_AS no background worker may need fresh memory.
 	debug.SetGCPercent(-1)
-	if len(os.Args) > 0 && os.Args[0] == nsinit.MapperArgv0 {
-		// A per-tool template's id-map opener (launcher/template_mapper.go),
-		// long-lived: it collects its garbage.
-		debug.SetGCPercent(100)
-		nsinit.MapperMain()
-	}
 	nsinit.Main()
 }
