@@ -269,7 +269,7 @@ func (r *Resident) refuse(c *net.UnixConn, cred *unix.Ucred, why error) {
 			_ = rc.Control(func(fd uintptr) { _, _, _, _, _ = unix.Recvmsg(int(fd), b[:], nil, unix.MSG_DONTWAIT) })
 		}
 	}
-	reply(c, residentReply{typ: ResidentRefused, text: why.Error()})
+	reply(c, residentReply{typ: replyRefused, text: why.Error()})
 }
 
 // refusalLog rate-limits check 2's log lines per uid.
@@ -368,20 +368,20 @@ func (r *Resident) handle(c *net.UnixConn) {
 		}
 	}()
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		reply(c, residentReply{typ: ResidentNotPoolable, text: fmt.Sprintf("request larger than %d bytes", len(buf))})
+		reply(c, residentReply{typ: replyNotPoolable, text: fmt.Sprintf("request larger than %d bytes", len(buf))})
 		return
 	}
 	if fdErr != nil {
-		reply(c, residentReply{typ: ResidentFailed, text: "str serve: " + fdErr.Error()})
+		reply(c, residentReply{typ: replyFailed, text: "str serve: " + fdErr.Error()})
 		return
 	}
 	req, err := decodeResidentRequest(buf[:n])
 	if errors.Is(err, errResidentVersion) {
-		reply(c, residentReply{typ: ResidentNotPoolable, text: err.Error()})
+		reply(c, residentReply{typ: replyNotPoolable, text: err.Error()})
 		return
 	}
 	if err != nil {
-		reply(c, residentReply{typ: ResidentFailed, text: "str serve: " + err.Error()})
+		reply(c, residentReply{typ: replyFailed, text: "str serve: " + err.Error()})
 		return
 	}
 
@@ -402,24 +402,24 @@ func (r *Resident) handle(c *net.UnixConn) {
 		Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
 	pl, err := r.l.planFor(lreq, host)
 	if err != nil {
-		reply(c, residentReply{typ: ResidentFailed, text: err.Error()})
+		reply(c, residentReply{typ: replyFailed, text: err.Error()})
 		return
 	}
 
 	// 4. Poolable?
 	p := r.pools[pl.Profile]
 	if p == nil {
-		reply(c, residentReply{typ: ResidentNotPoolable, text: fmt.Sprintf("profile %s is not served here", pl.Profile)})
+		reply(c, residentReply{typ: replyNotPoolable, text: fmt.Sprintf("profile %s is not served here", pl.Profile)})
 		return
 	}
 	if why := p.differs(pl); why != "" {
-		reply(c, residentReply{typ: ResidentNotPoolable, text: why})
+		reply(c, residentReply{typ: replyNotPoolable, text: why})
 		return
 	}
 	// The call must fit the form the pool's sandboxes take it in
 	// (direct in root mode, str-init's JSON rootless).
 	if _, err := encodeCall(directPlan(pl), pl.Child.Argv, pl.Child.Env); err != nil {
-		reply(c, residentReply{typ: ResidentNotPoolable, text: "a pre-built sandbox cannot take this call: " + err.Error()})
+		reply(c, residentReply{typ: replyNotPoolable, text: "a pre-built sandbox cannot take this call: " + err.Error()})
 		return
 	}
 
@@ -430,7 +430,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 		// No sandbox got the call (a build failed, or the send did), so
 		// the command has not run: the caller may run it one-shot.
 		r.log.Warn("str serve: no pre-built sandbox for a call", "profile", p.name, "error", err)
-		reply(c, residentReply{typ: ResidentNotPoolable, text: err.Error()})
+		reply(c, residentReply{typ: replyNotPoolable, text: err.Error()})
 		return
 	}
 	for i, f := range stdio {
@@ -457,7 +457,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 	res, err := box.sb.WaitResult()
 	box.cancel()
 	if err != nil {
-		reply(c, residentReply{typ: ResidentFailed, text: err.Error()})
+		reply(c, residentReply{typ: replyFailed, text: err.Error()})
 	} else {
 		reply(c, resultReply(res, req.WantResult))
 	}
@@ -470,12 +470,12 @@ func (r *Resident) handle(c *net.UnixConn) {
 // resultReply is a result's reply: its Outcome, and its JSON as `str run
 // --result` writes it when the caller asked.
 func resultReply(res *Result, withJSON bool) residentReply {
-	rep := residentReply{typ: ResidentResult}
+	rep := residentReply{typ: replyResult}
 	rep.status, rep.text = res.Outcome()
 	if withJSON {
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {
-			return residentReply{typ: ResidentFailed, text: "str serve: the result: " + err.Error()}
+			return residentReply{typ: replyFailed, text: "str serve: the result: " + err.Error()}
 		}
 		rep.result = append(b, '\n')
 	}

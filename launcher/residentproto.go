@@ -26,8 +26,8 @@ import (
 // it without reflection and the server checks every count before it
 // allocates (decodeResidentRequest, FuzzDecodeResidentRequest):
 //
-//	request  ResidentMagic ("STR" and the version byte), flags uint32
-//	         (ResidentWantResult, ResidentHasNetwork; no other bit),
+//	request  residentMagic ("STR" and the version byte), flags uint32
+//	         (reqWantResult, reqHasNetwork; no other bit),
 //	         four int64 (timeout ns, memory bytes, CPUs in millis, pids;
 //	         0 = the profile's, never negative), six uint32 counts (argv,
 //	         --env additions, environ, allowed hosts, allowed ports,
@@ -37,45 +37,46 @@ import (
 //	         counts, as os.Getenv reads it), the hosts, the CIDRs; nothing
 //	         after the last NUL. The caller's stdin, stdout and stderr
 //	         ride along as SCM_RIGHTS (exactly nsinit.CallFDs).
-//	reply    ResidentMagic, a type byte (ResidentResult,
-//	         ResidentNotPoolable: run one-shot instead, ResidentRefused:
-//	         SO_PEERCRED said no, ResidentFailed: the request is bad, as
+//	reply    residentMagic, a type byte (replyResult,
+//	         replyNotPoolable: run one-shot instead, replyRefused:
+//	         SO_PEERCRED said no, replyFailed: the request is bad, as
 //	         one-shot str run would say), three zero bytes, the exit
 //	         status as int32, the text's length as uint32, the text (for
 //	         a result the exact bytes `str run` writes to stderr,
-//	         Result.Outcome; else the reason; at most ResidentTextMax
-//	         bytes), then for a result asked with ResidentWantResult the
+//	         Result.Outcome; else the reason; at most residentTextMax
+//	         bytes), then for a result asked with reqWantResult the
 //	         Result as `str run --result` writes it (JSON), else nothing.
-//	cancel   ResidentMagic and ResidentCancel, any time before the reply
+//	cancel   residentMagic and msgCancel, any time before the reply
 //	         (SIGTERM, SIGINT or SIGHUP to the client); closing the
 //	         connection cancels the same way.
 //
 // A request of another version (the same "STR" and another version byte)
 // is answered "not poolable": the client runs one-shot.
 
-// ResidentVersion is the protocol's version, ResidentMagic's last byte.
-const ResidentVersion = 2
+// residentVersion is the protocol's version, residentMagic's last byte.
+const residentVersion = 2
 
 // The encoding's constants (see the protocol above).
 const (
-	ResidentMagic = "STR\x02"
+	residentMagic = "STR\x02"
 
-	ResidentWantResult = 1 << 0 // request flag: the reply carries the Result's JSON
-	ResidentHasNetwork = 1 << 1 // request flag: a network policy (mode, hosts, ports, CIDRs)
+	reqWantResult = 1 << 0 // request flag: the reply carries the Result's JSON
+	reqHasNetwork = 1 << 1 // request flag: a network policy (mode, hosts, ports, CIDRs)
 
-	ResidentResult      = 1
-	ResidentNotPoolable = 2
-	ResidentRefused     = 3
-	ResidentFailed      = 4
-	ResidentCancel      = 5
+	// A reply's type byte, and the cancel's.
+	replyResult      = 1
+	replyNotPoolable = 2
+	replyRefused     = 3
+	replyFailed      = 4
+	msgCancel        = 5
 
-	// ResidentTextMax bounds a reply's text.
-	ResidentTextMax = 64 << 10
+	// residentTextMax bounds a reply's text.
+	residentTextMax = 64 << 10
 
-	residentCancelMsg = ResidentMagic + "\x05" // ResidentMagic, ResidentCancel
+	residentCancelMsg = residentMagic + string(rune(msgCancel))
 
-	requestHeader = len(ResidentMagic) + 4 + 4*8 + 6*4
-	replyHeader   = len(ResidentMagic) + 4 + 4 + 4
+	requestHeader = len(residentMagic) + 4 + 4*8 + 6*4
+	replyHeader   = len(residentMagic) + 4 + 4 + 4
 )
 
 // ResidentRequest is `str run`'s request as the server sees it: the same
@@ -183,10 +184,10 @@ func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
 	var hosts, cidrs []string
 	var ports []int
 	if req.WantResult {
-		flags |= ResidentWantResult
+		flags |= reqWantResult
 	}
 	if n := req.Network; n != nil {
-		flags |= ResidentHasNetwork
+		flags |= reqHasNetwork
 		mode, hosts, ports, cidrs = string(n.Mode), n.AllowedHosts, n.AllowedPorts, n.AllowedCIDRs
 	}
 	nums := [4]int64{int64(req.Timeout), req.Memory, req.CPUs, req.Pids}
@@ -201,7 +202,7 @@ func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
 		}
 	}
 	b := make([]byte, 0, size)
-	b = append(b, ResidentMagic...)
+	b = append(b, residentMagic...)
 	b = binary.LittleEndian.AppendUint32(b, flags)
 	for _, v := range nums {
 		if v < 0 {
@@ -230,16 +231,16 @@ func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
 // errResidentVersion.
 func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 	var req ResidentRequest
-	const magic = len(ResidentMagic)
-	if len(b) >= magic && string(b[:magic-1]) == ResidentMagic[:magic-1] && b[magic-1] != ResidentMagic[magic-1] {
-		return req, fmt.Errorf("%w: protocol version %d, this server speaks %d", errResidentVersion, b[magic-1], ResidentVersion)
+	const magic = len(residentMagic)
+	if len(b) >= magic && string(b[:magic-1]) == residentMagic[:magic-1] && b[magic-1] != residentMagic[magic-1] {
+		return req, fmt.Errorf("%w: protocol version %d, this server speaks %d", errResidentVersion, b[magic-1], residentVersion)
 	}
-	if len(b) < requestHeader || string(b[:magic]) != ResidentMagic {
+	if len(b) < requestHeader || string(b[:magic]) != residentMagic {
 		return req, errors.New("request: no header")
 	}
 	le := binary.LittleEndian
 	flags := le.Uint32(b[magic:])
-	if flags&^(ResidentWantResult|ResidentHasNetwork) != 0 {
+	if flags&^(reqWantResult|reqHasNetwork) != 0 {
 		return req, fmt.Errorf("request: unknown flags %#x", flags)
 	}
 	var nums [4]int64
@@ -257,7 +258,7 @@ func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 	if counts[0] == 0 {
 		return req, errors.New("request: no argv")
 	}
-	if flags&ResidentHasNetwork == 0 && counts[3]+counts[4]+counts[5] != 0 {
+	if flags&reqHasNetwork == 0 && counts[3]+counts[4]+counts[5] != 0 {
 		return req, errors.New("request: hosts, ports or CIDRs without a network policy")
 	}
 	if counts[4] > uint64(len(rest))/8 {
@@ -306,7 +307,7 @@ func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 	if len(rest) != 0 {
 		return ResidentRequest{}, fmt.Errorf("request: %d bytes after the last string", len(rest))
 	}
-	if flags&ResidentHasNetwork != 0 {
+	if flags&reqHasNetwork != 0 {
 		if len(ports) == 0 {
 			ports = nil
 		}
@@ -315,7 +316,7 @@ func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 		return ResidentRequest{}, errors.New("request: a network mode without a network policy")
 	}
 	req.Timeout, req.Memory, req.CPUs, req.Pids = time.Duration(nums[0]), nums[1], nums[2], nums[3]
-	req.WantResult = flags&ResidentWantResult != 0
+	req.WantResult = flags&reqWantResult != 0
 	return req, nil
 }
 
@@ -324,17 +325,17 @@ type residentReply struct {
 	typ    byte
 	status int
 	text   string
-	result []byte // the Result's JSON (a result asked with ResidentWantResult)
+	result []byte // the Result's JSON (a result asked with reqWantResult)
 }
 
-// encode is the reply's bytes, its text cut to ResidentTextMax.
+// encode is the reply's bytes, its text cut to residentTextMax.
 func (r residentReply) encode() []byte {
 	text := r.text
-	if len(text) > ResidentTextMax {
-		text = text[:ResidentTextMax]
+	if len(text) > residentTextMax {
+		text = text[:residentTextMax]
 	}
 	b := make([]byte, 0, replyHeader+len(text)+len(r.result))
-	b = append(b, ResidentMagic...)
+	b = append(b, residentMagic...)
 	b = append(b, r.typ, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint32(b, uint32(int32(r.status)))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(text)))
@@ -345,18 +346,18 @@ func (r residentReply) encode() []byte {
 // decodeResidentReply reads a reply (the client's side).
 func decodeResidentReply(b []byte) (residentReply, error) {
 	var r residentReply
-	if len(b) < replyHeader || string(b[:len(ResidentMagic)]) != ResidentMagic || b[5]|b[6]|b[7] != 0 {
+	if len(b) < replyHeader || string(b[:len(residentMagic)]) != residentMagic || b[5]|b[6]|b[7] != 0 {
 		return r, errors.New("no header")
 	}
 	r.typ = b[4]
 	r.status = int(int32(binary.LittleEndian.Uint32(b[8:])))
 	n := uint64(binary.LittleEndian.Uint32(b[12:]))
 	rest := b[replyHeader:]
-	if n > uint64(len(rest)) || n > ResidentTextMax {
+	if n > uint64(len(rest)) || n > residentTextMax {
 		return r, fmt.Errorf("a text of %d bytes in %d", n, len(rest))
 	}
 	r.text = string(rest[:n])
-	if r.typ != ResidentResult && len(rest) != int(n) {
+	if r.typ != replyResult && len(rest) != int(n) {
 		return r, fmt.Errorf("%d bytes after the text", len(rest)-int(n))
 	}
 	if len(rest) > int(n) {
@@ -365,7 +366,9 @@ func decodeResidentReply(b []byte) (residentReply, error) {
 	return r, nil
 }
 
-// maxReplyBytes bounds a reply (a Result with its violations).
+// maxReplyBytes bounds a reply with the Result's JSON (a Result with its
+// violations); without it a reply is at most its header and
+// residentTextMax.
 const maxReplyBytes = 1 << 20
 
 // CallResident runs req through the resident launcher on socket with the
@@ -400,7 +403,10 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 	}
 	stop := context.AfterFunc(ctx, func() { c.send([]byte(residentCancelMsg)) })
 	defer stop()
-	buf := make([]byte, maxReplyBytes)
+	buf := make([]byte, replyHeader+residentTextMax)
+	if req.WantResult {
+		buf = make([]byte, maxReplyBytes)
+	}
 	var n, flags int
 	err = retryEINTR(func() (err error) { n, _, flags, _, err = unix.Recvmsg(c.fd, buf, nil, 0); return err })
 	if err != nil || n == 0 {
@@ -417,13 +423,13 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 		return nil, fmt.Errorf("resident launcher %s: bad reply: %w", socket, err)
 	}
 	switch rep.typ {
-	case ResidentResult:
+	case replyResult:
 		return &ResidentOutcome{Status: rep.status, Stderr: rep.text, Result: rep.result}, nil
-	case ResidentNotPoolable:
+	case replyNotPoolable:
 		return nil, fmt.Errorf("%w: %s", ErrNotPoolable, rep.text)
-	case ResidentRefused:
+	case replyRefused:
 		return nil, &ResidentError{Refused: true, Msg: rep.text}
-	case ResidentFailed:
+	case replyFailed:
 		return nil, &ResidentError{Msg: rep.text}
 	}
 	return nil, fmt.Errorf("resident launcher %s: unknown reply type %d", socket, rep.typ)

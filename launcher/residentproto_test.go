@@ -74,7 +74,7 @@ func TestDecodeResidentRequest(t *testing.T) {
 		{"unknown flag", set(good, 4, 4), "unknown flags 0x4"},
 		{"negative", append(append(bytes.Clone(good[:8]), 0, 0, 0, 0, 0, 0, 0, 0x80), good[16:]...), "negative limit"},
 		{"counts beyond the bytes", set(good, counts+8, 0xffffffff), "strings in"},
-		{"ports beyond the bytes", set(set(good, 4, ResidentHasNetwork), counts+16, 0x7fffffff), "ports in"},
+		{"ports beyond the bytes", set(set(good, 4, reqHasNetwork), counts+16, 0x7fffffff), "ports in"},
 		{"hosts without a policy", set(good, counts+12, 1), "without a network policy"},
 	} {
 		if _, err := decodeResidentRequest(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -88,25 +88,25 @@ func TestDecodeResidentRequest(t *testing.T) {
 }
 
 // TestResidentReply: the reply's layout both ways, its text cut to
-// ResidentTextMax, and the malformed ones the client refuses.
+// residentTextMax, and the malformed ones the client refuses.
 func TestResidentReply(t *testing.T) {
-	b := residentReply{typ: ResidentResult, status: 137, text: "str run: warning: x\n", result: []byte("{}\n")}.encode()
-	if string(b[:4]) != ResidentMagic || b[4] != ResidentResult || !bytes.Equal(b[5:8], []byte{0, 0, 0}) ||
+	b := residentReply{typ: replyResult, status: 137, text: "str run: warning: x\n", result: []byte("{}\n")}.encode()
+	if string(b[:4]) != residentMagic || b[4] != replyResult || !bytes.Equal(b[5:8], []byte{0, 0, 0}) ||
 		binary.LittleEndian.Uint32(b[8:]) != 137 || binary.LittleEndian.Uint32(b[12:]) != 20 || string(b[16:]) != "str run: warning: x\n{}\n" {
 		t.Fatalf("reply % x", b)
 	}
 	if r, err := decodeResidentReply(b); err != nil || r.status != 137 || r.text != "str run: warning: x\n" || string(r.result) != "{}\n" {
 		t.Fatalf("decoded %+v %v", r, err)
 	}
-	long := residentReply{typ: ResidentFailed, status: -1, text: strings.Repeat("x", 2*ResidentTextMax)}.encode()
-	if r, err := decodeResidentReply(long); err != nil || len(r.text) != ResidentTextMax || r.status != -1 {
+	long := residentReply{typ: replyFailed, status: -1, text: strings.Repeat("x", 2*residentTextMax)}.encode()
+	if r, err := decodeResidentReply(long); err != nil || len(r.text) != residentTextMax || r.status != -1 {
 		t.Fatalf("long reply: %d bytes, %v", len(r.text), err)
 	}
 	for name, b := range map[string][]byte{
 		"short":          b[:replyHeader-1],
 		"text too long":  b[:replyHeader+3],
-		"bytes after":    append(residentReply{typ: ResidentRefused, text: "no"}.encode(), 'x'),
-		"nonzero filler": append(append([]byte(ResidentMagic), ResidentResult, 1, 0, 0), make([]byte, 8)...),
+		"bytes after":    append(residentReply{typ: replyRefused, text: "no"}.encode(), 'x'),
+		"nonzero filler": append(append([]byte(residentMagic), replyResult, 1, 0, 0), make([]byte, 8)...),
 	} {
 		if _, err := decodeResidentReply(b); err == nil {
 			t.Errorf("%s: decoded", name)

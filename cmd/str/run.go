@@ -157,7 +157,9 @@ func cmdRun(args []string) int {
 					fmt.Fprintln(os.Stderr, "str run: --result:", err)
 				}
 			}
-			fmt.Fprint(os.Stderr, out.Stderr)
+			if out.Stderr != "" {
+				os.Stderr.WriteString(out.Stderr)
+			}
 			return out.Status
 		case errors.Is(err, launcher.ErrNoResident), errors.Is(err, launcher.ErrNotPoolable):
 			// one-shot below
