@@ -398,8 +398,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 	}
 	host := r.l.host
 	host.Getenv = func(k string) string { return environ[k] }
-	lreq := Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout,
-		Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
+	lreq := Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout}
 	pl, err := r.l.planFor(lreq, host)
 	if err != nil {
 		reply(c, residentReply{typ: replyFailed, text: err.Error()})

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
@@ -27,16 +26,13 @@ import (
 // allocates (decodeResidentRequest, FuzzDecodeResidentRequest):
 //
 //	request  residentMagic ("STR" and the version byte), flags uint32
-//	         (reqWantResult, reqHasNetwork; no other bit),
-//	         four int64 (timeout ns, memory bytes, CPUs in millis, pids;
-//	         0 = the profile's, never negative), six uint32 counts (argv,
-//	         --env additions, environ, allowed hosts, allowed ports,
-//	         allowed CIDRs), the ports as int64 each, then the strings:
-//	         the profile, the network mode, argv (at least one), the
-//	         --env additions, the caller's environ (a key's first entry
-//	         counts, as os.Getenv reads it), the hosts, the CIDRs; nothing
-//	         after the last NUL. The caller's stdin, stdout and stderr
-//	         ride along as SCM_RIGHTS (exactly nsinit.CallFDs).
+//	         (reqWantResult; no other bit), the --timeout as int64 ns (0:
+//	         the profile's; never negative), three uint32 counts (argv,
+//	         --env additions, environ), then the strings: the profile,
+//	         argv (at least one), the --env additions, the caller's
+//	         environ (a key's first entry counts, as os.Getenv reads it);
+//	         nothing after the last NUL. The caller's stdin, stdout and
+//	         stderr ride along as SCM_RIGHTS (exactly nsinit.CallFDs).
 //	reply    residentMagic, a type byte (replyResult,
 //	         replyNotPoolable: run one-shot instead, replyRefused:
 //	         SO_PEERCRED said no, replyFailed: the request is bad, as
@@ -61,7 +57,6 @@ const (
 	residentMagic = "STR\x02"
 
 	reqWantResult = 1 << 0 // request flag: the reply carries the Result's JSON
-	reqHasNetwork = 1 << 1 // request flag: a network policy (mode, hosts, ports, CIDRs)
 
 	// A reply's type byte, and the cancel's.
 	replyResult      = 1
@@ -75,14 +70,16 @@ const (
 
 	residentCancelMsg = residentMagic + string(rune(msgCancel))
 
-	requestHeader = len(residentMagic) + 4 + 4*8 + 6*4
+	requestHeader = len(residentMagic) + 4 + 8 + 3*4
 	replyHeader   = len(residentMagic) + 4 + 4 + 4
 )
 
-// ResidentRequest is `str run`'s request as the server sees it: the same
-// fields as the command line's, checked by the same tighten-only rules
-// (Launcher.Plan). Binds, a work dir and credentials are never poolable;
-// the client does not send them.
+// ResidentRequest is `str run`'s request as the server sees it: what a
+// pre-built sandbox of the profile can take, checked by the same rules as
+// one-shot (Launcher.Plan). What needs another plan (binds, a work dir,
+// credentials, lower limits, a narrower network) is never poolable, so
+// the client runs it one-shot without asking and the request has no
+// field for it.
 type ResidentRequest struct {
 	Profile string
 	Argv    []string
@@ -90,13 +87,7 @@ type ResidentRequest struct {
 	// Environ is the caller's environment: the profile's passthrough
 	// names are read from it, as one-shot str run reads its own.
 	Environ []string
-	Timeout time.Duration
-	Memory  int64
-	CPUs    int64 // millis
-	Pids    int64
-	// Network: the command line's network flags (mode, hosts, ports,
-	// CIDRs; nothing else of a policy is sent).
-	Network *egress.Policy
+	Timeout time.Duration // at most the profile's (Arm)
 	// WantResult: the reply carries the Result's JSON (str run --result).
 	WantResult bool
 }
@@ -174,25 +165,21 @@ func ImplicitResidentSocket() string {
 var errResidentVersion = errors.New("another protocol version")
 
 // encodeResidentRequest is req in the request encoding; an error when a
-// string holds a NUL (the encoding's terminator) or a number is negative.
+// string holds a NUL (the encoding's terminator) or the timeout is
+// negative.
 func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
 	if len(req.Argv) == 0 {
 		return nil, errors.New("no argv")
 	}
+	if req.Timeout < 0 {
+		return nil, fmt.Errorf("a negative timeout (%v)", req.Timeout)
+	}
 	var flags uint32
-	var mode string
-	var hosts, cidrs []string
-	var ports []int
 	if req.WantResult {
 		flags |= reqWantResult
 	}
-	if n := req.Network; n != nil {
-		flags |= reqHasNetwork
-		mode, hosts, ports, cidrs = string(n.Mode), n.AllowedHosts, n.AllowedPorts, n.AllowedCIDRs
-	}
-	nums := [4]int64{int64(req.Timeout), req.Memory, req.CPUs, req.Pids}
-	lists := [][]string{{req.Profile, mode}, req.Argv, req.Env, req.Environ, hosts, cidrs}
-	size := requestHeader + 8*len(ports)
+	lists := [][]string{{req.Profile}, req.Argv, req.Env, req.Environ}
+	size := requestHeader
 	for _, l := range lists {
 		for _, s := range l {
 			if strings.IndexByte(s, 0) >= 0 {
@@ -201,20 +188,13 @@ func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
 			size += len(s) + 1
 		}
 	}
+	le := binary.LittleEndian
 	b := make([]byte, 0, size)
 	b = append(b, residentMagic...)
-	b = binary.LittleEndian.AppendUint32(b, flags)
-	for _, v := range nums {
-		if v < 0 {
-			return nil, fmt.Errorf("a negative limit (%d)", v)
-		}
-		b = binary.LittleEndian.AppendUint64(b, uint64(v))
-	}
-	for _, n := range []int{len(req.Argv), len(req.Env), len(req.Environ), len(hosts), len(ports), len(cidrs)} {
-		b = binary.LittleEndian.AppendUint32(b, uint32(n))
-	}
-	for _, p := range ports {
-		b = binary.LittleEndian.AppendUint64(b, uint64(int64(p)))
+	b = le.AppendUint32(b, flags)
+	b = le.AppendUint64(b, uint64(req.Timeout))
+	for _, l := range lists[1:] {
+		b = le.AppendUint32(b, uint32(len(l)))
 	}
 	for _, l := range lists {
 		for _, s := range l {
@@ -225,8 +205,8 @@ func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
 }
 
 // decodeResidentRequest reads a request: every check of the encoding
-// above, each count against the bytes left before anything is allocated
-// for it. The result goes through Launcher.Plan's checks like any
+// above, the counts against the bytes left before anything is allocated
+// for them. The result goes through Launcher.Plan's checks like any
 // request (str serve's check 3). A request of another version is
 // errResidentVersion.
 func decodeResidentRequest(b []byte) (ResidentRequest, error) {
@@ -240,38 +220,21 @@ func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 	}
 	le := binary.LittleEndian
 	flags := le.Uint32(b[magic:])
-	if flags&^(reqWantResult|reqHasNetwork) != 0 {
+	if flags&^reqWantResult != 0 {
 		return req, fmt.Errorf("request: unknown flags %#x", flags)
 	}
-	var nums [4]int64
-	for i := range nums {
-		nums[i] = int64(le.Uint64(b[magic+4+8*i:]))
-		if nums[i] < 0 {
-			return req, fmt.Errorf("request: a negative limit (%d)", nums[i])
-		}
+	req.WantResult = flags&reqWantResult != 0
+	if req.Timeout = time.Duration(le.Uint64(b[magic+4:])); req.Timeout < 0 {
+		return ResidentRequest{}, fmt.Errorf("request: a negative timeout (%d ns)", int64(req.Timeout))
 	}
-	var counts [6]uint64 // argv, env, environ, hosts, ports, cidrs
-	for i := range counts {
-		counts[i] = uint64(le.Uint32(b[magic+4+32+4*i:]))
-	}
+	argc, envc, environc := uint64(le.Uint32(b[magic+12:])), uint64(le.Uint32(b[magic+16:])), uint64(le.Uint32(b[magic+20:]))
 	rest := b[requestHeader:]
-	if counts[0] == 0 {
-		return req, errors.New("request: no argv")
-	}
-	if flags&reqHasNetwork == 0 && counts[3]+counts[4]+counts[5] != 0 {
-		return req, errors.New("request: hosts, ports or CIDRs without a network policy")
-	}
-	if counts[4] > uint64(len(rest))/8 {
-		return req, fmt.Errorf("request: %d ports in %d bytes", counts[4], len(rest))
-	}
-	ports := make([]int, counts[4])
-	for i := range ports {
-		ports[i] = int(int64(le.Uint64(rest)))
-		rest = rest[8:]
+	if argc == 0 {
+		return ResidentRequest{}, errors.New("request: no argv")
 	}
 	// Each string takes at least its NUL.
-	if strs := 2 + counts[0] + counts[1] + counts[2] + counts[3] + counts[5]; strs > uint64(len(rest)) {
-		return req, fmt.Errorf("request: %d strings in %d bytes", strs, len(rest))
+	if n := 1 + argc + envc + environc; n > uint64(len(rest)) {
+		return ResidentRequest{}, fmt.Errorf("request: %d strings in %d bytes", n, len(rest))
 	}
 	var bad error
 	next := func() string {
@@ -295,28 +258,15 @@ func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 		return l
 	}
 	req.Profile = next()
-	mode := next()
-	req.Argv = list(counts[0])
-	req.Env = list(counts[1])
-	req.Environ = list(counts[2])
-	hosts := list(counts[3])
-	cidrs := list(counts[5])
+	req.Argv = list(argc)
+	req.Env = list(envc)
+	req.Environ = list(environc)
 	if bad != nil {
 		return ResidentRequest{}, bad
 	}
 	if len(rest) != 0 {
 		return ResidentRequest{}, fmt.Errorf("request: %d bytes after the last string", len(rest))
 	}
-	if flags&reqHasNetwork != 0 {
-		if len(ports) == 0 {
-			ports = nil
-		}
-		req.Network = &egress.Policy{Mode: egress.Mode(mode), AllowedHosts: hosts, AllowedPorts: ports, AllowedCIDRs: cidrs}
-	} else if mode != "" {
-		return ResidentRequest{}, errors.New("request: a network mode without a network policy")
-	}
-	req.Timeout, req.Memory, req.CPUs, req.Pids = time.Duration(nums[0]), nums[1], nums[2], nums[3]
-	req.WantResult = flags&reqWantResult != 0
 	return req, nil
 }
 

@@ -139,15 +139,18 @@ func cmdRun(args []string) int {
 	defer stop()
 
 	// A resident launcher first, when one is named and the request may be
-	// poolable (no binds, no work dir, no credentials, the server's own
-	// profiles); it answers "not poolable" for anything its pre-built
-	// sandboxes cannot honour, and then, or when nothing listens, the run
-	// is one-shot. Nothing of the one-shot path (profiles, the launcher)
-	// is loaded before this answer.
+	// poolable: the plan of a pre-built sandbox of the profile, so no
+	// binds, work dir, credentials, limits or network flags (each needs
+	// another plan) and no profile directory (the server has its own
+	// profiles). It answers "not poolable" for anything else its
+	// pre-built sandboxes cannot honour, and then, or when nothing
+	// listens, the run is one-shot. Nothing of the one-shot path
+	// (profiles, the launcher) is loaded before this answer.
 	socket := residentSocket(fs, *serveSocket, *oneShot)
-	if socket != "" && len(req.Binds) == 0 && req.Workdir == "" && len(req.Credentials) == 0 && *profileDir == "" {
+	if socket != "" && len(req.Binds) == 0 && req.Workdir == "" && len(req.Credentials) == 0 &&
+		req.Memory == 0 && req.CPUs == 0 && req.Pids == 0 && req.Network == nil && *profileDir == "" {
 		rreq := launcher.ResidentRequest{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Environ: os.Environ(),
-			Timeout: req.Timeout, Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network, WantResult: *resultPath != ""}
+			Timeout: req.Timeout, WantResult: *resultPath != ""}
 		out, err := launcher.CallResident(ctx, socket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
 		var re *launcher.ResidentError
 		switch {
