@@ -61,7 +61,7 @@ init:
 	$(GO) generate ./launcher/initbin
 
 build: deps init
-	CGO_ENABLED=0 $(GO) build -ldflags="$$(GO=$(GO) ./scripts/str-ldflags.sh)" -o $(BIN) ./cmd/str
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/str
 	$(GO) build -o $(WORKER_BIN) ./cmd/str-worker
 
 # make run BROKER_PORT=N: the embedded broker on 127.0.0.1:N instead.
@@ -91,7 +91,7 @@ test: deps build test-deps
 # same time: qemu, a static busybox and xz for the VM, debootstrap for the
 # image's base, bubblewrap for `str bwrap`'s side-by-side tests, procps for
 # the VM's process listings, numpy for the template reseed test, strace for
-# the served fast path's syscall test.
+# the tests that count a run's system calls.
 test-deps:
 	@missing=""; \
 	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps python3-numpy strace; do \

@@ -22,9 +22,8 @@ const (
 
 // Outcome is what `str run` makes of a Result: its exit code and the
 // lines it writes to stderr (each ending in a newline). One-shot str
-// run, a call through the resident launcher and the resident launcher's
-// compact replies (for str's entry stub, which writes the text and exits
-// with the code) all use it, so the three agree byte for byte.
+// run and the resident launcher's replies (str run writes the text and
+// exits with the code) both use it, so the two agree byte for byte.
 func (res *Result) Outcome() (code int, stderr string) {
 	var b strings.Builder
 	line := func(parts ...string) {

@@ -29,8 +29,8 @@ package launcher
 //  5. the call: Sandbox.Call arms the wall clock and hands argv, env and
 //     the caller's three stdio descriptors to the init (its step 10a);
 //     the server closes its copies at once;
-//  6. the reply: the Result (same JSON as `str run --result`), or to a
-//     compact request its Outcome (exit status, stderr text); a
+//  6. the reply: the Result's Outcome (exit status, stderr text), and
+//     the Result's JSON (as `str run --result` writes it) when asked; a
 //     cancellation from the client, or the connection closing, ends the
 //     sandbox as a cancelled one-shot run is ended;
 //  7. the cgroup's removal, the ids' release and the refill, after the
@@ -56,7 +56,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/securetoolruntime/str/nsinit"
@@ -256,25 +255,21 @@ func (r *Resident) refuse(c *net.UnixConn, cred *unix.Ucred, why error) {
 	// carried rather than installing them here. It is read at all because
 	// closing on unread data would reset the connection before the
 	// caller reads why (a caller would take that for a server that died
-	// during its call); its first byte says which encoding to answer in.
+	// during its call).
 	var b [1]byte
-	n, err := 0, error(nil)
 	select {
 	case r.refusing <- struct{}{}:
 		defer func() { <-r.refusing }()
 		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		n, _, _, _, err = c.ReadMsgUnix(b[:], nil)
+		_, _, _, _, _ = c.ReadMsgUnix(b[:], nil)
 	default:
 		// maxRefusing wait already: no waiting, only a request already
 		// queued is taken (a caller sends it right after connecting).
-		var rc syscall.RawConn
-		if rc, err = c.SyscallConn(); err == nil {
-			if cerr := rc.Control(func(fd uintptr) { n, _, _, _, err = unix.Recvmsg(int(fd), b[:], nil, unix.MSG_DONTWAIT) }); cerr != nil {
-				err = cerr
-			}
+		if rc, err := c.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _, _, _, _, _ = unix.Recvmsg(int(fd), b[:], nil, unix.MSG_DONTWAIT) })
 		}
 	}
-	reply(c, err == nil && isCompact(b[:n]), ResidentReply{Type: "refused", Reason: why.Error()})
+	reply(c, residentReply{typ: replyRefused, text: why.Error()})
 }
 
 // refusalLog rate-limits check 2's log lines per uid.
@@ -329,33 +324,8 @@ func (rl *refusalLog) note(log *slog.Logger, cred *unix.Ucred, now time.Time) bo
 	return true
 }
 
-// reply sends the one answer of a connection: as JSON, or compactly to a
-// compact request (a result as its Outcome: status and stderr text).
-func reply(c *net.UnixConn, compact bool, rep ResidentReply) {
-	if compact {
-		var b []byte
-		switch rep.Type {
-		case "result":
-			code, text := rep.Result.Outcome()
-			b = encodeCompact(CompactResult, code, text)
-		case "not_poolable":
-			b = encodeCompact(CompactNotPoolable, 0, rep.Reason)
-		case "refused":
-			b = encodeCompact(CompactRefused, 0, rep.Reason)
-		default:
-			b = encodeCompact(CompactError, 0, rep.Reason)
-		}
-		_, _ = c.Write(b)
-		return
-	}
-	b, err := json.Marshal(rep)
-	if err == nil {
-		_, _ = c.Write(b)
-	}
-}
-
-// isCompact: a request in the compact encoding (JSON's first byte is '{').
-func isCompact(b []byte) bool { return len(b) > 0 && b[0] == CompactMagic[0] }
+// reply sends the one answer of a connection.
+func reply(c *net.UnixConn, rep residentReply) { _, _ = c.Write(rep.encode()) }
 
 // handle serves one connection: checks 2-7 of the list above.
 func (r *Resident) handle(c *net.UnixConn) {
@@ -389,7 +359,6 @@ func (r *Resident) handle(c *net.UnixConn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	compact := isCompact(buf[:n])
 	stdio, fdErr := parseStdio(oob[:oobn])
 	defer func() {
 		for _, f := range stdio {
@@ -399,25 +368,20 @@ func (r *Resident) handle(c *net.UnixConn) {
 		}
 	}()
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("request larger than %d bytes", len(buf))})
+		reply(c, residentReply{typ: replyNotPoolable, text: fmt.Sprintf("request larger than %d bytes", len(buf))})
 		return
 	}
 	if fdErr != nil {
-		reply(c, compact, ResidentReply{Type: "error", Reason: "str serve: " + fdErr.Error()})
+		reply(c, residentReply{typ: replyFailed, text: "str serve: " + fdErr.Error()})
 		return
 	}
-	var req ResidentRequest
-	if compact {
-		if req, err = decodeCompact(buf[:n]); err != nil {
-			reply(c, compact, ResidentReply{Type: "error", Reason: "str serve: " + err.Error()})
-			return
-		}
-	} else if err := json.Unmarshal(buf[:n], &req); err != nil {
-		reply(c, compact, ResidentReply{Type: "error", Reason: fmt.Sprintf("str serve: request: %v", err)})
+	req, err := decodeResidentRequest(buf[:n])
+	if errors.Is(err, errResidentVersion) {
+		reply(c, residentReply{typ: replyNotPoolable, text: err.Error()})
 		return
 	}
-	if req.Version != ResidentVersion {
-		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("protocol version %d, this server speaks %d", req.Version, ResidentVersion)})
+	if err != nil {
+		reply(c, residentReply{typ: replyFailed, text: "str serve: " + err.Error()})
 		return
 	}
 
@@ -425,8 +389,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 	environ := map[string]string{}
 	for _, kv := range req.Environ {
 		// A key's first entry counts, as Go's os.Getenv reads it (the
-		// Go client sends os.Environ, which has no duplicates; the
-		// entry stub sends the environ as it was exec'd).
+		// Go client sends os.Environ, which has no duplicates).
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			if _, dup := environ[k]; !dup {
 				environ[k] = v
@@ -435,28 +398,27 @@ func (r *Resident) handle(c *net.UnixConn) {
 	}
 	host := r.l.host
 	host.Getenv = func(k string) string { return environ[k] }
-	lreq := Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout,
-		Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
+	lreq := Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout}
 	pl, err := r.l.planFor(lreq, host)
 	if err != nil {
-		reply(c, compact, ResidentReply{Type: "error", Reason: err.Error()})
+		reply(c, residentReply{typ: replyFailed, text: err.Error()})
 		return
 	}
 
 	// 4. Poolable?
 	p := r.pools[pl.Profile]
 	if p == nil {
-		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: fmt.Sprintf("profile %s is not served here", pl.Profile)})
+		reply(c, residentReply{typ: replyNotPoolable, text: fmt.Sprintf("profile %s is not served here", pl.Profile)})
 		return
 	}
 	if why := p.differs(pl); why != "" {
-		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: why})
+		reply(c, residentReply{typ: replyNotPoolable, text: why})
 		return
 	}
 	// The call must fit the form the pool's sandboxes take it in
 	// (direct in root mode, str-init's JSON rootless).
 	if _, err := encodeCall(directPlan(pl), pl.Child.Argv, pl.Child.Env); err != nil {
-		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: "a pre-built sandbox cannot take this call: " + err.Error()})
+		reply(c, residentReply{typ: replyNotPoolable, text: "a pre-built sandbox cannot take this call: " + err.Error()})
 		return
 	}
 
@@ -467,7 +429,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 		// No sandbox got the call (a build failed, or the send did), so
 		// the command has not run: the caller may run it one-shot.
 		r.log.Warn("str serve: no pre-built sandbox for a call", "profile", p.name, "error", err)
-		reply(c, compact, ResidentReply{Type: "not_poolable", Reason: err.Error()})
+		reply(c, residentReply{typ: replyNotPoolable, text: err.Error()})
 		return
 	}
 	for i, f := range stdio {
@@ -485,8 +447,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 				box.cancel()
 				return
 			}
-			var m ResidentCancel
-			if json.Unmarshal(b[:n], &m) == nil && m.Type == "cancel" {
+			if string(b[:n]) == residentCancelMsg {
 				box.cancel()
 				return
 			}
@@ -495,9 +456,9 @@ func (r *Resident) handle(c *net.UnixConn) {
 	res, err := box.sb.WaitResult()
 	box.cancel()
 	if err != nil {
-		reply(c, compact, ResidentReply{Type: "error", Reason: err.Error()})
+		reply(c, residentReply{typ: replyFailed, text: err.Error()})
 	} else {
-		reply(c, compact, ResidentReply{Type: "result", Result: res})
+		reply(c, resultReply(res, req.WantResult))
 	}
 	// 7. The rest of the teardown (the cgroup's removal, the ids'
 	// release) and the refill, after the reply.
@@ -505,9 +466,24 @@ func (r *Resident) handle(c *net.UnixConn) {
 	p.fill()
 }
 
-// requestBufs holds the receive buffers of requests (argv and
-// environment at most four times a call's MaxCallBytes as JSON): reused,
-// not a fresh 512 KiB zeroed per call (perf: 8 % of str serve's CPU).
+// resultReply is a result's reply: its Outcome, and its JSON as `str run
+// --result` writes it when the caller asked.
+func resultReply(res *Result, withJSON bool) residentReply {
+	rep := residentReply{typ: replyResult}
+	rep.status, rep.text = res.Outcome()
+	if withJSON {
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return residentReply{typ: replyFailed, text: "str serve: the result: " + err.Error()}
+		}
+		rep.result = append(b, '\n')
+	}
+	return rep
+}
+
+// requestBufs holds the receive buffers of requests (argv, --env and the
+// caller's environ: at most four times a call's MaxCallBytes): reused, not
+// a fresh 512 KiB zeroed per call (perf: 8 % of str serve's CPU).
 var requestBufs = sync.Pool{New: func() any { b := make([]byte, nsinit.MaxCallBytes*4); return &b }}
 
 // parseStdio takes exactly the three stdio descriptors of a request.

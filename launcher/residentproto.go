@@ -4,91 +4,101 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
-	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
-	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
 )
 
 // The resident launcher's protocol (str serve), on a unix SOCK_SEQPACKET
-// socket, one JSON document per message:
+// socket, one message each way and a connection per call. One binary
+// encoding, all integers little-endian, every string NUL-terminated (so
+// none holds a NUL: argv and environ cannot anyway); the Go client writes
+// it without reflection and the server checks every count before it
+// allocates (decodeResidentRequest, FuzzDecodeResidentRequest):
 //
-//	client -> server  ResidentRequest, with the caller's stdin, stdout and
-//	                  stderr as SCM_RIGHTS (exactly nsinit.CallFDs)
-//	server -> client  ResidentReply "refused" (SO_PEERCRED said no),
-//	                  "not_poolable" (run one-shot instead), "error" (the
-//	                  request is bad, as one-shot str run would say), or
-//	                  "result" (the sandbox ran: its Result)
-//	client -> server  ResidentCancel, any time before the reply (SIGTERM,
-//	                  SIGINT or SIGHUP to the client); closing the
-//	                  connection cancels the same way
+//	request  residentMagic ("STR" and the version byte), flags uint32
+//	         (reqWantResult; no other bit), the --timeout as int64 ns (0:
+//	         the profile's; never negative), three uint32 counts (argv,
+//	         --env additions, environ), then the strings: the profile,
+//	         argv (at least one), the --env additions, the caller's
+//	         environ (a key's first entry counts, as os.Getenv reads it);
+//	         nothing after the last NUL. The caller's stdin, stdout and
+//	         stderr ride along as SCM_RIGHTS (exactly nsinit.CallFDs).
+//	reply    residentMagic, a type byte (replyResult,
+//	         replyNotPoolable: run one-shot instead, replyRefused:
+//	         SO_PEERCRED said no, replyFailed: the request is bad, as
+//	         one-shot str run would say), three zero bytes, the exit
+//	         status as int32, the text's length as uint32, the text (for
+//	         a result the exact bytes `str run` writes to stderr,
+//	         Result.Outcome; else the reason; at most residentTextMax
+//	         bytes), then for a result asked with reqWantResult the
+//	         Result as `str run --result` writes it (JSON), else nothing.
+//	cancel   residentMagic and msgCancel, any time before the reply
+//	         (SIGTERM, SIGINT or SIGHUP to the client); closing the
+//	         connection cancels the same way.
 //
-// A connection carries one call.
-//
-// The compact encoding is the same request and reply for str's entry stub
-// (cmd/str/fast_linux_amd64.s), which runs before Go's runtime and so
-// cannot write JSON. The server tells the two apart by the first byte
-// (JSON's is '{') and answers a compact request compactly:
-//
-//	request  "STR\x01" (CompactMagic), argc uint32 LE, envc uint32 LE,
-//	         then 2+argc+envc NUL-terminated byte strings: the profile
-//	         ("" = standard), the --timeout text ("" = none; parsed as
-//	         the command line parses it), argv (argc >= 1), the caller's
-//	         environ (as it was exec'd: a key's first entry counts, as
-//	         Go's os.Getenv reads it), and nothing after the last NUL;
-//	         the same three stdio descriptors as SCM_RIGHTS
-//	reply    "STR\x01", a type byte (CompactResult, CompactNotPoolable,
-//	         CompactRefused, CompactError), three zero bytes, the exit
-//	         status as int32 LE, then text: for a result the exact
-//	         bytes `str run` writes to stderr (Result.Outcome), for the
-//	         others the reason; at most CompactReplyMax bytes in all
-//	cancel   the JSON ResidentCancel, as from the Go client
-//
-// Anything but a result sends the stub to Go's runtime, which sends the
-// request again as JSON and handles the answer as it always does.
+// A request of another version (the same "STR" and another version byte)
+// is answered "not poolable": the client runs one-shot.
 
-// ResidentVersion is the protocol's version; a server answers a request
-// of another version "not_poolable".
-const ResidentVersion = 1
+// residentVersion is the protocol's version, residentMagic's last byte.
+const residentVersion = 2
 
-// ResidentRequest is `str run`'s request as the server sees it: the same
-// fields as the command line's, checked by the same tighten-only rules
-// (Launcher.Plan). Binds and a work dir are never poolable; the client
-// does not send them.
+// The encoding's constants (see the protocol above).
+const (
+	residentMagic = "STR\x02"
+
+	reqWantResult = 1 << 0 // request flag: the reply carries the Result's JSON
+
+	// A reply's type byte, and the cancel's.
+	replyResult      = 1
+	replyNotPoolable = 2
+	replyRefused     = 3
+	replyFailed      = 4
+	msgCancel        = 5
+
+	// residentTextMax bounds a reply's text.
+	residentTextMax = 64 << 10
+
+	residentCancelMsg = residentMagic + string(rune(msgCancel))
+
+	requestHeader = len(residentMagic) + 4 + 8 + 3*4
+	replyHeader   = len(residentMagic) + 4 + 4 + 4
+)
+
+// ResidentRequest is `str run`'s request as the server sees it: what a
+// pre-built sandbox of the profile can take, checked by the same rules as
+// one-shot (Launcher.Plan). What needs another plan (binds, a work dir,
+// credentials, lower limits, a narrower network) is never poolable, so
+// the client runs it one-shot without asking and the request has no
+// field for it.
 type ResidentRequest struct {
-	Version int      `json:"version"`
-	Profile string   `json:"profile"`
-	Argv    []string `json:"argv"`
-	Env     []string `json:"env,omitempty"` // --env additions
+	Profile string
+	Argv    []string
+	Env     []string // --env additions
 	// Environ is the caller's environment: the profile's passthrough
 	// names are read from it, as one-shot str run reads its own.
-	Environ []string       `json:"environ,omitempty"`
-	Timeout time.Duration  `json:"timeout_ns,omitempty"`
-	Memory  int64          `json:"memory,omitempty"`
-	CPUs    int64          `json:"cpus_milli,omitempty"`
-	Pids    int64          `json:"pids,omitempty"`
-	Network *egress.Policy `json:"network,omitempty"`
+	Environ []string
+	Timeout time.Duration // at most the profile's (Arm)
+	// WantResult: the reply carries the Result's JSON (str run --result).
+	WantResult bool
 }
 
-// ResidentReply is the server's one answer.
-type ResidentReply struct {
-	Type   string  `json:"type"` // "refused", "not_poolable", "error", "result"
-	Reason string  `json:"reason,omitempty"`
-	Result *Result `json:"result,omitempty"`
-}
-
-// ResidentCancel is the client's cancellation.
-type ResidentCancel struct {
-	Type string `json:"type"` // "cancel"
+// ResidentOutcome is a served call's answer: str run's exit status and
+// stderr text (Result.Outcome, applied by the server), and the Result's
+// JSON when the request asked for it.
+type ResidentOutcome struct {
+	Status int
+	Stderr string
+	Result []byte
 }
 
 // Errors of CallResident that send the caller to one-shot str run.
@@ -115,8 +125,7 @@ func (e *ResidentError) Error() string { return e.Msg }
 
 // ResidentLostError: the connection ended without a reply after the
 // request was sent (str serve killed mid-call). The command may have run;
-// str run exits ExitResidentLost and does not run it again. The entry
-// stub (cmd/str/fast_linux_amd64.s) writes the same text.
+// str run exits ExitResidentLost and does not run it again.
 type ResidentLostError struct {
 	Socket string
 	Err    error // the read's error (io.EOF: the server closed)
@@ -134,8 +143,7 @@ const ResidentSocketName = "serve.sock"
 
 // DefaultResidentSocket is where str serve listens and str run looks when
 // neither is told another socket: serve.sock in the state directory
-// (/run/str/serve.sock for root). The entry stub spells the same rule
-// (cmd/str/fast_linux_amd64.s).
+// (/run/str/serve.sock for root).
 func DefaultResidentSocket(getenv func(string) string) string {
 	return filepath.Join(statedir.Dir(getenv), ResidentSocketName)
 }
@@ -153,182 +161,288 @@ func ImplicitResidentSocket() string {
 	return DefaultResidentSocket(os.Getenv)
 }
 
-// The compact encoding's constants (see the protocol above); the entry
-// stub spells the same values (cmd/str/fast_linux_amd64.s).
-const (
-	CompactMagic       = "STR\x01"
-	CompactReplyMax    = 64 << 10
-	CompactResult      = 1
-	CompactNotPoolable = 2
-	CompactRefused     = 3
-	CompactError       = 4
-	compactHeader      = len(CompactMagic) + 8
-)
+// errResidentVersion: a request of another version of the protocol.
+var errResidentVersion = errors.New("another protocol version")
 
-// decodeCompact reads a compact request: every check of the format
-// above, then the --timeout text parsed and checked as `str run` parses
-// it (a positive duration). The result goes through the same checks as a
-// JSON request.
-func decodeCompact(b []byte) (ResidentRequest, error) {
+// encodeResidentRequest is req in the request encoding; an error when a
+// string holds a NUL (the encoding's terminator) or the timeout is
+// negative.
+func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
+	if len(req.Argv) == 0 {
+		return nil, errors.New("no argv")
+	}
+	if req.Timeout < 0 {
+		return nil, fmt.Errorf("a negative timeout (%v)", req.Timeout)
+	}
+	var flags uint32
+	if req.WantResult {
+		flags |= reqWantResult
+	}
+	lists := [][]string{{req.Profile}, req.Argv, req.Env, req.Environ}
+	size := requestHeader
+	for _, l := range lists {
+		for _, s := range l {
+			if strings.IndexByte(s, 0) >= 0 {
+				return nil, fmt.Errorf("%q holds a NUL", s)
+			}
+			size += len(s) + 1
+		}
+	}
+	le := binary.LittleEndian
+	b := make([]byte, 0, size)
+	b = append(b, residentMagic...)
+	b = le.AppendUint32(b, flags)
+	b = le.AppendUint64(b, uint64(req.Timeout))
+	for _, l := range lists[1:] {
+		b = le.AppendUint32(b, uint32(len(l)))
+	}
+	for _, l := range lists {
+		for _, s := range l {
+			b = append(append(b, s...), 0)
+		}
+	}
+	return b, nil
+}
+
+// decodeResidentRequest reads a request: every check of the encoding
+// above, the counts against the bytes left before anything is allocated
+// for them. The result goes through Launcher.Plan's checks like any
+// request (str serve's check 3). A request of another version is
+// errResidentVersion.
+func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 	var req ResidentRequest
-	if len(b) < compactHeader || string(b[:len(CompactMagic)]) != CompactMagic {
-		return req, errors.New("compact request: no header")
+	const magic = len(residentMagic)
+	if len(b) >= magic && string(b[:magic-1]) == residentMagic[:magic-1] && b[magic-1] != residentMagic[magic-1] {
+		return req, fmt.Errorf("%w: protocol version %d, this server speaks %d", errResidentVersion, b[magic-1], residentVersion)
 	}
-	argc := binary.LittleEndian.Uint32(b[4:])
-	envc := binary.LittleEndian.Uint32(b[8:])
-	rest := b[compactHeader:]
-	// Each string takes at least its NUL: counts beyond the bytes left
-	// are refused before anything is allocated for them.
-	if argc == 0 || uint64(argc)+uint64(envc)+2 > uint64(len(rest)) {
-		return req, fmt.Errorf("compact request: %d arguments and %d environment entries in %d bytes", argc, envc, len(rest))
+	if len(b) < requestHeader || string(b[:magic]) != residentMagic {
+		return req, errors.New("request: no header")
 	}
-	next := func() (string, error) {
+	le := binary.LittleEndian
+	flags := le.Uint32(b[magic:])
+	if flags&^reqWantResult != 0 {
+		return req, fmt.Errorf("request: unknown flags %#x", flags)
+	}
+	req.WantResult = flags&reqWantResult != 0
+	if req.Timeout = time.Duration(le.Uint64(b[magic+4:])); req.Timeout < 0 {
+		return ResidentRequest{}, fmt.Errorf("request: a negative timeout (%d ns)", int64(req.Timeout))
+	}
+	argc, envc, environc := uint64(le.Uint32(b[magic+12:])), uint64(le.Uint32(b[magic+16:])), uint64(le.Uint32(b[magic+20:]))
+	rest := b[requestHeader:]
+	if argc == 0 {
+		return ResidentRequest{}, errors.New("request: no argv")
+	}
+	// Each string takes at least its NUL.
+	if n := 1 + argc + envc + environc; n > uint64(len(rest)) {
+		return ResidentRequest{}, fmt.Errorf("request: %d strings in %d bytes", n, len(rest))
+	}
+	var bad error
+	next := func() string {
 		i := bytes.IndexByte(rest, 0)
 		if i < 0 {
-			return "", errors.New("compact request: a string without its NUL")
+			bad = errors.New("request: a string without its NUL")
+			return ""
 		}
 		s := string(rest[:i])
 		rest = rest[i+1:]
-		return s, nil
+		return s
 	}
-	var timeout string
-	var err error
-	if req.Profile, err = next(); err != nil {
-		return req, err
-	}
-	if timeout, err = next(); err != nil {
-		return req, err
-	}
-	req.Argv = make([]string, argc)
-	for i := range req.Argv {
-		if req.Argv[i], err = next(); err != nil {
-			return req, err
+	list := func(n uint64) []string {
+		if n == 0 || bad != nil {
+			return nil
 		}
-	}
-	req.Environ = make([]string, envc)
-	for i := range req.Environ {
-		if req.Environ[i], err = next(); err != nil {
-			return req, err
+		l := make([]string, n)
+		for i := range l {
+			l[i] = next()
 		}
+		return l
+	}
+	req.Profile = next()
+	req.Argv = list(argc)
+	req.Env = list(envc)
+	req.Environ = list(environc)
+	if bad != nil {
+		return ResidentRequest{}, bad
 	}
 	if len(rest) != 0 {
-		return req, fmt.Errorf("compact request: %d bytes after the last string", len(rest))
+		return ResidentRequest{}, fmt.Errorf("request: %d bytes after the last string", len(rest))
 	}
-	if timeout != "" {
-		d, err := profiles.ParseDuration(timeout)
-		if err != nil || d <= 0 {
-			return req, fmt.Errorf("compact request: --timeout %q: not a positive duration", timeout)
-		}
-		req.Timeout = d
-	}
-	req.Version = ResidentVersion
 	return req, nil
 }
 
-// encodeCompact is a compact reply of type typ: status and text (cut to
-// fit CompactReplyMax).
-func encodeCompact(typ byte, status int, text string) []byte {
-	if len(text) > CompactReplyMax-compactHeader {
-		text = text[:CompactReplyMax-compactHeader]
-	}
-	b := make([]byte, compactHeader, compactHeader+len(text))
-	copy(b, CompactMagic)
-	b[4] = typ
-	binary.LittleEndian.PutUint32(b[8:], uint32(int32(status)))
-	return append(b, text...)
+// residentReply is the server's one answer (the reply above).
+type residentReply struct {
+	typ    byte
+	status int
+	text   string
+	result []byte // the Result's JSON (a result asked with reqWantResult)
 }
 
-// maxReplyBytes bounds a reply (a Result with its violations).
+// encode is the reply's bytes, its text cut to residentTextMax.
+func (r residentReply) encode() []byte {
+	text := r.text
+	if len(text) > residentTextMax {
+		text = text[:residentTextMax]
+	}
+	b := make([]byte, 0, replyHeader+len(text)+len(r.result))
+	b = append(b, residentMagic...)
+	b = append(b, r.typ, 0, 0, 0)
+	b = binary.LittleEndian.AppendUint32(b, uint32(int32(r.status)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(text)))
+	b = append(b, text...)
+	return append(b, r.result...)
+}
+
+// decodeResidentReply reads a reply (the client's side).
+func decodeResidentReply(b []byte) (residentReply, error) {
+	var r residentReply
+	if len(b) < replyHeader || string(b[:len(residentMagic)]) != residentMagic || b[5]|b[6]|b[7] != 0 {
+		return r, errors.New("no header")
+	}
+	r.typ = b[4]
+	r.status = int(int32(binary.LittleEndian.Uint32(b[8:])))
+	n := uint64(binary.LittleEndian.Uint32(b[12:]))
+	rest := b[replyHeader:]
+	if n > uint64(len(rest)) || n > residentTextMax {
+		return r, fmt.Errorf("a text of %d bytes in %d", n, len(rest))
+	}
+	r.text = string(rest[:n])
+	if r.typ != replyResult && len(rest) != int(n) {
+		return r, fmt.Errorf("%d bytes after the text", len(rest)-int(n))
+	}
+	if len(rest) > int(n) {
+		r.result = rest[n:]
+	}
+	return r, nil
+}
+
+// maxReplyBytes bounds a reply with the Result's JSON (a Result with its
+// violations); without it a reply is at most its header and
+// residentTextMax.
 const maxReplyBytes = 1 << 20
 
 // CallResident runs req through the resident launcher on socket with the
 // caller's stdio. ErrNoResident and ErrNotPoolable (wrapped) mean: run
 // one-shot. A cancelled ctx asks the server to end the sandbox (SIGINT to
-// the tool, SIGKILL after CancelGrace, as one-shot); the result still
-// comes back.
-func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio [nsinit.CallFDs]*os.File) (*Result, error) {
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+// the tool, SIGKILL after CancelGrace, as one-shot); the outcome still
+// comes back. Raw system calls on a blocking socket: no poller to start
+// for the one exchange.
+func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio [nsinit.CallFDs]*os.File) (*ResidentOutcome, error) {
+	data, err := encodeResidentRequest(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotPoolable, err)
+	}
+	c, err := dialResident(socket)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrNoResident, socket, err)
 	}
-	defer c.Close()
+	defer c.close()
 	// The listener must be root: str serve runs only as root, and
 	// anything else listening there (a socket planted in a directory the
 	// caller did not check) gets neither the request nor the caller's
 	// stdio. SO_PEERCRED gives the listener's credentials as of listen().
-	if cred, err := peerCred(c); err != nil || cred.Uid != 0 {
+	if cred, err := unix.GetsockoptUcred(c.fd, unix.SOL_SOCKET, unix.SO_PEERCRED); err != nil || cred.Uid != 0 {
 		return nil, &ResidentError{Untrusted: true, Msg: untrustedMsg(socket, cred, err)}
 	}
-	req.Version = ResidentVersion
-	data, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
+	var fds [nsinit.CallFDs]int
+	for i, f := range stdio {
+		fds[i] = int(f.Fd())
 	}
-	var fds []int
-	for _, f := range stdio {
-		fds = append(fds, int(f.Fd()))
-	}
-	if _, _, err := c.WriteMsgUnix(data, unix.UnixRights(fds...), nil); err != nil {
+	if err := retryEINTR(func() error { return unix.Sendmsg(c.fd, data, unix.UnixRights(fds[:]...), nil, unix.MSG_NOSIGNAL) }); err != nil {
 		return nil, fmt.Errorf("%w: %s: send: %w", ErrNoResident, socket, err)
 	}
-	stop := context.AfterFunc(ctx, func() {
-		b, _ := json.Marshal(ResidentCancel{Type: "cancel"})
-		_, _ = c.Write(b)
-	})
+	stop := context.AfterFunc(ctx, func() { c.send([]byte(residentCancelMsg)) })
 	defer stop()
-	buf := make([]byte, maxReplyBytes)
-	n, err := c.Read(buf)
+	buf := make([]byte, replyHeader+residentTextMax)
+	if req.WantResult {
+		buf = make([]byte, maxReplyBytes)
+	}
+	var n, flags int
+	err = retryEINTR(func() (err error) { n, _, flags, _, err = unix.Recvmsg(c.fd, buf, nil, 0); return err })
 	if err != nil || n == 0 {
 		// The server went away after it was sent the call: nothing says
 		// what ran; not a case to retry one-shot (the command may have
 		// run).
-		return nil, &ResidentLostError{Socket: socket, Err: errOr(err, errors.New("connection closed"))}
+		return nil, &ResidentLostError{Socket: socket, Err: errOr(err, io.EOF)}
 	}
-	var rep ResidentReply
-	if err := json.Unmarshal(buf[:n], &rep); err != nil {
+	if flags&unix.MSG_TRUNC != 0 {
+		return nil, fmt.Errorf("resident launcher %s: bad reply: more than %d bytes", socket, len(buf))
+	}
+	rep, err := decodeResidentReply(buf[:n])
+	if err != nil {
 		return nil, fmt.Errorf("resident launcher %s: bad reply: %w", socket, err)
 	}
-	switch rep.Type {
-	case "result":
-		if rep.Result == nil {
-			return nil, fmt.Errorf("resident launcher %s: a result reply without a result", socket)
-		}
-		return rep.Result, nil
-	case "not_poolable":
-		return nil, fmt.Errorf("%w: %s", ErrNotPoolable, rep.Reason)
-	case "refused":
-		return nil, &ResidentError{Refused: true, Msg: rep.Reason}
-	case "error":
-		return nil, &ResidentError{Msg: rep.Reason}
+	switch rep.typ {
+	case replyResult:
+		return &ResidentOutcome{Status: rep.status, Stderr: rep.text, Result: rep.result}, nil
+	case replyNotPoolable:
+		return nil, fmt.Errorf("%w: %s", ErrNotPoolable, rep.text)
+	case replyRefused:
+		return nil, &ResidentError{Refused: true, Msg: rep.text}
+	case replyFailed:
+		return nil, &ResidentError{Msg: rep.text}
 	}
-	return nil, fmt.Errorf("resident launcher %s: unknown reply %q", socket, rep.Type)
+	return nil, fmt.Errorf("resident launcher %s: unknown reply type %d", socket, rep.typ)
 }
 
-// peerCred is what SO_PEERCRED says of c's peer: for a connected
-// client, the listener's credentials as of its listen().
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	rc, err := c.SyscallConn()
+// residentConn is a client's connection: its cancel message may be sent
+// from the context's goroutine while the caller waits for the reply, and
+// never after close (the descriptor's number could be another file's by
+// then).
+type residentConn struct {
+	mu     sync.Mutex
+	fd     int
+	closed bool
+}
+
+// dialResident connects to socket (blocking, close-on-exec).
+func dialResident(socket string) (*residentConn, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("socket: %w", err)
 	}
-	var cred *unix.Ucred
-	var gerr error
-	if err := rc.Control(func(fd uintptr) { cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return nil, err
+	if err := retryEINTR(func() error { return unix.Connect(fd, &unix.SockaddrUnix{Name: socket}) }); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
-	return cred, gerr
+	return &residentConn{fd: fd}, nil
+}
+
+func (c *residentConn) send(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		_ = retryEINTR(func() error { return unix.Sendto(c.fd, b, unix.MSG_NOSIGNAL, nil) })
+	}
+}
+
+func (c *residentConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		unix.Close(c.fd)
+	}
+}
+
+func retryEINTR(f func() error) error {
+	for {
+		if err := f(); err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 // ResidentListener connects to socket, sends nothing, and returns the
 // listener's pid and uid (SO_PEERCRED, as of its listen()): what str
 // doctor reports. An error wraps ErrNoResident when nothing listens.
 func ResidentListener(socket string) (pid, uid int, err error) {
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+	c, err := dialResident(socket)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %s: %w", ErrNoResident, socket, err)
 	}
-	defer c.Close()
-	cred, err := peerCred(c)
+	defer c.close()
+	cred, err := unix.GetsockoptUcred(c.fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return 0, 0, fmt.Errorf("resident launcher %s: SO_PEERCRED: %w", socket, err)
 	}

@@ -3,40 +3,58 @@ package launcher
 import (
 	"bytes"
 	"encoding/binary"
-	"slices"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 )
 
-// compactRequest is a compact request as cmd/str's entry stub builds it.
-func compactRequest(profile, timeout string, argv, environ []string) []byte {
-	b := []byte(CompactMagic)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(argv)))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(environ)))
-	for _, s := range append(append([]string{profile, timeout}, argv...), environ...) {
-		b = append(append(b, s...), 0)
+// mustEncode is req's request bytes.
+func mustEncode(t testing.TB, req ResidentRequest) []byte {
+	t.Helper()
+	b, err := encodeResidentRequest(req)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return b
 }
 
-// TestDecodeCompact: a request as the stub sends it, and every malformed
-// one refused with what is wrong.
-func TestDecodeCompact(t *testing.T) {
-	argv := []string{"/bin/sh", "-c", "echo \"$@\"", "", "a b", "\xff"}
-	environ := []string{"A=1", "STR_SERVE_SOCKET=/s", "A=2", "NOEQUALS", ""}
-	req, err := decodeCompact(compactRequest("restrictive", "90s", argv, environ))
-	if err != nil {
-		t.Fatal(err)
+// TestResidentRequestRoundTrip: every field of a request as str run
+// sends it decodes as it was.
+func TestResidentRequestRoundTrip(t *testing.T) {
+	for _, req := range []ResidentRequest{
+		{Profile: "restrictive", Argv: []string{"/bin/true"}},
+		{Argv: []string{"x", ""}, Environ: []string{"A=1", "A=2", "X"}, Env: []string{"K=V"}, WantResult: true, Timeout: 90 * time.Second},
+		{Profile: "standard", Argv: []string{"\xff"}, Timeout: 1},
+	} {
+		got, err := decodeResidentRequest(mustEncode(t, req))
+		if err != nil || !reflect.DeepEqual(got, req) {
+			t.Errorf("decoded %+v (%v), want %+v", got, err, req)
+		}
 	}
-	if req.Version != ResidentVersion || req.Profile != "restrictive" || req.Timeout != 90*time.Second ||
-		!slices.Equal(req.Argv, argv) || !slices.Equal(req.Environ, environ) || req.Env != nil || req.Network != nil {
-		t.Fatalf("decoded %+v", req)
+	for _, req := range []ResidentRequest{
+		{Argv: nil},
+		{Argv: []string{"a\x00b"}},
+		{Argv: []string{"x"}, Environ: []string{"A=\x00"}},
+		{Argv: []string{"x"}, Timeout: -1},
+	} {
+		if _, err := encodeResidentRequest(req); err == nil {
+			t.Errorf("%+v encoded", req)
+		}
 	}
-	if req, err := decodeCompact(compactRequest("", "", []string{"x"}, nil)); err != nil || req.Profile != "" || req.Timeout != 0 {
-		t.Fatalf("no profile, no timeout: %+v %v", req, err)
+}
+
+// TestDecodeResidentRequest: every malformed request is refused with what
+// is wrong; another version is errResidentVersion.
+func TestDecodeResidentRequest(t *testing.T) {
+	good := mustEncode(t, ResidentRequest{Profile: "p", Argv: []string{"x"}, Environ: []string{"E=1"}})
+	set := func(b []byte, at int, v uint32) []byte {
+		b = bytes.Clone(b)
+		binary.LittleEndian.PutUint32(b[at:], v)
+		return b
 	}
-	good := compactRequest("p", "", []string{"x"}, []string{"E=1"})
+	const counts = 4 + 4 + 8 // magic, flags, timeout
 	for _, c := range []struct {
 		name string
 		b    []byte
@@ -44,30 +62,48 @@ func TestDecodeCompact(t *testing.T) {
 	}{
 		{"empty", nil, "no header"},
 		{"JSON", []byte(`{"version":1}`), "no header"},
-		{"no argv", compactRequest("p", "", nil, nil), "0 arguments"},
-		{"counts beyond the bytes", append(append([]byte(CompactMagic), 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0), "p\x00\x00x\x00"...), "4294967295 arguments"},
-		{"a string without its NUL", good[:len(good)-1], "without its NUL"},
-		{"bytes after", append(slices.Clone(good), 'z'), "1 bytes after"},
-		{"bad timeout", compactRequest("p", "soon", []string{"x"}, nil), `--timeout "soon"`},
-		{"zero timeout", compactRequest("p", "0", []string{"x"}, nil), `--timeout "0"`},
-		{"negative timeout", compactRequest("p", "-1s", []string{"x"}, nil), `--timeout "-1s"`},
+		{"short", good[:requestHeader-1], "no header"},
+		{"no NUL", good[:len(good)-1], "without its NUL"},
+		{"trailing", append(bytes.Clone(good), 'x'), "1 bytes after the last string"},
+		{"no argv", set(good, counts, 0), "no argv"},
+		{"unknown flag", set(good, 4, 2), "unknown flags 0x2"},
+		{"negative timeout", set(good, 12, 0x80000000), "negative timeout"},
+		{"counts beyond the bytes", set(good, counts+8, 0xffffffff), "strings in"},
 	} {
-		if _, err := decodeCompact(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := decodeResidentRequest(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
 		}
 	}
+	old := append([]byte("STR\x01"), good[4:]...)
+	if _, err := decodeResidentRequest(old); !errors.Is(err, errResidentVersion) || !strings.Contains(err.Error(), "protocol version 1, this server speaks 2") {
+		t.Errorf("version 1: %v", err)
+	}
 }
 
-// TestEncodeCompact: the reply's layout, and its text cut to
-// CompactReplyMax.
-func TestEncodeCompact(t *testing.T) {
-	b := encodeCompact(CompactResult, 137, "str run: warning: x\n")
-	if string(b[:4]) != CompactMagic || b[4] != CompactResult || !bytes.Equal(b[5:8], []byte{0, 0, 0}) ||
-		binary.LittleEndian.Uint32(b[8:]) != 137 || string(b[12:]) != "str run: warning: x\n" {
+// TestResidentReply: the reply's layout both ways, its text cut to
+// residentTextMax, and the malformed ones the client refuses.
+func TestResidentReply(t *testing.T) {
+	b := residentReply{typ: replyResult, status: 137, text: "str run: warning: x\n", result: []byte("{}\n")}.encode()
+	if string(b[:4]) != residentMagic || b[4] != replyResult || !bytes.Equal(b[5:8], []byte{0, 0, 0}) ||
+		binary.LittleEndian.Uint32(b[8:]) != 137 || binary.LittleEndian.Uint32(b[12:]) != 20 || string(b[16:]) != "str run: warning: x\n{}\n" {
 		t.Fatalf("reply % x", b)
 	}
-	if b := encodeCompact(CompactError, -1, strings.Repeat("x", 2*CompactReplyMax)); len(b) != CompactReplyMax || int32(binary.LittleEndian.Uint32(b[8:])) != -1 {
-		t.Fatalf("long reply: %d bytes", len(b))
+	if r, err := decodeResidentReply(b); err != nil || r.status != 137 || r.text != "str run: warning: x\n" || string(r.result) != "{}\n" {
+		t.Fatalf("decoded %+v %v", r, err)
+	}
+	long := residentReply{typ: replyFailed, status: -1, text: strings.Repeat("x", 2*residentTextMax)}.encode()
+	if r, err := decodeResidentReply(long); err != nil || len(r.text) != residentTextMax || r.status != -1 {
+		t.Fatalf("long reply: %d bytes, %v", len(r.text), err)
+	}
+	for name, b := range map[string][]byte{
+		"short":          b[:replyHeader-1],
+		"text too long":  b[:replyHeader+3],
+		"bytes after":    append(residentReply{typ: replyRefused, text: "no"}.encode(), 'x'),
+		"nonzero filler": append(append([]byte(residentMagic), replyResult, 1, 0, 0), make([]byte, 8)...),
+	} {
+		if _, err := decodeResidentReply(b); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
 	}
 }
 
@@ -99,42 +135,34 @@ func TestOutcome(t *testing.T) {
 	}
 }
 
-// FuzzDecodeCompact: any bytes decode without a panic; what decodes has
-// argc >= 1 NUL-free strings, a positive timeout or none, and encodes
-// back to a request that decodes the same; its plan (Launcher.Plan, as
-// str serve's check 3) never loosens the profile's wall clock.
-func FuzzDecodeCompact(f *testing.F) {
-	f.Add(compactRequest("restrictive", "1s", []string{"/bin/true"}, []string{"A=1"}))
-	f.Add(compactRequest("", "", []string{"x", ""}, nil))
-	f.Add(compactRequest("standard", "99999h", []string{"\xff"}, []string{"PYTHONUNBUFFERED=1", "X"}))
+// FuzzDecodeResidentRequest: any bytes decode without a panic; what
+// decodes has argv and no negative timeout, and encodes back to the same
+// bytes; its plan (Launcher.Plan, as str serve's check 3) never loosens
+// the profile's wall clock.
+func FuzzDecodeResidentRequest(f *testing.F) {
+	f.Add(mustEncode(f, ResidentRequest{Profile: "restrictive", Argv: []string{"/bin/true"}, Environ: []string{"A=1"}, Timeout: time.Second}))
+	f.Add(mustEncode(f, ResidentRequest{Argv: []string{"x", ""}, WantResult: true}))
+	f.Add(mustEncode(f, ResidentRequest{Profile: "standard", Argv: []string{"\xff"}, Env: []string{"K=V"}, Environ: []string{"PYTHONUNBUFFERED=1", "X"},
+		Timeout: 99999 * time.Hour}))
 	f.Add([]byte(`{"version":1}`))
 	l := planLauncher(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		req, err := decodeCompact(b)
+		req, err := decodeResidentRequest(b)
 		if err != nil {
 			return
 		}
-		if len(req.Argv) == 0 || req.Timeout < 0 || req.Version != ResidentVersion {
+		if len(req.Argv) == 0 || req.Timeout < 0 {
 			t.Fatalf("decoded %+v", req)
 		}
-		for _, s := range append(append([]string{req.Profile}, req.Argv...), req.Environ...) {
-			if strings.IndexByte(s, 0) >= 0 {
-				t.Fatalf("a NUL inside %q", s)
-			}
+		again, err := encodeResidentRequest(req)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("re-encoded: % x %v, want % x", again, err, b)
 		}
-		tm := ""
-		if req.Timeout > 0 {
-			tm = req.Timeout.String()
-		}
-		again, err := decodeCompact(compactRequest(req.Profile, tm, req.Argv, req.Environ))
-		if err != nil || again.Profile != req.Profile || again.Timeout != req.Timeout || !slices.Equal(again.Argv, req.Argv) || !slices.Equal(again.Environ, req.Environ) {
-			t.Fatalf("re-encoded: %+v %v, want %+v", again, err, req)
-		}
-		pl, err := l.Plan(Request{Profile: req.Profile, Argv: req.Argv, Timeout: req.Timeout})
+		pl, err := l.Plan(Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout})
 		if err != nil {
 			return
 		}
-		base, err := l.Plan(Request{Profile: req.Profile, Argv: req.Argv})
+		base, err := l.Plan(Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env})
 		if err != nil {
 			t.Fatalf("the plan without the timeout fails: %v", err)
 		}

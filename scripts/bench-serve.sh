@@ -25,7 +25,7 @@ while (($#)); do
 done
 target=("$@")
 ((${#target[@]})) || target=(/bin/true)
-if [[ -z ${STR_BIN:-} ]]; then CGO_ENABLED=0 go build -ldflags="$(scripts/str-ldflags.sh)" -o bin/str ./cmd/str; STR_BIN=$PWD/bin/str; fi
+if [[ -z ${STR_BIN:-} ]]; then CGO_ENABLED=0 go build -o bin/str ./cmd/str; STR_BIN=$PWD/bin/str; fi
 if [[ -z ${STR_BENCH_BIN:-} ]]; then go build -o bin/str-bench ./cmd/str-bench; STR_BENCH_BIN=$PWD/bin/str-bench; fi
 bwrap=$(command -v bwrap) || { echo "bench-serve: bwrap not found" >&2; exit 1; }
 # A static client (CGO_ENABLED=0, launcher.CallResident only): what
@@ -46,14 +46,15 @@ import (
 )
 
 func main() {
-	res, err := launcher.CallResident(context.Background(), os.Args[1],
+	out, err := launcher.CallResident(context.Background(), os.Args[1],
 		launcher.ResidentRequest{Profile: "restrictive", Argv: os.Args[2:], Environ: os.Environ()},
 		[3]*os.File{os.Stdin, os.Stdout, os.Stderr})
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")
 		os.Exit(125)
 	}
-	os.Exit(res.ExitCode)
+	os.Stderr.WriteString(out.Stderr)
+	os.Exit(out.Status)
 }
 GO
 CGO_ENABLED=0 go build -o var/serveclient/serveclient ./var/serveclient

@@ -46,7 +46,7 @@ fi
 
 if [[ -z ${STR_BIN:-} ]]; then
   mkdir -p bin
-  CGO_ENABLED=0 go build -ldflags="$(scripts/str-ldflags.sh)" -o bin/str ./cmd/str
+  CGO_ENABLED=0 go build -o bin/str ./cmd/str
   STR_BIN=$root/bin/str
 fi
 [[ $STR_BIN == /* ]] || STR_BIN=$root/$STR_BIN

@@ -10,7 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STR="${STR:-bin/str}"
-[ -x "$STR" ] || CGO_ENABLED=0 go build -ldflags="$(scripts/str-ldflags.sh)" -o bin/str ./cmd/str
+[ -x "$STR" ] || CGO_ENABLED=0 go build -o bin/str ./cmd/str
 BROKER="${BROKER:-127.0.0.1:55554}"
 NS="${SAM_NAMESPACE:-demo/}"
 inv() { "$STR" invoke "$@" --broker "$BROKER" --namespace "$NS"; }

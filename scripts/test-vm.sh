@@ -58,7 +58,7 @@ fi
 # 2. build on the host.
 if [[ -z ${STR_BIN:-} ]]; then # a prebuilt str may be given instead
   mkdir -p bin
-  CGO_ENABLED=0 go build -ldflags="$(scripts/str-ldflags.sh)" -o bin/str ./cmd/str # as make build: static, no cgo
+  CGO_ENABLED=0 go build -o bin/str ./cmd/str # as make build: static, no cgo
   go build -o bin/str-worker ./cmd/str-worker # str worker execs it from str's directory
   STR_BIN=$root/bin/str
 fi

@@ -139,18 +139,31 @@ func cmdRun(args []string) int {
 	defer stop()
 
 	// A resident launcher first, when one is named and the request may be
-	// poolable (no binds, no work dir, the server's own profiles); it
-	// answers "not poolable" for anything its pre-built sandboxes cannot
-	// honour, and then, or when nothing listens, the run is one-shot.
+	// poolable: the plan of a pre-built sandbox of the profile, so no
+	// binds, work dir, credentials, limits or network flags (each needs
+	// another plan) and no profile directory (the server has its own
+	// profiles). It answers "not poolable" for anything else its
+	// pre-built sandboxes cannot honour, and then, or when nothing
+	// listens, the run is one-shot. Nothing of the one-shot path
+	// (profiles, the launcher) is loaded before this answer.
 	socket := residentSocket(fs, *serveSocket, *oneShot)
-	if socket != "" && len(req.Binds) == 0 && req.Workdir == "" && *profileDir == "" {
+	if socket != "" && len(req.Binds) == 0 && req.Workdir == "" && len(req.Credentials) == 0 &&
+		req.Memory == 0 && req.CPUs == 0 && req.Pids == 0 && req.Network == nil && *profileDir == "" {
 		rreq := launcher.ResidentRequest{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Environ: os.Environ(),
-			Timeout: req.Timeout, Memory: req.Memory, CPUs: req.CPUs, Pids: req.Pids, Network: req.Network}
-		res, err := launcher.CallResident(ctx, socket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
+			Timeout: req.Timeout, WantResult: *resultPath != ""}
+		out, err := launcher.CallResident(ctx, socket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
 		var re *launcher.ResidentError
 		switch {
 		case err == nil:
-			return finishRun(res, *resultPath)
+			if *resultPath != "" {
+				if err := writeResult(*resultPath, out.Result); err != nil {
+					fmt.Fprintln(os.Stderr, "str run: --result:", err)
+				}
+			}
+			if out.Stderr != "" {
+				os.Stderr.WriteString(out.Stderr)
+			}
+			return out.Status
 		case errors.Is(err, launcher.ErrNoResident), errors.Is(err, launcher.ErrNotPoolable):
 			// one-shot below
 		case errors.As(err, &re) && re.Refused:
@@ -180,17 +193,17 @@ func cmdRun(args []string) int {
 		fmt.Fprintln(os.Stderr, "str run:", err)
 		return exitLauncher
 	}
-	return finishRun(res, *resultPath)
-}
-
-// finishRun reports a run's result and returns str run's exit code: the
-// same for a one-shot run and one through a resident launcher.
-func finishRun(res *launcher.Result, resultPath string) int {
-	if resultPath != "" {
-		if err := writeResult(resultPath, res); err != nil {
+	if *resultPath != "" {
+		data, err := json.MarshalIndent(res, "", "  ")
+		if err == nil {
+			err = writeResult(*resultPath, append(data, '\n'))
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "str run: --result:", err)
 		}
 	}
+	// The same exit code and text as a served run's (the server applies
+	// the same Outcome).
 	code, text := res.Outcome()
 	fmt.Fprint(os.Stderr, text)
 	return code
@@ -208,14 +221,11 @@ func parseBind(s string, writable bool) launcher.Bind {
 	return launcher.Bind{Source: src, Target: dst, Writable: writable}
 }
 
-func writeResult(path string, res *launcher.Result) error {
-	data, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	data = append(data, '\n')
+// writeResult writes the result's JSON (as the server sends it for a
+// served run) to path, "-" for stdout.
+func writeResult(path string, data []byte) error {
 	if path == "-" {
-		_, err = os.Stdout.Write(data)
+		_, err := os.Stdout.Write(data)
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
@@ -225,8 +235,7 @@ func writeResult(path string, res *launcher.Result) error {
 // "" for none: none with --one-shot; else --serve when given ("" is
 // none); else launcher.ImplicitResidentSocket ($STR_SERVE_SOCKET when
 // set, empty is none; else the state directory's, which is simply not
-// there on a host without str serve). The entry stub
-// (fast_linux_amd64.s) picks the same socket.
+// there on a host without str serve).
 func residentSocket(fs *flag.FlagSet, serve string, oneShot bool) string {
 	if oneShot {
 		return ""

@@ -163,7 +163,7 @@ func TestServeSameAsOneShot(t *testing.T) {
 	}
 }
 
-// TestServeExitCodesAndSignals: 127, 126, a timeout (124), a bad request
+// TestServeExitCodesAndSignals: 127, 126, a timeout (124), bad requests
 // (125, the same message), the tool's own status and SIGTERM to the client (the sandbox ends as
 // a cancelled one-shot run: SIGINT, then SIGKILL) through the server, as
 // one-shot.
@@ -177,6 +177,11 @@ func TestServeExitCodesAndSignals(t *testing.T) {
 		{[]string{"--profile", "restrictive", "--", "/etc"}, 126},
 		{[]string{"--profile", "restrictive", "--timeout", "1s", "--", "sleep", "30"}, 124},
 		{[]string{"--profile", "restrictive", "--memory", "100Gi", "--", "/bin/true"}, 125},
+		// Credentials need their own plan: run one-shot, refused there (an
+		// isolated profile reaches no host) as without --serve, never
+		// served without them.
+		{[]string{"--profile", "restrictive", "--credential", "T=env:HOME", "--credential-host", "T=example.com",
+			"--credential-header", "T=Authorization: {value}", "--", "/bin/true"}, 125},
 		// PID 1 ignores a signal it sends itself without a handler.
 		{[]string{"--profile", "restrictive", "--", "/bin/sh", "-c", "kill -SEGV $$; exit 9"}, 9},
 		{[]string{"--profile", "restrictive", "--", "/bin/sh", "-c", "exit 3"}, 3},

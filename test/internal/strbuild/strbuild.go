@@ -1,6 +1,6 @@
 // Package strbuild builds str's two programs from this tree for the tests
 // that run them when STR_BIN names no build: cmd/str with CGO_ENABLED=0 (a
-// static program, as make build makes it, with its entry stub) and cmd/str-worker (cgo, the
+// static program, as make build makes it) and cmd/str-worker (cgo, the
 // Solace client library) beside it, where `str worker` finds the worker.
 package strbuild
 
@@ -9,22 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
 
 // Worker is the worker program's name beside str (cmd/str's workerProgram).
 const Worker = "str-worker"
-
-// StrFlags are the go build flags of cmd/str for GOOS/GOARCH, as
-// scripts/str-ldflags.sh prints them for make build: on linux/amd64 str's
-// ELF entry is the served str run fast path (cmd/str/fast_linux_amd64.s).
-func StrFlags(goos, goarch string) []string {
-	if goos == "linux" && goarch == "amd64" {
-		return []string{"-ldflags=-E=main.fastEntry"}
-	}
-	return nil
-}
 
 // Build builds str and str-worker into dir, from the module at root (a
 // path relative to the caller's package directory works), and returns
@@ -34,12 +23,11 @@ func Build(dir, root string) (string, error) {
 	for _, b := range []struct {
 		out, pkg string
 		env      []string
-		flags    []string
 	}{
-		{str, "./cmd/str", []string{"CGO_ENABLED=0"}, StrFlags(runtime.GOOS, runtime.GOARCH)},
-		{filepath.Join(dir, Worker), "./cmd/str-worker", nil, nil},
+		{str, "./cmd/str", []string{"CGO_ENABLED=0"}},
+		{filepath.Join(dir, Worker), "./cmd/str-worker", nil},
 	} {
-		cmd := exec.Command("go", append(append([]string{"build"}, b.flags...), "-o", b.out, b.pkg)...)
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), b.env...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
