@@ -29,8 +29,10 @@ type Config struct {
 	// and leaves the root writable, as bubblewrap's root is, instead of
 	// remounting it read-only.
 	RootToCommand bool `json:"root_to_command,omitempty"`
-	// SetGroups is false in a user namespace created without privilege,
-	// where setgroups(2) is denied by the kernel (/proc/PID/setgroups).
+	// SetGroups is false in a user namespace created without privilege
+	// (rootless), where setgroups(2) is denied by the kernel
+	// (/proc/PID/setgroups) and only the caller's own ids are mapped: the
+	// clone child then changes no id before step 15.
 	SetGroups bool `json:"set_groups"`
 
 	Argv []string `json:"argv"`

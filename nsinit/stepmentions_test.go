@@ -346,7 +346,7 @@ func checkStepSections(name, text string, consts map[string]Step, launcherOnly b
 }
 
 // TestStepSections: the code under each numbered heading of the init's
-// sequence (run, execTool) and of the launcher's (CreateFromPlan, run)
+// sequence (compileDirect) and of the launcher's (CreateFromPlan, run)
 // raises that step and no other, so a heading, its code and its errors
 // cannot drift apart.
 func TestStepSections(t *testing.T) {
@@ -354,7 +354,7 @@ func TestStepSections(t *testing.T) {
 	for _, f := range []struct {
 		path         string
 		launcherOnly bool
-	}{{"nsinit.go", false}, {"../launcher/sandbox.go", true}} {
+	}{{"direct.go", false}, {"../launcher/sandbox.go", true}} {
 		data, err := os.ReadFile(f.path)
 		if err != nil {
 			t.Fatal(err)

@@ -3,8 +3,8 @@ package nsinit
 import "strconv"
 
 // Step identifies one step of the sandbox setup. The init's steps are
-// numbered in the order run performs them; the launcher's are L1..L9. The
-// same constants name the step in every StepError, in run's doc comment and
+// numbered in the order a Program performs them; the launcher's are L1..L10. The
+// same constants name the step in every StepError, in compileDirect's doc comment and
 // in SECURITY.md (TestStepListsAgree checks that the three agree).
 type Step int
 
@@ -86,11 +86,11 @@ const (
 	StepLWriteBack                     // L10
 )
 
-// stepTitles is the one list of what each init step does: run's doc
+// stepTitles is the one list of what each init step does: compileDirect's doc
 // comment and SECURITY.md carry exactly these lines.
 var stepTitles = [numInitSteps]string{
-	StepReadPlan:     "read the plan from the config pipe (a direct sandbox: none to read, the plan is the program its clone child runs)",
-	StepCloseFDs:     "mark every inherited fd past the pass-list close-on-exec (a direct sandbox first moves the launcher's descriptors above the tool's and dup3s 0-2 and the pass-list into place)",
+	StepReadPlan:     "the plan is the program the launcher's clone child runs: nothing to read",
+	StepCloseFDs:     "move the launcher's descriptors above the tool's, close the others, dup3 0-2 and the pass-list into place and mark every fd past them close-on-exec",
 	StepMakePrivate:  "make / private, recursively",
 	StepCloneSources: "take each bind source's detached tree (the launcher's descriptor, or open_tree here when rootless) and open the cgroup v1 tasks files",
 	StepRootTmpfs:    "mount a fresh tmpfs as the new root",
@@ -125,7 +125,7 @@ func (s Step) String() string {
 	return strconv.Itoa(int(s))
 }
 
-// DocList is the numbered list of the init's steps as run's doc comment
+// DocList is the numbered list of the init's steps as compileDirect's doc comment
 // and SECURITY.md print it ("  0. read the plan ...").
 // A sub-step follows the step it belongs after ("  10a. ...").
 func DocList() []string {

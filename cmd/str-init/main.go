@@ -1,34 +1,28 @@
-// Command str-init is the sandbox's init: a small static program (built
-// with CGO_ENABLED=0; no libseccomp, YAML, broker or metrics code) that
-// performs nsinit's numbered sequence and then executes the tool in its
-// own place. It is not installed anywhere: str embeds it (launcher/initbin)
-// and runs it from a read-only copy or a sealed memfd. argv[1] is the number of descriptors
-// passed on to the tool (see nsinit.Main).
+// Command str-init is a small static program (built with CGO_ENABLED=0;
+// no libseccomp, YAML, broker or metrics code) that str embeds
+// (launcher/initbin) for the two launcher uses left of it: the program a
+// per-tool template's id-map opener executes (argv[0] nsinit.MapperArgv0,
+// launcher/template_mapper.go) and the executable ownerMap's stopped
+// child names (launcher/binds.go, never run). The sandbox's init steps are
+// not here: every sandbox runs them as a Program in the launcher's own
+// clone child (nsinit.CompileDirect).
 package main
 
 import (
+	"fmt"
 	"os"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/securetoolruntime/str/nsinit"
 )
 
-func init() {
-	// The setup runs on the main thread, start to end; the per-thread
-	// steps run on a thread of their own (nsinit.execTool).
-	runtime.LockOSThread()
-}
-
 func main() {
-	// No garbage collection: the init lives for milliseconds, and after
-	// RLIMIT_AS no background worker may need fresh memory.
-	debug.SetGCPercent(-1)
-	if len(os.Args) > 0 && os.Args[0] == nsinit.MapperArgv0 {
-		// A per-tool template's id-map opener (launcher/template_mapper.go),
-		// long-lived: it collects its garbage.
-		debug.SetGCPercent(100)
+	argv0 := ""
+	if len(os.Args) > 0 {
+		argv0 = os.Args[0]
+	}
+	if argv0 == nsinit.MapperArgv0 {
 		nsinit.MapperMain()
 	}
-	nsinit.Main()
+	fmt.Fprintf(os.Stderr, "str-init: argv[0] %q is not %q: the sandbox's init runs in the launcher's own clone child\n", argv0, nsinit.MapperArgv0)
+	os.Exit(nsinit.ExitSetupFailed)
 }
