@@ -28,9 +28,6 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	for _, m := range pl.GIDMappings {
 		w("  gid map: inside %d -> host %d (size %d)\n", m.Inside, m.Outside, m.Size)
 	}
-	if len(pl.AmbientCaps) > 0 {
-		w("  nsinit keeps for setup only: %s\n", strings.Join(pl.AmbientCaps, ", "))
-	}
 	w("\nfilesystem (in order, under a fresh tmpfs root; every mount nosuid, nodev except device nodes):\n")
 	for i, m := range pl.Child.Mounts {
 		w("  %2d. %s\n", i+1, describeMount(m))

@@ -1,8 +1,9 @@
 package nsinit
 
-// Config is everything the re-exec'd child needs, computed by the
-// launcher's plan and sent over the config pipe (fd 3) as JSON. nsinit
-// takes no decision of its own: it performs this list in a fixed order.
+// Config is everything the sandbox's init does, computed by the
+// launcher's plan (its "child" part, as a plan prints it) and compiled
+// into a Program (CompileDirect). nsinit takes no decision of its own: it
+// performs this list in a fixed order.
 type Config struct {
 	Version int `json:"version"`
 
@@ -144,25 +145,24 @@ type Mount struct {
 // launcher found missing: the init skips it.
 const SourceAbsent = -1
 
-// The init's descriptors, set up by the launcher (exec.Cmd.ExtraFiles):
-// 0-2, then the tool's pass-list at 3..3+n-1 (exactly where the tool gets
-// them), the config pipe at 3+n, the report socket at 4+n, the mount
-// trees the launcher cloned at FirstTreeFD(n) onwards, in plan order, and
-// last the init's own executable (the read-only file it was executed from).
-// n is the init's argv[1]. Every one of them is below MaxInitFDs.
+// A root-mode plan numbers the launcher's mount trees from
+// FirstTreeFD(n) on, in plan order (n: the tool's pass-list), after 0-2,
+// the pass-list at 3..3+n-1 (exactly where the tool gets them) and two
+// descriptors of the setup; a Program takes a mount's tree from
+// DirectFiles.Trees by that index. Every number is below MaxInitFDs.
 const (
 	// MaxPassFDs is how many descriptors a sandbox may pass on to its
-	// tool: the one limit of the launcher's plan and the init's argv check.
+	// tool: the one limit of the launcher's plan.
 	MaxPassFDs = 64
 	// MaxBindSources is how many bind and device-node mounts a plan may
 	// have (each is one descriptor of the init in root mode).
 	MaxBindSources = 30
-	// MaxInitFDs bounds every descriptor number the init inherits.
+	// MaxInitFDs bounds every descriptor number a plan names.
 	MaxInitFDs = 5 + MaxPassFDs + MaxBindSources + 1
 )
 
-// FirstTreeFD is the descriptor of the first mount tree the launcher
-// passes to an init whose tool keeps pass descriptors.
+// FirstTreeFD is the number of the first mount tree the launcher passes
+// to a sandbox whose tool keeps pass descriptors.
 func FirstTreeFD(pass int) int { return 5 + pass }
 
 // Rlimit is one setrlimit call; soft and hard limits are equal.

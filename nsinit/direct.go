@@ -49,7 +49,7 @@ type Program struct {
 	report slotID    // the slot holding the report socket
 	call   *callArea // a pre-built sandbox's: where its call arrives
 	// callTool is a pre-built sandbox's argv[0] once its call is sent
-	// (SetCallTool): a failure names it, as str-init's would.
+	// (SetCallTool): a failure names it.
 	callTool atomic.Pointer[string]
 
 	keep   []any      // every buffer an operation points into
@@ -408,7 +408,8 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "close_range", path: fmt.Sprintf("fd %d..", 3+n), detail: "CLOSE_RANGE_CLOEXEC"},
 		unix.SYS_CLOSE_RANGE, 0, noSlot, uintptr(3+n), ^uintptr(0)>>32, unix.CLOSE_RANGE_CLOEXEC)
 
-	// 2. Every mount private.
+	// 2. Every mount private: nothing we mount may propagate to the
+	// host's mount namespace, and host mount events must not reach us.
 	b.step = StepMakePrivate
 	b.sys(opDesc{action: "make private", path: "/", detail: "MS_REC|MS_PRIVATE", hint: hintUserns},
 		unix.SYS_MOUNT, 0, noSlot, 0, b.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0)
@@ -419,7 +420,7 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// host's staging dir. The cgroup v1 tasks files are opened now too,
 	// for step 12.
 	b.step = StepCloneSources
-	ms := cfg.Mounts
+	ms, copied := cfg.Mounts, false
 	mountTree := make([]slotID, len(ms))
 	isDir := make([]bool, len(ms))
 	for i, m := range ms {
@@ -437,7 +438,9 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			if absent {
 				// As the launcher's L3 in root mode: an optional source
 				// found missing is skipped (rootEntries too).
-				ms = slices.Clone(ms)
+				if !copied {
+					ms, copied = slices.Clone(ms), true
+				}
 				ms[i].TreeFD = SourceAbsent
 				continue
 			}
@@ -459,7 +462,12 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			unix.SYS_OPENAT, 0, tasks[i], atFDCWD, b.cstr(t), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	}
 
-	// 4. The umask, then a fresh tmpfs as the new root.
+	// 4. A fresh tmpfs becomes the new root: nothing of the host is in it
+	// but what step 5 binds; nosuid,nodev like every mount we make. The
+	// umask is fixed first: the directories and files the child creates
+	// (mount points, /etc/passwd) must be 0755/0644 for the tool's uid
+	// whatever umask the launcher runs with (systemd's UMask=0027 would
+	// make them unreadable); the tool inherits the same 022.
 	b.step = StepRootTmpfs
 	b.sys(opDesc{action: "umask", detail: "022"}, unix.SYS_UMASK, 0, noSlot, 0o022)
 	b.sys(opDesc{action: "mount tmpfs root", path: staging, detail: "MS_NOSUID|MS_NODEV"},
@@ -468,13 +476,15 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "open new root", path: staging, detail: "O_PATH"},
 		unix.SYS_OPENAT, 0, root, atFDCWD, b.cstr(staging), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 
-	// 5. The planned mounts, in plan order.
+	// 5. The planned mounts, in plan order (parents before children).
 	b.step = StepMounts
 	for i, m := range ms {
 		b.mount(cfg, root, m, mountTree[i], isDir[i])
 	}
 
-	// 6. pivot_root into the new root and detach the old one.
+	// 6. pivot_root into the new root and detach the old one. The
+	// pivot_root(".", ".") form stacks the old root on top of the new
+	// one; the lazy unmount then removes every host mount from our view.
 	b.step = StepPivotRoot
 	b.sys(opDesc{action: "chdir", path: staging}, unix.SYS_FCHDIR, 1, noSlot, uintptr(root))
 	b.sys(opDesc{action: "pivot_root", path: staging}, unix.SYS_PIVOT_ROOT, 0, noSlot, b.cstr("."), b.cstr("."))
@@ -482,10 +492,12 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "chdir", path: "/"}, unix.SYS_CHDIR, 0, noSlot, b.cstr("/"))
 	b.close(opDesc{action: "close", path: "new root"}, root)
 
-	// 7. The root read-only; a bubblewrap line's root (RootToCommand)
-	// stays writable instead, it and the entries made on it the
-	// command's, as giveRootEntries does: the program knows them all
-	// (rootEntries), so it chowns each without a directory walk.
+	// 7. The root tmpfs is read-only from now on: the tool writes only to
+	// the work dir and the planned tmpfs mounts. A bubblewrap line's root
+	// (RootToCommand) stays writable instead, it and the entries made on
+	// it the command's, as under bubblewrap (it is the 1 MiB tmpfs of
+	// step 4; what is mounted on it is not touched): the program knows
+	// them all (rootEntries), so it chowns each without a directory walk.
 	b.step = StepRootReadOnly
 	if cfg.RootToCommand {
 		owner := fmt.Sprintf("%d:%d", cfg.UID, cfg.GID)
@@ -498,7 +510,8 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			unix.SYS_MOUNT, 0, noSlot, 0, b.cstr("/"), 0, unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, 0)
 	}
 
-	// 8. chdir into the work dir, and check getcwd.
+	// 8. chdir into the work dir and check we are where we meant to be
+	// (a path that resolves elsewhere is refused, not followed).
 	b.step = StepChdir
 	wd := cfg.Workdir
 	if wd == "" {
@@ -513,14 +526,17 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.special(opCheckCwd, unsafe.Pointer(&want[0]), 0, uintptr(len(wd)+1),
 		opDesc{action: "getcwd after chdir", path: wd, check: "working directory is not the planned one"})
 
-	// 9. The hostname.
+	// 9. The hostname (own UTS namespace).
 	b.step = StepHostname
 	if cfg.Hostname != "" {
 		h := []byte(cfg.Hostname)
 		b.sys(opDesc{action: "sethostname", path: cfg.Hostname}, unix.SYS_SETHOSTNAME, 0, noSlot, b.mem(h, unsafe.Pointer(&h[0])), uintptr(len(h)))
 	}
 
-	// 10. Loopback up, then the egress listeners, handed to the launcher.
+	// 10. Loopback up in the sandbox's own network namespace, then the
+	// egress listeners on it, handed to the launcher before any tool code
+	// runs: the tool finds them bound (it cannot take their ports) and
+	// every byte it sends there reaches the launcher's policy proxy.
 	b.step = StepLoopback
 	if cfg.LoopbackUp {
 		b.loopback()
@@ -530,8 +546,14 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	}
 
 	// 10a. A pre-built sandbox waits here for its call (argv, the whole
-	// environment, the paths to try for argv[0], and its stdio), as
-	// str-init's awaitCall: everything from step 11 on runs after it.
+	// environment, the paths to try for argv[0], and its stdio):
+	// everything that does not depend on the call is done (root, mounts,
+	// network), and everything from step 11 on runs after it exactly as
+	// in a one-shot run, so the tool's view is the same. The call comes
+	// from the launcher only (the report socket's other end is its); the
+	// caller's descriptors are opaque here: dup3 onto 0-2, nothing else.
+	// While waiting the child is root of its own user namespace only, and
+	// the parent-death signal of the clone is still armed.
 	var call *callArea
 	ncands := slotID(noSlot)
 	if cfg.AwaitCall {
@@ -596,7 +618,10 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		}
 		envpP = b.mem(envp, unsafe.Pointer(&envp[0]))
 	}
-	// 12. cgroup v1: this process enters its cgroup itself.
+	// 12. cgroup v1: the child moves itself into the sandbox's cgroup,
+	// before it drops anything and before any tool code can run. A thread
+	// moving itself ("0" in tasks) takes no global lock; migrating the
+	// process from the launcher waits for an RCU grace period.
 	b.step = StepEnterCgroup
 	zero := []byte("0")
 	for i, t := range cfg.CgroupTasks {
@@ -606,7 +631,9 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		b.close(opDesc{action: "close", path: t}, tasks[i])
 	}
 
-	// 13. The bounding set.
+	// 13. Empty the bounding set so no later exec (setuid or file-caps
+	// binary) can ever regain a capability. Needs CAP_SETPCAP, so it comes
+	// before the uid change of step 15.
 	b.step = StepDropBounding
 	for c := 0; c <= lastCap; c++ {
 		o := b.sys(opDesc{action: "drop bounding capability", path: "cap " + strconv.Itoa(c), detail: "PR_CAPBSET_DROP"},
@@ -614,12 +641,13 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		o.okErr = uint16(unix.EINVAL)
 	}
 
-	// 14. Ambient capabilities.
+	// 14. Ambient capabilities would survive the exec: clear them.
 	b.step = StepClearAmbient
 	b.sys(opDesc{action: "clear ambient capabilities", detail: "PR_CAP_AMBIENT_CLEAR_ALL"},
 		unix.SYS_PRCTL, 0, noSlot, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL)
 
-	// 15. Groups, gid, uid.
+	// 15. Identity: groups, then gid, then uid (after the uid change the
+	// child could no longer change groups or gid).
 	b.step = StepSetIDs
 	if cfg.SetGroups {
 		b.sys(opDesc{action: "setgroups", path: "[]"}, unix.SYS_SETGROUPS, 0, noSlot, 0, 0)
@@ -627,20 +655,28 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "setresgid", path: fmt.Sprint(cfg.GID)}, unix.SYS_SETRESGID, 0, noSlot, uintptr(cfg.GID), uintptr(cfg.GID), uintptr(cfg.GID))
 	b.sys(opDesc{action: "setresuid", path: fmt.Sprint(cfg.UID)}, unix.SYS_SETRESUID, 0, noSlot, uintptr(cfg.UID), uintptr(cfg.UID), uintptr(cfg.UID))
 
-	// 16. Every capability set empty.
+	// 16. Empty effective, permitted and inheritable sets. A non-zero uid
+	// already lost them in step 15; a profile running as uid 0 inside (or
+	// a rootless child, which never was uid 0) relies on this step.
 	b.step = StepClearCaps
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := &[2]unix.CapUserData{}
 	b.sys(opDesc{action: "capset", path: "all sets empty"}, unix.SYS_CAPSET, 0, noSlot,
 		b.mem(hdr, unsafe.Pointer(hdr)), b.mem(data, unsafe.Pointer(&data[0])))
 
-	// 17. The parent-death signal again, and the launcher still there.
+	// 17. The uid change of step 15 cleared the parent-death signal armed
+	// at L4 (the kernel does so on every credential change): set it again,
+	// then make sure the launcher did not die in between, or the tool
+	// could outlive it. The report socket's other end is the launcher's:
+	// POLLERR or POLLHUP on ours means it is gone.
 	b.step = StepParentDeath
 	b.sys(opDesc{action: "prctl", path: "PR_SET_PDEATHSIG", detail: "SIGKILL"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
 	b.special(opCheckPoll, nil, 0, 0,
-		opDesc{action: "check launcher", path: "report pipe", detail: "POLLERR", check: "the launcher exited during setup"})
+		opDesc{action: "check launcher", path: "report socket", detail: "POLLERR", check: "the launcher exited during setup"})
 
-	// 18. no_new_privs.
+	// 18. no_new_privs: exec can never grant privileges again (setuid
+	// bits, file capabilities), and it lets an unprivileged child load
+	// seccomp.
 	b.step = StepNoNewPrivs
 	b.sys(opDesc{action: "prctl", path: "PR_SET_NO_NEW_PRIVS"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_NO_NEW_PRIVS, 1)
 
@@ -696,8 +732,11 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		b.close(opDesc{action: "close", path: "seccomp listener"}, listener)
 	}
 
-	// 20. The rlimits, RLIMIT_AS last; each at most the hard limit the
-	// child inherits (it cannot raise one, and lower is tighter).
+	// 20. The rlimits, as raw prlimit64 calls on the child itself right
+	// before the execve: the tool never runs one instruction without them,
+	// and no helper program sits in between. RLIMIT_AS last; each at most
+	// the hard limit the child inherits (it cannot raise one, and lower
+	// is tighter).
 	b.step = StepRlimits
 	for _, rl := range rlimitOrder(cfg.Rlimits) {
 		max, err := hardLimit(rl.Resource)
@@ -710,7 +749,11 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			unix.SYS_PRLIMIT64, 0, noSlot, 0, uintptr(rl.Resource), b.mem(lim, unsafe.Pointer(lim)), 0)
 	}
 
-	// 21. execve: the tool becomes PID 1.
+	// 21. execve: the tool becomes PID 1. The report socket is
+	// close-on-exec, so the launcher sees EOF exactly when the tool starts
+	// (or the child reports why not). The child is a session leader with
+	// no controlling terminal (setsid at L4), so TIOCSTI cannot push input
+	// into the caller's terminal (CVE-2017-5226).
 	b.step = StepExec
 	o := b.sys(opDesc{action: "execve", path: tool}, unix.SYS_EXECVE, 1, noSlot, uintptr(path), argvP, envpP)
 	o.exit = exitExec
@@ -757,8 +800,8 @@ const atFDCWD = ^uintptr(99) // -100
 // candidates are the paths to try for argv0, in order: argv0 itself when
 // it has a slash, else each directory of the environment's PATH (the
 // last PATH= wins; /usr/local/bin:/usr/bin:/bin without one) joined
-// with it. lookPath (str-init) stats them; a direct sandbox's child does
-// the same on the prepared list (opResolve).
+// with it. The child tries them in order on the prepared list
+// (opResolve).
 func candidates(argv0 string, env []string) []string {
 	if strings.Contains(argv0, "/") {
 		return []string{argv0}
@@ -1308,12 +1351,12 @@ var LastCapability = sync.OnceValue(func() int {
 	return n
 })
 
-// A pre-built direct sandbox's call (sub-step 10a) is one message on the
-// report socket with exactly CallFDs descriptors, as str-init's, but in a
-// form raw code can take apart: three little-endian uint32 counts (argv,
+// A pre-built sandbox's call (sub-step 10a) is one message on the report
+// socket with exactly CallFDs descriptors, in a form raw code can take
+// apart: three little-endian uint32 counts (argv,
 // environment, the paths to try for argv[0]), then that many
 // NUL-terminated strings in that order. The paths are the launcher's
-// (candidates: the PATH of the call's environment, as lookPath walks it),
+// (candidates: the PATH of the call's environment),
 // so the child never parses PATH.
 const (
 	MaxCallArgs  = 4096 // argv entries of one call
@@ -1322,7 +1365,7 @@ const (
 	callHeader   = 12
 )
 
-// callArea is where a pre-built direct sandbox receives its call: the
+// callArea is where a pre-built sandbox receives its call: the
 // message, its descriptors and the arrays execve takes, prepared before
 // the fork (the pointers in msg and iov are set here, never in the child).
 type callArea struct {
@@ -1345,7 +1388,7 @@ func (c *callArea) init() {
 	c.msg.Control = &c.cmsg[0]
 }
 
-// EncodeCall is a call's message for a pre-built direct sandbox.
+// EncodeCall is a call's message for a pre-built sandbox.
 func EncodeCall(argv, env []string) ([]byte, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("empty argv")

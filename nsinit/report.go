@@ -93,7 +93,7 @@ func InstallSeccompListener(filter []byte) (int, error) {
 }
 
 // checkFilter: filter is 1 to maxBPFInsns whole sock_filter records (the
-// one check of str-init's installers and of a direct sandbox's program).
+// one check of a Program's step 19 and of the installers above).
 func checkFilter(filter []byte) error {
 	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > maxBPFInsns {
 		return fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(filter), maxBPFInsns)

@@ -66,9 +66,11 @@ var subStepTitles = map[Step]string{
 }
 
 // The launcher's steps (who "launcher"): L1..L10: create the cgroup (and
-// lease the host ids), make the pipes, clone the bind sources on the host,
-// clone the init, open the cgroup v1 tasks files to the init, send the
-// plan, time out or cancel, tear down; L9, for a sandbox made through
+// lease the host ids), make the report socket, clone the bind sources on
+// the host, compile the init's program and clone the child that runs it,
+// open the cgroup v1 tasks files to the init, the plan (L6: it is the
+// child's program, nothing is sent and nothing fails there any more),
+// time out or cancel, tear down; L9, for a sandbox made through
 // the launcher's Provider, make its work dir (after L1, before L2: its
 // tmpfs belongs to the leased ids) and remove it after L8; and L10, for
 // a capped `str run --workdir` (Mount.WriteBack), copy what the tool

@@ -58,7 +58,7 @@ var (
 // Cached returns the init as an O_PATH descriptor of a read-only detached
 // mount of its copy in dir (root only), installing the copy on first use.
 // One per str process, shared by every sandbox: never close it. It is
-// passed and executed as File's memfd is (ExecPath).
+// named by ownerMap's stopped child (launcher/binds.go).
 func Cached(dir string) (*os.File, error) {
 	cachedOnce.Do(func() { cached, cachedErr = openCached(dir) })
 	return cached, cachedErr

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,7 +53,7 @@ func TestCachedInitReadOnly(t *testing.T) {
 	if st.Mode().Perm() != 0o555 || st.Sys().(*syscall.Stat_t).Uid != 0 {
 		t.Fatalf("the copy is %v uid %d, want 0555 of root", st.Mode(), st.Sys().(*syscall.Stat_t).Uid)
 	}
-	p := ExecPath(int(f.Fd()))
+	p := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
 	if w, err := os.OpenFile(p, os.O_WRONLY, 0); !errors.Is(err, unix.EROFS) {
 		if err == nil {
 			w.Close()

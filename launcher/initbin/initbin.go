@@ -23,7 +23,6 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -49,21 +48,11 @@ var (
 
 // File returns the sealed memfd holding the init, creating it on first
 // use. It is one per str process, shared by every sandbox: never close
-// it. The launcher passes it to each init as the last of its descriptors
-// and executes it by that position (ExecPath): the fork's descriptor
-// shuffling (Go's forkAndExecInChild dups descriptors upwards from the
-// highest one passed) can land on any number not passed, but never on a
-// passed one's final position, so the path names the memfd whatever
-// descriptors the launcher holds.
+// it.
 func File() (*os.File, error) {
 	once.Do(func() { file, openErr = seal() })
 	return file, openErr
 }
-
-// ExecPath is the path that executes the init from the child's
-// descriptor fd, where the launcher placed File. It is resolved by the
-// child's execve, after the descriptors are in place.
-func ExecPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 // seal: memfd_create, write, seal.
 func seal() (*os.File, error) {

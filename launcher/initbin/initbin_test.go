@@ -3,6 +3,7 @@ package initbin
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,7 +68,7 @@ func TestMemfdSealed(t *testing.T) {
 	if f2, _ := File(); f2 != f {
 		t.Fatalf("a second memfd: %s then %s", f.Name(), f2.Name())
 	}
-	p := ExecPath(int(f.Fd()))
+	p := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
 	w, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err == nil {
 		defer w.Close()
