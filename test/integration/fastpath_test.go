@@ -160,9 +160,7 @@ func TestFastPathSameAsGoPath(t *testing.T) {
 	}
 
 	// Bytes that are not UTF-8 reach the tool exactly as given, served
-	// or one-shot (both direct sandboxes: the plan and the call never
-	// pass through JSON); str-init (STR_INIT=exec, or rootless) still gets
-	// them as U+FFFD, its plan and call being JSON.
+	// or one-shot (the plan and the call never pass through JSON).
 	args := []string{"--serve", sp.socket, "--profile", "restrictive", "--", "/bin/sh", "-c", `printf '[%s]' "$@"`, "sh", "\xff\xfe", "a\x80b"}
 	const exact = "[\xff\xfe][a\x80b]"
 	fast := strExec(t, strBin, "", nil, append([]string{"run"}, args...)...)
