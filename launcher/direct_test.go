@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,5 +177,76 @@ func TestDirectSandboxesHoldNoThread(t *testing.T) {
 	}
 	if grew := threads() - before; grew >= n/2 {
 		t.Fatalf("%d running sandboxes added %d threads to the launcher (a locked thread each would add %d)", n, grew, n)
+	}
+}
+
+// runPlan runs req with mounts added to its plan, the tool as uid and gid
+// 0 of its namespace (the owner of what the init makes).
+func runPlan(t *testing.T, l *Launcher, req Request, mounts ...nsinit.Mount) (*Result, string) {
+	t.Helper()
+	pl, err := l.Plan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.Child.Mounts = append(pl.Child.Mounts, mounts...)
+	pl.Child.UID, pl.Child.GID = 0, 0
+	var out strings.Builder
+	req.Stdout, req.Stderr = &out, &out
+	s, err := l.CreateFromPlan(context.Background(), pl, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, out.String()
+}
+
+// TestStepMountsModes: step 5's files, directories and chmods get their
+// planned modes exactly (the child's umask 022 would strip group and
+// other write bits), missing parents get parentMode, and a chmod never
+// follows a symlink on its path (step 5 fails, naming it).
+func TestStepMountsModes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		mustwork.Skip(t, "a root-mode sandbox (leased ids, cgroups) needs root")
+	}
+	l, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{"/m/f666", "/m/fdefault", "/m/sticky", "/m/p0640", "/m/p0640/dir", "/m/p0604", "/m/p0604/dir", "/m/pdefault", "/m/pdefault/dir", "/m/c"}
+	res, out := runPlan(t, l, Request{Profile: "restrictive", Argv: append([]string{"/usr/bin/stat", "-c", "%a %n"}, paths...)},
+		nsinit.Mount{Kind: nsinit.MountFile, Target: "/m/f666", Mode: 0o666, Contents: "x"},
+		nsinit.Mount{Kind: nsinit.MountFile, Target: "/m/fdefault"},
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/sticky", Mode: 0o1777},
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/p0640/dir", Mode: 0o640},
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/p0604/dir", Mode: 0o604},
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/pdefault/dir"}, // mode 0: the default, 0755
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/c"},
+		nsinit.Mount{Kind: nsinit.MountChmod, Target: "/m/c", Mode: 0o1755},
+	)
+	want := "666 /m/f666\n644 /m/fdefault\n1777 /m/sticky\n750 /m/p0640\n640 /m/p0640/dir\n705 /m/p0604\n604 /m/p0604/dir\n755 /m/pdefault\n755 /m/pdefault/dir\n1755 /m/c\n"
+	if out != want {
+		t.Errorf("modes:\n%s\nwant\n%s(exit %d, %v)", out, want, res.ExitCode, res.SetupError)
+	}
+	// Neither a chmod nor a new directory goes through a symlink: a
+	// chmod names it, mkdir's open of the link O_NOFOLLOW fails.
+	for _, m := range []nsinit.Mount{
+		{Kind: nsinit.MountChmod, Target: "/link/etc", Mode: 0o777},
+		{Kind: nsinit.MountDir, Target: "/link/sub"},
+	} {
+		res, out = runPlan(t, l, Request{Profile: "restrictive", Argv: []string{"/bin/true"}},
+			nsinit.Mount{Kind: nsinit.MountSymlink, Source: "/tmp", Target: "/link"}, m)
+		var se *nsinit.StepError
+		if !errors.As(res.SetupError, &se) || se.Step != nsinit.StepMounts || se.Path != m.Target || res.ExitCode != nsinit.ExitSetupFailed {
+			t.Errorf("%s through a symlink: %v (%s), want a step 5 error", m.Kind, res.SetupError, out)
+		}
+		if m.Kind == nsinit.MountChmod && !strings.Contains(se.Msg, "symlink") {
+			t.Errorf("chmod through a symlink: %v, want the symlink named", se)
+		}
 	}
 }
