@@ -16,7 +16,7 @@ func TestStepErrorMessage(t *testing.T) {
 	if e.Error() != want {
 		t.Fatalf("%q\nwant %q", e.Error(), want)
 	}
-	e.Err = nil // as after the report pipe
+	e.Err = nil // as after a trip through JSON
 	if e.Unwrap() != unix.EPERM {
 		t.Fatalf("errno not recovered: %v", e.Unwrap())
 	}

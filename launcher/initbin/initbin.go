@@ -1,22 +1,21 @@
-// Package initbin carries the sandbox init (cmd/str-init) inside str and
-// hands it to the kernel: as root from a read-only mount of one copy kept
-// in the state directory (Cached, cached.go), rootless from a sealed
-// memfd (File).
+// Package initbin carries cmd/str-init inside str: the program a per-tool
+// template's id-map opener executes (launcher/template_mapper.go) and the
+// executable ownerMap's stopped child names (launcher/binds.go). It is no
+// sandbox's init any more: every sandbox runs the init's steps in the
+// launcher's own clone child (nsinit.CompileDirect). It is handed to the
+// kernel as root from a read-only mount of one copy kept in the state
+// directory (Cached, cached.go), or from a sealed memfd (File).
 //
 // The binary is built by go generate (below; `make build` runs it) with
 // CGO_ENABLED=0, -trimpath and no VCS stamp, so the build is reproducible:
 // TestEmbeddedInitUpToDate rebuilds it and fails when the committed copy
 // differs from what the sources produce.
 //
-// Why (CVE-2019-5736): a sandbox process that can open its init's
-// executable through /proc/PID/exe must never reach a file of the host it
-// could overwrite. Cached's copy is root's, mode 0555, and executed from
-// a read-only mount (cached.go has why that suffices). File's memfd is sealed
-// against any write, shrink or grow before the first sandbox starts, one
-// per str process and reused by every sandbox (no copy per spawn). The
-// init holds it as a descriptor until its execve (close-on-exec from its
-// step 1 on, so the tool never does); once the tool runs, the init's image
-// is gone anyway: the tool replaced it.
+// Why (CVE-2019-5736): a process that can open the executable through
+// /proc/PID/exe must never reach a file of the host it could overwrite.
+// Cached's copy is root's, mode 0555, and executed from a read-only mount
+// (cached.go has why that suffices). File's memfd is sealed against any
+// write, shrink or grow before its first use, one per str process.
 package initbin
 
 import (
