@@ -1334,8 +1334,6 @@ func (p *Program) Release() {
 	p.ops, p.descs, p.keep, p.mem, p.call, p.listen = nil, nil, nil, nil, nil, nil
 }
 
-// Len is how many operations the program has.
-func (p *Program) Len() int { return len(p.ops) }
 
 // LastCapability is the host's highest capability number
 // (/proc/sys/kernel/cap_last_cap), read once per process.
