@@ -777,13 +777,11 @@ type launcherPhase struct {
 }
 
 var (
-	phaseCgroup      = launcherPhase{"launcher_cgroup", true}
-	phaseBindSources = launcherPhase{"launcher_bind_sources", true}
-	phaseClone       = launcherPhase{"launcher_clone", true}
-	phasePlanSent    = launcherPhase{"launcher_plan_sent", true}
-	phaseRun         = launcherPhase{"launcher_run", false}
-	phaseTeardown    = launcherPhase{"launcher_teardown", false}
-	phaseWriteBack   = launcherPhase{"launcher_write_back", false}
+	phaseCgroup    = launcherPhase{"launcher_cgroup", true}
+	phaseClone     = launcherPhase{"launcher_clone", true}
+	phaseRun       = launcherPhase{"launcher_run", false}
+	phaseTeardown  = launcherPhase{"launcher_teardown", false}
+	phaseWriteBack = launcherPhase{"launcher_write_back", false}
 )
 
 // addInitPhases records the init's timed steps, all of them setup.

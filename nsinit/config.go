@@ -179,20 +179,10 @@ type Listener struct {
 	Addr    string `json:"addr"`    // "127.0.0.1:3128", "0.0.0.0:443"
 }
 
-// Call is what a pre-built sandbox's init waits for at step 10a: one
-// message on the report socket, launcher -> init, JSON, with exactly
-// CallFDs descriptors (SCM_RIGHTS) that become the tool's 0, 1 and 2.
-// Argv and Env replace the plan's (Env is the whole environment, built
-// by the launcher's plan for this call as for a one-shot run).
-type Call struct {
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-}
-
-// CallFDs is how many descriptors travel with a Call: stdin, stdout,
-// stderr.
+// CallFDs is how many descriptors travel with a pre-built sandbox's
+// call (sub-step 10a, EncodeCall): stdin, stdout, stderr.
 const CallFDs = 3
 
-// MaxCallBytes bounds a Call message (argv and environment as JSON): a
-// larger call is not poolable (the caller runs one-shot).
+// MaxCallBytes bounds a call's message (EncodeCall's): a larger call is
+// not poolable (the caller runs one-shot).
 const MaxCallBytes = 128 << 10

@@ -1334,7 +1334,6 @@ func (p *Program) Release() {
 	p.ops, p.descs, p.keep, p.mem, p.call, p.listen = nil, nil, nil, nil, nil, nil
 }
 
-
 // LastCapability is the host's highest capability number
 // (/proc/sys/kernel/cap_last_cap), read once per process.
 var LastCapability = sync.OnceValue(func() int {
