@@ -51,9 +51,11 @@ deps:
 	fi
 	$(GO) mod download
 
-# The sandbox init is a separate static program embedded in str
-# (launcher/initbin/str-init, committed; a unit test fails when it is
-# stale). build regenerates it, so bin/str always carries the current one.
+# cmd/str-init (a template's id-map opener; no sandbox's init any more:
+# every sandbox runs the init's steps in the launcher's own clone child)
+# is a separate static program embedded in str (launcher/initbin/str-init,
+# committed; a unit test fails when it is stale). build regenerates it, so
+# bin/str always carries the current one.
 # str is built with CGO_ENABLED=0 (static, no C: `str run` pays for no
 # worker code, issue 19); the worker, with the Solace client library's
 # cgo, is bin/str-worker beside it.
