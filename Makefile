@@ -51,16 +51,12 @@ deps:
 	fi
 	$(GO) mod download
 
-# The sandbox init is a separate static program embedded in str
-# (launcher/initbin/str-init, committed; a unit test fails when it is
-# stale). build regenerates it, so bin/str always carries the current one.
-# str is built with CGO_ENABLED=0 (static, no C: `str run` pays for no
+# No binary is committed and there is no second program to embed: every
+# sandbox runs the init's steps in the launcher's own clone child
+# (nsinit's compiled program). str is built with CGO_ENABLED=0 (static, no C: `str run` pays for no
 # worker code, issue 19); the worker, with the Solace client library's
 # cgo, is bin/str-worker beside it.
-init:
-	$(GO) generate ./launcher/initbin
-
-build: deps init
+build: deps
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/str
 	$(GO) build -o $(WORKER_BIN) ./cmd/str-worker
 

@@ -2,8 +2,7 @@ module github.com/securetoolruntime/str
 
 go 1.26.0
 
-// The toolchain the committed init (launcher/initbin/str-init) is built
-// with: its bytes depend on it, and its staleness test builds with it.
+// The toolchain str is built and tested with.
 toolchain go1.26.8
 
 require (

@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"errors"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 // clock started as run starts it (L7).
 func armable(t *testing.T, pl *Plan, started bool) *Sandbox {
 	t.Helper()
-	s := &Sandbox{id: "armtest", plan: pl, cmd: &exec.Cmd{}, started: make(chan struct{}), finished: make(chan struct{})}
+	s := &Sandbox{id: "armtest", plan: pl, started: make(chan struct{}), finished: make(chan struct{})}
 	if started {
 		s.begun = true
 		s.startClock()

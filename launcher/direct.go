@@ -12,22 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A direct sandbox runs the init's steps in the launcher's own clone
-// child, compiled into an nsinit.Program, instead of executing str-init
-// (issue 19: no second Go runtime, no plan to encode and decode, no
-// second execve per sandbox). Every root-mode plan whose steps a Program
-// can express is direct (one-shot, pre-built, a worker's, a bubblewrap
-// line's); the others (rootless, template, best effort:
-// nsinit.DirectUnsupported) run str-init.
-// STR_INIT=exec runs str-init for every sandbox (to compare the two).
+// Every sandbox runs the init's steps in the launcher's own clone child,
+// compiled into an nsinit.Program (issue 19: no second Go runtime, no
+// plan to encode and decode, no second execve per sandbox; issue 30: one
+// implementation of the steps): one-shot and pre-built, root and
+// rootless, a worker's, a template's and a bubblewrap line's.
 
-// directPlan reports whether plan's sandbox is direct.
-func directPlan(plan *Plan) bool {
-	return !plan.Rootless && nsinit.DirectUnsupported(&plan.Child) == "" && os.Getenv("STR_INIT") != "exec"
-}
-
-// runDirect is run's L4-L8 for a direct sandbox, once L3 has cloned the
-// bind sources (trees, in plan order).
+// runDirect is run's L4-L8, once L3 has cloned the bind sources (trees,
+// in plan order; none rootless).
 func (s *Sandbox) runDirect(trees []*os.File) {
 	var childEnds []*os.File // the child's copies: closed here once it exists
 	fail := func(se *StepError) {
@@ -39,8 +31,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 		s.release()
 		close(s.started)
 	}
-	// The same action as str-init's clone ("clone init"): the child is
-	// the init, only not a program of its own.
+	// "clone init": the child is the init, only not a program of its own.
 	cloneErr := func(action string, err error) *StepError {
 		return &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: action, Path: "(direct: the launcher's own child)",
 			Detail: cloneDetail(s.plan), Msg: err.Error(), Err: err, Hint: "user namespaces disabled or not permitted? see str doctor"}
@@ -84,7 +75,8 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	childEnds = append(childEnds, os.NewFile(uintptr(p[0]), "id-map sync"), os.NewFile(uintptr(p[1]), "id-map sync"))
 
 	// L4. The program, then the clone: the child waits for its id maps
-	// (written here, as Go's fork-and-exec does for str-init) and runs it.
+	// (written here, as Go's fork-and-exec does for a child of its own)
+	// and runs it.
 	prog, err := nsinit.CompileDirect(&s.plan.Child, files, nsinit.LastCapability(), hardLimit)
 	if err != nil {
 		se, ok := err.(*StepError)
@@ -252,26 +244,36 @@ func sameWriter(a, b io.Writer) (same bool) {
 }
 
 // writeIDMaps writes the child's uid and gid maps, each in one write as
-// the kernel requires. Root mode only: the gid map needs no setgroups
-// "deny" first.
+// the kernel requires. Rootless, setgroups is denied first: the kernel
+// takes an unprivileged gid map only then (and the child can then not
+// setgroups(2): nsinit.Config.SetGroups is false).
 func writeIDMaps(pid int, plan *Plan) error {
-	for _, m := range []struct {
-		file string
-		maps []IDMap
-	}{{"uid_map", plan.UIDMappings}, {"gid_map", plan.GIDMappings}} {
+	line := func(maps []IDMap) []byte {
 		var b []byte
-		for _, x := range m.maps {
+		for _, x := range maps {
 			b = fmt.Appendf(b, "%d %d %d\n", x.Inside, x.Outside, x.Size)
 		}
-		path := fmt.Sprintf("/proc/%d/%s", pid, m.file)
+		return b
+	}
+	type write struct {
+		file string
+		data []byte
+	}
+	var writes []write
+	if plan.Rootless {
+		writes = append(writes, write{"setgroups", []byte("deny")})
+	}
+	writes = append(writes, write{"uid_map", line(plan.UIDMappings)}, write{"gid_map", line(plan.GIDMappings)})
+	for _, w := range writes {
+		path := fmt.Sprintf("/proc/%d/%s", pid, w.file)
 		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", path, err)
 		}
-		_, err = unix.Write(fd, b)
+		_, err = unix.Write(fd, w.data)
 		unix.Close(fd)
 		if err != nil {
-			return fmt.Errorf("write %s %q: %w", path, b, err)
+			return fmt.Errorf("write %s %q: %w", path, w.data, err)
 		}
 	}
 	return nil

@@ -2,12 +2,12 @@ package launcher
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,63 +16,6 @@ import (
 	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/nsinit"
 )
-
-// probeScript prints what a tool sees of its sandbox: identity,
-// capabilities, seccomp, no_new_privs, blocked and ignored signals, descriptors, mounts, root, work
-// dir, host name, umask, rlimits and environment.
-const probeScript = `id; grep -E '^(Cap|Seccomp|NoNewPrivs|Sig(Blk|Ign))' /proc/self/status; ls -l /proc/self/fd | sed 1d | cut -c1-10,44-;
-cut -d' ' -f4- /proc/self/mountinfo; ls -la / /dev /etc | sed 's/ [A-Z][a-z][a-z] [ 0-9][0-9] [0-9:]* / DATE /';
-pwd; hostname; umask; ulimit -a; env | sort; cat /proc/self/uid_map /proc/self/gid_map; echo "pid $$ ppid $PPID"`
-
-// perRun matches what differs between any two sandboxes: the leased host
-// ids, pipe inodes, pids, and /proc's link count (the host's processes).
-var perRun = regexp.MustCompile(`\b18[0-9]{8}\b|pipe:\[[0-9]+\]|/proc/[0-9]+/|(?m)^dr-xr-xr-x +[0-9]+ .*proc$`)
-
-var spaces = regexp.MustCompile(` +`)
-
-// runProbe runs probeScript in profile, through str-init (STR_INIT=exec)
-// or direct, and returns its output with what differs per run blanked.
-func runProbe(t *testing.T, l *Launcher, profile, init string) (string, *Result) {
-	t.Helper()
-	t.Setenv("STR_INIT", init)
-	var out bytes.Buffer
-	res, err := l.Run(context.Background(), Request{Profile: profile, Argv: []string{"/bin/sh", "-c", probeScript}, Stdout: &out, Stderr: &out})
-	if err != nil {
-		t.Fatalf("%s %s: %v", profile, init, err)
-	}
-	if res.SetupError != nil || res.ExitCode != 0 {
-		t.Fatalf("%s %s: exit %d, setup error %v\n%s", profile, init, res.ExitCode, res.SetupError, out.String())
-	}
-	// Runs of spaces collapsed: ls pads its columns to the widest value
-	// (/proc's link count, the host's process count, among them).
-	return spaces.ReplaceAllString(perRun.ReplaceAllString(out.String(), "N"), " "), res
-}
-
-// TestDirectMatchesInit: a direct sandbox (the init's steps compiled into
-// the launcher's clone child) gives the tool exactly what str-init gives
-// it, in every built-in profile: the same identity, capabilities,
-// seccomp, descriptors, mounts with their options, files, limits and
-// environment. Its output reaches a non-file writer (a pipe this process
-// copies), as a worker's stderr does.
-func TestDirectMatchesInit(t *testing.T) {
-	if os.Geteuid() != 0 {
-		mustwork.Skip(t, "a root-mode sandbox (leased ids, cgroups) needs root")
-	}
-	l, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, profile := range []string{"restrictive", "standard", "permissive"} {
-		viaInit, _ := runProbe(t, l, profile, "exec")
-		direct, res := runProbe(t, l, profile, "")
-		if viaInit != direct {
-			t.Errorf("%s: the tool's view differs\n--- str-init\n%s\n--- direct\n%s", profile, viaInit, direct)
-		}
-		if !hasPhase(res.Timings, "nsinit_setup") || hasPhase(res.Timings, "launcher_plan_sent") {
-			t.Errorf("%s: a direct sandbox's timings are not the direct path's: %+v", profile, res.Timings)
-		}
-	}
-}
 
 func hasPhase(ps []Phase, name string) bool {
 	for _, p := range ps {
@@ -83,10 +26,10 @@ func hasPhase(ps []Phase, name string) bool {
 	return false
 }
 
-// TestDirectFailureMatchesInit: a step that fails in a direct sandbox is
-// reported as str-init reports it: the same step, action, object and
-// errno, and the same exit code (127 not found, 126 not executable).
-func TestDirectFailureMatchesInit(t *testing.T) {
+// TestStepResolveFailure: a tool that cannot be found or executed fails
+// at step 11, named with its argv[0] and errno, with str's exit code (127
+// not found, 126 not executable); the child's setup is one timed phase.
+func TestStepResolveFailure(t *testing.T) {
 	if os.Geteuid() != 0 {
 		mustwork.Skip(t, "a root-mode sandbox (leased ids, cgroups) needs root")
 	}
@@ -95,32 +38,28 @@ func TestDirectFailureMatchesInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		argv []string
-		code int
-		step nsinit.Step
+		argv  []string
+		code  int
+		errno unix.Errno
 	}{
-		{[]string{"no-such-tool-anywhere"}, nsinit.ExitNotFound, nsinit.StepResolveTool},
-		{[]string{"/no/such/tool"}, nsinit.ExitNotFound, nsinit.StepResolveTool},
-		{[]string{"/usr"}, nsinit.ExitCannotExec, nsinit.StepResolveTool},
-		{[]string{"/etc/passwd"}, nsinit.ExitCannotExec, nsinit.StepResolveTool},
+		{[]string{"no-such-tool-anywhere"}, nsinit.ExitNotFound, unix.ENOENT},
+		{[]string{"/no/such/tool"}, nsinit.ExitNotFound, unix.ENOENT},
+		{[]string{"/usr"}, nsinit.ExitCannotExec, unix.EACCES},
+		{[]string{"/etc/passwd"}, nsinit.ExitCannotExec, unix.EACCES},
 	} {
-		var got [2]*nsinit.StepError
-		for i, init := range []string{"exec", ""} {
-			t.Setenv("STR_INIT", init)
-			res, err := l.Run(context.Background(), Request{Profile: "standard", Argv: c.argv})
-			if err != nil {
-				t.Fatalf("%q: %v", c.argv, err)
-			}
-			if res.ExitCode != c.code || res.SetupError == nil {
-				t.Fatalf("%q (STR_INIT=%q): exit %d, setup error %v; want exit %d", c.argv, init, res.ExitCode, res.SetupError, c.code)
-			}
-			if !errors.As(res.SetupError, &got[i]) {
-				t.Fatalf("%q: %T is not a StepError", c.argv, res.SetupError)
-			}
+		res, err := l.Run(context.Background(), Request{Profile: "standard", Argv: c.argv})
+		if err != nil {
+			t.Fatalf("%q: %v", c.argv, err)
 		}
-		a, b := got[0], got[1]
-		if a.Who != b.Who || a.Step != c.step || b.Step != c.step || a.Action != b.Action || a.Path != b.Path || a.Errno != b.Errno || a.Msg != b.Msg {
-			t.Errorf("%q: str-init says %q, direct says %q", c.argv, a.Error(), b.Error())
+		var se *nsinit.StepError
+		if res.ExitCode != c.code || !errors.As(res.SetupError, &se) {
+			t.Fatalf("%q: exit %d, setup error %v; want exit %d", c.argv, res.ExitCode, res.SetupError, c.code)
+		}
+		if se.Who != "nsinit" || se.Step != nsinit.StepResolveTool || se.Action != "resolve tool" || se.Path != c.argv[0] || !errors.Is(se, c.errno) {
+			t.Errorf("%q: %q (errno %d), want step 11 resolve tool %s: %v", c.argv, se.Error(), se.Errno, c.argv[0], c.errno)
+		}
+		if !hasPhase(res.Timings, "nsinit_setup") {
+			t.Errorf("%q: no nsinit_setup phase: %+v", c.argv, res.Timings)
 		}
 	}
 }
@@ -238,5 +177,76 @@ func TestDirectSandboxesHoldNoThread(t *testing.T) {
 	}
 	if grew := threads() - before; grew >= n/2 {
 		t.Fatalf("%d running sandboxes added %d threads to the launcher (a locked thread each would add %d)", n, grew, n)
+	}
+}
+
+// runPlan runs req with mounts added to its plan, the tool as uid and gid
+// 0 of its namespace (the owner of what the init makes).
+func runPlan(t *testing.T, l *Launcher, req Request, mounts ...nsinit.Mount) (*Result, string) {
+	t.Helper()
+	pl, err := l.Plan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.Child.Mounts = append(pl.Child.Mounts, mounts...)
+	pl.Child.UID, pl.Child.GID = 0, 0
+	var out strings.Builder
+	req.Stdout, req.Stderr = &out, &out
+	s, err := l.CreateFromPlan(context.Background(), pl, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, out.String()
+}
+
+// TestStepMountsModes: step 5's files, directories and chmods get their
+// planned modes exactly (the child's umask 022 would strip group and
+// other write bits), missing parents get parentMode, and a chmod never
+// follows a symlink on its path (step 5 fails, naming it).
+func TestStepMountsModes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		mustwork.Skip(t, "a root-mode sandbox (leased ids, cgroups) needs root")
+	}
+	l, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{"/m/f666", "/m/fdefault", "/m/sticky", "/m/p0640", "/m/p0640/dir", "/m/p0604", "/m/p0604/dir", "/m/pdefault", "/m/pdefault/dir", "/m/c"}
+	res, out := runPlan(t, l, Request{Profile: "restrictive", Argv: append([]string{"/usr/bin/stat", "-c", "%a %n"}, paths...)},
+		nsinit.Mount{Kind: nsinit.MountFile, Target: "/m/f666", Mode: 0o666, Contents: "x"},
+		nsinit.Mount{Kind: nsinit.MountFile, Target: "/m/fdefault"},
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/sticky", Mode: 0o1777},
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/p0640/dir", Mode: 0o640},
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/p0604/dir", Mode: 0o604},
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/pdefault/dir"}, // mode 0: the default, 0755
+		nsinit.Mount{Kind: nsinit.MountDir, Target: "/m/c"},
+		nsinit.Mount{Kind: nsinit.MountChmod, Target: "/m/c", Mode: 0o1755},
+	)
+	want := "666 /m/f666\n644 /m/fdefault\n1777 /m/sticky\n750 /m/p0640\n640 /m/p0640/dir\n705 /m/p0604\n604 /m/p0604/dir\n755 /m/pdefault\n755 /m/pdefault/dir\n1755 /m/c\n"
+	if out != want {
+		t.Errorf("modes:\n%s\nwant\n%s(exit %d, %v)", out, want, res.ExitCode, res.SetupError)
+	}
+	// Neither a chmod nor a new directory goes through a symlink: a
+	// chmod names it, mkdir's open of the link O_NOFOLLOW fails.
+	for _, m := range []nsinit.Mount{
+		{Kind: nsinit.MountChmod, Target: "/link/etc", Mode: 0o777},
+		{Kind: nsinit.MountDir, Target: "/link/sub"},
+	} {
+		res, out = runPlan(t, l, Request{Profile: "restrictive", Argv: []string{"/bin/true"}},
+			nsinit.Mount{Kind: nsinit.MountSymlink, Source: "/tmp", Target: "/link"}, m)
+		var se *nsinit.StepError
+		if !errors.As(res.SetupError, &se) || se.Step != nsinit.StepMounts || se.Path != m.Target || res.ExitCode != nsinit.ExitSetupFailed {
+			t.Errorf("%s through a symlink: %v (%s), want a step 5 error", m.Kind, res.SetupError, out)
+		}
+		if m.Kind == nsinit.MountChmod && !strings.Contains(se.Msg, "symlink") {
+			t.Errorf("chmod through a symlink: %v, want the symlink named", se)
+		}
 	}
 }

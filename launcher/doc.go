@@ -8,23 +8,25 @@
 //	    cgroup with memory.max (swap 0), pids.max and cpu.max (cgroup.go,
 //	    v2, or the v1 fallback on hybrid hosts), under an opaque name and
 //	    a lock file held for the sandbox's life
-//	L2. make the config pipe and the report socket
+//	L2. make the report socket
 //	L3. root mode, at Start: clone every bind source on the host
 //	    (binds.go: open O_PATH, open_tree OPEN_TREE_CLONE|AT_RECURSIVE,
 //	    made private) and pass the detached trees to the init, which
 //	    attaches them by descriptor: a bind needs no permission of the
-//	    sandbox's uids on the source's parent directories
-//	L4. clone the static init (launcher/initbin: root mode, a read-only
-//	    detached mount of its copy in the state directory; rootless, a
-//	    sealed memfd; passed as the init's last descriptor and executed
-//	    by it) with the plan's clone flags (a user namespace always),
-//	    uid/gid maps, setsid and Pdeathsig, from a locked OS thread that
-//	    lives until the child is reaped; on cgroup v2 the child is born
-//	    in its cgroup (CLONE_INTO_CGROUP)
+//	    sandbox's uids on the source's parent directories (rootless, the
+//	    init clones each source itself, as the caller's own uid)
+//	L4. compile the plan into the init's program (nsinit.CompileDirect:
+//	    the init's numbered steps as raw system calls) and clone the
+//	    child that runs it (direct.go) with the plan's clone flags (a user
+//	    namespace always), from nsinit's cloner thread (Pdeathsig follows
+//	    it; it lives as long as the process); write its uid/gid maps
+//	    (rootless after setgroups "deny"), then let it go. On cgroup v2
+//	    the child is born in its cgroup (CLONE_INTO_CGROUP)
 //	L5. cgroup v1: open the cgroup's tasks files to the init's host ids;
 //	    its exec thread moves itself in before it drops anything
-//	L6. send the plan; the init performs its numbered sequence and
-//	    executes the tool in its own place (the tool is PID 1)
+//	L6. (no plan is sent: it is the child's program) the child performs
+//	    the numbered sequence and executes the tool in its own place (the
+//	    tool is PID 1)
 //	L7. enforce the wall-clock timeout (SIGKILL) and the caller's
 //	    cancellation (SIGINT, SIGKILL after CancelGrace); PID 1's death
 //	    takes the whole pid namespace. A sandbox made to wait unarmed

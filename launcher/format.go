@@ -28,9 +28,6 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	for _, m := range pl.GIDMappings {
 		w("  gid map: inside %d -> host %d (size %d)\n", m.Inside, m.Outside, m.Size)
 	}
-	if len(pl.AmbientCaps) > 0 {
-		w("  nsinit keeps for setup only: %s\n", strings.Join(pl.AmbientCaps, ", "))
-	}
 	w("\nfilesystem (in order, under a fresh tmpfs root; every mount nosuid, nodev except device nodes):\n")
 	for i, m := range pl.Child.Mounts {
 		w("  %2d. %s\n", i+1, describeMount(m))
@@ -43,14 +40,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	w("  the work dir (step L9, a sandbox of the worker's): root mode, a tmpfs the launcher mounts on it, %s and %d inodes, owned by the tool's leased ids,\n"+
 		"    with input/ (the caller's), output/ and %s/ (the runner's arguments, result and status FIFO, on a tmpfs of its own, %s, off the tool's cap); rootless, plain directories, uncapped\n",
 		bytes(pl.WorkDir.Size), pl.WorkDir.Inodes, RunnerDirName, bytes(profiles.Quantity(RunnerSpace)))
-	if why := nsinit.DirectUnsupported(&pl.Child); pl.Rootless || why != "" {
-		if why == "" {
-			why = "rootless"
-		}
-		w("\ninit: str-init, a static program executed in the new namespaces (not direct: %s)\n", why)
-	} else {
-		w("\ninit: direct: the steps below compiled into raw system calls that the launcher's own clone child runs before the tool's execve (no second program; STR_INIT=exec: str-init)\n")
-	}
+	w("\ninit: the steps below compiled into raw system calls that the launcher's own clone child runs before the tool's execve (no second program)\n")
 	w("init sequence (nsinit, every sandbox):\n")
 	for _, l := range nsinit.DocList() {
 		w("  %s\n", l)

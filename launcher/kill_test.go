@@ -21,7 +21,7 @@ func openFDs(t *testing.T) int {
 }
 
 // TestKillBeforeStartReleases: a sandbox created and killed without ever
-// starting gives back its config pipe and report socket at once (they
+// starting gives back its report socket at once (it and the config pipe
 // leaked four descriptors a sandbox until the garbage collector ran
 // their finalizers), and Start, Arm and Wait say it has ended.
 func TestKillBeforeStartReleases(t *testing.T) {

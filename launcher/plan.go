@@ -64,10 +64,6 @@ type Plan struct {
 	// the template's calls will run as, leased with it, so that the
 	// supervisor may map one into each call's own user namespace.
 	ExtraIDMaps []IDMap `json:"extra_id_maps,omitempty"`
-	// AmbientCaps are the capabilities the init keeps across its own exec
-	// in rootless mode (it is not uid 0 inside); it drops them all before
-	// the tool runs.
-	AmbientCaps []string `json:"ambient_caps,omitempty"`
 	// ToolUID/ToolGID are the host ids the tool runs as and its files
 	// belong to; -1 in a root-mode plan until Create leases an id block.
 	ToolUID int `json:"tool_host_uid"`
@@ -96,8 +92,6 @@ type Plan struct {
 
 	// IDRange is where root-mode sandboxes lease their host ids.
 	IDRange IDRange `json:"id_range"`
-
-	ambient []uintptr
 }
 
 // IDMap is one line of /proc/PID/uid_map or gid_map.
@@ -191,12 +185,10 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		pl.UIDMappings = []IDMap{{Inside: int(p.UID), Outside: host.UID, Size: 1}}
 		pl.GIDMappings = []IDMap{{Inside: int(p.GID), Outside: host.GID, Size: 1}}
 		pl.ToolUID, pl.ToolGID = host.UID, host.GID
+		// The clone child runs as the mapped uid, not 0: it holds the new
+		// namespace's capabilities from the clone (no execve comes before
+		// the tool's) and drops them all at steps 13-16.
 		pl.Child.SetGroups = false
-		// The init runs as the mapped uid, not 0, so its capabilities in
-		// the new namespace survive its own exec only as ambient ones.
-		// CAP_NET_BIND_SERVICE: the DNS stub's port 53 on the sandbox's lo.
-		pl.ambient = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID}
-		pl.AmbientCaps = []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_SETPCAP", "CAP_SETUID", "CAP_SETGID"}
 	} else {
 		// Root: the ids come from a block leased per sandbox at Create
 		// (assignIDs); until then the tool's host ids are unknown (-1).
@@ -497,16 +489,6 @@ func group(gid uint32) string {
 		s += "sandbox:x:" + strconv.Itoa(int(gid)) + ":\n"
 	}
 	return s + "nogroup:x:65534:\n"
-}
-
-func (pl *Plan) sysProcIDMaps() (uids, gids []syscall.SysProcIDMap) {
-	for _, m := range pl.UIDMappings {
-		uids = append(uids, syscall.SysProcIDMap{ContainerID: m.Inside, HostID: m.Outside, Size: m.Size})
-	}
-	for _, m := range pl.GIDMappings {
-		gids = append(gids, syscall.SysProcIDMap{ContainerID: m.Inside, HostID: m.Outside, Size: m.Size})
-	}
-	return uids, gids
 }
 
 // rootOwned reports whether fi's owner is root (uid or gid 0); false when

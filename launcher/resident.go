@@ -416,8 +416,8 @@ func (r *Resident) handle(c *net.UnixConn) {
 		return
 	}
 	// The call must fit the form the pool's sandboxes take it in
-	// (direct in root mode, str-init's JSON rootless).
-	if _, err := encodeCall(directPlan(pl), pl.Child.Argv, pl.Child.Env); err != nil {
+	// (nsinit.EncodeCall's).
+	if _, err := nsinit.EncodeCall(pl.Child.Argv, pl.Child.Env); err != nil {
 		reply(c, residentReply{typ: replyNotPoolable, text: "a pre-built sandbox cannot take this call: " + err.Error()})
 		return
 	}

@@ -2,22 +2,16 @@ package launcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
-	"github.com/securetoolruntime/str/launcher/initbin"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
@@ -37,24 +31,17 @@ type Sandbox struct {
 	// writeBacks: a capped `str run --workdir`'s state from L3 to L10.
 	writeBacks []*writeBack
 
-	cmd *exec.Cmd // the init's clone (str-init), or nil for a direct sandbox
-	// direct: the init's steps run in this process's own clone child,
-	// compiled into prog at Start (nsinit.Program; L4), not in str-init.
-	direct            bool
+	// The init's steps run in this process's own clone child, compiled
+	// into prog at Start (nsinit.Program; L4).
 	prog              *nsinit.Program
-	proc              *os.Process    // str-init's child: the init, then the tool
-	pid               int            // the child's pid: the init, then the tool
-	pidfd             *os.File       // a direct sandbox's child (pidfd_open, non-blocking: the poller waits on it)
-	procState         *exitState     // its wait status, once reaped
-	copiers           sync.WaitGroup // a direct sandbox's stdio copies (a Request's non-file Stdin/Stdout/Stderr)
-	initFile          *os.File       // the init's executable (initExe; shared, never closed)
-	initCopy          bool           // initFile is the cached copy (initbin.Cached), not the memfd
-	configR, configW  *os.File
+	pid               int                 // the child's pid: the init, then the tool
+	pidfd             *os.File            // the child's (pidfd_open, non-blocking: the poller waits on it)
+	procState         *exitState          // its wait status, once reaped
+	copiers           sync.WaitGroup      // the child's stdio copies (a Request's non-file Stdin/Stdout/Stderr)
 	listeners         map[string]*os.File // egress listeners from the init, by name
 	reportR, reportW  *os.File
 	started, finished chan struct{}
 	startErr          error
-	sendErr           *StepError // L6 failed: the init was gone before it read its plan
 	waitErr           error
 	events            []nsinit.Event
 	namespaces        map[string]uint64 // Request.RecordNamespaces: the init's namespace inodes, by /proc/PID/ns name
@@ -104,18 +91,6 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	// Every sandbox that is not direct starts str-init from the init's
-	// executable.
-	s.direct = directPlan(plan)
-	var initFile *os.File
-	var initCopy bool
-	var err error
-	if !s.direct {
-		if initFile, initCopy, err = l.initExe(plan.Rootless); err != nil {
-			return nil, &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "prepare init", Path: "init executable", Msg: err.Error(), Err: err}
-		}
-	}
-
 	// L1a. Root mode: lease this sandbox's host ids; the plan is copied so
 	// a shared plan never carries one sandbox's ids into another.
 	p := *plan
@@ -169,142 +144,19 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	}
 	s.mark(phaseCgroup)
 
-	// L2. The config pipe (launcher -> init) and the report socket (init
-	// -> launcher, SOCK_SEQPACKET: one event per message, and the egress
-	// listeners as SCM_RIGHTS). Both are close-on-exec here; ExtraFiles
-	// dup them into the child without that flag, after the tool's
-	// pass-list, and the init's step 1 sets it again before the tool runs.
-	// A direct sandbox has no config pipe: its plan is compiled into the
-	// program its clone child runs.
-	if !s.direct {
-		if s.configR, s.configW, err = os.Pipe(); err != nil {
-			s.release()
-			return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "pipe", Path: "config", Msg: err.Error(), Err: err}
-		}
-	}
+	// L2. The report socket (child -> launcher, SOCK_SEQPACKET: one
+	// record per message, and the descriptors the child hands over as
+	// SCM_RIGHTS; a pre-built sandbox's call the other way). Close-on-exec
+	// here; the child moves its end above the tool's descriptors,
+	// close-on-exec again, at its step 1. There is no config pipe: the
+	// plan is compiled into the program the clone child runs (L4).
+	var err error
 	if s.reportR, s.reportW, err = seqpacketPair(); err != nil {
-		closeIfSet(s.configR, s.configW)
 		s.release()
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "socketpair", Path: "report", Detail: "AF_UNIX SOCK_SEQPACKET", Msg: err.Error(), Err: err}
 	}
 
-	// L4. The child: the static init from its sealed memfd, in new
-	// namespaces from the clone flags; no code of ours runs between fork
-	// and exec (Go's forkAndExecInChild does the maps and flags).
-	uids, gids := plan.sysProcIDMaps()
-	cmd := &exec.Cmd{
-		// Path is set at Start, when the init's descriptors are known.
-		Args: []string{"str-init", strconv.Itoa(len(req.ExtraFiles))},
-		// The init needs no environment (the tool's is in the plan); one
-		// P is plenty for a process that sets up and then execs.
-		Env:        []string{"GOMAXPROCS=1"},
-		Stdin:      req.Stdin,
-		Stdout:     req.Stdout,
-		Stderr:     req.Stderr,
-		ExtraFiles: append(append([]*os.File(nil), req.ExtraFiles...), s.configR, s.reportW),
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  plan.CloneFlags,
-			UidMappings: uids,
-			GidMappings: gids,
-			// An unprivileged user namespace must deny setgroups before
-			// its gid map can be written; root writes the maps itself.
-			GidMappingsEnableSetgroups: !plan.Rootless,
-			AmbientCaps:                plan.ambient,
-			// A new session with no controlling terminal: TIOCSTI and
-			// TIOCLINUX cannot reach the caller's terminal (CVE-2017-5226).
-			Setsid: true,
-			// Pdeathsig fires when the *thread* that forked exits, so the
-			// fork happens from a locked thread that lives until Wait
-			// returns (see run). The init re-arms it after its uid change
-			// (step 17), so the tool, PID 1 of its namespace, dies with
-			// str and takes the whole pid namespace with it.
-			Pdeathsig: syscall.SIGKILL,
-		},
-	}
-	if !plan.Rootless {
-		// The clone keeps the caller's host ids (root), which the new
-		// namespace does not map: become its root (the leased block's
-		// first id) before the exec, so the init gets the namespace's full
-		// capability set there and nothing on the host.
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
-	}
-	if s.cg != nil {
-		if fd, ok := s.cg.CloneFD(); ok {
-			// cgroup v2: clone3(CLONE_INTO_CGROUP): the child is born inside
-			// its cgroup; there is no moment it runs outside the limits.
-			cmd.SysProcAttr.UseCgroupFD = true
-			cmd.SysProcAttr.CgroupFD = fd
-		}
-	}
-	if !s.direct {
-		s.cmd = cmd
-	}
-	s.initFile, s.initCopy = initFile, initCopy
 	return s, nil
-}
-
-// closeIfSet closes the files that are not nil.
-func closeIfSet(fs ...*os.File) {
-	for _, f := range fs {
-		if f != nil {
-			f.Close()
-		}
-	}
-}
-
-// initExe is the init's executable (step L4), which no sandbox can ever
-// write (CVE-2019-5736): root mode, the copy in the state directory's
-// init/ on a read-only mount of its own (initbin.Cached: nothing written
-// per str process); rootless, or when that copy cannot be used (logged
-// once), a sealed memfd of the embedded init (initbin.File). A copy the
-// kernel refuses to execute is retried from the memfd (retryWithMemfd).
-func (l *Launcher) initExe(rootless bool) (exe *os.File, fromCopy bool, err error) {
-	if !rootless && !initCopyRefused.Load() {
-		dir, err := statedir.Sub(l.stateDir, "init")
-		var f *os.File
-		if err == nil {
-			f, err = initbin.Cached(dir)
-		}
-		if err == nil {
-			return f, true, nil
-		}
-		initFallback.Do(func() {
-			l.log.Warn("the init runs from a sealed memfd written by this process instead of its cached copy", "error", err)
-		})
-	}
-	exe, err = initbin.File()
-	return exe, false, err
-}
-
-var initFallback sync.Once
-
-// initCopyRefused: the kernel refused to execute the cached copy (an LSM
-// denying a file on a detached mount, say): this process's later
-// sandboxes use the memfd from the start.
-var initCopyRefused atomic.Bool
-
-// retryWithMemfd is L4 again after the clone's execve of the cached copy
-// was refused (EACCES, EPERM, ENOEXEC): the same child, executed from the
-// sealed memfd, as rootless mode does. A refusal that was not the copy's
-// fails again and is reported as before.
-func (s *Sandbox) retryWithMemfd(err error) error {
-	if !s.initCopy ||
-		!(errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOEXEC)) {
-		return err
-	}
-	memfd, ferr := initbin.File()
-	if ferr != nil {
-		return err
-	}
-	initCopyRefused.Store(true)
-	s.l.log.Warn("the kernel refused to execute the init's cached copy; this process's sandboxes run it from a sealed memfd", "error", err)
-	old := s.cmd
-	files := slices.Clone(old.ExtraFiles)
-	files[len(files)-1] = memfd
-	s.initFile, s.initCopy = memfd, false
-	s.cmd = &exec.Cmd{Path: old.Path, Args: old.Args, Env: old.Env, Stdin: old.Stdin, Stdout: old.Stdout, Stderr: old.Stderr,
-		ExtraFiles: files, SysProcAttr: old.SysProcAttr}
-	return s.cmd.Start()
 }
 
 // Plan returns the sandbox's plan.
@@ -329,27 +181,22 @@ func (s *Sandbox) Start() error {
 	return s.startErr
 }
 
-// run is the sandbox's life from L3 to L8. For str-init's child it owns
-// the locked OS thread that forks it and stays alive until it is reaped
-// (Pdeathsig is tied to that thread); a direct child is cloned by
-// nsinit's cloner thread, which lives as long as the process.
+// run is the sandbox's life from L3 to L8. Its child is cloned by
+// nsinit's cloner thread, which lives as long as the process (the
+// parent-death signal follows that thread), so no thread is held here.
 func (s *Sandbox) run() {
-	if !s.direct {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-	}
 	defer close(s.finished)
 
 	// L3. The bind sources, cloned on the host now (root mode): after
 	// the caller's last change to them (a work dir's tmpfs) and right
-	// before the init that attaches them exists. They follow the report
-	// socket in the init's descriptors (nsinit.FirstTreeFD), where the
-	// plan numbered them.
+	// before the child that attaches them exists. They follow the report
+	// socket in the child's descriptors (nsinit.FirstTreeFD), where the
+	// plan numbered them. Rootless there are none: the child clones each
+	// source itself (its step 3).
 	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID}
 	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner, s.plan.WorkDir)
 	if err != nil {
 		s.startErr = err
-		closeIfSet(s.configR, s.configW)
 		s.reportW.Close()
 		s.reportR.Close()
 		s.release()
@@ -358,100 +205,7 @@ func (s *Sandbox) run() {
 	}
 	s.plan.Child.Mounts = mounts
 	s.writeBacks = wbs
-	if s.direct {
-		s.runDirect(trees)
-		return
-	}
-	// The init's own executable goes last, and is executed by that
-	// position: Go's fork moves descriptors around (upwards from the
-	// highest one passed) before execve, and only a passed one's final
-	// position is sure to hold what the launcher put there.
-	s.cmd.ExtraFiles = append(append(s.cmd.ExtraFiles, trees...), s.initFile)
-	s.cmd.Path = initbin.ExecPath(3 + len(s.cmd.ExtraFiles) - 1)
-	s.mark(phaseBindSources)
-
-	// L4 (cont.). Clone the init. The child holds its ends and the trees
-	// now; ours must be closed so EOF works (and no tree outlives the
-	// sandbox in this process).
-	err = s.cmd.Start()
-	if err != nil {
-		err = s.retryWithMemfd(err)
-	}
-	s.configR.Close()
-	s.reportW.Close()
-	closeFiles(trees)
-	if err != nil {
-		s.startErr = &StepError{Who: "launcher", Step: nsinit.StepLClone, Action: "clone init", Path: s.cmd.Path,
-			Detail: cloneDetail(s.plan), Msg: err.Error(), Err: err, Hint: "user namespaces disabled or not permitted? see str doctor"}
-		s.configW.Close()
-		s.reportR.Close()
-		s.release()
-		close(s.started)
-		return
-	}
-	s.mark(phaseClone)
-	s.proc = s.cmd.Process
-	s.pid = s.proc.Pid
-	pid := s.pid
-	if s.ids != nil {
-		s.ids.record(pid)
-	}
-
-	if s.req.RecordNamespaces {
-		s.namespaces = readNamespaces(pid) // before L6: the init is waiting, alive
-	}
-	// L6. Send the plan. Only now does the init start its setup.
-	s.sendErr = sendPlan(s.configW, &s.plan.Child)
-	s.configW.Close()
-	s.mark(phasePlanSent)
-
-	// L7. The wall clock, set before Start returns (so before any Arm).
-	s.startClock()
-	close(s.started)
-
-	// The report socket: events until the init has become the tool or has
-	// exited (EOF either way: the socket is close-on-exec).
-	reportDone := make(chan struct{})
-	go func() {
-		defer close(reportDone)
-		s.readReports()
-	}()
-
-	// L7 (cont.). A cancellation asks the tool (SIGINT) and kills it
-	// CancelGrace later.
-	stopCtx := context.AfterFunc(s.ctx, func() { s.interrupt() })
-
-	s.waitErr = s.cmd.Wait()
-	if ps := s.cmd.ProcessState; ps != nil {
-		st := &exitState{}
-		st.ws, _ = ps.Sys().(syscall.WaitStatus)
-		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			st.ru = *ru
-		}
-		s.procState = st
-	}
-	s.reaped(stopCtx)
-	<-reportDone
-	s.mark(phaseRun)
-
-	// L8. Teardown: the tool was PID 1, so its exit already killed the pid
-	// namespace; the cgroup kill catches anything else, then the cgroup
-	// is read and removed and the id block released.
-	s.result = s.collect()
-}
-
-// encodeCall is a pre-built sandbox's call message: nsinit.EncodeCall's
-// form for a direct sandbox (its clone child has no JSON decoder), JSON
-// for str-init. An error says why the call cannot be carried.
-func encodeCall(direct bool, argv, env []string) ([]byte, error) {
-	if direct {
-		return nsinit.EncodeCall(argv, env)
-	}
-	data, err := json.Marshal(nsinit.Call{Argv: argv, Env: env})
-	if err == nil && len(data) > nsinit.MaxCallBytes {
-		err = fmt.Errorf("argv and environment are %d bytes as JSON, a call carries at most %d", len(data), nsinit.MaxCallBytes)
-	}
-	return data, err
+	s.runDirect(trees)
 }
 
 // reaped records that the child is reaped: no timer or cancellation
@@ -481,21 +235,6 @@ func cgroupSelfEntry(cg sandboxCgroup, plan *Plan) error {
 	return nil
 }
 
-// sendPlan is L6: the init's part of the plan, one JSON document on the
-// config pipe, which the init reads to EOF (its step 0). A write fails
-// only when the init is gone before reading it (EPIPE); that is the
-// sandbox's setup error unless the init reported one of its own.
-func sendPlan(w io.Writer, child *nsinit.Config) *StepError {
-	data, err := json.Marshal(child)
-	if err == nil {
-		_, err = w.Write(data)
-	}
-	if err != nil {
-		return &StepError{Who: "launcher", Step: nsinit.StepLSendPlan, Action: "send plan", Path: "config pipe", Msg: err.Error(), Err: err}
-	}
-	return nil
-}
-
 // startClock starts the wall clock (L7): a timeout kills the whole
 // sandbox. A sandbox that waits unarmed (plan.Idle) gets its idle limit
 // instead, until Arm replaces it with its timeout.
@@ -510,8 +249,8 @@ func (s *Sandbox) startClock() {
 	}
 }
 
-// readReports reads the init's events, one per message, and keeps the
-// descriptors of a "listeners" event.
+// readReports reads the child's records, one per message, and keeps the
+// descriptors of its "listeners" and "seccomp_listener" events.
 func (s *Sandbox) readReports() {
 	defer s.reportR.Close()
 	// A buffer of its own per sandbox, not a pooled one (pooled, the
@@ -541,22 +280,11 @@ func (s *Sandbox) readReports() {
 				}
 			}
 		}
-		var ev nsinit.Event
-		direct := false
-		if s.prog != nil {
-			// A direct sandbox's child reports a failure as one binary
-			// record (the operation's index and the errno), and its
-			// listeners as one fixed record the program names.
-			if se, ok := s.prog.Failure(buf[:n]); ok {
-				closeFDs(fds)
-				s.events = append(s.events, nsinit.Event{Type: "error", Error: se})
-				continue
-			}
-			if ls, ok := s.prog.Listeners(buf[:n]); ok {
-				ev, direct = nsinit.Event{Type: "listeners", Listeners: ls}, true
-			}
-		}
-		if !direct && json.Unmarshal(buf[:n], &ev) != nil {
+		// The child's records: a failure (the operation's index and the
+		// errno) or a warning, its listeners, a template filter's
+		// listener, a pre-built sandbox's wait; anything else is no event.
+		ev, ok := s.prog.Event(buf[:n])
+		if !ok {
 			closeFDs(fds)
 			continue
 		}
@@ -650,16 +378,14 @@ type exitState struct {
 }
 
 // signal sends sig to the sandbox's PID 1 while it is not reaped (s.mu
-// held, s.exited false): through its pidfd (direct), or os.Process
-// (str-init's child), so never to a pid reused since.
+// held, s.exited false): through its pidfd, so never to a pid reused
+// since.
 func (s *Sandbox) signal(sig syscall.Signal) {
-	switch {
-	case s.pidfd != nil:
-		if rc, err := s.pidfd.SyscallConn(); err == nil {
-			_ = rc.Control(func(fd uintptr) { _ = unix.PidfdSendSignal(int(fd), sig, nil, 0) })
-		}
-	case s.proc != nil:
-		_ = s.proc.Signal(sig)
+	if s.pidfd == nil {
+		return
+	}
+	if rc, err := s.pidfd.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.PidfdSendSignal(int(fd), sig, nil, 0) })
 	}
 }
 
@@ -699,8 +425,8 @@ func (s *Sandbox) kill(why *bool) {
 }
 
 // Kill ends the sandbox now. Safe to call at any time, from any
-// goroutine. Before Start it releases everything Create made (the config
-// pipe and report socket, the cgroup, the id lease) at once, not when the
+// goroutine. Before Start it releases everything Create made (the report
+// socket, the cgroup, the id lease) at once, not when the
 // garbage collector gets to the descriptors; Start and Arm then return
 // ErrEnded and Wait the same error. During Start it waits until the child
 // exists (or its start failed) and kills it.
@@ -709,8 +435,6 @@ func (s *Sandbox) Kill() error {
 	if !s.begun {
 		s.begun, s.killed = true, true
 		s.mu.Unlock()
-		s.configR.Close()
-		s.configW.Close()
 		s.reportR.Close()
 		s.reportW.Close()
 		s.release()
@@ -820,15 +544,13 @@ func (s *Sandbox) Call(argv, env []string, stdio [nsinit.CallFDs]*os.File, timeo
 	if called {
 		return fmt.Errorf("%w: call sandbox %s: it had its call already", ErrInvalidRequest, s.id)
 	}
-	data, err := encodeCall(s.direct, argv, env)
+	data, err := nsinit.EncodeCall(argv, env)
 	if err != nil {
 		return fmt.Errorf("%w: call sandbox %s: %v", ErrInvalidRequest, s.id, err)
 	}
-	if s.direct {
-		<-s.started // the program exists once the clone did
-		if s.prog != nil {
-			s.prog.SetCallTool(argv[0])
-		}
+	<-s.started // the program exists once the clone did
+	if s.prog != nil {
+		s.prog.SetCallTool(argv[0])
 	}
 	// 2.
 	if err := s.Arm(timeout); err != nil {
@@ -876,18 +598,11 @@ func (s *Sandbox) collect() *Result {
 	ps := s.procState
 	for _, ev := range s.events {
 		switch ev.Type {
-		case "timings":
-			s.addInitPhases(ev.Phases)
 		case "warning":
 			r.Warnings = append(r.Warnings, ev.Message)
 		case "error":
 			r.SetupError = ev.Error
 		}
-	}
-	if r.SetupError == nil {
-		// The init's own report names its step more precisely; without
-		// one, a plan it never read is the failure.
-		r.SetupError = s.sendErr
 	}
 	// The child is the init until its execve and the tool after it: its
 	// wait status is the tool's (or the init's 125/126/127 after an error).
@@ -1030,13 +745,11 @@ type launcherPhase struct {
 }
 
 var (
-	phaseCgroup      = launcherPhase{"launcher_cgroup", true}
-	phaseBindSources = launcherPhase{"launcher_bind_sources", true}
-	phaseClone       = launcherPhase{"launcher_clone", true}
-	phasePlanSent    = launcherPhase{"launcher_plan_sent", true}
-	phaseRun         = launcherPhase{"launcher_run", false}
-	phaseTeardown    = launcherPhase{"launcher_teardown", false}
-	phaseWriteBack   = launcherPhase{"launcher_write_back", false}
+	phaseCgroup    = launcherPhase{"launcher_cgroup", true}
+	phaseClone     = launcherPhase{"launcher_clone", true}
+	phaseRun       = launcherPhase{"launcher_run", false}
+	phaseTeardown  = launcherPhase{"launcher_teardown", false}
+	phaseWriteBack = launcherPhase{"launcher_write_back", false}
 )
 
 // addInitPhases records the init's timed steps, all of them setup.

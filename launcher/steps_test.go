@@ -3,10 +3,8 @@ package launcher
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/securetoolruntime/str/nsinit"
@@ -43,42 +41,15 @@ func TestStepL5CgroupSelfEntry(t *testing.T) {
 	}
 }
 
-// TestStepL6SendPlan: an init gone before it read its plan (the config
-// pipe's read end closed) fails at L6, and that is the sandbox's setup
-// error unless the init reported one of its own.
-func TestStepL6SendPlan(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
-	defer w.Close()
-	sendErr := sendPlan(w, &nsinit.Config{})
-	wantStep(t, sendErr, nsinit.StepLSendPlan, "config pipe")
-	if !errors.Is(sendErr, syscall.EPIPE) {
-		t.Errorf("want EPIPE as the cause: %v", sendErr)
-	}
-
-	// collect: no report from the init, so L6 is the setup error.
-	s := &Sandbox{cmd: &exec.Cmd{}, sendErr: sendErr}
-	wantStep(t, s.collect().SetupError, nsinit.StepLSendPlan, "config pipe")
-	// The init's own report wins.
-	own := &StepError{Who: "nsinit", Step: nsinit.StepReadPlan, Action: "read plan", Msg: "short read"}
-	s = &Sandbox{cmd: &exec.Cmd{}, sendErr: sendErr, events: []nsinit.Event{{Type: "error", Error: own}}}
+// TestCollectSetupError: the child's own failure record is the
+// sandbox's setup error, and a sandbox without one has none.
+func TestCollectSetupError(t *testing.T) {
+	own := &StepError{Who: "nsinit", Step: nsinit.StepMounts, Action: "mount proc", Msg: "operation not permitted"}
+	s := &Sandbox{events: []nsinit.Event{{Type: "error", Error: own}}}
 	if got := s.collect().SetupError; got != own {
-		t.Errorf("setup error %v, want the init's own %v", got, own)
+		t.Errorf("setup error %v, want the child's own %v", got, own)
 	}
-	// A plan sent is no error.
-	r, w, err = os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	if err := sendPlan(w, &nsinit.Config{}); err != nil {
-		t.Errorf("a plan into an open pipe: %v", err)
-	}
-	if s := (&Sandbox{cmd: &exec.Cmd{}}); s.collect().SetupError != nil {
+	if s := (&Sandbox{}); s.collect().SetupError != nil {
 		t.Error("a setup error without any failure")
 	}
 }

@@ -20,7 +20,7 @@ import (
 // The trusted core: the only code that mounts, chowns or runs a program on
 // the host for a sandbox or an installation (issue 18). README.md's
 // "The trusted core" table lists these directories with their line counts.
-var trustedCore = []string{"launcher", "nsinit", "cmd/str-init", "seccomp", "egress"}
+var trustedCore = []string{"launcher", "nsinit", "seccomp", "egress"}
 
 // notProduction are directories whose non-test files are not part of a
 // production binary's privileged path: test support, the benchmark

@@ -1,8 +1,9 @@
 package nsinit
 
-// Config is everything the re-exec'd child needs, computed by the
-// launcher's plan and sent over the config pipe (fd 3) as JSON. nsinit
-// takes no decision of its own: it performs this list in a fixed order.
+// Config is everything the sandbox's init does, computed by the
+// launcher's plan (its "child" part, as a plan prints it) and compiled
+// into a Program (CompileDirect). nsinit takes no decision of its own: it
+// performs this list in a fixed order.
 type Config struct {
 	Version int `json:"version"`
 
@@ -29,8 +30,10 @@ type Config struct {
 	// and leaves the root writable, as bubblewrap's root is, instead of
 	// remounting it read-only.
 	RootToCommand bool `json:"root_to_command,omitempty"`
-	// SetGroups is false in a user namespace created without privilege,
-	// where setgroups(2) is denied by the kernel (/proc/PID/setgroups).
+	// SetGroups is false in a user namespace created without privilege
+	// (rootless), where setgroups(2) is denied by the kernel
+	// (/proc/PID/setgroups) and only the caller's own ids are mapped: the
+	// clone child then changes no id before step 15.
 	SetGroups bool `json:"set_groups"`
 
 	Argv []string `json:"argv"`
@@ -142,25 +145,24 @@ type Mount struct {
 // launcher found missing: the init skips it.
 const SourceAbsent = -1
 
-// The init's descriptors, set up by the launcher (exec.Cmd.ExtraFiles):
-// 0-2, then the tool's pass-list at 3..3+n-1 (exactly where the tool gets
-// them), the config pipe at 3+n, the report socket at 4+n, the mount
-// trees the launcher cloned at FirstTreeFD(n) onwards, in plan order, and
-// last the init's own executable (the read-only file it was executed from).
-// n is the init's argv[1]. Every one of them is below MaxInitFDs.
+// A root-mode plan numbers the launcher's mount trees from
+// FirstTreeFD(n) on, in plan order (n: the tool's pass-list), after 0-2,
+// the pass-list at 3..3+n-1 (exactly where the tool gets them) and two
+// descriptors of the setup; a Program takes a mount's tree from
+// DirectFiles.Trees by that index. Every number is below MaxInitFDs.
 const (
 	// MaxPassFDs is how many descriptors a sandbox may pass on to its
-	// tool: the one limit of the launcher's plan and the init's argv check.
+	// tool: the one limit of the launcher's plan.
 	MaxPassFDs = 64
 	// MaxBindSources is how many bind and device-node mounts a plan may
 	// have (each is one descriptor of the init in root mode).
 	MaxBindSources = 30
-	// MaxInitFDs bounds every descriptor number the init inherits.
+	// MaxInitFDs bounds every descriptor number a plan names.
 	MaxInitFDs = 5 + MaxPassFDs + MaxBindSources + 1
 )
 
-// FirstTreeFD is the descriptor of the first mount tree the launcher
-// passes to an init whose tool keeps pass descriptors.
+// FirstTreeFD is the number of the first mount tree the launcher passes
+// to a sandbox whose tool keeps pass descriptors.
 func FirstTreeFD(pass int) int { return 5 + pass }
 
 // Rlimit is one setrlimit call; soft and hard limits are equal.
@@ -177,20 +179,10 @@ type Listener struct {
 	Addr    string `json:"addr"`    // "127.0.0.1:3128", "0.0.0.0:443"
 }
 
-// Call is what a pre-built sandbox's init waits for at step 10a: one
-// message on the report socket, launcher -> init, JSON, with exactly
-// CallFDs descriptors (SCM_RIGHTS) that become the tool's 0, 1 and 2.
-// Argv and Env replace the plan's (Env is the whole environment, built
-// by the launcher's plan for this call as for a one-shot run).
-type Call struct {
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-}
-
-// CallFDs is how many descriptors travel with a Call: stdin, stdout,
-// stderr.
+// CallFDs is how many descriptors travel with a pre-built sandbox's
+// call (sub-step 10a, EncodeCall): stdin, stdout, stderr.
 const CallFDs = 3
 
-// MaxCallBytes bounds a Call message (argv and environment as JSON): a
-// larger call is not poolable (the caller runs one-shot).
+// MaxCallBytes bounds a call's message (EncodeCall's): a larger call is
+// not poolable (the caller runs one-shot).
 const MaxCallBytes = 128 << 10

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,20 +24,16 @@ import (
 // only raw calls on memory prepared before the fork. No second program is
 // executed and no second Go runtime starts per sandbox (issue 19: the
 // init's runtime start, plan decoding and execve were ~29 % of a one-shot
-// run's CPU).
+// run's CPU). It is the one implementation of the steps: every sandbox,
+// root and rootless, one-shot, pre-built (str serve), a worker's, a
+// template's and a bubblewrap line's, runs one.
 //
-// The steps and their order are exactly run's (the numbered list in
+// The steps and their order are the numbered list of compileDirect (and
 // SECURITY.md); every operation carries its Step, and a failure comes
 // back on the report socket as one binary record (the operation's index
-// and the errno), which the launcher turns into the same StepError the
-// init would have sent (Program.Failure).
-//
-// What a Program cannot express runs through str-init as before
-// (DirectUnsupported says why): a rootless plan (its bind sources are
-// cloned by the init itself), a per-tool template (its seccomp listener)
-// and a best-effort plan (its /proc may fail with a warning). A pre-built
-// sandbox (str serve) is direct: its call arrives in the binary form of
-// EncodeCall, into memory the program prepared (callArea).
+// and the errno), which the launcher turns into the StepError of that
+// step (Program.Event). A pre-built sandbox's call arrives in the binary
+// form of EncodeCall, into memory the program prepared (callArea).
 type Program struct {
 	ops   []op
 	descs []opDesc
@@ -52,7 +49,7 @@ type Program struct {
 	report slotID    // the slot holding the report socket
 	call   *callArea // a pre-built sandbox's: where its call arrives
 	// callTool is a pre-built sandbox's argv[0] once its call is sent
-	// (SetCallTool): a failure names it, as str-init's would.
+	// (SetCallTool): a failure names it.
 	callTool atomic.Pointer[string]
 
 	keep   []any      // every buffer an operation points into
@@ -84,6 +81,7 @@ const (
 	opResolve            // r1 = the first of a1 candidate paths (C strings, their addresses at mem) that is an executable file
 	opCloseOthers        // close every descriptor from a0 on but the a1 slots listed at mem (slot ids)
 	opAwaitCall          // receive the call (sub-step 10a) into the callArea at mem; r1 = its candidate count
+	opSysWarn            // syscall(nr, a...); a failure is a warning record, and the program goes on (best effort)
 )
 
 // Exit classes: which of str's exit codes a failure of the operation
@@ -102,14 +100,18 @@ const (
 	failureLen = 16
 )
 
-// failureMagic starts every failure record: a JSON event never starts
-// with a NUL byte.
-var failureMagic = [8]byte{0, 's', 't', 'r', 'f', 'a', 'i', 'l'}
-
-// listenersRecord is a direct child's "listeners" event: these 8 bytes
-// with the listeners' descriptors (SCM_RIGHTS), in the plan's order
-// (Program.Listeners names them).
-var listenersRecord = [8]byte{0, 's', 't', 'r', 'l', 's', 't', 'n'}
+// The child's records on the report socket, each starting with its own
+// 8 bytes (a NUL first: the child writes nothing else there). A failure
+// and a warning add the operation's index and the errno (failureLen in
+// all); the others are the 8 bytes alone, the listeners' with their
+// descriptors (SCM_RIGHTS).
+var (
+	failureMagic     = [8]byte{0, 's', 't', 'r', 'f', 'a', 'i', 'l'}
+	warningMagic     = [8]byte{0, 's', 't', 'r', 'w', 'a', 'r', 'n'} // a best-effort step that failed
+	listenersRecord  = [8]byte{0, 's', 't', 'r', 'l', 's', 't', 'n'} // the egress listeners, in the plan's order (step 10)
+	awaitRecord      = [8]byte{0, 's', 't', 'r', 'w', 'a', 'i', 't'} // a pre-built sandbox waits for its call (sub-step 10a)
+	seccompLstRecord = [8]byte{0, 's', 't', 'r', 's', 'e', 'c', 'l'} // a template filter's listener (sub-step 19a)
+)
 
 // slotID names one of a Program's slots.
 type slotID uint16
@@ -132,7 +134,7 @@ type op struct {
 }
 
 // opDesc is what the launcher says of an operation that failed: the same
-// fields the init's stepErr sets.
+// fields a StepError has.
 type opDesc struct {
 	step                 Step
 	who                  string // "nsinit", or "launcher" for L4's child half
@@ -141,6 +143,7 @@ type opDesc struct {
 	check                string // the message when a check failed (errno 0)
 	hint                 string
 	hintErrno            syscall.Errno // the hint only for this errno (0: always)
+	warning              string        // opSysWarn: the warning, with %v for the errno
 }
 
 // DirectFiles are the launcher's descriptors the child takes: they are
@@ -151,25 +154,11 @@ type DirectFiles struct {
 	Pass   []int
 	Report int
 	Sync   [2]int // the L4 pipe: the child waits on Sync[0] for its id maps
-	// Trees are the launcher's clones of the bind sources, in plan order:
-	// a mount's TreeFD is FirstTreeFD(len(Pass)) + its index here.
+	// Trees are the launcher's clones of the bind sources, in plan order
+	// (root mode): a mount's TreeFD is FirstTreeFD(len(Pass)) + its index
+	// here. Rootless there are none: the child clones each source itself
+	// (step 3, a mount with TreeFD 0).
 	Trees []int
-}
-
-// DirectUnsupported says why cfg cannot run as a Program ("" when it can).
-func DirectUnsupported(cfg *Config) string {
-	switch {
-	case cfg.SeccompListener:
-		return "a per-tool template (seccomp listener)"
-	case cfg.BestEffort:
-		return "a best-effort plan"
-	}
-	for _, m := range cfg.Mounts {
-		if (m.Kind == MountBind || m.Kind == MountDevNode) && m.TreeFD == 0 {
-			return "a bind source the init clones itself (rootless)"
-		}
-	}
-	return ""
 }
 
 // builder collects a Program's operations.
@@ -257,10 +246,10 @@ func (b *builder) sys(d opDesc, nr uintptr, slotArgs uint8, out slotID, a ...uin
 	return b.add(o, d)
 }
 
-// CompileDirect compiles cfg, as run would perform it, into a Program
-// for the launcher's clone child. lastCap is the host's
-// /proc/sys/kernel/cap_last_cap; limits are the launcher's own hard
-// rlimits by resource (the child inherits them at the fork).
+// CompileDirect compiles cfg into a Program for the launcher's clone
+// child. lastCap is the host's /proc/sys/kernel/cap_last_cap; limits are
+// the launcher's own hard rlimits by resource (the child inherits them at
+// the fork).
 func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (*Program, error) {
 	p, err := compileDirect(cfg, f, lastCap, hardLimit)
 	if err != nil {
@@ -272,10 +261,48 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	return p, nil
 }
 
+// compileDirect performs the sandbox setup as one linear sequence of
+// operations that ends by executing the tool in the child's own place,
+// so the tool is the sandbox's PID 1 and no str process stays inside
+// (nothing privileged, no memory of ours). First L4's child half (wait
+// for the id maps, setsid, the parent-death signal), then the steps, in
+// order (nsinit.DocList; the same list is in SECURITY.md):
+//
+//  0. the plan is the program the launcher's clone child runs: nothing to read
+//  1. move the launcher's descriptors above the tool's, close the others, dup3 0-2 and the pass-list into place and mark every fd past them close-on-exec
+//  2. make / private, recursively
+//  3. take each bind source's detached tree (the launcher's descriptor, or open_tree here when rootless) and open the cgroup v1 tasks files
+//  4. mount a fresh tmpfs as the new root
+//  5. perform the planned mounts in order
+//  6. pivot_root into the new root and detach the old one
+//  7. remount the new root read-only (a bubblewrap line's: give its own entries to the command, writable, instead)
+//  8. chdir into the work dir and check getcwd
+//  9. set the hostname
+//  10. bring up loopback and hand the egress listeners to the launcher
+//     10a. pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2
+//  11. resolve the tool's path and build argv and envp
+//  12. cgroup v1: move this thread into the sandbox's cgroup (write 0 to each tasks file)
+//  13. drop the capability bounding set
+//  14. clear the ambient capabilities
+//  15. set groups, gid, uid
+//  16. clear the effective, permitted and inheritable capabilities
+//  17. re-arm the parent-death signal and check the launcher is alive
+//  18. set no_new_privs
+//  19. load seccomp
+//     19a. per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it
+//  20. set the rlimits (raw prlimit64, RLIMIT_AS last)
+//  21. execve the tool (raw syscall): the tool becomes PID 1
+//
+// The child is root of the sandbox's own user namespace only: on the host
+// it is an unprivileged uid of its own (root mode: one id block per
+// sandbox) or the caller's (rootless), so even before step 13 it holds no
+// capability over anything of the host. On cgroup v2 it is born in the
+// sandbox's cgroup (CLONE_INTO_CGROUP); on v1 it moves itself in at step
+// 12, so the tool never runs a single instruction outside the limits
+// while no process migration (an RCU grace period, 8-20 ms) sits on the
+// critical path. Every step from 12 on changes the child's own state,
+// which the tool inherits at the execve.
 func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (p *Program, err error) {
-	if why := DirectUnsupported(cfg); why != "" {
-		return nil, fmt.Errorf("not a direct plan: %s", why)
-	}
 	if cfg.PassFDs != len(f.Pass) {
 		return nil, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
 	}
@@ -325,10 +352,15 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	}
 
 	// L4, the clone's child half (what Go's forkAndExecInChild does for
-	// str-init): wait for the launcher's id maps, a new session (no
-	// controlling terminal: CVE-2017-5226), root of the new user
-	// namespace (the leased block's first id), the parent-death signal
-	// after that credential change (which clears it).
+	// a child of its own): wait for the launcher's id maps, a new session
+	// (no controlling terminal: CVE-2017-5226), root mode root of the new
+	// user namespace (the leased block's first id), the parent-death
+	// signal after that credential change (which clears it). Rootless
+	// (SetGroups false: the namespace was made without privilege, only
+	// the caller's own ids are mapped and setgroups is denied) the child
+	// keeps the id it was mapped to: it holds the namespace's full
+	// capability set from the clone, and no execve comes before the
+	// tool's to take it away.
 	b.step, b.who = StepLClone, "launcher"
 	d := func(action, detail string) opDesc {
 		return opDesc{action: "clone child: " + action, path: "(direct: the launcher's own child)", detail: detail}
@@ -340,9 +372,11 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	rd.check, rd.want = true, 1
 	b.close(d("close", "the id-map pipe"), syncR)
 	b.sys(d("setsid", ""), unix.SYS_SETSID, 0, noSlot)
-	b.sys(d("setgroups", "[]"), unix.SYS_SETGROUPS, 0, noSlot, 0, 0)
-	b.sys(d("setresgid", "0"), unix.SYS_SETRESGID, 0, noSlot, 0, 0, 0)
-	b.sys(d("setresuid", "0"), unix.SYS_SETRESUID, 0, noSlot, 0, 0, 0)
+	if cfg.SetGroups {
+		b.sys(d("setgroups", "[]"), unix.SYS_SETGROUPS, 0, noSlot, 0, 0)
+		b.sys(d("setresgid", "0"), unix.SYS_SETRESGID, 0, noSlot, 0, 0, 0)
+		b.sys(d("setresuid", "0"), unix.SYS_SETRESUID, 0, noSlot, 0, 0, 0)
+	}
 	b.sys(d("prctl", "PR_SET_PDEATHSIG SIGKILL"), unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
 
 	// 0. The plan is this Program: nothing to read.
@@ -376,27 +410,48 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "close_range", path: fmt.Sprintf("fd %d..", 3+n), detail: "CLOSE_RANGE_CLOEXEC"},
 		unix.SYS_CLOSE_RANGE, 0, noSlot, uintptr(3+n), ^uintptr(0)>>32, unix.CLOSE_RANGE_CLOEXEC)
 
-	// 2. Every mount private.
+	// 2. Every mount private: nothing we mount may propagate to the
+	// host's mount namespace, and host mount events must not reach us.
 	b.step = StepMakePrivate
 	b.sys(opDesc{action: "make private", path: "/", detail: "MS_REC|MS_PRIVATE", hint: hintUserns},
 		unix.SYS_MOUNT, 0, noSlot, 0, b.cstr("/"), 0, unix.MS_REC|unix.MS_PRIVATE, 0)
 
-	// 3. The bind sources are the launcher's trees (taken above); the
-	// cgroup v1 tasks files are opened now, for step 12.
+	// 3. The bind sources: the launcher's trees (taken above), or, for a
+	// mount with TreeFD 0 (rootless), a tree the child clones itself as
+	// the caller's own host uid (cloneSource), now: step 4 hides the
+	// host's staging dir. The cgroup v1 tasks files are opened now too,
+	// for step 12.
 	b.step = StepCloneSources
-	mountTree := make([]slotID, len(cfg.Mounts))
-	for i, m := range cfg.Mounts {
+	ms, copied := cfg.Mounts, false
+	mountTree := make([]slotID, len(ms))
+	isDir := make([]bool, len(ms))
+	for i, m := range ms {
 		mountTree[i] = noSlot
 		if m.Kind != MountBind && m.Kind != MountDevNode {
 			continue
 		}
-		switch {
+		switch k := m.TreeFD - b.first; {
 		case m.TreeFD == SourceAbsent:
 			if err := absentSource(m); err != nil {
 				return p, err
 			}
-		case m.TreeFD-b.first >= 0 && m.TreeFD-b.first < len(trees):
-			mountTree[i] = trees[m.TreeFD-b.first]
+		case m.TreeFD == 0:
+			dir, absent := sourceKind(m)
+			if absent {
+				// As the launcher's L3 in root mode: an optional source
+				// found missing is skipped (rootEntries too).
+				if !copied {
+					ms, copied = slices.Clone(ms), true
+				}
+				ms[i].TreeFD = SourceAbsent
+				continue
+			}
+			mountTree[i], isDir[i] = b.cloneSource(m), dir
+		case k >= 0 && k < len(trees):
+			mountTree[i] = trees[k]
+			if isDir[i], err = treeIsDir(f.Trees[k]); err != nil {
+				return p, stepErr(StepCloneSources, "take bind source", m.Source, "fstat tree", err)
+			}
 		default:
 			return p, stepErr(StepCloneSources, "take bind source", m.Source, fmt.Sprintf("tree_fd %d", m.TreeFD),
 				fmt.Errorf("not one of the launcher's %d trees", len(trees)))
@@ -409,7 +464,12 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			unix.SYS_OPENAT, 0, tasks[i], atFDCWD, b.cstr(t), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	}
 
-	// 4. The umask, then a fresh tmpfs as the new root.
+	// 4. A fresh tmpfs becomes the new root: nothing of the host is in it
+	// but what step 5 binds; nosuid,nodev like every mount we make. The
+	// umask is fixed first: the directories and files the child creates
+	// (mount points, /etc/passwd) must be 0755/0644 for the tool's uid
+	// whatever umask the launcher runs with (systemd's UMask=0027 would
+	// make them unreadable); the tool inherits the same 022.
 	b.step = StepRootTmpfs
 	b.sys(opDesc{action: "umask", detail: "022"}, unix.SYS_UMASK, 0, noSlot, 0o022)
 	b.sys(opDesc{action: "mount tmpfs root", path: staging, detail: "MS_NOSUID|MS_NODEV"},
@@ -418,13 +478,15 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "open new root", path: staging, detail: "O_PATH"},
 		unix.SYS_OPENAT, 0, root, atFDCWD, b.cstr(staging), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 
-	// 5. The planned mounts, in plan order.
+	// 5. The planned mounts, in plan order (parents before children).
 	b.step = StepMounts
-	for i, m := range cfg.Mounts {
-		b.mount(cfg, root, m, mountTree[i])
+	for i, m := range ms {
+		b.mount(cfg, root, m, mountTree[i], isDir[i])
 	}
 
-	// 6. pivot_root into the new root and detach the old one.
+	// 6. pivot_root into the new root and detach the old one. The
+	// pivot_root(".", ".") form stacks the old root on top of the new
+	// one; the lazy unmount then removes every host mount from our view.
 	b.step = StepPivotRoot
 	b.sys(opDesc{action: "chdir", path: staging}, unix.SYS_FCHDIR, 1, noSlot, uintptr(root))
 	b.sys(opDesc{action: "pivot_root", path: staging}, unix.SYS_PIVOT_ROOT, 0, noSlot, b.cstr("."), b.cstr("."))
@@ -432,14 +494,16 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "chdir", path: "/"}, unix.SYS_CHDIR, 0, noSlot, b.cstr("/"))
 	b.close(opDesc{action: "close", path: "new root"}, root)
 
-	// 7. The root read-only; a bubblewrap line's root (RootToCommand)
-	// stays writable instead, it and the entries made on it the
-	// command's, as giveRootEntries does: the program knows them all
-	// (rootEntries), so it chowns each without a directory walk.
+	// 7. The root tmpfs is read-only from now on: the tool writes only to
+	// the work dir and the planned tmpfs mounts. A bubblewrap line's root
+	// (RootToCommand) stays writable instead, it and the entries made on
+	// it the command's, as under bubblewrap (it is the 1 MiB tmpfs of
+	// step 4; what is mounted on it is not touched): the program knows
+	// them all (rootEntries), so it chowns each without a directory walk.
 	b.step = StepRootReadOnly
 	if cfg.RootToCommand {
 		owner := fmt.Sprintf("%d:%d", cfg.UID, cfg.GID)
-		for _, e := range rootEntries(cfg.Mounts) {
+		for _, e := range rootEntries(ms) {
 			b.sys(opDesc{action: "chown", path: e, detail: owner}, unix.SYS_FCHOWNAT, 0, noSlot,
 				atFDCWD, b.cstr(e), uintptr(cfg.UID), uintptr(cfg.GID), unix.AT_SYMLINK_NOFOLLOW)
 		}
@@ -448,7 +512,8 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			unix.SYS_MOUNT, 0, noSlot, 0, b.cstr("/"), 0, unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, 0)
 	}
 
-	// 8. chdir into the work dir, and check getcwd.
+	// 8. chdir into the work dir and check we are where we meant to be
+	// (a path that resolves elsewhere is refused, not followed).
 	b.step = StepChdir
 	wd := cfg.Workdir
 	if wd == "" {
@@ -463,14 +528,17 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.special(opCheckCwd, unsafe.Pointer(&want[0]), 0, uintptr(len(wd)+1),
 		opDesc{action: "getcwd after chdir", path: wd, check: "working directory is not the planned one"})
 
-	// 9. The hostname.
+	// 9. The hostname (own UTS namespace).
 	b.step = StepHostname
 	if cfg.Hostname != "" {
 		h := []byte(cfg.Hostname)
 		b.sys(opDesc{action: "sethostname", path: cfg.Hostname}, unix.SYS_SETHOSTNAME, 0, noSlot, b.mem(h, unsafe.Pointer(&h[0])), uintptr(len(h)))
 	}
 
-	// 10. Loopback up, then the egress listeners, handed to the launcher.
+	// 10. Loopback up in the sandbox's own network namespace, then the
+	// egress listeners on it, handed to the launcher before any tool code
+	// runs: the tool finds them bound (it cannot take their ports) and
+	// every byte it sends there reaches the launcher's policy proxy.
 	b.step = StepLoopback
 	if cfg.LoopbackUp {
 		b.loopback()
@@ -480,13 +548,19 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	}
 
 	// 10a. A pre-built sandbox waits here for its call (argv, the whole
-	// environment, the paths to try for argv[0], and its stdio), as
-	// str-init's awaitCall: everything from step 11 on runs after it.
+	// environment, the paths to try for argv[0], and its stdio):
+	// everything that does not depend on the call is done (root, mounts,
+	// network), and everything from step 11 on runs after it exactly as
+	// in a one-shot run, so the tool's view is the same. The call comes
+	// from the launcher only (the report socket's other end is its); the
+	// caller's descriptors are opaque here: dup3 onto 0-2, nothing else.
+	// While waiting the child is root of its own user namespace only, and
+	// the parent-death signal of the clone is still armed.
 	var call *callArea
 	ncands := slotID(noSlot)
 	if cfg.AwaitCall {
 		b.step = StepAwaitCall
-		ev := []byte(`{"type":"await_call"}`)
+		ev := awaitRecord[:]
 		w := b.sys(opDesc{action: "announce", path: "report socket", detail: "await_call", check: "short write"}, unix.SYS_WRITE, 1, noSlot,
 			uintptr(p.report), b.mem(ev, unsafe.Pointer(&ev[0])), uintptr(len(ev)))
 		w.check, w.want = true, uintptr(len(ev))
@@ -546,7 +620,10 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		}
 		envpP = b.mem(envp, unsafe.Pointer(&envp[0]))
 	}
-	// 12. cgroup v1: this process enters its cgroup itself.
+	// 12. cgroup v1: the child moves itself into the sandbox's cgroup,
+	// before it drops anything and before any tool code can run. A thread
+	// moving itself ("0" in tasks) takes no global lock; migrating the
+	// process from the launcher waits for an RCU grace period.
 	b.step = StepEnterCgroup
 	zero := []byte("0")
 	for i, t := range cfg.CgroupTasks {
@@ -556,7 +633,9 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		b.close(opDesc{action: "close", path: t}, tasks[i])
 	}
 
-	// 13. The bounding set.
+	// 13. Empty the bounding set so no later exec (setuid or file-caps
+	// binary) can ever regain a capability. Needs CAP_SETPCAP, so it comes
+	// before the uid change of step 15.
 	b.step = StepDropBounding
 	for c := 0; c <= lastCap; c++ {
 		o := b.sys(opDesc{action: "drop bounding capability", path: "cap " + strconv.Itoa(c), detail: "PR_CAPBSET_DROP"},
@@ -564,12 +643,13 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		o.okErr = uint16(unix.EINVAL)
 	}
 
-	// 14. Ambient capabilities.
+	// 14. Ambient capabilities would survive the exec: clear them.
 	b.step = StepClearAmbient
 	b.sys(opDesc{action: "clear ambient capabilities", detail: "PR_CAP_AMBIENT_CLEAR_ALL"},
 		unix.SYS_PRCTL, 0, noSlot, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL)
 
-	// 15. Groups, gid, uid.
+	// 15. Identity: groups, then gid, then uid (after the uid change the
+	// child could no longer change groups or gid).
 	b.step = StepSetIDs
 	if cfg.SetGroups {
 		b.sys(opDesc{action: "setgroups", path: "[]"}, unix.SYS_SETGROUPS, 0, noSlot, 0, 0)
@@ -577,25 +657,44 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "setresgid", path: fmt.Sprint(cfg.GID)}, unix.SYS_SETRESGID, 0, noSlot, uintptr(cfg.GID), uintptr(cfg.GID), uintptr(cfg.GID))
 	b.sys(opDesc{action: "setresuid", path: fmt.Sprint(cfg.UID)}, unix.SYS_SETRESUID, 0, noSlot, uintptr(cfg.UID), uintptr(cfg.UID), uintptr(cfg.UID))
 
-	// 16. Every capability set empty.
+	// 16. Empty effective, permitted and inheritable sets. A non-zero uid
+	// already lost them in step 15; a profile running as uid 0 inside (or
+	// a rootless child, which never was uid 0) relies on this step.
 	b.step = StepClearCaps
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := &[2]unix.CapUserData{}
 	b.sys(opDesc{action: "capset", path: "all sets empty"}, unix.SYS_CAPSET, 0, noSlot,
 		b.mem(hdr, unsafe.Pointer(hdr)), b.mem(data, unsafe.Pointer(&data[0])))
 
-	// 17. The parent-death signal again, and the launcher still there.
+	// 17. The uid change of step 15 cleared the parent-death signal armed
+	// at L4 (the kernel does so on every credential change): set it again,
+	// then make sure the launcher did not die in between, or the tool
+	// could outlive it. The report socket's other end is the launcher's:
+	// POLLERR or POLLHUP on ours means it is gone.
 	b.step = StepParentDeath
 	b.sys(opDesc{action: "prctl", path: "PR_SET_PDEATHSIG", detail: "SIGKILL"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
 	b.special(opCheckPoll, nil, 0, 0,
-		opDesc{action: "check launcher", path: "report pipe", detail: "POLLERR", check: "the launcher exited during setup"})
+		opDesc{action: "check launcher", path: "report socket", detail: "POLLERR", check: "the launcher exited during setup"})
 
-	// 18. no_new_privs.
+	// 18. no_new_privs: exec can never grant privileges again (setuid
+	// bits, file capabilities), and it lets an unprivileged child load
+	// seccomp.
 	b.step = StepNoNewPrivs
 	b.sys(opDesc{action: "prctl", path: "PR_SET_NO_NEW_PRIVS"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_NO_NEW_PRIVS, 1)
 
-	// 19. seccomp: the profile's filter, then the caller's own.
+	// 19. seccomp, after every setup call above, so the filter need not
+	// allow mount, pivot_root, capset or setresuid for us: the profile's
+	// filter, then the caller's own (str bwrap's), never instead of it:
+	// the kernel runs every filter and the strictest answer wins. They
+	// must allow what steps 19a-21 need (sendmsg and close for a
+	// template, prlimit64, execve), as bubblewrap requires of its
+	// callers' filters for its own execve. A per-tool template's filter
+	// is loaded with a listener (SECCOMP_FILTER_FLAG_NEW_LISTENER), which
+	// sub-step 19a hands over.
 	b.step = StepSeccomp
+	if cfg.SeccompListener && len(cfg.Seccomp) == 0 {
+		return p, stepErr(StepSeccomp, "load seccomp", "", "SECCOMP_FILTER_FLAG_NEW_LISTENER", errors.New("a template's plan has no filter"))
+	}
 	progs := cfg.ExtraSeccomp
 	names := make([]string, 0, len(progs)+1)
 	if len(cfg.Seccomp) > 0 {
@@ -605,23 +704,46 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	for i := range cfg.ExtraSeccomp {
 		names = append(names, fmt.Sprintf("the caller's filter %d", i+1))
 	}
+	listener := slotID(noSlot)
 	for i, prog := range progs {
+		detail, flags := "SECCOMP_SET_MODE_FILTER", uintptr(0)
+		if i == 0 && cfg.SeccompListener {
+			detail, flags = "SECCOMP_SET_MODE_FILTER|SECCOMP_FILTER_FLAG_NEW_LISTENER", unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+			listener = b.slot(0)
+		}
 		if err := checkFilter(prog); err != nil {
-			return p, stepErr(StepSeccomp, "load seccomp", names[i], "SECCOMP_SET_MODE_FILTER", err)
+			return p, stepErr(StepSeccomp, "load seccomp", names[i], detail, err)
 		}
 		fp := &unix.SockFprog{Len: uint16(len(prog) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
 		p.keep = append(p.keep, prog)
-		b.sys(opDesc{action: "load seccomp", path: names[i], detail: "SECCOMP_SET_MODE_FILTER"},
-			unix.SYS_SECCOMP, 0, noSlot, unix.SECCOMP_SET_MODE_FILTER, 0, b.mem(fp, unsafe.Pointer(fp)))
+		o := b.sys(opDesc{action: "load seccomp", path: names[i], detail: detail},
+			unix.SYS_SECCOMP, 0, noSlot, unix.SECCOMP_SET_MODE_FILTER, flags, b.mem(fp, unsafe.Pointer(fp)))
+		if flags != 0 {
+			o.out = listener
+		}
 	}
 
-	// 20. The rlimits, RLIMIT_AS last; each at most the hard limit the
-	// child inherits (it cannot raise one, and lower is tighter).
+	// 19a. A template's listener goes to the launcher before any tool
+	// code runs, and the child's own descriptor is closed here, not left
+	// to close-on-exec: the tool (the template's import-time code) must
+	// never hold the listener that answers its own notifications.
+	if listener != noSlot {
+		b.step = StepHandListener
+		b.sendFDs(seccompLstRecord[:], []slotID{listener},
+			opDesc{action: "hand over seccomp listener", path: "report socket", detail: "SCM_RIGHTS"})
+		b.close(opDesc{action: "close", path: "seccomp listener"}, listener)
+	}
+
+	// 20. The rlimits, as raw prlimit64 calls on the child itself right
+	// before the execve: the tool never runs one instruction without them,
+	// and no helper program sits in between. RLIMIT_AS last; each at most
+	// the hard limit the child inherits (it cannot raise one, and lower
+	// is tighter).
 	b.step = StepRlimits
 	for _, rl := range rlimitOrder(cfg.Rlimits) {
 		max, err := hardLimit(rl.Resource)
 		if err != nil {
-			return p, stepErr(StepResolveTool, "prepare execve", tool, "", fmt.Errorf("getrlimit %s: %w", rl.Name, err))
+			return p, stepErr(StepRlimits, "getrlimit", rl.Name, "the launcher's hard limit", err)
 		}
 		v := min(rl.Value, max)
 		lim := &unix.Rlimit{Cur: v, Max: v}
@@ -629,7 +751,11 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			unix.SYS_PRLIMIT64, 0, noSlot, 0, uintptr(rl.Resource), b.mem(lim, unsafe.Pointer(lim)), 0)
 	}
 
-	// 21. execve: the tool becomes PID 1.
+	// 21. execve: the tool becomes PID 1. The report socket is
+	// close-on-exec, so the launcher sees EOF exactly when the tool starts
+	// (or the child reports why not). The child is a session leader with
+	// no controlling terminal (setsid at L4), so TIOCSTI cannot push input
+	// into the caller's terminal (CVE-2017-5226).
 	b.step = StepExec
 	o := b.sys(opDesc{action: "execve", path: tool}, unix.SYS_EXECVE, 1, noSlot, uintptr(path), argvP, envpP)
 	o.exit = exitExec
@@ -640,14 +766,44 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	return p, nil
 }
 
+// str's own exit codes, the same for `str run` and the init: a tool's own
+// status is passed through unchanged, so these are the only values str
+// adds (with 124, timed out, which only the launcher knows).
+const (
+	ExitSetupFailed = 125 // a setup step failed; the report socket says which
+	ExitCannotExec  = 126 // the tool exists but could not be executed
+	ExitNotFound    = 127 // the tool was not found inside the sandbox
+)
+
+// staging is where the new root is assembled before pivot_root. It is
+// inside the child's private mount namespace, so the host never sees it;
+// every bind source is taken (step 3) before the staging tmpfs is
+// mounted, so host paths under /tmp stay reachable.
+const staging = "/tmp"
+
+// rlimitOrder is the order step 20 sets rls in: the plan's, with
+// RLIMIT_AS moved last (after it, the process could not even map a page).
+func rlimitOrder(rls []Rlimit) []Rlimit {
+	out := make([]Rlimit, 0, len(rls))
+	var as []Rlimit
+	for _, rl := range rls {
+		if rl.Resource == unix.RLIMIT_AS {
+			as = append(as, rl)
+			continue
+		}
+		out = append(out, rl)
+	}
+	return append(out, as...)
+}
+
 // atFDCWD is AT_FDCWD as a system call argument.
 const atFDCWD = ^uintptr(99) // -100
 
 // candidates are the paths to try for argv0, in order: argv0 itself when
 // it has a slash, else each directory of the environment's PATH (the
 // last PATH= wins; /usr/local/bin:/usr/bin:/bin without one) joined
-// with it. lookPath (str-init) stats them; a direct sandbox's child does
-// the same on the prepared list (opResolve).
+// with it. The child tries them in order on the prepared list
+// (opResolve).
 func candidates(argv0 string, env []string) []string {
 	if strings.Contains(argv0, "/") {
 		return []string{argv0}
@@ -767,8 +923,11 @@ func (b *builder) fdPathMount(target slotID, d opDesc, src, fstype string, flags
 	return b.sys(d, unix.SYS_MOUNT, 0, noSlot, b.cstr(src), buf, b.cstr(fstype), flags, dp)
 }
 
-// mount is one planned mount (step 5), as doMount performs it.
-func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
+// mount is one planned mount (step 5), under the new root (slot root).
+// Targets are created inside our own fresh tmpfs with a walk that never
+// follows a symlink (mkdirAll, openNoFollow), so no path we create can
+// redirect a mount. A bind's tree (slot tree) is a directory when dir.
+func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID, dir bool) {
 	if !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target {
 		b.fail(stepErr(StepMounts, "check target", m.Target, "", errors.New("target must be absolute and clean")))
 		return
@@ -835,13 +994,12 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 			return // optional and absent on the host
 		}
 		var target slotID
-		if dir, err := treeIsDir(int(b.p.slots[tree])); err != nil {
-			b.fail(stepErr(StepMounts, "create mount point", m.Target, "fstat tree", err))
-			return
-		} else if dir {
+		if dir {
 			target = b.mkdirAll(root, m.Target, 0o755, m.Target)
 		} else {
 			dfd := b.mkdirAll(root, parent, 0o755, m.Target)
+			// 0444: a file mount point is never written through (the bind
+			// hides it); one left on a bound host directory says so.
 			mp := opDesc{action: "create mount point", path: m.Target}
 			f := b.slot(0)
 			b.sys(mp, unix.SYS_OPENAT, 1, f, uintptr(dfd), b.cstr(name), unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444)
@@ -850,6 +1008,18 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 			b.sys(mp, unix.SYS_OPENAT, 1, target, uintptr(dfd), b.cstr(name), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			b.closeSlot(dfd, root, parent)
 		}
+		// Recursive attributes on the detached tree before it is attached:
+		// there is never a moment where the bind is visible writable.
+		// Then attach: a launcher's tree was cloned in the host's mount
+		// namespace and lives in an anonymous one of its own until now;
+		// move_mount attaches a detached tree into whichever namespace the
+		// caller may mount in (CAP_SYS_ADMIN over our user namespace), so
+		// no host privilege is needed here. Unlike a tree cloned from our
+		// inherited copy of the host's mounts, it carries no MNT_LOCKED
+		// flags: a capability in our user namespace could unmount its
+		// submounts or clear its read-only flag. The child does neither,
+		// and the tool has no capability (steps 13-16) and no mount
+		// syscalls (seccomp).
 		a, what := bindAttr(m)
 		attr := &a
 		b.sys(opDesc{action: "mount_setattr", path: m.Source, detail: what + " AT_RECURSIVE"}, unix.SYS_MOUNT_SETATTR, 1, noSlot,
@@ -880,8 +1050,14 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID) {
 
 	case MountProc:
 		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		b.fdPathMount(target, opDesc{action: "mount proc", path: m.Target, detail: "fresh procfs for the new pid namespace", hint: hintProc},
-			"proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		d := opDesc{action: "mount proc", path: m.Target, detail: "fresh procfs for the new pid namespace", hint: hintProc}
+		o := b.fdPathMount(target, d, "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		if cfg.BestEffort {
+			// Best effort, loudly: no /proc at all rather than the host's
+			// (a warning record, and the program goes on).
+			o.kind = opSysWarn
+			b.p.descs[len(b.p.descs)-1].warning = "best_effort: no fresh " + m.Target + " (%v); the tool runs without " + m.Target
+		}
 		b.closeSlot(target, root, m.Target)
 
 	default:
@@ -948,6 +1124,57 @@ func rootEntries(ms []Mount) []string {
 	return out
 }
 
+// sourceKind is what the launcher finds at a bind source the child
+// clones itself (rootless), before the clone: whether it is a directory
+// (the mount point made for it at step 5 is one), and whether it is
+// absent and optional (skipped, as the launcher's L3 skips it in root
+// mode). Any other answer is left to the child's own open, whose error
+// is the step's.
+func sourceKind(m Mount) (dir, absent bool) {
+	var st unix.Stat_t
+	var err error
+	if m.NoFollow {
+		err = unix.Lstat(m.Source, &st)
+	} else {
+		err = unix.Stat(m.Source, &st)
+	}
+	if err != nil {
+		return true, m.Optional && errors.Is(err, unix.ENOENT)
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR, false
+}
+
+// cloneSource is CloneSource's sequence as operations: a rootless bind
+// source's detached tree (step 3), made by the child, the caller's own host uid in its own mount
+// namespace, opens the source O_PATH (O_NOFOLLOW when m.NoFollow) and
+// refuses a symlink there, clones the mount and everything below it from
+// that descriptor (open_tree OPEN_TREE_CLONE|AT_RECURSIVE: the path is
+// resolved exactly once) and makes the copy private, recursively. It
+// returns the tree's slot. The caller must be able to reach the path
+// (hintSearch).
+func (b *builder) cloneSource(m Mount) slotID {
+	d := func(detail string) opDesc {
+		return opDesc{action: "clone bind source", path: m.Source, detail: detail, hint: hintSearch, hintErrno: unix.EACCES}
+	}
+	flags, open := uintptr(unix.O_PATH|unix.O_CLOEXEC), "open O_PATH"
+	if m.NoFollow {
+		flags, open = flags|unix.O_NOFOLLOW, "open O_PATH|O_NOFOLLOW"
+	}
+	src := b.slot(0)
+	b.sys(d(open), unix.SYS_OPENAT, 0, src, atFDCWD, b.cstr(m.Source), flags, 0)
+	link := d(open)
+	link.check = ErrSymlinkSource.Error()
+	b.special(opCheckLink, nil, uintptr(src), 0, link)
+	tree := b.slot(0)
+	b.sys(d("open_tree OPEN_TREE_CLONE|AT_RECURSIVE"), unix.SYS_OPEN_TREE, 1, tree,
+		uintptr(src), b.cstr(""), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+	b.close(d("close"), src)
+	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	b.sys(d("mount_setattr MS_PRIVATE AT_RECURSIVE"), unix.SYS_MOUNT_SETATTR, 1, noSlot,
+		uintptr(tree), b.cstr(""), unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, b.mem(attr, unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
+	return tree
+}
+
 func treeIsDir(fd int) (bool, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -1005,38 +1232,62 @@ func (b *builder) listeners(ls []Listener) {
 		}
 	}
 	// The event is one fixed record, not JSON: the launcher that compiled
-	// the program knows the listeners' names and order (Listeners).
-	ev := listenersRecord[:]
+	// the program knows the listeners' names and order (Event).
 	b.p.listen = ls
-	oob := unix.UnixRights(make([]int, len(ls))...)
-	hd := opDesc{action: "hand over egress listeners", path: "report socket", detail: "SCM_RIGHTS"}
-	for i := range ls {
-		b.special(opStore32, unsafe.Pointer(&oob[unix.CmsgLen(0)+4*i]), uintptr(fds[i]), 0, hd)
-	}
-	iov := &unix.Iovec{Base: &ev[0]}
-	iov.SetLen(len(ev))
-	msg := &unix.Msghdr{Iov: iov, Iovlen: 1, Control: &oob[0]}
-	msg.SetControllen(len(oob))
-	b.p.keep = append(b.p.keep, ev, oob, iov)
-	b.sys(hd, unix.SYS_SENDMSG, 1, noSlot, uintptr(b.p.report), b.mem(msg, unsafe.Pointer(msg)), 0)
+	b.sendFDs(listenersRecord[:], fds, opDesc{action: "hand over egress listeners", path: "report socket", detail: "SCM_RIGHTS"})
 	for i := range ls {
 		b.close(opDesc{action: "close", path: "egress listener " + ls[i].Name}, fds[i])
 	}
 }
 
-// Failure turns a message read from the report socket into the
-// StepError of the operation that failed, when it is a failure record of
-// this program.
-func (p *Program) Failure(msg []byte) (*StepError, bool) {
-	if len(msg) != failureLen || [8]byte(msg[:8]) != failureMagic {
-		return nil, false
+// sendFDs sends record on the report socket with the descriptors in
+// slots fds (SCM_RIGHTS): the message is built here, and the child
+// stores each descriptor's number into it before the sendmsg.
+func (b *builder) sendFDs(record []byte, fds []slotID, d opDesc) {
+	oob := unix.UnixRights(make([]int, len(fds))...)
+	for i, fd := range fds {
+		b.special(opStore32, unsafe.Pointer(&oob[unix.CmsgLen(0)+4*i]), uintptr(fd), 0, d)
+	}
+	iov := &unix.Iovec{Base: &record[0]}
+	iov.SetLen(len(record))
+	msg := &unix.Msghdr{Iov: iov, Iovlen: 1, Control: &oob[0]}
+	msg.SetControllen(len(oob))
+	b.p.keep = append(b.p.keep, record, oob, iov)
+	b.sys(d, unix.SYS_SENDMSG, 1, noSlot, uintptr(b.p.report), b.mem(msg, unsafe.Pointer(msg)), 0)
+}
+
+// Event is what a message read from the report socket says, when it is
+// one of this program's records: a failure (an "error" event with the
+// StepError of the operation that failed), a warning, the listeners
+// (named in the plan's order, their descriptors travel with it), a
+// template filter's listener, or a pre-built sandbox waiting for its
+// call. Anything else is not the child's (ok false).
+func (p *Program) Event(msg []byte) (ev Event, ok bool) {
+	if len(msg) < 8 {
+		return Event{}, false
+	}
+	switch magic := [8]byte(msg); {
+	case len(msg) == 8 && magic == listenersRecord && p.listen != nil:
+		return Event{Type: "listeners", Listeners: p.listen}, true
+	case len(msg) == 8 && magic == seccompLstRecord:
+		return Event{Type: "seccomp_listener"}, true
+	case len(msg) == 8 && magic == awaitRecord:
+		return Event{Type: "await_call"}, true
+	case len(msg) != failureLen || (magic != failureMagic && magic != warningMagic):
+		return Event{}, false
 	}
 	i := int(binary.LittleEndian.Uint32(msg[8:]))
 	errno := syscall.Errno(binary.LittleEndian.Uint32(msg[12:]))
 	if i < 0 || i >= len(p.descs) {
-		return nil, false
+		return Event{}, false
 	}
 	d := p.descs[i]
+	if [8]byte(msg) == warningMagic {
+		if d.warning == "" {
+			return Event{}, false
+		}
+		return Event{Type: "warning", Message: fmt.Sprintf(d.warning, errno)}, true
+	}
 	if t := p.callTool.Load(); t != nil && d.path == callToolName {
 		d.path = *t
 	}
@@ -1050,17 +1301,7 @@ func (p *Program) Failure(msg []byte) (*StepError, bool) {
 	if d.hint != "" && (d.hintErrno == 0 || d.hintErrno == errno) {
 		se.Hint = d.hint
 	}
-	return se, true
-}
-
-// Listeners names the descriptors of a message read from the report
-// socket when it is this program's "listeners" record: the plan's
-// listeners, in the order the child sent them.
-func (p *Program) Listeners(msg []byte) ([]Listener, bool) {
-	if len(msg) != len(listenersRecord) || [8]byte(msg) != listenersRecord || p.listen == nil {
-		return nil, false
-	}
-	return p.listen, true
+	return Event{Type: "error", Error: se}, true
 }
 
 // callToolName stands for a pre-built sandbox's argv[0] in its
@@ -1079,9 +1320,6 @@ type opLists struct {
 
 var opListPool sync.Pool
 
-// Len is how many operations the program has.
-func (p *Program) Len() int { return len(p.ops) }
-
 // LastCapability is the host's highest capability number
 // (/proc/sys/kernel/cap_last_cap), read once per process.
 var LastCapability = sync.OnceValue(func() int {
@@ -1096,12 +1334,12 @@ var LastCapability = sync.OnceValue(func() int {
 	return n
 })
 
-// A pre-built direct sandbox's call (sub-step 10a) is one message on the
-// report socket with exactly CallFDs descriptors, as str-init's, but in a
-// form raw code can take apart: three little-endian uint32 counts (argv,
+// A pre-built sandbox's call (sub-step 10a) is one message on the report
+// socket with exactly CallFDs descriptors, in a form raw code can take
+// apart: three little-endian uint32 counts (argv,
 // environment, the paths to try for argv[0]), then that many
 // NUL-terminated strings in that order. The paths are the launcher's
-// (candidates: the PATH of the call's environment, as lookPath walks it),
+// (candidates: the PATH of the call's environment),
 // so the child never parses PATH.
 const (
 	MaxCallArgs  = 4096 // argv entries of one call
@@ -1110,7 +1348,7 @@ const (
 	callHeader   = 12
 )
 
-// callArea is where a pre-built direct sandbox receives its call: the
+// callArea is where a pre-built sandbox receives its call: the
 // message, its descriptors and the arrays execve takes, prepared before
 // the fork (the pointers in msg and iov are set here, never in the child).
 type callArea struct {
@@ -1133,7 +1371,7 @@ func (c *callArea) init() {
 	c.msg.Control = &c.cmsg[0]
 }
 
-// EncodeCall is a call's message for a pre-built direct sandbox.
+// EncodeCall is a call's message for a pre-built sandbox.
 func EncodeCall(argv, env []string) ([]byte, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("empty argv")

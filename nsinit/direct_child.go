@@ -244,6 +244,10 @@ func (p *Program) child() {
 			errno = p.resolve(o, a[1], &r1)
 		case opCloseOthers:
 			p.closeOthers(o, a[0], a[1])
+		case opSysWarn:
+			if _, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5]); e != 0 {
+				p.warn(i, uintptr(e))
+			}
 		case opAwaitCall:
 			var ok bool
 			errno, ok = awaitCallRaw((*callArea)(o.mem), a[0], &r1)
@@ -438,6 +442,22 @@ func callString(c *callArea, pos, n uintptr) (s, next uintptr) {
 		}
 	}
 	return 0, 0
+}
+
+// warn writes the warning record of operation i (a best-effort step
+// that failed with errno) on the report socket; the program goes on.
+//
+//go:nosplit
+//go:norace
+func (p *Program) warn(i int, errno uintptr) {
+	for k := 0; k < 8; k++ {
+		p.rec[k] = warningMagic[k]
+	}
+	for k := 0; k < 4; k++ {
+		p.rec[8+k] = byte(uint32(i) >> (8 * k))
+		p.rec[12+k] = byte(uint32(errno) >> (8 * k))
+	}
+	syscall.RawSyscall(unix.SYS_WRITE, p.slots[p.report&(maxSlots-1)], uintptr(unsafe.Pointer(&p.rec[0])), failureLen)
 }
 
 // fail writes the failure record of operation i on the report socket and

@@ -159,26 +159,152 @@ func TestEncodeCall(t *testing.T) {
 	}
 }
 
-// TestDirectUnsupported: each plan a Program cannot express says why.
-func TestDirectUnsupported(t *testing.T) {
-	for name, change := range map[string]func(*Config){
-		"template":      func(c *Config) { c.SeccompListener = true },
-		"best-effort":   func(c *Config) { c.BestEffort = true },
-		"rootless bind": func(c *Config) { c.Mounts[0].TreeFD = 0 },
-	} {
-		c := directConfig()
-		change(c)
-		why := DirectUnsupported(c)
-		if why == "" {
-			t.Errorf("%s: a Program was allowed", name)
-			continue
-		}
-		if _, err := CompileDirect(c, directFiles(t), 40, noLimit); err == nil || !strings.Contains(err.Error(), why) {
-			t.Errorf("%s: CompileDirect: %v, want %q", name, err, why)
+// failureOf is the StepError of a failure record of p.
+func failureOf(p *Program, msg []byte) (*StepError, bool) {
+	ev, ok := p.Event(msg)
+	if !ok || ev.Type != "error" {
+		return nil, false
+	}
+	return ev.Error, true
+}
+
+// listenersOf names the listeners of a listeners record of p.
+func listenersOf(p *Program, msg []byte) ([]Listener, bool) {
+	ev, ok := p.Event(msg)
+	if !ok || ev.Type != "listeners" {
+		return nil, false
+	}
+	return ev.Listeners, true
+}
+
+// record is a failure or warning record of operation i.
+func record(magic [8]byte, i int, errno syscall.Errno) []byte {
+	b := append(magic[:], make([]byte, 8)...)
+	binary.LittleEndian.PutUint32(b[8:], uint32(i))
+	binary.LittleEndian.PutUint32(b[12:], uint32(errno))
+	return b
+}
+
+// findOp is the index of p's first operation of step with action.
+func findOp(t *testing.T, p *Program, step Step, action string) int {
+	t.Helper()
+	for i, d := range p.descs {
+		if d.step == step && d.action == action {
+			return i
 		}
 	}
-	if why := DirectUnsupported(directConfig()); why != "" {
-		t.Errorf("the full plan is refused: %s", why)
+	t.Fatalf("no %q operation in step %s", action, step)
+	return -1
+}
+
+// TestRootlessProgram: a rootless plan (no launcher trees; setgroups
+// denied) clones each bind source in the child at step 3 (open O_PATH,
+// the symlink check, open_tree, private), changes no id in L4's child
+// half, and skips an optional source the launcher finds missing, mount
+// point and all; a clone that fails names the source with the search
+// hint for EACCES.
+func TestRootlessProgram(t *testing.T) {
+	c := directConfig()
+	c.SetGroups = false
+	c.Mounts[0].TreeFD = 0
+	c.Mounts[1] = Mount{Kind: MountBind, Source: "/no/such/source", Target: "/gone", Optional: true}
+	f := directFiles(t)
+	f.Trees = nil
+	p, err := CompileDirect(c, f, 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	var clone []string
+	for i, d := range p.descs {
+		switch {
+		case d.step == StepLClone && (d.action == "clone child: setresuid" || d.action == "clone child: setgroups"):
+			t.Errorf("rootless L4 changes an id: %s", d.action)
+		case d.step == StepCloneSources && d.action == "clone bind source":
+			if d.path != "/usr" || d.hint != hintSearch || d.hintErrno != unix.EACCES {
+				t.Errorf("op %d clones %q, hint %q for %v", i, d.path, d.hint, d.hintErrno)
+			}
+			clone = append(clone, d.detail)
+		case strings.Contains(d.path, "/gone") || strings.Contains(d.path, "/no/such"):
+			t.Errorf("op %d (%s %s) for the absent optional source", i, d.action, d.path)
+		}
+	}
+	want := "open O_PATH,open O_PATH,open_tree OPEN_TREE_CLONE|AT_RECURSIVE,close,mount_setattr MS_PRIVATE AT_RECURSIVE"
+	if strings.Join(clone, ",") != want {
+		t.Errorf("step 3 clones /usr by %q, want %q", clone, want)
+	}
+	se, ok := failureOf(p, record(failureMagic, findOp(t, p, StepCloneSources, "clone bind source"), unix.EACCES))
+	if !ok || se.Hint != hintSearch || !strings.Contains(se.Error(), "clone bind source /usr (step 3, open O_PATH)") {
+		t.Errorf("clone EACCES: %v", se)
+	}
+}
+
+// TestBestEffortProgram: a best-effort plan's /proc is a warning when its
+// mount fails (the program goes on), named with the errno; a plan that
+// is not best effort fails there, with the hint.
+func TestBestEffortProgram(t *testing.T) {
+	c := directConfig()
+	c.BestEffort = true
+	p, err := CompileDirect(c, directFiles(t), 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	i := findOp(t, p, StepMounts, "mount proc")
+	for ; p.ops[i].kind == opFdPath; i++ {
+	}
+	if p.ops[i].kind != opSysWarn || p.ops[i].nr != unix.SYS_MOUNT {
+		t.Fatalf("the proc mount is op kind %d, want a warning on failure", p.ops[i].kind)
+	}
+	ev, ok := p.Event(record(warningMagic, i, unix.EPERM))
+	if !ok || ev.Type != "warning" || ev.Message != "best_effort: no fresh /proc (operation not permitted); the tool runs without /proc" {
+		t.Errorf("warning: %+v %v", ev, ok)
+	}
+	if _, ok := p.Event(record(warningMagic, i-1, unix.EPERM)); ok {
+		t.Error("a warning record of an operation that warns of nothing is an event")
+	}
+}
+
+// TestTemplateProgram: a per-tool template's filter is loaded with
+// SECCOMP_FILTER_FLAG_NEW_LISTENER (the profile's, before the caller's
+// own), and sub-step 19a sends its listener on the report socket and
+// closes it before the rlimits; a template plan without a filter is
+// refused at step 19.
+func TestTemplateProgram(t *testing.T) {
+	c := directConfig()
+	c.SeccompListener = true
+	p, err := CompileDirect(c, directFiles(t), 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	var loads []uintptr
+	hand := -1
+	for i, o := range p.ops {
+		if o.nr == unix.SYS_SECCOMP {
+			loads = append(loads, o.a[1])
+			if o.a[1] != 0 && o.out == noSlot {
+				t.Error("the listener is not kept")
+			}
+		}
+		if o.nr == unix.SYS_SENDMSG && p.descs[i].step == StepHandListener {
+			hand = i
+		}
+	}
+	if len(loads) != 2 || loads[0] != unix.SECCOMP_FILTER_FLAG_NEW_LISTENER || loads[1] != 0 {
+		t.Errorf("filters loaded with flags %v, want the listener's first", loads)
+	}
+	if hand < 0 || p.descs[hand+1].action != "close" || p.descs[hand+2].step != StepRlimits {
+		t.Errorf("no hand-over at 19a followed by its close (op %d)", hand)
+	}
+	if ev, ok := p.Event(seccompLstRecord[:]); !ok || ev.Type != "seccomp_listener" {
+		t.Errorf("the listener record: %+v %v", ev, ok)
+	}
+	c.Seccomp = nil
+	_, err = CompileDirect(c, directFiles(t), 40, noLimit)
+	var se *StepError
+	if !errors.As(err, &se) || se.Step != StepSeccomp {
+		t.Errorf("a template without a filter: %v", err)
 	}
 }
 
@@ -190,39 +316,24 @@ func TestProgramFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	record := func(i int, errno syscall.Errno) []byte {
-		b := append(failureMagic[:], make([]byte, 8)...)
-		binary.LittleEndian.PutUint32(b[8:], uint32(i))
-		binary.LittleEndian.PutUint32(b[12:], uint32(errno))
-		return b
-	}
-	find := func(step Step, action string) int {
-		for i, d := range p.descs {
-			if d.step == step && d.action == action {
-				return i
-			}
-		}
-		t.Fatalf("no %q operation in step %s", action, step)
-		return -1
-	}
-	se, ok := p.Failure(record(find(StepMounts, "mount proc"), unix.EPERM))
+	se, ok := failureOf(p, record(failureMagic, findOp(t, p, StepMounts, "mount proc"), unix.EPERM))
 	if !ok || se.Who != "nsinit" || se.Step != StepMounts || se.Path != "/proc" || !errors.Is(se, unix.EPERM) || se.Hint != hintProc {
 		t.Errorf("mount proc EPERM: %+v", se)
 	}
-	se, ok = p.Failure(record(find(StepChdir, "getcwd after chdir"), 0))
+	se, ok = failureOf(p, record(failureMagic, findOp(t, p, StepChdir, "getcwd after chdir"), 0))
 	if !ok || se.Msg != "working directory is not the planned one" || se.Errno != 0 {
 		t.Errorf("getcwd check: %+v", se)
 	}
-	se, ok = p.Failure(record(find(StepChdir, "chdir"), unix.EACCES))
+	se, ok = failureOf(p, record(failureMagic, findOp(t, p, StepChdir, "chdir"), unix.EACCES))
 	if !ok || se.Hint != hintWorkdir {
 		t.Errorf("chdir EACCES: %+v", se)
 	}
-	se, ok = p.Failure(record(find(StepLClone, "clone child: setresuid"), unix.EINVAL))
+	se, ok = failureOf(p, record(failureMagic, findOp(t, p, StepLClone, "clone child: setresuid"), unix.EINVAL))
 	if !ok || se.Who != "launcher" || !strings.Contains(se.Error(), "step L4") {
 		t.Errorf("L4's child half: %+v", se)
 	}
-	for _, bad := range [][]byte{[]byte(`{"type":"error"}`), record(len(p.ops), unix.EPERM), record(0, 0)[:12]} {
-		if se, ok := p.Failure(bad); ok {
+	for _, bad := range [][]byte{[]byte(`{"type":"error"}`), record(failureMagic, len(p.ops), unix.EPERM), record(failureMagic, 0, 0)[:12]} {
+		if se, ok := failureOf(p, bad); ok {
 			t.Errorf("%q taken as a failure record: %v", bad, se)
 		}
 	}
@@ -298,12 +409,12 @@ func TestProgramListeners(t *testing.T) {
 	if sends != 1 || len(msgs) != 1 || msgs[0] != string(listenersRecord[:]) {
 		t.Fatalf("%d sendmsg operations sending %q, want one sending the listeners record", sends, msgs)
 	}
-	ls, ok := p.Listeners(listenersRecord[:])
+	ls, ok := listenersOf(p, listenersRecord[:])
 	if !ok || len(ls) != len(cfg.Listen) || ls[0] != cfg.Listen[0] || ls[1] != cfg.Listen[1] {
 		t.Fatalf("Listeners = %+v, %v; want %+v", ls, ok, cfg.Listen)
 	}
 	for _, msg := range [][]byte{[]byte(`{"type":"listeners","listeners":[]}`), failureMagic[:], append(listenersRecord[:], 0)} {
-		if _, ok := p.Listeners(msg); ok {
+		if _, ok := listenersOf(p, msg); ok {
 			t.Errorf("Listeners(%q) names listeners", msg)
 		}
 	}
@@ -314,7 +425,7 @@ func TestProgramListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Release()
-	if _, ok := q.Listeners(listenersRecord[:]); ok {
+	if _, ok := listenersOf(q, listenersRecord[:]); ok {
 		t.Error("a program without listeners names some")
 	}
 }

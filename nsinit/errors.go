@@ -39,7 +39,7 @@ func (e *StepError) Error() string {
 	return s
 }
 
-// Unwrap returns the cause; after a trip through the report pipe only the
+// Unwrap returns the cause; after a trip through JSON (a worker's reply) only the
 // errno survives, so it is rebuilt from Errno.
 func (e *StepError) Unwrap() error {
 	if e.Err == nil && e.Errno != 0 {

@@ -232,13 +232,13 @@ func TestStepMentionsChecked(t *testing.T) {
 }
 
 // TestStepMentions: every "step N" in the trusted core's sources and
-// documents (nsinit, cmd/str-init, launcher, the seccomp package doc,
+// documents (nsinit, launcher, the seccomp package doc,
 // SECURITY.md, docs/) names the step it speaks of. Step 12 was inserted
 // once and five comments kept the old numbers; this keeps it from
 // happening again.
 func TestStepMentions(t *testing.T) {
 	var files []string
-	for _, pattern := range []string{"*.go", "../cmd/str-init/*.go", "../launcher/*.go", "../launcher/*/*.go",
+	for _, pattern := range []string{"*.go", "../launcher/*.go", "../launcher/*/*.go",
 		"../seccomp/doc.go", "../SECURITY.md", "../docs/*.md"} {
 		m, err := filepath.Glob(pattern)
 		if err != nil {
@@ -346,7 +346,7 @@ func checkStepSections(name, text string, consts map[string]Step, launcherOnly b
 }
 
 // TestStepSections: the code under each numbered heading of the init's
-// sequence (run, execTool) and of the launcher's (CreateFromPlan, run)
+// sequence (compileDirect) and of the launcher's (CreateFromPlan, run)
 // raises that step and no other, so a heading, its code and its errors
 // cannot drift apart.
 func TestStepSections(t *testing.T) {
@@ -354,7 +354,7 @@ func TestStepSections(t *testing.T) {
 	for _, f := range []struct {
 		path         string
 		launcherOnly bool
-	}{{"nsinit.go", false}, {"../launcher/sandbox.go", true}} {
+	}{{"direct.go", false}, {"../launcher/sandbox.go", true}} {
 		data, err := os.ReadFile(f.path)
 		if err != nil {
 			t.Fatal(err)

@@ -3,8 +3,8 @@ package nsinit
 import "strconv"
 
 // Step identifies one step of the sandbox setup. The init's steps are
-// numbered in the order run performs them; the launcher's are L1..L9. The
-// same constants name the step in every StepError, in run's doc comment and
+// numbered in the order a Program performs them; the launcher's are L1..L10. The
+// same constants name the step in every StepError, in compileDirect's doc comment and
 // in SECURITY.md (TestStepListsAgree checks that the three agree).
 type Step int
 
@@ -66,9 +66,11 @@ var subStepTitles = map[Step]string{
 }
 
 // The launcher's steps (who "launcher"): L1..L10: create the cgroup (and
-// lease the host ids), make the pipes, clone the bind sources on the host,
-// clone the init, open the cgroup v1 tasks files to the init, send the
-// plan, time out or cancel, tear down; L9, for a sandbox made through
+// lease the host ids), make the report socket, clone the bind sources on
+// the host, compile the init's program and clone the child that runs it,
+// open the cgroup v1 tasks files to the init, the plan (L6: it is the
+// child's program, nothing is sent and nothing fails there any more),
+// time out or cancel, tear down; L9, for a sandbox made through
 // the launcher's Provider, make its work dir (after L1, before L2: its
 // tmpfs belongs to the leased ids) and remove it after L8; and L10, for
 // a capped `str run --workdir` (Mount.WriteBack), copy what the tool
@@ -86,11 +88,11 @@ const (
 	StepLWriteBack                     // L10
 )
 
-// stepTitles is the one list of what each init step does: run's doc
+// stepTitles is the one list of what each init step does: compileDirect's doc
 // comment and SECURITY.md carry exactly these lines.
 var stepTitles = [numInitSteps]string{
-	StepReadPlan:     "read the plan from the config pipe (a direct sandbox: none to read, the plan is the program its clone child runs)",
-	StepCloseFDs:     "mark every inherited fd past the pass-list close-on-exec (a direct sandbox first moves the launcher's descriptors above the tool's and dup3s 0-2 and the pass-list into place)",
+	StepReadPlan:     "the plan is the program the launcher's clone child runs: nothing to read",
+	StepCloseFDs:     "move the launcher's descriptors above the tool's, close the others, dup3 0-2 and the pass-list into place and mark every fd past them close-on-exec",
 	StepMakePrivate:  "make / private, recursively",
 	StepCloneSources: "take each bind source's detached tree (the launcher's descriptor, or open_tree here when rootless) and open the cgroup v1 tasks files",
 	StepRootTmpfs:    "mount a fresh tmpfs as the new root",
@@ -125,7 +127,7 @@ func (s Step) String() string {
 	return strconv.Itoa(int(s))
 }
 
-// DocList is the numbered list of the init's steps as run's doc comment
+// DocList is the numbered list of the init's steps as compileDirect's doc comment
 // and SECURITY.md print it ("  0. read the plan ...").
 // A sub-step follows the step it belongs after ("  10a. ...").
 func DocList() []string {

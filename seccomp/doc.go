@@ -120,10 +120,10 @@
 // of the policy files, then the records), so `str run` reads bytes and
 // decodes no YAML and no JSON; the reviewer's view of the rules (.json
 // beside it) is read only for `str profile show --plan`. A policy file
-// loaded at run time is compiled by the same generator. The init
-// (cmd/str-init) hands the bytes to seccomp(2) through
-// nsinit.InstallSeccomp, the one installer, which the kernel tests here
-// use too.
+// loaded at run time is compiled by the same generator. The
+// init's compiled program (nsinit, step 19) hands the bytes to seccomp(2)
+// by a raw system call; nsinit.InstallSeccomp does the same for the
+// kernel tests here.
 //
 // # Ordering rule
 //

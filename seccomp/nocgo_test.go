@@ -21,7 +21,7 @@ func TestRunTimePathHasNoCgo(t *testing.T) {
 		mustwork.Skip(t, fmt.Sprintf("go not on PATH (%v): cannot list dependencies", err))
 	}
 	cmd := exec.Command(gobin, "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}} {{len .CgoFiles}}",
-		".", "../launcher/...", "../cmd/str-init")
+		".", "../launcher/...", "../nsinit")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -6,8 +6,8 @@
 // no C, so a one-shot `str run` pays only for a small Go start (issue 19).
 // The worker is a program of its own (cmd/str-worker, with the Solace
 // client library's cgo); `str worker` execs it from str's directory. The
-// sandbox's init is a separate static program embedded in str
-// (cmd/str-init, launcher/initbin). The benchmarks are a program of their
+// sandbox's init is no program of its own: the launcher's clone child
+// runs the init's compiled steps (nsinit). The benchmarks are a program of their
 // own (cmd/str-bench, make bench), not part of this binary.
 package main
 

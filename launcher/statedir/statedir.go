@@ -1,6 +1,5 @@
 // Package statedir names the directory where str keeps its run-time
-// state: the locks of live sandbox cgroups (cgroups/), root mode's copy of
-// the sandbox init (init/, launcher/initbin), str serve's default socket
+// state: the locks of live sandbox cgroups (cgroups/), str serve's default socket
 // and the dev broker's connection token. The str processes that share one
 // (a worker, the str run and str doctor beside it) coordinate through its
 // locks; another str of the host may have a directory of its own

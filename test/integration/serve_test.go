@@ -66,8 +66,8 @@ func startServe(t *testing.T, pool int, extra ...string) *serveProc {
 }
 
 // waiting counts the server's children that are still the init (a
-// pre-built sandbox waiting at step 10a): str-init's command line, or,
-// for a direct sandbox (the server's own clone child), the server's.
+// pre-built sandbox waiting at step 10a): the server's own clone child,
+// with the server's command line.
 func (sp *serveProc) waiting() int { return len(sp.waitingPids()) }
 
 // waitingPids are their host pids.
@@ -88,7 +88,7 @@ func (sp *serveProc) waitingPids() []string {
 		if len(f) < 2 || f[1] != strconv.Itoa(sp.cmd.Process.Pid) {
 			continue
 		}
-		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && (strings.HasPrefix(string(cl), "str-init\x00") || string(cl) == sp.cmdline()) {
+		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(cl) == sp.cmdline() {
 			pids = append(pids, e.Name())
 		}
 	}
