@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/securetoolruntime/str/internal/prom"
+	"github.com/securetoolruntime/str/launcher/pool"
 )
 
 // Metrics are the worker's Prometheus metrics, in their own registry.
@@ -38,14 +40,16 @@ type Metrics struct {
 	// NetworkViolations counts the network policy's denials.
 	NetworkViolations *prom.CounterVec // str_worker_network_violations_total{kind,reason}
 
-	// The warm pool (pool.go).
-	WarmHits     *prom.CounterVec // str_worker_warm_hits_total{tool}
-	WarmMisses   *prom.CounterVec // str_worker_warm_misses_total{tool}
-	WarmDiscards *prom.CounterVec // str_worker_warm_discarded_total{reason}
-	WarmRefill   *prom.Histogram  // str_worker_warm_refill_seconds
-	WarmSize     *prom.GaugeVec   // str_worker_warm_pool_size{tool}
-	WarmReady    *prom.GaugeVec   // str_worker_warm_pool_ready{tool}
-	WarmMemory   *prom.Gauge      // str_worker_warm_memory_bytes
+	// The warm pool (pool.go), fed by launcher/pool's counts
+	// (warmMetrics).
+	WarmHits          *prom.CounterVec // str_worker_warm_hits_total{tool}
+	WarmMisses        *prom.CounterVec // str_worker_warm_misses_total{tool}
+	WarmDiscards      *prom.CounterVec // str_worker_warm_discarded_total{reason}
+	WarmBuildFailures *prom.CounterVec // str_worker_warm_build_failures_total{tool}
+	WarmRefill        *prom.Histogram  // str_worker_warm_refill_seconds
+	WarmSize          *prom.GaugeVec   // str_worker_warm_pool_size{tool}
+	WarmReady         *prom.GaugeVec   // str_worker_warm_pool_ready{tool}
+	WarmMemory        *prom.Gauge      // str_worker_warm_memory_bytes
 
 	// Per-tool templates (template.go).
 	TemplatesStarted  *prom.CounterVec // str_worker_templates_started_total{tool}
@@ -126,8 +130,11 @@ func NewMetrics() *Metrics {
 			Name: "str_worker_warm_misses_total", Help: "Executions of a tool with a warm pool that found none usable and started a sandbox (cold).",
 		}, []string{"tool"}),
 		WarmDiscards: prom.NewCounterVec(prom.Opts{
-			Name: "str_worker_warm_discarded_total", Help: "Pooled sandboxes destroyed unused, by reason (aged, code_changed, too_old_for_request, died, drained).",
+			Name: "str_worker_warm_discarded_total", Help: "Pooled sandboxes destroyed unused, by reason (aged, code_changed, died, drained).",
 		}, []string{"reason"}),
+		WarmBuildFailures: prom.NewCounterVec(prom.Opts{
+			Name: "str_worker_warm_build_failures_total", Help: "Pooled sandboxes that could not be made, by tool: the tool's next one waits a back-off of 1 s doubling to 60 s.",
+		}, []string{"tool"}),
 		WarmRefill: prom.NewHistogram(prom.HistogramOpts{
 			Name:    "str_worker_warm_refill_seconds",
 			Help:    "Time from creating a pooled sandbox to its runner being ready (tool module imported, waiting for a call).",
@@ -166,7 +173,7 @@ func NewMetrics() *Metrics {
 	}
 	r.MustRegister(m.Invocations, m.ExecutionTime, m.Timeouts, m.Errors, m.Running, m.RunningMax,
 		m.Queued, m.SetupTime, m.StatusLines, m.StatusLost, m.RepliesLost, m.Faults, m.BrokerReestablished, m.NetworkViolations,
-		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmRefill, m.WarmSize, m.WarmReady, m.WarmMemory,
+		m.WarmHits, m.WarmMisses, m.WarmDiscards, m.WarmBuildFailures, m.WarmRefill, m.WarmSize, m.WarmReady, m.WarmMemory,
 		m.TemplatesStarted, m.TemplatesRetired, m.TemplateCalls, m.TemplateFallbacks, m.TemplatesLive, m.TemplateStartFailures,
 		prom.NewProcessCollector())
 	return m
@@ -320,3 +327,26 @@ func metricsHandler(m *Metrics, token string) http.Handler {
 		reg.ServeHTTP(w, r)
 	})
 }
+
+// warmMetrics feeds the warm pool's metrics from launcher/pool's counts
+// (pool.Metrics): a set's name is its tool.
+type warmMetrics struct{ m *Metrics }
+
+func (w warmMetrics) Hit(tool string)         { w.m.WarmHits.WithLabelValues(tool).Inc() }
+func (w warmMetrics) Miss(tool string)        { w.m.WarmMisses.WithLabelValues(tool).Inc() }
+func (w warmMetrics) BuildFailed(tool string) { w.m.WarmBuildFailures.WithLabelValues(tool).Inc() }
+func (w warmMetrics) Built(_ string, d time.Duration) {
+	w.m.WarmRefill.Observe(d.Seconds())
+}
+func (w warmMetrics) Retired(_ string, r pool.Reason) {
+	w.m.WarmDiscards.WithLabelValues(string(r)).Inc()
+}
+func (w warmMetrics) Idle(tool string, idle, ready int) {
+	w.m.WarmSize.WithLabelValues(tool).Set(float64(idle))
+	w.m.WarmReady.WithLabelValues(tool).Set(float64(ready))
+}
+func (w warmMetrics) Gone(tool string) {
+	w.m.WarmSize.DeleteLabelValues(tool)
+	w.m.WarmReady.DeleteLabelValues(tool)
+}
+func (w warmMetrics) Held(bytes int64) { w.m.WarmMemory.Set(float64(bytes)) }

@@ -310,23 +310,17 @@ func TestWarmRefillAfterTheCall(t *testing.T) {
 	flag := filepath.Join(h.dir, "release")
 	id := h.send("hold", map[string]any{"args": map[string]any{"path": flag}})
 	waitFor(t, "the call running", func() bool { return len(h.status(id)) == 1 })
-	p := h.srv.pool
-	p.fill() // every set that wants a sandbox now gets it
-	p.mu.Lock()
-	set := p.sets["hold"]
-	idle, filling, serving := len(set.idle), set.filling, set.serving
-	p.mu.Unlock()
-	if idle != 0 || filling != 0 || serving != 1 {
-		t.Errorf("while the call runs: %d idle, %d being made, %d serving; want 0, 0, 1", idle, filling, serving)
+	p := h.srv.pool.p
+	p.Fill() // every set that wants a sandbox now gets it
+	st, _ := p.State("hold")
+	if st.Idle != 0 || st.Building != 0 || st.Serving != 1 {
+		t.Errorf("while the call runs: %d idle, %d being made, %d serving; want 0, 0, 1", st.Idle, st.Building, st.Serving)
 	}
 	must(t, os.WriteFile(flag, nil, 0o644))
 	resultOf(t, h.reply(id))
 	waitPoolReady(t, h, "hold", 1)
-	p.mu.Lock()
-	serving = set.serving
-	p.mu.Unlock()
-	if serving != 0 {
-		t.Errorf("after the call: %d serving", serving)
+	if st, _ = p.State("hold"); st.Serving != 0 {
+		t.Errorf("after the call: %d serving", st.Serving)
 	}
 	if hits := metricValue(t, h, `str_worker_warm_hits_total{tool="hold"}`); hits != 1 {
 		t.Errorf("hits = %v, want 1", hits)
@@ -582,11 +576,7 @@ def hold(ctx, until):
 	h.cancel()
 	// The pool is stopped while the call still holds (it has no idle
 	// sandbox to drain: the claimed one is replaced after its call).
-	waitFor(t, "the pool stopped", func() bool {
-		h.srv.pool.mu.Lock()
-		defer h.srv.pool.mu.Unlock()
-		return h.srv.pool.stopped
-	})
+	waitFor(t, "the pool stopped", h.srv.pool.p.Stopped)
 	must(t, os.WriteFile(release, nil, 0o644))
 	var r struct {
 		Result map[string]any
