@@ -38,7 +38,12 @@ package launcher
 //
 // Each pre-built sandbox is an ordinary sandbox of this launcher (its own
 // namespaces, memory cgroup, leased host ids, fresh tmpfs root and /tmp)
-// used for one call, never reused. Its v1 pids, cpu, cpuacct and freezer
+// used for one call, never reused. Which are kept, claimed, retired and
+// replaced is launcher/pool's policy, the worker's warm pool's too: a set
+// of --pool per served profile, claimed only once its init awaits the
+// call (ReadyOnly), retired at --idle (its own idle limit, pool.Backstop
+// later, is the backstop), with the pool's backoff after a sandbox that
+// could not be made or ended before its call. Its v1 pids, cpu, cpuacct and freezer
 // cgroups may be an earlier sandbox's, emptied and checked
 // (cgroupreuse.go).
 
@@ -58,6 +63,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher/pool"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -71,8 +77,8 @@ type ResidentOptions struct {
 	// too.
 	AllowUIDs []int
 	AllowGID  int
-	// Idle is a pre-built sandbox's idle limit: one not called by then
-	// is killed and replaced (default DefaultResidentIdle).
+	// Idle is a pre-built sandbox's max age: one not called by then is
+	// retired and replaced (default DefaultResidentIdle).
 	Idle time.Duration
 }
 
@@ -93,6 +99,8 @@ type Resident struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 	pools map[string]*residentPool // by the plan's profile name
+	// prebuilt holds the pre-built sandboxes: a set per served profile.
+	prebuilt *pool.Pool[string, *residentBox]
 	// refusing holds a token per refused connection being answered;
 	// refusals rate-limits their log (refuse).
 	refusing chan struct{}
@@ -101,22 +109,38 @@ type Resident struct {
 	once     sync.Once
 }
 
-// residentPool is one served profile's pre-built sandboxes.
+// residentPool is one served profile: how its pre-built sandboxes are
+// made (their set in Resident.prebuilt is named by the profile).
 type residentPool struct {
 	r    *Resident
 	name string
 	req  Request // the template request: AwaitCall, Idle
 	tmpl *Plan   // its plan, before Create leases ids
-
-	mu       sync.Mutex
-	ready    []*residentBox
-	building int
-	failures int // consecutive builds that ended before awaiting their call
 }
 
+// residentBox is one pre-built sandbox: a pool.Item.
 type residentBox struct {
 	sb     *Sandbox
 	cancel context.CancelFunc // ends the sandbox as a cancellation (SIGINT, then SIGKILL)
+	claim  *pool.Claimed[string, *residentBox]
+}
+
+func (b *residentBox) Ready() <-chan struct{} { return b.sb.AwaitingCall() }
+func (b *residentBox) Ended() <-chan struct{} { return b.sb.Ended() }
+func (b *residentBox) Kill()                  { _ = b.sb.Kill() }
+func (b *residentBox) Release()               { b.cancel() }
+
+// Expired: it reached its idle limit (TimedOut while unarmed).
+func (b *residentBox) Expired() bool {
+	res, err := b.sb.Wait()
+	return err == nil && res.TimedOut
+}
+
+// done: the call is over and the sandbox gone; its set may replace it.
+func (b *residentBox) done() {
+	if b.claim != nil {
+		b.claim.Done()
+	}
 }
 
 // NewResident plans every served profile, creates the socket (check 1)
@@ -138,8 +162,22 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	r := &Resident{l: l, opts: opts, log: l.log, ctx: ctx, stop: stop, pools: map[string]*residentPool{},
 		refusing: make(chan struct{}, maxRefusing)}
+	r.prebuilt = pool.New(ctx, pool.Config[string, *residentBox]{
+		Build: func(ctx context.Context, name string, _ pool.Spec[string]) (*residentBox, error) {
+			return r.pools[name].build(ctx)
+		},
+		MaxAge:    opts.Idle,
+		ReadyOnly: true, // one still starting may yet fail its setup, which its caller would get
+		Failed: func(name string, _ pool.Spec[string], err error, retryIn time.Duration) {
+			r.log.Error("str serve: build failed", "profile", name, "retry_in", retryIn, "error", err)
+		},
+		Died: func(name string, box *residentBox, retryIn time.Duration) {
+			r.log.Error("str serve: a pre-built sandbox ended before its call", "profile", name, "retry_in", retryIn, "error", box.endError())
+		},
+	})
+	want := map[string]pool.Spec[string]{}
 	for _, name := range opts.Profiles {
-		req := Request{Profile: name, AwaitCall: true, Idle: opts.Idle}
+		req := Request{Profile: name, AwaitCall: true, Idle: opts.Idle + pool.Backstop}
 		pl, err := l.Plan(req)
 		if err != nil {
 			stop()
@@ -150,6 +188,7 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 			return nil, fmt.Errorf("str serve: profile %s has no timeout: a pre-built sandbox is armed with one", name)
 		}
 		r.pools[pl.Profile] = &residentPool{r: r, name: pl.Profile, req: req, tmpl: pl}
+		want[pl.Profile] = pool.Spec[string]{Key: pl.Profile, Size: opts.Pool}
 	}
 	ln, sock, err := listenResident(opts)
 	if err != nil {
@@ -157,9 +196,8 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 		return nil, err
 	}
 	r.ln, r.sock = ln, sock
-	for _, p := range r.pools {
-		p.fill()
-	}
+	r.prebuilt.Configure(want)
+	r.prebuilt.Start()
 	return r, nil
 }
 
@@ -190,22 +228,16 @@ func (r *Resident) Serve() error {
 func (r *Resident) Close() { r.once.Do(r.close) }
 
 func (r *Resident) close() {
+	// The pool first: no more builds, its idle sandboxes retired
+	// (drained), not counted as deaths when the context below ends them.
+	r.prebuilt.Stop()
 	r.stop()
 	r.ln.Close()
 	// The name goes with the listener, so that no str run finds a socket
 	// nobody accepts on (only if it is still ours: residentsock.go).
 	r.sock.close()
 	r.wg.Wait()
-	for _, p := range r.pools {
-		p.mu.Lock()
-		boxes := p.ready
-		p.ready = nil
-		p.mu.Unlock()
-		for _, b := range boxes {
-			_ = b.sb.Kill()
-			_, _ = b.sb.Wait()
-		}
-	}
+	r.prebuilt.Wait()
 	r.l.spares.drain()
 }
 
@@ -463,7 +495,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 	// 7. The rest of the teardown (the cgroup's removal, the ids'
 	// release) and the refill, after the reply.
 	<-box.sb.Ended()
-	p.fill()
+	box.done()
 }
 
 // resultReply is a result's reply: its Outcome, and its JSON as `str run
@@ -532,21 +564,18 @@ func (p *residentPool) differs(pl *Plan) string {
 	return ""
 }
 
-// callBox takes a ready sandbox (or builds one) and hands it the call.
-// A ready one that ended while waiting (its idle limit, a crash) is
-// dropped and the next tried.
+// callBox claims a ready sandbox of the profile (or builds one) and
+// hands it the call. One that ended meanwhile (its idle limit, a crash)
+// is dropped and the next tried.
 func (p *residentPool) callBox(pl *Plan, stdio [nsinit.CallFDs]*os.File) (*residentBox, error) {
 	for {
-		p.mu.Lock()
 		var box *residentBox
-		if len(p.ready) > 0 {
-			box = p.ready[0]
-			p.ready = p.ready[1:]
-		}
-		p.mu.Unlock()
-		if box == nil {
+		if c := p.r.prebuilt.Claim(p.name, p.name, nil); c != nil {
+			box = c.Item
+			box.claim = c
+		} else {
 			var err error
-			if box, err = p.build(); err != nil {
+			if box, err = p.buildNow(); err != nil {
 				return nil, err
 			}
 		}
@@ -556,16 +585,17 @@ func (p *residentPool) callBox(pl *Plan, stdio [nsinit.CallFDs]*os.File) (*resid
 		}
 		box.cancel()
 		_, _ = box.sb.Wait()
+		box.done()
 		if !errors.Is(err, ErrEnded) {
 			return nil, err
 		}
 	}
 }
 
-// build makes one pre-built sandbox and waits until its init awaits the
-// call (or the sandbox ended: its setup error).
-func (p *residentPool) build() (*residentBox, error) {
-	ctx, cancel := context.WithCancel(p.r.ctx)
+// build makes and starts one pre-built sandbox (the pool's Build); its
+// init awaits the call on its own (AwaitingCall).
+func (p *residentPool) build(ctx context.Context) (*residentBox, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	sb, err := p.r.l.CreateFromPlan(ctx, p.tmpl, p.req)
 	if err != nil {
 		cancel()
@@ -575,85 +605,31 @@ func (p *residentPool) build() (*residentBox, error) {
 		cancel()
 		return nil, err
 	}
+	return &residentBox{sb: sb, cancel: cancel}, nil
+}
+
+// buildNow builds one for a call that found none ready, outside the
+// pool, and waits until its init awaits the call (or the sandbox ended:
+// its setup error).
+func (p *residentPool) buildNow() (*residentBox, error) {
+	box, err := p.build(p.r.ctx)
+	if err != nil {
+		return nil, err
+	}
 	select {
-	case <-sb.AwaitingCall():
-		return &residentBox{sb: sb, cancel: cancel}, nil
-	case <-sb.Ended():
-		cancel()
-		res, err := sb.Wait()
-		if err == nil && res.SetupError != nil {
-			err = res.SetupError
-		}
-		return nil, fmt.Errorf("str serve: profile %s: a pre-built sandbox ended before its call: %v", p.name, errOr(err, errors.New("no setup error reported")))
+	case <-box.sb.AwaitingCall():
+		return box, nil
+	case <-box.sb.Ended():
+		box.cancel()
+		return nil, fmt.Errorf("str serve: profile %s: a pre-built sandbox ended before its call: %v", p.name, box.endError())
 	}
 }
 
-// fill starts builds until the pool holds Pool sandboxes (ready or
-// being built). A sandbox that ends while it waits (its idle limit) is
-// dropped and replaced.
-func (p *residentPool) fill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for p.r.ctx.Err() == nil && len(p.ready)+p.building < p.r.opts.Pool {
-		p.building++
-		backoff := time.Duration(0)
-		if p.failures > 0 {
-			backoff = min(time.Second<<min(p.failures-1, 6), time.Minute)
-		}
-		p.r.wg.Add(1)
-		go func() {
-			defer p.r.wg.Done()
-			if backoff > 0 {
-				select {
-				case <-time.After(backoff):
-				case <-p.r.ctx.Done():
-				}
-			}
-			box, err := p.build()
-			p.mu.Lock()
-			p.building--
-			if err != nil {
-				p.failures++
-				p.mu.Unlock()
-				p.r.log.Error("str serve: build failed", "profile", p.name, "error", err)
-				p.fill()
-				return
-			}
-			p.failures = 0
-			if p.r.ctx.Err() != nil {
-				p.mu.Unlock()
-				box.cancel()
-				_ = box.sb.Kill()
-				_, _ = box.sb.Wait()
-				return
-			}
-			p.ready = append(p.ready, box)
-			p.mu.Unlock()
-			p.watch(box)
-		}()
+// endError is why an ended sandbox ended: its setup error, if any.
+func (b *residentBox) endError() error {
+	res, err := b.sb.Wait()
+	if err == nil && res.SetupError != nil {
+		err = res.SetupError
 	}
-}
-
-// watch drops a ready sandbox that ends before a call takes it, and
-// refills.
-func (p *residentPool) watch(box *residentBox) {
-	p.r.wg.Add(1)
-	go func() {
-		defer p.r.wg.Done()
-		select {
-		case <-box.sb.Ended():
-		case <-p.r.ctx.Done():
-			return
-		}
-		p.mu.Lock()
-		i := slices.Index(p.ready, box)
-		if i >= 0 {
-			p.ready = slices.Delete(p.ready, i, i+1)
-		}
-		p.mu.Unlock()
-		if i >= 0 {
-			box.cancel()
-			p.fill()
-		}
-	}()
+	return errOr(err, errors.New("no setup error reported"))
 }
