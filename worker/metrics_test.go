@@ -29,6 +29,7 @@ func touchAll(m *Metrics) {
 	m.WarmHits.WithLabelValues("echo").Inc()
 	m.WarmMisses.WithLabelValues("echo").Inc()
 	m.WarmDiscards.WithLabelValues("aged").Inc()
+	m.WarmBuildFailures.WithLabelValues("echo").Inc()
 	m.WarmRefill.Observe(2)
 	m.WarmSize.WithLabelValues("echo").Set(2)
 	m.WarmReady.WithLabelValues("echo").Set(1)
