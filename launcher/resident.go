@@ -38,14 +38,16 @@ package launcher
 //
 // Each pre-built sandbox is an ordinary sandbox of this launcher (its own
 // namespaces, memory cgroup, leased host ids, fresh tmpfs root and /tmp)
-// used for one call, never reused. Which are kept, claimed, retired and
-// replaced is launcher/pool's policy, the worker's warm pool's too: a set
-// of --pool per served profile, claimed only once its init awaits the
-// call (ReadyOnly), retired at --idle (its own idle limit, pool.Backstop
-// later, is the backstop), with the pool's backoff after a sandbox that
-// could not be made or ended before its call. Its v1 pids, cpu, cpuacct and freezer
+// used for one call, never reused. Its v1 pids, cpu, cpuacct and freezer
 // cgroups may be an earlier sandbox's, emptied and checked
 // (cgroupreuse.go).
+//
+// Which sandboxes are kept, claimed, retired and replaced is
+// launcher/pool's policy (its doc.go), the worker's warm pool's too: a
+// set of --pool per served profile, claimed only once its init awaits
+// the call (ReadyOnly), retired at --idle (the sandbox's own idle limit,
+// pool.Backstop later, is only a backstop), with the pool's backoff after
+// a sandbox that could not be made or ended before its call.
 
 import (
 	"context"
