@@ -250,9 +250,8 @@ func idMapUserNS(uid, hostUID, gid, hostGID int) (userns int, action string, err
 
 // WithSignalsBlocked runs clone, which forks a raw child that never
 // returns from it (forkUserNS; the template mapper's forkMapper, package
-// launcher/template), on one locked OS thread with
-// every signal blocked: the child inherits the mask, so no Go signal
-// handler ever runs in it.
+// launcher/template), on one locked OS thread with every signal blocked:
+// the child inherits the mask, so no Go signal handler ever runs in it.
 func WithSignalsBlocked(clone func()) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
