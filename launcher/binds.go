@@ -191,7 +191,7 @@ func (o ownerMap) apply(tree int, src string) error {
 //
 //  1. a close-on-exec pipe, whose read end the child keeps;
 //  2. the clone: clone(CLONE_NEWUSER|SIGCHLD), sharing no memory, on a
-//     locked thread with every signal blocked (withSignalsBlocked); the
+//     locked thread with every signal blocked (WithSignalsBlocked); the
 //     child closes every other descriptor and blocks reading the pipe;
 //  3. its uid_map and gid_map written from here: the launcher is root
 //     with CAP_SETUID and CAP_SETGID over the parent namespace, so a
@@ -217,7 +217,7 @@ func idMapUserNS(uid, hostUID, gid, hostGID int) (userns int, action string, err
 	// 2.
 	var pid uintptr
 	var errno syscall.Errno
-	withSignalsBlocked(func() { pid, errno = forkUserNS(hold[0]) })
+	WithSignalsBlocked(func() { pid, errno = forkUserNS(hold[0]) })
 	unix.Close(hold[0])
 	if errno != 0 {
 		unix.Close(hold[1])
@@ -248,11 +248,11 @@ func idMapUserNS(uid, hostUID, gid, hostGID int) (userns int, action string, err
 	return userns, "", nil
 }
 
-// withSignalsBlocked runs clone, which forks a raw child that never
-// returns from it (forkUserNS, forkMapper), on one locked OS thread with
-// every signal blocked: the child inherits the mask, so no Go signal
-// handler ever runs in it.
-func withSignalsBlocked(clone func()) {
+// WithSignalsBlocked runs clone, which forks a raw child that never
+// returns from it (forkUserNS; the template mapper's forkMapper, package
+// launcher/template), on one locked OS thread with every signal blocked:
+// the child inherits the mask, so no Go signal handler ever runs in it.
+func WithSignalsBlocked(clone func()) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var all, old unix.Sigset_t

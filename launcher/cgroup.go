@@ -856,3 +856,81 @@ func cgroupBases(mode CgroupMode, v2base string) []string {
 	}
 	return nil
 }
+
+// Cgroup is a cgroup with a plan's limits that no sandbox is born in: a
+// per-tool template's call slot (package launcher/template, C6), into
+// which its supervisor moves each call, one at a time.
+type Cgroup struct{ cg sandboxCgroup }
+
+// NewCgroup creates a cgroup with pl's limits as L1 does for a sandbox,
+// under an opaque name and a lock held until Delete; nil when the plan
+// has no cgroup (CgroupNone).
+func (l *Launcher) NewCgroup(pl *Plan) (*Cgroup, error) {
+	if pl.Cgroup.Mode == CgroupNone {
+		return nil, nil
+	}
+	l.cgroupMu.Lock()
+	cg, err := l.createCgroup(newCgroupID(), pl)
+	l.cgroupMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return &Cgroup{cg}, nil
+}
+
+// Path names the cgroup (v1: its memory hierarchy's directory).
+func (c *Cgroup) Path() string { return c.cg.Path() }
+
+// Empty reports whether no process is left in it.
+func (c *Cgroup) Empty() bool { return c.cg.Empty() }
+
+// Kill kills every process in it.
+func (c *Cgroup) Kill() error { return c.cg.Kill() }
+
+// Delete removes it (it must be empty) and drops its lock.
+func (c *Cgroup) Delete() error { return c.cg.Delete() }
+
+// OOMKills is how many of its processes the kernel killed at its
+// memory limit so far.
+func (c *Cgroup) OOMKills() int64 { return c.cg.Stats().OOMKills }
+
+// Enter moves pid into every hierarchy of the cgroup.
+func (c *Cgroup) Enter(pid int) error {
+	p := []byte(strconv.Itoa(pid))
+	switch cg := c.cg.(type) {
+	case *cgroupV1:
+		for _, ctl := range cg.order {
+			if err := os.WriteFile(filepath.Join(cg.paths[ctl], "cgroup.procs"), p, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *cgroupV2:
+		return os.WriteFile(filepath.Join(cg.path, "cgroup.procs"), p, 0)
+	}
+	return errors.New("unknown cgroup kind")
+}
+
+// Holds checks that /proc/PID/cgroup names the cgroup in every
+// hierarchy of it.
+func (c *Cgroup) Holds(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return err
+	}
+	id := filepath.Base(c.cg.Path())
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasSuffix(line, "/"+id) {
+			n++
+		}
+	}
+	want := 1
+	if v1, ok := c.cg.(*cgroupV1); ok {
+		want = len(v1.order)
+	}
+	if n < want {
+		return fmt.Errorf("in %d of %d hierarchies of cgroup %s", n, want, id)
+	}
+	return nil
+}

@@ -55,18 +55,7 @@
 // otherwise), checked in the order resident.go lists; residentproto.go
 // has the protocol and the client (CallResident).
 //
-// A per-tool template (template.go, root only; StartTemplate,
-// Template.Call) is one Python that imported a tool once, in a sandbox of
-// the tool's profile whose filter is seccomp.TemplatePolicy, loaded with a
-// listener (the init's sub-step 19a). Each call is a clone of it into
-// user, mount, pid, network, ipc, uts and cgroup namespaces of its own,
-// which the supervisor lets through the filter's notification once per
-// order, then maps a host id pair of the template's into (through the
-// id-map opener of template_mapper.go), brings lo up in (template_netns.go,
-// the one file that calls setns), moves into its slot's cgroup, gives
-// fresh mounts, and verifies from the host before it sends the call. The
-// steps are T1-T4 and C1-C12 in template.go; SECURITY.md says what a
-// template shares with its children and why each item is safe.
+// The per-tool template supervisor is package launcher/template.
 //
 // The installation sandbox is package launcher/install (steps I1-I6): it
 // runs pip for a tool's declared package in a sandbox of this launcher,
@@ -82,10 +71,7 @@
 // removes the cgroups whose lock nobody holds); a tool running outside its
 // limits for any moment; two sandboxes sharing a host uid; a caller of
 // the resident launcher's socket it does not admit, or asking for more
-// than one-shot `str run` would give it; a template's import-time code
-// reaching namespaces or mounts, or sharing a thread, a descriptor or a
-// writable shared mapping with the calls; a call that did not drop
-// everything before its data is sent.
+// than one-shot `str run` would give it.
 //
 // What it does not: it trusts the profiles it loads (embedded, or from the
 // directory the operator names) and the host paths the caller binds. What

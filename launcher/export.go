@@ -76,6 +76,22 @@ func readNamespaces(pid int) map[string]uint64 {
 	return m
 }
 
+// NamespaceInodes is the inode of every one of pid's namespaces by its
+// /proc/PID/ns name (namespaceNames), or an error if one cannot be read:
+// a per-tool template's supervisor compares its calls' with its own
+// (package launcher/template, C3 and C9).
+func NamespaceInodes(pid int) (map[string]uint64, error) {
+	out := make(map[string]uint64, len(namespaceNames))
+	for _, n := range namespaceNames {
+		var st unix.Stat_t
+		if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, n), &st); err != nil {
+			return nil, err
+		}
+		out[n] = st.Ino
+	}
+	return out, nil
+}
+
 // Namespaces returns the inode of each of the init's namespaces by its
 // /proc/PID/ns name, as read at Start when Request.RecordNamespaces asked
 // (nil otherwise, or before Start has returned).

@@ -237,6 +237,31 @@ func (l *idLease) release() {
 	l.fd = -1
 }
 
+// HostIDLease is a block of host ids leased outside a sandbox: a per-tool
+// template's call slot (package launcher/template), whose calls run as
+// its first id. It is held until Release.
+type HostIDLease struct{ lease *idLease }
+
+// LeaseHostIDs leases a free block of the launcher's host id range, as
+// L1 does for a sandbox (root mode).
+func (l *Launcher) LeaseHostIDs() (*HostIDLease, error) {
+	lease, err := leaseIDs(l.ids, l.idLeaseDir)
+	if err != nil {
+		return nil, err
+	}
+	return &HostIDLease{lease}, nil
+}
+
+// Base is the block's first host id.
+func (h *HostIDLease) Base() int { return h.lease.base }
+
+// Record writes into the lease the host pid that now runs as its ids,
+// so a later lease sees whether it still lives.
+func (h *HostIDLease) Record(pid int) { h.lease.record(pid) }
+
+// Release drops the lease, once nothing runs as its ids any more.
+func (h *HostIDLease) Release() { h.lease.release() }
+
 // assignIDs fills in a root-mode plan's id maps for a leased block:
 // inside 0 (the init) -> base, inside the tool's uid/gid -> base+1.
 func (pl *Plan) assignIDs(base int) {

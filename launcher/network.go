@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"context"
 	"net"
 	"os"
 	"strconv"
@@ -21,34 +22,37 @@ func (s *Sandbox) interception() (*egress.Interception, error) {
 // before the tool runs; a failure leaves the listeners closed, so the
 // sandbox has no network at all (fail closed), and is reported.
 func (s *Sandbox) startEgress() {
-	l := takeListeners(s.listeners)
+	sess, err := s.ServeEgress(s.ctx, s.listeners, func(egress.Event) {
+		s.mu.Lock()
+		s.violationKill = true
+		s.mu.Unlock()
+		s.kill(nil)
+	})
+	s.mu.Lock()
+	s.egress, s.egressErr = sess, err
+	s.mu.Unlock()
+}
+
+// ServeEgress serves the listeners files (by listener name: proxy,
+// dns-tcp, dns-udp, capture-PORT) with the plan's network policy and the
+// sandbox's TLS termination, in a session of their own that ends with
+// ctx or its Close; onKill runs when the policy's on_violation: kill
+// fires. The sandbox's own listeners are served so (startEgress), and
+// each per-tool template call's, opened in the call's network namespace
+// (package launcher/template, C5). On error the files are closed.
+func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, onKill func(egress.Event)) (*egress.Session, error) {
+	l := takeListeners(files)
 	icpt, err := s.interception()
 	if err != nil {
 		closeListeners(l)
-		s.mu.Lock()
-		s.egressErr = err
-		s.mu.Unlock()
-		return
+		return nil, err
 	}
-	sess, err := egress.Start(s.ctx, s.plan.Network, l, egress.Options{
-		Intercept: icpt,
-		OnKill: func(ev egress.Event) {
-			s.mu.Lock()
-			s.violationKill = true
-			s.mu.Unlock()
-			s.kill(nil)
-		},
-	})
+	sess, err := egress.Start(ctx, s.plan.Network, l, egress.Options{Intercept: icpt, OnKill: onKill})
 	if err != nil {
 		closeListeners(l)
-		s.mu.Lock()
-		s.egressErr = err
-		s.mu.Unlock()
-		return
+		return nil, err
 	}
-	s.mu.Lock()
-	s.egress = sess
-	s.mu.Unlock()
+	return sess, nil
 }
 
 // takeListeners makes the egress proxy's listeners of the sockets a

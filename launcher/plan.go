@@ -59,7 +59,7 @@ type Plan struct {
 	CloneNames    []string `json:"clone_flag_names"`
 	UIDMappings   []IDMap  `json:"uid_mappings,omitempty"`
 	GIDMappings   []IDMap  `json:"gid_mappings,omitempty"`
-	// ExtraIDMaps (root mode, a per-tool template: launcher/template.go)
+	// ExtraIDMaps (root mode, a per-tool template: launcher/template)
 	// are added to both maps after the leased block's: the host id pairs
 	// the template's calls will run as, leased with it, so that the
 	// supervisor may map one into each call's own user namespace.

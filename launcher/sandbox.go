@@ -255,7 +255,7 @@ func (s *Sandbox) readReports() {
 	defer s.reportR.Close()
 	// A buffer of its own per sandbox, not a pooled one (pooled, the
 	// worker's RSS grew ~14 % over TestSoak's minute), grown to each
-	// message's length (recvMessage), so the few events of a sandbox need
+	// message's length (RecvMessage), so the few events of a sandbox need
 	// one small buffer. A 256 KiB buffer made per sandbox zeroed 64 pages
 	// that a resident launcher then copied (copy-on-write) while its
 	// pre-built children waited.
@@ -266,7 +266,7 @@ func (s *Sandbox) readReports() {
 		return
 	}
 	for {
-		n, oobn, _, err := recvMessage(rc, &buf, oob, maxReportMessage)
+		n, oobn, _, err := RecvMessage(rc, &buf, oob, maxReportMessage)
 		if err != nil || (n == 0 && oobn == 0) {
 			return
 		}
@@ -340,12 +340,14 @@ func seqpacketPair() (ours, theirs *os.File, err error) {
 // longer one is truncated, and then no event).
 const maxReportMessage = 256 << 10
 
-// recvMessage reads one message of a non-blocking SOCK_SEQPACKET socket
+// RecvMessage reads one message of a non-blocking SOCK_SEQPACKET socket
 // through rc: its length first (MSG_PEEK|MSG_TRUNC gives it whole), then
 // the message into *buf, grown to that length, at most limit bytes; the
 // runtime's poller waits while there is none. flags has MSG_TRUNC or
-// MSG_CTRUNC for a message cut short.
-func recvMessage(rc syscall.RawConn, buf *[]byte, oob []byte, limit int) (n, oobn, flags int, err error) {
+// MSG_CTRUNC for a message cut short. The report reader reads the
+// init's records so, and package launcher/template its templates' and
+// calls' messages.
+func RecvMessage(rc syscall.RawConn, buf *[]byte, oob []byte, limit int) (n, oobn, flags int, err error) {
 	var rerr error
 	recv := func(fd int, p, oob []byte, how int) {
 		for {
@@ -512,6 +514,12 @@ func (s *Sandbox) Arm(timeout time.Duration) error {
 // call (step 10a): everything but the call's own steps is done. It never
 // closes for a sandbox whose setup failed (Ended does).
 func (s *Sandbox) AwaitingCall() <-chan struct{} { return s.awaiting }
+
+// SeccompListener delivers, once, the listener of the sandbox's filter
+// when its plan asked for one (Child.SeccompListener: a per-tool
+// template's, handed over at the init's sub-step 19a; package
+// launcher/template answers its notifications).
+func (s *Sandbox) SeccompListener() <-chan *os.File { return s.notify }
 
 // Ended is closed once the sandbox is gone and Wait's result is ready.
 func (s *Sandbox) Ended() <-chan struct{} { return s.finished }

@@ -168,6 +168,17 @@ func MakeUncappedWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
 	return makeWorkDir(spec, nil, uid, gid)
 }
 
+// MakeWorkDir makes a work dir as a sandbox of pl's is made (L9): under
+// spec, capped by the plan's work_dir (root mode: its own tmpfs),
+// filled, owned by uid and gid (a per-tool template's call: its pair's
+// host id, package launcher/template). Remove removes it.
+func (pl *Plan) MakeWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
+	return makeWorkDir(spec, &pl.WorkDir, uid, gid)
+}
+
+// Remove removes a work dir made by Plan.MakeWorkDir (its mounts first).
+func (w *WorkDir) Remove() error { return w.remove() }
+
 // fill is L9.2-L9.6 on the dir L9.1 made. On error the caller
 // removes w (remove unmounts what was mounted).
 func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {

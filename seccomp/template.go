@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A per-tool template (launcher/template.go) is one Python process that
+// A per-tool template (launcher/template) is one Python process that
 // imported the tool once and forks every call into namespaces of its own.
 // Its filter is the profile's policy plus what the fork needs; each call's
 // child stacks a second filter that closes those openings again. Both are

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
 // Per-tool templates (manifest `warm: template`, opt-in): a tool's calls
 // are served by one pre-imported Python that forks each call into
-// namespaces of its own (launcher/template.go; SECURITY.md "Per-tool
+// namespaces of its own (launcher/template; SECURITY.md "Per-tool
 // templates"). The worker keeps one template per tool, made at the
 // manifest's load (and at a reload that adds or changes the tool) and
 // replaced when the launcher retires it (its recycling limits, a failed
@@ -43,34 +44,35 @@ import (
 // of its own, in its environment: a template's environment is fixed at
 // its start); any other call runs cold. A call's network is a cold
 // call's: the egress proxy with the tool's policy on its own listeners
-// (launcher C5), its denials in its reply.
+// (launcher/template C5), its denials in its reply.
 
 // TemplateStarter starts per-tool templates: LauncherTemplates in root
 // mode (`str worker` passes it); nil = no templates, every call cold.
 type TemplateStarter interface {
-	StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (Template, error)
+	StartTemplate(ctx context.Context, tr template.Request) (Template, error)
 }
 
 // Template is a running per-tool template as the worker uses it: a
-// *launcher.Template (launcher/template.go says what each method does).
+// *template.Template (package launcher/template says what each method
+// does).
 type Template interface {
-	Call(ctx context.Context, runnerArgs []byte, opts launcher.CallOptions) (*launcher.CallResult, error)
+	Call(ctx context.Context, runnerArgs []byte, opts template.CallOptions) (*template.CallResult, error)
 	CallWorkDir(spec launcher.WorkDirSpec, uid, gid int) (*launcher.WorkDir, error)
 	Retired() error
-	Why() launcher.RetireReason
+	Why() template.RetireReason
 	Stale(hash string) bool
 	Pid() int
 	Drain()
 	Close()
 }
 
-// LauncherTemplates is l's StartTemplate as a TemplateStarter.
+// LauncherTemplates is template.Start with l as a TemplateStarter.
 func LauncherTemplates(l *launcher.Launcher) TemplateStarter { return launcherTemplates{l} }
 
 type launcherTemplates struct{ l *launcher.Launcher }
 
-func (lt launcherTemplates) StartTemplate(ctx context.Context, tr launcher.TemplateRequest) (Template, error) {
-	tpl, err := lt.l.StartTemplate(ctx, tr)
+func (lt launcherTemplates) StartTemplate(ctx context.Context, tr template.Request) (Template, error) {
+	tpl, err := template.Start(ctx, lt.l, tr)
 	if err != nil {
 		return nil, err // never a typed nil in the interface
 	}
@@ -83,7 +85,7 @@ func (lt launcherTemplates) StartTemplate(ctx context.Context, tr launcher.Templ
 const templateWorkTarget = "/str/work"
 
 // The reasons of str_worker_templates_retired_total: the launcher's
-// (launcher.RetireReason: it served its calls, it is too old, a check at
+// (template.RetireReason: it served its calls, it is too old, a check at
 // a fork order, of a child or of a slot's cgroup failed, its process
 // ended; the worker's log has the launcher's words), and the worker's:
 // the tool's module changed on disk, a manifest reload changed the tool's
@@ -95,8 +97,8 @@ const (
 	retiredRemoved       = "removed"
 	retiredShutdown      = "shutdown"
 
-	templateRetireReasons = string(launcher.RetiredCalls) + ", " + string(launcher.RetiredAge) + ", " +
-		string(launcher.RetiredFailedCheck) + ", " + string(launcher.RetiredEnded) + ", " +
+	templateRetireReasons = string(template.RetiredCalls) + ", " + string(template.RetiredAge) + ", " +
+		string(template.RetiredFailedCheck) + ", " + string(template.RetiredEnded) + ", " +
 		retiredSourceChanged + ", " + retiredEntryChanged + ", " + retiredRemoved + ", " + retiredShutdown
 )
 
@@ -106,7 +108,7 @@ const (
 // sub-protocol, a tool with credentials), no template could be started,
 // its template was retired before the call reached it and the next one
 // could not take it, or the call's egress listeners could not be made in
-// its namespace (launcher.ErrCallNetwork: nothing of the call had reached
+// its namespace (template.ErrCallNetwork: nothing of the call had reached
 // the template's child; the template serves the next call).
 //
 // And the worker's own, for a call that found no ready template (it never
@@ -394,8 +396,8 @@ func (s *Server) templateFor(t *task) (Template, string) {
 // waits the back-off); one recycled, stale or replaced does not.
 func (s *Server) dropLocked(name, key string, tt *toolTemplate, reason string) {
 	s.templates.drop(tt, reason)
-	switch launcher.RetireReason(reason) {
-	case launcher.RetiredEnded, launcher.RetiredFailedCheck:
+	switch template.RetireReason(reason) {
+	case template.RetiredEnded, template.RetiredFailedCheck:
 		s.failLocked(name, key, tt, false)
 	}
 }
@@ -437,7 +439,7 @@ func (s *Server) startTemplateLocked(name, key string, tt *toolTemplate) {
 	for _, d := range spec.ReadOnly {
 		req.Binds = append(req.Binds, launcher.Bind{Source: d})
 	}
-	tr := launcher.TemplateRequest{Request: req, SourceHash: tt.hash, WorkDirTarget: templateWorkTarget, ReadyTimeout: s.cfg.TemplateStartTimeout}
+	tr := template.Request{Request: req, SourceHash: tt.hash, WorkDirTarget: templateWorkTarget, ReadyTimeout: s.cfg.TemplateStartTimeout}
 	tt.starting = true
 	ts.starts.Add(1)
 	go func() {
@@ -500,7 +502,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		}
 		return p
 	}
-	opts := launcher.CallOptions{
+	opts := template.CallOptions{
 		Timeout: t.sandboxTimeout,
 		WorkDir: func(uid, gid int) (string, error) {
 			var err error
@@ -547,20 +549,20 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		// failed check): the replacement starts now, not at the next call.
 		s.renewTemplate(t, tpl)
 	}
-	var tooLarge *launcher.AnswerTooLargeError
+	var tooLarge *template.AnswerTooLargeError
 	if err == nil || wd != nil { // it reached the template: served there, whatever its outcome
 		s.metrics.TemplateCalls.WithLabelValues(t.req.ToolName).Inc()
 	}
 	switch {
 	case perr != nil:
 		return s.errorOutcome(t, perr), teardown, true
-	case err != nil && errors.Is(err, launcher.ErrTemplateRetired) && wd == nil:
+	case err != nil && errors.Is(err, template.ErrRetired) && wd == nil:
 		// Retired before this call reached it: the next template serves
 		// it, or a cold sandbox.
 		teardown()
 		s.metrics.TemplateFallbacks.WithLabelValues(fallbackRetired).Inc()
 		return outcome{}, nil, false
-	case err != nil && errors.Is(err, launcher.ErrCallNetwork) && wd == nil:
+	case err != nil && errors.Is(err, template.ErrCallNetwork) && wd == nil:
 		// Its listeners could not be made: a cold sandbox makes its own
 		// (nothing of the call had reached the template's child).
 		teardown()
@@ -569,7 +571,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		return outcome{}, nil, false
 	case err != nil && errors.As(err, &tooLarge):
 		return s.tooLargeResult(t, "the template call's answer", tooLarge.Size), teardown, true
-	case err != nil && errors.Is(err, launcher.ErrCallOutOfMemory):
+	case err != nil && errors.Is(err, template.ErrCallOutOfMemory):
 		return s.errorOutcome(t, oomKilled(t, "")), teardown, true
 	case err != nil:
 		if cause := context.Cause(t.ctx); cause != nil {

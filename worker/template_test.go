@@ -14,6 +14,7 @@ import (
 
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/launchertest"
+	"github.com/securetoolruntime/str/launcher/template"
 )
 
 // fakeTemplates is a TemplateStarter whose templates' calls fail with
@@ -29,12 +30,12 @@ type fakeTemplates struct {
 	attempts        int // StartTemplate calls
 	started, closed int // templates made; closed (or drained)
 	calls           int
-	retireAtCall    launcher.RetireReason // the next call retires its template (its last), then clears it
+	retireAtCall    template.RetireReason // the next call retires its template (its last), then clears it
 	retired         error
-	why             launcher.RetireReason
+	why             template.RetireReason
 }
 
-func (f *fakeTemplates) StartTemplate(ctx context.Context, _ launcher.TemplateRequest) (Template, error) {
+func (f *fakeTemplates) StartTemplate(ctx context.Context, _ template.Request) (Template, error) {
 	f.mu.Lock()
 	f.attempts++
 	block := f.block
@@ -57,12 +58,12 @@ func (f *fakeTemplates) StartTemplate(ctx context.Context, _ launcher.TemplateRe
 
 type fakeTemplate struct{ f *fakeTemplates }
 
-func (ft fakeTemplate) Call(context.Context, []byte, launcher.CallOptions) (*launcher.CallResult, error) {
+func (ft fakeTemplate) Call(context.Context, []byte, template.CallOptions) (*template.CallResult, error) {
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
 	ft.f.calls++
 	if why := ft.f.retireAtCall; why != "" {
-		ft.f.retired, ft.f.why, ft.f.retireAtCall = fmt.Errorf("%w: %s", launcher.ErrTemplateRetired, why), why, ""
+		ft.f.retired, ft.f.why, ft.f.retireAtCall = fmt.Errorf("%w: %s", template.ErrRetired, why), why, ""
 	}
 	return nil, ft.f.callErr
 }
@@ -77,7 +78,7 @@ func (ft fakeTemplate) Retired() error {
 	return ft.f.retired
 }
 
-func (ft fakeTemplate) Why() launcher.RetireReason {
+func (ft fakeTemplate) Why() template.RetireReason {
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
 	return ft.f.why
@@ -111,11 +112,11 @@ func templateHarness(t *testing.T, start TemplateStarter) *harness {
 }
 
 // A template call whose egress listeners could not be made
-// (launcher.ErrCallNetwork: nothing of the call reached the template's
+// (template.ErrCallNetwork: nothing of the call reached the template's
 // child) runs cold instead, is counted as such a fallback, and leaves
 // the template in service: the next call goes to it again.
 func TestTemplateCallNetworkFallsBack(t *testing.T) {
-	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected: no listeners"))}
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected: no listeners"))}
 	h := templateHarness(t, f)
 	waitLive(t, h, 1)
 	for i := 0; i < 2; i++ {
@@ -161,15 +162,15 @@ func waitLive(t *testing.T, h *harness, n int) {
 // and counted under the launcher's reason (calls, age, failed_check,
 // ended), not one reason for all.
 func TestTemplateRetiredReason(t *testing.T) {
-	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected"))}
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected"))}
 	h := templateHarness(t, f)
 	call := func() { h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "m"}})) }
-	for i, why := range []launcher.RetireReason{launcher.RetiredCalls, launcher.RetiredFailedCheck} {
+	for i, why := range []template.RetireReason{template.RetiredCalls, template.RetiredFailedCheck} {
 		waitFor(t, fmt.Sprintf("template %d started", i+1), func() bool { started, _, _ := f.counts(); return started == i+1 })
 		waitLive(t, h, 1)
 		call()
 		f.mu.Lock()
-		f.retired, f.why = fmt.Errorf("%w: %s", launcher.ErrTemplateRetired, why), why
+		f.retired, f.why = fmt.Errorf("%w: %s", template.ErrRetired, why), why
 		f.mu.Unlock()
 		call() // finds it retired: a new one, started in the background
 		waitFor(t, "the replacement started", func() bool { started, _, _ := f.counts(); return started == i+2 })
@@ -190,7 +191,7 @@ func TestTemplateRetiredReason(t *testing.T) {
 // reload (removed), not at the end of its age; one that changes a tool's
 // entry retires that tool's (entry_changed).
 func TestTemplateRetiredAtReload(t *testing.T) {
-	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected"))}
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected"))}
 	h := templateHarness(t, f)
 	m, err := os.ReadFile(h.cfg.ManifestPath)
 	must(t, err)
@@ -228,12 +229,12 @@ func TestTemplateRetiredAtReload(t *testing.T) {
 // at once (not_ready), one start runs meanwhile, not one a call; once it
 // is ready, the template serves the tool's calls again.
 func TestTemplateDeadCallRunsColdAtOnce(t *testing.T) {
-	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected"))}
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected"))}
 	h := templateHarness(t, f)
 	waitLive(t, h, 1)
 	block := make(chan struct{})
 	f.mu.Lock()
-	f.retired, f.why = fmt.Errorf("%w: the template ended", launcher.ErrTemplateRetired), launcher.RetiredEnded
+	f.retired, f.why = fmt.Errorf("%w: the template ended", template.ErrRetired), template.RetiredEnded
 	f.block = block
 	f.mu.Unlock()
 	for i := 0; i < 3; i++ {
@@ -272,7 +273,7 @@ func TestTemplateStartFailureBacksOff(t *testing.T) {
 	first, most := templateBackoffFirst, templateBackoffMax
 	t.Cleanup(func() { templateBackoffFirst, templateBackoffMax = first, most })
 	templateBackoffFirst, templateBackoffMax = time.Hour, 2*time.Hour // no retry within the test unless it ends the back-off
-	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected")),
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected")),
 		startErr: errors.New("injected: the runner's import failed")}
 	h := templateHarness(t, f)
 	waitFor(t, "the first start failed", func() bool {
@@ -338,11 +339,11 @@ func TestTemplateBackoff(t *testing.T) {
 // tool's next call (which would run cold meanwhile).
 func TestTemplateRenewedAfterItsLastCall(t *testing.T) {
 	f := &fakeTemplates{}
-	f.callErr = fmt.Errorf("template call: %w: %w", launcher.ErrCallNetwork, errors.New("injected"))
+	f.callErr = fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected"))
 	h := templateHarness(t, f)
 	waitLive(t, h, 1)
 	f.mu.Lock()
-	f.retireAtCall = launcher.RetiredCalls
+	f.retireAtCall = template.RetiredCalls
 	f.mu.Unlock()
 	// The fake's calls fail before they reach the child (ErrCallNetwork):
 	// a cold sandbox answers. The template retired itself at the call.

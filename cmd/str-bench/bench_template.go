@@ -18,12 +18,13 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
 const benchTemplateUsage = `usage: str-bench template [-n N] [-rounds R] [--profile P] [--tools DIR] [--python PATH]
 
-Per-tool templates (launcher/template.go) next to bubblewrap, in one
+Per-tool templates (launcher/template) next to bubblewrap, in one
 interleaved run: each round runs N calls of every cell, in this order:
   python        python3 -c pass, one at a time (the latency reference)
   bwrap-py/1    bwrap standard line + python3 -c pass, one in flight
@@ -103,7 +104,7 @@ func benchTemplate(args []string, stdout io.Writer) int {
 		return 1
 	}
 	argv := runner.Command(*python, "/opt/str-runner/"+filepath.Base(rpath), "--template", "3", "example_tools", "echo_tool")
-	req := launcher.TemplateRequest{SourceHash: "bench", Request: launcher.Request{
+	req := template.Request{SourceHash: "bench", Request: launcher.Request{
 		Profile: *profile, Argv: argv,
 		Env:   []string{"PYTHONPATH=/opt/str-tools"},
 		Binds: []launcher.Bind{{Source: rdir, Target: "/opt/str-runner"}, {Source: toolsAbs, Target: "/opt/str-tools"}},
@@ -197,20 +198,20 @@ func benchTplPct(lat []time.Duration, p float64) float64 {
 }
 
 // benchTplHolder is the current template; one retired by its recycling
-// limits (TemplateMaxCalls, TemplateMaxAge) is replaced on the clock, as
+// limits (template.MaxCalls, template.MaxAge) is replaced on the clock, as
 // a worker would replace it (its start is part of the cost per call).
 type benchTplHolder struct {
 	l    *launcher.Launcher
-	req  launcher.TemplateRequest
+	req  template.Request
 	mu   sync.Mutex
-	cur  *launcher.Template
-	old  []*launcher.Template
+	cur  *template.Template
+	old  []*template.Template
 	pids []int // every template's pid, for the CPU count
 }
 
 // get returns the current template, replacing it if it is retired (or
 // is the one the caller found retired).
-func (h *benchTplHolder) get(retired *launcher.Template) (*launcher.Template, error) {
+func (h *benchTplHolder) get(retired *template.Template) (*template.Template, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.cur != nil && h.cur != retired && h.cur.Retired() == nil {
@@ -219,7 +220,7 @@ func (h *benchTplHolder) get(retired *launcher.Template) (*launcher.Template, er
 	if h.cur != nil {
 		h.old = append(h.old, h.cur)
 	}
-	t, err := h.l.StartTemplate(context.Background(), h.req)
+	t, err := template.Start(context.Background(), h.l, h.req)
 	if err != nil {
 		return nil, err
 	}
@@ -251,14 +252,14 @@ func benchTplCalls(h *benchTplHolder, args []byte, n, jobs int) ([]time.Duration
 	cpu0, self0 := h.cpu()
 	t0 := time.Now()
 	lat, err := benchTplRun(n, jobs, func() error {
-		var tpl *launcher.Template
+		var tpl *template.Template
 		for range 3 {
 			var err error
 			if tpl, err = h.get(tpl); err != nil {
 				return err
 			}
-			res, err := tpl.Call(context.Background(), args, launcher.CallOptions{Timeout: time.Minute})
-			if errors.Is(err, launcher.ErrTemplateRetired) && tpl.Retired() != nil {
+			res, err := tpl.Call(context.Background(), args, template.CallOptions{Timeout: time.Minute})
+			if errors.Is(err, template.ErrRetired) && tpl.Retired() != nil {
 				continue // recycled under us: the next template takes the call
 			}
 			if err == nil && !strings.Contains(string(res.Document), `"result"`) {

@@ -13,13 +13,14 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
 // netTemplate starts a template of net_tool (testdata/template) under
 // the nettest-restricted profile (network_test.go): svc.test on 8443
 // allowed, everything else refused.
-func netTemplate(t *testing.T) *launcher.Template {
+func netTemplate(t *testing.T) *template.Template {
 	t.Helper()
 	newTestNet(t)
 	dir := netProfiles(t, testDNS(t))
@@ -211,7 +212,7 @@ func TestTemplateCallNetworkKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: 5 * time.Minute})
+	res, err := tpl.Call(context.Background(), a, template.CallOptions{Timeout: 5 * time.Minute})
 	if err != nil {
 		t.Fatalf("template call: %v", err)
 	}

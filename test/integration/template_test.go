@@ -19,26 +19,27 @@ import (
 
 	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
 // templateFor starts a per-tool template of module (from
 // testdata/template) under profile, with the runner and the tools bound
 // read-only.
-func templateFor(t *testing.T, profile, module, function string) (*launcher.Template, error) {
+func templateFor(t *testing.T, profile, module, function string) (*template.Template, error) {
 	t.Helper()
 	return templateWith(t, profile, module, function, "")
 }
 
 // templateWith is templateFor with each call's work dir mounted at
 // workTarget ("" for none).
-func templateWith(t *testing.T, profile, module, function, workTarget string) (*launcher.Template, error) {
+func templateWith(t *testing.T, profile, module, function, workTarget string) (*template.Template, error) {
 	t.Helper()
 	return templateIn(t, "", profile, module, function, workTarget)
 }
 
 // templateIn is templateWith with the profiles of profileDir loaded too.
-func templateIn(t *testing.T, profileDir, profile, module, function, workTarget string) (*launcher.Template, error) {
+func templateIn(t *testing.T, profileDir, profile, module, function, workTarget string) (*template.Template, error) {
 	t.Helper()
 	needRoot(t)
 	l, err := launcher.New(launcher.Options{ProfileDir: profileDir})
@@ -68,7 +69,7 @@ func templateIn(t *testing.T, profileDir, profile, module, function, workTarget 
 		}
 	})
 	argv := runner.Command("/usr/bin/python3", "/opt/str-runner/"+filepath.Base(rpath), "--template", "3", module, function)
-	tpl, err := l.StartTemplate(context.Background(), launcher.TemplateRequest{SourceHash: "test", WorkDirTarget: workTarget, Request: launcher.Request{
+	tpl, err := template.Start(context.Background(), l, template.Request{SourceHash: "test", WorkDirTarget: workTarget, Request: launcher.Request{
 		Profile: profile,
 		Argv:    argv,
 		Env:     []string{"PYTHONPATH=/opt/str-tools", "PYTHONDONTWRITEBYTECODE=1"},
@@ -83,7 +84,7 @@ func templateIn(t *testing.T, profileDir, profile, module, function, workTarget 
 
 // templateCall makes one call; on failure it reports it (t.Errorf: it
 // runs in the tests' goroutines too) and returns nil.
-func templateCall(t *testing.T, tpl *launcher.Template, module, function string, args map[string]any) (*launcher.CallResult, map[string]any) {
+func templateCall(t *testing.T, tpl *template.Template, module, function string, args map[string]any) (*template.CallResult, map[string]any) {
 	t.Helper()
 	raw, _ := json.Marshal(args)
 	a, err := runner.EncodeArgs(&runner.Args{Module: module, Function: function, Args: raw, ResultFile: "/dev/null", OutputDir: "/tmp"})
@@ -91,7 +92,7 @@ func templateCall(t *testing.T, tpl *launcher.Template, module, function string,
 		t.Error(err)
 		return nil, nil
 	}
-	res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: time.Minute})
+	res, err := tpl.Call(context.Background(), a, template.CallOptions{Timeout: time.Minute})
 	if err != nil {
 		t.Errorf("template call: %v", err)
 		return nil, nil
@@ -232,8 +233,8 @@ func TestTemplateRefusesShared(t *testing.T) {
 				tpl.Close()
 				t.Fatalf("template of %s accepted", c.module)
 			}
-			if !errors.Is(err, launcher.ErrTemplateRefused) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("template of %s: %v, want ErrTemplateRefused naming %q", c.module, err, c.want)
+			if !errors.Is(err, template.ErrRefused) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("template of %s: %v, want template.ErrRefused naming %q", c.module, err, c.want)
 			}
 		})
 	}
@@ -251,14 +252,14 @@ func TestTemplateVerifiesBeforeCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: time.Minute})
+	res, err := tpl.Call(context.Background(), a, template.CallOptions{Timeout: time.Minute})
 	if err == nil {
 		t.Fatalf("the call ran: %s", res.Document)
 	}
 	if !strings.Contains(err.Error(), "Uid is") {
 		t.Errorf("call error %v, want the Uid check", err)
 	}
-	if !errors.Is(tpl.Retired(), launcher.ErrTemplateRetired) || tpl.Why() != launcher.RetiredFailedCheck {
+	if !errors.Is(tpl.Retired(), template.ErrRetired) || tpl.Why() != template.RetiredFailedCheck {
 		t.Errorf("template not retired for a failed check after a child failed verification: %v (%q)", tpl.Retired(), tpl.Why())
 	}
 }
@@ -307,7 +308,7 @@ func TestTemplateWorkDir(t *testing.T) {
 	}
 	for _, name := range []string{"first", "second"} {
 		var dir string
-		opts := launcher.CallOptions{Timeout: time.Minute, WorkDir: func(uid, gid int) (string, error) {
+		opts := template.CallOptions{Timeout: time.Minute, WorkDir: func(uid, gid int) (string, error) {
 			dir = filepath.Join(t.TempDir(), "wd")
 			if err := os.Mkdir(dir, 0o700); err != nil {
 				return "", err
@@ -685,7 +686,7 @@ func TestTemplateDrainLetsCallsFinish(t *testing.T) {
 			held <- answer{err: err}
 			return
 		}
-		res, err := tpl.Call(context.Background(), a, launcher.CallOptions{Timeout: time.Minute})
+		res, err := tpl.Call(context.Background(), a, template.CallOptions{Timeout: time.Minute})
 		if err != nil {
 			held <- answer{err: err}
 			return
@@ -713,8 +714,8 @@ func TestTemplateDrainLetsCallsFinish(t *testing.T) {
 	for tpl.Retired() == nil {
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := tpl.Call(context.Background(), nil, launcher.CallOptions{Timeout: time.Minute}); !errors.Is(err, launcher.ErrTemplateRetired) {
-		t.Errorf("a call after the retirement: %v, want ErrTemplateRetired", err)
+	if _, err := tpl.Call(context.Background(), nil, template.CallOptions{Timeout: time.Minute}); !errors.Is(err, template.ErrRetired) {
+		t.Errorf("a call after the retirement: %v, want template.ErrRetired", err)
 	}
 	a := <-held
 	if a.err != nil {

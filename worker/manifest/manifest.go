@@ -59,7 +59,7 @@ type Tool struct {
 	Warm    int
 	WarmSet bool
 	// Template (`warm: template`, opt-in) serves the tool's calls from a
-	// per-tool template (launcher/template.go): one pre-imported Python
+	// per-tool template (launcher/template): one pre-imported Python
 	// forking each call into namespaces of its own. Calls whose network
 	// is not isolated, and workers that cannot make templates (rootless,
 	// SANDBOX_MODE=none), run cold.

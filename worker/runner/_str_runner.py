@@ -2015,7 +2015,7 @@ def main(argv):
     # module is imported (the warm preload below included).
     _site_paths()
 
-    # 0. template mode (launcher/template.go): import once, then fork
+    # 0. template mode (launcher/template): import once, then fork
     # each call into namespaces of its own; never returns.
     if warm == "template":
         return _template(int(rest[0]), rest[1], rest[2], rest[3] if len(rest) > 3 else "")
@@ -2120,7 +2120,7 @@ def _run(run_args):
 
 # ---- template mode ----------------------------------------------------
 #
-# A per-tool template (launcher/template.go) is this runner, started once
+# A per-tool template (launcher/template) is this runner, started once
 # in a sandbox of the tool's profile with --template CTRL_FD: it imports
 # the tool (_preload, as warm mode), freezes what it allocated
 # (gc.freeze: the children's reference counting then touches fewer shared

@@ -28,7 +28,7 @@
 // worker replies then, before the sandbox is gone); with --warm (the
 // worker's pool) it imports the tool first, writes "r", and reads the
 // runner arguments (EncodeArgs) from a pipe instead of a file. With
-// --template CTRL_FD (launcher/template.go) it imports the tool once and
+// --template CTRL_FD (launcher/template) it imports the tool once and
 // forks each call on the supervisor's order; the child sets itself up as
 // the supervisor says, receives the same runner arguments on its call's
 // socket, runs them exactly as a cold run does (_run) and answers the

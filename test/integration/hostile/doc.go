@@ -18,7 +18,7 @@
 //
 // With STR_HOSTILE_TEMPLATE=1 every tool of the battery, of every
 // profile, is served from a per-tool template (manifest warm: template;
-// launcher/template.go) and the same cases run against template calls;
+// launcher/template) and the same cases run against template calls;
 // the few a template call answers differently (each the same protection,
 // reached earlier: templateVariant says why) want the template's answer,
 // and the battery fails if a call ran cold instead (checkTemplated).

@@ -1,4 +1,4 @@
-"""A tool run in a per-tool template (launcher/template.go): each call
+"""A tool run in a per-tool template (launcher/template): each call
 reports what it sees of its own isolation."""
 import errno
 import os

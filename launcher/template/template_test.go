@@ -1,4 +1,4 @@
-package launcher
+package template
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 )
@@ -24,9 +25,9 @@ func TestTemplatePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"restrictive", "standard", "permissive"} {
-		pl := mustPlan(t, name, Request{}, fakeHost(0, CgroupV1))
-		tp := &Template{l: &Launcher{profiles: set}, plan: pl}
-		if err := tp.derivePolicies(name); err != nil {
+		pl := rootPlan(t, set, name)
+		tp := &Template{plan: pl}
+		if err := tp.derivePolicies(set, name); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if !pl.Child.SeccompListener || !strings.HasSuffix(pl.Child.SeccompPolicy, "-template") || len(tp.callFilter) == 0 {
@@ -81,12 +82,12 @@ func TestCheckSmaps(t *testing.T) {
 
 // setns and unshare (a past bug class: joining or making namespaces from
 // a multi-threaded Go program) appear as calls only where allowed: the
-// template's lo set-up (one locked thread, template_netns.go) and its
-// id-map opener (a raw clone, template_mapper.go).
+// template's lo set-up (one locked thread, launcher/template/netns.go)
+// and its id-map opener (a raw clone, launcher/template/mapper.go).
 func TestSetnsOnlyWhereAllowed(t *testing.T) {
-	allowed := map[string]bool{"launcher/template_netns.go": true, "launcher/template_mapper.go": true}
+	allowed := map[string]bool{"launcher/template/netns.go": true, "launcher/template/mapper.go": true}
 	call := regexp.MustCompile(`\b(unix|syscall)\.(Setns|Unshare)\(|RawSyscall6?\((unix|syscall)\.SYS_(SETNS|UNSHARE)\b`)
-	root := ".."
+	root := filepath.Join("..", "..")
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -120,7 +121,7 @@ func TestSetnsOnlyWhereAllowed(t *testing.T) {
 func TestTemplateWorkDirTarget(t *testing.T) {
 	for target, ok := range map[string]bool{"/work": true, "/srv/call": true, "work": false, "/work/": false, "/": false,
 		"/proc/x": false, "/dev": false, "/tmp/work": false, "/dev/shm/w": false} {
-		pl := mustPlan(t, "standard", Request{}, fakeHost(0, CgroupV1))
+		pl := rootPlan(t, nil, "standard")
 		tp := &Template{plan: pl}
 		tp.planMounts()
 		n := len(pl.Child.Mounts)
@@ -169,7 +170,7 @@ func TestRecvDocumentTooLarge(t *testing.T) {
 	}
 }
 
-// A template takes calls until TemplateMaxCalls or TemplateMaxAge, each
+// A template takes calls until MaxCalls or MaxAge, each
 // named as its retirement's reason.
 func TestRecycleReason(t *testing.T) {
 	for _, c := range []struct {
@@ -178,13 +179,34 @@ func TestRecycleReason(t *testing.T) {
 		want  RetireReason
 	}{
 		{1, 0, ""},
-		{TemplateMaxCalls - 1, TemplateMaxAge - time.Second, ""},
-		{TemplateMaxCalls, 0, RetiredCalls},
-		{1, TemplateMaxAge, RetiredAge},
-		{TemplateMaxCalls, TemplateMaxAge, RetiredCalls},
+		{MaxCalls - 1, MaxAge - time.Second, ""},
+		{MaxCalls, 0, RetiredCalls},
+		{1, MaxAge, RetiredAge},
+		{MaxCalls, MaxAge, RetiredCalls},
 	} {
 		if got := recycleReason(c.calls, c.age); got != c.want {
 			t.Errorf("%d calls, %s old: %q, want %q", c.calls, c.age, got, c.want)
 		}
 	}
+}
+
+// rootPlan is profile's plan (of set; nil: the embedded profiles) for a
+// root launcher on a cgroup v1 host, as a template's is before T1 changes it.
+func rootPlan(t *testing.T, set *profiles.Set, profile string) *launcher.Plan {
+	t.Helper()
+	if set == nil {
+		var err error
+		if set, err = profiles.Embedded(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := set.Lookup(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := launcher.NewPlan(p, launcher.Request{Argv: []string{"/bin/true"}}, launcher.Host{Cgroup: launcher.CgroupV1}, nil)
+	if err != nil {
+		t.Fatalf("plan %s: %v", profile, err)
+	}
+	return pl
 }

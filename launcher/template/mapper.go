@@ -1,4 +1,4 @@
-package launcher
+package template
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // The id-map opener of a per-tool template. A call's user namespace is
@@ -45,9 +47,10 @@ import (
 // launcher's heap). Why the program itself and not a binary of its own:
 // no second program to build, ship or keep from being written (the
 // running program's file is the host's, which the template's ids cannot
-// write: CVE-2019-5736); and the dispatch is in this package's init, so
-// every program that can start a template (str, str-worker, str-bench,
-// the tests) serves as its mapper by construction.
+// write: CVE-2019-5736); and the dispatch is in this package's init,
+// which every program that can start a template links (Start is here:
+// str, str-worker, str-bench, the tests), so each serves as its mapper
+// by construction.
 
 // mapperArgv0 is the argv[0] under which the launcher's program is a
 // template's id-map opener (serveMapper).
@@ -105,7 +108,7 @@ func startMapper(nsPath string) (*idMapper, error) {
 
 	var pid uintptr
 	var errno syscall.Errno
-	withSignalsBlocked(func() { pid, errno = forkMapper(m, nsfd, sp[1], exe, os.Getpid()) })
+	launcher.WithSignalsBlocked(func() { pid, errno = forkMapper(m, nsfd, sp[1], exe, os.Getpid()) })
 	unix.Close(exe)
 	unix.Close(sp[1])
 	if errno != 0 {

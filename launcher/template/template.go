@@ -1,4 +1,4 @@
-package launcher
+package template
 
 // A per-tool template ("zygote"): one Python per tool, started in a
 // sandbox of the tool's profile, imports the tool once; each call is a
@@ -18,7 +18,7 @@ package launcher
 //	    empty read-only tmpfs (the template never reaches a child's
 //	    /proc/PID/mem: it owns each child's user namespace, so the kernel
 //	    would let it), its /tmp and /dev/shm read-only (nothing writable
-//	    is shared with a child); TemplateSlots host id pairs are leased
+//	    is shared with a child); Slots host id pairs are leased
 //	    with it and mapped into its user namespace (Plan.ExtraIDMaps)
 //	T2. start it; take the listener; wait for "ready" on the control
 //	    socket (the tool is imported, gc.freeze done)
@@ -26,7 +26,7 @@ package launcher
 //	    but 0-2 and the control socket, no shared or memfd mapping
 //	T4. answer notifications (serveNotifications) until it ends
 //
-//	C1.  take a free id pair (TemplateSlots calls live at once)
+//	C1.  take a free id pair (Slots calls live at once)
 //	C2.  re-check the template is single-threaded; order one fork with
 //	     the call's socket (SCM_RIGHTS); the notified clone from the
 //	     template's pid with exactly seccomp.CallClone is let through
@@ -38,7 +38,7 @@ package launcher
 //	C4.  setgroups deny, gid_map and uid_map: the profile's gid and uid
 //	     (a cold sandbox's tool's) -> the pair's host id
 //	C5.  lo up in its network namespace and the egress listeners
-//	     opened there (template_netns.go: the ones nsinit step 10 opens
+//	     opened there (netns.go: the ones nsinit step 10 opens
 //	     in a cold sandbox, at the same addresses), served by an egress
 //	     session of the call's own with the template's policy (the
 //	     tool's, tightened as for a cold run): the call's traffic and
@@ -61,7 +61,7 @@ package launcher
 //	     cgroup
 //	C12. wait for the exit (pidfd), empty the slot's cgroup, return the pair
 //
-// The template is retired after TemplateMaxCalls calls or TemplateMaxAge
+// The template is retired after MaxCalls calls or MaxAge
 // (one address-space layout for all its children; "From Zygote to
 // Morula", NDSS 2014), or when its tool's source hash changes (Stale).
 
@@ -83,22 +83,25 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/securetoolruntime/str/egress"
-	"github.com/securetoolruntime/str/nsinit"
-	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
+
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
 )
 
-// Recycling: a template serves at most TemplateMaxCalls calls and lives at
-// most TemplateMaxAge; then it is retired and a new one (a new address
+// Recycling: a template serves at most MaxCalls calls and lives at
+// most MaxAge; then it is retired and a new one (a new address
 // space layout, a new import) takes over. Constants for now; per-tool
 // settings later.
 const (
-	TemplateMaxCalls = 500
-	TemplateMaxAge   = 10 * time.Minute
-	// TemplateSlots is how many calls of one template live at once: the
+	MaxCalls = 500
+	MaxAge   = 10 * time.Minute
+	// Slots is how many calls of one template live at once: the
 	// host id pairs leased with it.
-	TemplateSlots = 8
+	Slots = 8
 )
 
 // templateSlotInside is the id, inside the template's user namespace, of
@@ -109,9 +112,9 @@ func templateSlotInside(i int) int { return 100000 + i }
 // the call itself (start, hello, setup): generous, never a measure.
 const templateDeadline = 60 * time.Second
 
-// ErrTemplateRefused: the template holds something a child would share
+// ErrRefused: the template holds something a child would share
 // (a thread, a descriptor, a shared mapping) or did not start.
-var ErrTemplateRefused = errors.New("template refused")
+var ErrRefused = errors.New("template refused")
 
 // ErrCallOutOfMemory: the call was killed at its cgroup's memory limit.
 var ErrCallOutOfMemory = errors.New("killed: out of memory")
@@ -122,16 +125,16 @@ var ErrCallOutOfMemory = errors.New("killed: out of memory")
 // may run elsewhere (the worker runs it in a sandbox of its own).
 var ErrCallNetwork = errors.New("the call's network could not be set up")
 
-// ErrTemplateRetired: the template may not take more calls (recycled,
+// ErrRetired: the template may not take more calls (recycled,
 // failed a check, or ended); start a new one.
-var ErrTemplateRetired = errors.New("template retired")
+var ErrRetired = errors.New("template retired")
 
-// TemplateRequest describes a template: Request is the sandbox (profile,
+// Request describes a template: Request is the sandbox (profile,
 // binds, environment), whose Argv starts the template runner with its
-// control socket at fd 3 (StartTemplate makes it the first ExtraFile);
+// control socket at fd 3 (Start makes it the first ExtraFile);
 // SourceHash identifies the tool's source (Stale).
-type TemplateRequest struct {
-	Request    Request
+type Request struct {
+	Request    launcher.Request
 	SourceHash string
 	// WorkDirTarget, when set, is where each call's work dir
 	// (CallOptions.WorkDir) is mounted in the call: an empty directory
@@ -140,7 +143,7 @@ type TemplateRequest struct {
 	WorkDirTarget string
 	// ReadyTimeout bounds the wait for the template runner's "ready"
 	// (T2: the tool imported); 0 is templateDeadline. A tool whose import
-	// takes longer is refused (ErrTemplateRefused).
+	// takes longer is refused (ErrRefused).
 	ReadyTimeout time.Duration
 }
 
@@ -162,20 +165,16 @@ type CallOptions struct {
 // CallWorkDir makes a template call's work dir as a sandbox's is made
 // (launcher step L9): under spec, capped by the profile's work_dir (root
 // mode: its own tmpfs), filled, owned by uid and gid (the call's pair:
-// CallOptions.WorkDir's arguments). WorkDir.Remove removes it.
-func (t *Template) CallWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
-	return makeWorkDir(spec, &t.plan.WorkDir, uid, gid)
+// CallOptions.WorkDir's arguments). launcher.WorkDir.Remove removes it.
+func (t *Template) CallWorkDir(spec launcher.WorkDirSpec, uid, gid int) (*launcher.WorkDir, error) {
+	return t.plan.MakeWorkDir(spec, uid, gid)
 }
-
-// Remove removes a work dir made by Template.CallWorkDir (its mounts
-// first).
-func (w *WorkDir) Remove() error { return w.remove() }
 
 // Template is one running template and its supervisor.
 type Template struct {
-	l          *Launcher
-	sb         *Sandbox
-	plan       *Plan
+	l          *launcher.Launcher
+	sb         *launcher.Sandbox
+	plan       *launcher.Plan
 	ctrl       *os.File // our end of the control socket
 	listener   *os.File // the template filter's listener
 	pid        int      // the template's host pid
@@ -183,7 +182,7 @@ type Template struct {
 	filters    int    // the template's Seccomp_filters
 	callFilter []byte // seccomp.CallPolicy of the profile, for each child
 	fresh      []freshMount
-	workTarget string            // TemplateRequest.WorkDirTarget
+	workTarget string            // Request.WorkDirTarget
 	callListen []nsinit.Listener // each call's egress listeners (C5)
 	nproc      uint64            // the profile's RLIMIT_NPROC, set by each call on itself (0: none)
 	hash       string
@@ -192,9 +191,9 @@ type Template struct {
 	slots      chan int
 	// slotsOnce, releaseOnce: Close and Drain end the template once.
 	slotsOnce, releaseOnce sync.Once
-	leases                 []*idLease
-	base                   []int           // host id of each slot
-	cgs                    []sandboxCgroup // the cgroup of each slot (nil entries: no cgroup), one call at a time
+	leases                 []*launcher.HostIDLease
+	base                   []int              // host id of each slot
+	cgs                    []*launcher.Cgroup // the cgroup of each slot (nil entries: no cgroup), one call at a time
 
 	orderMu sync.Mutex // one fork order at a time
 	mu      sync.Mutex
@@ -212,11 +211,11 @@ type freshMount struct {
 	data   string // tmpfs options (size=,mode=)
 }
 
-// StartTemplate performs T1-T3 and starts T4. Root mode only: the calls'
+// Start performs T1-T3 with l and starts T4. Root mode only: the calls'
 // host ids are leased. ctx is the template's lifetime (its end kills the
 // template as a cancelled sandbox), not a deadline for the start.
-func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Template, error) {
-	if l.host.UID != 0 {
+func Start(ctx context.Context, l *launcher.Launcher, tr Request) (*Template, error) {
+	if l.Host().UID != 0 {
 		return nil, errors.New("template: root mode only (each call gets leased host ids)")
 	}
 	req := tr.Request
@@ -226,7 +225,7 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	}
 	defer theirs.Close()
 	req.ExtraFiles = append([]*os.File{theirs}, req.ExtraFiles...)
-	req.Idle = TemplateMaxAge + time.Minute // its wall clock: it is never armed
+	req.Idle = MaxAge + time.Minute // its wall clock: it is never armed
 
 	// T1. The plan.
 	pl, err := l.Plan(req)
@@ -234,7 +233,7 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 		ours.Close()
 		return nil, err
 	}
-	t := &Template{l: l, plan: pl, ctrl: ours, hash: tr.SourceHash, done: make(chan struct{}), slots: make(chan int, TemplateSlots)}
+	t := &Template{l: l, plan: pl, ctrl: ours, hash: tr.SourceHash, done: make(chan struct{}), slots: make(chan int, Slots)}
 	// The egress listeners move from the template to each call: served
 	// in the template's namespace, import-time code would have the
 	// tool's network with nobody's call to attribute it to. The proxy
@@ -247,7 +246,7 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 		t.release()
 		return nil, err
 	}
-	if err := t.derivePolicies(req.Profile); err != nil {
+	if err := t.derivePolicies(l.Profiles(), req.Profile); err != nil {
 		return fail(err)
 	}
 	t.planMounts()
@@ -258,30 +257,25 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	if err := t.planWorkDir(tr.WorkDirTarget); err != nil {
 		return fail(err)
 	}
-	for i := 0; i < TemplateSlots; i++ {
+	for i := 0; i < Slots; i++ {
 		// Each slot's cgroup is made once and reused by its calls, one at
 		// a time, emptied in between: a fresh cgroup per call cost a
 		// mkdir and rmdir in each hierarchy plus the kernel's deferred
 		// teardown (spawn-anatomy §4c: 2.0-2.8x bwrap with fresh cgroups,
 		// 3.2-3.4x reused). What a call leaves charged (page cache) is
 		// charged to the next call of the slot; no data of it is.
-		var cg sandboxCgroup
-		if pl.Cgroup.Mode != CgroupNone {
-			l.cgroupMu.Lock()
-			cg, err = l.createCgroup(newCgroupID(), pl)
-			l.cgroupMu.Unlock()
-			if err != nil {
-				return fail(fmt.Errorf("template: create the calls' cgroups: %w", err))
-			}
+		cg, err := l.NewCgroup(pl)
+		if err != nil {
+			return fail(fmt.Errorf("template: create the calls' cgroups: %w", err))
 		}
 		t.cgs = append(t.cgs, cg)
-		lease, err := leaseIDs(l.ids, l.idLeaseDir)
+		lease, err := l.LeaseHostIDs()
 		if err != nil {
 			return fail(fmt.Errorf("template: lease the calls' host ids: %w", err))
 		}
 		t.leases = append(t.leases, lease)
-		t.base = append(t.base, lease.base)
-		pl.ExtraIDMaps = append(pl.ExtraIDMaps, IDMap{Inside: templateSlotInside(i), Outside: lease.base, Size: 1})
+		t.base = append(t.base, lease.Base())
+		pl.ExtraIDMaps = append(pl.ExtraIDMaps, launcher.IDMap{Inside: templateSlotInside(i), Outside: lease.Base(), Size: 1})
 		t.slots <- i
 	}
 
@@ -297,14 +291,14 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	t.started = time.Now()
 	t.pid = sb.Pid()
 	select {
-	case l := <-sb.notify:
+	case l := <-sb.SeccompListener():
 		if t.listener, err = pollable(l); err != nil {
 			return fail(fmt.Errorf("template: seccomp listener: %w", err))
 		}
 	case <-sb.Ended():
-		return fail(fmt.Errorf("%w: the template ended before its step 19a: %s", ErrTemplateRefused, t.endText()))
+		return fail(fmt.Errorf("%w: the template ended before its step 19a: %s", ErrRefused, t.endText()))
 	case <-time.After(templateDeadline):
-		return fail(fmt.Errorf("%w: no seccomp listener from the template within %s", ErrTemplateRefused, templateDeadline))
+		return fail(fmt.Errorf("%w: no seccomp listener from the template within %s", ErrRefused, templateDeadline))
 	}
 	// The supervisor answers from now on: import-time code that tries
 	// the notified clone before any order gets EPERM, not a wait.
@@ -317,19 +311,19 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 		readyTimeout = templateDeadline
 	}
 	if _, err := t.readCtrl(&ready, readyTimeout); err != nil || ready.Type != "ready" {
-		return fail(fmt.Errorf("%w: no \"ready\" from the template runner (%v): %s", ErrTemplateRefused, err, t.endText()))
+		return fail(fmt.Errorf("%w: no \"ready\" from the template runner (%v): %s", ErrRefused, err, t.endText()))
 	}
 
 	// T3. Nothing a child would share.
 	if err := checkTemplateProcess(t.pid); err != nil {
-		return fail(fmt.Errorf("%w: %w", ErrTemplateRefused, err))
+		return fail(fmt.Errorf("%w: %w", ErrRefused, err))
 	}
-	if t.ns, err = nsInodes(t.pid); err != nil {
-		return fail(fmt.Errorf("%w: %w", ErrTemplateRefused, err))
+	if t.ns, err = launcher.NamespaceInodes(t.pid); err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrRefused, err))
 	}
 	st, err := readStatus(t.pid)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w", ErrTemplateRefused, err))
+		return fail(fmt.Errorf("%w: %w", ErrRefused, err))
 	}
 	t.filters, _ = strconv.Atoi(st["Seccomp_filters"])
 	if t.mapper, err = startMapper(fmt.Sprintf("/proc/%d/ns/user", t.pid)); err != nil {
@@ -340,20 +334,20 @@ func (l *Launcher) StartTemplate(ctx context.Context, tr TemplateRequest) (*Temp
 	// retires the template.
 	go func() {
 		<-sb.Ended()
-		t.retire(RetiredEnded, fmt.Errorf("%w: the template ended", ErrTemplateRetired))
+		t.retire(RetiredEnded, fmt.Errorf("%w: the template ended", ErrRetired))
 	}()
 	return t, nil
 }
 
-// derivePolicies compiles the template's filter into the plan and keeps
-// the calls' filter.
-func (t *Template) derivePolicies(profile string) error {
+// derivePolicies compiles the template's filter (profile's, of set) into
+// the plan and keeps the calls' filter.
+func (t *Template) derivePolicies(set *profiles.Set, profile string) error {
 	if profile == "" {
 		profile = "standard"
 	}
-	prof, err := t.l.profiles.Lookup(profile)
+	prof, err := set.Lookup(profile)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return fmt.Errorf("%w: %w", launcher.ErrInvalidRequest, err)
 	}
 	var base *seccomp.Policy
 	if strings.HasPrefix(prof.Seccomp, "/") {
@@ -453,7 +447,7 @@ func (t *Template) checkBinds() error {
 		}
 		for _, f := range t.fresh {
 			if under(m.Target, f.target) {
-				return fmt.Errorf("%w: template: bind %s is under %s, which each call gets fresh (it would not see the bind)", ErrInvalidRequest, m.Target, f.target)
+				return fmt.Errorf("%w: template: bind %s is under %s, which each call gets fresh (it would not see the bind)", launcher.ErrInvalidRequest, m.Target, f.target)
 			}
 		}
 	}
@@ -461,7 +455,7 @@ func (t *Template) checkBinds() error {
 }
 
 // planWorkDir adds the empty directory each call's work dir is mounted
-// on (TemplateRequest.WorkDirTarget).
+// on (Request.WorkDirTarget).
 func (t *Template) planWorkDir(target string) error {
 	if target == "" {
 		return nil
@@ -472,7 +466,7 @@ func (t *Template) planWorkDir(target string) error {
 		bad = bad || under(target, f.target) || under(f.target, target)
 	}
 	if bad {
-		return fmt.Errorf("%w: template work dir target %q: an absolute clean path outside /proc, /dev and the calls' fresh mounts", ErrInvalidRequest, target)
+		return fmt.Errorf("%w: template work dir target %q: an absolute clean path outside /proc, /dev and the calls' fresh mounts", launcher.ErrInvalidRequest, target)
 	}
 	t.workTarget = target
 	t.plan.Child.Mounts = append(t.plan.Child.Mounts, nsinit.Mount{Kind: nsinit.MountDir, Target: target, Mode: 0o755})
@@ -499,8 +493,8 @@ type RetireReason string
 // The reasons, in the words of the worker's
 // str_worker_templates_retired_total{reason}.
 const (
-	RetiredCalls       RetireReason = "calls"        // it served TemplateMaxCalls calls
-	RetiredAge         RetireReason = "age"          // it is TemplateMaxAge old
+	RetiredCalls       RetireReason = "calls"        // it served MaxCalls calls
+	RetiredAge         RetireReason = "age"          // it is MaxAge old
 	RetiredFailedCheck RetireReason = "failed_check" // a check at a fork order, of a child or of a slot's cgroup failed
 	RetiredEnded       RetireReason = "ended"        // the template's process ended
 	RetiredClosed      RetireReason = "closed"       // Close
@@ -516,12 +510,12 @@ func (t *Template) Why() RetireReason {
 
 // recycleReason is why a template that has taken calls calls and is age
 // old takes no more ("" if it may take the next): its address-space
-// layout has been shared long enough (TemplateMaxCalls, TemplateMaxAge).
+// layout has been shared long enough (MaxCalls, MaxAge).
 func recycleReason(calls int, age time.Duration) RetireReason {
 	switch {
-	case calls >= TemplateMaxCalls:
+	case calls >= MaxCalls:
 		return RetiredCalls
-	case age >= TemplateMaxAge:
+	case age >= MaxAge:
 		return RetiredAge
 	}
 	return ""
@@ -543,7 +537,7 @@ func (t *Template) retire(reason RetireReason, why error) {
 // a template replaced while serving is drained (Drain). Close and Drain
 // may both be called, in any order and at once.
 func (t *Template) Close() {
-	t.retire(RetiredClosed, fmt.Errorf("%w: closed", ErrTemplateRetired))
+	t.retire(RetiredClosed, fmt.Errorf("%w: closed", ErrRetired))
 	t.kill()
 	t.takeSlots()
 	t.release()
@@ -552,14 +546,14 @@ func (t *Template) Close() {
 // Drain retires the template, waits until every call in flight has
 // answered and cleaned up (each gives its slot back; a call is bounded by
 // its own timeout), then ends the template as Close does. A template is
-// recycled (TemplateMaxCalls, TemplateMaxAge) or replaced while calls run
+// recycled (MaxCalls, MaxAge) or replaced while calls run
 // in it: killing it then would kill those calls (their parent-death
 // signal), and a call must never fail because its template was recycled.
 // A call that took its slot runs to its end (one racing the retirement
 // may still take a slot: it is waited for like the others); a call that
-// starts after the retirement is refused (ErrTemplateRetired).
+// starts after the retirement is refused (ErrRetired).
 func (t *Template) Drain() {
-	t.retire(RetiredDrained, fmt.Errorf("%w: drained", ErrTemplateRetired))
+	t.retire(RetiredDrained, fmt.Errorf("%w: drained", ErrRetired))
 	t.takeSlots()
 	t.kill()
 	t.release()
@@ -605,7 +599,7 @@ func (t *Template) releaseAll() {
 	// The ids and cgroups go back only when no call can still hold them
 	// (takeSlots came first).
 	for _, l := range t.leases {
-		l.release()
+		l.Release()
 	}
 	t.leases = nil
 	for _, cg := range t.cgs {
@@ -759,7 +753,7 @@ type CallResult struct {
 	TimedOut bool
 	Wall     time.Duration
 	// Network is what the call's egress session denied (C5).
-	Network NetworkReport
+	Network launcher.NetworkReport
 	// KilledForViolation: the policy says on_violation: kill, and it
 	// killed the call (Document is then empty).
 	KilledForViolation bool
@@ -794,7 +788,7 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, opts CallOptions
 	t.mu.Unlock()
 	if reason := recycleReason(calls, age); reason != "" {
 		// This call is its last.
-		t.retire(reason, fmt.Errorf("%w: %d calls, %s old", ErrTemplateRetired, calls, age.Round(time.Second)))
+		t.retire(reason, fmt.Errorf("%w: %d calls, %s old", ErrRetired, calls, age.Round(time.Second)))
 	}
 	c := &templateCall{t: t, slot: slot, hostID: t.base[slot], pidfd: -1}
 	// The answer goes back before the child is gone: its exit, the
@@ -812,7 +806,7 @@ func (t *Template) Call(ctx context.Context, runnerArgs []byte, opts CallOptions
 		if errors.As(err, &fe) {
 			// A child that is not what the supervisor made is the
 			// template's doing: no more calls from it.
-			t.retire(RetiredFailedCheck, fmt.Errorf("%w: %w", ErrTemplateRetired, err))
+			t.retire(RetiredFailedCheck, fmt.Errorf("%w: %w", ErrRetired, err))
 		}
 		return nil, err
 	}
@@ -833,7 +827,7 @@ type templateCall struct {
 	sock   *os.File // our end of the call's socket
 	pid    int
 	pidfd  int
-	cg     sandboxCgroup
+	cg     *launcher.Cgroup
 	procFD int // the child's /proc root (our detached mount fd's dup)
 
 	egress     *egress.Session // the call's egress proxy (C5)
@@ -864,7 +858,7 @@ func (c *templateCall) cleanup() {
 		if !c.cg.Empty() {
 			// Never handed to another call while anything of this one
 			// is left in it.
-			c.t.retire(RetiredFailedCheck, fmt.Errorf("%w: cgroup %s not empty after its call", ErrTemplateRetired, c.cg.Path()))
+			c.t.retire(RetiredFailedCheck, fmt.Errorf("%w: cgroup %s not empty after its call", ErrRetired, c.cg.Path()))
 		}
 	}
 }
@@ -954,7 +948,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	if err := unix.PidfdSendSignal(c.pidfd, 0, nil, 0); err != nil {
 		return nil, failChild("pid %d ended while its ids were mapped: %v", pid, err)
 	}
-	t.leases[c.slot].record(pid)
+	t.leases[c.slot].Record(pid)
 
 	// C5. lo and the egress listeners, in the child's network namespace;
 	// served before any call data (C10), as a cold sandbox's are before
@@ -969,7 +963,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	// slot's previous call), with the profile's limits.
 	if cg := t.cgs[c.slot]; cg != nil {
 		c.cg = cg
-		if err := enterCgroup(cg, pid); err != nil {
+		if err := cg.Enter(pid); err != nil {
 			return nil, fmt.Errorf("template call: move pid %d into %s: %w", pid, cg.Path(), err)
 		}
 	}
@@ -1043,7 +1037,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	})
 	var oom0 int64
 	if c.cg != nil {
-		oom0 = c.cg.Stats().OOMKills
+		oom0 = c.cg.OOMKills()
 	}
 	doc, err := recvDocument(ours, timeout+templateDeadline)
 	stop()
@@ -1060,7 +1054,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 		return res, nil
 	}
 	if err != nil {
-		if c.cg != nil && c.cg.Stats().OOMKills > oom0 {
+		if c.cg != nil && c.cg.OOMKills() > oom0 {
 			return nil, fmt.Errorf("template call: %w (the slot's cgroup %s)", ErrCallOutOfMemory, c.cg.Path())
 		}
 		return nil, fmt.Errorf("template call: no answer from the child: %w", err)
@@ -1089,26 +1083,16 @@ func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
 	for i, l := range t.callListen {
 		files[l.Name] = os.NewFile(uintptr(fds[i]), l.Name)
 	}
-	l := takeListeners(files)
-	icpt, err := t.sb.interception()
-	if err != nil {
-		closeListeners(l)
-		return fmt.Errorf("egress: %w", err)
-	}
-	sess, err := egress.Start(ctx, t.plan.Network, l, egress.Options{
-		Intercept: icpt,
-		OnKill: func(egress.Event) {
-			c.policyKill.Store(true)
-			_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
-			// The slot's cgroup, not c.cg: set at C6, after this session
-			// starts serving.
-			if cg := t.cgs[c.slot]; cg != nil {
-				_ = cg.Kill()
-			}
-		},
+	sess, err := t.sb.ServeEgress(ctx, files, func(egress.Event) {
+		c.policyKill.Store(true)
+		_ = unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0)
+		// The slot's cgroup, not c.cg: set at C6, after this session
+		// starts serving.
+		if cg := t.cgs[c.slot]; cg != nil {
+			_ = cg.Kill()
+		}
 	})
 	if err != nil {
-		closeListeners(l)
 		return err
 	}
 	c.egress = sess
@@ -1116,8 +1100,8 @@ func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
 }
 
 // networkReport is the call's egress session's record of denials so far.
-func (c *templateCall) networkReport() NetworkReport {
-	var r NetworkReport
+func (c *templateCall) networkReport() launcher.NetworkReport {
+	var r launcher.NetworkReport
 	if c.egress != nil {
 		r.Violations, r.Dropped = c.egress.Violations()
 		r.Summary = c.egress.Summary()
@@ -1138,7 +1122,7 @@ func (c *templateCall) order(theirs *os.File) error {
 	t := c.t
 	defer theirs.Close()
 	if n, err := countTasks(t.pid); err != nil || n != 1 {
-		t.retire(RetiredFailedCheck, fmt.Errorf("%w: the template has %d threads (%v): a fork copies one", ErrTemplateRetired, n, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: the template has %d threads (%v): a fork copies one", ErrRetired, n, err))
 		return t.Retired()
 	}
 	t.orderMu.Lock()
@@ -1153,7 +1137,7 @@ func (c *templateCall) order(theirs *os.File) error {
 	}()
 	order := map[string]any{"type": "fork", "nr": unix.SYS_CLONE, "flags": seccomp.CallClone}
 	if err := sendJSON(t.ctrl, order, []int{int(theirs.Fd())}); err != nil {
-		t.retire(RetiredFailedCheck, fmt.Errorf("%w: send fork order: %w", ErrTemplateRetired, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: send fork order: %w", ErrRetired, err))
 		return t.Retired()
 	}
 	var rep struct {
@@ -1161,14 +1145,14 @@ func (c *templateCall) order(theirs *os.File) error {
 		Error string `json:"error"`
 	}
 	if _, err := t.readCtrl(&rep, templateDeadline); err != nil {
-		t.retire(RetiredFailedCheck, fmt.Errorf("%w: no answer to the fork order: %w", ErrTemplateRetired, err))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: no answer to the fork order: %w", ErrRetired, err))
 		return t.Retired()
 	}
 	if rep.Type != "forked" {
 		// The ordered clone failed: either the kernel refused it, or
 		// another clone from the template's thread took the order (code
 		// of the tool's in a hook): retire the template either way.
-		t.retire(RetiredFailedCheck, fmt.Errorf("%w: the template could not fork: %s", ErrTemplateRetired, rep.Error))
+		t.retire(RetiredFailedCheck, fmt.Errorf("%w: the template could not fork: %s", ErrRetired, rep.Error))
 		return t.Retired()
 	}
 	return nil
@@ -1187,7 +1171,7 @@ func (c *templateCall) adopt(pid int) error {
 		if st["PPid"] != strconv.Itoa(t.pid) {
 			return failChild("pid %d has parent %s, not the template %d", pid, st["PPid"], t.pid)
 		}
-		ns, err := nsInodes(pid)
+		ns, err := launcher.NamespaceInodes(pid)
 		if err != nil {
 			return failChild("pid %d: %v", pid, err)
 		}
@@ -1318,7 +1302,7 @@ func (c *templateCall) verify(sockIno uint64) (*ChildCheck, error) {
 			return nil, failChild("pid %d: %s is %q, want %q", pid, k, st[k], v)
 		}
 	}
-	ns, err := nsInodes(pid)
+	ns, err := launcher.NamespaceInodes(pid)
 	if err != nil {
 		return nil, failChild("pid %d: %v", pid, err)
 	}
@@ -1350,7 +1334,7 @@ func (c *templateCall) verify(sockIno uint64) (*ChildCheck, error) {
 	}
 	// The call's cgroup.
 	if c.cg != nil {
-		if err := inCgroup(pid, c.cg); err != nil {
+		if err := c.cg.Holds(pid); err != nil {
 			return nil, failChild("pid %d: %v", pid, err)
 		}
 	}
@@ -1471,20 +1455,6 @@ func countPids(procFD int) (int, error) {
 	return n, err
 }
 
-// nsInodes is every one of pid's 7 namespaces (namespaceNames), or an
-// error.
-func nsInodes(pid int) (map[string]uint64, error) {
-	out := map[string]uint64{}
-	for _, n := range namespaceNames {
-		var st unix.Stat_t
-		if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, n), &st); err != nil {
-			return nil, err
-		}
-		out[n] = st.Ino
-	}
-	return out, nil
-}
-
 // readStatus is /proc/PID/status as key -> value (tabs kept).
 func readStatus(pid int) (map[string]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -1499,46 +1469,6 @@ func readStatus(pid int) (map[string]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// enterCgroup moves pid into every hierarchy of cg.
-func enterCgroup(cg sandboxCgroup, pid int) error {
-	p := []byte(strconv.Itoa(pid))
-	switch c := cg.(type) {
-	case *cgroupV1:
-		for _, ctl := range c.order {
-			if err := os.WriteFile(filepath.Join(c.paths[ctl], "cgroup.procs"), p, 0); err != nil {
-				return err
-			}
-		}
-		return nil
-	case *cgroupV2:
-		return os.WriteFile(filepath.Join(c.path, "cgroup.procs"), p, 0)
-	}
-	return errors.New("unknown cgroup kind")
-}
-
-// inCgroup checks pid's /proc/PID/cgroup names cg in every hierarchy.
-func inCgroup(pid int, cg sandboxCgroup) error {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		return err
-	}
-	id := filepath.Base(cg.Path())
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasSuffix(line, "/"+id) {
-			n++
-		}
-	}
-	want := 1
-	if c, ok := cg.(*cgroupV1); ok {
-		want = len(c.order)
-	}
-	if n < want {
-		return fmt.Errorf("in %d of %d hierarchies of cgroup %s", n, want, id)
-	}
-	return nil
 }
 
 func setPassCred(f *os.File) error {
@@ -1657,7 +1587,7 @@ func recvJSON(f *os.File, v any, d time.Duration, creds bool) (int, int, error) 
 		return 0, 0, err
 	}
 	var buf []byte
-	n, oobn, flags, err := recvMessage(raw, &buf, oob, maxTemplateMessage)
+	n, oobn, flags, err := launcher.RecvMessage(raw, &buf, oob, maxTemplateMessage)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -1698,4 +1628,13 @@ func templatePair(name string) (ours, theirs *os.File, err error) {
 		return nil, nil, err
 	}
 	return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), name+"-peer"), nil
+}
+
+// under: path is dir or lies under it.
+func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }

@@ -1,4 +1,4 @@
-package launcher_test
+package template_test
 
 import (
 	"context"
@@ -12,12 +12,13 @@ import (
 
 	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
 // A template call whose egress listeners cannot be made (C5; injected
-// through launcher.SetCallNetwork) fails with ErrCallNetwork before any
+// through template.SetCallNetwork) fails with ErrCallNetwork before any
 // of its data or its work dir exists, and the template is not retired:
 // the next call, with the listeners made, runs in it.
 func TestTemplateCallNetworkFails(t *testing.T) {
@@ -50,7 +51,7 @@ func TestTemplateCallNetworkFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tpl, err := l.StartTemplate(context.Background(), launcher.TemplateRequest{SourceHash: "test", Request: launcher.Request{
+	tpl, err := template.Start(context.Background(), l, template.Request{SourceHash: "test", Request: launcher.Request{
 		Profile: "restrictive",
 		Argv:    runner.Command("/usr/bin/python3", "/opt/str-runner/"+filepath.Base(rpath), "--template", "3", "net_fail_tool", "hello"),
 		Env:     []string{"PYTHONPATH=/opt/str-tools", "PYTHONDONTWRITEBYTECODE=1"},
@@ -67,19 +68,19 @@ func TestTemplateCallNetworkFails(t *testing.T) {
 
 	injected := errors.New("injected: no listeners")
 	fail := true
-	launcher.SetCallNetwork(t, func(nsPath string, ls []nsinit.Listener) ([]int, error) {
+	template.SetCallNetwork(t, func(nsPath string, ls []nsinit.Listener) ([]int, error) {
 		if fail {
 			return nil, injected
 		}
-		return launcher.CallNetwork(nsPath, ls)
+		return template.CallNetwork(nsPath, ls)
 	})
 	madeWorkDir := false
-	opts := launcher.CallOptions{Timeout: time.Minute, WorkDir: func(int, int) (string, error) {
+	opts := template.CallOptions{Timeout: time.Minute, WorkDir: func(int, int) (string, error) {
 		madeWorkDir = true
 		return "", errors.New("not wanted")
 	}}
 	_, err = tpl.Call(context.Background(), args, opts)
-	if !errors.Is(err, launcher.ErrCallNetwork) || !errors.Is(err, injected) {
+	if !errors.Is(err, template.ErrCallNetwork) || !errors.Is(err, injected) {
 		t.Fatalf("call with failing listeners: %v, want ErrCallNetwork wrapping the injected error", err)
 	}
 	if madeWorkDir {
@@ -90,7 +91,7 @@ func TestTemplateCallNetworkFails(t *testing.T) {
 	}
 
 	fail = false
-	res, err := tpl.Call(context.Background(), args, launcher.CallOptions{Timeout: time.Minute})
+	res, err := tpl.Call(context.Background(), args, template.CallOptions{Timeout: time.Minute})
 	if err != nil {
 		t.Fatalf("the next call: %v", err)
 	}

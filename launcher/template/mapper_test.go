@@ -1,10 +1,12 @@
-package launcher
+package template
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
@@ -13,7 +15,7 @@ import (
 
 // The template mapper, started in a user namespace that maps its root to
 // a host id (as a template's does): it is this test program executed
-// again as mapperArgv0 (the package's init serves it), runs as that host
+// again as mapperArgv0 (this package's init serves it), runs as that host
 // id with no descriptor but its socket and /dev/null, opens a map path
 // it may write, refuses any other path and any map it may not open, and
 // is gone once closed.
@@ -22,10 +24,7 @@ func TestTemplateMapper(t *testing.T) {
 		mustwork.Skip(t, "a user namespace mapping root to a leased host id needs root")
 	}
 	const hostID = 300000
-	userns, action, err := idMapUserNS(0, hostID, 0, hostID)
-	if err != nil {
-		t.Fatalf("%s: %v", action, err)
-	}
+	userns := userNSRootAt(t, hostID)
 	defer unix.Close(userns)
 	mp, err := startMapper(fmt.Sprintf("/proc/self/fd/%d", userns))
 	if err != nil {
@@ -88,4 +87,30 @@ func TestTemplateMapper(t *testing.T) {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
 		t.Errorf("mapper %d still exists after close", pid)
 	}
+}
+
+// userNSRootAt is a descriptor of a new user namespace whose root is
+// hostID on the host (uid and gid), made by a process started in it and
+// then killed: the descriptor keeps the namespace.
+func userNSRootAt(t *testing.T, hostID int) int {
+	t.Helper()
+	cmd := exec.Command("/bin/sleep", "infinity")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostID, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostID, Size: 1}},
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("a process in a user namespace rooted at host id %d: %v", hostID, err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	path := fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	return fd
 }
