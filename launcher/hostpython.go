@@ -9,7 +9,7 @@ import (
 )
 
 // HostPython is the one place where str runs a program on the host outside
-// a sandbox (SECURITY.md, "What runs on the host"): the host's own Python
+// a sandbox (SECURITY.md, "Package installation"): the host's own Python
 // interpreter, as the caller (the worker: root in production), on a script
 // that is str's own text, never a tool's or a package's. Two callers use
 // it: the installer asks the interpreter for its site-packages dirs

@@ -9,8 +9,9 @@
 // opener of mapper.go), brings lo up in (netns.go, the one file that
 // calls setns), moves into its slot's cgroup, gives fresh mounts, and
 // verifies from the host before it sends the call. The steps are T1-T4
-// and C1-C12 in template.go; SECURITY.md ("Per-tool templates") says
-// what a template shares with its children and why each item is safe.
+// and C1-C12 in template.go; docs/security-design.md ("Per-tool
+// templates") says what a template shares with its children and why each
+// item is safe.
 //
 // What it does on the host, in the launcher's process (the worker's,
 // str-bench's, a test's): it leases the calls' host id pairs and makes
@@ -51,7 +52,8 @@
 // What it does not protect against: the children share the template's
 // memory as it was at the fork (copy-on-write: the imported tool,
 // gc.freeze'd) and its address-space layout, within the recycling
-// limits; SECURITY.md lists each shared item and why it is safe.
+// limits; docs/security-design.md lists each shared item and why it is
+// safe.
 //
 // What it trusts: package launcher (the plan, the sandbox, id leases,
 // cgroups, work dirs, the egress session); the caller (the worker),
