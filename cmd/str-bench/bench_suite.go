@@ -180,9 +180,9 @@ type benchCell struct {
 // benchState is everything one run collects.
 type benchState struct {
 	cfg      benchSuiteConfig
-	str      string // the str binary measured (resolved)
+	str      string      // the str binary measured (resolved)
 	strs     []*benchStr // --str, then --str-b when given
-	bench    string // this binary (resolved): the spawn, warm and echo drivers
+	bench    string      // this binary (resolved): the spawn, warm and echo drivers
 	bwrap    string
 	cells    []*benchCell
 	rows     []benchRow

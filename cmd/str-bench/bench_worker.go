@@ -37,7 +37,7 @@ const benchWorkerNamespace = "bench/"
 // benchWorker is one throw-away `str worker --embedded-broker` on free
 // loopback ports.
 type benchWorker struct {
-	name     string // cold, warm, template (str-b-cold... for --str-b: benchStr.id)
+	name     string    // cold, warm, template (str-b-cold... for --str-b: benchStr.id)
 	str      *benchStr // the str binary it runs
 	token    string    // its embedded broker's token file
 	env      []string  // the environment of its clients (str-bench echo): the token file
