@@ -141,8 +141,12 @@ type benchABRow struct {
 // bubblewrap's and B/A.
 func benchABTable(a, b string, rows []benchABRow) string {
 	var s strings.Builder
+	width := len("row") // the longest label's
+	for _, r := range rows {
+		width = max(width, len(r.label))
+	}
 	fmt.Fprintf(&s, "\nA/B: A = --str %s, B = --str-b %s (p50 unless said; same rounds, interleaved)\n", a, b)
-	fmt.Fprintf(&s, "%-50s %12s %12s %8s %8s %7s  %s\n", "row", "A", "B", "A/bwrap", "B/bwrap", "B/A", "bwrap")
+	fmt.Fprintf(&s, "%-*s %12s %12s %8s %8s %7s  %s\n", width, "row", "A", "B", "A/bwrap", "B/bwrap", "B/A", "bwrap")
 	val := func(v float64, unit string) string {
 		if math.IsNaN(v) {
 			return "-"
@@ -156,7 +160,7 @@ func benchABTable(a, b string, rows []benchABRow) string {
 		return strconv.FormatFloat(x/y, 'f', 2, 64) + "x"
 	}
 	for _, r := range rows {
-		fmt.Fprintf(&s, "%-50s %12s %12s %8s %8s %7s  %s\n", r.label, val(r.a, r.unit), val(r.b, r.unit),
+		fmt.Fprintf(&s, "%-*s %12s %12s %8s %8s %7s  %s\n", width, r.label, val(r.a, r.unit), val(r.b, r.unit),
 			ratio(r.a, r.ref), ratio(r.b, r.ref), ratio(r.b, r.a), r.refName)
 	}
 	s.WriteString("(B/A > 1: B slower, bigger, or for inv/s faster; bwrap: the figure each ratio is taken against)\n")

@@ -118,17 +118,41 @@ func TestBenchABReport(t *testing.T) {
 		t.Fatalf("no A/B table:\n%s", out)
 	}
 	ab, _, _ = strings.Cut(ab, "\n\n")
-	for _, want := range []string{
-		"/bin/true, str run restrictive                         12.00 ms     10.00 ms    1.50x    1.25x   0.83x  restrictive line",
-		"/bin/true, str run restrictive, CPU                    10.00 ms      8.00 ms    2.50x    2.00x   0.80x  restrictive line, CPU",
-		"/bin/true, str run --serve (client)                     6.00 ms      4.00 ms    0.75x    0.50x   0.67x  restrictive line",
-		"/bin/true, str run --serve, CPU client + str serve      4.00 ms      4.00 ms    1.00x    1.00x   1.00x  restrictive line, CPU",
-		"python3 -c pass, str run restrictive                          -            -      n/a      n/a     n/a  restrictive line",
-		"Pss per sandbox, str run                               2.00 MiB     1.00 MiB    4.00x    2.00x   0.50x  standard line",
+	lines := strings.Split(ab, "\n")
+	for _, want := range []struct{ label, rest string }{
+		{"/bin/true, str run restrictive", "12.00 ms 10.00 ms 1.50x 1.25x 0.83x restrictive line"},
+		{"/bin/true, str run restrictive, CPU", "10.00 ms 8.00 ms 2.50x 2.00x 0.80x restrictive line, CPU"},
+		{"/bin/true, str run --serve (client)", "6.00 ms 4.00 ms 0.75x 0.50x 0.67x restrictive line"},
+		{"/bin/true, str run --serve, CPU client + str serve", "4.00 ms 4.00 ms 1.00x 1.00x 1.00x restrictive line, CPU"},
+		{"python3 -c pass, str run restrictive", "- - n/a n/a n/a restrictive line"},
+		{"Pss per sandbox, str run", "2.00 MiB 1.00 MiB 4.00x 2.00x 0.50x standard line"},
 	} {
-		if !strings.Contains(ab, "\n"+want+"\n") {
-			t.Errorf("no line\n%s\nin the A/B table:%s", want, ab)
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, want.label+"  ") })
+		if i < 0 {
+			t.Errorf("no row %q in the A/B table:%s", want.label, ab)
+			continue
 		}
+		if got := strings.Join(strings.Fields(strings.TrimPrefix(lines[i], want.label)), " "); got != want.rest {
+			t.Errorf("row %q: %q, want %q", want.label, got, want.rest)
+		}
+	}
+	// One column for the labels: every row's A figure ends where the
+	// header's does.
+	end := strings.Index(lines[1], " A ") + 2
+	for _, l := range lines[2 : len(lines)-1] {
+		if f := strings.Fields(l[:end]); l[end] != ' ' || (f[len(f)-1] != "ms" && f[len(f)-1] != "MiB" && f[len(f)-1] != "inv/s" && f[len(f)-1] != "-") {
+			t.Errorf("row not aligned with the header %q: %q", lines[1], l)
+		}
+	}
+	// The cell table's title column fits the longest title: a served
+	// row of --str-b's has its p50 under the header's.
+	all := strings.Split(out, "\n")
+	header := all[slices.IndexFunc(all, func(l string) bool { return strings.HasPrefix(l, "cell ") })]
+	row := all[slices.IndexFunc(all, func(l string) bool {
+		return strings.HasPrefix(l, "/bin/true, str run --serve (restrictive, through a resident str serve) [str-b] ")
+	})]
+	if end := strings.Index(header, "p50 ms") + len("p50 ms"); row[end-len("4.00"):end] != "4.00" {
+		t.Errorf("the cell table's columns do not line up:\n%s\n%s", header, row)
 	}
 	if !strings.Contains(out, "\nstr-b /old/str, its cells in the same rounds") {
 		t.Errorf("header does not name --str-b:\n%s", out)

@@ -1019,7 +1019,17 @@ func (st *benchState) report() string {
 	var b strings.Builder
 	cfg := st.cfg
 	st.header(&b)
-	fmt.Fprintf(&b, "\n%-52s %8s %8s %8s %10s %6s %5s\n", "cell", "p50 ms", "p90 ms", "p99 ms", "cpu p50 ms", "n", "fails")
+	// The title column: the longest title's (at least 52).
+	width := 52
+	for _, c := range st.cells {
+		if c.skip == "" {
+			width = max(width, len(c.title))
+		}
+	}
+	for _, m := range st.memory {
+		width = max(width, len(m.title))
+	}
+	fmt.Fprintf(&b, "\n%-*s %8s %8s %8s %10s %6s %5s\n", width, "cell", "p50 ms", "p90 ms", "p99 ms", "cpu p50 ms", "n", "fails")
 	stats := map[string]benchStats{}
 	byCell := map[string][]benchRow{}
 	for _, r := range st.rows {
@@ -1046,11 +1056,11 @@ func (st *benchState) report() string {
 				s.cpuP50 = benchMedian(st.echoCPU[c.id])
 			}
 			stats[c.id] = s
-			fmt.Fprintf(&b, "%-52s %8s %8s %8s %10s %6d %5d\n", c.title, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.cpuP50), s.n, s.fails)
+			fmt.Fprintf(&b, "%-*s %8s %8s %8s %10s %6d %5d\n", width, c.title, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.cpuP50), s.n, s.fails)
 		case cellWarm:
 			warmRows = benchWarmRowsOf(c.id, byCell, st.warmKV[c.id])
 			for _, w := range warmRows {
-				fmt.Fprintf(&b, "%-52s %8s %8s %8s %10s %6d %5d\n", "warm dispatch, handed over -> "+w.name, ms(w.stats.p50), ms(w.stats.p90), ms(w.stats.p99), "-", w.stats.n, w.stats.fails+len(st.errs[c.id])*cfg.n)
+				fmt.Fprintf(&b, "%-*s %8s %8s %8s %10s %6d %5d\n", width, "warm dispatch, handed over -> "+w.name, ms(w.stats.p50), ms(w.stats.p90), ms(w.stats.p99), "-", w.stats.n, w.stats.fails+len(st.errs[c.id])*cfg.n)
 			}
 		}
 	}
@@ -1059,14 +1069,14 @@ func (st *benchState) report() string {
 		" the runner and a no-op tool imported, from the call handed over)\n")
 
 	// Throughput.
-	fmt.Fprintf(&b, "\nthroughput, %d in flight %28s %10s   per round\n", cfg.conc, "", "inv/s p50")
+	fmt.Fprintf(&b, "\n%-*s %10s   per round\n", width, fmt.Sprintf("throughput, %d in flight", cfg.conc), "inv/s p50")
 	for _, c := range st.cells {
 		if v := st.tput[c.id]; c.skip == "" && len(v) > 0 && (c.kind == cellEcho || c.kind == cellTput) {
 			var per []string
 			for _, x := range v {
 				per = append(per, strconv.FormatFloat(x, 'f', 1, 64))
 			}
-			fmt.Fprintf(&b, "%-52s %10.1f   %s\n", c.title, benchMedian(v), strings.Join(per, " "))
+			fmt.Fprintf(&b, "%-*s %10.1f   %s\n", width, c.title, benchMedian(v), strings.Join(per, " "))
 		}
 	}
 
@@ -1074,7 +1084,7 @@ func (st *benchState) report() string {
 	if len(st.memory) > 0 || len(st.memSkips) > 0 {
 		fmt.Fprintf(&b, "\nmemory: Pss of the launcher's own processes per sandbox while %d tools sleep at once (the tools not counted)\n", cfg.k)
 		for _, m := range st.memory {
-			fmt.Fprintf(&b, "%-52s %7.2f MiB  (%s)\n", m.title, m.perSandboxKB/1024, m.detail)
+			fmt.Fprintf(&b, "%-*s %7.2f MiB  (%s)\n", width, m.title, m.perSandboxKB/1024, m.detail)
 		}
 		for _, s := range st.memSkips {
 			fmt.Fprintf(&b, "  skipped: %s\n", s)
