@@ -9,10 +9,18 @@
 # stopped at the end; --spinners 0 skips it), ending with issue 19's and
 # issue 20's target tables and the under-load table in markdown (the
 # README's Results table and docs/performance.md come from that output). Asserts nothing about the numbers.
-# `str-bench load --str-b OLD` runs the under-load phase alone, a second
-# str binary in the same rounds.
+# `--str-b OLD` (another str, its str-worker beside it, e.g. a build of an
+# older commit) runs a second str binary in the same rounds, interleaved
+# with STR_BIN's and bubblewrap's: one-shot str run restrictive, str run
+# --serve through its own str serve, echo_tool cold, warm and from a
+# template through its own workers (each binary's serve and workers in a
+# state directory of its own, STR_STATE_DIR), Pss per sandbox and the
+# phase under load; the summary adds the A/B table (A and B side by side,
+# their ratios to bubblewrap and B/A). `str-bench load --str-b OLD` runs
+# the under-load phase alone.
 #
-#   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] ...   (any str-bench flag; -r R = --rounds R)
+#   scripts/bench.sh [--quick] [--rounds R] [-n N] [--out DIR] [--str-b OLD] ...   (any str-bench flag; -r R = --rounds R)
+#   make bench BENCH_ARGS='--quick --str-b /path/to/old/str'   (a relative OLD is from the repository's root)
 #
 # Builds bin/str and bin/str-worker unless STR_BIN names a str (with its
 # str-worker beside it) and bin/str-bench unless

@@ -26,12 +26,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/launcher"
 	"golang.org/x/sys/unix"
 )
 
-const benchSuiteUsage = `usage: str-bench [--str PATH] [--quick] [--out DIR] [--rounds R] [-n N] [--python PATH] [-k K] [--examples DIR] [--spinners S]
+const benchSuiteUsage = `usage: str-bench [--str PATH] [--str-b PATH] [--quick] [--out DIR] [--rounds R] [-n N] [--python PATH] [-k K] [--examples DIR] [--spinners S]
 
 Measures str next to bubblewrap, plain exec and the kernel's clone floor,
 interleaved in one run: R rounds, each running every cell once (N measured
@@ -74,6 +73,16 @@ compared (exit 1). Asserts nothing about the numbers.
 
 The str measured is --str PATH (default: the str next to this binary, as
 make build and scripts/bench.sh place them: bin/str beside bin/str-bench).
+With --str-b PATH (another str, its str-worker beside it, e.g. an older
+build) its cells run in the same rounds, interleaved with --str's and
+bubblewrap's: str run --profile restrictive, str run --serve (back to back
+and pool at rest) through its own str serve, echo_tool cold, warm, warm
+pool ready and from a template through its own workers, and the Pss per
+sandbox of str run and of the worker; each binary's str serve and workers
+run with a state directory of their own (STR_STATE_DIR), and the under-load
+phase runs it too (str-bench load --str-b). The report adds the A/B table:
+each such row for --str (A) and --str-b (B), their ratios to bubblewrap's
+and B/A.
 Its building blocks run on their own too: str-bench spawn (the spawn driver
 and the clone floor), str-bench echo (one worker end to end), and str-bench
 warm (the warm pool's dispatch), str-bench load (the phase under load).
@@ -90,6 +99,7 @@ type benchSuiteConfig struct {
 	examples  string // examples/tools (manifest.yaml, python/); "" = find it
 	conc      int    // invocations in flight in the throughput cells (the worker's default)
 	str       string // the str binary measured; "" = the str next to this binary
+	strB      string // a second str binary measured in the same rounds; "" = none
 	spinners  int    // the under-load phase's CPU spinners; 0 = no such phase
 }
 
@@ -108,6 +118,7 @@ func benchParseSuite(args []string, stderr io.Writer) (benchSuiteConfig, error) 
 	fs.IntVar(&cfg.spinners, "spinners", 2*runtime.NumCPU(), "CPU spinners of the last phase, under load (the default is 2 x nproc; 0: no such phase)")
 	fs.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python of the python3 -c pass cells and of the workers (absolute `PATH`)")
 	fs.StringVar(&cfg.str, "str", "", "the str binary measured (`PATH`; default: str next to this binary)")
+	fs.StringVar(&cfg.strB, "str-b", "", "a second str binary (`PATH`, its str-worker beside it) whose cells run in the same rounds (the A/B table)")
 	fs.StringVar(&cfg.examples, "examples", "", "the example tools `DIR` (default: examples/tools here or next to bin/)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -162,13 +173,16 @@ type benchCell struct {
 	paced  bool         // echo: each call waits for the warm pool to be ready (str-bench echo --ready-from)
 	tree   bool         // echo: the worker's CPU is its live tree's (benchTreeCPU), and every call must be a template call
 	skip   string       // why it does not run here ("" = it runs)
+	str    *benchStr    // the str binary the cell runs (nil: none), with its state directory
+	row    string       // with str: the cell's id for --str (--str-b's cell of the row shares it)
 }
 
 // benchState is everything one run collects.
 type benchState struct {
 	cfg      benchSuiteConfig
-	str      string // the str binary measured (resolved)
-	bench    string // this binary (resolved): the spawn, warm and echo drivers
+	str      string      // the str binary measured (resolved)
+	strs     []*benchStr // --str, then --str-b when given
+	bench    string      // this binary (resolved): the spawn, warm and echo drivers
 	bwrap    string
 	cells    []*benchCell
 	rows     []benchRow
@@ -178,8 +192,6 @@ type benchState struct {
 	scrapeUs map[*benchWorker]float64       // a worker's own CPU per scrape of its /metrics, µs (scrapeCost)
 	scrapes  map[string]int                 // a paced cell's scrapes over its rounds, taken out of its CPU
 	pacedN   map[string]int                 // the paced calls of those rounds
-	serve    *exec.Cmd                      // the resident launcher the served cells call (str serve)
-	served   chan struct{}                  // closed once serve has exited and been reaped
 	serveCPU map[string][]float64           // per-round str serve CPU per served spawn, with its children (the sandboxes), µs
 	serveOwn map[string][]float64           // the same, str serve's own process only, µs
 	warmKV   map[string][]map[string]string // per-round str-bench warm output
@@ -241,7 +253,15 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	if err != nil {
 		return 1, err
 	}
-	st := &benchState{cfg: cfg, str: str, bench: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{}, echoSelf: map[string][]float64{},
+	strs := []*benchStr{{tag: benchTagA, path: str}}
+	if cfg.strB != "" {
+		strB, err := benchStrBinary(cfg.strB, self)
+		if err != nil {
+			return 1, fmt.Errorf("--str-b: %w", err)
+		}
+		strs = append(strs, &benchStr{tag: benchTagB, path: strB})
+	}
+	st := &benchState{cfg: cfg, str: str, strs: strs, bench: self, bwrap: bwrap, tput: map[string][]float64{}, echoCPU: map[string][]float64{}, echoSelf: map[string][]float64{},
 		scrapeUs: map[*benchWorker]float64{}, scrapes: map[string]int{}, pacedN: map[string]int{},
 		serveCPU: map[string][]float64{}, serveOwn: map[string][]float64{},
 		warmKV: map[string][]map[string]string{}, errs: map[string][]string{}}
@@ -267,18 +287,35 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	if sock := benchFoundResident(); sock != "" {
 		return 1, fmt.Errorf("a resident launcher listens on %s, which str run uses by itself: the one-shot rows would be served by it; stop it for the run (systemctl stop str-serve)", sock)
 	}
+	// Each binary's state directory: on /run as root, as str's default
+	// (/run/str) is; its socket outside it, where its one-shot runs do
+	// not look for a resident launcher.
+	stateParent := tmp
+	if os.Geteuid() == 0 {
+		stateParent = "/run"
+	}
+	for _, v := range strs {
+		if v.state, err = os.MkdirTemp(stateParent, "str-bench-"+v.tag+"."); err != nil {
+			return 1, err
+		}
+		defer os.RemoveAll(v.state)
+		v.sock = filepath.Join(tmp, "serve-"+v.tag+".sock")
+	}
 	prog := newBenchProgress(stderr)
 	defer prog.end()
 
 	// 2. The cells, each tried once before anything is timed. The served
-	// cells call a resident launcher started for this run (root only).
-	sock := filepath.Join(tmp, "serve.sock")
-	serveSkip := st.startServe(ctx, sock)
-	defer st.stopServe()
-	st.cells = benchSpawnCells(cfg, str, bwrap, work, sock)
+	// cells call a resident launcher started for this run (root only),
+	// one per str binary.
+	serveSkip := map[*benchStr]string{}
+	for _, v := range strs {
+		serveSkip[v] = v.startServe(ctx)
+		defer v.stopServe()
+	}
+	st.cells = benchSpawnCells(cfg, strs, bwrap, work)
 	for _, c := range st.cells {
-		if (strings.HasSuffix(c.id, "/str-serve") || strings.HasSuffix(c.id, "/str-serve-rest")) && serveSkip != "" {
-			c.skip = serveSkip
+		if c.str != nil && (strings.HasSuffix(c.row, "/str-serve") || strings.HasSuffix(c.row, "/str-serve-rest")) {
+			c.skip = serveSkip[c.str]
 		}
 	}
 	pythonOK := benchExecutable(cfg.python)
@@ -301,50 +338,23 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 		}
 	}
 
-	// 3. Two throw-away workers (cold: every pool off; warm: echo_tool's on).
-	cold := &benchCell{id: "echo/cold", target: "echo", title: "echo_tool end to end, cold (warm: 0)", kind: cellEcho}
-	warm := &benchCell{id: "echo/warm", target: "echo", title: "echo_tool end to end, warm pool, back to back", kind: cellEcho}
-	// The same worker, each call sent once its pool is ready again: the
-	// latency of a call meeting a pool at rest (back to back, each call
-	// meets a pool still refilling after the call before).
-	ready := &benchCell{id: "echo/warm-ready", target: "echo", title: "echo_tool end to end, warm pool ready", kind: cellEcho, paced: true}
+	// 3. Each str binary's workers, and its echo cells: the cells of a row
+	// next to each other in the rounds.
 	var workers []*benchWorker
 	defer func() {
 		for _, w := range workers {
 			w.stop()
 		}
 	}()
-	switch examples, why := benchFindExamples(cfg.examples, self); {
-	case !pythonOK:
-		cold.skip = fmt.Sprintf("no python at %s (--python)", cfg.python)
-		warm.skip = cold.skip
-	case why != "":
-		cold.skip, warm.skip = why, why
-	default:
-		prog.note("starting the workers")
-		workers, cold.skip, warm.skip = benchStartWorkers(ctx, cfg, str, examples, tmp)
-		for _, w := range workers {
-			switch w.name {
-			case "cold":
-				cold.worker = w
-			case "warm":
-				warm.worker = w
-			}
-		}
+	var echo [][]*benchCell
+	for _, v := range strs {
+		cells, ws := st.echoCells(ctx, prog, v, pythonOK, tmp)
+		workers = append(workers, ws...)
+		echo = append(echo, cells)
 	}
-	ready.worker, ready.skip = warm.worker, warm.skip
-	// A third worker: echo_tool from a per-tool template (issue 20).
-	tpl := &benchCell{id: "echo/template", target: "echo", title: "echo_tool end to end, per-tool template", kind: cellEcho, tree: true}
-	switch examples, why := benchFindExamples(cfg.examples, self); {
-	case cold.skip != "":
-		tpl.skip = cold.skip
-	case why != "":
-		tpl.skip = why
-	default:
-		prog.note("starting the template worker")
-		tpl.worker, tpl.skip = benchStartTemplateWorker(ctx, cfg, str, examples)
-		if tpl.worker != nil {
-			workers = append(workers, tpl.worker)
+	for i := range echo[0] {
+		for _, cells := range echo {
+			st.cells = append(st.cells, cells[i])
 		}
 	}
 	tput := &benchCell{id: "tput/bwrap-standard-py", target: "tput", kind: cellTput,
@@ -355,7 +365,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	} else if c := st.cell("py/bwrap-standard"); c != nil && c.skip != "" {
 		tput.skip = c.skip
 	}
-	st.cells = append(st.cells, cold, warm, ready, tpl, tput)
+	st.cells = append(st.cells, tput)
 
 	// 4. The rounds: every runnable cell once per round, in a fixed order.
 	var run []*benchCell
@@ -364,7 +374,7 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 			run = append(run, c)
 		}
 	}
-	extra := 3 // the memory phases
+	extra := 1 + 2*len(strs) // the memory phases: bwrap, and the worker and str run of each str
 	if cfg.spinners > 0 {
 		extra++
 	}
@@ -383,14 +393,16 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 		}
 	}
 
-	if calls := st.pacedN[ready.id]; calls > 0 {
-		st.notes = append(st.notes, fmt.Sprintf("%s: its worker CPU per call leaves out the pacing's own scrapes of /metrics "+
-			"(%.1f per call, %.2f ms of the worker's CPU each, measured on it)", ready.id, float64(st.scrapes[ready.id])/float64(calls), st.scrapeUs[ready.worker]/1000))
+	for _, c := range st.cells {
+		if calls := st.pacedN[c.id]; c.paced && calls > 0 {
+			st.notes = append(st.notes, fmt.Sprintf("%s: its worker CPU per call leaves out the pacing's own scrapes of /metrics "+
+				"(%.1f per call, %.2f ms of the worker's CPU each, measured on it)", c.id, float64(st.scrapes[c.id])/float64(calls), st.scrapeUs[c.worker]/1000))
+		}
 	}
 
 	// 5. Memory: K sandboxes at once, one launcher at a time; the workers
 	// are stopped after their own.
-	st.measureMemory(ctx, prog, cold.worker, func() {
+	st.measureMemory(ctx, prog, func() {
 		for _, w := range workers {
 			st.notes = append(st.notes, w.poolMetrics()...)
 			w.stop()
@@ -400,7 +412,9 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	// 6. Under load (issue 29 item 3): last, so that its spinners disturb
 	// no other cell; str serve is stopped first, its figures taken.
 	if cfg.spinners > 0 {
-		st.stopServe()
+		for _, v := range strs {
+			v.stopServe()
+		}
 		lc := benchLoadDefaults()
 		lc.spinners, lc.rounds, lc.n, lc.conc, lc.python = cfg.spinners, cfg.rounds, min(cfg.n, benchLoadMaxN), cfg.conc, cfg.python
 		if cfg.quick {
@@ -409,7 +423,11 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 		if err := lc.check(); err != nil {
 			return exitUsage, err
 		}
-		st.load = newBenchLoad(lc, self, str, "", bwrap, work)
+		strB := ""
+		if len(strs) > 1 {
+			strB = strs[1].path
+		}
+		st.load = newBenchLoad(lc, self, str, strB, bwrap, work)
 		prog.phase(fmt.Sprintf("under load: %d spinners", lc.spinners))
 		if err := st.load.run(ctx, prog, tmp); err != nil {
 			if ctx.Err() != nil {
@@ -449,6 +467,68 @@ func benchRunSuite(ctx context.Context, cfg benchSuiteConfig, stdout, stderr io.
 	return 0, nil
 }
 
+// echoCells are str binary v's echo_tool cells, cold, warm (back to back
+// and pool ready) and from a template, with the throw-away workers they
+// call: two (cold: every pool off; warm: echo_tool's on) and a third
+// serving echo_tool from a per-tool template (issue 20, root only).
+func (st *benchState) echoCells(ctx context.Context, prog *benchProgress, v *benchStr, pythonOK bool, tmp string) ([]*benchCell, []*benchWorker) {
+	cfg := st.cfg
+	cell := func(id, title string) *benchCell {
+		return &benchCell{id: v.id(id), row: id, str: v, target: "echo", title: v.title(title), kind: cellEcho}
+	}
+	cold := cell("echo/cold", "echo_tool end to end, cold (warm: 0)")
+	warm := cell("echo/warm", "echo_tool end to end, warm pool, back to back")
+	// The same worker, each call sent once its pool is ready again: the
+	// latency of a call meeting a pool at rest (back to back, each call
+	// meets a pool still refilling after the call before).
+	ready := cell("echo/warm-ready", "echo_tool end to end, warm pool ready")
+	ready.paced = true
+	tpl := cell("echo/template", "echo_tool end to end, per-tool template")
+	tpl.tree = true
+	var workers []*benchWorker
+	switch examples, why := benchFindExamples(cfg.examples, st.bench); {
+	case !pythonOK:
+		cold.skip = fmt.Sprintf("no python at %s (--python)", cfg.python)
+		warm.skip = cold.skip
+	case why != "":
+		cold.skip, warm.skip = why, why
+	default:
+		prog.note("starting the workers of " + v.tag)
+		workers, cold.skip, warm.skip = benchStartWorkers(ctx, cfg, v, examples, tmp)
+		for _, w := range workers {
+			switch w.name {
+			case v.id("cold"):
+				cold.worker = w
+			case v.id("warm"):
+				warm.worker = w
+			}
+		}
+	}
+	ready.worker, ready.skip = warm.worker, warm.skip
+	switch examples, why := benchFindExamples(cfg.examples, st.bench); {
+	case cold.skip != "":
+		tpl.skip = cold.skip
+	case why != "":
+		tpl.skip = why
+	default:
+		prog.note("starting the template worker of " + v.tag)
+		tpl.worker, tpl.skip = benchStartTemplateWorker(ctx, cfg, v, examples)
+		if tpl.worker != nil {
+			workers = append(workers, tpl.worker)
+		}
+	}
+	return []*benchCell{cold, warm, ready, tpl}, workers
+}
+
+// env is the environment of the cell's command: its str binary's
+// (benchStr.env), else this process's (nil).
+func (c *benchCell) env() []string {
+	if c.str == nil {
+		return nil
+	}
+	return c.str.env()
+}
+
 func (st *benchState) cell(id string) *benchCell {
 	for _, c := range st.cells {
 		if c.id == id {
@@ -469,8 +549,11 @@ func benchBwrapLine(bwrap, work string, restrictive bool) []string {
 	return append(argv, "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", work, work, "--chdir", work, "--")
 }
 
-// benchSpawnCells are the launcher x target cells, in table order.
-func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work, sock string) []*benchCell {
+// benchSpawnCells are the launcher x target cells, in table order. The
+// cells of str run --profile restrictive and str run --serve are built
+// for each str binary of strs (its own str serve's socket), side by side;
+// the others run the first (--str) only.
+func benchSpawnCells(cfg benchSuiteConfig, strs []*benchStr, bwrap, work string) []*benchCell {
 	targets := []struct {
 		id, title string
 		argv      []string
@@ -478,30 +561,55 @@ func benchSpawnCells(cfg benchSuiteConfig, str, bwrap, work, sock string) []*ben
 		{"true", "/bin/true", []string{"/bin/true"}},
 		{"py", "python3 -c pass", []string{cfg.python, "-c", "pass"}},
 	}
+	a := strs[0]
 	var cells []*benchCell
 	for _, t := range targets {
-		add := func(id, title, ns string, launcher ...string) {
-			cells = append(cells, &benchCell{id: t.id + "/" + id, target: t.id, title: t.title + ", " + title,
-				kind: cellSpawn, ns: ns, argv: append(append([]string(nil), launcher...), t.argv...)})
+		add := func(id, title, ns string, launcher ...string) *benchCell {
+			c := &benchCell{id: t.id + "/" + id, target: t.id, title: t.title + ", " + title,
+				kind: cellSpawn, ns: ns, argv: append(append([]string(nil), launcher...), t.argv...)}
+			cells = append(cells, c)
+			return c
+		}
+		// A str cell: v's, run with v's state directory.
+		addStr := func(v *benchStr, id, title string, launcher func(v *benchStr) []string) {
+			c := add(v.id(id), v.title(title), "", launcher(v)...)
+			c.str, c.row = v, t.id+"/"+id
+		}
+		// A str cell of each binary.
+		addEach := func(id, title string, launcher func(v *benchStr) []string) {
+			for _, v := range strs {
+				addStr(v, id, title, launcher)
+			}
 		}
 		add("plain", "plain exec", "")
 		add("floor", "clone floor (pid,mnt,ipc,uts)", "pid,mnt,ipc,uts")
 		add("floor-net-user", "clone floor (+net,user)", "pid,mnt,ipc,uts,net,user")
-		add("str-restrictive", "str run --profile restrictive", "", str, "run", "--profile", "restrictive", "--")
-		add("str-standard", "str run --profile standard", "", str, "run", "--profile", "standard", "--")
-		add("str-serve", "str run --serve (restrictive, through a resident str serve)", "", str, "run", "--serve", sock, "--profile", "restrictive", "--")
+		addEach("str-restrictive", "str run --profile restrictive", func(v *benchStr) []string {
+			return []string{v.path, "run", "--profile", "restrictive", "--"}
+		})
+		addStr(a, "str-standard", "str run --profile standard", func(v *benchStr) []string {
+			return []string{v.path, "run", "--profile", "standard", "--"}
+		})
+		served := func(v *benchStr) []string {
+			return []string{v.path, "run", "--serve", v.sock, "--profile", "restrictive", "--"}
+		}
+		addEach("str-serve", "str run --serve (restrictive, through a resident str serve)", served)
 		// The same, each call sent once str serve's refill after the last
 		// one is done (its tree at rest: spawn --quiet), as the warm
 		// pool's "pool ready" cell: the latency of a call that meets the
 		// pre-built sandboxes at rest. Back to back, above, each call's
 		// refill competes with the next call for the 2 CPUs.
-		add("str-serve-rest", "str run --serve, pool at rest", "", str, "run", "--serve", sock, "--profile", "restrictive", "--")
+		addEach("str-serve-rest", "str run --serve, pool at rest", served)
 		add("bwrap-restrictive", "bwrap restrictive line", "", benchBwrapLine(bwrap, work, true)...)
 		add("bwrap-standard", "bwrap standard line", "", benchBwrapLine(bwrap, work, false)...)
 		// The same two lines run by str bwrap (issue 22): bubblewrap's
 		// command line, str's sandbox (its standard profile underneath).
-		add("str-bwrap-restrictive", "str bwrap, the restrictive line", "", append([]string{str, "bwrap"}, benchBwrapLine(bwrap, work, true)[1:]...)...)
-		add("str-bwrap-standard", "str bwrap, the standard line", "", append([]string{str, "bwrap"}, benchBwrapLine(bwrap, work, false)[1:]...)...)
+		addStr(a, "str-bwrap-restrictive", "str bwrap, the restrictive line", func(v *benchStr) []string {
+			return append([]string{v.path, "bwrap"}, benchBwrapLine(bwrap, work, true)[1:]...)
+		})
+		addStr(a, "str-bwrap-standard", "str bwrap, the standard line", func(v *benchStr) []string {
+			return append([]string{v.path, "bwrap"}, benchBwrapLine(bwrap, work, false)[1:]...)
+		})
 	}
 	return cells
 }
@@ -532,7 +640,7 @@ func benchSpawnArgs(self string, c *benchCell, n, warmups, jobs int, label, raw 
 // benchCheckSpawn runs a cell once through the driver and returns why it
 // cannot be timed here ("" = it can).
 func benchCheckSpawn(ctx context.Context, self string, c *benchCell) string {
-	out, errOut, err := benchCommand(ctx, 60*time.Second, benchSpawnArgs(self, c, 1, 0, 1, "check", "", true)...)
+	out, errOut, err := benchCommandEnv(ctx, 60*time.Second, c.env(), benchSpawnArgs(self, c, 1, 0, 1, "check", "", true)...)
 	if err == nil && benchKV(out)["fails"] == "0" {
 		return ""
 	}
@@ -596,17 +704,21 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		if c.kind == cellTput {
 			n, jobs = max(cfg.n, 5*cfg.conc), cfg.conc
 		}
-		served := strings.HasSuffix(c.id, "/str-serve") && st.serve != nil
+		var serve *exec.Cmd // the str serve the cell calls
+		if c.str != nil && (strings.HasSuffix(c.row, "/str-serve") || strings.HasSuffix(c.row, "/str-serve-rest")) {
+			serve = c.str.serve
+		}
+		served := serve != nil && strings.HasSuffix(c.row, "/str-serve")
 		var own0, all0 int64
 		var serr0 error
 		if served {
-			own0, all0, serr0 = benchProcCPU(st.serve.Process.Pid)
+			own0, all0, serr0 = benchProcCPU(serve.Process.Pid)
 		}
 		args := benchSpawnArgs(st.bench, c, n, cfg.warmups, jobs, c.id, raw, false)
-		if strings.HasSuffix(c.id, "/str-serve-rest") && st.serve != nil {
-			args = slices.Insert(args, 2, "--quiet", strconv.Itoa(st.serve.Process.Pid))
+		if serve != nil && strings.HasSuffix(c.row, "/str-serve-rest") {
+			args = slices.Insert(args, 2, "--quiet", strconv.Itoa(serve.Process.Pid))
 		}
-		out, errOut, err := benchCommand(ctx, 20*time.Minute, args...)
+		out, errOut, err := benchCommandEnv(ctx, 20*time.Minute, c.env(), args...)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, benchFirstLine(errOut))
 		}
@@ -614,7 +726,7 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 			// The server's CPU over the cell (its warm-ups included, each
 			// a served call too), per call: the call, the sandbox it
 			// reaped and the refill after it.
-			if own1, all1, err := benchProcCPU(st.serve.Process.Pid); err == nil {
+			if own1, all1, err := benchProcCPU(serve.Process.Pid); err == nil {
 				calls := float64(n + cfg.warmups)
 				st.serveCPU[c.id] = append(st.serveCPU[c.id], float64(all1-all0)/calls)
 				st.serveOwn[c.id] = append(st.serveOwn[c.id], float64(own1-own0)/calls)
@@ -661,7 +773,7 @@ func (st *benchState) runCell(ctx context.Context, c *benchCell, round int, tmp 
 		if c.tree {
 			cpu0, err0 = benchTreeCPU(w.pid())
 		}
-		out, errOut, err := benchCommand(ctx, 20*time.Minute, argv...)
+		out, errOut, err := benchCommandEnv(ctx, 20*time.Minute, w.env, argv...)
 		self1, cpu1, err1 := benchProcCPU(w.pid())
 		if c.tree {
 			cpu1, err1 = benchTreeCPU(w.pid())
@@ -743,9 +855,16 @@ func (st *benchState) scrapeCost(ctx context.Context, w *benchWorker) float64 {
 
 // benchCommand runs argv with a timeout and returns its stdout and stderr.
 func benchCommand(ctx context.Context, limit time.Duration, argv ...string) (string, string, error) {
+	return benchCommandEnv(ctx, limit, nil, argv...)
+}
+
+// benchCommandEnv is benchCommand with the environment env (nil: this
+// process's).
+func benchCommandEnv(ctx context.Context, limit time.Duration, env []string, argv ...string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	cmd.WaitDelay = 5 * time.Second
@@ -900,7 +1019,17 @@ func (st *benchState) report() string {
 	var b strings.Builder
 	cfg := st.cfg
 	st.header(&b)
-	fmt.Fprintf(&b, "\n%-52s %8s %8s %8s %10s %6s %5s\n", "cell", "p50 ms", "p90 ms", "p99 ms", "cpu p50 ms", "n", "fails")
+	// The title column: the longest title's (at least 52).
+	width := 52
+	for _, c := range st.cells {
+		if c.skip == "" {
+			width = max(width, len(c.title))
+		}
+	}
+	for _, m := range st.memory {
+		width = max(width, len(m.title))
+	}
+	fmt.Fprintf(&b, "\n%-*s %8s %8s %8s %10s %6s %5s\n", width, "cell", "p50 ms", "p90 ms", "p99 ms", "cpu p50 ms", "n", "fails")
 	stats := map[string]benchStats{}
 	byCell := map[string][]benchRow{}
 	for _, r := range st.rows {
@@ -927,11 +1056,11 @@ func (st *benchState) report() string {
 				s.cpuP50 = benchMedian(st.echoCPU[c.id])
 			}
 			stats[c.id] = s
-			fmt.Fprintf(&b, "%-52s %8s %8s %8s %10s %6d %5d\n", c.title, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.cpuP50), s.n, s.fails)
+			fmt.Fprintf(&b, "%-*s %8s %8s %8s %10s %6d %5d\n", width, c.title, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.cpuP50), s.n, s.fails)
 		case cellWarm:
 			warmRows = benchWarmRowsOf(c.id, byCell, st.warmKV[c.id])
 			for _, w := range warmRows {
-				fmt.Fprintf(&b, "%-52s %8s %8s %8s %10s %6d %5d\n", "warm dispatch, handed over -> "+w.name, ms(w.stats.p50), ms(w.stats.p90), ms(w.stats.p99), "-", w.stats.n, w.stats.fails+len(st.errs[c.id])*cfg.n)
+				fmt.Fprintf(&b, "%-*s %8s %8s %8s %10s %6d %5d\n", width, "warm dispatch, handed over -> "+w.name, ms(w.stats.p50), ms(w.stats.p90), ms(w.stats.p99), "-", w.stats.n, w.stats.fails+len(st.errs[c.id])*cfg.n)
 			}
 		}
 	}
@@ -940,14 +1069,14 @@ func (st *benchState) report() string {
 		" the runner and a no-op tool imported, from the call handed over)\n")
 
 	// Throughput.
-	fmt.Fprintf(&b, "\nthroughput, %d in flight %28s %10s   per round\n", cfg.conc, "", "inv/s p50")
+	fmt.Fprintf(&b, "\n%-*s %10s   per round\n", width, fmt.Sprintf("throughput, %d in flight", cfg.conc), "inv/s p50")
 	for _, c := range st.cells {
 		if v := st.tput[c.id]; c.skip == "" && len(v) > 0 && (c.kind == cellEcho || c.kind == cellTput) {
 			var per []string
 			for _, x := range v {
 				per = append(per, strconv.FormatFloat(x, 'f', 1, 64))
 			}
-			fmt.Fprintf(&b, "%-52s %10.1f   %s\n", c.title, benchMedian(v), strings.Join(per, " "))
+			fmt.Fprintf(&b, "%-*s %10.1f   %s\n", width, c.title, benchMedian(v), strings.Join(per, " "))
 		}
 	}
 
@@ -955,7 +1084,7 @@ func (st *benchState) report() string {
 	if len(st.memory) > 0 || len(st.memSkips) > 0 {
 		fmt.Fprintf(&b, "\nmemory: Pss of the launcher's own processes per sandbox while %d tools sleep at once (the tools not counted)\n", cfg.k)
 		for _, m := range st.memory {
-			fmt.Fprintf(&b, "%-52s %7.2f MiB  (%s)\n", m.title, m.perSandboxKB/1024, m.detail)
+			fmt.Fprintf(&b, "%-*s %7.2f MiB  (%s)\n", width, m.title, m.perSandboxKB/1024, m.detail)
 		}
 		for _, s := range st.memSkips {
 			fmt.Fprintf(&b, "  skipped: %s\n", s)
@@ -1039,6 +1168,9 @@ func (st *benchState) report() string {
 	}
 	ratio("Pss per sandbox, str run / bwrap", memOr("str-run"), memOr("bwrap"), "[str <= 1 MiB]")
 	ratio("Pss per sandbox, str worker / bwrap", memOr("worker"), memOr("bwrap"), "")
+	if len(st.strs) > 1 {
+		b.WriteString(benchABTable(st.strs[0].path, st.strs[1].path, st.abRows(p50, cpu, tp, memOr)))
+	}
 
 	// Issue 19's table, each row with its target (README.md's Results
 	// table is this output and issue 20's).
@@ -1145,6 +1277,9 @@ func (st *benchState) header(b *strings.Builder) {
 	fmt.Fprintf(b, "str-bench (%s): %s, kernel %s, %d CPUs, cgroup fs %s, uid %d\n", mode, time.Now().UTC().Format(time.RFC3339),
 		kernel, runtime.NumCPU(), cgfs, os.Geteuid())
 	fmt.Fprintf(b, "str %s; %s; python %s\n", st.str, strings.TrimSpace(bw), cfg.python)
+	if len(st.strs) > 1 {
+		fmt.Fprintf(b, "str-b %s, its cells in the same rounds (the A/B table)\n", st.strs[1].path)
+	}
 	fmt.Fprintf(b, "%d rounds x %d per cell, interleaved (every cell once per round); compare ratios, not absolute numbers\n", cfg.rounds, cfg.n)
 }
 
@@ -1295,10 +1430,16 @@ func (st *benchState) panels() []benchPanel {
 			pyIDs = append(pyIDs, c.id)
 		}
 	}
+	echoIDs := []string{"py/plain"}
+	for _, c := range st.cells {
+		if c.kind == cellEcho {
+			echoIDs = append(echoIDs, c.id)
+		}
+	}
 	panels := []benchPanel{
 		panel("/bin/true", trueIDs...),
 		panel("python3 -c pass", pyIDs...),
-		panel("echo_tool end to end", "py/plain", "echo/cold", "echo/warm", "echo/warm-ready", "echo/template"),
+		panel("echo_tool end to end", echoIDs...),
 	}
 	if st.load != nil {
 		var ids []string
@@ -1311,55 +1452,6 @@ func (st *benchState) panels() []benchPanel {
 		panels = append(panels, panel("under load", ids...))
 	}
 	return panels
-}
-
-// startServe starts the resident launcher the served cells call (`str
-// serve`, restrictive, a pool of 2) and waits for its socket; it returns
-// why the served cells cannot run here ("" = they can).
-func (st *benchState) startServe(ctx context.Context, sock string) string {
-	if os.Geteuid() != 0 {
-		return "str serve needs root"
-	}
-	cmd := exec.CommandContext(ctx, st.str, "serve", "--socket", sock, "--profiles", "restrictive", "--pool", "2")
-	var errb syncbuf.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		return fmt.Sprintf("str serve: %v", err)
-	}
-	st.serve, st.served = cmd, make(chan struct{})
-	exited := st.served
-	go func() { _ = cmd.Wait(); close(exited) }()
-	deadline := time.Now().Add(30 * time.Second) // a failure guard, not a measure
-	for {
-		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return ""
-		}
-		select {
-		case <-exited:
-			st.serve = nil
-			return "str serve exited: " + benchFirstLine(errb.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			st.stopServe()
-			return "str serve did not listen within 30 s: " + benchFirstLine(errb.String())
-		}
-	}
-}
-
-// stopServe ends the resident launcher (SIGTERM; its sandboxes go with it).
-func (st *benchState) stopServe() {
-	if st.serve == nil || st.serve.Process == nil {
-		return
-	}
-	_ = st.serve.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-st.served:
-	case <-time.After(30 * time.Second): // a failure guard, not a measure
-		_ = st.serve.Process.Kill()
-		<-st.served
-	}
-	st.serve = nil
 }
 
 // benchFoundResident is the socket str run would use without --serve

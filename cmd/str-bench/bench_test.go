@@ -169,7 +169,7 @@ func TestBenchWriteCSV(t *testing.T) {
 // samples (none, one, a wide spread, labels that need escaping).
 func TestBenchSVGWellFormed(t *testing.T) {
 	st := &benchState{cfg: benchSuiteConfig{rounds: 2, n: 3}}
-	st.cells = benchSpawnCells(benchSuiteConfig{python: "/usr/bin/python3"}, "/bin/str", "/usr/bin/bwrap", "/tmp/w", "/tmp/serve.sock")
+	st.cells = benchSpawnCells(benchSuiteConfig{python: "/usr/bin/python3"}, []*benchStr{{tag: benchTagA, path: "/bin/str", sock: "/tmp/serve.sock"}}, "/usr/bin/bwrap", "/tmp/w")
 	st.cells = append(st.cells,
 		&benchCell{id: "echo/cold", target: "echo", title: "echo_tool <cold> & \"warm: 0\"", kind: cellEcho},
 		&benchCell{id: "echo/warm", target: "echo", title: "echo_tool warm", kind: cellEcho, skip: "no pool"},

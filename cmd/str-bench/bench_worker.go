@@ -37,7 +37,10 @@ const benchWorkerNamespace = "bench/"
 // benchWorker is one throw-away `str worker --embedded-broker` on free
 // loopback ports.
 type benchWorker struct {
-	name     string // cold, warm, template
+	name     string    // cold, warm, template (str-b-cold... for --str-b: benchStr.id)
+	str      *benchStr // the str binary it runs
+	token    string    // its embedded broker's token file
+	env      []string  // the environment of its clients (str-bench echo): the token file
 	manifest string
 	broker   string // 127.0.0.1:PORT
 	port     int
@@ -220,11 +223,11 @@ func benchTemplateManifest(data []byte) ([]byte, error) {
 // Its state (work dirs, the runner) is not under /tmp: a template call
 // gets a fresh /tmp, which would hide binds below it (the launcher
 // refuses such a template, and every call would run cold).
-func benchStartTemplateWorker(ctx context.Context, cfg benchSuiteConfig, self, examples string) (*benchWorker, string) {
+func benchStartTemplateWorker(ctx context.Context, cfg benchSuiteConfig, v *benchStr, examples string) (*benchWorker, string) {
 	if os.Geteuid() != 0 {
 		return nil, "per-tool templates need root (the worker leases host ids for each call)"
 	}
-	dir, err := os.MkdirTemp("/var/tmp", "str-bench-template.")
+	dir, err := os.MkdirTemp("/var/tmp", "str-bench-template-"+v.tag+".")
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -249,7 +252,7 @@ func benchStartTemplateWorker(ctx context.Context, cfg benchSuiteConfig, self, e
 		os.RemoveAll(dir)
 		return nil, err.Error()
 	}
-	w, err := benchStartWorker(ctx, cfg, self, "template", examples, path, dir)
+	w, err := benchStartWorker(ctx, cfg, v, "template", examples, path, dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err.Error()
@@ -310,9 +313,11 @@ func benchFreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// benchStartWorker starts one worker as scripts/run.sh does, with the
-// example tools and the manifest at manifest, and waits for /readyz.
-func benchStartWorker(ctx context.Context, cfg benchSuiteConfig, self, name, examples, manifest, dir string) (*benchWorker, error) {
+// benchStartWorker starts one worker of v as scripts/run.sh does, with
+// the example tools and the manifest at manifest, in v's state directory
+// (its broker's token file there), and waits for /readyz.
+func benchStartWorker(ctx context.Context, cfg benchSuiteConfig, v *benchStr, name, examples, manifest, dir string) (*benchWorker, error) {
+	name = v.id(name)
 	port, err := benchFreePort()
 	if err != nil {
 		return nil, err
@@ -325,15 +330,20 @@ func benchStartWorker(ctx context.Context, cfg benchSuiteConfig, self, name, exa
 	if err := os.MkdirAll(state, 0o755); err != nil {
 		return nil, err
 	}
-	w := &benchWorker{name: name, manifest: manifest, broker: fmt.Sprintf("127.0.0.1:%d", port), port: port,
+	token := filepath.Join(v.state, "broker-"+name+".token")
+	w := &benchWorker{name: name, str: v, token: token, env: append(os.Environ(), broker.TokenFileEnv+"="+token), manifest: manifest, broker: fmt.Sprintf("127.0.0.1:%d", port), port: port,
 		health: fmt.Sprintf("http://127.0.0.1:%d", hport), log: filepath.Join(cfg.out, "worker-"+name+".log"), exited: make(chan struct{})}
 	logf, err := os.Create(w.log)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	w.cmd = exec.Command(self, "worker", "--embedded-broker", w.broker)
-	w.cmd.Env = append(os.Environ(),
+	w.cmd = exec.Command(v.path, "worker", "--embedded-broker", w.broker)
+	env := v.env()
+	if env == nil {
+		env = os.Environ()
+	}
+	w.cmd.Env = append(env, broker.TokenFileEnv+"="+token,
 		"SAM_NAMESPACE="+benchWorkerNamespace, "MANIFEST_PATH="+manifest, "TOOLS_PYTHON_DIR="+filepath.Join(examples, "python"),
 		"ARTIFACT_SERVICE_TYPE=memory", "SANDBOX_WORK_DIR="+filepath.Join(state, "work"), "STR_RUNNER_DIR="+filepath.Join(state, "runner"),
 		"STR_SITE_DIR="+filepath.Join(state, "site"), "SANDBOX_PYTHON_BIN="+cfg.python, "HEALTH_PORT="+strconv.Itoa(hport),
@@ -407,7 +417,7 @@ func benchWarmRejected(path string) (string, bool) {
 // else echo_tool warm: 2). When the worker rejects the warm field, the cold
 // worker runs the example manifest as it is (there is no pool to turn off)
 // and the warm cell is skipped with the worker's reason.
-func benchStartWorkers(ctx context.Context, cfg benchSuiteConfig, self, examples, dir string) (workers []*benchWorker, coldSkip, warmSkip string) {
+func benchStartWorkers(ctx context.Context, cfg benchSuiteConfig, v *benchStr, examples, dir string) (workers []*benchWorker, coldSkip, warmSkip string) {
 	example := filepath.Join(examples, "manifest.yaml")
 	data, err := os.ReadFile(example)
 	if err != nil {
@@ -418,18 +428,18 @@ func benchStartWorkers(ctx context.Context, cfg benchSuiteConfig, self, examples
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", example, err)
 		}
-		path := filepath.Join(dir, "manifest-"+name+".yaml")
+		path := filepath.Join(dir, "manifest-"+v.id(name)+".yaml")
 		return path, os.WriteFile(path, out, 0o644)
 	}
 	coldManifest, err := writeManifest("cold", func(string) (int, bool) { return 0, true })
 	if err != nil {
 		return nil, err.Error(), err.Error()
 	}
-	cold, err := benchStartWorker(ctx, cfg, self, "cold", examples, coldManifest, dir)
+	cold, err := benchStartWorker(ctx, cfg, v, "cold", examples, coldManifest, dir)
 	if err != nil {
-		if why, ok := benchWarmRejected(filepath.Join(cfg.out, "worker-cold.log")); ok {
+		if why, ok := benchWarmRejected(filepath.Join(cfg.out, "worker-"+v.id("cold")+".log")); ok {
 			warmSkip = "the worker rejects the manifest field warm, so this str has no warm pool (" + why + ")"
-			cold, err = benchStartWorker(ctx, cfg, self, "cold", examples, example, dir)
+			cold, err = benchStartWorker(ctx, cfg, v, "cold", examples, example, dir)
 		}
 	}
 	if err != nil {
@@ -449,7 +459,7 @@ func benchStartWorkers(ctx context.Context, cfg benchSuiteConfig, self, examples
 			return workers, "", err.Error()
 		}
 	}
-	warm, err := benchStartWorker(ctx, cfg, self, "warm", examples, warmManifest, dir)
+	warm, err := benchStartWorker(ctx, cfg, v, "warm", examples, warmManifest, dir)
 	if err != nil {
 		return workers, "", err.Error()
 	}
@@ -643,10 +653,11 @@ func benchWaitTools(ctx context.Context, roots []int, tool string, want int, set
 	return nil
 }
 
-// benchMemLaunchers starts k copies of argv at once, measures the Pss of
+// benchMemLaunchers starts k copies of argv at once (environment env, nil:
+// this process's), measures the Pss of
 // the launcher's own processes (exe) once every tree runs its `sleep`, and
 // waits for them to finish.
-func benchMemLaunchers(ctx context.Context, k int, exe string, argv []string) (mem benchMemKB, procs int, err error) {
+func benchMemLaunchers(ctx context.Context, k int, exe string, env, argv []string) (mem benchMemKB, procs int, err error) {
 	var cmds []*exec.Cmd
 	var roots []int
 	var errOut syncbuf.Buffer
@@ -662,6 +673,7 @@ func benchMemLaunchers(ctx context.Context, k int, exe string, argv []string) (m
 	}()
 	for i := 0; i < k; i++ {
 		c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		c.Env = env
 		c.Stderr = &errOut
 		if err := c.Start(); err != nil {
 			return mem, 0, err
@@ -675,37 +687,47 @@ func benchMemLaunchers(ctx context.Context, k int, exe string, argv []string) (m
 	return benchOwnMem(roots, exe)
 }
 
-// measureMemory fills st.memory: first the cold worker with K concurrent
-// slow_operation tools sleeping 5 s ((busy - idle) / K); then, with the
-// workers stopped (stopWorkers), str run and bwrap with K concurrent
-// `sleep 5`. Pss divides a shared page among the processes that map it,
-// so nothing else may map the launcher's binary while it is measured: the
-// workers are gone, the tools are invoked from this process (not by str
-// invoke processes), and str run runs from a private copy of the binary
-// that only its K launchers share.
-func (st *benchState) measureMemory(ctx context.Context, prog *benchProgress, worker *benchWorker, stopWorkers func(), tmp, work string) {
+// measureMemory fills st.memory: first each str's cold worker (the
+// cell echo/cold's) with K concurrent slow_operation tools sleeping 5 s
+// ((busy - idle) / K); then, with the workers stopped (stopWorkers), each
+// str run and bwrap with K concurrent `sleep 5`. Pss divides a shared page
+// among the processes that map it, so nothing else may map the launcher's
+// binary while it is measured: the workers are gone, the tools are invoked
+// from this process (not by str invoke processes), and str run runs from a
+// private copy of the binary that only its K launchers share.
+func (st *benchState) measureMemory(ctx context.Context, prog *benchProgress, stopWorkers func(), tmp, work string) {
 	k := st.cfg.k
-	prog.phase(fmt.Sprintf("memory: str worker with %d tools sleeping", k))
-	if worker == nil {
-		st.memSkips = append(st.memSkips, "str worker: no cold worker running (see the echo cells)")
-	} else if err := st.memWorker(ctx, worker); err != nil {
-		st.memSkips = append(st.memSkips, "str worker: "+err.Error())
+	for _, v := range st.strs {
+		prog.phase(fmt.Sprintf("memory: %s worker with %d tools sleeping", v.tag, k))
+		var cold *benchWorker
+		for _, c := range st.cells {
+			if c.str == v && c.row == "echo/cold" {
+				cold = c.worker
+			}
+		}
+		if cold == nil {
+			st.memSkips = append(st.memSkips, v.tag+" worker: no cold worker running (see the echo cells)")
+		} else if err := st.memWorker(ctx, v, cold); err != nil {
+			st.memSkips = append(st.memSkips, v.tag+" worker: "+err.Error())
+		}
 	}
 	stopWorkers()
 
-	prog.phase(fmt.Sprintf("memory: %d x str run -- sleep 5", k))
-	strCopy := filepath.Join(tmp, "str-mem")
-	if err := benchCopyFile(st.str, strCopy); err != nil {
-		st.memSkips = append(st.memSkips, "str run: copy the binary: "+err.Error())
-	} else if mem, procs, err := benchMemLaunchers(ctx, k, strCopy, []string{strCopy, "run", "--", "sleep", "5"}); err != nil {
-		st.memSkips = append(st.memSkips, "str run: "+err.Error())
-	} else {
-		st.memory = append(st.memory, benchMemory{id: "str-run", title: "str run (standard), per sandbox",
-			perSandboxKB: float64(mem.pss) / float64(k), detail: fmt.Sprintf("%d str processes for %d sandboxes; private %.2f MiB per sandbox",
-				procs, k, float64(mem.private)/1024/float64(k))})
+	for _, v := range st.strs {
+		prog.phase(fmt.Sprintf("memory: %d x %s run -- sleep 5", k, v.tag))
+		strCopy := filepath.Join(tmp, v.tag+"-mem")
+		if err := benchCopyFile(v.path, strCopy); err != nil {
+			st.memSkips = append(st.memSkips, v.tag+" run: copy the binary: "+err.Error())
+		} else if mem, procs, err := benchMemLaunchers(ctx, k, strCopy, v.env(), []string{strCopy, "run", "--", "sleep", "5"}); err != nil {
+			st.memSkips = append(st.memSkips, v.tag+" run: "+err.Error())
+		} else {
+			st.memory = append(st.memory, benchMemory{id: v.id("str-run"), title: v.title("str run (standard), per sandbox"),
+				perSandboxKB: float64(mem.pss) / float64(k), detail: fmt.Sprintf("%d str processes for %d sandboxes; private %.2f MiB per sandbox",
+					procs, k, float64(mem.private)/1024/float64(k))})
+		}
 	}
 	prog.phase(fmt.Sprintf("memory: %d x bwrap standard line sleep 5", k))
-	if mem, procs, err := benchMemLaunchers(ctx, k, st.bwrap, append(benchBwrapLine(st.bwrap, work, false), "sleep", "5")); err != nil {
+	if mem, procs, err := benchMemLaunchers(ctx, k, st.bwrap, nil, append(benchBwrapLine(st.bwrap, work, false), "sleep", "5")); err != nil {
 		st.memSkips = append(st.memSkips, "bwrap: "+err.Error())
 	} else {
 		st.memory = append(st.memory, benchMemory{id: "bwrap", title: "bwrap standard line, per sandbox",
@@ -722,11 +744,11 @@ func benchCopyFile(src, dst string) error {
 	return os.WriteFile(dst, data, 0o755)
 }
 
-func (st *benchState) memWorker(ctx context.Context, w *benchWorker) error {
+func (st *benchState) memWorker(ctx context.Context, v *benchStr, w *benchWorker) error {
 	k := st.cfg.k
 	// `str worker` execs str-worker, beside str, in the same process: its
-	// own processes run that binary (and the inits from their memfds).
-	exe := filepath.Join(filepath.Dir(st.str), "str-worker")
+	// own processes run that binary.
+	exe := v.worker()
 	idle, idleProcs, err := benchOwnMem([]int{w.pid()}, exe)
 	if err != nil {
 		return err
@@ -735,7 +757,7 @@ func (st *benchState) memWorker(ctx context.Context, w *benchWorker) error {
 	defer cancel()
 	client, err := devbroker.NewClient(devbroker.ClientOptions{Host: "127.0.0.1", Port: w.port, ClientID: "str-bench-mem-" + randomID(),
 		Retries: 3, RetryDelay: 500 * time.Millisecond, ReceiveTimeout: 100 * time.Millisecond,
-		TokenFile: broker.TokenFileFor(w.port), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		TokenFile: w.token, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return err
 	}
@@ -783,7 +805,7 @@ func (st *benchState) memWorker(ctx context.Context, w *benchWorker) error {
 			delete(ids, r.ID)
 		}
 	}
-	st.memory = append(st.memory, benchMemory{id: "worker", title: "str worker, per sandbox ((busy - idle) / K)",
+	st.memory = append(st.memory, benchMemory{id: v.id("worker"), title: v.title("str worker, per sandbox ((busy - idle) / K)"),
 		perSandboxKB: float64(busy.pss-idle.pss) / float64(k),
 		detail: fmt.Sprintf("Pss idle %.1f MiB in %d str-worker process(es), busy %.1f MiB in %d; private per sandbox %.2f MiB",
 			float64(idle.pss)/1024, idleProcs, float64(busy.pss)/1024, procs, float64(busy.private-idle.private)/1024/float64(k))})
