@@ -50,6 +50,16 @@ type cgroupSpares struct {
 	byPlan map[CgroupPlan][]*v1Spare
 }
 
+// ReuseCgroups makes l keep the v1 pids, cpu, cpuacct and freezer
+// cgroups of its sandboxes for the next ones, one sandbox at a time, when
+// checks 1-5 above pass (str serve's sandboxes: package
+// launcher/resident). drain removes every kept set: call it once no
+// sandbox of l is left.
+func (l *Launcher) ReuseCgroups() (drain func()) {
+	l.spares = &cgroupSpares{byPlan: map[CgroupPlan][]*v1Spare{}}
+	return l.spares.drain
+}
+
 // path is the spare's cgroup in hierarchy ctl (none for a nil spare).
 func (s *v1Spare) path(ctl string) (string, bool) {
 	if s == nil {
@@ -80,7 +90,7 @@ func (sp *cgroupSpares) put(pl CgroupPlan, s *v1Spare) {
 	sp.byPlan[pl] = append(sp.byPlan[pl], s)
 }
 
-// drain removes every kept set (the resident launcher's Close).
+// drain removes every kept set (ReuseCgroups' caller, at its end).
 func (sp *cgroupSpares) drain() {
 	if sp == nil {
 		return

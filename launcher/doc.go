@@ -47,13 +47,7 @@
 //	    the sandbox is reaped, copy what the tool changed back into the
 //	    directory (package launcher/writeback; its overlay is made at L3)
 //
-// The resident launcher (resident.go, `str serve`, root only) keeps
-// sandboxes made with Request.AwaitCall pre-built per profile: their init
-// waits at its sub-step 10a; Sandbox.Call arms the wall clock and hands it
-// a caller's argv, environment and stdio. Its socket is an authority
-// (file mode, SO_PEERCRED, the same plan as one-shot, "not poolable"
-// otherwise), checked in the order resident.go lists; residentproto.go
-// has the protocol and the client (CallResident).
+// The resident launcher (`str serve`) is package launcher/resident.
 //
 // The per-tool template supervisor is package launcher/template.
 //

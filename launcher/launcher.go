@@ -120,9 +120,16 @@ func (l *Launcher) Profiles() *profiles.Set { return l.profiles }
 // plan. Errors that are the caller's fault wrap ErrInvalidRequest.
 func (l *Launcher) Plan(req Request) (*Plan, error) { return l.planFor(req, l.host) }
 
-// planFor is Plan for a caller described by host (str serve: its caller's
-// environment supplies the profile's passthrough names, as it would to
-// a one-shot str run).
+// PlanFor is Plan for a caller whose environment getenv reads: the
+// profile's passthrough names come from it, as they would to that
+// caller's one-shot str run (str serve: package launcher/resident).
+func (l *Launcher) PlanFor(req Request, getenv func(string) string) (*Plan, error) {
+	host := l.host
+	host.Getenv = getenv
+	return l.planFor(req, host)
+}
+
+// planFor is Plan for a caller described by host (Plan, PlanFor).
 func (l *Launcher) planFor(req Request, host Host) (*Plan, error) {
 	name := req.Profile
 	if name == "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/securetoolruntime/str/egress"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -498,5 +499,42 @@ func TestFitTimeout(t *testing.T) {
 		if pl.Timeout != c.want {
 			t.Errorf("plan timeout %v for asked %v, want FitTimeout's %v", pl.Timeout, c.asked, c.want)
 		}
+	}
+}
+
+// planLauncher is a Launcher that only plans (embedded profiles, a
+// root-mode fake host): no privilege needed.
+func planLauncher(t testing.TB) *Launcher {
+	t.Helper()
+	set, err := profiles.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Launcher{profiles: set, host: fakeHost(0, CgroupV1), log: slog.New(slog.DiscardHandler)}
+}
+
+// TestPlanAwaitCall: a pre-built sandbox's plan has no command, waits
+// unarmed and tells the init to await its call (step 10a); any other
+// combination is refused, and a plain request still needs a command.
+func TestPlanAwaitCall(t *testing.T) {
+	l := planLauncher(t)
+	pl, err := l.Plan(Request{Profile: "restrictive", AwaitCall: true, Idle: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pl.Child.AwaitCall || len(pl.Child.Argv) != 0 || pl.Idle != time.Minute {
+		t.Fatalf("await_call %v argv %q idle %v", pl.Child.AwaitCall, pl.Child.Argv, pl.Idle)
+	}
+	for _, req := range []Request{
+		{Profile: "restrictive", AwaitCall: true},
+		{Profile: "restrictive", AwaitCall: true, Idle: time.Minute, Argv: []string{"/bin/true"}},
+		{Profile: "restrictive"},
+	} {
+		if _, err := l.Plan(req); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("%+v: %v, want ErrInvalidRequest", req, err)
+		}
+	}
+	if pl, err := l.Plan(Request{Profile: "restrictive", Argv: []string{"/bin/true"}}); err != nil || pl.Child.AwaitCall {
+		t.Errorf("a one-shot plan: await_call %v, %v", pl != nil && pl.Child.AwaitCall, err)
 	}
 }

@@ -28,7 +28,7 @@ target=("$@")
 if [[ -z ${STR_BIN:-} ]]; then CGO_ENABLED=0 go build -o bin/str ./cmd/str; STR_BIN=$PWD/bin/str; fi
 if [[ -z ${STR_BENCH_BIN:-} ]]; then go build -o bin/str-bench ./cmd/str-bench; STR_BENCH_BIN=$PWD/bin/str-bench; fi
 bwrap=$(command -v bwrap) || { echo "bench-serve: bwrap not found" >&2; exit 1; }
-# A static client (CGO_ENABLED=0, launcher.CallResident only): what
+# A static client (CGO_ENABLED=0, resident.Call only): what
 # `str run --serve` costs once str is a small static program (issue 19's
 # split of the cgo worker out of str). Generated under var/ (not part of
 # the repository), for this measurement only.
@@ -42,12 +42,12 @@ import (
 	"context"
 	"os"
 
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/resident"
 )
 
 func main() {
-	out, err := launcher.CallResident(context.Background(), os.Args[1],
-		launcher.ResidentRequest{Profile: "restrictive", Argv: os.Args[2:], Environ: os.Environ()},
+	out, err := resident.Call(context.Background(), os.Args[1],
+		resident.Request{Profile: "restrictive", Argv: os.Args[2:], Environ: os.Environ()},
 		[3]*os.File{os.Stdin, os.Stdout, os.Stderr})
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")

@@ -39,7 +39,7 @@ targets=(
   "./egress                    FuzzClientHelloSNI    ci" # sandbox bytes: SNI of captured TLS connections, parsed and peeked
   "./broker                    FuzzRequest           -"  # dev broker request handling
   "./worker/transport          FuzzMatch             -"  # topic matching
-  "./launcher                  FuzzDecodeResidentRequest ci" # str serve: a caller's request (str run's binary encoding), decoded and planned
+  "./launcher/resident         FuzzDecodeResidentRequest ci" # str serve: a caller's request (str run's binary encoding), decoded and planned
 )
 
 ci=0

@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/resident"
 	"golang.org/x/sys/unix"
 )
 
@@ -1455,13 +1455,13 @@ func (st *benchState) panels() []benchPanel {
 }
 
 // benchFoundResident is the socket str run would use without --serve
-// (launcher.ImplicitResidentSocket) when something listens there, else "".
+// (resident.ImplicitSocket) when something listens there, else "".
 func benchFoundResident() string {
-	sock := launcher.ImplicitResidentSocket()
+	sock := resident.ImplicitSocket()
 	if sock == "" {
 		return ""
 	}
-	if _, _, err := launcher.ResidentListener(sock); err != nil {
+	if _, _, err := resident.Listener(sock); err != nil {
 		return ""
 	}
 	return sock

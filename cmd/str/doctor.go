@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/resident"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"golang.org/x/sys/unix"
 )
@@ -158,12 +159,12 @@ func cmdDoctor(args []string) int {
 // ($STR_SERVE_SOCKET, else the state directory's serve.sock). Either way
 // sandboxes work, so it is information.
 func doctorResident(info func(name, detail string)) {
-	sock := launcher.ImplicitResidentSocket()
+	sock := resident.ImplicitSocket()
 	if sock == "" {
 		info("resident launcher", "none ($STR_SERVE_SOCKET is empty): str run is one-shot")
 		return
 	}
-	pid, uid, err := launcher.ResidentListener(sock)
+	pid, uid, err := resident.Listener(sock)
 	switch {
 	case err != nil:
 		info("resident launcher", "none on "+sock+": str run is one-shot (systemctl enable --now str-serve: pre-built sandboxes)")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/resident"
 	"github.com/securetoolruntime/str/profiles"
 )
 
@@ -149,10 +150,10 @@ func cmdRun(args []string) int {
 	socket := residentSocket(fs, *serveSocket, *oneShot)
 	if socket != "" && len(req.Binds) == 0 && req.Workdir == "" && len(req.Credentials) == 0 &&
 		req.Memory == 0 && req.CPUs == 0 && req.Pids == 0 && req.Network == nil && *profileDir == "" {
-		rreq := launcher.ResidentRequest{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Environ: os.Environ(),
+		rreq := resident.Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Environ: os.Environ(),
 			Timeout: req.Timeout, WantResult: *resultPath != ""}
-		out, err := launcher.CallResident(ctx, socket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
-		var re *launcher.ResidentError
+		out, err := resident.Call(ctx, socket, rreq, [3]*os.File{os.Stdin, os.Stdout, os.Stderr})
+		var re *resident.Error
 		switch {
 		case err == nil:
 			if *resultPath != "" {
@@ -164,14 +165,14 @@ func cmdRun(args []string) int {
 				os.Stderr.WriteString(out.Stderr)
 			}
 			return out.Status
-		case errors.Is(err, launcher.ErrNoResident), errors.Is(err, launcher.ErrNotPoolable):
+		case errors.Is(err, resident.ErrNoResident), errors.Is(err, resident.ErrNotPoolable):
 			// one-shot below
 		case errors.As(err, &re) && re.Refused:
 			// The caller may still run one-shot with its own privileges.
 			fmt.Fprintln(os.Stderr, "str run: warning: the resident launcher refused this caller; running one-shot:", err)
 		case errors.As(err, &re) && re.Untrusted:
 			fmt.Fprintln(os.Stderr, "str run: warning: not using this socket; running one-shot:", err)
-		case errors.As(err, new(*launcher.ResidentLostError)):
+		case errors.As(err, new(*resident.LostError)):
 			fmt.Fprintln(os.Stderr, "str run:", err)
 			return launcher.ExitResidentLost
 		default:
@@ -233,7 +234,7 @@ func writeResult(path string, data []byte) error {
 
 // residentSocket is the resident launcher's socket str run tries first,
 // "" for none: none with --one-shot; else --serve when given ("" is
-// none); else launcher.ImplicitResidentSocket ($STR_SERVE_SOCKET when
+// none); else resident.ImplicitSocket ($STR_SERVE_SOCKET when
 // set, empty is none; else the state directory's, which is simply not
 // there on a host without str serve).
 func residentSocket(fs *flag.FlagSet, serve string, oneShot bool) string {
@@ -245,5 +246,5 @@ func residentSocket(fs *flag.FlagSet, serve string, oneShot bool) string {
 	if given {
 		return serve
 	}
-	return launcher.ImplicitResidentSocket()
+	return resident.ImplicitSocket()
 }

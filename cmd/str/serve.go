@@ -15,6 +15,7 @@ import (
 
 	"github.com/securetoolruntime/str/internal/jsonlog"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/resident"
 	"github.com/securetoolruntime/str/launcher/statedir"
 )
 
@@ -40,7 +41,7 @@ func cmdServe(args []string) int {
 	socket := fs.String("socket", "", "the socket's `PATH` (default serve.sock in the state directory, where str run looks by itself: /run/str/serve.sock; its directory must be root's and writable by no one else; created root:GROUP 0660 with --allow-group, 0600 without; 0666 with --allow-uid, where SO_PEERCRED alone decides)")
 	profilesFlag := fs.String("profiles", "restrictive,standard", "the served profiles, comma-separated")
 	pool := fs.Int("pool", 2, "pre-built sandboxes per profile")
-	idle := fs.Duration("idle", launcher.DefaultResidentIdle, "a pre-built sandbox not called within this is replaced")
+	idle := fs.Duration("idle", resident.DefaultIdle, "a pre-built sandbox not called within this is replaced")
 	var uids multiFlag
 	fs.Var(&uids, "allow-uid", "a `UID` (or user name) that may use the socket besides root (repeatable)")
 	group := fs.String("allow-group", "", "a `GROUP` (name or gid) whose members may use the socket")
@@ -62,12 +63,12 @@ func cmdServe(args []string) int {
 		if err != nil {
 			bad = append(bad, err)
 		}
-		*socket = launcher.DefaultResidentSocket(os.Getenv)
+		*socket = resident.DefaultSocket(os.Getenv)
 	}
 	if fs.NArg() > 0 {
 		bad = append(bad, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	opts := launcher.ResidentOptions{Socket: *socket, Pool: *pool, Idle: *idle, AllowGID: -1}
+	opts := resident.Options{Socket: *socket, Pool: *pool, Idle: *idle, AllowGID: -1}
 	for _, p := range strings.Split(*profilesFlag, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			opts.Profiles = append(opts.Profiles, p)
@@ -114,12 +115,14 @@ func cmdServe(args []string) int {
 		fmt.Fprintln(os.Stderr, "str serve:", errors.Join(bad...))
 		return exitUsage
 	}
-	l, err := launcher.New(launcher.Options{CgroupParent: os.Getenv("STR_CGROUP_PARENT"), LongLived: true, Logger: jsonlog.New("info")})
+	log := jsonlog.New("info")
+	l, err := launcher.New(launcher.Options{CgroupParent: os.Getenv("STR_CGROUP_PARENT"), LongLived: true, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str serve:", err)
 		return exitLauncher
 	}
-	r, err := l.NewResident(opts)
+	opts.Log = log
+	r, err := resident.New(l, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return exitLauncher

@@ -1,7 +1,7 @@
 // Package pool is str's one policy for things made ahead of demand: the
 // worker's warm pool (pooled sandboxes with a tool's module imported,
 // worker/pool.go) and str serve's pre-built sandboxes (an init awaiting
-// its call, launcher/resident.go) are each a Pool of this package. What
+// its call, launcher/resident) are each a Pool of this package. What
 // an item is, how it is built, checked and handed its call stays with
 // the caller; nothing here knows about sandboxes.
 //

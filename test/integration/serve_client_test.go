@@ -14,7 +14,7 @@ import (
 	"github.com/securetoolruntime/str/internal/syncbuf"
 )
 
-// str run's side of the resident launcher (launcher.CallResident): a
+// str run's side of the resident launcher (resident.Call): a
 // cancelled call, a server gone mid-call, a listener that is not root.
 
 // strExec runs str with args, env added to the test's environment, and
@@ -128,7 +128,7 @@ while True:
 // (SO_PEERCRED) and sends nothing, neither the request nor the caller's
 // stdio; it warns and runs one-shot. The socket is the one named by
 // --serve, and the default one under $STR_STATE_DIR
-// (launcher.DefaultResidentSocket): there the unknown profile ends the
+// (resident.DefaultSocket): there the unknown profile ends the
 // one-shot run before any sandbox (a run with another state directory
 // must not sweep this host's cgroups).
 func TestResidentListenerMustBeRoot(t *testing.T) {

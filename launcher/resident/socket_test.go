@@ -1,4 +1,4 @@
-package launcher
+package resident
 
 import (
 	"bufio"
@@ -107,7 +107,7 @@ func TestResidentSocketSymlinkRace(t *testing.T) {
 		t.Fatalf("the racer did not start: %q %v", line, err)
 	}
 
-	opts := ResidentOptions{Socket: sock, AllowUIDs: []int{racerUID}, AllowGID: -1}
+	opts := Options{Socket: sock, AllowUIDs: []int{racerUID}, AllowGID: -1}
 	const starts = 2000
 	var refusals int
 	for i := 0; i < starts; i++ {
@@ -158,7 +158,7 @@ func TestResidentSocketDirectoryRefused(t *testing.T) {
 		{link, "is not a directory"},
 	} {
 		sock := filepath.Join(c.dir, "serve.sock")
-		ln, rs, err := listenResident(ResidentOptions{Socket: sock, AllowGID: -1})
+		ln, rs, err := listenResident(Options{Socket: sock, AllowGID: -1})
 		if err == nil {
 			ln.Close()
 			rs.close()
@@ -191,7 +191,7 @@ func TestResidentSocketFile(t *testing.T) {
 	stale.SetUnlinkOnClose(false)
 	stale.Close()
 
-	ln, rs, err := listenResident(ResidentOptions{Socket: sock, AllowGID: 4321})
+	ln, rs, err := listenResident(Options{Socket: sock, AllowGID: 4321})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestResidentSocketFile(t *testing.T) {
 	}
 	c.Close()
 	// A second server is refused while this one listens.
-	if _, _, err := listenResident(ResidentOptions{Socket: sock, AllowGID: -1}); err == nil || !strings.Contains(err.Error(), "another str serve listens there") {
+	if _, _, err := listenResident(Options{Socket: sock, AllowGID: -1}); err == nil || !strings.Contains(err.Error(), "another str serve listens there") {
 		t.Errorf("a second server: %v", err)
 	}
 	ln.Close()
@@ -230,13 +230,13 @@ func TestResidentSocketFile(t *testing.T) {
 	if err := os.WriteFile(sock, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := listenResident(ResidentOptions{Socket: sock, AllowGID: -1}); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
+	if _, _, err := listenResident(Options{Socket: sock, AllowGID: -1}); err == nil || !strings.Contains(err.Error(), "exists and is not a socket") {
 		t.Errorf("a regular file at the name: %v", err)
 	}
 	os.Remove(sock)
 
 	// Replaced after publication: close leaves the other file alone.
-	ln, rs, err = listenResident(ResidentOptions{Socket: sock, AllowGID: -1})
+	ln, rs, err = listenResident(Options{Socket: sock, AllowGID: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

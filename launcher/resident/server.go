@@ -1,4 +1,4 @@
-package launcher
+package resident
 
 // The resident launcher (str serve): a root process that keeps K
 // sandboxes per served profile pre-built, each one's init waiting at its
@@ -11,7 +11,7 @@ package launcher
 //     0666 with --allow-uid (SO_PEERCRED alone decides then), 0600
 //     without either (the kernel's connect permission check uses the
 //     caller's real groups), set in a private directory before a rename
-//     publishes it: nothing done by path (residentsock.go);
+//     publishes it: nothing done by path (socket.go);
 //  2. SO_PEERCRED of every connection: uid 0, a listed uid, or a member
 //     of the listed group (its primary gid, or the group's membership in
 //     the user database); anything else is answered "refused" and closed,
@@ -36,11 +36,11 @@ package launcher
 //  7. the cgroup's removal, the ids' release and the refill, after the
 //     reply: off the caller's critical path.
 //
-// Each pre-built sandbox is an ordinary sandbox of this launcher (its own
-// namespaces, memory cgroup, leased host ids, fresh tmpfs root and /tmp)
-// used for one call, never reused. Its v1 pids, cpu, cpuacct and freezer
-// cgroups may be an earlier sandbox's, emptied and checked
-// (cgroupreuse.go).
+// Each pre-built sandbox is an ordinary sandbox of the Launcher given to
+// New (its own namespaces, memory cgroup, leased host ids, fresh tmpfs
+// root and /tmp) used for one call, never reused. Its v1 pids, cpu,
+// cpuacct and freezer cgroups may be an earlier sandbox's, emptied and
+// checked (launcher/cgroupreuse.go).
 //
 // Which sandboxes are kept, claimed, retired and replaced is
 // launcher/pool's policy (its doc.go), the worker's warm pool's too: a
@@ -65,13 +65,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/pool"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
 
-// ResidentOptions configure a resident launcher.
-type ResidentOptions struct {
+// Options configure a resident launcher.
+type Options struct {
 	Socket   string   // the socket's path
 	Profiles []string // the served profiles (names or trust levels)
 	Pool     int      // pre-built sandboxes per profile (>= 1)
@@ -80,21 +81,23 @@ type ResidentOptions struct {
 	AllowUIDs []int
 	AllowGID  int
 	// Idle is a pre-built sandbox's max age: one not called by then is
-	// retired and replaced (default DefaultResidentIdle).
+	// retired and replaced (default DefaultIdle).
 	Idle time.Duration
+	// Log receives the server's log lines (nil: none).
+	Log *slog.Logger
 }
 
 // requestDeadline bounds the wait for a connected caller's request.
 const requestDeadline = 10 * time.Second
 
-// DefaultResidentIdle is how long a pre-built sandbox waits for a call
+// DefaultIdle is how long a pre-built sandbox waits for a call
 // before it is replaced.
-const DefaultResidentIdle = 10 * time.Minute
+const DefaultIdle = 10 * time.Minute
 
-// Resident is a running resident launcher.
-type Resident struct {
-	l     *Launcher
-	opts  ResidentOptions
+// Server is a running resident launcher.
+type Server struct {
+	l     *launcher.Launcher
+	opts  Options
 	log   *slog.Logger
 	ln    *net.UnixListener
 	sock  *residentSocket
@@ -107,22 +110,24 @@ type Resident struct {
 	// refusals rate-limits their log (refuse).
 	refusing chan struct{}
 	refusals refusalLog
-	wg       sync.WaitGroup
-	once     sync.Once
+	// drainCgroups removes the v1 cgroups kept for reuse, at Close.
+	drainCgroups func()
+	wg           sync.WaitGroup
+	once         sync.Once
 }
 
 // residentPool is one served profile: how its pre-built sandboxes are
-// made (their set in Resident.prebuilt is named by the profile).
+// made (their set in Server.prebuilt is named by the profile).
 type residentPool struct {
-	r    *Resident
+	r    *Server
 	name string
-	req  Request // the template request: AwaitCall, Idle
-	tmpl *Plan   // its plan, before Create leases ids
+	req  launcher.Request // the template request: AwaitCall, Idle
+	tmpl *launcher.Plan   // its plan, before Create leases ids
 }
 
 // residentBox is one pre-built sandbox: a pool.Item.
 type residentBox struct {
-	sb     *Sandbox
+	sb     *launcher.Sandbox
 	cancel context.CancelFunc // ends the sandbox as a cancellation (SIGINT, then SIGKILL)
 	claim  *pool.Claimed[string, *residentBox]
 }
@@ -145,24 +150,24 @@ func (b *residentBox) done() {
 	}
 }
 
-// NewResident plans every served profile, creates the socket (check 1)
+// New plans every served profile, creates the socket (check 1)
 // and starts filling the pools. Root only: the pre-built sandboxes lease
 // host ids.
-func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
-	if l.host.UID != 0 {
+func New(l *launcher.Launcher, opts Options) (*Server, error) {
+	if l.Host().UID != 0 {
 		return nil, errors.New("str serve runs as root (its sandboxes lease host ids)")
 	}
 	if opts.Pool < 1 {
-		return nil, fmt.Errorf("%w: pool size %d: at least 1", ErrInvalidRequest, opts.Pool)
+		return nil, fmt.Errorf("%w: pool size %d: at least 1", launcher.ErrInvalidRequest, opts.Pool)
 	}
 	if opts.Idle <= 0 {
-		opts.Idle = DefaultResidentIdle
+		opts.Idle = DefaultIdle
 	}
-	// Its sandboxes reuse their v1 pids, cpu, cpuacct and freezer
-	// cgroups, one sandbox at a time (cgroupreuse.go has the checks).
-	l.spares = &cgroupSpares{byPlan: map[CgroupPlan][]*v1Spare{}}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	r := &Resident{l: l, opts: opts, log: l.log, ctx: ctx, stop: stop, pools: map[string]*residentPool{},
+	r := &Server{l: l, opts: opts, log: opts.Log, ctx: ctx, stop: stop, pools: map[string]*residentPool{},
 		refusing: make(chan struct{}, maxRefusing)}
 	r.prebuilt = pool.New(ctx, pool.Config[string, *residentBox]{
 		Build: func(ctx context.Context, name string, _ pool.Spec[string]) (*residentBox, error) {
@@ -179,7 +184,7 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 	})
 	want := map[string]pool.Spec[string]{}
 	for _, name := range opts.Profiles {
-		req := Request{Profile: name, AwaitCall: true, Idle: opts.Idle + pool.Backstop}
+		req := launcher.Request{Profile: name, AwaitCall: true, Idle: opts.Idle + pool.Backstop}
 		pl, err := l.Plan(req)
 		if err != nil {
 			stop()
@@ -198,13 +203,17 @@ func (l *Launcher) NewResident(opts ResidentOptions) (*Resident, error) {
 		return nil, err
 	}
 	r.ln, r.sock = ln, sock
+	// Its sandboxes reuse their v1 pids, cpu, cpuacct and freezer
+	// cgroups, one sandbox at a time (launcher/cgroupreuse.go has the
+	// checks).
+	r.drainCgroups = l.ReuseCgroups()
 	r.prebuilt.Configure(want)
 	r.prebuilt.Start()
 	return r, nil
 }
 
 // Serve accepts connections until Close.
-func (r *Resident) Serve() error {
+func (r *Server) Serve() error {
 	for {
 		c, err := r.ln.AcceptUnix()
 		if err != nil {
@@ -227,24 +236,24 @@ func (r *Resident) Serve() error {
 
 // Close stops accepting, kills the idle sandboxes and waits for the
 // calls in flight and every sandbox to be gone.
-func (r *Resident) Close() { r.once.Do(r.close) }
+func (r *Server) Close() { r.once.Do(r.close) }
 
-func (r *Resident) close() {
+func (r *Server) close() {
 	// The pool first: no more builds, its idle sandboxes retired
 	// (drained), not counted as deaths when the context below ends them.
 	r.prebuilt.Stop()
 	r.stop()
 	r.ln.Close()
 	// The name goes with the listener, so that no str run finds a socket
-	// nobody accepts on (only if it is still ours: residentsock.go).
+	// nobody accepts on (only if it is still ours: socket.go).
 	r.sock.close()
 	r.wg.Wait()
 	r.prebuilt.Wait()
-	r.l.spares.drain()
+	r.drainCgroups()
 }
 
 // authorize is check 2.
-func (r *Resident) authorize(cred *unix.Ucred) error {
+func (r *Server) authorize(cred *unix.Ucred) error {
 	if cred.Uid == 0 || slices.Contains(r.opts.AllowUIDs, int(cred.Uid)) {
 		return nil
 	}
@@ -281,7 +290,7 @@ const (
 // refuse answers a caller check 2 turned away, at a bounded cost: a
 // rate-limited log line, no buffer for its request, at most maxRefusing
 // answered at a time.
-func (r *Resident) refuse(c *net.UnixConn, cred *unix.Ucred, why error) {
+func (r *Server) refuse(c *net.UnixConn, cred *unix.Ucred, why error) {
 	r.refusals.note(r.log, cred, time.Now())
 	// Its request is taken off the socket unread: a one-byte read of a
 	// SOCK_SEQPACKET record dequeues all of it (the rest truncated), and
@@ -362,7 +371,7 @@ func (rl *refusalLog) note(log *slog.Logger, cred *unix.Ucred, now time.Time) bo
 func reply(c *net.UnixConn, rep residentReply) { _, _ = c.Write(rep.encode()) }
 
 // handle serves one connection: checks 2-7 of the list above.
-func (r *Resident) handle(c *net.UnixConn) {
+func (r *Server) handle(c *net.UnixConn) {
 	// 2. Who is calling.
 	raw, err := c.SyscallConn()
 	if err != nil {
@@ -430,10 +439,8 @@ func (r *Resident) handle(c *net.UnixConn) {
 			}
 		}
 	}
-	host := r.l.host
-	host.Getenv = func(k string) string { return environ[k] }
-	lreq := Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout}
-	pl, err := r.l.planFor(lreq, host)
+	lreq := launcher.Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout}
+	pl, err := r.l.PlanFor(lreq, func(k string) string { return environ[k] })
 	if err != nil {
 		reply(c, residentReply{typ: replyFailed, text: err.Error()})
 		return
@@ -502,7 +509,7 @@ func (r *Resident) handle(c *net.UnixConn) {
 
 // resultReply is a result's reply: its Outcome, and its JSON as `str run
 // --result` writes it when the caller asked.
-func resultReply(res *Result, withJSON bool) residentReply {
+func resultReply(res *launcher.Result, withJSON bool) residentReply {
 	rep := residentReply{typ: replyResult}
 	rep.status, rep.text = res.Outcome()
 	if withJSON {
@@ -547,7 +554,7 @@ func parseStdio(oob []byte) ([nsinit.CallFDs]*os.File, error) {
 // differs is check 4: "" when the call's plan is the pre-built one's but
 // for what a call carries (argv, environment; a wall clock at most the
 // profile's, which Arm sets), else what differs.
-func (p *residentPool) differs(pl *Plan) string {
+func (p *residentPool) differs(pl *launcher.Plan) string {
 	a, b := *pl, *p.tmpl
 	a.Child.Argv, b.Child.Argv = nil, nil
 	a.Child.Env, b.Child.Env = nil, nil
@@ -569,7 +576,7 @@ func (p *residentPool) differs(pl *Plan) string {
 // callBox claims a ready sandbox of the profile (or builds one) and
 // hands it the call. One that ended meanwhile (its idle limit, a crash)
 // is dropped and the next tried.
-func (p *residentPool) callBox(pl *Plan, stdio [nsinit.CallFDs]*os.File) (*residentBox, error) {
+func (p *residentPool) callBox(pl *launcher.Plan, stdio [nsinit.CallFDs]*os.File) (*residentBox, error) {
 	for {
 		var box *residentBox
 		if c := p.r.prebuilt.Claim(p.name, p.name, nil); c != nil {
@@ -588,7 +595,7 @@ func (p *residentPool) callBox(pl *Plan, stdio [nsinit.CallFDs]*os.File) (*resid
 		box.cancel()
 		_, _ = box.sb.Wait()
 		box.done()
-		if !errors.Is(err, ErrEnded) {
+		if !errors.Is(err, launcher.ErrEnded) {
 			return nil, err
 		}
 	}

@@ -1,4 +1,4 @@
-package launcher
+package resident
 
 import (
 	"bytes"
@@ -74,13 +74,13 @@ const (
 	replyHeader   = len(residentMagic) + 4 + 4 + 4
 )
 
-// ResidentRequest is `str run`'s request as the server sees it: what a
+// Request is `str run`'s request as the server sees it: what a
 // pre-built sandbox of the profile can take, checked by the same rules as
 // one-shot (Launcher.Plan). What needs another plan (binds, a work dir,
 // credentials, lower limits, a narrower network) is never poolable, so
 // the client runs it one-shot without asking and the request has no
 // field for it.
-type ResidentRequest struct {
+type Request struct {
 	Profile string
 	Argv    []string
 	Env     []string // --env additions
@@ -92,16 +92,16 @@ type ResidentRequest struct {
 	WantResult bool
 }
 
-// ResidentOutcome is a served call's answer: str run's exit status and
+// Outcome is a served call's answer: str run's exit status and
 // stderr text (Result.Outcome, applied by the server), and the Result's
 // JSON when the request asked for it.
-type ResidentOutcome struct {
+type Outcome struct {
 	Status int
 	Stderr string
 	Result []byte
 }
 
-// Errors of CallResident that send the caller to one-shot str run.
+// Errors of Call that send the caller to one-shot str run.
 var (
 	// ErrNoResident: nothing listens on the socket (or it is not one).
 	ErrNoResident = errors.New("no resident launcher reachable")
@@ -110,10 +110,10 @@ var (
 	ErrNotPoolable = errors.New("not poolable")
 )
 
-// ResidentError is a request the server refused (SO_PEERCRED) or found
+// Error is a request the server refused (SO_PEERCRED) or found
 // bad ("error": what one-shot str run would say about it), or a listener
 // the client would not send it to (Untrusted).
-type ResidentError struct {
+type Error struct {
 	Refused bool
 	// Untrusted: the socket's listener is not root, so it is not a str
 	// serve (which runs only as root); it was sent nothing.
@@ -121,44 +121,44 @@ type ResidentError struct {
 	Msg       string
 }
 
-func (e *ResidentError) Error() string { return e.Msg }
+func (e *Error) Error() string { return e.Msg }
 
-// ResidentLostError: the connection ended without a reply after the
+// LostError: the connection ended without a reply after the
 // request was sent (str serve killed mid-call). The command may have run;
 // str run exits ExitResidentLost and does not run it again.
-type ResidentLostError struct {
+type LostError struct {
 	Socket string
 	Err    error // the read's error (io.EOF: the server closed)
 }
 
-func (e *ResidentLostError) Error() string {
+func (e *LostError) Error() string {
 	return fmt.Sprintf("resident launcher %s died during the call; the command may have run (no reply: %v)", e.Socket, e.Err)
 }
 
-func (e *ResidentLostError) Unwrap() error { return e.Err }
+func (e *LostError) Unwrap() error { return e.Err }
 
-// ResidentSocketName is the resident launcher's socket in the state
-// directory (DefaultResidentSocket).
-const ResidentSocketName = "serve.sock"
+// SocketName is the resident launcher's socket in the state
+// directory (DefaultSocket).
+const SocketName = "serve.sock"
 
-// DefaultResidentSocket is where str serve listens and str run looks when
+// DefaultSocket is where str serve listens and str run looks when
 // neither is told another socket: serve.sock in the state directory
 // (/run/str/serve.sock for root).
-func DefaultResidentSocket(getenv func(string) string) string {
-	return filepath.Join(statedir.Dir(getenv), ResidentSocketName)
+func DefaultSocket(getenv func(string) string) string {
+	return filepath.Join(statedir.Dir(getenv), SocketName)
 }
 
-// ResidentSocketEnv names the resident launcher's socket for str run.
-const ResidentSocketEnv = "STR_SERVE_SOCKET"
+// SocketEnv names the resident launcher's socket for str run.
+const SocketEnv = "STR_SERVE_SOCKET"
 
-// ImplicitResidentSocket is the socket str run uses when no --serve names
+// ImplicitSocket is the socket str run uses when no --serve names
 // one: $STR_SERVE_SOCKET when set (empty: none, ""), else
-// DefaultResidentSocket. str doctor and str-bench ask the same.
-func ImplicitResidentSocket() string {
-	if s, ok := os.LookupEnv(ResidentSocketEnv); ok {
+// DefaultSocket. str doctor and str-bench ask the same.
+func ImplicitSocket() string {
+	if s, ok := os.LookupEnv(SocketEnv); ok {
 		return s
 	}
-	return DefaultResidentSocket(os.Getenv)
+	return DefaultSocket(os.Getenv)
 }
 
 // errResidentVersion: a request of another version of the protocol.
@@ -167,7 +167,7 @@ var errResidentVersion = errors.New("another protocol version")
 // encodeResidentRequest is req in the request encoding; an error when a
 // string holds a NUL (the encoding's terminator) or the timeout is
 // negative.
-func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
+func encodeResidentRequest(req Request) ([]byte, error) {
 	if len(req.Argv) == 0 {
 		return nil, errors.New("no argv")
 	}
@@ -209,8 +209,8 @@ func encodeResidentRequest(req ResidentRequest) ([]byte, error) {
 // for them. The result goes through Launcher.Plan's checks like any
 // request (str serve's check 3). A request of another version is
 // errResidentVersion.
-func decodeResidentRequest(b []byte) (ResidentRequest, error) {
-	var req ResidentRequest
+func decodeResidentRequest(b []byte) (Request, error) {
+	var req Request
 	const magic = len(residentMagic)
 	if len(b) >= magic && string(b[:magic-1]) == residentMagic[:magic-1] && b[magic-1] != residentMagic[magic-1] {
 		return req, fmt.Errorf("%w: protocol version %d, this server speaks %d", errResidentVersion, b[magic-1], residentVersion)
@@ -225,16 +225,16 @@ func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 	}
 	req.WantResult = flags&reqWantResult != 0
 	if req.Timeout = time.Duration(le.Uint64(b[magic+4:])); req.Timeout < 0 {
-		return ResidentRequest{}, fmt.Errorf("request: a negative timeout (%d ns)", int64(req.Timeout))
+		return Request{}, fmt.Errorf("request: a negative timeout (%d ns)", int64(req.Timeout))
 	}
 	argc, envc, environc := uint64(le.Uint32(b[magic+12:])), uint64(le.Uint32(b[magic+16:])), uint64(le.Uint32(b[magic+20:]))
 	rest := b[requestHeader:]
 	if argc == 0 {
-		return ResidentRequest{}, errors.New("request: no argv")
+		return Request{}, errors.New("request: no argv")
 	}
 	// Each string takes at least its NUL.
 	if n := 1 + argc + envc + environc; n > uint64(len(rest)) {
-		return ResidentRequest{}, fmt.Errorf("request: %d strings in %d bytes", n, len(rest))
+		return Request{}, fmt.Errorf("request: %d strings in %d bytes", n, len(rest))
 	}
 	var bad error
 	next := func() string {
@@ -262,10 +262,10 @@ func decodeResidentRequest(b []byte) (ResidentRequest, error) {
 	req.Env = list(envc)
 	req.Environ = list(environc)
 	if bad != nil {
-		return ResidentRequest{}, bad
+		return Request{}, bad
 	}
 	if len(rest) != 0 {
-		return ResidentRequest{}, fmt.Errorf("request: %d bytes after the last string", len(rest))
+		return Request{}, fmt.Errorf("request: %d bytes after the last string", len(rest))
 	}
 	return req, nil
 }
@@ -321,13 +321,13 @@ func decodeResidentReply(b []byte) (residentReply, error) {
 // residentTextMax.
 const maxReplyBytes = 1 << 20
 
-// CallResident runs req through the resident launcher on socket with the
+// Call runs req through the resident launcher on socket with the
 // caller's stdio. ErrNoResident and ErrNotPoolable (wrapped) mean: run
 // one-shot. A cancelled ctx asks the server to end the sandbox (SIGINT to
 // the tool, SIGKILL after CancelGrace, as one-shot); the outcome still
 // comes back. Raw system calls on a blocking socket: no poller to start
 // for the one exchange.
-func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio [nsinit.CallFDs]*os.File) (*ResidentOutcome, error) {
+func Call(ctx context.Context, socket string, req Request, stdio [nsinit.CallFDs]*os.File) (*Outcome, error) {
 	data, err := encodeResidentRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotPoolable, err)
@@ -342,7 +342,7 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 	// caller did not check) gets neither the request nor the caller's
 	// stdio. SO_PEERCRED gives the listener's credentials as of listen().
 	if cred, err := unix.GetsockoptUcred(c.fd, unix.SOL_SOCKET, unix.SO_PEERCRED); err != nil || cred.Uid != 0 {
-		return nil, &ResidentError{Untrusted: true, Msg: untrustedMsg(socket, cred, err)}
+		return nil, &Error{Untrusted: true, Msg: untrustedMsg(socket, cred, err)}
 	}
 	var fds [nsinit.CallFDs]int
 	for i, f := range stdio {
@@ -363,7 +363,7 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 		// The server went away after it was sent the call: nothing says
 		// what ran; not a case to retry one-shot (the command may have
 		// run).
-		return nil, &ResidentLostError{Socket: socket, Err: errOr(err, io.EOF)}
+		return nil, &LostError{Socket: socket, Err: errOr(err, io.EOF)}
 	}
 	if flags&unix.MSG_TRUNC != 0 {
 		return nil, fmt.Errorf("resident launcher %s: bad reply: more than %d bytes", socket, len(buf))
@@ -374,13 +374,13 @@ func CallResident(ctx context.Context, socket string, req ResidentRequest, stdio
 	}
 	switch rep.typ {
 	case replyResult:
-		return &ResidentOutcome{Status: rep.status, Stderr: rep.text, Result: rep.result}, nil
+		return &Outcome{Status: rep.status, Stderr: rep.text, Result: rep.result}, nil
 	case replyNotPoolable:
 		return nil, fmt.Errorf("%w: %s", ErrNotPoolable, rep.text)
 	case replyRefused:
-		return nil, &ResidentError{Refused: true, Msg: rep.text}
+		return nil, &Error{Refused: true, Msg: rep.text}
 	case replyFailed:
-		return nil, &ResidentError{Msg: rep.text}
+		return nil, &Error{Msg: rep.text}
 	}
 	return nil, fmt.Errorf("resident launcher %s: unknown reply type %d", socket, rep.typ)
 }
@@ -433,10 +433,10 @@ func retryEINTR(f func() error) error {
 	}
 }
 
-// ResidentListener connects to socket, sends nothing, and returns the
+// Listener connects to socket, sends nothing, and returns the
 // listener's pid and uid (SO_PEERCRED, as of its listen()): what str
 // doctor reports. An error wraps ErrNoResident when nothing listens.
-func ResidentListener(socket string) (pid, uid int, err error) {
+func Listener(socket string) (pid, uid int, err error) {
 	c, err := dialResident(socket)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %s: %w", ErrNoResident, socket, err)

@@ -1,4 +1,4 @@
-package launcher
+package resident
 
 import (
 	"bytes"
@@ -8,10 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // mustEncode is req's request bytes.
-func mustEncode(t testing.TB, req ResidentRequest) []byte {
+func mustEncode(t testing.TB, req Request) []byte {
 	t.Helper()
 	b, err := encodeResidentRequest(req)
 	if err != nil {
@@ -23,7 +25,7 @@ func mustEncode(t testing.TB, req ResidentRequest) []byte {
 // TestResidentRequestRoundTrip: every field of a request as str run
 // sends it decodes as it was.
 func TestResidentRequestRoundTrip(t *testing.T) {
-	for _, req := range []ResidentRequest{
+	for _, req := range []Request{
 		{Profile: "restrictive", Argv: []string{"/bin/true"}},
 		{Argv: []string{"x", ""}, Environ: []string{"A=1", "A=2", "X"}, Env: []string{"K=V"}, WantResult: true, Timeout: 90 * time.Second},
 		{Profile: "standard", Argv: []string{"\xff"}, Timeout: 1},
@@ -33,7 +35,7 @@ func TestResidentRequestRoundTrip(t *testing.T) {
 			t.Errorf("decoded %+v (%v), want %+v", got, err, req)
 		}
 	}
-	for _, req := range []ResidentRequest{
+	for _, req := range []Request{
 		{Argv: nil},
 		{Argv: []string{"a\x00b"}},
 		{Argv: []string{"x"}, Environ: []string{"A=\x00"}},
@@ -48,7 +50,7 @@ func TestResidentRequestRoundTrip(t *testing.T) {
 // TestDecodeResidentRequest: every malformed request is refused with what
 // is wrong; another version is errResidentVersion.
 func TestDecodeResidentRequest(t *testing.T) {
-	good := mustEncode(t, ResidentRequest{Profile: "p", Argv: []string{"x"}, Environ: []string{"E=1"}})
+	good := mustEncode(t, Request{Profile: "p", Argv: []string{"x"}, Environ: []string{"E=1"}})
 	set := func(b []byte, at int, v uint32) []byte {
 		b = bytes.Clone(b)
 		binary.LittleEndian.PutUint32(b[at:], v)
@@ -107,42 +109,14 @@ func TestResidentReply(t *testing.T) {
 	}
 }
 
-// TestOutcome: str run's exit code and stderr text for each kind of
-// result, as finishRun printed them before Outcome was shared.
-func TestOutcome(t *testing.T) {
-	setup := &StepError{Who: "nsinit", Step: 3, Action: "execve", Path: "/x", Msg: "no such file or directory"}
-	for _, c := range []struct {
-		name string
-		res  Result
-		code int
-		text string
-	}{
-		{"status", Result{ExitCode: 3}, 3, ""},
-		{"signal", Result{ExitCode: 137, Signal: 9}, 137, ""},
-		{"timeout", Result{ExitCode: 137, TimedOut: true}, ExitTimedOut, "str run: timed out; the sandbox was killed\n"},
-		{"oom", Result{ExitCode: 137, OOMKilled: true}, 137, "str run: the memory limit was hit; the OOM killer ended the tool\n"},
-		{"not found", Result{ExitCode: ExitNotFound, SetupError: setup}, ExitNotFound, "str run: " + setup.Error() + "\n"},
-		{"setup", Result{ExitCode: 1, SetupError: setup}, ExitLauncher, "str run: " + setup.Error() + "\n"},
-		{"warnings and violations first", Result{ExitCode: 0, Warnings: []string{"a", "b"}, ViolationSummary: "blocked: x"},
-			0, "str run: warning: a\nstr run: warning: b\nblocked: x\n"},
-		{"write-back", Result{ExitCode: 0, WriteBack: &WriteBack{Dir: "/w", Skipped: []string{"fifo"}, Error: setup}},
-			ExitLauncher, "str run: warning: /w/fifo: not copied back (not a file, directory or symlink)\nstr run: " + setup.Error() + "\n"},
-	} {
-		code, text := c.res.Outcome()
-		if code != c.code || text != c.text {
-			t.Errorf("%s: %d %q, want %d %q", c.name, code, text, c.code, c.text)
-		}
-	}
-}
-
 // FuzzDecodeResidentRequest: any bytes decode without a panic; what
 // decodes has argv and no negative timeout, and encodes back to the same
 // bytes; its plan (Launcher.Plan, as str serve's check 3) never loosens
 // the profile's wall clock.
 func FuzzDecodeResidentRequest(f *testing.F) {
-	f.Add(mustEncode(f, ResidentRequest{Profile: "restrictive", Argv: []string{"/bin/true"}, Environ: []string{"A=1"}, Timeout: time.Second}))
-	f.Add(mustEncode(f, ResidentRequest{Argv: []string{"x", ""}, WantResult: true}))
-	f.Add(mustEncode(f, ResidentRequest{Profile: "standard", Argv: []string{"\xff"}, Env: []string{"K=V"}, Environ: []string{"PYTHONUNBUFFERED=1", "X"},
+	f.Add(mustEncode(f, Request{Profile: "restrictive", Argv: []string{"/bin/true"}, Environ: []string{"A=1"}, Timeout: time.Second}))
+	f.Add(mustEncode(f, Request{Argv: []string{"x", ""}, WantResult: true}))
+	f.Add(mustEncode(f, Request{Profile: "standard", Argv: []string{"\xff"}, Env: []string{"K=V"}, Environ: []string{"PYTHONUNBUFFERED=1", "X"},
 		Timeout: 99999 * time.Hour}))
 	f.Add([]byte(`{"version":1}`))
 	l := planLauncher(f)
@@ -158,11 +132,11 @@ func FuzzDecodeResidentRequest(f *testing.F) {
 		if err != nil || !bytes.Equal(again, b) {
 			t.Fatalf("re-encoded: % x %v, want % x", again, err, b)
 		}
-		pl, err := l.Plan(Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout})
+		pl, err := l.Plan(launcher.Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Timeout: req.Timeout})
 		if err != nil {
 			return
 		}
-		base, err := l.Plan(Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env})
+		base, err := l.Plan(launcher.Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env})
 		if err != nil {
 			t.Fatalf("the plan without the timeout fails: %v", err)
 		}

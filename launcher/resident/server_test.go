@@ -1,52 +1,25 @@
-package launcher
+package resident
 
 import (
-	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
-	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/launcher"
 	"golang.org/x/sys/unix"
 )
 
-// planLauncher is a Launcher that only plans (embedded profiles, a
-// root-mode fake host): no privilege needed.
-func planLauncher(t testing.TB) *Launcher {
+// planLauncher is a Launcher of this host with the embedded profiles:
+// planning needs no privilege.
+func planLauncher(t testing.TB) *launcher.Launcher {
 	t.Helper()
-	set, err := profiles.Embedded()
+	l, err := launcher.New(launcher.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Launcher{profiles: set, host: fakeHost(0, CgroupV1), log: slog.New(slog.DiscardHandler)}
-}
-
-// TestPlanAwaitCall: a pre-built sandbox's plan has no command, waits
-// unarmed and tells the init to await its call (step 10a); any other
-// combination is refused, and a plain request still needs a command.
-func TestPlanAwaitCall(t *testing.T) {
-	l := planLauncher(t)
-	pl, err := l.Plan(Request{Profile: "restrictive", AwaitCall: true, Idle: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !pl.Child.AwaitCall || len(pl.Child.Argv) != 0 || pl.Idle != time.Minute {
-		t.Fatalf("await_call %v argv %q idle %v", pl.Child.AwaitCall, pl.Child.Argv, pl.Idle)
-	}
-	for _, req := range []Request{
-		{Profile: "restrictive", AwaitCall: true},
-		{Profile: "restrictive", AwaitCall: true, Idle: time.Minute, Argv: []string{"/bin/true"}},
-		{Profile: "restrictive"},
-	} {
-		if _, err := l.Plan(req); !errors.Is(err, ErrInvalidRequest) {
-			t.Errorf("%+v: %v, want ErrInvalidRequest", req, err)
-		}
-	}
-	if pl, err := l.Plan(Request{Profile: "restrictive", Argv: []string{"/bin/true"}}); err != nil || pl.Child.AwaitCall {
-		t.Errorf("a one-shot plan: await_call %v, %v", pl != nil && pl.Child.AwaitCall, err)
-	}
+	return l
 }
 
 // TestResidentPoolable: check 4 of str serve. A call whose plan is the
@@ -55,24 +28,25 @@ func TestPlanAwaitCall(t *testing.T) {
 // not, each named.
 func TestResidentPoolable(t *testing.T) {
 	l := planLauncher(t)
-	tmplReq := Request{Profile: "standard", AwaitCall: true, Idle: time.Minute}
+	dir := t.TempDir() // a bind source and a work dir that exist
+	tmplReq := launcher.Request{Profile: "standard", AwaitCall: true, Idle: time.Minute}
 	tmpl, err := l.Plan(tmplReq)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &residentPool{name: "standard", req: tmplReq, tmpl: tmpl}
 	for _, c := range []struct {
-		req  Request
+		req  launcher.Request
 		want string // "" poolable, else a word of the reason
 	}{
-		{Request{Argv: []string{"/bin/echo", "hi"}}, ""},
-		{Request{Argv: []string{"python3"}, Env: []string{"A=1"}, Timeout: 5 * time.Second}, ""},
-		{Request{Profile: "standard", Argv: []string{"/bin/true"}}, ""},
-		{Request{Argv: []string{"/bin/true"}, Memory: 100 << 20}, "cgroup"},
-		{Request{Argv: []string{"/bin/true"}, Pids: 4}, "cgroup"},
-		{Request{Argv: []string{"/bin/true"}, Network: &egress.Policy{Mode: egress.Isolated}}, "network"},
-		{Request{Argv: []string{"/bin/true"}, Binds: []Bind{{Source: "/data"}}}, "mounts"},
-		{Request{Argv: []string{"/bin/true"}, Workdir: "/work"}, "mounts"},
+		{launcher.Request{Argv: []string{"/bin/echo", "hi"}}, ""},
+		{launcher.Request{Argv: []string{"python3"}, Env: []string{"A=1"}, Timeout: 5 * time.Second}, ""},
+		{launcher.Request{Profile: "standard", Argv: []string{"/bin/true"}}, ""},
+		{launcher.Request{Argv: []string{"/bin/true"}, Memory: 100 << 20}, "cgroup"},
+		{launcher.Request{Argv: []string{"/bin/true"}, Pids: 4}, "cgroup"},
+		{launcher.Request{Argv: []string{"/bin/true"}, Network: &egress.Policy{Mode: egress.Isolated}}, "network"},
+		{launcher.Request{Argv: []string{"/bin/true"}, Binds: []launcher.Bind{{Source: dir}}}, "mounts"},
+		{launcher.Request{Argv: []string{"/bin/true"}, Workdir: dir}, "mounts"},
 	} {
 		if c.req.Profile == "" {
 			c.req.Profile = "standard"

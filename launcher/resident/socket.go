@@ -1,4 +1,4 @@
-package launcher
+package resident
 
 import (
 	"crypto/rand"
@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// str serve's socket file (check 1 of resident.go), made without one
+// str serve's socket file (check 1 of server.go), made without one
 // privileged operation by path. Root's chown and chmod of a socket it had
 // just bound by name followed a symlink that a user who could write the
 // socket's directory swapped in between: root gave any file that user
@@ -52,7 +52,7 @@ type residentSocket struct {
 // --allow-group, 0666 with --allow-uid (SO_PEERCRED alone decides), else
 // root 0600. The kernel's connect permission check uses the caller's real
 // groups.
-func socketMode(opts ResidentOptions) (mode uint32, gid int) {
+func socketMode(opts Options) (mode uint32, gid int) {
 	switch {
 	case len(opts.AllowUIDs) > 0:
 		return 0o666, 0 // any local user reaches check 2; only the listed pass it
@@ -67,7 +67,7 @@ func socketMode(opts ResidentOptions) (mode uint32, gid int) {
 const maxSocketPath = 107
 
 // listenResident is check 1, parts 1-6 above.
-func listenResident(opts ResidentOptions) (ln *net.UnixListener, sock *residentSocket, err error) {
+func listenResident(opts Options) (ln *net.UnixListener, sock *residentSocket, err error) {
 	path := opts.Socket
 	fail := func(step string, err error) (*net.UnixListener, *residentSocket, error) {
 		return nil, nil, fmt.Errorf("str serve: socket %s: %s: %w", path, step, err)
