@@ -1,6 +1,7 @@
 package nsinit
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,23 +18,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A Program is the init's steps for one sandbox compiled, in the
-// launcher's process, into a list of raw system calls that the launcher's
-// own clone child performs before it executes the tool: the technique of
-// Go's own fork-and-exec child (syscall.forkAndExecInChild), which runs
-// only raw calls on memory prepared before the fork. No second program is
-// executed and no second Go runtime starts per sandbox (issue 19: the
-// init's runtime start, plan decoding and execve were ~29 % of a one-shot
-// run's CPU). It is the one implementation of the steps: every sandbox,
-// root and rootless, one-shot, pre-built (str serve), a worker's, a
-// template's and a bubblewrap line's, runs one.
-//
-// The steps and their order are the numbered list of compileDirect (and
-// SECURITY.md); every operation carries its Step, and a failure comes
-// back on the report socket as one binary record (the operation's index
-// and the errno), which the launcher turns into the StepError of that
-// step (Program.Event). A pre-built sandbox's call arrives in the binary
-// form of EncodeCall, into memory the program prepared (callArea).
+// A Program is the init's steps for one sandbox (compileDirect's numbered
+// list, the one implementation every sandbox runs) compiled in the
+// launcher into raw system calls that the launcher's own clone child
+// performs before it executes the tool, as Go's fork-and-exec child does
+// (see the package doc and SECURITY.md, "The init's sequence"). Every
+// operation carries its Step; a failure comes back on the report socket
+// as one record (the operation's index, the errno) that Program.Event
+// turns into that step's StepError. A pre-built sandbox's call (EncodeCall)
+// arrives into memory the program prepared (callArea).
 type Program struct {
 	ops   []op
 	descs []opDesc
@@ -217,6 +210,16 @@ func (b *builder) cstr(s string) uintptr {
 	return uintptr(unsafe.Pointer(&buf[0]))
 }
 
+// cstrs is ss as a NULL-terminated array of C strings the program keeps.
+func (b *builder) cstrs(ss []string) []uintptr {
+	out := make([]uintptr, len(ss)+1)
+	for i, s := range ss {
+		out[i] = b.cstr(s)
+	}
+	b.p.keep = append(b.p.keep, out)
+	return out
+}
+
 // mem keeps v and returns its address.
 func (b *builder) mem(v any, p unsafe.Pointer) uintptr {
 	b.p.keep = append(b.p.keep, v)
@@ -293,15 +296,11 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 //  20. set the rlimits (raw prlimit64, RLIMIT_AS last)
 //  21. execve the tool (raw syscall): the tool becomes PID 1
 //
-// The child is root of the sandbox's own user namespace only: on the host
-// it is an unprivileged uid of its own (root mode: one id block per
-// sandbox) or the caller's (rootless), so even before step 13 it holds no
-// capability over anything of the host. On cgroup v2 it is born in the
-// sandbox's cgroup (CLONE_INTO_CGROUP); on v1 it moves itself in at step
-// 12, so the tool never runs a single instruction outside the limits
-// while no process migration (an RCU grace period, 8-20 ms) sits on the
-// critical path. Every step from 12 on changes the child's own state,
-// which the tool inherits at the execve.
+// The child is root of the sandbox's own user namespace only, never of
+// the host's (the package doc, "What it trusts"), from its first
+// instruction in the sandbox's cgroup (v2: born there; v1: step 12).
+// Every step from 12 on changes the child's own state, which the tool
+// inherits at the execve.
 func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (p *Program, err error) {
 	if cfg.PassFDs != len(f.Pass) {
 		return nil, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
@@ -430,32 +429,41 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		if m.Kind != MountBind && m.Kind != MountDevNode {
 			continue
 		}
+		var st unix.Stat_t
+		var err error
 		switch k := m.TreeFD - b.first; {
+		case m.TreeFD == SourceAbsent && !m.Optional:
+			return p, stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
 		case m.TreeFD == SourceAbsent:
-			if err := absentSource(m); err != nil {
-				return p, err
-			}
+			continue // optional, and the launcher found it missing (L3)
 		case m.TreeFD == 0:
-			dir, absent := sourceKind(m)
-			if absent {
-				// As the launcher's L3 in root mode: an optional source
-				// found missing is skipped (rootEntries too).
+			// Rootless: the launcher only looks whether the source is a
+			// directory (so is its mount point, made at step 5) and whether
+			// it is optional and missing: then it is skipped, as L3 skips
+			// it in root mode (and rootEntries). Any other error is left to
+			// the child's own open, whose error is the step's.
+			stat := unix.Stat
+			if m.NoFollow {
+				stat = unix.Lstat
+			}
+			if err = stat(m.Source, &st); err != nil && m.Optional && errors.Is(err, unix.ENOENT) {
 				if !copied {
 					ms, copied = slices.Clone(ms), true
 				}
 				ms[i].TreeFD = SourceAbsent
 				continue
 			}
-			mountTree[i], isDir[i] = b.cloneSource(m), dir
+			mountTree[i] = b.cloneSource(m)
 		case k >= 0 && k < len(trees):
 			mountTree[i] = trees[k]
-			if isDir[i], err = treeIsDir(f.Trees[k]); err != nil {
+			if err = unix.Fstat(f.Trees[k], &st); err != nil {
 				return p, stepErr(StepCloneSources, "take bind source", m.Source, "fstat tree", err)
 			}
 		default:
 			return p, stepErr(StepCloneSources, "take bind source", m.Source, fmt.Sprintf("tree_fd %d", m.TreeFD),
 				fmt.Errorf("not one of the launcher's %d trees", len(trees)))
 		}
+		isDir[i] = err != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR
 	}
 	tasks := make([]slotID, len(cfg.CgroupTasks))
 	for i, t := range cfg.CgroupTasks {
@@ -595,30 +603,17 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			return p, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
 		}
 		tool = cfg.Argv[0]
-		cands := candidates(cfg.Argv[0], cfg.Env)
-		cp := make([]uintptr, len(cands))
-		for i, c := range cands {
-			cp[i] = b.cstr(c)
-		}
-		p.keep = append(p.keep, cp)
-		o := b.special(opResolve, unsafe.Pointer(&cp[0]), 0, uintptr(len(cp)),
+		cands := b.cstrs(candidates(cfg.Argv[0], cfg.Env))
+		o := b.special(opResolve, unsafe.Pointer(&cands[0]), 0, uintptr(len(cands)-1),
 			opDesc{action: "resolve tool", path: cfg.Argv[0], detail: "PATH of the tool's environment"})
 		o.out, o.exit = path, exitResolve
-		argv := make([]uintptr, len(cfg.Argv)+1)
-		for i, a := range cfg.Argv {
-			argv[i] = b.cstr(a)
-		}
+		argv, envp := b.cstrs(cfg.Argv), b.cstrs(cfg.Env)
 		if cfg.Argv0 != "" {
 			argv[0] = b.cstr(cfg.Argv0)
 		} else {
 			b.special(opStorePtr, unsafe.Pointer(&argv[0]), uintptr(path), 0, opDesc{action: "prepare execve", path: cfg.Argv[0]})
 		}
-		argvP = b.mem(argv, unsafe.Pointer(&argv[0]))
-		envp := make([]uintptr, len(cfg.Env)+1)
-		for i, e := range cfg.Env {
-			envp[i] = b.cstr(e)
-		}
-		envpP = b.mem(envp, unsafe.Pointer(&envp[0]))
+		argvP, envpP = uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envp[0]))
 	}
 	// 12. cgroup v1: the child moves itself into the sandbox's cgroup,
 	// before it drops anything and before any tool code can run. A thread
@@ -911,18 +906,6 @@ func (b *builder) openNoFollow(root slotID, path string) slotID {
 	return cur
 }
 
-// fdPathMount mounts fstype at the directory whose O_PATH descriptor is
-// in slot target, through /proc/self/fd (the host's /proc, before
-// pivot_root), as the init's doMount does.
-func (b *builder) fdPathMount(target slotID, d opDesc, src, fstype string, flags uintptr, data string) *op {
-	buf := b.fdPath(target, d)
-	dp := uintptr(0)
-	if data != "" {
-		dp = b.cstr(data)
-	}
-	return b.sys(d, unix.SYS_MOUNT, 0, noSlot, b.cstr(src), buf, b.cstr(fstype), flags, dp)
-}
-
 // mount is one planned mount (step 5), under the new root (slot root).
 // Targets are created inside our own fresh tmpfs with a walk that never
 // follows a symlink (mkdirAll, openNoFollow), so no path we create can
@@ -1029,30 +1012,32 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID, dir bool
 		b.closeSlot(target, root, m.Target)
 		b.close(opDesc{action: "close", path: m.Source}, tree)
 
-	case MountTmpfs:
+	case MountTmpfs, MountDevpts, MountMqueue, MountProc:
+		// A fresh instance of the filesystem the kind names, never one of
+		// the host's, mounted through /proc/self/fd (the host's /proc,
+		// before pivot_root) on the target's O_PATH descriptor.
 		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
-		if m.ReadOnly {
-			flags |= unix.MS_RDONLY
+		d := opDesc{action: "mount " + string(m.Kind), path: m.Target, detail: m.Data}
+		flags, data := uintptr(unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC), ""
+		switch m.Kind {
+		case MountTmpfs:
+			flags, data = unix.MS_NOSUID|unix.MS_NODEV, m.Data
+			if m.ReadOnly {
+				flags |= unix.MS_RDONLY
+			}
+		case MountDevpts:
+			flags, data = unix.MS_NOSUID|unix.MS_NOEXEC, m.Data
+		case MountMqueue:
+			d.detail = "MS_NOSUID|MS_NODEV|MS_NOEXEC"
+		case MountProc:
+			d.detail, d.hint = "fresh procfs for the new pid namespace", hintProc
 		}
-		b.fdPathMount(target, opDesc{action: "mount tmpfs", path: m.Target, detail: m.Data}, "tmpfs", "tmpfs", flags, m.Data)
-		b.closeSlot(target, root, m.Target)
-
-	case MountDevpts:
-		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		b.fdPathMount(target, opDesc{action: "mount devpts", path: m.Target, detail: m.Data}, "devpts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, m.Data)
-		b.closeSlot(target, root, m.Target)
-
-	case MountMqueue:
-		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		b.fdPathMount(target, opDesc{action: "mount mqueue", path: m.Target, detail: "MS_NOSUID|MS_NODEV|MS_NOEXEC"}, "mqueue", "mqueue", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-		b.closeSlot(target, root, m.Target)
-
-	case MountProc:
-		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		d := opDesc{action: "mount proc", path: m.Target, detail: "fresh procfs for the new pid namespace", hint: hintProc}
-		o := b.fdPathMount(target, d, "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-		if cfg.BestEffort {
+		buf, dp := b.fdPath(target, d), uintptr(0) // no data: NULL
+		if data != "" {
+			dp = b.cstr(data)
+		}
+		o := b.sys(d, unix.SYS_MOUNT, 0, noSlot, b.cstr(string(m.Kind)), buf, b.cstr(string(m.Kind)), flags, dp)
+		if m.Kind == MountProc && cfg.BestEffort {
 			// Best effort, loudly: no /proc at all rather than the host's
 			// (a warning record, and the program goes on).
 			o.kind = opSysWarn
@@ -1077,16 +1062,9 @@ func rootEntries(ms []Mount) []string {
 	for _, m := range ms {
 		switch m.Kind {
 		case MountBind, MountDevNode, MountTmpfs, MountProc, MountMqueue, MountDevpts:
-			if m.Kind == MountBind || m.Kind == MountDevNode {
-				if m.TreeFD == SourceAbsent {
-					continue // never mounted: its mount point is not made either
-				}
-			}
-			targets[m.Target] = true
+			targets[m.Target] = targets[m.Target] || m.TreeFD != SourceAbsent // an absent bind is never mounted
 		case MountFile:
-			if m.ReadOnly {
-				targets[m.Target] = true
-			}
+			targets[m.Target] = targets[m.Target] || m.ReadOnly
 		}
 	}
 	covered := func(p string) bool {
@@ -1099,49 +1077,20 @@ func rootEntries(ms []Mount) []string {
 	}
 	seen := map[string]bool{"/": true}
 	out := []string{"/"}
-	add := func(p string) {
-		if !seen[p] && !covered(p) {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
 	for _, m := range ms {
-		if m.Kind == MountChmod || m.Kind == MountRemountRO {
-			continue // they make nothing
+		if m.Kind == MountChmod || m.Kind == MountRemountRO || m.TreeFD == SourceAbsent {
+			continue // they make nothing (an absent bind not even its mount point)
 		}
-		if (m.Kind == MountBind || m.Kind == MountDevNode) && m.TreeFD == SourceAbsent {
-			continue
+		// Its missing parents, then the target itself.
+		comps := strings.Split(strings.Trim(m.Target, "/"), "/")
+		for i := range comps {
+			if p := "/" + strings.Join(comps[:i+1], "/"); !seen[p] && !covered(p) {
+				seen[p] = true
+				out = append(out, p)
+			}
 		}
-		var dirs []string
-		for q := filepath.Dir(m.Target); q != "/"; q = filepath.Dir(q) {
-			dirs = append([]string{q}, dirs...)
-		}
-		for _, d := range dirs {
-			add(d)
-		}
-		add(m.Target)
 	}
 	return out
-}
-
-// sourceKind is what the launcher finds at a bind source the child
-// clones itself (rootless), before the clone: whether it is a directory
-// (the mount point made for it at step 5 is one), and whether it is
-// absent and optional (skipped, as the launcher's L3 skips it in root
-// mode). Any other answer is left to the child's own open, whose error
-// is the step's.
-func sourceKind(m Mount) (dir, absent bool) {
-	var st unix.Stat_t
-	var err error
-	if m.NoFollow {
-		err = unix.Lstat(m.Source, &st)
-	} else {
-		err = unix.Stat(m.Source, &st)
-	}
-	if err != nil {
-		return true, m.Optional && errors.Is(err, unix.ENOENT)
-	}
-	return st.Mode&unix.S_IFMT == unix.S_IFDIR, false
 }
 
 // cloneSource is CloneSource's sequence as operations: a rootless bind
@@ -1175,14 +1124,6 @@ func (b *builder) cloneSource(m Mount) slotID {
 	return tree
 }
 
-func treeIsDir(fd int) (bool, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return false, err
-	}
-	return st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
-}
-
 // loopback is LoopbackUp as operations: SIOCGIFFLAGS, IFF_UP added,
 // SIOCSIFFLAGS.
 func (b *builder) loopback() {
@@ -1208,27 +1149,22 @@ func (b *builder) loopback() {
 // operations: each socket bound (and listening), then one "listeners"
 // event with their descriptors (SCM_RIGHTS), then closed here.
 func (b *builder) listeners(ls []Listener) {
-	d := opDesc{action: "open egress listeners", path: "lo"}
+	d := func(prefix string) opDesc { return opDesc{action: "open egress listeners", path: "lo", prefix: prefix} }
 	fds := make([]slotID, len(ls))
 	for i, l := range ls {
 		typ, err := ListenerSocketType(l)
-		if err != nil {
-			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", err))
-			return
-		}
-		ap, err := listenerAddr(l)
-		if err != nil {
+		ap, aerr := listenerAddr(l)
+		if err = cmp.Or(err, aerr); err != nil {
 			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", err))
 			return
 		}
 		fds[i] = b.slot(0)
-		b.sys(opDesc{action: d.action, path: d.path, prefix: "listener " + l.Name + ": socket: "}, unix.SYS_SOCKET, 0, fds[i], unix.AF_INET, uintptr(typ|unix.SOCK_CLOEXEC), 0)
+		b.sys(d("listener "+l.Name+": socket: "), unix.SYS_SOCKET, 0, fds[i], unix.AF_INET, uintptr(typ|unix.SOCK_CLOEXEC), 0)
 		sa := &unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ap.Addr().As4()}
 		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], ap.Port())
-		b.sys(opDesc{action: d.action, path: d.path, prefix: fmt.Sprintf("listener %s: bind %s: ", l.Name, l.Addr)}, unix.SYS_BIND, 1, noSlot,
-			uintptr(fds[i]), b.mem(sa, unsafe.Pointer(sa)), unix.SizeofSockaddrInet4)
+		b.sys(d(fmt.Sprintf("listener %s: bind %s: ", l.Name, l.Addr)), unix.SYS_BIND, 1, noSlot, uintptr(fds[i]), b.mem(sa, unsafe.Pointer(sa)), unix.SizeofSockaddrInet4)
 		if l.Network == "tcp" {
-			b.sys(opDesc{action: d.action, path: d.path, prefix: fmt.Sprintf("listener %s: listen %s: ", l.Name, l.Addr)}, unix.SYS_LISTEN, 1, noSlot, uintptr(fds[i]), 128)
+			b.sys(d(fmt.Sprintf("listener %s: listen %s: ", l.Name, l.Addr)), unix.SYS_LISTEN, 1, noSlot, uintptr(fds[i]), 128)
 		}
 	}
 	// The event is one fixed record, not JSON: the launcher that compiled

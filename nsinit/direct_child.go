@@ -58,7 +58,7 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 		return 0, -1, errors.New("start a program a second time")
 	}
 	p.life.started = true
-	pin(p)
+	pinned.Store(p, nil)
 	args := &cloneArgs{flags: uint64(cloneFlags), exitSignal: uint64(unix.SIGCHLD)}
 	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
@@ -246,7 +246,7 @@ func (p *Program) child() {
 			p.closeOthers(o, a[0], a[1])
 		case opSysWarn:
 			if _, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5]); e != 0 {
-				p.warn(i, uintptr(e))
+				p.record(&warningMagic, i, uintptr(e)) // and the program goes on
 			}
 		case opAwaitCall:
 			var ok bool
@@ -444,14 +444,14 @@ func callString(c *callArea, pos, n uintptr) (s, next uintptr) {
 	return 0, 0
 }
 
-// warn writes the warning record of operation i (a best-effort step
-// that failed with errno) on the report socket; the program goes on.
+// record writes a failure's or a warning's record (magic) of operation
+// i, which failed with errno, on the report socket.
 //
 //go:nosplit
 //go:norace
-func (p *Program) warn(i int, errno uintptr) {
+func (p *Program) record(magic *[8]byte, i int, errno uintptr) {
 	for k := 0; k < 8; k++ {
-		p.rec[k] = warningMagic[k]
+		p.rec[k] = magic[k]
 	}
 	for k := 0; k < 4; k++ {
 		p.rec[8+k] = byte(uint32(i) >> (8 * k))
@@ -466,14 +466,7 @@ func (p *Program) warn(i int, errno uintptr) {
 //go:nosplit
 //go:norace
 func (p *Program) fail(i int, errno uintptr, class uint8) {
-	for k := 0; k < 8; k++ {
-		p.rec[k] = failureMagic[k]
-	}
-	for k := 0; k < 4; k++ {
-		p.rec[8+k] = byte(uint32(i) >> (8 * k))
-		p.rec[12+k] = byte(uint32(errno) >> (8 * k))
-	}
-	syscall.RawSyscall(unix.SYS_WRITE, p.slots[p.report&(maxSlots-1)], uintptr(unsafe.Pointer(&p.rec[0])), failureLen)
+	p.record(&failureMagic, i, errno)
 	code := uintptr(ExitSetupFailed)
 	switch class {
 	case exitExec:

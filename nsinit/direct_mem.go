@@ -105,26 +105,8 @@ type programLife struct {
 	released bool
 }
 
-// pinned holds the programs whose child may run.
-var pinned struct {
-	sync.Mutex
-	m map[*Program]struct{}
-}
-
-func pin(p *Program) {
-	pinned.Lock()
-	if pinned.m == nil {
-		pinned.m = map[*Program]struct{}{}
-	}
-	pinned.m[p] = struct{}{}
-	pinned.Unlock()
-}
-
-func unpin(p *Program) {
-	pinned.Lock()
-	delete(pinned.m, p)
-	pinned.Unlock()
-}
+// pinned holds the programs whose child may run (as keys).
+var pinned sync.Map
 
 // childExited is whether the pidfd is readable: its process has exited
 // (or was reaped). An error says no.
@@ -158,7 +140,7 @@ func (p *Program) Release() error {
 		p.life.running = false
 	}
 	p.life.released = true
-	unpin(p)
+	pinned.Delete(p)
 	if p.ops != nil {
 		clear(p.ops[:cap(p.ops)]) // no pointer kept alive through a pooled list
 		clear(p.descs[:cap(p.descs)])

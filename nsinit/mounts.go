@@ -77,15 +77,6 @@ func CloneSource(m Mount) (tree int, detail string, err error) {
 	return tree, "", nil
 }
 
-// absentSource is step 3's check of a bind source the launcher found missing:
-// only an optional one may be.
-func absentSource(m Mount) error {
-	if m.Optional {
-		return nil
-	}
-	return stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
-}
-
 // bindAttr is what a bind's (or device node's) detached tree gets,
 // recursively, before it is attached, and its names for an error: nosuid
 // always; nodev, but noexec for a device node (it is a device); rdonly

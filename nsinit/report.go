@@ -6,12 +6,6 @@ import "fmt"
 // the launcher passes the bind sources' trees, Mount.TreeFD).
 const ConfigVersion = 2
 
-// Phase is one timed setup phase, in milliseconds.
-type Phase struct {
-	Name string  `json:"name"`
-	Ms   float64 `json:"ms"`
-}
-
 // Event is what one message on the report socket says, child ->
 // launcher (a unix SOCK_SEQPACKET socketpair; Program.Event reads the
 // child's fixed records). The socket is close-on-exec, so the tool never
