@@ -324,31 +324,18 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	n := len(f.Pass)
 
 	// Slots that hold a descriptor start with the launcher's number;
-	// step 1 moves each above the tool's and stores the new one.
-	type moved struct {
-		slot slotID
-		fd   int
-	}
-	var moves []moved
-	take := func(fd int) slotID {
-		s := b.slot(uintptr(fd))
-		moves = append(moves, moved{s, fd})
-		return s
+	// step 1 moves each of moves above the tool's and stores the new one.
+	var moves []slotID
+	take := func(fds ...int) []slotID {
+		for _, fd := range fds {
+			moves = append(moves, b.slot(uintptr(fd)))
+		}
+		return moves[len(moves)-len(fds):]
 	}
 	syncR := b.slot(uintptr(f.Sync[0]))
-	p.report = take(f.Report)
-	var stdio [3]slotID
-	for i, fd := range f.Stdio {
-		stdio[i] = take(fd)
-	}
-	pass := make([]slotID, n)
-	for i, fd := range f.Pass {
-		pass[i] = take(fd)
-	}
-	trees := make([]slotID, len(f.Trees))
-	for i, fd := range f.Trees {
-		trees[i] = take(fd)
-	}
+	p.report = take(f.Report)[0]
+	tools := take(append(f.Stdio[:], f.Pass...)...) // the tool's 0-2 and pass-list, in order
+	trees := take(f.Trees...)
 
 	// L4, the clone's child half (what Go's forkAndExecInChild does for
 	// a child of its own): wait for the launcher's id maps, a new session
@@ -387,22 +374,18 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// close-on-exec: the tool gets exactly 0-2 and the pass-list (runc's
 	// leaked descriptor, CVE-2024-21626, is the bug this prevents).
 	b.step = StepCloseFDs
-	for _, m := range moves {
-		b.sys(opDesc{action: "move descriptor", path: fmt.Sprintf("fd %d", m.fd), detail: fmt.Sprintf("F_DUPFD_CLOEXEC %d", 3+n)},
-			unix.SYS_FCNTL, 1, m.slot, uintptr(m.slot), unix.F_DUPFD_CLOEXEC, uintptr(3+n))
+	for _, s := range moves {
+		b.sys(opDesc{action: "move descriptor", path: fmt.Sprintf("fd %d", p.slots[s]), detail: fmt.Sprintf("F_DUPFD_CLOEXEC %d", 3+n)},
+			unix.SYS_FCNTL, 1, s, uintptr(s), unix.F_DUPFD_CLOEXEC, uintptr(3+n))
 	}
 	// Every other descriptor the clone copied from the launcher (its
 	// clients, other sandboxes' pipes and sockets) is closed now, not at
 	// the execve: a pre-built sandbox waits long before it, and an end of
 	// another sandbox's report socket held here would keep its EOF away.
-	keepSlots := make([]slotID, len(moves))
-	for i, m := range moves {
-		keepSlots[i] = m.slot
-	}
-	p.keep = append(p.keep, keepSlots)
-	b.special(opCloseOthers, unsafe.Pointer(&keepSlots[0]), uintptr(3+n), uintptr(len(keepSlots)),
+	p.keep = append(p.keep, moves)
+	b.special(opCloseOthers, unsafe.Pointer(&moves[0]), uintptr(3+n), uintptr(len(moves)),
 		opDesc{action: "close the launcher's other descriptors", path: fmt.Sprintf("fd %d..", 3+n)})
-	for i, s := range append(stdio[:], pass...) {
+	for i, s := range tools {
 		b.sys(opDesc{action: "dup3", path: fmt.Sprintf("fd -> %d", i), detail: "the tool's descriptor"},
 			unix.SYS_DUP3, 1, noSlot, uintptr(s), uintptr(i), 0)
 	}
@@ -847,9 +830,7 @@ func (b *builder) mkdirAll(root slotID, path string, mode uint32, target string)
 		next := b.slot(0)
 		b.sys(opDesc{action: "mkdir", path: target, prefix: "open " + c + ": "}, unix.SYS_OPENAT, 1, next,
 			uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if cur != root {
-			b.close(opDesc{action: "close", path: target}, cur)
-		}
+		b.closeSlot(cur, root, target)
 		cur = next
 		if last && m&^0o755 != 0 {
 			// Bits the umask removed, or sticky/setgid: through the
@@ -895,12 +876,11 @@ func (b *builder) openNoFollow(root slotID, path string) slotID {
 		return root
 	}
 	for _, c := range comps {
-		next := b.slot(0)
-		b.sys(opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": "},
-			unix.SYS_OPENAT, 1, next, uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, d := b.slot(0), opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": "}
+		b.sys(d, unix.SYS_OPENAT, 1, next, uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		b.closeSlot(cur, root, path)
-		b.special(opCheckLink, nil, uintptr(next), 0,
-			opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": ", check: "open " + c + ": " + errSymlinkOnPath.Error()})
+		d.check = "open " + c + ": " + errSymlinkOnPath.Error()
+		b.special(opCheckLink, nil, uintptr(next), 0, d)
 		cur = next
 	}
 	return cur
@@ -993,16 +973,10 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID, dir bool
 		}
 		// Recursive attributes on the detached tree before it is attached:
 		// there is never a moment where the bind is visible writable.
-		// Then attach: a launcher's tree was cloned in the host's mount
-		// namespace and lives in an anonymous one of its own until now;
-		// move_mount attaches a detached tree into whichever namespace the
-		// caller may mount in (CAP_SYS_ADMIN over our user namespace), so
-		// no host privilege is needed here. Unlike a tree cloned from our
-		// inherited copy of the host's mounts, it carries no MNT_LOCKED
-		// flags: a capability in our user namespace could unmount its
-		// submounts or clear its read-only flag. The child does neither,
-		// and the tool has no capability (steps 13-16) and no mount
-		// syscalls (seccomp).
+		// Then move_mount attaches it here with no host privilege; it has
+		// no MNT_LOCKED flags, which is safe because the child never
+		// unmounts or clears a flag and the tool has no capability (steps
+		// 13-16) and no mount syscalls (SECURITY.md, "The init's sequence").
 		a, what := bindAttr(m)
 		attr := &a
 		b.sys(opDesc{action: "mount_setattr", path: m.Source, detail: what + " AT_RECURSIVE"}, unix.SYS_MOUNT_SETATTR, 1, noSlot,
@@ -1093,14 +1067,10 @@ func rootEntries(ms []Mount) []string {
 	return out
 }
 
-// cloneSource is CloneSource's sequence as operations: a rootless bind
-// source's detached tree (step 3), made by the child, the caller's own host uid in its own mount
-// namespace, opens the source O_PATH (O_NOFOLLOW when m.NoFollow) and
-// refuses a symlink there, clones the mount and everything below it from
-// that descriptor (open_tree OPEN_TREE_CLONE|AT_RECURSIVE: the path is
-// resolved exactly once) and makes the copy private, recursively. It
-// returns the tree's slot. The caller must be able to reach the path
-// (hintSearch).
+// cloneSource is CloneSource's numbered sequence (see there) as
+// operations: a rootless bind source's detached tree (step 3), made by
+// the child, the caller's own host uid, which must be able to reach the
+// path (hintSearch). It returns the tree's slot.
 func (b *builder) cloneSource(m Mount) slotID {
 	d := func(detail string) opDesc {
 		return opDesc{action: "clone bind source", path: m.Source, detail: detail, hint: hintSearch, hintErrno: unix.EACCES}
@@ -1259,15 +1229,11 @@ var opListPool sync.Pool
 // LastCapability is the host's highest capability number
 // (/proc/sys/kernel/cap_last_cap), read once per process.
 var LastCapability = sync.OnceValue(func() int {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return int(unix.CAP_LAST_CAP)
+	b, _ := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+		return n
 	}
-	var n int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err != nil {
-		return int(unix.CAP_LAST_CAP)
-	}
-	return n
+	return int(unix.CAP_LAST_CAP)
 })
 
 // A pre-built sandbox's call (sub-step 10a) is one message on the report

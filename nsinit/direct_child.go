@@ -37,17 +37,8 @@ type cloneArgs struct {
 // (non-blocking, close-on-exec: the launcher watches and signals the
 // child through it), maps writes the child's id maps and one byte on
 // sync[1] (DirectFiles.Sync's write end) lets it go on. On error the
-// child, if any, is killed and reaped.
-//
-// Between the clone and the execve the child runs only the program's raw
-// system calls on memory prepared before the clone (child), on its own
-// stack and sharing the launcher's memory where CloneSharesMemory: it
-// may not allocate, grow its stack, take a lock or use the runtime, as
-// Go's own fork-and-exec child; the clone is under syscall.ForkLock, as
-// Go's fork, so no descriptor is half-made while it happens.
-//
-// A program starts once, and its memory is kept until its child has
-// exited (programLife).
+// child, if any, is killed and reaped. The child runs only child (see
+// there); a program starts once (programLife).
 func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func(pid int) error) (pid, pidfd int, err error) {
 	p.life.mu.Lock()
 	defer p.life.mu.Unlock()
@@ -123,14 +114,12 @@ type cloneReq struct {
 	done  chan struct{}
 }
 
-// cloner is the goroutine that makes every direct sandbox's clone, locked
-// to its OS thread for the life of the process. A child's parent-death
-// signal (PR_SET_PDEATHSIG, armed in L4's child half) follows the thread
-// that cloned it, not the process; Go ends a thread only when a
-// goroutine exits while locked to it, and this one never exits, so the
-// thread lives as long as the launcher, and a sandbox's own goroutines
-// need no thread of their own (one locked thread per running sandbox
-// before). The clone is under syscall.ForkLock, as Go's own fork.
+// cloner is the goroutine that makes every clone, locked to its OS thread
+// and never exiting, so the thread lives as long as the launcher: a
+// child's parent-death signal (armed in L4's child half) follows the
+// thread that cloned it (SECURITY.md, "The init's sequence", item 7). The
+// clone is under syscall.ForkLock, as Go's own fork: no descriptor is
+// half-made while it happens.
 var cloner = sync.OnceValue(func() chan<- *cloneReq {
 	c := make(chan *cloneReq)
 	go func() {
@@ -267,14 +256,11 @@ func (p *Program) child() {
 	p.fail(len(p.ops)-1, uintptr(unix.ENOEXEC), exitSetup)
 }
 
-// resetSignals is the child's first step: every signal the launcher
-// catches back to SIG_DFL (one it ignores stays ignored, as execve keeps
-// it), then the launcher's mask in place of beforeFork's all-blocked
-// one. Until then no signal is delivered, so no handler of the
-// launcher's ever runs in the child (with CLONE_VM it would run on the
-// launcher's memory). The tool then starts with what Go's own
-// fork-and-exec child gives it: the launcher's mask, default actions
-// but for the ignored signals.
+// resetSignals is the child's first step (SECURITY.md, "The init's
+// sequence", item 4): every caught signal back to SIG_DFL (an ignored one
+// stays ignored, as execve keeps it), then the launcher's mask in place of
+// beforeFork's all-blocked one, so no handler of the launcher's ever runs
+// in the child, and the tool starts as Go's fork-and-exec child would.
 //
 //go:nosplit
 //go:norace
@@ -362,18 +348,11 @@ func (p *Program) closeOthers(o *op, first, n uintptr) {
 //go:norace
 func awaitCallRaw(c *callArea, fd uintptr, r1 *uintptr) (errno uintptr, ok bool) {
 	var n uintptr
-	for {
-		c.msg.Controllen = uint64(len(c.cmsg))
-		c.msg.Flags = 0
-		r, _, e := syscall.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&c.msg)), unix.MSG_CMSG_CLOEXEC)
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
+	for e := unix.EINTR; e != 0; {
+		c.msg.Controllen, c.msg.Flags = uint64(len(c.cmsg)), 0
+		if n, _, e = syscall.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&c.msg)), unix.MSG_CMSG_CLOEXEC); e != 0 && e != unix.EINTR {
 			return uintptr(e), false
 		}
-		n = r
-		break
 	}
 	hdr := (*unix.Cmsghdr)(unsafe.Pointer(&c.cmsg[0]))
 	const fdsLen = 4 * CallFDs

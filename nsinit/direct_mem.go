@@ -8,16 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// childMem is the memory a direct sandbox's clone child has for itself:
-// the stack it runs on (above a guard page) and the area a pre-built
-// sandbox's call arrives in. On linux/amd64 the child shares the
-// launcher's address space until its execve (CLONE_VM, see clone
-// in direct_clone_amd64.go), so everything it writes must be its own: this mapping,
-// and its Program's slots and buffers; nothing of another sandbox's.
-//
-// Mappings are reused once Release has run, which it does only after
-// the child's exit (programLife): a fresh one costs an mmap, an mprotect and a page
-// fault for every page the child touches.
+// childMem is the memory a clone child has for itself: its stack, above a
+// guard page, and a pre-built sandbox's call area (SECURITY.md, "The
+// init's sequence", items 1 and 2: with CLONE_VM what it writes must be
+// its own). A mapping is reused once Release has run (programLife): a
+// fresh one costs an mmap, an mprotect and a fault per page touched.
 type childMem struct {
 	region []byte
 	call   *callArea
@@ -80,22 +75,13 @@ func putChildMem(m *childMem) {
 	unix.Munmap(m.region)
 }
 
-// programLife keeps a Program's memory (its lists, buffers, slots and
-// childMem) from being reused, or freed by the collector, while a child
-// may still read it: with CLONE_VM the child runs on it, the launcher's
-// own memory, until its execve or exit.
-//
-//   - Start runs once: a second Start, or one after Release, fails
-//     before any clone.
-//   - From the clone on, the program is pinned (reachable from pinned:
-//     the collector frees none of it) and keeps its own pidfd of the
-//     child (pidfd; running).
-//   - Release recycles the memory only when no child can read it: none
-//     was cloned, Start reaped it (its error path), or the pidfd is
-//     readable, which the kernel makes it once the child has exited,
-//     after the child dropped its hold on the memory (exit_mm before
-//     exit_notify in do_exit). Otherwise it fails and keeps everything;
-//     a Release after the exit recycles.
+// programLife keeps a Program's memory (lists, buffers, slots, childMem)
+// from being reused or collected while a child may still read it, by
+// construction: the checklist is SECURITY.md, "The init's sequence",
+// item 3 (Start runs once; from the clone the program is pinned and keeps
+// its own pidfd; Release recycles only when no child can read the memory:
+// none cloned, reaped by Start, or the pidfd readable, which the kernel
+// makes it after the child dropped the memory: exit_mm before exit_notify).
 type programLife struct {
 	mu       sync.Mutex // held by Start and Release
 	started  bool

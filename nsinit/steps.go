@@ -37,7 +37,7 @@ const (
 
 // The init's sub-steps: a part of the sequence that only some sandboxes
 // run, numbered after the step it follows ("10a"), so that the steps
-// after it keep their numbers. Each one's title is in subStepTitles.
+// after it keep their numbers. Each one's place and title are in subSteps.
 const (
 	// StepAwaitCall: a pre-built sandbox (str serve) waits for its call
 	// (Config.AwaitCall) once loopback and the egress listeners are up.
@@ -49,20 +49,14 @@ const (
 	numSubStepsEnd
 )
 
-// subSteps places each sub-step: the step it follows, and its letter.
+// subSteps places each sub-step (the step it follows, its letter) and
+// says what it does (DocList prints the title after the step it follows).
 var subSteps = map[Step]struct {
-	after  Step
-	letter string
+	after         Step
+	letter, title string
 }{
-	StepAwaitCall:    {StepLoopback, "a"},
-	StepHandListener: {StepSeccomp, "a"},
-}
-
-// subStepTitles is what each sub-step does (DocList prints it after the
-// step it follows).
-var subStepTitles = map[Step]string{
-	StepAwaitCall:    "pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2",
-	StepHandListener: "per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it",
+	StepAwaitCall:    {StepLoopback, "a", "pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2"},
+	StepHandListener: {StepSeccomp, "a", "per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it"},
 }
 
 // The launcher's steps (who "launcher"): L1..L10: create the cgroup (and
@@ -136,7 +130,7 @@ func DocList() []string {
 		out = append(out, strconv.Itoa(int(s))+". "+stepTitles[s])
 		for sub := StepAwaitCall; sub < numSubStepsEnd; sub++ {
 			if subSteps[sub].after == s {
-				out = append(out, sub.String()+". "+subStepTitles[sub])
+				out = append(out, sub.String()+". "+subSteps[sub].title)
 			}
 		}
 	}
