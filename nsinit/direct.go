@@ -1094,8 +1094,7 @@ func (b *builder) cloneSource(m Mount) slotID {
 	return tree
 }
 
-// loopback is LoopbackUp as operations: SIOCGIFFLAGS, IFF_UP added,
-// SIOCSIFFLAGS.
+// loopback brings lo up: SIOCGIFFLAGS, IFF_UP added, SIOCSIFFLAGS.
 func (b *builder) loopback() {
 	ifr, err := unix.NewIfreq("lo")
 	if err != nil {
@@ -1123,7 +1122,7 @@ func (b *builder) listeners(ls []Listener) {
 	fds := make([]slotID, len(ls))
 	for i, l := range ls {
 		typ, err := ListenerSocketType(l)
-		ap, aerr := listenerAddr(l)
+		ap, aerr := ListenerAddr(l)
 		if err = cmp.Or(err, aerr); err != nil {
 			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", err))
 			return

@@ -129,25 +129,6 @@ func parentMode(mode uint32) uint32 {
 	return m
 }
 
-// LoopbackUp sets IFF_UP on lo through s, an AF_INET socket of lo's
-// network namespace: a per-tool template's supervisor, for each call
-// (launcher/template_netns.go; a sandbox's own lo is brought up by its
-// program at step 10, builder.loopback).
-func LoopbackUp(s int) error {
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
-	}
-	return nil
-}
-
 // ListenerSocketType is the socket type of l: SOCK_STREAM for tcp,
 // SOCK_DGRAM for udp.
 func ListenerSocketType(l Listener) (int, error) {
@@ -160,28 +141,9 @@ func ListenerSocketType(l Listener) (int, error) {
 	return 0, fmt.Errorf("listener %s: network %q is not tcp or udp", l.Name, l.Network)
 }
 
-// BindListener binds fd, an AF_INET socket of ListenerSocketType(l) in
-// the network namespace l serves, to l's address and, for TCP, listens
-// (a per-tool template's supervisor, for each call; a sandbox's program
-// binds its own at step 10, builder.listeners).
-func BindListener(fd int, l Listener) error {
-	ap, err := listenerAddr(l)
-	if err != nil {
-		return err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
-		return fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err)
-	}
-	if l.Network == "tcp" {
-		if err := unix.Listen(fd, 128); err != nil {
-			return fmt.Errorf("listener %s: listen %s: %w", l.Name, l.Addr, err)
-		}
-	}
-	return nil
-}
-
-// listenerAddr is l's address, which must be IPv4 address:port.
-func listenerAddr(l Listener) (netip.AddrPort, error) {
+// ListenerAddr is l's address, which must be IPv4 address:port (step 10
+// binds it; so does a per-tool template's supervisor for each call).
+func ListenerAddr(l Listener) (netip.AddrPort, error) {
 	ap, err := netip.ParseAddrPort(l.Addr)
 	if err != nil || !ap.Addr().Is4() {
 		return netip.AddrPort{}, fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)
