@@ -5,7 +5,7 @@ package nsinit
 // into a Program (CompileDirect). nsinit takes no decision of its own: it
 // performs this list in a fixed order.
 type Config struct {
-	Version int `json:"version"`
+	Version int `json:"version"` // ConfigVersion
 
 	// Mounts are performed in order under the new root before pivot_root.
 	Mounts []Mount `json:"mounts"`
@@ -120,6 +120,10 @@ type Mount struct {
 	WriteBack  bool `json:"write_back,omitempty"`
 }
 
+// ConfigVersion is the version of Config's form, as a plan shows it (2:
+// the launcher passes the bind sources' trees, Mount.TreeFD).
+const ConfigVersion = 2
+
 // SourceAbsent is the TreeFD of an optional bind whose source the
 // launcher found missing: the init skips it.
 const SourceAbsent = -1
@@ -157,11 +161,3 @@ type Listener struct {
 	Network string `json:"network"` // "tcp" or "udp"
 	Addr    string `json:"addr"`    // "127.0.0.1:3128", "0.0.0.0:443"
 }
-
-// CallFDs is how many descriptors travel with a pre-built sandbox's
-// call (sub-step 10a, EncodeCall): stdin, stdout, stderr.
-const CallFDs = 3
-
-// MaxCallBytes bounds a call's message (EncodeCall's): a larger call is
-// not poolable (the caller runs one-shot).
-const MaxCallBytes = 128 << 10

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -774,6 +773,18 @@ func rlimitOrder(rls []Rlimit) []Rlimit {
 	return append(out, as...)
 }
 
+// checkFilter: filter is 1 to maxBPFInsns whole sock_filter records (the
+// one check of a Program's step 19).
+func checkFilter(filter []byte) error {
+	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > maxBPFInsns {
+		return fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(filter), maxBPFInsns)
+	}
+	return nil
+}
+
+// maxBPFInsns is the kernel's BPF_MAXINSNS.
+const maxBPFInsns = 4096
+
 // atFDCWD is AT_FDCWD as a system call argument.
 const atFDCWD = ^uintptr(99) // -100
 
@@ -1161,6 +1172,20 @@ func (b *builder) sendFDs(record []byte, fds []slotID, d opDesc) {
 	b.sys(d, unix.SYS_SENDMSG, 1, noSlot, uintptr(b.p.report), b.mem(msg, unsafe.Pointer(msg)), 0)
 }
 
+// Event is what one message on the report socket says, child ->
+// launcher (a unix SOCK_SEQPACKET socketpair; Program.Event reads the
+// child's fixed records). The socket is close-on-exec, so the tool never
+// holds it; the launcher sees EOF when the child has become the tool
+// (execve) or has exited.
+type Event struct {
+	Type    string     // "warning", "error", "listeners", "seccomp_listener" (sub-step 19a), "await_call" (sub-step 10a)
+	Message string     // a warning's text
+	Error   *StepError // an error's
+	// Listeners names the descriptors of a "listeners" event, in the order
+	// they travel as SCM_RIGHTS with it.
+	Listeners []Listener
+}
+
 // Event is what a message read from the report socket says, when it is
 // one of this program's records: a failure (an "error" event with the
 // StepError of the operation that failed), a warning, the listeners
@@ -1225,16 +1250,6 @@ type opLists struct {
 
 var opListPool sync.Pool
 
-// LastCapability is the host's highest capability number
-// (/proc/sys/kernel/cap_last_cap), read once per process.
-var LastCapability = sync.OnceValue(func() int {
-	b, _ := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-		return n
-	}
-	return int(unix.CAP_LAST_CAP)
-})
-
 // A pre-built sandbox's call (sub-step 10a) is one message on the report
 // socket with exactly CallFDs descriptors, in a form raw code can take
 // apart: three little-endian uint32 counts (argv,
@@ -1243,9 +1258,11 @@ var LastCapability = sync.OnceValue(func() int {
 // (candidates: the PATH of the call's environment),
 // so the child never parses PATH.
 const (
-	MaxCallArgs  = 4096 // argv entries of one call
-	MaxCallEnv   = 4096 // environment entries of one call
-	MaxCallPaths = 256  // paths tried for argv[0]
+	CallFDs      = 3         // descriptors that travel with it: stdin, stdout, stderr
+	MaxCallBytes = 128 << 10 // its size at most: a larger call is not poolable (the caller runs one-shot)
+	MaxCallArgs  = 4096      // argv entries of one call
+	MaxCallEnv   = 4096      // environment entries of one call
+	MaxCallPaths = 256       // paths tried for argv[0]
 	callHeader   = 12
 )
 
