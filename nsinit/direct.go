@@ -255,9 +255,7 @@ func (b *builder) sys(d opDesc, nr uintptr, slotArgs uint8, out slotID, a ...uin
 func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (*Program, error) {
 	p, err := compileDirect(cfg, f, lastCap, hardLimit)
 	if err != nil {
-		if p != nil {
-			p.Release() // its child memory and lists, for the next program
-		}
+		p.Release() // its child memory and lists, for the next program
 		return nil, err
 	}
 	return p, nil
@@ -301,10 +299,10 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 // Every step from 12 on changes the child's own state, which the tool
 // inherits at the execve.
 func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (p *Program, err error) {
-	if cfg.PassFDs != len(f.Pass) {
-		return nil, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
-	}
 	p = &Program{}
+	if cfg.PassFDs != len(f.Pass) {
+		return p, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
+	}
 	if p.mem, err = getChildMem(); err != nil {
 		return p, err
 	}
@@ -505,10 +503,7 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// 8. chdir into the work dir and check we are where we meant to be
 	// (a path that resolves elsewhere is refused, not followed).
 	b.step = StepChdir
-	wd := cfg.Workdir
-	if wd == "" {
-		wd = "/"
-	}
+	wd := cmp.Or(cfg.Workdir, "/")
 	b.sys(opDesc{action: "chdir", path: wd, hint: hintWorkdir, hintErrno: unix.EACCES}, unix.SYS_CHDIR, 0, noSlot, b.cstr(wd))
 	// The planned path, NUL-terminated, then as much room for getcwd's
 	// answer: a longer one (ERANGE) is not the planned one either.
@@ -554,8 +549,7 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		w := b.sys(opDesc{action: "announce", path: "report socket", detail: "await_call", check: "short write"}, unix.SYS_WRITE, 1, noSlot,
 			uintptr(p.report), b.mem(ev, unsafe.Pointer(&ev[0])), uintptr(len(ev)))
 		w.check, w.want = true, uintptr(len(ev))
-		call = p.mem.call
-		p.call = call
+		call, p.call = p.mem.call, p.mem.call
 		ncands = b.slot(0)
 		o := b.special(opAwaitCall, unsafe.Pointer(call), uintptr(p.report), 0,
 			opDesc{action: "receive call", path: "report socket", detail: "recvmsg",
@@ -672,14 +666,12 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	if cfg.SeccompListener && len(cfg.Seccomp) == 0 {
 		return p, stepErr(StepSeccomp, "load seccomp", "", "SECCOMP_FILTER_FLAG_NEW_LISTENER", errors.New("a template's plan has no filter"))
 	}
-	progs := cfg.ExtraSeccomp
-	names := make([]string, 0, len(progs)+1)
-	if len(cfg.Seccomp) > 0 {
-		progs = append([][]byte{cfg.Seccomp}, progs...)
-		names = append(names, cfg.SeccompPolicy)
+	progs, names := cfg.ExtraSeccomp, make([]string, len(cfg.ExtraSeccomp))
+	for i := range names {
+		names[i] = fmt.Sprintf("the caller's filter %d", i+1)
 	}
-	for i := range cfg.ExtraSeccomp {
-		names = append(names, fmt.Sprintf("the caller's filter %d", i+1))
+	if len(cfg.Seccomp) > 0 {
+		progs, names = append([][]byte{cfg.Seccomp}, progs...), append([]string{cfg.SeccompPolicy}, names...)
 	}
 	listener := slotID(noSlot)
 	for i, prog := range progs {
@@ -820,9 +812,7 @@ func candidates(argv0 string, env []string) []string {
 // before; the last gets mode exactly when it was created here. It
 // returns the slot of the last component's descriptor (root for "/").
 func (b *builder) mkdirAll(root slotID, path string, mode uint32, target string) slotID {
-	if mode == 0 {
-		mode = 0o755
-	}
+	mode = cmp.Or(mode, 0o755)
 	comps, err := components(path)
 	if err != nil {
 		b.fail(stepErr(b.step, "mkdir", target, "", err))
@@ -918,10 +908,7 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID, dir bool
 
 	case MountFile:
 		dfd := b.mkdirAll(root, parent, 0o755, parent)
-		mode := m.Mode
-		if mode == 0 {
-			mode = 0o644
-		}
+		mode := cmp.Or(m.Mode, 0o644)
 		fd := b.slot(0)
 		b.sys(opDesc{action: "create file", path: m.Target, detail: "O_CREAT|O_EXCL"}, unix.SYS_OPENAT, 1, fd,
 			uintptr(dfd), b.cstr(name), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uintptr(mode))
@@ -1300,9 +1287,9 @@ func EncodeCall(argv, env []string) ([]byte, error) {
 			MaxCallArgs, MaxCallEnv, MaxCallPaths, len(argv), len(env), len(paths))
 	}
 	b := make([]byte, callHeader, callHeader+64)
-	binary.LittleEndian.PutUint32(b[0:], uint32(len(argv)))
-	binary.LittleEndian.PutUint32(b[4:], uint32(len(env)))
-	binary.LittleEndian.PutUint32(b[8:], uint32(len(paths)))
+	for k, list := range [][]string{argv, env, paths} {
+		binary.LittleEndian.PutUint32(b[4*k:], uint32(len(list)))
+	}
 	for _, list := range [][]string{argv, env, paths} {
 		for _, s := range list {
 			if strings.IndexByte(s, 0) >= 0 {

@@ -166,14 +166,12 @@ func (p *Program) child() {
 		case opSys:
 			r, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
 			r1, errno = r, uintptr(e)
-			if o.hit != noSlot {
-				p.slots[o.hit&(maxSlots-1)] = 0
-			}
+			hit := uintptr(0) // okErr occurred: not a failure
 			if errno != 0 && errno == uintptr(o.okErr) {
-				errno = 0
-				if o.hit != noSlot {
-					p.slots[o.hit&(maxSlots-1)] = 1
-				}
+				errno, hit = 0, 1
+			}
+			if o.hit != noSlot {
+				p.slots[o.hit&(maxSlots-1)] = hit
 			}
 			if errno == 0 && o.check && r1 != o.want {
 				p.fail(i, 0, o.exit)

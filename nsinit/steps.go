@@ -43,13 +43,8 @@ const (
 // run, numbered after the step it follows ("10a"), so that the steps
 // after it keep their numbers. Each one's place and title are in subSteps.
 const (
-	// StepAwaitCall: a pre-built sandbox (str serve) waits for its call
-	// (Config.AwaitCall) once loopback and the egress listeners are up.
-	StepAwaitCall Step = 201 + iota // 10a
-	// StepHandListener: a per-tool template (Config.SeccompListener)
-	// hands the listener of its seccomp filter, loaded at step 19 with
-	// SECCOMP_FILTER_FLAG_NEW_LISTENER, to the launcher.
-	StepHandListener // 19a
+	StepAwaitCall    Step = 201 + iota // 10a: a pre-built sandbox (Config.AwaitCall) waits for its call
+	StepHandListener                   // 19a: a per-tool template (Config.SeccompListener) hands its filter's listener over
 	numSubStepsEnd
 )
 
