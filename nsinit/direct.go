@@ -18,14 +18,10 @@ import (
 )
 
 // A Program is the init's steps for one sandbox (compileDirect's numbered
-// list, the one implementation every sandbox runs) compiled in the
-// launcher into raw system calls that the launcher's own clone child
-// performs before it executes the tool, as Go's fork-and-exec child does
-// (see the package doc and SECURITY.md, "The init's sequence"). Every
-// operation carries its Step; a failure comes back on the report socket
-// as one record (the operation's index, the errno) that Program.Event
-// turns into that step's StepError. A pre-built sandbox's call (EncodeCall)
-// arrives into memory the program prepared (callArea).
+// list) compiled in the launcher into raw system calls that the
+// launcher's own clone child performs before it executes the tool (the
+// package doc). Every operation carries its Step, which a failure's
+// record names (Program.Event).
 type Program struct {
 	ops   []op
 	descs []opDesc
@@ -1159,11 +1155,9 @@ func (b *builder) sendFDs(record []byte, fds []slotID, d opDesc) {
 	b.sys(d, unix.SYS_SENDMSG, 1, noSlot, uintptr(b.p.report), b.mem(msg, unsafe.Pointer(msg)), 0)
 }
 
-// Event is what one message on the report socket says, child ->
-// launcher (a unix SOCK_SEQPACKET socketpair; Program.Event reads the
-// child's fixed records). The socket is close-on-exec, so the tool never
-// holds it; the launcher sees EOF when the child has become the tool
-// (execve) or has exited.
+// Event is what one of the child's records on the report socket says
+// (Program.Event). The socket is close-on-exec: the launcher sees EOF
+// when the child has become the tool (execve) or has exited.
 type Event struct {
 	Type    string     // "warning", "error", "listeners", "seccomp_listener" (sub-step 19a), "await_call" (sub-step 10a)
 	Message string     // a warning's text
@@ -1173,12 +1167,10 @@ type Event struct {
 	Listeners []Listener
 }
 
-// Event is what a message read from the report socket says, when it is
-// one of this program's records: a failure (an "error" event with the
-// StepError of the operation that failed), a warning, the listeners
-// (named in the plan's order, their descriptors travel with it), a
-// template filter's listener, or a pre-built sandbox waiting for its
-// call. Anything else is not the child's (ok false).
+// Event is what a message read from the report socket says when it is
+// one of this program's records (a failure is an "error" event with the
+// StepError of the operation that failed); anything else is not the
+// child's (ok false).
 func (p *Program) Event(msg []byte) (ev Event, ok bool) {
 	if len(msg) < 8 {
 		return Event{}, false

@@ -12,12 +12,10 @@ import (
 )
 
 // The runtime's fork hooks, as package syscall uses them around its own
-// fork-and-exec child: BeforeFork blocks signals (the child starts with
-// every signal blocked) and keeps the stack from growing, AfterFork
-// undoes it in the parent. The child does not call the runtime's
-// AfterForkInChild: it writes the runtime's own state, which a CLONE_VM
-// child shares with the launcher; resetSignals does its part with raw
-// calls.
+// fork-and-exec child: BeforeFork blocks every signal and keeps the stack
+// from growing, AfterFork undoes it in the parent. The child does not
+// call AfterForkInChild, which writes the runtime's state (shared with
+// CLONE_VM): resetSignals does its part with raw calls.
 //
 //go:linkname beforeFork syscall.runtime_BeforeFork
 func beforeFork()
@@ -83,18 +81,14 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 		}
 		unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
-		for {
-			_, werr := unix.Wait4(pid, &ws, 0, nil)
-			if werr == nil { // reaped: Release may recycle
-				p.life.running = false
-				if p.life.pidfd >= 0 {
-					unix.Close(p.life.pidfd)
-				}
-			}
-			if !errors.Is(werr, unix.EINTR) {
-				break
-			}
+		var werr error = unix.EINTR
+		for errors.Is(werr, unix.EINTR) {
+			_, werr = unix.Wait4(pid, &ws, 0, nil)
 		}
+		if werr == nil && p.life.pidfd >= 0 { // reaped: Release may recycle
+			unix.Close(p.life.pidfd)
+		}
+		p.life.running = werr != nil
 		return 0, -1, err
 	}
 	return pid, pidfd, nil
