@@ -480,10 +480,9 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 
 	// 7. The root tmpfs is read-only from now on: the tool writes only to
 	// the work dir and the planned tmpfs mounts. A bubblewrap line's root
-	// (RootToCommand) stays writable instead, it and the entries made on
-	// it the command's, as under bubblewrap (it is the 1 MiB tmpfs of
-	// step 4; what is mounted on it is not touched): the program knows
-	// them all (rootEntries), so it chowns each without a directory walk.
+	// (RootToCommand) stays writable instead, and the entries made on it
+	// (rootEntries: nothing mounted there) are chowned to the command's
+	// ids without a directory walk.
 	b.step = StepRootReadOnly
 	if cfg.RootToCommand {
 		owner := fmt.Sprintf("%d:%d", cfg.UID, cfg.GID)
@@ -529,14 +528,11 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	}
 
 	// 10a. A pre-built sandbox waits here for its call (argv, the whole
-	// environment, the paths to try for argv[0], and its stdio):
-	// everything that does not depend on the call is done (root, mounts,
-	// network), and everything from step 11 on runs after it exactly as
-	// in a one-shot run, so the tool's view is the same. The call comes
-	// from the launcher only (the report socket's other end is its); the
-	// caller's descriptors are opaque here: dup3 onto 0-2, nothing else.
-	// While waiting the child is root of its own user namespace only, and
-	// the parent-death signal of the clone is still armed.
+	// environment, the paths to try for argv[0], its stdio, dup3'd onto
+	// 0-2 and nothing else), from the launcher only (the report socket's
+	// other end): nothing before depends on the call, and everything from
+	// step 11 on runs as in a one-shot run (SECURITY.md, "The resident
+	// launcher", says why there).
 	var call *callArea
 	ncands := slotID(noSlot)
 	if cfg.AwaitCall {
