@@ -1057,33 +1057,6 @@ func rootEntries(ms []Mount) []string {
 	return out
 }
 
-// cloneSource is CloneSource's numbered sequence (see there) as
-// operations: a rootless bind source's detached tree (step 3), made by
-// the child, the caller's own host uid, which must be able to reach the
-// path (hintSearch). It returns the tree's slot.
-func (b *builder) cloneSource(m Mount) slotID {
-	d := func(detail string) opDesc {
-		return opDesc{action: "clone bind source", path: m.Source, detail: detail, hint: hintSearch, hintErrno: unix.EACCES}
-	}
-	flags, open := uintptr(unix.O_PATH|unix.O_CLOEXEC), "open O_PATH"
-	if m.NoFollow {
-		flags, open = flags|unix.O_NOFOLLOW, "open O_PATH|O_NOFOLLOW"
-	}
-	src := b.slot(0)
-	b.sys(d(open), unix.SYS_OPENAT, 0, src, atFDCWD, b.cstr(m.Source), flags, 0)
-	link := d(open)
-	link.check = ErrSymlinkSource.Error()
-	b.special(opCheckLink, nil, uintptr(src), 0, link)
-	tree := b.slot(0)
-	b.sys(d("open_tree OPEN_TREE_CLONE|AT_RECURSIVE"), unix.SYS_OPEN_TREE, 1, tree,
-		uintptr(src), b.cstr(""), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
-	b.close(d("close"), src)
-	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
-	b.sys(d("mount_setattr MS_PRIVATE AT_RECURSIVE"), unix.SYS_MOUNT_SETATTR, 1, noSlot,
-		uintptr(tree), b.cstr(""), unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, b.mem(attr, unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
-	return tree
-}
-
 // loopback brings lo up: SIOCGIFFLAGS, IFF_UP added, SIOCSIFFLAGS.
 func (b *builder) loopback() {
 	ifr, err := unix.NewIfreq("lo")
