@@ -34,8 +34,7 @@ type Program struct {
 	pfd    unix.PollFd
 	zero   unix.Timespec
 	rec    [failureLen]byte
-	report slotID    // the slot holding the report socket
-	call   *callArea // a pre-built sandbox's: where its call arrives
+	report slotID // the slot holding the report socket
 	// callTool is a pre-built sandbox's argv[0] once its call is sent
 	// (SetCallTool): a failure names it.
 	callTool atomic.Pointer[string]
@@ -541,7 +540,7 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		w := b.sys(opDesc{action: "announce", path: "report socket", detail: "await_call", check: "short write"}, unix.SYS_WRITE, 1, noSlot,
 			uintptr(p.report), b.mem(ev, unsafe.Pointer(&ev[0])), uintptr(len(ev)))
 		w.check, w.want = true, uintptr(len(ev))
-		call, p.call = p.mem.call, p.mem.call
+		call = p.mem.call
 		ncands = b.slot(0)
 		o := b.special(opAwaitCall, unsafe.Pointer(call), uintptr(p.report), 0,
 			opDesc{action: "receive call", path: "report socket", detail: "recvmsg",

@@ -135,6 +135,6 @@ func (p *Program) Release() error {
 	if p.mem != nil {
 		putChildMem(p.mem)
 	}
-	p.ops, p.descs, p.keep, p.mem, p.call, p.listen = nil, nil, nil, nil, nil, nil
+	p.ops, p.descs, p.keep, p.mem, p.listen = nil, nil, nil, nil, nil
 	return nil
 }

@@ -130,7 +130,7 @@ func TestPrebuiltProgram(t *testing.T) {
 			await = i
 		}
 	}
-	if await < 0 || p.descs[await].step != StepAwaitCall || p.call == nil {
+	if await < 0 || p.descs[await].step != StepAwaitCall || p.ops[await].mem != unsafe.Pointer(p.mem.call) {
 		t.Fatalf("no call awaited at 10a")
 	}
 }
