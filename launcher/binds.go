@@ -13,6 +13,48 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// cloneSource clones the bind source of m as a detached, private mount
+// tree and returns its descriptor (close-on-exec): L3's clone on the host
+// for a root-mode plan, the numbered sequence a rootless init runs as
+// operations at its step 3 (nsinit's builder.cloneSource says why each
+// part). On failure detail names the call that failed; an optional bind
+// source that does not exist fails with ENOENT like any other, the caller
+// skips it.
+func cloneSource(m nsinit.Mount) (tree int, detail string, err error) {
+	// 1. one resolution of the path, a symlink refused.
+	flags := unix.O_PATH | unix.O_CLOEXEC
+	detail = "open O_PATH"
+	if m.NoFollow {
+		flags |= unix.O_NOFOLLOW
+		detail = "open O_PATH|O_NOFOLLOW"
+	}
+	src, err := unix.Open(m.Source, flags, 0)
+	if err != nil {
+		return -1, detail, err
+	}
+	defer unix.Close(src)
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return -1, "fstat", err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return -1, detail, nsinit.ErrSymlinkSource
+	}
+	// 2. the detached copy.
+	const cloneFlags = unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_RECURSIVE | unix.AT_EMPTY_PATH
+	tree, err = unix.OpenTree(src, "", cloneFlags)
+	if err != nil {
+		return -1, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err
+	}
+	// 3. private, so no mount event crosses between host and sandbox.
+	attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(tree)
+		return -1, "mount_setattr MS_PRIVATE AT_RECURSIVE", err
+	}
+	return tree, "", nil
+}
+
 // hasSource reports whether m is a bind whose source is a host path.
 func hasSource(m nsinit.Mount) bool {
 	return m.Kind == nsinit.MountBind || m.Kind == nsinit.MountDevNode
@@ -37,7 +79,7 @@ func numberTrees(ms []nsinit.Mount, first int) {
 // (the worker mounts a task's capped tmpfs on its work dir between Create
 // and Start, and the clone must be of that tmpfs): every bind source of
 // a root-mode plan is cloned on the host, with the launcher's privileges,
-// by nsinit.CloneSource (one resolution of the path through an O_PATH
+// by cloneSource (one resolution of the path through an O_PATH
 // descriptor, a symlink refused where the plan says no_follow, a detached
 // private copy). The init attaches those trees by descriptor, so a bind
 // needs no permission of the sandbox's host uids on the directories above
@@ -81,7 +123,7 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 		if !hasSource(m) || m.TreeFD <= 0 {
 			continue
 		}
-		fd, detail, err := nsinit.CloneSource(m)
+		fd, detail, err := cloneSource(m)
 		if err != nil {
 			if m.Optional && errors.Is(err, unix.ENOENT) {
 				if !copied {

@@ -202,7 +202,7 @@ func TestOwnerMapApply(t *testing.T) {
 	}
 	clone := func() int {
 		t.Helper()
-		tree, detail, err := nsinit.CloneSource(nsinit.Mount{Kind: nsinit.MountBind, Source: work, Target: "/work"})
+		tree, detail, err := cloneSource(nsinit.Mount{Kind: nsinit.MountBind, Source: work, Target: "/work"})
 		if err != nil {
 			t.Fatalf("clone %s (%s): %v", work, detail, err)
 		}

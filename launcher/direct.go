@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,7 +80,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	// L4. The program, then the clone: the child waits for its id maps
 	// (written here, as Go's fork-and-exec does for a child of its own)
 	// and runs it.
-	prog, err := nsinit.CompileDirect(&s.plan.Child, files, nsinit.LastCapability(), hardLimit)
+	prog, err := nsinit.CompileDirect(&s.plan.Child, files, lastCapability(), hardLimit)
 	if err != nil {
 		se, ok := err.(*StepError)
 		if !ok {
@@ -278,6 +281,17 @@ func writeIDMaps(pid int, plan *Plan) error {
 	}
 	return nil
 }
+
+// lastCapability is the host's highest capability number
+// (/proc/sys/kernel/cap_last_cap), read once per process: step 13 drops
+// every one up to it.
+var lastCapability = sync.OnceValue(func() int {
+	b, _ := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+		return n
+	}
+	return int(unix.CAP_LAST_CAP)
+})
 
 // hardLimit is this process's hard limit of resource, which the child
 // inherits at the fork.

@@ -78,8 +78,11 @@ type Sandbox struct {
 // between SIGINT and SIGKILL. A timeout kills at once.
 const CancelGrace = 500 * time.Millisecond
 
-// Phase is one timed setup phase (launcher or nsinit side).
-type Phase = nsinit.Phase
+// Phase is one timed setup phase, in milliseconds (launcher or nsinit side).
+type Phase struct {
+	Name string  `json:"name"`
+	Ms   float64 `json:"ms"`
+}
 
 // CreateFromPlan prepares a sandbox from an existing plan (Create does
 // Plan + CreateFromPlan). The cgroup exists afterwards; nothing runs.

@@ -5,7 +5,7 @@ package nsinit
 // into a Program (CompileDirect). nsinit takes no decision of its own: it
 // performs this list in a fixed order.
 type Config struct {
-	Version int `json:"version"`
+	Version int `json:"version"` // ConfigVersion
 
 	// Mounts are performed in order under the new root before pivot_root.
 	Mounts []Mount `json:"mounts"`
@@ -13,10 +13,9 @@ type Config struct {
 	Hostname   string `json:"hostname"`
 	LoopbackUp bool   `json:"loopback_up"` // the sandbox has its own network namespace
 
-	// Listen are the egress listeners the init opens in the sandbox's
-	// network namespace once lo is up (step 10) and hands to the launcher
-	// (SCM_RIGHTS on the report socket): the egress proxy serves them from
-	// the host side, so no process of ours stays inside to relay.
+	// Listen are the egress listeners step 10 opens once lo is up and
+	// hands to the launcher, whose egress proxy serves them from the host
+	// side: no process of ours stays inside to relay.
 	Listen []Listener `json:"listen,omitempty"`
 
 	Rlimits []Rlimit `json:"rlimits"`
@@ -24,15 +23,12 @@ type Config struct {
 	// Identity the tool runs as (inside the user namespace, if any).
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
-	// RootToCommand (a bubblewrap line, str bwrap): step 7 hands the root
-	// tmpfs's own entries (the root, and the directories, files and
-	// symlinks the init made on it; nothing mounted there) to UID and GID
-	// and leaves the root writable, as bubblewrap's root is, instead of
-	// remounting it read-only.
+	// RootToCommand (a bubblewrap line, str bwrap): step 7 gives the root
+	// tmpfs's own entries (rootEntries) to UID and GID and leaves it
+	// writable, as bubblewrap's root is, instead of remounting it read-only.
 	RootToCommand bool `json:"root_to_command,omitempty"`
-	// SetGroups is false in a user namespace created without privilege
-	// (rootless), where setgroups(2) is denied by the kernel
-	// (/proc/PID/setgroups) and only the caller's own ids are mapped: the
+	// SetGroups is false in a user namespace made without privilege
+	// (rootless: setgroups(2) denied, only the caller's ids mapped): the
 	// clone child then changes no id before step 15.
 	SetGroups bool `json:"set_groups"`
 
@@ -40,12 +36,8 @@ type Config struct {
 	// Argv0, when set, is the tool's argv[0] (bubblewrap's --argv0); the
 	// program executed is still Argv[0] resolved in PATH.
 	Argv0 string `json:"argv0,omitempty"`
-	// AwaitCall: a pre-built sandbox (str serve's pool). Argv is empty;
-	// once loopback and the egress listeners are up (step 10) the init
-	// waits on the report socket for its Call (sub-step 10a), which
-	// brings argv, the whole environment and the caller's stdio; the
-	// steps from resolving the tool to its execve (steps 11-21) then run
-	// exactly as for a one-shot run.
+	// AwaitCall: a pre-built sandbox (str serve's pool). Argv and Env are
+	// empty: the call brings them and the caller's stdio at sub-step 10a.
 	AwaitCall bool     `json:"await_call,omitempty"`
 	Env       []string `json:"env"`
 	Workdir   string   `json:"workdir"` // path inside the sandbox
@@ -59,21 +51,15 @@ type Config struct {
 	// on cgroup v2, where the init is born in its cgroup.
 	CgroupTasks []string `json:"cgroup_tasks,omitempty"`
 
-	// Seccomp is the compiled classic-BPF program, installed last, as
-	// struct sock_filter records (8 bytes each, little-endian fields):
-	// raw bytes decode far faster than hundreds of JSON objects.
+	// Seccomp is the compiled classic-BPF program, loaded at step 19, as
+	// struct sock_filter records (8 bytes each; package seccomp).
 	SeccompPolicy string `json:"seccomp_policy"`
 	Seccomp       []byte `json:"seccomp_bpf"`
-	// ExtraSeccomp are the caller's own classic-BPF programs (str bwrap's
-	// --seccomp, --add-seccomp-fd), in the same form, installed after the
-	// profile's: stacked filters all run and the strictest answer wins,
-	// so they can only take away.
+	// ExtraSeccomp are the caller's own programs (str bwrap's --seccomp,
+	// --add-seccomp-fd), in the same form, loaded after the profile's.
 	ExtraSeccomp [][]byte `json:"extra_seccomp_bpf,omitempty"`
-	// SeccompListener: a per-tool template (launcher/template.go). Step 19
-	// loads Seccomp with SECCOMP_FILTER_FLAG_NEW_LISTENER, and sub-step
-	// 19a hands the listener to the launcher, whose supervisor answers
-	// the filter's notified syscall (the one clone per call it orders).
-	// The init keeps no copy: the tool never holds its own listener.
+	// SeccompListener: a per-tool template's. Step 19 loads Seccomp with
+	// a listener, which sub-step 19a hands to the launcher's supervisor.
 	SeccompListener bool `json:"seccomp_listener,omitempty"`
 
 	// BestEffort permits the documented fallbacks (e.g. no fresh /proc),
@@ -126,20 +112,17 @@ type Mount struct {
 	// itself at step 3 (rootless: it is the caller's own uid on the host);
 	// SourceAbsent, an optional source the launcher found missing.
 	TreeFD int `json:"tree_fd,omitempty"`
-	// IDMapOwner: root mode, the launcher makes the tree id-mapped
-	// (MOUNT_ATTR_IDMAP) before passing it, so that the source's owner
-	// (uid and gid, neither 0) is the tool's host uid and gid through the
-	// mount: the tool writes where the owner can, and its files belong to
-	// the owner on the host. The init does nothing with it.
+	// IDMapOwner and WriteBack are the launcher's alone (root mode; the
+	// init does nothing with them): the tree it passes is id-mapped to
+	// the source's owner, or an overlay whose changes it copies back
+	// (`str run --workdir`: SECURITY.md, "Root and rootless", and L10).
 	IDMapOwner bool `json:"id_map_owner,omitempty"`
-	// WriteBack: root mode, the launcher passes, instead of the plain
-	// clone, an overlay of it whose upper layer is a tmpfs capped by the
-	// profile's work_dir (the tool's writes land there, and meet ENOSPC
-	// at the cap), and copies what the tool changed back into Source
-	// after the sandbox has ended (launcher step L10). `str run
-	// --workdir` sets it. The init does nothing with it.
-	WriteBack bool `json:"write_back,omitempty"`
+	WriteBack  bool `json:"write_back,omitempty"`
 }
+
+// ConfigVersion is the version of Config's form, as a plan shows it (2:
+// the launcher passes the bind sources' trees, Mount.TreeFD).
+const ConfigVersion = 2
 
 // SourceAbsent is the TreeFD of an optional bind whose source the
 // launcher found missing: the init skips it.
@@ -178,11 +161,3 @@ type Listener struct {
 	Network string `json:"network"` // "tcp" or "udp"
 	Addr    string `json:"addr"`    // "127.0.0.1:3128", "0.0.0.0:443"
 }
-
-// CallFDs is how many descriptors travel with a pre-built sandbox's
-// call (sub-step 10a, EncodeCall): stdin, stdout, stderr.
-const CallFDs = 3
-
-// MaxCallBytes bounds a call's message (EncodeCall's): a larger call is
-// not poolable (the caller runs one-shot).
-const MaxCallBytes = 128 << 10

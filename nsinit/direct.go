@@ -1,10 +1,10 @@
 package nsinit
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,23 +17,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A Program is the init's steps for one sandbox compiled, in the
-// launcher's process, into a list of raw system calls that the launcher's
-// own clone child performs before it executes the tool: the technique of
-// Go's own fork-and-exec child (syscall.forkAndExecInChild), which runs
-// only raw calls on memory prepared before the fork. No second program is
-// executed and no second Go runtime starts per sandbox (issue 19: the
-// init's runtime start, plan decoding and execve were ~29 % of a one-shot
-// run's CPU). It is the one implementation of the steps: every sandbox,
-// root and rootless, one-shot, pre-built (str serve), a worker's, a
-// template's and a bubblewrap line's, runs one.
-//
-// The steps and their order are the numbered list of compileDirect (and
-// SECURITY.md); every operation carries its Step, and a failure comes
-// back on the report socket as one binary record (the operation's index
-// and the errno), which the launcher turns into the StepError of that
-// step (Program.Event). A pre-built sandbox's call arrives in the binary
-// form of EncodeCall, into memory the program prepared (callArea).
+// A Program is the init's steps for one sandbox (compileDirect's numbered
+// list) compiled in the launcher into raw system calls that the
+// launcher's own clone child performs before it executes the tool (the
+// package doc). Every operation carries its Step, which a failure's
+// record names (Program.Event).
 type Program struct {
 	ops   []op
 	descs []opDesc
@@ -46,8 +34,7 @@ type Program struct {
 	pfd    unix.PollFd
 	zero   unix.Timespec
 	rec    [failureLen]byte
-	report slotID    // the slot holding the report socket
-	call   *callArea // a pre-built sandbox's: where its call arrives
+	report slotID // the slot holding the report socket
 	// callTool is a pre-built sandbox's argv[0] once its call is sent
 	// (SetCallTool): a failure names it.
 	callTool atomic.Pointer[string]
@@ -217,6 +204,16 @@ func (b *builder) cstr(s string) uintptr {
 	return uintptr(unsafe.Pointer(&buf[0]))
 }
 
+// cstrs is ss as a NULL-terminated array of C strings the program keeps.
+func (b *builder) cstrs(ss []string) []uintptr {
+	out := make([]uintptr, len(ss)+1)
+	for i, s := range ss {
+		out[i] = b.cstr(s)
+	}
+	b.p.keep = append(b.p.keep, out)
+	return out
+}
+
 // mem keeps v and returns its address.
 func (b *builder) mem(v any, p unsafe.Pointer) uintptr {
 	b.p.keep = append(b.p.keep, v)
@@ -253,9 +250,7 @@ func (b *builder) sys(d opDesc, nr uintptr, slotArgs uint8, out slotID, a ...uin
 func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (*Program, error) {
 	p, err := compileDirect(cfg, f, lastCap, hardLimit)
 	if err != nil {
-		if p != nil {
-			p.Release() // its child memory and lists, for the next program
-		}
+		p.Release() // its child memory and lists, for the next program
 		return nil, err
 	}
 	return p, nil
@@ -293,20 +288,16 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 //  20. set the rlimits (raw prlimit64, RLIMIT_AS last)
 //  21. execve the tool (raw syscall): the tool becomes PID 1
 //
-// The child is root of the sandbox's own user namespace only: on the host
-// it is an unprivileged uid of its own (root mode: one id block per
-// sandbox) or the caller's (rootless), so even before step 13 it holds no
-// capability over anything of the host. On cgroup v2 it is born in the
-// sandbox's cgroup (CLONE_INTO_CGROUP); on v1 it moves itself in at step
-// 12, so the tool never runs a single instruction outside the limits
-// while no process migration (an RCU grace period, 8-20 ms) sits on the
-// critical path. Every step from 12 on changes the child's own state,
-// which the tool inherits at the execve.
+// The child is root of the sandbox's own user namespace only, never of
+// the host's (the package doc, "What it trusts"), from its first
+// instruction in the sandbox's cgroup (v2: born there; v1: step 12).
+// Every step from 12 on changes the child's own state, which the tool
+// inherits at the execve.
 func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resource int) (uint64, error)) (p *Program, err error) {
-	if cfg.PassFDs != len(f.Pass) {
-		return nil, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
-	}
 	p = &Program{}
+	if cfg.PassFDs != len(f.Pass) {
+		return p, fmt.Errorf("the plan passes %d descriptors, the launcher %d", cfg.PassFDs, len(f.Pass))
+	}
 	if p.mem, err = getChildMem(); err != nil {
 		return p, err
 	}
@@ -325,31 +316,18 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	n := len(f.Pass)
 
 	// Slots that hold a descriptor start with the launcher's number;
-	// step 1 moves each above the tool's and stores the new one.
-	type moved struct {
-		slot slotID
-		fd   int
-	}
-	var moves []moved
-	take := func(fd int) slotID {
-		s := b.slot(uintptr(fd))
-		moves = append(moves, moved{s, fd})
-		return s
+	// step 1 moves each of moves above the tool's and stores the new one.
+	var moves []slotID
+	take := func(fds ...int) []slotID {
+		for _, fd := range fds {
+			moves = append(moves, b.slot(uintptr(fd)))
+		}
+		return moves[len(moves)-len(fds):]
 	}
 	syncR := b.slot(uintptr(f.Sync[0]))
-	p.report = take(f.Report)
-	var stdio [3]slotID
-	for i, fd := range f.Stdio {
-		stdio[i] = take(fd)
-	}
-	pass := make([]slotID, n)
-	for i, fd := range f.Pass {
-		pass[i] = take(fd)
-	}
-	trees := make([]slotID, len(f.Trees))
-	for i, fd := range f.Trees {
-		trees[i] = take(fd)
-	}
+	p.report = take(f.Report)[0]
+	tools := take(append(f.Stdio[:], f.Pass...)...) // the tool's 0-2 and pass-list, in order
+	trees := take(f.Trees...)
 
 	// L4, the clone's child half (what Go's forkAndExecInChild does for
 	// a child of its own): wait for the launcher's id maps, a new session
@@ -388,22 +366,18 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// close-on-exec: the tool gets exactly 0-2 and the pass-list (runc's
 	// leaked descriptor, CVE-2024-21626, is the bug this prevents).
 	b.step = StepCloseFDs
-	for _, m := range moves {
-		b.sys(opDesc{action: "move descriptor", path: fmt.Sprintf("fd %d", m.fd), detail: fmt.Sprintf("F_DUPFD_CLOEXEC %d", 3+n)},
-			unix.SYS_FCNTL, 1, m.slot, uintptr(m.slot), unix.F_DUPFD_CLOEXEC, uintptr(3+n))
+	for _, s := range moves {
+		b.sys(opDesc{action: "move descriptor", path: fmt.Sprintf("fd %d", p.slots[s]), detail: fmt.Sprintf("F_DUPFD_CLOEXEC %d", 3+n)},
+			unix.SYS_FCNTL, 1, s, uintptr(s), unix.F_DUPFD_CLOEXEC, uintptr(3+n))
 	}
 	// Every other descriptor the clone copied from the launcher (its
 	// clients, other sandboxes' pipes and sockets) is closed now, not at
 	// the execve: a pre-built sandbox waits long before it, and an end of
 	// another sandbox's report socket held here would keep its EOF away.
-	keepSlots := make([]slotID, len(moves))
-	for i, m := range moves {
-		keepSlots[i] = m.slot
-	}
-	p.keep = append(p.keep, keepSlots)
-	b.special(opCloseOthers, unsafe.Pointer(&keepSlots[0]), uintptr(3+n), uintptr(len(keepSlots)),
+	p.keep = append(p.keep, moves)
+	b.special(opCloseOthers, unsafe.Pointer(&moves[0]), uintptr(3+n), uintptr(len(moves)),
 		opDesc{action: "close the launcher's other descriptors", path: fmt.Sprintf("fd %d..", 3+n)})
-	for i, s := range append(stdio[:], pass...) {
+	for i, s := range tools {
 		b.sys(opDesc{action: "dup3", path: fmt.Sprintf("fd -> %d", i), detail: "the tool's descriptor"},
 			unix.SYS_DUP3, 1, noSlot, uintptr(s), uintptr(i), 0)
 	}
@@ -430,32 +404,41 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		if m.Kind != MountBind && m.Kind != MountDevNode {
 			continue
 		}
+		var st unix.Stat_t
+		var err error
 		switch k := m.TreeFD - b.first; {
+		case m.TreeFD == SourceAbsent && !m.Optional:
+			return p, stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
 		case m.TreeFD == SourceAbsent:
-			if err := absentSource(m); err != nil {
-				return p, err
-			}
+			continue // optional, and the launcher found it missing (L3)
 		case m.TreeFD == 0:
-			dir, absent := sourceKind(m)
-			if absent {
-				// As the launcher's L3 in root mode: an optional source
-				// found missing is skipped (rootEntries too).
+			// Rootless: the launcher only looks whether the source is a
+			// directory (so is its mount point, made at step 5) and whether
+			// it is optional and missing: then it is skipped, as L3 skips
+			// it in root mode (and rootEntries). Any other error is left to
+			// the child's own open, whose error is the step's.
+			stat := unix.Stat
+			if m.NoFollow {
+				stat = unix.Lstat
+			}
+			if err = stat(m.Source, &st); err != nil && m.Optional && errors.Is(err, unix.ENOENT) {
 				if !copied {
 					ms, copied = slices.Clone(ms), true
 				}
 				ms[i].TreeFD = SourceAbsent
 				continue
 			}
-			mountTree[i], isDir[i] = b.cloneSource(m), dir
+			mountTree[i] = b.cloneSource(m)
 		case k >= 0 && k < len(trees):
 			mountTree[i] = trees[k]
-			if isDir[i], err = treeIsDir(f.Trees[k]); err != nil {
+			if err = unix.Fstat(f.Trees[k], &st); err != nil {
 				return p, stepErr(StepCloneSources, "take bind source", m.Source, "fstat tree", err)
 			}
 		default:
 			return p, stepErr(StepCloneSources, "take bind source", m.Source, fmt.Sprintf("tree_fd %d", m.TreeFD),
 				fmt.Errorf("not one of the launcher's %d trees", len(trees)))
 		}
+		isDir[i] = err != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR
 	}
 	tasks := make([]slotID, len(cfg.CgroupTasks))
 	for i, t := range cfg.CgroupTasks {
@@ -496,10 +479,9 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 
 	// 7. The root tmpfs is read-only from now on: the tool writes only to
 	// the work dir and the planned tmpfs mounts. A bubblewrap line's root
-	// (RootToCommand) stays writable instead, it and the entries made on
-	// it the command's, as under bubblewrap (it is the 1 MiB tmpfs of
-	// step 4; what is mounted on it is not touched): the program knows
-	// them all (rootEntries), so it chowns each without a directory walk.
+	// (RootToCommand) stays writable instead, and the entries made on it
+	// (rootEntries: nothing mounted there) are chowned to the command's
+	// ids without a directory walk.
 	b.step = StepRootReadOnly
 	if cfg.RootToCommand {
 		owner := fmt.Sprintf("%d:%d", cfg.UID, cfg.GID)
@@ -515,10 +497,7 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// 8. chdir into the work dir and check we are where we meant to be
 	// (a path that resolves elsewhere is refused, not followed).
 	b.step = StepChdir
-	wd := cfg.Workdir
-	if wd == "" {
-		wd = "/"
-	}
+	wd := cmp.Or(cfg.Workdir, "/")
 	b.sys(opDesc{action: "chdir", path: wd, hint: hintWorkdir, hintErrno: unix.EACCES}, unix.SYS_CHDIR, 0, noSlot, b.cstr(wd))
 	// The planned path, NUL-terminated, then as much room for getcwd's
 	// answer: a longer one (ERANGE) is not the planned one either.
@@ -548,14 +527,11 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	}
 
 	// 10a. A pre-built sandbox waits here for its call (argv, the whole
-	// environment, the paths to try for argv[0], and its stdio):
-	// everything that does not depend on the call is done (root, mounts,
-	// network), and everything from step 11 on runs after it exactly as
-	// in a one-shot run, so the tool's view is the same. The call comes
-	// from the launcher only (the report socket's other end is its); the
-	// caller's descriptors are opaque here: dup3 onto 0-2, nothing else.
-	// While waiting the child is root of its own user namespace only, and
-	// the parent-death signal of the clone is still armed.
+	// environment, the paths to try for argv[0], its stdio, dup3'd onto
+	// 0-2 and nothing else), from the launcher only (the report socket's
+	// other end): nothing before depends on the call, and everything from
+	// step 11 on runs as in a one-shot run (SECURITY.md, "The resident
+	// launcher", says why there).
 	var call *callArea
 	ncands := slotID(noSlot)
 	if cfg.AwaitCall {
@@ -565,7 +541,6 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			uintptr(p.report), b.mem(ev, unsafe.Pointer(&ev[0])), uintptr(len(ev)))
 		w.check, w.want = true, uintptr(len(ev))
 		call = p.mem.call
-		p.call = call
 		ncands = b.slot(0)
 		o := b.special(opAwaitCall, unsafe.Pointer(call), uintptr(p.report), 0,
 			opDesc{action: "receive call", path: "report socket", detail: "recvmsg",
@@ -595,30 +570,17 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 			return p, stepErr(StepResolveTool, "resolve tool", "", "", errors.New("empty argv"))
 		}
 		tool = cfg.Argv[0]
-		cands := candidates(cfg.Argv[0], cfg.Env)
-		cp := make([]uintptr, len(cands))
-		for i, c := range cands {
-			cp[i] = b.cstr(c)
-		}
-		p.keep = append(p.keep, cp)
-		o := b.special(opResolve, unsafe.Pointer(&cp[0]), 0, uintptr(len(cp)),
+		cands := b.cstrs(candidates(cfg.Argv[0], cfg.Env))
+		o := b.special(opResolve, unsafe.Pointer(&cands[0]), 0, uintptr(len(cands)-1),
 			opDesc{action: "resolve tool", path: cfg.Argv[0], detail: "PATH of the tool's environment"})
 		o.out, o.exit = path, exitResolve
-		argv := make([]uintptr, len(cfg.Argv)+1)
-		for i, a := range cfg.Argv {
-			argv[i] = b.cstr(a)
-		}
+		argv, envp := b.cstrs(cfg.Argv), b.cstrs(cfg.Env)
 		if cfg.Argv0 != "" {
 			argv[0] = b.cstr(cfg.Argv0)
 		} else {
 			b.special(opStorePtr, unsafe.Pointer(&argv[0]), uintptr(path), 0, opDesc{action: "prepare execve", path: cfg.Argv[0]})
 		}
-		argvP = b.mem(argv, unsafe.Pointer(&argv[0]))
-		envp := make([]uintptr, len(cfg.Env)+1)
-		for i, e := range cfg.Env {
-			envp[i] = b.cstr(e)
-		}
-		envpP = b.mem(envp, unsafe.Pointer(&envp[0]))
+		argvP, envpP = uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envp[0]))
 	}
 	// 12. cgroup v1: the child moves itself into the sandbox's cgroup,
 	// before it drops anything and before any tool code can run. A thread
@@ -695,14 +657,12 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	if cfg.SeccompListener && len(cfg.Seccomp) == 0 {
 		return p, stepErr(StepSeccomp, "load seccomp", "", "SECCOMP_FILTER_FLAG_NEW_LISTENER", errors.New("a template's plan has no filter"))
 	}
-	progs := cfg.ExtraSeccomp
-	names := make([]string, 0, len(progs)+1)
-	if len(cfg.Seccomp) > 0 {
-		progs = append([][]byte{cfg.Seccomp}, progs...)
-		names = append(names, cfg.SeccompPolicy)
+	progs, names := cfg.ExtraSeccomp, make([]string, len(cfg.ExtraSeccomp))
+	for i := range names {
+		names[i] = fmt.Sprintf("the caller's filter %d", i+1)
 	}
-	for i := range cfg.ExtraSeccomp {
-		names = append(names, fmt.Sprintf("the caller's filter %d", i+1))
+	if len(cfg.Seccomp) > 0 {
+		progs, names = append([][]byte{cfg.Seccomp}, progs...), append([]string{cfg.SeccompPolicy}, names...)
 	}
 	listener := slotID(noSlot)
 	for i, prog := range progs {
@@ -796,6 +756,18 @@ func rlimitOrder(rls []Rlimit) []Rlimit {
 	return append(out, as...)
 }
 
+// checkFilter: filter is 1 to maxBPFInsns whole sock_filter records (the
+// one check of a Program's step 19).
+func checkFilter(filter []byte) error {
+	if len(filter) == 0 || len(filter)%8 != 0 || len(filter)/8 > maxBPFInsns {
+		return fmt.Errorf("seccomp program of %d bytes is not 1-%d sock_filter records", len(filter), maxBPFInsns)
+	}
+	return nil
+}
+
+// maxBPFInsns is the kernel's BPF_MAXINSNS.
+const maxBPFInsns = 4096
+
 // atFDCWD is AT_FDCWD as a system call argument.
 const atFDCWD = ^uintptr(99) // -100
 
@@ -831,9 +803,7 @@ func candidates(argv0 string, env []string) []string {
 // before; the last gets mode exactly when it was created here. It
 // returns the slot of the last component's descriptor (root for "/").
 func (b *builder) mkdirAll(root slotID, path string, mode uint32, target string) slotID {
-	if mode == 0 {
-		mode = 0o755
-	}
+	mode = cmp.Or(mode, 0o755)
 	comps, err := components(path)
 	if err != nil {
 		b.fail(stepErr(b.step, "mkdir", target, "", err))
@@ -852,9 +822,7 @@ func (b *builder) mkdirAll(root slotID, path string, mode uint32, target string)
 		next := b.slot(0)
 		b.sys(opDesc{action: "mkdir", path: target, prefix: "open " + c + ": "}, unix.SYS_OPENAT, 1, next,
 			uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if cur != root {
-			b.close(opDesc{action: "close", path: target}, cur)
-		}
+		b.closeSlot(cur, root, target)
 		cur = next
 		if last && m&^0o755 != 0 {
 			// Bits the umask removed, or sticky/setgid: through the
@@ -900,27 +868,14 @@ func (b *builder) openNoFollow(root slotID, path string) slotID {
 		return root
 	}
 	for _, c := range comps {
-		next := b.slot(0)
-		b.sys(opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": "},
-			unix.SYS_OPENAT, 1, next, uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, d := b.slot(0), opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": "}
+		b.sys(d, unix.SYS_OPENAT, 1, next, uintptr(cur), b.cstr(c), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		b.closeSlot(cur, root, path)
-		b.special(opCheckLink, nil, uintptr(next), 0,
-			opDesc{action: "open", path: path, detail: "O_PATH|O_NOFOLLOW", prefix: "open " + c + ": ", check: "open " + c + ": " + errSymlinkOnPath.Error()})
+		d.check = "open " + c + ": " + errSymlinkOnPath.Error()
+		b.special(opCheckLink, nil, uintptr(next), 0, d)
 		cur = next
 	}
 	return cur
-}
-
-// fdPathMount mounts fstype at the directory whose O_PATH descriptor is
-// in slot target, through /proc/self/fd (the host's /proc, before
-// pivot_root), as the init's doMount does.
-func (b *builder) fdPathMount(target slotID, d opDesc, src, fstype string, flags uintptr, data string) *op {
-	buf := b.fdPath(target, d)
-	dp := uintptr(0)
-	if data != "" {
-		dp = b.cstr(data)
-	}
-	return b.sys(d, unix.SYS_MOUNT, 0, noSlot, b.cstr(src), buf, b.cstr(fstype), flags, dp)
 }
 
 // mount is one planned mount (step 5), under the new root (slot root).
@@ -944,10 +899,7 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID, dir bool
 
 	case MountFile:
 		dfd := b.mkdirAll(root, parent, 0o755, parent)
-		mode := m.Mode
-		if mode == 0 {
-			mode = 0o644
-		}
+		mode := cmp.Or(m.Mode, 0o644)
 		fd := b.slot(0)
 		b.sys(opDesc{action: "create file", path: m.Target, detail: "O_CREAT|O_EXCL"}, unix.SYS_OPENAT, 1, fd,
 			uintptr(dfd), b.cstr(name), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uintptr(mode))
@@ -1010,16 +962,10 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID, dir bool
 		}
 		// Recursive attributes on the detached tree before it is attached:
 		// there is never a moment where the bind is visible writable.
-		// Then attach: a launcher's tree was cloned in the host's mount
-		// namespace and lives in an anonymous one of its own until now;
-		// move_mount attaches a detached tree into whichever namespace the
-		// caller may mount in (CAP_SYS_ADMIN over our user namespace), so
-		// no host privilege is needed here. Unlike a tree cloned from our
-		// inherited copy of the host's mounts, it carries no MNT_LOCKED
-		// flags: a capability in our user namespace could unmount its
-		// submounts or clear its read-only flag. The child does neither,
-		// and the tool has no capability (steps 13-16) and no mount
-		// syscalls (seccomp).
+		// Then move_mount attaches it here with no host privilege; it has
+		// no MNT_LOCKED flags, which is safe because the child never
+		// unmounts or clears a flag and the tool has no capability (steps
+		// 13-16) and no mount syscalls (SECURITY.md, "The init's sequence").
 		a, what := bindAttr(m)
 		attr := &a
 		b.sys(opDesc{action: "mount_setattr", path: m.Source, detail: what + " AT_RECURSIVE"}, unix.SYS_MOUNT_SETATTR, 1, noSlot,
@@ -1029,30 +975,32 @@ func (b *builder) mount(cfg *Config, root slotID, m Mount, tree slotID, dir bool
 		b.closeSlot(target, root, m.Target)
 		b.close(opDesc{action: "close", path: m.Source}, tree)
 
-	case MountTmpfs:
+	case MountTmpfs, MountDevpts, MountMqueue, MountProc:
+		// A fresh instance of the filesystem the kind names, never one of
+		// the host's, mounted through /proc/self/fd (the host's /proc,
+		// before pivot_root) on the target's O_PATH descriptor.
 		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
-		if m.ReadOnly {
-			flags |= unix.MS_RDONLY
+		d := opDesc{action: "mount " + string(m.Kind), path: m.Target, detail: m.Data}
+		flags, data := uintptr(unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC), ""
+		switch m.Kind {
+		case MountTmpfs:
+			flags, data = unix.MS_NOSUID|unix.MS_NODEV, m.Data
+			if m.ReadOnly {
+				flags |= unix.MS_RDONLY
+			}
+		case MountDevpts:
+			flags, data = unix.MS_NOSUID|unix.MS_NOEXEC, m.Data
+		case MountMqueue:
+			d.detail = "MS_NOSUID|MS_NODEV|MS_NOEXEC"
+		case MountProc:
+			d.detail, d.hint = "fresh procfs for the new pid namespace", hintProc
 		}
-		b.fdPathMount(target, opDesc{action: "mount tmpfs", path: m.Target, detail: m.Data}, "tmpfs", "tmpfs", flags, m.Data)
-		b.closeSlot(target, root, m.Target)
-
-	case MountDevpts:
-		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		b.fdPathMount(target, opDesc{action: "mount devpts", path: m.Target, detail: m.Data}, "devpts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, m.Data)
-		b.closeSlot(target, root, m.Target)
-
-	case MountMqueue:
-		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		b.fdPathMount(target, opDesc{action: "mount mqueue", path: m.Target, detail: "MS_NOSUID|MS_NODEV|MS_NOEXEC"}, "mqueue", "mqueue", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-		b.closeSlot(target, root, m.Target)
-
-	case MountProc:
-		target := b.mkdirAll(root, m.Target, 0o755, m.Target)
-		d := opDesc{action: "mount proc", path: m.Target, detail: "fresh procfs for the new pid namespace", hint: hintProc}
-		o := b.fdPathMount(target, d, "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-		if cfg.BestEffort {
+		buf, dp := b.fdPath(target, d), uintptr(0) // no data: NULL
+		if data != "" {
+			dp = b.cstr(data)
+		}
+		o := b.sys(d, unix.SYS_MOUNT, 0, noSlot, b.cstr(string(m.Kind)), buf, b.cstr(string(m.Kind)), flags, dp)
+		if m.Kind == MountProc && cfg.BestEffort {
 			// Best effort, loudly: no /proc at all rather than the host's
 			// (a warning record, and the program goes on).
 			o.kind = opSysWarn
@@ -1077,16 +1025,9 @@ func rootEntries(ms []Mount) []string {
 	for _, m := range ms {
 		switch m.Kind {
 		case MountBind, MountDevNode, MountTmpfs, MountProc, MountMqueue, MountDevpts:
-			if m.Kind == MountBind || m.Kind == MountDevNode {
-				if m.TreeFD == SourceAbsent {
-					continue // never mounted: its mount point is not made either
-				}
-			}
-			targets[m.Target] = true
+			targets[m.Target] = targets[m.Target] || m.TreeFD != SourceAbsent // an absent bind is never mounted
 		case MountFile:
-			if m.ReadOnly {
-				targets[m.Target] = true
-			}
+			targets[m.Target] = targets[m.Target] || m.ReadOnly
 		}
 	}
 	covered := func(p string) bool {
@@ -1099,92 +1040,23 @@ func rootEntries(ms []Mount) []string {
 	}
 	seen := map[string]bool{"/": true}
 	out := []string{"/"}
-	add := func(p string) {
-		if !seen[p] && !covered(p) {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
 	for _, m := range ms {
-		if m.Kind == MountChmod || m.Kind == MountRemountRO {
-			continue // they make nothing
+		if m.Kind == MountChmod || m.Kind == MountRemountRO || m.TreeFD == SourceAbsent {
+			continue // they make nothing (an absent bind not even its mount point)
 		}
-		if (m.Kind == MountBind || m.Kind == MountDevNode) && m.TreeFD == SourceAbsent {
-			continue
+		// Its missing parents, then the target itself.
+		comps := strings.Split(strings.Trim(m.Target, "/"), "/")
+		for i := range comps {
+			if p := "/" + strings.Join(comps[:i+1], "/"); !seen[p] && !covered(p) {
+				seen[p] = true
+				out = append(out, p)
+			}
 		}
-		var dirs []string
-		for q := filepath.Dir(m.Target); q != "/"; q = filepath.Dir(q) {
-			dirs = append([]string{q}, dirs...)
-		}
-		for _, d := range dirs {
-			add(d)
-		}
-		add(m.Target)
 	}
 	return out
 }
 
-// sourceKind is what the launcher finds at a bind source the child
-// clones itself (rootless), before the clone: whether it is a directory
-// (the mount point made for it at step 5 is one), and whether it is
-// absent and optional (skipped, as the launcher's L3 skips it in root
-// mode). Any other answer is left to the child's own open, whose error
-// is the step's.
-func sourceKind(m Mount) (dir, absent bool) {
-	var st unix.Stat_t
-	var err error
-	if m.NoFollow {
-		err = unix.Lstat(m.Source, &st)
-	} else {
-		err = unix.Stat(m.Source, &st)
-	}
-	if err != nil {
-		return true, m.Optional && errors.Is(err, unix.ENOENT)
-	}
-	return st.Mode&unix.S_IFMT == unix.S_IFDIR, false
-}
-
-// cloneSource is CloneSource's sequence as operations: a rootless bind
-// source's detached tree (step 3), made by the child, the caller's own host uid in its own mount
-// namespace, opens the source O_PATH (O_NOFOLLOW when m.NoFollow) and
-// refuses a symlink there, clones the mount and everything below it from
-// that descriptor (open_tree OPEN_TREE_CLONE|AT_RECURSIVE: the path is
-// resolved exactly once) and makes the copy private, recursively. It
-// returns the tree's slot. The caller must be able to reach the path
-// (hintSearch).
-func (b *builder) cloneSource(m Mount) slotID {
-	d := func(detail string) opDesc {
-		return opDesc{action: "clone bind source", path: m.Source, detail: detail, hint: hintSearch, hintErrno: unix.EACCES}
-	}
-	flags, open := uintptr(unix.O_PATH|unix.O_CLOEXEC), "open O_PATH"
-	if m.NoFollow {
-		flags, open = flags|unix.O_NOFOLLOW, "open O_PATH|O_NOFOLLOW"
-	}
-	src := b.slot(0)
-	b.sys(d(open), unix.SYS_OPENAT, 0, src, atFDCWD, b.cstr(m.Source), flags, 0)
-	link := d(open)
-	link.check = ErrSymlinkSource.Error()
-	b.special(opCheckLink, nil, uintptr(src), 0, link)
-	tree := b.slot(0)
-	b.sys(d("open_tree OPEN_TREE_CLONE|AT_RECURSIVE"), unix.SYS_OPEN_TREE, 1, tree,
-		uintptr(src), b.cstr(""), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
-	b.close(d("close"), src)
-	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
-	b.sys(d("mount_setattr MS_PRIVATE AT_RECURSIVE"), unix.SYS_MOUNT_SETATTR, 1, noSlot,
-		uintptr(tree), b.cstr(""), unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, b.mem(attr, unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
-	return tree
-}
-
-func treeIsDir(fd int) (bool, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return false, err
-	}
-	return st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
-}
-
-// loopback is LoopbackUp as operations: SIOCGIFFLAGS, IFF_UP added,
-// SIOCSIFFLAGS.
+// loopback brings lo up: SIOCGIFFLAGS, IFF_UP added, SIOCSIFFLAGS.
 func (b *builder) loopback() {
 	ifr, err := unix.NewIfreq("lo")
 	if err != nil {
@@ -1208,27 +1080,22 @@ func (b *builder) loopback() {
 // operations: each socket bound (and listening), then one "listeners"
 // event with their descriptors (SCM_RIGHTS), then closed here.
 func (b *builder) listeners(ls []Listener) {
-	d := opDesc{action: "open egress listeners", path: "lo"}
+	d := func(prefix string) opDesc { return opDesc{action: "open egress listeners", path: "lo", prefix: prefix} }
 	fds := make([]slotID, len(ls))
 	for i, l := range ls {
 		typ, err := ListenerSocketType(l)
-		if err != nil {
-			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", err))
-			return
-		}
-		ap, err := listenerAddr(l)
-		if err != nil {
+		ap, aerr := ListenerAddr(l)
+		if err = cmp.Or(err, aerr); err != nil {
 			b.fail(stepErr(StepLoopback, "open egress listeners", "lo", "", err))
 			return
 		}
 		fds[i] = b.slot(0)
-		b.sys(opDesc{action: d.action, path: d.path, prefix: "listener " + l.Name + ": socket: "}, unix.SYS_SOCKET, 0, fds[i], unix.AF_INET, uintptr(typ|unix.SOCK_CLOEXEC), 0)
+		b.sys(d("listener "+l.Name+": socket: "), unix.SYS_SOCKET, 0, fds[i], unix.AF_INET, uintptr(typ|unix.SOCK_CLOEXEC), 0)
 		sa := &unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ap.Addr().As4()}
 		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], ap.Port())
-		b.sys(opDesc{action: d.action, path: d.path, prefix: fmt.Sprintf("listener %s: bind %s: ", l.Name, l.Addr)}, unix.SYS_BIND, 1, noSlot,
-			uintptr(fds[i]), b.mem(sa, unsafe.Pointer(sa)), unix.SizeofSockaddrInet4)
+		b.sys(d(fmt.Sprintf("listener %s: bind %s: ", l.Name, l.Addr)), unix.SYS_BIND, 1, noSlot, uintptr(fds[i]), b.mem(sa, unsafe.Pointer(sa)), unix.SizeofSockaddrInet4)
 		if l.Network == "tcp" {
-			b.sys(opDesc{action: d.action, path: d.path, prefix: fmt.Sprintf("listener %s: listen %s: ", l.Name, l.Addr)}, unix.SYS_LISTEN, 1, noSlot, uintptr(fds[i]), 128)
+			b.sys(d(fmt.Sprintf("listener %s: listen %s: ", l.Name, l.Addr)), unix.SYS_LISTEN, 1, noSlot, uintptr(fds[i]), 128)
 		}
 	}
 	// The event is one fixed record, not JSON: the launcher that compiled
@@ -1256,12 +1123,22 @@ func (b *builder) sendFDs(record []byte, fds []slotID, d opDesc) {
 	b.sys(d, unix.SYS_SENDMSG, 1, noSlot, uintptr(b.p.report), b.mem(msg, unsafe.Pointer(msg)), 0)
 }
 
-// Event is what a message read from the report socket says, when it is
-// one of this program's records: a failure (an "error" event with the
-// StepError of the operation that failed), a warning, the listeners
-// (named in the plan's order, their descriptors travel with it), a
-// template filter's listener, or a pre-built sandbox waiting for its
-// call. Anything else is not the child's (ok false).
+// Event is what one of the child's records on the report socket says
+// (Program.Event). The socket is close-on-exec: the launcher sees EOF
+// when the child has become the tool (execve) or has exited.
+type Event struct {
+	Type    string     // "warning", "error", "listeners", "seccomp_listener" (sub-step 19a), "await_call" (sub-step 10a)
+	Message string     // a warning's text
+	Error   *StepError // an error's
+	// Listeners names the descriptors of a "listeners" event, in the order
+	// they travel as SCM_RIGHTS with it.
+	Listeners []Listener
+}
+
+// Event is what a message read from the report socket says when it is
+// one of this program's records (a failure is an "error" event with the
+// StepError of the operation that failed); anything else is not the
+// child's (ok false).
 func (p *Program) Event(msg []byte) (ev Event, ok bool) {
 	if len(msg) < 8 {
 		return Event{}, false
@@ -1320,20 +1197,6 @@ type opLists struct {
 
 var opListPool sync.Pool
 
-// LastCapability is the host's highest capability number
-// (/proc/sys/kernel/cap_last_cap), read once per process.
-var LastCapability = sync.OnceValue(func() int {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return int(unix.CAP_LAST_CAP)
-	}
-	var n int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err != nil {
-		return int(unix.CAP_LAST_CAP)
-	}
-	return n
-})
-
 // A pre-built sandbox's call (sub-step 10a) is one message on the report
 // socket with exactly CallFDs descriptors, in a form raw code can take
 // apart: three little-endian uint32 counts (argv,
@@ -1342,9 +1205,11 @@ var LastCapability = sync.OnceValue(func() int {
 // (candidates: the PATH of the call's environment),
 // so the child never parses PATH.
 const (
-	MaxCallArgs  = 4096 // argv entries of one call
-	MaxCallEnv   = 4096 // environment entries of one call
-	MaxCallPaths = 256  // paths tried for argv[0]
+	CallFDs      = 3         // descriptors that travel with it: stdin, stdout, stderr
+	MaxCallBytes = 128 << 10 // its size at most: a larger call is not poolable (the caller runs one-shot)
+	MaxCallArgs  = 4096      // argv entries of one call
+	MaxCallEnv   = 4096      // environment entries of one call
+	MaxCallPaths = 256       // paths tried for argv[0]
 	callHeader   = 12
 )
 
@@ -1382,9 +1247,9 @@ func EncodeCall(argv, env []string) ([]byte, error) {
 			MaxCallArgs, MaxCallEnv, MaxCallPaths, len(argv), len(env), len(paths))
 	}
 	b := make([]byte, callHeader, callHeader+64)
-	binary.LittleEndian.PutUint32(b[0:], uint32(len(argv)))
-	binary.LittleEndian.PutUint32(b[4:], uint32(len(env)))
-	binary.LittleEndian.PutUint32(b[8:], uint32(len(paths)))
+	for k, list := range [][]string{argv, env, paths} {
+		binary.LittleEndian.PutUint32(b[4*k:], uint32(len(list)))
+	}
 	for _, list := range [][]string{argv, env, paths} {
 		for _, s := range list {
 			if strings.IndexByte(s, 0) >= 0 {

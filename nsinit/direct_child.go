@@ -12,12 +12,10 @@ import (
 )
 
 // The runtime's fork hooks, as package syscall uses them around its own
-// fork-and-exec child: BeforeFork blocks signals (the child starts with
-// every signal blocked) and keeps the stack from growing, AfterFork
-// undoes it in the parent. The child does not call the runtime's
-// AfterForkInChild: it writes the runtime's own state, which a CLONE_VM
-// child shares with the launcher; resetSignals does its part with raw
-// calls.
+// fork-and-exec child: BeforeFork blocks every signal and keeps the stack
+// from growing, AfterFork undoes it in the parent. The child does not
+// call AfterForkInChild, which writes the runtime's state (shared with
+// CLONE_VM): resetSignals does its part with raw calls.
 //
 //go:linkname beforeFork syscall.runtime_BeforeFork
 func beforeFork()
@@ -37,17 +35,8 @@ type cloneArgs struct {
 // (non-blocking, close-on-exec: the launcher watches and signals the
 // child through it), maps writes the child's id maps and one byte on
 // sync[1] (DirectFiles.Sync's write end) lets it go on. On error the
-// child, if any, is killed and reaped.
-//
-// Between the clone and the execve the child runs only the program's raw
-// system calls on memory prepared before the clone (child), on its own
-// stack and sharing the launcher's memory where CloneSharesMemory: it
-// may not allocate, grow its stack, take a lock or use the runtime, as
-// Go's own fork-and-exec child; the clone is under syscall.ForkLock, as
-// Go's fork, so no descriptor is half-made while it happens.
-//
-// A program starts once, and its memory is kept until its child has
-// exited (programLife).
+// child, if any, is killed and reaped. The child runs only child (see
+// there); a program starts once (programLife).
 func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func(pid int) error) (pid, pidfd int, err error) {
 	p.life.mu.Lock()
 	defer p.life.mu.Unlock()
@@ -58,7 +47,7 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 		return 0, -1, errors.New("start a program a second time")
 	}
 	p.life.started = true
-	pin(p)
+	pinned.Store(p, nil)
 	args := &cloneArgs{flags: uint64(cloneFlags), exitSignal: uint64(unix.SIGCHLD)}
 	if cgroupFD >= 0 {
 		args.flags |= unix.CLONE_INTO_CGROUP
@@ -92,18 +81,14 @@ func (p *Program) Start(cloneFlags uintptr, cgroupFD int, sync [2]int, maps func
 		}
 		unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
-		for {
-			_, werr := unix.Wait4(pid, &ws, 0, nil)
-			if werr == nil { // reaped: Release may recycle
-				p.life.running = false
-				if p.life.pidfd >= 0 {
-					unix.Close(p.life.pidfd)
-				}
-			}
-			if !errors.Is(werr, unix.EINTR) {
-				break
-			}
+		var werr error = unix.EINTR
+		for errors.Is(werr, unix.EINTR) {
+			_, werr = unix.Wait4(pid, &ws, 0, nil)
 		}
+		if werr == nil && p.life.pidfd >= 0 { // reaped: Release may recycle
+			unix.Close(p.life.pidfd)
+		}
+		p.life.running = werr != nil
 		return 0, -1, err
 	}
 	return pid, pidfd, nil
@@ -123,14 +108,12 @@ type cloneReq struct {
 	done  chan struct{}
 }
 
-// cloner is the goroutine that makes every direct sandbox's clone, locked
-// to its OS thread for the life of the process. A child's parent-death
-// signal (PR_SET_PDEATHSIG, armed in L4's child half) follows the thread
-// that cloned it, not the process; Go ends a thread only when a
-// goroutine exits while locked to it, and this one never exits, so the
-// thread lives as long as the launcher, and a sandbox's own goroutines
-// need no thread of their own (one locked thread per running sandbox
-// before). The clone is under syscall.ForkLock, as Go's own fork.
+// cloner is the goroutine that makes every clone, locked to its OS thread
+// and never exiting, so the thread lives as long as the launcher: a
+// child's parent-death signal (armed in L4's child half) follows the
+// thread that cloned it (SECURITY.md, "The init's sequence", item 7). The
+// clone is under syscall.ForkLock, as Go's own fork: no descriptor is
+// half-made while it happens.
 var cloner = sync.OnceValue(func() chan<- *cloneReq {
 	c := make(chan *cloneReq)
 	go func() {
@@ -177,14 +160,12 @@ func (p *Program) child() {
 		case opSys:
 			r, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5])
 			r1, errno = r, uintptr(e)
-			if o.hit != noSlot {
-				p.slots[o.hit&(maxSlots-1)] = 0
-			}
+			hit := uintptr(0) // okErr occurred: not a failure
 			if errno != 0 && errno == uintptr(o.okErr) {
-				errno = 0
-				if o.hit != noSlot {
-					p.slots[o.hit&(maxSlots-1)] = 1
-				}
+				errno, hit = 0, 1
+			}
+			if o.hit != noSlot {
+				p.slots[o.hit&(maxSlots-1)] = hit
 			}
 			if errno == 0 && o.check && r1 != o.want {
 				p.fail(i, 0, o.exit)
@@ -246,7 +227,7 @@ func (p *Program) child() {
 			p.closeOthers(o, a[0], a[1])
 		case opSysWarn:
 			if _, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5]); e != 0 {
-				p.warn(i, uintptr(e))
+				p.record(&warningMagic, i, uintptr(e)) // and the program goes on
 			}
 		case opAwaitCall:
 			var ok bool
@@ -267,14 +248,11 @@ func (p *Program) child() {
 	p.fail(len(p.ops)-1, uintptr(unix.ENOEXEC), exitSetup)
 }
 
-// resetSignals is the child's first step: every signal the launcher
-// catches back to SIG_DFL (one it ignores stays ignored, as execve keeps
-// it), then the launcher's mask in place of beforeFork's all-blocked
-// one. Until then no signal is delivered, so no handler of the
-// launcher's ever runs in the child (with CLONE_VM it would run on the
-// launcher's memory). The tool then starts with what Go's own
-// fork-and-exec child gives it: the launcher's mask, default actions
-// but for the ignored signals.
+// resetSignals is the child's first step (SECURITY.md, "The init's
+// sequence", item 4): every caught signal back to SIG_DFL (an ignored one
+// stays ignored, as execve keeps it), then the launcher's mask in place of
+// beforeFork's all-blocked one, so no handler of the launcher's ever runs
+// in the child, and the tool starts as Go's fork-and-exec child would.
 //
 //go:nosplit
 //go:norace
@@ -362,18 +340,11 @@ func (p *Program) closeOthers(o *op, first, n uintptr) {
 //go:norace
 func awaitCallRaw(c *callArea, fd uintptr, r1 *uintptr) (errno uintptr, ok bool) {
 	var n uintptr
-	for {
-		c.msg.Controllen = uint64(len(c.cmsg))
-		c.msg.Flags = 0
-		r, _, e := syscall.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&c.msg)), unix.MSG_CMSG_CLOEXEC)
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
+	for e := unix.EINTR; e != 0; {
+		c.msg.Controllen, c.msg.Flags = uint64(len(c.cmsg)), 0
+		if n, _, e = syscall.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&c.msg)), unix.MSG_CMSG_CLOEXEC); e != 0 && e != unix.EINTR {
 			return uintptr(e), false
 		}
-		n = r
-		break
 	}
 	hdr := (*unix.Cmsghdr)(unsafe.Pointer(&c.cmsg[0]))
 	const fdsLen = 4 * CallFDs
@@ -444,14 +415,14 @@ func callString(c *callArea, pos, n uintptr) (s, next uintptr) {
 	return 0, 0
 }
 
-// warn writes the warning record of operation i (a best-effort step
-// that failed with errno) on the report socket; the program goes on.
+// record writes a failure's or a warning's record (magic) of operation
+// i, which failed with errno, on the report socket.
 //
 //go:nosplit
 //go:norace
-func (p *Program) warn(i int, errno uintptr) {
+func (p *Program) record(magic *[8]byte, i int, errno uintptr) {
 	for k := 0; k < 8; k++ {
-		p.rec[k] = warningMagic[k]
+		p.rec[k] = magic[k]
 	}
 	for k := 0; k < 4; k++ {
 		p.rec[8+k] = byte(uint32(i) >> (8 * k))
@@ -466,14 +437,7 @@ func (p *Program) warn(i int, errno uintptr) {
 //go:nosplit
 //go:norace
 func (p *Program) fail(i int, errno uintptr, class uint8) {
-	for k := 0; k < 8; k++ {
-		p.rec[k] = failureMagic[k]
-	}
-	for k := 0; k < 4; k++ {
-		p.rec[8+k] = byte(uint32(i) >> (8 * k))
-		p.rec[12+k] = byte(uint32(errno) >> (8 * k))
-	}
-	syscall.RawSyscall(unix.SYS_WRITE, p.slots[p.report&(maxSlots-1)], uintptr(unsafe.Pointer(&p.rec[0])), failureLen)
+	p.record(&failureMagic, i, errno)
 	code := uintptr(ExitSetupFailed)
 	switch class {
 	case exitExec:

@@ -22,14 +22,12 @@ var childEntryFn = childEntry
 const CloneSharesMemory = true
 
 // clone is L4's clone on linux/amd64: CLONE_VM, the child on its own
-// stack (childMem; top is its initial stack pointer). No copy of the launcher's memory is made: the
-// clone costs no page-table copy, and the launcher's later writes no
-// copy-on-write fault (with a resident launcher's pre-built sandboxes
-// waiting, those were most of its CPU per call). The child writes only
-// its own memory (its Program's slots and buffers, its childMem) and
-// stops using the launcher's at its execve or exit_group; the launcher
-// releases that memory only after the child has exited (programLife). Called
-// between beforeFork and afterFork: no stack check.
+// stack (childMem; top is its initial stack pointer), so the clone costs
+// no page-table copy and the launcher's later writes no copy-on-write
+// fault (with pre-built sandboxes waiting, those were most of a resident
+// launcher's CPU per call). What that asks is SECURITY.md's checklist
+// ("The init's sequence"). Called between beforeFork and afterFork: no
+// stack check.
 //
 //go:nosplit
 //go:norace

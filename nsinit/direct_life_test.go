@@ -57,9 +57,7 @@ func TestProgramMemoryOutlivesItsChild(t *testing.T) {
 	freeChildMem.Lock()
 	reused := slices.Contains(freeChildMem.list, mem)
 	freeChildMem.Unlock()
-	pinned.Lock()
-	_, isPinned := pinned.m[p]
-	pinned.Unlock()
+	_, isPinned := pinned.Load(p)
 	if reused || p.mem != mem || len(p.ops) != len(ops) || !isPinned {
 		t.Fatalf("after a refused Release: memory recycled %v, kept %v, lists kept %v, pinned %v", reused, p.mem == mem, len(p.ops) == len(ops), isPinned)
 	}
@@ -85,9 +83,7 @@ func TestProgramMemoryOutlivesItsChild(t *testing.T) {
 	if err := p.Release(); err != nil {
 		t.Fatalf("Release after the child's exit: %v", err)
 	}
-	pinned.Lock()
-	_, isPinned = pinned.m[p]
-	pinned.Unlock()
+	_, isPinned = pinned.Load(p)
 	if p.mem != nil || p.ops != nil || isPinned {
 		t.Fatalf("after Release: memory kept %v, lists kept %v, pinned %v", p.mem != nil, p.ops != nil, isPinned)
 	}

@@ -8,16 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// childMem is the memory a direct sandbox's clone child has for itself:
-// the stack it runs on (above a guard page) and the area a pre-built
-// sandbox's call arrives in. On linux/amd64 the child shares the
-// launcher's address space until its execve (CLONE_VM, see clone
-// in direct_clone_amd64.go), so everything it writes must be its own: this mapping,
-// and its Program's slots and buffers; nothing of another sandbox's.
-//
-// Mappings are reused once Release has run, which it does only after
-// the child's exit (programLife): a fresh one costs an mmap, an mprotect and a page
-// fault for every page the child touches.
+// childMem is the memory a clone child has for itself: its stack, above a
+// guard page, and a pre-built sandbox's call area (SECURITY.md, "The
+// init's sequence", items 1 and 2: with CLONE_VM what it writes must be
+// its own). A mapping is reused once Release has run (programLife): a
+// fresh one costs an mmap, an mprotect and a fault per page touched.
 type childMem struct {
 	region []byte
 	call   *callArea
@@ -80,22 +75,13 @@ func putChildMem(m *childMem) {
 	unix.Munmap(m.region)
 }
 
-// programLife keeps a Program's memory (its lists, buffers, slots and
-// childMem) from being reused, or freed by the collector, while a child
-// may still read it: with CLONE_VM the child runs on it, the launcher's
-// own memory, until its execve or exit.
-//
-//   - Start runs once: a second Start, or one after Release, fails
-//     before any clone.
-//   - From the clone on, the program is pinned (reachable from pinned:
-//     the collector frees none of it) and keeps its own pidfd of the
-//     child (pidfd; running).
-//   - Release recycles the memory only when no child can read it: none
-//     was cloned, Start reaped it (its error path), or the pidfd is
-//     readable, which the kernel makes it once the child has exited,
-//     after the child dropped its hold on the memory (exit_mm before
-//     exit_notify in do_exit). Otherwise it fails and keeps everything;
-//     a Release after the exit recycles.
+// programLife keeps a Program's memory (lists, buffers, slots, childMem)
+// from being reused or collected while a child may still read it, by
+// construction: the checklist is SECURITY.md, "The init's sequence",
+// item 3 (Start runs once; from the clone the program is pinned and keeps
+// its own pidfd; Release recycles only when no child can read the memory:
+// none cloned, reaped by Start, or the pidfd readable, which the kernel
+// makes it after the child dropped the memory: exit_mm before exit_notify).
 type programLife struct {
 	mu       sync.Mutex // held by Start and Release
 	started  bool
@@ -105,26 +91,8 @@ type programLife struct {
 	released bool
 }
 
-// pinned holds the programs whose child may run.
-var pinned struct {
-	sync.Mutex
-	m map[*Program]struct{}
-}
-
-func pin(p *Program) {
-	pinned.Lock()
-	if pinned.m == nil {
-		pinned.m = map[*Program]struct{}{}
-	}
-	pinned.m[p] = struct{}{}
-	pinned.Unlock()
-}
-
-func unpin(p *Program) {
-	pinned.Lock()
-	delete(pinned.m, p)
-	pinned.Unlock()
-}
+// pinned holds the programs whose child may run (as keys).
+var pinned sync.Map
 
 // childExited is whether the pidfd is readable: its process has exited
 // (or was reaped). An error says no.
@@ -158,7 +126,7 @@ func (p *Program) Release() error {
 		p.life.running = false
 	}
 	p.life.released = true
-	unpin(p)
+	pinned.Delete(p)
 	if p.ops != nil {
 		clear(p.ops[:cap(p.ops)]) // no pointer kept alive through a pooled list
 		clear(p.descs[:cap(p.descs)])
@@ -167,6 +135,6 @@ func (p *Program) Release() error {
 	if p.mem != nil {
 		putChildMem(p.mem)
 	}
-	p.ops, p.descs, p.keep, p.mem, p.call, p.listen = nil, nil, nil, nil, nil, nil
+	p.ops, p.descs, p.keep, p.mem, p.listen = nil, nil, nil, nil, nil
 	return nil
 }

@@ -130,7 +130,7 @@ func TestPrebuiltProgram(t *testing.T) {
 			await = i
 		}
 	}
-	if await < 0 || p.descs[await].step != StepAwaitCall || p.call == nil {
+	if await < 0 || p.descs[await].step != StepAwaitCall || p.ops[await].mem != unsafe.Pointer(p.mem.call) {
 		t.Fatalf("no call awaited at 10a")
 	}
 }
@@ -305,6 +305,28 @@ func TestTemplateProgram(t *testing.T) {
 	var se *StepError
 	if !errors.As(err, &se) || se.Step != StepSeccomp {
 		t.Errorf("a template without a filter: %v", err)
+	}
+}
+
+// TestStepSeccompRefusesMalformedProgram: step 19 takes 1 to
+// BPF_MAXINSNS whole sock_filter records, the profile's and the
+// caller's alike, and names the filter it refuses.
+func TestStepSeccompRefusesMalformedProgram(t *testing.T) {
+	for _, f := range [][]byte{make([]byte, 7), make([]byte, 8*4097)} {
+		for _, extra := range []bool{false, true} {
+			c := directConfig()
+			name := c.SeccompPolicy
+			if extra {
+				c.ExtraSeccomp[0], name = f, "the caller's filter 1"
+			} else {
+				c.Seccomp = f
+			}
+			_, err := CompileDirect(c, directFiles(t), 40, noLimit)
+			var se *StepError
+			if !errors.As(err, &se) || se.Step != StepSeccomp || se.Path != name || !strings.Contains(se.Msg, "sock_filter records") {
+				t.Errorf("%d bytes (extra %v): %v", len(f), extra, err)
+			}
+		}
 	}
 }
 

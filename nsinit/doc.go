@@ -37,18 +37,14 @@
 // host uid of its own (rootless: the caller's).
 //
 // Kernel features: user namespaces; open_tree, move_mount and
-// mount_setattr (5.12+) for recursive read-only binds, and for attaching
-// the trees the launcher cloned on the host (root mode: a detached tree
-// made in another mount namespace is attached here by move_mount, so the
-// child needs no permission on a bind source's parent directories; the
-// id-mapped work dir needs a filesystem with idmapped-mount support, e.g.
-// ext4, xfs, btrfs, tmpfs 6.3+); close_range
-// (5.11+); seccomp filter mode; a /proc that can be mounted afresh (not
-// masked by a container runtime — see str doctor).
+// mount_setattr (5.12+) for recursive read-only binds and for attaching
+// the trees the launcher cloned on the host (SECURITY.md, "The init's
+// sequence"; the id-mapped work dir needs a filesystem with idmapped-mount
+// support, e.g. ext4, xfs, btrfs, tmpfs 6.3+); close_range (5.11+);
+// seccomp filter mode; a /proc that can be mounted afresh (not masked by a
+// container runtime — see str doctor).
 //
 // Every failure is a *StepError naming the step (a Step constant), the
-// action, the object and the cause: the child sends the failed
-// operation's index and errno on the report socket, and the launcher
-// builds the StepError from the operation's description
-// (Program.Event) and prints it once.
+// action, the object and the cause, which the launcher builds from the
+// failed operation's index and errno the child sends (Program.Event).
 package nsinit

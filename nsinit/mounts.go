@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,13 +25,10 @@ var ErrSymlinkSource = errors.New("the source is a symlink (refused: it must be 
 // errSymlinkOnPath: a path the init must not follow a symlink on has one.
 var errSymlinkOnPath = errors.New("a symlink (refused: no symlink is followed here)")
 
-// CloneSource clones the bind source of m as a detached, private mount
-// tree and returns its descriptor (close-on-exec). The launcher runs it
-// on the host for a root-mode plan (launcher step L3); a rootless child
-// performs the same numbered sequence as operations in its own mount
-// namespace (builder.cloneSource, step 3). On failure detail names the call that failed, for the
-// caller's StepError; an optional source that does not exist fails with
-// ENOENT like any other, the caller skips it.
+// cloneSource is a rootless bind source's detached tree (step 3), made by
+// the child, the caller's own host uid, which must be able to reach the
+// path (hintSearch); it returns the tree's slot. The launcher's L3 runs
+// the same sequence on the host for a root-mode plan (launcher/binds.go):
 //
 //  1. open the source O_PATH, with O_NOFOLLOW when m.NoFollow, and refuse
 //     a symlink there: the tree is cloned from that descriptor, so the
@@ -40,50 +38,32 @@ var errSymlinkOnPath = errors.New("a symlink (refused: no symlink is followed he
 //  3. make the copy private, recursively: a clone of a shared host mount
 //     is a peer of it, so without this a mount made in the sandbox under
 //     the bind would appear on the host, and host mounts inside the
-//     sandbox. Read-only and the other attributes are set by the init's
-//     step 5 for every tree alike.
-func CloneSource(m Mount) (tree int, detail string, err error) {
+//     sandbox. Read-only and the other attributes are set by step 5 for
+//     every tree alike.
+func (b *builder) cloneSource(m Mount) slotID {
+	d := func(detail string) opDesc {
+		return opDesc{action: "clone bind source", path: m.Source, detail: detail, hint: hintSearch, hintErrno: unix.EACCES}
+	}
 	// 1. one resolution of the path.
-	flags := unix.O_PATH | unix.O_CLOEXEC
-	detail = "open O_PATH"
+	flags, open := uintptr(unix.O_PATH|unix.O_CLOEXEC), "open O_PATH"
 	if m.NoFollow {
-		flags |= unix.O_NOFOLLOW
-		detail = "open O_PATH|O_NOFOLLOW"
+		flags, open = flags|unix.O_NOFOLLOW, "open O_PATH|O_NOFOLLOW"
 	}
-	src, err := unix.Open(m.Source, flags, 0)
-	if err != nil {
-		return -1, detail, err
-	}
-	defer unix.Close(src)
-	var st unix.Stat_t
-	if err := unix.Fstat(src, &st); err != nil {
-		return -1, "fstat", err
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return -1, detail, ErrSymlinkSource
-	}
+	src := b.slot(0)
+	b.sys(d(open), unix.SYS_OPENAT, 0, src, atFDCWD, b.cstr(m.Source), flags, 0)
+	link := d(open)
+	link.check = ErrSymlinkSource.Error()
+	b.special(opCheckLink, nil, uintptr(src), 0, link)
 	// 2. the detached copy.
-	const cloneFlags = unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_RECURSIVE | unix.AT_EMPTY_PATH
-	tree, err = unix.OpenTree(src, "", cloneFlags)
-	if err != nil {
-		return -1, "open_tree OPEN_TREE_CLONE|AT_RECURSIVE", err
-	}
+	tree := b.slot(0)
+	b.sys(d("open_tree OPEN_TREE_CLONE|AT_RECURSIVE"), unix.SYS_OPEN_TREE, 1, tree,
+		uintptr(src), b.cstr(""), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+	b.close(d("close"), src)
 	// 3. private, so no mount event crosses between host and sandbox.
-	attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		unix.Close(tree)
-		return -1, "mount_setattr MS_PRIVATE AT_RECURSIVE", err
-	}
-	return tree, "", nil
-}
-
-// absentSource is step 3's check of a bind source the launcher found missing:
-// only an optional one may be.
-func absentSource(m Mount) error {
-	if m.Optional {
-		return nil
-	}
-	return stepErr(StepCloneSources, "take bind source", m.Source, "tree_fd -1", errors.New("the launcher skipped a source that is not optional"))
+	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	b.sys(d("mount_setattr MS_PRIVATE AT_RECURSIVE"), unix.SYS_MOUNT_SETATTR, 1, noSlot,
+		uintptr(tree), b.cstr(""), unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, b.mem(attr, unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
+	return tree
 }
 
 // bindAttr is what a bind's (or device node's) detached tree gets,
@@ -138,25 +118,6 @@ func parentMode(mode uint32) uint32 {
 	return m
 }
 
-// LoopbackUp sets IFF_UP on lo through s, an AF_INET socket of lo's
-// network namespace: a per-tool template's supervisor, for each call
-// (launcher/template_netns.go; a sandbox's own lo is brought up by its
-// program at step 10, builder.loopback).
-func LoopbackUp(s int) error {
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
-	}
-	return nil
-}
-
 // ListenerSocketType is the socket type of l: SOCK_STREAM for tcp,
 // SOCK_DGRAM for udp.
 func ListenerSocketType(l Listener) (int, error) {
@@ -169,28 +130,9 @@ func ListenerSocketType(l Listener) (int, error) {
 	return 0, fmt.Errorf("listener %s: network %q is not tcp or udp", l.Name, l.Network)
 }
 
-// BindListener binds fd, an AF_INET socket of ListenerSocketType(l) in
-// the network namespace l serves, to l's address and, for TCP, listens
-// (a per-tool template's supervisor, for each call; a sandbox's program
-// binds its own at step 10, builder.listeners).
-func BindListener(fd int, l Listener) error {
-	ap, err := listenerAddr(l)
-	if err != nil {
-		return err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
-		return fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err)
-	}
-	if l.Network == "tcp" {
-		if err := unix.Listen(fd, 128); err != nil {
-			return fmt.Errorf("listener %s: listen %s: %w", l.Name, l.Addr, err)
-		}
-	}
-	return nil
-}
-
-// listenerAddr is l's address, which must be IPv4 address:port.
-func listenerAddr(l Listener) (netip.AddrPort, error) {
+// ListenerAddr is l's address, which must be IPv4 address:port (step 10
+// binds it; so does a per-tool template's supervisor for each call).
+func ListenerAddr(l Listener) (netip.AddrPort, error) {
 	ap, err := netip.ParseAddrPort(l.Addr)
 	if err != nil || !ap.Addr().Is4() {
 		return netip.AddrPort{}, fmt.Errorf("listener %s: %q is not an IPv4 address:port", l.Name, l.Addr)

@@ -172,8 +172,8 @@ func titleOf(s Step) string {
 	if s < numInitSteps {
 		return stepTitles[s]
 	}
-	if t, ok := subStepTitles[s]; ok {
-		return t
+	if t, ok := subSteps[s]; ok {
+		return t.title
 	}
 	return "launcher step"
 }
@@ -192,7 +192,7 @@ func TestStepWordsComplete(t *testing.T) {
 		}
 	}
 	for s := StepAwaitCall; s < numSubStepsEnd; s++ {
-		if len(stepWords[s]) == 0 || subStepTitles[s] == "" {
+		if len(stepWords[s]) == 0 || subSteps[s].title == "" {
 			t.Errorf("sub-step %s has no words in stepWords or no title", s)
 		}
 	}

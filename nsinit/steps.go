@@ -1,6 +1,10 @@
 package nsinit
 
-import "strconv"
+import (
+	"errors"
+	"strconv"
+	"syscall"
+)
 
 // Step identifies one step of the sandbox setup. The init's steps are
 // numbered in the order a Program performs them; the launcher's are L1..L10. The
@@ -37,32 +41,21 @@ const (
 
 // The init's sub-steps: a part of the sequence that only some sandboxes
 // run, numbered after the step it follows ("10a"), so that the steps
-// after it keep their numbers. Each one's title is in subStepTitles.
+// after it keep their numbers. Each one's place and title are in subSteps.
 const (
-	// StepAwaitCall: a pre-built sandbox (str serve) waits for its call
-	// (Config.AwaitCall) once loopback and the egress listeners are up.
-	StepAwaitCall Step = 201 + iota // 10a
-	// StepHandListener: a per-tool template (Config.SeccompListener)
-	// hands the listener of its seccomp filter, loaded at step 19 with
-	// SECCOMP_FILTER_FLAG_NEW_LISTENER, to the launcher.
-	StepHandListener // 19a
+	StepAwaitCall    Step = 201 + iota // 10a: a pre-built sandbox (Config.AwaitCall) waits for its call
+	StepHandListener                   // 19a: a per-tool template (Config.SeccompListener) hands its filter's listener over
 	numSubStepsEnd
 )
 
-// subSteps places each sub-step: the step it follows, and its letter.
+// subSteps places each sub-step (the step it follows, its letter) and
+// says what it does (DocList prints the title after the step it follows).
 var subSteps = map[Step]struct {
-	after  Step
-	letter string
+	after         Step
+	letter, title string
 }{
-	StepAwaitCall:    {StepLoopback, "a"},
-	StepHandListener: {StepSeccomp, "a"},
-}
-
-// subStepTitles is what each sub-step does (DocList prints it after the
-// step it follows).
-var subStepTitles = map[Step]string{
-	StepAwaitCall:    "pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2",
-	StepHandListener: "per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it",
+	StepAwaitCall:    {StepLoopback, "a", "pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2"},
+	StepHandListener: {StepSeccomp, "a", "per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it"},
 }
 
 // The launcher's steps (who "launcher"): L1..L10: create the cgroup (and
@@ -136,9 +129,66 @@ func DocList() []string {
 		out = append(out, strconv.Itoa(int(s))+". "+stepTitles[s])
 		for sub := StepAwaitCall; sub < numSubStepsEnd; sub++ {
 			if subSteps[sub].after == s {
-				out = append(out, sub.String()+". "+subStepTitles[sub])
+				out = append(out, sub.String()+". "+subSteps[sub].title)
 			}
 		}
 	}
 	return out
+}
+
+// StepError is the one error type of the sandbox setup, on both sides of
+// the clone. It names who failed (Who: "nsinit" or "launcher"), the
+// numbered step, the object (a path, a file, a syscall argument), and
+// wraps the cause. Hint is set where the cause is common and has a known fix.
+//
+//	nsinit: bind-mount /usr -> /newroot/usr (step 5, MS_BIND|MS_REC): operation not permitted
+type StepError struct {
+	Who    string `json:"who"`
+	Step   Step   `json:"step"`
+	Action string `json:"action"` // "bind-mount", "pivot_root", "setrlimit", ...
+	Path   string `json:"path,omitempty"`
+	Detail string `json:"detail,omitempty"` // flags or argument, e.g. "MS_BIND|MS_REC"
+	Hint   string `json:"hint,omitempty"`
+	Errno  int    `json:"errno,omitempty"`
+	Msg    string `json:"error"` // the cause as text (survives the pipe)
+	Err    error  `json:"-"`
+}
+
+func (e *StepError) Error() string {
+	s := e.Who + ": " + e.Action
+	if e.Path != "" {
+		s += " " + e.Path
+	}
+	s += " (step " + e.Step.String()
+	if e.Detail != "" {
+		s += ", " + e.Detail
+	}
+	s += "): " + e.Msg
+	if e.Hint != "" {
+		s += " (hint: " + e.Hint + ")"
+	}
+	return s
+}
+
+// Unwrap returns the cause; after a trip through JSON (a worker's reply) only the
+// errno survives, so it is rebuilt from Errno.
+func (e *StepError) Unwrap() error {
+	if e.Err == nil && e.Errno != 0 {
+		return syscall.Errno(e.Errno)
+	}
+	return e.Err
+}
+
+// stepErr builds a StepError for nsinit; errno is kept so that the parent
+// can still match the cause with errors.Is after the JSON round trip.
+func stepErr(step Step, action, path, detail string, err error) *StepError {
+	se := &StepError{Who: "nsinit", Step: step, Action: action, Path: path, Detail: detail, Err: err}
+	if err != nil {
+		se.Msg = err.Error()
+		var en syscall.Errno
+		if errors.As(err, &en) {
+			se.Errno = int(en)
+		}
+	}
+	return se
 }

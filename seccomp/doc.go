@@ -77,7 +77,7 @@
 //     clone3 args): seccomp sees only the six register values. Which files
 //     and networks exist is the job of the mount and network namespaces.
 //   - Threads other than the one that installs the filter. The installer
-//     (nsinit.InstallSeccomp, the only one) is per thread (no TSYNC); see
+//     (the init's step 19, the only one) is per thread (no TSYNC); see
 //     the ordering rule below.
 //   - Resource exhaustion (cgroups do that) and information available
 //     through allowed calls (uname, sysinfo).
@@ -122,8 +122,8 @@
 // beside it) is read only for `str profile show --plan`. A policy file
 // loaded at run time is compiled by the same generator. The
 // init's compiled program (nsinit, step 19) hands the bytes to seccomp(2)
-// by a raw system call; nsinit.InstallSeccomp does the same for the
-// kernel tests here.
+// by a raw system call; the kernel tests here make the same call
+// (installFilter).
 //
 // # Ordering rule
 //
@@ -134,7 +134,7 @@
 //	runtime.LockOSThread()
 //	... every other setup step (mounts, pivot_root, ids, capabilities) ...
 //	prctl(PR_SET_NO_NEW_PRIVS, 1)
-//	nsinit.InstallSeccomp(filter)       // only rlimits and execve follow
+//	seccomp(SECCOMP_SET_MODE_FILTER)    // only rlimits and execve follow
 //	prlimit64(0, ...) ...; execve(tool) // raw, from the same thread
 //
 // After every setup step, so the policy need not allow setup syscalls

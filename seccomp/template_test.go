@@ -8,7 +8,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
 
@@ -194,7 +193,7 @@ func templateChild(policy string) int {
 		rep.Error = err.Error()
 		return emit()
 	}
-	lfd, err := nsinit.InstallSeccompListener(progs[0])
+	lfd, err := installFilterFlags(progs[0], unix.SECCOMP_FILTER_FLAG_NEW_LISTENER)
 	if err != nil {
 		rep.Error = "template filter: " + err.Error()
 		return emit()
@@ -224,7 +223,7 @@ func templateChild(policy string) int {
 		}
 	}
 	probe("template")
-	if err := nsinit.InstallSeccomp(progs[1]); err != nil {
+	if err := installFilter(progs[1]); err != nil {
 		rep.Error = "call filter: " + err.Error()
 		return emit()
 	}

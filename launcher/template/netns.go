@@ -95,18 +95,54 @@ func callNetwork(nsPath string, ls []nsinit.Listener) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = nsinit.LoopbackUp(fds[0])
+	err = loopbackUp(fds[0])
 	unix.Close(fds[0])
 	lfds := fds[1:]
 	for i, l := range ls {
 		if err != nil {
 			break
 		}
-		err = nsinit.BindListener(lfds[i], l)
+		err = bindListener(lfds[i], l)
 	}
 	if err != nil {
 		closeFDs(lfds)
 		return nil, err
 	}
 	return lfds, nil
+}
+
+// loopbackUp sets IFF_UP on lo through s, an AF_INET socket of the call's
+// network namespace (as a sandbox's program does at step 10 with raw calls).
+func loopbackUp(s int) error {
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
+	}
+	return nil
+}
+
+// bindListener binds fd, an AF_INET socket of nsinit.ListenerSocketType(l)
+// in the call's network namespace, to l's address (nsinit.ListenerAddr)
+// and, for TCP, listens, as a sandbox's program does at step 10.
+func bindListener(fd int, l nsinit.Listener) error {
+	ap, err := nsinit.ListenerAddr(l)
+	if err != nil {
+		return err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		return fmt.Errorf("listener %s: bind %s: %w", l.Name, l.Addr, err)
+	}
+	if l.Network == "tcp" {
+		if err := unix.Listen(fd, 128); err != nil {
+			return fmt.Errorf("listener %s: listen %s: %w", l.Name, l.Addr, err)
+		}
+	}
+	return nil
 }
