@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,6 +46,19 @@ func newTestNet(t *testing.T) *testNet {
 	if _, err := exec.LookPath("ip"); err != nil {
 		mustwork.Skip(t, "needs ip (iproute2) to create the test host's network namespace")
 	}
+	// The test host's addresses are fixed (testHostIP, testHostPriv):
+	// two test processes of this machine (another checkout's run, a
+	// developer's beside CI) would route them to two veths. One test
+	// network per machine at a time: the lock is held until this one is
+	// gone (registered first, its cleanup runs last).
+	lock, err := os.OpenFile("/run/str-test-net.lock", os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
 	id := strconv.Itoa(os.Getpid() % 100000)
 	n := &testNet{ns: "strt" + id, veth: "strh" + id}
 	run := func(args ...string) {
