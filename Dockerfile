@@ -40,8 +40,8 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/str --create-h
  && chown str:str /sandbox/work /sandbox/runner /sandbox/site /sam/artifacts
 
 # The host-built binaries (make build): str, static (CGO_ENABLED=0), and
-# the worker str-worker beside it (`str worker` execs it from str's own
-# directory), dynamically linked against the Debian 12 libraries above
+# the worker str-worker beside it (`str worker`, `str broker`, `str invoke`
+# and `str tools` exec it from str's own directory), dynamically linked against the Debian 12 libraries above
 # (the Solace client library is C): build it on Debian 12 (or a base of the
 # same release).
 ARG STR_BIN=bin/str

@@ -31,8 +31,8 @@ var notProduction = []string{"launcher/launchertest", "internal/testfs", "cmd/st
 // each a file and a call with its reason (every entry must still be found:
 // the list does not outlive its call).
 var outsideCore = map[string]string{
-	"cmd/str/worker.go: syscall.Exec": "`str worker` replaces its own process by str-worker from str's own directory " +
-		"(the worker is a program of its own, issue 19): no sandbox, no privilege change, the same process",
+	"cmd/str/worker.go: syscall.Exec": "`str worker`, `str broker`, `str invoke` and `str tools` replace their own process by " +
+		"str-worker from str's own directory (a program of its own, issues 19 and 30): no sandbox, no privilege change, the same process",
 	"bwrap/userns.go: SYS_UNSHARE": usernsProbe,
 	"bwrap/userns.go: SYS_CLONE":   usernsProbe,
 	"bwrap/userns.go: SYS_CLONE3":  usernsProbe,

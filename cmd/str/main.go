@@ -1,11 +1,13 @@
 // Command str is the secure tool runtime: its subcommands run a sandbox
-// (run, or bwrap: bubblewrap's command line), run the dev broker (broker),
-// send one invocation (invoke), list what workers serve (tools), show
-// profiles (profile), check the host (doctor) and print its version
-// (version). It is built with CGO_ENABLED=0: a static program that links
-// no C, so a one-shot `str run` pays only for a small Go start (issue 19).
-// The worker is a program of its own (cmd/str-worker, with the Solace
-// client library's cgo); `str worker` execs it from str's directory. The
+// (run, or bwrap: bubblewrap's command line), keep sandboxes pre-built
+// (serve), show profiles (profile), check the host (doctor) and print its
+// version (version). It is built with CGO_ENABLED=0: a static program that
+// links no C, so a one-shot `str run` pays only for a small Go start (issue
+// 19). The commands that talk to a broker rather than run a sandbox (worker,
+// broker, invoke, tools) are a program of their own (cmd/str-worker, with
+// the Solace client library's cgo, the broker and the worker's manifests):
+// `str CMD ARGS` execs `str-worker CMD ARGS` from str's directory, so `str
+// run` links none of them (issue 30). The
 // sandbox's init is no program of its own: the launcher's clone child
 // runs the init's compiled steps (nsinit). The benchmarks are a program of their
 // own (cmd/str-bench, make bench), not part of this binary.
@@ -51,14 +53,8 @@ func main() {
 		code = cmdBwrap("str bwrap", args)
 	case "serve":
 		code = cmdServe(args)
-	case "worker":
-		code = cmdWorker(args)
-	case "broker":
-		code = cmdBroker(args)
-	case "invoke":
-		code = cmdInvoke(args)
-	case "tools":
-		code = cmdTools(args)
+	case "worker", "broker", "invoke", "tools":
+		code = cmdWorkerProgram(os.Args[1], args)
 	case "profile":
 		code = cmdProfile(args)
 	case "doctor":

@@ -9,30 +9,34 @@ import (
 )
 
 // workerProgram is the worker's own program (cmd/str-worker), found in the
-// directory str itself is in.
+// directory str itself is in. It also holds the commands that talk to a
+// broker rather than run a sandbox: broker, invoke and tools.
 const workerProgram = "str-worker"
 
-// cmdWorker runs `str worker ARGS`: it replaces this process by
-// `str-worker ARGS` from str's own directory. The same process goes on
-// (execve), so a container's PID 1, systemd's main PID and the signals they
-// send stay the worker's. str carries no worker code: the worker links the
-// Solace client library (cgo), which `str run` must not pay for at every
-// start (issue 19).
-func cmdWorker(args []string) int {
-	path, err := workerPath()
+// cmdWorkerProgram runs `str CMD ARGS` for one of workerCommands: it
+// replaces this process by `str-worker CMD ARGS` from str's own directory.
+// The same process goes on (execve), so a container's PID 1, systemd's main
+// PID and the signals they send stay the worker's (or the broker's), and
+// str invoke's exit status is str-worker's. str carries none of their code:
+// the worker links the Solace client library (cgo), and all four link the
+// broker, its transport and the worker's manifests, which `str run` must
+// not pay for at every start (issues 19 and 30).
+func cmdWorkerProgram(command string, args []string) int {
+	path, err := workerPath(command)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "str worker: %v\n", err)
+		fmt.Fprintf(os.Stderr, "str %s: %v\n", command, err)
 		return 1
 	}
-	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
-	fmt.Fprintf(os.Stderr, "str worker: exec %s: %v\n", path, err)
+	err = syscall.Exec(path, append([]string{path, command}, args...), os.Environ())
+	fmt.Fprintf(os.Stderr, "str %s: exec %s: %v\n", command, path, err)
 	return 1
 }
 
 // workerPath is str-worker beside this binary (/proc/self/exe, symlinks
 // resolved: a str reached through a link finds the worker beside the real
-// file), or an error that says where it was looked for and how to fix it.
-func workerPath() (string, error) {
+// file), or an error that says where it was looked for, that `str command`
+// needs it, and how to fix it.
+func workerPath(command string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("the str binary's own path, to find %s beside it: %w", workerProgram, err)
@@ -43,8 +47,8 @@ func workerPath() (string, error) {
 		err = errors.New("not an executable file")
 	}
 	if err != nil {
-		return "", fmt.Errorf("the worker is the program %s installed beside str: %s: %w (install both: make build puts bin/str and bin/%s side by side)",
-			workerProgram, path, err, workerProgram)
+		return "", fmt.Errorf("str %s runs in the program %s installed beside str: %s: %w (install both: make build puts bin/str and bin/%s side by side)",
+			command, workerProgram, path, err, workerProgram)
 	}
 	return path, nil
 }

@@ -51,6 +51,25 @@ func TestStrLinksNoC(t *testing.T) {
 	}
 }
 
+// TestStrLinksNoBrokerCode: str (run, bwrap, serve, profile, doctor)
+// links none of the packages of the commands that talk to a broker: the
+// worker, the broker, their transport and the worker's manifests are
+// str-worker's (issue 30: `str run` pays for no package init of theirs).
+func TestStrLinksNoBrokerCode(t *testing.T) {
+	out, err := exec.Command(goCommand(t), "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const module = "github.com/securetoolruntime/str/"
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, not := range []string{"worker", "broker"} {
+			if pkg == module+not || strings.HasPrefix(pkg, module+not+"/") {
+				t.Errorf("%s is linked into str; it belongs in cmd/str-worker", pkg)
+			}
+		}
+	}
+}
+
 // buildStr builds str as make build does (CGO_ENABLED=0) into a new
 // directory and returns its path.
 func buildStr(t *testing.T) string {
@@ -65,12 +84,13 @@ func buildStr(t *testing.T) string {
 }
 
 // TestStrWorkerExecsStrWorker: the built str is static (no ELF
-// interpreter: nothing is loaded before Go starts), and `str worker ARGS`
-// becomes str-worker ARGS from str's directory in the same process (a
-// container's PID 1 and systemd's main PID stay the worker's), with the
-// environment passed on; without a str-worker beside it, it fails with
-// exit 1 and a message naming the path it looked at and how to get it;
-// str doctor reports either case as information.
+// interpreter: nothing is loaded before Go starts), and `str CMD ARGS` for
+// CMD worker, broker, invoke and tools becomes `str-worker CMD ARGS` from
+// str's directory in the same process (a container's PID 1 and systemd's
+// main PID stay the worker's), with the environment passed on; without a
+// str-worker beside it, each fails with exit 1 and a message naming the
+// command, the path it looked at and how to get it; str doctor reports
+// either case as information.
 func TestStrWorkerExecsStrWorker(t *testing.T) {
 	str := buildStr(t)
 
@@ -88,17 +108,21 @@ func TestStrWorkerExecsStrWorker(t *testing.T) {
 
 	// 2. no worker beside it.
 	worker := filepath.Join(filepath.Dir(str), workerProgram)
+	commands := []string{"worker", "broker", "invoke", "tools"}
 	var stderr bytes.Buffer
-	cmd := exec.Command(str, "worker", "--help")
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("str worker without %s: %v, want exit 1; stderr:\n%s", worker, err, &stderr)
-	}
-	for _, want := range []string{"str worker: ", worker, "no such file", "make build"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("str worker without %s: stderr lacks %q:\n%s", workerProgram, want, &stderr)
+	for _, command := range commands {
+		stderr.Reset()
+		cmd := exec.Command(str, command, "--help")
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("str %s without %s: %v, want exit 1; stderr:\n%s", command, worker, err, &stderr)
+		}
+		for _, want := range []string{"str " + command + ": ", worker, "no such file", "make build"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("str %s without %s: stderr lacks %q:\n%s", command, workerProgram, want, &stderr)
+			}
 		}
 	}
 
@@ -112,7 +136,7 @@ func TestStrWorkerExecsStrWorker(t *testing.T) {
 		}
 		return ""
 	}
-	if l := doctorLine(); !strings.HasPrefix(l, "[info]") || !strings.Contains(l, "str worker cannot start") || !strings.Contains(l, worker) {
+	if l := doctorLine(); !strings.HasPrefix(l, "[info]") || !strings.Contains(l, "str worker, broker, invoke and tools cannot start") || !strings.Contains(l, worker) {
 		t.Errorf("str doctor without %s: %q", workerProgram, l)
 	}
 
@@ -122,19 +146,21 @@ func TestStrWorkerExecsStrWorker(t *testing.T) {
 	if err := os.WriteFile(worker, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd = exec.Command(str, "worker", "--embedded-broker", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "STR_TEST_WORKER_ENV=passed")
-	var stdout bytes.Buffer
-	stderr.Reset()
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("str worker with a %s beside it: %v\n%s", workerProgram, err, &stderr)
+	for _, command := range commands {
+		cmd := exec.Command(str, command, "--embedded-broker", "127.0.0.1:0")
+		cmd.Env = append(os.Environ(), "STR_TEST_WORKER_ENV=passed")
+		var stdout bytes.Buffer
+		stderr.Reset()
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("str %s with a %s beside it: %v\n%s", command, workerProgram, err, &stderr)
+		}
+		want := "pid=" + strconv.Itoa(cmd.Process.Pid) + " argv0=" + worker + " args=" + command + " --embedded-broker 127.0.0.1:0 env=passed\n"
+		if got := stdout.String(); got != want {
+			t.Errorf("str %s ran %q, want %q", command, got, want)
+		}
 	}
-	want := "pid=" + strconv.Itoa(cmd.Process.Pid) + " argv0=" + worker + " args=--embedded-broker 127.0.0.1:0 env=passed\n"
-	if got := stdout.String(); got != want {
-		t.Errorf("str worker ran %q, want %q", got, want)
-	}
-	if l := doctorLine(); !strings.HasPrefix(l, "[info]") || !strings.Contains(l, worker+" (str worker execs it)") {
+	if l := doctorLine(); !strings.HasPrefix(l, "[info]") || !strings.Contains(l, worker+" (str worker, broker, invoke and tools exec it)") {
 		t.Errorf("str doctor with %s: %q", workerProgram, l)
 	}
 }

@@ -6,8 +6,9 @@
 #   deploy/systemd/install.sh BIN TOOLS_DIR
 #
 # BIN: the str binary (make build: bin/str), with the worker str-worker
-# beside it (bin/str-worker: `str worker` execs it from str's own
-# directory, so both go to /usr/local/bin). TOOLS_DIR: a directory with
+# beside it (bin/str-worker: `str worker`, `str broker`, `str invoke` and
+# `str tools` exec it from str's own directory, so both go to
+# /usr/local/bin). TOOLS_DIR: a directory with
 # manifest.yaml and the tools' python/ (e.g. examples/tools). Run it from
 # the source tree: it also installs docs/deployment.md, which the units'
 # Documentation= names. Needs root.

@@ -67,8 +67,9 @@ Exit status:
 
 `
 
-// str invoke's exit codes besides exitUsage (see invokeUsage).
+// str invoke's and str tools' exit codes (see invokeUsage and toolsUsage).
 const (
+	exitUsage            = 2 // bad flags (before anything was attempted)
 	exitInvokeOK         = 0
 	exitInvokeFailed     = 1
 	exitInvokeNoReply    = 3
