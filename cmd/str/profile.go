@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/planfmt"
 	"github.com/securetoolruntime/str/profiles"
 )
 
@@ -74,7 +75,7 @@ func cmdProfile(args []string) int {
 	if *asJSON {
 		return printJSON(pl)
 	}
-	fmt.Print(launcher.FormatPlan(pl, profiles.FormatBytes))
+	fmt.Print(planfmt.Plan(pl, profiles.FormatBytes))
 	return 0
 }
 
