@@ -1,6 +1,10 @@
 package launcher
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/securetoolruntime/str/launcher/writeback"
+)
 
 // TestOutcome: str run's exit code and stderr text for each kind of
 // result, as finishRun printed them before Outcome was shared.
@@ -20,7 +24,7 @@ func TestOutcome(t *testing.T) {
 		{"setup", Result{ExitCode: 1, SetupError: setup}, ExitLauncher, "str run: " + setup.Error() + "\n"},
 		{"warnings and violations first", Result{ExitCode: 0, Warnings: []string{"a", "b"}, ViolationSummary: "blocked: x"},
 			0, "str run: warning: a\nstr run: warning: b\nblocked: x\n"},
-		{"write-back", Result{ExitCode: 0, WriteBack: &WriteBack{Dir: "/w", Skipped: []string{"fifo"}, Error: setup}},
+		{"write-back", Result{ExitCode: 0, WriteBack: &writeback.Report{Dir: "/w", Skipped: []string{"fifo"}, Error: setup}},
 			ExitLauncher, "str run: warning: /w/fifo: not copied back (not a file, directory or symlink)\nstr run: " + setup.Error() + "\n"},
 	} {
 		code, text := c.res.Outcome()

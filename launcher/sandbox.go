@@ -13,6 +13,7 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher/statedir"
+	"github.com/securetoolruntime/str/launcher/writeback"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -29,7 +30,7 @@ type Sandbox struct {
 	ids  *idLease // root mode: this sandbox's host id block
 
 	// writeBacks: a capped `str run --workdir`'s state from L3 to L10.
-	writeBacks []*writeBack
+	writeBacks []*writeback.Dir
 
 	// The init's steps run in this process's own clone child, compiled
 	// into prog at Start (nsinit.Program; L4).
@@ -733,7 +734,7 @@ func (s *Sandbox) WaitResult() (*Result, error) {
 // change the upper layer under the copy).
 func (s *Sandbox) writeBack(r *Result) {
 	for _, wb := range s.writeBacks {
-		r.WriteBack = wb.run()
+		r.WriteBack = wb.CopyBack()
 	}
 	s.writeBacks = nil
 	if r.WriteBack != nil {
@@ -782,7 +783,7 @@ func (s *Sandbox) mark(ph launcherPhase) {
 // release removes the cgroup and id lease of a sandbox that never ran.
 func (s *Sandbox) release() {
 	for _, wb := range s.writeBacks {
-		wb.close()
+		wb.Close()
 	}
 	s.writeBacks = nil
 	if s.cg != nil {
