@@ -167,18 +167,31 @@ func (sp cgroupSpace) own(dir string) bool {
 		strings.HasPrefix(filepath.Base(dir), sp.prefix)
 }
 
-// cgroupLock is created and locked before the cgroup's directories exist
-// and removed after they are gone, so an unlocked (or missing) lock file
-// next to an existing directory means its launcher died. It lists the
-// directories it guards, one a line.
-type cgroupLock struct {
+// lockFile is a file this process holds an flock on for as long as it
+// holds what the file stands for: a sandbox's cgroups (lockCgroup) or
+// its host id block (idLease).
+type lockFile struct {
 	fd   int
 	path string
 }
 
+// release removes the lock file, then drops the lock (in this order: a
+// sweep or a lease that opened the file before it was removed finds it
+// unlinked).
+func (l *lockFile) release() {
+	if l == nil || l.fd < 0 {
+		return
+	}
+	_ = unix.Unlink(l.path)
+	unix.Close(l.fd)
+	l.fd = -1
+}
+
 // lockCgroup creates and locks sandbox id's lock file in sp.lockDir and
-// writes dirs into it, before any of them exists.
-func lockCgroup(sp cgroupSpace, id string, dirs []string) (*cgroupLock, error) {
+// writes dirs into it, one a line, before any of them exists; the file
+// is removed after they are gone, so an unlocked (or missing) lock file
+// next to an existing directory means its launcher died.
+func lockCgroup(sp cgroupSpace, id string, dirs []string) (*lockFile, error) {
 	dir, err := statedir.Sub(filepath.Dir(sp.lockDir), filepath.Base(sp.lockDir))
 	if err != nil {
 		return nil, err
@@ -218,7 +231,7 @@ func lockCgroup(sp cgroupSpace, id string, dirs []string) (*cgroupLock, error) {
 			unix.Close(fd)
 			return nil, &statedir.Error{Dir: dir, Err: &os.PathError{Op: "write", Path: path, Err: err}}
 		}
-		return &cgroupLock{fd: fd, path: path}, nil
+		return &lockFile{fd: fd, path: path}, nil
 	}
 	return nil, fmt.Errorf("lock file %s was removed under us three times (a sweep of another str process)", path)
 }
@@ -230,17 +243,6 @@ func flockEINTR(fd int) error {
 			return err
 		}
 	}
-}
-
-// release removes the lock file, then drops the lock (in this order: a
-// sweep that opened the file before it was removed finds it unlinked).
-func (l *cgroupLock) release() {
-	if l == nil || l.fd < 0 {
-		return
-	}
-	_ = unix.Unlink(l.path)
-	unix.Close(l.fd)
-	l.fd = -1
 }
 
 // writeFiles writes name=value pairs into dir, in order, naming the file
@@ -259,7 +261,7 @@ func writeFiles(dir string, kv [][2]string) error {
 type cgroupV2 struct {
 	path string // absolute, under /sys/fs/cgroup
 	fd   int
-	lock *cgroupLock
+	lock *lockFile
 }
 
 // v2Controllers are enabled for sandbox cgroups.
@@ -425,7 +427,7 @@ func (c *cgroupV2) Delete() error {
 type cgroupV1 struct {
 	paths map[string]string // controller -> absolute dir
 	order []string          // controllers in v1Controllers order
-	lock  *cgroupLock
+	lock  *lockFile
 	spare *v1Spare // the reused hierarchies' cgroups, when taken from a resident launcher's spares (cgroupreuse.go)
 }
 

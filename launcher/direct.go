@@ -96,7 +96,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	}
 	pid, pidfd, err := prog.Start(s.plan.CloneFlags, cgroupFD, files.Sync, func(pid int) error {
 		if s.req.RecordNamespaces {
-			s.namespaces = readNamespaces(pid) // the child is waiting, alive
+			s.namespaces, _ = NamespaceInodes(pid) // the child is waiting, alive
 		}
 		return writeIDMaps(pid, s.plan)
 	})

@@ -140,8 +140,7 @@ func IDLeaseHint() string {
 // (its launcher may have been SIGKILLed, which drops the flock at once
 // while the kernel is still tearing the sandbox down).
 type idLease struct {
-	fd   int
-	path string
+	lockFile
 	base int // the init's host id; the tool's is base+1
 }
 
@@ -197,7 +196,7 @@ func leaseIDs(r IDRange, dir string) (*idLease, error) {
 			unix.Close(fd)
 			continue
 		}
-		return &idLease{fd: fd, path: path, base: base}, nil
+		return &idLease{lockFile{fd: fd, path: path}, base}, nil
 	}
 	return nil, fmt.Errorf("%w: all %d blocks of range %s are in use", ErrNoFreeIDs, slots, r)
 }
@@ -225,16 +224,12 @@ func (l *idLease) record(pid int) {
 	_ = unix.Ftruncate(l.fd, int64(len(b)))
 }
 
-// release drops the lease; called once the sandbox's processes are gone.
-// The file is removed before the lock is dropped (a lease that opened it
-// meanwhile finds it unlinked).
+// release drops the lease (lockFile.release); called once the sandbox's
+// processes are gone.
 func (l *idLease) release() {
-	if l == nil || l.fd < 0 {
-		return
+	if l != nil {
+		l.lockFile.release()
 	}
-	_ = unix.Unlink(l.path)
-	unix.Close(l.fd)
-	l.fd = -1
 }
 
 // HostIDLease is a block of host ids leased outside a sandbox: a per-tool

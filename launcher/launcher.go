@@ -60,9 +60,6 @@ type Launcher struct {
 	// where the leases are (IDLeaseDir).
 	ids        IDRange
 	idLeaseDir string
-	// stateDir holds the cgroup locks and the init's copy (statedir.Dir:
-	// STR_STATE_DIR).
-	stateDir string
 
 	// proxyCA: the egress CA for terminated hosts (launcher/intercept).
 	proxyCA intercept.CA
@@ -87,8 +84,7 @@ func New(opts Options) (*Launcher, error) {
 	if err := statedir.Check(os.Getenv); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
-	l.stateDir = statedir.Dir(os.Getenv)
-	l.cgroups = newCgroupSpace(l.stateDir)
+	l.cgroups = newCgroupSpace(statedir.Dir(os.Getenv)) // its cgroup locks
 	l.idLeaseDir = IDLeaseDir
 	if l.host.UID == 0 {
 		space, err := ReadIDSpace()

@@ -146,13 +146,9 @@ func (p launcherProvider) CapsWorkDirs() bool { return p.l.host.UID == 0 }
 // sandbox gets the capped tmpfs, never the directory under it.
 func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 	// L9 (1). the dir and its marker.
-	if err := checkPrefix(spec.WorkDir.Prefix); err != nil {
-		return nil, err
-	}
-	wd, err := newWorkDirIn(spec.WorkDir)
+	wd, err := newWorkDir(spec.WorkDir)
 	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: stepWorkDir, Action: "make work dir", Path: spec.WorkDir.Base,
-			Detail: spec.WorkDir.Prefix + "<random>", Msg: err.Error(), Err: err}
+		return nil, err
 	}
 	// L1-L2.
 	// WorkdirLive: the work dir is capped already (L9's own tmpfs, with

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -680,14 +681,8 @@ func (s *Sandbox) collect() *Result {
 	// The host ids go back last: the copy back may write as them.
 	s.ids.release()
 	s.ids = nil
-	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
-	s.mu.Lock()
+	r.WallTimeMs = s.wallTimeMs()
 	r.Resident = s.plan != nil && s.plan.Child.AwaitCall
-	if r.Resident && !s.armedAt.IsZero() {
-		// A pre-built sandbox's run starts at its call, not at its build.
-		r.WallTimeMs = float64(time.Since(s.armedAt).Microseconds()) / 1000
-	}
-	s.mu.Unlock()
 	r.Timings = s.timings
 	r.SetupTime = s.setupTime
 	return r
@@ -701,15 +696,22 @@ func (s *Sandbox) publishEarly(r *Result) {
 	e.Timings = slices.Clone(s.timings)
 	e.SetupTime = s.setupTime
 	e.Resident = true
-	s.mu.Lock()
-	from := s.t0
-	if !s.armedAt.IsZero() {
-		from = s.armedAt // the run starts at its call, not at its build
-	}
-	s.mu.Unlock()
-	e.WallTimeMs = float64(time.Since(from).Microseconds()) / 1000
+	e.WallTimeMs = s.wallTimeMs()
 	s.early = &e
 	close(s.earlyReady)
+}
+
+// wallTimeMs is the sandbox's wall time so far: from Create, or for a
+// pre-built sandbox (Request.AwaitCall) from its call, once it has one
+// (the run starts at its call, not at its build).
+func (s *Sandbox) wallTimeMs() float64 {
+	s.mu.Lock()
+	from := s.t0
+	if s.plan != nil && s.plan.Child.AwaitCall && !s.armedAt.IsZero() {
+		from = s.armedAt
+	}
+	s.mu.Unlock()
+	return float64(time.Since(from).Microseconds()) / 1000
 }
 
 // WaitResult is Wait for a pre-built sandbox (Request.AwaitCall): it
@@ -742,9 +744,6 @@ func (s *Sandbox) writeBack(r *Result) {
 	}
 }
 
-// mark records a launcher phase: its duration since the previous mark.
-// Every phase, launcher's and init's, is a duration, so a sum of phases
-// is a total (the init's phases arrive between clone and run).
 // launcherPhase is one of the launcher's timed phases, with whether it is
 // setup (Exit.SetupTime counts it) or not (the run, the teardown). The
 // init's phases are all setup (collect).
@@ -770,6 +769,8 @@ func (s *Sandbox) addInitPhases(ps []Phase) {
 }
 
 // mark ends phase ph: its duration is the time since the previous mark.
+// Every phase, launcher's and init's, is a duration, so a sum of phases
+// is a total (the init's phases arrive between clone and run).
 func (s *Sandbox) mark(ph launcherPhase) {
 	now := time.Now()
 	d := now.Sub(s.last)
@@ -794,16 +795,8 @@ func (s *Sandbox) release() {
 	s.ids = nil
 }
 
-func cloneDetail(pl *Plan) string {
-	d := ""
-	for i, n := range pl.CloneNames {
-		if i > 0 {
-			d += "|"
-		}
-		d += n
-	}
-	return d
-}
+// cloneDetail names the plan's clone flags for a clone's error.
+func cloneDetail(pl *Plan) string { return strings.Join(pl.CloneNames, "|") }
 
 // ToolOwner is the host uid and gid this sandbox's tool runs as, and so
 // the owner its work dir must have. It is known from Create on (each

@@ -145,14 +145,9 @@ const stepWorkDir = nsinit.StepLWorkDir
 // capacity nil: nothing is mounted; uid < 0: nothing is chowned. On
 // error nothing of it is left.
 func makeWorkDir(spec WorkDirSpec, capacity *profiles.WorkDir, uid, gid int) (*WorkDir, error) {
-	if err := checkPrefix(spec.Prefix); err != nil {
-		return nil, err
-	}
-	// 1. the dir under a fresh name, and its marker.
-	w, err := newWorkDirIn(spec)
+	w, err := newWorkDir(spec)
 	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: stepWorkDir, Action: "make work dir", Path: spec.Base,
-			Detail: spec.Prefix + "<random>", Msg: err.Error(), Err: err}
+		return nil, err
 	}
 	if err := w.fill(capacity, uid, gid); err != nil {
 		_ = w.remove()
@@ -235,6 +230,19 @@ func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {
 		}
 	}
 	return nil
+}
+
+// newWorkDir is L9.1: the dir under a fresh name, and its marker.
+func newWorkDir(spec WorkDirSpec) (*WorkDir, error) {
+	if err := checkPrefix(spec.Prefix); err != nil {
+		return nil, err
+	}
+	w, err := newWorkDirIn(spec)
+	if err != nil {
+		return nil, &StepError{Who: "launcher", Step: stepWorkDir, Action: "make work dir", Path: spec.Base,
+			Detail: spec.Prefix + "<random>", Msg: err.Error(), Err: err}
+	}
+	return w, nil
 }
 
 // newWorkDirIn makes the dir and its marker under a fresh generated name.
