@@ -169,7 +169,7 @@ func (sp cgroupSpace) own(dir string) bool {
 
 // lockFile is a file this process holds an flock on for as long as it
 // holds what the file stands for: a sandbox's cgroups (lockCgroup) or
-// its host id block (idLease).
+// its host id block (HostIDLease).
 type lockFile struct {
 	fd   int
 	path string
@@ -871,9 +871,7 @@ func (l *Launcher) NewCgroup(pl *Plan) (*Cgroup, error) {
 	if pl.Cgroup.Mode == CgroupNone {
 		return nil, nil
 	}
-	l.cgroupMu.Lock()
 	cg, err := l.createCgroup(newCgroupID(), pl)
-	l.cgroupMu.Unlock()
 	if err != nil {
 		return nil, err
 	}

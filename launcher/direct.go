@@ -111,7 +111,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	// The child's pidfd: signals go through it, and the poller waits on it.
 	s.pid, s.pidfd = pid, os.NewFile(uintptr(pidfd), "pidfd")
 	if s.ids != nil {
-		s.ids.record(pid)
+		s.ids.Record(pid)
 	}
 	s.mark(phaseClone)
 

@@ -216,19 +216,6 @@ func (l *Launcher) SeccompProgram(name string) (*seccomp.Program, error) {
 	return prog, nil
 }
 
-// PlanWithViews is Plan plus the reviewer's view of the seccomp rules
-// (what `str profile show --plan` prints); sandboxes do not need it.
-func (l *Launcher) PlanWithViews(req Request) (*Plan, error) {
-	pl, err := l.Plan(req)
-	if err != nil || len(pl.Seccomp) > 0 || pl.Child.SeccompPolicy == "" {
-		return pl, err
-	}
-	if pl.Seccomp, pl.SeccompDefault, err = seccomp.EmbeddedViews(pl.Child.SeccompPolicy); err != nil {
-		return nil, err
-	}
-	return pl, nil
-}
-
 // Run creates, starts and waits for one sandbox.
 func (l *Launcher) Run(ctx context.Context, req Request) (*Result, error) {
 	s, err := l.Create(ctx, req)
@@ -255,9 +242,11 @@ func (l *Launcher) Create(ctx context.Context, req Request) (*Sandbox, error) {
 // The first call also finds (v2: prepares) the base; a call sweeps the
 // cgroups of this state directory's launchers that were SIGKILLed when
 // one is due (sweepDue; a long-lived launcher's first call too).
-// Commands that start no sandbox never touch the cgroup tree. Callers
-// hold cgroupMu.
+// Commands that start no sandbox never touch the cgroup tree. It holds
+// cgroupMu throughout.
 func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
+	l.cgroupMu.Lock()
+	defer l.cgroupMu.Unlock()
 	first := !l.cgroupReady
 	if first {
 		if pl.Cgroup.Mode == CgroupV2 {

@@ -28,7 +28,7 @@ type Sandbox struct {
 	ctx  context.Context
 	id   string
 	cg   sandboxCgroup
-	ids  *idLease // root mode: this sandbox's host id block
+	ids  *HostIDLease // root mode: this sandbox's host id block
 
 	// writeBacks: a capped `str run --workdir`'s state from L3 to L10.
 	writeBacks []*writeback.Dir
@@ -116,9 +116,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 
 	// L1. The sandbox's cgroup, with its limits, before anything runs.
 	if plan.Cgroup.Mode != CgroupNone {
-		l.cgroupMu.Lock()
 		cg, err := l.createCgroup(s.id, plan)
-		l.cgroupMu.Unlock()
 		if err != nil {
 			hint := "no writable cgroup? run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or set best_effort; see str doctor"
 			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
@@ -679,7 +677,7 @@ func (s *Sandbox) collect() *Result {
 	s.mark(phaseTeardown)
 	s.writeBack(r)
 	// The host ids go back last: the copy back may write as them.
-	s.ids.release()
+	s.ids.Release()
 	s.ids = nil
 	r.WallTimeMs = s.wallTimeMs()
 	r.Resident = s.plan != nil && s.plan.Child.AwaitCall
@@ -791,7 +789,7 @@ func (s *Sandbox) release() {
 		_ = s.cg.Delete()
 		s.cg = nil
 	}
-	s.ids.release()
+	s.ids.Release()
 	s.ids = nil
 }
 

@@ -121,11 +121,10 @@ func cmdBwrap(name string, args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	planFn := l.Plan
-	if planOnly {
-		planFn = l.PlanWithViews
+	pl, err := l.Plan(req)
+	if err == nil && planOnly {
+		err = planfmt.AddViews(pl)
 	}
-	pl, err := planFn(req)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -67,7 +67,10 @@ func cmdProfile(args []string) int {
 		fmt.Println(string(out))
 		return 0
 	}
-	pl, err := l.PlanWithViews(launcher.Request{Profile: name, Argv: []string{"CMD"}, Workdir: ""})
+	pl, err := l.Plan(launcher.Request{Profile: name, Argv: []string{"CMD"}, Workdir: ""})
+	if err == nil {
+		err = planfmt.AddViews(pl)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str profile:", err)
 		return exitLauncher

@@ -13,6 +13,7 @@ import (
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
 )
 
 // Plan renders a plan for a reviewer: every mount with its flags,
@@ -104,6 +105,19 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 		w("  %-22s %-14s%s  # %s\n", r.Syscall, r.Action, cond, r.Reason)
 	}
 	return b.String()
+}
+
+// AddViews fills in the reviewer's view of pl's seccomp rules
+// (Plan.Seccomp, Plan.SeccompDefault: what Plan and `str profile show
+// --plan --json` print) when its policy is an embedded one, whose
+// precompiled program carries none; sandboxes do not need it.
+func AddViews(pl *launcher.Plan) error {
+	if len(pl.Seccomp) > 0 || pl.Child.SeccompPolicy == "" {
+		return nil
+	}
+	var err error
+	pl.Seccomp, pl.SeccompDefault, err = seccomp.EmbeddedViews(pl.Child.SeccompPolicy)
+	return err
 }
 
 // treeSource says who clones a bind source: the launcher on the host
