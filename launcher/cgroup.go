@@ -77,7 +77,7 @@ func DetectCgroup() CgroupMode {
 	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		return CgroupV2
 	}
-	own, _ := OwnCgroups()
+	own, _ := ProcCgroups("self")
 	for _, c := range []string{"memory", "pids"} {
 		p, ok := own[c]
 		if !ok || unix.Access(filepath.Join(cgroupRoot, c, p), unix.W_OK) != nil {
@@ -87,15 +87,10 @@ func DetectCgroup() CgroupMode {
 	return CgroupV1
 }
 
-// OwnCgroups reads /proc/self/cgroup: the calling process's cgroup path
-// per v1 controller name, and under "" its cgroup v2 path (the "0::" line).
-func OwnCgroups() (map[string]string, error) {
-	return ProcCgroups("self")
-}
-
-// ProcCgroups is OwnCgroups for the process pid ("self", or a number):
-// /proc/PID/cgroup as a map from v1 controller name (or "name=..." of a
-// named hierarchy) to cgroup path, the v2 path under "".
+// ProcCgroups reads the cgroups of the process pid ("self", or a
+// number): /proc/PID/cgroup as a map from v1 controller name (or
+// "name=..." of a named hierarchy) to cgroup path, the v2 path (the "0::"
+// line) under "".
 func ProcCgroups(pid string) (map[string]string, error) {
 	b, err := os.ReadFile("/proc/" + pid + "/cgroup")
 	if err != nil {
@@ -278,7 +273,7 @@ func v2Base(explicit string) (string, error) {
 	if explicit != "" {
 		return explicit, nil
 	}
-	own, err := OwnCgroups()
+	own, err := ProcCgroups("self")
 	if err != nil {
 		return "", err
 	}
@@ -390,10 +385,7 @@ func (c *cgroupV2) Path() string                             { return c.path }
 func (c *cgroupV2) CloneFD() (int, bool)                     { return c.fd, true }
 func (c *cgroupV2) SelfEntry(uid, gid int) ([]string, error) { return nil, nil }
 
-func (c *cgroupV2) Empty() bool {
-	b, err := os.ReadFile(filepath.Join(c.path, "cgroup.procs"))
-	return err != nil || len(bytes.TrimSpace(b)) == 0
-}
+func (c *cgroupV2) Empty() bool { return procsEmpty(c.path) }
 
 // Kill uses cgroup.kill (5.14+), which kills the whole subtree atomically,
 // forks in flight included.
@@ -438,7 +430,7 @@ var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 // v1Bases is "<root>/<controller>/<own cgroup>" per mounted controller:
 // where this launcher's sandbox cgroups go (cgroupSpace).
 func v1Bases() map[string]string {
-	own, err := OwnCgroups()
+	own, err := ProcCgroups("self")
 	if err != nil {
 		return nil
 	}
@@ -554,9 +546,7 @@ func (c *cgroupV1) SelfEntry(uid, gid int) ([]string, error) {
 
 func (c *cgroupV1) Empty() bool {
 	for _, p := range c.paths {
-		// The first bytes say it: a listed pid is never blank.
-		b, err := readSmall(filepath.Join(p, "cgroup.procs"), 64)
-		if err == nil && len(bytes.TrimSpace(b)) > 0 {
+		if !procsEmpty(p) {
 			return false
 		}
 	}
@@ -635,6 +625,13 @@ func (c *cgroupV1) Delete() error {
 }
 
 // ---- helpers ------------------------------------------------------------
+
+// procsEmpty reports whether dir/cgroup.procs lists no process (or
+// cannot be read). The first bytes say it: a listed pid is never blank.
+func procsEmpty(dir string) bool {
+	b, err := readSmall(filepath.Join(dir, "cgroup.procs"), 64)
+	return err != nil || len(bytes.TrimSpace(b)) == 0
+}
 
 // killProcs SIGKILLs every process listed in dir/cgroup.procs.
 func killProcs(dir string) {
@@ -914,23 +911,19 @@ func (c *Cgroup) Enter(pid int) error {
 // Holds checks that /proc/PID/cgroup names the cgroup in every
 // hierarchy of it.
 func (c *Cgroup) Holds(pid int) error {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	cgs, err := ProcCgroups(strconv.Itoa(pid))
 	if err != nil {
 		return err
 	}
 	id := filepath.Base(c.cg.Path())
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasSuffix(line, "/"+id) {
-			n++
-		}
-	}
-	want := 1
+	ctls := []string{""} // v2: the unified hierarchy
 	if v1, ok := c.cg.(*cgroupV1); ok {
-		want = len(v1.order)
+		ctls = v1.order
 	}
-	if n < want {
-		return fmt.Errorf("in %d of %d hierarchies of cgroup %s", n, want, id)
+	for _, ctl := range ctls {
+		if !strings.HasSuffix(cgs[ctl], "/"+id) {
+			return fmt.Errorf("not in cgroup %s in hierarchy %q (in %q)", id, ctl, cgs[ctl])
+		}
 	}
 	return nil
 }

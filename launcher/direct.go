@@ -142,7 +142,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	}
 	s.mu.Unlock()
 	if execAt.After(from) {
-		s.addInitPhases([]Phase{{Name: "nsinit_setup", Ms: float64(execAt.Sub(from).Microseconds()) / 1000}})
+		s.addPhase(phaseInit, execAt.Sub(from))
 		s.last = execAt
 	}
 	s.mark(phaseRun)

@@ -70,8 +70,8 @@ type Sandbox struct {
 	t0      time.Time
 	last    time.Time
 	timings []Phase
-	// setupTime sums the setup phases as they are marked (launcherPhase.setup,
-	// and every phase the init reports): Result.SetupTime.
+	// setupTime sums the setup phases as they are marked
+	// (launcherPhase.setup): Result.SetupTime.
 	setupTime time.Duration
 	result    *Result
 }
@@ -742,9 +742,8 @@ func (s *Sandbox) writeBack(r *Result) {
 	}
 }
 
-// launcherPhase is one of the launcher's timed phases, with whether it is
-// setup (Exit.SetupTime counts it) or not (the run, the teardown). The
-// init's phases are all setup (collect).
+// launcherPhase is one of a sandbox's timed phases, with whether it is
+// setup (Exit.SetupTime counts it) or not (the run, the teardown).
 type launcherPhase struct {
 	name  string
 	setup bool
@@ -753,30 +752,27 @@ type launcherPhase struct {
 var (
 	phaseCgroup    = launcherPhase{"launcher_cgroup", true}
 	phaseClone     = launcherPhase{"launcher_clone", true}
+	phaseInit      = launcherPhase{"nsinit_setup", true} // the init's steps, clone (or call) to execve
 	phaseRun       = launcherPhase{"launcher_run", false}
 	phaseTeardown  = launcherPhase{"launcher_teardown", false}
 	phaseWriteBack = launcherPhase{"launcher_write_back", false}
 )
 
-// addInitPhases records the init's timed steps, all of them setup.
-func (s *Sandbox) addInitPhases(ps []Phase) {
-	s.timings = append(s.timings, ps...)
-	for _, ph := range ps {
-		s.setupTime += time.Duration(ph.Ms * float64(time.Millisecond)).Truncate(time.Microsecond)
-	}
-}
-
 // mark ends phase ph: its duration is the time since the previous mark.
-// Every phase, launcher's and init's, is a duration, so a sum of phases
-// is a total (the init's phases arrive between clone and run).
+// Every phase is a duration, so a sum of phases is a total (the init's
+// arrives between clone and run: addPhase).
 func (s *Sandbox) mark(ph launcherPhase) {
 	now := time.Now()
-	d := now.Sub(s.last)
+	s.addPhase(ph, now.Sub(s.last))
+	s.last = now
+}
+
+// addPhase records phase ph as lasting d.
+func (s *Sandbox) addPhase(ph launcherPhase, d time.Duration) {
 	s.timings = append(s.timings, Phase{Name: ph.name, Ms: float64(d.Microseconds()) / 1000})
 	if ph.setup {
 		s.setupTime += d.Truncate(time.Microsecond)
 	}
-	s.last = now
 }
 
 // release removes the cgroup and id lease of a sandbox that never ran.
@@ -795,8 +791,3 @@ func (s *Sandbox) release() {
 
 // cloneDetail names the plan's clone flags for a clone's error.
 func cloneDetail(pl *Plan) string { return strings.Join(pl.CloneNames, "|") }
-
-// ToolOwner is the host uid and gid this sandbox's tool runs as, and so
-// the owner its work dir must have. It is known from Create on (each
-// sandbox may get its own ids), before anything runs.
-func (s *Sandbox) ToolOwner() (uid, gid int) { return s.plan.ToolUID, s.plan.ToolGID }
