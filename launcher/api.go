@@ -69,9 +69,9 @@ type Request struct {
 	AwaitCall bool
 
 	// RecordNamespaces makes Start read the inode of each of the init's
-	// namespaces (Sandbox.Namespaces) between the clone (L4) and the plan
-	// (L6), while the init waits for its plan: read later, a tool that
-	// has already exited has none to read (str bwrap's --info-fd and
+	// namespaces (Sandbox.Namespaces) between the clone (L4) and the
+	// child's release, while it waits for its id maps: read later, a tool
+	// that has already exited has none to read (str bwrap's --info-fd and
 	// --json-status-fd report them).
 	RecordNamespaces bool
 

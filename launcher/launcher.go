@@ -80,7 +80,7 @@ func New(opts Options) (*Launcher, error) {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
-	l.host = DetectHost()
+	l.host = Host{UID: os.Geteuid(), GID: os.Getegid(), Cgroup: DetectCgroup(), Getenv: os.Getenv}
 	if err := statedir.Check(os.Getenv); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
@@ -96,11 +96,6 @@ func New(opts Options) (*Launcher, error) {
 		}
 	}
 	return l, nil
-}
-
-// DetectHost reads the caller's ids, the cgroup mode and the environment.
-func DetectHost() Host {
-	return Host{UID: os.Geteuid(), GID: os.Getegid(), Cgroup: DetectCgroup(), Getenv: os.Getenv}
 }
 
 // IDRange is the host id range sandboxes lease from (root mode).

@@ -25,8 +25,8 @@ import (
 // worker maps it to INVALID_REQUEST; everything else is a sandbox failure.
 var ErrInvalidRequest = errors.New("invalid sandbox request")
 
-// Host is what the plan needs to know about the machine. It is read once
-// by DetectHost; tests build it by hand.
+// Host is what the plan needs to know about the machine. New reads it
+// once (Launcher.Host); tests build it by hand.
 type Host struct {
 	UID, GID int        // the caller's effective ids
 	Cgroup   CgroupMode // which cgroup hierarchy limits are applied through

@@ -162,7 +162,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 // Plan returns the sandbox's plan.
 func (s *Sandbox) Plan() *Plan { return s.plan }
 
-// Start clones the child and hands it its plan. It returns once the child
+// Start clones the child that runs the plan. It returns once the child
 // exists (the tool may not have started yet: setup errors are reported by
 // Wait in Result.SetupError).
 func (s *Sandbox) Start() error {

@@ -127,13 +127,8 @@ type WorkDir struct {
 // checkPrefix refuses a prefix that could make a name outside the base
 // or one SweepWorkDirs would not recognise.
 func checkPrefix(p string) error {
-	if p == "" || !strings.HasSuffix(p, "-") || len(p) > 32 {
+	if p == "" || !strings.HasSuffix(p, "-") || len(p) > 32 || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz.-") != "" {
 		return fmt.Errorf("%w: work dir prefix %q: want lowercase letters, dots and dashes ending in a dash", ErrInvalidRequest, p)
-	}
-	for _, c := range p {
-		if (c < 'a' || c > 'z') && c != '.' && c != '-' {
-			return fmt.Errorf("%w: work dir prefix %q: want lowercase letters, dots and dashes ending in a dash", ErrInvalidRequest, p)
-		}
 	}
 	return nil
 }
@@ -150,7 +145,7 @@ func makeWorkDir(spec WorkDirSpec, capacity *profiles.WorkDir, uid, gid int) (*W
 		return nil, err
 	}
 	if err := w.fill(capacity, uid, gid); err != nil {
-		_ = w.remove()
+		_ = w.Remove()
 		return nil, err
 	}
 	return w, nil
@@ -170,9 +165,6 @@ func MakeUncappedWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
 func (pl *Plan) MakeWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
 	return makeWorkDir(spec, &pl.WorkDir, uid, gid)
 }
-
-// Remove removes a work dir made by Plan.MakeWorkDir (its mounts first).
-func (w *WorkDir) Remove() error { return w.remove() }
 
 // fill is L9.2-L9.6 on the dir L9.1 made. On error the caller
 // removes w (remove unmounts what was mounted).
@@ -309,10 +301,11 @@ func mountTmpfs(dir, data string) error {
 	return unix.Mount(WorkDirSource, fmt.Sprintf("/proc/self/fd/%d", fd), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data)
 }
 
-// remove unmounts w's tmpfs mounts (the sandbox may still hold them:
+// Remove unmounts w's tmpfs mounts (the sandbox may still hold them:
 // MNT_DETACH, their pages are freed once the last user is gone) and
-// removes w, after checking that its path is still the directory made.
-func (w *WorkDir) remove() error {
+// removes w, after checking that its path is still the directory made
+// (Box.Release; a per-tool template's call's, made by Plan.MakeWorkDir).
+func (w *WorkDir) Remove() error {
 	// 1. the tmpfs mounts, the runner dir's first (under the work dir's).
 	if w.mounts > 0 {
 		for _, p := range []string{w.Runner, w.Path} {
@@ -364,12 +357,7 @@ func generatedName(name string, prefixes []string) bool {
 		if !ok || len(rest) != workDirRandHex || checkPrefix(prefix) != nil {
 			continue
 		}
-		for _, c := range rest {
-			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-				return false
-			}
-		}
-		return true
+		return strings.Trim(rest, "0123456789abcdef") == ""
 	}
 	return false
 }
