@@ -25,11 +25,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	fail := func(se *StepError) {
 		closeFiles(childEnds)
 		closeFiles(trees)
-		s.reportW.Close()
-		s.reportR.Close()
-		s.startErr = se
-		s.release()
-		close(s.started)
+		s.abort(se)
 	}
 	// "clone init": the child is the init, only not a program of its own.
 	cloneErr := func(action string, err error) *StepError {

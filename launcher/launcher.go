@@ -109,7 +109,7 @@ func (l *Launcher) Profiles() *profiles.Set { return l.profiles }
 
 // Plan validates a request against its profile and returns the concrete
 // plan. Errors that are the caller's fault wrap ErrInvalidRequest.
-func (l *Launcher) Plan(req Request) (*Plan, error) { return l.planFor(req, l.host) }
+func (l *Launcher) Plan(req Request) (*Plan, error) { return l.PlanFor(req, l.host.Getenv) }
 
 // PlanFor is Plan for a caller whose environment getenv reads: the
 // profile's passthrough names come from it, as they would to that
@@ -117,11 +117,6 @@ func (l *Launcher) Plan(req Request) (*Plan, error) { return l.planFor(req, l.ho
 func (l *Launcher) PlanFor(req Request, getenv func(string) string) (*Plan, error) {
 	host := l.host
 	host.Getenv = getenv
-	return l.planFor(req, host)
-}
-
-// planFor is Plan for a caller described by host (Plan, PlanFor).
-func (l *Launcher) planFor(req Request, host Host) (*Plan, error) {
 	name := req.Profile
 	if name == "" {
 		name = "standard"

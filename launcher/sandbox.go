@@ -196,11 +196,7 @@ func (s *Sandbox) run() {
 	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID}
 	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner, s.plan.WorkDir)
 	if err != nil {
-		s.startErr = err
-		s.reportW.Close()
-		s.reportR.Close()
-		s.release()
-		close(s.started)
+		s.abort(err)
 		return
 	}
 	s.plan.Child.Mounts = mounts
@@ -437,11 +433,7 @@ func (s *Sandbox) Kill() error {
 	if !s.begun {
 		s.begun, s.killed = true, true
 		s.mu.Unlock()
-		s.reportR.Close()
-		s.reportW.Close()
-		s.release()
-		s.startErr = fmt.Errorf("sandbox %s: %w (killed before Start)", s.id, ErrEnded)
-		close(s.started)
+		s.abort(fmt.Errorf("sandbox %s: %w (killed before Start)", s.id, ErrEnded))
 		close(s.finished)
 		return nil
 	}
@@ -773,6 +765,16 @@ func (s *Sandbox) addPhase(ph launcherPhase, d time.Duration) {
 	if ph.setup {
 		s.setupTime += d.Truncate(time.Microsecond)
 	}
+}
+
+// abort ends a sandbox whose child never ran, err its Start's error:
+// the report socket closed and Create's resources released.
+func (s *Sandbox) abort(err error) {
+	s.reportW.Close()
+	s.reportR.Close()
+	s.release()
+	s.startErr = err
+	close(s.started)
 }
 
 // release removes the cgroup and id lease of a sandbox that never ran.

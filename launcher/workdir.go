@@ -133,9 +133,6 @@ func checkPrefix(p string) error {
 	return nil
 }
 
-// stepWorkDir is L9, the work dir's step.
-const stepWorkDir = nsinit.StepLWorkDir
-
 // makeWorkDir is step L9 (see the file comment for its numbered steps).
 // capacity nil: nothing is mounted; uid < 0: nothing is chowned. On
 // error nothing of it is left.
@@ -170,7 +167,7 @@ func (pl *Plan) MakeWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
 // removes w (remove unmounts what was mounted).
 func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {
 	se := func(action, path, detail string, err error) *StepError {
-		return &StepError{Who: "launcher", Step: stepWorkDir, Action: action, Path: path, Detail: detail, Msg: err.Error(), Err: err}
+		return &StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: action, Path: path, Detail: detail, Msg: err.Error(), Err: err}
 	}
 	if capacity != nil && (capacity.Size <= 0 || capacity.Inodes <= 0) {
 		return se("cap work dir", w.Path, "", errors.New("the profile sets no work_dir cap (size and inodes)"))
@@ -231,7 +228,7 @@ func newWorkDir(spec WorkDirSpec) (*WorkDir, error) {
 	}
 	w, err := newWorkDirIn(spec)
 	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: stepWorkDir, Action: "make work dir", Path: spec.Base,
+		return nil, &StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: "make work dir", Path: spec.Base,
 			Detail: spec.Prefix + "<random>", Msg: err.Error(), Err: err}
 	}
 	return w, nil
