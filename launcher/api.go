@@ -1,10 +1,12 @@
 package launcher
 
 import (
-	"github.com/securetoolruntime/str/egress"
 	"io"
 	"os"
 	"time"
+
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher/writeback"
 )
 
 // Request is what a caller asks of one sandbox: a command plus what may be
@@ -67,9 +69,9 @@ type Request struct {
 	AwaitCall bool
 
 	// RecordNamespaces makes Start read the inode of each of the init's
-	// namespaces (Sandbox.Namespaces) between the clone (L4) and the plan
-	// (L6), while the init waits for its plan: read later, a tool that
-	// has already exited has none to read (str bwrap's --info-fd and
+	// namespaces (Sandbox.Namespaces) between the clone (L4) and the
+	// child's release, while it waits for its id maps: read later, a tool
+	// that has already exited has none to read (str bwrap's --info-fd and
 	// --json-status-fd report them).
 	RecordNamespaces bool
 
@@ -129,5 +131,5 @@ type Result struct {
 	// WriteBack is what step L10 copied back into a capped work dir
 	// (Request.WorkdirLive unset, root mode); its Error, the first
 	// failure of the copy (the tool's other changes are still copied).
-	WriteBack *WriteBack `json:"write_back,omitempty"`
+	WriteBack *writeback.Report `json:"write_back,omitempty"`
 }

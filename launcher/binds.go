@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/securetoolruntime/str/launcher/writeback"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
@@ -107,14 +108,14 @@ func numberTrees(ms []nsinit.Mount, first int) {
 //
 // A tree marked WriteBack (a capped `str run --workdir`) is then wrapped
 // in an overlay whose upper layer is a tmpfs capped by wd, and passed in
-// its place; the returned writeBacks are what step L10 copies back.
-func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.WorkDir) ([]*os.File, []nsinit.Mount, []*writeBack, error) {
+// its place; the returned writeback.Dirs are what step L10 copies back.
+func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.WorkDir) ([]*os.File, []nsinit.Mount, []*writeback.Dir, error) {
 	var trees []*os.File
-	var wbs []*writeBack
-	fail := func(err error) ([]*os.File, []nsinit.Mount, []*writeBack, error) {
+	var wbs []*writeback.Dir
+	fail := func(err error) ([]*os.File, []nsinit.Mount, []*writeback.Dir, error) {
 		closeFiles(trees)
 		for _, wb := range wbs {
-			wb.close()
+			wb.Close()
 		}
 		return nil, nil, nil, err
 	}
@@ -149,7 +150,7 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 			}
 		}
 		if m.WriteBack {
-			ovl, wb, err := overlayWorkDir(fd, m, wd, owner.uid, owner.gid)
+			ovl, wb, err := writeback.Overlay(fd, m, wd, owner.uid, owner.gid)
 			unix.Close(fd) // the overlay holds the lower layer now
 			if err != nil {
 				return fail(err)

@@ -77,7 +77,7 @@ func DetectCgroup() CgroupMode {
 	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		return CgroupV2
 	}
-	own, _ := OwnCgroups()
+	own, _ := ProcCgroups("self")
 	for _, c := range []string{"memory", "pids"} {
 		p, ok := own[c]
 		if !ok || unix.Access(filepath.Join(cgroupRoot, c, p), unix.W_OK) != nil {
@@ -87,15 +87,10 @@ func DetectCgroup() CgroupMode {
 	return CgroupV1
 }
 
-// OwnCgroups reads /proc/self/cgroup: the calling process's cgroup path
-// per v1 controller name, and under "" its cgroup v2 path (the "0::" line).
-func OwnCgroups() (map[string]string, error) {
-	return ProcCgroups("self")
-}
-
-// ProcCgroups is OwnCgroups for the process pid ("self", or a number):
-// /proc/PID/cgroup as a map from v1 controller name (or "name=..." of a
-// named hierarchy) to cgroup path, the v2 path under "".
+// ProcCgroups reads the cgroups of the process pid ("self", or a
+// number): /proc/PID/cgroup as a map from v1 controller name (or
+// "name=..." of a named hierarchy) to cgroup path, the v2 path (the "0::"
+// line) under "".
 func ProcCgroups(pid string) (map[string]string, error) {
 	b, err := os.ReadFile("/proc/" + pid + "/cgroup")
 	if err != nil {
@@ -167,18 +162,31 @@ func (sp cgroupSpace) own(dir string) bool {
 		strings.HasPrefix(filepath.Base(dir), sp.prefix)
 }
 
-// cgroupLock is created and locked before the cgroup's directories exist
-// and removed after they are gone, so an unlocked (or missing) lock file
-// next to an existing directory means its launcher died. It lists the
-// directories it guards, one a line.
-type cgroupLock struct {
+// lockFile is a file this process holds an flock on for as long as it
+// holds what the file stands for: a sandbox's cgroups (lockCgroup) or
+// its host id block (HostIDLease).
+type lockFile struct {
 	fd   int
 	path string
 }
 
+// release removes the lock file, then drops the lock (in this order: a
+// sweep or a lease that opened the file before it was removed finds it
+// unlinked).
+func (l *lockFile) release() {
+	if l == nil || l.fd < 0 {
+		return
+	}
+	_ = unix.Unlink(l.path)
+	unix.Close(l.fd)
+	l.fd = -1
+}
+
 // lockCgroup creates and locks sandbox id's lock file in sp.lockDir and
-// writes dirs into it, before any of them exists.
-func lockCgroup(sp cgroupSpace, id string, dirs []string) (*cgroupLock, error) {
+// writes dirs into it, one a line, before any of them exists; the file
+// is removed after they are gone, so an unlocked (or missing) lock file
+// next to an existing directory means its launcher died.
+func lockCgroup(sp cgroupSpace, id string, dirs []string) (*lockFile, error) {
 	dir, err := statedir.Sub(filepath.Dir(sp.lockDir), filepath.Base(sp.lockDir))
 	if err != nil {
 		return nil, err
@@ -218,7 +226,7 @@ func lockCgroup(sp cgroupSpace, id string, dirs []string) (*cgroupLock, error) {
 			unix.Close(fd)
 			return nil, &statedir.Error{Dir: dir, Err: &os.PathError{Op: "write", Path: path, Err: err}}
 		}
-		return &cgroupLock{fd: fd, path: path}, nil
+		return &lockFile{fd: fd, path: path}, nil
 	}
 	return nil, fmt.Errorf("lock file %s was removed under us three times (a sweep of another str process)", path)
 }
@@ -230,17 +238,6 @@ func flockEINTR(fd int) error {
 			return err
 		}
 	}
-}
-
-// release removes the lock file, then drops the lock (in this order: a
-// sweep that opened the file before it was removed finds it unlinked).
-func (l *cgroupLock) release() {
-	if l == nil || l.fd < 0 {
-		return
-	}
-	_ = unix.Unlink(l.path)
-	unix.Close(l.fd)
-	l.fd = -1
 }
 
 // writeFiles writes name=value pairs into dir, in order, naming the file
@@ -259,7 +256,7 @@ func writeFiles(dir string, kv [][2]string) error {
 type cgroupV2 struct {
 	path string // absolute, under /sys/fs/cgroup
 	fd   int
-	lock *cgroupLock
+	lock *lockFile
 }
 
 // v2Controllers are enabled for sandbox cgroups.
@@ -276,7 +273,7 @@ func v2Base(explicit string) (string, error) {
 	if explicit != "" {
 		return explicit, nil
 	}
-	own, err := OwnCgroups()
+	own, err := ProcCgroups("self")
 	if err != nil {
 		return "", err
 	}
@@ -388,10 +385,7 @@ func (c *cgroupV2) Path() string                             { return c.path }
 func (c *cgroupV2) CloneFD() (int, bool)                     { return c.fd, true }
 func (c *cgroupV2) SelfEntry(uid, gid int) ([]string, error) { return nil, nil }
 
-func (c *cgroupV2) Empty() bool {
-	b, err := os.ReadFile(filepath.Join(c.path, "cgroup.procs"))
-	return err != nil || len(bytes.TrimSpace(b)) == 0
-}
+func (c *cgroupV2) Empty() bool { return procsEmpty(c.path) }
 
 // Kill uses cgroup.kill (5.14+), which kills the whole subtree atomically,
 // forks in flight included.
@@ -425,7 +419,7 @@ func (c *cgroupV2) Delete() error {
 type cgroupV1 struct {
 	paths map[string]string // controller -> absolute dir
 	order []string          // controllers in v1Controllers order
-	lock  *cgroupLock
+	lock  *lockFile
 	spare *v1Spare // the reused hierarchies' cgroups, when taken from a resident launcher's spares (cgroupreuse.go)
 }
 
@@ -436,7 +430,7 @@ var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 // v1Bases is "<root>/<controller>/<own cgroup>" per mounted controller:
 // where this launcher's sandbox cgroups go (cgroupSpace).
 func v1Bases() map[string]string {
-	own, err := OwnCgroups()
+	own, err := ProcCgroups("self")
 	if err != nil {
 		return nil
 	}
@@ -552,9 +546,7 @@ func (c *cgroupV1) SelfEntry(uid, gid int) ([]string, error) {
 
 func (c *cgroupV1) Empty() bool {
 	for _, p := range c.paths {
-		// The first bytes say it: a listed pid is never blank.
-		b, err := readSmall(filepath.Join(p, "cgroup.procs"), 64)
-		if err == nil && len(bytes.TrimSpace(b)) > 0 {
+		if !procsEmpty(p) {
 			return false
 		}
 	}
@@ -633,6 +625,13 @@ func (c *cgroupV1) Delete() error {
 }
 
 // ---- helpers ------------------------------------------------------------
+
+// procsEmpty reports whether dir/cgroup.procs lists no process (or
+// cannot be read). The first bytes say it: a listed pid is never blank.
+func procsEmpty(dir string) bool {
+	b, err := readSmall(filepath.Join(dir, "cgroup.procs"), 64)
+	return err != nil || len(bytes.TrimSpace(b)) == 0
+}
 
 // killProcs SIGKILLs every process listed in dir/cgroup.procs.
 func killProcs(dir string) {
@@ -869,9 +868,7 @@ func (l *Launcher) NewCgroup(pl *Plan) (*Cgroup, error) {
 	if pl.Cgroup.Mode == CgroupNone {
 		return nil, nil
 	}
-	l.cgroupMu.Lock()
 	cg, err := l.createCgroup(newCgroupID(), pl)
-	l.cgroupMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -914,23 +911,19 @@ func (c *Cgroup) Enter(pid int) error {
 // Holds checks that /proc/PID/cgroup names the cgroup in every
 // hierarchy of it.
 func (c *Cgroup) Holds(pid int) error {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	cgs, err := ProcCgroups(strconv.Itoa(pid))
 	if err != nil {
 		return err
 	}
 	id := filepath.Base(c.cg.Path())
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasSuffix(line, "/"+id) {
-			n++
-		}
-	}
-	want := 1
+	ctls := []string{""} // v2: the unified hierarchy
 	if v1, ok := c.cg.(*cgroupV1); ok {
-		want = len(v1.order)
+		ctls = v1.order
 	}
-	if n < want {
-		return fmt.Errorf("in %d of %d hierarchies of cgroup %s", n, want, id)
+	for _, ctl := range ctls {
+		if !strings.HasSuffix(cgs[ctl], "/"+id) {
+			return fmt.Errorf("not in cgroup %s in hierarchy %q (in %q)", id, ctl, cgs[ctl])
+		}
 	}
 	return nil
 }

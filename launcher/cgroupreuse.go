@@ -40,7 +40,7 @@ var cgroupReused = []string{"pids", "cpu", "cpuacct", "freezer"}
 // v1Spare is one kept set: a cgroup in each reused hierarchy, by name.
 type v1Spare struct {
 	paths map[string]string // controller -> dir
-	lock  *cgroupLock
+	lock  *lockFile
 }
 
 // cgroupSpares are a launcher's kept sets, by the plan they were made

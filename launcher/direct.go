@@ -28,11 +28,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	fail := func(se *StepError) {
 		closeFiles(childEnds)
 		closeFiles(trees)
-		s.reportW.Close()
-		s.reportR.Close()
-		s.startErr = se
-		s.release()
-		close(s.started)
+		s.abort(se)
 	}
 	// "clone init": the child is the init, only not a program of its own.
 	cloneErr := func(action string, err error) *StepError {
@@ -99,7 +95,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	}
 	pid, pidfd, err := prog.Start(s.plan.CloneFlags, cgroupFD, files.Sync, func(pid int) error {
 		if s.req.RecordNamespaces {
-			s.namespaces = readNamespaces(pid) // the child is waiting, alive
+			s.namespaces, _ = NamespaceInodes(pid) // the child is waiting, alive
 		}
 		return writeIDMaps(pid, s.plan)
 	})
@@ -114,7 +110,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	// The child's pidfd: signals go through it, and the poller waits on it.
 	s.pid, s.pidfd = pid, os.NewFile(uintptr(pidfd), "pidfd")
 	if s.ids != nil {
-		s.ids.record(pid)
+		s.ids.Record(pid)
 	}
 	s.mark(phaseClone)
 
@@ -145,7 +141,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	}
 	s.mu.Unlock()
 	if execAt.After(from) {
-		s.addInitPhases([]Phase{{Name: "nsinit_setup", Ms: float64(execAt.Sub(from).Microseconds()) / 1000}})
+		s.addPhase(phaseInit, execAt.Sub(from))
 		s.last = execAt
 	}
 	s.mark(phaseRun)

@@ -47,25 +47,19 @@
 //	    the sandbox is reaped, copy what the tool changed back into the
 //	    directory (package launcher/writeback; its overlay is made at L3)
 //
-// The resident launcher (`str serve`) is package launcher/resident.
-//
-// The per-tool template supervisor is package launcher/template.
-//
-// The installation sandbox is package launcher/install (steps I1-I6): it
-// runs pip for a tool's declared package in a sandbox of this launcher,
-// planned the same way on the standard profile with the installation's
-// network (isolated for a wheels folder, restricted to the index's host
-// and port otherwise), the target its only writable host path, handed to
-// the sandbox's uid and taken back after.
+// Each optional boundary is a package of its own, with its own doc: the
+// resident launcher (`str serve`, launcher/resident), the per-tool
+// template supervisor (launcher/template), the installation sandbox
+// (launcher/install, steps I1-I6: pip in a sandbox of this launcher),
+// the copy back (launcher/writeback) and TLS termination
+// (launcher/intercept).
 //
 // What it protects against: a request loosening its profile (overrides may
 // only tighten; every problem is collected before anything is created); a
 // sandbox outliving its launcher (Pdeathsig, re-armed by the init after
 // its uid change; cgroup kill; the next launcher to create a sandbox
 // removes the cgroups whose lock nobody holds); a tool running outside its
-// limits for any moment; two sandboxes sharing a host uid; a caller of
-// the resident launcher's socket it does not admit, or asking for more
-// than one-shot `str run` would give it.
+// limits for any moment; two sandboxes sharing a host uid.
 //
 // What it does not: it trusts the profiles it loads (embedded, or from the
 // directory the operator names) and the host paths the caller binds. What

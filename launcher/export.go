@@ -64,32 +64,25 @@ func isAbsClean(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) =
 // namespaceNames are the /proc/PID/ns entries Request.RecordNamespaces reads.
 var namespaceNames = []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"}
 
-// readNamespaces returns the inode of each of pid's namespaces it can read.
-func readNamespaces(pid int) map[string]uint64 {
-	m := make(map[string]uint64, len(namespaceNames))
-	for _, ns := range namespaceNames {
-		var st unix.Stat_t
-		if unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, ns), &st) == nil {
-			m[ns] = st.Ino
-		}
-	}
-	return m
-}
-
-// NamespaceInodes is the inode of every one of pid's namespaces by its
-// /proc/PID/ns name (namespaceNames), or an error if one cannot be read:
-// a per-tool template's supervisor compares its calls' with its own
-// (package launcher/template, C3 and C9).
+// NamespaceInodes is the inode of each of pid's namespaces by its
+// /proc/PID/ns name (namespaceNames), and the first error of one that
+// cannot be read (nil when all were): a per-tool template's supervisor
+// compares its calls' with its own (package launcher/template, C3 and
+// C9) and refuses on an error; Request.RecordNamespaces keeps what was
+// read.
 func NamespaceInodes(pid int) (map[string]uint64, error) {
-	out := make(map[string]uint64, len(namespaceNames))
+	m := make(map[string]uint64, len(namespaceNames))
+	var first error
 	for _, n := range namespaceNames {
 		var st unix.Stat_t
-		if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, n), &st); err != nil {
-			return nil, err
+		err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, n), &st)
+		if err == nil {
+			m[n] = st.Ino
+		} else if first == nil {
+			first = err
 		}
-		out[n] = st.Ino
 	}
-	return out, nil
+	return m, first
 }
 
 // Namespaces returns the inode of each of the init's namespaces by its

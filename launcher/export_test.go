@@ -2,11 +2,9 @@ package launcher
 
 import (
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/securetoolruntime/str/nsinit"
-	"github.com/securetoolruntime/str/profiles"
 )
 
 func TestSetMounts(t *testing.T) {
@@ -55,7 +53,7 @@ func TestSetToolIDs(t *testing.T) {
 	root := mustPlan(t, "standard", Request{Argv: []string{"id"}}, fakeHost(0, CgroupV2))
 	root.SetToolIDs(0, 0)
 	root.assignIDs(200000)
-	if root.ToolUID != 200000 || len(root.UIDMappings) != 1 || !strings.Contains(FormatPlan(root, profiles.FormatBytes), "uid map: inside 0 -> host 200000") {
+	if root.ToolUID != 200000 || len(root.UIDMappings) != 1 || root.UIDMappings[0].Inside != 0 || root.UIDMappings[0].Outside != 200000 {
 		t.Errorf("root: tool %d maps %v", root.ToolUID, root.UIDMappings)
 	}
 }

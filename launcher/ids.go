@@ -134,14 +134,15 @@ func IDLeaseHint() string {
 		statedir.RootDefault, statedir.RootDefault)
 }
 
-// idLease is one sandbox's id block, held by an flock on its lock file
-// until release. The file records the host pid of the sandbox's init, so
+// HostIDLease is one id block, held by an flock on its lock file until
+// Release: a sandbox's (L1a) or, leased outside a sandbox, a per-tool
+// template's call slot (package launcher/template), whose calls run as
+// its first id. The file records the host pid of the sandbox's init, so
 // a later lease can see whether a previous holder's process still exists
 // (its launcher may have been SIGKILLed, which drops the flock at once
 // while the kernel is still tearing the sandbox down).
-type idLease struct {
-	fd   int
-	path string
+type HostIDLease struct {
+	lockFile
 	base int // the init's host id; the tool's is base+1
 }
 
@@ -158,7 +159,7 @@ func alignedStart(r IDRange) int {
 
 // leaseIDs takes the first free block, starting at a random slot, with
 // its lock file in dir (IDLeaseDir; a test's own directory in tests).
-func leaseIDs(r IDRange, dir string) (*idLease, error) {
+func leaseIDs(r IDRange, dir string) (*HostIDLease, error) {
 	// The lease directory passes the state directory's checks (root's,
 	// writable by no one else: statedir.Sub), as it did when it was one.
 	if _, err := statedir.Sub(filepath.Dir(dir), filepath.Base(dir)); err != nil {
@@ -197,7 +198,7 @@ func leaseIDs(r IDRange, dir string) (*idLease, error) {
 			unix.Close(fd)
 			continue
 		}
-		return &idLease{fd: fd, path: path, base: base}, nil
+		return &HostIDLease{lockFile{fd: fd, path: path}, base}, nil
 	}
 	return nil, fmt.Errorf("%w: all %d blocks of range %s are in use", ErrNoFreeIDs, slots, r)
 }
@@ -218,49 +219,28 @@ func previousHolderAlive(fd, base int) bool {
 	return int(st.Uid) >= base && int(st.Uid) < base+IDsPerSandbox
 }
 
-// record writes the init's host pid into the lock file.
-func (l *idLease) record(pid int) {
+// Base is the block's first host id.
+func (l *HostIDLease) Base() int { return l.base }
+
+// Record writes into the lease the host pid that now runs as its ids
+// (a sandbox's init), so a later lease sees whether it still lives.
+func (l *HostIDLease) Record(pid int) {
 	b := []byte(strconv.Itoa(pid) + "\n")
 	_, _ = unix.Pwrite(l.fd, b, 0)
 	_ = unix.Ftruncate(l.fd, int64(len(b)))
 }
 
-// release drops the lease; called once the sandbox's processes are gone.
-// The file is removed before the lock is dropped (a lease that opened it
-// meanwhile finds it unlinked).
-func (l *idLease) release() {
-	if l == nil || l.fd < 0 {
-		return
+// Release drops the lease (lockFile.release), once nothing runs as its
+// ids any more; a nil lease (rootless) has nothing to drop.
+func (l *HostIDLease) Release() {
+	if l != nil {
+		l.lockFile.release()
 	}
-	_ = unix.Unlink(l.path)
-	unix.Close(l.fd)
-	l.fd = -1
 }
-
-// HostIDLease is a block of host ids leased outside a sandbox: a per-tool
-// template's call slot (package launcher/template), whose calls run as
-// its first id. It is held until Release.
-type HostIDLease struct{ lease *idLease }
 
 // LeaseHostIDs leases a free block of the launcher's host id range, as
 // L1 does for a sandbox (root mode).
-func (l *Launcher) LeaseHostIDs() (*HostIDLease, error) {
-	lease, err := leaseIDs(l.ids, l.idLeaseDir)
-	if err != nil {
-		return nil, err
-	}
-	return &HostIDLease{lease}, nil
-}
-
-// Base is the block's first host id.
-func (h *HostIDLease) Base() int { return h.lease.base }
-
-// Record writes into the lease the host pid that now runs as its ids,
-// so a later lease sees whether it still lives.
-func (h *HostIDLease) Record(pid int) { h.lease.record(pid) }
-
-// Release drops the lease, once nothing runs as its ids any more.
-func (h *HostIDLease) Release() { h.lease.release() }
+func (l *Launcher) LeaseHostIDs() (*HostIDLease, error) { return leaseIDs(l.ids, l.idLeaseDir) }
 
 // assignIDs fills in a root-mode plan's id maps for a leased block:
 // inside 0 (the init) -> base, inside the tool's uid/gid -> base+1.

@@ -60,9 +60,6 @@ type Launcher struct {
 	// where the leases are (IDLeaseDir).
 	ids        IDRange
 	idLeaseDir string
-	// stateDir holds the cgroup locks and the init's copy (statedir.Dir:
-	// STR_STATE_DIR).
-	stateDir string
 
 	// proxyCA: the egress CA for terminated hosts (launcher/intercept).
 	proxyCA intercept.CA
@@ -83,12 +80,11 @@ func New(opts Options) (*Launcher, error) {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
-	l.host = DetectHost()
+	l.host = Host{UID: os.Geteuid(), GID: os.Getegid(), Cgroup: DetectCgroup(), Getenv: os.Getenv}
 	if err := statedir.Check(os.Getenv); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
-	l.stateDir = statedir.Dir(os.Getenv)
-	l.cgroups = newCgroupSpace(l.stateDir)
+	l.cgroups = newCgroupSpace(statedir.Dir(os.Getenv)) // its cgroup locks
 	l.idLeaseDir = IDLeaseDir
 	if l.host.UID == 0 {
 		space, err := ReadIDSpace()
@@ -102,11 +98,6 @@ func New(opts Options) (*Launcher, error) {
 	return l, nil
 }
 
-// DetectHost reads the caller's ids, the cgroup mode and the environment.
-func DetectHost() Host {
-	return Host{UID: os.Geteuid(), GID: os.Getegid(), Cgroup: DetectCgroup(), Getenv: os.Getenv}
-}
-
 // IDRange is the host id range sandboxes lease from (root mode).
 func (l *Launcher) IDRange() IDRange { return l.ids }
 
@@ -118,7 +109,7 @@ func (l *Launcher) Profiles() *profiles.Set { return l.profiles }
 
 // Plan validates a request against its profile and returns the concrete
 // plan. Errors that are the caller's fault wrap ErrInvalidRequest.
-func (l *Launcher) Plan(req Request) (*Plan, error) { return l.planFor(req, l.host) }
+func (l *Launcher) Plan(req Request) (*Plan, error) { return l.PlanFor(req, l.host.Getenv) }
 
 // PlanFor is Plan for a caller whose environment getenv reads: the
 // profile's passthrough names come from it, as they would to that
@@ -126,11 +117,6 @@ func (l *Launcher) Plan(req Request) (*Plan, error) { return l.planFor(req, l.ho
 func (l *Launcher) PlanFor(req Request, getenv func(string) string) (*Plan, error) {
 	host := l.host
 	host.Getenv = getenv
-	return l.planFor(req, host)
-}
-
-// planFor is Plan for a caller described by host (Plan, PlanFor).
-func (l *Launcher) planFor(req Request, host Host) (*Plan, error) {
 	name := req.Profile
 	if name == "" {
 		name = "standard"
@@ -220,19 +206,6 @@ func (l *Launcher) SeccompProgram(name string) (*seccomp.Program, error) {
 	return prog, nil
 }
 
-// PlanWithViews is Plan plus the reviewer's view of the seccomp rules
-// (what `str profile show --plan` prints); sandboxes do not need it.
-func (l *Launcher) PlanWithViews(req Request) (*Plan, error) {
-	pl, err := l.Plan(req)
-	if err != nil || len(pl.Seccomp) > 0 || pl.Child.SeccompPolicy == "" {
-		return pl, err
-	}
-	if pl.Seccomp, pl.SeccompDefault, err = seccomp.EmbeddedViews(pl.Child.SeccompPolicy); err != nil {
-		return nil, err
-	}
-	return pl, nil
-}
-
 // Run creates, starts and waits for one sandbox.
 func (l *Launcher) Run(ctx context.Context, req Request) (*Result, error) {
 	s, err := l.Create(ctx, req)
@@ -259,9 +232,11 @@ func (l *Launcher) Create(ctx context.Context, req Request) (*Sandbox, error) {
 // The first call also finds (v2: prepares) the base; a call sweeps the
 // cgroups of this state directory's launchers that were SIGKILLed when
 // one is due (sweepDue; a long-lived launcher's first call too).
-// Commands that start no sandbox never touch the cgroup tree. Callers
-// hold cgroupMu.
+// Commands that start no sandbox never touch the cgroup tree. It holds
+// cgroupMu throughout.
 func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
+	l.cgroupMu.Lock()
+	defer l.cgroupMu.Unlock()
 	first := !l.cgroupReady
 	if first {
 		if pl.Cgroup.Mode == CgroupV2 {

@@ -10,12 +10,6 @@ import (
 	"github.com/securetoolruntime/str/egress"
 )
 
-// interception is what the sandbox's egress session terminates with (nil
-// when nothing is terminated).
-func (s *Sandbox) interception() (*egress.Interception, error) {
-	return s.l.proxyCA.Interception(s.plan.Network, s.req.Credentials)
-}
-
 // startEgress serves the listeners the init opened on the sandbox's lo
 // (nsinit step 10) with the plan's network policy: the one decision point
 // for everything that leaves the sandbox. Called from the report reader
@@ -42,7 +36,8 @@ func (s *Sandbox) startEgress() {
 // (package launcher/template, C5). On error the files are closed.
 func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, onKill func(egress.Event)) (*egress.Session, error) {
 	l := takeListeners(files)
-	icpt, err := s.interception()
+	// What the session terminates (nil when nothing is terminated).
+	icpt, err := s.l.proxyCA.Interception(s.plan.Network, s.req.Credentials)
 	if err != nil {
 		closeListeners(l)
 		return nil, err

@@ -25,8 +25,8 @@ import (
 // worker maps it to INVALID_REQUEST; everything else is a sandbox failure.
 var ErrInvalidRequest = errors.New("invalid sandbox request")
 
-// Host is what the plan needs to know about the machine. It is read once
-// by DetectHost; tests build it by hand.
+// Host is what the plan needs to know about the machine. New reads it
+// once (Launcher.Host); tests build it by hand.
 type Host struct {
 	UID, GID int        // the caller's effective ids
 	Cgroup   CgroupMode // which cgroup hierarchy limits are applied through
@@ -372,7 +372,7 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 	// lands on a tmpfs already mounted.
 	var extra []nsinit.Mount
 	for _, b := range req.Binds {
-		if !filepath.IsAbs(b.Source) || filepath.Clean(b.Source) != b.Source {
+		if !isAbsClean(b.Source) {
 			errs = append(errs, fmt.Errorf("bind source %q must be an absolute, clean path", b.Source))
 			continue
 		}
@@ -380,7 +380,7 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 		if dst == "" {
 			dst = b.Source
 		}
-		if !filepath.IsAbs(dst) || filepath.Clean(dst) != dst || dst == "/" {
+		if !isAbsClean(dst) || dst == "/" {
 			errs = append(errs, fmt.Errorf("bind target %q must be an absolute, clean path other than /", dst))
 			continue
 		}
@@ -393,7 +393,7 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 	workdir := "/tmp"
 	if req.Workdir != "" {
 		wd := req.Workdir
-		if !filepath.IsAbs(wd) || filepath.Clean(wd) != wd || wd == "/" {
+		if !isAbsClean(wd) || wd == "/" {
 			errs = append(errs, fmt.Errorf("work dir %q must be an absolute, clean path other than /", wd))
 		} else if fi, err := host.Lstat(wd); err != nil {
 			errs = append(errs, fmt.Errorf("work dir %s: %v", wd, err))

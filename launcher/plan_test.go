@@ -180,14 +180,14 @@ func TestLeaseIDs(t *testing.T) {
 	if _, err := leaseIDs(r, dir); !errors.Is(err, ErrNoFreeIDs) || !strings.Contains(err.Error(), "all 2 blocks") {
 		t.Fatalf("a third lease of a 2-block range: %v", err)
 	}
-	a.record(os.Getpid()) // our uid is not in the block: not a holder
-	a.release()
+	a.Record(os.Getpid()) // our uid is not in the block: not a holder
+	a.Release()
 	c, err := leaseIDs(r, dir)
 	if err != nil || c.base != a.base {
 		t.Fatalf("released block not leased again: %v", err)
 	}
-	b.release()
-	c.release()
+	b.Release()
+	c.Release()
 	if names := dirNames(t, dir); len(names) != 0 {
 		t.Fatalf("lease files left after every lease was released: %v (the directory must stay at the live concurrency)", names)
 	}
@@ -200,7 +200,7 @@ func TestLeaseIDsOverlappingRanges(t *testing.T) {
 	dir := t.TempDir()
 	ranges := []IDRange{{Start: 5000000, Count: 8}, {Start: 5000002, Count: 8}, {Start: 5000001, Count: 9}, {Start: 5000004, Count: 2}}
 	held := map[int]string{} // id -> the range that leased it
-	var leases []*idLease
+	var leases []*HostIDLease
 	for {
 		got := false
 		for _, r := range ranges {
@@ -232,7 +232,7 @@ func TestLeaseIDsOverlappingRanges(t *testing.T) {
 		t.Fatalf("%d blocks leased, want the 5 of 5000000-5000009: %v", len(leases), held)
 	}
 	for _, l := range leases {
-		l.release()
+		l.Release()
 	}
 	if _, err := parseRange("5000001:2"); err == nil {
 		t.Fatal("range 5000001:2 holds no even block, accepted")

@@ -146,13 +146,9 @@ func (p launcherProvider) CapsWorkDirs() bool { return p.l.host.UID == 0 }
 // sandbox gets the capped tmpfs, never the directory under it.
 func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 	// L9 (1). the dir and its marker.
-	if err := checkPrefix(spec.WorkDir.Prefix); err != nil {
-		return nil, err
-	}
-	wd, err := newWorkDirIn(spec.WorkDir)
+	wd, err := newWorkDir(spec.WorkDir)
 	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: stepWorkDir, Action: "make work dir", Path: spec.WorkDir.Base,
-			Detail: spec.WorkDir.Prefix + "<random>", Msg: err.Error(), Err: err}
+		return nil, err
 	}
 	// L1-L2.
 	// WorkdirLive: the work dir is capped already (L9's own tmpfs, with
@@ -165,7 +161,7 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 	}
 	sb, err := p.l.Create(ctx, req)
 	if err != nil {
-		wd.remove()
+		wd.Remove()
 		return nil, err
 	}
 	// L9 (2-6). cap (root mode), fill, hand to the tool's ids.
@@ -177,7 +173,7 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 	}
 	if err := wd.fill(capacity, uid, gid); err != nil {
 		sb.Kill()
-		wd.remove()
+		wd.Remove()
 		return nil, err
 	}
 	return &launcherBox{sb: sb, wd: wd}, nil
@@ -204,7 +200,7 @@ func (b *launcherBox) Start() error {
 
 func (b *launcherBox) Kill() error                     { return b.sb.Kill() }
 func (b *launcherBox) Arm(timeout time.Duration) error { return b.sb.Arm(timeout) }
-func (b *launcherBox) Release() error                  { return b.wd.remove() }
+func (b *launcherBox) Release() error                  { return b.wd.Remove() }
 
 // NetworkReport is the egress session's record: live while the sandbox
 // runs, the final one (taken at its teardown) once Wait has returned.
@@ -238,7 +234,3 @@ func (b *launcherBox) Wait() (*Exit, error) {
 	}
 	return e, nil
 }
-
-// ErrUnknownProfile is profiles.ErrUnknownProfile, which CheckProfile
-// errors wrap for names no profile has.
-var ErrUnknownProfile = profiles.ErrUnknownProfile

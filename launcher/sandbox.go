@@ -7,12 +7,14 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher/statedir"
+	"github.com/securetoolruntime/str/launcher/writeback"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -26,10 +28,10 @@ type Sandbox struct {
 	ctx  context.Context
 	id   string
 	cg   sandboxCgroup
-	ids  *idLease // root mode: this sandbox's host id block
+	ids  *HostIDLease // root mode: this sandbox's host id block
 
 	// writeBacks: a capped `str run --workdir`'s state from L3 to L10.
-	writeBacks []*writeBack
+	writeBacks []*writeback.Dir
 
 	// The init's steps run in this process's own clone child, compiled
 	// into prog at Start (nsinit.Program; L4).
@@ -68,8 +70,8 @@ type Sandbox struct {
 	t0      time.Time
 	last    time.Time
 	timings []Phase
-	// setupTime sums the setup phases as they are marked (launcherPhase.setup,
-	// and every phase the init reports): Result.SetupTime.
+	// setupTime sums the setup phases as they are marked
+	// (launcherPhase.setup): Result.SetupTime.
 	setupTime time.Duration
 	result    *Result
 }
@@ -117,9 +119,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 
 	// L1. The sandbox's cgroup, with its limits, before anything runs.
 	if plan.Cgroup.Mode != CgroupNone {
-		l.cgroupMu.Lock()
 		cg, err := l.createCgroup(s.id, plan)
-		l.cgroupMu.Unlock()
 		if err != nil {
 			hint := "no writable cgroup? run as root, delegate a cgroup v2 subtree (systemd Delegate=yes), or set best_effort; see str doctor"
 			if sde := (*statedir.Error)(nil); errors.As(err, &sde) {
@@ -165,7 +165,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 // Plan returns the sandbox's plan.
 func (s *Sandbox) Plan() *Plan { return s.plan }
 
-// Start clones the child and hands it its plan. It returns once the child
+// Start clones the child that runs the plan. It returns once the child
 // exists (the tool may not have started yet: setup errors are reported by
 // Wait in Result.SetupError).
 func (s *Sandbox) Start() error {
@@ -199,11 +199,7 @@ func (s *Sandbox) run() {
 	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID}
 	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner, s.plan.WorkDir)
 	if err != nil {
-		s.startErr = err
-		s.reportW.Close()
-		s.reportR.Close()
-		s.release()
-		close(s.started)
+		s.abort(err)
 		return
 	}
 	s.plan.Child.Mounts = mounts
@@ -440,11 +436,7 @@ func (s *Sandbox) Kill() error {
 	if !s.begun {
 		s.begun, s.killed = true, true
 		s.mu.Unlock()
-		s.reportR.Close()
-		s.reportW.Close()
-		s.release()
-		s.startErr = fmt.Errorf("sandbox %s: %w (killed before Start)", s.id, ErrEnded)
-		close(s.started)
+		s.abort(fmt.Errorf("sandbox %s: %w (killed before Start)", s.id, ErrEnded))
 		close(s.finished)
 		return nil
 	}
@@ -680,16 +672,10 @@ func (s *Sandbox) collect() *Result {
 	s.mark(phaseTeardown)
 	s.writeBack(r)
 	// The host ids go back last: the copy back may write as them.
-	s.ids.release()
+	s.ids.Release()
 	s.ids = nil
-	r.WallTimeMs = float64(time.Since(s.t0).Microseconds()) / 1000
-	s.mu.Lock()
+	r.WallTimeMs = s.wallTimeMs()
 	r.Resident = s.plan != nil && s.plan.Child.AwaitCall
-	if r.Resident && !s.armedAt.IsZero() {
-		// A pre-built sandbox's run starts at its call, not at its build.
-		r.WallTimeMs = float64(time.Since(s.armedAt).Microseconds()) / 1000
-	}
-	s.mu.Unlock()
 	r.Timings = s.timings
 	r.SetupTime = s.setupTime
 	return r
@@ -703,15 +689,22 @@ func (s *Sandbox) publishEarly(r *Result) {
 	e.Timings = slices.Clone(s.timings)
 	e.SetupTime = s.setupTime
 	e.Resident = true
-	s.mu.Lock()
-	from := s.t0
-	if !s.armedAt.IsZero() {
-		from = s.armedAt // the run starts at its call, not at its build
-	}
-	s.mu.Unlock()
-	e.WallTimeMs = float64(time.Since(from).Microseconds()) / 1000
+	e.WallTimeMs = s.wallTimeMs()
 	s.early = &e
 	close(s.earlyReady)
+}
+
+// wallTimeMs is the sandbox's wall time so far: from Create, or for a
+// pre-built sandbox (Request.AwaitCall) from its call, once it has one
+// (the run starts at its call, not at its build).
+func (s *Sandbox) wallTimeMs() float64 {
+	s.mu.Lock()
+	from := s.t0
+	if s.plan != nil && s.plan.Child.AwaitCall && !s.armedAt.IsZero() {
+		from = s.armedAt
+	}
+	s.mu.Unlock()
+	return float64(time.Since(from).Microseconds()) / 1000
 }
 
 // WaitResult is Wait for a pre-built sandbox (Request.AwaitCall): it
@@ -736,7 +729,7 @@ func (s *Sandbox) WaitResult() (*Result, error) {
 // change the upper layer under the copy).
 func (s *Sandbox) writeBack(r *Result) {
 	for _, wb := range s.writeBacks {
-		r.WriteBack = wb.run()
+		r.WriteBack = wb.CopyBack()
 	}
 	s.writeBacks = nil
 	if r.WriteBack != nil {
@@ -744,12 +737,8 @@ func (s *Sandbox) writeBack(r *Result) {
 	}
 }
 
-// mark records a launcher phase: its duration since the previous mark.
-// Every phase, launcher's and init's, is a duration, so a sum of phases
-// is a total (the init's phases arrive between clone and run).
-// launcherPhase is one of the launcher's timed phases, with whether it is
-// setup (Exit.SetupTime counts it) or not (the run, the teardown). The
-// init's phases are all setup (collect).
+// launcherPhase is one of a sandbox's timed phases, with whether it is
+// setup (Exit.SetupTime counts it) or not (the run, the teardown).
 type launcherPhase struct {
 	name  string
 	setup bool
@@ -758,56 +747,52 @@ type launcherPhase struct {
 var (
 	phaseCgroup    = launcherPhase{"launcher_cgroup", true}
 	phaseClone     = launcherPhase{"launcher_clone", true}
+	phaseInit      = launcherPhase{"nsinit_setup", true} // the init's steps, clone (or call) to execve
 	phaseRun       = launcherPhase{"launcher_run", false}
 	phaseTeardown  = launcherPhase{"launcher_teardown", false}
 	phaseWriteBack = launcherPhase{"launcher_write_back", false}
 )
 
-// addInitPhases records the init's timed steps, all of them setup.
-func (s *Sandbox) addInitPhases(ps []Phase) {
-	s.timings = append(s.timings, ps...)
-	for _, ph := range ps {
-		s.setupTime += time.Duration(ph.Ms * float64(time.Millisecond)).Truncate(time.Microsecond)
-	}
-}
-
 // mark ends phase ph: its duration is the time since the previous mark.
+// Every phase is a duration, so a sum of phases is a total (the init's
+// arrives between clone and run: addPhase).
 func (s *Sandbox) mark(ph launcherPhase) {
 	now := time.Now()
-	d := now.Sub(s.last)
+	s.addPhase(ph, now.Sub(s.last))
+	s.last = now
+}
+
+// addPhase records phase ph as lasting d.
+func (s *Sandbox) addPhase(ph launcherPhase, d time.Duration) {
 	s.timings = append(s.timings, Phase{Name: ph.name, Ms: float64(d.Microseconds()) / 1000})
 	if ph.setup {
 		s.setupTime += d.Truncate(time.Microsecond)
 	}
-	s.last = now
+}
+
+// abort ends a sandbox whose child never ran, err its Start's error:
+// the report socket closed and Create's resources released.
+func (s *Sandbox) abort(err error) {
+	s.reportW.Close()
+	s.reportR.Close()
+	s.release()
+	s.startErr = err
+	close(s.started)
 }
 
 // release removes the cgroup and id lease of a sandbox that never ran.
 func (s *Sandbox) release() {
 	for _, wb := range s.writeBacks {
-		wb.close()
+		wb.Close()
 	}
 	s.writeBacks = nil
 	if s.cg != nil {
 		_ = s.cg.Delete()
 		s.cg = nil
 	}
-	s.ids.release()
+	s.ids.Release()
 	s.ids = nil
 }
 
-func cloneDetail(pl *Plan) string {
-	d := ""
-	for i, n := range pl.CloneNames {
-		if i > 0 {
-			d += "|"
-		}
-		d += n
-	}
-	return d
-}
-
-// ToolOwner is the host uid and gid this sandbox's tool runs as, and so
-// the owner its work dir must have. It is known from Create on (each
-// sandbox may get its own ids), before anything runs.
-func (s *Sandbox) ToolOwner() (uid, gid int) { return s.plan.ToolUID, s.plan.ToolGID }
+// cloneDetail names the plan's clone flags for a clone's error.
+func cloneDetail(pl *Plan) string { return strings.Join(pl.CloneNames, "|") }

@@ -127,35 +127,22 @@ type WorkDir struct {
 // checkPrefix refuses a prefix that could make a name outside the base
 // or one SweepWorkDirs would not recognise.
 func checkPrefix(p string) error {
-	if p == "" || !strings.HasSuffix(p, "-") || len(p) > 32 {
+	if p == "" || !strings.HasSuffix(p, "-") || len(p) > 32 || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz.-") != "" {
 		return fmt.Errorf("%w: work dir prefix %q: want lowercase letters, dots and dashes ending in a dash", ErrInvalidRequest, p)
-	}
-	for _, c := range p {
-		if (c < 'a' || c > 'z') && c != '.' && c != '-' {
-			return fmt.Errorf("%w: work dir prefix %q: want lowercase letters, dots and dashes ending in a dash", ErrInvalidRequest, p)
-		}
 	}
 	return nil
 }
-
-// stepWorkDir is L9, the work dir's step.
-const stepWorkDir = nsinit.StepLWorkDir
 
 // makeWorkDir is step L9 (see the file comment for its numbered steps).
 // capacity nil: nothing is mounted; uid < 0: nothing is chowned. On
 // error nothing of it is left.
 func makeWorkDir(spec WorkDirSpec, capacity *profiles.WorkDir, uid, gid int) (*WorkDir, error) {
-	if err := checkPrefix(spec.Prefix); err != nil {
+	w, err := newWorkDir(spec)
+	if err != nil {
 		return nil, err
 	}
-	// 1. the dir under a fresh name, and its marker.
-	w, err := newWorkDirIn(spec)
-	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: stepWorkDir, Action: "make work dir", Path: spec.Base,
-			Detail: spec.Prefix + "<random>", Msg: err.Error(), Err: err}
-	}
 	if err := w.fill(capacity, uid, gid); err != nil {
-		_ = w.remove()
+		_ = w.Remove()
 		return nil, err
 	}
 	return w, nil
@@ -176,14 +163,11 @@ func (pl *Plan) MakeWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
 	return makeWorkDir(spec, &pl.WorkDir, uid, gid)
 }
 
-// Remove removes a work dir made by Plan.MakeWorkDir (its mounts first).
-func (w *WorkDir) Remove() error { return w.remove() }
-
 // fill is L9.2-L9.6 on the dir L9.1 made. On error the caller
 // removes w (remove unmounts what was mounted).
 func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {
 	se := func(action, path, detail string, err error) *StepError {
-		return &StepError{Who: "launcher", Step: stepWorkDir, Action: action, Path: path, Detail: detail, Msg: err.Error(), Err: err}
+		return &StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: action, Path: path, Detail: detail, Msg: err.Error(), Err: err}
 	}
 	if capacity != nil && (capacity.Size <= 0 || capacity.Inodes <= 0) {
 		return se("cap work dir", w.Path, "", errors.New("the profile sets no work_dir cap (size and inodes)"))
@@ -235,6 +219,19 @@ func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {
 		}
 	}
 	return nil
+}
+
+// newWorkDir is L9.1: the dir under a fresh name, and its marker.
+func newWorkDir(spec WorkDirSpec) (*WorkDir, error) {
+	if err := checkPrefix(spec.Prefix); err != nil {
+		return nil, err
+	}
+	w, err := newWorkDirIn(spec)
+	if err != nil {
+		return nil, &StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: "make work dir", Path: spec.Base,
+			Detail: spec.Prefix + "<random>", Msg: err.Error(), Err: err}
+	}
+	return w, nil
 }
 
 // newWorkDirIn makes the dir and its marker under a fresh generated name.
@@ -301,10 +298,11 @@ func mountTmpfs(dir, data string) error {
 	return unix.Mount(WorkDirSource, fmt.Sprintf("/proc/self/fd/%d", fd), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data)
 }
 
-// remove unmounts w's tmpfs mounts (the sandbox may still hold them:
+// Remove unmounts w's tmpfs mounts (the sandbox may still hold them:
 // MNT_DETACH, their pages are freed once the last user is gone) and
-// removes w, after checking that its path is still the directory made.
-func (w *WorkDir) remove() error {
+// removes w, after checking that its path is still the directory made
+// (Box.Release; a per-tool template's call's, made by Plan.MakeWorkDir).
+func (w *WorkDir) Remove() error {
 	// 1. the tmpfs mounts, the runner dir's first (under the work dir's).
 	if w.mounts > 0 {
 		for _, p := range []string{w.Runner, w.Path} {
@@ -356,12 +354,7 @@ func generatedName(name string, prefixes []string) bool {
 		if !ok || len(rest) != workDirRandHex || checkPrefix(prefix) != nil {
 			continue
 		}
-		for _, c := range rest {
-			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-				return false
-			}
-		}
-		return true
+		return strings.Trim(rest, "0123456789abcdef") == ""
 	}
 	return false
 }

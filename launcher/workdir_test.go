@@ -38,13 +38,13 @@ func TestWorkDirRemoveChecksIdentity(t *testing.T) {
 	// a replaced by another directory: left alone.
 	must(t, os.Rename(a.Path, a.Path+".moved"))
 	must(t, os.Mkdir(a.Path, 0o700))
-	if err := a.remove(); err == nil || !strings.Contains(err.Error(), "not the work dir the launcher made") {
+	if err := a.Remove(); err == nil || !strings.Contains(err.Error(), "not the work dir the launcher made") {
 		t.Fatalf("remove of a replaced dir: %v", err)
 	}
 	if _, err := os.Stat(a.Path); err != nil {
 		t.Fatalf("the replacement was removed: %v", err)
 	}
-	must(t, b.remove())
+	must(t, b.Remove())
 	if _, err := os.Lstat(b.Path); !os.IsNotExist(err) {
 		t.Fatalf("b left: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestWorkDirRemoveChecksIdentity(t *testing.T) {
 func TestWorkDirLayout(t *testing.T) {
 	w, err := makeWorkDir(WorkDirSpec{Base: t.TempDir(), Prefix: "call-"}, nil, -1, -1)
 	must(t, err)
-	defer w.remove()
+	defer w.Remove()
 	for p, want := range map[string]os.FileMode{w.Path: modeWorkDir, w.Input: modeInputDir, w.Output: modeOutputDir,
 		w.Runner: modeRunnerDir, w.StatusPipe: modeFIFO | os.ModeNamedPipe, filepath.Join(w.Path, WorkDirMarker): modeMarker} {
 		fi, err := os.Lstat(p)
@@ -162,7 +162,7 @@ func tmpfsChild(t *testing.T) {
 	// remove unmounts before removing.
 	w, err = makeWorkDir(WorkDirSpec{Base: base, Prefix: "call-"}, &profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner)
 	must(t, err)
-	must(t, w.remove())
+	must(t, w.Remove())
 	if _, err := os.Lstat(w.Path); !os.IsNotExist(err) {
 		t.Fatalf("work dir left: %v", err)
 	}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/profiles"
 )
 
 // The sandbox API is the launcher's (launcher.Provider): the worker names
@@ -32,4 +33,4 @@ type (
 var ErrInvalidSandboxRequest = launcher.ErrInvalidRequest
 
 // ErrUnknownProfile marks CheckProfile errors for names no profile has.
-var ErrUnknownProfile = launcher.ErrUnknownProfile
+var ErrUnknownProfile = profiles.ErrUnknownProfile

@@ -16,6 +16,7 @@ import (
 	"github.com/securetoolruntime/str/bwrap"
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/planfmt"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
@@ -120,11 +121,10 @@ func cmdBwrap(name string, args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	planFn := l.Plan
-	if planOnly {
-		planFn = l.PlanWithViews
+	pl, err := l.Plan(req)
+	if err == nil && planOnly {
+		err = planfmt.AddViews(pl)
 	}
-	pl, err := planFn(req)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -196,7 +196,7 @@ func cmdBwrap(name string, args []string) int {
 			fmt.Printf("the caller's seccomp filter %d: %d instructions, installed after the profile's (step 19)\n", i+1, len(prog)/8)
 		}
 		fmt.Println()
-		fmt.Print(launcher.FormatPlan(pl, profiles.FormatBytes))
+		fmt.Print(planfmt.Plan(pl, profiles.FormatBytes))
 		return 0
 	}
 

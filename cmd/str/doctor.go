@@ -78,7 +78,7 @@ func cmdDoctor(args []string) int {
 	case launcher.CgroupV2:
 		ctrl := strings.TrimSpace(readFile("/sys/fs/cgroup/cgroup.controllers"))
 		check("cgroup", true, "v2 (unified), root controllers: "+ctrl, "")
-		cgs, _ := launcher.OwnCgroups()
+		cgs, _ := launcher.ProcCgroups("self")
 		st := probeCgroupDirs(2, map[string]string{"": cgs[""]})
 		detail, fix := cgroupAdvice(st, uid, engine)
 		check("cgroup delegation", st.writable(), detail, fix)
@@ -87,7 +87,7 @@ func cmdDoctor(args []string) int {
 	default:
 		// Not v2, and the v1 memory or pids cgroup of this process is
 		// not writable (launcher.DetectCgroup): say which, and why.
-		cgs, _ := launcher.OwnCgroups()
+		cgs, _ := launcher.ProcCgroups("self")
 		st := probeCgroupDirs(1, map[string]string{"memory": cgs["memory"], "pids": cgs["pids"]})
 		detail, fix := cgroupAdvice(st, uid, engine)
 		check("cgroup", false, detail, fix)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/planfmt"
 	"github.com/securetoolruntime/str/profiles"
 )
 
@@ -66,7 +67,10 @@ func cmdProfile(args []string) int {
 		fmt.Println(string(out))
 		return 0
 	}
-	pl, err := l.PlanWithViews(launcher.Request{Profile: name, Argv: []string{"CMD"}, Workdir: ""})
+	pl, err := l.Plan(launcher.Request{Profile: name, Argv: []string{"CMD"}, Workdir: ""})
+	if err == nil {
+		err = planfmt.AddViews(pl)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str profile:", err)
 		return exitLauncher
@@ -74,7 +78,7 @@ func cmdProfile(args []string) int {
 	if *asJSON {
 		return printJSON(pl)
 	}
-	fmt.Print(launcher.FormatPlan(pl, profiles.FormatBytes))
+	fmt.Print(planfmt.Plan(pl, profiles.FormatBytes))
 	return 0
 }
 

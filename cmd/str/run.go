@@ -14,15 +14,16 @@ import (
 
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/outcome"
 	"github.com/securetoolruntime/str/launcher/resident"
 	"github.com/securetoolruntime/str/profiles"
 )
 
 // Exit codes of `str run` when the failure is str's, not the tool's
-// (launcher.Outcome's, and bad flags).
+// (outcome.Of's, and bad flags).
 const (
-	exitLauncher    = launcher.ExitLauncher // str could not build or start the sandbox (usage, profile, setup step)
-	exitUsage       = 2                     // bad flags (before anything was attempted)
+	exitLauncher    = outcome.ExitLauncher // str could not build or start the sandbox (usage, profile, setup step)
+	exitUsage       = 2                    // bad flags (before anything was attempted)
 	runUsageSummary = `usage: str run [flags] -- CMD [ARGS...]
 
 Runs CMD in a fresh sandbox and exits with its status (128+N if signal N
@@ -174,7 +175,7 @@ func cmdRun(args []string) int {
 			fmt.Fprintln(os.Stderr, "str run: warning: not using this socket; running one-shot:", err)
 		case errors.As(err, new(*resident.LostError)):
 			fmt.Fprintln(os.Stderr, "str run:", err)
-			return launcher.ExitResidentLost
+			return outcome.ExitResidentLost
 		default:
 			fmt.Fprintln(os.Stderr, "str run:", err)
 			return exitLauncher
@@ -205,7 +206,7 @@ func cmdRun(args []string) int {
 	}
 	// The same exit code and text as a served run's (the server applies
 	// the same Outcome).
-	code, text := res.Outcome()
+	code, text := outcome.Of(res)
 	fmt.Fprint(os.Stderr, text)
 	return code
 }

@@ -8,6 +8,11 @@
 // and its own process group, killed as a whole when the command exits,
 // times out or is cancelled.
 //
+// Python (python.go) is the other program this package starts with no
+// isolation: the host's own Python interpreter on a script of str's own,
+// for the worker (the installer's site-packages query and the runner's
+// bytecode cache), with its own checklist.
+//
 // What it does on the host: it starts the command (exec, in a process
 // group of its own; as the ids of cred when the caller gives them, root
 // only), makes the work dir and hands it to those ids, and kills the

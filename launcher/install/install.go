@@ -239,7 +239,7 @@ func Run(ctx context.Context, l *launcher.Launcher, spec Spec) (out *Result, err
 	if err != nil {
 		return out, err
 	}
-	uid, gid := sb.ToolOwner()
+	uid, gid := sb.Plan().ToolUID, sb.Plan().ToolGID
 	if err := os.Lchown(spec.Target, uid, gid); err != nil {
 		sb.Kill()
 		return out, fmt.Errorf("launcher: install %s: step I4 hand target %s to the sandbox's uid %d:%d: %w", spec.Requirement, spec.Target, uid, gid, err)

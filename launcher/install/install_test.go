@@ -114,8 +114,7 @@ func TestPlanInstallSandbox(t *testing.T) {
 	}
 	// This machine's paths, planned as root mode on cgroup v2 (planning
 	// touches nothing).
-	host := launcher.DetectHost()
-	host.UID, host.GID, host.Cgroup = 0, 0, launcher.CgroupV2
+	host := launcher.Host{UID: 0, GID: 0, Cgroup: launcher.CgroupV2, Getenv: os.Getenv}
 	target := filepath.Join(t.TempDir(), ".staging-x")
 	if err := os.Mkdir(target, 0o755); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/hostbox"
+	"github.com/securetoolruntime/str/profiles"
 )
 
 // Profiles are the names the fake knows (the embedded profiles' names).
@@ -25,10 +26,10 @@ var Profiles = map[string]bool{"restrictive": true, "standard": true, "permissiv
 // root), as a launcher sandbox's own host ids.
 type Sandboxes struct{ UID, GID int }
 
-// CheckProfile knows Profiles; another name wraps launcher.ErrUnknownProfile.
+// CheckProfile knows Profiles; another name wraps profiles.ErrUnknownProfile.
 func (Sandboxes) CheckProfile(name string) error {
 	if !Profiles[name] {
-		return fmt.Errorf("%w: %q", launcher.ErrUnknownProfile, name)
+		return fmt.Errorf("%w: %q", profiles.ErrUnknownProfile, name)
 	}
 	return nil
 }

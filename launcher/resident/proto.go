@@ -39,7 +39,7 @@ import (
 //	         one-shot str run would say), three zero bytes, the exit
 //	         status as int32, the text's length as uint32, the text (for
 //	         a result the exact bytes `str run` writes to stderr,
-//	         Result.Outcome; else the reason; at most residentTextMax
+//	         outcome.Of; else the reason; at most residentTextMax
 //	         bytes), then for a result asked with reqWantResult the
 //	         Result as `str run --result` writes it (JSON), else nothing.
 //	cancel   residentMagic and msgCancel, any time before the reply
@@ -93,7 +93,7 @@ type Request struct {
 }
 
 // Outcome is a served call's answer: str run's exit status and
-// stderr text (Result.Outcome, applied by the server), and the Result's
+// stderr text (outcome.Of, applied by the server), and the Result's
 // JSON when the request asked for it.
 type Outcome struct {
 	Status int
@@ -125,7 +125,7 @@ func (e *Error) Error() string { return e.Msg }
 
 // LostError: the connection ended without a reply after the
 // request was sent (str serve killed mid-call). The command may have run;
-// str run exits ExitResidentLost and does not run it again.
+// str run exits outcome.ExitResidentLost and does not run it again.
 type LostError struct {
 	Socket string
 	Err    error // the read's error (io.EOF: the server closed)

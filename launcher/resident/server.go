@@ -66,6 +66,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/outcome"
 	"github.com/securetoolruntime/str/launcher/pool"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
@@ -511,7 +512,7 @@ func (r *Server) handle(c *net.UnixConn) {
 // --result` writes it when the caller asked.
 func resultReply(res *launcher.Result, withJSON bool) residentReply {
 	rep := residentReply{typ: replyResult}
-	rep.status, rep.text = res.Outcome()
+	rep.status, rep.text = outcome.Of(res)
 	if withJSON {
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {

@@ -444,7 +444,7 @@ func TestBwrapRootless(t *testing.T) {
 	const uid = 1000
 	deleg := fmt.Sprintf("str-bwrap-rootless-%d", os.Getpid())
 	var moves []string
-	cgs, _ := launcher.OwnCgroups()
+	cgs, _ := launcher.ProcCgroups("self")
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		own, ok := cgs[c]
 		if !ok {

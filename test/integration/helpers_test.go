@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/writeback"
 	"github.com/securetoolruntime/str/test/internal/strbuild"
 )
 
@@ -54,7 +54,7 @@ type result struct {
 		Path   string `json:"path"`
 		Error  string `json:"error"`
 	} `json:"setup_error"`
-	WriteBack *launcher.WriteBack `json:"write_back"`
+	WriteBack *writeback.Report `json:"write_back"`
 }
 
 type run struct {

@@ -212,7 +212,7 @@ func TestKilledServeCgroupsSwept(t *testing.T) {
 	if launcher.DetectCgroup() != launcher.CgroupV1 {
 		t.Skip("cgroup v2: one hierarchy, the server's cgroup is its launcher's own everywhere; the per-hierarchy case is v1's")
 	}
-	own, err := launcher.OwnCgroups()
+	own, err := launcher.ProcCgroups("self")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestKilledServeCgroupsSwept(t *testing.T) {
 // process, seen from the host, is checked against the test's own.
 func TestSandboxWeighsOneProcess(t *testing.T) {
 	needRoot(t)
-	own, err := launcher.OwnCgroups()
+	own, err := launcher.ProcCgroups("self")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestRootless(t *testing.T) {
 	// launcher uses (v1 here; on a v2 host the VM test covers delegation).
 	deleg := fmt.Sprintf("str-rootless-%d", os.Getpid())
 	var moves []string
-	cgs, _ := launcher.OwnCgroups()
+	cgs, _ := launcher.ProcCgroups("self")
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		own, ok := cgs[c]
 		if !ok {

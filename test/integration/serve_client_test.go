@@ -62,7 +62,7 @@ func TestServeClientCancel(t *testing.T) {
 // TestServeServerGone: the server dies mid-call (issue 29, item 6). The
 // command ran (its shell was seen in the sandbox), so str run neither
 // runs it again nor says "could not be set up" (125, safe to retry): it
-// exits 123 (launcher.ExitResidentLost) saying the command may have run.
+// exits 123 (outcome.ExitResidentLost) saying the command may have run.
 func TestServeServerGone(t *testing.T) {
 	sp := startServe(t, 1)
 	marker := fmt.Sprintf("str-serve-gone-%d", time.Now().UnixNano())

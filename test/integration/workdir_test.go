@@ -17,7 +17,7 @@ import (
 
 	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/internal/syncbuf"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/writeback"
 )
 
 // privateChain makes base/inner, both mode 0700 and owned by root, as
@@ -442,7 +442,7 @@ ln -s /etc/shadow link; echo done`
 	}
 }
 
-func errOf(wb *launcher.WriteBack) error {
+func errOf(wb *writeback.Report) error {
 	if wb == nil || wb.Error == nil {
 		return nil
 	}

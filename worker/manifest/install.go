@@ -17,7 +17,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/hostbox"
 )
 
 // InstallMethod selects how Installer.Ensure installs a package.
@@ -342,7 +342,7 @@ for d in site.getsitepackages():
 // once (called under i.mu).
 func (i *Installer) interpreterSite(ctx context.Context) ([]string, error) {
 	if !i.sysDone {
-		b, err := launcher.HostPython(ctx, i.python(), sitePackagesScript)
+		b, err := hostbox.Python(ctx, i.python(), sitePackagesScript)
 		if err != nil {
 			i.sysErr = err
 		} else {

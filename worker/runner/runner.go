@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/hostbox"
 )
 
 // Source is runner.py, the entry point of the Python program that runs one
@@ -615,7 +615,7 @@ func Compile(dir, python string) (string, error) {
 	src := filepath.Join(dir, ModuleFileName)
 	ctx, cancel := context.WithTimeout(context.Background(), compileTimeout)
 	defer cancel()
-	out, err := launcher.HostPython(ctx, python, compileScript, src)
+	out, err := hostbox.Python(ctx, python, compileScript, src)
 	if err != nil {
 		return "", fmt.Errorf("runner: compile %s: %w", src, err)
 	}

@@ -1,18 +1,25 @@
-package launcher
+// Package planfmt renders a launcher.Plan for a reviewer (`str profile
+// show NAME --plan`, `str bwrap --plan`): every mount, namespace, id map, rlimit,
+// cgroup limit and seccomp rule, in the order the launcher and the init
+// apply them. It only reads the plan and formats text: it does nothing on
+// the host.
+package planfmt
 
 import (
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
 )
 
-// FormatPlan renders a plan for a reviewer: every mount with its flags,
+// Plan renders a plan for a reviewer: every mount with its flags,
 // the clone flags, id maps, rlimits, cgroup limits and seccomp rules with
 // their actions, in the order they are applied.
-func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
+func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 	var b strings.Builder
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	w("profile: %s\n", pl.Profile)
@@ -20,7 +27,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	w("\nnamespaces (clone flags): %s\n", strings.Join(pl.CloneNames, " | "))
 	if !pl.Rootless && len(pl.UIDMappings) == 0 {
 		w("  uid/gid map: inside 0 (the init) -> the block's first host id, inside %d (the tool) -> its second; blocks of %d ids leased from %s\n",
-			pl.Child.UID, IDsPerSandbox, pl.IDRange)
+			pl.Child.UID, launcher.IDsPerSandbox, pl.IDRange)
 	}
 	for _, m := range pl.UIDMappings {
 		w("  uid map: inside %d -> host %d (size %d)\n", m.Inside, m.Outside, m.Size)
@@ -39,7 +46,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	}
 	w("  the work dir (step L9, a sandbox of the worker's): root mode, a tmpfs the launcher mounts on it, %s and %d inodes, owned by the tool's leased ids,\n"+
 		"    with input/ (the caller's), output/ and %s/ (the runner's arguments, result and status FIFO, on a tmpfs of its own, %s, off the tool's cap); rootless, plain directories, uncapped\n",
-		bytes(pl.WorkDir.Size), pl.WorkDir.Inodes, RunnerDirName, bytes(profiles.Quantity(RunnerSpace)))
+		bytes(pl.WorkDir.Size), pl.WorkDir.Inodes, launcher.RunnerDirName, bytes(profiles.Quantity(launcher.RunnerSpace)))
 	w("\ninit: the steps below compiled into raw system calls that the launcher's own clone child runs before the tool's execve (no second program)\n")
 	w("init sequence (nsinit, every sandbox):\n")
 	for _, l := range nsinit.DocList() {
@@ -80,7 +87,7 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 	w("\ncgroup (%s):\n", pl.Cgroup.Mode)
 	w("  memory.max %s, swap %d\n", bytes(profiles.Quantity(pl.Cgroup.MemoryMax)), pl.Cgroup.SwapMax)
 	w("  cpu.max %d %d (%.2f CPUs)\n", pl.Cgroup.CPUQuotaUs, pl.Cgroup.CPUPeriodUs, float64(pl.Cgroup.CPUQuotaUs)/float64(pl.Cgroup.CPUPeriodUs))
-	w("  pids.max %d (the profile's %d + %d for the init's threads during setup)\n", pl.Cgroup.PidsMax, pl.Cgroup.PidsMax-NsinitPidsAllowance, NsinitPidsAllowance)
+	w("  pids.max %d (the profile's %d + %d for the init's threads during setup)\n", pl.Cgroup.PidsMax, pl.Cgroup.PidsMax-launcher.NsinitPidsAllowance, launcher.NsinitPidsAllowance)
 	if pl.Timeout > 0 {
 		w("\ntimeout: %s wall clock, then the whole sandbox is killed\n", pl.Timeout.Round(time.Millisecond))
 	}
@@ -98,6 +105,19 @@ func FormatPlan(pl *Plan, bytes func(profiles.Quantity) string) string {
 		w("  %-22s %-14s%s  # %s\n", r.Syscall, r.Action, cond, r.Reason)
 	}
 	return b.String()
+}
+
+// AddViews fills in the reviewer's view of pl's seccomp rules
+// (Plan.Seccomp, Plan.SeccompDefault: what Plan and `str profile show
+// --plan --json` print) when its policy is an embedded one, whose
+// precompiled program carries none; sandboxes do not need it.
+func AddViews(pl *launcher.Plan) error {
+	if len(pl.Seccomp) > 0 || pl.Child.SeccompPolicy == "" {
+		return nil
+	}
+	var err error
+	pl.Seccomp, pl.SeccompDefault, err = seccomp.EmbeddedViews(pl.Child.SeccompPolicy)
+	return err
 }
 
 // treeSource says who clones a bind source: the launcher on the host

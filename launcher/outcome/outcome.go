@@ -1,8 +1,14 @@
-package launcher
+// Package outcome is what `str run` makes of a launcher.Result: its exit
+// code and the lines it writes to stderr. One-shot str run and the
+// resident launcher's replies (package launcher/resident: str run writes
+// the text and exits with the code) both use it, so the two agree byte
+// for byte. It only reads the result: it does nothing on the host.
+package outcome
 
 import (
 	"strings"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 )
 
@@ -20,11 +26,9 @@ const (
 	ExitResidentLost = 123
 )
 
-// Outcome is what `str run` makes of a Result: its exit code and the
-// lines it writes to stderr (each ending in a newline). One-shot str
-// run and the resident launcher's replies (str run writes the text and
-// exits with the code) both use it, so the two agree byte for byte.
-func (res *Result) Outcome() (code int, stderr string) {
+// Of is str run's exit code for res and the lines it writes to stderr
+// (each ending in a newline).
+func Of(res *launcher.Result) (code int, stderr string) {
 	var b strings.Builder
 	line := func(parts ...string) {
 		b.WriteString(strings.Join(parts, " "))

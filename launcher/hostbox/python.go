@@ -1,4 +1,4 @@
-package launcher
+package hostbox
 
 import (
 	"bytes"
@@ -8,9 +8,9 @@ import (
 	"strings"
 )
 
-// HostPython is the one place where str runs a program on the host outside
-// a sandbox (SECURITY.md, "Package installation"): the host's own Python
-// interpreter, as the caller (the worker: root in production), on a script
+// Python is the one place where str runs a program of its own on the host
+// outside a sandbox (SECURITY.md, "Package installation"): the host's own
+// Python interpreter, as the caller (the worker: root in production), on a script
 // that is str's own text, never a tool's or a package's. Two callers use
 // it: the installer asks the interpreter for its site-packages dirs
 // (worker/manifest), and the runner's bytecode cache is compiled from
@@ -28,7 +28,7 @@ import (
 //     package, and args are paths the caller made;
 //  5. bounded by ctx (the callers set a timeout); stderr kept, its last
 //     2 KiB in the error.
-func HostPython(ctx context.Context, python, script string, args ...string) ([]byte, error) {
+func Python(ctx context.Context, python, script string, args ...string) ([]byte, error) {
 	argv := append([]string{"-I", "-S", "-c", script}, args...)
 	cmd := exec.CommandContext(ctx, python, argv...)
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}

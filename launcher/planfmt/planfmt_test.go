@@ -1,0 +1,28 @@
+package planfmt
+
+import (
+	"testing"
+
+	"github.com/securetoolruntime/str/nsinit"
+)
+
+// A bind says who clones its source: the launcher on the host (root mode,
+// a tree descriptor; launcher's TestPlanTreeDescriptors checks the plan
+// numbers them) or the init (rootless, TreeFD 0).
+func TestDescribeMountSaysWhoClones(t *testing.T) {
+	for _, c := range []struct {
+		m    nsinit.Mount
+		want string
+	}{
+		{nsinit.Mount{Kind: nsinit.MountBind, Source: "/work", Target: "/work", NoFollow: true, WriteBack: true, TreeFD: 9},
+			"bind rw /work -> /work, recursive, nosuid,nodev (no symlink) (capped: an overlay whose upper layer is a tmpfs of the profile's work_dir; the tool's changes are copied back at step L10); cloned on the host by the launcher (init fd 9)"},
+		{nsinit.Mount{Kind: nsinit.MountBind, Source: "/usr", Target: "/usr", ReadOnly: true},
+			"bind ro /usr -> /usr, recursive, nosuid,nodev; cloned by the init"},
+		{nsinit.Mount{Kind: nsinit.MountBind, Source: "/opt", Target: "/opt", ReadOnly: true, Optional: true, TreeFD: nsinit.SourceAbsent},
+			"bind ro /opt -> /opt, recursive, nosuid,nodev (optional); absent, skipped"},
+	} {
+		if got := describeMount(c.m); got != c.want {
+			t.Errorf("describeMount(%s):\n got %s\nwant %s", c.m.Target, got, c.want)
+		}
+	}
+}
