@@ -197,7 +197,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.pool = newWarmPool(s)
 	if opts.Templates != nil {
-		s.templates = newTemplateSet(opts.Templates, s.metrics)
+		s.templates = newTemplateSet(s, opts.Templates)
 	}
 	s.out = newOutbox(s)
 	if cfg.ProbeInterval > 0 {
@@ -335,7 +335,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The warm pool, after the probe and with the manifest's tools.
 	s.pool.start()
 	s.pool.configure(m)
-	s.prestartTemplates(m)
+	s.templates.configure(m)
 	// 6. manifest hot reload.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -507,8 +507,7 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	applied := false
 	defer func() {
 		if applied {
-			s.templates.retireGone(m)
-			s.prestartTemplates(m)
+			s.templates.configure(m)
 		}
 	}()
 	s.mu.Lock()
@@ -1096,9 +1095,9 @@ func (s *Server) shutdown() {
 	cancel()
 	s.mu.Unlock()
 	// The warm pool stops filling and kills its idle sandboxes; the
-	// templates end (a call in flight in one ends with it).
+	// templates are retired (a call in flight in one finishes first).
 	s.pool.stop()
-	s.templates.closeAll()
+	s.templates.stop()
 	// 2. queued requests are answered RESOURCE_EXHAUSTED: the queue hands
 	// them back as it closes, and the executors take nothing more (one
 	// that took a call just before answers it the same way: stopping).
@@ -1128,6 +1127,7 @@ func (s *Server) shutdown() {
 	// rejections (outbox.go), notices and init replies sent (init.go),
 	// each path waiting at most replyShutdownWindow for the broker.
 	s.pool.wait()
+	s.templates.wait()
 	s.out.close(replyShutdownWindow)
 	s.stopNotices()
 	s.log.Info("worker stopped")

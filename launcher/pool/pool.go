@@ -265,7 +265,7 @@ func (p *Pool[K, I]) Claim(name string, key K, accept func(I) Reason) *Claimed[K
 		return nil // no pool for this name: not a miss
 	}
 	var got *entry[K, I]
-	var kill []*entry[K, I]
+	var kill, deaths []*entry[K, I]
 	if s.spec.Key == key {
 		var keep []*entry[K, I]
 		for i, e := range s.idle {
@@ -278,10 +278,14 @@ func (p *Pool[K, I]) Claim(name string, key K, accept func(I) Reason) *Claimed[K
 				keep = append(keep, e)
 				continue
 			}
+			if ended {
+				if p.endedLocked(e) {
+					deaths = append(deaths, e)
+				}
+				continue
+			}
 			var reason Reason
 			switch {
-			case ended:
-				reason = Died
 			case p.cfg.MaxAge > 0 && now.Sub(e.built) > p.cfg.MaxAge:
 				reason = Aged
 			case accept != nil:
@@ -315,9 +319,15 @@ func (p *Pool[K, I]) Claim(name string, key K, accept func(I) Reason) *Claimed[K
 	} else {
 		p.cfg.Metrics.Hit(name)
 	}
+	retryIn := time.Until(s.retryAt)
 	p.mu.Unlock()
 	for _, e := range kill {
 		e.item.Kill()
+	}
+	if p.cfg.Died != nil {
+		for _, e := range deaths {
+			p.cfg.Died(name, e.item, retryIn)
+		}
 	}
 	p.wake()
 	if got == nil {
@@ -473,21 +483,12 @@ func (p *Pool[K, I]) watch(e *entry[K, I]) {
 	p.mu.Lock()
 	st := e.state
 	died := false
-	var retryIn time.Duration
 	if st == idle {
 		s.idle = slices.DeleteFunc(s.idle, func(x *entry[K, I]) bool { return x == e })
-		reason := e.item.EndReason()
-		if reason != Aged && reason != Calls {
-			if reason == "" {
-				reason = Died
-			}
-			died = true
-			p.backoffLocked(s, reason)
-			retryIn = time.Until(s.retryAt)
-		}
-		p.retireLocked(e, reason, nil)
+		died = p.endedLocked(e)
 		p.gaugeLocked(s)
 	}
+	retryIn := time.Until(s.retryAt)
 	p.mu.Unlock()
 	if died && p.cfg.Died != nil {
 		p.cfg.Died(s.name, e.item, retryIn)
@@ -496,6 +497,21 @@ func (p *Pool[K, I]) watch(e *entry[K, I]) {
 		e.item.Release()
 		p.wake()
 	}
+}
+
+// endedLocked retires e, an idle item that ended (out of its idle list
+// now), under its EndReason; a death starts its set's backoff (true).
+func (p *Pool[K, I]) endedLocked(e *entry[K, I]) bool {
+	reason := e.item.EndReason()
+	died := reason != Aged && reason != Calls
+	if died {
+		if reason == "" {
+			reason = Died
+		}
+		p.backoffLocked(e.set, reason)
+	}
+	p.retireLocked(e, reason, nil)
+	return died
 }
 
 // gaugeLocked reports s's idle and ready items.

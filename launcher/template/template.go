@@ -480,6 +480,9 @@ func (t *Template) Pid() int { return t.pid }
 // hash (the tool changed: retire it).
 func (t *Template) Stale(hash string) bool { return t.hash != hash }
 
+// Done is closed once the template is retired (Why says why).
+func (t *Template) Done() <-chan struct{} { return t.done }
+
 // Retired is non-nil once the template takes no more calls.
 func (t *Template) Retired() error {
 	t.mu.Lock()
