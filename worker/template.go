@@ -210,10 +210,17 @@ func (it *templateItem) Kill() {
 // Release waits for the template to be gone (its calls in flight finish
 // first) and what it holds freed.
 func (it *templateItem) Release() {
-	if it.tpl != nil {
-		it.tpl.Drain()
+	if tpl, _ := it.started(); tpl != nil {
+		tpl.Drain()
 	}
 	it.cancel()
+}
+
+// started is the template, or its start's failure.
+func (it *templateItem) started() (Template, error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.tpl, it.err
 }
 
 // templateSet is the worker's templates: a pool of shared items, one set
@@ -241,12 +248,13 @@ func newTemplateSet(s *Server, start TemplateStarter) *templateSet {
 		Metrics:      ts.metrics,
 		Died: func(name string, it *templateItem, retryIn time.Duration) {
 			tool, profile, _ := strings.Cut(name, "\x00")
-			if it.tpl == nil {
+			tpl, err := it.started()
+			if tpl == nil {
 				s.log.Warn("a template could not be started: the tool's calls run cold", "tool", tool, "profile", profile,
-					"retry_in_ms", retryIn.Milliseconds(), "error", it.err)
+					"retry_in_ms", retryIn.Milliseconds(), "error", err)
 				return
 			}
-			s.log.Info("template retired", "tool", tool, "pid", it.tpl.Pid(), "why", it.tpl.Retired().Error(), "retry_in_ms", retryIn.Milliseconds())
+			s.log.Info("template retired", "tool", tool, "pid", tpl.Pid(), "why", tpl.Retired().Error(), "retry_in_ms", retryIn.Milliseconds())
 		},
 	})
 	return ts

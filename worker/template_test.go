@@ -32,6 +32,9 @@ type fakeTemplates struct {
 	calls           int
 	retireAtCall    template.RetireReason // the next call retires its template (its last), then clears it
 	last            *fakeTemplate
+	// inCall, when set, is told of each call, which then waits for
+	// release (a call in flight).
+	inCall, release chan struct{}
 }
 
 func (f *fakeTemplates) StartTemplate(ctx context.Context, _ template.Request) (Template, error) {
@@ -80,6 +83,13 @@ func (ft *fakeTemplate) retireLocked(why template.RetireReason) {
 }
 
 func (ft *fakeTemplate) Call(context.Context, []byte, template.CallOptions) (*template.CallResult, error) {
+	ft.f.mu.Lock()
+	inCall, release := ft.f.inCall, ft.f.release
+	ft.f.mu.Unlock()
+	if inCall != nil {
+		inCall <- struct{}{}
+		<-release
+	}
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
 	ft.f.calls++
@@ -339,4 +349,32 @@ func TestTemplateRenewedAfterItsLastCall(t *testing.T) {
 	if page := metricsText(t, h); !strings.Contains(page, `str_worker_templates_retired_total{reason="calls"} 1`) {
 		t.Errorf("metrics lack the retirement:\n%s", grepLines(page, "str_worker_template"))
 	}
+}
+
+// A template retired while a call runs in it (here: its tool removed by
+// a manifest reload) drains: the call finishes, then the template ends.
+func TestTemplateDrainsAtReload(t *testing.T) {
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected")),
+		inCall: make(chan struct{}), release: make(chan struct{})}
+	h := templateHarness(t, f)
+	waitLive(t, h, 1)
+	replied := make(chan string, 1)
+	go func() {
+		replied <- string(h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "m"}})))
+	}()
+	<-f.inCall
+	m, err := os.ReadFile(h.cfg.ManifestPath)
+	must(t, err)
+	must(t, os.WriteFile(h.cfg.ManifestPath, []byte(strings.Replace(string(m), "  echo_tpl: {module: testtools, function: echo, warm: template}\n", "", 1)), 0o644))
+	waitFor(t, "the retirement at the reload", func() bool {
+		return strings.Contains(metricsText(t, h), `str_worker_templates_retired_total{reason="removed"} 1`)
+	})
+	if _, _, closed := f.counts(); closed != 0 {
+		t.Fatalf("the template was closed while its call ran")
+	}
+	close(f.release)
+	if r := <-replied; !strings.Contains(r, `"echo":"m"`) {
+		t.Errorf("the call's reply: %s", r)
+	}
+	waitFor(t, "the template closed once its call was over", func() bool { _, _, closed := f.counts(); return closed == 1 })
 }
