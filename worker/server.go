@@ -55,9 +55,6 @@ type Options struct {
 	// the request's profile); nil = the embedded profiles. `str worker` passes the
 	// launcher's set.
 	Profiles *profiles.Set
-	// Templates starts per-tool templates for `warm: template` tools
-	// (template.go): the launcher in root mode; nil = none.
-	Templates TemplateStarter
 }
 
 // Server serves tool invocations: one receive loop, MaxConcurrent
@@ -76,7 +73,8 @@ type Server struct {
 
 	runnerPath string
 
-	// templates are the per-tool templates (template.go); nil = none.
+	// templates are the per-tool templates (template.go); nil = none
+	// (the Provider starts none).
 	templates *templateSet
 
 	// pool holds pre-started sandboxes (pool.go); nil = none.
@@ -196,8 +194,8 @@ func New(opts Options) (*Server, error) {
 		init:     newInitState(cfg),
 	}
 	s.pool = newWarmPool(s)
-	if opts.Templates != nil {
-		s.templates = newTemplateSet(s, opts.Templates)
+	if opts.Sandboxes.Templates() {
+		s.templates = newTemplateSet(s)
 	}
 	s.out = newOutbox(s)
 	if cfg.ProbeInterval > 0 {

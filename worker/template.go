@@ -32,8 +32,11 @@ import (
 // worker's: what a template item is, how a call is handed to it, which
 // sets the manifest asks for, and the names of the counts.
 //
-// A template item's build starts the template in the background
-// (template.Start: the plan, the sandbox, the tool's import); it is ready
+// A template item's build starts the template in the background through
+// the worker's Provider, the boundary of its cold and warm calls too
+// (launcher.Provider.StartTemplate: template.Provider in root mode, the
+// plan, the sandbox, the tool's import; a Provider without templates
+// leaves every call cold; launchertest fakes them); it is ready
 // once the template said "ready", and it ends once the template is
 // retired: by the pool (its calls, its age, its set's change, the
 // shutdown), by the launcher (a failed check: "failed_check"; its process
@@ -59,40 +62,6 @@ import (
 // start); any other call runs cold. A call's network is a cold call's:
 // the egress proxy with the tool's policy on its own listeners
 // (launcher/template C5), its denials in its reply.
-
-// TemplateStarter starts per-tool templates: LauncherTemplates in root
-// mode (`str worker` passes it); nil = no templates, every call cold.
-type TemplateStarter interface {
-	StartTemplate(ctx context.Context, tr template.Request) (Template, error)
-}
-
-// Template is a running per-tool template as the worker uses it: a
-// *template.Template (package launcher/template says what each method
-// does).
-type Template interface {
-	Call(ctx context.Context, runnerArgs []byte, opts template.CallOptions) (*template.CallResult, error)
-	CallWorkDir(spec launcher.WorkDirSpec, uid, gid int) (*launcher.WorkDir, error)
-	Done() <-chan struct{}
-	Retired() error
-	Why() template.RetireReason
-	Stale(hash string) bool
-	Pid() int
-	Drain()
-	Close()
-}
-
-// LauncherTemplates is template.Start with l as a TemplateStarter.
-func LauncherTemplates(l *launcher.Launcher) TemplateStarter { return launcherTemplates{l} }
-
-type launcherTemplates struct{ l *launcher.Launcher }
-
-func (lt launcherTemplates) StartTemplate(ctx context.Context, tr template.Request) (Template, error) {
-	tpl, err := template.Start(ctx, lt.l, tr)
-	if err != nil {
-		return nil, err // never a typed nil in the interface
-	}
-	return tpl, nil
-}
 
 // templateWorkTarget is where a template call's work dir is mounted: a
 // directory of its own under an otherwise empty one, as a cold call's
@@ -153,8 +122,8 @@ type templateItem struct {
 	cancel       context.CancelFunc // ends a start in progress (the template's lifetime)
 
 	mu     sync.Mutex
-	tpl    Template // once started
-	err    error    // its start's failure, before ended closes
+	tpl    launcher.Template // once started
+	err    error             // its start's failure, before ended closes
 	killed bool
 }
 
@@ -217,7 +186,7 @@ func (it *templateItem) Release() {
 }
 
 // started is the template, or its start's failure.
-func (it *templateItem) started() (Template, error) {
+func (it *templateItem) started() (launcher.Template, error) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	return it.tpl, it.err
@@ -227,7 +196,6 @@ func (it *templateItem) started() (Template, error) {
 // per tool and profile.
 type templateSet struct {
 	s       *Server
-	start   TemplateStarter
 	metrics *templateMetrics
 	p       *pool.Pool[warmKey, *templateItem]
 
@@ -235,8 +203,8 @@ type templateSet struct {
 	want map[string]pool.Spec[warmKey] // by templateKey
 }
 
-func newTemplateSet(s *Server, start TemplateStarter) *templateSet {
-	ts := &templateSet{s: s, start: start, metrics: &templateMetrics{m: s.metrics, live: map[string]int{}, drained: map[string]string{}},
+func newTemplateSet(s *Server) *templateSet {
+	ts := &templateSet{s: s, metrics: &templateMetrics{m: s.metrics, live: map[string]int{}, drained: map[string]string{}},
 		want: map[string]pool.Spec[warmKey]{}}
 	ts.p = pool.New(context.Background(), pool.Config[warmKey, *templateItem]{
 		Build:        ts.build,
@@ -271,17 +239,16 @@ func (ts *templateSet) build(ctx context.Context, name string, spec pool.Spec[wa
 		argv = append(argv, tool.ClassName)
 	}
 	sbSpec := s.sandboxSpec(key.profile, callDirPrefix, 0, nil, key.networkPolicy(), &tool)
-	req := launcher.Request{Profile: sbSpec.Profile, Argv: s.runnerArgv(-1, argv...), Env: sbSpec.Env, Network: sbSpec.Network}
-	for _, d := range sbSpec.ReadOnly {
-		req.Binds = append(req.Binds, launcher.Bind{Source: d})
+	tspec := launcher.TemplateSpec{
+		Spec:       launcher.Spec{Profile: sbSpec.Profile, Argv: s.runnerArgv(-1, argv...), Env: sbSpec.Env, ReadOnly: sbSpec.ReadOnly, Network: sbSpec.Network},
+		SourceHash: s.sourceHash(&tool), WorkDirTarget: templateWorkTarget, ReadyTimeout: s.cfg.TemplateStartTimeout,
 	}
-	tr := template.Request{Request: req, SourceHash: s.sourceHash(&tool), WorkDirTarget: templateWorkTarget, ReadyTimeout: s.cfg.TemplateStartTimeout}
 	ctx, cancel := context.WithCancel(ctx)
 	it := &templateItem{ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
 	toolName, _, _ := strings.Cut(name, "\x00")
 	go func() {
 		t0 := time.Now()
-		tpl, err := ts.start.StartTemplate(ctx, tr)
+		tpl, err := s.sb.StartTemplate(ctx, tspec)
 		it.mu.Lock()
 		it.tpl, it.err = tpl, err
 		killed := it.killed

@@ -17,7 +17,7 @@ import (
 	"github.com/securetoolruntime/str/launcher/template"
 )
 
-// fakeTemplates is a TemplateStarter whose templates' calls fail with
+// fakeTemplates starts templates (launchertest.Sandboxes.Template) whose templates' calls fail with
 // callErr, before they ask for their work dir (as a call fails at C5).
 // A start waits while block is set (a template that never says ready)
 // and fails with startErr when that is set.
@@ -37,7 +37,7 @@ type fakeTemplates struct {
 	inCall, release chan struct{}
 }
 
-func (f *fakeTemplates) StartTemplate(ctx context.Context, _ template.Request) (Template, error) {
+func (f *fakeTemplates) StartTemplate(ctx context.Context, _ launcher.TemplateSpec) (launcher.Template, error) {
 	f.mu.Lock()
 	f.attempts++
 	block := f.block
@@ -136,14 +136,14 @@ func (ft *fakeTemplate) Close() {
 
 // templateHarness is the package's harness with a warm: template tool
 // (echo_tpl) served by templates from start.
-func templateHarness(t *testing.T, start TemplateStarter) *harness {
+func templateHarness(t *testing.T, f *fakeTemplates) *harness {
 	t.Helper()
 	h := newHarness(t, nil)
 	m, err := os.ReadFile(h.cfg.ManifestPath)
 	must(t, err)
 	must(t, os.WriteFile(h.cfg.ManifestPath, append(m, "  echo_tpl: {module: testtools, function: echo, warm: template}\n"...), 0o644))
-	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker-tpl", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
-		Store: h.store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Templates: start})
+	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker-tpl", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{Template: f.StartTemplate},
+		Store: h.store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	must(t, err)
 	h.start()
 	return h
