@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"sync"
@@ -18,9 +20,15 @@ import (
 // its descriptors, its clock. The caller chooses a profile and a timeout
 // and puts its inputs in the work dir; it never mounts or chowns.
 //
-// Implementations: Launcher.Provider (namespaces, seccomp, cgroups),
+// A call may also run in a per-tool template (StartTemplate), through
+// the same boundary: the template's sandbox is made from a Spec as a
+// Box's is.
+//
+// Implementations: Launcher.Provider (namespaces, seccomp, cgroups; no
+// templates), template.Provider (the same, with templates: root mode),
 // and providers whose boxes are host processes (launcher/hostbox:
-// SANDBOX_MODE=none; launchertest.Sandboxes for unit tests).
+// SANDBOX_MODE=none; launchertest.Sandboxes for unit tests, which fakes
+// templates too).
 type Provider interface {
 	// CheckProfile validates a profile name; an unknown name wraps
 	// profiles.ErrUnknownProfile.
@@ -37,6 +45,99 @@ type Provider interface {
 	// (root mode: a tmpfs of their own); else each is a plain directory
 	// only the host filesystem bounds.
 	CapsWorkDirs() bool
+	// Templates reports whether StartTemplate starts templates; where
+	// it does not, StartTemplate fails with ErrNoTemplates.
+	Templates() bool
+	// StartTemplate starts a per-tool template (launcher/template) and
+	// returns once its runner said ready: spec's sandbox runs the
+	// template runner with its control socket at fd 3. ctx is the
+	// template's lifetime (its end kills it).
+	StartTemplate(ctx context.Context, spec TemplateSpec) (Template, error)
+}
+
+// ErrNoTemplates: the provider starts no templates.
+var ErrNoTemplates = errors.New("this provider starts no templates")
+
+// TemplateSpec is one template as a caller asks for it: its sandbox
+// (Spec: profile, command, environment, read-only binds, network; no
+// work dir, timeout or credentials: a template's are per call), its
+// tool's source hash (Template.Stale), where each call's work dir is
+// mounted (TemplateCallOptions.WorkDir) and how long its import may take
+// before the start fails (0: the launcher's default).
+type TemplateSpec struct {
+	Spec          Spec
+	SourceHash    string
+	WorkDirTarget string
+	ReadyTimeout  time.Duration
+}
+
+// Template is a running per-tool template (launcher/template.Template:
+// that package says what each method does).
+type Template interface {
+	Call(ctx context.Context, runnerArgs []byte, opts TemplateCallOptions) (*TemplateCallResult, error)
+	CallWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error)
+	Done() <-chan struct{}
+	Retired() error
+	Why() TemplateRetireReason
+	Stale(hash string) bool
+	Pid() int
+	Drain()
+	Close()
+}
+
+// TemplateRetireReason is why a template takes no more calls
+// (launcher/template lists them).
+type TemplateRetireReason string
+
+// TemplateCallOptions are one template call's own settings.
+type TemplateCallOptions struct {
+	// Timeout is the call's wall clock (0: the profile's).
+	Timeout time.Duration
+	// WorkDir, with the template's WorkDirTarget, makes the call's work
+	// dir on the host once its host ids are known (the pair it runs as:
+	// the directory must be writable by them) and returns its path; the
+	// supervisor clones it (open_tree, no symlink followed, nosuid,nodev)
+	// and the call mounts it at WorkDirTarget.
+	WorkDir func(hostUID, hostGID int) (string, error)
+	// Args, when set, gives the runner arguments after WorkDir has run
+	// (they may name what it made); Call's runnerArgs is then ignored.
+	Args func() ([]byte, error)
+}
+
+// TemplateCallResult is one template call's outcome: the runner's
+// result document and what the supervisor verified of the child before
+// the call.
+type TemplateCallResult struct {
+	Document json.RawMessage
+	Child    TemplateChildCheck
+	TimedOut bool
+	Wall     time.Duration
+	// Network is what the call's egress session denied (C5).
+	Network NetworkReport
+	// KilledForViolation: the policy says on_violation: kill, and it
+	// killed the call (Document is then empty).
+	KilledForViolation bool
+}
+
+// TemplateChildCheck is what the supervisor verified of a call's child
+// (C9).
+type TemplateChildCheck struct {
+	Pid        int               // host pid
+	HostUID    int               // = HostGID: the pair's host id
+	MappedID   int               // its id in the template's user namespace (the lower id of the call's uid_map as the call reads it)
+	Namespaces map[string]uint64 // the child's 7, none the template's
+	Filters    int               // Seccomp_filters: the template's + 1
+}
+
+// Request is the launcher Request of spec's sandbox, its work dir
+// aside (Create makes it).
+func (spec Spec) Request() Request {
+	req := Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Timeout: spec.Timeout, Idle: spec.Idle,
+		Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network, Credentials: spec.Credentials}
+	for _, d := range spec.ReadOnly {
+		req.Binds = append(req.Binds, Bind{Source: d})
+	}
+	return req
 }
 
 // Spec is one sandbox as a caller that runs tools asks for it.
@@ -139,6 +240,13 @@ func (p launcherProvider) CheckProfile(name string) error {
 // CapsWorkDirs: root mode mounts a capped tmpfs per work dir.
 func (p launcherProvider) CapsWorkDirs() bool { return p.l.host.UID == 0 }
 
+// Templates: none (template.Provider adds them).
+func (launcherProvider) Templates() bool { return false }
+
+func (launcherProvider) StartTemplate(context.Context, TemplateSpec) (Template, error) {
+	return nil, ErrNoTemplates
+}
+
 // Create is, in order: L9 (1) the work dir itself, since the plan binds
 // it; L1-L2 (plan, ids, cgroup, pipes: CreateFromPlan); L9 (2-6) its
 // tmpfs capped by the profile, owned by the leased ids, and filled. The
@@ -153,12 +261,8 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 	// L1-L2.
 	// WorkdirLive: the work dir is capped already (L9's own tmpfs, with
 	// the runner's files on a second one an overlay would not show).
-	req := Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Workdir: wd.Path, WorkdirLive: true,
-		Timeout: spec.Timeout, Idle: spec.Idle, Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network,
-		Credentials: spec.Credentials}
-	for _, d := range spec.ReadOnly {
-		req.Binds = append(req.Binds, Bind{Source: d})
-	}
+	req := spec.Request()
+	req.Workdir, req.WorkdirLive = wd.Path, true
 	sb, err := p.l.Create(ctx, req)
 	if err != nil {
 		wd.Remove()

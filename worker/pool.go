@@ -150,8 +150,13 @@ func (w *warmSandbox) Ready() <-chan struct{} { return w.run.ready }
 func (w *warmSandbox) Ended() <-chan struct{} { return w.run.exited }
 func (w *warmSandbox) Kill()                  { w.run.sb.Kill() }
 
-// Expired: it reached its idle limit (TimedOut while unarmed).
-func (w *warmSandbox) Expired() bool { return w.run.exit != nil && w.run.exit.TimedOut }
+// EndReason: Aged at its idle limit (TimedOut while unarmed), else it died.
+func (w *warmSandbox) EndReason() pool.Reason {
+	if w.run.exit != nil && w.run.exit.TimedOut {
+		return pool.Aged
+	}
+	return pool.Died
+}
 
 // Release closes the worker's descriptors of w and removes its work
 // area; the sandbox is gone.

@@ -55,9 +55,6 @@ type Options struct {
 	// the request's profile); nil = the embedded profiles. `str worker` passes the
 	// launcher's set.
 	Profiles *profiles.Set
-	// Templates starts per-tool templates for `warm: template` tools
-	// (template.go): the launcher in root mode; nil = none.
-	Templates TemplateStarter
 }
 
 // Server serves tool invocations: one receive loop, MaxConcurrent
@@ -76,7 +73,8 @@ type Server struct {
 
 	runnerPath string
 
-	// templates are the per-tool templates (template.go); nil = none.
+	// templates are the per-tool templates (template.go); nil = none
+	// (the Provider starts none).
 	templates *templateSet
 
 	// pool holds pre-started sandboxes (pool.go); nil = none.
@@ -196,8 +194,8 @@ func New(opts Options) (*Server, error) {
 		init:     newInitState(cfg),
 	}
 	s.pool = newWarmPool(s)
-	if opts.Templates != nil {
-		s.templates = newTemplateSet(opts.Templates, s.metrics)
+	if opts.Sandboxes.Templates() {
+		s.templates = newTemplateSet(s)
 	}
 	s.out = newOutbox(s)
 	if cfg.ProbeInterval > 0 {
@@ -335,7 +333,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The warm pool, after the probe and with the manifest's tools.
 	s.pool.start()
 	s.pool.configure(m)
-	s.prestartTemplates(m)
+	s.templates.configure(m)
 	// 6. manifest hot reload.
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -507,8 +505,7 @@ func (s *Server) applyManifest(m *manifest.Manifest) error {
 	applied := false
 	defer func() {
 		if applied {
-			s.templates.retireGone(m)
-			s.prestartTemplates(m)
+			s.templates.configure(m)
 		}
 	}()
 	s.mu.Lock()
@@ -1096,9 +1093,9 @@ func (s *Server) shutdown() {
 	cancel()
 	s.mu.Unlock()
 	// The warm pool stops filling and kills its idle sandboxes; the
-	// templates end (a call in flight in one ends with it).
+	// templates are retired (a call in flight in one finishes first).
 	s.pool.stop()
-	s.templates.closeAll()
+	s.templates.stop()
 	// 2. queued requests are answered RESOURCE_EXHAUSTED: the queue hands
 	// them back as it closes, and the executors take nothing more (one
 	// that took a call just before answers it the same way: stopping).
@@ -1128,6 +1125,7 @@ func (s *Server) shutdown() {
 	// rejections (outbox.go), notices and init replies sent (init.go),
 	// each path waiting at most replyShutdownWindow for the broker.
 	s.pool.wait()
+	s.templates.wait()
 	s.out.close(replyShutdownWindow)
 	s.stopNotices()
 	s.log.Info("worker stopped")

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/pool"
 	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
@@ -20,77 +22,58 @@ import (
 // Per-tool templates (manifest `warm: template`, opt-in): a tool's calls
 // are served by one pre-imported Python that forks each call into
 // namespaces of its own (launcher/template; SECURITY.md "Per-tool
-// templates"). The worker keeps one template per tool, made at the
-// manifest's load (and at a reload that adds or changes the tool) and
-// replaced when the launcher retires it (its recycling limits, a failed
-// check, its process ended) or when the tool's module changes on disk.
-// A call never waits for a template: every start runs in the background,
-// and a call that finds no template ready runs cold at once (counted:
-// str_worker_template_fallbacks_total{reason="not_ready"}, or
-// "start_failed" when its last start failed). Before, the call that
-// found a template dead waited for its replacement's import, up to a
-// minute when that never said ready. A start that fails (the import
-// fails or does not say ready within STR_TEMPLATE_START_TIMEOUT_SECONDS,
-// the launcher refuses the template) and a template that ends or fails a
-// check are restarted after a back-off (1 s doubling to 60 s, reset by a
-// call the template serves), by a timer: a tool whose template cannot
-// start or keeps dying costs one start a minute, not one a call. A
-// template recycled after its calls or age is replaced at once, by the
-// call that was its last. A call runs in a template only where it would
-// get nothing less
-// than a cold one: root mode (the templates lease host ids), a call of
-// the tool's own function (not the init sub-protocol), and a tool
-// without credentials (each call reads its secrets and gets placeholders
-// of its own, in its environment: a template's environment is fixed at
-// its start); any other call runs cold. A call's network is a cold
-// call's: the egress proxy with the tool's policy on its own listeners
+// templates"). Their policy is launcher/pool's (doc.go: shared items),
+// the one the warm pool and str serve follow: the worker's templates are
+// a pool of shared items, a set of size 1 per tool and profile keyed as
+// the warm pool's (the whole manifest entry and the profile), each
+// template serving template.MaxCalls calls (retired "calls") for at most
+// template.MaxAge ("age"); a template retired while calls run in it
+// drains (they finish, then it ends). This file has what is the
+// worker's: what a template item is, how a call is handed to it, which
+// sets the manifest asks for, and the names of the counts.
+//
+// A template item's build starts the template in the background through
+// the worker's Provider, the boundary of its cold and warm calls too
+// (launcher.Provider.StartTemplate: template.Provider in root mode, the
+// plan, the sandbox, the tool's import; a Provider without templates
+// leaves every call cold; launchertest fakes them); it is ready
+// once the template said "ready", and it ends once the template is
+// retired: by the pool (its calls, its age, its set's change, the
+// shutdown), by the launcher (a failed check: "failed_check"; its process
+// ended: "ended"), or when its start failed (the import failed or did not
+// say ready within STR_TEMPLATE_START_TIMEOUT_SECONDS, the launcher
+// refused the template: str_worker_template_start_failures_total). A
+// failed start, a failed check and an end are deaths: the set's next
+// start waits the pool's backoff (1 s doubling to 60 s, reset once a
+// template of the set is ready), so a tool whose template cannot start
+// or keeps dying costs one start a minute, not one a call. A claim
+// retires a template whose tool's module changed on disk
+// ("source_changed"); a manifest reload that changes a tool's entry or
+// removes the tool retires its templates ("entry_changed", "removed").
+//
+// A call never waits for a template: a call that finds none ready runs
+// cold at once (str_worker_template_fallbacks_total{reason="not_ready"},
+// or "start_failed" while the backoff after a failed start runs). A call
+// runs in a template only where it would get nothing less than a cold
+// one: root mode (the templates lease host ids), a call of the tool's
+// own function (not the init sub-protocol), and a tool without
+// credentials (each call reads its secrets and gets placeholders of its
+// own, in its environment: a template's environment is fixed at its
+// start); any other call runs cold. A call's network is a cold call's:
+// the egress proxy with the tool's policy on its own listeners
 // (launcher/template C5), its denials in its reply.
-
-// TemplateStarter starts per-tool templates: LauncherTemplates in root
-// mode (`str worker` passes it); nil = no templates, every call cold.
-type TemplateStarter interface {
-	StartTemplate(ctx context.Context, tr template.Request) (Template, error)
-}
-
-// Template is a running per-tool template as the worker uses it: a
-// *template.Template (package launcher/template says what each method
-// does).
-type Template interface {
-	Call(ctx context.Context, runnerArgs []byte, opts template.CallOptions) (*template.CallResult, error)
-	CallWorkDir(spec launcher.WorkDirSpec, uid, gid int) (*launcher.WorkDir, error)
-	Retired() error
-	Why() template.RetireReason
-	Stale(hash string) bool
-	Pid() int
-	Drain()
-	Close()
-}
-
-// LauncherTemplates is template.Start with l as a TemplateStarter.
-func LauncherTemplates(l *launcher.Launcher) TemplateStarter { return launcherTemplates{l} }
-
-type launcherTemplates struct{ l *launcher.Launcher }
-
-func (lt launcherTemplates) StartTemplate(ctx context.Context, tr template.Request) (Template, error) {
-	tpl, err := template.Start(ctx, lt.l, tr)
-	if err != nil {
-		return nil, err // never a typed nil in the interface
-	}
-	return tpl, nil
-}
 
 // templateWorkTarget is where a template call's work dir is mounted: a
 // directory of its own under an otherwise empty one, as a cold call's
 // work dir is alone in its parent (no other task's name is listed).
 const templateWorkTarget = "/str/work"
 
-// The reasons of str_worker_templates_retired_total: the launcher's
-// (template.RetireReason: it served its calls, it is too old, a check at
-// a fork order, of a child or of a slot's cgroup failed, its process
-// ended; the worker's log has the launcher's words), and the worker's:
-// the tool's module changed on disk, a manifest reload changed the tool's
-// entry or removed the tool (retired at the reload), the worker shut
-// down.
+// The reasons of str_worker_templates_retired_total: the pool's (it
+// served its calls, it is too old) and the launcher's (a check at a fork
+// order, of a child or of a slot's cgroup failed; its process ended; the
+// worker's log has the launcher's words), and the worker's: the tool's
+// module changed on disk, a manifest reload changed the tool's entry or
+// removed the tool (retired at the reload), the worker shut down.
 const (
 	retiredSourceChanged = "source_changed"
 	retiredEntryChanged  = "entry_changed"
@@ -101,6 +84,10 @@ const (
 		string(template.RetiredFailedCheck) + ", " + string(template.RetiredEnded) + ", " +
 		retiredSourceChanged + ", " + retiredEntryChanged + ", " + retiredRemoved + ", " + retiredShutdown
 )
+
+// startFailed is the end of a template item whose start failed (counted
+// as a start failure, not a retirement).
+const startFailed pool.Reason = "start_failed"
 
 // The reasons of str_worker_template_fallbacks_total: a warm: template
 // tool's call that ran in a sandbox of its own because it may not run in
@@ -119,176 +106,322 @@ const (
 const (
 	fallbackNotEligible     = "not_eligible"
 	fallbackNotReady        = "not_ready"
-	fallbackStartFailed     = "start_failed"
+	fallbackStartFailed     = string(startFailed)
 	fallbackRetired         = "retired_before_call"
 	fallbackCallNetwork     = "call_network_failed"
 	templateFallbackReasons = fallbackNotEligible + ", " + fallbackNotReady + ", " + fallbackStartFailed + ", " + fallbackRetired + ", " + fallbackCallNetwork
 )
 
-// The back-off after a failed template start, or a template that ended
-// or failed a check: the next start templateBackoffFirst later, doubling
-// at each failure in a row up to templateBackoffMax; a call the template
-// serves resets it.
-// (Variables: a test makes the back-off long enough to observe.)
-var (
-	templateBackoffFirst = time.Second
-	templateBackoffMax   = time.Minute
-)
+// templateBackoff is the pool's backoff for the templates (a test makes
+// it long enough to observe).
+var templateBackoff = [2]time.Duration{pool.BackoffFirst, pool.BackoffMax}
 
-// templateBackoff is the wait after the failures-th failed start in a
-// row (failures >= 1).
-func templateBackoff(failures int) time.Duration {
-	return min(templateBackoffFirst<<min(failures-1, 16), templateBackoffMax)
-}
-
-// templateSet is the worker's templates, by tool name and profile.
-type templateSet struct {
-	start   TemplateStarter
-	metrics *Metrics
-	// ctx is every template's lifetime, cancelled by closeAll: a start in
-	// progress ends with it (its sandbox is killed), not at its timeout.
-	ctx    context.Context
-	cancel context.CancelFunc
-	starts sync.WaitGroup // one per start in progress
+// templateItem is one template: a pool.Item, shared by its calls.
+type templateItem struct {
+	ready, ended chan struct{}
+	cancel       context.CancelFunc // ends a start in progress (the template's lifetime)
 
 	mu     sync.Mutex
-	by     map[string]*toolTemplate
-	closed bool
+	tpl    launcher.Template // once started
+	err    error             // its start's failure, before ended closes
+	killed bool
 }
 
-func newTemplateSet(start TemplateStarter, m *Metrics) *templateSet {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &templateSet{start: start, metrics: m, ctx: ctx, cancel: cancel, by: map[string]*toolTemplate{}}
-}
+func (it *templateItem) Ready() <-chan struct{} { return it.ready }
 
-// toolTemplate is one tool's template under one profile: the one in
-// service (tpl), or none yet with a start in progress or a back-off.
-type toolTemplate struct {
-	tool    manifest.Tool // the entry it is made for
-	profile string
-	hash    string   // its module's source (sourceHash) when its start began
-	tpl     Template // in service; nil while none is ready
-	// starting: a start runs in the background (startTemplateLocked).
-	starting bool
-	// failures: failed starts, ends and failed checks in a row; the next
-	// start runs at retryAt (retry's timer); startFailed: the last
-	// failure was a start's.
-	failures    int
-	retryAt     time.Time
-	retry       *time.Timer
-	startFailed bool
-}
-
-// failLocked counts a failure of tt's template (ts.mu held) and arms the
-// restart after the back-off.
-func (s *Server) failLocked(name, key string, tt *toolTemplate, start bool) time.Duration {
-	ts := s.templates
-	tt.failures++
-	tt.startFailed = start
-	wait := templateBackoff(tt.failures)
-	tt.retryAt = time.Now().Add(wait)
-	if tt.retry != nil {
-		tt.retry.Stop()
+// Ended is the template's Done once it started (closed as the launcher
+// retires it, before a call can take it), else the end of its start.
+func (it *templateItem) Ended() <-chan struct{} {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.tpl != nil {
+		return it.tpl.Done()
 	}
-	tt.retry = time.AfterFunc(wait, func() {
-		ts.mu.Lock()
-		defer ts.mu.Unlock()
-		// Only if nothing replaced it meanwhile: a call may have started
-		// one, a reload removed the tool, the worker shut down.
-		if !ts.closed && ts.by[key] == tt && tt.tpl == nil && !tt.starting {
-			s.startTemplateLocked(name, key, tt)
-		}
+	return it.ended
+}
+
+// EndReason maps the launcher's reason to the pool's (a failed check, an
+// end, a failed start: deaths).
+func (it *templateItem) EndReason() pool.Reason {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.tpl == nil {
+		return startFailed
+	}
+	switch why := it.tpl.Why(); why {
+	case template.RetiredCalls:
+		return pool.Calls
+	case template.RetiredAge:
+		return pool.Aged
+	case template.RetiredEnded:
+		return pool.Died
+	default:
+		return pool.Reason(why)
+	}
+}
+
+// Kill ends a start in progress, or drains the template (the pool kills
+// a shared item once no call runs in it).
+func (it *templateItem) Kill() {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.killed {
+		return
+	}
+	it.killed = true
+	if it.tpl == nil {
+		it.cancel() // the start fails: its sandbox is killed
+		return
+	}
+	go it.tpl.Drain()
+}
+
+// Release waits for the template to be gone (its calls in flight finish
+// first) and what it holds freed.
+func (it *templateItem) Release() {
+	if tpl, _ := it.started(); tpl != nil {
+		tpl.Drain()
+	}
+	it.cancel()
+}
+
+// started is the template, or its start's failure.
+func (it *templateItem) started() (launcher.Template, error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.tpl, it.err
+}
+
+// templateSet is the worker's templates: a pool of shared items, one set
+// per tool and profile.
+type templateSet struct {
+	s       *Server
+	metrics *templateMetrics
+	p       *pool.Pool[warmKey, *templateItem]
+
+	mu   sync.Mutex                    // the sets wanted
+	want map[string]pool.Spec[warmKey] // by templateKey
+}
+
+func newTemplateSet(s *Server) *templateSet {
+	ts := &templateSet{s: s, metrics: &templateMetrics{m: s.metrics, live: map[string]int{}, drained: map[string]string{}},
+		want: map[string]pool.Spec[warmKey]{}}
+	ts.p = pool.New(context.Background(), pool.Config[warmKey, *templateItem]{
+		Build:        ts.build,
+		MaxAge:       template.MaxAge,
+		Uses:         template.MaxCalls,
+		ReadyOnly:    true,
+		BackoffFirst: templateBackoff[0],
+		BackoffMax:   templateBackoff[1],
+		Metrics:      ts.metrics,
+		Died: func(name string, it *templateItem, retryIn time.Duration) {
+			tool, profile, _ := strings.Cut(name, "\x00")
+			tpl, err := it.started()
+			if tpl == nil {
+				s.log.Warn("a template could not be started: the tool's calls run cold", "tool", tool, "profile", profile,
+					"retry_in_ms", retryIn.Milliseconds(), "error", err)
+				return
+			}
+			s.log.Info("template retired", "tool", tool, "pid", tpl.Pid(), "why", tpl.Retired().Error(), "retry_in_ms", retryIn.Milliseconds())
+		},
 	})
-	return wait
+	return ts
 }
 
-// served: tpl, the template of key, served a call: its failures in a
-// row are over.
-func (ts *templateSet) served(key string, tpl Template) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if tt := ts.by[key]; tt != nil && tt.tpl == tpl {
-		tt.failures = 0
+// build starts a template of the set name in the background: the item is
+// ready once the template said ready, ended once it is retired.
+func (ts *templateSet) build(ctx context.Context, name string, spec pool.Spec[warmKey]) (*templateItem, error) {
+	s := ts.s
+	key := spec.Key
+	tool := key.tool
+	argv := []string{"--template", "3", tool.Module, tool.Function}
+	if tool.ClassName != "" {
+		argv = append(argv, tool.ClassName)
 	}
-}
-
-// closeAll closes every template and ends the starts in progress (the
-// worker's shutdown).
-func (ts *templateSet) closeAll() {
-	if ts == nil {
-		return
+	sbSpec := s.sandboxSpec(key.profile, callDirPrefix, 0, nil, key.networkPolicy(), &tool)
+	tspec := launcher.TemplateSpec{
+		Spec:       launcher.Spec{Profile: sbSpec.Profile, Argv: s.runnerArgv(-1, argv...), Env: sbSpec.Env, ReadOnly: sbSpec.ReadOnly, Network: sbSpec.Network},
+		SourceHash: s.sourceHash(&tool), WorkDirTarget: templateWorkTarget, ReadyTimeout: s.cfg.TemplateStartTimeout,
 	}
-	ts.mu.Lock()
-	all := ts.by
-	ts.by = map[string]*toolTemplate{}
-	ts.closed = true
-	ts.metrics.TemplatesLive.Set(0)
-	ts.mu.Unlock()
-	ts.cancel() // a start in progress: its sandbox is killed, the start fails
-	for _, tt := range all {
-		if tt.retry != nil {
-			tt.retry.Stop()
-		}
-		if tt.tpl != nil {
-			ts.metrics.TemplatesRetired.WithLabelValues(retiredShutdown).Inc()
-			tt.tpl.Close()
-		}
-	}
-	ts.starts.Wait()
-}
-
-// liveLocked sets the live gauge (ts.mu held).
-func (ts *templateSet) liveLocked() {
-	n := 0
-	for _, tt := range ts.by {
-		if tt.tpl != nil {
-			n++
-		}
-	}
-	ts.metrics.TemplatesLive.Set(float64(n))
-}
-
-// drop takes the template of tt out of service for reason (ts.mu held):
-// its calls in flight finish first. tt stays, without a template.
-func (ts *templateSet) drop(tt *toolTemplate, reason string) {
-	ts.metrics.TemplatesRetired.WithLabelValues(reason).Inc()
-	tpl := tt.tpl
-	tt.tpl = nil
-	ts.liveLocked()
-	go tpl.Drain() // its calls in flight finish first, then it ends
-}
-
-// retireGone retires, at a manifest reload, the templates of the tools m
-// no longer has (removed) or whose entry it changed (entry_changed),
-// rather than leaving them, unused, to the end of their age.
-func (ts *templateSet) retireGone(m *manifest.Manifest) {
-	if ts == nil {
-		return
-	}
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	for key, tt := range ts.by {
-		name, _, _ := strings.Cut(key, "\x00")
-		reason := ""
-		switch now := m.Tools[name]; {
-		case now == nil:
-			reason = retiredRemoved
-		case !tt.tool.Equal(now):
-			reason = retiredEntryChanged
+	ctx, cancel := context.WithCancel(ctx)
+	it := &templateItem{ready: make(chan struct{}), ended: make(chan struct{}), cancel: cancel}
+	toolName, _, _ := strings.Cut(name, "\x00")
+	go func() {
+		t0 := time.Now()
+		tpl, err := s.sb.StartTemplate(ctx, tspec)
+		it.mu.Lock()
+		it.tpl, it.err = tpl, err
+		killed := it.killed
+		it.mu.Unlock()
+		switch {
+		case err != nil:
+			close(it.ended)
+			return
+		case killed:
+			tpl.Close() // retired while it started
 		default:
+			s.log.Info("template started", "tool", toolName, "profile", key.profile, "pid", tpl.Pid(), "start_ms", time.Since(t0).Milliseconds())
+			close(it.ready)
+		}
+		<-tpl.Done()
+		close(it.ended)
+	}()
+	return it, nil
+}
+
+// configure makes the sets follow manifest m: one per tool served by
+// templates, under the tool's own profile (the one its calls run in
+// unless a request asks another), started ahead of any call; the sets a
+// call's other profile made (templateFor) stay while the tool's entry
+// does. The templates of tools that left or changed are retired.
+func (ts *templateSet) configure(m *manifest.Manifest) {
+	if ts == nil {
+		return
+	}
+	ts.p.Start()
+	if m == nil {
+		return
+	}
+	s := ts.s
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	want := map[string]pool.Spec[warmKey]{}
+	for key, spec := range ts.want {
+		name, profile, _ := strings.Cut(key, "\x00")
+		if tool := m.Tools[name]; tool != nil && s.templateTool(tool) && newWarmKey(tool, profile) == spec.Key {
+			want[key] = spec
+		}
+	}
+	for _, name := range m.Names() {
+		tool := m.Tools[name]
+		if !s.templateTool(tool) {
 			continue
 		}
-		if tt.tpl != nil {
-			ts.drop(tt, reason)
+		profile := tool.SandboxProfile
+		if profile == "" {
+			profile = s.cfg.DefaultProfile
 		}
-		if tt.retry != nil {
-			tt.retry.Stop()
+		if _, err := s.profiles.Lookup(profile); err != nil {
+			continue
 		}
-		// A start in progress for the old entry closes what it makes
-		// (its entry is no longer in ts.by).
-		delete(ts.by, key)
+		want[templateKey(name, profile)] = pool.Spec[warmKey]{Key: newWarmKey(tool, profile), Size: 1}
+	}
+	ts.setLocked(want, func(key string) string {
+		if name, _, _ := strings.Cut(key, "\x00"); m.Tools[name] == nil {
+			return retiredRemoved
+		}
+		return retiredEntryChanged
+	})
+}
+
+// setLocked configures the pool with want (ts.mu held); why names the
+// retirement of a set that changes or goes.
+func (ts *templateSet) setLocked(want map[string]pool.Spec[warmKey], why func(key string) string) {
+	for key, old := range ts.want {
+		if spec, ok := want[key]; !ok || spec != old {
+			ts.metrics.drainedWhy(key, why(key))
+		}
+	}
+	ts.want = want
+	ts.p.Configure(want)
+}
+
+// templateTool: tool's calls may run in templates (see templateEligible),
+// and it has no problem (a tool with one: its calls are refused).
+func (s *Server) templateTool(tool *manifest.Tool) bool {
+	return tool.Template && tool.Credentials == nil && s.toolProblem(tool) == nil
+}
+
+// stop retires every template (a call in flight in one finishes first)
+// and ends the starts in progress; wait returns once they are gone.
+func (ts *templateSet) stop() {
+	if ts == nil {
+		return
+	}
+	ts.mu.Lock()
+	for key := range ts.want {
+		ts.metrics.drainedWhy(key, retiredShutdown)
+	}
+	ts.mu.Unlock()
+	ts.p.Stop()
+}
+
+func (ts *templateSet) wait() {
+	if ts != nil {
+		ts.p.Wait()
 	}
 }
+
+// templateMetrics feeds the worker's template counts from the pool's.
+type templateMetrics struct {
+	m *Metrics
+
+	mu      sync.Mutex
+	live    map[string]int    // ready templates by set
+	drained map[string]string // the reason of a set's retirement at a reload or the shutdown
+}
+
+func (tm *templateMetrics) drainedWhy(key, why string) {
+	tm.mu.Lock()
+	tm.drained[key] = why
+	tm.mu.Unlock()
+}
+
+func (tm *templateMetrics) Hit(string)  {}
+func (tm *templateMetrics) Miss(string) {}
+
+func (tm *templateMetrics) Built(name string, _ time.Duration) {
+	tool, _, _ := strings.Cut(name, "\x00")
+	tm.m.TemplatesStarted.WithLabelValues(tool).Inc()
+}
+
+func (tm *templateMetrics) BuildFailed(string) {} // a build only starts the template: its failure is its item's end
+
+func (tm *templateMetrics) Retired(name string, r pool.Reason) {
+	tool, _, _ := strings.Cut(name, "\x00")
+	why := string(r)
+	switch r {
+	case startFailed:
+		tm.m.TemplateStartFailures.WithLabelValues(tool).Inc()
+		return
+	case pool.Aged:
+		why = string(template.RetiredAge)
+	case pool.Died:
+		why = string(template.RetiredEnded)
+	case pool.Drained:
+		tm.mu.Lock()
+		why = tm.drained[name]
+		tm.mu.Unlock()
+		if why == "" {
+			why = retiredShutdown
+		}
+	}
+	tm.m.TemplatesRetired.WithLabelValues(why).Inc()
+}
+
+func (tm *templateMetrics) Idle(name string, _, ready int) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tm.live[name] = ready
+	tm.liveLocked()
+}
+
+func (tm *templateMetrics) Gone(name string) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	delete(tm.live, name)
+	tm.liveLocked()
+}
+
+func (tm *templateMetrics) liveLocked() {
+	n := 0
+	for _, ready := range tm.live {
+		n += ready
+	}
+	tm.m.TemplatesLive.Set(float64(n))
+}
+
+func (tm *templateMetrics) Held(int64) {}
 
 // templateEligible: the call may run in a template (see above).
 func (s *Server) templateEligible(t *task) bool {
@@ -306,174 +439,41 @@ func (s *Server) sourceHash(tool *manifest.Tool) string {
 	return hex.EncodeToString(h[:])
 }
 
-// templateKey is the key of tool name's template under profile.
+// templateKey is the name of the set of tool name's template under
+// profile.
 func templateKey(name, profile string) string { return name + "\x00" + profile }
 
-// prestartTemplates starts, in the background, the template of every
-// tool of m that is served by one (under the tool's own profile, the one
-// its calls run in unless a request asks another) and has none, so that
-// its first call finds it ready.
-func (s *Server) prestartTemplates(m *manifest.Manifest) {
-	ts := s.templates
-	if ts == nil || m == nil || s.cfg.SandboxMode == ModeNone {
-		return
-	}
-	for _, name := range m.Names() {
-		tool := m.Tools[name]
-		if !tool.Template || tool.Credentials != nil || s.toolProblem(tool) != nil {
-			continue // not eligible (templateEligible); a tool with a problem: its calls are refused
-		}
-		profile := tool.SandboxProfile
-		if profile == "" {
-			profile = s.cfg.DefaultProfile
-		}
-		if _, err := s.profiles.Lookup(profile); err != nil {
-			continue
-		}
-		hash := s.sourceHash(tool)
-		ts.mu.Lock()
-		if key := templateKey(name, profile); ts.by[key] == nil && !ts.closed {
-			tt := &toolTemplate{tool: *tool, profile: profile, hash: hash}
-			ts.by[key] = tt
-			s.startTemplateLocked(name, key, tt)
-		}
-		ts.mu.Unlock()
-	}
-}
-
-// templateFor returns the tool's template for this call's profile, or
-// nil and why there is none ready (a fallback reason): it never waits
-// for one. A template retired, stale (its module's source changed) or
-// made for another entry of the tool is taken out of service; when there
-// is none, a start begins in the background unless one runs or the
-// back-off after a failed one has not ended.
-func (s *Server) templateFor(t *task) (Template, string) {
+// templateFor claims a use of the tool's template for this call's
+// profile, or returns nil and why there is none ready (a fallback
+// reason): it never waits for one. The pool's claim retires a template
+// that is retired, too old, used up or whose module changed; a call
+// under a profile (or an entry) the sets do not have yet makes its set,
+// started in the background.
+func (s *Server) templateFor(t *task) (*pool.Claimed[warmKey, *templateItem], string) {
 	ts := s.templates
 	hash := s.sourceHash(t.tool)
-	key := templateKey(t.req.ToolName, t.profile)
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if ts.closed {
-		return nil, fallbackNotReady // the worker is shutting down: its templates are closed
-	}
-	tt := ts.by[key]
-	if tt != nil && tt.tpl != nil {
-		var reason string
-		switch retired := tt.tpl.Retired(); {
-		case retired != nil:
-			reason = string(tt.tpl.Why())
-			t.log.Info("template retired", "tool", t.req.ToolName, "pid", tt.tpl.Pid(), "why", retired.Error())
-		case tt.tpl.Stale(hash):
-			reason = retiredSourceChanged
-		case !tt.tool.Equal(t.tool):
-			reason = retiredEntryChanged
-		default:
-			return tt.tpl, ""
+	name := templateKey(t.req.ToolName, t.profile)
+	key := newWarmKey(t.tool, t.profile)
+	c := ts.p.Claim(name, key, func(it *templateItem) pool.Reason {
+		if it.tpl.Stale(hash) {
+			return retiredSourceChanged
 		}
-		s.dropLocked(t.req.ToolName, key, tt, reason)
+		return ""
+	})
+	if c != nil {
+		return c, ""
 	}
-	if tt == nil || tt.hash != hash || !tt.tool.Equal(t.tool) {
-		// None yet, or a start (or back-off) for another version of the
-		// tool: this one starts afresh (a start in progress for the old
-		// one closes what it makes).
-		tt = &toolTemplate{tool: *t.tool, profile: t.profile, hash: hash}
-		ts.by[key] = tt
+	ts.mu.Lock()
+	if spec, ok := ts.want[name]; !ok || spec.Key != key {
+		want := maps.Clone(ts.want)
+		want[name] = pool.Spec[warmKey]{Key: key, Size: 1}
+		ts.setLocked(want, func(string) string { return retiredEntryChanged })
 	}
-	switch {
-	case tt.starting:
-		return nil, fallbackNotReady
-	case time.Now().Before(tt.retryAt) && tt.startFailed:
+	ts.mu.Unlock()
+	if st, _ := ts.p.State(name); st.Backoff == startFailed {
 		return nil, fallbackStartFailed
-	case time.Now().Before(tt.retryAt):
-		return nil, fallbackNotReady // restarted by its timer
 	}
-	s.startTemplateLocked(t.req.ToolName, key, tt)
 	return nil, fallbackNotReady
-}
-
-// dropLocked takes tt's template out of service for reason (ts.mu held):
-// one that ended or failed a check counts as a failure (its restart
-// waits the back-off); one recycled, stale or replaced does not.
-func (s *Server) dropLocked(name, key string, tt *toolTemplate, reason string) {
-	s.templates.drop(tt, reason)
-	switch template.RetireReason(reason) {
-	case template.RetiredEnded, template.RetiredFailedCheck:
-		s.failLocked(name, key, tt, false)
-	}
-}
-
-// renewTemplate takes old, the tool's template for t's profile, retired,
-// out of service and starts its replacement in the background (unless a
-// start runs, the back-off has not ended, or the tool's module or entry
-// changed since: the next call's templateFor sees to those).
-func (s *Server) renewTemplate(t *task, old Template) {
-	ts := s.templates
-	hash := s.sourceHash(t.tool)
-	key := templateKey(t.req.ToolName, t.profile)
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	tt := ts.by[key]
-	if ts.closed || tt == nil || tt.tpl != old {
-		return // already replaced
-	}
-	s.dropLocked(t.req.ToolName, key, tt, string(old.Why()))
-	t.log.Info("template retired", "tool", t.req.ToolName, "pid", old.Pid(), "why", old.Retired().Error())
-	if tt.starting || time.Now().Before(tt.retryAt) || tt.hash != hash || !tt.tool.Equal(t.tool) {
-		return // its timer, or the next call's templateFor, starts the next one
-	}
-	s.startTemplateLocked(t.req.ToolName, key, tt)
-}
-
-// startTemplateLocked starts tt's template in the background (ts.mu
-// held): once ready it serves the tool's next calls; a failure sets the
-// back-off. A start whose entry was replaced or removed meanwhile, or
-// that ends after the shutdown began, closes what it made.
-func (s *Server) startTemplateLocked(name, key string, tt *toolTemplate) {
-	ts := s.templates
-	argv := []string{"--template", "3", tt.tool.Module, tt.tool.Function}
-	if tt.tool.ClassName != "" {
-		argv = append(argv, tt.tool.ClassName)
-	}
-	spec := s.sandboxSpec(tt.profile, callDirPrefix, 0, nil, tt.tool.Network, &tt.tool)
-	req := launcher.Request{Profile: spec.Profile, Argv: s.runnerArgv(-1, argv...), Env: spec.Env, Network: spec.Network}
-	for _, d := range spec.ReadOnly {
-		req.Binds = append(req.Binds, launcher.Bind{Source: d})
-	}
-	tr := template.Request{Request: req, SourceHash: tt.hash, WorkDirTarget: templateWorkTarget, ReadyTimeout: s.cfg.TemplateStartTimeout}
-	tt.starting = true
-	ts.starts.Add(1)
-	go func() {
-		defer ts.starts.Done()
-		t0 := time.Now()
-		tpl, err := ts.start.StartTemplate(ts.ctx, tr)
-		ts.mu.Lock()
-		tt.starting = false
-		current := !ts.closed && ts.by[key] == tt
-		var retryIn time.Duration
-		switch {
-		case err != nil:
-			ts.metrics.TemplateStartFailures.WithLabelValues(name).Inc()
-			if current {
-				retryIn = s.failLocked(name, key, tt, true)
-			}
-		case current:
-			// Its failures count on until it serves a call: a template
-			// that starts and dies at once keeps backing off.
-			tt.tpl, tt.retryAt = tpl, time.Time{}
-			ts.metrics.TemplatesStarted.WithLabelValues(name).Inc()
-			ts.liveLocked()
-		}
-		ts.mu.Unlock()
-		switch {
-		case err != nil:
-			s.log.Warn("a template could not be started: the tool's calls run cold", "tool", name, "profile", tt.profile,
-				"start_ms", time.Since(t0).Milliseconds(), "retry_in_ms", retryIn.Milliseconds(), "error", err)
-		case !current:
-			tpl.Close() // made for an entry that is gone, or after the shutdown began
-		default:
-			s.log.Info("template started", "tool", name, "profile", tt.profile, "pid", tpl.Pid(), "start_ms", time.Since(t0).Milliseconds())
-		}
-	}()
 }
 
 // executeTemplate runs t in its tool's template (handled false: run it
@@ -483,12 +483,13 @@ func (s *Server) startTemplateLocked(name, key string, tt *toolTemplate) {
 // back on the call's socket and is decoded as a cold call's result file
 // is (runner.DecodeResult), never written into the work dir.
 func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
-	tpl, why := s.templateFor(t)
-	if tpl == nil {
+	claim, why := s.templateFor(t)
+	if claim == nil {
 		t.log.Info("no template ready: the call runs cold", "reason", why)
 		s.metrics.TemplateFallbacks.WithLabelValues(why).Inc()
 		return outcome{}, nil, false
 	}
+	tpl := claim.Item.tpl
 	var (
 		wd    *launcher.WorkDir
 		relay *statusRelay
@@ -541,14 +542,10 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		}
 	}
 	res, err := tpl.Call(t.ctx, nil, opts)
-	if err == nil {
-		s.templates.served(templateKey(t.req.ToolName, t.profile), tpl)
-	}
-	if tpl.Retired() != nil {
-		// This call was its last (recycled after its calls or age, or a
-		// failed check): the replacement starts now, not at the next call.
-		s.renewTemplate(t, tpl)
-	}
+	// The use is over: a template retired meanwhile (this call was its
+	// last, its set changed) ends now; its replacement was started at
+	// its retirement, not at the next call.
+	claim.Done()
 	var tooLarge *template.AnswerTooLargeError
 	if err == nil || wd != nil { // it reached the template: served there, whatever its outcome
 		s.metrics.TemplateCalls.WithLabelValues(t.req.ToolName).Inc()

@@ -17,7 +17,7 @@ import (
 	"github.com/securetoolruntime/str/launcher/template"
 )
 
-// fakeTemplates is a TemplateStarter whose templates' calls fail with
+// fakeTemplates starts templates (launchertest.Sandboxes.Template) whose templates' calls fail with
 // callErr, before they ask for their work dir (as a call fails at C5).
 // A start waits while block is set (a template that never says ready)
 // and fails with startErr when that is set.
@@ -31,11 +31,13 @@ type fakeTemplates struct {
 	started, closed int // templates made; closed (or drained)
 	calls           int
 	retireAtCall    template.RetireReason // the next call retires its template (its last), then clears it
-	retired         error
-	why             template.RetireReason
+	last            *fakeTemplate
+	// inCall, when set, is told of each call, which then waits for
+	// release (a call in flight).
+	inCall, release chan struct{}
 }
 
-func (f *fakeTemplates) StartTemplate(ctx context.Context, _ template.Request) (Template, error) {
+func (f *fakeTemplates) StartTemplate(ctx context.Context, _ launcher.TemplateSpec) (launcher.Template, error) {
 	f.mu.Lock()
 	f.attempts++
 	block := f.block
@@ -53,59 +55,95 @@ func (f *fakeTemplates) StartTemplate(ctx context.Context, _ template.Request) (
 		return nil, f.startErr
 	}
 	f.started++
-	return fakeTemplate{f}, nil
+	f.last = &fakeTemplate{f: f, done: make(chan struct{})}
+	return f.last, nil
 }
 
-type fakeTemplate struct{ f *fakeTemplates }
+// retire retires the last template made, as the launcher does (a
+// failed check, its end, its limits).
+func (f *fakeTemplates) retire(why template.RetireReason) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last.retireLocked(why)
+}
 
-func (ft fakeTemplate) Call(context.Context, []byte, template.CallOptions) (*template.CallResult, error) {
+type fakeTemplate struct {
+	f       *fakeTemplates
+	done    chan struct{}
+	retired error // guarded by f.mu, with why
+	why     template.RetireReason
+	closed  bool
+}
+
+func (ft *fakeTemplate) retireLocked(why template.RetireReason) {
+	if ft.retired == nil {
+		ft.retired, ft.why = fmt.Errorf("%w: %s", template.ErrRetired, why), why
+		close(ft.done)
+	}
+}
+
+func (ft *fakeTemplate) Call(context.Context, []byte, template.CallOptions) (*template.CallResult, error) {
+	ft.f.mu.Lock()
+	inCall, release := ft.f.inCall, ft.f.release
+	ft.f.mu.Unlock()
+	if inCall != nil {
+		inCall <- struct{}{}
+		<-release
+	}
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
 	ft.f.calls++
 	if why := ft.f.retireAtCall; why != "" {
-		ft.f.retired, ft.f.why, ft.f.retireAtCall = fmt.Errorf("%w: %s", template.ErrRetired, why), why, ""
+		ft.retireLocked(why)
+		ft.f.retireAtCall = ""
 	}
 	return nil, ft.f.callErr
 }
 
-func (fakeTemplate) CallWorkDir(launcher.WorkDirSpec, int, int) (*launcher.WorkDir, error) {
+func (*fakeTemplate) CallWorkDir(launcher.WorkDirSpec, int, int) (*launcher.WorkDir, error) {
 	return nil, errors.New("fakeTemplate: no work dirs")
 }
 
-func (ft fakeTemplate) Retired() error {
+func (ft *fakeTemplate) Done() <-chan struct{} { return ft.done }
+
+func (ft *fakeTemplate) Retired() error {
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
-	return ft.f.retired
+	return ft.retired
 }
 
-func (ft fakeTemplate) Why() template.RetireReason {
+func (ft *fakeTemplate) Why() template.RetireReason {
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
-	return ft.f.why
+	return ft.why
 }
 
-func (fakeTemplate) Stale(string) bool { return false }
-func (fakeTemplate) Pid() int          { return 1 }
+func (*fakeTemplate) Stale(string) bool { return false }
+func (*fakeTemplate) Pid() int          { return 1 }
 
 // Drain ends the fake as Close does (it has no calls in flight to wait for).
-func (ft fakeTemplate) Drain() { ft.Close() }
+func (ft *fakeTemplate) Drain() { ft.Close() }
 
-func (ft fakeTemplate) Close() {
+func (ft *fakeTemplate) Close() {
 	ft.f.mu.Lock()
 	defer ft.f.mu.Unlock()
-	ft.f.closed++
+	ft.retireLocked(template.RetiredClosed)
+	if !ft.closed {
+		ft.closed = true
+		ft.f.closed++
+	}
 }
 
 // templateHarness is the package's harness with a warm: template tool
 // (echo_tpl) served by templates from start.
-func templateHarness(t *testing.T, start TemplateStarter) *harness {
+func templateHarness(t *testing.T, f *fakeTemplates) *harness {
 	t.Helper()
 	h := newHarness(t, nil)
 	m, err := os.ReadFile(h.cfg.ManifestPath)
 	must(t, err)
 	must(t, os.WriteFile(h.cfg.ManifestPath, append(m, "  echo_tpl: {module: testtools, function: echo, warm: template}\n"...), 0o644))
-	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker-tpl", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{},
-		Store: h.store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Templates: start})
+	h.srv, err = New(Options{Config: h.cfg, Transport: h.bus.Client("worker-tpl", h.cfg.QueueName()), Sandboxes: launchertest.Sandboxes{Template: f.StartTemplate},
+		Store: h.store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	must(t, err)
 	h.start()
 	return h
@@ -169,14 +207,9 @@ func TestTemplateRetiredReason(t *testing.T) {
 		waitFor(t, fmt.Sprintf("template %d started", i+1), func() bool { started, _, _ := f.counts(); return started == i+1 })
 		waitLive(t, h, 1)
 		call()
-		f.mu.Lock()
-		f.retired, f.why = fmt.Errorf("%w: %s", template.ErrRetired, why), why
-		f.mu.Unlock()
+		f.retire(why)
 		call() // finds it retired: a new one, started in the background
 		waitFor(t, "the replacement started", func() bool { started, _, _ := f.counts(); return started == i+2 })
-		f.mu.Lock()
-		f.retired, f.why = nil, ""
-		f.mu.Unlock()
 		page := metricsText(t, h)
 		if want := `str_worker_templates_retired_total{reason="` + string(why) + `"} 1`; !strings.Contains(page, want) {
 			t.Errorf("metrics lack %s:\n%s", want, grepLines(page, "str_worker_templates_retired"))
@@ -234,9 +267,9 @@ func TestTemplateDeadCallRunsColdAtOnce(t *testing.T) {
 	waitLive(t, h, 1)
 	block := make(chan struct{})
 	f.mu.Lock()
-	f.retired, f.why = fmt.Errorf("%w: the template ended", template.ErrRetired), template.RetiredEnded
 	f.block = block
 	f.mu.Unlock()
+	f.retire(template.RetiredEnded)
 	for i := 0; i < 3; i++ {
 		r := string(h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "cold"}})))
 		if !strings.Contains(r, `"echo":"cold"`) {
@@ -253,7 +286,7 @@ func TestTemplateDeadCallRunsColdAtOnce(t *testing.T) {
 	waitFor(t, "the replacement's start", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.attempts == 2 })
 	f.mu.Lock()
 	attempts, calls := f.attempts, f.calls
-	f.retired, f.why, f.block = nil, "", nil
+	f.block = nil
 	f.mu.Unlock()
 	if attempts != 2 || calls != 0 {
 		t.Errorf("%d starts, %d template calls: want 2 starts (the first and one replacement, still waiting) and no call", attempts, calls)
@@ -267,12 +300,11 @@ func TestTemplateDeadCallRunsColdAtOnce(t *testing.T) {
 }
 
 // A failed start backs off: the tool's calls run cold (start_failed) and
-// start nothing until the back-off ends; a call the template serves
-// resets it.
+// start nothing until the back-off ends.
 func TestTemplateStartFailureBacksOff(t *testing.T) {
-	first, most := templateBackoffFirst, templateBackoffMax
-	t.Cleanup(func() { templateBackoffFirst, templateBackoffMax = first, most })
-	templateBackoffFirst, templateBackoffMax = time.Hour, 2*time.Hour // no retry within the test unless it ends the back-off
+	old := templateBackoff
+	t.Cleanup(func() { templateBackoff = old })
+	templateBackoff = [2]time.Duration{time.Hour, 2 * time.Hour} // no retry within the test
 	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected")),
 		startErr: errors.New("injected: the runner's import failed")}
 	h := templateHarness(t, f)
@@ -287,50 +319,11 @@ func TestTemplateStartFailureBacksOff(t *testing.T) {
 	if page := metricsText(t, h); !strings.Contains(page, `str_worker_template_fallbacks_total{reason="start_failed"} 3`) {
 		t.Errorf("metrics lack start_failed 3:\n%s", grepLines(page, "str_worker_template"))
 	}
-	key := templateKey("echo_tpl", h.cfg.DefaultProfile)
-	ts := h.srv.templates
-	ts.mu.Lock()
-	tt := ts.by[key]
-	failures := tt.failures
-	tt.retryAt = time.Time{} // the back-off ends
-	ts.mu.Unlock()
 	f.mu.Lock()
 	attempts := f.attempts
-	f.startErr = nil
 	f.mu.Unlock()
-	if attempts != 1 || failures != 1 {
-		t.Fatalf("%d starts, %d failures recorded during the back-off: want 1 and 1", attempts, failures)
-	}
-	h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "m"}})) // starts one
-	waitLive(t, h, 1)
-	// Its failures count on until the template serves a call (one that
-	// starts and dies at once keeps backing off).
-	ts.mu.Lock()
-	tt = ts.by[key]
-	failures, tpl, retryAt := tt.failures, tt.tpl, tt.retryAt
-	ts.mu.Unlock()
-	if failures != 1 || !retryAt.IsZero() {
-		t.Errorf("after a start that succeeded: failures %d, retry at %v; want 1 and none", failures, retryAt)
-	}
-	ts.served(key, tpl)
-	ts.mu.Lock()
-	failures = ts.by[key].failures
-	ts.mu.Unlock()
-	if failures != 0 {
-		t.Errorf("failures %d after a call served, want 0", failures)
-	}
-}
-
-func TestTemplateBackoff(t *testing.T) {
-	var got []time.Duration
-	for n := 1; n <= 9; n++ {
-		got = append(got, templateBackoff(n))
-	}
-	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
-	for i := range want {
-		if got[i] != want[i]*time.Second {
-			t.Fatalf("back-off after 1..9 failures: %v, want 1s doubling to 60s", got)
-		}
+	if attempts != 1 {
+		t.Errorf("%d starts during the back-off, want 1", attempts)
 	}
 }
 
@@ -351,12 +344,37 @@ func TestTemplateRenewedAfterItsLastCall(t *testing.T) {
 	if _, calls, _ := f.counts(); calls != 1 {
 		t.Fatalf("%d template calls, want 1", calls)
 	}
-	f.mu.Lock()
-	f.retired, f.why = nil, "" // the replacement is not retired
-	f.mu.Unlock()
 	waitFor(t, "the replacement started without another call", func() bool { started, _, _ := f.counts(); return started == 2 })
 	waitLive(t, h, 1)
 	if page := metricsText(t, h); !strings.Contains(page, `str_worker_templates_retired_total{reason="calls"} 1`) {
 		t.Errorf("metrics lack the retirement:\n%s", grepLines(page, "str_worker_template"))
 	}
+}
+
+// A template retired while a call runs in it (here: its tool removed by
+// a manifest reload) drains: the call finishes, then the template ends.
+func TestTemplateDrainsAtReload(t *testing.T) {
+	f := &fakeTemplates{callErr: fmt.Errorf("template call: %w: %w", template.ErrCallNetwork, errors.New("injected")),
+		inCall: make(chan struct{}), release: make(chan struct{})}
+	h := templateHarness(t, f)
+	waitLive(t, h, 1)
+	replied := make(chan string, 1)
+	go func() {
+		replied <- string(h.reply(h.send("echo_tpl", map[string]any{"args": map[string]any{"message": "m"}})))
+	}()
+	<-f.inCall
+	m, err := os.ReadFile(h.cfg.ManifestPath)
+	must(t, err)
+	must(t, os.WriteFile(h.cfg.ManifestPath, []byte(strings.Replace(string(m), "  echo_tpl: {module: testtools, function: echo, warm: template}\n", "", 1)), 0o644))
+	waitFor(t, "the retirement at the reload", func() bool {
+		return strings.Contains(metricsText(t, h), `str_worker_templates_retired_total{reason="removed"} 1`)
+	})
+	if _, _, closed := f.counts(); closed != 0 {
+		t.Fatalf("the template was closed while its call ran")
+	}
+	close(f.release)
+	if r := <-replied; !strings.Contains(r, `"echo":"m"`) {
+		t.Errorf("the call's reply: %s", r)
+	}
+	waitFor(t, "the template closed once its call was over", func() bool { _, _, closed := f.counts(); return closed == 1 })
 }

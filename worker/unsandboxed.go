@@ -63,3 +63,10 @@ func (u Unsandboxed) Create(ctx context.Context, spec SandboxSpec) (Sandbox, err
 
 // CapsWorkDirs: a plain directory per call, uncapped.
 func (Unsandboxed) CapsWorkDirs() bool { return false }
+
+// Templates: none (every call runs cold).
+func (Unsandboxed) Templates() bool { return false }
+
+func (Unsandboxed) StartTemplate(context.Context, launcher.TemplateSpec) (launcher.Template, error) {
+	return nil, launcher.ErrNoTemplates
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/securetoolruntime/str/internal/jsonlog"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/install"
+	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/artifacts"
@@ -85,7 +86,6 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 	// SANDBOX_MODE=none says so) and the artifact store.
 	var (
 		sandboxes worker.Sandboxes
-		templates worker.TemplateStarter // root mode only: templates lease host ids
 		set       *profiles.Set
 		pip       manifest.PipRunner // nil without a launcher: the wheel unpacker only
 	)
@@ -103,11 +103,9 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		sandboxes, set = l.Provider(), l.Profiles()
+		// With per-tool templates (root mode only: they lease host ids).
+		sandboxes, set = template.Provider(l), l.Profiles()
 		pip = sandboxedPip{l: l, python: cfg.PythonBin}
-		if os.Geteuid() == 0 {
-			templates = worker.LauncherTemplates(l)
-		}
 	}
 	store, auditLog, err := artifacts.Open(artifacts.Settings{
 		Type: cfg.ArtifactType, BasePath: cfg.ArtifactBasePath, Namespace: cfg.Namespace,
@@ -124,7 +122,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 
 	// 5. the server and its health/metrics endpoint.
 	srv, err := worker.New(worker.Options{
-		Config: cfg, Transport: tr, Sandboxes: sandboxes, Profiles: set, Store: store, Logger: log, Templates: templates,
+		Config: cfg, Transport: tr, Sandboxes: sandboxes, Profiles: set, Store: store, Logger: log,
 		Installer: &manifest.Installer{
 			Python: cfg.PythonBin, SiteDir: cfg.SiteDir,
 			WheelsDir: filepath.Join(filepath.Dir(cfg.ManifestPath), "wheels"), IndexURL: cfg.PackageIndex,

@@ -23,8 +23,12 @@ var Profiles = map[string]bool{"restrictive": true, "standard": true, "permissiv
 
 // Sandboxes is the fake Provider. UID and GID, when UID is not 0, are the
 // ids the tool runs as and its work dir is handed to (the test must be
-// root), as a launcher sandbox's own host ids.
-type Sandboxes struct{ UID, GID int }
+// root), as a launcher sandbox's own host ids. Template, when set, is
+// its StartTemplate (a test's fake templates); nil: no templates.
+type Sandboxes struct {
+	UID, GID int
+	Template func(ctx context.Context, spec launcher.TemplateSpec) (launcher.Template, error)
+}
 
 // CheckProfile knows Profiles; another name wraps profiles.ErrUnknownProfile.
 func (Sandboxes) CheckProfile(name string) error {
@@ -36,6 +40,16 @@ func (Sandboxes) CheckProfile(name string) error {
 
 // CapsWorkDirs: the fake's work dirs are plain directories.
 func (Sandboxes) CapsWorkDirs() bool { return false }
+
+// Templates: when Template is set.
+func (s Sandboxes) Templates() bool { return s.Template != nil }
+
+func (s Sandboxes) StartTemplate(ctx context.Context, spec launcher.TemplateSpec) (launcher.Template, error) {
+	if s.Template == nil {
+		return nil, launcher.ErrNoTemplates
+	}
+	return s.Template(ctx, spec)
+}
 
 // Create makes the work dir; the process starts at Box.Start.
 func (s Sandboxes) Create(ctx context.Context, spec launcher.Spec) (launcher.Box, error) {

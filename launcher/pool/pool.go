@@ -7,21 +7,24 @@ import (
 	"time"
 )
 
-// Item is one thing made ahead of demand, used for one call.
+// Item is one thing made ahead of demand, used for one call (or, in a
+// pool of shared items, Config.Uses calls).
 type Item interface {
 	// Ready is closed once the item can take its call at once; it never
 	// closes for one that ends first.
 	Ready() <-chan struct{}
 	// Ended is closed once the item is gone.
 	Ended() <-chan struct{}
-	// Expired says, once Ended, that the item ended at its own idle
-	// limit (retired Aged, no backoff) rather than died.
-	Expired() bool
+	// EndReason says, once Ended, why the item ended on its own: Aged
+	// or Calls at its own limits (no backoff); "" (Died) or any other
+	// reason a death, retired under that reason with its set's backoff.
+	EndReason() Reason
 	// Kill ends the item without waiting; Ended follows.
 	Kill()
 	// Release frees what the caller holds for an item, once it has
-	// ended. The pool calls it once for every item no claim took; a
-	// claimer releases its own.
+	// ended. The pool calls it once for every item no claim took, and
+	// for every shared item (whose uses in flight, if it ended on its
+	// own, it must let finish); a claimer releases its own.
 	Release()
 }
 
@@ -30,13 +33,16 @@ type Item interface {
 type Reason string
 
 const (
-	Aged    Reason = "aged"    // older than MaxAge, or ended at its own idle limit
-	Died    Reason = "died"    // ended before any claim (or cannot take one)
-	Drained Reason = "drained" // its set changed or went, or the pool stopped
+	Aged    Reason = "aged"         // older than MaxAge, or ended at its own idle limit
+	Died    Reason = "died"         // ended before any claim (or cannot take one)
+	Drained Reason = "drained"      // its set changed or went, or the pool stopped
+	Calls   Reason = "calls"        // a shared item whose Config.Uses uses were taken
+	Failed  Reason = "build_failed" // a build returned an error (SetState.Backoff only)
 )
 
 // The backoff of a set after a failed build or an idle item's death:
-// BackoffFirst doubling per failure up to BackoffMax.
+// BackoffFirst doubling per failure up to BackoffMax (unless Config
+// says otherwise).
 const (
 	BackoffFirst = time.Second
 	BackoffMax   = time.Minute
@@ -84,6 +90,14 @@ type Config[K comparable, I Item] struct {
 	Budget int64
 	// ReadyOnly: a claim takes only items already ready.
 	ReadyOnly bool
+	// Uses > 0 makes the items shared: a claim takes one use of an item,
+	// which stays in its set for the next claims until its Uses-th use
+	// is taken (then it is retired Calls). A shared item retired while
+	// uses are in flight is killed once the last is Done (it drains).
+	// 0: a claim takes the item.
+	Uses int
+	// BackoffFirst and BackoffMax replace the package's (0: theirs).
+	BackoffFirst, BackoffMax time.Duration
 	// Metrics gets every count (nil: none kept).
 	Metrics Metrics
 	// Failed and Died, when set, are told of a failed build and of an
@@ -107,6 +121,9 @@ type entry[K comparable, I Item] struct {
 	set   *set[K, I]
 	built time.Time // when its build began: its age counts from there
 	state state     // guarded by Pool.mu
+	// A shared item's uses taken, and those in flight (not yet Done);
+	// guarded by Pool.mu.
+	uses, inflight int
 }
 
 // set is the pool of one name.
@@ -118,6 +135,7 @@ type set[K comparable, I Item] struct {
 	serving  int // claimed items whose claimer has not said Done
 	failures int // since an item of the set was last ready
 	retryAt  time.Time
+	why      Reason // of the last failure
 }
 
 // Pool is a keyed set of items made ahead of demand (doc.go has the
@@ -143,6 +161,12 @@ type Pool[K comparable, I Item] struct {
 func New[K comparable, I Item](parent context.Context, cfg Config[K, I]) *Pool[K, I] {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
+	}
+	if cfg.BackoffFirst <= 0 {
+		cfg.BackoffFirst = BackoffFirst
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = BackoffMax
 	}
 	ctx, cancel := context.WithCancel(parent)
 	return &Pool[K, I]{cfg: cfg, ctx: ctx, cancel: cancel, sets: map[string]*set[K, I]{},
@@ -206,12 +230,22 @@ type Claimed[K comparable, I Item] struct {
 }
 
 // Done says the claimed item's call is over and the item gone (released
-// by the claimer): its set may replace it now.
+// by the claimer): its set may replace it now. For a shared item: the
+// use is over; a retired item whose last use it was is killed.
 func (c *Claimed[K, I]) Done() {
 	c.once.Do(func() {
 		c.p.mu.Lock()
-		c.e.set.serving--
+		e := c.e
+		if c.p.cfg.Uses <= 0 {
+			e.set.serving--
+		} else {
+			e.inflight--
+		}
+		drained := c.p.cfg.Uses > 0 && e.state == retired && e.inflight == 0
 		c.p.mu.Unlock()
+		if drained {
+			e.item.Kill()
+		}
 		c.p.wake()
 	})
 }
@@ -220,7 +254,8 @@ func (c *Claimed[K, I]) Done() {
 // and the item is alive, younger than MaxAge and accepted: accept (nil:
 // every one) is the claimer's own check, run under the pool's lock; it
 // returns "" to take the item, else the reason to retire it. It returns
-// nil when no item fits (a miss, when name has a set).
+// nil when no item fits (a miss, when name has a set). Of a shared item
+// it takes one use: the item stays idle for the next claims.
 func (p *Pool[K, I]) Claim(name string, key K, accept func(I) Reason) *Claimed[K, I] {
 	now := time.Now()
 	p.mu.Lock()
@@ -230,7 +265,7 @@ func (p *Pool[K, I]) Claim(name string, key K, accept func(I) Reason) *Claimed[K
 		return nil // no pool for this name: not a miss
 	}
 	var got *entry[K, I]
-	var kill []*entry[K, I]
+	var kill, deaths []*entry[K, I]
 	if s.spec.Key == key {
 		var keep []*entry[K, I]
 		for i, e := range s.idle {
@@ -243,24 +278,37 @@ func (p *Pool[K, I]) Claim(name string, key K, accept func(I) Reason) *Claimed[K
 				keep = append(keep, e)
 				continue
 			}
+			if ended {
+				if p.endedLocked(e) {
+					deaths = append(deaths, e)
+				}
+				continue
+			}
 			var reason Reason
 			switch {
-			case ended:
-				reason = Died
 			case p.cfg.MaxAge > 0 && now.Sub(e.built) > p.cfg.MaxAge:
 				reason = Aged
 			case accept != nil:
 				reason = accept(e.item)
 			}
 			if reason != "" {
-				p.retireLocked(e, reason)
-				kill = append(kill, e)
+				kill = p.retireLocked(e, reason, kill)
 				continue
 			}
-			e.state = claimed
-			p.held -= s.spec.Cost
-			s.serving++
 			got = e
+			if p.cfg.Uses <= 0 {
+				e.state = claimed
+				p.held -= s.spec.Cost
+				s.serving++
+				continue
+			}
+			e.uses++
+			e.inflight++
+			if e.uses >= p.cfg.Uses {
+				kill = p.retireLocked(e, Calls, kill) // killed once this use is Done
+				continue
+			}
+			keep = append(keep, e)
 		}
 		s.idle = keep
 		p.gaugeLocked(s)
@@ -271,9 +319,15 @@ func (p *Pool[K, I]) Claim(name string, key K, accept func(I) Reason) *Claimed[K
 	} else {
 		p.cfg.Metrics.Hit(name)
 	}
+	retryIn := time.Until(s.retryAt)
 	p.mu.Unlock()
 	for _, e := range kill {
 		e.item.Kill()
+	}
+	if p.cfg.Died != nil {
+		for _, e := range deaths {
+			p.cfg.Died(name, e.item, retryIn)
+		}
 	}
 	p.wake()
 	if got == nil {
@@ -314,8 +368,7 @@ func (p *Pool[K, I]) retireAged() {
 			if now.Sub(e.built) <= p.cfg.MaxAge {
 				return false
 			}
-			p.retireLocked(e, Aged)
-			kill = append(kill, e)
+			kill = p.retireLocked(e, Aged, kill)
 			return true
 		})
 		if len(kill) != n {
@@ -352,7 +405,7 @@ func (p *Pool[K, I]) Fill() {
 			p.held -= s.spec.Cost
 			p.cfg.Metrics.Held(p.held)
 			p.cfg.Metrics.BuildFailed(s.name)
-			p.backoffLocked(s)
+			p.backoffLocked(s, Failed)
 			retryIn := time.Until(s.retryAt)
 			p.mu.Unlock()
 			if p.cfg.Failed != nil {
@@ -362,7 +415,7 @@ func (p *Pool[K, I]) Fill() {
 		}
 		e := &entry[K, I]{item: item, set: s, built: t0}
 		if p.stopped || p.sets[s.name] != s {
-			p.retireLocked(e, Drained)
+			p.retireLocked(e, Drained, nil)
 		} else {
 			s.idle = append(s.idle, e)
 			p.gaugeLocked(s)
@@ -401,16 +454,17 @@ func (p *Pool[K, I]) nextLocked(now time.Time) *set[K, I] {
 	return nil
 }
 
-func (p *Pool[K, I]) backoffLocked(s *set[K, I]) {
+func (p *Pool[K, I]) backoffLocked(s *set[K, I], why Reason) {
 	s.failures++
-	d := BackoffFirst << min(s.failures-1, 10)
-	s.retryAt = time.Now().Add(min(d, BackoffMax))
+	s.why = why
+	d := p.cfg.BackoffFirst << min(s.failures-1, 10)
+	s.retryAt = time.Now().Add(min(d, p.cfg.BackoffMax))
 }
 
 // watch follows one item until it is gone: its readiness (the build
 // time; a ready item ends its set's backoff), then its end: an idle item
-// that ends leaves the pool, Aged at its own idle limit, else Died (with
-// the backoff). A claimed item is its claimer's to release.
+// that ends leaves the pool, under its EndReason (a death: with the
+// backoff). A claimed item is its claimer's to release.
 func (p *Pool[K, I]) watch(e *entry[K, I]) {
 	defer p.wg.Done()
 	s := e.set
@@ -429,18 +483,12 @@ func (p *Pool[K, I]) watch(e *entry[K, I]) {
 	p.mu.Lock()
 	st := e.state
 	died := false
-	var retryIn time.Duration
 	if st == idle {
 		s.idle = slices.DeleteFunc(s.idle, func(x *entry[K, I]) bool { return x == e })
-		reason := Aged
-		if !e.item.Expired() {
-			reason, died = Died, true
-			p.backoffLocked(s)
-			retryIn = time.Until(s.retryAt)
-		}
-		p.retireLocked(e, reason)
+		died = p.endedLocked(e)
 		p.gaugeLocked(s)
 	}
+	retryIn := time.Until(s.retryAt)
 	p.mu.Unlock()
 	if died && p.cfg.Died != nil {
 		p.cfg.Died(s.name, e.item, retryIn)
@@ -449,6 +497,21 @@ func (p *Pool[K, I]) watch(e *entry[K, I]) {
 		e.item.Release()
 		p.wake()
 	}
+}
+
+// endedLocked retires e, an idle item that ended (out of its idle list
+// now), under its EndReason; a death starts its set's backoff (true).
+func (p *Pool[K, I]) endedLocked(e *entry[K, I]) bool {
+	reason := e.item.EndReason()
+	died := reason != Aged && reason != Calls
+	if died {
+		if reason == "" {
+			reason = Died
+		}
+		p.backoffLocked(e.set, reason)
+	}
+	p.retireLocked(e, reason, nil)
+	return died
 }
 
 // gaugeLocked reports s's idle and ready items.
@@ -462,29 +525,36 @@ func (p *Pool[K, I]) gaugeLocked(s *set[K, I]) {
 	p.cfg.Metrics.Idle(s.name, len(s.idle), ready)
 }
 
-// retireAllLocked retires every idle item of s and returns them, to be
+// retireAllLocked retires every idle item of s and returns those to be
 // killed without the lock.
 func (p *Pool[K, I]) retireAllLocked(s *set[K, I], r Reason) []*entry[K, I] {
-	out := s.idle
-	for _, e := range out {
-		p.retireLocked(e, r)
+	var kill []*entry[K, I]
+	for _, e := range s.idle {
+		kill = p.retireLocked(e, r, kill)
 	}
 	s.idle = nil
-	return out
+	return kill
 }
 
-// retireLocked marks e (already out of its idle list) retired.
-func (p *Pool[K, I]) retireLocked(e *entry[K, I], r Reason) {
+// retireLocked marks e (already out of its idle list, or leaving it)
+// retired and returns kill with e appended if it is to be killed now: a
+// shared item with uses in flight is killed at the last one's Done.
+func (p *Pool[K, I]) retireLocked(e *entry[K, I], r Reason, kill []*entry[K, I]) []*entry[K, I] {
 	e.state = retired
 	p.held -= e.set.spec.Cost
 	p.cfg.Metrics.Retired(e.set.name, r)
 	p.cfg.Metrics.Held(p.held)
+	if e.inflight > 0 {
+		return kill
+	}
+	return append(kill, e)
 }
 
 // Stop ends building and retires every idle item Drained; Wait then
 // returns once every item is gone and released. Claimed items stay their
 // claimers': Stop does not end them (a call runs on through a shutdown's
-// grace; test/fleet's docker stop).
+// grace; test/fleet's docker stop), nor the uses in flight of a shared
+// item (it drains).
 func (p *Pool[K, I]) Stop() {
 	p.mu.Lock()
 	if p.stopped {
@@ -516,8 +586,13 @@ func (p *Pool[K, I]) Wait() {
 	p.wg.Wait()
 }
 
-// SetState is what a set holds: items idle, being built and serving.
-type SetState struct{ Idle, Building, Serving int }
+// SetState is what a set holds: items idle, being built and serving;
+// and, while its backoff runs, the reason of the failure that started
+// it (Failed for a build, else an item's death).
+type SetState struct {
+	Idle, Building, Serving int
+	Backoff                 Reason
+}
 
 // State is name's set's (false: no set).
 func (p *Pool[K, I]) State(name string) (SetState, bool) {
@@ -527,7 +602,11 @@ func (p *Pool[K, I]) State(name string) (SetState, bool) {
 	if s == nil {
 		return SetState{}, false
 	}
-	return SetState{Idle: len(s.idle), Building: s.building, Serving: s.serving}, true
+	st := SetState{Idle: len(s.idle), Building: s.building, Serving: s.serving}
+	if time.Now().Before(s.retryAt) {
+		st.Backoff = s.why
+	}
+	return st, true
 }
 
 // Stopped reports whether Stop has run.

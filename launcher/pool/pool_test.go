@@ -26,10 +26,15 @@ type item struct {
 
 func (i *item) Ready() <-chan struct{} { return i.ready }
 func (i *item) Ended() <-chan struct{} { return i.ended }
-func (i *item) Expired() bool          { return i.expired.Load() }
-func (i *item) Kill()                  { i.killed.Store(true); i.end(false) }
-func (i *item) Release()               { i.released.Add(1) }
-func (i *item) setReady()              { close(i.ready) }
+func (i *item) EndReason() Reason {
+	if i.expired.Load() {
+		return Aged
+	}
+	return ""
+}
+func (i *item) Kill()     { i.killed.Store(true); i.end(false) }
+func (i *item) Release()  { i.released.Add(1) }
+func (i *item) setReady() { close(i.ready) }
 func (i *item) end(expired bool) {
 	i.endOnce.Do(func() { i.expired.Store(expired); close(i.ended) })
 }
@@ -309,10 +314,10 @@ func TestDeathBackoff(t *testing.T) {
 func TestBackoffDoubles(t *testing.T) {
 	var got []string
 	s := &set[string, *item]{}
-	p := &Pool[string, *item]{}
+	p := New(context.Background(), Config[string, *item]{})
 	for range 9 {
 		t0 := time.Now()
-		p.backoffLocked(s)
+		p.backoffLocked(s, Died)
 		got = append(got, s.retryAt.Sub(t0).Round(time.Second).String())
 	}
 	want := "[1s 2s 4s 8s 16s 32s 1m0s 1m0s 1m0s]"
@@ -399,4 +404,81 @@ func TestConfigureAndStop(t *testing.T) {
 			t.Errorf("retired %v gone %v", m.retired, m.gone)
 		}
 	})
+}
+
+// TestSharedUses: with Config.Uses, a claim takes one use and the item
+// stays in its set (no replacement); the Uses-th use retires it Calls,
+// and it is killed (drained) only once that use is Done, not at the
+// claim; its replacement is built at once.
+func TestSharedUses(t *testing.T) {
+	h := newHarness(t, func(c *Config[string, *item]) { c.Uses = 3 })
+	h.p.Configure(map[string]Spec[string]{"a": {Key: "k", Size: 1}})
+	h.p.Fill()
+	var cs []*Claimed[string, *item]
+	for i := range 3 {
+		c := h.p.Claim("a", "k", nil)
+		if c == nil || c.Item.id != 0 {
+			t.Fatalf("claim %d took %v, want item 0", i, c)
+		}
+		cs = append(cs, c)
+	}
+	it := h.items()[0]
+	if st := h.state("a"); st.Idle != 0 || st.Serving != 0 {
+		t.Errorf("after its last use: %+v, want it out of the set", st)
+	}
+	h.p.Fill()
+	if len(h.items()) != 2 {
+		t.Errorf("%d built, want the replacement at once", len(h.items()))
+	}
+	cs[0].Done()
+	cs[2].Done()
+	if it.killed.Load() {
+		t.Fatal("killed while a use is in flight")
+	}
+	cs[1].Done()
+	if !it.killed.Load() {
+		t.Error("not killed once its last use was Done")
+	}
+	waitFor(t, "the pool released it", func() bool { return it.released.Load() == 1 })
+	h.m.read(func(m *counts) {
+		if m.retired[Calls] != 1 || m.hits["a"] != 3 {
+			t.Errorf("retired %v hits %v", m.retired, m.hits)
+		}
+	})
+}
+
+// TestSharedDrains: a shared item retired while a use is in flight (its
+// set changed, the pool stopped) is killed once the use is Done.
+func TestSharedDrains(t *testing.T) {
+	h := newHarness(t, func(c *Config[string, *item]) { c.Uses = 10 })
+	h.p.Configure(map[string]Spec[string]{"a": {Key: "k", Size: 1}})
+	h.p.Fill()
+	c := h.p.Claim("a", "k", nil)
+	h.p.Configure(map[string]Spec[string]{"a": {Key: "k2", Size: 1}})
+	if c.Item.killed.Load() {
+		t.Fatal("killed at the reconfiguration while its use runs")
+	}
+	h.m.read(func(m *counts) {
+		if m.retired[Drained] != 1 {
+			t.Errorf("retired %v", m.retired)
+		}
+	})
+	c.Done()
+	if !c.Item.killed.Load() {
+		t.Error("not killed once its use was Done")
+	}
+}
+
+// TestSetStateBackoff: a set in its backoff says what started it: an
+// idle item's death under the item's own reason.
+func TestSetStateBackoff(t *testing.T) {
+	h := newHarness(t, func(c *Config[string, *item]) { c.BackoffFirst, c.BackoffMax = time.Hour, time.Hour })
+	h.p.Configure(map[string]Spec[string]{"a": {Key: "k", Size: 1}})
+	h.p.Fill()
+	h.items()[0].end(false)
+	waitFor(t, "the death", func() bool { return h.state("a").Backoff == Died })
+	h.p.Fill()
+	if len(h.items()) != 1 {
+		t.Errorf("%d built during the backoff, want 1", len(h.items()))
+	}
 }

@@ -138,10 +138,12 @@ func (b *residentBox) Ended() <-chan struct{} { return b.sb.Ended() }
 func (b *residentBox) Kill()                  { _ = b.sb.Kill() }
 func (b *residentBox) Release()               { b.cancel() }
 
-// Expired: it reached its idle limit (TimedOut while unarmed).
-func (b *residentBox) Expired() bool {
-	res, err := b.sb.Wait()
-	return err == nil && res.TimedOut
+// EndReason: Aged at its idle limit (TimedOut while unarmed), else it died.
+func (b *residentBox) EndReason() pool.Reason {
+	if res, err := b.sb.Wait(); err == nil && res.TimedOut {
+		return pool.Aged
+	}
+	return pool.Died
 }
 
 // done: the call is over and the sandbox gone; its set may replace it.

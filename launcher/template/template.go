@@ -147,21 +147,6 @@ type Request struct {
 	ReadyTimeout time.Duration
 }
 
-// CallOptions are one call's own settings.
-type CallOptions struct {
-	// Timeout is the call's wall clock (0: the profile's).
-	Timeout time.Duration
-	// WorkDir, with the template's WorkDirTarget, makes the call's work
-	// dir on the host once its host ids are known (the pair it runs as:
-	// the directory must be writable by them) and returns its path; the
-	// supervisor clones it (open_tree, no symlink followed, nosuid,nodev)
-	// and the call mounts it at WorkDirTarget.
-	WorkDir func(hostUID, hostGID int) (string, error)
-	// Args, when set, gives the runner arguments after WorkDir has run
-	// (they may name what it made); Call's runnerArgs is then ignored.
-	Args func() ([]byte, error)
-}
-
 // CallWorkDir makes a template call's work dir as a sandbox's is made
 // (launcher step L9): under spec, capped by the profile's work_dir (root
 // mode: its own tmpfs), filled, owned by uid and gid (the call's pair:
@@ -209,6 +194,27 @@ type freshMount struct {
 	target string
 	fs     string // "tmpfs" or "proc"
 	data   string // tmpfs options (size=,mode=)
+}
+
+// Provider is l's Provider with templates: StartTemplate is Start (root
+// mode only).
+func Provider(l *launcher.Launcher) launcher.Provider { return provider{l.Provider(), l} }
+
+type provider struct {
+	launcher.Provider
+	l *launcher.Launcher
+}
+
+// Templates: in root mode (Start leases the calls' host ids).
+func (p provider) Templates() bool { return p.l.Host().UID == 0 }
+
+func (p provider) StartTemplate(ctx context.Context, spec launcher.TemplateSpec) (launcher.Template, error) {
+	t, err := Start(ctx, p.l, Request{Request: spec.Spec.Request(), SourceHash: spec.SourceHash,
+		WorkDirTarget: spec.WorkDirTarget, ReadyTimeout: spec.ReadyTimeout})
+	if err != nil {
+		return nil, err // never a typed nil in the interface
+	}
+	return t, nil
 }
 
 // Start performs T1-T3 with l and starts T4. Root mode only: the calls'
@@ -480,6 +486,9 @@ func (t *Template) Pid() int { return t.pid }
 // hash (the tool changed: retire it).
 func (t *Template) Stale(hash string) bool { return t.hash != hash }
 
+// Done is closed once the template is retired (Why says why).
+func (t *Template) Done() <-chan struct{} { return t.done }
+
 // Retired is non-nil once the template takes no more calls.
 func (t *Template) Retired() error {
 	t.mu.Lock()
@@ -487,8 +496,14 @@ func (t *Template) Retired() error {
 	return t.retired
 }
 
-// RetireReason is why a template takes no more calls (Template.Why).
-type RetireReason string
+// The template's types a caller's interface names are the launcher's
+// (launcher.Template: the Provider boundary).
+type (
+	CallOptions  = launcher.TemplateCallOptions
+	CallResult   = launcher.TemplateCallResult
+	ChildCheck   = launcher.TemplateChildCheck
+	RetireReason = launcher.TemplateRetireReason
+)
 
 // The reasons, in the words of the worker's
 // str_worker_templates_retired_total{reason}.
@@ -743,29 +758,6 @@ func pollable(f *os.File) (*os.File, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), name), nil
-}
-
-// CallResult is one template call's outcome: the runner's result
-// document and what the supervisor verified of the child before the call.
-type CallResult struct {
-	Document json.RawMessage
-	Child    ChildCheck
-	TimedOut bool
-	Wall     time.Duration
-	// Network is what the call's egress session denied (C5).
-	Network launcher.NetworkReport
-	// KilledForViolation: the policy says on_violation: kill, and it
-	// killed the call (Document is then empty).
-	KilledForViolation bool
-}
-
-// ChildCheck is what C9 verified.
-type ChildCheck struct {
-	Pid        int               // host pid
-	HostUID    int               // = HostGID: the pair's host id
-	MappedID   int               // its id in the template's user namespace (the lower id of the call's uid_map as the call reads it)
-	Namespaces map[string]uint64 // the child's 7, none the template's
-	Filters    int               // Seccomp_filters: the template's + 1
 }
 
 // Call runs one call (C1-C12): runnerArgs is what a cold runner reads.
