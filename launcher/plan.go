@@ -422,7 +422,7 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 		return strings.Count(extra[i].Target, "/") < strings.Count(extra[j].Target, "/")
 	})
 	for _, m := range extra {
-		if under(m.Target, "/proc") || under(m.Target, "/dev") {
+		if PathUnder(m.Target, "/proc") || PathUnder(m.Target, "/dev") {
 			errs = append(errs, fmt.Errorf("bind target %s: /proc and /dev are the sandbox's own", m.Target))
 			continue
 		}
@@ -473,7 +473,8 @@ func egressListeners(p egress.Policy) []nsinit.Listener {
 	return ls
 }
 
-func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
+// PathUnder: path is dir or lies under it (both clean and absolute).
+func PathUnder(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
 
 func passwd(uid, gid uint32) string {
 	s := "root:x:0:0:root:/root:/usr/sbin/nologin\n"

@@ -154,7 +154,7 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	// close-on-exec again, at its step 1. There is no config pipe: the
 	// plan is compiled into the program the clone child runs (L4).
 	var err error
-	if s.reportR, s.reportW, err = seqpacketPair(); err != nil {
+	if s.reportR, s.reportW, err = SeqpacketPair("report", "report-init"); err != nil {
 		s.release()
 		return nil, &StepError{Who: "launcher", Step: nsinit.StepLPipes, Action: "socketpair", Path: "report", Detail: "AF_UNIX SOCK_SEQPACKET", Msg: err.Error(), Err: err}
 	}
@@ -284,11 +284,11 @@ func (s *Sandbox) readReports() {
 		// listener, a pre-built sandbox's wait; anything else is no event.
 		ev, ok := s.prog.Event(buf[:n])
 		if !ok {
-			closeFDs(fds)
+			CloseFDs(fds)
 			continue
 		}
 		if ev.Type == "await_call" && s.plan.Child.AwaitCall {
-			closeFDs(fds)
+			CloseFDs(fds)
 			s.awaitingOnce.Do(func() { close(s.awaiting) })
 			continue
 		}
@@ -296,7 +296,7 @@ func (s *Sandbox) readReports() {
 			select {
 			case s.notify <- os.NewFile(uintptr(fds[0]), "seccomp listener"):
 			default: // a second one: the init sends one only
-				closeFDs(fds)
+				CloseFDs(fds)
 			}
 			continue
 		}
@@ -308,31 +308,33 @@ func (s *Sandbox) readReports() {
 			s.startEgress()
 			continue
 		}
-		closeFDs(fds)
+		CloseFDs(fds)
 		s.events = append(s.events, ev)
 	}
 }
 
-func closeFDs(fds []int) {
+// CloseFDs closes descriptors received in a message (RecvMessage's).
+func CloseFDs(fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
 }
 
-// seqpacketPair is the report socket: ours (read; non-blocking, so the
-// runtime's poller waits on it and no thread blocks in a recvmsg while
-// the tool runs) and the init's (write; blocking, its own open file).
-func seqpacketPair() (ours, theirs *os.File, err error) {
+// SeqpacketPair is a SOCK_SEQPACKET pair (close-on-exec) whose first end,
+// ours, is non-blocking (the runtime's poller waits on it, so no thread
+// blocks in a recvmsg and deadlines work) and whose second, the peer's
+// (the init's report end, a template's Python side), stays blocking.
+// name and peer name the two files.
+func SeqpacketPair(name, peer string) (ours, theirs *os.File, err error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := unix.SetNonblock(fds[0], true); err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
+		CloseFDs(fds[:])
 		return nil, nil, err
 	}
-	return os.NewFile(uintptr(fds[0]), "report"), os.NewFile(uintptr(fds[1]), "report-init"), nil
+	return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), peer), nil
 }
 
 // maxReportMessage is the longest report-socket message read whole (a

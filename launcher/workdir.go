@@ -422,7 +422,7 @@ func SweepWorkDirs(base string, prefixes ...string) (Sweep, error) {
 		if len(f) < 5 || len(g) < 2 || g[0] != "tmpfs" || g[1] != WorkDirSource {
 			continue
 		}
-		mp := unescapeMountinfo(f[4])
+		mp := UnescapeMountinfo(f[4])
 		dir := mp
 		if filepath.Base(mp) == RunnerDirName {
 			dir = filepath.Dir(mp)
@@ -473,8 +473,9 @@ func SweepWorkDirs(base string, prefixes ...string) (Sweep, error) {
 	return sw, nil
 }
 
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
+// UnescapeMountinfo undoes the kernel's octal escapes in a mountinfo path
+// (space \040, tab \011, newline \012, backslash \134).
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, "\\") {
 		return s
 	}

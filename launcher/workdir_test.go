@@ -171,7 +171,7 @@ func tmpfsChild(t *testing.T) {
 		t.Fatalf("a work dir tmpfs is still mounted:\n%s", mi)
 	}
 	// Mount points with spaces are unescaped.
-	if got := unescapeMountinfo(`/a\040b/c`); got != "/a b/c" {
+	if got := UnescapeMountinfo(`/a\040b/c`); got != "/a b/c" {
 		t.Fatalf("unescape: %q", got)
 	}
 }

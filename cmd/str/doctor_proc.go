@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // Why a covered /proc matters: a sandbox is a user namespace, and the
@@ -38,7 +39,7 @@ func parseProcMounts(mountinfo string) []procMount {
 		if !ok || len(f) < 6 || len(g) < 1 {
 			continue
 		}
-		point := unescapeMountinfo(f[4])
+		point := launcher.UnescapeMountinfo(f[4])
 		if point != "/proc" && !strings.HasPrefix(point, "/proc/") {
 			continue
 		}
@@ -49,26 +50,6 @@ func parseProcMounts(mountinfo string) []procMount {
 		out = append(out, m)
 	}
 	return out
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes in a mountinfo path
-// (space \040, tab \011, newline \012, backslash \134).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Who mounts over which /proc paths. The systemd lists are those of

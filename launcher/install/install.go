@@ -99,7 +99,7 @@ func Plan(spec Spec) (launcher.Request, egress.Policy, error) {
 	case spec.WheelsDir == "" && spec.IndexURL == "":
 		bad("neither a wheels folder nor an index to install %s from", spec.Requirement)
 	case spec.WheelsDir != "":
-		if absClean("wheels folder", spec.WheelsDir) && (under(spec.Target, spec.WheelsDir) || under(spec.WheelsDir, spec.Target)) {
+		if absClean("wheels folder", spec.WheelsDir) && (launcher.PathUnder(spec.Target, spec.WheelsDir) || launcher.PathUnder(spec.WheelsDir, spec.Target)) {
 			bad("target %s and wheels folder %s overlap", spec.Target, spec.WheelsDir)
 		}
 	}
@@ -285,7 +285,6 @@ func Run(ctx context.Context, l *launcher.Launcher, spec Spec) (out *Result, err
 }
 
 // under reports whether path is dir or below it.
-func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
 
 func checkEmptyDir(p string) error {
 	fi, err := os.Lstat(p)

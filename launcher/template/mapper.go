@@ -97,7 +97,7 @@ func startMapper(nsPath string) (*idMapper, error) {
 	}
 	exe, err := openSelf()
 	if err != nil {
-		closeFDs(sp[:])
+		launcher.CloseFDs(sp[:])
 		return nil, fmt.Errorf("template mapper: %w", err)
 	}
 	m := &mapperMem{}
@@ -261,7 +261,7 @@ func (mp *idMapper) open(path string) (*os.File, error) {
 	}
 	fds, err := unix.ParseUnixRights(&cms[0])
 	if err != nil || len(fds) != 1 {
-		closeFDs(fds)
+		launcher.CloseFDs(fds)
 		return nil, errors.New("template mapper: bad answer")
 	}
 	return os.NewFile(uintptr(fds[0]), path), nil

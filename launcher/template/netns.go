@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -58,13 +59,13 @@ func socketsInNetNS(nsPath string, hostNS int, types []int) ([]int, error) {
 			fds = append(fds, s)
 		}
 		if err := unix.Setns(hostNS, unix.CLONE_NEWNET); err != nil {
-			closeFDs(fds)
+			launcher.CloseFDs(fds)
 			ch <- res{nil, fmt.Errorf("setns back to the host's network namespace: %w", err)} // thread stays locked: discarded
 			return
 		}
 		runtime.UnlockOSThread()
 		if serr != nil {
-			closeFDs(fds)
+			launcher.CloseFDs(fds)
 			fds = nil
 		}
 		ch <- res{fds, serr}
@@ -105,7 +106,7 @@ func callNetwork(nsPath string, ls []nsinit.Listener) ([]int, error) {
 		err = bindListener(lfds[i], l)
 	}
 	if err != nil {
-		closeFDs(lfds)
+		launcher.CloseFDs(lfds)
 		return nil, err
 	}
 	return lfds, nil

@@ -225,7 +225,7 @@ func Start(ctx context.Context, l *launcher.Launcher, tr Request) (*Template, er
 		return nil, errors.New("template: root mode only (each call gets leased host ids)")
 	}
 	req := tr.Request
-	ours, theirs, err := templatePair("template control")
+	ours, theirs, err := launcher.SeqpacketPair("template control", "template control-peer")
 	if err != nil {
 		return nil, fmt.Errorf("template: control socket: %w", err)
 	}
@@ -418,7 +418,7 @@ func (t *Template) planMounts() {
 // underFresh: target lies strictly under a mount each call gets fresh.
 func (t *Template) underFresh(target string) bool {
 	for _, f := range t.fresh {
-		if target != f.target && under(target, f.target) {
+		if target != f.target && launcher.PathUnder(target, f.target) {
 			return true
 		}
 	}
@@ -452,7 +452,7 @@ func (t *Template) checkBinds() error {
 			continue
 		}
 		for _, f := range t.fresh {
-			if under(m.Target, f.target) {
+			if launcher.PathUnder(m.Target, f.target) {
 				return fmt.Errorf("%w: template: bind %s is under %s, which each call gets fresh (it would not see the bind)", launcher.ErrInvalidRequest, m.Target, f.target)
 			}
 		}
@@ -467,9 +467,9 @@ func (t *Template) planWorkDir(target string) error {
 		return nil
 	}
 	bad := !filepath.IsAbs(target) || filepath.Clean(target) != target || target == "/" ||
-		under(target, "/proc") || under(target, "/dev")
+		launcher.PathUnder(target, "/proc") || launcher.PathUnder(target, "/dev")
 	for _, f := range t.fresh {
-		bad = bad || under(target, f.target) || under(f.target, target)
+		bad = bad || launcher.PathUnder(target, f.target) || launcher.PathUnder(f.target, target)
 	}
 	if bad {
 		return fmt.Errorf("%w: template work dir target %q: an absolute clean path outside /proc, /dev and the calls' fresh mounts", launcher.ErrInvalidRequest, target)
@@ -876,7 +876,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	timeout := opts.Timeout
 	t := c.t
 	start := time.Now()
-	ours, theirs, err := templatePair("template call")
+	ours, theirs, err := launcher.SeqpacketPair("template call", "template call-peer")
 	if err != nil {
 		return nil, fmt.Errorf("template call: socket: %w", err)
 	}
@@ -968,7 +968,7 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 	if opts.WorkDir != nil && t.workTarget != "" {
 		tree, err := c.workDirTree(opts.WorkDir)
 		if err != nil {
-			closeFDs(mfds)
+			launcher.CloseFDs(mfds)
 			return nil, err
 		}
 		mfds, targets = append(mfds, tree), append(targets, t.workTarget)
@@ -1588,7 +1588,7 @@ func recvJSON(f *os.File, v any, d time.Duration, creds bool) (int, int, error) 
 		cms, _ := unix.ParseSocketControlMessage(oob[:oobn])
 		for _, cm := range cms {
 			if fds, err := unix.ParseUnixRights(&cm); err == nil {
-				closeFDs(fds)
+				launcher.CloseFDs(fds)
 			}
 			if uc, err := unix.ParseUnixCredentials(&cm); err == nil {
 				pid = int(uc.Pid)
@@ -1605,28 +1605,4 @@ func recvJSON(f *os.File, v any, d time.Duration, creds bool) (int, int, error) 
 		return 0, 0, errors.New("no SCM_CREDENTIALS")
 	}
 	return pid, n, json.Unmarshal(bytes.TrimSpace(buf[:n]), v)
-}
-
-// templatePair is a SOCK_SEQPACKET pair whose first end is ours,
-// non-blocking (so deadlines work on it); the second stays blocking for
-// the Python side.
-func templatePair(name string) (ours, theirs *os.File, err error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := unix.SetNonblock(fds[0], true); err != nil {
-		closeFDs(fds[:])
-		return nil, nil, err
-	}
-	return os.NewFile(uintptr(fds[0]), name), os.NewFile(uintptr(fds[1]), name+"-peer"), nil
-}
-
-// under: path is dir or lies under it.
-func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
 }

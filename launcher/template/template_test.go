@@ -144,7 +144,7 @@ func TestRecvDocumentTooLarge(t *testing.T) {
 		size     int
 		tooLarge bool
 	}{{maxTemplateMessage + 1, true}, {2, false}} {
-		ours, theirs, err := templatePair("test")
+		ours, theirs, err := launcher.SeqpacketPair("test", "test-peer")
 		if err != nil {
 			t.Fatal(err)
 		}
