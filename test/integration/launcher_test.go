@@ -317,7 +317,10 @@ func addedMounts(before, after string) []string {
 	}
 	var added []string
 	for _, l := range strings.Split(after, "\n") {
-		if l == "" || seen[l] || strings.Contains(l, " str-workdir ") || strings.Contains(l, " - nsfs ") ||
+		// " str-test ": a fixture of another test package running beside
+		// this one (internal/testfs mounts its tmpfs under that source
+		// name), not str's.
+		if l == "" || seen[l] || strings.Contains(l, " str-workdir ") || strings.Contains(l, " - nsfs ") || strings.Contains(l, " str-test ") ||
 			strings.Contains(l, " - overlay ") || strings.Contains(l, "/var/lib/docker") || strings.Contains(l, "/run/docker") {
 			continue
 		}
