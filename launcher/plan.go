@@ -113,13 +113,6 @@ type CgroupPlan struct {
 
 const cpuPeriodUs = 100000
 
-// NsinitPidsAllowance is added to the profile's pids limit for pids.max:
-// pids.max counts threads, and the init (a Go program) starts a few of its
-// own during setup; they are gone once it has become the tool, so the
-// tool's own processes are bounded by the profile's number through
-// RLIMIT_NPROC and by pids.max with this small margin.
-const NsinitPidsAllowance = 8
-
 // FitTimeout is the one place a sandbox's wall clock is fitted to its
 // profile: asked, at most the profile's timeout (0 there = none); asked 0
 // (or less) is the profile's. The plan takes its Timeout from it, and so
@@ -203,7 +196,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		SwapMax:     0,
 		CPUQuotaUs:  int64(p.Cgroup.CPUs) * cpuPeriodUs / 1000,
 		CPUPeriodUs: cpuPeriodUs,
-		PidsMax:     p.Cgroup.Pids + NsinitPidsAllowance,
+		PidsMax:     p.Cgroup.Pids, // the init is one task that becomes the tool: no allowance
 	}
 	if host.Cgroup == CgroupNone && !p.BestEffort {
 		bad("no writable cgroup hierarchy on this host and profile %s is not best_effort (see str doctor)", p.Name)

@@ -273,7 +273,7 @@ func TestPlanReferenceNumbers(t *testing.T) {
 			t.Errorf("%s rlimits %v", name, got)
 		}
 		c := pl.Cgroup
-		if c.MemoryMax != w.mem || c.SwapMax != 0 || c.CPUQuotaUs != w.quota || c.CPUPeriodUs != 100000 || c.PidsMax != w.pids+NsinitPidsAllowance {
+		if c.MemoryMax != w.mem || c.SwapMax != 0 || c.CPUQuotaUs != w.quota || c.CPUPeriodUs != 100000 || c.PidsMax != w.pids {
 			t.Errorf("%s cgroup %+v", name, c)
 		}
 	}

@@ -87,7 +87,7 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 	w("\ncgroup (%s):\n", pl.Cgroup.Mode)
 	w("  memory.max %s, swap %d\n", bytes(profiles.Quantity(pl.Cgroup.MemoryMax)), pl.Cgroup.SwapMax)
 	w("  cpu.max %d %d (%.2f CPUs)\n", pl.Cgroup.CPUQuotaUs, pl.Cgroup.CPUPeriodUs, float64(pl.Cgroup.CPUQuotaUs)/float64(pl.Cgroup.CPUPeriodUs))
-	w("  pids.max %d (the profile's %d + %d for the init's threads during setup)\n", pl.Cgroup.PidsMax, pl.Cgroup.PidsMax-launcher.NsinitPidsAllowance, launcher.NsinitPidsAllowance)
+	w("  pids.max %d\n", pl.Cgroup.PidsMax)
 	if pl.Timeout > 0 {
 		w("\ntimeout: %s wall clock, then the whole sandbox is killed\n", pl.Timeout.Round(time.Millisecond))
 	}

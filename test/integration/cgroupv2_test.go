@@ -32,7 +32,6 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher"
 
 	"golang.org/x/sys/unix"
 )
@@ -249,9 +248,9 @@ func TestCgroupV2PidsMax(t *testing.T) {
 	needCgroupV2(t)
 	parent := v2SandboxParent(t)
 	before := v2Subdirs(parent)
-	// nsinit's Go runtime threads count against pids.max too (a task is a
-	// thread): the tool reports how many there are.
-	script := `echo nsinit-threads=$(ls /proc/1/task | wc -l); i=0; while [ $i -lt 40 ]; do sleep 60 & i=$((i+1)); done; echo all-forked; wait`
+	// The init is one task that became the tool (PID 1): it reports
+	// its thread count (1), and pids.max is the request exactly.
+	script := `echo init-threads=$(ls /proc/1/task | wc -l); i=0; while [ $i -lt 40 ]; do sleep 60 & i=$((i+1)); done; echo all-forked; wait`
 	p := v2Start(t, v2Opts{}, "--profile", "standard", "--pids", "16", "--timeout", "240s", "--", "/bin/sh", "-c", script)
 	pidsMax := ""
 	if dir := v2AwaitSandbox(parent, before, p); dir != "" {
@@ -259,11 +258,10 @@ func TestCgroupV2PidsMax(t *testing.T) {
 	}
 	r := p.wait(t)
 	t.Logf("tool stdout: %q", r.Stdout)
-	// The planned pids.max is the request plus nsinit's fixed allowance.
-	if want := strconv.Itoa(16 + launcher.NsinitPidsAllowance); pidsMax != want {
-		t.Errorf("pids.max of the sandbox cgroup = %q, want %s (16 + nsinit allowance)", pidsMax, want)
+	if pidsMax != "16" {
+		t.Errorf("pids.max of the sandbox cgroup = %q, want 16 (the request: no allowance, the init is one task)", pidsMax)
 	}
-	if !strings.Contains(r.Stdout, "nsinit-threads=") {
+	if !strings.Contains(r.Stdout, "init-threads=1\n") {
 		t.Fatalf("the tool did not start (exit %d):\n%s", r.Exit, r.Stderr)
 	}
 	if strings.Contains(r.Stdout, "all-forked") || !r.Res.PidsLimit || r.Exit == 0 || r.Res.TimedOut {

@@ -66,7 +66,7 @@ func checkCgroupMode(t *testing.T, h *harness, mode cgroupMode) {
 	prof, err := set.Lookup("standard")
 	must(t, err)
 	memMax := strconv.FormatInt(int64(prof.Cgroup.Memory), 10)
-	pidsMax := strconv.FormatInt(prof.Cgroup.Pids+launcher.NsinitPidsAllowance, 10)
+	pidsMax := strconv.FormatInt(prof.Cgroup.Pids, 10)
 
 	marker := strings.ReplaceAll("4444"+newID(""), "-", "")
 	id := h.a.invoke("h_standard", map[string]any{"args": map[string]any{"case": "cgroup_probe", "marker": marker, "hold": 120}, "session_id": "s-cgroup"})
