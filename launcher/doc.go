@@ -35,7 +35,8 @@
 //	L8. after the child is reaped: kill what is left in the cgroup, read
 //	    peak memory, CPU, OOM and pids events, remove the cgroup (str
 //	    serve: its v1 pids, cpu, cpuacct and freezer cgroups are kept for
-//	    the next sandbox when empty and clean, cgroupreuse.go), release
+//	    the next sandbox when empty and clean, cgroupreuse.go and
+//	    launcher/resident's cgroups.go), release
 //	    the id block
 //	L9. a sandbox made through the Provider (provider.go; the worker's):
 //	    its work dir (workdir.go): made before the plan, which binds it;
