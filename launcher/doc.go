@@ -14,7 +14,8 @@
 //	    made private) and pass the detached trees to the init, which
 //	    attaches them by descriptor: a bind needs no permission of the
 //	    sandbox's uids on the source's parent directories (rootless, the
-//	    init clones each source itself, as the caller's own uid)
+//	    init clones each source itself, as the caller's own uid); a tree
+//	    marked IDMapOwner is id-mapped to its owner first (launcher/idmap)
 //	L4. compile the plan into the init's program (nsinit.CompileDirect:
 //	    the init's numbered steps as raw system calls) and clone the
 //	    child that runs it (direct.go) with the plan's clone flags (a user
@@ -52,8 +53,8 @@
 // resident launcher (`str serve`, launcher/resident), the per-tool
 // template supervisor (launcher/template), the installation sandbox
 // (launcher/install, steps I1-I6: pip in a sandbox of this launcher),
-// the copy back (launcher/writeback) and TLS termination
-// (launcher/intercept).
+// the id-mapped bind (launcher/idmap), the copy back
+// (launcher/writeback) and TLS termination (launcher/intercept).
 //
 // What it protects against: a request loosening its profile (overrides may
 // only tighten; every problem is collected before anything is created); a
