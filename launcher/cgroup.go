@@ -420,7 +420,7 @@ type cgroupV1 struct {
 	paths map[string]string // controller -> absolute dir
 	order []string          // controllers in v1Controllers order
 	lock  *lockFile
-	spare *v1Spare // the reused hierarchies' cgroups, when taken from a resident launcher's spares (cgroupreuse.go)
+	spare *KeptCgroups // the reused hierarchies' cgroups, when taken from a resident launcher's (cgroupreuse.go)
 }
 
 // v1Controllers are the only v1 hierarchies str touches: fewer
@@ -449,7 +449,7 @@ func v1Bases() map[string]string {
 	return dirs
 }
 
-func newCgroupV1(sp cgroupSpace, id string, pl CgroupPlan, spare *v1Spare) (*cgroupV1, error) {
+func newCgroupV1(sp cgroupSpace, id string, pl CgroupPlan, spare *KeptCgroups) (*cgroupV1, error) {
 	bases := v1Bases()
 	var made []string // the directories this lock guards (a spare's have their own)
 	for _, ctl := range v1Controllers {
@@ -461,7 +461,7 @@ func newCgroupV1(sp cgroupSpace, id string, pl CgroupPlan, spare *v1Spare) (*cgr
 	}
 	lock, err := lockCgroup(sp, id, made)
 	if err != nil {
-		spare.remove()
+		spare.Remove()
 		return nil, fmt.Errorf("lock cgroup %s: %w", id, err)
 	}
 	c := &cgroupV1{paths: map[string]string{}, lock: lock, spare: spare}

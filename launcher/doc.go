@@ -14,7 +14,8 @@
 //	    made private) and pass the detached trees to the init, which
 //	    attaches them by descriptor: a bind needs no permission of the
 //	    sandbox's uids on the source's parent directories (rootless, the
-//	    init clones each source itself, as the caller's own uid)
+//	    init clones each source itself, as the caller's own uid); a tree
+//	    marked IDMapOwner is id-mapped to its owner first (launcher/idmap)
 //	L4. compile the plan into the init's program (nsinit.CompileDirect:
 //	    the init's numbered steps as raw system calls) and clone the
 //	    child that runs it (direct.go) with the plan's clone flags (a user
@@ -35,7 +36,8 @@
 //	L8. after the child is reaped: kill what is left in the cgroup, read
 //	    peak memory, CPU, OOM and pids events, remove the cgroup (str
 //	    serve: its v1 pids, cpu, cpuacct and freezer cgroups are kept for
-//	    the next sandbox when empty and clean, cgroupreuse.go), release
+//	    the next sandbox when empty and clean, cgroupreuse.go and
+//	    launcher/resident's cgroups.go), release
 //	    the id block
 //	L9. a sandbox made through the Provider (provider.go; the worker's):
 //	    its work dir (workdir.go): made before the plan, which binds it;
@@ -51,8 +53,8 @@
 // resident launcher (`str serve`, launcher/resident), the per-tool
 // template supervisor (launcher/template), the installation sandbox
 // (launcher/install, steps I1-I6: pip in a sandbox of this launcher),
-// the copy back (launcher/writeback) and TLS termination
-// (launcher/intercept).
+// the id-mapped bind (launcher/idmap), the copy back
+// (launcher/writeback) and TLS termination (launcher/intercept).
 //
 // What it protects against: a request loosening its profile (overrides may
 // only tighten; every problem is collected before anything is created); a

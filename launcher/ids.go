@@ -95,7 +95,7 @@ func parseRange(s string) (IDRange, error) {
 		return IDRange{}, fmt.Errorf("start %d is negative", start)
 	case count < IDsPerSandbox:
 		return IDRange{}, fmt.Errorf("count %d holds no sandbox (%d ids each)", count, IDsPerSandbox)
-	case start+count-1 > maxID:
+	case start+count-1 > MaxID:
 		return IDRange{}, fmt.Errorf("range %d:%d passes the last valid id 4294967294", start, count)
 	case (IDRange{Start: start, Count: count}).Slots() < 1:
 		return IDRange{}, fmt.Errorf("range %d:%d holds no whole block of %d ids starting at an even id", start, count, IDsPerSandbox)

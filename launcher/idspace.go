@@ -30,8 +30,8 @@ type IDSpace struct {
 	Accounts map[int]string
 }
 
-// maxID is the last valid id: (uid_t)-1 = 4294967295 means "no id".
-const maxID = 0xFFFFFFFE
+// MaxID is the last valid id: (uid_t)-1 = 4294967295 means "no id".
+const MaxID = 0xFFFFFFFE
 
 // hostAccountsEnd: on the full identity map, ids below it belong to the
 // host's accounts (login.defs UID_MAX 60000, nobody 65534, 65535).
@@ -126,7 +126,7 @@ func ParseIDMap(s string) ([]IDMap, error) {
 
 // fullIdentity: the map of the initial user namespace, "0 0 4294967295".
 func fullIdentity(m []IDMap) bool {
-	return len(m) == 1 && m[0].Inside == 0 && m[0].Outside == 0 && m[0].Size == maxID+1
+	return len(m) == 1 && m[0].Inside == 0 && m[0].Outside == 0 && m[0].Size == MaxID+1
 }
 
 // FullIdentityMap: both maps are the initial user namespace's (a host, or
@@ -142,35 +142,36 @@ func FormatIDMap(m []IDMap) string {
 	return strings.Join(s, ", ")
 }
 
-// reservedID is a run of ids no sandbox may lease, and why.
-type reservedID struct {
-	first, last int
-	why         string
+// ReservedIDs is a run of ids no sandbox may lease, and why.
+type ReservedIDs struct {
+	First, Last int
+	Why         string
 }
 
-// reserved lists the ids a range must leave out, lowest first.
-func (s IDSpace) reserved() []reservedID {
-	var r []reservedID
+// Reserved lists the ids a range must leave out, lowest first (Check;
+// str doctor's suggestion of a range that fits).
+func (s IDSpace) Reserved() []ReservedIDs {
+	var r []ReservedIDs
 	if FullIdentityMap(s) {
-		r = append(r, reservedID{0, hostAccountsEnd - 1, "the host's accounts (below 65536)"})
+		r = append(r, ReservedIDs{0, hostAccountsEnd - 1, "the host's accounts (below 65536)"})
 	} else {
 		r = append(r,
-			reservedID{0, systemAccountsEnd - 1, "root and the system accounts (below 1000)"},
+			ReservedIDs{0, systemAccountsEnd - 1, "root and the system accounts (below 1000)"},
 			// 65535 is -1 to the 16-bit id calls (setuid16 and friends).
-			reservedID{65535, 65535, "65535 ((uint16)-1 of the 16-bit id calls)"})
+			ReservedIDs{65535, 65535, "65535 ((uint16)-1 of the 16-bit id calls)"})
 	}
 	r = append(r,
-		reservedID{s.UID, s.UID, fmt.Sprintf("the worker's uid %d", s.UID)},
-		reservedID{s.GID, s.GID, fmt.Sprintf("the worker's gid %d", s.GID)},
-		reservedID{s.OverflowUID, s.OverflowUID, fmt.Sprintf("the overflow uid %d (what unmapped ids show as)", s.OverflowUID)},
-		reservedID{s.OverflowGID, s.OverflowGID, fmt.Sprintf("the overflow gid %d (what unmapped ids show as)", s.OverflowGID)})
+		ReservedIDs{s.UID, s.UID, fmt.Sprintf("the worker's uid %d", s.UID)},
+		ReservedIDs{s.GID, s.GID, fmt.Sprintf("the worker's gid %d", s.GID)},
+		ReservedIDs{s.OverflowUID, s.OverflowUID, fmt.Sprintf("the overflow uid %d (what unmapped ids show as)", s.OverflowUID)},
+		ReservedIDs{s.OverflowGID, s.OverflowGID, fmt.Sprintf("the overflow gid %d (what unmapped ids show as)", s.OverflowGID)})
 	ids := make([]int, 0, len(s.Accounts))
 	for id := range s.Accounts {
 		ids = append(ids, id)
 	}
 	sort.Ints(ids)
 	for _, id := range ids {
-		r = append(r, reservedID{id, id, "the " + s.Accounts[id]})
+		r = append(r, ReservedIDs{id, id, "the " + s.Accounts[id]})
 	}
 	return r
 }
@@ -212,63 +213,13 @@ func (s IDSpace) Check(r IDRange) error {
 			problems = append(problems, fmt.Sprintf("ids %d-%d are not all inside this process's gid_map (%s)", first, last, gm))
 		}
 	}
-	for _, res := range s.reserved() {
-		if first <= res.last && res.first <= last {
-			problems = append(problems, fmt.Sprintf("ids %d-%d include %s", first, last, res.why))
+	for _, res := range s.Reserved() {
+		if first <= res.Last && res.First <= last {
+			problems = append(problems, fmt.Sprintf("ids %d-%d include %s", first, last, res.Why))
 		}
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
-}
-
-// Suggest is the largest range (an even count: whole sandboxes) inside both
-// maps and clear of every reserved id; ok is false when there is none.
-func (s IDSpace) Suggest() (r IDRange, ok bool) {
-	type run struct{ first, last int }
-	// 1. the ids both maps hold.
-	var runs []run
-	for _, u := range s.UIDMap {
-		for _, g := range s.GIDMap {
-			first, last := max(u.Inside, g.Inside), min(u.Inside+u.Size, g.Inside+g.Size)-1
-			if first <= last {
-				runs = append(runs, run{first, min(last, maxID)})
-			}
-		}
-	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i].first < runs[j].first })
-	var merged []run
-	for _, x := range runs {
-		if n := len(merged); n > 0 && x.first <= merged[n-1].last+1 {
-			merged[n-1].last = max(merged[n-1].last, x.last)
-			continue
-		}
-		merged = append(merged, x)
-	}
-	runs = merged
-	// 2. less the reserved ids.
-	for _, res := range s.reserved() {
-		var next []run
-		for _, x := range runs {
-			if res.last < x.first || res.first > x.last {
-				next = append(next, x)
-				continue
-			}
-			if x.first < res.first {
-				next = append(next, run{x.first, res.first - 1})
-			}
-			if res.last < x.last {
-				next = append(next, run{res.last + 1, x.last})
-			}
-		}
-		runs = next
-	}
-	// 3. the longest, cut to whole sandboxes.
-	for _, x := range runs {
-		if n := (x.last - x.first + 1) &^ (IDsPerSandbox - 1); n >= IDsPerSandbox && n > r.Count {
-			r = IDRange{Start: x.first, Count: n, Source: "str doctor"}
-		}
-	}
-	return r, r.Count > 0
 }

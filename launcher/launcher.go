@@ -52,9 +52,9 @@ type Launcher struct {
 	cgroupMu    sync.Mutex
 	cgroupReady bool
 	cgroups     cgroupSpace
-	// spares: the v1 cgroups a resident launcher reuses (cgroupreuse.go);
+	// reuse: a resident launcher's reuse of v1 cgroups (cgroupreuse.go);
 	// nil otherwise.
-	spares *cgroupSpares
+	reuse CgroupReuse
 
 	// Root mode: the host id range sandboxes lease their ids from, and
 	// where the leases are (IDLeaseDir).
@@ -258,7 +258,11 @@ func (l *Launcher) createCgroup(id string, pl *Plan) (sandboxCgroup, error) {
 	case CgroupV2:
 		return newCgroupV2(l.cgroups, l.v2base, id, pl.Cgroup)
 	case CgroupV1:
-		return newCgroupV1(l.cgroups, id, pl.Cgroup, l.spares.take(pl.Cgroup))
+		var spare *KeptCgroups
+		if l.reuse != nil {
+			spare = l.reuse.Take(pl.Cgroup)
+		}
+		return newCgroupV1(l.cgroups, id, pl.Cgroup, spare)
 	}
 	return nil, errors.New("no cgroup hierarchy")
 }

@@ -656,10 +656,8 @@ func (s *Sandbox) collect() *Result {
 	if early {
 		s.publishEarly(r)
 	}
-	if c, ok := s.cg.(*cgroupV1); ok && s.l.spares != nil {
-		if sp := c.keep(); sp != nil {
-			s.l.spares.put(s.plan.Cgroup, sp)
-		}
+	if c, ok := s.cg.(*cgroupV1); ok && s.l.reuse != nil {
+		c.offer(s.l.reuse, s.plan.Cgroup)
 	}
 	if s.cg != nil {
 		if err := s.cg.Delete(); err != nil {

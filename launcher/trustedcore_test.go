@@ -403,11 +403,12 @@ func thousands(n int) string {
 }
 
 // coreBudgets are the most non-test Go lines a core package may have
-// (issue 30: a privileged core a reviewer can read in a day). A change
-// that needs more moves an optional boundary out or makes the code
-// smaller; it does not raise the number. The top-level launcher's 5,000
-// joins once it holds (5,126 when this was written; README, "Not done").
-var coreBudgets = map[string]int{"nsinit": 2500}
+// (issue 30: a privileged core a reviewer can read in a day): nsinit, and
+// the top-level launcher (the code every sandbox runs; its optional
+// boundaries are packages of their own). A change that needs more moves
+// an optional boundary out or makes the code smaller; it does not raise
+// the number.
+var coreBudgets = map[string]int{"nsinit": 2500, "launcher": 5000}
 
 // maxAssemblyLines is the most hand-written assembly the whole
 // repository may hold (today: nsinit's raw clone).

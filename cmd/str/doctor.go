@@ -194,7 +194,7 @@ func doctorIDRange(check func(name string, good bool, detail, fix string), info 
 	r, err := launcher.LoadIDRange(os.Getenv, "/etc/subuid", space)
 	if err != nil {
 		fix := "no range fits this process's id maps: give the worker's user namespace more ids (at least 1000-1001 mapped)"
-		if s, ok := space.Suggest(); ok {
+		if s, ok := suggestIDRange(space); ok {
 			fix = fmt.Sprintf("STR_ID_RANGE=%d:%d (ids %d-%d: inside this process's id maps, clear of root, the system accounts, the accounts of /etc/passwd and /etc/group, the worker's and the overflow ids; %d concurrent sandboxes)",
 				s.Start, s.Count, s.Start, s.Start+s.Count-1, s.Slots())
 		}
@@ -206,6 +206,57 @@ func doctorIDRange(check func(name string, good bool, detail, fix string), info 
 		fmt.Sprintf("range %s: %d concurrent sandboxes, %d ids each (the init, the tool)", r, r.Slots(), launcher.IDsPerSandbox)+
 			map[bool]string{true: "", false: "; accounts inside the range: " + strings.Join(clash, ", ")}[len(clash) == 0],
 		"pick a range no account uses: STR_ID_RANGE=START:COUNT or a str:START:COUNT line in /etc/subuid")
+}
+
+// suggestIDRange is the largest range (an even count: whole sandboxes)
+// inside both of space's maps and clear of every reserved id
+// (IDSpace.Reserved); ok is false when there is none.
+func suggestIDRange(space launcher.IDSpace) (r launcher.IDRange, ok bool) {
+	type run struct{ first, last int }
+	// 1. the ids both maps hold.
+	var runs []run
+	for _, u := range space.UIDMap {
+		for _, g := range space.GIDMap {
+			first, last := max(u.Inside, g.Inside), min(u.Inside+u.Size, g.Inside+g.Size)-1
+			if first <= last {
+				runs = append(runs, run{first, min(last, launcher.MaxID)})
+			}
+		}
+	}
+	slices.SortFunc(runs, func(a, b run) int { return a.first - b.first })
+	var merged []run
+	for _, x := range runs {
+		if n := len(merged); n > 0 && x.first <= merged[n-1].last+1 {
+			merged[n-1].last = max(merged[n-1].last, x.last)
+			continue
+		}
+		merged = append(merged, x)
+	}
+	runs = merged
+	// 2. less the reserved ids.
+	for _, res := range space.Reserved() {
+		var next []run
+		for _, x := range runs {
+			if res.Last < x.first || res.First > x.last {
+				next = append(next, x)
+				continue
+			}
+			if x.first < res.First {
+				next = append(next, run{x.first, res.First - 1})
+			}
+			if res.Last < x.last {
+				next = append(next, run{res.Last + 1, x.last})
+			}
+		}
+		runs = next
+	}
+	// 3. the longest, cut to whole sandboxes.
+	for _, x := range runs {
+		if n := (x.last - x.first + 1) &^ (launcher.IDsPerSandbox - 1); n >= launcher.IDsPerSandbox && n > r.Count {
+			r = launcher.IDRange{Start: x.first, Count: n, Source: "str doctor"}
+		}
+	}
+	return r, r.Count > 0
 }
 
 // doctorStateDir checks that the state directory (cgroup locks) and, as

@@ -25,7 +25,7 @@
 //     namespaces and root), kept, claimed, retired and replaced by
 //     launcher/pool's policy; their v1 pids, cpu, cpuacct and freezer
 //     cgroups are reused one sandbox at a time when empty and clean
-//     (launcher.ReuseCgroups, launcher/cgroupreuse.go).
+//     (cgroups.go has the checks; launcher.ReuseCgroups).
 //
 // What it trusts: the launcher it is given (its profiles, its host id
 // range) and the operator's flags (the served profiles, --allow-uid,

@@ -40,7 +40,7 @@ package resident
 // New (its own namespaces, memory cgroup, leased host ids, fresh tmpfs
 // root and /tmp) used for one call, never reused. Its v1 pids, cpu,
 // cpuacct and freezer cgroups may be an earlier sandbox's, emptied and
-// checked (launcher/cgroupreuse.go).
+// checked (cgroups.go).
 //
 // Which sandboxes are kept, claimed, retired and replaced is
 // launcher/pool's policy (its doc.go), the worker's warm pool's too: a
@@ -207,9 +207,10 @@ func New(l *launcher.Launcher, opts Options) (*Server, error) {
 	}
 	r.ln, r.sock = ln, sock
 	// Its sandboxes reuse their v1 pids, cpu, cpuacct and freezer
-	// cgroups, one sandbox at a time (launcher/cgroupreuse.go has the
-	// checks).
-	r.drainCgroups = l.ReuseCgroups()
+	// cgroups, one sandbox at a time (cgroups.go has the checks).
+	spares := newCgroupSpares()
+	l.ReuseCgroups(spares)
+	r.drainCgroups = spares.drain
 	r.prebuilt.Configure(want)
 	r.prebuilt.Start()
 	return r, nil

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/idmap"
 )
 
 // The id-map opener of a per-tool template. A call's user namespace is
@@ -108,7 +109,7 @@ func startMapper(nsPath string) (*idMapper, error) {
 
 	var pid uintptr
 	var errno syscall.Errno
-	launcher.WithSignalsBlocked(func() { pid, errno = forkMapper(m, nsfd, sp[1], exe, os.Getpid()) })
+	idmap.WithSignalsBlocked(func() { pid, errno = forkMapper(m, nsfd, sp[1], exe, os.Getpid()) })
 	unix.Close(exe)
 	unix.Close(sp[1])
 	if errno != 0 {
