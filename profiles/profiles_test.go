@@ -61,14 +61,6 @@ func fieldErrors(err error) []*FieldError {
 	return out
 }
 
-func fieldsOf(err error) []string {
-	var fs []string
-	for _, fe := range fieldErrors(err) {
-		fs = append(fs, fe.Field)
-	}
-	return fs
-}
-
 // TestReferenceNumbers pins the numbers of str-protocol.md §6.
 func TestReferenceNumbers(t *testing.T) {
 	type row struct {

@@ -63,12 +63,11 @@ func Decode(data []byte, source string) (*seccomp.Policy, error) {
 	return decode(data, source, nil)
 }
 
-// Load decodes and validates the embedded policy called name from its
-// YAML (go generate; str itself reads the decoded form, seccomp.Load).
-func Load(name string) (*seccomp.Policy, error) { return load(name, nil) }
-
-// load is Load inside a chain of extends (the names being loaded, outer
-// first), so that a chain that comes back to itself is an error.
+// load decodes and validates the embedded policy called name from its
+// YAML (the base of a policy that extends it, and go generate; str itself
+// reads the decoded form, seccomp.Load). chain: the names being loaded
+// around it, outer first, so that a chain that comes back to itself is an
+// error.
 func load(name string, chain []string) (*seccomp.Policy, error) {
 	data, err := seccomp.EmbeddedFile(name)
 	if err != nil {

@@ -36,7 +36,7 @@ func TestPredecodedUpToDate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := Load(name)
+		p, err := load(name, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
