@@ -23,8 +23,13 @@ type StepError = nsinit.StepError
 
 // Options configure a Launcher.
 type Options struct {
-	// ProfileDir holds extra *.yaml profiles loaded next to the embedded ones.
+	// ProfileDir holds extra *.yaml profiles loaded next to the embedded
+	// ones, decoded by Decoder.
 	ProfileDir string
+	// Decoder decodes an operator's YAML: ProfileDir, and the seccomp
+	// policy files its profiles name. nil: there is none (the embedded
+	// profiles and policies come decoded; a ProfileDir is then an error).
+	Decoder Decoder
 	// CgroupParent is the cgroup (v2: path below /sys/fs/cgroup) in
 	// which sandbox cgroups are created; "" = automatic (see v2Base).
 	CgroupParent string
@@ -34,6 +39,22 @@ type Options struct {
 	LongLived bool
 	Logger    *slog.Logger
 }
+
+// Decoder decodes an operator's YAML into the decoded form packages
+// profiles and seccomp read: a profile directory into the JSON list
+// profiles.Set.AddDecoded reads, a seccomp policy file into the JSON
+// seccomp.ReadDecoded reads. There is one decoder (packages profileyaml
+// and policyyaml): str-worker calls it in-process (profileyaml.Decoder);
+// bin/str, which links no YAML, runs it as `str-worker decode-profiles
+// DIR` and `str-worker decode-seccomp FILE`. An error's text is the
+// decoder's own (the file, the line, every bad field).
+type Decoder interface {
+	DecodeProfileDir(dir string) ([]byte, error)
+	DecodePolicyFile(file string) ([]byte, error)
+}
+
+// errNoDecoder: an operator's YAML without Options.Decoder.
+var errNoDecoder = errors.New("no YAML decoder (launcher.Options.Decoder)")
 
 // Launcher creates sandboxes. It is safe for concurrent use.
 type Launcher struct {
@@ -72,7 +93,15 @@ func New(opts Options) (*Launcher, error) {
 		return nil, fmt.Errorf("launcher: embedded profiles: %w", err)
 	}
 	if opts.ProfileDir != "" {
-		if err := set.LoadDir(opts.ProfileDir); err != nil {
+		err := errNoDecoder
+		var decoded []byte
+		if opts.Decoder != nil {
+			decoded, err = opts.Decoder.DecodeProfileDir(opts.ProfileDir)
+		}
+		if err == nil {
+			err = set.AddDecoded(decoded)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("launcher: profiles from %s: %w", opts.ProfileDir, err)
 		}
 	}
@@ -194,7 +223,7 @@ func (l *Launcher) SeccompProgram(name string) (*seccomp.Program, error) {
 	if v, ok := l.policyFiles.Load(name); ok {
 		return v.(*seccomp.Program), nil
 	}
-	p, err := seccomp.LoadFile(name)
+	p, err := l.SeccompPolicy(name)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +233,23 @@ func (l *Launcher) SeccompProgram(name string) (*seccomp.Program, error) {
 	}
 	l.policyFiles.Store(name, prog)
 	return prog, nil
+}
+
+// SeccompPolicy returns the policy a profile names: an embedded one by
+// name (decoded at go generate), or a policy file by absolute path,
+// decoded by the Decoder.
+func (l *Launcher) SeccompPolicy(name string) (*seccomp.Policy, error) {
+	if !filepath.IsAbs(name) {
+		return seccomp.Load(name)
+	}
+	if l.opts.Decoder == nil {
+		return nil, fmt.Errorf("seccomp: policy file %s: %w", name, errNoDecoder)
+	}
+	data, err := l.opts.Decoder.DecodePolicyFile(name)
+	if err != nil {
+		return nil, err
+	}
+	return seccomp.ReadDecoded(data, name)
 }
 
 // Run creates, starts and waits for one sandbox.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/profiles/profileyaml"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -407,7 +408,7 @@ func TestPolicyFileCompiled(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(pdir, "mine.yaml"), []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(Options{ProfileDir: pdir})
+	l, err := New(Options{ProfileDir: pdir, Decoder: profileyaml.Decoder{}})
 	if err != nil {
 		t.Fatal(err)
 	}

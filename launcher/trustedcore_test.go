@@ -33,6 +33,8 @@ var notProduction = []string{"launcher/launchertest", "internal/testfs", "cmd/st
 var outsideCore = map[string]string{
 	"cmd/str/worker.go: syscall.Exec": "`str worker`, `str broker`, `str invoke` and `str tools` replace their own process by " +
 		"str-worker from str's own directory (a program of its own, issues 19 and 30): no sandbox, no privilege change, the same process",
+	"cmd/str/decode.go: os.StartProcess": "str links no YAML (issue 30): an operator's profile directory or seccomp policy file is decoded by " +
+		"`str-worker decode-profiles DIR` or `decode-seccomp FILE` from str's own directory, with str's privileges, only when one is given: no sandbox, no privilege change",
 	"bwrap/userns.go: SYS_UNSHARE": usernsProbe,
 	"bwrap/userns.go: SYS_CLONE":   usernsProbe,
 	"bwrap/userns.go: SYS_CLONE3":  usernsProbe,

@@ -5,8 +5,11 @@
 // Profiles are YAML files with one strict schema (version: 1). The four
 // built-in ones (restrictive, standard, permissive, confidential) are
 // compiled in with go:embed, each also stored decoded (predecoded/, go
-// generate; used only for the exact YAML it came from, see predecoded.go);
-// more can be loaded from a directory with Set.LoadDir. Trust-level names resolve through aliases: "untrusted" is
+// generate; used only for the exact YAML it came from, see predecoded.go):
+// this package reads only that decoded form and links no YAML decoder.
+// The one decoder is package profileyaml (linked by str-worker and go
+// generate); an operator's directory, decoded by it, is added with
+// Set.AddDecoded. Trust-level names resolve through aliases: "untrusted" is
 // restrictive, "trusted" is permissive. The reference numbers are in
 // str-protocol.md §6 and are pinned by this package's tests.
 //
@@ -14,7 +17,8 @@
 //
 //   - Misspelled or misplaced settings: unknown fields, a second YAML
 //     document, duplicate keys and unparsable quantities are decode
-//     errors, never silently ignored defaults.
+//     errors (profileyaml), never silently ignored defaults; the decoded
+//     form is read with unknown fields refused and validated again.
 //   - Half-valid profiles: Validate runs a list of named checks (see
 //     checks in validate.go) and reports every problem of every field at
 //     once (errors.Join of *FieldError), before any sandbox is made. It
@@ -23,7 +27,7 @@
 //     launcher provides (/, /proc, /dev, /sys, /var/run/secrets), tmpfs
 //     without a size cap, setuid/setgid tmpfs modes, and bad env names.
 //   - Silent replacement: a profile loaded from a directory whose name or
-//     alias is already taken is an error, and a failed LoadDir adds
+//     alias is already taken is an error, and a failed AddDecoded adds
 //     nothing. Each file must be named after the profile it holds.
 //   - Requests that loosen limits: Tighten accepts overrides of timeout,
 //     memory, CPUs, pids and network only when they are at most the
@@ -45,7 +49,7 @@
 //
 // # What it trusts
 //
-// The embedded files and the directory given to LoadDir, and whoever can
+// The embedded files and the directory an operator names, and whoever can
 // write them: a profile is policy, and a valid profile is applied as
 // written (for example "network: host"). Requests are not trusted; they
 // reach profiles only through Lookup and Tighten.

@@ -13,10 +13,10 @@ import (
 //
 //	permissive ⊃ standard ⊃ restrictive ⊃ confidential
 //
-// confidential is restrictive without /dev/shm. Profiles loaded with
-// LoadDir are not in the list: nothing says how they compare with any
-// other profile, field by field. Built-in names cannot be taken by a
-// loaded profile (LoadDir refuses collisions), so this list always means
+// confidential is restrictive without /dev/shm. Profiles of an
+// operator's directory (AddDecoded) are not in the list: nothing says how
+// they compare with any other profile, field by field. Built-in names cannot be taken by a
+// loaded profile (AddDecoded refuses collisions), so this list always means
 // the embedded files.
 var strictness = []string{"permissive", "standard", "restrictive", "confidential"}
 
@@ -35,7 +35,7 @@ var strictness = []string{"permissive", "standard", "restrictive", "confidential
 //     ceiling's spelling);
 //  4. both in the strictness order: the later one; clamped when that is
 //     the ceiling;
-//  5. otherwise (a profile loaded with LoadDir on either side, which the
+//  5. otherwise (a profile of an operator's directory on either side, which the
 //     order cannot compare): the ceiling, clamped. The asked profile may
 //     be stricter in some fields and looser in others; only the ceiling
 //     is known to be no looser than the ceiling in every field.

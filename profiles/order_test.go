@@ -65,9 +65,9 @@ func TestClampUnknownAndLoaded(t *testing.T) {
 	if _, _, _, err := s.Clamp("standard", "bogus"); !errors.Is(err, ErrUnknownProfile) || !strings.Contains(err.Error(), "ceiling") {
 		t.Errorf("unknown ceiling: %v", err)
 	}
-	dir := t.TempDir()
-	writeFile(t, dir, "extra.yaml", validYAML)
-	if err := s.LoadDir(dir); err != nil {
+	extra := mustLookup(t, s, "restrictive")
+	extra.Name, extra.Aliases = "extra", []string{"extra-alias"}
+	if err := s.Add([]Decoded{{Source: "extra.yaml", Profile: extra}}); err != nil {
 		t.Fatal(err)
 	}
 	// A loaded profile is comparable only with itself (and its aliases).

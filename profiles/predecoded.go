@@ -9,39 +9,41 @@ import (
 	"io/fs"
 )
 
-//go:generate env STR_UPDATE_PREDECODED=1 go test -count=1 -run TestPredecodedUpToDate .
+//go:generate env STR_UPDATE_PREDECODED=1 go test -count=1 -run TestPredecodedUpToDate ./profileyaml
 
-// The embedded profiles are also stored decoded (go generate), as JSON:
-// a one-shot `str run` then reads its profile in ~0.15 ms instead of
-// decoding YAML in ~0.6-1.1 ms (go test -bench, this machine kind).
+// The embedded profiles are stored decoded (go generate, package
+// profileyaml), as JSON: str reads no YAML at run time and links no YAML
+// decoder, and a one-shot `str run` reads its profile in ~0.15 ms instead
+// of decoding YAML in ~0.6-1.1 ms (go test -bench, this machine kind).
 // predecoded/NAME.json holds the SHA-256 of the NAME.yaml it was made
 // from and the decoded profile. It is used only when that hash equals the
-// embedded YAML's own (an edit without regeneration falls back to the
-// YAML, never to a stale profile), and it is validated like the YAML
-// would be. TestPredecodedUpToDate fails unless every file is exactly
-// what decoding the YAML now gives.
+// embedded YAML's own (an edit without regeneration is an error that says
+// to run go generate, never a stale profile), and it is validated like
+// the YAML would be. profileyaml's TestPredecodedUpToDate fails unless
+// every file is exactly what decoding the YAML now gives.
 
 //go:embed predecoded/*.json
 var predecodedFS embed.FS
 
-// predecodedFile is the content of predecoded/NAME.json.
-type predecodedFile struct {
+// Predecoded is the content of predecoded/NAME.json.
+type Predecoded struct {
 	YAMLSHA256 string   `json:"yaml_sha256"`
 	Profile    *Profile `json:"profile"`
 }
 
-func predecodedPath(name string) string { return "predecoded/" + name + ".json" }
+// PredecodedPath is NAME's decoded form, relative to the package directory.
+func PredecodedPath(name string) string { return "predecoded/" + name + ".json" }
 
 // fromPredecoded returns the profile of fsys's predecoded/NAME.json if it
 // was made from exactly yamlData and is valid.
 func fromPredecoded(fsys fs.FS, name string, yamlData []byte) (*Profile, bool) {
-	data, err := fs.ReadFile(fsys, predecodedPath(name))
+	data, err := fs.ReadFile(fsys, PredecodedPath(name))
 	if err != nil {
 		return nil, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var f predecodedFile
+	var f Predecoded
 	if dec.Decode(&f) != nil || f.Profile == nil {
 		return nil, false
 	}

@@ -3,17 +3,12 @@ package profiles
 import (
 	"errors"
 	"github.com/securetoolruntime/str/egress"
-	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"gopkg.in/yaml.v3"
 )
 
 const (
@@ -64,44 +59,6 @@ func fieldErrors(err error) []*FieldError {
 		walk(err)
 	}
 	return out
-}
-
-func fieldsOf(err error) []string {
-	var fs []string
-	for _, fe := range fieldErrors(err) {
-		fs = append(fs, fe.Field)
-	}
-	return fs
-}
-
-func TestEmbeddedFilesDecodeAndValidate(t *testing.T) {
-	entries, err := fs.ReadDir(embedded, ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		data, err := fs.ReadFile(embedded, e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := Decode(data, e.Name())
-		if err != nil {
-			t.Errorf("Decode(%s): %v", e.Name(), err)
-			continue
-		}
-		if err := p.Validate(); err != nil {
-			t.Errorf("%s: Validate: %v", e.Name(), err)
-		}
-		names = append(names, p.Name)
-	}
-	want := []string{"confidential", "permissive", "restrictive", "standard"}
-	if !slices.Equal(names, want) {
-		t.Errorf("embedded profiles = %v, want %v", names, want)
-	}
-	if got := mustEmbedded(t).Names(); !slices.Equal(got, want) {
-		t.Errorf("Names() = %v, want %v", got, want)
-	}
 }
 
 // TestReferenceNumbers pins the numbers of str-protocol.md §6.
@@ -285,146 +242,6 @@ func TestLookupReturnsCopy(t *testing.T) {
 	}
 }
 
-// validYAML is a small valid profile used as a base for the decode tests.
-const validYAML = `version: 1
-name: extra
-description: a test profile
-aliases: [extra-alias]
-user_namespace: always
-network:
-  policy: isolated
-hostname: box.example
-uid: 1000
-gid: 1000
-rlimits: {as: 256Mi, cpu: 30, fsize: 1M, nofile: 64, nproc: 16, stack: 8Mi, core: 0}
-cgroup: {memory: 1.5Gi, cpus: 500m, pids: 16}
-timeout: 1m30s
-mounts:
-  ro_binds: [{path: /usr}]
-  tmpfs: [{path: /tmp, size: 10Mi, mode: "1777"}]
-  dev_shm: 0
-  generate_passwd: false
-work_dir: {size: 64Mi, inodes: 1000}
-env:
-  set: {PATH: /usr/bin}
-  passthrough: [TZ]
-seccomp: restrictive
-`
-
-func TestDecodeValid(t *testing.T) {
-	p, err := Decode([]byte(validYAML), "extra.yaml")
-	if err != nil {
-		t.Fatalf("Decode: %v", err)
-	}
-	if p.Rlimits.CPU != Duration(30*time.Second) || p.Rlimits.FSize != 1000000 ||
-		p.Cgroup.Memory != 1536*mi || p.Cgroup.CPUs != 500 || p.Timeout != Duration(90*time.Second) {
-		t.Errorf("decoded %+v", p)
-	}
-}
-
-func TestDecodeStrict(t *testing.T) {
-	tests := []struct {
-		name, yaml, want string
-	}{
-		{"unknown top-level field", validYAML + "memory: 1Gi\n", "field memory not found"},
-		{"unknown rlimits field", strings.Replace(validYAML, "core: 0}", "core: 0, cores: 0}", 1), "field cores not found"},
-		{"unknown cgroup field", strings.Replace(validYAML, "pids: 16}", "pids: 16, swap: 1Gi}", 1), "field swap not found"},
-		{"unknown mounts field", strings.Replace(validYAML, "  dev_shm: 0\n", "  dev_shm: 0\n  rw_binds: []\n", 1), "field rw_binds not found"},
-		{"misspelled field", strings.Replace(validYAML, "hostname:", "host_name:", 1), "field host_name not found"},
-		{"second document", validYAML + "---\nversion: 1\n", "more than one YAML document"},
-		{"empty file", "", "empty file"},
-		{"duplicate key", validYAML + "network: {policy: isolated}\n", "already defined"},
-		{"duplicate cgroup key", strings.Replace(validYAML, "pids: 16}", "pids: 16, pids: 17}", 1), "already defined"},
-		{"bad byte quantity", strings.Replace(validYAML, "as: 256Mi", "as: 256MB", 1), `unknown suffix "MB"`},
-		{"bad cpu quantity", strings.Replace(validYAML, "cpus: 500m", "cpus: 2Gi", 1), `unknown suffix "Gi"`},
-		{"bad duration", strings.Replace(validYAML, "timeout: 1m30s", "timeout: soon", 1), `"soon" as duration`},
-		{"quantity not scalar", strings.Replace(validYAML, "as: 256Mi", "as: [1]", 1), "must be a scalar"},
-		{"cgroup not mapping", strings.Replace(validYAML, "cgroup: {memory: 1.5Gi, cpus: 500m, pids: 16}", "cgroup: 4", 1), "cgroup must be a mapping"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p, err := Decode([]byte(tt.yaml), "x.yaml")
-			if err == nil {
-				t.Fatalf("Decode succeeded (%+v), want error containing %q", p, tt.want)
-			}
-			if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "x.yaml") {
-				t.Errorf("error %q does not contain %q and the file name", err, tt.want)
-			}
-		})
-	}
-}
-
-// TestDecodeCollectsAllDecodeErrors: several bad quantities are reported
-// together, not just the first.
-func TestDecodeCollectsAllDecodeErrors(t *testing.T) {
-	y := strings.NewReplacer("as: 256Mi", "as: 1x", "cpus: 500m", "cpus: -1", "timeout: 1m30s", "timeout: later", "pids: 16}", "pids: 16, bogus: 1}").Replace(validYAML)
-	_, err := Decode([]byte(y), "x.yaml")
-	if err == nil {
-		t.Fatal("Decode succeeded")
-	}
-	for _, want := range []string{`"1x"`, `"-1"`, `"later"`, "field bogus not found"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q misses %s", err, want)
-		}
-	}
-}
-
-func TestBadProfileReportsEveryProblem(t *testing.T) {
-	bad := `version: 2
-name: Bad_Name
-description: ""
-aliases: [Bad_Name, ok, ok]
-user_namespace: sometimes
-network:
-  policy: bridge
-hostname: -bad-
-uid: 0
-gid: 4294967295
-rlimits: {as: 0, cpu: 1500ms, fsize: 0, nofile: 0, nproc: -1, stack: 0, core: 1Mi}
-cgroup: {memory: 0, cpus: 0, pids: 0}
-timeout: 0
-mounts:
-  ro_binds: [{path: usr}, {path: /usr/../etc}, {path: /usr/}, {path: /proc/self}, {path: /}, {path: /opt}, {path: /opt}]
-  tmpfs: [{path: /tmp, size: 0, mode: "4777"}, {path: /var, size: 1Mi, mode: "9"}, {path: /dev/shm, size: 1Mi, mode: "1777"}]
-  dev_shm: 0
-work_dir: {size: 0, inodes: -1}
-env:
-  set: {"1BAD": x, "OK": y}
-  passthrough: [OK, "BAD-NAME", TZ, TZ]
-seccomp: ""
-`
-	_, err := Decode([]byte(bad), "bad.yaml")
-	if err == nil {
-		t.Fatal("Decode succeeded")
-	}
-	fes := fieldErrors(err)
-	for _, fe := range fes {
-		if fe.Source != "bad.yaml" || fe.Profile != "Bad_Name" {
-			t.Errorf("FieldError %+v lacks source or profile", fe)
-		}
-	}
-	want := []string{
-		"version", "name", "aliases[0]", "aliases[0]", "aliases[2]", "description", "user_namespace", "network", "hostname",
-		"uid", "gid", "rlimits.as", "rlimits.fsize", "rlimits.stack", "rlimits.cpu", "rlimits.nofile", "rlimits.nproc", "rlimits.core",
-		"cgroup.memory", "cgroup.cpus", "cgroup.pids",
-		"mounts.ro_binds[0].path", "mounts.ro_binds[1].path", "mounts.ro_binds[2].path", "mounts.ro_binds[3].path", "mounts.ro_binds[4].path",
-		"mounts.tmpfs[2].path",
-		"mounts.ro_binds[6].path", // duplicate of [5]
-		"mounts.tmpfs[0].size", "mounts.tmpfs[0].mode", "mounts.tmpfs[1].mode",
-		"work_dir.size", "work_dir.inodes",
-		"env.set", "env.passthrough[0]", "env.passthrough[1]", "env.passthrough[3]",
-		"seccomp",
-	}
-	got := fieldsOf(err)
-	if !slices.Equal(got, want) {
-		t.Errorf("fields with problems:\n got  %q\n want %q\nerror:\n%v", got, want, err)
-	}
-	// The message of each problem names the file, the profile and the field.
-	if !strings.Contains(err.Error(), "bad.yaml: profile Bad_Name: cgroup.memory: must be set and > 0, got 0") {
-		t.Errorf("error text:\n%v", err)
-	}
-}
-
 func TestValidateNil(t *testing.T) {
 	var p *Profile
 	if err := p.Validate(); err == nil {
@@ -504,26 +321,6 @@ func TestFormatRoundTrip(t *testing.T) {
 		back, err := ParseCPUs(s)
 		if err != nil || back != q {
 			t.Errorf("FormatCPUs(%d) = %q, parses back to %d, %v", q, s, back, err)
-		}
-	}
-}
-
-// TestMarshalRoundTrip: what `str profile show` prints decodes back to
-// the same profile.
-func TestMarshalRoundTrip(t *testing.T) {
-	s := mustEmbedded(t)
-	for _, name := range s.Names() {
-		p := mustLookup(t, s, name)
-		out, err := yaml.Marshal(p)
-		if err != nil {
-			t.Fatalf("%s: Marshal: %v", name, err)
-		}
-		back, err := Decode(out, name+" (marshalled)")
-		if err != nil {
-			t.Fatalf("%s: Decode of marshalled profile: %v\n%s", name, err, out)
-		}
-		if !reflect.DeepEqual(back, p) {
-			t.Errorf("%s: round trip changed the profile:\n%s", name, out)
 		}
 	}
 }
@@ -634,125 +431,6 @@ func TestTightenDeepCopy(t *testing.T) {
 	}
 }
 
-func writeFile(t *testing.T, dir, name, data string) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestLoadDirGood(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, dir, "extra.yaml", validYAML)
-	writeFile(t, dir, "README.md", "not a profile")
-	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s := mustEmbedded(t)
-	if err := s.LoadDir(dir); err != nil {
-		t.Fatalf("LoadDir: %v", err)
-	}
-	if got := mustLookup(t, s, "extra-alias").Name; got != "extra" {
-		t.Errorf("Lookup(extra-alias).Name = %q", got)
-	}
-	if got := s.Names(); !slices.Equal(got, []string{"confidential", "extra", "permissive", "restrictive", "standard"}) {
-		t.Errorf("Names() = %v", got)
-	}
-	if got := s.Source("extra"); got != filepath.Join(dir, "extra.yaml") {
-		t.Errorf("Source(extra) = %q", got)
-	}
-	// A new embedded set is not affected.
-	if _, err := mustEmbedded(t).Lookup("extra"); !errors.Is(err, ErrUnknownProfile) {
-		t.Errorf("fresh Embedded() sees a LoadDir profile: %v", err)
-	}
-}
-
-func TestLoadDirBadFilesAllReportedNothingAdded(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, dir, "good.yaml", strings.NewReplacer("name: extra", "name: good", "[extra-alias]", "[]").Replace(validYAML))
-	writeFile(t, dir, "bad1.yaml", strings.NewReplacer("name: extra", "name: bad1", "[extra-alias]", "[]", "uid: 1000", "uid: 0").Replace(validYAML))
-	writeFile(t, dir, "bad2.yaml", "version: 1\nname: bad2\nnetwork: {policy: sideways}\nfoo: 1\n")
-	writeFile(t, dir, "misnamed.yaml", strings.NewReplacer("[extra-alias]", "[]").Replace(validYAML)) // holds "extra"
-	s := mustEmbedded(t)
-	err := s.LoadDir(dir)
-	if err == nil {
-		t.Fatal("LoadDir succeeded")
-	}
-	msg := err.Error()
-	for _, want := range []string{
-		filepath.Join(dir, "bad1.yaml") + ": profile bad1: uid: must be set and not 0",
-		filepath.Join(dir, "bad2.yaml") + ": ",
-		"field foo not found",
-		filepath.Join(dir, "misnamed.yaml") + `: holds profile "extra"`,
-	} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("error does not contain %q:\n%s", want, msg)
-		}
-	}
-	if strings.Contains(msg, "good.yaml") {
-		t.Errorf("error mentions the good file:\n%s", msg)
-	}
-	if _, err := s.Lookup("good"); !errors.Is(err, ErrUnknownProfile) {
-		t.Errorf("a failed LoadDir added the good profile: %v", err)
-	}
-}
-
-func TestLoadDirCollisions(t *testing.T) {
-	tests := []struct {
-		name  string
-		files map[string]string
-		want  []string
-	}{
-		{"name of an embedded profile", map[string]string{
-			"standard.yaml": strings.NewReplacer("name: extra", "name: standard", "[extra-alias]", "[]").Replace(validYAML)},
-			[]string{`"standard" is already the name of profile standard (from embedded:standard.yaml)`}},
-		{"name equal to an embedded alias", map[string]string{
-			"trusted.yaml": strings.NewReplacer("name: extra", "name: trusted", "[extra-alias]", "[]").Replace(validYAML)},
-			[]string{`"trusted" is already the alias of profile permissive`}},
-		{"alias equal to an embedded name and alias", map[string]string{
-			"extra.yaml": strings.Replace(validYAML, "[extra-alias]", "[restrictive, untrusted]", 1)},
-			[]string{`"restrictive" is already the name of profile restrictive`, `"untrusted" is already the alias of profile restrictive`}},
-		{"two new files share an alias", map[string]string{
-			"extra.yaml": validYAML,
-			"other.yaml": strings.Replace(validYAML, "name: extra", "name: other", 1)},
-			[]string{`other.yaml: profile other: "extra-alias" is already the alias of profile extra`}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for name, data := range tt.files {
-				writeFile(t, dir, name, data)
-			}
-			s := mustEmbedded(t)
-			err := s.LoadDir(dir)
-			if !errors.Is(err, ErrDuplicateProfile) {
-				t.Fatalf("LoadDir = %v, want ErrDuplicateProfile", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not contain %q:\n%v", w, err)
-				}
-			}
-			// Nothing changed.
-			if got := s.Names(); !slices.Equal(got, []string{"confidential", "permissive", "restrictive", "standard"}) {
-				t.Errorf("Names() after failed LoadDir = %v", got)
-			}
-			if got := mustLookup(t, s, "trusted").Name; got != "permissive" {
-				t.Errorf("trusted now resolves to %s", got)
-			}
-		})
-	}
-}
-
-func TestLoadDirMissing(t *testing.T) {
-	s := mustEmbedded(t)
-	missing := filepath.Join(t.TempDir(), "nope")
-	err := s.LoadDir(missing)
-	if err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("LoadDir(missing) = %v", err)
-	}
-}
-
 // A lookup by name decodes that file alone; it gives exactly the profile
 // the full load gives, and aliases still resolve.
 func TestLazyEmbeddedLookup(t *testing.T) {
@@ -774,25 +452,5 @@ func TestLazyEmbeddedLookup(t *testing.T) {
 	}
 	if a, err := lazy.Lookup("untrusted"); err != nil || a.Name != "restrictive" {
 		t.Fatalf("alias after a lazy lookup: %v %v", a, err)
-	}
-}
-
-// rlimits.as may be "unlimited" (memory.max bounds the sandbox), never in a
-// best_effort profile (which may run without a cgroup); no other size may.
-func TestAddressSpaceUnlimited(t *testing.T) {
-	base, err := embedded.ReadFile("restrictive.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(string(base), "as: 512Mi", "as: unlimited", 1)
-	p, err := Decode([]byte(src), "t.yaml")
-	if err != nil || p.Rlimits.AS != UnlimitedAS || p.Rlimits.AS.Rlimit() != math.MaxUint64 {
-		t.Fatalf("as: unlimited: %v %v", p, err)
-	}
-	if _, err := Decode([]byte(strings.Replace(src, "best_effort: false", "best_effort: true", 1)), "t.yaml"); err == nil || !strings.Contains(err.Error(), "rlimits.as") {
-		t.Fatalf("unlimited address space in a best_effort profile: %v", err)
-	}
-	if _, err := Decode([]byte(strings.Replace(string(base), "fsize: 64Mi", "fsize: unlimited", 1)), "t.yaml"); err == nil {
-		t.Fatal("fsize: unlimited accepted")
 	}
 }

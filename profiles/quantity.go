@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 )
 
 // ErrBadQuantity is wrapped by every error of ParseBytes, ParseCPUs and
@@ -186,117 +184,6 @@ func (q Quantity) String() string { return FormatBytes(q) }
 // String prints the duration as Go does ("1m0s").
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// scalarText returns the text of a YAML scalar, or a decode error naming
-// the line when the node is a mapping or sequence.
-func scalarText(n *yaml.Node, what string) (string, error) {
-	if n.Kind != yaml.ScalarNode {
-		return "", &yaml.TypeError{Errors: []string{
-			fmt.Sprintf("line %d: %s must be a scalar", n.Line, what)}}
-	}
-	return n.Value, nil
-}
-
-// UnmarshalYAML decodes a byte size (see ParseBytes). The only Quantity
-// that is not a byte size, Cgroup.CPUs, is decoded by Cgroup itself.
-func (q *Quantity) UnmarshalYAML(n *yaml.Node) error {
-	s, err := scalarText(n, "a byte size")
-	if err != nil {
-		return err
-	}
-	v, err := ParseBytes(s)
-	if err != nil {
-		// A TypeError lets yaml.v3 carry on and report every bad field.
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
-	}
-	*q = v
-	return nil
-}
-
-// MarshalYAML prints a byte size as FormatBytes does.
-func (q Quantity) MarshalYAML() (any, error) { return FormatBytes(q), nil }
-
-// UnmarshalYAML decodes a duration (see ParseDuration).
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	s, err := scalarText(n, "a duration")
-	if err != nil {
-		return err
-	}
-	v, err := ParseDuration(s)
-	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML prints a duration as Go does ("1m0s").
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// cpuQuantity is Cgroup.CPUs while decoding: the same number, parsed with
-// ParseCPUs instead of ParseBytes.
-type cpuQuantity Quantity
-
-func (c *cpuQuantity) UnmarshalYAML(n *yaml.Node) error {
-	s, err := scalarText(n, "a CPU count")
-	if err != nil {
-		return err
-	}
-	v, err := ParseCPUs(s)
-	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
-	}
-	*c = cpuQuantity(v)
-	return nil
-}
-
-// cgroupYAML is Cgroup's YAML form; it keeps the Go struct and the YAML
-// keys in one place so that UnmarshalYAML and MarshalYAML agree.
-type cgroupYAML struct {
-	Memory Quantity    `yaml:"memory"`
-	CPUs   cpuQuantity `yaml:"cpus"`
-	Pids   int64       `yaml:"pids"`
-}
-
-var cgroupKeys = map[string]bool{"memory": true, "cpus": true, "pids": true}
-
-// UnmarshalYAML decodes the cgroup block. It exists because CPUs is a
-// Quantity in milli-CPUs, not bytes. yaml.v3 does not pass KnownFields to
-// custom unmarshalers, so unknown keys are rejected here by hand.
-func (c *Cgroup) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.MappingNode {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cgroup must be a mapping", n.Line)}}
-	}
-	var problems []string
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
-		if !cgroupKeys[k.Value] {
-			problems = append(problems, fmt.Sprintf("line %d: field %s not found in type profiles.Cgroup", k.Line, k.Value))
-		}
-	}
-	var raw cgroupYAML
-	if err := n.Decode(&raw); err != nil {
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			return err
-		}
-		problems = append(problems, te.Errors...)
-	}
-	if len(problems) > 0 {
-		return &yaml.TypeError{Errors: problems}
-	}
-	*c = Cgroup{Memory: raw.Memory, CPUs: Quantity(raw.CPUs), Pids: raw.Pids}
-	return nil
-}
-
-// MarshalYAML prints the cgroup block with cpus in CPU notation.
-func (c Cgroup) MarshalYAML() (any, error) {
-	return struct {
-		Memory Quantity `yaml:"memory"`
-		CPUs   string   `yaml:"cpus"`
-		Pids   int64    `yaml:"pids"`
-	}{c.Memory, FormatCPUs(c.CPUs), c.Pids}, nil
-}
-
 // AddressSpace is rlimits.as: a byte size, or "unlimited". RLIMIT_AS
 // caps each process's virtual address space, which runtimes reserve far
 // beyond what they use: a Go or JVM program cannot even start under the
@@ -308,23 +195,6 @@ type AddressSpace Quantity
 
 // UnlimitedAS is rlimits.as: unlimited (RLIM_INFINITY).
 const UnlimitedAS = AddressSpace(math.MaxInt64)
-
-// UnmarshalYAML decodes a byte size or "unlimited".
-func (a *AddressSpace) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && n.Value == "unlimited" {
-		*a = UnlimitedAS
-		return nil
-	}
-	var q Quantity
-	if err := q.UnmarshalYAML(n); err != nil {
-		return err
-	}
-	*a = AddressSpace(q)
-	return nil
-}
-
-// MarshalYAML prints "unlimited" or the byte size.
-func (a AddressSpace) MarshalYAML() (any, error) { return a.String(), nil }
 
 func (a AddressSpace) String() string {
 	if a == UnlimitedAS {

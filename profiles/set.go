@@ -3,20 +3,19 @@ package profiles
 import (
 	"bytes"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-
-	"gopkg.in/yaml.v3"
 )
 
+// The embedded profiles' YAML is in str only for the check that each
+// decoded form (predecoded/NAME.json) was made from it.
+//
 //go:embed *.yaml
 var embedded embed.FS
 
@@ -27,37 +26,49 @@ var ErrUnknownProfile = errors.New("unknown profile")
 // taken by another profile of the set.
 var ErrDuplicateProfile = errors.New("duplicate profile name")
 
-// Decode strictly decodes one profile file and validates it. Unknown
-// fields, a second YAML document and bad quantities are decode errors;
-// otherwise every validation problem is returned (each a *FieldError
-// with Source set). source names the file in errors.
-func Decode(data []byte, source string) (*Profile, error) {
-	// 1. Decode exactly one document, rejecting unknown fields.
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
+// Decoded is one profile file in its decoded form: the profile and the
+// file it came from. A JSON list of them is what package profileyaml
+// makes of an operator's profile directory and what Set.AddDecoded reads;
+// the Profile's own JSON (Go field names, quantities as numbers) is also
+// the form go generate stores for the embedded files (predecoded/).
+type Decoded struct {
+	Source  string   `json:"source"`
+	Profile *Profile `json:"profile"`
+}
+
+// ReadDecoded reads one profile in its decoded form (JSON of a Profile),
+// refusing unknown fields, and validates it; source names the file it
+// came from in every problem.
+func ReadDecoded(data []byte, source string) (*Profile, error) {
 	var p Profile
-	if err := dec.Decode(&p); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("profiles: decode %s: empty file", source)
-		}
-		return nil, fmt.Errorf("profiles: decode %s: %w", source, err)
+	if err := strictJSON(data, &p); err != nil {
+		return nil, fmt.Errorf("profiles: %s: decoded form: %w", source, err)
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return nil, fmt.Errorf("profiles: decode %s: after the first document: %w", source, err)
-		}
-		return nil, fmt.Errorf("profiles: decode %s: more than one YAML document (line %d); a file holds one profile", source, extra.Line)
+	if err := p.validateFrom(source); err != nil {
+		return nil, err
 	}
-	// 2. Validate, naming the file in every problem.
+	return &p, nil
+}
+
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one value")
+	}
+	return nil
+}
+
+// validateFrom is Validate with source named in every problem.
+func (p *Profile) validateFrom(source string) error {
 	fes := p.validate()
 	for _, fe := range fes {
 		fe.Source = source
 	}
-	if err := joinFieldErrors(fes); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return joinFieldErrors(fes)
 }
 
 // Set is a collection of validated profiles, looked up by name or alias.
@@ -101,7 +112,7 @@ func (s *Set) loadAll() error {
 	}
 	fsys := s.pending
 	s.pending, s.single = nil, nil
-	return s.loadFS(fsys, ".", "embedded:")
+	return s.loadEmbedded(fsys)
 }
 
 // lookupSingle decodes the embedded file NAME.yaml alone, when the set's
@@ -124,10 +135,7 @@ func (s *Set) lookupSingle(name string) (*Profile, bool) {
 	}
 	p, ok := fromPredecoded(predecodedFS, name, data)
 	if !ok {
-		var err error
-		if p, err = Decode(data, "embedded:"+name+".yaml"); err != nil || p.Name != name {
-			return nil, false // the full load reports it
-		}
+		return nil, false // the full load reports it
 	}
 	s.single[name] = p
 	return p.clone(), true
@@ -137,57 +145,48 @@ func validFileName(name string) bool {
 	return name != "" && !strings.ContainsAny(name, "/\\.\x00")
 }
 
-// LoadDir adds every *.yaml file of dir (not recursive) to the set. Every
-// problem of every file is collected; a name or alias that collides with
-// one already in the set (or in another file) is an error, never a silent
-// override. When anything is wrong nothing is added.
-func (s *Set) LoadDir(dir string) error {
+// AddDecoded adds the profiles of an operator's profile directory, in
+// their decoded form (a JSON list of Decoded, as package profileyaml
+// makes it), to the set: each is validated again, and a name or alias
+// that collides with one already in the set (or in another file) is an
+// error, never a silent override. When anything is wrong nothing is added.
+func (s *Set) AddDecoded(data []byte) error {
+	var files []Decoded
+	if err := strictJSON(data, &files); err != nil {
+		return fmt.Errorf("profiles: decoded profile directory: %w", err)
+	}
+	var errs []error
+	for _, f := range files {
+		if f.Profile == nil {
+			errs = append(errs, fmt.Errorf("profiles: %s: decoded form without a profile", f.Source))
+		} else if err := f.Profile.validateFrom(f.Source); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return s.Add(files)
+}
+
+// Add adds decoded, validated profiles to the set, all or none: a name or
+// alias already resolved by the set or by another of files is an error
+// (ErrDuplicateProfile), every collision reported.
+func (s *Set) Add(files []Decoded) error {
 	if err := s.loadAll(); err != nil {
 		return err
 	}
-	return s.loadFS(os.DirFS(dir), dir, "")
+	return s.addAll(files)
 }
 
-// loadFS decodes all *.yaml files of fsys and adds them all, or none.
-// prefix is prepended to file names in errors (dir or "embedded:").
-func (s *Set) loadFS(fsys fs.FS, dir, prefix string) error {
-	entries, err := fs.ReadDir(fsys, ".")
-	if err != nil {
-		return fmt.Errorf("profiles: read directory %s: %w", dir, err)
-	}
-	var errs []error
-	var loaded []*Profile
-	var sources []string
-	for _, e := range entries { // fs.ReadDir sorts by name
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
-			continue
-		}
-		source := prefix + e.Name()
-		if prefix == "" {
-			source = filepath.Join(dir, e.Name())
-		}
-		data, err := fs.ReadFile(fsys, e.Name())
-		if err != nil {
-			errs = append(errs, fmt.Errorf("profiles: read %s: %w", source, err))
-			continue
-		}
-		p, err := Decode(data, source)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if want := strings.TrimSuffix(e.Name(), ".yaml"); p.Name != want {
-			errs = append(errs, fmt.Errorf("profiles: %s: holds profile %q; the file must be named %s.yaml", source, p.Name, p.Name))
-			continue
-		}
-		loaded = append(loaded, p)
-		sources = append(sources, source)
-	}
+// addAll is Add once the embedded profiles are in the tables.
+func (s *Set) addAll(files []Decoded) error {
 	// Check collisions against the set and among the new files, in one
 	// scratch copy of the name tables, so that a failure adds nothing.
 	next := &Set{profiles: maps.Clone(s.profiles), aliases: maps.Clone(s.aliases), sources: maps.Clone(s.sources)}
-	for i, p := range loaded {
-		if err := next.add(p, sources[i]); err != nil {
+	var errs []error
+	for _, f := range files {
+		if err := next.add(f.Profile, f.Source); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -196,6 +195,38 @@ func (s *Set) loadFS(fsys fs.FS, dir, prefix string) error {
 	}
 	s.profiles, s.aliases, s.sources = next.profiles, next.aliases, next.sources
 	return nil
+}
+
+// loadEmbedded reads the decoded form of every embedded profile into the
+// tables; a missing or stale one is a build defect (go generate).
+func (s *Set) loadEmbedded(fsys fs.FS) error {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return fmt.Errorf("profiles: read embedded profiles: %w", err)
+	}
+	var errs []error
+	var files []Decoded
+	for _, e := range entries { // fs.ReadDir sorts by name
+		name, ok := strings.CutSuffix(e.Name(), ".yaml")
+		if e.IsDir() || !ok {
+			continue
+		}
+		data, err := fs.ReadFile(fsys, e.Name())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("profiles: read embedded:%s: %w", e.Name(), err))
+			continue
+		}
+		p, ok := fromPredecoded(predecodedFS, name, data)
+		if !ok {
+			errs = append(errs, fmt.Errorf("profiles: embedded:%s: its decoded form %s is missing, stale or invalid: run go generate ./profiles", e.Name(), PredecodedPath(name)))
+			continue
+		}
+		files = append(files, Decoded{Source: "embedded:" + e.Name(), Profile: p})
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return s.addAll(files)
 }
 
 // add puts p into s, refusing any name or alias already resolved by s.

@@ -27,37 +27,6 @@ func TestWorkDirDefaults(t *testing.T) {
 	}
 }
 
-// A profile without work_dir, or with a zero cap, does not load: an
-// uncapped work dir is a host directory a tool can fill.
-func TestWorkDirRequired(t *testing.T) {
-	for _, tc := range []struct{ name, yaml, field string }{
-		{"missing", strings.Replace(validYAML, "work_dir: {size: 64Mi, inodes: 1000}\n", "", 1), "work_dir.size"},
-		{"no inodes", strings.Replace(validYAML, "work_dir: {size: 64Mi, inodes: 1000}", "work_dir: {size: 64Mi}", 1), "work_dir.inodes"},
-		{"zero size", strings.Replace(validYAML, "work_dir: {size: 64Mi, inodes: 1000}", "work_dir: {size: 0, inodes: 5}", 1), "work_dir.size"},
-	} {
-		_, err := Decode([]byte(tc.yaml), "x.yaml")
-		if err == nil {
-			t.Errorf("%s: decoded", tc.name)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.field+": must be set and > 0") {
-			t.Errorf("%s: error %v does not name %s", tc.name, err, tc.field)
-		}
-	}
-	// Unknown keys under work_dir are decode errors, like everywhere.
-	y := strings.Replace(validYAML, "work_dir: {size: 64Mi, inodes: 1000}", "work_dir: {size: 64Mi, inodes: 1000, quota: 1}", 1)
-	if _, err := Decode([]byte(y), "x.yaml"); err == nil || !strings.Contains(err.Error(), "quota") {
-		t.Errorf("unknown work_dir key: %v", err)
-	}
-	p, err := Decode([]byte(validYAML), "x.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.WorkDir != (WorkDir{Size: 64 * mi, Inodes: 1000}) {
-		t.Errorf("decoded work_dir %+v", p.WorkDir)
-	}
-}
-
 // The work dir caps, like every limit, may only be tightened.
 func TestTightenWorkDir(t *testing.T) {
 	s := mustEmbedded(t)

@@ -25,7 +25,7 @@ targets=(
   "./worker                    FuzzParseRequest      ci" # request parsing and validation
   "./worker                    FuzzParseInitRequest  -"  # init requests of both generations, notifications
   "./worker/manifest           FuzzParse             ci" # the tool manifest
-  "./profiles                  FuzzDecode            ci" # profiles: decode, validate, Tighten never loosens
+  "./profiles/profileyaml      FuzzDecode            ci" # profiles: decode, validate, Tighten never loosens
   "./profiles                  FuzzParseQuantity     ci" # 512Mi, 500m, 60s and their formatters
   "./seccomp                   FuzzEmbeddedPolicies  ci" # shipped BPF vs policy semantics (Simulate vs Evaluate)
   "./seccomp                   FuzzCompile           ci" # random small policies: compile vs Evaluate

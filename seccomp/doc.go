@@ -4,7 +4,10 @@
 // # Policies
 //
 // A policy is a YAML file under policies/ (embedded with go:embed), one
-// strict schema, version 1, unknown fields rejected:
+// strict schema, version 1, unknown fields rejected. The one decoder of
+// that YAML is package policyyaml (linked by str-worker and go generate):
+// this package reads each policy's decoded form (predecoded/, go
+// generate; seccomp.ReadDecoded for an operator's file) and links no YAML.
 //
 //	version: 1
 //	name: standard
@@ -36,7 +39,7 @@
 //	    action: allow
 //	    reason: "..."
 //
-// Decode resolves that once (Policy.inherit): the base's rules without
+// Decoding resolves that once (Resolve, Policy.inherit): the base's rules without
 // the replaced syscalls, then the policy's own rules, and the base's
 // default action unless the policy gives one. A replaced syscall must be
 // in the base and in the policy's own rules (no silent removal); any other

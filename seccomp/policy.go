@@ -3,10 +3,9 @@ package seccomp
 import (
 	"bytes"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path"
 	"regexp"
 	"sort"
@@ -14,7 +13,6 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
-	"gopkg.in/yaml.v3"
 )
 
 // SchemaVersion is the only policy schema version this package reads.
@@ -24,14 +22,16 @@ const SchemaVersion = 1
 var embedded embed.FS
 
 // Policy is one seccomp policy as written in its YAML file. It is plain
-// data: Decode fills it, Validate checks it, Compile turns it into BPF.
+// data: package policyyaml decodes the YAML (Resolve), ReadDecoded and
+// Load read its decoded form (JSON of this struct), Validate checks it,
+// Compile turns it into BPF.
 type Policy struct {
 	Version     int    `yaml:"version"`
 	Name        string `yaml:"name"`
 	Description string `yaml:"description"`
 	// Extends names an embedded policy this one starts from; Replaces
 	// lists syscalls whose rules in that base are dropped, so that this
-	// policy's own rules decide them. Decode resolves both once (inherit):
+	// policy's own rules decide them. Resolve resolves both once (inherit):
 	// after it, Rules and DefaultAction are the whole, effective policy.
 	Extends       string   `yaml:"extends,omitempty"`
 	Replaces      []string `yaml:"replaces,omitempty"`
@@ -191,80 +191,76 @@ func Names() []string {
 // policyName is compiled when first used, not at every str start.
 var policyName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_-]*$`) })
 
-// Load decodes and validates the embedded policy called name.
-func Load(name string) (*Policy, error) { return load(name, nil) }
-
-// load is Load inside a chain of extends (the names being loaded, outer
-// first), so that a chain that comes back to itself is an error.
-func load(name string, chain []string) (*Policy, error) {
+// EmbeddedFile returns the YAML file of the embedded policy called name
+// (package policyyaml decodes it; go generate stores the decoded form).
+func EmbeddedFile(name string) ([]byte, error) {
 	if !policyName().MatchString(name) {
 		return nil, fmt.Errorf("seccomp: load policy %q: not a valid policy name (known: %s)", name, strings.Join(Names(), ", "))
 	}
-	file := path.Join("policies", name+".yaml")
-	data, err := embedded.ReadFile(file)
+	data, err := embedded.ReadFile(path.Join("policies", name+".yaml"))
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: load policy %q: no such embedded policy (known: %s): %w", name, strings.Join(Names(), ", "), err)
 	}
-	p, err := decode(data, "embedded:"+name+".yaml", append(chain, name))
+	return data, nil
+}
+
+// Load returns the embedded policy called name, validated. It reads the
+// policy's decoded form (predecoded/NAME.json, written by go generate from
+// NAME.yaml through package policyyaml): str decodes no YAML at run time.
+func Load(name string) (*Policy, error) {
+	data, err := EmbeddedFile(name)
 	if err != nil {
 		return nil, err
 	}
-	if p.Name != name {
-		return nil, fmt.Errorf("seccomp: policy %s: name %q does not match its file name %q", p.source, p.Name, name)
+	p, ok := fromPredecoded(predecodedFS, name, data)
+	if !ok {
+		return nil, fmt.Errorf("seccomp: embedded policy %s: its decoded form predecoded/%s.json is missing, stale or invalid: run go generate ./seccomp", name, name)
 	}
 	return p, nil
 }
 
-// LoadFile decodes and validates a policy file.
-func LoadFile(file string) (*Policy, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("seccomp: read policy file %s: %w", file, err)
-	}
-	return Decode(data, file)
-}
-
-// Decode parses one policy document strictly (unknown fields and trailing
-// documents are errors), resolves its extends (inherit) and validates the
-// result. source names the document in error messages. Every validation
-// problem is reported, joined with errors.Join.
-func Decode(data []byte, source string) (*Policy, error) { return decode(data, source, nil) }
-
-func decode(data []byte, source string, chain []string) (*Policy, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
+// ReadDecoded reads a policy in its decoded form: the JSON encoding of a
+// Policy whose extends is already resolved (Rules and DefaultAction are
+// the whole policy; Extends and Replaces only record where it came
+// from), as package policyyaml writes it for an operator's policy file.
+// Unknown fields are refused, and the policy is validated like any other.
+// source names it in errors (the policy file's path).
+func ReadDecoded(data []byte, source string) (*Policy, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
 	var p Policy
 	if err := dec.Decode(&p); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("seccomp: policy %s: empty document", source)
-		}
-		return nil, fmt.Errorf("seccomp: policy %s: decode: %w", source, err)
+		return nil, fmt.Errorf("seccomp: policy %s: decoded form: %w", source, err)
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("seccomp: policy %s: more than one YAML document (or trailing garbage after the first)", source)
+	if dec.More() {
+		return nil, fmt.Errorf("seccomp: policy %s: decoded form: more than one policy", source)
 	}
 	p.source = source
-	if p.Extends != "" || len(p.Replaces) > 0 {
-		if err := p.inherit(chain); err != nil {
-			return nil, err
-		}
-	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	return &p, nil
 }
 
-// maxExtends bounds a chain of extends (standard extends restrictive,
-// permissive extends standard: 2).
-const maxExtends = 4
+// Resolve ends the decoding of a policy file (package policyyaml calls it
+// once the YAML is decoded): it records source, resolves extends with the
+// embedded policy base returns (inherit) and validates the result. Every
+// validation problem is reported, joined with errors.Join.
+func Resolve(p *Policy, source string, base func(name string) (*Policy, error)) error {
+	p.source = source
+	if p.Extends != "" || len(p.Replaces) > 0 {
+		if err := p.inherit(base); err != nil {
+			return err
+		}
+	}
+	return p.Validate()
+}
 
 // inherit resolves extends, once, when the policy is decoded:
 //
 //  1. replaces needs extends; the base is an embedded policy, loaded (and
-//     itself resolved) by Load; a chain that comes back to a policy in it,
-//     or is longer than maxExtends, is an error
+//     itself resolved) by loadBase (package policyyaml has refused a chain
+//     of extends that comes back to itself or is too long before)
 //  2. every name in replaces is a syscall the base has rules for, and one
 //     this policy's own rules name: a replacement, never a silent removal
 //  3. the rules are the base's, without the replaced syscalls (a base rule
@@ -276,7 +272,7 @@ const maxExtends = 4
 // Validate then checks the result like any stand-alone policy: a rule
 // here that repeats a syscall the base already decides unconditionally,
 // without replacing it, is an error there.
-func (p *Policy) inherit(chain []string) error {
+func (p *Policy) inherit(loadBase func(name string) (*Policy, error)) error {
 	var errs []error
 	add := func(field, format string, a ...any) {
 		errs = append(errs, &ValidationError{Policy: p.source, Rule: -1, Field: field, Msg: fmt.Sprintf(format, a...)})
@@ -286,17 +282,7 @@ func (p *Policy) inherit(chain []string) error {
 		add("replaces", "needs extends: there is no base policy to replace rules of")
 		return errors.Join(errs...)
 	}
-	for _, n := range chain {
-		if n == p.Extends {
-			add("extends", "%q extends itself (chain %s -> %s)", p.Extends, strings.Join(chain, " -> "), p.Extends)
-			return errors.Join(errs...)
-		}
-	}
-	if len(chain) >= maxExtends {
-		add("extends", "chain %s -> %s is longer than %d", strings.Join(chain, " -> "), p.Extends, maxExtends)
-		return errors.Join(errs...)
-	}
-	base, err := load(p.Extends, chain)
+	base, err := loadBase(p.Extends)
 	if err != nil {
 		add("extends", "base policy %q: %v", p.Extends, err)
 		return errors.Join(errs...)

@@ -13,6 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The decoded forms first (package policyyaml), then the programs compiled
+// from them.
+//go:generate env STR_UPDATE_PREDECODED=1 go test -count=1 -run TestPredecodedUpToDate ./policyyaml
 //go:generate env STR_UPDATE_PRECOMPILED=1 go test -count=1 -run TestPrecompiledUpToDate .
 
 // The embedded policies are compiled ahead of time (go generate): the

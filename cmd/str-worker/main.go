@@ -4,7 +4,8 @@
 // SOLACE_HOST is set) and runs each in a sandbox of the launcher (package
 // worker; its settings are worker.ConfigUsage); the dev broker (broker);
 // one invocation sent and its reply printed (invoke); and the tools a
-// namespace's workers serve (tools).
+// namespace's workers serve (tools). Two hidden commands decode an
+// operator's YAML for bin/str, which links no YAML decoder (decode.go).
 //
 // It is a program of its own because the Solace client library is C (cgo,
 // 21 MB with it) and the broker, its transport and the worker's manifests
@@ -25,6 +26,9 @@ var commands = map[string]func(args []string) int{
 	"broker": cmdBroker,
 	"invoke": cmdInvoke,
 	"tools":  cmdTools,
+	// bin/str's YAML decoder (decode.go).
+	"decode-profiles": cmdDecodeProfiles,
+	"decode-seccomp":  cmdDecodeSeccomp,
 }
 
 func main() {

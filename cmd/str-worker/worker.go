@@ -21,6 +21,7 @@ import (
 	"github.com/securetoolruntime/str/launcher/install"
 	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/profiles/profileyaml"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
@@ -92,14 +93,14 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 	switch cfg.SandboxMode {
 	case worker.ModeNone:
 		if set, err = profiles.Embedded(); err == nil && cfg.ProfileDir != "" {
-			err = set.LoadDir(cfg.ProfileDir)
+			err = profileyaml.LoadDir(set, cfg.ProfileDir)
 		}
 		if err != nil {
 			return err
 		}
 		sandboxes = worker.Unsandboxed{Profiles: set}
 	default:
-		l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, CgroupParent: cfg.CgroupParent, LongLived: true, Logger: log})
+		l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, Decoder: profileyaml.Decoder{}, CgroupParent: cfg.CgroupParent, LongLived: true, Logger: log})
 		if err != nil {
 			return err
 		}

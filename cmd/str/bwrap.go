@@ -19,7 +19,6 @@ import (
 	"github.com/securetoolruntime/str/launcher/planfmt"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
-	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -117,7 +116,7 @@ func cmdBwrap(name string, args []string) int {
 	if !sb.ShareNet {
 		req.Network = &egress.Policy{Mode: egress.Isolated}
 	}
-	l, err := launcher.New(launcher.Options{ProfileDir: os.Getenv("STR_PROFILE_DIR"), CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
+	l, err := launcher.New(launcher.Options{ProfileDir: os.Getenv("STR_PROFILE_DIR"), Decoder: workerDecoder{}, CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -132,7 +131,7 @@ func cmdBwrap(name string, args []string) int {
 	// working directory and ids; the profile keeps the rest (namespaces,
 	// limits, rlimits, seccomp, network policy, capabilities dropped).
 	if sb.UsernsDisabled {
-		if err := checkUsernsDenied(pl.Child.SeccompPolicy); err != nil {
+		if err := checkUsernsDenied(l, pl.Child.SeccompPolicy); err != nil {
 			return fail("--disable-userns: %v", err)
 		}
 	}
@@ -334,12 +333,8 @@ func strBwrapOptions(args []string) (planOnly bool, profile string, rest []strin
 
 // checkUsernsDenied loads the plan's seccomp policy (an embedded name or
 // an operator's file) and checks its meaning refuses user namespaces.
-func checkUsernsDenied(policy string) error {
-	load := seccomp.Load
-	if filepath.IsAbs(policy) {
-		load = seccomp.LoadFile
-	}
-	p, err := load(policy)
+func checkUsernsDenied(l *launcher.Launcher, policy string) error {
+	p, err := l.SeccompPolicy(policy)
 	if err != nil {
 		return fmt.Errorf("seccomp policy %s: %w", policy, err)
 	}

@@ -42,7 +42,7 @@ func cmdDoctor(args []string) int {
 	info("running as", fmt.Sprintf("uid %d (%s mode)", uid, map[bool]string{true: "root", false: "rootless"}[uid == 0]))
 	// The worker is a program of its own: str run works without it, so
 	// its absence is information, not a failure.
-	if path, err := workerPath("worker"); err != nil {
+	if path, err := workerPath("str worker"); err != nil {
 		info("worker program", "str worker, broker, invoke and tools cannot start: "+err.Error())
 	} else {
 		info("worker program", path+" (str worker, broker, invoke and tools exec it)")

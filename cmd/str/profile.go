@@ -33,7 +33,7 @@ func cmdProfile(args []string) int {
 	if err := fs.Parse(rest); err != nil {
 		return exitUsage
 	}
-	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir})
+	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir, Decoder: workerDecoder{}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str profile:", err)
 		return exitLauncher

@@ -184,7 +184,7 @@ func cmdRun(args []string) int {
 
 	// STR_CGROUP_PARENT names the cgroup v2 parent for sandboxes (a
 	// delegated subtree); unset, the launcher's own cgroup (v2Base).
-	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir, CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
+	l, err := launcher.New(launcher.Options{ProfileDir: *profileDir, Decoder: workerDecoder{}, CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "str run:", err)
 		return exitLauncher

@@ -22,7 +22,7 @@ const workerProgram = "str-worker"
 // broker, its transport and the worker's manifests, which `str run` must
 // not pay for at every start (issues 19 and 30).
 func cmdWorkerProgram(command string, args []string) int {
-	path, err := workerPath(command)
+	path, err := workerPath("str " + command)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "str %s: %v\n", command, err)
 		return 1
@@ -34,9 +34,9 @@ func cmdWorkerProgram(command string, args []string) int {
 
 // workerPath is str-worker beside this binary (/proc/self/exe, symlinks
 // resolved: a str reached through a link finds the worker beside the real
-// file), or an error that says where it was looked for, that `str command`
-// needs it, and how to fix it.
-func workerPath(command string) (string, error) {
+// file), or an error that says where it was looked for, that what (`str
+// command`, decoding YAML) needs it, and how to fix it.
+func workerPath(what string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("the str binary's own path, to find %s beside it: %w", workerProgram, err)
@@ -47,8 +47,8 @@ func workerPath(command string) (string, error) {
 		err = errors.New("not an executable file")
 	}
 	if err != nil {
-		return "", fmt.Errorf("str %s runs in the program %s installed beside str: %s: %w (install both: make build puts bin/str and bin/%s side by side)",
-			command, workerProgram, path, err, workerProgram)
+		return "", fmt.Errorf("%s runs in the program %s installed beside str: %s: %w (install both: make build puts bin/str and bin/%s side by side)",
+			what, workerProgram, path, err, workerProgram)
 	}
 	return path, nil
 }

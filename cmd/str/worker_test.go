@@ -70,6 +70,21 @@ func TestStrLinksNoBrokerCode(t *testing.T) {
 	}
 }
 
+// TestStrLinksNoYAML: str links no YAML decoder (issue 30): the embedded
+// profiles and seccomp policies come decoded (go generate), and an
+// operator's YAML is decoded by str-worker (decode.go).
+func TestStrLinksNoYAML(t *testing.T) {
+	out, err := exec.Command(goCommand(t), "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.Contains(pkg, "yaml") {
+			t.Errorf("%s is linked into str; YAML is decoded by str-worker (profiles/profileyaml, seccomp/policyyaml)", pkg)
+		}
+	}
+}
+
 // buildStr builds str as make build does (CGO_ENABLED=0) into a new
 // directory and returns its path.
 func buildStr(t *testing.T) string {

@@ -355,12 +355,7 @@ func (t *Template) derivePolicies(set *profiles.Set, profile string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", launcher.ErrInvalidRequest, err)
 	}
-	var base *seccomp.Policy
-	if strings.HasPrefix(prof.Seccomp, "/") {
-		base, err = seccomp.LoadFile(prof.Seccomp)
-	} else {
-		base, err = seccomp.Load(prof.Seccomp)
-	}
+	base, err := t.l.SeccompPolicy(prof.Seccomp)
 	if err != nil {
 		return fmt.Errorf("template: profile %s: %w", prof.Name, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/securetoolruntime/str/internal/syncbuf"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/template"
+	"github.com/securetoolruntime/str/profiles/profileyaml"
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
@@ -42,7 +43,7 @@ func templateWith(t *testing.T, profile, module, function, workTarget string) (*
 func templateIn(t *testing.T, profileDir, profile, module, function, workTarget string) (*template.Template, error) {
 	t.Helper()
 	needRoot(t)
-	l, err := launcher.New(launcher.Options{ProfileDir: profileDir})
+	l, err := launcher.New(launcher.Options{ProfileDir: profileDir, Decoder: profileyaml.Decoder{}})
 	if err != nil {
 		t.Fatal(err)
 	}
