@@ -1217,7 +1217,8 @@ func (c *templateCall) adopt(pid int) error {
 	return check()
 }
 
-// freshMounts is C7: each as a detached mount made on the host.
+// freshMounts is C7's first half: each as a detached mount made on the host
+// (attachMounts puts them in the call's mount namespace).
 func (c *templateCall) freshMounts() ([]int, []string, error) {
 	var fds []int
 	var targets []string
@@ -1287,7 +1288,7 @@ func (c *templateCall) freshMounts() ([]int, []string, error) {
 
 // workDirTree is the call's work dir as a detached tree: made by the
 // caller for the call's host ids, cloned here (root clones a mount of
-// the host's namespace; the call, privileged over its own, attaches it),
+// the host's namespace; attachMounts attaches it in the call's),
 // its last component not a symlink, nosuid and nodev, private.
 func (c *templateCall) workDirTree(mk func(uid, gid int) (string, error)) (int, error) {
 	dir, err := mk(c.hostID, c.hostID)
