@@ -2386,8 +2386,9 @@ def _template_call(ctrl, call_fd, mask):
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     # 6. the call's filter, stacked on the template's (no_new_privs is
-    # inherited): namespaces and mounts are closed again. The bytes are
-    # the supervisor's; a filter is loaded only by the process it filters.
+    # inherited): the notified clone and the template's other openings
+    # are closed again. The bytes are the supervisor's; a filter is loaded
+    # only by the process it filters.
     prog = bytes.fromhex(setup["call_filter"])
     buf = ctypes.create_string_buffer(prog, len(prog))
     fprog = _TPL["fprog"](len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
