@@ -96,13 +96,6 @@ var templateRules = []Rule{
 	},
 }
 
-// templateMoveMount replaces the profile's rule for move_mount.
-var templateMoveMount = Rule{
-	Names:  []string{"move_mount"},
-	Action: Action{Kind: ActionAllow},
-	Reason: "a call's child puts the supervisor's detached mounts (fresh /tmp, /dev/shm and /proc) in place; the template holds no capability, so the kernel refuses it there, and in a child the mounts copied from the template are locked (they cannot be moved or uncovered); every way to make a detached mount (open_tree, fsopen, fsmount) stays EPERM",
-}
-
 // templateCapset replaces the profile's rule for capset.
 var templateCapset = Rule{
 	Names:  []string{"capset"},
@@ -110,20 +103,14 @@ var templateCapset = Rule{
 	Reason: "a call's child empties its capability sets before any call data: its uid in its new user namespace was never 0 (the template's is not mapped there), so the uid change clears nothing by itself; capset can only lower what the caller holds",
 }
 
-// callMoveMount replaces it again in the call's own filter.
-var callMoveMount = Rule{
-	Names:  []string{"move_mount"},
-	Action: Action{Kind: ActionErrno, Errno: "EPERM"},
-	Reason: "the call's mounts are in place before the tool's function runs: the mount API is closed again, as in the profile",
-}
-
 // TemplatePolicy is the filter of a per-tool template: base (the
-// profile's policy) with templateRules first, and move_mount and capset
-// allowed.
+// profile's policy) with templateRules first, and capset allowed. The
+// mount API stays as the profile has it (refused): the supervisor
+// attaches each call's mounts from the host.
 func TemplatePolicy(base *Policy) (*Policy, error) {
 	p := derive(base, base.Name+"-template", "template of "+base.Name+": the profile's policy plus the one notified clone per call")
-	p.Rules = append(slices.Clone(templateRules), withoutSyscall(withoutSyscall(base.Rules, "move_mount"), "capset")...)
-	p.Rules = append(p.Rules, templateMoveMount, templateCapset)
+	p.Rules = append(slices.Clone(templateRules), withoutSyscall(base.Rules, "capset")...)
+	p.Rules = append(p.Rules, templateCapset)
 	p.Rules = dropDeadPrctl(p.Rules, base)
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("seccomp: derive template policy of %s: %w", base.Name, err)
@@ -136,8 +123,7 @@ func TemplatePolicy(base *Policy) (*Policy, error) {
 
 // CallPolicy is the filter a call's child stacks on the template's
 // before any call data: the profile's policy with netlink, raw sockets
-// and socket ioctls refused and move_mount refused (as the profile has
-// it). Stacked, the kernel takes the stricter answer of the two filters,
+// and socket ioctls refused. Stacked, the kernel takes the stricter answer of the two filters,
 // so the notified clone is EPERM here and the template's openings are
 // closed again.
 func CallPolicy(base *Policy) (*Policy, error) {
@@ -148,8 +134,7 @@ func CallPolicy(base *Policy) (*Policy, error) {
 			own = append(own, r)
 		}
 	}
-	p.Rules = append(own, withoutSyscall(base.Rules, "move_mount")...)
-	p.Rules = append(p.Rules, callMoveMount)
+	p.Rules = append(own, base.Rules...)
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("seccomp: derive call policy of %s: %w", base.Name, err)
 	}
@@ -225,7 +210,7 @@ func checkTemplate(p *Policy) error {
 		want(fmt.Sprintf("unshare(%#x) must be refused", f), eval("unshare", f), refused)
 	}
 	want("unshare(CLONE_NEWTIME) must be refused", eval("unshare", unix.CLONE_NEWTIME), refused)
-	for _, s := range []string{"setns", "mount", "open_tree", "fsopen", "fsmount", "fsconfig", "pivot_root", "umount2", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd"} {
+	for _, s := range []string{"setns", "mount", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig", "pivot_root", "umount2", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd"} {
 		want(s+" must be refused", eval(s, 0), refused)
 	}
 	want("socket(AF_NETLINK) must be refused", eval("socket", afNetlink), refused)

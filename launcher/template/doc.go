@@ -7,11 +7,18 @@
 // supervisor lets through the filter's notification once per order,
 // then maps a host id pair of the template's into (through the id-map
 // opener of mapper.go), brings lo up in (netns.go, the one file that
-// calls setns), moves into its slot's cgroup, gives fresh mounts, and
-// verifies from the host before it sends the call. The steps are T1-T4
-// and C1-C12 in template.go; docs/security-design.md ("Per-tool
-// templates") says what a template shares with its children and why each
-// item is safe.
+// calls setns), moves into its slot's cgroup, sets the process limit of,
+// attaches fresh mounts in (netns.go again), and verifies from the host
+// before it sends the call. The steps are T1-T4 and C1-C12 in
+// template.go; docs/security-design.md ("Per-tool templates") says what a
+// template shares with its children and why each item is safe.
+//
+// The child itself (the runner's template mode, Python forked from the
+// template) does only what acts on its own process and cannot be done
+// from outside: chdir /, empty its bounding set, set its ids, clear its
+// capabilities, re-arm its parent-death signal, make itself dumpable,
+// put /dev/null on 0-2 and close its other descriptors, reseed its RNGs
+// (its own memory), and load the call filter whose bytes it is sent.
 //
 // What it does on the host, in the launcher's process (the worker's,
 // str-bench's, a test's): it leases the calls' host id pairs and makes
@@ -23,10 +30,14 @@
 // each call's egress listeners from one locked thread that joins the
 // call's network namespace and goes back (setns), served by the
 // launcher (Sandbox.ServeEgress); moves each call into its slot's
-// cgroup; makes its fresh tmpfs and proc mounts (fsopen, fsconfig,
-// fsmount) and clones its work dir (open_tree); kills calls through
-// their pidfd and their cgroup; reads /proc of the template and of each
-// call to verify them.
+// cgroup; sets its RLIMIT_NPROC (prlimit); makes its fresh tmpfs and
+// proc mounts (fsopen, fsconfig, fsmount) and clones its work dir
+// (open_tree), and attaches them in the call's mount namespace from one
+// locked thread that never ends, has an fs_struct of its own (unshare
+// CLONE_FS) and joins that namespace for the move_mount calls (setns
+// through the call's pidfd) and goes back; kills calls through their
+// pidfd and their cgroup; reads /proc of the template and of each call
+// to verify them.
 //
 // The id-map opener (mapper.go) is the running program itself, executed
 // again as str-id-mapper by a raw clone that joined the template's user
@@ -44,7 +55,8 @@
 // not the template's, or shares one of its namespaces (C3); a call that
 // did not drop everything before its data is sent (C9: ids,
 // capabilities, no_new_privs, seccomp, threads, namespaces,
-// descriptors, cwd, cgroup, alone in its pid namespace); a call
+// descriptors, cwd, cgroup, RLIMIT_NPROC, each fresh mount the top one
+// at its target, alone in its pid namespace); a call
 // outliving its wall clock, or its slot's ids or cgroup passing to the
 // next call while anything of it is left; one address-space layout
 // shared for too long (MaxCalls, MaxAge).

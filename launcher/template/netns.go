@@ -10,11 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The one file of str that calls setns: a per-tool template's supervisor
-// brings up lo in each call's fresh network namespace from the host and
-// opens the call's egress listeners there (the ones nsinit step 10 opens
-// in a cold sandbox), so the call's child never needs netlink, a network
-// ioctl or a socket of its own before its tool runs.
+// The one file of str that calls setns (with the mapper's raw clone,
+// mapper.go): a per-tool template's supervisor brings up lo in each call's
+// fresh network namespace from the host and opens the call's egress
+// listeners there (the ones nsinit step 10 opens in a cold sandbox), so the
+// call's child never needs netlink, a network ioctl or a socket of its own
+// before its tool runs; and it attaches the call's fresh mounts in the
+// call's mount namespace (attachMounts), so the child never holds a mount
+// descriptor or calls move_mount.
 
 // hostNetNS is the supervisor's own network namespace, opened once.
 var hostNetNS = sync.OnceValues(func() (int, error) {
@@ -146,4 +149,73 @@ func bindListener(fd int, l nsinit.Listener) error {
 		}
 	}
 	return nil
+}
+
+// attachMounts is C7's second half: the detached mounts fds (made on the
+// host, freshMounts and workDirTree) are moved onto targets in the mount
+// namespace of the process pidfd names (the call's child, pinned at C3),
+// by the mount attacher (attacher). Host root joins that namespace without
+// entering the call's user namespace (CAP_SYS_ADMIN over its owner, whose
+// ancestor is the host's), and the join makes the call's root the
+// thread's root: each target resolves there, never on the host.
+func attachMounts(pidfd int, fds []int, targets []string) error {
+	r := attachReq{pidfd: pidfd, fds: fds, targets: targets, done: make(chan error, 1)}
+	attacher() <- r
+	return <-r.done
+}
+
+type attachReq struct {
+	pidfd   int
+	fds     []int
+	targets []string
+	done    chan error
+}
+
+// attacher is the goroutine that attaches every call's mounts, locked to
+// its OS thread for the life of the process and never ending: a thread
+// that ended would fire the parent-death signal of every child any
+// goroutine forked from it (the template's id mapper is such a child).
+// The thread first takes an fs_struct of its own (unshare CLONE_FS:
+// setns refuses to join a mount namespace with an fs_struct the process's
+// other threads share, and would move their root and cwd with it); it
+// runs nothing but attachIn.
+var attacher = sync.OnceValue(func() chan<- attachReq {
+	c := make(chan attachReq)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		host, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			err = fmt.Errorf("open the host's mount namespace: %w", err)
+		} else if err = unix.Unshare(unix.CLONE_FS); err != nil {
+			err = fmt.Errorf("unshare CLONE_FS: %w", err)
+		}
+		for r := range c {
+			if err != nil {
+				r.done <- err
+				continue
+			}
+			r.done <- attachIn(host, r)
+		}
+	}()
+	return c
+})
+
+// attachIn joins the call's mount namespace, moves each mount onto its
+// target there, and goes back to the host's (host): between two calls
+// the thread holds no call's namespace (its mounts end with the call).
+func attachIn(host int, r attachReq) error {
+	if err := unix.Setns(r.pidfd, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("setns the call's mount namespace: %w", err)
+	}
+	var err error
+	for i, fd := range r.fds {
+		if err = unix.MoveMount(fd, "", unix.AT_FDCWD, r.targets[i], unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			err = fmt.Errorf("move_mount onto %s in the call's mount namespace: %w", r.targets[i], err)
+			break
+		}
+	}
+	if berr := unix.Setns(host, unix.CLONE_NEWNS); berr != nil && err == nil {
+		err = fmt.Errorf("setns back to the host's mount namespace: %w", berr)
+	}
+	return err
 }

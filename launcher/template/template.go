@@ -36,7 +36,8 @@ package template
 //	     by the kernel); it must be the template's child, in 7
 //	     namespaces none of which is the template's; pidfd_open pins it
 //	C4.  setgroups deny, gid_map and uid_map: the profile's gid and uid
-//	     (a cold sandbox's tool's) -> the pair's host id
+//	     (a cold sandbox's tool's) -> the pair's host id; the profile's
+//	     RLIMIT_NPROC set on the child from here (prlimit)
 //	C5.  lo up in its network namespace and the egress listeners
 //	     opened there (netns.go: the ones nsinit step 10 opens
 //	     in a cold sandbox, at the same addresses), served by an egress
@@ -47,14 +48,19 @@ package template
 //	     template, reused one call at a time); the child moved in
 //	C7.  fresh /tmp, /dev/shm (tmpfs sized as the profile's) and a /proc
 //	     of its own pid namespace (fsconfig pidns=), as detached mounts,
-//	     and its work dir (CallOptions.WorkDir), cloned
-//	C8.  send the setup (mounts, ids, the call filter); the child moves
-//	     the mounts, drops the bounding set, sets its ids, clears its
-//	     capabilities, closes every other descriptor, reseeds, stacks
-//	     seccomp.CallPolicy, and says "ready"
-//	C9.  verify from the host (verifyChild): ids, capabilities,
-//	     no_new_privs, seccomp, threads, namespaces, descriptors, cwd,
-//	     cgroup, and no other process in its pid namespace; a child that
+//	     and its work dir (CallOptions.WorkDir), cloned; attached by the
+//	     supervisor in the child's mount namespace (netns.go,
+//	     attachMounts: one locked thread joins it)
+//	C8.  send the setup (ids, the call filter); the child does what only
+//	     it can do to itself: chdir /, drops the bounding set, sets its
+//	     ids, clears its capabilities, re-arms its parent-death signal,
+//	     makes itself dumpable, puts /dev/null on 0-2 and closes every
+//	     other descriptor, reseeds its RNGs, stacks seccomp.CallPolicy,
+//	     and says "ready"
+//	C9.  verify from the host (verify): ids, capabilities, no_new_privs,
+//	     seccomp, threads, namespaces, descriptors, cwd, cgroup,
+//	     RLIMIT_NPROC, its fresh mounts (each the top mount at its
+//	     target), and no other process in its pid namespace; a child that
 //	     fails is killed and the template retired
 //	C10. send the call (the runner arguments a cold run reads)
 //	C11. read the answer; the wall clock kills through the pidfd and the
@@ -169,7 +175,7 @@ type Template struct {
 	fresh      []freshMount
 	workTarget string            // Request.WorkDirTarget
 	callListen []nsinit.Listener // each call's egress listeners (C5)
-	nproc      uint64            // the profile's RLIMIT_NPROC, set by each call on itself (0: none)
+	nproc      uint64            // the profile's RLIMIT_NPROC, set on each call by the supervisor (C4; 0: none)
 	hash       string
 	mapper     *idMapper // opens the calls' id maps from the template's user namespace
 	started    time.Time
@@ -425,13 +431,20 @@ func (t *Template) underFresh(target string) bool {
 // ancestor namespace's owner too (ucounts): with the profile's limit on
 // the template, all its calls together would be held to it (one call's
 // fork bomb starving the others: TestHostile/concurrent_process_limits).
-// Without it on the template, each call sets it on itself before its
-// data (verified), and its cgroup's pids.max still bounds it.
+// Without it on the template, the supervisor sets it on each call (C4:
+// prlimit) before its data (verified at C9), and its cgroup's pids.max
+// still bounds it. As nsinit step 20 does, it is at most the launcher's
+// own hard limit, which the template and its calls inherit (lower is
+// tighter).
 func (t *Template) planNproc() {
 	rl := t.plan.Child.Rlimits[:0]
 	for _, r := range t.plan.Child.Rlimits {
 		if r.Resource == unix.RLIMIT_NPROC {
 			t.nproc = r.Value
+			var hard unix.Rlimit
+			if err := unix.Getrlimit(unix.RLIMIT_NPROC, &hard); err == nil {
+				t.nproc = min(t.nproc, hard.Max)
+			}
 			continue
 		}
 		rl = append(rl, r)
@@ -816,6 +829,10 @@ type templateCall struct {
 	pidfd  int
 	cg     *launcher.Cgroup
 	procFD int // the child's /proc root (our detached mount fd's dup)
+	// mounts are the unique mount ids (statx STATX_MNT_ID_UNIQUE) of the
+	// fresh mounts attached at C7, by target: C9 checks each is the top
+	// mount there.
+	mounts map[string]uint64
 
 	egress     *egress.Session // the call's egress proxy (C5)
 	policyKill atomic.Bool     // its on_violation: kill killed the call
@@ -930,8 +947,18 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 			return nil, fmt.Errorf("template call: write %s %q: %w", path, strings.TrimSpace(id), err)
 		}
 	}
-	// The maps went to this child only if it is still the process its
-	// pidfd names (a pid is not reused while its process lives).
+	// Its process limit, set from here (host root may set another
+	// process's limits, and raise the hard one, which the child could
+	// not), after C3 (the pid is the ordered child's) and before the
+	// setup (C8): the child's data comes after C9, which checks it.
+	if t.nproc > 0 {
+		if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: t.nproc, Max: t.nproc}, nil); err != nil {
+			return nil, fmt.Errorf("template call: prlimit %d RLIMIT_NPROC %d: %w", pid, t.nproc, err)
+		}
+	}
+	// The maps and the limit went to this child only if it is still the
+	// process its pidfd names (a pid is not reused while its process
+	// lives).
 	if err := unix.PidfdSendSignal(c.pidfd, 0, nil, 0); err != nil {
 		return nil, failChild("pid %d ended while its ids were mapped: %v", pid, err)
 	}
@@ -955,35 +982,40 @@ func (c *templateCall) run(ctx context.Context, runnerArgs []byte, opts CallOpti
 		}
 	}
 
-	// C7. Its mounts.
+	// C7. Its mounts, made on the host and attached in its mount
+	// namespace from here: after C3 (the proc mount needs the child's pid
+	// namespace, and the pidfd that joins its mount namespace must be the
+	// ordered child's), before the setup (C8: the child's chdir / and, for
+	// the call, into its work dir must land on them), checked at C9.
 	mfds, targets, err := c.freshMounts()
 	if err != nil {
 		return nil, err
 	}
+	cwd := "" // the call's cwd once its data has come: its work dir, if any
 	if opts.WorkDir != nil && t.workTarget != "" {
 		tree, err := c.workDirTree(opts.WorkDir)
 		if err != nil {
 			launcher.CloseFDs(mfds)
 			return nil, err
 		}
-		mfds, targets = append(mfds, tree), append(targets, t.workTarget)
+		mfds, targets, cwd = append(mfds, tree), append(targets, t.workTarget), t.workTarget
+	}
+	c.mounts, err = mountIDs(mfds, targets)
+	if err == nil {
+		err = attachMounts(c.pidfd, mfds, targets)
+	}
+	launcher.CloseFDs(mfds)
+	if err != nil {
+		return nil, fmt.Errorf("template call: attach the fresh mounts of pid %d: %w", pid, err)
 	}
 
-	// C8. The setup.
-	cwd := "" // the call's cwd once its data has come: its work dir, if any
-	if len(targets) > 0 && targets[len(targets)-1] == t.workTarget && t.workTarget != "" {
-		cwd = t.workTarget
-	}
+	// C8. The setup: what the child does to itself.
 	setup := map[string]any{
-		"type": "setup", "uid": t.plan.Child.UID, "gid": t.plan.Child.GID, "mounts": targets, "cwd": cwd, "nproc": t.nproc,
+		"type": "setup", "uid": t.plan.Child.UID, "gid": t.plan.Child.GID, "cwd": cwd,
 		"call_filter": hex.EncodeToString(t.callFilter), "result_chunk": templateChunk,
-		"nr": map[string]int{"move_mount": unix.SYS_MOVE_MOUNT, "capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
+		"nr": map[string]int{"capset": unix.SYS_CAPSET, "close_range": unix.SYS_CLOSE_RANGE},
 	}
-	err = sendJSON(ours, setup, mfds)
-	for _, fd := range mfds {
-		unix.Close(fd)
-	}
-	if err != nil {
+	if err := sendJSON(ours, setup, nil); err != nil {
 		return nil, fmt.Errorf("template call: send setup: %w", err)
 	}
 	var ready struct {
@@ -1180,7 +1212,8 @@ func (c *templateCall) adopt(pid int) error {
 	return check()
 }
 
-// freshMounts is C7: each as a detached mount made on the host.
+// freshMounts is C7's first half: each as a detached mount made on the host
+// (attachMounts puts them in the call's mount namespace).
 func (c *templateCall) freshMounts() ([]int, []string, error) {
 	var fds []int
 	var targets []string
@@ -1250,7 +1283,7 @@ func (c *templateCall) freshMounts() ([]int, []string, error) {
 
 // workDirTree is the call's work dir as a detached tree: made by the
 // caller for the call's host ids, cloned here (root clones a mount of
-// the host's namespace; the call, privileged over its own, attaches it),
+// the host's namespace; attachMounts attaches it in the call's),
 // its last component not a symlink, nosuid and nodev, private.
 func (c *templateCall) workDirTree(mk func(uid, gid int) (string, error)) (int, error) {
 	dir, err := mk(c.hostID, c.hostID)
@@ -1338,6 +1371,10 @@ func (c *templateCall) verify(sockIno uint64) (*ChildCheck, error) {
 			return nil, failChild("pid %d: RLIMIT_NPROC %q, want %d", pid, got, t.nproc)
 		}
 	}
+	// Its fresh mounts: each the one seen at its target in its root.
+	if err := checkMounts(pid, c.mounts); err != nil {
+		return nil, failChild("pid %d: %v", pid, err)
+	}
 	// Everything above was read through /proc/PID: it was this child's
 	// only if the child is still the process its pidfd names (a pid is
 	// not reused while its process lives).
@@ -1345,6 +1382,56 @@ func (c *templateCall) verify(sockIno uint64) (*ChildCheck, error) {
 		return nil, failChild("pid %d ended during its verification: %v", pid, err)
 	}
 	return &ChildCheck{Pid: pid, HostUID: c.hostID, MappedID: templateSlotInside(c.slot), Namespaces: ns, Filters: t.filters + 1}, nil
+}
+
+// mountIDs are the unique mount ids of the detached mounts fds, by
+// their targets (C7, for C9).
+func mountIDs(fds []int, targets []string) (map[string]uint64, error) {
+	ids := make(map[string]uint64, len(fds))
+	for i, fd := range fds {
+		var st unix.Statx_t
+		if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE, &st); err != nil {
+			return nil, fmt.Errorf("statx the mount for %s: %w", targets[i], err)
+		}
+		if st.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+			return nil, fmt.Errorf("statx the mount for %s: no unique mount id (kernel older than 6.8?)", targets[i])
+		}
+		ids[targets[i]] = st.Mnt_id
+	}
+	return ids, nil
+}
+
+// checkMounts is C9's check of the fresh mounts: each target, resolved in
+// the root of pid (through /proc/PID/root, without following a symlink,
+// never above that root), is the mount attached there at C7: the top one,
+// so nothing was mounted over it and it was not detached.
+func checkMounts(pid int, want map[string]uint64) error {
+	if len(want) == 0 {
+		return nil
+	}
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open its root: %w", err)
+	}
+	defer unix.Close(root)
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for target, id := range want {
+		fd, err := unix.Openat2(root, strings.TrimPrefix(target, "/"), how)
+		if err != nil {
+			return fmt.Errorf("its fresh mount %s: %w", target, err)
+		}
+		var st unix.Statx_t
+		err = unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE, &st)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("its fresh mount %s: statx: %w", target, err)
+		}
+		if st.Mnt_id != id {
+			return fmt.Errorf("%s is mount %d, not the fresh mount %d attached there", target, st.Mnt_id, id)
+		}
+	}
+	return nil
 }
 
 // checkTemplateProcess is T3: one thread, descriptors 0-3 only (3 the

@@ -241,27 +241,39 @@ func TestTemplateRefusesShared(t *testing.T) {
 	}
 }
 
-// A child that skipped part of its setup (the tool's import rewrote the
-// runner's uid change) is caught by the supervisor's verification before
-// the call is sent: the call fails, the template is retired.
+// A child that skipped part of what it does to itself (the tool's import
+// rewrote the runner's setup in the template: the uid change, the
+// bounding set, capset, close_range, the call filter) is caught by the
+// supervisor's verification (C9) before the call is sent: the call
+// fails, naming the check, and the template is retired.
 func TestTemplateVerifiesBeforeCall(t *testing.T) {
-	tpl, err := templateFor(t, "restrictive", "hostile_keepuid", "run")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := runner.EncodeArgs(&runner.Args{Module: "hostile_keepuid", Function: "run", ResultFile: "/dev/null", OutputDir: "/tmp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tpl.Call(context.Background(), a, template.CallOptions{Timeout: time.Minute})
-	if err == nil {
-		t.Fatalf("the call ran: %s", res.Document)
-	}
-	if !strings.Contains(err.Error(), "Uid is") {
-		t.Errorf("call error %v, want the Uid check", err)
-	}
-	if !errors.Is(tpl.Retired(), template.ErrRetired) || tpl.Why() != template.RetiredFailedCheck {
-		t.Errorf("template not retired for a failed check after a child failed verification: %v (%q)", tpl.Retired(), tpl.Why())
+	for _, c := range []struct{ module, want string }{
+		{"hostile_keepuid", "Uid is"},
+		{"hostile_skip_bounding", "CapBnd is"},
+		{"hostile_skip_capset", "Cap"},
+		{"hostile_skip_close", "holds descriptors"},
+		{"hostile_skip_filter", "Seccomp_filters is"},
+	} {
+		t.Run(c.module, func(t *testing.T) {
+			tpl, err := templateFor(t, "restrictive", c.module, "run")
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := runner.EncodeArgs(&runner.Args{Module: c.module, Function: "run", ResultFile: "/dev/null", OutputDir: "/tmp"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := tpl.Call(context.Background(), a, template.CallOptions{Timeout: time.Minute})
+			if err == nil {
+				t.Fatalf("the call ran: %s", res.Document)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("call error %v, want the check %q", err, c.want)
+			}
+			if !errors.Is(tpl.Retired(), template.ErrRetired) || tpl.Why() != template.RetiredFailedCheck {
+				t.Errorf("template not retired for a failed check after a child failed verification: %v (%q)", tpl.Retired(), tpl.Why())
+			}
+		})
 	}
 }
 

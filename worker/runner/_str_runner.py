@@ -2132,19 +2132,21 @@ def _run(run_args):
 # only clone its seccomp filter sends to the supervisor, which lets it
 # through because it ordered it. The child, alone in fresh user, mount,
 # pid, network, ipc, uts and cgroup namespaces, says hello on the call's
-# socket (the kernel attaches its pid for the supervisor), receives its
-# fresh mounts and ids, drops every capability, closes every other
-# descriptor, reseeds the RNG, stacks the call's seccomp filter, says
-# "ready", and only then receives the call: the same runner arguments a
-# cold run reads, run by the same _run, answered on the socket.
+# socket (the kernel attaches its pid for the supervisor). Everything that
+# can be done to it from outside, the supervisor does from the host before
+# it sends the setup: its id maps, its network, its cgroup, its process
+# limit and its fresh mounts. The child then does only what acts on its own
+# process and nothing else can: it drops every capability and sets its
+# ids, closes every other descriptor, reseeds the RNG, stacks the call's
+# seccomp filter, says "ready", and only then receives the call: the same
+# runner arguments a cold run reads, run by the same _run, answered on the
+# socket.
 #
 # None of this is a protection against the tool: its import-time code ran
 # in this interpreter and may have rewritten any of it. The supervisor
 # verifies from the host what the child must have done before it sends
 # the call, and the filters hold whatever the Python code does.
 
-_AT_FDCWD = -100
-_MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
@@ -2250,7 +2252,6 @@ _TPL = {}
 def _template_prepare():
     """Fills _TPL; returns the libc handle (the template's own forks use it)."""
     import ctypes
-    import resource  # RLIMIT_NPROC in each child (a C extension: no import per call)
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
@@ -2261,7 +2262,6 @@ def _template_prepare():
 
     _TPL["libc"] = libc
     _TPL["fprog"] = _Fprog
-    _TPL["resource"] = resource
     # The highest capability this kernel knows: the bounding set is emptied
     # cap by cap up to it (a higher one is EINVAL, which was 64 - N calls
     # of nothing per child).
@@ -2311,8 +2311,13 @@ def _template_call(ctrl, call_fd, mask):
     sock = socket.socket(fileno=call_fd)
     # 1. hello: the kernel attaches our pid (SO_PASSCRED on the other end).
     _send(sock, {"type": "hello"})
-    # 2. the setup: fresh mounts, ids, the call filter, syscall numbers
+    # 2. the setup: ids, the call filter, syscall numbers. The supervisor
+    # sends it once its mounts are in our mount namespace (it attached
+    # them from the host: we hold no mount descriptor and call no
+    # move_mount), its id maps written and our process limit set.
     setup, fds = _recv(sock)
+    for fd in fds:
+        os.close(fd)
     nr = setup["nr"]
     libc = _TPL["libc"]
 
@@ -2323,12 +2328,14 @@ def _template_call(ctrl, call_fd, mask):
             raise OSError(e, "%s: %s" % (name, os.strerror(e)))
         return r
 
-    for fd, target in zip(fds, setup["mounts"]):
-        sys_("move_mount", ctypes.c_int(fd), b"", ctypes.c_int(_AT_FDCWD), target.encode(), ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH))
-        os.close(fd)
+    # The cwd is per process: the template's, until we leave it for our
+    # root (under the fresh mounts, now that they are in; checked from
+    # the host).
     os.chdir("/")
     # 3. capabilities: the bounding set while we still hold CAP_SETPCAP
     # (of our own user namespace), then the ids, then every set empty.
+    # Each acts on the calling process only (prctl, setresuid, capset on
+    # ourselves): nothing outside can do it to us.
     for cap in range(_TPL["last_cap"] + 1):
         if libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0 and ctypes.get_errno() != 22:
             raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP %d" % cap)
@@ -2341,7 +2348,7 @@ def _template_call(ctrl, call_fd, mask):
     data = (ctypes.c_uint32 * 6)()
     sys_("capset", hdr, data)
     # The uid change cleared the parent-death signal: the call dies with
-    # its template.
+    # its template (the signal is the calling process's own setting).
     libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
     # It also made the process non-dumpable, and no execve follows to
     # make it dumpable again, as a cold sandbox's tool's does: its
@@ -2349,9 +2356,11 @@ def _template_call(ctrl, call_fd, mask):
     # its own /proc/self/fd or ns. Dumpable as a cold tool is: ptrace and
     # process_vm_* stay EPERM in the filter, and the template, which owns
     # the call's user namespace, could reach it either way (it has no /proc).
+    # Dumpable is the calling process's own flag.
     if libc.prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
-    # 4. descriptors: stdio is /dev/null, the call's socket is 3, nothing else.
+    # 4. descriptors: stdio is /dev/null, the call's socket is 3, nothing
+    # else (our own descriptor table: the fork copied the template's).
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -2364,12 +2373,8 @@ def _template_call(ctrl, call_fd, mask):
     if null > 3:
         os.close(null)
     sys_("close_range", ctypes.c_uint(4), ctypes.c_uint(_CLOSE_RANGE_MAX), ctypes.c_uint(0))
-    # The profile's process limit, on this call alone (the template has
-    # none: see launcher planNproc).
-    if setup.get("nproc"):
-        resource = _TPL["resource"]
-        resource.setrlimit(resource.RLIMIT_NPROC, (setup["nproc"], setup["nproc"]))
-    # 5. RNG state: the template's was copied into every child. Reseeded
+    # 5. RNG state: the template's was copied into every child, into our
+    # own memory, where only we can replace it. Reseeded
     # from the kernel: the standard library's shared generator and
     # numpy's legacy global one (a tool that imported them). os.urandom,
     # secrets, uuid4 and SystemRandom read the kernel on every use; a
@@ -2381,7 +2386,9 @@ def _template_call(ctrl, call_fd, mask):
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     # 6. the call's filter, stacked on the template's (no_new_privs is
-    # inherited): namespaces and mounts are closed again.
+    # inherited): the notified clone and the template's other openings
+    # are closed again. The bytes are the supervisor's; a filter is loaded
+    # only by the process it filters.
     prog = bytes.fromhex(setup["call_filter"])
     buf = ctypes.create_string_buffer(prog, len(prog))
     fprog = _TPL["fprog"](len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))

@@ -1,7 +1,7 @@
 """A hostile tool for a per-tool template: at import (in the template) and
 at call time (in its child) it tries every way to a namespace or a mount
-(each must fail with EPERM; move_mount at import fails in the kernel, the
-template holding no capability)."""
+(each must fail with EPERM: the filters refuse every one, move_mount
+included, which the supervisor performs from the host)."""
 import ctypes
 import errno
 import os
