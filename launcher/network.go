@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/proxy"
 )
 
 // startEgress serves the listeners the init opened on the sandbox's lo
@@ -34,7 +35,7 @@ func (s *Sandbox) startEgress() {
 // fires. The sandbox's own listeners are served so (startEgress), and
 // each per-tool template call's, opened in the call's network namespace
 // (package launcher/template, C5). On error the files are closed.
-func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, onKill func(egress.Event)) (*egress.Session, error) {
+func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, onKill func(egress.Event)) (*proxy.Session, error) {
 	l := takeListeners(files)
 	// What the session terminates (nil when nothing is terminated).
 	icpt, err := s.l.proxyCA.Interception(s.plan.Network, s.req.Credentials)
@@ -42,7 +43,7 @@ func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, on
 		closeListeners(l)
 		return nil, err
 	}
-	sess, err := egress.Start(ctx, s.plan.Network, l, egress.Options{Intercept: icpt, OnKill: onKill})
+	sess, err := proxy.Start(ctx, s.plan.Network, l, proxy.Options{Intercept: icpt, OnKill: onKill})
 	if err != nil {
 		closeListeners(l)
 		return nil, err
@@ -54,8 +55,8 @@ func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, on
 // sandbox's init (step 10) or a template's supervisor (C5) opened in the
 // sandbox's or the call's network namespace, by listener name; the files
 // are closed (net.File* dup them).
-func takeListeners(files map[string]*os.File) egress.Listeners {
-	var l egress.Listeners
+func takeListeners(files map[string]*os.File) proxy.Listeners {
+	var l proxy.Listeners
 	for name, f := range files {
 		switch {
 		case name == "proxy":
@@ -78,7 +79,7 @@ func takeListeners(files map[string]*os.File) egress.Listeners {
 	return l
 }
 
-func closeListeners(l egress.Listeners) {
+func closeListeners(l proxy.Listeners) {
 	for _, c := range []interface{ Close() error }{l.Proxy, l.DNSTCP, l.DNSUDP} {
 		if c != nil {
 			c.Close()

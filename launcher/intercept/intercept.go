@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/proxy"
 	"github.com/securetoolruntime/str/nsinit"
 )
 
@@ -26,7 +27,7 @@ var bundleEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"
 // ready for use; a CA must not be copied.
 type CA struct {
 	once   sync.Once
-	ca     *egress.CA
+	ca     *proxy.CA
 	roots  *x509.CertPool
 	bundle string // the sandbox's CA bundle (host bundle + CA), read once
 	err    error
@@ -36,16 +37,16 @@ type CA struct {
 // creating them on first use: the host's trust store plus the PEM file
 // named by STR_EGRESS_EXTRA_ROOTS, read once, as is the host bundle the
 // sandboxes' bundle starts with.
-func (p *CA) Get() (*egress.CA, *x509.CertPool, error) {
+func (p *CA) Get() (*proxy.CA, *x509.CertPool, error) {
 	p.once.Do(func() {
-		if p.ca, p.err = egress.NewCA(); p.err != nil {
+		if p.ca, p.err = proxy.NewCA(); p.err != nil {
 			return
 		}
-		if p.roots, p.err = egress.UpstreamRoots(os.Getenv(egress.ExtraRootsEnv)); p.err != nil {
-			p.err = fmt.Errorf("%s: %w", egress.ExtraRootsEnv, p.err)
+		if p.roots, p.err = proxy.UpstreamRoots(os.Getenv(proxy.ExtraRootsEnv)); p.err != nil {
+			p.err = fmt.Errorf("%s: %w", proxy.ExtraRootsEnv, p.err)
 			return
 		}
-		b, err := egress.SandboxBundle(p.ca)
+		b, err := proxy.SandboxBundle(p.ca)
 		if err != nil {
 			p.err = err
 			return
@@ -112,7 +113,7 @@ func (p *CA) Add(mounts []nsinit.Mount, env []string, creds []egress.Credential)
 
 // Interception is what a sandbox's egress session terminates with (nil
 // when nothing is terminated: not Needed).
-func (p *CA) Interception(network egress.Policy, creds []egress.Credential) (*egress.Interception, error) {
+func (p *CA) Interception(network egress.Policy, creds []egress.Credential) (*proxy.Interception, error) {
 	if !Needed(network, creds) {
 		return nil, nil
 	}
@@ -120,5 +121,5 @@ func (p *CA) Interception(network egress.Policy, creds []egress.Credential) (*eg
 	if err != nil {
 		return nil, err
 	}
-	return &egress.Interception{CA: ca, Credentials: creds, UpstreamRoots: roots}, nil
+	return &proxy.Interception{CA: ca, Credentials: creds, UpstreamRoots: roots}, nil
 }

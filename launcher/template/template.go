@@ -86,6 +86,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/proxy"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -822,7 +823,7 @@ type templateCall struct {
 	cg     *launcher.Cgroup
 	procFD int // the child's /proc root (our detached mount fd's dup)
 
-	egress     *egress.Session // the call's egress proxy (C5)
+	egress     *proxy.Session // the call's egress proxy (C5)
 	policyKill atomic.Bool     // its on_violation: kill killed the call
 }
 

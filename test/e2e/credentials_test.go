@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/proxy"
 	"github.com/securetoolruntime/str/test/internal/testdns"
 )
 
@@ -76,7 +77,7 @@ func credDNS(t *testing.T) string {
 func TestManifestCredentials(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
-	serverCA, err := egress.NewCA()
+	serverCA, err := proxy.NewCA()
 	must(t, err)
 	type server struct {
 		port int

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/proxy"
 	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
@@ -140,7 +141,7 @@ func TestSecretlessCredential(t *testing.T) {
 
 	// The servers' own CA (not the proxy's), and the worker's extra roots.
 	certDir := t.TempDir()
-	serverCA, err := egress.NewCA()
+	serverCA, err := proxy.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
