@@ -63,7 +63,7 @@ type Sandbox struct {
 	timedOut      bool
 	cancelled     bool
 	exited        bool
-	violationKill bool            // on_violation: kill ended the sandbox
+	violationKill bool           // on_violation: kill ended the sandbox
 	egress        *proxy.Session // the network policy's proxy, once the init handed over its listeners
 	egressErr     error
 

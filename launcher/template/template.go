@@ -824,7 +824,7 @@ type templateCall struct {
 	procFD int // the child's /proc root (our detached mount fd's dup)
 
 	egress     *proxy.Session // the call's egress proxy (C5)
-	policyKill atomic.Bool     // its on_violation: kill killed the call
+	policyKill atomic.Bool    // its on_violation: kill killed the call
 }
 
 func (c *templateCall) cleanup() {

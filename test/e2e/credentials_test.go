@@ -150,7 +150,7 @@ func TestManifestCredentials(t *testing.T) {
     credentials:
       - {name: API_TOKEN, from: "file:`+filepath.Join(secrets, "GH_TOKEN")+`", hosts: [svc.test], header: Authorization, format: "Bearer {value}"}
 `)
-	w := startWorker(t, e, 0, map[string]string{"SANDBOX_PROFILE_DIR": profDir, egress.ExtraRootsEnv: roots})
+	w := startWorker(t, e, 0, map[string]string{"SANDBOX_PROFILE_DIR": profDir, proxy.ExtraRootsEnv: roots})
 	a := newAgent(t, w.port)
 	args := map[string]any{"url": "https://svc.test:" + strconv.Itoa(svc.port) + "/user", "leak_url": "https://other.test:" + strconv.Itoa(other.port) + "/"}
 

@@ -221,7 +221,7 @@ func TestSecretlessCredential(t *testing.T) {
 		"--credential-host", "API_TOKEN=svc.test",
 		"--credential-header", "API_TOKEN=Authorization: Bearer {value}",
 		"--", "/usr/bin/python3", "-c", credTool)
-	cmd.Env = append(os.Environ(), "CRED_TEST_SECRET="+secret, egress.ExtraRootsEnv+"="+roots)
+	cmd.Env = append(os.Environ(), "CRED_TEST_SECRET="+secret, proxy.ExtraRootsEnv+"="+roots)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
