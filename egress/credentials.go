@@ -203,6 +203,12 @@ func CheckCredentials(p Policy, creds []Credential) error {
 	return ValidateCredentials(pol, slices.Clone(creds))
 }
 
+// Terminates reports whether a sandbox's egress terminates TLS for some
+// hosts: it has credentials or its policy has http_rules.
+func Terminates(p Policy, creds []Credential) bool {
+	return len(creds) > 0 || len(p.HTTPRules) > 0
+}
+
 // CredentialEnv is the environment a sandbox gets for its credentials:
 // NAME=placeholder for each.
 func CredentialEnv(creds []Credential) []string {

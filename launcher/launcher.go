@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher/intercept"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
@@ -61,8 +63,10 @@ type Launcher struct {
 	ids        IDRange
 	idLeaseDir string
 
-	// proxyCA: the egress CA for terminated hosts (launcher/intercept).
-	proxyCA intercept.CA
+	// egress: this launcher's egress helper (a process of its own, started
+	// at the first sandbox; package egress/helper), which serves every
+	// sandbox's network policy and holds the TLS termination CA.
+	egress helper.Client
 }
 
 // New loads the profiles and looks at the host once.
@@ -170,13 +174,17 @@ func (l *Launcher) PlanFor(req Request, getenv func(string) string) (*Plan, erro
 // policy's allowed_hosts, or a mount hiding the bundle, is the caller's
 // fault.
 func (l *Launcher) planInterception(pl *Plan, req Request) error {
-	if !intercept.Needed(pl.Network, req.Credentials) {
+	if !egress.Terminates(pl.Network, req.Credentials) {
 		return nil
 	}
 	if err := intercept.Check(pl.Network, req.Credentials, pl.Child.Mounts); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	mounts, env, err := l.proxyCA.Add(pl.Child.Mounts, pl.Child.Env, req.Credentials)
+	caPEM, err := l.egress.CACert()
+	if err != nil {
+		return fmt.Errorf("launcher: egress CA: %w", err)
+	}
+	mounts, env, err := intercept.Add(pl.Child.Mounts, pl.Child.Env, req.Credentials, caPEM)
 	if err != nil {
 		return fmt.Errorf("launcher: egress CA: %w", err)
 	}

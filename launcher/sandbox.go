@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/securetoolruntime/str/egress/proxy"
+	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/launcher/writeback"
 	"github.com/securetoolruntime/str/nsinit"
@@ -63,8 +63,8 @@ type Sandbox struct {
 	timedOut      bool
 	cancelled     bool
 	exited        bool
-	violationKill bool           // on_violation: kill ended the sandbox
-	egress        *proxy.Session // the network policy's proxy, once the init handed over its listeners
+	violationKill bool            // on_violation: kill ended the sandbox
+	egress        *helper.Session // the network policy's proxy, once the init handed over its listeners
 	egressErr     error
 
 	t0      time.Time
@@ -95,6 +95,11 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		notify: make(chan *os.File, 1)}
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
+	}
+	// The egress helper starts while the sandbox is made, off the critical
+	// path: it is ready when the init hands over the listeners (startEgress).
+	if len(plan.Child.Listen) > 0 {
+		l.egress.Prestart()
 	}
 	// L1a. Root mode: lease this sandbox's host ids; the plan is copied so
 	// a shared plan never carries one sandbox's ids into another.

@@ -86,7 +86,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/egress"
-	"github.com/securetoolruntime/str/egress/proxy"
+	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -823,8 +823,8 @@ type templateCall struct {
 	cg     *launcher.Cgroup
 	procFD int // the child's /proc root (our detached mount fd's dup)
 
-	egress     *proxy.Session // the call's egress proxy (C5)
-	policyKill atomic.Bool    // its on_violation: kill killed the call
+	egress     *helper.Session // the call's egress proxy (C5)
+	policyKill atomic.Bool     // its on_violation: kill killed the call
 }
 
 func (c *templateCall) cleanup() {

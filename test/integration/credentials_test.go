@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/egress/proxy"
 	"github.com/securetoolruntime/str/internal/mustwork"
 )
@@ -221,7 +222,7 @@ func TestSecretlessCredential(t *testing.T) {
 		"--credential-host", "API_TOKEN=svc.test",
 		"--credential-header", "API_TOKEN=Authorization: Bearer {value}",
 		"--", "/usr/bin/python3", "-c", credTool)
-	cmd.Env = append(os.Environ(), "CRED_TEST_SECRET="+secret, proxy.ExtraRootsEnv+"="+roots)
+	cmd.Env = append(os.Environ(), "CRED_TEST_SECRET="+secret, helper.ExtraRootsEnv+"="+roots)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
