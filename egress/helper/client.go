@@ -52,6 +52,12 @@ type startResult struct {
 // str run does not wait for it while it creates the sandbox).
 func (c *Client) Prestart() { go c.get() }
 
+// Ready starts the helper if none runs and returns once one does.
+func (c *Client) Ready() error {
+	_, err := c.get()
+	return err
+}
+
 // Pid is the running helper's process id (0 when none runs).
 func (c *Client) Pid() int {
 	c.mu.Lock()
