@@ -49,6 +49,12 @@ func WorkerBeside(str string) string {
 	return filepath.Join(filepath.Dir(str), Worker)
 }
 
+// EgressBeside is the str-egress beside the str binary at str (where
+// every launcher finds its egress helper).
+func EgressBeside(str string) string {
+	return filepath.Join(filepath.Dir(str), Egress)
+}
+
 // Main runs a test binary's tests (call it from TestMain and pass its
 // result to os.Exit) with *bin set to the str under test: $STR_BIN when
 // set, else str and str-worker built by Build from the module at root
@@ -82,6 +88,6 @@ func Main(m *testing.M, root, who string, bin *string) int {
 
 func setEgress(str string) {
 	if os.Getenv("STR_EGRESS_BIN") == "" {
-		os.Setenv("STR_EGRESS_BIN", filepath.Join(filepath.Dir(str), Egress))
+		os.Setenv("STR_EGRESS_BIN", EgressBeside(str))
 	}
 }
