@@ -136,7 +136,9 @@ func TestEgressHelperKilled(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Errorf("the sandbox kept its network after the helper died: exit %d: %s", res.ExitCode, out.String())
 	}
-	if !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "lost its network") && strings.Contains(w, "egress helper") }) {
+	if !slices.ContainsFunc(res.Warnings, func(w string) bool {
+		return strings.Contains(w, "lost its network") && strings.Contains(w, "egress helper")
+	}) {
 		t.Errorf("no warning that the sandbox lost its network: %q", res.Warnings)
 	}
 
