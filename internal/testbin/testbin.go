@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/securetoolruntime/str/egress/helper"
@@ -48,12 +47,8 @@ func Egress() (string, error) {
 		os.RemoveAll(dir)
 		return "", err
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	out := filepath.Join(dir, "str-egress")
-	cmd := exec.Command(gobin, "build", "-o", out, "github.com/securetoolruntime/str/cmd/str-egress")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/securetoolruntime/str/cmd/str-egress")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
