@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -206,9 +207,26 @@ type hostPattern struct {
 // and every session's policy is compiled there (the egress helper, the
 // worker), so a wildcard over a public suffix never reaches a running
 // proxy. A program that does not link the proxy (bin/str) leaves it nil
-// and skips only that check in its own plan; the helper then refuses the
-// session (the sandbox has no network, and the error is reported).
+// and skips only that check here: its launcher has the egress helper check
+// a policy with a wildcard (NeedsSuffixList) before it plans the sandbox.
 var PublicSuffix func(name string) (suffix string, icann bool)
+
+// NeedsSuffixList reports whether checking p and creds needs the public
+// suffix list this program lacks: a wildcard host pattern, and no
+// PublicSuffix (the launcher then has the egress helper check them).
+func NeedsSuffixList(p Policy, creds []Credential) bool {
+	if PublicSuffix != nil {
+		return false
+	}
+	hosts := slices.Clone(p.AllowedHosts)
+	for _, r := range p.HTTPRules {
+		hosts = append(hosts, r.Host)
+	}
+	for _, c := range creds {
+		hosts = append(hosts, c.Hosts...)
+	}
+	return slices.ContainsFunc(hosts, func(h string) bool { return strings.HasPrefix(h, "*.") })
+}
 
 // parsePattern validates an allowed_hosts entry. "*" alone, "*.tld" and a
 // wildcard over any ICANN public suffix ("*.co.uk") are refused: they would

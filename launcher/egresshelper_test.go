@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -11,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/profiles"
 )
 
 func rootLauncher(t *testing.T) *Launcher {
@@ -153,5 +156,22 @@ func TestEgressHelperKilled(t *testing.T) {
 	}
 	if p := l.egress.Pid(); p == 0 || p == pid {
 		t.Errorf("egress helper pid %d after the old one (%d) died", p, pid)
+	}
+}
+
+// TestPlanWildcardOverPublicSuffix: str links no public suffix list, so
+// the plan has the egress helper check wildcard hosts: one over a public
+// suffix is the caller's fault, as it is where the list is linked.
+func TestPlanWildcardOverPublicSuffix(t *testing.T) {
+	l := &Launcher{host: fakeHost(0, CgroupV2)}
+	var err error
+	if l.profiles, err = profiles.Embedded(); err != nil {
+		t.Fatal(err)
+	}
+	for host, bad := range map[string]bool{"*.co.uk": true, "*.example.co.uk": false} {
+		_, err := l.Plan(Request{Profile: "standard", Argv: []string{"/bin/true"}, Network: &egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{host}}})
+		if got := errors.Is(err, ErrInvalidRequest) && strings.Contains(err.Error(), "public suffix"); got != bad || !bad && err != nil {
+			t.Errorf("allowed_hosts %s: %v, want refused %v", host, err, bad)
+		}
 	}
 }

@@ -161,6 +161,15 @@ func (l *Launcher) PlanFor(req Request, getenv func(string) string) (*Plan, erro
 		return nil, err
 	}
 	pl.IDRange = l.ids
+	// A wildcard host is checked against the public suffix list by the
+	// egress helper (this program links no list: egress.PublicSuffix).
+	if egress.NeedsSuffixList(pl.Network, req.Credentials) {
+		if err := l.egress.Check(pl.Network, req.Credentials); errors.Is(err, helper.ErrRefused) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		} else if err != nil {
+			return nil, fmt.Errorf("launcher: egress helper: %w", err)
+		}
+	}
 	if err := l.planInterception(pl, req); err != nil {
 		return nil, err
 	}

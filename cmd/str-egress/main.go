@@ -122,6 +122,18 @@ func (s *server) handle(m helper.Message, files []*os.File) helper.Message {
 			return fail(err)
 		}
 		return helper.Message{CertPEM: ca.CertPEM()}
+	case helper.OpCheck:
+		if m.Policy == nil {
+			return fail(errors.New("check: no policy"))
+		}
+		pol, err := m.Policy.Compile()
+		if err == nil {
+			err = egress.ValidateCredentials(pol, helper.EgressCredentials(m.Credentials))
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return helper.Message{}
 	case helper.OpStart:
 		if err := s.start(m, files); err != nil {
 			return fail(err)

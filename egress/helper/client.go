@@ -267,6 +267,25 @@ func (p *proc) request(m Message, fds []int) (Message, error) {
 	}
 }
 
+// ErrRefused marks the helper's verdict on a policy (Check), as opposed to
+// a helper that could not be asked.
+var ErrRefused = errors.New("refused by the egress helper")
+
+// Check has the helper compile policy and creds as a session would: with
+// the public suffix list, which a program without the proxy lacks
+// (egress.PublicSuffix). A refusal wraps ErrRefused.
+func (c *Client) Check(policy egress.Policy, creds []egress.Credential) error {
+	p, err := c.get()
+	if err != nil {
+		return err
+	}
+	r, err := p.request(Message{Op: OpCheck, Policy: &policy, Credentials: wireCredentials(creds)}, nil)
+	if err != nil && r.Op == OpReply {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return err
+}
+
 // CACert is the certificate (PEM) of the CA the helper terminates TLS
 // with, made in the helper at the first request; its key never leaves the
 // helper. A helper that died and was started again has a new CA: a

@@ -18,6 +18,8 @@ import (
 //
 //	hello   launcher -> helper, first: ExtraRoots (the PEM the launcher
 //	        read from STR_EGRESS_EXTRA_ROOTS; ExtraRootsErr when it could not)
+//	check   compile Policy and Credentials as a session would, with the
+//	        public suffix list the launcher lacks (Err: the verdict)
 //	ca      the CA's certificate (CertPEM); the CA is made at the first ca
 //	        or the first start that terminates TLS, and its key never
 //	        leaves the helper
@@ -28,6 +30,7 @@ import (
 //	        and Events[0] is the first violation
 const (
 	OpHello  = "hello"
+	OpCheck  = "check"
 	OpCA     = "ca"
 	OpStart  = "start"
 	OpReport = "report"
