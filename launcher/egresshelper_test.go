@@ -51,13 +51,22 @@ func statusField(t *testing.T, pid int, name string) string {
 // capability, no supplementary group, no_new_privs, no environment, in /.
 func TestEgressHelperUnprivileged(t *testing.T) {
 	l := rootLauncher(t)
+	// No traffic, no helper.
 	res, err := l.Run(context.Background(), Request{Profile: "restrictive", Argv: []string{"/bin/true"}})
+	if err != nil || res.ExitCode != 0 || len(res.Warnings) > 0 {
+		t.Fatalf("run: %v, %+v", err, res)
+	}
+	if pid := l.egress.Pid(); pid != 0 {
+		t.Errorf("an egress helper (pid %d) for a sandbox that used no network", pid)
+	}
+	// A connection to the proxy port: the helper serves it.
+	res, err = l.Run(context.Background(), Request{Profile: "restrictive", Argv: []string{"python3", "-c", `import socket; socket.create_connection(("127.0.0.1", 3128), timeout=5).close()`}})
 	if err != nil || res.ExitCode != 0 || len(res.Warnings) > 0 {
 		t.Fatalf("run: %v, %+v", err, res)
 	}
 	pid := l.egress.Pid()
 	if pid == 0 {
-		t.Fatal("no egress helper runs after a sandbox")
+		t.Fatal("no egress helper runs after a sandbox's connection")
 	}
 	nobody := fmt.Sprintf("%d\t%d\t%d\t%d", helper.NobodyID, helper.NobodyID, helper.NobodyID, helper.NobodyID)
 	for field, want := range map[string]string{

@@ -32,8 +32,8 @@ func (s *Sandbox) startEgress() {
 // onKill runs when the policy's on_violation: kill fires. The sandbox's
 // own listeners are served so (startEgress), and each per-tool template
 // call's, opened in the call's network namespace (package
-// launcher/template, C5). The files are closed either way: if the helper
-// dies, the listeners close with it.
+// launcher/template, C5). The listeners go to the helper at their first
+// traffic (helper.Session); the files are closed either way.
 func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, onKill func(egress.Event)) (*helper.Session, error) {
 	return s.l.egress.Serve(ctx, s.plan.Network, s.req.Credentials, files, onKill)
 }
@@ -52,7 +52,7 @@ func (s *Sandbox) stopEgress(r *Result) {
 		return
 	}
 	if err := sess.Close(); err != nil {
-		r.Warnings = append(r.Warnings, "network: the sandbox lost its network: "+err.Error())
+		r.Warnings = append(r.Warnings, "network: "+err.Error())
 	}
 	r.Violations, r.ViolationsDropped = sess.Violations()
 	r.ViolationSummary = sess.Summary()

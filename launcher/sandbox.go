@@ -96,11 +96,6 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}
-	// The egress helper starts while the sandbox is made, off the critical
-	// path: it is ready when the init hands over the listeners (startEgress).
-	if len(plan.Child.Listen) > 0 {
-		l.egress.Prestart()
-	}
 	// L1a. Root mode: lease this sandbox's host ids; the plan is copied so
 	// a shared plan never carries one sandbox's ids into another.
 	p := *plan

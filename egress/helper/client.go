@@ -47,11 +47,6 @@ type startResult struct {
 	err error
 }
 
-// Prestart starts the helper in the background if none runs, so that it
-// is ready by the time a sandbox's listeners are handed over (a one-shot
-// str run does not wait for it while it creates the sandbox).
-func (c *Client) Prestart() { go c.get() }
-
 // Ready starts the helper if none runs and returns once one does.
 func (c *Client) Ready() error {
 	_, err := c.get()
@@ -311,67 +306,139 @@ func (c *Client) CACert() ([]byte, error) {
 	return r.CertPEM, nil
 }
 
-// Session is one sandbox's (or template call's) egress session in the
-// helper.
+// Session is one sandbox's (or template call's) egress session. Its
+// listeners stay with the launcher until the first connection or datagram
+// reaches one of them (it waits in the listener's backlog meanwhile): only
+// then are they handed to the helper, started if none runs. A sandbox
+// that never uses the network (a one-shot /bin/true) costs no helper and
+// no round trip.
 type Session struct {
-	p      *proc
-	id     uint64
+	c      *Client
+	policy egress.Policy
+	creds  []egress.Credential
 	onKill func(egress.Event)
+	names  []string
+	fds    []int      // the listeners (ours until handed over), by names
+	files  []*os.File // the same descriptors, registered with the poller
 	stop   func() bool
 
-	mu     sync.Mutex
+	mu     sync.Mutex // serializes the hand-over and Close
+	handed bool       // handed over (or tried to)
 	closed bool
+	p      *proc
+	id     uint64
 	final  Message
-	err    error
+	err    error // the hand-over's failure, or the helper's death
 }
 
-// Serve hands files (the listeners a sandbox's init or a template call
-// opened, by name: proxy, dns-tcp, dns-udp, capture-PORT) to the helper,
-// which serves them with policy and creds until ctx is done or Close;
-// onKill runs (on its own goroutine) when on_violation: kill fires. The
-// files are closed here either way: from now on the helper holds the only
-// copies, so if it dies the sandbox's listeners close with it (no network,
-// never an open one).
+// Serve serves files (the listeners a sandbox's init or a template call
+// opened, by name: proxy, dns-tcp, dns-udp, capture-PORT) with policy and
+// creds until ctx is done or Close; onKill runs (on its own goroutine)
+// when on_violation: kill fires. At the first traffic the listeners go to
+// the helper, which then holds the only copies: if it dies, the sandbox's
+// listeners close with it (no network, never an open one). The files are
+// closed here either way.
 func (c *Client) Serve(ctx context.Context, policy egress.Policy, creds []egress.Credential, files map[string]*os.File, onKill func(egress.Event)) (*Session, error) {
-	names := make([]string, 0, len(files))
+	s := &Session{c: c, policy: policy, creds: creds, onKill: onKill}
 	for name := range files {
-		names = append(names, name)
+		s.names = append(s.names, name)
 	}
-	sort.Strings(names)
-	fds := make([]int, 0, len(names))
-	for _, name := range names {
-		fds = append(fds, int(files[name].Fd()))
-	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
+	sort.Strings(s.names)
+	var err error
+	for _, name := range s.names {
+		// A non-blocking copy the runtime's poller waits on; the original
+		// (a blocking descriptor from the init) is closed.
+		f := files[name]
+		fd, derr := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if derr == nil {
+			derr = unix.SetNonblock(fd, true)
+			if derr != nil {
+				unix.Close(fd)
+			}
 		}
-	}()
-	p, err := c.get()
+		if derr != nil && err == nil {
+			err = fmt.Errorf("egress: listener %s: %w", name, derr)
+		}
+		if derr == nil {
+			s.fds = append(s.fds, fd)
+			s.files = append(s.files, os.NewFile(uintptr(fd), name))
+		}
+	}
+	for _, f := range files {
+		f.Close()
+	}
 	if err != nil {
+		s.closeFiles()
 		return nil, err
 	}
-	s := &Session{p: p, onKill: onKill}
+	for _, f := range s.files {
+		go s.watch(f)
+	}
+	s.mu.Lock() // Close may run at once, with ctx done already
+	s.stop = context.AfterFunc(ctx, func() { s.Close() })
+	s.mu.Unlock()
+	return s, nil
+}
+
+// watch waits until f has a connection or a datagram waiting, then hands
+// the session over. It ends without one when the files are closed.
+func (s *Session) watch(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	waited := false
+	err = rc.Read(func(uintptr) bool {
+		done := waited // the first call only asks the poller to wait
+		waited = true
+		return done
+	})
+	if err == nil {
+		s.handOver()
+	}
+}
+
+func (s *Session) closeFiles() {
+	for _, f := range s.files {
+		f.Close()
+	}
+	s.files, s.fds = nil, nil
+}
+
+// handOver gives the listeners to the helper (started if none runs) with
+// the policy and credentials, once.
+func (s *Session) handOver() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.handed || s.closed {
+		return
+	}
+	s.handed = true
+	defer s.closeFiles()
+	p, err := s.c.get()
+	if err != nil {
+		s.err = fmt.Errorf("the egress proxy did not start, the sandbox had no network: %w", err)
+		return
+	}
 	p.mu.Lock()
 	p.nextSession++
 	id := p.nextSession // registered before a kill for it can arrive
 	p.sessions[id] = s
 	p.mu.Unlock()
-	s.id = id
-	_, err = p.request(Message{Op: OpStart, Session: id, Policy: &policy, Credentials: wireCredentials(creds), Listeners: names}, fds)
+	_, err = p.request(Message{Op: OpStart, Session: id, Policy: &s.policy, Credentials: wireCredentials(s.creds), Listeners: s.names}, s.fds)
 	if err != nil {
 		p.mu.Lock()
 		delete(p.sessions, id)
 		p.mu.Unlock()
-		return nil, err
+		s.err = fmt.Errorf("the egress proxy did not start, the sandbox had no network: %w", err)
+		return
 	}
-	s.stop = context.AfterFunc(ctx, func() { s.Close() })
-	return s, nil
+	s.p, s.id = p, id
 }
 
-// Close ends the session in the helper and keeps its final record. Its
-// error says the helper died while serving it (the sandbox lost its
-// network then).
+// Close ends the session and keeps its final record. Its error says the
+// proxy never started or the helper died while serving it (the sandbox
+// had no network, or lost it).
 func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -382,22 +449,32 @@ func (s *Session) Close() error {
 	if s.stop != nil {
 		s.stop()
 	}
-	s.final, s.err = s.p.request(Message{Op: OpClose, Session: s.id}, nil)
+	if s.p == nil { // never handed over (no traffic), or failed to
+		s.closeFiles()
+		return s.err
+	}
+	var err error
+	s.final, err = s.p.request(Message{Op: OpClose, Session: s.id}, nil)
 	s.p.mu.Lock()
 	delete(s.p.sessions, s.id)
 	s.p.mu.Unlock()
+	if err != nil {
+		s.err = fmt.Errorf("the sandbox lost its network: %w", err)
+	}
 	return s.err
 }
 
-// record is the session's record: the final one once closed, else asked.
+// record is the session's record: the final one once closed, none before
+// any traffic, else asked.
 func (s *Session) record() Message {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.p == nil {
 		defer s.mu.Unlock()
 		return s.final
 	}
+	p, id := s.p, s.id
 	s.mu.Unlock()
-	r, _ := s.p.request(Message{Op: OpReport, Session: s.id}, nil)
+	r, _ := p.request(Message{Op: OpReport, Session: id}, nil)
 	return r
 }
 
