@@ -2,7 +2,9 @@ package helper
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 
@@ -118,6 +120,9 @@ func Send(c *net.UnixConn, m Message, fds []int) error {
 func Recv(c *net.UnixConn, buf []byte) (Message, []*os.File, error) {
 	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if errors.Is(err, io.EOF) {
+		return Message{}, nil, net.ErrClosed // the peer closed
+	}
 	if err != nil {
 		return Message{}, nil, err
 	}
