@@ -1064,8 +1064,10 @@ var makeCallNetwork = callNetwork
 
 // startEgress is C5: the call's listeners, opened in its network
 // namespace (nsPath), served with the template's policy by a session of
-// the call's own. A failure fails the call before any of its data is
-// sent (ErrCallNetwork): no call runs without its proxy.
+// the call's own. A failure here fails the call before any of its data
+// is sent (ErrCallNetwork); a helper that fails later (the listeners go
+// to it at their first traffic) closes them: the call's network fails
+// closed, never open.
 func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
 	t := c.t
 	fds, err := makeCallNetwork(nsPath, t.callListen)
