@@ -98,7 +98,7 @@ func inCIDRs(a netip.Addr, cidrs []netip.Prefix) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// addrAllowed is the address filter every dial passes twice (Decide, then
+// AddrAllowed is the address filter every dial passes twice (Decide, then
 // the dialer's Control hook): an address an allowed_cidrs entry contains is
 // allowed; otherwise any refused address is not.
 func AddrAllowed(a netip.Addr, cidrs []netip.Prefix) bool {

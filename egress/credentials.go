@@ -117,7 +117,7 @@ func LoadSecret(name, source string, getenv func(string) string) (Secret, error)
 	return Secret{}, fmt.Errorf("credential %s: source %q: unknown kind %q (env, file or dir)", name, source, kind)
 }
 
-// validateCredentials checks the credentials against the compiled policy
+// ValidateCredentials checks the credentials against the compiled policy
 // and returns every problem at once; it compiles their host patterns.
 func ValidateCredentials(pol *Compiled, creds []Credential) error {
 	var errs []error

@@ -64,12 +64,13 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// decider holds the one decision function for a session.
+// Decider holds the one decision function for a session.
 type Decider struct {
 	pol      *Compiled
 	resolver Resolver
 }
 
+// Deny is the decision that denies with reason (and the rule that did).
 func Deny(reason, rule string) Decision { return Decision{Reason: reason, Rule: rule} }
 
 // Decide is the single place where a destination is allowed or denied. Deny

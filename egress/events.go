@@ -38,6 +38,7 @@ const (
 	KindCredential = "credential"
 )
 
+// ActionDenied is every event's action.
 const ActionDenied = "denied"
 
 type eventKey struct {
@@ -46,7 +47,7 @@ type eventKey struct {
 	via                string
 }
 
-// eventLog aggregates events, keeps at most max distinct ones and counts the
+// EventLog aggregates events, keeps at most max distinct ones and counts the
 // occurrences it had to drop.
 type EventLog struct {
 	mu      sync.Mutex
@@ -56,6 +57,7 @@ type EventLog struct {
 	dropped int
 }
 
+// NewEventLog returns an empty log that keeps at most max distinct events.
 func NewEventLog(max int) *EventLog {
 	return &EventLog{max: max, byKey: make(map[eventKey]int)}
 }
@@ -114,6 +116,7 @@ var reasonText = map[string]string{
 	ReasonUnscrubbable:        "the response was in an encoding the proxy cannot read, so an echo of the credential could not be removed",
 }
 
+// EventMessage is the one-line text of an event.
 func EventMessage(ev Event) string {
 	why := reasonText[ev.Reason]
 	if why == "" {
@@ -135,7 +138,7 @@ func EventMessage(ev Event) string {
 	return "network: " + DestString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
 }
 
-// destString renders host:port, [v6]:port, or "connection" when there is no
+// DestString renders host:port, [v6]:port, or "connection" when there is no
 // destination (a limit hit before the request was read).
 func DestString(host, ip string, port int) string {
 	h := host
@@ -154,7 +157,7 @@ func DestString(host, ip string, port int) string {
 	return h + ":" + strconv.Itoa(port)
 }
 
-// summary renders the text block an agent can show its model; "" when there
+// Summary renders the text block an agent can show its model; "" when there
 // were no violations.
 func Summary(events []Event, dropped int) string {
 	if len(events) == 0 && dropped == 0 {

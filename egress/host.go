@@ -27,7 +27,7 @@ var (
 	errHostZone      = errors.New("IPv6 zones are not allowed")
 )
 
-// normalizeHost turns a destination host as a client wrote it into either a
+// NormalizeHost turns a destination host as a client wrote it into either a
 // canonical DNS name (lowercase, no trailing dot, ASCII/punycode) or an IP
 // address. Brackets are required around IPv6 literals (bracketed=true when
 // the caller already stripped them, as after splitHostPort). v4-mapped IPv6
@@ -145,7 +145,7 @@ func isNumericLabel(l string) bool {
 	return l != ""
 }
 
-// splitHostPort splits "host:port" and "[v6]:port" strictly: the port is
+// SplitHostPort splits "host:port" and "[v6]:port" strictly: the port is
 // required, decimal, 1..65535, without sign or leading zeros beyond "0"
 // prefixes that change nothing; an unbracketed IPv6 address is refused.
 func SplitHostPort(s string) (host string, bracketed bool, port int, err error) {
@@ -272,7 +272,7 @@ func (p hostPattern) match(h string) bool {
 	return len(h) > len(p.name)+1 && strings.HasSuffix(h, p.name) && h[len(h)-len(p.name)-1] == '.'
 }
 
-// covers reports whether every name q matches is also matched by p (for
+// Covers reports whether every name q matches is also matched by p (for
 // Tighten).
 func (p hostPattern) Covers(q hostPattern) bool {
 	if !q.wildcard {
@@ -284,7 +284,7 @@ func (p hostPattern) Covers(q hostPattern) bool {
 	return q.name == p.name || p.match(q.name)
 }
 
-// sanitizeHost makes an untrusted host string safe to put in an event and in
+// SanitizeHost makes an untrusted host string safe to put in an event and in
 // the text shown to a model: only [a-z0-9._:-[]] survive, the rest becomes
 // '?', and it is cut at 253 characters.
 func SanitizeHost(s string) string {

@@ -102,7 +102,7 @@ func pathUnder(p, prefix string) bool {
 	return strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/")
 }
 
-// checkRules is the HTTP layer's decision for one request to host: every
+// CheckRules is the HTTP layer's decision for one request to host: every
 // rule that matches the host must allow the method and the path. It
 // returns the reason and the rule on denial, "" when allowed. decodedPath
 // and escapedPath are the request's path after and before percent-decoding.
@@ -129,7 +129,7 @@ func (c *Compiled) CheckRules(host, method, decodedPath, escapedPath string) (re
 	return "", ""
 }
 
-// hasRule reports whether some rule matches host.
+// HasRule reports whether some rule matches host.
 func (c *Compiled) HasRule(host string) bool {
 	return slices.ContainsFunc(c.rules, func(r compiledRule) bool { return r.host.match(host) })
 }

@@ -90,7 +90,7 @@ type Policy struct {
 	HTTPRules []HTTPRule `yaml:"http_rules,omitempty" json:"http_rules,omitempty"`
 }
 
-// compiled is a validated Policy in the form Decide uses.
+// Compiled is a validated Policy in the form Decide uses.
 type Compiled struct {
 	mode     Mode
 	hosts    []hostPattern
