@@ -46,8 +46,12 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/str --create-h
 # same release).
 ARG STR_BIN=bin/str
 ARG STR_WORKER_BIN=bin/str-worker
+# The egress helper, static, beside str: every launcher runs it (as nobody)
+# to serve its sandboxes' network.
+ARG STR_EGRESS_BIN=bin/str-egress
 COPY ${STR_BIN} /usr/local/bin/str
 COPY ${STR_WORKER_BIN} /usr/local/bin/str-worker
+COPY ${STR_EGRESS_BIN} /usr/local/bin/str-egress
 # The entrypoint for engines that mount the container's cgroup read-only
 # (docker run --entrypoint /usr/local/bin/str-container-worker ...).
 COPY deploy/docker/str-container-worker /usr/local/bin/str-container-worker

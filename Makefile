@@ -5,6 +5,9 @@ BIN   := bin/str
 # The worker (cmd/str-worker: cgo, the Solace client library), beside str:
 # `str worker` execs it from str's own directory.
 WORKER_BIN := bin/str-worker
+# The egress helper (cmd/str-egress: static): every launcher runs it, as
+# nobody when root, from str's own directory to serve its sandboxes' network.
+EGRESS_BIN := bin/str-egress
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 
 # Lint tools, pinned by module version (the proxy serves module versions, not
@@ -58,6 +61,7 @@ deps:
 # cgo, is bin/str-worker beside it.
 build: deps
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/str
+	CGO_ENABLED=0 $(GO) build -o $(EGRESS_BIN) ./cmd/str-egress
 	$(GO) build -o $(WORKER_BIN) ./cmd/str-worker
 
 # make run BROKER_PORT=N: the embedded broker on 127.0.0.1:N instead.

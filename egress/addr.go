@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -96,10 +98,10 @@ func inCIDRs(a netip.Addr, cidrs []netip.Prefix) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// addrAllowed is the address filter every dial passes twice (Decide, then
+// AddrAllowed is the address filter every dial passes twice (Decide, then
 // the dialer's Control hook): an address an allowed_cidrs entry contains is
 // allowed; otherwise any refused address is not.
-func addrAllowed(a netip.Addr, cidrs []netip.Prefix) bool {
+func AddrAllowed(a netip.Addr, cidrs []netip.Prefix) bool {
 	if a.Zone() != "" {
 		return false
 	}
@@ -145,3 +147,20 @@ func hostAddr(a netip.Addr) bool {
 	}
 	return false
 }
+
+// CheckDialAddr is the last check before a connect(): the address about to
+// be connected must still pass the policy's address filter (rebinding-safe:
+// this is the address the kernel will connect to, whatever resolved it).
+func (c *Compiled) CheckDialAddr(address string) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("egress: dial %q: not an IP address", address)
+	}
+	if c.mode == Isolated || !AddrAllowed(ap.Addr(), c.cidrs) {
+		return fmt.Errorf("egress: dial %s: %w", address, ErrRefusedAddr)
+	}
+	return nil
+}
+
+// ErrRefusedAddr: an address the policy's address filter refuses.
+var ErrRefusedAddr = errors.New("address refused by the network policy")

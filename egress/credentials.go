@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
+	"net/textproto"
 	"os"
 	"regexp"
 	"slices"
@@ -27,13 +27,13 @@ func (Secret) GoString() string             { return "[redacted]" }
 func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
 func (Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
 func (s Secret) empty() bool                { return len(s.b) == 0 }
-func (s Secret) bytes() []byte              { return s.b }
-func (s Secret) render(format string) string {
-	return strings.ReplaceAll(format, valueMark, string(s.b))
+func (s Secret) Bytes() []byte              { return s.b }
+func (s Secret) Render(format string) string {
+	return strings.ReplaceAll(format, ValueMark, string(s.b))
 }
 
 // valueMark is where a Format puts the value.
-const valueMark = "{value}"
+const ValueMark = "{value}"
 
 // Credential is one secret a sandbox may use without seeing it: the
 // sandbox's environment holds Placeholder under Name; the proxy puts Value
@@ -117,9 +117,9 @@ func LoadSecret(name, source string, getenv func(string) string) (Secret, error)
 	return Secret{}, fmt.Errorf("credential %s: source %q: unknown kind %q (env, file or dir)", name, source, kind)
 }
 
-// validateCredentials checks the credentials against the compiled policy
+// ValidateCredentials checks the credentials against the compiled policy
 // and returns every problem at once; it compiles their host patterns.
-func validateCredentials(pol *compiled, creds []Credential) error {
+func ValidateCredentials(pol *Compiled, creds []Credential) error {
 	var errs []error
 	bad := func(i int, field string, v any, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("credentials[%d].%s %s: %s", i, field, quoteValue(v), fmt.Sprintf(format, a...)))
@@ -146,7 +146,7 @@ func validateCredentials(pol *compiled, creds []Credential) error {
 			}
 			switch pol.mode {
 			case Restricted:
-				if !slices.ContainsFunc(pol.hosts, func(p hostPattern) bool { return p.covers(hp) }) {
+				if !slices.ContainsFunc(pol.hosts, func(p hostPattern) bool { return p.Covers(hp) }) {
 					bad(i, fmt.Sprintf("hosts[%d]", j), h, "not covered by network.allowed_hosts %v", pol.original.AllowedHosts)
 				}
 			case AllowEgress:
@@ -166,15 +166,15 @@ func validateCredentials(pol *compiled, creds []Credential) error {
 				bad(i, "header", c.Header, "a hop-by-hop or proxy header is never forwarded")
 			}
 		}
-		if c.Format != "" && (strings.Count(c.Format, valueMark) != 1 || strings.ContainsAny(c.Format, "\r\n\x00")) {
-			bad(i, "format", c.Format, "must contain %s exactly once and no CR, LF or NUL", valueMark)
+		if c.Format != "" && (strings.Count(c.Format, ValueMark) != 1 || strings.ContainsAny(c.Format, "\r\n\x00")) {
+			bad(i, "format", c.Format, "must contain %s exactly once and no CR, LF or NUL", ValueMark)
 		}
 		if c.Query != "" && !validQueryName(c.Query) {
 			bad(i, "query", c.Query, "not a plain query parameter name ([A-Za-z0-9_.-])")
 		}
 		if c.Value.empty() {
 			bad(i, "value", "", "empty")
-		} else if bytes.ContainsAny(c.Value.bytes(), "\r\n\x00") {
+		} else if bytes.ContainsAny(c.Value.Bytes(), "\r\n\x00") {
 			bad(i, "value", "[redacted]", "contains CR, LF or NUL")
 		}
 		if !strings.HasPrefix(c.Placeholder, PlaceholderPrefix) || len(c.Placeholder) < len(PlaceholderPrefix)+32 {
@@ -183,7 +183,7 @@ func validateCredentials(pol *compiled, creds []Credential) error {
 			bad(i, "placeholder", c.Placeholder, "shared with another credential")
 		}
 		placeholders[c.Placeholder] = true
-		if !c.Value.empty() && strings.Contains(c.Placeholder, string(c.Value.bytes())) {
+		if !c.Value.empty() && strings.Contains(c.Placeholder, string(c.Value.Bytes())) {
 			bad(i, "value", "[redacted]", "is part of its own placeholder")
 		}
 	}
@@ -196,11 +196,17 @@ func validateCredentials(pol *compiled, creds []Credential) error {
 // CheckCredentials validates credentials against a policy (what Start
 // checks), so a caller can refuse a request before anything runs.
 func CheckCredentials(p Policy, creds []Credential) error {
-	pol, err := p.compile()
+	pol, err := p.Compile()
 	if err != nil {
 		return err
 	}
-	return validateCredentials(pol, slices.Clone(creds))
+	return ValidateCredentials(pol, slices.Clone(creds))
+}
+
+// Terminates reports whether a sandbox's egress terminates TLS for some
+// hosts: it has credentials or its policy has http_rules.
+func Terminates(p Policy, creds []Credential) bool {
+	return len(creds) > 0 || len(p.HTTPRules) > 0
 }
 
 // CredentialEnv is the environment a sandbox gets for its credentials:
@@ -213,7 +219,7 @@ func CredentialEnv(creds []Credential) []string {
 	return env
 }
 
-func (c *Credential) covers(host string) bool {
+func (c *Credential) Covers(host string) bool {
 	return slices.ContainsFunc(c.hosts, func(p hostPattern) bool { return p.match(host) })
 }
 
@@ -222,7 +228,7 @@ func validHeaderName(h string) bool {
 		return false
 	}
 	for i := 0; i < len(h); i++ {
-		if !isTokenChar(h[i]) {
+		if !IsTokenChar(h[i]) {
 			return false
 		}
 	}
@@ -230,7 +236,7 @@ func validHeaderName(h string) bool {
 }
 
 func hopByHop(h string) bool {
-	h = http.CanonicalHeaderKey(h)
+	h = textproto.CanonicalMIMEHeaderKey(h)
 	return strings.HasPrefix(h, "Proxy-") || slices.Contains([]string{"Connection", "Keep-Alive", "Te", "Trailer", "Upgrade", "Transfer-Encoding", "Host"}, h)
 }
 
@@ -242,4 +248,13 @@ func validQueryName(q string) bool {
 		}
 	}
 	return q != ""
+}
+
+// IsTokenChar reports whether c may appear in an HTTP token (a method or
+// a header name, RFC 9110 5.6.2).
+func IsTokenChar(c byte) bool {
+	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

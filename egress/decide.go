@@ -64,13 +64,14 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// decider holds the one decision function for a session.
-type decider struct {
-	pol      *compiled
+// Decider holds the one decision function for a session.
+type Decider struct {
+	pol      *Compiled
 	resolver Resolver
 }
 
-func deny(reason, rule string) Decision { return Decision{Reason: reason, Rule: rule} }
+// Deny is the decision that denies with reason (and the rule that did).
+func Deny(reason, rule string) Decision { return Decision{Reason: reason, Rule: rule} }
 
 // Decide is the single place where a destination is allowed or denied. Deny
 // wins and the default is deny. In order:
@@ -89,29 +90,29 @@ func deny(reason, rule string) Decision { return Decision{Reason: reason, Rule: 
 //  9. resolve on the worker; keep only addresses that pass the address
 //     filter; none left: resolved_private. The dialer re-checks each
 //     address in its Control hook.
-func (d *decider) Decide(ctx context.Context, in Intent) Decision {
+func (d *Decider) Decide(ctx context.Context, in Intent) Decision {
 	p := d.pol
 	// 1.
 	if p.mode == Isolated {
-		return deny(ReasonIsolated, "policy: isolated")
+		return Deny(ReasonIsolated, "policy: isolated")
 	}
 	if p.mode != Restricted && p.mode != AllowEgress {
-		return deny(ReasonIsolated, "policy: invalid") // unreachable: compile refuses it
+		return Deny(ReasonIsolated, "policy: invalid") // unreachable: compile refuses it
 	}
 	// 2.
 	switch in.Via {
 	case ViaHTTPConnect, ViaHTTP, ViaSOCKS5, ViaSOCKS5h, ViaTransparent, ViaDNS:
 	default:
-		return deny(ReasonUnsupportedProtocol, "")
+		return Deny(ReasonUnsupportedProtocol, "")
 	}
 	host, ip := "", in.IP.Unmap()
 	if in.Host != "" {
-		h, hip, err := normalizeHost(in.Host, false)
+		h, hip, err := NormalizeHost(in.Host, false)
 		if err != nil {
 			if in.Via == ViaDNS {
-				return deny(ReasonNameNotAllowlisted, "")
+				return Deny(ReasonNameNotAllowlisted, "")
 			}
-			return deny(ReasonMalformedRequest, "")
+			return Deny(ReasonMalformedRequest, "")
 		}
 		if hip.IsValid() {
 			host, ip = "", hip
@@ -122,7 +123,7 @@ func (d *decider) Decide(ctx context.Context, in Intent) Decision {
 	// 3.
 	if in.Via == ViaDNS {
 		if host == "" {
-			return deny(ReasonNameNotAllowlisted, "")
+			return Deny(ReasonNameNotAllowlisted, "")
 		}
 		if p.mode == AllowEgress {
 			return Decision{Allow: true, Rule: "policy: allow_egress"}
@@ -130,11 +131,11 @@ func (d *decider) Decide(ctx context.Context, in Intent) Decision {
 		if hp, ok := p.matchHost(host); ok {
 			return Decision{Allow: true, Rule: "allowed_hosts: " + hp.raw}
 		}
-		return deny(ReasonNameNotAllowlisted, "")
+		return Deny(ReasonNameNotAllowlisted, "")
 	}
 	// 4.
 	if in.Port < 1 || in.Port > 65535 {
-		return deny(ReasonMalformedRequest, "")
+		return Deny(ReasonMalformedRequest, "")
 	}
 	portRule := "policy: allow_egress"
 	if p.mode == Restricted {
@@ -143,24 +144,24 @@ func (d *decider) Decide(ctx context.Context, in Intent) Decision {
 	portOK := p.mode == AllowEgress || slices.Contains(p.ports, in.Port)
 	// 5.
 	if in.Via == ViaTransparent && host == "" {
-		return deny(ReasonIPLiteral, "")
+		return Deny(ReasonIPLiteral, "")
 	}
 	// 6.
 	if host == "" {
 		if !ip.IsValid() {
-			return deny(ReasonMalformedRequest, "")
+			return Deny(ReasonMalformedRequest, "")
 		}
 		if pr, ok := inCIDRs(ip, p.cidrs); ok {
 			if !portOK {
-				return deny(ReasonPortNotAllowed, "allowed_ports")
+				return Deny(ReasonPortNotAllowed, "allowed_ports")
 			}
 			return Decision{Allow: true, Rule: "allowed_cidrs: " + pr.String(), Addrs: []netip.Addr{ip}}
 		}
 		if p.mode == Restricted {
-			return deny(ReasonIPLiteral, "")
+			return Deny(ReasonIPLiteral, "")
 		}
 		if refusedAddr(ip) {
-			return deny(ReasonPrivateAddress, "")
+			return Deny(ReasonPrivateAddress, "")
 		}
 		return Decision{Allow: true, Rule: portRule, Addrs: []netip.Addr{ip}}
 	}
@@ -169,28 +170,28 @@ func (d *decider) Decide(ctx context.Context, in Intent) Decision {
 	if p.mode == Restricted {
 		hp, ok := p.matchHost(host)
 		if !ok {
-			return deny(ReasonNotAllowlisted, "")
+			return Deny(ReasonNotAllowlisted, "")
 		}
 		if !portOK {
-			return deny(ReasonPortNotAllowed, "allowed_ports")
+			return Deny(ReasonPortNotAllowed, "allowed_ports")
 		}
 		rule = "allowed_hosts: " + hp.raw
 	}
 	// 8.
 	if in.SNI != "" {
-		if sd, ok := d.checkSNI(host, in.SNI, rule); !ok {
+		if sd, ok := d.CheckSNI(host, in.SNI, rule); !ok {
 			return sd
 		}
 	}
 	// 9.
 	addrs, err := d.resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(addrs) == 0 {
-		return deny(ReasonResolveFailed, rule)
+		return Deny(ReasonResolveFailed, rule)
 	}
 	var ok []netip.Addr
 	for _, a := range addrs {
 		a = a.Unmap()
-		if addrAllowed(a, p.cidrs) && !slices.Contains(ok, a) {
+		if AddrAllowed(a, p.cidrs) && !slices.Contains(ok, a) {
 			ok = append(ok, a)
 		}
 		if len(ok) == maxPinned {
@@ -198,20 +199,20 @@ func (d *decider) Decide(ctx context.Context, in Intent) Decision {
 		}
 	}
 	if len(ok) == 0 {
-		return deny(ReasonResolvedPrivate, rule)
+		return Deny(ReasonResolvedPrivate, rule)
 	}
 	return Decision{Allow: true, Rule: rule, Addrs: ok}
 }
 
-// checkSNI is step 8 of Decide, also run on its own when the ClientHello
+// CheckSNI is step 8 of Decide, also run on its own when the ClientHello
 // arrives after the tunnel was granted (CONNECT, SOCKS5): the TLS server name
 // must be the destination name itself. It does not stop domain fronting
 // (the HTTP Host inside TLS is not visible), but it stops a client from
 // naming one allowed host and asking its address for another.
-func (d *decider) checkSNI(host, sni, rule string) (Decision, bool) {
-	n, ip, err := normalizeHost(sni, false)
+func (d *Decider) CheckSNI(host, sni, rule string) (Decision, bool) {
+	n, ip, err := NormalizeHost(sni, false)
 	if err != nil || ip.IsValid() || n != host {
-		return deny(ReasonSNIMismatch, rule), false
+		return Deny(ReasonSNIMismatch, rule), false
 	}
 	return Decision{}, true
 }
@@ -219,7 +220,7 @@ func (d *decider) checkSNI(host, sni, rule string) (Decision, bool) {
 // maxPinned bounds how many resolved addresses one connection tries.
 const maxPinned = 8
 
-func (c *compiled) matchHost(h string) (hostPattern, bool) {
+func (c *Compiled) matchHost(h string) (hostPattern, bool) {
 	for _, hp := range c.hosts {
 		if hp.match(h) {
 			return hp, true

@@ -1,9 +1,18 @@
-// Package egress is the worker-side network policy proxy: the only way out
-// of a sandbox's network namespace. The sandbox's init creates the listening
-// sockets inside the namespace (which has only lo) and the launcher hands
-// them to Start; a Session serves them from the worker, so every accepted
-// connection comes from inside the sandbox and every upstream dial happens
-// in the worker's namespace, after one decision.
+// Package egress is the network policy of a sandbox: the policy as data,
+// its validation, and the one decision (Decide) every connection out of a
+// sandbox's network namespace goes through, with what the launcher's plan
+// needs (Env, ResolvConf, the listener addresses, CapturePorts,
+// credentials). It links no HTTP or TLS code (neither net/http nor
+// crypto/tls nor crypto/x509), so bin/str does not either.
+//
+// The proxy that serves the decision is package egress/proxy, and it runs
+// out of the launcher's process, in the egress helper (cmd/str-egress,
+// driven by package egress/helper) without host privileges. The sandbox's
+// init creates the listening sockets inside the namespace (which has only
+// lo) and the launcher hands them to the helper; a proxy Session serves
+// them there, so every accepted connection comes from inside the sandbox
+// and every upstream dial happens in the host's network namespace, after
+// one decision. The rest of this comment describes the two together.
 //
 // One session, per sandbox:
 //

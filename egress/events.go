@@ -33,9 +33,13 @@ type Event struct {
 const (
 	KindNet = "net"
 	KindDNS = "dns"
+	// KindCredential: a credential's placeholder sent where the
+	// credential does not belong.
+	KindCredential = "credential"
 )
 
-const actionDenied = "denied"
+// ActionDenied is every event's action.
+const ActionDenied = "denied"
 
 type eventKey struct {
 	kind, reason, host string
@@ -43,9 +47,9 @@ type eventKey struct {
 	via                string
 }
 
-// eventLog aggregates events, keeps at most max distinct ones and counts the
+// EventLog aggregates events, keeps at most max distinct ones and counts the
 // occurrences it had to drop.
-type eventLog struct {
+type EventLog struct {
 	mu      sync.Mutex
 	max     int
 	byKey   map[eventKey]int // index into list
@@ -53,13 +57,14 @@ type eventLog struct {
 	dropped int
 }
 
-func newEventLog(max int) *eventLog {
-	return &eventLog{max: max, byKey: make(map[eventKey]int)}
+// NewEventLog returns an empty log that keeps at most max distinct events.
+func NewEventLog(max int) *EventLog {
+	return &EventLog{max: max, byKey: make(map[eventKey]int)}
 }
 
-// add records one occurrence and reports whether it was the session's first
+// Add records one occurrence and reports whether it was the session's first
 // violation.
-func (l *eventLog) add(ev Event, now time.Time) (first bool) {
+func (l *EventLog) Add(ev Event, now time.Time) (first bool) {
 	k := eventKey{ev.Kind, ev.Reason, ev.Host, ev.Port, ev.Via}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -73,15 +78,15 @@ func (l *eventLog) add(ev Event, now time.Time) (first bool) {
 		l.dropped++
 		return first
 	}
-	ev.Action = actionDenied
+	ev.Action = ActionDenied
 	ev.Count, ev.First, ev.Last = 1, now, now
-	ev.Message = eventMessage(ev)
+	ev.Message = EventMessage(ev)
 	l.byKey[k] = len(l.list)
 	l.list = append(l.list, ev)
 	return first
 }
 
-func (l *eventLog) snapshot() ([]Event, int) {
+func (l *EventLog) Snapshot() ([]Event, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.list), l.dropped
@@ -111,7 +116,8 @@ var reasonText = map[string]string{
 	ReasonUnscrubbable:        "the response was in an encoding the proxy cannot read, so an echo of the credential could not be removed",
 }
 
-func eventMessage(ev Event) string {
+// EventMessage is the one-line text of an event.
+func EventMessage(ev Event) string {
 	why := reasonText[ev.Reason]
 	if why == "" {
 		why = ev.Reason
@@ -124,17 +130,17 @@ func eventMessage(ev Event) string {
 		return "dns: " + name + " blocked — " + why
 	}
 	if ev.Kind == KindCredential && ev.Reason == ReasonUnscrubbable {
-		return "credential: " + strings.TrimPrefix(ev.Rule, "credentials: ") + ": the response from " + destString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
+		return "credential: " + strings.TrimPrefix(ev.Rule, "credentials: ") + ": the response from " + DestString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
 	}
 	if ev.Kind == KindCredential {
-		return "credential: " + strings.TrimPrefix(ev.Rule, "credentials: ") + "'s placeholder sent to " + destString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
+		return "credential: " + strings.TrimPrefix(ev.Rule, "credentials: ") + "'s placeholder sent to " + DestString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
 	}
-	return "network: " + destString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
+	return "network: " + DestString(ev.Host, ev.IP, ev.Port) + " blocked — " + why
 }
 
-// destString renders host:port, [v6]:port, or "connection" when there is no
+// DestString renders host:port, [v6]:port, or "connection" when there is no
 // destination (a limit hit before the request was read).
-func destString(host, ip string, port int) string {
+func DestString(host, ip string, port int) string {
 	h := host
 	if h == "" {
 		h = ip
@@ -151,9 +157,9 @@ func destString(host, ip string, port int) string {
 	return h + ":" + strconv.Itoa(port)
 }
 
-// summary renders the text block an agent can show its model; "" when there
+// Summary renders the text block an agent can show its model; "" when there
 // were no violations.
-func summary(events []Event, dropped int) string {
+func Summary(events []Event, dropped int) string {
 	if len(events) == 0 && dropped == 0 {
 		return ""
 	}

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/net/idna"
-	"golang.org/x/net/publicsuffix"
 )
 
 // maxHostLen bounds a host name (RFC 1035: 253 characters without the
@@ -22,18 +22,18 @@ var (
 	errHostLabel     = errors.New("host has an empty label or one longer than 63 characters")
 	errHostNumeric   = errors.New("host looks numeric but is not an IP address")
 	errHostIDNA      = errors.New("host is not a valid internationalized name")
-	errUnbracketedV6 = errors.New("IPv6 address must be bracketed")
-	errBadPort       = errors.New("port must be a decimal number from 1 to 65535")
+	ErrUnbracketedV6 = errors.New("IPv6 address must be bracketed")
+	ErrBadPort       = errors.New("port must be a decimal number from 1 to 65535")
 	errHostZone      = errors.New("IPv6 zones are not allowed")
 )
 
-// normalizeHost turns a destination host as a client wrote it into either a
+// NormalizeHost turns a destination host as a client wrote it into either a
 // canonical DNS name (lowercase, no trailing dot, ASCII/punycode) or an IP
 // address. Brackets are required around IPv6 literals (bracketed=true when
 // the caller already stripped them, as after splitHostPort). v4-mapped IPv6
 // addresses are returned as IPv4, so that "[::ffff:10.0.0.1]" is treated as
 // 10.0.0.1 everywhere.
-func normalizeHost(s string, bracketed bool) (name string, ip netip.Addr, err error) {
+func NormalizeHost(s string, bracketed bool) (name string, ip netip.Addr, err error) {
 	if s == "" {
 		return "", netip.Addr{}, errEmptyHost
 	}
@@ -42,13 +42,13 @@ func normalizeHost(s string, bracketed bool) (name string, ip netip.Addr, err er
 	}
 	if strings.HasPrefix(s, "[") {
 		if !strings.HasSuffix(s, "]") || bracketed {
-			return "", netip.Addr{}, errUnbracketedV6
+			return "", netip.Addr{}, ErrUnbracketedV6
 		}
 		s, bracketed = s[1:len(s)-1], true
 	}
 	if strings.IndexByte(s, ':') >= 0 {
 		if !bracketed {
-			return "", netip.Addr{}, errUnbracketedV6
+			return "", netip.Addr{}, ErrUnbracketedV6
 		}
 		a, perr := netip.ParseAddr(s)
 		if perr != nil || !a.Is6() {
@@ -60,7 +60,7 @@ func normalizeHost(s string, bracketed bool) (name string, ip netip.Addr, err er
 		return "", a.Unmap(), nil
 	}
 	if bracketed { // "[example.com]" or "[1.2.3.4]"
-		return "", netip.Addr{}, errUnbracketedV6
+		return "", netip.Addr{}, ErrUnbracketedV6
 	}
 	if a, perr := netip.ParseAddr(s); perr == nil {
 		return "", a.Unmap(), nil
@@ -145,29 +145,29 @@ func isNumericLabel(l string) bool {
 	return l != ""
 }
 
-// splitHostPort splits "host:port" and "[v6]:port" strictly: the port is
+// SplitHostPort splits "host:port" and "[v6]:port" strictly: the port is
 // required, decimal, 1..65535, without sign or leading zeros beyond "0"
 // prefixes that change nothing; an unbracketed IPv6 address is refused.
-func splitHostPort(s string) (host string, bracketed bool, port int, err error) {
+func SplitHostPort(s string) (host string, bracketed bool, port int, err error) {
 	var rest string
 	if strings.HasPrefix(s, "[") {
 		end := strings.IndexByte(s, ']')
 		if end < 0 {
-			return "", false, 0, errUnbracketedV6
+			return "", false, 0, ErrUnbracketedV6
 		}
 		host, rest, bracketed = s[1:end], s[end+1:], true
 		if !strings.HasPrefix(rest, ":") {
-			return "", false, 0, errBadPort
+			return "", false, 0, ErrBadPort
 		}
 		rest = rest[1:]
 	} else {
 		i := strings.IndexByte(s, ':')
 		if i < 0 {
-			return "", false, 0, errBadPort
+			return "", false, 0, ErrBadPort
 		}
 		host, rest = s[:i], s[i+1:]
 		if strings.IndexByte(rest, ':') >= 0 {
-			return "", false, 0, errUnbracketedV6
+			return "", false, 0, ErrUnbracketedV6
 		}
 	}
 	port, err = parsePort(rest)
@@ -179,16 +179,16 @@ func splitHostPort(s string) (host string, bracketed bool, port int, err error) 
 
 func parsePort(s string) (int, error) {
 	if s == "" || len(s) > 5 {
-		return 0, errBadPort
+		return 0, ErrBadPort
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
-			return 0, errBadPort
+			return 0, ErrBadPort
 		}
 	}
 	p, err := strconv.Atoi(s)
 	if err != nil || p < 1 || p > 65535 {
-		return 0, errBadPort
+		return 0, ErrBadPort
 	}
 	return p, nil
 }
@@ -199,6 +199,33 @@ type hostPattern struct {
 	raw      string // as written, for Rule
 	name     string // exact name, or the suffix of a wildcard
 	wildcard bool
+}
+
+// PublicSuffix is the public suffix list parsePattern checks wildcards
+// against (golang.org/x/net/publicsuffix, which links net/http). A program
+// that links package egress/proxy has it: that package sets it at init,
+// and every session's policy is compiled there (the egress helper, the
+// worker), so a wildcard over a public suffix never reaches a running
+// proxy. A program that does not link the proxy (bin/str) leaves it nil
+// and skips only that check here: its launcher has the egress helper check
+// a policy with a wildcard (NeedsSuffixList) before it plans the sandbox.
+var PublicSuffix func(name string) (suffix string, icann bool)
+
+// NeedsSuffixList reports whether checking p and creds needs the public
+// suffix list this program lacks: a wildcard host pattern, and no
+// PublicSuffix (the launcher then has the egress helper check them).
+func NeedsSuffixList(p Policy, creds []Credential) bool {
+	if PublicSuffix != nil {
+		return false
+	}
+	hosts := slices.Clone(p.AllowedHosts)
+	for _, r := range p.HTTPRules {
+		hosts = append(hosts, r.Host)
+	}
+	for _, c := range creds {
+		hosts = append(hosts, c.Hosts...)
+	}
+	return slices.ContainsFunc(hosts, func(h string) bool { return strings.HasPrefix(h, "*.") })
 }
 
 // parsePattern validates an allowed_hosts entry. "*" alone, "*.tld" and a
@@ -217,7 +244,7 @@ func parsePattern(s string) (hostPattern, error) {
 	if strings.IndexByte(s, '*') >= 0 {
 		return hostPattern{}, errors.New(`"*" is allowed only as the whole first label ("*.example.com")`)
 	}
-	name, ip, err := normalizeHost(s, false)
+	name, ip, err := NormalizeHost(s, false)
 	if err != nil {
 		return hostPattern{}, err
 	}
@@ -228,7 +255,9 @@ func parsePattern(s string) (hostPattern, error) {
 		if strings.IndexByte(name, '.') < 0 {
 			return hostPattern{}, fmt.Errorf("a wildcard over the single label %q would allow a whole top-level domain", name)
 		}
-		if ps, icann := publicsuffix.PublicSuffix(name); icann && ps == name {
+		if PublicSuffix == nil {
+			// Checked again where it is enforced (the helper's Start).
+		} else if ps, icann := PublicSuffix(name); icann && ps == name {
 			return hostPattern{}, fmt.Errorf("a wildcard over the public suffix %q would allow unrelated owners' hosts", name)
 		}
 	}
@@ -243,9 +272,9 @@ func (p hostPattern) match(h string) bool {
 	return len(h) > len(p.name)+1 && strings.HasSuffix(h, p.name) && h[len(h)-len(p.name)-1] == '.'
 }
 
-// covers reports whether every name q matches is also matched by p (for
+// Covers reports whether every name q matches is also matched by p (for
 // Tighten).
-func (p hostPattern) covers(q hostPattern) bool {
+func (p hostPattern) Covers(q hostPattern) bool {
 	if !q.wildcard {
 		return p.match(q.name)
 	}
@@ -255,10 +284,10 @@ func (p hostPattern) covers(q hostPattern) bool {
 	return q.name == p.name || p.match(q.name)
 }
 
-// sanitizeHost makes an untrusted host string safe to put in an event and in
+// SanitizeHost makes an untrusted host string safe to put in an event and in
 // the text shown to a model: only [a-z0-9._:-[]] survive, the rest becomes
 // '?', and it is cut at 253 characters.
-func sanitizeHost(s string) string {
+func SanitizeHost(s string) string {
 	if len(s) > maxHostLen {
 		s = s[:maxHostLen]
 	}

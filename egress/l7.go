@@ -58,7 +58,7 @@ func compileRules(p Policy, hosts []hostPattern, bad func(field string, v any, f
 			bad(field+".host", r.Host, "%v", err)
 			continue
 		}
-		if p.Mode == Restricted && !slices.ContainsFunc(hosts, func(a hostPattern) bool { return a.covers(hp) || hp.covers(a) }) {
+		if p.Mode == Restricted && !slices.ContainsFunc(hosts, func(a hostPattern) bool { return a.Covers(hp) || hp.Covers(a) }) {
 			bad(field+".host", r.Host, "matches no host of allowed_hosts: the rule would have no effect")
 		}
 		if len(r.Methods) == 0 && len(r.Paths) == 0 {
@@ -102,11 +102,11 @@ func pathUnder(p, prefix string) bool {
 	return strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/")
 }
 
-// checkRules is the HTTP layer's decision for one request to host: every
+// CheckRules is the HTTP layer's decision for one request to host: every
 // rule that matches the host must allow the method and the path. It
 // returns the reason and the rule on denial, "" when allowed. decodedPath
 // and escapedPath are the request's path after and before percent-decoding.
-func (c *compiled) checkRules(host, method, decodedPath, escapedPath string) (reason, rule string) {
+func (c *Compiled) CheckRules(host, method, decodedPath, escapedPath string) (reason, rule string) {
 	for _, r := range c.rules {
 		if !r.host.match(host) {
 			continue
@@ -129,7 +129,7 @@ func (c *compiled) checkRules(host, method, decodedPath, escapedPath string) (re
 	return "", ""
 }
 
-// hasRule reports whether some rule matches host.
-func (c *compiled) hasRule(host string) bool {
+// HasRule reports whether some rule matches host.
+func (c *Compiled) HasRule(host string) bool {
 	return slices.ContainsFunc(c.rules, func(r compiledRule) bool { return r.host.match(host) })
 }

@@ -90,8 +90,8 @@ type Policy struct {
 	HTTPRules []HTTPRule `yaml:"http_rules,omitempty" json:"http_rules,omitempty"`
 }
 
-// compiled is a validated Policy in the form Decide uses.
-type compiled struct {
+// Compiled is a validated Policy in the form Decide uses.
+type Compiled struct {
 	mode     Mode
 	hosts    []hostPattern
 	ports    []int // restricted: reachable ports; sorted
@@ -102,19 +102,39 @@ type compiled struct {
 	original Policy
 }
 
+// NewDecider returns the decision function for a compiled policy, resolving
+// names with r.
+func NewDecider(pol *Compiled, r Resolver) *Decider { return &Decider{pol: pol, resolver: r} }
+
+// Mode is the policy's mode.
+func (c *Compiled) Mode() Mode { return c.mode }
+
+// DNSServers are the servers names are resolved with (none: the host's
+// resolver).
+func (c *Compiled) DNSServers() []netip.AddrPort { return c.dns }
+
+// Kill reports whether a violation kills the sandbox (on_violation: kill).
+func (c *Compiled) Kill() bool { return c.kill }
+
+// CIDRs are the policy's allowed_cidrs.
+func (c *Compiled) CIDRs() []netip.Prefix { return c.cidrs }
+
+// Rules reports whether the policy has http_rules.
+func (c *Compiled) Rules() bool { return len(c.rules) > 0 }
+
 // Validate checks the policy and returns every problem at once, each naming
 // its field and value.
 func (p Policy) Validate() error {
-	_, err := p.compile()
+	_, err := p.Compile()
 	return err
 }
 
-func (p Policy) compile() (*compiled, error) {
+func (p Policy) Compile() (*Compiled, error) {
 	var errs []error
 	bad := func(field string, v any, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("network.%s %s: %s", field, quoteValue(v), fmt.Sprintf(format, a...)))
 	}
-	c := &compiled{mode: p.Mode, original: p}
+	c := &Compiled{mode: p.Mode, original: p}
 	if p.Mode.rank() == 0 {
 		if p.Mode == "" {
 			errs = append(errs, errors.New(`network.policy: missing (isolated, restricted or allow_egress)`))
@@ -233,7 +253,7 @@ func parseDNSServer(s string) (netip.AddrPort, error) {
 // only. Fields q leaves unset (nil lists, empty strings) are inherited. Every
 // looser field is named in the error.
 func (p Policy) Tighten(q Policy) (Policy, error) {
-	pc, err := p.compile()
+	pc, err := p.Compile()
 	if err != nil {
 		return Policy{}, fmt.Errorf("the policy being tightened: %w", err)
 	}
@@ -264,7 +284,7 @@ func (p Policy) Tighten(q Policy) (Policy, error) {
 			eff.DNSServers = slices.Clone(p.DNSServers)
 		}
 	}
-	qc, err := eff.compile()
+	qc, err := eff.Compile()
 	if err != nil {
 		return Policy{}, fmt.Errorf("the tightening policy: %w", err)
 	}
@@ -277,7 +297,7 @@ func (p Policy) Tighten(q Policy) (Policy, error) {
 	}
 	if qc.mode == Restricted && pc.mode == Restricted {
 		for _, qh := range qc.hosts {
-			if !slices.ContainsFunc(pc.hosts, func(ph hostPattern) bool { return ph.covers(qh) }) {
+			if !slices.ContainsFunc(pc.hosts, func(ph hostPattern) bool { return ph.Covers(qh) }) {
 				looser("allowed_hosts", qh.raw, "not covered by "+fmt.Sprint(p.AllowedHosts))
 			}
 		}
@@ -314,7 +334,7 @@ func (p Policy) Tighten(q Policy) (Policy, error) {
 // none. 53 and 3128 are never listed: the DNS stub and the proxy own them
 // on 127.0.0.1 (clients still reach such ports through the proxy).
 func (p Policy) CapturePorts() []int {
-	c, err := p.compile()
+	c, err := p.Compile()
 	if err != nil || c.mode == Isolated {
 		return nil
 	}

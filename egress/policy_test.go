@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -47,7 +48,7 @@ func TestNormalizeHost(t *testing.T) {
 		{in: "*.example.com", bad: true},
 		{in: "é\u200d.com", bad: true}, // IDNA refuses a joiner here
 	} {
-		name, ip, err := normalizeHost(tc.in, false)
+		name, ip, err := NormalizeHost(tc.in, false)
 		if tc.bad {
 			if err == nil {
 				t.Errorf("normalizeHost(%q) = %q %v, want an error", tc.in, name, ip)
@@ -87,7 +88,7 @@ func TestSplitHostPort(t *testing.T) {
 		{in: "[::1]80", bad: true},
 		{in: "[::1:80", bad: true},
 	} {
-		h, _, p, err := splitHostPort(tc.in)
+		h, _, p, err := SplitHostPort(tc.in)
 		if tc.bad != (err != nil) || !tc.bad && (h != tc.host || p != tc.port) {
 			t.Errorf("splitHostPort(%q) = %q %d %v", tc.in, h, p, err)
 		}
@@ -288,7 +289,7 @@ func TestRefusedAddresses(t *testing.T) {
 		if !refusedAddr(netip.MustParseAddr(s)) {
 			t.Errorf("%s should be refused", s)
 		}
-		if addrAllowed(netip.MustParseAddr(s), nil) {
+		if AddrAllowed(netip.MustParseAddr(s), nil) {
 			t.Errorf("%s should not pass the filter", s)
 		}
 	}
@@ -299,12 +300,12 @@ func TestRefusedAddresses(t *testing.T) {
 	}
 	cidrs := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("fd00::/8")}
 	for _, s := range []string{"127.0.0.1", "::ffff:127.0.0.1", "fd00::5"} {
-		if !addrAllowed(netip.MustParseAddr(s), cidrs) {
+		if !AddrAllowed(netip.MustParseAddr(s), cidrs) {
 			t.Errorf("%s should be allowed by %v", s, cidrs)
 		}
 	}
 	for _, s := range []string{"127.0.0.2", "169.254.169.254", "fe80::1%eth0"} {
-		if addrAllowed(netip.MustParseAddr(s), cidrs) {
+		if AddrAllowed(netip.MustParseAddr(s), cidrs) {
 			t.Errorf("%s should not be allowed by %v", s, cidrs)
 		}
 	}
@@ -313,7 +314,7 @@ func TestRefusedAddresses(t *testing.T) {
 // TestControlCheck exercises the default dialer's Control hook without
 // dialing: it refuses what Decide refuses, whatever resolved it.
 func TestControlCheck(t *testing.T) {
-	pol, err := Policy{Mode: AllowEgress, AllowedCIDRs: []string{"127.0.0.1/32"}}.compile()
+	pol, err := Policy{Mode: AllowEgress, AllowedCIDRs: []string{"127.0.0.1/32"}}.Compile()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,12 +322,12 @@ func TestControlCheck(t *testing.T) {
 		"127.0.0.1:80": true, "1.1.1.1:443": true, "169.254.169.254:80": false, "[::ffff:169.254.169.254]:80": false,
 		"10.0.0.1:5432": false, "[::1]:80": false, "127.0.0.2:80": false, "localhost:80": false,
 	} {
-		if err := checkDialAddr(pol, addr); (err == nil) != ok {
+		if err := pol.CheckDialAddr(addr); (err == nil) != ok {
 			t.Errorf("checkDialAddr(%s) = %v, want allowed=%v", addr, err, ok)
 		}
 	}
-	iso, _ := Policy{Mode: Isolated}.compile()
-	if checkDialAddr(iso, "1.1.1.1:443") == nil {
+	iso, _ := Policy{Mode: Isolated}.Compile()
+	if iso.CheckDialAddr("1.1.1.1:443") == nil {
 		t.Error("isolated must refuse every dial")
 	}
 }
@@ -399,11 +400,11 @@ func TestDecide(t *testing.T) {
 		{Policy{Mode: Isolated}, Intent{Host: "svc.test", Via: ViaDNS}, ReasonIsolated, ""},
 	}
 	for _, r := range rows {
-		pol, err := r.p.compile()
+		pol, err := r.p.Compile()
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := (&decider{pol: pol, resolver: res}).Decide(context.Background(), r.in)
+		d := (&Decider{pol: pol, resolver: res}).Decide(context.Background(), r.in)
 		if r.reason == "" {
 			if !d.Allow {
 				t.Errorf("%s %+v: denied %s, want allowed", r.p.Mode, r.in, d.Reason)
@@ -427,4 +428,28 @@ func fmtAddrs(a []netip.Addr) string {
 		s[i] = x.String()
 	}
 	return "[" + strings.Join(s, " ") + "]"
+}
+
+// The host's own addresses are refused on every interface, not only
+// loopback: a public address of the worker's host reaches its listeners.
+func TestHostAddressesRefused(t *testing.T) {
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ifa := range ifas {
+		pn, ok := ifa.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		a, _ := netip.AddrFromSlice(pn.IP)
+		if !refusedAddr(a.Unmap()) {
+			t.Errorf("host address %s is not refused", a)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no interface addresses on this host")
+	}
 }

@@ -43,11 +43,11 @@ func TestPlanInterception(t *testing.T) {
 	if i < 0 || pl.Child.Mounts[i].Kind != nsinit.MountFile {
 		t.Fatalf("no CA bundle file in the plan")
 	}
-	ca, _, err := l.proxyCA.Get()
+	ca, err := l.egress.CACert()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(pl.Child.Mounts[i].Contents, string(ca.CertPEM())) || strings.Contains(pl.Child.Mounts[i].Contents, "PRIVATE KEY") {
+	if !strings.HasSuffix(pl.Child.Mounts[i].Contents, string(ca)) || strings.Contains(pl.Child.Mounts[i].Contents, "PRIVATE KEY") {
 		t.Errorf("the bundle does not end with the proxy CA's certificate, or holds a key")
 	}
 	b, _ := json.Marshal(pl)
@@ -55,8 +55,8 @@ func TestPlanInterception(t *testing.T) {
 		t.Error("the secret is in the plan")
 	}
 	// The same CA for every sandbox of this launcher.
-	ca2, _, _ := l.proxyCA.Get()
-	if ca2 != ca {
+	ca2, _ := l.egress.CACert()
+	if string(ca2) != string(ca) {
 		t.Error("a second CA for the same launcher")
 	}
 

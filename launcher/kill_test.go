@@ -48,8 +48,12 @@ func TestKillBeforeStartReleases(t *testing.T) {
 	// No finalizer may close a leaked descriptor behind the count's back.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	// The first sandbox opens what every later one shares (the init's
-	// sealed memfd, the cgroup parent): not counted.
+	// sealed memfd, the cgroup parent, the egress helper's control socket
+	// and pidfd): not counted.
 	cycle()
+	if err := l.egress.Ready(); err != nil {
+		t.Fatal(err)
+	}
 	before := openFDs(t)
 	var s *Sandbox
 	for range 10 {

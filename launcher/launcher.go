@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher/intercept"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
@@ -82,8 +84,10 @@ type Launcher struct {
 	ids        IDRange
 	idLeaseDir string
 
-	// proxyCA: the egress CA for terminated hosts (launcher/intercept).
-	proxyCA intercept.CA
+	// egress: this launcher's egress helper (a process of its own, started
+	// at the first sandbox; package egress/helper), which serves every
+	// sandbox's network policy and holds the TLS termination CA.
+	egress helper.Client
 }
 
 // New loads the profiles and looks at the host once.
@@ -186,6 +190,15 @@ func (l *Launcher) PlanFor(req Request, getenv func(string) string) (*Plan, erro
 		return nil, err
 	}
 	pl.IDRange = l.ids
+	// A wildcard host is checked against the public suffix list by the
+	// egress helper (this program links no list: egress.PublicSuffix).
+	if egress.NeedsSuffixList(pl.Network, req.Credentials) {
+		if err := l.egress.Check(pl.Network, req.Credentials); errors.Is(err, helper.ErrRefused) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		} else if err != nil {
+			return nil, fmt.Errorf("launcher: egress helper: %w", err)
+		}
+	}
 	if err := l.planInterception(pl, req); err != nil {
 		return nil, err
 	}
@@ -199,13 +212,17 @@ func (l *Launcher) PlanFor(req Request, getenv func(string) string) (*Plan, erro
 // policy's allowed_hosts, or a mount hiding the bundle, is the caller's
 // fault.
 func (l *Launcher) planInterception(pl *Plan, req Request) error {
-	if !intercept.Needed(pl.Network, req.Credentials) {
+	if !egress.Terminates(pl.Network, req.Credentials) {
 		return nil
 	}
 	if err := intercept.Check(pl.Network, req.Credentials, pl.Child.Mounts); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	mounts, env, err := l.proxyCA.Add(pl.Child.Mounts, pl.Child.Env, req.Credentials)
+	caPEM, err := l.egress.CACert()
+	if err != nil {
+		return fmt.Errorf("launcher: egress CA: %w", err)
+	}
+	mounts, env, err := intercept.Add(pl.Child.Mounts, pl.Child.Env, req.Credentials, caPEM)
 	if err != nil {
 		return fmt.Errorf("launcher: egress CA: %w", err)
 	}

@@ -2,12 +2,10 @@ package launcher
 
 import (
 	"context"
-	"net"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/helper"
 )
 
 // startEgress serves the listeners the init opened on the sandbox's lo
@@ -27,66 +25,17 @@ func (s *Sandbox) startEgress() {
 	s.mu.Unlock()
 }
 
-// ServeEgress serves the listeners files (by listener name: proxy,
-// dns-tcp, dns-udp, capture-PORT) with the plan's network policy and the
-// sandbox's TLS termination, in a session of their own that ends with
-// ctx or its Close; onKill runs when the policy's on_violation: kill
-// fires. The sandbox's own listeners are served so (startEgress), and
-// each per-tool template call's, opened in the call's network namespace
-// (package launcher/template, C5). On error the files are closed.
-func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, onKill func(egress.Event)) (*egress.Session, error) {
-	l := takeListeners(files)
-	// What the session terminates (nil when nothing is terminated).
-	icpt, err := s.l.proxyCA.Interception(s.plan.Network, s.req.Credentials)
-	if err != nil {
-		closeListeners(l)
-		return nil, err
-	}
-	sess, err := egress.Start(ctx, s.plan.Network, l, egress.Options{Intercept: icpt, OnKill: onKill})
-	if err != nil {
-		closeListeners(l)
-		return nil, err
-	}
-	return sess, nil
-}
-
-// takeListeners makes the egress proxy's listeners of the sockets a
-// sandbox's init (step 10) or a template's supervisor (C5) opened in the
-// sandbox's or the call's network namespace, by listener name; the files
-// are closed (net.File* dup them).
-func takeListeners(files map[string]*os.File) egress.Listeners {
-	var l egress.Listeners
-	for name, f := range files {
-		switch {
-		case name == "proxy":
-			l.Proxy, _ = net.FileListener(f)
-		case name == "dns-tcp":
-			l.DNSTCP, _ = net.FileListener(f)
-		case name == "dns-udp":
-			l.DNSUDP, _ = net.FilePacketConn(f)
-		case strings.HasPrefix(name, "capture-"):
-			port, err := strconv.Atoi(strings.TrimPrefix(name, "capture-"))
-			if ln, lerr := net.FileListener(f); err == nil && lerr == nil {
-				if l.Capture == nil {
-					l.Capture = map[int]net.Listener{}
-				}
-				l.Capture[port] = ln
-			}
-		}
-		f.Close()
-	}
-	return l
-}
-
-func closeListeners(l egress.Listeners) {
-	for _, c := range []interface{ Close() error }{l.Proxy, l.DNSTCP, l.DNSUDP} {
-		if c != nil {
-			c.Close()
-		}
-	}
-	for _, c := range l.Capture {
-		c.Close()
-	}
+// ServeEgress hands the listeners files (by listener name: proxy,
+// dns-tcp, dns-udp, capture-PORT) to the launcher's egress helper, which
+// serves them with the plan's network policy and the request's
+// credentials, in a session of their own that ends with ctx or its Close;
+// onKill runs when the policy's on_violation: kill fires. The sandbox's
+// own listeners are served so (startEgress), and each per-tool template
+// call's, opened in the call's network namespace (package
+// launcher/template, C5). The listeners go to the helper at their first
+// traffic (helper.Session); the files are closed either way.
+func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, onKill func(egress.Event)) (*helper.Session, error) {
+	return s.l.egress.Serve(ctx, s.plan.Network, s.req.Credentials, files, onKill)
 }
 
 // stopEgress closes the sandbox's egress session and moves its record of
@@ -102,7 +51,9 @@ func (s *Sandbox) stopEgress(r *Result) {
 	if sess == nil {
 		return
 	}
-	_ = sess.Close()
+	if err := sess.Close(); err != nil {
+		r.Warnings = append(r.Warnings, "network: "+err.Error())
+	}
 	r.Violations, r.ViolationsDropped = sess.Violations()
 	r.ViolationSummary = sess.Summary()
 }

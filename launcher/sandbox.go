@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/launcher/writeback"
 	"github.com/securetoolruntime/str/nsinit"
@@ -64,7 +64,7 @@ type Sandbox struct {
 	cancelled     bool
 	exited        bool
 	violationKill bool            // on_violation: kill ended the sandbox
-	egress        *egress.Session // the network policy's proxy, once the init handed over its listeners
+	egress        *helper.Session // the network policy's proxy, once the init handed over its listeners
 	egressErr     error
 
 	t0      time.Time

@@ -43,6 +43,7 @@ done
 if [[ -z ${STR_BIN:-} ]]; then
   mkdir -p bin
   CGO_ENABLED=0 go build -o bin/str ./cmd/str # as make build: static, no cgo
+  CGO_ENABLED=0 go build -o bin/str-egress ./cmd/str-egress # every launcher's egress helper, beside str
   go build -o bin/str-worker ./cmd/str-worker  # the echo cells' str worker execs it
   STR_BIN=$root/bin/str
 fi

@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 STR="${STR:-bin/str}"
 # str tools and str invoke run in str-worker beside str (make build builds both).
-[ -x "$STR" ] && [ -x "$(dirname "$STR")/str-worker" ] || make -s build
+[ -x "$STR" ] && [ -x "$(dirname "$STR")/str-worker" ] && [ -x "$(dirname "$STR")/str-egress" ] || make -s build
 BROKER="${BROKER:-127.0.0.1:55554}"
 NS="${SAM_NAMESPACE:-demo/}"
 inv() { "$STR" invoke "$@" --broker "$BROKER" --namespace "$NS"; }

@@ -19,6 +19,7 @@ cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:?IMAGE (the worker tag) is set by the Makefile}
 STR_BIN=bin/str               # the two binaries are the only paths
 STR_WORKER_BIN=bin/str-worker # .dockerignore lets into the context
+STR_EGRESS_BIN=bin/str-egress
 BASE_REPO=${BASE_REPO:-str-base}
 
 # ---- the recipe (every line here is part of the hash) ----------------------
@@ -36,7 +37,7 @@ RECIPE="v1 $SUITE $MIRROR minbase $PACKAGES"
 hash=$(printf '%s' "$RECIPE" | sha256sum | cut -c1-12)
 BASE="$BASE_REPO:$SUITE-$hash"
 
-for b in "$STR_BIN" "$STR_WORKER_BIN"; do
+for b in "$STR_BIN" "$STR_WORKER_BIN" "$STR_EGRESS_BIN"; do
 	[ -x "$b" ] || { echo "image: $b missing (make build first)" >&2; exit 1; }
 done
 docker version >/dev/null || { echo "image: no docker engine answers (docker version failed)" >&2; exit 1; }
@@ -71,5 +72,5 @@ docker tag "$BASE" "$BASE_REPO:$SUITE"
 
 # The worker layer: a small context (.dockerignore keeps everything but the
 # binary out).
-docker build -q --build-arg BASE="$BASE" --build-arg STR_BIN="$STR_BIN" --build-arg STR_WORKER_BIN="$STR_WORKER_BIN" -t "$IMAGE" . >/dev/null
+docker build -q --build-arg BASE="$BASE" --build-arg STR_BIN="$STR_BIN" --build-arg STR_WORKER_BIN="$STR_WORKER_BIN" --build-arg STR_EGRESS_BIN="$STR_EGRESS_BIN" -t "$IMAGE" . >/dev/null
 echo "image: $IMAGE built FROM $BASE"

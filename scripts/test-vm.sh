@@ -59,6 +59,7 @@ fi
 if [[ -z ${STR_BIN:-} ]]; then # a prebuilt str may be given instead
   mkdir -p bin
   CGO_ENABLED=0 go build -o bin/str ./cmd/str # as make build: static, no cgo
+  CGO_ENABLED=0 go build -o bin/str-egress ./cmd/str-egress # the egress helper, beside str
   go build -o bin/str-worker ./cmd/str-worker # str worker execs it from str's directory
   STR_BIN=$root/bin/str
 fi

@@ -77,6 +77,10 @@ func (v *benchStr) env() []string {
 // worker is the str-worker beside the binary, which `str worker` execs.
 func (v *benchStr) worker() string { return filepath.Join(filepath.Dir(v.path), "str-worker") }
 
+// egress is the str-egress beside the binary, every launcher's egress
+// helper (none beside an older build).
+func (v *benchStr) egress() string { return filepath.Join(filepath.Dir(v.path), "str-egress") }
+
 // startServe starts this binary's resident launcher, which its served
 // cells call (`str serve`, restrictive, a pool of 2), and waits for its
 // socket; it returns why the served cells cannot run here ("" = they can).

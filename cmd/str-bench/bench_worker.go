@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -596,11 +597,11 @@ type benchMemory struct {
 
 // benchOwnMem sums the memory of the launcher's own processes in the
 // trees of roots, and counts them.
-func benchOwnMem(roots []int, exe string) (sum benchMemKB, procs int, err error) {
+func benchOwnMem(roots []int, exes ...string) (sum benchMemKB, procs int, err error) {
 	children := benchChildren()
 	for _, r := range roots {
 		for _, pid := range benchTree(children, r) {
-			if !benchOwn(pid, exe) {
+			if !slices.ContainsFunc(exes, func(exe string) bool { return benchOwn(pid, exe) }) {
 				continue
 			}
 			m, err := benchReadMem(pid)
@@ -655,9 +656,9 @@ func benchWaitTools(ctx context.Context, roots []int, tool string, want int, set
 
 // benchMemLaunchers starts k copies of argv at once (environment env, nil:
 // this process's), measures the Pss of
-// the launcher's own processes (exe) once every tree runs its `sleep`, and
-// waits for them to finish.
-func benchMemLaunchers(ctx context.Context, k int, exe string, env, argv []string) (mem benchMemKB, procs int, err error) {
+// the launcher's own processes (exes: the launcher's and its egress
+// helper's) once every tree runs its `sleep`, and waits for them to finish.
+func benchMemLaunchers(ctx context.Context, k int, exes []string, env, argv []string) (mem benchMemKB, procs int, err error) {
 	var cmds []*exec.Cmd
 	var roots []int
 	var errOut syncbuf.Buffer
@@ -684,7 +685,7 @@ func benchMemLaunchers(ctx context.Context, k int, exe string, env, argv []strin
 	if err := benchWaitTools(ctx, roots, "sleep", k, 100*time.Millisecond); err != nil {
 		return mem, 0, err
 	}
-	return benchOwnMem(roots, exe)
+	return benchOwnMem(roots, exes...)
 }
 
 // measureMemory fills st.memory: first each str's cold worker (the
@@ -716,9 +717,23 @@ func (st *benchState) measureMemory(ctx context.Context, prog *benchProgress, st
 	for _, v := range st.strs {
 		prog.phase(fmt.Sprintf("memory: %d x %s run -- sleep 5", k, v.tag))
 		strCopy := filepath.Join(tmp, v.tag+"-mem")
+		// Each launcher's egress helper is counted too, from a private copy
+		// of its own (a str without one, an older build, has none to count).
+		exes, env := []string{strCopy}, v.env()
+		if _, err := os.Stat(v.egress()); err == nil {
+			egressCopy := filepath.Join(tmp, v.tag+"-egress-mem")
+			if err := benchCopyFile(v.egress(), egressCopy); err != nil {
+				st.memSkips = append(st.memSkips, v.tag+" run: copy the egress helper: "+err.Error())
+				continue
+			}
+			if env == nil {
+				env = os.Environ()
+			}
+			exes, env = append(exes, egressCopy), append(env, "STR_EGRESS_BIN="+egressCopy)
+		}
 		if err := benchCopyFile(v.path, strCopy); err != nil {
 			st.memSkips = append(st.memSkips, v.tag+" run: copy the binary: "+err.Error())
-		} else if mem, procs, err := benchMemLaunchers(ctx, k, strCopy, v.env(), []string{strCopy, "run", "--", "sleep", "5"}); err != nil {
+		} else if mem, procs, err := benchMemLaunchers(ctx, k, exes, env, []string{strCopy, "run", "--", "sleep", "5"}); err != nil {
 			st.memSkips = append(st.memSkips, v.tag+" run: "+err.Error())
 		} else {
 			st.memory = append(st.memory, benchMemory{id: v.id("str-run"), title: v.title("str run (standard), per sandbox"),
@@ -727,7 +742,7 @@ func (st *benchState) measureMemory(ctx context.Context, prog *benchProgress, st
 		}
 	}
 	prog.phase(fmt.Sprintf("memory: %d x bwrap standard line sleep 5", k))
-	if mem, procs, err := benchMemLaunchers(ctx, k, st.bwrap, nil, append(benchBwrapLine(st.bwrap, work, false), "sleep", "5")); err != nil {
+	if mem, procs, err := benchMemLaunchers(ctx, k, []string{st.bwrap}, nil, append(benchBwrapLine(st.bwrap, work, false), "sleep", "5")); err != nil {
 		st.memSkips = append(st.memSkips, "bwrap: "+err.Error())
 	} else {
 		st.memory = append(st.memory, benchMemory{id: "bwrap", title: "bwrap standard line, per sandbox",
@@ -747,9 +762,8 @@ func benchCopyFile(src, dst string) error {
 func (st *benchState) memWorker(ctx context.Context, v *benchStr, w *benchWorker) error {
 	k := st.cfg.k
 	// `str worker` execs str-worker, beside str, in the same process: its
-	// own processes run that binary.
-	exe := v.worker()
-	idle, idleProcs, err := benchOwnMem([]int{w.pid()}, exe)
+	// own processes run that binary, and its egress helper str-egress.
+	idle, idleProcs, err := benchOwnMem([]int{w.pid()}, v.worker(), v.egress())
 	if err != nil {
 		return err
 	}
@@ -783,7 +797,7 @@ func (st *benchState) memWorker(ctx context.Context, v *benchStr, w *benchWorker
 	if err := benchWaitTools(ctx, []int{w.pid()}, "python", k, 500*time.Millisecond); err != nil {
 		return err
 	}
-	busy, procs, err := benchOwnMem([]int{w.pid()}, exe)
+	busy, procs, err := benchOwnMem([]int{w.pid()}, v.worker(), v.egress())
 	if err != nil {
 		return err
 	}

@@ -21,12 +21,15 @@ here=$(dirname "$0")
 worker=$(dirname "$bin")/str-worker
 [ -f "$tools/manifest.yaml" ] || { echo "install.sh: $tools/manifest.yaml missing" >&2; exit 1; }
 [ -x "$worker" ] || { echo "install.sh: $worker missing (the worker, built beside str by make build)" >&2; exit 1; }
+[ -x "$(dirname "$bin")/str-egress" ] || { echo "install.sh: $(dirname "$bin")/str-egress missing (the egress helper, built beside str by make build)" >&2; exit 1; }
 doc=$here/../../docs/deployment.md
 [ -f "$doc" ] || { echo "install.sh: $doc missing (run install.sh from the source tree: the units' Documentation= is this file)" >&2; exit 1; }
 
 # 1. The binaries and the unit.
 install -m 0755 "$bin" /usr/local/bin/str
 install -m 0755 "$worker" /usr/local/bin/str-worker
+# The egress helper beside str (every launcher runs it, as nobody).
+install -m 0755 "$(dirname "$bin")/str-egress" /usr/local/bin/str-egress
 install -m 0644 "$here/str-worker.service" /etc/systemd/system/str-worker.service
 # The resident launcher (optional: pre-built sandboxes for str run).
 install -m 0644 "$here/str-serve.service" /etc/systemd/system/str-serve.service

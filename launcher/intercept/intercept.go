@@ -1,7 +1,7 @@
 package intercept
 
 import (
-	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -21,47 +21,46 @@ const BundlePath = "/etc/str/ca-certificates.pem"
 // OpenSSL, curl and Node at BundlePath.
 var bundleEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS"}
 
-// CA is a launcher's egress CA and upstream roots, made on first use
-// (once per worker or str run) and kept in memory only. The zero value is
-// ready for use; a CA must not be copied.
-type CA struct {
-	once   sync.Once
-	ca     *egress.CA
-	roots  *x509.CertPool
-	bundle string // the sandbox's CA bundle (host bundle + CA), read once
-	err    error
+// hostBundles are where Debian, Fedora/RHEL, Alpine and SUSE keep the
+// host's CA bundle, in order.
+var hostBundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/cert.pem",
+	"/etc/ssl/ca-bundle.pem",
 }
 
-// Get returns the CA and the pool upstream servers are verified against,
-// creating them on first use: the host's trust store plus the PEM file
-// named by STR_EGRESS_EXTRA_ROOTS, read once, as is the host bundle the
-// sandboxes' bundle starts with.
-func (p *CA) Get() (*egress.CA, *x509.CertPool, error) {
-	p.once.Do(func() {
-		if p.ca, p.err = egress.NewCA(); p.err != nil {
-			return
+// hostBundle is the host's bundle (the first of the usual places that
+// exists), read once per launcher, as PEM bytes: never parsed here.
+var hostBundle = sync.OnceValues(func() ([]byte, error) {
+	for _, p := range hostBundles {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			return b, nil
 		}
-		if p.roots, p.err = egress.UpstreamRoots(os.Getenv(egress.ExtraRootsEnv)); p.err != nil {
-			p.err = fmt.Errorf("%s: %w", egress.ExtraRootsEnv, p.err)
-			return
+		if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("host CA bundle %s: %w", p, err)
 		}
-		b, err := egress.SandboxBundle(p.ca)
-		if err != nil {
-			p.err = err
-			return
-		}
-		p.bundle = string(b)
-	})
-	return p.ca, p.roots, p.err
+	}
+	return nil, nil
+})
+
+// Bundle is the CA bundle a sandbox trusts: the host's bundle followed by
+// caPEM, the egress helper's CA certificate, so that terminated hosts and
+// untouched tunnels both verify.
+func Bundle(caPEM []byte) ([]byte, error) {
+	host, err := hostBundle()
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(host)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, caPEM...), nil
 }
 
-// Needed reports whether a sandbox's egress terminates TLS for some
-// hosts: it has credentials or its policy has http_rules.
-func Needed(network egress.Policy, creds []egress.Credential) bool {
-	return len(creds) > 0 || len(network.HTTPRules) > 0
-}
-
-// Check returns the caller's faults in a sandbox that Needed: a
+// Check returns the caller's faults in a sandbox whose egress terminates TLS (egress.Terminates): a
 // credential that is invalid or whose hosts are not within the policy's
 // allowed_hosts, or a mount that would hide BundlePath (a mount on it, or
 // on a directory above it other than a tmpfs or /).
@@ -78,18 +77,19 @@ func Check(network egress.Policy, creds []egress.Credential, mounts []nsinit.Mou
 	return nil
 }
 
-// Add returns mounts and env with what a sandbox that Needed gets when its
-// egress terminates TLS: the CA bundle (a generated file: the host's
+// Add returns mounts and env with what a sandbox whose egress terminates
+// TLS gets: the CA bundle (a generated file: the host's
 // bundle and the proxy CA's certificate, never the key), the variables
 // that point clients at it, and NAME=placeholder for each credential (env
 // sorted, any earlier value of those names replaced). The values stay
 // with the caller (never in a plan, which `str profile show --plan`
-// prints). Its error is the CA's (Get).
-func (p *CA) Add(mounts []nsinit.Mount, env []string, creds []egress.Credential) ([]nsinit.Mount, []string, error) {
-	if _, _, err := p.Get(); err != nil {
+// prints). caPEM is the egress helper's CA certificate (Bundle).
+func Add(mounts []nsinit.Mount, env []string, creds []egress.Credential, caPEM []byte) ([]nsinit.Mount, []string, error) {
+	bundle, err := Bundle(caPEM)
+	if err != nil {
 		return nil, nil, err
 	}
-	mounts = append(mounts, nsinit.Mount{Kind: nsinit.MountFile, Target: BundlePath, Mode: 0o444, Contents: p.bundle})
+	mounts = append(mounts, nsinit.Mount{Kind: nsinit.MountFile, Target: BundlePath, Mode: 0o444, Contents: string(bundle)})
 	add := map[string]string{}
 	for _, k := range bundleEnv {
 		add[k] = BundlePath
@@ -108,17 +108,4 @@ func (p *CA) Add(mounts []nsinit.Mount, env []string, creds []egress.Credential)
 	}
 	slices.Sort(out)
 	return mounts, out, nil
-}
-
-// Interception is what a sandbox's egress session terminates with (nil
-// when nothing is terminated: not Needed).
-func (p *CA) Interception(network egress.Policy, creds []egress.Credential) (*egress.Interception, error) {
-	if !Needed(network, creds) {
-		return nil, nil
-	}
-	ca, roots, err := p.Get()
-	if err != nil {
-		return nil, err
-	}
-	return &egress.Interception{CA: ca, Credentials: creds, UpstreamRoots: roots}, nil
 }

@@ -92,6 +92,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -834,7 +835,7 @@ type templateCall struct {
 	// mount there.
 	mounts map[string]uint64
 
-	egress     *egress.Session // the call's egress proxy (C5)
+	egress     *helper.Session // the call's egress proxy (C5)
 	policyKill atomic.Bool     // its on_violation: kill killed the call
 }
 
@@ -1090,8 +1091,10 @@ var makeCallNetwork = callNetwork
 
 // startEgress is C5: the call's listeners, opened in its network
 // namespace (nsPath), served with the template's policy by a session of
-// the call's own. A failure fails the call before any of its data is
-// sent (ErrCallNetwork): no call runs without its proxy.
+// the call's own. A failure here fails the call before any of its data
+// is sent (ErrCallNetwork); a helper that fails later (the listeners go
+// to it at their first traffic) closes them: the call's network fails
+// closed, never open.
 func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
 	t := c.t
 	fds, err := makeCallNetwork(nsPath, t.callListen)

@@ -296,6 +296,7 @@ func TestContainerBattery(t *testing.T) {
 	args := append([]string{"run", "--rm", "--name", name}, leastPrivilege(root)...)
 	args = append(args,
 		"-v", bin+":/t/hostile.test:ro", "-v", strBin+":/t/str:ro", "-v", strbuild.WorkerBeside(strBin)+":/t/"+strbuild.Worker+":ro",
+		"-v", strbuild.EgressBeside(strBin)+":/t/"+strbuild.Egress+":ro",
 		"-v", filepath.Join(root, "test/integration/hostile")+":/src/test/integration/hostile:ro",
 		"-v", filepath.Join(root, "examples")+":/src/examples:ro",
 		"-w", "/src/test/integration/hostile",

@@ -151,9 +151,10 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("run-time packages %q lack %s", pkgs[1], p)
 		}
 	}
-	// Both host-built binaries, side by side: `str worker` (the
-	// ENTRYPOINT below) execs str-worker from str's own directory.
-	for _, want := range []string{"${STR_BIN} /usr/local/bin/str", "${STR_WORKER_BIN} /usr/local/bin/str-worker"} {
+	// The host-built binaries, side by side: `str worker` (the ENTRYPOINT
+	// below) execs str-worker, and every launcher str-egress, from str's
+	// own directory.
+	for _, want := range []string{"${STR_BIN} /usr/local/bin/str", "${STR_WORKER_BIN} /usr/local/bin/str-worker", "${STR_EGRESS_BIN} /usr/local/bin/str-egress"} {
 		copied := false
 		for _, in := range find(rt, "COPY") {
 			if in.args == want {

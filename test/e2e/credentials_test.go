@@ -18,6 +18,8 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/helper"
+	"github.com/securetoolruntime/str/egress/proxy"
 	"github.com/securetoolruntime/str/test/internal/testdns"
 )
 
@@ -76,7 +78,7 @@ func credDNS(t *testing.T) string {
 func TestManifestCredentials(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
-	serverCA, err := egress.NewCA()
+	serverCA, err := proxy.NewCA()
 	must(t, err)
 	type server struct {
 		port int
@@ -149,7 +151,7 @@ func TestManifestCredentials(t *testing.T) {
     credentials:
       - {name: API_TOKEN, from: "file:`+filepath.Join(secrets, "GH_TOKEN")+`", hosts: [svc.test], header: Authorization, format: "Bearer {value}"}
 `)
-	w := startWorker(t, e, 0, map[string]string{"SANDBOX_PROFILE_DIR": profDir, egress.ExtraRootsEnv: roots})
+	w := startWorker(t, e, 0, map[string]string{"SANDBOX_PROFILE_DIR": profDir, helper.ExtraRootsEnv: roots})
 	a := newAgent(t, w.port)
 	args := map[string]any{"url": "https://svc.test:" + strconv.Itoa(svc.port) + "/user", "leak_url": "https://other.test:" + strconv.Itoa(other.port) + "/"}
 

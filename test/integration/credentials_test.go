@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/egress/helper"
+	"github.com/securetoolruntime/str/egress/proxy"
 	"github.com/securetoolruntime/str/internal/mustwork"
 )
 
@@ -140,7 +142,7 @@ func TestSecretlessCredential(t *testing.T) {
 
 	// The servers' own CA (not the proxy's), and the worker's extra roots.
 	certDir := t.TempDir()
-	serverCA, err := egress.NewCA()
+	serverCA, err := proxy.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +222,7 @@ func TestSecretlessCredential(t *testing.T) {
 		"--credential-host", "API_TOKEN=svc.test",
 		"--credential-header", "API_TOKEN=Authorization: Bearer {value}",
 		"--", "/usr/bin/python3", "-c", credTool)
-	cmd.Env = append(os.Environ(), "CRED_TEST_SECRET="+secret, egress.ExtraRootsEnv+"="+roots)
+	cmd.Env = append(os.Environ(), "CRED_TEST_SECRET="+secret, helper.ExtraRootsEnv+"="+roots)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

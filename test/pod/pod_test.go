@@ -307,7 +307,8 @@ func podTools(t *testing.T, root, strBin string) []string {
 		t.Fatalf("go build ./test/pod/podns: %v\n%s", err, out)
 	}
 	return []string{"-v", bin + ":/pod/podns:ro", "-v", filepath.Join(root, "test/pod/podinit.sh") + ":/pod/podinit.sh:ro",
-		"-v", strBin + ":/t/str:ro", "-v", strbuild.WorkerBeside(strBin) + ":/t/" + strbuild.Worker + ":ro", "--cgroupns", "private", "--entrypoint", "/pod/podinit.sh"}
+		"-v", strBin + ":/t/str:ro", "-v", strbuild.WorkerBeside(strBin) + ":/t/" + strbuild.Worker + ":ro",
+		"-v", strbuild.EgressBeside(strBin) + ":/t/" + strbuild.Egress + ":ro", "--cgroupns", "private", "--entrypoint", "/pod/podinit.sh"}
 }
 
 // TestPodServes starts the worker in the reproduced pod and serves through

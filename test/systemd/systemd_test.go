@@ -262,6 +262,7 @@ func TestSystemdUnit(t *testing.T) {
 		h.must("mkdir", "-p", "/src/bin", "/src/deploy", "/src/docs")
 		docker(t, "cp", strBin, h.name+":/src/bin/str")
 		docker(t, "cp", strbuild.WorkerBeside(strBin), h.name+":/src/bin/"+strbuild.Worker)
+		docker(t, "cp", strbuild.EgressBeside(strBin), h.name+":/src/bin/"+strbuild.Egress)
 		docker(t, "cp", filepath.Join(root, "deploy/systemd"), h.name+":/src/deploy/systemd")
 		docker(t, "cp", filepath.Join(root, "docs/deployment.md"), h.name+":/src/docs/deployment.md")
 		docker(t, "cp", filepath.Join(root, "examples/tools"), h.name+":/src/tools")

@@ -1,4 +1,4 @@
-package egress
+package proxy
 
 import (
 	"crypto/ecdsa"
@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"os"
 	"sync"
 	"time"
 )
@@ -140,59 +139,19 @@ func randSerial() (*big.Int, error) {
 }
 
 // UpstreamRoots is the pool upstream servers are verified against: the
-// host's trust store (x509.SystemCertPool) plus, when extraPEM names a
-// file, the certificates in it (an operator's private CA; the tests' own
-// CA). A file that holds no certificate is an error, never an empty
-// addition.
-func UpstreamRoots(extraPEM string) (*x509.CertPool, error) {
+// host's trust store (x509.SystemCertPool) plus the certificates in extra
+// (PEM: an operator's private CA; the tests' own CA), when given. PEM that
+// holds no certificate is an error, never an empty addition.
+func UpstreamRoots(extra []byte) (*x509.CertPool, error) {
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
 	}
-	if extraPEM == "" {
+	if len(extra) == 0 {
 		return pool, nil
 	}
-	data, err := os.ReadFile(extraPEM)
-	if err != nil {
-		return nil, fmt.Errorf("egress: extra upstream roots: %w", err)
-	}
-	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("egress: extra upstream roots %s: no PEM certificate in the file", extraPEM)
+	if !pool.AppendCertsFromPEM(extra) {
+		return nil, errors.New("egress: extra upstream roots: no PEM certificate in the file")
 	}
 	return pool, nil
-}
-
-// ExtraRootsEnv names the environment variable an operator (or a test) sets
-// to a PEM file of extra roots for upstream verification (UpstreamRoots).
-const ExtraRootsEnv = "STR_EGRESS_EXTRA_ROOTS"
-
-// hostBundles are where Debian, Fedora/RHEL, Alpine and SUSE keep the
-// host's CA bundle, in order.
-var hostBundles = []string{
-	"/etc/ssl/certs/ca-certificates.crt",
-	"/etc/pki/tls/certs/ca-bundle.crt",
-	"/etc/ssl/cert.pem",
-	"/etc/ssl/ca-bundle.pem",
-}
-
-// SandboxBundle is the CA bundle a sandbox trusts: the host's bundle (the
-// first of the usual places that exists) followed by the proxy CA's
-// certificate, so that terminated hosts and untouched tunnels both verify.
-func SandboxBundle(ca *CA) ([]byte, error) {
-	var host []byte
-	for _, p := range hostBundles {
-		b, err := os.ReadFile(p)
-		if err == nil {
-			host = b
-			break
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("egress: host CA bundle %s: %w", p, err)
-		}
-	}
-	out := append([]byte(nil), host...)
-	if len(out) > 0 && out[len(out)-1] != '\n' {
-		out = append(out, '\n')
-	}
-	return append(out, ca.CertPEM()...), nil
 }

@@ -1,4 +1,4 @@
-package egress
+package proxy
 
 import (
 	"hash/fnv"

@@ -1,8 +1,9 @@
-package egress
+package proxy
 
 import (
 	"context"
 	"errors"
+	"github.com/securetoolruntime/str/egress"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -12,7 +13,7 @@ import (
 // newResolver is the default Resolver: the host's resolver when the policy
 // names no DNS servers; otherwise Go's resolver talking only to those
 // servers (round-robin per query), from the worker's network namespace.
-func newResolver(servers []netip.AddrPort, timeout time.Duration) Resolver {
+func newResolver(servers []netip.AddrPort, timeout time.Duration) egress.Resolver {
 	if len(servers) == 0 {
 		return net.DefaultResolver
 	}

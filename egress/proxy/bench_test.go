@@ -1,7 +1,8 @@
-package egress
+package proxy
 
 import (
 	"bytes"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"net"
 	"net/http"
@@ -20,7 +21,7 @@ func BenchmarkConnectThroughput(b *testing.B) {
 	}))
 	defer srv.Close()
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
-	ts := startSession(b, Policy{Mode: Restricted, AllowedPorts: []int{port}, AllowedCIDRs: []string{"127.0.0.1/32"}}, Options{Resolver: stubResolver{}})
+	ts := startSession(b, egress.Policy{Mode: egress.Restricted, AllowedPorts: []int{port}, AllowedCIDRs: []string{"127.0.0.1/32"}}, Options{Resolver: stubResolver{}})
 
 	run := func(b *testing.B, proxy string) {
 		tr := srv.Client().Transport.(*http.Transport).Clone()

@@ -1,4 +1,4 @@
-package egress
+package proxy
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"log"
 	"net"
@@ -25,7 +26,7 @@ type Interception struct {
 	// (the sandbox must trust CA.CertPEM(); see SandboxBundle).
 	CA *CA
 	// Credentials are this call's secrets and their placeholders.
-	Credentials []Credential
+	Credentials []egress.Credential
 	// UpstreamRoots verify the real servers (nil: the host's trust store,
 	// x509.SystemCertPool). Never skipped: a server that does not verify
 	// is an upstream_certificate violation and the request fails.
@@ -44,14 +45,10 @@ const defaultMaxBodyScan = 64 << 10
 // connection (with MaxBodyScan, the proxy's memory per connection).
 const maxStreams = 16
 
-// KindCredential is the event kind of a credential's placeholder sent
-// where the credential does not belong.
-const KindCredential = "credential"
-
 // interceptor is a session's compiled Interception.
 type interceptor struct {
 	ca       *CA
-	creds    []Credential
+	creds    []egress.Credential
 	roots    *x509.CertPool
 	bodyScan int
 }
@@ -59,9 +56,9 @@ type interceptor struct {
 // newInterceptor validates an Interception against the policy (step 0 of
 // Start): rules and credentials need a CA; credentials must be valid and
 // their hosts covered by allowed_hosts.
-func newInterceptor(pol *compiled, ic *Interception) (*interceptor, error) {
+func newInterceptor(pol *egress.Compiled, ic *Interception) (*interceptor, error) {
 	if ic == nil {
-		if len(pol.rules) > 0 {
+		if pol.Rules() {
 			return nil, errors.New("network.http_rules need TLS termination: Options.Intercept with a CA")
 		}
 		return nil, nil
@@ -69,9 +66,9 @@ func newInterceptor(pol *compiled, ic *Interception) (*interceptor, error) {
 	if ic.CA == nil {
 		return nil, errors.New("interception: no CA")
 	}
-	creds := make([]Credential, len(ic.Credentials))
+	creds := make([]egress.Credential, len(ic.Credentials))
 	copy(creds, ic.Credentials)
-	if err := validateCredentials(pol, creds); err != nil {
+	if err := egress.ValidateCredentials(pol, creds); err != nil {
 		return nil, err
 	}
 	it := &interceptor{ca: ic.CA, creds: creds, roots: ic.UpstreamRoots, bodyScan: ic.MaxBodyScan}
@@ -94,11 +91,11 @@ func (s *Session) intercepts(host string) bool {
 	if s.icpt == nil || host == "" {
 		return false
 	}
-	if s.pol.hasRule(host) {
+	if s.pol.HasRule(host) {
 		return true
 	}
 	for i := range s.icpt.creds {
-		if s.icpt.creds[i].covers(host) {
+		if s.icpt.creds[i].Covers(host) {
 			return true
 		}
 	}
@@ -108,7 +105,7 @@ func (s *Session) intercepts(host string) bool {
 // passOn is the last step of every allowed tunnel (CONNECT, SOCKS5,
 // transparent capture): hosts with a credential or a rule are terminated,
 // every other host is spliced byte for byte as before.
-func (s *Session) passOn(c net.Conn, r io.Reader, up net.Conn, pre []byte, in Intent, h *held) {
+func (s *Session) passOn(c net.Conn, r io.Reader, up net.Conn, pre []byte, in egress.Intent, h *held) {
 	r = unbuffer(r, c)
 	if !s.intercepts(in.Host) {
 		s.splice(c, r, up, pre)
@@ -159,7 +156,7 @@ var errSNIMismatch = errors.New("egress: TLS server name does not match the dest
 //     server offers it: first on the connection the tunnel already dialed
 //     (its handshake runs alongside step 1), later on connections dialed
 //     after a fresh Decide.
-func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent, h *held) {
+func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in egress.Intent, h *held) {
 	// 3. starts here: the upstream handshake on the pinned connection runs
 	// while the sandbox's handshake (1.) does. Only TLS goes upstream
 	// before a request has passed inspect.
@@ -170,7 +167,7 @@ func (s *Session) terminate(c net.Conn, r io.Reader, up net.Conn, in Intent, h *
 		NextProtos: []string{"h2", "http/1.1"},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if hello.ServerName != "" {
-				if sd, ok := s.dec.checkSNI(in.Host, hello.ServerName, ""); !ok {
+				if sd, ok := s.dec.CheckSNI(in.Host, hello.ServerName, ""); !ok {
 					ev := in
 					ev.SNI = hello.ServerName
 					s.record(netEvent(ev, sd))
@@ -319,7 +316,7 @@ type firstConn struct {
 
 // startFirst starts the handshake; it ends within ConnectTimeout or when
 // the connection is closed (release, Session.Close).
-func (s *Session) startFirst(up net.Conn, in Intent) *firstConn {
+func (s *Session) startFirst(up net.Conn, in egress.Intent) *firstConn {
 	f := &firstConn{raw: &trackedConn{Conn: up, s: s}, done: make(chan struct{})}
 	s.wg.Add(1)
 	go func() {
@@ -392,13 +389,13 @@ var errUpstreamDenied = errors.New("egress: upstream denied by the network polic
 // dialed; later dials decide again (the policy may not be bypassed by a
 // long-lived connection) and dial only the pinned addresses. Servers are
 // verified against the interceptor's roots (upstreamTLS).
-func (s *Session) upstreamTransport(in Intent, first *firstConn) *http.Transport {
+func (s *Session) upstreamTransport(in egress.Intent, first *firstConn) *http.Transport {
 	return &http.Transport{
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			if c, err, ok := first.take(ctx); ok {
 				return c, err
 			}
-			d := s.decide(Intent{Host: in.Host, Port: in.Port, Via: in.Via})
+			d := s.decide(egress.Intent{Host: in.Host, Port: in.Port, Via: in.Via})
 			if !d.Allow {
 				return nil, errUpstreamDenied
 			}
@@ -429,7 +426,7 @@ func (s *Session) upstreamTransport(in Intent, first *firstConn) *http.Transport
 // termHandler serves the requests of one terminated connection.
 type termHandler struct {
 	s  *Session
-	in Intent
+	in egress.Intent
 	rt http.RoundTripper
 }
 
@@ -438,13 +435,13 @@ func (h *termHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The HTTP Host must be the tunnel's destination: inside a terminated
 	// connection, fronting one allowed host with another is visible.
 	if name, ip, port, err := parseAuthority(r.Host, in.Port); err != nil || ip.IsValid() || name != in.Host || port != in.Port {
-		ev := netEvent(in, deny(ReasonHostMismatch, ""))
+		ev := netEvent(in, egress.Deny(egress.ReasonHostMismatch, ""))
 		s.record(ev)
 		denyHTTP(w, ev)
 		return
 	}
 	if r.Method == http.MethodConnect {
-		ev := netEvent(in, deny(ReasonUnsupportedProtocol, ""))
+		ev := netEvent(in, egress.Deny(egress.ReasonUnsupportedProtocol, ""))
 		s.record(ev)
 		denyHTTP(w, ev)
 		return
@@ -481,21 +478,21 @@ func (h *termHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		var cv *tls.CertificateVerificationError
 		if errors.As(err, &cv) {
-			ev := netEvent(in, deny(ReasonUpstreamCert, ""))
+			ev := netEvent(in, egress.Deny(egress.ReasonUpstreamCert, ""))
 			s.record(ev)
 			denyHTTP(w, ev)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusBadGateway)
-		io.WriteString(w, "network: "+destString(in.Host, "", in.Port)+" could not be reached\n")
+		io.WriteString(w, "network: "+egress.DestString(in.Host, "", in.Port)+" could not be reached\n")
 		return
 	}
 	defer resp.Body.Close()
 	if ce := resp.Header.Get("Content-Encoding"); len(mine) > 0 && ce != "" && ce != "identity" {
 		// Compressed in a way the transport did not undo: the value could
 		// be in it, unscrubbed.
-		ev := Event{Kind: KindCredential, Reason: ReasonUnscrubbable, Rule: "credentials: " + mine[0].Name, Host: in.Host, Port: in.Port, Via: in.Via}
+		ev := egress.Event{Kind: egress.KindCredential, Reason: egress.ReasonUnscrubbable, Rule: "credentials: " + mine[0].Name, Host: in.Host, Port: in.Port, Via: in.Via}
 		s.record(ev)
 		denyHTTP(w, ev)
 		return
@@ -528,9 +525,9 @@ func hostPort(host string, port int) string {
 
 // denyHTTP answers a denied request inside a terminated connection the way
 // writeDenial does on a plain one.
-func denyHTTP(w http.ResponseWriter, ev Event) {
+func denyHTTP(w http.ResponseWriter, ev egress.Event) {
 	status := http.StatusForbidden
-	if ev.Reason == ReasonUpstreamCert {
+	if ev.Reason == egress.ReasonUpstreamCert {
 		status = http.StatusBadGateway
 	}
 	h := w.Header()
@@ -538,7 +535,7 @@ func denyHTTP(w http.ResponseWriter, ev Event) {
 	h.Set("X-Str-Reason", ev.Reason)
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
-	io.WriteString(w, eventMessage(ev)+"\n")
+	io.WriteString(w, egress.EventMessage(ev)+"\n")
 }
 
 // inspect is the HTTP layer's checklist for one request to in.Host, on a
@@ -552,10 +549,10 @@ func denyHTTP(w http.ResponseWriter, ev Event) {
 //
 // A denial is recorded and returned; the body to send is returned
 // otherwise.
-func (s *Session) inspect(r *http.Request, in Intent) (io.ReadCloser, *Event) {
+func (s *Session) inspect(r *http.Request, in egress.Intent) (io.ReadCloser, *egress.Event) {
 	// 1.
-	if reason, rule := s.pol.checkRules(in.Host, r.Method, r.URL.Path, r.URL.EscapedPath()); reason != "" {
-		ev := netEvent(in, deny(reason, rule))
+	if reason, rule := s.pol.CheckRules(in.Host, r.Method, r.URL.Path, r.URL.EscapedPath()); reason != "" {
+		ev := netEvent(in, egress.Deny(reason, rule))
 		s.record(ev)
 		return nil, &ev
 	}
@@ -564,8 +561,8 @@ func (s *Session) inspect(r *http.Request, in Intent) (io.ReadCloser, *Event) {
 		return r.Body, nil
 	}
 	// 2.
-	credEvent := func(name string) *Event {
-		ev := Event{Kind: KindCredential, Reason: ReasonCredentialHost, Rule: "credentials: " + name, Host: in.Host, Port: in.Port, Via: in.Via}
+	credEvent := func(name string) *egress.Event {
+		ev := egress.Event{Kind: egress.KindCredential, Reason: egress.ReasonCredentialHost, Rule: "credentials: " + name, Host: in.Host, Port: in.Port, Via: in.Via}
 		s.record(ev)
 		return &ev
 	}
@@ -588,13 +585,13 @@ func (s *Session) inspect(r *http.Request, in Intent) (io.ReadCloser, *Event) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return r.Body, nil
 	}
-	sc := &scanReader{r: r.Body, foreign: foreign, onHit: func(name string) *Event { return credEvent(name) }}
+	sc := &scanReader{r: r.Body, foreign: foreign, onHit: func(name string) *egress.Event { return credEvent(name) }}
 	prefix, err := io.ReadAll(io.LimitReader(sc, int64(s.icpt.bodyScan)))
 	if sc.hit != nil {
 		return nil, sc.hit
 	}
 	if err != nil {
-		ev := netEvent(in, deny(ReasonMalformedRequest, ""))
+		ev := netEvent(in, egress.Deny(egress.ReasonMalformedRequest, ""))
 		s.record(ev)
 		return nil, &ev
 	}
@@ -613,7 +610,7 @@ func (s *Session) foreignPlaceholders(host string) []foreignPH {
 	var out []foreignPH
 	for i := range s.icpt.creds {
 		c := &s.icpt.creds[i]
-		if !c.covers(host) {
+		if !c.Covers(host) {
 			out = append(out, foreignPH{c.Name, c.Placeholder})
 		}
 	}
@@ -624,10 +621,10 @@ func (s *Session) foreignPlaceholders(host string) []foreignPH {
 // configured header (rendered with Format) or query parameter of a request
 // to one of the credential's hosts. It returns the credentials that cover
 // the host: their values are scrubbed from every response of the host.
-func (s *Session) substitute(r *http.Request, host string) (mine []*Credential) {
+func (s *Session) substitute(r *http.Request, host string) (mine []*egress.Credential) {
 	for i := range s.icpt.creds {
 		c := &s.icpt.creds[i]
-		if !c.covers(host) {
+		if !c.Covers(host) {
 			continue
 		}
 		mine = append(mine, c)
@@ -636,9 +633,9 @@ func (s *Session) substitute(r *http.Request, host string) (mine []*Credential) 
 				if strings.Contains(v, c.Placeholder) {
 					format := c.Format
 					if format == "" {
-						format = valueMark
+						format = egress.ValueMark
 					}
-					r.Header.Set(c.Header, c.Value.render(format))
+					r.Header.Set(c.Header, c.Value.Render(format))
 					break
 				}
 			}
@@ -648,7 +645,7 @@ func (s *Session) substitute(r *http.Request, host string) (mine []*Credential) 
 			if vs, ok := q[c.Query]; ok {
 				for j, v := range vs {
 					if strings.Contains(v, c.Placeholder) {
-						vs[j] = string(c.Value.bytes())
+						vs[j] = string(c.Value.Bytes())
 					}
 				}
 				r.URL.RawQuery = q.Encode()
@@ -661,7 +658,7 @@ func (s *Session) substitute(r *http.Request, host string) (mine []*Credential) 
 // hasCredential reports whether some credential covers host.
 func (s *Session) hasCredential(host string) bool {
 	for i := range s.icpt.creds {
-		if s.icpt.creds[i].covers(host) {
+		if s.icpt.creds[i].Covers(host) {
 			return true
 		}
 	}
@@ -675,9 +672,9 @@ type scanReader struct {
 	prefix  *bytes.Reader // the part read ahead by inspect
 	r       io.ReadCloser
 	foreign []foreignPH
-	onHit   func(name string) *Event
+	onHit   func(name string) *egress.Event
 	tail    []byte
-	hit     *Event
+	hit     *egress.Event
 }
 
 func (s *scanReader) Read(b []byte) (int, error) {
@@ -699,7 +696,7 @@ func (s *scanReader) Read(b []byte) (int, error) {
 				return 0, errors.New("egress: request body carries another host's credential placeholder")
 			}
 		}
-		keep := min(len(win), len(PlaceholderPrefix)+40)
+		keep := min(len(win), len(egress.PlaceholderPrefix)+40)
 		s.tail = append(s.tail[:0], win[len(win)-keep:]...)
 	}
 	return n, err
@@ -715,12 +712,12 @@ type scrubber struct {
 	tail, win  []byte
 }
 
-func newScrubber(creds []*Credential) *scrubber {
+func newScrubber(creds []*egress.Credential) *scrubber {
 	sc := &scrubber{}
 	for _, c := range creds {
-		sc.olds = append(sc.olds, c.Value.bytes())
+		sc.olds = append(sc.olds, c.Value.Bytes())
 		sc.news = append(sc.news, []byte(c.Placeholder))
-		sc.keep = max(sc.keep, len(c.Value.bytes())-1)
+		sc.keep = max(sc.keep, len(c.Value.Bytes())-1)
 	}
 	return sc
 }

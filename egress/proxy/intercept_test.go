@@ -1,4 +1,4 @@
-package egress
+package proxy
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"log"
 	"net"
@@ -126,7 +127,7 @@ type icptFixture struct {
 	ts                *testSession
 	proxyCA, serverCA *CA
 	api, other, plain *upstream
-	cred              Credential
+	cred              egress.Credential
 	kills             atomic.Int64
 	sandboxRoots      *x509.CertPool // what the sandbox trusts: the proxy CA and the servers' CA
 }
@@ -146,22 +147,22 @@ func newFixture(t testing.TB, onViolation string, mods ...func(*Options)) *icptF
 	f.api = startUpstream(t, f.serverCA, "api.test")
 	f.other = startUpstream(t, f.serverCA, "other.test")
 	f.plain = startUpstream(t, f.serverCA, "plain.test")
-	ph, err := NewPlaceholder()
+	ph, err := egress.NewPlaceholder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.cred = Credential{Name: "API_TOKEN", Hosts: []string{"api.test"}, Header: "Authorization", Format: "Bearer {value}", Query: "key",
-		Value: NewSecret([]byte(testSecret)), Placeholder: ph}
+	f.cred = egress.Credential{Name: "API_TOKEN", Hosts: []string{"api.test"}, Header: "Authorization", Format: "Bearer {value}", Query: "key",
+		Value: egress.NewSecret([]byte(testSecret)), Placeholder: ph}
 	roots := x509.NewCertPool()
 	roots.AddCert(f.serverCA.Certificate())
-	p := Policy{Mode: Restricted, AllowedHosts: []string{"api.test", "other.test", "plain.test"},
+	p := egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"api.test", "other.test", "plain.test"},
 		AllowedPorts: []int{f.api.port, f.other.port, f.plain.port}, AllowedCIDRs: lo32, OnViolation: onViolation,
-		HTTPRules: []HTTPRule{{Host: "other.test", Methods: []string{"GET", "POST"}, Paths: []string{"/repos/"}}}}
+		HTTPRules: []egress.HTTPRule{{Host: "other.test", Methods: []string{"GET", "POST"}, Paths: []string{"/repos/"}}}}
 	lo := []netip.Addr{loopback}
 	o := Options{
 		Resolver:  stubResolver{"api.test": lo, "other.test": lo, "plain.test": lo},
-		Intercept: &Interception{CA: f.proxyCA, Credentials: []Credential{f.cred}, UpstreamRoots: roots},
-		OnKill:    func(Event) { f.kills.Add(1) },
+		Intercept: &Interception{CA: f.proxyCA, Credentials: []egress.Credential{f.cred}, UpstreamRoots: roots},
+		OnKill:    func(egress.Event) { f.kills.Add(1) },
 	}
 	for _, mod := range mods {
 		mod(&o)
@@ -284,11 +285,11 @@ func TestInterceptCredentialReachesServerOnly(t *testing.T) {
 				t.Errorf("gzip: the server did not get the value")
 			}
 			resp, body = do(t, c, "GET", f.url(f.api, "api.test", "/br"), nil, map[string]string{"Authorization": "Bearer " + f.cred.Placeholder})
-			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Str-Reason") != ReasonUnscrubbable || strings.Contains(body, testSecret) {
+			if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Str-Reason") != egress.ReasonUnscrubbable || strings.Contains(body, testSecret) {
 				t.Errorf("br echo: status %d reason %q", resp.StatusCode, resp.Header.Get("X-Str-Reason"))
 			}
-			ev := mustEvent(t, f.ts.Session, ReasonUnscrubbable, "api.test")
-			if ev.Kind != KindCredential {
+			ev := mustEvent(t, f.ts.Session, egress.ReasonUnscrubbable, "api.test")
+			if ev.Kind != egress.KindCredential {
 				t.Errorf("event %+v", ev)
 			}
 			// The big body passes whole (and scrubbed where nothing matches).
@@ -342,7 +343,7 @@ func TestInterceptPlaceholderToOtherHostBlocked(t *testing.T) {
 					b, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
 					if tc.name != "body-beyond-scan-bound" || resp.StatusCode != 502 {
-						if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Str-Reason") != ReasonCredentialHost {
+						if resp.StatusCode != http.StatusForbidden || resp.Header.Get("X-Str-Reason") != egress.ReasonCredentialHost {
 							t.Fatalf("status %d reason %q: %s", resp.StatusCode, resp.Header.Get("X-Str-Reason"), b)
 						}
 						if strings.Contains(string(b), testSecret) {
@@ -350,8 +351,8 @@ func TestInterceptPlaceholderToOtherHostBlocked(t *testing.T) {
 						}
 					}
 				}
-				ev := mustEvent(t, f.ts.Session, ReasonCredentialHost, "other.test")
-				if ev.Kind != KindCredential || !strings.Contains(ev.Message, "API_TOKEN") || !strings.Contains(ev.Message, "other.test") {
+				ev := mustEvent(t, f.ts.Session, egress.ReasonCredentialHost, "other.test")
+				if ev.Kind != egress.KindCredential || !strings.Contains(ev.Message, "API_TOKEN") || !strings.Contains(ev.Message, "other.test") {
 					t.Errorf("event %+v", ev)
 				}
 				if tc.name != "body-beyond-scan-bound" && f.other.hits.Load() != 0 {
@@ -379,17 +380,17 @@ func TestInterceptPlainForwardInspected(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer srv.Close()
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
-	p := Policy{Mode: Restricted, AllowedHosts: []string{"api.test", "web.test"}, AllowedPorts: []int{port}, AllowedCIDRs: lo32}
+	p := egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"api.test", "web.test"}, AllowedPorts: []int{port}, AllowedCIDRs: lo32}
 	ts := startSession(t, p, Options{
 		Resolver:  stubResolver{"web.test": {loopback}, "api.test": {loopback}},
-		Intercept: &Interception{CA: f.proxyCA, Credentials: []Credential{f.cred}},
+		Intercept: &Interception{CA: f.proxyCA, Credentials: []egress.Credential{f.cred}},
 	})
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ts.proxy})}}
 	resp, _ := do(t, c, "GET", fmt.Sprintf("http://web.test:%d/?k=%s", port, f.cred.Placeholder), nil, nil)
-	if resp.StatusCode != 403 || resp.Header.Get("X-Str-Reason") != ReasonCredentialHost || hits.Load() != 0 {
+	if resp.StatusCode != 403 || resp.Header.Get("X-Str-Reason") != egress.ReasonCredentialHost || hits.Load() != 0 {
 		t.Fatalf("placeholder to web.test over plain HTTP: status %d reason %q hits %d", resp.StatusCode, resp.Header.Get("X-Str-Reason"), hits.Load())
 	}
-	mustEvent(t, ts.Session, ReasonCredentialHost, "web.test")
+	mustEvent(t, ts.Session, egress.ReasonCredentialHost, "web.test")
 }
 
 func TestInterceptBadCertificateRefused(t *testing.T) {
@@ -404,23 +405,23 @@ func TestInterceptBadCertificateRefused(t *testing.T) {
 	}
 	for name, u := range cases {
 		t.Run(name, func(t *testing.T) {
-			ph, _ := NewPlaceholder()
-			cred := Credential{Name: "BAD_TOKEN", Hosts: []string{"bad.test"}, Header: "Authorization", Value: NewSecret([]byte(testSecret)), Placeholder: ph}
+			ph, _ := egress.NewPlaceholder()
+			cred := egress.Credential{Name: "BAD_TOKEN", Hosts: []string{"bad.test"}, Header: "Authorization", Value: egress.NewSecret([]byte(testSecret)), Placeholder: ph}
 			roots := x509.NewCertPool()
 			roots.AddCert(f.serverCA.Certificate())
-			ts := startSession(t, Policy{Mode: Restricted, AllowedHosts: []string{"bad.test"}, AllowedPorts: []int{u.port}, AllowedCIDRs: lo32}, Options{
+			ts := startSession(t, egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"bad.test"}, AllowedPorts: []int{u.port}, AllowedCIDRs: lo32}, Options{
 				Resolver:  stubResolver{"bad.test": {loopback}},
-				Intercept: &Interception{CA: f.proxyCA, Credentials: []Credential{cred}, UpstreamRoots: roots},
+				Intercept: &Interception{CA: f.proxyCA, Credentials: []egress.Credential{cred}, UpstreamRoots: roots},
 			})
 			f.ts = ts
 			resp, body := do(t, f.client(true), "GET", f.url(u, "bad.test", "/"), nil, map[string]string{"Authorization": ph})
-			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Str-Reason") != ReasonUpstreamCert {
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Str-Reason") != egress.ReasonUpstreamCert {
 				t.Fatalf("status %d reason %q: %s", resp.StatusCode, resp.Header.Get("X-Str-Reason"), body)
 			}
 			if u.hits.Load() != 0 {
 				t.Errorf("the unverified server received a request")
 			}
-			mustEvent(t, ts.Session, ReasonUpstreamCert, "bad.test")
+			mustEvent(t, ts.Session, egress.ReasonUpstreamCert, "bad.test")
 			noSecretIn(t, ts.Session)
 		})
 	}
@@ -437,12 +438,12 @@ func TestInterceptHTTPRules(t *testing.T) {
 		}
 	}
 	denied := []struct{ method, path, reason string }{
-		{"DELETE", "/repos/a", ReasonMethodNotAllowed},
-		{"GET", "/admin", ReasonPathNotAllowed},
-		{"GET", "/repository", ReasonPathNotAllowed},
-		{"GET", "/repos/../admin", ReasonPathNotAllowed},
-		{"GET", "/repos/%2e%2e/admin", ReasonPathNotAllowed},
-		{"GET", "/repos//x", ReasonPathNotAllowed},
+		{"DELETE", "/repos/a", egress.ReasonMethodNotAllowed},
+		{"GET", "/admin", egress.ReasonPathNotAllowed},
+		{"GET", "/repository", egress.ReasonPathNotAllowed},
+		{"GET", "/repos/../admin", egress.ReasonPathNotAllowed},
+		{"GET", "/repos/%2e%2e/admin", egress.ReasonPathNotAllowed},
+		{"GET", "/repos//x", egress.ReasonPathNotAllowed},
 	}
 	before := f.other.hits.Load()
 	for _, r := range denied {
@@ -461,7 +462,7 @@ func TestInterceptHTTPRules(t *testing.T) {
 	if got := f.other.hits.Load(); got != before {
 		t.Errorf("%d denied requests reached the server", got-before)
 	}
-	ev := mustEvent(t, f.ts.Session, ReasonMethodNotAllowed, "other.test")
+	ev := mustEvent(t, f.ts.Session, egress.ReasonMethodNotAllowed, "other.test")
 	if ev.Rule != "http_rules: other.test" {
 		t.Errorf("rule %q", ev.Rule)
 	}
@@ -474,13 +475,13 @@ func TestInterceptHTTPRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 403 || resp.Header.Get("X-Str-Reason") != ReasonHostMismatch {
+	if resp.StatusCode != 403 || resp.Header.Get("X-Str-Reason") != egress.ReasonHostMismatch {
 		t.Errorf("fronted Host: status %d reason %q", resp.StatusCode, resp.Header.Get("X-Str-Reason"))
 	}
 }
 
 func TestInterceptViolationKills(t *testing.T) {
-	f := newFixture(t, OnViolationKill)
+	f := newFixture(t, egress.OnViolationKill)
 	resp, _ := do(t, f.client(false), "DELETE", f.url(f.other, "other.test", "/repos/a"), nil, nil)
 	if resp.StatusCode != 403 {
 		t.Fatalf("status %d", resp.StatusCode)
@@ -512,9 +513,9 @@ func TestInterceptOtherHostsKeepTunnel(t *testing.T) {
 	}
 	// And a non-TLS protocol on a tunnelled host is passed byte for byte.
 	echo := startEcho(t)
-	ts := startSession(t, Policy{Mode: Restricted, AllowedHosts: []string{"api.test", "echo.test"}, AllowedPorts: []int{echo}, AllowedCIDRs: lo32}, Options{
+	ts := startSession(t, egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"api.test", "echo.test"}, AllowedPorts: []int{echo}, AllowedCIDRs: lo32}, Options{
 		Resolver:  stubResolver{"echo.test": {loopback}, "api.test": {loopback}},
-		Intercept: &Interception{CA: f.proxyCA, Credentials: []Credential{f.cred}},
+		Intercept: &Interception{CA: f.proxyCA, Credentials: []egress.Credential{f.cred}},
 	})
 	conn, br, resp2 := connect(t, ts.proxy, fmt.Sprintf("echo.test:%d", echo))
 	defer conn.Close()
@@ -525,29 +526,29 @@ func TestInterceptOtherHostsKeepTunnel(t *testing.T) {
 }
 
 func TestInterceptCredentialValidation(t *testing.T) {
-	ph, _ := NewPlaceholder()
-	good := Credential{Name: "TOKEN", Hosts: []string{"api.test"}, Header: "Authorization", Format: "Bearer {value}", Value: NewSecret([]byte("v")), Placeholder: ph}
-	p := Policy{Mode: Restricted, AllowedHosts: []string{"api.test", "*.example.com"}}
-	if err := CheckCredentials(p, []Credential{good}); err != nil {
+	ph, _ := egress.NewPlaceholder()
+	good := egress.Credential{Name: "TOKEN", Hosts: []string{"api.test"}, Header: "Authorization", Format: "Bearer {value}", Value: egress.NewSecret([]byte("v")), Placeholder: ph}
+	p := egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"api.test", "*.example.com"}}
+	if err := egress.CheckCredentials(p, []egress.Credential{good}); err != nil {
 		t.Fatalf("good credential refused: %v", err)
 	}
 	bad := []struct {
-		mut  func(*Credential)
+		mut  func(*egress.Credential)
 		want string
 	}{
-		{func(c *Credential) { c.Hosts = []string{"evil.test"} }, "not covered by network.allowed_hosts"},
-		{func(c *Credential) { c.Hosts = []string{"*.example.com", "a.example.com"}; c.Name = "lower" }, "not an environment variable name"},
-		{func(c *Credential) { c.Hosts = nil }, "missing"},
-		{func(c *Credential) { c.Header = "Proxy-Authorization" }, "hop-by-hop"},
-		{func(c *Credential) { c.Format = "Bearer" }, "exactly once"},
-		{func(c *Credential) { c.Value = Secret{} }, "empty"},
-		{func(c *Credential) { c.Placeholder = "x" }, "NewPlaceholder"},
-		{func(c *Credential) { c.Header, c.Query = "", "" }, "how the value is sent"},
+		{func(c *egress.Credential) { c.Hosts = []string{"evil.test"} }, "not covered by network.allowed_hosts"},
+		{func(c *egress.Credential) { c.Hosts = []string{"*.example.com", "a.example.com"}; c.Name = "lower" }, "not an environment variable name"},
+		{func(c *egress.Credential) { c.Hosts = nil }, "missing"},
+		{func(c *egress.Credential) { c.Header = "Proxy-Authorization" }, "hop-by-hop"},
+		{func(c *egress.Credential) { c.Format = "Bearer" }, "exactly once"},
+		{func(c *egress.Credential) { c.Value = egress.Secret{} }, "empty"},
+		{func(c *egress.Credential) { c.Placeholder = "x" }, "NewPlaceholder"},
+		{func(c *egress.Credential) { c.Header, c.Query = "", "" }, "how the value is sent"},
 	}
 	for _, b := range bad {
 		c := good
 		b.mut(&c)
-		err := CheckCredentials(p, []Credential{c})
+		err := egress.CheckCredentials(p, []egress.Credential{c})
 		if err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("%+v: err %v, want %q", c, err, b.want)
 		}
@@ -562,17 +563,17 @@ func TestInterceptCredentialValidation(t *testing.T) {
 		t.Errorf("the value marshalled: %s", b)
 	}
 	// http_rules need a CA.
-	if _, err := Start(t.Context(), Policy{Mode: Restricted, AllowedHosts: []string{"a.test"}, HTTPRules: []HTTPRule{{Host: "a.test", Methods: []string{"GET"}}}}, Listeners{}, Options{}); err == nil {
+	if _, err := Start(t.Context(), egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"a.test"}, HTTPRules: []egress.HTTPRule{{Host: "a.test", Methods: []string{"GET"}}}}, Listeners{}, Options{}); err == nil {
 		t.Error("http_rules without a CA started")
 	}
 }
 
 func TestHTTPRulesValidateAndTighten(t *testing.T) {
-	base := Policy{Mode: Restricted, AllowedHosts: []string{"api.test"}, HTTPRules: []HTTPRule{{Host: "api.test", Methods: []string{"GET"}}}}
+	base := egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"api.test"}, HTTPRules: []egress.HTTPRule{{Host: "api.test", Methods: []string{"GET"}}}}
 	if err := base.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []HTTPRule{
+	for _, bad := range []egress.HTTPRule{
 		{Host: "nowhere.test", Methods: []string{"GET"}},
 		{Host: "api.test"},
 		{Host: "api.test", Methods: []string{"get"}},
@@ -580,20 +581,20 @@ func TestHTTPRulesValidateAndTighten(t *testing.T) {
 		{Host: "api.test", Paths: []string{"/a/../b"}},
 	} {
 		p := base
-		p.HTTPRules = []HTTPRule{bad}
+		p.HTTPRules = []egress.HTTPRule{bad}
 		if err := p.Validate(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
 	// A tightening request keeps the base's rules and may add its own.
-	eff, err := base.Tighten(Policy{HTTPRules: []HTTPRule{{Host: "api.test", Paths: []string{"/x/"}}}})
+	eff, err := base.Tighten(egress.Policy{HTTPRules: []egress.HTTPRule{{Host: "api.test", Paths: []string{"/x/"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(eff.HTTPRules) != 2 {
 		t.Errorf("rules after tightening: %+v", eff.HTTPRules)
 	}
-	eff, err = base.Tighten(Policy{HTTPRules: []HTTPRule{}})
+	eff, err = base.Tighten(egress.Policy{HTTPRules: []egress.HTTPRule{}})
 	if err != nil || len(eff.HTTPRules) != 1 {
 		t.Errorf("an empty rule list dropped the base's rules: %+v %v", eff.HTTPRules, err)
 	}
@@ -626,10 +627,10 @@ func TestInterceptLargeResponseScrubbed(t *testing.T) {
 }
 
 func TestScrubberAcrossChunks(t *testing.T) {
-	c := &Credential{Value: NewSecret([]byte("SECRET")), Placeholder: "PH"}
+	c := &egress.Credential{Value: egress.NewSecret([]byte("SECRET")), Placeholder: "PH"}
 	in := "aaSECRETbbSECsSECRETSECRET"
 	for split := 0; split <= len(in); split++ {
-		sc := newScrubber([]*Credential{c})
+		sc := newScrubber([]*egress.Credential{c})
 		var out []byte
 		out = append(out, sc.push([]byte(in[:split]))...)
 		out = append(out, sc.push([]byte(in[split:]))...)
@@ -685,11 +686,11 @@ func TestInterceptThroughSOCKS5(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 403 || resp.Header.Get("X-Str-Reason") != ReasonCredentialHost {
+	if resp.StatusCode != 403 || resp.Header.Get("X-Str-Reason") != egress.ReasonCredentialHost {
 		t.Errorf("placeholder to other.test over SOCKS5: %d %q", resp.StatusCode, resp.Header.Get("X-Str-Reason"))
 	}
-	if ev := mustEvent(t, f.ts.Session, ReasonCredentialHost, "other.test"); ev.Via != ViaSOCKS5h {
-		t.Errorf("event via %q, want %s", ev.Via, ViaSOCKS5h)
+	if ev := mustEvent(t, f.ts.Session, egress.ReasonCredentialHost, "other.test"); ev.Via != egress.ViaSOCKS5h {
+		t.Errorf("event via %q, want %s", ev.Via, egress.ViaSOCKS5h)
 	}
 }
 
@@ -701,11 +702,11 @@ func TestInterceptThroughCapture(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(f.serverCA.Certificate())
 	lo := []netip.Addr{loopback}
-	p := Policy{Mode: Restricted, AllowedHosts: []string{"api.test"}, AllowedPorts: []int{443}, AllowedCIDRs: lo32}
+	p := egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"api.test"}, AllowedPorts: []int{443}, AllowedCIDRs: lo32}
 	ts := startSession(t, p, Options{
 		Resolver:  stubResolver{"api.test": lo},
 		Dialer:    guardDialer(t, map[int]int{443: f.api.port}),
-		Intercept: &Interception{CA: f.proxyCA, Credentials: []Credential{f.cred}, UpstreamRoots: roots},
+		Intercept: &Interception{CA: f.proxyCA, Credentials: []egress.Credential{f.cred}, UpstreamRoots: roots},
 	}, 443)
 	ts.fake.pin("api.test", loopback)
 	tr := &http.Transport{
@@ -772,7 +773,7 @@ func TestInterceptHandedOverHoldsSlot(t *testing.T) {
 	if !refused(t, f.ts.proxy, []byte(fmt.Sprintf("CONNECT api.test:%d HTTP/1.1\r\n\r\n", f.api.port))) {
 		t.Fatal("a third connection was served: an open terminated connection gave back its slot")
 	}
-	mustEvent(t, f.ts.Session, ReasonLimitConnections, "")
+	mustEvent(t, f.ts.Session, egress.ReasonLimitConnections, "")
 	// Closing one gives its slot back (once the proxy has seen the close).
 	open[0].CloseIdleConnections()
 	deadline := time.Now().Add(10 * time.Second)

@@ -1,4 +1,4 @@
-package egress
+package proxy
 
 import (
 	"bufio"
@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"log"
 	"net"
@@ -360,12 +361,12 @@ func newLink(b *testing.B) *link {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ph, err := NewPlaceholder()
+	ph, err := egress.NewPlaceholder()
 	if err != nil {
 		b.Fatal(err)
 	}
-	cred := Credential{Name: "API_TOKEN", Hosts: []string{"api.test"}, Header: "Authorization", Format: "Bearer {value}",
-		Value: NewSecret([]byte(testSecret)), Placeholder: ph}
+	cred := egress.Credential{Name: "API_TOKEN", Hosts: []string{"api.test"}, Header: "Authorization", Format: "Bearer {value}",
+		Value: egress.NewSecret([]byte(testSecret)), Placeholder: ph}
 	want := []string{netip.AddrPortFrom(l.server, linkPort).String(), netip.AddrPortFrom(l.tunServer, linkPort).String()}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if !slices.Contains(want, addr) {
@@ -375,12 +376,12 @@ func newLink(b *testing.B) *link {
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
 	}
-	p := Policy{Mode: Restricted, AllowedHosts: []string{"api.test", "plain.test"}, AllowedPorts: []int{linkPort},
+	p := egress.Policy{Mode: egress.Restricted, AllowedHosts: []string{"api.test", "plain.test"}, AllowedPorts: []int{linkPort},
 		AllowedCIDRs: []string{l.server.String() + "/32", l.tunServer.String() + "/32"}}
 	ts := startSession(b, p, Options{
 		Resolver:  linkResolver{l},
 		Dialer:    dial,
-		Intercept: &Interception{CA: proxyCA, Credentials: []Credential{cred}, UpstreamRoots: serverRoots},
+		Intercept: &Interception{CA: proxyCA, Credentials: []egress.Credential{cred}, UpstreamRoots: serverRoots},
 	})
 	// The client trusts both CAs: one client configuration for all paths.
 	roots := serverRoots.Clone()

@@ -1,10 +1,11 @@
-package egress
+package proxy
 
 import (
 	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"net"
 	"net/http"
@@ -40,7 +41,7 @@ func (s *Session) handleProxy(c net.Conn, h *held) {
 	case 0x05:
 		s.handleSOCKS(c, br, h)
 	case 0x04: // SOCKS4/4a: no domain validation story, no IPv6; refused
-		s.record(Event{Kind: KindNet, Reason: ReasonUnsupportedProtocol, Via: ViaSOCKS5})
+		s.record(egress.Event{Kind: egress.KindNet, Reason: egress.ReasonUnsupportedProtocol, Via: egress.ViaSOCKS5})
 		c.Write([]byte{0, 0x5b, 0, 0, 0, 0, 0, 0}) // SOCKS4 "request rejected"
 	default:
 		s.handleHTTP(c, br, h)
@@ -66,7 +67,7 @@ func parseRequestLine(line string) (requestLine, error) {
 		return requestLine{}, errBadLine
 	}
 	for i := 0; i < len(m); i++ {
-		if !isTokenChar(m[i]) {
+		if !egress.IsTokenChar(m[i]) {
 			return requestLine{}, errBadLine
 		}
 	}
@@ -81,13 +82,6 @@ func parseRequestLine(line string) (requestLine, error) {
 	return requestLine{method: m, target: t, proto: proto}, nil
 }
 
-func isTokenChar(c byte) bool {
-	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
-
 // checkHeaderLine checks "name: value" without its CRLF: a token name, no
 // obsolete line folding, no control characters but tab in the value.
 func checkHeaderLine(l string) error {
@@ -96,7 +90,7 @@ func checkHeaderLine(l string) error {
 		return errBadHeader
 	}
 	for i := 0; i < len(name); i++ {
-		if !isTokenChar(name[i]) {
+		if !egress.IsTokenChar(name[i]) {
 			return errBadHeader
 		}
 	}
@@ -157,20 +151,20 @@ func readHead(br *bufio.Reader) (requestLine, []byte, error) {
 // parseConnectTarget parses a CONNECT request target (authority-form
 // "host:port" or "[v6]:port") into a normalized name or IP and a port.
 func parseConnectTarget(t string) (name string, ip netip.Addr, port int, err error) {
-	h, br, port, err := splitHostPort(t)
+	h, br, port, err := egress.SplitHostPort(t)
 	if err != nil {
 		return "", netip.Addr{}, 0, err
 	}
-	name, ip, err = normalizeHost(h, br)
+	name, ip, err = egress.NormalizeHost(h, br)
 	return name, ip, port, err
 }
 
 // proxyError is the X-Proxy-Error vocabulary (Codex and srt use the same).
 func proxyError(reason string) string {
 	switch reason {
-	case ReasonNotAllowlisted, ReasonPortNotAllowed, ReasonIPLiteral, ReasonSNIMismatch:
+	case egress.ReasonNotAllowlisted, egress.ReasonPortNotAllowed, egress.ReasonIPLiteral, egress.ReasonSNIMismatch:
 		return "blocked-by-allowlist"
-	case ReasonPrivateAddress, ReasonResolvedPrivate:
+	case egress.ReasonPrivateAddress, egress.ReasonResolvedPrivate:
 		return "blocked-private-address"
 	}
 	return "blocked-by-policy"
@@ -179,21 +173,21 @@ func proxyError(reason string) string {
 // writeDenial answers a denied or malformed HTTP request: 400 for a
 // malformed request, 502 when the name did not resolve, 403 otherwise, with
 // X-Proxy-Error and X-Str-Reason and the event's one-line message as body.
-func writeDenial(w io.Writer, ev Event) {
+func writeDenial(w io.Writer, ev egress.Event) {
 	status := http.StatusForbidden
 	switch ev.Reason {
-	case ReasonMalformedRequest:
+	case egress.ReasonMalformedRequest:
 		status = http.StatusBadRequest
-	case ReasonResolveFailed:
+	case egress.ReasonResolveFailed:
 		status = http.StatusBadGateway
 	}
-	body := eventMessage(ev) + "\n"
+	body := egress.EventMessage(ev) + "\n"
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nX-Proxy-Error: %s\r\nX-Str-Reason: %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		status, http.StatusText(status), proxyError(ev.Reason), ev.Reason, len(body), body)
 }
 
 func writeBadGateway(w io.Writer, host string, port int) {
-	body := "network: " + destString(host, "", port) + " could not be reached\n"
+	body := "network: " + egress.DestString(host, "", port) + " could not be reached\n"
 	fmt.Fprintf(w, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 }
 
@@ -203,9 +197,9 @@ func (s *Session) handleHTTP(c net.Conn, br *bufio.Reader, h *held) {
 	rl, head, err := readHead(br)
 	if err != nil {
 		if errors.Is(err, errBadLine) || errors.Is(err, errBadHeader) || errors.Is(err, errHeadTooLarge) {
-			ev := Event{Kind: KindNet, Reason: ReasonMalformedRequest, Via: ViaHTTP}
+			ev := egress.Event{Kind: egress.KindNet, Reason: egress.ReasonMalformedRequest, Via: egress.ViaHTTP}
 			if rl.method == http.MethodConnect {
-				ev.Via = ViaHTTPConnect
+				ev.Via = egress.ViaHTTPConnect
 			}
 			s.record(ev)
 			writeDenial(c, ev)
@@ -222,25 +216,25 @@ func (s *Session) handleHTTP(c net.Conn, br *bufio.Reader, h *held) {
 // intentFor builds an Intent from a normalized destination, mapping a fake
 // IP back to its name (a client that resolved through the stub and then
 // used the proxy with the address).
-func (s *Session) intentFor(name string, ip netip.Addr, port int, via string) Intent {
+func (s *Session) intentFor(name string, ip netip.Addr, port int, via string) egress.Intent {
 	if name == "" && fakePrefix.Contains(ip) {
 		if n, ok := s.fake.lookup(ip); ok {
-			return Intent{Host: n, IP: ip, Port: port, Via: via}
+			return egress.Intent{Host: n, IP: ip, Port: port, Via: via}
 		}
 	}
-	return Intent{Host: name, IP: ip, Port: port, Via: via}
+	return egress.Intent{Host: name, IP: ip, Port: port, Via: via}
 }
 
 func (s *Session) handleConnect(c net.Conn, br *bufio.Reader, rl requestLine, h *held) {
 	name, ip, port, err := parseConnectTarget(rl.target)
 	if err != nil {
 		host, _, _ := strings.Cut(rl.target, ":")
-		ev := Event{Kind: KindNet, Reason: ReasonMalformedRequest, Host: sanitizeHost(host), Via: ViaHTTPConnect}
+		ev := egress.Event{Kind: egress.KindNet, Reason: egress.ReasonMalformedRequest, Host: egress.SanitizeHost(host), Via: egress.ViaHTTPConnect}
 		s.record(ev)
 		writeDenial(c, ev)
 		return
 	}
-	in := s.intentFor(name, ip, port, ViaHTTPConnect)
+	in := s.intentFor(name, ip, port, egress.ViaHTTPConnect)
 	d := s.decide(in)
 	if !d.Allow {
 		writeDenial(c, netEvent(in, d))
@@ -260,7 +254,7 @@ func (s *Session) handleConnect(c net.Conn, br *bufio.Reader, rl requestLine, h 
 
 // tunnel checks the TLS server name on port 443 (the client has its 200 or
 // SOCKS success by now and sends its ClientHello), then splices.
-func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in Intent, d Decision, h *held) {
+func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in egress.Intent, d egress.Decision, h *held) {
 	var pre []byte
 	if in.Port == 443 && in.Host != "" {
 		c.SetReadDeadline(time.Now().Add(min(sniTimeout, s.opts.ConnectTimeout)))
@@ -269,7 +263,7 @@ func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in Intent, d Deci
 		pre, sni, err = peekClientHello(r)
 		if err == nil && sni != "" {
 			in.SNI = sni
-			if sd, ok := s.dec.checkSNI(in.Host, sni, d.Rule); !ok {
+			if sd, ok := s.dec.CheckSNI(in.Host, sni, d.Rule); !ok {
 				s.record(netEvent(in, sd))
 				s.untrack(up)
 				reset(c)
@@ -278,7 +272,7 @@ func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in Intent, d Deci
 		} else if !peekPassable(pre, err) {
 			// A handshake that started but could not be read within the
 			// bounds is not passed through unchecked.
-			ev := netEvent(in, deny(ReasonMalformedRequest, d.Rule))
+			ev := netEvent(in, egress.Deny(egress.ReasonMalformedRequest, d.Rule))
 			s.record(ev)
 			s.untrack(up)
 			reset(c)
@@ -294,7 +288,7 @@ func (s *Session) tunnel(c net.Conn, r io.Reader, up net.Conn, in Intent, d Deci
 // connection closes after the response.
 func (s *Session) handleForward(c net.Conn, br *bufio.Reader, rl requestLine, head []byte) {
 	malformed := func(host string) {
-		ev := Event{Kind: KindNet, Reason: ReasonMalformedRequest, Host: sanitizeHost(host), Via: ViaHTTP}
+		ev := egress.Event{Kind: egress.KindNet, Reason: egress.ReasonMalformedRequest, Host: egress.SanitizeHost(host), Via: egress.ViaHTTP}
 		s.record(ev)
 		writeDenial(c, ev)
 	}
@@ -308,7 +302,7 @@ func (s *Session) handleForward(c net.Conn, br *bufio.Reader, rl requestLine, he
 		return
 	}
 	if scheme := strings.ToLower(u.Scheme); scheme != "http" {
-		ev := Event{Kind: KindNet, Reason: ReasonUnsupportedProtocol, Via: ViaHTTP}
+		ev := egress.Event{Kind: egress.KindNet, Reason: egress.ReasonUnsupportedProtocol, Via: egress.ViaHTTP}
 		s.record(ev)
 		writeDenial(c, ev)
 		return
@@ -339,7 +333,7 @@ func (s *Session) handleForward(c net.Conn, br *bufio.Reader, rl requestLine, he
 			return
 		}
 	}
-	in := s.intentFor(name, ip, port, ViaHTTP)
+	in := s.intentFor(name, ip, port, egress.ViaHTTP)
 	d := s.decide(in)
 	if !d.Allow {
 		writeDenial(c, netEvent(in, d))
@@ -398,7 +392,7 @@ func parseAuthority(a string, defPort int) (string, netip.Addr, int, error) {
 	if strings.HasPrefix(a, "[") {
 		end := strings.IndexByte(a, ']')
 		if end < 0 {
-			return "", netip.Addr{}, 0, errUnbracketedV6
+			return "", netip.Addr{}, 0, egress.ErrUnbracketedV6
 		}
 		if rest := a[end+1:]; rest != "" {
 			return parseConnectTarget(a)
@@ -407,7 +401,7 @@ func parseAuthority(a string, defPort int) (string, netip.Addr, int, error) {
 	} else if strings.IndexByte(a, ':') >= 0 {
 		return parseConnectTarget(a)
 	}
-	name, ip, err := normalizeHost(hostPart, bracketed)
+	name, ip, err := egress.NormalizeHost(hostPart, bracketed)
 	return name, ip, port, err
 }
 

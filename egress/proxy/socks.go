@@ -1,9 +1,10 @@
-package egress
+package proxy
 
 import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"net"
 	"net/netip"
@@ -90,19 +91,19 @@ func parseSOCKSRequest(b []byte) (socksRequest, error) {
 	r.port = int(binary.BigEndian.Uint16(b[4+addrLen:]))
 	switch b[3] {
 	case atypIPv4:
-		r.ip, r.via = netip.AddrFrom4([4]byte(addr)), ViaSOCKS5
+		r.ip, r.via = netip.AddrFrom4([4]byte(addr)), egress.ViaSOCKS5
 	case atypIPv6:
-		r.ip, r.via = netip.AddrFrom16([16]byte(addr)).Unmap(), ViaSOCKS5
+		r.ip, r.via = netip.AddrFrom16([16]byte(addr)).Unmap(), egress.ViaSOCKS5
 	case atypDomain:
-		r.via, r.raw = ViaSOCKS5h, string(addr[1:])
-		name, ip, err := normalizeHost(r.raw, false)
+		r.via, r.raw = egress.ViaSOCKS5h, string(addr[1:])
+		name, ip, err := egress.NormalizeHost(r.raw, false)
 		if err != nil {
 			return r, err
 		}
 		r.name, r.ip = name, ip
 	}
 	if r.port == 0 {
-		return r, errBadPort
+		return r, egress.ErrBadPort
 	}
 	return r, nil
 }
@@ -159,7 +160,7 @@ func (s *Session) handleSOCKS(c net.Conn, br *bufio.Reader, h *held) {
 		noAuth = noAuth || m == socksNoAuth
 	}
 	if !noAuth {
-		s.record(Event{Kind: KindNet, Reason: ReasonUnsupportedProtocol, Via: ViaSOCKS5})
+		s.record(egress.Event{Kind: egress.KindNet, Reason: egress.ReasonUnsupportedProtocol, Via: egress.ViaSOCKS5})
 		c.Write([]byte{socksVersion, socksNoMethods})
 		return
 	}
@@ -172,16 +173,16 @@ func (s *Session) handleSOCKS(c net.Conn, br *bufio.Reader, h *held) {
 	}
 	req, err := parseSOCKSRequest(raw)
 	if err != nil {
-		ev := Event{Kind: KindNet, Reason: ReasonMalformedRequest, Host: sanitizeHost(req.raw), Port: req.port, Via: ViaSOCKS5}
+		ev := egress.Event{Kind: egress.KindNet, Reason: egress.ReasonMalformedRequest, Host: egress.SanitizeHost(req.raw), Port: req.port, Via: egress.ViaSOCKS5}
 		rep := byte(repGeneralFailure)
 		switch {
 		case errors.Is(err, errSOCKSCmd):
-			ev.Reason, rep = ReasonUnsupportedProtocol, repCmdNotSupported
+			ev.Reason, rep = egress.ReasonUnsupportedProtocol, repCmdNotSupported
 		case errors.Is(err, errSOCKSAtyp):
 			rep = repAtypNotSupported
 		}
-		if req.raw != "" || req.via == ViaSOCKS5h {
-			ev.Via = ViaSOCKS5h
+		if req.raw != "" || req.via == egress.ViaSOCKS5h {
+			ev.Via = egress.ViaSOCKS5h
 		}
 		s.record(ev)
 		socksReply(c, rep)
@@ -199,7 +200,7 @@ func (s *Session) handleSOCKS(c net.Conn, br *bufio.Reader, h *held) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			rep = repTTLExpired
-		} else if errors.Is(err, errRefusedAddr) {
+		} else if errors.Is(err, egress.ErrRefusedAddr) {
 			rep = repHostUnreachable
 		}
 		socksReply(c, rep)

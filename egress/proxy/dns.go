@@ -1,8 +1,9 @@
-package egress
+package proxy
 
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"net"
 	"time"
@@ -98,16 +99,16 @@ func (s *Session) answerDNS(b []byte) []byte {
 		RecursionAvailable: true,
 	}
 	raw := q.q.Name.String()
-	in := Intent{Host: raw, Via: ViaDNS}
-	ev := Event{Kind: KindDNS, Via: ViaDNS}
-	if name, ip, err := normalizeHost(raw, false); err == nil && !ip.IsValid() {
+	in := egress.Intent{Host: raw, Via: egress.ViaDNS}
+	ev := egress.Event{Kind: egress.KindDNS, Via: egress.ViaDNS}
+	if name, ip, err := egress.NormalizeHost(raw, false); err == nil && !ip.IsValid() {
 		ev.Host = name
 	} else {
-		ev.Host = sanitizeHost(raw)
+		ev.Host = egress.SanitizeHost(raw)
 	}
 	if q.q.Class != dnsmessage.ClassINET {
 		hdr.RCode = dnsmessage.RCodeRefused
-		ev.Reason = ReasonQtypeRefused
+		ev.Reason = egress.ReasonQtypeRefused
 		s.record(ev)
 		return buildDNS(hdr, &q.q, nil)
 	}
@@ -123,7 +124,7 @@ func (s *Session) answerDNS(b []byte) []byte {
 		a, ok := s.fake.assign(ev.Host)
 		if !ok {
 			hdr.RCode = dnsmessage.RCodeServerFailure
-			ev.Reason = ReasonLimitNames
+			ev.Reason = egress.ReasonLimitNames
 			s.record(ev)
 			return buildDNS(hdr, &q.q, nil)
 		}
@@ -132,7 +133,7 @@ func (s *Session) answerDNS(b []byte) []byte {
 		return buildDNS(hdr, &q.q, nil)
 	default:
 		hdr.RCode = dnsmessage.RCodeRefused
-		ev.Reason, ev.Rule = ReasonQtypeRefused, d.Rule
+		ev.Reason, ev.Rule = egress.ReasonQtypeRefused, d.Rule
 		s.record(ev)
 		return buildDNS(hdr, &q.q, nil)
 	}

@@ -1,6 +1,7 @@
-package egress
+package proxy
 
 import (
+	"github.com/securetoolruntime/str/egress"
 	"net"
 	"net/netip"
 	"time"
@@ -15,7 +16,7 @@ import (
 // SNI. Denied connections are reset.
 func (s *Session) handleCapture(c net.Conn, port int, h *held) {
 	c.SetDeadline(time.Now().Add(s.opts.ConnectTimeout))
-	in := Intent{Port: port, Via: ViaTransparent}
+	in := egress.Intent{Port: port, Via: egress.ViaTransparent}
 	if ta, ok := c.LocalAddr().(*net.TCPAddr); ok {
 		if a, ok := netip.AddrFromSlice(ta.IP); ok {
 			in.IP = a.Unmap()
@@ -25,12 +26,12 @@ func (s *Session) handleCapture(c net.Conn, port int, h *held) {
 		in.Host = name
 	}
 	var pre []byte
-	if in.Host != "" && port == 443 && s.pol.mode != Isolated {
+	if in.Host != "" && port == 443 && s.pol.Mode() != egress.Isolated {
 		c.SetReadDeadline(time.Now().Add(min(sniTimeout, s.opts.ConnectTimeout)))
 		var err error
 		pre, in.SNI, err = peekClientHello(c)
 		if !peekPassable(pre, err) {
-			s.record(netEvent(in, deny(ReasonMalformedRequest, "")))
+			s.record(netEvent(in, egress.Deny(egress.ReasonMalformedRequest, "")))
 			reset(c)
 			return
 		}

@@ -1,9 +1,10 @@
-package egress
+package proxy
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/securetoolruntime/str/egress"
 	"io"
 	"net"
 	"net/netip"
@@ -26,7 +27,7 @@ type Listeners struct {
 type Options struct {
 	// Resolver resolves names on the worker. nil: a Go resolver that asks
 	// Policy.DNSServers, or the host's resolver when there are none.
-	Resolver Resolver
+	Resolver egress.Resolver
 	// Dialer dials the checked, pinned addresses. nil: a net.Dialer whose
 	// Control hook re-checks every address against the policy.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -44,7 +45,7 @@ type Options struct {
 	// OnKill is called once, at the first violation, when the policy says
 	// on_violation: kill. It runs on the connection's goroutine and should
 	// not block (the caller kills the sandbox).
-	OnKill func(Event)
+	OnKill func(egress.Event)
 }
 
 const (
@@ -63,11 +64,11 @@ const (
 
 // Session serves one sandbox's listeners under one policy.
 type Session struct {
-	pol    *compiled
-	dec    *decider
+	pol    *egress.Compiled
+	dec    *egress.Decider
 	opts   Options
 	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
-	events *eventLog
+	events *egress.EventLog
 	fake   *fakeTable
 	icpt   *interceptor // nil: nothing is terminated
 	term   *termServer  // serves the terminated connections (nil with icpt)
@@ -90,8 +91,8 @@ type Session struct {
 // Start validates the policy and serves the listeners until Close or until
 // ctx is done. In isolated mode it still serves, denying everything, so
 // every attempt becomes an event.
-func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, error) {
-	pol, err := p.compile()
+func Start(ctx context.Context, p egress.Policy, l Listeners, o Options) (*Session, error) {
+	pol, err := p.Compile()
 	if err != nil {
 		return nil, fmt.Errorf("egress: %w", err)
 	}
@@ -108,7 +109,7 @@ func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, err
 		o.IdleTimeout = defaultIdleTimeout
 	}
 	if o.Resolver == nil {
-		o.Resolver = newResolver(pol.dns, o.ConnectTimeout)
+		o.Resolver = newResolver(pol.DNSServers(), o.ConnectTimeout)
 	}
 	icpt, err := newInterceptor(pol, o.Intercept)
 	if err != nil {
@@ -116,9 +117,9 @@ func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, err
 	}
 	s := &Session{
 		pol:      pol,
-		dec:      &decider{pol: pol, resolver: o.Resolver},
+		dec:      egress.NewDecider(pol, o.Resolver),
 		opts:     o,
-		events:   newEventLog(o.MaxEvents),
+		events:   egress.NewEventLog(o.MaxEvents),
 		fake:     newFakeTable(),
 		icpt:     icpt,
 		l:        l,
@@ -165,21 +166,8 @@ func Start(ctx context.Context, p Policy, l Listeners, o Options) (*Session, err
 // connected must still pass the policy's address filter (rebinding-safe:
 // this is the address the kernel will connect to, whatever resolved it).
 func (s *Session) controlCheck(network, address string, _ syscall.RawConn) error {
-	return checkDialAddr(s.pol, address)
+	return s.pol.CheckDialAddr(address)
 }
-
-func checkDialAddr(pol *compiled, address string) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("egress: dial %q: not an IP address", address)
-	}
-	if pol.mode == Isolated || !addrAllowed(ap.Addr(), pol.cidrs) {
-		return fmt.Errorf("egress: dial %s: %w", address, errRefusedAddr)
-	}
-	return nil
-}
-
-var errRefusedAddr = errors.New("address refused by the network policy")
 
 // Close stops serving, closes the listeners and every connection, and waits
 // for every goroutine of the session to end. It is safe to call more than
@@ -228,38 +216,38 @@ func (s *Session) Close() error {
 
 // Violations returns the aggregated denial events and how many occurrences
 // were dropped past MaxEvents distinct events.
-func (s *Session) Violations() ([]Event, int) { return s.events.snapshot() }
+func (s *Session) Violations() ([]egress.Event, int) { return s.events.Snapshot() }
 
 // Summary is the short text block an agent can show its model ("" when
 // there were no violations).
-func (s *Session) Summary() string { return summary(s.events.snapshot()) }
+func (s *Session) Summary() string { return egress.Summary(s.events.Snapshot()) }
 
 // record adds a denial event and, under on_violation: kill, calls OnKill
 // once.
-func (s *Session) record(ev Event) {
+func (s *Session) record(ev egress.Event) {
 	if ev.Kind == "" {
-		ev.Kind = KindNet
+		ev.Kind = egress.KindNet
 	}
-	s.events.add(ev, time.Now())
-	if s.pol.kill && s.opts.OnKill != nil {
+	s.events.Add(ev, time.Now())
+	if s.pol.Kill() && s.opts.OnKill != nil {
 		s.killOnce.Do(func() {
-			ev.Action, ev.Count = actionDenied, 1
-			ev.Message = eventMessage(ev)
+			ev.Action, ev.Count = egress.ActionDenied, 1
+			ev.Message = egress.EventMessage(ev)
 			s.opts.OnKill(ev)
 		})
 	}
 }
 
 // netEvent builds the event for a denied connection intent.
-func netEvent(in Intent, d Decision) Event {
-	ev := Event{Kind: KindNet, Reason: d.Reason, Rule: d.Rule, Port: in.Port, Via: in.Via}
+func netEvent(in egress.Intent, d egress.Decision) egress.Event {
+	ev := egress.Event{Kind: egress.KindNet, Reason: d.Reason, Rule: d.Rule, Port: in.Port, Via: in.Via}
 	if in.Host != "" {
-		if h, ip, err := normalizeHost(in.Host, false); err == nil && !ip.IsValid() {
+		if h, ip, err := egress.NormalizeHost(in.Host, false); err == nil && !ip.IsValid() {
 			ev.Host = h
 		} else if err == nil {
 			ev.IP = ip.String()
 		} else {
-			ev.Host = sanitizeHost(in.Host)
+			ev.Host = egress.SanitizeHost(in.Host)
 		}
 	}
 	if ev.Host == "" && ev.IP == "" && in.IP.IsValid() {
@@ -336,7 +324,7 @@ func (s *Session) serveListener(ln net.Listener, handle func(net.Conn, *held)) {
 			select {
 			case s.slots <- struct{}{}:
 			default:
-				s.record(Event{Kind: KindNet, Reason: ReasonLimitConnections, Rule: fmt.Sprintf("max_connections: %d", s.opts.MaxConns)})
+				s.record(egress.Event{Kind: egress.KindNet, Reason: egress.ReasonLimitConnections, Rule: fmt.Sprintf("max_connections: %d", s.opts.MaxConns)})
 				reset(c)
 				continue
 			}
@@ -369,13 +357,13 @@ func reset(c net.Conn) {
 
 // dial connects to the decision's pinned addresses, in order, within
 // ConnectTimeout. Only these addresses are ever dialed.
-func (s *Session) dial(d Decision, port int) (net.Conn, error) {
+func (s *Session) dial(d egress.Decision, port int) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.ConnectTimeout)
 	defer cancel()
 	var errs []error
 	for _, a := range d.Addrs {
-		if !addrAllowed(a, s.pol.cidrs) { // Decide's filter, once more
-			errs = append(errs, fmt.Errorf("%s: %w", a, errRefusedAddr))
+		if !egress.AddrAllowed(a, s.pol.CIDRs()) { // Decide's filter, once more
+			errs = append(errs, fmt.Errorf("%s: %w", a, egress.ErrRefusedAddr))
 			continue
 		}
 		c, err := s.dialer(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
@@ -398,7 +386,7 @@ func (s *Session) dial(d Decision, port int) (net.Conn, error) {
 }
 
 // decide runs Decide within ConnectTimeout and records a denial.
-func (s *Session) decide(in Intent) Decision {
+func (s *Session) decide(in egress.Intent) egress.Decision {
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.ConnectTimeout)
 	defer cancel()
 	d := s.dec.Decide(ctx, in)
