@@ -80,6 +80,15 @@ func TestEgressHelperUnprivileged(t *testing.T) {
 	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err != nil || len(env) != 0 {
 		t.Errorf("egress helper environment: %q %v, want none", env, err)
 	}
+	// Not dumpable: its /proc entries are root's, so another process of
+	// uid 65534 can neither ptrace it nor read its memory.
+	st, err := os.Stat(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner := st.Sys().(*syscall.Stat_t).Uid; owner != 0 {
+		t.Errorf("egress helper /proc/%d/environ owned by uid %d, want 0 (the helper not dumpable)", pid, owner)
+	}
 	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err != nil || cwd != "/" {
 		t.Errorf("egress helper cwd: %q %v, want /", cwd, err)
 	}

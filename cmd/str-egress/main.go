@@ -43,6 +43,13 @@ func run() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	// 1b. not dumpable: other processes of uid 65534 on the host (daemons
+	// that drop to nobody) may not ptrace it or read its memory through
+	// /proc (it holds the credentials' values and the CA key), and its
+	// /proc entries are root's. Before any of those is received.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("dumpable: %w", err)
+	}
 	// 2. never as root: the launcher starts it as nobody when it is root.
 	if os.Geteuid() == 0 || os.Getuid() == 0 {
 		return errors.New("refusing to run as root (the launcher starts it as uid 65534)")
