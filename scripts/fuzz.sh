@@ -32,11 +32,11 @@ targets=(
   "./broker                    FuzzLineReaders       ci" # dev broker line framing, server and client
   "./worker/artifacts          FuzzLocate            ci" # artifact names and store paths, NFKC look-alikes
   "./egress                    FuzzNormalizeHost     ci" # network policy host patterns and matching
-  "./egress                    FuzzParseConnectLine  -"  # the proxy's CONNECT line alone
-  "./egress                    FuzzReadHead          ci" # sandbox bytes: the HTTP proxy's request head and its target
-  "./egress                    FuzzParseSOCKSRequest ci" # sandbox bytes: the proxy's SOCKS5 request, framed and parsed
-  "./egress                    FuzzParseDNSQuery     ci" # sandbox bytes: the DNS stub's queries and answers
-  "./egress                    FuzzClientHelloSNI    ci" # sandbox bytes: SNI of captured TLS connections, parsed and peeked
+  "./egress/proxy              FuzzParseConnectLine  -"  # the proxy's CONNECT line alone
+  "./egress/proxy              FuzzReadHead          ci" # sandbox bytes: the HTTP proxy's request head and its target
+  "./egress/proxy              FuzzParseSOCKSRequest ci" # sandbox bytes: the proxy's SOCKS5 request, framed and parsed
+  "./egress/proxy              FuzzParseDNSQuery     ci" # sandbox bytes: the DNS stub's queries and answers
+  "./egress/proxy              FuzzClientHelloSNI    ci" # sandbox bytes: SNI of captured TLS connections, parsed and peeked
   "./broker                    FuzzRequest           -"  # dev broker request handling
   "./worker/transport          FuzzMatch             -"  # topic matching
   "./launcher/resident         FuzzDecodeResidentRequest ci" # str serve: a caller's request (str run's binary encoding), decoded and planned
