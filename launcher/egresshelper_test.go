@@ -193,3 +193,63 @@ func TestPlanWildcardOverPublicSuffix(t *testing.T) {
 		}
 	}
 }
+
+// TestNetworkReportThroughTeardown: the record of denials stays readable
+// while the sandbox is torn down and after (the worker reads it as soon as
+// the tool is done, which can be while the reaper closes the session with
+// a round trip to the helper): once a denial was seen, every later
+// NetworkReport has it, and so does the one after Wait. A report that
+// found no session mid-teardown dropped a reply's violations under load
+// (CI, TestContainerServes/rootless).
+func TestNetworkReportThroughTeardown(t *testing.T) {
+	l := rootLauncher(t)
+	var out bytes.Buffer
+	denied := `import socket
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT 10.0.0.1:443 HTTP/1.1\r\nHost: 10.0.0.1:443\r\n\r\n")
+s.recv(100)
+s.close()`
+	s, err := l.Create(context.Background(), Request{Profile: "standard", Argv: []string{"python3", "-c", denied}, Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	lost := make(chan int, 1)
+	go func() {
+		seen, reads := false, 0
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ev, _, _ := s.NetworkReport()
+			reads++
+			if len(ev) > 0 {
+				seen = true
+			} else if seen {
+				lost <- reads
+				return
+			}
+		}
+	}()
+	res, err := s.Wait()
+	close(done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-lost:
+		t.Errorf("NetworkReport lost the denial during teardown (read %d)", n)
+	default:
+	}
+	if len(res.Violations) == 0 {
+		t.Fatalf("no violation in the result: exit %d, %s", res.ExitCode, out.String())
+	}
+	if ev, _, _ := s.NetworkReport(); len(ev) == 0 {
+		t.Errorf("NetworkReport after Wait: no denial; the result has %d", len(res.Violations))
+	}
+}

@@ -38,13 +38,20 @@ func (s *Sandbox) ServeEgress(ctx context.Context, files map[string]*os.File, on
 	return s.l.egress.Serve(ctx, s.plan.Network, s.req.Credentials, files, onKill)
 }
 
-// stopEgress closes the sandbox's egress session and moves its record of
-// denials into the result.
+// stopEgress closes the sandbox's egress session (once) and moves its
+// record of denials into the result. The session stays s.egress: a
+// NetworkReport while Close asks the helper for the final record waits for
+// it (the session's lock) instead of finding no session and reporting
+// none (the worker takes the report as soon as the tool is done, which
+// can be while the reaper is here).
 func (s *Sandbox) stopEgress(r *Result) {
 	s.mu.Lock()
-	sess, err := s.egress, s.egressErr
-	s.egress = nil
+	sess, err, stopped := s.egress, s.egressErr, s.egressStopped
+	s.egressStopped = true
 	s.mu.Unlock()
+	if stopped {
+		return
+	}
 	if err != nil {
 		r.Warnings = append(r.Warnings, "network: the egress proxy did not start, the sandbox had no network: "+err.Error())
 	}

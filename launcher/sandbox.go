@@ -66,6 +66,7 @@ type Sandbox struct {
 	violationKill bool            // on_violation: kill ended the sandbox
 	egress        *helper.Session // the network policy's proxy, once the init handed over its listeners
 	egressErr     error
+	egressStopped bool // stopEgress ran (the session stays for NetworkReport)
 
 	t0      time.Time
 	last    time.Time
