@@ -121,13 +121,11 @@ type Mount struct {
 	// Overlay is the launcher's alone too (root mode, str bwrap's
 	// overlays): the tree it passes is that overlay, not Source's clone.
 	Overlay *Overlay `json:"overlay,omitempty"`
-	// Devices: a bind without nodev (str bwrap's --dev-bind).
-	Devices bool `json:"devices,omitempty"`
+	Devices bool     `json:"devices,omitempty"` // a bind without nodev (str bwrap's --dev-bind)
 }
 
-// Overlay is a detached overlay the launcher makes (L3) of the Lower
-// host dirs (top first) over Upper, with Work ("" both: a tmpfs of its
-// own; none, read-only).
+// Overlay is made by the launcher at L3 of the Lower host dirs (top first)
+// over Upper with Work ("": over a tmpfs of its own; read-only: none).
 type Overlay struct {
 	Lower []string `json:"lower"`
 	Upper string   `json:"upper,omitempty"`
