@@ -432,7 +432,11 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 			ok := true
 			for _, p := range layers {
 				if _, err := h.Stat(p); err != nil {
-					errs = append(errs, &SourceError{Option: op.Option, Path: p, Err: errors.Unwrap(err)})
+					var pe *fs.PathError
+					if errors.As(err, &pe) {
+						err = pe.Err
+					}
+					errs = append(errs, &SourceError{Option: op.Option, Path: p, Err: err})
 					ok = false
 				}
 			}
