@@ -157,6 +157,9 @@ type Command struct {
 	// version; nothing else on the line matters (bubblewrap prints and
 	// exits at that option).
 	Help, Version bool
+	// overlaySrcs counts the --overlay-src not yet taken by an overlay
+	// (they carry over an --args file's end, as bubblewrap's).
+	overlaySrcs int
 }
 
 // UsageError is a malformed command line: bubblewrap prints the message
@@ -191,6 +194,9 @@ func Parse(args []string, readFD func(fd int) ([]byte, error)) (*Command, error)
 	}
 	if c.Help || c.Version {
 		return c, nil
+	}
+	if c.overlaySrcs > 0 {
+		return nil, usageErr("--overlay-src", overlaySrcsMsg)
 	}
 	if len(rest) == 0 {
 		return nil, ErrNoCommand
@@ -269,6 +275,9 @@ func parseInto(c *Command, args []string, readFD func(int) ([]byte, error), inFi
 			op.Numbers[i] = n
 		}
 		args = args[1+len(o.Args):]
+		if err := checkOverlaySrcs(c, arg); err != nil {
+			return nil, err
+		}
 		switch {
 		case arg == "--perms":
 			if perms != -1 {
@@ -298,6 +307,36 @@ func parseInto(c *Command, args []string, readFD func(int) ([]byte, error), inFi
 		c.Ops = append(c.Ops, op)
 	}
 	return nil, checkPending(perms, size)
+}
+
+// overlaySrcsMsg is bubblewrap's word for an --overlay-src not followed
+// by an overlay.
+const overlaySrcsMsg = "--overlay-src must be followed by another --overlay-src or one of --overlay, --tmp-overlay, or --ro-overlay"
+
+// checkOverlaySrcs applies bubblewrap's rules to the --overlay-src before
+// opt: an overlay takes them all (--overlay and --tmp-overlay need one,
+// --ro-overlay two: it has no writable layer); any other option may not
+// follow one.
+func checkOverlaySrcs(c *Command, opt string) error {
+	need := 1
+	switch opt {
+	case "--overlay-src":
+		c.overlaySrcs++
+		return nil
+	case "--ro-overlay":
+		need = 2
+	case "--overlay", "--tmp-overlay":
+	default:
+		if c.overlaySrcs > 0 {
+			return usageErr("--overlay-src", overlaySrcsMsg)
+		}
+		return nil
+	}
+	if c.overlaySrcs < need {
+		return usageErr(opt, "%s requires at least %s --overlay-src", opt, map[int]string{1: "one", 2: "two"}[need])
+	}
+	c.overlaySrcs = 0
+	return nil
 }
 
 // checkPending refuses a modifier left with no option to apply to.

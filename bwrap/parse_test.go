@@ -45,6 +45,12 @@ func TestParseEveryOption(t *testing.T) {
 			if o.Name == "--size" {
 				line = append(line, "--tmpfs", "/t")
 			}
+			switch o.Name {
+			case "--overlay-src":
+				line = append(line, "--tmp-overlay", "/o")
+			case "--overlay", "--tmp-overlay", "--ro-overlay":
+				line = append([]string{"--overlay-src", "/l1", "--overlay-src", "/l2"}, line...)
+			}
 			line = append(line, "cmd", "--not-an-option", "x")
 			c, err := Parse(line, noFD)
 			if err != nil {
@@ -53,10 +59,17 @@ func TestParseEveryOption(t *testing.T) {
 			if !slices.Equal(c.Argv, []string{"cmd", "--not-an-option", "x"}) {
 				t.Errorf("argv %q", c.Argv)
 			}
-			if len(c.Ops) != 1 {
+			ops := c.Ops
+			switch o.Name {
+			case "--overlay-src":
+				ops = ops[:len(ops)-1] // the overlay that takes it
+			case "--overlay", "--tmp-overlay", "--ro-overlay":
+				ops = ops[2:] // the sources it takes
+			}
+			if len(ops) != 1 {
 				t.Fatalf("ops %+v, want one", c.Ops)
 			}
-			op := c.Ops[0]
+			op := ops[0]
 			switch o.Name {
 			case "--perms":
 				if op.Option != "--dir" || op.Perms != 0o750 {
@@ -121,6 +134,23 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--size", "12", "--size", "12", "--tmpfs", "/t", "cmd"}, "--size", "--size given twice for the same action"},
 		{[]string{"--cap-drop", "CAP_FLY", "cmd"}, "--cap-drop", "unknown cap: CAP_FLY"},
 		{[]string{"--cap-add", "", "cmd"}, "--cap-add", "unknown cap: "},
+		// bubblewrap's own bogus sizes (its test-run.sh), 0 included: its
+		// --tmpfs with size 0 is refused, not an unlimited tmpfs.
+		{[]string{"--size", "123bogus", "--tmpfs", "/t", "cmd"}, "--size", "--size takes a non-zero number of bytes"},
+		{[]string{"--size", "", "--tmpfs", "/t", "cmd"}, "--size", "--size takes a non-zero number of bytes"},
+		{[]string{"--size", "-12345678", "--tmpfs", "/t", "cmd"}, "--size", "--size takes a non-zero number of bytes"},
+		{[]string{"--size", " -12345678", "--tmpfs", "/t", "cmd"}, "--size", "--size takes a non-zero number of bytes"},
+		{[]string{"--size", "18446744073709551616", "--tmpfs", "/t", "cmd"}, "--size", "--size takes a non-zero number of bytes"},
+		{[]string{"--size", "9223372036854775809", "--tmpfs", "/t", "cmd"}, "--size", "--size (for tmpfs) is limited to 9223372036854775807"},
+		// The overlays' sources, bubblewrap's rules and words.
+		{[]string{"--overlay", "u", "w", "/tmp", "cmd"}, "--overlay", "--overlay requires at least one --overlay-src"},
+		{[]string{"--tmp-overlay", "/tmp", "cmd"}, "--tmp-overlay", "--tmp-overlay requires at least one --overlay-src"},
+		{[]string{"--ro-overlay", "/tmp", "cmd"}, "--ro-overlay", "--ro-overlay requires at least two --overlay-src"},
+		{[]string{"--overlay-src", "l", "--ro-overlay", "/tmp", "cmd"}, "--ro-overlay", "--ro-overlay requires at least two --overlay-src"},
+		{[]string{"--overlay-src", "/tmp", "cmd"}, "--overlay-src", overlaySrcsMsg},
+		{[]string{"--overlay-src", "/tmp", "--", "cmd"}, "--overlay-src", overlaySrcsMsg},
+		{[]string{"--overlay-src", "/tmp", "--chdir", "/", "cmd"}, "--overlay-src", overlaySrcsMsg},
+		{[]string{"--overlay-src", "l", "--tmp-overlay", "/a", "--overlay-src", "m", "--ro-overlay", "/b", "cmd"}, "--ro-overlay", "--ro-overlay requires at least two --overlay-src"},
 	} {
 		_, err := Parse(tc.line, noFD)
 		var ue *UsageError

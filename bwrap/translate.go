@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -51,6 +52,11 @@ type Sandbox struct {
 	// closed (--block-fd; -1 none; the last one given counts, as
 	// bubblewrap's).
 	BlockFD int
+	// UsernsBlockFD (--userns-block-fd; -1 none): the setup goes on only
+	// once it has data or is closed, after --info-fd is written (where
+	// bubblewrap waits for its caller to write the user namespace's maps,
+	// which str has written already).
+	UsernsBlockFD int
 	// UsernsDisabled: the line wants the tool unable to make user
 	// namespaces (--disable-userns, --assert-userns-disabled); str
 	// honours it when the profile's seccomp policy refuses every way
@@ -112,20 +118,19 @@ func (e *SourceError) Unwrap() error { return e.Err }
 
 // refused lists every option str refuses, with the reason.
 var refused = map[string]string{
-	"--userns":          "str always makes the sandbox's own user namespace (with a leased host uid); joining a given one is not supported",
-	"--userns2":         "str always makes the sandbox's own user namespace; switching to a given one is not supported",
-	"--pidns":           "str always makes the sandbox's own pid namespace below its own; a given parent pid namespace is not supported",
-	"--dev-bind":        "str mounts every bind nodev (device access comes only from --dev's nodes)",
-	"--dev-bind-try":    "str mounts every bind nodev (device access comes only from --dev's nodes)",
-	"--overlay-src":     "overlay mounts are not implemented yet",
-	"--overlay":         "overlay mounts are not implemented yet",
-	"--tmp-overlay":     "overlay mounts are not implemented yet",
-	"--ro-overlay":      "overlay mounts are not implemented yet",
-	"--exec-label":      "str does not set SELinux labels",
-	"--file-label":      "str does not set SELinux labels",
-	"--userns-block-fd": "str writes the sandbox's user namespace maps itself (a leased host uid); a caller cannot be given the namespace to map before the setup goes on",
-	"--cap-add":         "the tool never holds capabilities under str (its bounding set is emptied)",
+	"--userns":     joinNS,
+	"--userns2":    joinNS,
+	"--pidns":      joinNS,
+	"--exec-label": "str does not set SELinux labels",
+	"--file-label": "str does not set SELinux labels",
+	"--cap-add":    "the tool never holds capabilities under str (its bounding set is emptied)",
 }
+
+// joinNS is why the namespace-joining options are refused.
+const joinNS = "str always makes the sandbox's own user and pid namespaces: its init is a CLONE_VM child of the launcher, " +
+	"which the kernel does not let setns(2) into a user namespace (the memory is shared), and str's leased host ids, " +
+	"maps and cgroup placement assume a namespace of its own; joining one would need a separate single-threaded helper " +
+	"process between the launcher and the init, which str does not have"
 
 // Translate maps a parsed command line onto str's terms: every option
 // str honours becomes part of the Sandbox, every other is an
@@ -154,10 +159,10 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		firstSeccomp = op.Option
 	}
 
-	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, ShareNet: true}
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, UsernsBlockFD: -1, ShareNet: true}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts, pidns := false, false
-	var uidSet, gidSet, hostnameSet, asPid1 bool
+	var uidSet, gidSet, hostnameSet, asPid1, unshareUser bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
@@ -168,6 +173,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			pidns = true
 		case "--unshare-user", "--unshare-user-try":
 			userns = true
+			unshareUser = unshareUser || op.Option == "--unshare-user"
 		case "--unshare-uts":
 			uts = true
 		case "--unshare-net":
@@ -196,6 +202,8 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			sb.SyncFDs = append(sb.SyncFDs, op.FD())
 		case "--block-fd":
 			sb.BlockFD = op.FD()
+		case "--userns-block-fd":
+			sb.UsernsBlockFD = op.FD()
 		case "--argv0":
 			sb.Argv0 = op.Args[0]
 		case "--seccomp", "--add-seccomp-fd":
@@ -234,6 +242,18 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	if asPid1 && !pidns {
 		errs = append(errs, &UsageError{Option: "--as-pid-1", Msg: "Specifying --as-pid-1 requires --unshare-pid"})
 	}
+	// --userns-block-fd: an explicit --unshare-user (not the implied one,
+	// nor --unshare-all's -try), and --info-fd (the caller learns the pid
+	// there), and not with --disable-userns.
+	switch {
+	case sb.UsernsBlockFD < 0:
+	case !unshareUser:
+		errs = append(errs, &UsageError{Option: "--userns-block-fd", Msg: "--userns-block-fd requires --unshare-user"})
+	case sb.InfoFD < 0:
+		errs = append(errs, &UsageError{Option: "--userns-block-fd", Msg: "--userns-block-fd requires --info-fd"})
+	case sb.UsernsDisabled:
+		errs = append(errs, &UsageError{Option: "--userns-block-fd", Msg: "--disable-userns is not compatible with  --userns-block-fd"})
+	}
 
 	mounts, err := translateMounts(c.Ops, h, sb.UID, sb.GID)
 	if err != nil {
@@ -241,7 +261,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	}
 	for _, op := range c.Ops {
 		switch op.Option {
-		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd":
+		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd", "--dev-bind", "--dev-bind-try":
 			if insidePath(op.Args[1]) == "/" {
 				sb.RootBound = true
 			}
@@ -310,9 +330,10 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 	// lands, which follows it inside the new root; the init follows none.
 	links := map[string]string{}
 	dest := func(p string) string { return resolveLinks(insidePath(p), links) }
+	var lowers []string // the --overlay-src before an overlay, host paths, in the line's order
 	for i, op := range ops {
 		switch op.Option {
-		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd":
+		case "--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd", "--dev-bind", "--dev-bind-try":
 			src, dst := hostPath(op.Args[0], h.Cwd), dest(op.Args[1])
 			if strings.HasSuffix(op.Option, "-fd") {
 				// The descriptor's own file, as bubblewrap names it: the
@@ -323,6 +344,10 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 			}
 			ro := strings.HasPrefix(op.Option, "--ro-")
 			try := strings.HasSuffix(op.Option, "-try")
+			// --dev-bind: without nodev, the one bind whose device nodes
+			// the tool may open (those its ids may, on a filesystem the
+			// kernel lets a user namespace use devices of).
+			devices := strings.HasPrefix(op.Option, "--dev-")
 			fi, err := h.Stat(src)
 			if err != nil {
 				if try && errors.Is(err, fs.ErrNotExist) {
@@ -344,7 +369,7 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				// source is bound as it is: no tool may leave root's
 				// files on the host (see str run --workdir).
 				idmap := !ro && h.UID == 0 && !rootOwned(fi)
-				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: src, Target: dst, ReadOnly: ro, IDMapOwner: idmap})
+				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: src, Target: dst, ReadOnly: ro, IDMapOwner: idmap, Devices: devices})
 				continue
 			}
 			// A bind over the whole root. str's root is its own tmpfs
@@ -382,7 +407,41 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				if !e.IsDir() && !e.Type().IsRegular() {
 					continue // sockets, fifos, devices at the top of / are not bound
 				}
-				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: path, Target: dst, ReadOnly: ro})
+				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: path, Target: dst, ReadOnly: ro, Devices: devices})
+			}
+		case "--overlay-src":
+			lowers = append(lowers, hostPath(op.Args[0], h.Cwd))
+		case "--overlay", "--tmp-overlay", "--ro-overlay":
+			// An overlay of the --overlay-src before it (parse checked
+			// their number), the last given on top (bubblewrap's order):
+			// the launcher makes it on the host, detached, and the init
+			// attaches it as a bind's tree. Every layer is a host path
+			// found like a bind source; --overlay's upper and work dirs
+			// too (the writes land in its upper dir on the host),
+			// --tmp-overlay's are a tmpfs of the launcher's, gone with the
+			// sandbox; --ro-overlay has none.
+			m := nsinit.Mount{Kind: nsinit.MountBind, Target: dest(op.Args[len(op.Args)-1]), ReadOnly: op.Option == "--ro-overlay"}
+			o := &nsinit.Overlay{Lower: slices.Clone(lowers)}
+			slices.Reverse(o.Lower)
+			m.Overlay, m.Source, lowers = o, o.Lower[0], nil
+			layers := slices.Clone(o.Lower)
+			if op.Option == "--overlay" {
+				o.Upper, o.Work = hostPath(op.Args[0], h.Cwd), hostPath(op.Args[1], h.Cwd)
+				layers = append(layers, o.Upper, o.Work)
+			}
+			ok := true
+			for _, p := range layers {
+				if _, err := h.Stat(p); err != nil {
+					var pe *fs.PathError
+					if errors.As(err, &pe) {
+						err = pe.Err
+					}
+					errs = append(errs, &SourceError{Option: op.Option, Path: p, Err: err})
+					ok = false
+				}
+			}
+			if ok {
+				ms = append(ms, m)
 			}
 		case "--tmpfs":
 			perms := 0o755
@@ -503,7 +562,7 @@ func coveredLater(ops []Op, dst, cwd string) bool {
 			if insidePath(op.Args[0]) == dst {
 				return true
 			}
-		case "--bind", "--ro-bind":
+		case "--bind", "--ro-bind", "--dev-bind":
 			if insidePath(op.Args[1]) == dst {
 				return true
 			}
@@ -614,7 +673,7 @@ func hostFileOf(ms []nsinit.Mount, path string) (string, bool) {
 			continue
 		}
 		host = ""
-		if m.Kind == nsinit.MountBind {
+		if m.Kind == nsinit.MountBind && m.Overlay == nil { // an overlay's files are no one host file
 			host = filepath.Join(m.Source, strings.TrimPrefix(path, m.Target))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -61,8 +62,8 @@ func TestTranslateRefusals(t *testing.T) {
 			t.Errorf("%s: %v", o.Name, err)
 		}
 	}
-	_, err := translate(t, h, "--dev-bind", "/dev", "/dev", "--cap-add", "ALL", "true")
-	if err == nil || !strings.Contains(err.Error(), "--dev-bind") || !strings.Contains(err.Error(), "--cap-add") {
+	_, err := translate(t, h, "--pidns", "3", "--cap-add", "ALL", "true")
+	if err == nil || !strings.Contains(err.Error(), "--pidns") || !strings.Contains(err.Error(), "--cap-add") {
 		t.Errorf("two refusals: %v", err)
 	}
 }
@@ -421,6 +422,84 @@ func TestTranslateSeccomp(t *testing.T) {
 	} {
 		if _, err := translate(t, h, tc.line...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.line, err, tc.want)
+		}
+	}
+}
+
+// --dev-bind and --dev-bind-try are binds without nodev (Devices), the
+// whole-root form's entries too; every other bind keeps nodev.
+func TestTranslateDevBind(t *testing.T) {
+	h := testHost(t, 1000)
+	src := t.TempDir()
+	if err := os.Mkdir(filepath.Join(src, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := translate(t, h, "--dev-bind", src, "/x", "--dev-bind-try", "/nonexistent-str-test", "/y", "--bind", src, "/z", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sb.Mounts) != 2 || !sb.Mounts[0].Devices || sb.Mounts[0].Target != "/x" || sb.Mounts[1].Devices {
+		t.Errorf("mounts %+v", sb.Mounts)
+	}
+	sb, err = translate(t, h, "--dev-bind", src, "/", "true")
+	if err != nil || !sb.RootBound || len(sb.Mounts) != 1 || !sb.Mounts[0].Devices || sb.Mounts[0].Target != "/d" {
+		t.Errorf("--dev-bind over /: %v %+v", err, sb)
+	}
+}
+
+// An overlay is a bind whose tree the launcher makes: its lower layers in
+// overlayfs's order (the last --overlay-src on top), --overlay's upper and
+// work dirs relative to the caller's directory, none for the others;
+// --ro-overlay read-only. A missing layer is bubblewrap's error.
+func TestTranslateOverlays(t *testing.T) {
+	h := testHost(t, 0)
+	for _, d := range []string{"l1", "l2", "up", "wk"} {
+		if err := os.Mkdir(filepath.Join(h.Cwd, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := func(d string) string { return filepath.Join(h.Cwd, d) }
+	sb, err := translate(t, h, "--overlay-src", "l1", "--overlay-src", "l2", "--overlay", "up", "wk", "/a",
+		"--overlay-src", "l1", "--tmp-overlay", "/b", "--overlay-src", "l1", "--overlay-src", "l2", "--ro-overlay", "/c", "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []nsinit.Mount{
+		{Kind: nsinit.MountBind, Source: p("l2"), Target: "/a", Overlay: &nsinit.Overlay{Lower: []string{p("l2"), p("l1")}, Upper: p("up"), Work: p("wk")}},
+		{Kind: nsinit.MountBind, Source: p("l1"), Target: "/b", Overlay: &nsinit.Overlay{Lower: []string{p("l1")}}},
+		{Kind: nsinit.MountBind, Source: p("l2"), Target: "/c", ReadOnly: true, Overlay: &nsinit.Overlay{Lower: []string{p("l2"), p("l1")}}},
+	}
+	if !reflect.DeepEqual(sb.Mounts, want) {
+		t.Errorf("mounts\n got %+v\nwant %+v", sb.Mounts, want)
+	}
+	_, err = translate(t, h, "--overlay-src", "gone", "--tmp-overlay", "/b", "true")
+	var se *SourceError
+	if !errors.As(err, &se) || se.Path != p("gone") || !strings.HasPrefix(err.Error(), "Can't find source path") {
+		t.Errorf("missing layer: %v", err)
+	}
+}
+
+// --userns-block-fd: bubblewrap's rules (an explicit --unshare-user, an
+// --info-fd, not with --disable-userns), with its words.
+func TestTranslateUsernsBlockFD(t *testing.T) {
+	h := testHost(t, 1000)
+	sb, err := translate(t, h, "--unshare-user", "--info-fd", "3", "--userns-block-fd", "4", "true")
+	if err != nil || sb.UsernsBlockFD != 4 || sb.BlockFD != -1 {
+		t.Fatalf("%v %+v", err, sb)
+	}
+	for _, tc := range []struct {
+		line []string
+		msg  string
+	}{
+		{[]string{"--info-fd", "3", "--userns-block-fd", "4", "true"}, "--userns-block-fd requires --unshare-user"},
+		{[]string{"--unshare-all", "--info-fd", "3", "--userns-block-fd", "4", "true"}, "--userns-block-fd requires --unshare-user"},
+		{[]string{"--unshare-user", "--userns-block-fd", "4", "true"}, "--userns-block-fd requires --info-fd"},
+		{[]string{"--unshare-user", "--info-fd", "3", "--disable-userns", "--userns-block-fd", "4", "true"}, "--disable-userns is not compatible with  --userns-block-fd"},
+	} {
+		_, err := translate(t, h, tc.line...)
+		var ue *UsageError
+		if !errors.As(err, &ue) || ue.Msg != tc.msg {
+			t.Errorf("%q: %v, want %q", tc.line, err, tc.msg)
 		}
 	}
 }

@@ -121,6 +121,14 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 		if !hasSource(m) || m.TreeFD <= 0 {
 			continue
 		}
+		if m.Overlay != nil {
+			fd, err := overlayTree(m, wd, owner)
+			if err != nil {
+				return fail(err)
+			}
+			trees = append(trees, os.NewFile(uintptr(fd), m.Target))
+			continue
+		}
 		fd, detail, err := cloneSource(m)
 		if err != nil {
 			if m.Optional && errors.Is(err, unix.ENOENT) {
@@ -161,6 +169,31 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 		numberTrees(out, first)
 	}
 	return trees, out, wbs, nil
+}
+
+// overlayTree is L3 for an overlay (str bwrap's --overlay, --tmp-overlay,
+// --ro-overlay; root mode): each lower layer is cloned like a bind
+// source (cloneSource: one resolution of the path, a detached private
+// copy), then writeback.Layers makes the detached overlay of them, the
+// tree the init attaches.
+func overlayTree(m nsinit.Mount, wd profiles.WorkDir, owner ownerMap) (int, error) {
+	var lowers []int
+	defer func() {
+		for _, fd := range lowers {
+			unix.Close(fd) // the overlay holds its own references
+		}
+	}()
+	for _, p := range m.Overlay.Lower {
+		layer := m
+		layer.Source = p
+		fd, detail, err := cloneSource(layer)
+		if err != nil {
+			return -1, &StepError{Who: "launcher", Step: nsinit.StepLBindSources, Action: "clone overlay layer", Path: p,
+				Detail: detail, Msg: err.Error(), Err: err}
+		}
+		lowers = append(lowers, fd)
+	}
+	return writeback.Layers(m, lowers, wd, owner.uid, owner.gid)
 }
 
 func closeFiles(fs []*os.File) {

@@ -23,6 +23,11 @@ func (pl *Plan) SetMounts(ms []nsinit.Mount) error {
 		if hasSource(m) {
 			sources++
 		}
+		if m.Overlay != nil && pl.Rootless {
+			return fmt.Errorf("%w: overlay on %s: not supported rootless: an unprivileged caller's overlay must be mounted "+
+				"inside the sandbox's user namespace, which only the init could do, and it has no step for it "+
+				"(as root the launcher makes the overlay on the host)", ErrInvalidRequest, m.Target)
+		}
 	}
 	if sources > nsinit.MaxBindSources {
 		return fmt.Errorf("%w: %d bind mounts, at most %d", ErrInvalidRequest, sources, nsinit.MaxBindSources)

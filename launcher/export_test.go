@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/securetoolruntime/str/nsinit"
@@ -27,6 +28,15 @@ func TestSetMounts(t *testing.T) {
 	rootless := mustPlan(t, "standard", Request{Argv: []string{"true"}}, fakeHost(1000, CgroupV2))
 	if err := rootless.SetMounts(ms); err != nil || rootless.Child.Mounts[0].TreeFD != 0 {
 		t.Errorf("rootless: %v, tree fd %d (the init clones its sources itself)", err, rootless.Child.Mounts[0].TreeFD)
+	}
+	// An overlay's tree is the launcher's (root mode); rootless it is
+	// refused with its reason, never left to the init to clone by path.
+	ovl := []nsinit.Mount{{Kind: nsinit.MountBind, Source: "/usr", Target: "/o", Overlay: &nsinit.Overlay{Lower: []string{"/usr"}}}}
+	if err := root.SetMounts(ovl); err != nil || root.Child.Mounts[0].TreeFD != first {
+		t.Errorf("root mode overlay: %v, tree fd %d", err, root.Child.Mounts[0].TreeFD)
+	}
+	if err := rootless.SetMounts(ovl); !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "not supported rootless") {
+		t.Errorf("rootless overlay: %v", err)
 	}
 	for _, bad := range [][]nsinit.Mount{
 		{{Kind: nsinit.MountTmpfs, Target: "tmp"}},

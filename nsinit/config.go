@@ -118,6 +118,18 @@ type Mount struct {
 	// (`str run --workdir`: SECURITY.md, "Root and rootless", and L10).
 	IDMapOwner bool `json:"id_map_owner,omitempty"`
 	WriteBack  bool `json:"write_back,omitempty"`
+	// Overlay is the launcher's alone too (root mode, str bwrap's
+	// overlays): the tree it passes is that overlay, not Source's clone.
+	Overlay *Overlay `json:"overlay,omitempty"`
+	Devices bool     `json:"devices,omitempty"` // a bind without nodev (str bwrap's --dev-bind)
+}
+
+// Overlay is made by the launcher at L3 of the Lower host dirs (top first)
+// over Upper with Work ("": over a tmpfs of its own; read-only: none).
+type Overlay struct {
+	Lower []string `json:"lower"`
+	Upper string   `json:"upper,omitempty"`
+	Work  string   `json:"work,omitempty"`
 }
 
 // ConfigVersion is the version of Config's form, as a plan shows it (2:

@@ -187,11 +187,8 @@ func (b *builder) close(d opDesc, s slotID) {
 	b.free = append(b.free, s)
 }
 
-func (b *builder) fail(err error) {
-	if b.err == nil {
-		b.err = err
-	}
-}
+// fail records the first error of the compilation.
+func (b *builder) fail(err error) { b.err = cmp.Or(b.err, err) }
 
 // cstr is s as a C string the program keeps.
 func (b *builder) cstr(s string) uintptr {
@@ -1249,8 +1246,6 @@ func EncodeCall(argv, env []string) ([]byte, error) {
 	b := make([]byte, callHeader, callHeader+64)
 	for k, list := range [][]string{argv, env, paths} {
 		binary.LittleEndian.PutUint32(b[4*k:], uint32(len(list)))
-	}
-	for _, list := range [][]string{argv, env, paths} {
 		for _, s := range list {
 			if strings.IndexByte(s, 0) >= 0 {
 				return nil, fmt.Errorf("%q contains a NUL byte", s)

@@ -1,7 +1,6 @@
 package nsinit
 
 import (
-	"slices"
 	"testing"
 	"unsafe"
 
@@ -54,9 +53,12 @@ func TestProgramMemoryOutlivesItsChild(t *testing.T) {
 	if err := p.Release(); err == nil {
 		t.Fatal("Release succeeded while the child may run on the program's memory")
 	}
-	freeChildMem.Lock()
-	reused := slices.Contains(freeChildMem.list, mem)
-	freeChildMem.Unlock()
+	reused := false // the free list, drained and filled again (no other test runs meanwhile)
+	for n := len(freeChildMem); n > 0; n-- {
+		m := <-freeChildMem
+		reused = reused || m == mem
+		freeChildMem <- m
+	}
 	_, isPinned := pinned.Load(p)
 	if reused || p.mem != mem || len(p.ops) != len(ops) || !isPinned {
 		t.Fatalf("after a refused Release: memory recycled %v, kept %v, lists kept %v, pinned %v", reused, p.mem == mem, len(p.ops) == len(ops), isPinned)

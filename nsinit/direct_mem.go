@@ -29,22 +29,16 @@ var childMemSize = (childGuard + childStack + int(unsafe.Sizeof(callArea{})) + c
 
 // freeChildMem holds the mappings of released programs; at most
 // maxFreeChildMem (the rest are unmapped).
-var freeChildMem struct {
-	sync.Mutex
-	list []*childMem
-}
+var freeChildMem = make(chan *childMem, maxFreeChildMem)
 
 const maxFreeChildMem = 32
 
 func getChildMem() (*childMem, error) {
-	freeChildMem.Lock()
-	if n := len(freeChildMem.list); n > 0 {
-		m := freeChildMem.list[n-1]
-		freeChildMem.list = freeChildMem.list[:n-1]
-		freeChildMem.Unlock()
+	select {
+	case m := <-freeChildMem:
 		return m, nil
+	default:
 	}
-	freeChildMem.Unlock()
 	region, err := unix.Mmap(-1, 0, childMemSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		return nil, fmt.Errorf("mmap the child's stack: %w", err)
@@ -65,14 +59,11 @@ func (m *childMem) stackTop() uintptr {
 }
 
 func putChildMem(m *childMem) {
-	freeChildMem.Lock()
-	if len(freeChildMem.list) < maxFreeChildMem {
-		freeChildMem.list = append(freeChildMem.list, m)
-		freeChildMem.Unlock()
-		return
+	select {
+	case freeChildMem <- m:
+	default:
+		unix.Munmap(m.region)
 	}
-	freeChildMem.Unlock()
-	unix.Munmap(m.region)
 }
 
 // programLife keeps a Program's memory (lists, buffers, slots, childMem)

@@ -68,15 +68,15 @@ func (b *builder) cloneSource(m Mount) slotID {
 
 // bindAttr is what a bind's (or device node's) detached tree gets,
 // recursively, before it is attached, and its names for an error: nosuid
-// always; nodev, but noexec for a device node (it is a device); rdonly
-// when the plan says so.
+// always; nodev (unless the plan says Devices), but noexec for a device
+// node (it is a device); rdonly when the plan says so.
 func bindAttr(m Mount) (unix.MountAttr, string) {
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
 	what := "MOUNT_ATTR_NOSUID"
 	if m.Kind == MountDevNode {
 		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
 		what += "|MOUNT_ATTR_NOEXEC"
-	} else {
+	} else if !m.Devices {
 		attr.Attr_set |= unix.MOUNT_ATTR_NODEV
 		what += "|MOUNT_ATTR_NODEV"
 	}

@@ -177,17 +177,31 @@ func cmdBwrap(name string, args []string) int {
 	// mount, the namespaces, the listeners) and waits there; the command
 	// comes as its call once the descriptor has data or is closed. The
 	// wait is bounded by the profile's timeout, and the command's own
-	// clock starts at the call.
+	// clock starts at the call. --userns-block-fd waits at the same
+	// point, first: bubblewrap waits there for its caller to write the
+	// user namespace's maps, which str has written already.
+	type block struct {
+		opt string
+		fd  int
+	}
+	var blocks []block
+	for _, b := range []block{{"--userns-block-fd", sb.UsernsBlockFD}, {"--block-fd", sb.BlockFD}} {
+		if b.fd >= 0 {
+			blocks = append(blocks, b)
+		}
+	}
 	var callArgv, callEnv []string
-	if sb.BlockFD >= 0 {
+	if len(blocks) > 0 {
 		callArgv, callEnv = pl.Child.Argv, pl.Child.Env
 		pl.Child.Argv, pl.Child.AwaitCall, pl.Idle = nil, true, pl.Timeout
 	}
 
 	if planOnly {
-		if sb.BlockFD >= 0 {
+		if len(blocks) > 0 {
 			fmt.Printf("command: %q\nenvironment: %q\n", callArgv, callEnv)
-			fmt.Printf("started once descriptor %d has data or is closed (--block-fd): the init waits at step 10a, the command is its call\n", sb.BlockFD)
+			for _, b := range blocks {
+				fmt.Printf("started once descriptor %d has data or is closed (%s): the init waits at step 10a, the command is its call\n", b.fd, b.opt)
+			}
 		} else {
 			fmt.Printf("command: %q\nenvironment: %q\n", pl.Child.Argv, pl.Child.Env)
 		}
@@ -267,14 +281,16 @@ func cmdBwrap(name string, args []string) int {
 			status = f
 		}
 	}
-	if sb.BlockFD >= 0 {
-		if err := awaitBlockFD(ctx, s, sb.BlockFD); err != nil {
-			s.Kill()
-			return fail("--block-fd %d: %v", sb.BlockFD, err)
+	if len(blocks) > 0 {
+		for _, b := range blocks {
+			if err := awaitBlockFD(ctx, s, b.fd); err != nil {
+				s.Kill()
+				return fail("%s %d: %v", b.opt, b.fd, err)
+			}
 		}
 		if err := s.Call(callArgv, callEnv, [nsinit.CallFDs]*os.File{os.Stdin, os.Stdout, os.Stderr}, pl.Timeout); err != nil && !errors.Is(err, launcher.ErrEnded) {
 			s.Kill()
-			return fail("--block-fd %d: %v", sb.BlockFD, err)
+			return fail("%s %d: %v", blocks[len(blocks)-1].opt, blocks[len(blocks)-1].fd, err)
 		}
 	}
 	res, err := s.Wait()

@@ -152,7 +152,22 @@ func describeMount(m nsinit.Mount) string {
 		if m.WriteBack {
 			opt += " (capped: an overlay whose upper layer is a tmpfs of the profile's work_dir; the tool's changes are copied back at step L10)"
 		}
-		return fmt.Sprintf("bind %s %s -> %s, recursive, nosuid,nodev%s%s", mode, m.Source, m.Target, opt, treeSource(m))
+		if o := m.Overlay; o != nil {
+			upper := "a tmpfs of the launcher's, capped like the work dir"
+			switch {
+			case o.Upper != "":
+				upper = o.Upper + " (work dir " + o.Work + ")"
+			case m.ReadOnly:
+				upper = "none"
+			}
+			return fmt.Sprintf("overlay %s -> %s, lower %s (top first), upper %s, nosuid,nodev; made on the host by the launcher (init fd %d)",
+				mode, m.Target, strings.Join(o.Lower, ":"), upper, m.TreeFD)
+		}
+		nodev := ",nodev"
+		if m.Devices {
+			nodev = " (devices usable: --dev-bind)"
+		}
+		return fmt.Sprintf("bind %s %s -> %s, recursive, nosuid%s%s%s", mode, m.Source, m.Target, nodev, opt, treeSource(m))
 	case nsinit.MountDevNode:
 		return fmt.Sprintf("device %s -> %s, nosuid,noexec%s", m.Source, m.Target, treeSource(m))
 	case nsinit.MountTmpfs:

@@ -20,6 +20,12 @@ func TestDescribeMountSaysWhoClones(t *testing.T) {
 			"bind ro /usr -> /usr, recursive, nosuid,nodev; cloned by the init"},
 		{nsinit.Mount{Kind: nsinit.MountBind, Source: "/opt", Target: "/opt", ReadOnly: true, Optional: true, TreeFD: nsinit.SourceAbsent},
 			"bind ro /opt -> /opt, recursive, nosuid,nodev (optional); absent, skipped"},
+		{nsinit.Mount{Kind: nsinit.MountBind, Source: "/dev", Target: "/dev", Devices: true},
+			"bind rw /dev -> /dev, recursive, nosuid (devices usable: --dev-bind); cloned by the init"},
+		{nsinit.Mount{Kind: nsinit.MountBind, Source: "/b", Target: "/o", TreeFD: 7, Overlay: &nsinit.Overlay{Lower: []string{"/b", "/a"}}},
+			"overlay rw -> /o, lower /b:/a (top first), upper a tmpfs of the launcher's, capped like the work dir, nosuid,nodev; made on the host by the launcher (init fd 7)"},
+		{nsinit.Mount{Kind: nsinit.MountBind, Source: "/b", Target: "/o", TreeFD: 7, ReadOnly: true, Overlay: &nsinit.Overlay{Lower: []string{"/b", "/a"}}},
+			"overlay ro -> /o, lower /b:/a (top first), upper none, nosuid,nodev; made on the host by the launcher (init fd 7)"},
 	} {
 		if got := describeMount(c.m); got != c.want {
 			t.Errorf("describeMount(%s):\n got %s\nwant %s", c.m.Target, got, c.want)

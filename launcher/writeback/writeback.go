@@ -125,7 +125,8 @@ func Overlay(tree int, m nsinit.Mount, wd profiles.WorkDir, toolUID, toolGID int
 }
 
 // mountDetached creates a filesystem with the new mount API and returns
-// its detached mount (nosuid,nodev).
+// its detached mount (nosuid,nodev). A parameter with an empty value is
+// a flag.
 func mountDetached(fstype string, params [][2]string) (int, error) {
 	fsfd, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
 	if err != nil {
@@ -133,7 +134,11 @@ func mountDetached(fstype string, params [][2]string) (int, error) {
 	}
 	defer unix.Close(fsfd)
 	for _, p := range params {
-		if err := unix.FsconfigSetString(fsfd, p[0], p[1]); err != nil {
+		set := func() error { return unix.FsconfigSetString(fsfd, p[0], p[1]) }
+		if p[1] == "" { // a flag (userxattr)
+			set = func() error { return unix.FsconfigSetFlag(fsfd, p[0]) }
+		}
+		if err := set(); err != nil {
 			return -1, fmt.Errorf("fsconfig %s=%s: %w", p[0], p[1], err)
 		}
 	}

@@ -293,8 +293,9 @@ func TestBwrapRefusals(t *testing.T) {
 	}{
 		{[]string{"--frobnicate", "true"}, "Unknown option --frobnicate"},
 		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
-		{[]string{"--overlay-src", "/usr", "--tmp-overlay", "/o", "true"}, "--overlay-src: not supported by str bwrap: overlay mounts are not implemented yet"},
-		{[]string{"--dev-bind", "/dev", "/dev", "true"}, "--dev-bind: not supported by str bwrap: str mounts every bind nodev"},
+		{[]string{"--userns", "0", "true"}, "--userns: not supported by str bwrap: str always makes the sandbox's own user and pid namespaces"},
+		{[]string{"--pidns", "0", "true"}, "--pidns: not supported by str bwrap: str always makes the sandbox's own user and pid namespaces"},
+		{[]string{"--overlay-src", "/usr", "true"}, "--overlay-src must be followed by another --overlay-src or one of --overlay, --tmp-overlay, or --ro-overlay"},
 		{[]string{"--level-prefix", "--cap-add", "ALL", "true"}, "<3>str bwrap: --cap-add: not supported by str bwrap"},
 	} {
 		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
@@ -427,6 +428,29 @@ func TestBwrapDisableUserns(t *testing.T) {
 // where a user namespace is implied for a non-root caller; with the
 // machine's bubblewrap the same line shows the same.
 func TestBwrapRootless(t *testing.T) {
+	line := `--unshare-pid --unshare-net --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 ` +
+		`--proc /proc --dev /dev --tmpfs /tmp --chdir /tmp --clearenv --setenv PATH /usr/bin -- /bin/sh -c 'id -u; id -g; pwd; echo x > f && cat f; env'`
+	for who, r := range rootlessBwrap(t, line) {
+		if r.err != nil {
+			t.Errorf("%s rootless: %v\n%s", who, r.err, r.out)
+			continue
+		}
+		if got, want := strings.Fields(r.out), []string{"1000", "1000", "/tmp", "x", "PATH=/usr/bin", "PWD=/tmp"}; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s rootless:\ngot  %q\nwant %q", who, got, want)
+		}
+	}
+}
+
+type rootlessRun struct {
+	out string
+	err error
+}
+
+// rootlessBwrap runs line (shell words) as uid 1000 under str bwrap, in a
+// cgroup v1 subtree delegated to that uid (created here), and under the
+// machine's bubblewrap when it has one, from /: their output by who ran.
+func rootlessBwrap(t *testing.T, line string) map[string]rootlessRun {
+	t.Helper()
 	needRoot(t) // to set up the unprivileged user's delegated cgroup
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		mustwork.Skip(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
@@ -454,30 +478,24 @@ func TestBwrapRootless(t *testing.T) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
 		}
-		defer os.Remove(d)
+		t.Cleanup(func() { os.Remove(d) })
 		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
 		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
 	}
 	if len(moves) == 0 {
 		mustwork.Skip(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
 	}
-	line := `--unshare-pid --unshare-net --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 ` +
-		`--proc /proc --dev /dev --tmpfs /tmp --chdir /tmp --clearenv --setenv PATH /usr/bin -- /bin/sh -c 'id -u; id -g; pwd; echo x > f && cat f; env'`
 	progs := map[string]string{"str bwrap": bin + " bwrap"}
 	if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
 		progs["bubblewrap"] = "/usr/bin/bwrap"
 	}
+	out := map[string]rootlessRun{}
 	for who, prog := range progs {
 		script := strings.Join(moves, " && ") + fmt.Sprintf(" && cd / && exec setpriv --reuid %d --regid %d --clear-groups %s %s", uid, uid, prog, line)
-		out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
-		if err != nil {
-			t.Errorf("%s rootless: %v\n%s", who, err, out)
-			continue
-		}
-		if got, want := strings.Fields(string(out)), []string{"1000", "1000", "/tmp", "x", "PATH=/usr/bin", "PWD=/tmp"}; strings.Join(got, " ") != strings.Join(want, " ") {
-			t.Errorf("%s rootless:\ngot  %q\nwant %q", who, got, want)
-		}
+		b, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+		out[who] = rootlessRun{string(b), err}
 	}
+	return out
 }
 
 // The filesystem options the init gained for str bwrap (--remount-ro,
