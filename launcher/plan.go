@@ -228,6 +228,8 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	// process of the namespace (a double-forked daemon too).
 	if host.Cgroup == CgroupNone {
 		switch {
+		case pl.Rootless && p.Rlimits.AS == profiles.UnlimitedAS:
+			bad("no cgroup delegated to uid %d, and profile %s has rlimits.as: unlimited, which needs memory.max to bound the sandbox (see str doctor)", host.UID, p.Name)
 		case pl.Rootless && (p.BestEffort || !host.RequireCgroup):
 			pl.Cgroup.Unenforced = fmt.Sprintf("not delegated to uid %d", host.UID)
 		case p.BestEffort:

@@ -549,6 +549,8 @@ func TestPlanWithoutCgroup(t *testing.T) {
 	std, _ := set.Lookup("standard")
 	be := *std
 	be.BestEffort = true
+	unlimited := *std
+	unlimited.Rlimits.AS = profiles.UnlimitedAS
 	for _, c := range []struct {
 		name    string
 		uid     int
@@ -561,6 +563,7 @@ func TestPlanWithoutCgroup(t *testing.T) {
 		{"rootless, required, best_effort", 65534, true, &be, "not delegated to uid 65534"},
 		{"root", 0, false, std, "error"},
 		{"root, best_effort", 0, false, &be, "no writable cgroup hierarchy (best_effort)"},
+		{"rootless, rlimits.as unlimited", 65534, false, &unlimited, "error"},
 	} {
 		host := fakeHost(c.uid, CgroupNone)
 		host.RequireCgroup = c.require
