@@ -89,7 +89,7 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 		w("\ncgroup: none (%s): limits not enforced\n", cg.Unenforced)
 		w("  not applied: memory.max %s, cpu.max %.2f CPUs, pids.max %d (str doctor says how to get them)\n",
 			bytes(profiles.Quantity(cg.MemoryMax)), float64(cg.CPUQuotaUs)/float64(cg.CPUPeriodUs), cg.PidsMax)
-		w("  still enforced: the rlimits above, per process (RLIMIT_NPROC bounds forks), and the timeout\n")
+		w("  still enforced: the rlimits above (RLIMIT_NPROC, counted in the sandbox's user namespace, bounds its processes) and the timeout\n")
 	} else {
 		w("\ncgroup (%s):\n", cg.Mode)
 		w("  memory.max %s, swap %d\n", bytes(profiles.Quantity(cg.MemoryMax)), cg.SwapMax)
