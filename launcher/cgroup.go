@@ -68,14 +68,24 @@ type sandboxCgroup interface {
 	Delete() error
 }
 
-// DetectCgroup says which hierarchy limits go through: v2 if the unified
-// hierarchy is mounted at /sys/fs/cgroup, else v1 if our own cgroup in its
-// memory and pids hierarchies is writable (root, or a subtree delegated
-// to this user), else none.
-func DetectCgroup() CgroupMode {
+// DetectCgroup says which hierarchy limits go through for this process
+// with no explicit v2 parent (detectCgroup).
+func DetectCgroup() CgroupMode { return detectCgroup(os.Geteuid(), "") }
+
+// detectCgroup says which hierarchy limits go through: v2 if the unified
+// hierarchy is mounted at /sys/fs/cgroup and, for an unprivileged uid,
+// the cgroup sandbox cgroups would be made in was delegated to it (see
+// v2Delegated); else v1 if our own cgroup in its memory and pids
+// hierarchies is writable (root, or a subtree delegated to this user);
+// else none. Root on v2 is v2 whatever the mode bits say: a cgroup root
+// cannot write is a host misconfiguration, reported by Create.
+func detectCgroup(uid int, v2parent string) CgroupMode {
 	var st unix.Statfs_t
 	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-		return CgroupV2
+		if uid == 0 || v2Delegated(v2parent) {
+			return CgroupV2
+		}
+		return CgroupNone
 	}
 	own, _ := ProcCgroups("self")
 	for _, c := range []string{"memory", "pids"} {
@@ -85,6 +95,33 @@ func DetectCgroup() CgroupMode {
 		}
 	}
 	return CgroupV1
+}
+
+// v2Delegated reports whether this process may make sandbox cgroups
+// where v2Base would: in the explicit parent (a directory it may create
+// entries in, or one it may create), or in its own cgroup (its parent when it is a
+// str-supervisor leaf), whose directory and cgroup.procs it must be
+// able to write (the launcher moves itself into a leaf there). A
+// systemd user manager's units with Delegate=yes, and a subtree chowned
+// to the user, are; a login session's scope is not.
+func v2Delegated(parent string) bool {
+	if parent != "" {
+		dir := filepath.Join(cgroupRoot, parent)
+		if err := unix.Access(dir, unix.W_OK); err != unix.ENOENT {
+			return err == nil
+		}
+		return unix.Access(filepath.Dir(dir), unix.W_OK) == nil // prepareV2Base makes it
+	}
+	own, err := ProcCgroups("self")
+	p, ok := own[""]
+	if err != nil || !ok {
+		return false
+	}
+	if filepath.Base(p) == "str-supervisor" {
+		p = filepath.Dir(p)
+	}
+	dir := filepath.Join(cgroupRoot, p)
+	return unix.Access(dir, unix.W_OK) == nil && unix.Access(filepath.Join(dir, "cgroup.procs"), unix.W_OK) == nil
 }
 
 // ProcCgroups reads the cgroups of the process pid ("self", or a

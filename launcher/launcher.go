@@ -39,7 +39,12 @@ type Options struct {
 	// sandboxes. It sweeps a dead launcher's cgroups at its first sandbox
 	// whatever the state directory's stamp says (sweepEvery).
 	LongLived bool
-	Logger    *slog.Logger
+	// RequireCgroup: an unprivileged caller without a cgroup it may write
+	// is refused unless the profile is best_effort (Host.RequireCgroup).
+	// str-worker sets it: a worker runs others' calls under the limits
+	// its operator chose. STR_REQUIRE_CGROUP=1 sets it for any program.
+	RequireCgroup bool
+	Logger        *slog.Logger
 }
 
 // Decoder decodes an operator's YAML into the decoded form packages
@@ -113,7 +118,16 @@ func New(opts Options) (*Launcher, error) {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
-	l.host = Host{UID: os.Geteuid(), GID: os.Getegid(), Cgroup: DetectCgroup(), Getenv: os.Getenv}
+	uid := os.Geteuid()
+	l.host = Host{UID: uid, GID: os.Getegid(), Cgroup: detectCgroup(uid, opts.CgroupParent), Getenv: os.Getenv}
+	switch v := os.Getenv("STR_REQUIRE_CGROUP"); v {
+	case "", "0":
+		l.host.RequireCgroup = opts.RequireCgroup
+	case "1":
+		l.host.RequireCgroup = true
+	default:
+		return nil, fmt.Errorf("launcher: STR_REQUIRE_CGROUP=%q: 1 (an unprivileged str without a delegated cgroup refuses to run) or 0/unset", v)
+	}
 	if err := statedir.Check(os.Getenv); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}

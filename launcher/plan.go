@@ -30,6 +30,12 @@ var ErrInvalidRequest = errors.New("invalid sandbox request")
 type Host struct {
 	UID, GID int        // the caller's effective ids
 	Cgroup   CgroupMode // which cgroup hierarchy limits are applied through
+	// RequireCgroup refuses an unprivileged caller's plan on a host with
+	// no cgroup it may write (CgroupNone) unless the profile is
+	// best_effort, as a root caller's always is: STR_REQUIRE_CGROUP=1, or
+	// a worker (Options.RequireCgroup). Unset, an unprivileged caller runs
+	// without the profile's cgroup limits and is told so (CgroupPlan.Unenforced).
+	RequireCgroup bool
 	// Lstat and Readlink look at host paths (bind sources); nil means the os
 	// functions.
 	Lstat    func(string) (fs.FileInfo, error)
@@ -45,7 +51,7 @@ type CgroupMode string
 const (
 	CgroupV2   CgroupMode = "v2"   // unified hierarchy: CLONE_INTO_CGROUP, cgroup.kill
 	CgroupV1   CgroupMode = "v1"   // legacy/hybrid controllers: enter after clone, freeze+kill
-	CgroupNone CgroupMode = "none" // no writable cgroup (best_effort only)
+	CgroupNone CgroupMode = "none" // no writable cgroup: best_effort, or an unprivileged caller (Host.RequireCgroup)
 )
 
 // Plan is the complete, concrete description of one sandbox: what `str
@@ -109,6 +115,20 @@ type CgroupPlan struct {
 	CPUQuotaUs  int64      `json:"cpu_quota_us"`
 	CPUPeriodUs int64      `json:"cpu_period_us"`
 	PidsMax     int64      `json:"pids_max"`
+	// Unenforced says why the limits above are not applied (Mode none):
+	// "not delegated to uid N". Empty when they are.
+	Unenforced string `json:"unenforced,omitempty"`
+}
+
+// Warning is the one line a plan without its cgroup limits carries into
+// its result (Result.Warnings, printed by str run and str bwrap): what is
+// not enforced, why, and where to look; "" when the limits apply.
+func (c CgroupPlan) Warning() string {
+	if c.Unenforced == "" {
+		return ""
+	}
+	return "cgroup limits not applied (memory.max, cpu.max, pids.max): no cgroup (" + c.Unenforced +
+		"); rlimits and the timeout still hold; see str doctor"
 }
 
 const cpuPeriodUs = 100000
@@ -198,8 +218,27 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		CPUPeriodUs: cpuPeriodUs,
 		PidsMax:     p.Cgroup.Pids, // the init is one task that becomes the tool: no allowance
 	}
-	if host.Cgroup == CgroupNone && !p.BestEffort {
-		bad("no writable cgroup hierarchy on this host and profile %s is not best_effort (see str doctor)", p.Name)
+	// No cgroup this caller may write: root's is a host misconfiguration
+	// (an error unless the profile is best_effort); an unprivileged
+	// caller's is the common case (nothing delegated to it), run without
+	// the limits and said in the plan and the result, unless the operator
+	// requires them (STR_REQUIRE_CGROUP=1, a worker). What holds without
+	// a cgroup: the rlimits (RLIMIT_NPROC bounds a fork bomb), and the
+	// timeout, which SIGKILLs the pid namespace's init and with it every
+	// process of the namespace (a double-forked daemon too).
+	if host.Cgroup == CgroupNone {
+		switch {
+		case pl.Rootless && p.Rlimits.AS == profiles.UnlimitedAS:
+			bad("no cgroup delegated to uid %d, and profile %s has rlimits.as: unlimited, which needs memory.max to bound the sandbox (see str doctor)", host.UID, p.Name)
+		case pl.Rootless && (p.BestEffort || !host.RequireCgroup):
+			pl.Cgroup.Unenforced = fmt.Sprintf("not delegated to uid %d", host.UID)
+		case p.BestEffort:
+			pl.Cgroup.Unenforced = "no writable cgroup hierarchy (best_effort)"
+		case pl.Rootless:
+			bad("no cgroup delegated to uid %d, and STR_REQUIRE_CGROUP=1 (or a worker) requires one unless profile %s is best_effort (see str doctor)", host.UID, p.Name)
+		default:
+			bad("no writable cgroup hierarchy on this host and profile %s is not best_effort (see str doctor)", p.Name)
+		}
 	}
 
 	// The child's side.

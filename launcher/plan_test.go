@@ -539,3 +539,53 @@ func TestPlanAwaitCall(t *testing.T) {
 		t.Errorf("a one-shot plan: await_call %v, %v", pl != nil && pl.Child.AwaitCall, err)
 	}
 }
+
+// Without a cgroup this caller may write: an unprivileged caller's plan
+// runs without the limits and says so (plan, warning), unless the
+// operator requires a cgroup (then only best_effort runs); root's stays
+// an error unless best_effort, as before.
+func TestPlanWithoutCgroup(t *testing.T) {
+	set, _ := profiles.Embedded()
+	std, _ := set.Lookup("standard")
+	be := *std
+	be.BestEffort = true
+	unlimited := *std
+	unlimited.Rlimits.AS = profiles.UnlimitedAS
+	for _, c := range []struct {
+		name    string
+		uid     int
+		require bool
+		p       *profiles.Profile
+		want    string // Unenforced, or "error"
+	}{
+		{"rootless", 65534, false, std, "not delegated to uid 65534"},
+		{"rootless, required", 65534, true, std, "error"},
+		{"rootless, required, best_effort", 65534, true, &be, "not delegated to uid 65534"},
+		{"root", 0, false, std, "error"},
+		{"root, best_effort", 0, false, &be, "no writable cgroup hierarchy (best_effort)"},
+		{"rootless, rlimits.as unlimited", 65534, false, &unlimited, "error"},
+	} {
+		host := fakeHost(c.uid, CgroupNone)
+		host.RequireCgroup = c.require
+		pl, err := NewPlan(c.p, Request{Argv: []string{"/bin/true"}}, host, nil)
+		if c.want == "error" {
+			if err == nil || !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "cgroup") {
+				t.Errorf("%s: want a cgroup error, got %v", c.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if pl.Cgroup.Mode != CgroupNone || pl.Cgroup.Unenforced != c.want {
+			t.Errorf("%s: cgroup %+v, want unenforced %q", c.name, pl.Cgroup, c.want)
+		}
+		if w := pl.Cgroup.Warning(); !strings.Contains(w, c.want) || !strings.Contains(w, "str doctor") || !strings.Contains(w, "not applied") {
+			t.Errorf("%s: warning %q", c.name, w)
+		}
+	}
+	// With a cgroup there is nothing to warn about.
+	if w := mustPlan(t, "standard", Request{}, fakeHost(65534, CgroupV1)).Cgroup.Warning(); w != "" {
+		t.Errorf("a plan with its cgroup warns: %q", w)
+	}
+}

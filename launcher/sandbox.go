@@ -68,6 +68,10 @@ type Sandbox struct {
 	egressErr     error
 	egressStopped bool // stopEgress ran (the session stays for NetworkReport)
 
+	// warnings: the launcher's fallbacks taken at Create (no cgroup),
+	// first in Result.Warnings.
+	warnings []string
+
 	t0      time.Time
 	last    time.Time
 	timings []Phase
@@ -132,10 +136,15 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 				s.release()
 				return nil, se
 			}
-			l.log.Warn("best_effort: running without a cgroup", "error", se.Error())
+			s.warnings = append(s.warnings, "best_effort: cgroup limits not applied (memory.max, cpu.max, pids.max): "+se.Error())
 		} else {
 			s.cg = cg
 		}
+	} else if w := plan.Cgroup.Warning(); w != "" {
+		s.warnings = append(s.warnings, w) // never silently claimed: the result says it
+	}
+	for _, w := range s.warnings {
+		l.log.Warn(w) // a worker's log (a worker replies with no warnings)
 	}
 	// L5. cgroup v1: the init's exec thread enters the cgroup itself
 	// (nsinit step 12); its tasks files become writable by the init's
@@ -600,7 +609,7 @@ func (s *Sandbox) Wait() (*Result, error) {
 }
 
 func (s *Sandbox) collect() *Result {
-	r := &Result{}
+	r := &Result{Warnings: slices.Clone(s.warnings)}
 	ps := s.procState
 	for _, ev := range s.events {
 		switch ev.Type {

@@ -100,7 +100,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		}
 		sandboxes = worker.Unsandboxed{Profiles: set}
 	default:
-		l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, Decoder: profileyaml.Decoder{}, CgroupParent: cfg.CgroupParent, LongLived: true, Logger: log})
+		l, err := launcher.New(launcher.Options{ProfileDir: cfg.ProfileDir, Decoder: profileyaml.Decoder{}, CgroupParent: cfg.CgroupParent, LongLived: true, RequireCgroup: true, Logger: log})
 		if err != nil {
 			return err
 		}

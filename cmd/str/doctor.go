@@ -34,6 +34,13 @@ func cmdDoctor(args []string) int {
 		}
 	}
 	info := func(name, detail string) { fmt.Printf("[info] %-28s %s\n", name, detail) }
+	// warn: sandboxes run, with less than the profile asks (said, not failed).
+	warn := func(name, detail, fix string) {
+		fmt.Printf("[warn] %-28s %s\n", name, detail)
+		if fix != "" {
+			fmt.Printf("       fix: %s\n", fix)
+		}
+	}
 
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
@@ -85,12 +92,22 @@ func cmdDoctor(args []string) int {
 	case launcher.CgroupV1:
 		check("cgroup", true, "v1 controllers (hybrid/legacy): memory, pids, cpu via the v1 fallback; cgroup.kill emulated with freezer", "")
 	default:
-		// Not v2, and the v1 memory or pids cgroup of this process is
-		// not writable (launcher.DetectCgroup): say which, and why.
+		// No cgroup this user may write (launcher.DetectCgroup): v2 not
+		// delegated, or the v1 memory or pids cgroup not writable. Say
+		// which, and why. Unprivileged, str runs without the limits and
+		// says so (unless STR_REQUIRE_CGROUP=1); root fails.
 		cgs, _ := launcher.ProcCgroups("self")
 		st := probeCgroupDirs(1, map[string]string{"memory": cgs["memory"], "pids": cgs["pids"]})
+		if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+			st = probeCgroupDirs(2, map[string]string{"": cgs[""]})
+		}
 		detail, fix := cgroupAdvice(st, uid, engine)
-		check("cgroup", false, detail, fix)
+		if uid != 0 && os.Getenv("STR_REQUIRE_CGROUP") != "1" {
+			warn("cgroup", detail+fmt.Sprintf(": limits not enforced for uid %d (str run and str bwrap run without memory.max, cpu.max, pids.max; the rlimits and the timeout still hold)", uid),
+				fix+"; STR_REQUIRE_CGROUP=1 refuses to run without them")
+		} else {
+			check("cgroup", false, detail, fix)
+		}
 	}
 
 	// Spawn latency: no sandbox start migrates a process between cgroups

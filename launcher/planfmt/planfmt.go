@@ -84,12 +84,24 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 	for _, r := range pl.Child.Rlimits {
 		w("  %-14s %d\n", r.Name, r.Value)
 	}
-	w("\ncgroup (%s):\n", pl.Cgroup.Mode)
-	w("  memory.max %s, swap %d\n", bytes(profiles.Quantity(pl.Cgroup.MemoryMax)), pl.Cgroup.SwapMax)
-	w("  cpu.max %d %d (%.2f CPUs)\n", pl.Cgroup.CPUQuotaUs, pl.Cgroup.CPUPeriodUs, float64(pl.Cgroup.CPUQuotaUs)/float64(pl.Cgroup.CPUPeriodUs))
-	w("  pids.max %d\n", pl.Cgroup.PidsMax)
+	cg := pl.Cgroup
+	if cg.Unenforced != "" {
+		w("\ncgroup: none (%s): limits not enforced\n", cg.Unenforced)
+		w("  not applied: memory.max %s, cpu.max %.2f CPUs, pids.max %d (str doctor says how to get them)\n",
+			bytes(profiles.Quantity(cg.MemoryMax)), float64(cg.CPUQuotaUs)/float64(cg.CPUPeriodUs), cg.PidsMax)
+		w("  still enforced: the rlimits above (RLIMIT_NPROC, counted in the sandbox's user namespace, bounds its processes) and the timeout\n")
+	} else {
+		w("\ncgroup (%s):\n", cg.Mode)
+		w("  memory.max %s, swap %d\n", bytes(profiles.Quantity(cg.MemoryMax)), cg.SwapMax)
+		w("  cpu.max %d %d (%.2f CPUs)\n", cg.CPUQuotaUs, cg.CPUPeriodUs, float64(cg.CPUQuotaUs)/float64(cg.CPUPeriodUs))
+		w("  pids.max %d\n", cg.PidsMax)
+	}
 	if pl.Timeout > 0 {
-		w("\ntimeout: %s wall clock, then the whole sandbox is killed\n", pl.Timeout.Round(time.Millisecond))
+		w("\ntimeout: %s wall clock, then the whole sandbox is killed (SIGKILL to its PID 1 ends its pid namespace, every process in it", pl.Timeout.Round(time.Millisecond))
+		if cg.Mode != launcher.CgroupNone {
+			w("; and the cgroup is killed")
+		}
+		w(")\n")
 	}
 	w("\nenvironment (rebuilt from nothing):\n")
 	for _, e := range pl.Child.Env {

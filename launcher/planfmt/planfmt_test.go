@@ -1,9 +1,13 @@
 package planfmt
 
 import (
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
 )
 
 // A bind says who clones its source: the launcher on the host (root mode,
@@ -30,5 +34,21 @@ func TestDescribeMountSaysWhoClones(t *testing.T) {
 		if got := describeMount(c.m); got != c.want {
 			t.Errorf("describeMount(%s):\n got %s\nwant %s", c.m.Target, got, c.want)
 		}
+	}
+}
+
+// A plan without its cgroup says so where the limits would be, and what
+// still holds.
+func TestPlanSaysCgroupNotEnforced(t *testing.T) {
+	pl := &launcher.Plan{Timeout: time.Second, Cgroup: launcher.CgroupPlan{Mode: launcher.CgroupNone,
+		MemoryMax: 1 << 30, CPUQuotaUs: 200000, CPUPeriodUs: 100000, PidsMax: 128, Unenforced: "not delegated to uid 65534"}}
+	out := Plan(pl, profiles.FormatBytes)
+	for _, want := range []string{"cgroup: none (not delegated to uid 65534): limits not enforced", "pids.max 128", "RLIMIT_NPROC", "ends its pid namespace"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "the cgroup is killed") {
+		t.Errorf("a plan without a cgroup kills one:\n%s", out)
 	}
 }

@@ -498,6 +498,9 @@ func TestCgroupV2RootlessDelegation(t *testing.T) {
 	if lines := strings.Fields(r.Stdout); len(lines) < 2 || lines[0] != "0::/" || lines[1] != strconv.Itoa(uid) {
 		t.Errorf("tool stdout %q, want \"0::/\" (own cgroup namespace) then uid %d", r.Stdout, uid)
 	}
+	if strings.Contains(r.Stderr, "cgroup limits not applied") {
+		t.Errorf("str in a delegated v2 subtree warns that the limits were not applied:\n%s", r.Stderr)
+	}
 	if !r.Res.OOMKilled || r.Exit == 0 {
 		t.Fatalf("want the hog OOM-killed inside the delegated subtree; got exit %d, result %+v\nstderr: %s", r.Exit, r.Res, r.Stderr)
 	}

@@ -47,20 +47,37 @@ func TestDoctorCgroupNotDelegated(t *testing.T) {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", bin, "doctor")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "STR_STATE_DIR=" + filepath.Join(dir, "state")}
-	out, _ := cmd.CombinedOutput() // doctor exits non-zero when a check fails
-	var line, fix string
-	lines := strings.Split(string(out), "\n")
-	for i, l := range lines {
-		if strings.HasPrefix(l, "[FAIL] cgroup") && i+1 < len(lines) {
-			line, fix = l, lines[i+1]
+	// Unprivileged, str runs without the limits: a warning saying they
+	// are not enforced; with STR_REQUIRE_CGROUP=1 it refuses: a failure.
+	for _, c := range []struct{ env, mark, says string }{
+		{"STR_REQUIRE_CGROUP=0", "[warn] cgroup", "limits not enforced for uid 65534"},
+		{"STR_REQUIRE_CGROUP=1", "[FAIL] cgroup", "not writable"},
+	} {
+		cmd := exec.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", bin, "doctor")
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "STR_STATE_DIR=" + filepath.Join(dir, "state"), c.env}
+		out, _ := cmd.CombinedOutput() // doctor exits non-zero when a check fails
+		var line, fix string
+		lines := strings.Split(string(out), "\n")
+		for i, l := range lines {
+			if strings.HasPrefix(l, c.mark) && i+1 < len(lines) {
+				line, fix = l, lines[i+1]
+			}
 		}
+		if line == "" {
+			t.Fatalf("str doctor as uid 65534, %s: no %q line (was its cgroup delegated?):\n%s", c.env, c.mark, out)
+		}
+		if !strings.Contains(line, c.says) {
+			t.Errorf("str doctor as uid 65534, %s: the cgroup line does not say %q:\n%s", c.env, c.says, line)
+		}
+		checkDoctorCgroupAdvice(t, version, line+"\n"+fix)
 	}
-	if line == "" {
-		t.Fatalf("str doctor as uid 65534: no failing cgroup line (was its cgroup delegated?):\n%s", out)
-	}
-	text := line + "\n" + fix
+}
+
+// checkDoctorCgroupAdvice: str doctor's cgroup line and fix for a user
+// not delegated one name the hierarchy there is and blame no read-only
+// mount.
+func checkDoctorCgroupAdvice(t *testing.T, version, text string) {
+	t.Helper()
 	for _, want := range []string{"cgroup " + version, "uid 65534", "the mount", "read-write"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("str doctor's cgroup lines lack %q:\n%s", want, text)

@@ -64,6 +64,10 @@ func TestRootless(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rootless str run: %v\n%s", err, out)
 	}
+	// Its cgroup applies the limits: no warning that they were not.
+	if strings.Contains(string(out), "cgroup limits not applied") {
+		t.Errorf("rootless str run in a delegated cgroup warns that the limits were not applied:\n%s", out)
+	}
 	fields := strings.Fields(string(out))
 	want := []string{"65534", "65534", "65534", "1", "CapEff:", "0000000000000000", "NoNewPrivs:", "1", "Seccomp:", "2", "42"}
 	if strings.Join(fields, " ") != strings.Join(want, " ") {
