@@ -163,7 +163,13 @@ func cmdBwrap(name string, args []string) int {
 	pl.Child.Env = env
 	pl.Child.Workdir = sb.Workdir
 	pl.Child.Argv0 = sb.Argv0
-	pl.Child.ExtraSeccomp = sb.Seccomp
+	// --seccomp, --add-seccomp-fd: the line's own filters, in its order;
+	// unless the profile says caller_seccomp: stack, instead of the
+	// profile's (bubblewrap's behaviour: the caller's filter decides).
+	pl.SetCallerSeccomp(sb.Seccomp)
+	if sb.UsernsDisabled && pl.Child.SeccompPolicy == "" {
+		return fail("--disable-userns: str refuses user namespaces through the profile's seccomp policy, which this line's own --seccomp/--add-seccomp-fd filters replace; use a profile with caller_seccomp: stack")
+	}
 	// The root and what the line made on it are the command's and stay
 	// writable, as bubblewrap's tmpfs root (init step 7); a line that
 	// binds a directory over / has that bind as its root under
@@ -190,9 +196,6 @@ func cmdBwrap(name string, args []string) int {
 			fmt.Printf("started once descriptor %d has data or is closed (--block-fd): the init waits at step 10a, the command is its call\n", sb.BlockFD)
 		} else {
 			fmt.Printf("command: %q\nenvironment: %q\n", pl.Child.Argv, pl.Child.Env)
-		}
-		for i, prog := range sb.Seccomp {
-			fmt.Printf("the caller's seccomp filter %d: %d instructions, installed after the profile's (step 19)\n", i+1, len(prog)/8)
 		}
 		fmt.Println()
 		fmt.Print(planfmt.Plan(pl, profiles.FormatBytes))
