@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +39,9 @@ Options str cannot honour exactly are refused by name (see
 docs/bwrap.md in str's source). str's own options, first on the line:
     --plan               print the sandbox's plan and exit
     --str-profile NAME   the str profile whose limits, seccomp filter and
-                         network policy apply (default standard)
+                         network policy apply (default $STR_BWRAP_PROFILE,
+                         else standard; nesting lets the command run
+                         bubblewrap or str inside)
 Options honoured:
     %s
 `
@@ -310,9 +313,12 @@ func cmdBwrap(name string, args []string) int {
 
 // strBwrapOptions takes str's own options off the front of a bwrap line:
 // --plan and --str-profile NAME (or =NAME), in any order, before the
-// first of bubblewrap's.
+// first of bubblewrap's. Without --str-profile the profile is
+// $STR_BWRAP_PROFILE, else standard: the caller's choice either way, for
+// callers that can only name a program called bwrap (a test suite's
+// BWRAP=, a client's configured path).
 func strBwrapOptions(args []string) (planOnly bool, profile string, rest []string, err error) {
-	profile = "standard"
+	profile = cmp.Or(os.Getenv("STR_BWRAP_PROFILE"), "standard")
 	for len(args) > 0 {
 		switch a := args[0]; {
 		case a == "--plan":
