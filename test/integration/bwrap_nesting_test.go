@@ -217,7 +217,10 @@ func TestBwrapSeccompLikeBubblewrap(t *testing.T) {
 			for _, call := range trySyscalls {
 				want, wout := runProbe(t, bubblewrap, nil, c.opt, c.filters, probe, call)
 				got, gout := runProbe(t, strBin, []string{"bwrap", "--str-profile", c.profile}, c.opt, c.filters, probe, call)
-				if got != want {
+				// clone3's flags are in memory a filter cannot read: every
+				// str policy answers ENOSYS (callers fall back to clone),
+				// which bubblewrap's own test accepts as a kernel without it.
+				if got != want && !(call == "clone3" && c.opt == "" && unix.Errno(got) == unix.ENOSYS) {
 					t.Errorf("%s: str bwrap exits %d (%s), bubblewrap %d (%s)\nstr: %s\nbwrap: %s", call, got, unix.Errno(got), want, unix.Errno(want), gout, wout)
 				}
 				if e, ok := c.want[call]; ok && unix.Errno(want) != e {
