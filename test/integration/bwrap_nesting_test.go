@@ -236,15 +236,20 @@ func TestBwrapSeccompLikeBubblewrap(t *testing.T) {
 }
 
 // nestedLine is a sandbox in the sandbox: the outer str bwrap line shows
-// the host's root read-only with its own /proc and /dev.
+// the host's root read-only with its own /proc and /dev, and runs the
+// inner one as uid 1000. (As uid 0 without capabilities, which is what
+// root is in a sandbox without --cap-add, the inner user namespace could
+// not map it: the kernel maps a parent's uid 0 only for a creator that
+// held CAP_SETFCAP, and bubblewrap inside bubblewrap fails the same way.)
 func nestedLine(profile string, inner ...string) []string {
-	return append([]string{"bwrap", "--str-profile", profile, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}, inner...)
+	return append([]string{"bwrap", "--str-profile", profile, "--unshare-user", "--uid", "1000", "--gid", "1000",
+		"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}, inner...)
 }
 
 // TestBwrapNesting: under the nesting profile, bubblewrap runs inside
 // str bwrap with every namespace, a fresh /proc and /dev (the outer
 // sandbox's /proc is not masked, so the kernel lets the inner one mount
-// its own), and so does str bwrap itself; under the default profile the
+// its own), and so do str bwrap and str run; under the default profile the
 // same nested bubblewrap fails with bubblewrap's own message, the
 // sandbox's filter refusing its namespaces.
 func TestBwrapNesting(t *testing.T) {
@@ -262,16 +267,45 @@ func TestBwrapNesting(t *testing.T) {
 
 	cmd := exec.Command(strBin, nestedLine("standard", inner...)...)
 	out, _ = cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() == 0 || strings.Contains(string(out), "nested-ok") || !strings.Contains(string(out), "bwrap: ") {
+	if cmd.ProcessState.ExitCode() == 0 || strings.Contains(string(out), "nested-ok") || !strings.Contains(string(out), "bwrap: No permissions to create new namespace") {
 		t.Errorf("bubblewrap inside str bwrap under standard: exit %d, %q; want bubblewrap's own error", cmd.ProcessState.ExitCode(), out)
 	}
 
-	// str bwrap inside str bwrap: the inner str is an unprivileged user
-	// of the outer sandbox's user namespace.
-	innerStr := []string{strBin, "bwrap", "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-		"sh", "-c", "test -r /proc/self/status && echo nested-str-ok"}
-	out, err = exec.Command(strBin, nestedLine("nesting", innerStr...)...).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "nested-str-ok") {
-		t.Errorf("str bwrap inside str bwrap under nesting: %v\n%s", err, out)
+	// str bwrap and str run inside str bwrap: the inner str is an
+	// unprivileged user of the outer sandbox's user namespace, with no
+	// cgroup to use, so its profile is an operator's best_effort copy of
+	// standard (a directory every uid may read, outside the line's /tmp).
+	dir, err := os.MkdirTemp("/var/tmp", "str-nesting-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	std, err := os.ReadFile("../../profiles/standard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	innerProfile := strings.Replace(strings.Replace(string(std), "name: standard\n", "name: innerbe\n", 1), "best_effort: false", "best_effort: true", 1)
+	if !strings.Contains(innerProfile, "name: innerbe") || !strings.Contains(innerProfile, "best_effort: true") {
+		t.Fatal("standard.yaml changed shape: update the test's inner profile")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "innerbe.yaml"), []byte(innerProfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, want string
+		line       []string
+	}{
+		{"str bwrap", "nested-str-bwrap-ok", []string{strBin, "bwrap", "--str-profile", "innerbe", "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+			"sh", "-c", "test -r /proc/self/status && echo nested-str-bwrap-ok"}},
+		{"str run", "nested-str-run-ok", []string{strBin, "run", "--profile", "innerbe", "--", "/bin/sh", "-c", "echo nested-str-run-ok"}},
+	} {
+		line := append([]string{"--setenv", "STR_PROFILE_DIR", dir}, c.line...)
+		out, err = exec.Command(strBin, nestedLine("nesting", line...)...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("%s inside str bwrap under nesting: %v\n%s", c.name, err, out)
+		}
 	}
 }
