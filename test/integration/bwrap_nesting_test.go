@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/launcher"
 )
 
 // trySyscallC is a small program of this repository's own: it makes one
@@ -306,6 +307,66 @@ func TestBwrapNesting(t *testing.T) {
 		out, err = exec.Command(strBin, nestedLine("nesting", line...)...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), c.want) {
 			t.Errorf("%s inside str bwrap under nesting: %v\n%s", c.name, err, out)
+		}
+	}
+}
+
+// TestBwrapNestingRootless: the same nested bubblewrap under an
+// unprivileged caller's str bwrap (uid 1000, in a cgroup v1 subtree
+// delegated to it, as TestBwrapRootless): it works under nesting and
+// fails with bubblewrap's own message under standard.
+func TestBwrapNestingRootless(t *testing.T) {
+	needRoot(t) // to set up the unprivileged user's delegated cgroup
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		mustwork.Skip(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
+	}
+	if _, err := os.Stat("/usr/bin/bwrap"); err != nil {
+		mustwork.Skip(t, "needs the machine's bubblewrap (apt-get install bubblewrap)")
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "str-nesting-rootless-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	_ = os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "str")
+	data, err := os.ReadFile(strBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const uid = 1000
+	deleg := fmt.Sprintf("str-nesting-rootless-%d", os.Getpid())
+	var moves []string
+	cgs, _ := launcher.ProcCgroups("self")
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		own, ok := cgs[c]
+		if !ok {
+			continue
+		}
+		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
+		}
+		defer os.Remove(d)
+		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
+		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
+	}
+	if len(moves) == 0 {
+		mustwork.Skip(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
+	}
+	inner := `/usr/bin/bwrap --unshare-all --ro-bind / / --proc /proc --dev /dev sh -c 'test -r /proc/self/status && echo nested-ok'`
+	for _, profile := range []string{"nesting", "standard"} {
+		script := strings.Join(moves, " && ") + fmt.Sprintf(" && cd / && exec setpriv --reuid %d --regid %d --clear-groups %s bwrap --str-profile %s "+
+			"--ro-bind / / --proc /proc --dev /dev --tmpfs /tmp %s", uid, uid, bin, profile, inner)
+		out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+		switch ok := err == nil && strings.Contains(string(out), "nested-ok"); {
+		case profile == "nesting" && !ok:
+			t.Errorf("bubblewrap inside a rootless str bwrap under nesting: %v\n%s", err, out)
+		case profile == "standard" && (ok || !strings.Contains(string(out), "bwrap: No permissions to create new namespace")):
+			t.Errorf("bubblewrap inside a rootless str bwrap under standard: %v\n%s; want bubblewrap's own refusal", err, out)
 		}
 	}
 }
