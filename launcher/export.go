@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/nsinit"
+	"github.com/securetoolruntime/str/profiles"
 )
 
 // SetMounts replaces the plan's filesystem with ms, in that order (a
@@ -47,6 +48,21 @@ func (pl *Plan) SetToolIDs(uid, gid uint32) {
 	if pl.Rootless {
 		pl.UIDMappings = []IDMap{{Inside: int(uid), Outside: pl.ToolUID, Size: 1}}
 		pl.GIDMappings = []IDMap{{Inside: int(gid), Outside: pl.ToolGID, Size: 1}}
+	}
+}
+
+// SetCallerSeccomp gives the sandbox a caller's own classic-BPF programs
+// (str bwrap's --seccomp, --add-seccomp-fd), loaded at step 19 in the
+// order given, right before the rlimits and the execve. Under a profile
+// whose caller_seccomp is replace (the default) they are the only
+// filters, as under bubblewrap: the profile's policy leaves the plan, so
+// nothing str adds changes what they decide (no_new_privs, step 18,
+// stays). Under stack the profile's filter is loaded first and stays;
+// the kernel then takes the strictest answer of all.
+func (pl *Plan) SetCallerSeccomp(progs [][]byte) {
+	pl.Child.ExtraSeccomp = progs
+	if len(progs) > 0 && pl.CallerSeccomp != profiles.CallerSeccompStack {
+		pl.Child.SeccompPolicy, pl.Child.Seccomp, pl.Seccomp, pl.SeccompDefault = "", nil, nil, ""
 	}
 }
 

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -89,6 +90,9 @@ type Plan struct {
 	Seccomp []seccomp.RuleView `json:"seccomp_rules"`
 	// SeccompDefault is the action for syscalls no rule names.
 	SeccompDefault string `json:"seccomp_default_action"`
+	// CallerSeccomp is the profile's caller_seccomp (replace or stack):
+	// what a caller's own filters do to the profile's (SetCallerSeccomp).
+	CallerSeccomp string `json:"caller_seccomp"`
 
 	BestEffort bool `json:"best_effort"`
 
@@ -262,6 +266,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		pl.Seccomp = prog.Rules
 		pl.SeccompDefault = prog.DefaultAction
 	}
+	pl.CallerSeccomp = cmp.Or(p.CallerSeccomp, profiles.CallerSeccompReplace)
 
 	mounts, workdir, errs := buildMounts(p, req, host)
 	for _, e := range errs {

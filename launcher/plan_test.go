@@ -16,6 +16,7 @@ import (
 
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
+	"github.com/securetoolruntime/str/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -587,5 +588,41 @@ func TestPlanWithoutCgroup(t *testing.T) {
 	// With a cgroup there is nothing to warn about.
 	if w := mustPlan(t, "standard", Request{}, fakeHost(65534, CgroupV1)).Cgroup.Warning(); w != "" {
 		t.Errorf("a plan with its cgroup warns: %q", w)
+	}
+}
+
+// TestSetCallerSeccomp: a caller's own filters (str bwrap's) replace the
+// profile's policy unless the profile's caller_seccomp is stack; no
+// caller's filter leaves the profile's in place.
+func TestSetCallerSeccomp(t *testing.T) {
+	set, err := profiles.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := set.Lookup("nesting")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := seccomp.CompileEmbedded(p.Seccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := [][]byte{make([]byte, 8), make([]byte, 16)}
+	for _, c := range []struct {
+		mode    string
+		progs   [][]byte
+		keepsIt bool
+	}{{"", caller, false}, {profiles.CallerSeccompReplace, caller, false}, {profiles.CallerSeccompStack, caller, true}, {"", nil, true}} {
+		q := *p
+		q.CallerSeccomp = c.mode
+		pl, err := NewPlan(&q, Request{Argv: []string{"/bin/true"}}, fakeHost(0, CgroupV1), prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl.SetCallerSeccomp(c.progs)
+		kept := pl.Child.SeccompPolicy == "nesting" && len(pl.Child.Seccomp) > 0
+		if kept != c.keepsIt || len(pl.Child.ExtraSeccomp) != len(c.progs) {
+			t.Errorf("caller_seccomp %q, %d filters: profile's kept %v, %d caller's; want kept %v", c.mode, len(c.progs), kept, len(pl.Child.ExtraSeccomp), c.keepsIt)
+		}
 	}
 }

@@ -643,13 +643,13 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 
 	// 19. seccomp, after every setup call above, so the filter need not
 	// allow mount, pivot_root, capset or setresuid for us: the profile's
-	// filter, then the caller's own (str bwrap's), never instead of it:
-	// the kernel runs every filter and the strictest answer wins. They
-	// must allow what steps 19a-21 need (sendmsg and close for a
-	// template, prlimit64, execve), as bubblewrap requires of its
-	// callers' filters for its own execve. A per-tool template's filter
-	// is loaded with a listener (SECCOMP_FILTER_FLAG_NEW_LISTENER), which
-	// sub-step 19a hands over.
+	// filter (when the plan has one: a str bwrap line's own filters may
+	// replace it), then the caller's own, through prctl(PR_SET_SECCOMP)
+	// as bubblewrap loads them (a filter before the last must allow
+	// prctl, not seccomp); the kernel runs every filter and the strictest
+	// answer wins. They must allow what steps 19a-21 need (sendmsg and
+	// close for a template, prlimit64, execve). A per-tool template's
+	// filter is loaded with a listener (seccomp(2)) that 19a hands over.
 	b.step = StepSeccomp
 	if cfg.SeccompListener && len(cfg.Seccomp) == 0 {
 		return p, stepErr(StepSeccomp, "load seccomp", "", "SECCOMP_FILTER_FLAG_NEW_LISTENER", errors.New("a template's plan has no filter"))
@@ -663,9 +663,9 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	}
 	listener := slotID(noSlot)
 	for i, prog := range progs {
-		detail, flags := "SECCOMP_SET_MODE_FILTER", uintptr(0)
+		detail, nr, a0, a1 := "PR_SET_SECCOMP", uintptr(unix.SYS_PRCTL), uintptr(unix.PR_SET_SECCOMP), uintptr(unix.SECCOMP_MODE_FILTER)
 		if i == 0 && cfg.SeccompListener {
-			detail, flags = "SECCOMP_SET_MODE_FILTER|SECCOMP_FILTER_FLAG_NEW_LISTENER", unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+			detail, nr, a0, a1 = "SECCOMP_SET_MODE_FILTER|SECCOMP_FILTER_FLAG_NEW_LISTENER", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
 			listener = b.slot(0)
 		}
 		if err := checkFilter(prog); err != nil {
@@ -673,9 +673,8 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		}
 		fp := &unix.SockFprog{Len: uint16(len(prog) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
 		p.keep = append(p.keep, prog)
-		o := b.sys(opDesc{action: "load seccomp", path: names[i], detail: detail},
-			unix.SYS_SECCOMP, 0, noSlot, unix.SECCOMP_SET_MODE_FILTER, flags, b.mem(fp, unsafe.Pointer(fp)))
-		if flags != 0 {
+		o := b.sys(opDesc{action: "load seccomp", path: names[i], detail: detail}, nr, 0, noSlot, a0, a1, b.mem(fp, unsafe.Pointer(fp)))
+		if nr == unix.SYS_SECCOMP {
 			o.out = listener
 		}
 	}

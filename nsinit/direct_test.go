@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -266,8 +267,8 @@ func TestBestEffortProgram(t *testing.T) {
 }
 
 // TestTemplateProgram: a per-tool template's filter is loaded with
-// SECCOMP_FILTER_FLAG_NEW_LISTENER (the profile's, before the caller's
-// own), and sub-step 19a sends its listener on the report socket and
+// seccomp(2) and SECCOMP_FILTER_FLAG_NEW_LISTENER (the profile's, before
+// the caller's own, loaded through prctl), and sub-step 19a sends its listener on the report socket and
 // closes it before the rlimits; a template plan without a filter is
 // refused at step 19.
 func TestTemplateProgram(t *testing.T) {
@@ -286,6 +287,9 @@ func TestTemplateProgram(t *testing.T) {
 			if o.a[1] != 0 && o.out == noSlot {
 				t.Error("the listener is not kept")
 			}
+		}
+		if o.nr == unix.SYS_PRCTL && o.a[0] == unix.PR_SET_SECCOMP {
+			loads = append(loads, 0)
 		}
 		if o.nr == unix.SYS_SENDMSG && p.descs[i].step == StepHandListener {
 			hand = i
@@ -449,5 +453,40 @@ func TestProgramListeners(t *testing.T) {
 	defer q.Release()
 	if _, ok := listenersOf(q, listenersRecord[:]); ok {
 		t.Error("a program without listeners names some")
+	}
+}
+
+// TestCallerFiltersOnly: a plan whose caller's filters replace the
+// profile's (str bwrap, caller_seccomp: replace) loads exactly those, in
+// their order, each through prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)
+// as bubblewrap does (an earlier filter then needs to allow prctl, not
+// seccomp), after no_new_privs and before the rlimits.
+func TestCallerFiltersOnly(t *testing.T) {
+	c := directConfig()
+	first, second := c.Seccomp, append([]byte(nil), c.Seccomp...)
+	c.Seccomp, c.SeccompPolicy, c.ExtraSeccomp = nil, "", [][]byte{first, second}
+	p, err := CompileDirect(c, directFiles(t), 40, noLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	var names []string
+	nnp := -1
+	for i, o := range p.ops {
+		if o.nr == unix.SYS_SECCOMP {
+			t.Errorf("op %d: seccomp(2) load %q: the profile's filter is still loaded", i, p.descs[i].path)
+		}
+		if o.nr == unix.SYS_PRCTL && o.a[0] == unix.PR_SET_NO_NEW_PRIVS {
+			nnp = i
+		}
+		if o.nr == unix.SYS_PRCTL && o.a[0] == unix.PR_SET_SECCOMP {
+			if o.a[1] != unix.SECCOMP_MODE_FILTER || nnp < 0 || p.descs[i].step != StepSeccomp {
+				t.Errorf("op %d: %+v (no_new_privs at op %d)", i, o.a, nnp)
+			}
+			names = append(names, p.descs[i].path)
+		}
+	}
+	if !slices.Equal(names, []string{"the caller's filter 1", "the caller's filter 2"}) {
+		t.Errorf("loaded %q, want the caller's two filters in order", names)
 	}
 }

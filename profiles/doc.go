@@ -2,8 +2,8 @@
 // a tool may use (memory, CPU, processes, files, network, environment,
 // seccomp policy) and how long it may run.
 //
-// Profiles are YAML files with one strict schema (version: 1). The four
-// built-in ones (restrictive, standard, permissive, confidential) are
+// Profiles are YAML files with one strict schema (version: 1). The five
+// built-in ones (restrictive, standard, permissive, confidential, nesting) are
 // compiled in with go:embed, each also stored decoded (predecoded/, go
 // generate; used only for the exact YAML it came from, see predecoded.go):
 // this package reads only that decoded form and links no YAML decoder.

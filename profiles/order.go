@@ -3,6 +3,7 @@ package profiles
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // strictness orders the built-in profiles from the loosest to the
@@ -20,6 +21,12 @@ import (
 // the embedded files.
 var strictness = []string{"permissive", "standard", "restrictive", "confidential"}
 
+// unordered are the built-in profiles outside the strictness order:
+// nesting has standard's limits but a seccomp policy looser than
+// permissive's (namespaces and mounts inside), so it is comparable only
+// with itself, like an operator's profile (Clamp's step 5).
+var unordered = []string{"nesting"}
+
 // Clamp is the tighten-only rule for a request's profile (spec §2): it
 // returns the profile a call runs with, the stricter of the ceiling (the
 // manifest tool's profile, else the worker default) and the profile the
@@ -35,7 +42,7 @@ var strictness = []string{"permissive", "standard", "restrictive", "confidential
 //     ceiling's spelling);
 //  4. both in the strictness order: the later one; clamped when that is
 //     the ceiling;
-//  5. otherwise (a profile of an operator's directory on either side, which the
+//  5. otherwise (nesting or a profile of an operator's directory on either side, which the
 //     order cannot compare): the ceiling, clamped. The asked profile may
 //     be stricter in some fields and looser in others; only the ceiling
 //     is known to be no looser than the ceiling in every field.
@@ -64,8 +71,8 @@ func (s *Set) Clamp(asked, ceiling string) (used string, clamped bool, reason st
 		return ceiling, true, fmt.Sprintf("%s is looser than the ceiling %s", describe(asked, a), describe(ceiling, c)), nil
 	}
 	// 5. incomparable: the ceiling.
-	return ceiling, true, fmt.Sprintf("%s is not comparable with the ceiling %s (only the built-in profiles are ordered)",
-		describe(asked, a), describe(ceiling, c)), nil
+	return ceiling, true, fmt.Sprintf("%s is not comparable with the ceiling %s (only %s are ordered)",
+		describe(asked, a), describe(ceiling, c), strings.Join(strictness, ", ")), nil
 }
 
 // describe is `"untrusted" (restrictive)` for an alias, `"standard"` for

@@ -89,8 +89,8 @@ func TestClampUnknownAndLoaded(t *testing.T) {
 // mount and network setting.
 func TestStrictnessMatchesLimits(t *testing.T) {
 	s := mustEmbedded(t)
-	if got := s.Names(); !slices.Equal(slices.Sorted(slices.Values(strictness)), got) {
-		t.Fatalf("strictness %v does not list exactly the embedded profiles %v", strictness, got)
+	if got := s.Names(); !slices.Equal(slices.Sorted(slices.Values(append(slices.Clone(strictness), unordered...))), got) {
+		t.Fatalf("strictness %v and unordered %v do not list exactly the embedded profiles %v", strictness, unordered, got)
 	}
 	for i := 1; i < len(strictness); i++ {
 		loose, strict := mustLookup(t, s, strictness[i-1]), mustLookup(t, s, strictness[i])
@@ -135,5 +135,26 @@ func TestStrictnessMatchesLimits(t *testing.T) {
 				t.Errorf("%s: passes %s through, which the looser profile does not", where, e)
 			}
 		}
+	}
+}
+
+// TestNestingIsNeverPickedByClamp: nesting is outside the order, so a
+// request for it under another ceiling gets the ceiling, and a ceiling
+// of nesting is never swapped for a built-in profile either.
+func TestNestingIsNeverPickedByClamp(t *testing.T) {
+	s := mustEmbedded(t)
+	for _, c := range [][2]string{{"nesting", "standard"}, {"nesting", "permissive"}, {"standard", "nesting"}, {"confidential", "nesting"}} {
+		used, clamped, reason, err := s.Clamp(c[0], c[1])
+		if err != nil || used != c[1] || !clamped || !strings.Contains(reason, "not comparable") {
+			t.Errorf("Clamp(%q, %q) = %q clamped=%v %q %v, want the ceiling, not comparable", c[0], c[1], used, clamped, reason, err)
+		}
+	}
+	p := mustLookup(t, s, "nesting")
+	if p.Seccomp != "nesting" || p.CallerSeccomp != CallerSeccompReplace {
+		t.Errorf("nesting: seccomp %q, caller_seccomp %q", p.Seccomp, p.CallerSeccomp)
+	}
+	p.CallerSeccomp = "ignore"
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "caller_seccomp") {
+		t.Errorf("caller_seccomp ignore: %v", err)
 	}
 }

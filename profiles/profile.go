@@ -41,7 +41,20 @@ type Profile struct {
 
 	// Seccomp names a policy in the seccomp package ("restrictive", ...).
 	Seccomp string `yaml:"seccomp"`
+	// CallerSeccomp is what a `str bwrap` line's own seccomp programs
+	// (--seccomp, --add-seccomp-fd) do to Seccomp: CallerSeccompReplace
+	// (also when empty) loads only the caller's, as bubblewrap does;
+	// CallerSeccompStack keeps the profile's filter and stacks the
+	// caller's after it. `str run` and the worker never take a caller's
+	// filter.
+	CallerSeccomp string `yaml:"caller_seccomp" json:",omitempty"`
 }
+
+// The values of Profile.CallerSeccomp.
+const (
+	CallerSeccompReplace = "replace"
+	CallerSeccompStack   = "stack"
+)
 
 // Rlimits are the per-process resource limits (soft = hard).
 type Rlimits struct {

@@ -63,6 +63,7 @@ var checks = []check{
 	{"work_dir", checkWorkDir},
 	{"env", checkEnv},
 	{"seccomp", checkSeccomp},
+	{"caller_seccomp", checkCallerSeccomp},
 }
 
 // Validate runs every check and returns all problems found, joined with
@@ -413,5 +414,14 @@ func checkSeccomp(p *Profile, add func(string, string, ...any)) {
 	}
 	if why := validName(p.Seccomp); why != "" {
 		add("seccomp", "%s", why)
+	}
+}
+
+// checkCallerSeccomp: empty (replace), replace or stack.
+func checkCallerSeccomp(p *Profile, add func(string, string, ...any)) {
+	switch p.CallerSeccomp {
+	case "", CallerSeccompReplace, CallerSeccompStack:
+	default:
+		add("caller_seccomp", "%q is not one of %s, %s", p.CallerSeccomp, CallerSeccompReplace, CallerSeccompStack)
 	}
 }

@@ -46,12 +46,14 @@
 // syscall the base decides unconditionally cannot be decided again
 // (Validate's usual conflict check on the resolved rules).
 //
-// There are three policies: restrictive, standard (extends restrictive)
-// and permissive (extends standard). Each allows what CPython 3.11 with
-// its standard library needs and what Go's runtime and syscall.ForkExec do
-// after the filter is in place; they differ in the extras (SysV IPC,
-// xattr writes, AIO, personalities).
-// The known-dangerous set is EPERM in all three (a test enforces it).
+// There are four policies: restrictive, standard (extends restrictive),
+// permissive (extends standard) and nesting (extends standard). Each
+// allows what CPython 3.11 with its standard library needs and what Go's
+// runtime and syscall.ForkExec do after the filter is in place; they
+// differ in the extras (SysV IPC, xattr writes, AIO, personalities;
+// nesting: namespaces, mounts and pivot_root for a sandbox inside).
+// The known-dangerous set is EPERM in all of them, nesting's less the
+// namespace and mount calls it exists for (a test enforces it).
 //
 // # What it protects against
 //

@@ -335,6 +335,14 @@ func TestInstalledFilter(t *testing.T) {
 		"socket(AF_NETLINK, NETLINK_ROUTE)": "OK",
 		"socket(AF_NETLINK, NETLINK_AUDIT)": "EAFNOSUPPORT",
 	}
+	// nesting lets namespaces, mounts and TIOCSTI reach the kernel, which
+	// answers them itself (the probes' arguments are invalid).
+	nesting := map[string]string{
+		"unshare(CLONE_NEWUSER)":       "EINVAL",
+		"mount(tmpfs, missing target)": "ENOENT",
+		"ioctl(-1, TIOCSTI)":           "EBADF",
+		"ioctl(-1, TIOCSTI|1<<32)":     "EBADF",
+	}
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
 			rep, out := runChild(t, name)
@@ -342,6 +350,9 @@ func TestInstalledFilter(t *testing.T) {
 				t.Fatalf("child error: %s\n%s", rep.Error, out)
 			}
 			for probe, w := range want {
+				if n, ok := nesting[probe]; ok && name == "nesting" {
+					w = n
+				}
 				if got := rep.Errnos[probe]; got != w {
 					t.Errorf("%s under %s = %s, want %s", probe, name, got, w)
 				}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +39,9 @@ Options str cannot honour exactly are refused by name (see
 docs/bwrap.md in str's source). str's own options, first on the line:
     --plan               print the sandbox's plan and exit
     --str-profile NAME   the str profile whose limits, seccomp filter and
-                         network policy apply (default standard)
+                         network policy apply (default $STR_BWRAP_PROFILE,
+                         else standard; nesting lets the command run
+                         bubblewrap or str inside)
 Options honoured:
     %s
 `
@@ -163,7 +166,13 @@ func cmdBwrap(name string, args []string) int {
 	pl.Child.Env = env
 	pl.Child.Workdir = sb.Workdir
 	pl.Child.Argv0 = sb.Argv0
-	pl.Child.ExtraSeccomp = sb.Seccomp
+	// --seccomp, --add-seccomp-fd: the line's own filters, in its order;
+	// unless the profile says caller_seccomp: stack, instead of the
+	// profile's (bubblewrap's behaviour: the caller's filter decides).
+	pl.SetCallerSeccomp(sb.Seccomp)
+	if sb.UsernsDisabled && pl.Child.SeccompPolicy == "" {
+		return fail("--disable-userns: str refuses user namespaces through the profile's seccomp policy, which this line's own --seccomp/--add-seccomp-fd filters replace; use a profile with caller_seccomp: stack")
+	}
 	// The root and what the line made on it are the command's and stay
 	// writable, as bubblewrap's tmpfs root (init step 7); a line that
 	// binds a directory over / has that bind as its root under
@@ -204,9 +213,6 @@ func cmdBwrap(name string, args []string) int {
 			}
 		} else {
 			fmt.Printf("command: %q\nenvironment: %q\n", pl.Child.Argv, pl.Child.Env)
-		}
-		for i, prog := range sb.Seccomp {
-			fmt.Printf("the caller's seccomp filter %d: %d instructions, installed after the profile's (step 19)\n", i+1, len(prog)/8)
 		}
 		fmt.Println()
 		fmt.Print(planfmt.Plan(pl, profiles.FormatBytes))
@@ -323,9 +329,12 @@ func cmdBwrap(name string, args []string) int {
 
 // strBwrapOptions takes str's own options off the front of a bwrap line:
 // --plan and --str-profile NAME (or =NAME), in any order, before the
-// first of bubblewrap's.
+// first of bubblewrap's. Without --str-profile the profile is
+// $STR_BWRAP_PROFILE, else standard: the caller's choice either way, for
+// callers that can only name a program called bwrap (a test suite's
+// BWRAP=, a client's configured path).
 func strBwrapOptions(args []string) (planOnly bool, profile string, rest []string, err error) {
-	profile = "standard"
+	profile = cmp.Or(os.Getenv("STR_BWRAP_PROFILE"), "standard")
 	for len(args) > 0 {
 		switch a := args[0]; {
 		case a == "--plan":

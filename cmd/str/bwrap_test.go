@@ -30,3 +30,16 @@ func TestStrBwrapOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestStrBwrapProfileFromEnv: without --str-profile the profile is
+// $STR_BWRAP_PROFILE (a caller that can only name a program called
+// bwrap), and --str-profile still wins.
+func TestStrBwrapProfileFromEnv(t *testing.T) {
+	t.Setenv("STR_BWRAP_PROFILE", "nesting")
+	if _, profile, _, err := strBwrapOptions([]string{"--ro-bind", "/", "/", "true"}); err != nil || profile != "nesting" {
+		t.Errorf("profile %q, %v; want nesting from the environment", profile, err)
+	}
+	if _, profile, _, err := strBwrapOptions([]string{"--str-profile", "standard", "true"}); err != nil || profile != "standard" {
+		t.Errorf("profile %q, %v; want the line's standard", profile, err)
+	}
+}

@@ -107,6 +107,13 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 	for _, e := range pl.Child.Env {
 		w("  %s\n", e)
 	}
+	for i, prog := range pl.Child.ExtraSeccomp {
+		w("\nthe caller's seccomp filter %d (%d BPF instructions), loaded after the profile's (if any), before the rlimits and execve\n", i+1, len(prog)/8)
+	}
+	if pl.Child.SeccompPolicy == "" {
+		w("\nno seccomp policy of the profile: the caller's filters replace it (caller_seccomp: %s)\n", pl.CallerSeccomp)
+		return b.String()
+	}
 	w("\nseccomp policy %q (%d BPF instructions), loaded before the rlimits and execve; default: %s; foreign/x32 arch: kill process\n",
 		pl.Child.SeccompPolicy, len(pl.Child.Seccomp)/8, pl.SeccompDefault)
 	for _, r := range pl.Seccomp {

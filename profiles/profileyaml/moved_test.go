@@ -36,7 +36,7 @@ func TestEmbeddedFilesDecodeAndValidate(t *testing.T) {
 		}
 		names = append(names, p.Name)
 	}
-	want := []string{"confidential", "permissive", "restrictive", "standard"}
+	want := []string{"confidential", "nesting", "permissive", "restrictive", "standard"}
 	if !slices.Equal(names, want) {
 		t.Errorf("embedded profiles = %v, want %v", names, want)
 	}
@@ -226,7 +226,7 @@ func TestLoadDirGood(t *testing.T) {
 	if got := mustLookup(t, s, "extra-alias").Name; got != "extra" {
 		t.Errorf("Lookup(extra-alias).Name = %q", got)
 	}
-	if got := s.Names(); !slices.Equal(got, []string{"confidential", "extra", "permissive", "restrictive", "standard"}) {
+	if got := s.Names(); !slices.Equal(got, []string{"confidential", "extra", "nesting", "permissive", "restrictive", "standard"}) {
 		t.Errorf("Names() = %v", got)
 	}
 	if got := s.Source("extra"); got != filepath.Join(dir, "extra.yaml") {
@@ -305,7 +305,7 @@ func TestLoadDirCollisions(t *testing.T) {
 				}
 			}
 			// Nothing changed.
-			if got := s.Names(); !slices.Equal(got, []string{"confidential", "permissive", "restrictive", "standard"}) {
+			if got := s.Names(); !slices.Equal(got, []string{"confidential", "nesting", "permissive", "restrictive", "standard"}) {
 				t.Errorf("Names() after failed LoadDir = %v", got)
 			}
 			if got := mustLookup(t, s, "trusted").Name; got != "permissive" {

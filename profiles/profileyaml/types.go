@@ -34,6 +34,7 @@ type Profile struct {
 	Env           profiles.Env  `yaml:"env"`
 	WorkDir       WorkDir       `yaml:"work_dir"`
 	Seccomp       string        `yaml:"seccomp"`
+	CallerSeccomp string        `yaml:"caller_seccomp" json:",omitempty"`
 }
 
 // Rlimits is profiles.Rlimits.

@@ -598,7 +598,7 @@ func TestBwrapArgv0(t *testing.T) {
 
 // --add-seccomp-fd and --seccomp: the caller's own filter (here: mkdir
 // and mkdirat fail with EPERM) applies in the sandbox as it does under
-// the machine's bubblewrap, on top of str's profile filter.
+// the machine's bubblewrap, instead of str's profile filter (caller_seccomp: replace).
 func TestBwrapCallerSeccomp(t *testing.T) {
 	needRoot(t)
 	if runtime.GOARCH != "amd64" {
