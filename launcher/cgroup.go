@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher/procfs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/launcher/statedir"
@@ -87,7 +89,7 @@ func detectCgroup(uid int, v2parent string) CgroupMode {
 		}
 		return CgroupNone
 	}
-	own, _ := ProcCgroups("self")
+	own, _ := procfs.Cgroups("self")
 	for _, c := range []string{"memory", "pids"} {
 		p, ok := own[c]
 		if !ok || unix.Access(filepath.Join(cgroupRoot, c, p), unix.W_OK) != nil {
@@ -112,7 +114,7 @@ func v2Delegated(parent string) bool {
 		}
 		return unix.Access(filepath.Dir(dir), unix.W_OK) == nil // prepareV2Base makes it
 	}
-	own, err := ProcCgroups("self")
+	own, err := procfs.Cgroups("self")
 	p, ok := own[""]
 	if err != nil || !ok {
 		return false
@@ -122,26 +124,6 @@ func v2Delegated(parent string) bool {
 	}
 	dir := filepath.Join(cgroupRoot, p)
 	return unix.Access(dir, unix.W_OK) == nil && unix.Access(filepath.Join(dir, "cgroup.procs"), unix.W_OK) == nil
-}
-
-// ProcCgroups reads the cgroups of the process pid ("self", or a
-// number): /proc/PID/cgroup as a map from v1 controller name (or
-// "name=..." of a named hierarchy) to cgroup path, the v2 path (the "0::"
-// line) under "".
-func ProcCgroups(pid string) (map[string]string, error) {
-	b, err := os.ReadFile("/proc/" + pid + "/cgroup")
-	if err != nil {
-		return nil, err
-	}
-	cgs := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 {
-			for _, c := range strings.Split(parts[1], ",") {
-				cgs[c] = parts[2]
-			}
-		}
-	}
-	return cgs, nil
 }
 
 // newCgroupID is an opaque sandbox id: nothing about the worker (no pid)
@@ -310,7 +292,7 @@ func v2Base(explicit string) (string, error) {
 	if explicit != "" {
 		return explicit, nil
 	}
-	own, err := ProcCgroups("self")
+	own, err := procfs.Cgroups("self")
 	if err != nil {
 		return "", err
 	}
@@ -467,7 +449,7 @@ var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
 // v1Bases is "<root>/<controller>/<own cgroup>" per mounted controller:
 // where this launcher's sandbox cgroups go (cgroupSpace).
 func v1Bases() map[string]string {
-	own, err := ProcCgroups("self")
+	own, err := procfs.Cgroups("self")
 	if err != nil {
 		return nil
 	}
@@ -948,7 +930,7 @@ func (c *Cgroup) Enter(pid int) error {
 // Holds checks that /proc/PID/cgroup names the cgroup in every
 // hierarchy of it.
 func (c *Cgroup) Holds(pid int) error {
-	cgs, err := ProcCgroups(strconv.Itoa(pid))
+	cgs, err := procfs.Cgroups(strconv.Itoa(pid))
 	if err != nil {
 		return err
 	}

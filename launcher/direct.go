@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/securetoolruntime/str/launcher/procfs"
+
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -95,7 +97,7 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	}
 	pid, pidfd, err := prog.Start(s.plan.CloneFlags, cgroupFD, files.Sync, func(pid int) error {
 		if s.req.RecordNamespaces {
-			s.namespaces, _ = NamespaceInodes(pid) // the child is waiting, alive
+			s.namespaces, _ = procfs.NamespaceInodes(pid) // the child is waiting, alive
 		}
 		return writeIDMaps(pid, s.plan)
 	})

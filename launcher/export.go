@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 )
@@ -81,30 +79,6 @@ func (s *Sandbox) Pid() int {
 }
 
 func isAbsClean(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }
-
-// namespaceNames are the /proc/PID/ns entries Request.RecordNamespaces reads.
-var namespaceNames = []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"}
-
-// NamespaceInodes is the inode of each of pid's namespaces by its
-// /proc/PID/ns name (namespaceNames), and the first error of one that
-// cannot be read (nil when all were): a per-tool template's supervisor
-// compares its calls' with its own (package launcher/template, C3 and
-// C9) and refuses on an error; Request.RecordNamespaces keeps what was
-// read.
-func NamespaceInodes(pid int) (map[string]uint64, error) {
-	m := make(map[string]uint64, len(namespaceNames))
-	var first error
-	for _, n := range namespaceNames {
-		var st unix.Stat_t
-		err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, n), &st)
-		if err == nil {
-			m[n] = st.Ino
-		} else if first == nil {
-			first = err
-		}
-	}
-	return m, first
-}
 
 // Namespaces returns the inode of each of the init's namespaces by its
 // /proc/PID/ns name, as read at Start when Request.RecordNamespaces asked

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"github.com/securetoolruntime/str/launcher/resident"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"golang.org/x/sys/unix"
@@ -85,7 +86,7 @@ func cmdDoctor(args []string) int {
 	case launcher.CgroupV2:
 		ctrl := strings.TrimSpace(readFile("/sys/fs/cgroup/cgroup.controllers"))
 		check("cgroup", true, "v2 (unified), root controllers: "+ctrl, "")
-		cgs, _ := launcher.ProcCgroups("self")
+		cgs, _ := procfs.Cgroups("self")
 		st := probeCgroupDirs(2, map[string]string{"": cgs[""]})
 		detail, fix := cgroupAdvice(st, uid, engine)
 		check("cgroup delegation", st.writable(), detail, fix)
@@ -96,7 +97,7 @@ func cmdDoctor(args []string) int {
 		// delegated, or the v1 memory or pids cgroup not writable. Say
 		// which, and why. Unprivileged, str runs without the limits and
 		// says so (unless STR_REQUIRE_CGROUP=1); root fails.
-		cgs, _ := launcher.ProcCgroups("self")
+		cgs, _ := procfs.Cgroups("self")
 		st := probeCgroupDirs(1, map[string]string{"memory": cgs["memory"], "pids": cgs["pids"]})
 		if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 			st = probeCgroupDirs(2, map[string]string{"": cgs[""]})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 func needV1(t *testing.T) {
@@ -70,7 +71,7 @@ func TestV1Keepable(t *testing.T) {
 		if err := c.Enter(cmd.Process.Pid); err != nil {
 			t.Fatal(err)
 		}
-		cgs, err := launcher.ProcCgroups(strconv.Itoa(cmd.Process.Pid))
+		cgs, err := procfs.Cgroups(strconv.Itoa(cmd.Process.Pid))
 		if err != nil {
 			t.Fatal(err)
 		}

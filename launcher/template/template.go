@@ -94,6 +94,7 @@ import (
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
@@ -331,7 +332,7 @@ func Start(ctx context.Context, l *launcher.Launcher, tr Request) (*Template, er
 	if err := checkTemplateProcess(t.pid); err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrRefused, err))
 	}
-	if t.ns, err = launcher.NamespaceInodes(t.pid); err != nil {
+	if t.ns, err = procfs.NamespaceInodes(t.pid); err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrRefused, err))
 	}
 	st, err := readStatus(t.pid)
@@ -1193,7 +1194,7 @@ func (c *templateCall) adopt(pid int) error {
 		if st["PPid"] != strconv.Itoa(t.pid) {
 			return failChild("pid %d has parent %s, not the template %d", pid, st["PPid"], t.pid)
 		}
-		ns, err := launcher.NamespaceInodes(pid)
+		ns, err := procfs.NamespaceInodes(pid)
 		if err != nil {
 			return failChild("pid %d: %v", pid, err)
 		}
@@ -1325,7 +1326,7 @@ func (c *templateCall) verify(sockIno uint64) (*ChildCheck, error) {
 			return nil, failChild("pid %d: %s is %q, want %q", pid, k, st[k], v)
 		}
 	}
-	ns, err := launcher.NamespaceInodes(pid)
+	ns, err := procfs.NamespaceInodes(pid)
 	if err != nil {
 		return nil, failChild("pid %d: %v", pid, err)
 	}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/securetoolruntime/str/broker"
 	"github.com/securetoolruntime/str/internal/testfs"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"github.com/securetoolruntime/str/worker/transport"
 )
 
@@ -131,7 +131,7 @@ var sandboxCgroupRE = regexp.MustCompile(`^str-[0-9a-f]{12}-s[0-9a-f]{16}$`)
 func sandboxCgroups(procs []proc) map[string]bool {
 	dirs := map[string]bool{}
 	for _, p := range procs {
-		cgs, err := launcher.ProcCgroups(strconv.Itoa(p.pid))
+		cgs, err := procfs.Cgroups(strconv.Itoa(p.pid))
 		if err != nil {
 			continue
 		}

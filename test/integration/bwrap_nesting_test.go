@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // trySyscallC is a small program of this repository's own: it makes one
@@ -340,7 +340,7 @@ func TestBwrapNestingRootless(t *testing.T) {
 	const uid = 1000
 	deleg := fmt.Sprintf("str-nesting-rootless-%d", os.Getpid())
 	var moves []string
-	cgs, _ := launcher.ProcCgroups("self")
+	cgs, _ := procfs.Cgroups("self")
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		own, ok := cgs[c]
 		if !ok {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -468,7 +468,7 @@ func rootlessBwrap(t *testing.T, line string) map[string]rootlessRun {
 	const uid = 1000
 	deleg := fmt.Sprintf("str-bwrap-rootless-%d", os.Getpid())
 	var moves []string
-	cgs, _ := launcher.ProcCgroups("self")
+	cgs, _ := procfs.Cgroups("self")
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		own, ok := cgs[c]
 		if !ok {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // sideBySideFor is how long the two instances run beside each other: a
@@ -212,7 +213,7 @@ func TestKilledServeCgroupsSwept(t *testing.T) {
 	if launcher.DetectCgroup() != launcher.CgroupV1 {
 		t.Skip("cgroup v2: one hierarchy, the server's cgroup is its launcher's own everywhere; the per-hierarchy case is v1's")
 	}
-	own, err := launcher.ProcCgroups("self")
+	own, err := procfs.Cgroups("self")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,7 @@ func TestKilledServeCgroupsSwept(t *testing.T) {
 // process, seen from the host, is checked against the test's own.
 func TestSandboxWeighsOneProcess(t *testing.T) {
 	needRoot(t)
-	own, err := launcher.ProcCgroups("self")
+	own, err := procfs.Cgroups("self")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +319,7 @@ func TestSandboxWeighsOneProcess(t *testing.T) {
 	if !eventually(60*time.Second, func() bool { pids = findProcs("sleep " + marker); return len(pids) > 0 }) {
 		t.Fatal("the sandboxed sleep never appeared")
 	}
-	cgs, err := launcher.ProcCgroups(pids[0])
+	cgs, err := procfs.Cgroups(pids[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/securetoolruntime/str/internal/mustwork"
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // noCgroupWarning is what the launcher says when a profile's cgroup
@@ -37,7 +38,7 @@ func newNobodyStr(t *testing.T) *nobodyStr {
 	}
 	// The test needs a caller whose cgroup was not delegated to 65534:
 	// this test process's own (the child inherits it).
-	cgs, _ := launcher.ProcCgroups("self")
+	cgs, _ := procfs.Cgroups("self")
 	for c, p := range cgs {
 		var st syscall.Stat_t
 		if syscall.Stat(filepath.Join("/sys/fs/cgroup", c, p), &st) == nil && (st.Uid == 65534 || st.Mode&0o002 != 0) {

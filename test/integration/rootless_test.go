@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // Rootless mode: str run as an unprivileged uid (65534) creates its own
@@ -41,7 +41,7 @@ func TestRootless(t *testing.T) {
 	// launcher uses (v1 here; on a v2 host the VM test covers delegation).
 	deleg := fmt.Sprintf("str-rootless-%d", os.Getpid())
 	var moves []string
-	cgs, _ := launcher.ProcCgroups("self")
+	cgs, _ := procfs.Cgroups("self")
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		own, ok := cgs[c]
 		if !ok {

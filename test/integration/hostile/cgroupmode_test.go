@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"github.com/securetoolruntime/str/profiles"
 )
 
@@ -75,7 +76,7 @@ func checkCgroupMode(t *testing.T, h *harness, mode cgroupMode) {
 	inside := strings.TrimPrefix(h.a.status(id)[0], "probing ")
 	var pids []string
 	waitFor(t, "the probe's child on the host", time.Minute, func() bool { pids = findProcs("600." + marker); return len(pids) > 0 })
-	paths, err := launcher.ProcCgroups(pids[0])
+	paths, err := procfs.Cgroups(pids[0])
 	must(t, err)
 	t.Logf("cgroup mode %s; the sandbox's /proc/PID/cgroup on the host: %q, inside: %q", mode, paths, inside)
 	read := func(p string) string {
