@@ -58,6 +58,9 @@ import re
 import sys
 
 OK_ECHO = re.compile(r'^(\s*)echo\s+((["\']?)ok\b.*)$')
+# bubblewrap >= 0.9's test-run.sh: `ok "name"`, `ok_skip "reason"` (its
+# own functions, numbering the tests), and the plan printed at the end.
+OK_CALL = re.compile(r"^(\s*)(ok|ok_skip)\s+([^\s(].*)$")
 HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 OPEN = re.compile(r"^(if|for|while|until|case)\b")
 CLOSE = re.compile(r"^(fi|done|esac)\b")
@@ -112,17 +115,29 @@ def slots(stmt):
         elif CLOSE.match(s) and frames:
             f = frames.pop()
             cursor = max(f[1], cursor)
-        m = OK_ECHO.match(line)
-        if m:
+        alt = ok_alt(line)
+        if alt:
             while len(result) <= cursor:
                 result.append([])
-            result[cursor].append(m.group(2))
+            result[cursor].append(alt)
             cursor += 1
     return result
 
 
+def ok_alt(line):
+    """The words that name the test a line passes, for echo ("ok - NAME"),
+    or None."""
+    m = OK_ECHO.match(line)
+    if m:
+        return m.group(2)
+    m = OK_CALL.match(line)
+    if m:
+        return "ok - " + ('"# SKIP" ' if m.group(2) == "ok_skip" else "") + m.group(3)
+    return None
+
+
 def has_ok(stmt):
-    return any(OK_ECHO.match(l) for l in stmt)
+    return any(ok_alt(l) for l in stmt)
 
 
 def body(stmt):
@@ -161,10 +176,20 @@ def asis(path):
 
 def split(path):
     lines = read_lines(path)
-    plan = next(i for i, l in enumerate(lines) if re.match(r'^echo\s+["\']?1\.\.\d+', l))
+    # The setup runs as it is: up to the TAP plan line (echo "1..N"), or
+    # with the plan at the end, up to the end of `done_testing ()`.
+    plan = next((i for i, l in enumerate(lines) if re.match(r'^echo\s+["\']?1\.\.\d+', l)), None)
+    wrap = ""
+    if plan is None:
+        start = next((i for i, l in enumerate(lines) if re.match(r"^done_testing\s*\(\)", l)), None)
+        if start is None:
+            sys.exit("bwrap-suite.py split: %s: no plan line (echo 1..N) and no done_testing ()" % path)
+        plan = next(i for i in range(start, len(lines)) if lines[i].rstrip() == "}")
+        wrap = 'eval "__suite_$(declare -f ok)"; ok() { __suite_ok "$@"; echo >> "$STR_SUITE_OKFILE"; }\n'
     out = lines[: plan + 1]
     out.append(
         "# --- rewritten by str's scripts/bwrap-suite.py split: one subshell per test ---\n"
+        + wrap +
         "FUSE_DIR=  # the FUSE tests are skipped for both sides\n"
         "__ok() { echo \"$@\"; echo >> \"$STR_SUITE_OKFILE\"; }\n"
         "__reap() { local j; j=$(jobs -p); [ -z \"$j\" ] || kill $j 2>/dev/null || true; }\n"
@@ -222,7 +247,7 @@ def outcomes(path, others=()):
         m = re.match(r"^(not ok|ok)\b\s*(.*)$", line.rstrip("\n"))
         if not m:
             continue
-        msg = re.sub(r"^-\s*", "", m.group(2))
+        msg = re.sub(r"^(\d+\s*)?-?\s*", "", m.group(2))
         msg = re.sub(r"\s*\((status \d+|not run: .*)\)$", "", msg)
         if m.group(1) == "not ok":
             outcome = "fail"
@@ -236,6 +261,8 @@ def outcomes(path, others=()):
             alts = [re.sub(r"^ok\b\s*(-\s*)?", "", a) for a in msg.split(" | ")]
             msg = next((a for a in alts if a in others), alts[0])
         msg = msg.replace("\t", " ")
+        # A skipped test is named without its reason when it has a name.
+        msg = re.sub(r"^(.*\S)\s+# skip\b.*$", r"\1", msg, flags=re.I)
         seen[msg] = seen.get(msg, 0) + 1
         out.append((msg if seen[msg] == 1 else "%s [%d]" % (msg, seen[msg]), outcome))
     return out
