@@ -24,8 +24,10 @@
 # fails). test-seccomp.py (Python unittest, each test on its own) is the
 # same in both, with its probe try-syscall built from the same source.
 # BWRAP_MUST_WORK=1 as in bubblewrap's CI (a binary that cannot run
-# `true` fails the tests instead of skipping the file). The split variant
-# skips the FUSE tests for both sides; neither binary is setuid.
+# `true` fails the tests instead of skipping the file). The FUSE tests are
+# skipped for both sides in both variants (libtest.sh would take any FUSE
+# mount of the caller's uid on the host, which another program may make
+# and remove during the run); neither binary is setuid.
 #
 # The passes: root, and uid 65534 (setpriv; HOME a directory of its own,
 # no XDG_RUNTIME_DIR, no cgroup delegated or created for it: str must cope
@@ -71,7 +73,8 @@ command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v pkill >/dev/null || need+=(procps)
 py=/usr/bin/python3
 [[ -x $py ]] || py=python3
-"$py" -c 'import seccomp' 2>/dev/null || need+=(python3-seccomp)
+# -I: not the seccomp/ directory of this repository (the working directory).
+"$py" -I -c 'import seccomp' 2>/dev/null || need+=(python3-seccomp)
 if ((${#need[@]})); then
   [[ $(id -u) == 0 ]] || { echo "bwrap-suite: missing Debian packages: ${need[*]}" >&2; exit 1; }
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
@@ -129,7 +132,8 @@ gen=$work/tests
 rm -rf "$gen"
 for v in "${variants[@]}"; do
   mkdir -p "$gen/$v"
-  cp "$src"/tests/libtest*.sh "$gen/$v/"
+  cp "$src"/tests/libtest-core.sh "$gen/$v/"
+  python3 scripts/bwrap-suite.py lib "$src/tests/libtest.sh" >"$gen/$v/libtest.sh"
   for t in "${tests[@]}"; do
     [[ -f $src/tests/$t ]] || continue
     case $t in
