@@ -265,7 +265,9 @@ def outcomes(path, others=()):
         m = re.match(r"^(not ok|ok)\b\s*(.*)$", line.rstrip("\n"))
         if not m:
             continue
-        msg = re.sub(r"^(\d+\s*)?-?\s*", "", m.group(2))
+        # "ok - NAME" (bubblewrap < 0.9), "ok N NAME" (>= 0.9: NAME may
+        # start with "--").
+        msg = re.sub(r"^(\d+\s+)?(-(\s+|$))?", "", m.group(2))
         msg = re.sub(r"\s*\((status \d+|not run: .*)\)$", "", msg)
         if m.group(1) == "not ok":
             outcome = "fail"
