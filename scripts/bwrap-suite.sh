@@ -1,34 +1,68 @@
 #!/usr/bin/env bash
-# make bwrap-suite: bubblewrap's own tests, run in the same run once
-# with this machine's bwrap and once with `str bwrap` (a symlink named
-# bwrap to STR_BIN), with pass/fail/skip counts side by side and the name
-# of every test whose outcome differs (issue 22).
+# make bwrap-suite: bubblewrap's own tests, run in the same run once with
+# this machine's bwrap and once with `str bwrap` (a symlink named bwrap to
+# STR_BIN), as root and as uid 65534, each test file in two variants; the
+# counts side by side, every test that passes under bwrap and not under
+# str, and a ratchet on that list (issue 31).
 #
-#   scripts/bwrap-suite.sh        (as root: it installs what is missing)
+#   scripts/bwrap-suite.sh                (as root: it installs what is missing)
+#   scripts/bwrap-suite.sh --write-known  (rewrite the ratchet's list from the last run)
 #
 # bubblewrap's tests come from the Debian source package of the bwrap
 # installed here (apt-get source, through a deb-src list of our own in
 # var/bwrap-suite/apt: the system's apt configuration is not touched), so
 # the tests match the binary they are compared with; or from BWRAP_SRC, an
-# unpacked bubblewrap tree. Nothing of bubblewrap is stored in this
-# repository. Each test file is rewritten (scripts/bwrap-suite.py split)
-# so that one failing test does not end the file; both sides run the same
-# rewritten file. test-seccomp.py (Python unittest, each test on its own)
-# runs as it is, with its probe try-syscall built from the same source.
-# The FUSE tests are skipped for both sides; the setuid paths are not
-# taken (Debian's bwrap is not setuid, nor is str). Two passes: as root,
-# and as uid 65534 (str rootless, in a cgroup subtree delegated to it).
+# unpacked bubblewrap tree (an upstream release, by hand). Nothing of
+# bubblewrap is stored in this repository.
+#
+# The variants (scripts/bwrap-suite.py): asis, each shell test file as it
+# is (it stops at its first failure: the tests after it count as not run);
+# split, each file rewritten so that every group of statements ending in an
+# "ok" line runs on its own and every test is counted. In both, a loop that
+# waits for a file from a background sandbox also ends when that sandbox
+# has exited (else the file hangs until the timeout when the sandbox
+# fails). test-seccomp.py (Python unittest, each test on its own) is the
+# same in both, with its probe try-syscall built from the same source.
+# BWRAP_MUST_WORK=1 as in bubblewrap's CI (a binary that cannot run
+# `true` fails the tests instead of skipping the file). The FUSE tests are
+# skipped for both sides in both variants (libtest.sh would take any FUSE
+# mount of the caller's uid on the host, which another program may make
+# and remove during the run); neither binary is setuid.
+#
+# The passes: root, and uid 65534 (setpriv; HOME a directory of its own,
+# no XDG_RUNTIME_DIR, no cgroup delegated or created for it: str must cope
+# as bwrap does).
+#
+# The results: var/bwrap-suite/results.tsv (each test's outcome on both
+# sides), counts.tsv, differences.tsv (the tests that pass under bwrap and
+# not under str), out/PASS-VARIANT-SIDE/ (TAP output and logs). The ratchet
+# (test/bwrap-suite/known-differences.txt, scripts/bwrap-suite.py check):
+# the run fails when a test passes under bwrap and fails under str but is
+# not listed, and when a listed test now passes under str. It applies to
+# the installed package's suite only (not with BWRAP_SRC).
 #
 # Environment: STR_BIN (default: build bin/str), BWRAP_REF (/usr/bin/bwrap),
-# BWRAP_SRC, BWRAP_SUITE_DIR (var/bwrap-suite), BWRAP_SUITE_TIMEOUT (seconds
-# per test file and side, 120). Exit status 0 when both sides ran; the
-# counts are the result, not a pass/fail verdict.
+# BWRAP_SRC, BWRAP_SUITE_DIR (var/bwrap-suite), BWRAP_SUITE_KNOWN (the
+# ratchet's list), BWRAP_SUITE_TIMEOUT (seconds per test file and side, a
+# bound against a hang, not a measure: 300; a file that reaches it is named
+# at the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 work=${BWRAP_SUITE_DIR:-$root/var/bwrap-suite}
+known=${BWRAP_SUITE_KNOWN:-$root/test/bwrap-suite/known-differences.txt}
 ref=${BWRAP_REF:-/usr/bin/bwrap}
+timeout=${BWRAP_SUITE_TIMEOUT:-300}
 tests=(test-run.sh test-specifying-userns.sh test-specifying-pidns.sh test-seccomp.py)
+variants=(asis split)
+
+case ${1:-} in
+  "") ;;
+  --write-known)
+    [[ -f $work/results.tsv ]] || { echo "bwrap-suite: no run in $work yet: run make bwrap-suite first" >&2; exit 1; }
+    exec python3 scripts/bwrap-suite.py write-known "$known" "$work" ;;
+  *) echo "usage: scripts/bwrap-suite.sh [--write-known]" >&2; exit 2 ;;
+esac
 
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
@@ -36,13 +70,16 @@ command -v capsh >/dev/null || need+=(libcap2-bin)
 command -v python3 >/dev/null || need+=(python3)
 command -v dpkg-source >/dev/null || need+=(dpkg-dev)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v pkill >/dev/null || need+=(procps)
 py=/usr/bin/python3
 [[ -x $py ]] || py=python3
-"$py" -c 'import seccomp' 2>/dev/null || need+=(python3-seccomp)
+# -I: not the seccomp/ directory of this repository (the working directory).
+"$py" -I -c 'import seccomp' 2>/dev/null || need+=(python3-seccomp)
 if ((${#need[@]})); then
   [[ $(id -u) == 0 ]] || { echo "bwrap-suite: missing Debian packages: ${need[*]}" >&2; exit 1; }
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+[[ $(id -u) == 0 ]] || { echo "bwrap-suite: run as root (the second pass runs as uid 65534 through setpriv)" >&2; exit 1; }
 
 if [[ -z ${STR_BIN:-} ]]; then
   mkdir -p bin
@@ -92,83 +129,84 @@ mkdir -p "$work/str-bin"
 ln -sfn "$STR_BIN" "$work/str-bin/bwrap"
 
 gen=$work/tests
-rm -rf "$gen" && mkdir -p "$gen"
-cp "$src"/tests/libtest*.sh "$gen/"
-for t in "${tests[@]}"; do
-  [[ -f $src/tests/$t ]] || continue
-  case $t in
-    *.sh) python3 scripts/bwrap-suite.py split "$src/tests/$t" >"$gen/$t" ;;
-    *.py) cp "$src/tests/$t" "$gen/$t" ;; # unittest: each test runs on its own already
-  esac
-  chmod +x "$gen/$t"
-done
-# test-seccomp.py runs its probe, try-syscall, built from bubblewrap's source.
-cc -O2 -o "$gen/try-syscall" "$src/tests/try-syscall.c"
-
-# One test file on one side as one user: its own session, so whatever it
-# leaves running (a sandbox waiting on a fifo after a refused option) is
-# killed with it.
-run_side() { # who side binary test
-  local out=$work/out/$1-$2/${4%.*}
-  echo "== $4 with $3 as $1" >&2
-  local run=(bash "$gen/$4")
-  # Debian's python3, the one python3-seccomp is installed for.
-  [[ $4 == *.py ]] && run=("$py" "$gen/$4" -v)
-  local cmd=(env STR_SUITE_OKFILE="$out.okcount" BWRAP="$3" setsid timeout -k 10 "${BWRAP_SUITE_TIMEOUT:-120}" "${run[@]}")
-  if [[ $1 == user ]]; then
-    cmd=(bash -c 'for f in "${@:2:$1}"; do echo $$ >"$f"; done; shift $(($1 + 1)); exec setpriv --reuid 65534 --regid 65534 --clear-groups "$@"' \
-      - "${#cgprocs[@]}" "${cgprocs[@]}" "${cmd[@]}")
-  fi
-  if [[ $4 == *.py ]]; then
-    # unittest reports on stderr: one TAP line per test from it.
-    "${cmd[@]}" >"$out.log" 2>&1 </dev/null || echo "# exit status $?" >>"$out.tap"
-    python3 scripts/bwrap-suite.py unittest2tap <"$out.log" >>"$out.tap"
-  else
-    "${cmd[@]}" >"$out.tap" 2>"$out.log" </dev/null || echo "# exit status $?" >>"$out.tap"
-  fi
-  rm -f "$out.okcount"
-}
-
-# The unprivileged pass (uid 65534, as bubblewrap's tests run in their CI):
-# str runs rootless, which needs a cgroup subtree delegated to the user
-# (cgroup v1 here, as test/integration's TestRootless sets it up).
-whos=(root)
-cgprocs=() cgdirs=()
-if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
-  while IFS=: read -r _ ctrls path; do
-    for c in ${ctrls//,/ }; do
-      case $c in memory | pids | cpu | cpuacct | freezer) ;; *) continue ;; esac
-      d=/sys/fs/cgroup/$c$path/str-bwrap-suite-$$
-      [[ -d /sys/fs/cgroup/$c ]] && mkdir -p "$d" 2>/dev/null || continue
-      chown -R 65534:65534 "$d" && cgdirs+=("$d") && cgprocs+=("$d/cgroup.procs")
-    done
-  done </proc/self/cgroup
-  ((${#cgprocs[@]})) && whos+=(user)
-fi
-cleanup() {
-  local d
-  for d in "${cgdirs[@]}"; do
-    [[ -d $d ]] && { while read -r p; do echo "$p" >"$(dirname "$d")/cgroup.procs"; done <"$d/cgroup.procs"; rmdir "$d"/* "$d" 2>/dev/null; } || true
+rm -rf "$gen"
+for v in "${variants[@]}"; do
+  mkdir -p "$gen/$v"
+  cp "$src"/tests/libtest-core.sh "$gen/$v/"
+  python3 scripts/bwrap-suite.py lib "$src/tests/libtest.sh" >"$gen/$v/libtest.sh"
+  for t in "${tests[@]}"; do
+    [[ -f $src/tests/$t ]] || continue
+    case $t in
+      *.sh) python3 scripts/bwrap-suite.py "$v" "$src/tests/$t" >"$gen/$v/$t" ;;
+      *.py) cp "$src/tests/$t" "$gen/$v/$t" ;; # unittest: each test runs on its own already
+    esac
+    chmod +x "$gen/$v/$t"
   done
+  # test-seccomp.py runs its probe, try-syscall, built from bubblewrap's source.
+  cc -O2 -o "$gen/$v/try-syscall" "$src/tests/try-syscall.c"
+done
+chmod -R a+rX "$gen"
+
+# The unprivileged pass's home: its own, as any user's (nothing else is
+# set up for it).
+home=$work/home-65534
+rm -rf "$home" && mkdir -p "$home" && chown 65534:65534 "$home"
+
+# One test file, in one variant, on one side, as one user, in a session
+# of its own: whatever the file leaves running (the die-with-parent
+# tests' loop, a sandbox waiting on a fifo after a refused option) is
+# killed when the file ends.
+timedout=()
+run_side() { # who variant side binary test
+  local who=$1 variant=$2 side=$3 bin=$4 t=$5
+  local out=$work/out/$who-$variant-$side/${t%.*} rc=0 sid
+  echo "== $t ($variant) with $side as $who" >&2
+  local run=(bash "$gen/$variant/$t")
+  # Debian's python3, the one python3-seccomp is installed for.
+  [[ $t == *.py ]] && run=("$py" "$gen/$variant/$t" -v)
+  local cmd=(env BWRAP_MUST_WORK=1 STR_SUITE_OKFILE="$out.okcount" BWRAP="$bin" timeout -k 10 "$timeout" "${run[@]}")
+  [[ $who == uid65534 ]] && cmd=(setpriv --reuid 65534 --regid 65534 --clear-groups env -u XDG_RUNTIME_DIR HOME="$home" "${cmd[@]}")
+  cmd=(setsid -w bash -c 'echo $$ >"$0"; exec "$@"' "$out.sid" "${cmd[@]}")
+  if [[ $t == *.py ]]; then
+    # unittest reports on stderr: one TAP line per test from it.
+    "${cmd[@]}" >"$out.log" 2>&1 </dev/null || rc=$?
+    python3 scripts/bwrap-suite.py unittest2tap <"$out.log" >"$out.tap"
+  else
+    "${cmd[@]}" >"$out.tap" 2>"$out.log" </dev/null || rc=$?
+  fi
+  ((rc == 0)) || echo "# exit status $rc" >>"$out.tap"
+  ((rc == 124 || rc == 137)) && timedout+=("$who $variant $side $t")
+  sid=$(cat "$out.sid")
+  pkill -KILL -s "$sid" 2>/dev/null || true
+  rm -f "$out.okcount" "$out.sid"
 }
-trap cleanup EXIT
-[[ " ${whos[*]} " == *" user "* ]] || echo "bwrap-suite: no cgroup v1 subtree to delegate: the unprivileged pass is skipped" >&2
 
 rm -rf "$work/out"
-for who in "${whos[@]}"; do
-  mkdir -p "$work/out/$who-bwrap" "$work/out/$who-str"
-  [[ $who == user ]] && chown 65534:65534 "$work/out/$who-bwrap" "$work/out/$who-str"
-  for t in "${tests[@]}"; do
-    [[ -f $gen/$t ]] || continue
-    run_side "$who" bwrap "$ref" "$t"
-    run_side "$who" str "$work/str-bin/bwrap" "$t"
+start=$(date +%s)
+for who in root uid65534; do
+  for v in "${variants[@]}"; do
+    mkdir -p "$work/out/$who-$v-bwrap" "$work/out/$who-$v-str"
+    [[ $who == uid65534 ]] && chown 65534:65534 "$work/out/$who-$v-bwrap" "$work/out/$who-$v-str"
+    for t in "${tests[@]}"; do
+      [[ -f $gen/$v/$t ]] || continue
+      run_side "$who" "$v" bwrap "$ref" "$t"
+      run_side "$who" "$v" str "$work/str-bin/bwrap" "$t"
+    done
   done
 done
 
-pkg=$(dpkg-query -W -f='bubblewrap ${Version}' bubblewrap 2>/dev/null || echo "$src")
-for who in "${whos[@]}"; do
-  echo
-  [[ $who == root ]] && echo "bubblewrap's test suite ($pkg), as root:" || echo "bubblewrap's test suite ($pkg), as uid 65534 (str rootless):"
-  python3 scripts/bwrap-suite.py report "$ref=$work/out/$who-bwrap" "str bwrap=$work/out/$who-str"
-done
-echo "(TAP output and logs: $work/out/)"
+pkg=$(dpkg-query -W -f='bubblewrap ${Version}' bubblewrap 2>/dev/null || true)
+[[ -n ${BWRAP_SRC:-} ]] && pkg="the tests of $BWRAP_SRC"
+echo
+echo "bubblewrap's test suite ($pkg; $ref and str bwrap), $(($(date +%s) - start)) s:"
+python3 scripts/bwrap-suite.py results "$work"
+echo "(results.tsv, counts.tsv, differences.tsv, TAP output and logs: $work)"
+if ((${#timedout[@]})); then
+  echo "bwrap-suite: these files reached the ${timeout} s bound (their tests not reached count as not run):"
+  printf '  %s\n' "${timedout[@]}"
+fi
+if [[ -n ${BWRAP_SRC:-} ]]; then
+  echo "bwrap-suite: BWRAP_SRC is set: the ratchet ($known) is for the installed package's suite and is not checked"
+  exit 0
+fi
+python3 scripts/bwrap-suite.py check "$known" "$work"
