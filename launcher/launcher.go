@@ -17,6 +17,7 @@ import (
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 // StepError is the launcher's and nsinit's one error type: it names the
@@ -114,6 +115,10 @@ func New(opts Options) (*Launcher, error) {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	l.host = Host{UID: os.Geteuid(), GID: os.Getegid(), Cgroup: DetectCgroup(), Getenv: os.Getenv}
+	var nofile unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile) == nil {
+		l.host.NoFile = nofile.Cur
+	}
 	if err := statedir.Check(os.Getenv); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
