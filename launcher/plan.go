@@ -173,7 +173,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	// sandbox enforces nothing).
 	// The one exception (str bwrap, a line without --unshare-net, under a
 	// profile whose share_caller_network is allow): no network namespace,
-	// so the init's step 10 has nothing to do, and no proxy.
+	// no loopback or listeners for the init's step 10, and no proxy.
 	pl.CloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 	pl.CloneNames = []string{"CLONE_NEWUSER", "CLONE_NEWNS", "CLONE_NEWPID", "CLONE_NEWIPC", "CLONE_NEWUTS", "CLONE_NEWCGROUP"}
 	pl.Network = p.Network
