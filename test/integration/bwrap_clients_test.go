@@ -103,8 +103,7 @@ func clientLine(kind, work string, nested int) []string {
 // clientFixture makes the workspace a line binds: .bashrc, a .git with
 // hooks/ and config, .codex, and nested repositories, all owned by
 // owner (as a user's project is: as root, str binds a writable source
-// id-mapped to its owner), mode 0777 at the top so that bubblewrap's
-// --unshare-all as root (only root mapped) may write there too.
+// id-mapped to its owner).
 func clientFixture(t *testing.T, owner, nested int) string {
 	t.Helper()
 	if err := os.MkdirAll("/srv", 0o755); err != nil {
@@ -131,15 +130,23 @@ func clientFixture(t *testing.T, owner, nested int) string {
 			t.Fatal(err)
 		}
 	}
-	if err := filepath.Walk(work, func(p string, _ os.FileInfo, err error) error {
+	// Writable by all: where a line binds it writable, the command may
+	// write under bubblewrap as root too, whose --unshare-all maps only
+	// root (to whom owner's files are not root's); what must stay
+	// read-only is the line's read-only binds' doing, not the modes'.
+	if err := filepath.Walk(work, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o666)
+		if fi.IsDir() {
+			mode = 0o777
+		}
+		if err := os.Chmod(p, mode); err != nil {
 			return err
 		}
 		return os.Lchown(p, owner, owner)
 	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(work, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	return work
@@ -212,8 +219,16 @@ func TestBwrapClientLines(t *testing.T) {
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		mustwork.Skip(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
 	}
-	// A copy of str that uid 65534 may execute.
-	dir := t.TempDir()
+	// A copy of str that uid 65534 may execute (t.TempDir's parent is
+	// 0700).
+	if err := os.MkdirAll("/srv", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/srv", "str-bwrap-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	_ = os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "str")
 	data, err := os.ReadFile(strBin)
