@@ -203,7 +203,7 @@ func cmdBwrap(name string, args []string) int {
 		case pl.CallerNetwork:
 			fmt.Printf("network: the caller's (the line does not unshare it, as under bubblewrap; profile %s has share_caller_network: allow): no network namespace, no proxy\n", pl.Profile)
 		case sb.ShareNet:
-			fmt.Printf("network: not the caller's, though the line does not unshare it: profile %s does not allow share_caller_network, so its egress policy (%s) applies through str's proxy, and the proxy variables are added to the environment\n", pl.Profile, pl.Network.Mode)
+			fmt.Printf("network: not the caller's, though the line does not unshare it: profile %s does not allow share_caller_network, so the sandbox has a network namespace of its own, its egress policy (%s) applies through str's proxy, and the policy's variables are added to the environment (docs/bwrap.md)\n", pl.Profile, pl.Network.Mode)
 		default:
 			fmt.Printf("network: --unshare-net: an own network namespace with only lo\n")
 		}
