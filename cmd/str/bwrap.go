@@ -38,7 +38,9 @@ Options str cannot honour exactly are refused by name (see
 docs/bwrap.md in str's source). str's own options, first on the line:
     --plan               print the sandbox's plan and exit
     --str-profile NAME   the str profile whose limits, seccomp filter and
-                         network policy apply (default standard)
+                         network policy apply (default standard, which
+                         lets a line without --unshare-net share the
+                         caller's network: share_caller_network)
 Options honoured:
     %s
 `
