@@ -22,7 +22,8 @@
 // it and its reason, and a line with one runs nothing.
 //
 // What it does not do: it has no privilege and performs nothing. The
-// sandbox stays the launcher's (every namespace always, the profile's
+// sandbox stays the launcher's (every namespace but the network's when
+// the line shares the caller's and the profile allows it, the profile's
 // limits, seccomp filter and network policy; binds nosuid,nodev; a
 // leased host uid as root), and the launcher applies to the mount list
 // the checks it applies to its own (launcher.Plan.SetMounts).

@@ -38,8 +38,10 @@ type Sandbox struct {
 	Workdir  string   // the tool's working directory inside
 	UID, GID uint32   // seen inside
 	Hostname string   // --hostname, else the host's own (what a new UTS namespace starts with)
-	// ShareNet: the command line did not unshare the network; str gives
-	// the sandbox its profile's egress policy (its own namespace still).
+	// ShareNet: the command line did not unshare the network; str puts
+	// the sandbox on the caller's network, as bubblewrap, when the
+	// profile allows it (share_caller_network), else gives it the
+	// profile's egress policy through its proxy, in a namespace of its own.
 	ShareNet bool
 	// InfoFD, JSONStatusFD: where the sandbox's information goes (-1: nowhere).
 	InfoFD, JSONStatusFD int

@@ -75,6 +75,13 @@ type Request struct {
 	// --json-status-fd report them).
 	RecordNamespaces bool
 
+	// CallerNetwork (str bwrap, a line without --unshare-net) asks for
+	// the caller's own network: no network namespace, no egress
+	// listeners, no proxy variables. NewPlan grants it only under a
+	// profile whose share_caller_network is allow (Plan.CallerNetwork
+	// says whether it did); str run and the worker never ask.
+	CallerNetwork bool
+
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,13 +95,24 @@ func TestPlanDescriptorLimits(t *testing.T) {
 	if !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("want ErrInvalidRequest, got %v", err)
 	}
-	for _, w := range []string{"65 descriptors to pass, at most 64", "bind mounts (the profile's, the request's and /dev's nodes), at most 30"} {
+	for _, w := range []string{"65 descriptors to pass, at most 64", fmt.Sprintf("bind mounts (binds and /dev's nodes), at most %d (the init's table", nsinit.MaxBindSources)} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error lacks %q:\n%v", w, err)
 		}
 	}
 	if _, err := NewPlan(p, Request{Argv: []string{"/bin/true"}, ExtraFiles: many[:nsinit.MaxPassFDs]}, fakeHost(0, CgroupV1), nil); err != nil {
 		t.Fatalf("%d descriptors refused: %v", nsinit.MaxPassFDs, err)
+	}
+	// No low limit of its own (bubblewrap has none): 400 sources pass
+	// when RLIMIT_NOFILE allows, and the error names that limit when not.
+	host := fakeHost(0, CgroupV1)
+	host.NoFile = 1024
+	if _, err := NewPlan(p, Request{Argv: []string{"/bin/true"}, Binds: binds[:300]}, host, nil); err != nil {
+		t.Errorf("300 binds with RLIMIT_NOFILE 1024: %v", err)
+	}
+	_, err = NewPlan(p, Request{Argv: []string{"/bin/true"}, Binds: binds[:400]}, host, nil)
+	if want := "above the launcher's RLIMIT_NOFILE 1024: raise it"; !errors.Is(err, ErrInvalidRequest) || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("400 binds with RLIMIT_NOFILE 1024: %v, want %q", err, want)
 	}
 }
 

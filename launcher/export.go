@@ -11,8 +11,8 @@ import (
 // SetMounts replaces the plan's filesystem with ms, in that order (a
 // caller that describes the whole filesystem itself: str bwrap), with
 // the same checks NewPlan applies to its own list: every target
-// absolute and clean, at most nsinit.MaxBindSources sources, and the
-// root-mode trees numbered for step L3.
+// absolute and clean, the bind sources within checkBindSources' limit,
+// and the root-mode trees numbered for step L3.
 func (pl *Plan) SetMounts(ms []nsinit.Mount) error {
 	sources := 0
 	for _, m := range ms {
@@ -28,8 +28,8 @@ func (pl *Plan) SetMounts(ms []nsinit.Mount) error {
 				"(as root the launcher makes the overlay on the host)", ErrInvalidRequest, m.Target)
 		}
 	}
-	if sources > nsinit.MaxBindSources {
-		return fmt.Errorf("%w: %d bind mounts, at most %d", ErrInvalidRequest, sources, nsinit.MaxBindSources)
+	if err := checkBindSources(sources, pl.NoFile); err != nil {
+		return err
 	}
 	pl.Child.Mounts = append([]nsinit.Mount(nil), ms...)
 	if !pl.Rootless {

@@ -17,6 +17,7 @@ import (
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 // StepError is the launcher's and nsinit's one error type: it names the
@@ -127,6 +128,10 @@ func New(opts Options) (*Launcher, error) {
 		l.host.RequireCgroup = true
 	default:
 		return nil, fmt.Errorf("launcher: STR_REQUIRE_CGROUP=%q: 1 (an unprivileged str without a delegated cgroup refuses to run) or 0/unset", v)
+	}
+	var nofile unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile) == nil {
+		l.host.NoFile = nofile.Cur
 	}
 	if err := statedir.Check(os.Getenv); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)

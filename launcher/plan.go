@@ -44,6 +44,9 @@ type Host struct {
 	// Getenv supplies the caller's environment for the profile's
 	// passthrough list; nil means nothing is passed through.
 	Getenv func(string) string
+	// NoFile is the launcher's RLIMIT_NOFILE (soft; 0: unknown, no
+	// limit but the init's), which bounds a plan's bind sources.
+	NoFile uint64
 }
 
 // CgroupMode is the cgroup hierarchy in use.
@@ -99,6 +102,14 @@ type Plan struct {
 	// Network is the sandbox's network policy, served by the launcher's
 	// egress proxy on the listeners the init opens (Child.Listen).
 	Network egress.Policy `json:"network"`
+	// CallerNetwork: the sandbox makes no network namespace and is on
+	// the caller's network (Request.CallerNetwork under a profile that
+	// allows it): no listeners, no proxy, Network unused.
+	CallerNetwork bool `json:"caller_network,omitempty"`
+
+	// NoFile is the launcher's RLIMIT_NOFILE (Host.NoFile): SetMounts
+	// checks a new filesystem's bind sources against it too.
+	NoFile uint64 `json:"launcher_nofile,omitempty"`
 
 	// IDRange is where root-mode sandboxes lease their host ids.
 	IDRange IDRange `json:"id_range"`
@@ -174,7 +185,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		bad("no command given")
 	}
 
-	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: FitTimeout(p, req.Timeout), WorkDir: p.WorkDir}
+	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: FitTimeout(p, req.Timeout), WorkDir: p.WorkDir, NoFile: host.NoFile}
 	if req.Idle < 0 {
 		bad("idle limit %s: must not be negative", req.Idle)
 	}
@@ -184,11 +195,22 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	// lo; what leaves it goes through the launcher's egress proxy, whose
 	// listeners the init opens on lo (the network policy decides; the
 	// sandbox enforces nothing).
-	pl.CloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWNET
-	pl.CloneNames = []string{"CLONE_NEWUSER", "CLONE_NEWNS", "CLONE_NEWPID", "CLONE_NEWIPC", "CLONE_NEWUTS", "CLONE_NEWCGROUP", "CLONE_NEWNET"}
-	pl.Child.LoopbackUp = true
+	// The one exception (str bwrap, a line without --unshare-net, under a
+	// profile whose share_caller_network is allow): no network namespace,
+	// no loopback or listeners for the init's step 10, and no proxy.
+	pl.CloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+	pl.CloneNames = []string{"CLONE_NEWUSER", "CLONE_NEWNS", "CLONE_NEWPID", "CLONE_NEWIPC", "CLONE_NEWUTS", "CLONE_NEWCGROUP"}
 	pl.Network = p.Network
-	pl.Child.Listen = egressListeners(p.Network)
+	pl.CallerNetwork = req.CallerNetwork && p.SharesCallerNetwork()
+	if req.CallerNetwork && len(req.Credentials) > 0 {
+		bad("credentials need the egress proxy: the caller's network has none")
+	}
+	if !pl.CallerNetwork {
+		pl.CloneFlags |= unix.CLONE_NEWNET
+		pl.CloneNames = append(pl.CloneNames, "CLONE_NEWNET")
+		pl.Child.LoopbackUp = true
+		pl.Child.Listen = egressListeners(p.Network)
+	}
 	// Every sandbox has its own user namespace, root mode too: the init is
 	// root of that namespace only, an unprivileged uid on the host.
 	pl.Rootless = host.UID != 0
@@ -255,7 +277,11 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	c.BestEffort = p.BestEffort
 	c.PassFDs = len(req.ExtraFiles)
 	c.Rlimits = rlimits(p)
-	env, err := buildEnv(p, append(slices.Clone(req.Env), egress.Env(p.Network)...), host.Getenv)
+	extra := slices.Clone(req.Env)
+	if !pl.CallerNetwork {
+		extra = append(extra, egress.Env(p.Network)...)
+	}
+	env, err := buildEnv(p, extra, host.Getenv)
 	if err != nil {
 		bad("%v", err)
 	}
@@ -289,8 +315,8 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 			sources++
 		}
 	}
-	if sources > nsinit.MaxBindSources {
-		bad("%d bind mounts (the profile's, the request's and /dev's nodes), at most %d", sources, nsinit.MaxBindSources)
+	if err := checkBindSources(sources, host.NoFile); err != nil {
+		problems = append(problems, err)
 	}
 	if !pl.Rootless {
 		numberTrees(c.Mounts, nsinit.FirstTreeFD(c.PassFDs))
@@ -300,6 +326,28 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		return nil, errors.Join(problems...)
 	}
 	return pl, nil
+}
+
+// fdReserve is what checkBindSources keeps of RLIMIT_NOFILE for the
+// descriptors that are not bind sources: the launcher's own, the tool's
+// 0-2 and pass-list (nsinit.MaxPassFDs), the init's setup.
+const fdReserve = 256
+
+// checkBindSources is the one limit on a plan's bind sources (binds and
+// /dev's nodes), the same in both modes so that a plan valid as root is
+// valid rootless: the init's table (nsinit.MaxBindSources) and the
+// launcher's RLIMIT_NOFILE (nofile; 0 unknown), since each source is
+// two descriptors at once at the clone: root mode the launcher's tree
+// and the clone child's copy of it moved above the tool's (init step 1),
+// rootless the child's own clone of it and the launcher's copied table.
+func checkBindSources(n int, nofile uint64) error {
+	if n > nsinit.MaxBindSources {
+		return fmt.Errorf("%w: %d bind mounts (binds and /dev's nodes), at most %d (the init's table of descriptors)", ErrInvalidRequest, n, nsinit.MaxBindSources)
+	}
+	if nofile > 0 && uint64(2*n+fdReserve) > nofile {
+		return fmt.Errorf("%w: %d bind mounts (binds and /dev's nodes) need %d descriptors at once, above the launcher's RLIMIT_NOFILE %d: raise it (ulimit -n), or bind fewer paths", ErrInvalidRequest, n, 2*n+fdReserve, nofile)
+	}
+	return nil
 }
 
 func rlimits(p *profiles.Profile) []nsinit.Rlimit {

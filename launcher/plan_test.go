@@ -626,3 +626,32 @@ func TestSetCallerSeccomp(t *testing.T) {
 		}
 	}
 }
+
+// The caller's network (str bwrap, a line without --unshare-net) is a
+// plan without CLONE_NEWNET, lo, listeners or proxy variables, granted
+// only under a profile whose share_caller_network is allow; a request
+// that does not ask (str run, the worker) always has its own namespace.
+func TestPlanCallerNetwork(t *testing.T) {
+	for _, c := range []struct {
+		profile string
+		ask     bool
+		shared  bool
+	}{
+		{"standard", true, true}, {"permissive", true, true},
+		{"restrictive", true, false}, {"confidential", true, false},
+		{"standard", false, false}, {"permissive", false, false},
+	} {
+		for _, uid := range []int{0, 1000} {
+			pl := mustPlan(t, c.profile, Request{Argv: []string{"true"}, CallerNetwork: c.ask}, fakeHost(uid, CgroupV2))
+			proxyVars := slices.ContainsFunc(pl.Child.Env, func(kv string) bool {
+				return strings.HasPrefix(kv, "HTTP_PROXY=") || strings.HasPrefix(kv, "STR_NETWORK=")
+			})
+			ownNet := pl.CloneFlags&unix.CLONE_NEWNET != 0
+			if pl.CallerNetwork != c.shared || ownNet == c.shared || pl.Child.LoopbackUp == c.shared ||
+				(len(pl.Child.Listen) == 0) != c.shared || proxyVars == c.shared || slices.Contains(pl.CloneNames, "CLONE_NEWNET") == c.shared {
+				t.Errorf("%s, asked %v, uid %d: caller network %v, CLONE_NEWNET %v, lo up %v, %d listeners, proxy variables %v; want shared %v",
+					c.profile, c.ask, uid, pl.CallerNetwork, ownNet, pl.Child.LoopbackUp, len(pl.Child.Listen), proxyVars, c.shared)
+			}
+		}
+	}
+}

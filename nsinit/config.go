@@ -150,8 +150,8 @@ const (
 	// tool: the one limit of the launcher's plan.
 	MaxPassFDs = 64
 	// MaxBindSources is how many bind and device-node mounts a plan may
-	// have (each is one descriptor of the init in root mode).
-	MaxBindSources = 30
+	// have: each holds a slot until step 5 (maxSlots; 256 left for the rest).
+	MaxBindSources = 3840
 	// MaxInitFDs bounds every descriptor number a plan names.
 	MaxInitFDs = 5 + MaxPassFDs + MaxBindSources + 1
 )

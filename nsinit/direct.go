@@ -80,7 +80,7 @@ const (
 )
 
 const (
-	maxSlots = 256 // a power of two: an index is masked, never bounds-checked, in the child
+	maxSlots = 4096 // a power of two: an index is masked, never bounds-checked, in the child
 	noSlot   = 0xffff
 	// failureLen is the failure record: failureMagic, the operation's
 	// index and the errno (0: a check failed; opDesc.check says which).

@@ -3,6 +3,7 @@ package nsinit
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -488,5 +489,42 @@ func TestCallerFiltersOnly(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"the caller's filter 1", "the caller's filter 2"}) {
 		t.Errorf("loaded %q, want the caller's two filters in order", names)
+	}
+}
+
+// TestProgramManyBindSources: bubblewrap has no low limit on binds, nor
+// does a plan: MaxBindSources sources compile in both modes (each holds
+// a slot until step 5: the launcher's tree, or the child's own clone).
+// More sources than the slots hold fail with the compiler's own error
+// (the launcher's plan refuses them before: launcher.checkBindSources).
+func TestProgramManyBindSources(t *testing.T) {
+	for _, rootless := range []bool{false, true} {
+		for _, n := range []int{MaxBindSources, maxSlots} {
+			c := directConfig()
+			f := directFiles(t)
+			tree := f.Trees[0]
+			c.Mounts, f.Trees = nil, nil
+			for i := 0; i < n; i++ {
+				m := Mount{Kind: MountBind, Source: "/usr", Target: fmt.Sprintf("/b/%d", i), ReadOnly: true}
+				if !rootless {
+					m.TreeFD = FirstTreeFD(1) + i
+					f.Trees = append(f.Trees, tree)
+				}
+				c.Mounts = append(c.Mounts, m)
+			}
+			if rootless {
+				c.SetGroups = false
+			}
+			p, err := CompileDirect(c, f, 40, noLimit)
+			switch {
+			case n == MaxBindSources && err != nil:
+				t.Errorf("rootless %v: %d bind sources: %v", rootless, n, err)
+			case n > MaxBindSources && (err == nil || !strings.Contains(err.Error(), "too many descriptors")):
+				t.Errorf("rootless %v: %d bind sources compiled (%v), want too many descriptors", rootless, n, err)
+			}
+			if err == nil {
+				p.Release()
+			}
+		}
 	}
 }

@@ -23,10 +23,17 @@ type Profile struct {
 	// Network is the sandbox's network policy (package egress): every
 	// sandbox has its own network namespace; isolated, restricted and
 	// allow_egress say what leaves it through the launcher's proxy.
-	Network  egress.Policy `yaml:"network"`
-	Hostname string        `yaml:"hostname"`
-	UID      uint32        `yaml:"uid"`
-	GID      uint32        `yaml:"gid"`
+	Network egress.Policy `yaml:"network"`
+	// ShareCallerNetwork is "allow" or "deny" (the default): whether
+	// `str bwrap` may run a bubblewrap line that does not unshare the
+	// network on the caller's own network, as bubblewrap does (no
+	// network namespace, no egress proxy: the command reaches whatever
+	// the caller reaches). Only str bwrap asks for it; str run and the
+	// worker never share the caller's network, whatever this says.
+	ShareCallerNetwork string `yaml:"share_caller_network"`
+	Hostname           string `yaml:"hostname"`
+	UID                uint32 `yaml:"uid"`
+	GID                uint32 `yaml:"gid"`
 
 	Rlimits Rlimits  `yaml:"rlimits"`
 	Cgroup  Cgroup   `yaml:"cgroup"`
@@ -55,6 +62,16 @@ const (
 	CallerSeccompReplace = "replace"
 	CallerSeccompStack   = "stack"
 )
+
+// The values of ShareCallerNetwork.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+// SharesCallerNetwork reports whether the profile lets str bwrap put a
+// line that does not unshare the network on the caller's network.
+func (p *Profile) SharesCallerNetwork() bool { return p.ShareCallerNetwork == Allow }
 
 // Rlimits are the per-process resource limits (soft = hard).
 type Rlimits struct {

@@ -51,6 +51,7 @@ var checks = []check{
 	{"description", checkDescription},
 	{"user_namespace", checkUserNamespace},
 	{"network", checkNetwork},
+	{"share_caller_network", checkShareCallerNetwork},
 	{"hostname", checkHostname},
 	{"ids", checkIDs},
 	{"rlimits", checkRlimits},
@@ -163,6 +164,14 @@ func checkNetwork(p *Profile, add func(string, string, ...any)) {
 	}
 	if err := p.Network.Validate(); err != nil {
 		add("network", "%v", err)
+	}
+}
+
+func checkShareCallerNetwork(p *Profile, add func(string, string, ...any)) {
+	switch p.ShareCallerNetwork {
+	case "", Allow, Deny:
+	default:
+		add("share_caller_network", "%q is not one of allow, deny", p.ShareCallerNetwork)
 	}
 }
 

@@ -40,8 +40,10 @@ docs/bwrap.md in str's source). str's own options, first on the line:
     --plan               print the sandbox's plan and exit
     --str-profile NAME   the str profile whose limits, seccomp filter and
                          network policy apply (default $STR_BWRAP_PROFILE,
-                         else standard; nesting lets the command run
-                         bubblewrap or str inside)
+                         else standard, which lets a line without
+                         --unshare-net share the caller's network;
+                         nesting lets the command run bubblewrap or str
+                         inside)
 Options honoured:
     %s
 `
@@ -116,7 +118,13 @@ func cmdBwrap(name string, args []string) int {
 
 	req := launcher.Request{Profile: profile, Argv: sb.Argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		RecordNamespaces: sb.InfoFD >= 0 || sb.JSONStatusFD >= 0}
-	if !sb.ShareNet {
+	// Without --unshare-net bubblewrap leaves the command on the
+	// caller's network: so does str, unless the profile forbids it
+	// (share_caller_network), when the profile's egress policy applies
+	// through str's proxy instead (the plan decides: Plan.CallerNetwork).
+	if sb.ShareNet {
+		req.CallerNetwork = true
+	} else {
 		req.Network = &egress.Policy{Mode: egress.Isolated}
 	}
 	l, err := launcher.New(launcher.Options{ProfileDir: os.Getenv("STR_PROFILE_DIR"), Decoder: workerDecoder{}, CgroupParent: os.Getenv("STR_CGROUP_PARENT")})
@@ -158,9 +166,11 @@ func cmdBwrap(name string, args []string) int {
 		return fail("%v", err)
 	}
 	env := sb.Env
-	if sb.ShareNet {
-		// No host network under str: the profile's egress policy, served
-		// by str's proxy, which a proxy-aware client finds through these.
+	if sb.ShareNet && !pl.CallerNetwork {
+		// The profile forbids the caller's network: its egress policy,
+		// served by str's proxy, which a proxy-aware client finds through
+		// these. On the caller's network (or --unshare-net) nothing is
+		// added: the environment is the line's alone, as bubblewrap's.
 		env = append(env, egress.Env(pl.Network)...)
 	}
 	pl.Child.Env = env
@@ -213,6 +223,14 @@ func cmdBwrap(name string, args []string) int {
 			}
 		} else {
 			fmt.Printf("command: %q\nenvironment: %q\n", pl.Child.Argv, pl.Child.Env)
+		}
+		switch {
+		case pl.CallerNetwork:
+			fmt.Printf("network: the caller's (the line does not unshare it, as under bubblewrap; profile %s has share_caller_network: allow): no network namespace, no proxy\n", pl.Profile)
+		case sb.ShareNet:
+			fmt.Printf("network: not the caller's, though the line does not unshare it: profile %s does not allow share_caller_network, so the sandbox has a network namespace of its own, its egress policy (%s) applies through str's proxy, and the policy's variables are added to the environment (docs/bwrap.md)\n", pl.Profile, pl.Network.Mode)
+		default:
+			fmt.Printf("network: --unshare-net: an own network namespace with only lo\n")
 		}
 		fmt.Println()
 		fmt.Print(planfmt.Plan(pl, profiles.FormatBytes))
@@ -268,7 +286,12 @@ func cmdBwrap(name string, args []string) int {
 		// The namespaces as the launcher read them before the init ran:
 		// the command may have exited already.
 		ns := s.Namespaces()
-		info := bwrap.Info(s.Pid(), func(_ int, name string) uint64 { return ns[name] })
+		info := bwrap.Info(s.Pid(), func(_ int, name string) uint64 {
+			if name == "net" && pl.CallerNetwork {
+				return 0 // not the sandbox's own: bubblewrap reports only the namespaces it made
+			}
+			return ns[name]
+		})
 		if sb.InfoFD >= 0 {
 			f := os.NewFile(uintptr(sb.InfoFD), "info-fd")
 			if _, err := f.WriteString(info.Pretty()); err != nil {

@@ -56,26 +56,10 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 	if pl.ToolUID < 0 {
 		host = "host ids: the leased block's"
 	}
-	n := pl.Network
-	w("\nnetwork: policy %s", n.Mode)
-	if len(n.AllowedHosts) > 0 {
-		w(", hosts %v", n.AllowedHosts)
-	}
-	if n.Mode != "isolated" {
-		w(", ports %v", n.CapturePorts())
-	}
-	if len(n.AllowedCIDRs) > 0 {
-		w(", cidrs %v", n.AllowedCIDRs)
-	}
-	if len(n.DNSServers) > 0 {
-		w(", resolved with %v", n.DNSServers)
-	}
-	if n.OnViolation != "" {
-		w(", on violation: %s", n.OnViolation)
-	}
-	w("\n  own network namespace with only lo; the launcher's egress proxy serves (the sandbox enforces nothing):\n")
-	for _, l := range pl.Child.Listen {
-		w("    %-12s %s %s\n", l.Name, l.Network, l.Addr)
+	if pl.CallerNetwork {
+		w("\nnetwork: the caller's own (no network namespace, no egress proxy, no listeners: the command reaches what the caller reaches, as under bubblewrap)\n")
+	} else {
+		networkPolicy(w, pl)
 	}
 	w("\nidentity: uid %d gid %d inside (%s); hostname %q; loopback up: %v\n",
 		pl.Child.UID, pl.Child.GID, host, pl.Child.Hostname, pl.Child.LoopbackUp)
@@ -213,4 +197,30 @@ func describeMount(m nsinit.Mount) string {
 		return fmt.Sprintf("devpts %s (%s), nosuid,noexec", m.Target, m.Data)
 	}
 	return fmt.Sprintf("%s %s", m.Kind, m.Target)
+}
+
+// networkPolicy is the plan's network part when the sandbox has its own
+// network namespace: the policy and the listeners the proxy serves.
+func networkPolicy(w func(string, ...any), pl *launcher.Plan) {
+	n := pl.Network
+	w("\nnetwork: policy %s", n.Mode)
+	if len(n.AllowedHosts) > 0 {
+		w(", hosts %v", n.AllowedHosts)
+	}
+	if n.Mode != "isolated" {
+		w(", ports %v", n.CapturePorts())
+	}
+	if len(n.AllowedCIDRs) > 0 {
+		w(", cidrs %v", n.AllowedCIDRs)
+	}
+	if len(n.DNSServers) > 0 {
+		w(", resolved with %v", n.DNSServers)
+	}
+	if n.OnViolation != "" {
+		w(", on violation: %s", n.OnViolation)
+	}
+	w("\n  own network namespace with only lo; the launcher's egress proxy serves (the sandbox enforces nothing):\n")
+	for _, l := range pl.Child.Listen {
+		w("    %-12s %s %s\n", l.Name, l.Network, l.Addr)
+	}
 }

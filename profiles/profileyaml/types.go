@@ -24,17 +24,19 @@ type Profile struct {
 	BestEffort    bool          `yaml:"best_effort"`
 	UserNamespace string        `yaml:"user_namespace"`
 	Network       egress.Policy `yaml:"network"`
-	Hostname      string        `yaml:"hostname"`
-	UID           uint32        `yaml:"uid"`
-	GID           uint32        `yaml:"gid"`
-	Rlimits       Rlimits       `yaml:"rlimits"`
-	Cgroup        Cgroup        `yaml:"cgroup"`
-	Timeout       Duration      `yaml:"timeout"`
-	Mounts        Mounts        `yaml:"mounts"`
-	Env           profiles.Env  `yaml:"env"`
-	WorkDir       WorkDir       `yaml:"work_dir"`
-	Seccomp       string        `yaml:"seccomp"`
-	CallerSeccomp string        `yaml:"caller_seccomp" json:",omitempty"`
+	// ShareCallerNetwork: "allow" or "deny" (profiles.Profile's).
+	ShareCallerNetwork string       `yaml:"share_caller_network"`
+	Hostname           string       `yaml:"hostname"`
+	UID                uint32       `yaml:"uid"`
+	GID                uint32       `yaml:"gid"`
+	Rlimits            Rlimits      `yaml:"rlimits"`
+	Cgroup             Cgroup       `yaml:"cgroup"`
+	Timeout            Duration     `yaml:"timeout"`
+	Mounts             Mounts       `yaml:"mounts"`
+	Env                profiles.Env `yaml:"env"`
+	WorkDir            WorkDir      `yaml:"work_dir"`
+	Seccomp            string       `yaml:"seccomp"`
+	CallerSeccomp      string       `yaml:"caller_seccomp" json:",omitempty"`
 }
 
 // Rlimits is profiles.Rlimits.

@@ -206,15 +206,11 @@ func TestBwrapWorkerLines(t *testing.T) {
 				"dev":      []any{"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"},
 				"hostname": hostname, "pid1_is_sandbox": true,
 			}
+			// Without --unshare-net str puts the tool on the caller's
+			// network, as bubblewrap (str profile standard allows it:
+			// share_caller_network), and adds no proxy variables.
+			want["str_network"], want["https_proxy"] = "", ""
 			for who, r := range runs {
-				// The one documented difference: without --unshare-net
-				// str gives the profile's egress policy through its
-				// proxy, never the host's network, and says so in the
-				// environment.
-				want["str_network"], want["https_proxy"] = "", ""
-				if who != "bubblewrap" && !restrictive {
-					want["str_network"], want["https_proxy"] = "allow_egress", "http://127.0.0.1:3128"
-				}
 				if r.exit != 3 {
 					t.Errorf("%s: exit %d, want the tool's 3\nstderr: %s", who, r.exit, r.stderr)
 					continue
@@ -386,6 +382,34 @@ func TestBwrapPlanHelpVersion(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("--plan ran the command")
+	}
+	// Without --unshare-net: the caller's network under standard (it
+	// allows share_caller_network), the proxy under restrictive, which
+	// forbids it, each said with its reason; the environment gets the
+	// proxy's variables only then (--clearenv leaves PWD alone otherwise).
+	for _, c := range []struct {
+		profile string
+		want    []string
+		not     []string
+	}{
+		{"standard", []string{"network: the caller's (the line does not unshare it", "network: the caller's own (no network namespace", `environment: ["PWD=/"]`},
+			[]string{"CLONE_NEWNET", "HTTP_PROXY"}},
+		{"restrictive", []string{"profile restrictive does not allow share_caller_network", "CLONE_NEWNET", "STR_NETWORK=isolated"}, nil},
+	} {
+		out, err := exec.Command(strBin, "bwrap", "--plan", "--str-profile", c.profile, "--clearenv", "--ro-bind", "/usr", "/usr", "--chdir", "/", "--", "/usr/bin/true").CombinedOutput()
+		if err != nil {
+			t.Fatalf("--plan %s: %v\n%s", c.profile, err, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("--plan --str-profile %s lacks %q:\n%s", c.profile, w, out)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(string(out), w) {
+				t.Errorf("--plan --str-profile %s has %q:\n%s", c.profile, w, out)
+			}
+		}
 	}
 }
 
