@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // clientProbe is what each client line runs: what the command sees
@@ -182,7 +182,7 @@ func delegatedCgroupMoves(t *testing.T, uid int) []string {
 	t.Helper()
 	deleg := fmt.Sprintf("str-bwrap-clients-%d", os.Getpid())
 	var moves []string
-	cgs, _ := launcher.ProcCgroups("self")
+	cgs, _ := procfs.Cgroups("self")
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		own, ok := cgs[c]
 		if !ok {
