@@ -66,13 +66,12 @@ func (m *childMem) stackTop() uintptr {
 
 func putChildMem(m *childMem) {
 	freeChildMem.Lock()
+	defer freeChildMem.Unlock()
 	if len(freeChildMem.list) < maxFreeChildMem {
 		freeChildMem.list = append(freeChildMem.list, m)
-		freeChildMem.Unlock()
 		return
 	}
-	freeChildMem.Unlock()
-	unix.Munmap(m.region)
+	unix.Munmap(m.region) // under the lock: rare (more than maxFreeChildMem programs released at once)
 }
 
 // programLife keeps a Program's memory (lists, buffers, slots, childMem)

@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/securetoolruntime/str/internal/mustwork"
+	"golang.org/x/sys/unix"
+)
+
+// machineBwrap is the machine's bubblewrap, which the side-by-side tests
+// compare str bwrap with (skipped without it, failed under
+// STR_MUST_WORK=1).
+func machineBwrap(t *testing.T) string {
+	t.Helper()
+	const bubblewrap = "/usr/bin/bwrap"
+	if _, err := os.Stat(bubblewrap); err != nil {
+		mustwork.Skip(t, "needs the machine's bubblewrap (apt-get install bubblewrap) to compare with")
+	}
+	return bubblewrap
+}
+
+// runIn runs prog with args in dir and returns its stdout (failing the
+// test on a non-zero exit).
+func runIn(t *testing.T, dir, prog string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %q: %v\nstdout: %s\nstderr: %s", prog, args, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// As root, str bwrap's command is root of its own user namespace (a
+// leased host uid), and every bind shows host root's files as its own
+// (id-mapped): run from bubblewrap's kind of working directory, root's
+// 0700 `mktemp -d`, with `--bind / /`, it stays there, lists it, reads
+// root's 0600 file, writes a file that is root's on the host, and reads
+// a file of another uid by its "other" bits only, as under bubblewrap.
+// The one difference: that uid reads as the overflow id inside.
+func TestBwrapRootFilesAreRoots(t *testing.T) {
+	needRoot(t)
+	bubblewrap := machineBwrap(t)
+	dir, err := os.MkdirTemp("/var/tmp", "str-bwrap-root-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := []struct {
+		name string
+		mode os.FileMode
+		uid  int
+	}{{"secret", 0o600, 0}, {"others-closed", 0o640, 1000}, {"others-open", 0o644, 1000}}
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, []byte(f.name+"\n"), f.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, f.uid, f.uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const script = `pwd; ls; id -u; cat secret others-open
+cat others-closed 2>/dev/null || echo others-closed: closed
+echo others >> others-open 2>/dev/null || echo others-open: read-only
+echo new > created && echo created
+echo "ids: $(stat -c %u:%g secret others-open)"`
+	run := func(prog string, args ...string) (shown, ids string, created unix.Stat_t) {
+		t.Helper()
+		os.Remove(filepath.Join(dir, "created"))
+		out := runIn(t, dir, prog, append(args, "--bind", "/", "/", "sh", "-c", script)...)
+		shown, ids, _ = strings.Cut(out, "ids: ")
+		if err := unix.Stat(filepath.Join(dir, "created"), &created); err != nil {
+			t.Fatalf("%s: the file it wrote: %v\n%s", prog, err, out)
+		}
+		return shown, strings.TrimSpace(ids), created
+	}
+	want, wantIDs, bc := run(bubblewrap)
+	got, gotIDs, sc := run(strBin, "bwrap")
+	if got != want {
+		t.Errorf("str bwrap shows\n%s\nbubblewrap shows\n%s", got, want)
+	}
+	for _, s := range []string{dir + "\n", "created\nothers-closed\nothers-open\nsecret\n", "0\nsecret\nothers-open\n", "others-closed: closed", "others-open: read-only", "\ncreated\n"} {
+		if !strings.Contains(got, s) {
+			t.Errorf("both show\n%s\nwithout %q", got, s)
+		}
+	}
+	if wantIDs != "0:0 1000:1000" || gotIDs != "0:0 65534:65534" {
+		t.Errorf("owners seen: bubblewrap %q, str bwrap %q; want 0:0 1000:1000 and 0:0 65534:65534 (another uid is the overflow id inside)", wantIDs, gotIDs)
+	}
+	if sc.Uid != 0 || sc.Gid != 0 || bc.Uid != 0 || bc.Gid != 0 {
+		t.Errorf("the file written is %d:%d on the host (bubblewrap's %d:%d), want root's", sc.Uid, sc.Gid, bc.Uid, bc.Gid)
+	}
+}
+
+// capLines are a command's capability sets as /proc/self/status shows
+// them.
+const capLines = `grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status`
+
+// --cap-add (and ALL, and --cap-drop after it) gives the command the
+// capability sets bubblewrap gives it, in its own user namespace; a line
+// without --cap-add keeps every set empty.
+func TestBwrapCapAdd(t *testing.T) {
+	needRoot(t)
+	bubblewrap := machineBwrap(t)
+	base := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+		"--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--unshare-pid"}
+	for _, caps := range [][]string{
+		{"--cap-drop", "ALL", "--cap-add", "CAP_NET_ADMIN"},
+		{"--cap-add", "ALL", "--cap-drop", "CAP_SYS_ADMIN"},
+	} {
+		line := append(append(append([]string(nil), base...), caps...), "sh", "-c", capLines)
+		want := runIn(t, "/", bubblewrap, line...)
+		got := runIn(t, "/", strBin, append([]string{"bwrap"}, line...)...)
+		if got != want {
+			t.Errorf("%q: str bwrap shows\n%s\nbubblewrap shows\n%s", caps, got, want)
+		}
+	}
+	got := runIn(t, "/", strBin, append(append([]string{"bwrap"}, base...), "sh", "-c", capLines)...)
+	for _, l := range strings.Split(strings.TrimSpace(got), "\n") {
+		if _, v, _ := strings.Cut(l, ":"); strings.TrimSpace(v) != "0000000000000000" {
+			t.Errorf("a line without --cap-add: %s, want every set empty", l)
+		}
+	}
+}
