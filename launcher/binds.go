@@ -121,6 +121,12 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 		return nil, nil, nil, err
 	}
 	out, copied := ms, false
+	var root *idmap.Mapping // host root -> the sandbox's (Plan.MapRoot), made at its first tree
+	defer func() {
+		if root != nil {
+			root.Close()
+		}
+	}()
 	for i, m := range ms {
 		if !hasSource(m) || m.TreeFD <= 0 {
 			continue
@@ -148,7 +154,12 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 		case m.IDMapOwner:
 			err = idmap.MapOwner(fd, m.Source, owner.uid, owner.gid)
 		case owner.rootUID > 0 && m.Kind == nsinit.MountBind:
-			_, err = idmap.MapRoot(fd, m.Source, owner.rootUID, owner.rootGID)
+			if root == nil { // one mapping for every tree of the plan
+				root, err = idmap.RootMapping(owner.rootUID, owner.rootGID)
+			}
+			if err == nil {
+				_, err = idmap.MapRoot(fd, m.Source, root)
+			}
 		}
 		if err != nil {
 			unix.Close(fd)

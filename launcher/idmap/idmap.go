@@ -23,8 +23,9 @@ import (
 //     refused if it is root, uid or gid: `str run --workdir` must not let
 //     a tool leave files owned by root on the host (a setuid-root
 //     program, a cron file);
-//  2. mapTree maps owner -> tool on every mount of the tree whose
-//     filesystem allows it; the tree's own mount must be one of them.
+//  2. the Mapping owner -> tool is applied to every mount of the tree
+//     whose filesystem allows it; the tree's own mount must be one of
+//     them.
 //
 // Through the mount the tool's host uid is the owner's on disk: what the
 // tool creates belongs to the owner, and the owner's files are the
@@ -44,45 +45,90 @@ func MapOwner(tree int, src string, toolUID, toolGID int) error {
 		return e
 	}
 	// 2. the mapping.
-	left, err := mapTree(tree, src, "id-map work dir", int(st.Uid), int(st.Gid), toolUID, toolGID)
+	m, err := newMapping(src, int(st.Uid), int(st.Gid), toolUID, toolGID)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	left, err := m.apply(tree, src, "id-map work dir")
 	if err == nil && len(left) > 0 && left[0] == "." {
-		e := se("id-map work dir", fmt.Sprintf("mount_setattr MOUNT_ATTR_IDMAP, uid %d -> %d, gid %d -> %d", st.Uid, toolUID, st.Gid, toolGID), unix.EINVAL)
+		e := se("id-map work dir", "mount_setattr MOUNT_ATTR_IDMAP, "+m.detail, unix.EINVAL)
 		e.Hint = "the work dir's filesystem does not support id-mapped mounts (ext4, xfs, btrfs and tmpfs do)"
 		return e
 	}
 	return err
 }
 
-// MapRoot (step L3, a plan with MapRoot: `str bwrap` run by root) maps
-// host uid and gid 0 to rootUID and rootGID, the host ids of the
-// sandbox's own uid and gid 0, on every mount of the detached tree
-// (tree, a clone of src) whose filesystem allows it (mapTree). Through
-// it root's files are the sandbox's root's, as they are host root's
-// under bubblewrap run by root: the command reads and writes them as
-// their owner (what it creates there is root's on the host), never
-// with a capability on the host, and every other id reads as the
-// overflow id (their files open to it only by their "other" bits).
+// Mapping is one idmapping, uid -> hostUID and gid -> hostGID, as the
+// kernel takes it: a user namespace with that one mapping, held open
+// (the namespace's process is gone). One Mapping may map many trees
+// (a `str bwrap` line's binds); Close releases it.
+type Mapping struct {
+	userns int
+	detail string
+}
+
+// newMapping makes the Mapping uid -> hostUID, gid -> hostGID:
+//
+//  1. the host ids must be leased (never host root);
+//  2. a user namespace whose only mapping is that one is made and opened
+//     (idMapUserNS).
+//
+// what names the trees it is for in an error.
+func newMapping(what string, uid, gid, hostUID, hostGID int) (*Mapping, error) {
+	m := &Mapping{userns: -1, detail: fmt.Sprintf("uid %d -> %d, gid %d -> %d", uid, hostUID, gid, hostGID)}
+	se := func(detail string, err error) *nsinit.StepError {
+		return &nsinit.StepError{Who: "launcher", Step: nsinit.StepLBindSources, Action: "id-map", Path: what, Detail: detail, Msg: err.Error(), Err: err}
+	}
+	// 1.
+	if hostUID <= 0 || hostGID <= 0 {
+		return nil, se(m.detail, errors.New("the sandbox's host ids are not leased (root mode only)"))
+	}
+	// 2.
+	userns, step, err := idMapUserNS(uid, hostUID, gid, hostGID)
+	if err != nil {
+		return nil, se(step+", "+m.detail, err)
+	}
+	m.userns = userns
+	return m, nil
+}
+
+// Close releases the mapping's namespace (the mounts made with it keep
+// it).
+func (m *Mapping) Close() { unix.Close(m.userns) }
+
+// RootMapping (a plan with MapRoot: `str bwrap` run by root) is the
+// Mapping of host uid and gid 0 to rootUID and rootGID, the host ids of
+// the sandbox's own uid and gid 0. MapRoot applies it to each bind tree.
+func RootMapping(rootUID, rootGID int) (*Mapping, error) {
+	return newMapping("host root", 0, 0, rootUID, rootGID)
+}
+
+// MapRoot (step L3) makes every mount of the detached tree (tree, a
+// clone of src) whose filesystem allows it id-mapped with root, a
+// RootMapping. Through it root's files are the sandbox's root's, as they
+// are host root's under bubblewrap run by root: the command reads and
+// writes them as their owner (what it creates there is root's on the
+// host), never with a capability on the host, and every other id reads
+// as the overflow id (their files open to it only by their "other"
+// bits).
 //
 // A mount whose filesystem refuses id-mapped mounts (proc, sysfs, the
 // cgroup and other kernel interfaces, one already id-mapped) is left as
 // it is: the command is a stranger there (the leased uid it is on the
 // host), as it was before any mapping. Those mounts are returned, as
 // paths relative to the tree ("." the tree's own).
-func MapRoot(tree int, src string, rootUID, rootGID int) ([]string, error) {
-	return mapTree(tree, src, "id-map root", 0, 0, rootUID, rootGID)
+func MapRoot(tree int, src string, root *Mapping) ([]string, error) {
+	return root.apply(tree, src, "id-map root")
 }
 
-// mapTree makes every mount of the detached tree (tree, a clone of src)
-// whose filesystem allows it id-mapped uid -> hostUID, gid -> hostGID,
-// and returns the mounts it left as they are ("." first if the tree's
-// own):
+// apply makes every mount of the detached tree (tree, a clone of src)
+// whose filesystem allows it id-mapped with m, and returns the mounts it
+// left as they are ("." first if the tree's own):
 //
-//  1. the host ids must be leased (never host root);
-//  2. a user namespace whose only mapping is that one is made and opened
-//     (idMapUserNS): the kernel takes an idmapping as a namespace;
-//  3. mount_setattr(MOUNT_ATTR_IDMAP, AT_RECURSIVE) on the whole tree:
+//  1. mount_setattr(MOUNT_ATTR_IDMAP, AT_RECURSIVE) on the whole tree:
 //     done, if every mount allows it (the kernel applies all or none);
-//  4. else one mount at a time: the tree's own, then each mount point
+//  2. else one mount at a time: the tree's own, then each mount point
 //     below src in the launcher's /proc/self/mountinfo, opened beneath
 //     the tree without following a symlink. A mount refused with EINVAL
 //     (its filesystem has no id-mapped mounts) or EPERM (id-mapped
@@ -92,34 +138,23 @@ func MapRoot(tree int, src string, rootUID, rootGID int) ([]string, error) {
 // mapping, and why the mounts below it are found by path (the kernel
 // lists a detached tree's mounts nowhere); a mount point the list
 // misses is left as it is, which only takes the mapping away.
-func mapTree(tree int, src, action string, uid, gid, hostUID, hostGID int) ([]string, error) {
-	detail := fmt.Sprintf("uid %d -> %d, gid %d -> %d", uid, hostUID, gid, hostGID)
+func (m *Mapping) apply(tree int, src, action string) ([]string, error) {
 	se := func(detail string, err error) *nsinit.StepError {
-		return &nsinit.StepError{Who: "launcher", Step: nsinit.StepLBindSources, Action: action, Path: src, Detail: detail, Msg: err.Error(), Err: err}
+		return &nsinit.StepError{Who: "launcher", Step: nsinit.StepLBindSources, Action: action, Path: src, Detail: detail + ", " + m.detail, Msg: err.Error(), Err: err}
 	}
 	// 1.
-	if hostUID <= 0 || hostGID <= 0 {
-		return nil, se(detail, errors.New("the sandbox's host ids are not leased (root mode only)"))
-	}
-	// 2.
-	userns, step, err := idMapUserNS(uid, hostUID, gid, hostGID)
-	if err != nil {
-		return nil, se(step+", "+detail, err)
-	}
-	defer unix.Close(userns)
-	// 3.
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
-	err = unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(m.userns)}
+	err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
 	if err == nil {
 		return nil, nil
 	}
 	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) {
-		return nil, se("mount_setattr MOUNT_ATTR_IDMAP AT_RECURSIVE, "+detail, err)
+		return nil, se("mount_setattr MOUNT_ATTR_IDMAP AT_RECURSIVE", err)
 	}
-	// 4.
+	// 2.
 	points, err := mountPointsBelow(src)
 	if err != nil {
-		return nil, se("read /proc/self/mountinfo, "+detail, err)
+		return nil, se("read /proc/self/mountinfo", err)
 	}
 	var left []string
 	for _, rel := range append([]string{"."}, points...) {
@@ -139,7 +174,7 @@ func mapTree(tree int, src, action string, uid, gid, hostUID, hostGID int) ([]st
 		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EPERM):
 			left = append(left, rel)
 		case err != nil:
-			return nil, se(fmt.Sprintf("mount_setattr MOUNT_ATTR_IDMAP %s, %s", rel, detail), err)
+			return nil, se("mount_setattr MOUNT_ATTR_IDMAP "+rel, err)
 		}
 	}
 	return left, nil

@@ -130,15 +130,17 @@ func TestMapRoot(t *testing.T) {
 		}
 		return tree
 	}
-	tree := clone(dir)
-	_, err := MapRoot(tree, dir, 0, 0)
-	unix.Close(tree)
-	if err == nil || !strings.Contains(err.Error(), "not leased") {
+	if _, err := RootMapping(0, 0); err == nil || !strings.Contains(err.Error(), "not leased") {
 		t.Fatalf("host ids 0:0: %v, want refused", err)
 	}
-	tree = clone(dir)
+	root, err := RootMapping(rootUID, rootGID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	tree := clone(dir)
 	defer unix.Close(tree)
-	if left, err := MapRoot(tree, dir, rootUID, rootGID); err != nil || len(left) != 0 {
+	if left, err := MapRoot(tree, dir, root); err != nil || len(left) != 0 {
 		t.Fatalf("MapRoot %s: left %q, %v", dir, left, err)
 	}
 	for name, want := range map[string][2]uint32{"roots": {rootUID, rootGID}, "others": {65534, 65534}} {
@@ -153,7 +155,7 @@ func TestMapRoot(t *testing.T) {
 	// sysfs refuses id-mapped mounts: left as it is, said.
 	sys := clone("/sys")
 	defer unix.Close(sys)
-	left, err := MapRoot(sys, "/sys", rootUID, rootGID)
+	left, err := MapRoot(sys, "/sys", root)
 	if err != nil || len(left) == 0 || left[0] != "." {
 		t.Fatalf("MapRoot /sys: left %q, %v; want . first", left, err)
 	}

@@ -295,7 +295,7 @@ func TestBwrapRefusals(t *testing.T) {
 		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
 		{[]string{"--overlay-src", "/usr", "--tmp-overlay", "/o", "true"}, "--overlay-src: not supported by str bwrap: overlay mounts are not implemented yet"},
 		{[]string{"--dev-bind", "/dev", "/dev", "true"}, "--dev-bind: not supported by str bwrap: str mounts every bind nodev"},
-		{[]string{"--level-prefix", "--cap-add", "ALL", "true"}, "<3>str bwrap: --cap-add: not supported by str bwrap"},
+		{[]string{"--level-prefix", "--exec-label", "x", "true"}, "<3>str bwrap: --exec-label: not supported by str bwrap"},
 	} {
 		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
 		out, _ := cmd.CombinedOutput()
