@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/launcher"
 	"golang.org/x/sys/unix"
 )
 
@@ -161,6 +162,63 @@ func TestBwrapCapAdd(t *testing.T) {
 	for set, v := range run(strBin, "bwrap") {
 		if v != "0000000000000000" {
 			t.Errorf("a line without --cap-add: %s %s, want every set empty", set, v)
+		}
+	}
+}
+
+// Run by another user (uid 1000, in a v1 cgroup subtree delegated to
+// it), --cap-add and --cap-drop give exactly bubblewrap's five sets, and
+// a line without --cap-add every set empty, as bubblewrap's.
+func TestBwrapCapAddRootless(t *testing.T) {
+	needRoot(t) // to delegate the unprivileged user's cgroup
+	bubblewrap := machineBwrap(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		mustwork.Skip(t, "needs setpriv (util-linux) to drop to an unprivileged uid")
+	}
+	dir := t.TempDir()
+	_ = os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "str") // a copy others may execute
+	data, err := os.ReadFile(strBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const uid = 1000
+	var moves []string
+	cgs, _ := launcher.ProcCgroups("self")
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		if own, ok := cgs[c]; ok {
+			d := filepath.Join("/sys/fs/cgroup", c, own, fmt.Sprintf("str-bwrap-caps-%d", os.Getpid()))
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
+			}
+			defer os.Remove(d)
+			_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
+			moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
+		}
+	}
+	if len(moves) == 0 {
+		mustwork.Skip(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
+	}
+	const line = `--ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --unshare-pid`
+	for _, caps := range []string{"--cap-add CAP_NET_ADMIN", "--cap-add ALL --cap-drop CAP_SYS_ADMIN", ""} {
+		outs := map[string]string{}
+		for who, prog := range map[string]string{"bubblewrap": bubblewrap, "str bwrap": bin + " bwrap"} {
+			script := strings.Join(moves, " && ") + fmt.Sprintf(" && cd / && exec setpriv --reuid %d --regid %d --clear-groups %s %s %s sh -c %q",
+				uid, uid, prog, caps, line, capLines)
+			out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s %s: %v\n%s", who, caps, err, out)
+			}
+			outs[who] = string(out)
+		}
+		if outs["str bwrap"] != outs["bubblewrap"] {
+			t.Errorf("rootless %q: str bwrap shows\n%s\nbubblewrap shows\n%s", caps, outs["str bwrap"], outs["bubblewrap"])
+		}
+		if caps == "" && strings.Contains(outs["str bwrap"], "1") {
+			t.Errorf("rootless, no --cap-add: %s, want every set empty", outs["str bwrap"])
 		}
 	}
 }
