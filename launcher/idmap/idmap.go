@@ -181,12 +181,12 @@ func (m *Mapping) apply(tree int, src, action string) ([]string, error) {
 }
 
 // mountPointsBelow lists the mount points strictly below dir (its path
-// with symlinks resolved) in the launcher's mount namespace, relative to
+// with symlinks resolved, else as given) in the launcher's mount namespace, relative to
 // dir, shallowest first.
 func mountPointsBelow(dir string) ([]string, error) {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return nil, err
+		real = dir // gone meanwhile: a mount point not found is left as it is
 	}
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
