@@ -138,7 +138,8 @@ type Op struct {
 	Option string
 	Args   []string
 	// Numbers holds the parsed value of each ArgFD, ArgOctal, ArgID and
-	// ArgSize argument (0 for strings), index for index with Args.
+	// ArgSize argument, and ArgCap's mask (capMask), 0 for strings, index
+	// for index with Args.
 	Numbers []uint64
 	// Perms is the --perms given right before the option (-1: none);
 	// Size the --size (0: none).
@@ -381,10 +382,11 @@ func checkArg(opt string, k ArgKind, s string) (uint64, error) {
 		}
 		return n, nil
 	case ArgCap:
-		if !knownCap(s) {
+		mask, ok := capMask(s)
+		if !ok {
 			return 0, usageErr(opt, "unknown cap: %s", s)
 		}
-		return 0, nil
+		return mask, nil
 	case ArgSize:
 		n, err := strconv.ParseUint(s, 0, 64)
 		if err != nil || n == 0 || strings.HasPrefix(s, "-") {
@@ -432,18 +434,18 @@ var capNames = []string{"chown", "dac_override", "dac_read_search", "fowner", "f
 	"setfcap", "mac_override", "mac_admin", "syslog", "wake_alarm", "block_suspend", "audit_read", "perfmon",
 	"bpf", "checkpoint_restore"}
 
-// knownCap accepts ALL or a capability's name, with or without CAP_, in
-// any case.
-func knownCap(s string) bool {
+// capMask reads ALL or a capability's name, with or without CAP_, in any
+// case, as a mask (bit n: capability n; ALL: every one of capNames).
+func capMask(s string) (uint64, bool) {
 	l := strings.ToLower(s)
 	if l == "all" {
-		return true
+		return 1<<len(capNames) - 1, true
 	}
 	l = strings.TrimPrefix(l, "cap_")
-	for _, n := range capNames {
+	for i, n := range capNames {
 		if n == l {
-			return true
+			return 1 << i, true
 		}
 	}
-	return false
+	return 0, false
 }

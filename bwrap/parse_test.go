@@ -20,7 +20,7 @@ func sample(k ArgKind, i int) (string, uint64) {
 	case ArgSize:
 		return "0x1000", 4096
 	case ArgCap:
-		return "CAP_NET_RAW", 0
+		return "CAP_NET_RAW", 1 << 13 // its mask
 	}
 	return fmt.Sprintf("/arg%d", i), 0
 }

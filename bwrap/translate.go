@@ -75,6 +75,15 @@ type Sandbox struct {
 	// --add-seccomp-fd), installed after the profile's filter, never
 	// instead of it.
 	Seccomp [][]byte
+	// Caps are the capabilities the command keeps (bit n: capability n):
+	// --cap-add and --cap-drop in the line's order, none without them.
+	// They are its user namespace's only: the sandbox's, never the host's.
+	Caps uint64
+	// MapRoot: the caller is root, so every bind not mapped to its owner
+	// (Mount.IDMapOwner) shows host root's files as the sandbox's root's
+	// (launcher.Plan.MapRoot), as they are the command's under bubblewrap
+	// run by root.
+	MapRoot bool
 }
 
 // Unsupported is an option str cannot honour exactly (yet): it is an
@@ -125,7 +134,6 @@ var refused = map[string]string{
 	"--pidns":      joinNS,
 	"--exec-label": "str does not set SELinux labels",
 	"--file-label": "str does not set SELinux labels",
-	"--cap-add":    "the tool never holds capabilities under str (its bounding set is emptied)",
 }
 
 // joinNS is why the namespace-joining options are refused.
@@ -161,7 +169,7 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		firstSeccomp = op.Option
 	}
 
-	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, UsernsBlockFD: -1, ShareNet: true}
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, UsernsBlockFD: -1, ShareNet: true, MapRoot: h.UID == 0}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts, pidns := false, false
 	var uidSet, gidSet, hostnameSet, asPid1, unshareUser bool
@@ -223,6 +231,10 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 				continue
 			}
 			sb.Seccomp = append(sb.Seccomp, prog)
+		case "--cap-add":
+			sb.Caps |= op.Numbers[0]
+		case "--cap-drop":
+			sb.Caps &^= op.Numbers[0]
 		case "--die-with-parent":
 			sb.DieWithParent = true
 		case "--as-pid-1":
@@ -364,12 +376,11 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				continue
 			}
 			if dst != "/" {
-				// A writable bind, root mode: the tool is not host root
-				// under str but a leased uid, so the tree is id-mapped
-				// to make its owner the tool (the tool writes where the
-				// owner may, its files are the owner's). A root-owned
-				// source is bound as it is: no tool may leave root's
-				// files on the host (see str run --workdir).
+				// A writable bind, root mode, whose owner is not root:
+				// the tree is id-mapped to make its owner the tool (the
+				// tool writes where the owner may, its files are the
+				// owner's). Every other bind of a root caller is mapped
+				// host root -> the sandbox's root (Sandbox.MapRoot).
 				idmap := !ro && h.UID == 0 && !rootOwned(fi)
 				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: src, Target: dst, ReadOnly: ro, IDMapOwner: idmap, Devices: devices})
 				continue
@@ -595,10 +606,11 @@ func visibleDir(ms []nsinit.Mount, path string, h Host) bool {
 
 // searchable reports whether the tool may enter rel below a bind's
 // source: every directory from the source down must let it search. The
-// tool is the caller rootless; root mode a leased uid that owns nothing
-// on the host, or through an id-mapped bind the source's owner. (The
-// init's chdir is a hard failure, so the fallback must not pick a
-// directory the tool cannot enter, as bubblewrap's fallback skips one.)
+// tool is the caller rootless; root mode, through a bind mapped to its
+// owner the source's owner, through every other root (Sandbox.MapRoot),
+// without a capability. (The init's chdir is a hard failure, so the
+// fallback must not pick a directory the tool cannot enter, as
+// bubblewrap's fallback skips one.)
 func searchable(m nsinit.Mount, rel string, h Host) bool {
 	dir := m.Source
 	comps := append([]string{""}, strings.Split(strings.Trim(rel, "/"), "/")...)
@@ -616,11 +628,8 @@ func searchable(m nsinit.Mount, rel string, h Host) bool {
 			continue // a test's description: no owner to check
 		}
 		uid, gid := h.UID, h.GID
-		if h.UID == 0 {
-			uid, gid = -1, -1
-			if m.IDMapOwner {
-				uid, gid = int(st.Uid), int(st.Gid)
-			}
+		if h.UID == 0 && m.IDMapOwner {
+			uid, gid = int(st.Uid), int(st.Gid)
 		}
 		var bit uint32 = 0o001
 		switch {

@@ -62,9 +62,36 @@ func TestTranslateRefusals(t *testing.T) {
 			t.Errorf("%s: %v", o.Name, err)
 		}
 	}
-	_, err := translate(t, h, "--pidns", "3", "--cap-add", "ALL", "true")
-	if err == nil || !strings.Contains(err.Error(), "--pidns") || !strings.Contains(err.Error(), "--cap-add") {
+	_, err := translate(t, h, "--pidns", "3", "--exec-label", "x", "true")
+	if err == nil || !strings.Contains(err.Error(), "--pidns") || !strings.Contains(err.Error(), "--exec-label") {
 		t.Errorf("two refusals: %v", err)
+	}
+}
+
+// --cap-add and --cap-drop, in the line's order, make the mask of the
+// capabilities the command keeps (in its own user namespace); a line
+// without --cap-add keeps none, whatever it drops.
+func TestTranslateCaps(t *testing.T) {
+	const netAdmin, sysAdmin = 1 << 12, 1 << 21
+	all := uint64(1)<<41 - 1
+	for _, c := range []struct {
+		line []string
+		want uint64
+	}{
+		{nil, 0},
+		{[]string{"--cap-drop", "ALL"}, 0},
+		{[]string{"--cap-add", "CAP_NET_ADMIN"}, netAdmin},
+		{[]string{"--cap-add", "net_admin", "--cap-add", "CAP_SYS_ADMIN"}, netAdmin | sysAdmin},
+		{[]string{"--cap-add", "ALL", "--cap-drop", "CAP_SYS_ADMIN"}, all &^ sysAdmin},
+		{[]string{"--cap-drop", "CAP_SYS_ADMIN", "--cap-add", "ALL"}, all},
+		{[]string{"--cap-add", "ALL", "--cap-drop", "ALL", "--cap-add", "CAP_NET_ADMIN"}, netAdmin},
+	} {
+		for _, uid := range []int{0, 1000} {
+			sb, err := translate(t, testHost(t, uid), append(c.line, "true")...)
+			if err != nil || sb.Caps != c.want {
+				t.Errorf("uid %d, %q: caps %#x, %v; want %#x", uid, c.line, sb.Caps, err, c.want)
+			}
+		}
 	}
 }
 
@@ -165,17 +192,30 @@ func TestTranslateKeepsVisibleCwd(t *testing.T) {
 	if err != nil || sb.Workdir != h.Cwd {
 		t.Fatalf("workdir %q, %v; want %s", sb.Workdir, err, h.Cwd)
 	}
-	// As root (the tool is a leased uid) a 0700 directory of root's is
-	// not one the tool can enter: not kept, $HOME not shown, so /.
+	// As root, root's files are the sandbox's root's through every bind
+	// (MapRoot): a 0700 directory of root's is kept, read-only too; one
+	// of another uid is entered by its "other" bits only, so not kept.
 	if err := os.Chmod(h.Cwd, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if os.Geteuid() == 0 {
 		hr := h
 		hr.UID, hr.GID = 0, 0
-		if sb, err := translate(t, hr, "--ro-bind", h.Cwd, h.Cwd, "pwd"); err != nil || sb.Workdir != "/" {
-			t.Errorf("root mode, a 0700 root-owned cwd: workdir %q, %v; want /", sb.Workdir, err)
+		if sb, err := translate(t, hr, "--ro-bind", h.Cwd, h.Cwd, "pwd"); err != nil || sb.Workdir != h.Cwd || !sb.MapRoot {
+			t.Errorf("root mode, a 0700 root-owned cwd: workdir %q, map root %v, %v; want %s, true", sb.Workdir, sb.MapRoot, err, h.Cwd)
 		}
+		if err := os.Chown(h.Cwd, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+		if sb, err := translate(t, hr, "--ro-bind", h.Cwd, h.Cwd, "pwd"); err != nil || sb.Workdir != "/" {
+			t.Errorf("root mode, a 0700 cwd of uid 1000, read-only: workdir %q, %v; want /", sb.Workdir, err)
+		}
+		if err := os.Chown(h.Cwd, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sb, err := translate(t, h, "pwd"); err != nil || sb.MapRoot {
+		t.Errorf("rootless: map root %v, %v; want false", sb.MapRoot, err)
 	}
 	sb, err = translate(t, h, "--bind", h.Cwd, h.Cwd, "--tmpfs", filepath.Dir(h.Cwd), "pwd")
 	if err != nil || sb.Workdir != "/" {

@@ -99,9 +99,13 @@ func numberTrees(ms []nsinit.Mount, first int) {
 // (marked nsinit.SourceAbsent; the plan itself is not changed). A rootless
 // plan has no launcher trees: the init clones its sources itself.
 //
-// A tree marked IDMapOwner (the work dir of `str run`) is then made
-// id-mapped to the tool's host ids (idmap.MapOwner) while it is still
-// detached, the only time the kernel allows it.
+// A tree marked IDMapOwner (the work dir of `str run`, a writable bind
+// of `str bwrap` whose owner is not root) is then made id-mapped to the
+// tool's host ids (idmap.MapOwner) while it is still detached, the only
+// time the kernel allows it; with the plan's MapRoot (`str bwrap` run by
+// root) every other bind tree is made id-mapped host root -> the
+// sandbox's root (idmap.MapRoot, the same mapping code): device nodes
+// are not, they are the sandbox's own /dev.
 //
 // A tree marked WriteBack (a capped `str run --workdir`) is then wrapped
 // in an overlay whose upper layer is a tmpfs capped by wd, and passed in
@@ -117,6 +121,12 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 		return nil, nil, nil, err
 	}
 	out, copied := ms, false
+	var root *idmap.Mapping // host root -> the sandbox's (Plan.MapRoot), made at its first tree
+	defer func() {
+		if root != nil {
+			root.Close()
+		}
+	}()
 	for i, m := range ms {
 		if !hasSource(m) || m.TreeFD <= 0 {
 			continue
@@ -148,11 +158,20 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 			}
 			return fail(se)
 		}
-		if m.IDMapOwner {
-			if err := idmap.MapOwner(fd, m.Source, owner.uid, owner.gid); err != nil {
-				unix.Close(fd)
-				return fail(err)
+		switch {
+		case m.IDMapOwner:
+			err = idmap.MapOwner(fd, m.Source, owner.uid, owner.gid)
+		case owner.rootUID > 0 && m.Kind == nsinit.MountBind:
+			if root == nil { // one mapping for every tree of the plan
+				root, err = idmap.RootMapping(owner.rootUID, owner.rootGID)
 			}
+			if err == nil {
+				_, err = idmap.MapRoot(fd, m.Source, root)
+			}
+		}
+		if err != nil {
+			unix.Close(fd)
+			return fail(err)
 		}
 		if m.WriteBack {
 			ovl, wb, err := writeback.Overlay(fd, m, wd, owner.uid, owner.gid)
@@ -204,7 +223,19 @@ func closeFiles(fs []*os.File) {
 
 // ownerMap is the tool's host ids a tree is id-mapped to (its owner made
 // the tool: package launcher/idmap) and a capped work dir's copy back
-// writes as.
+// writes as, and the host ids host root is mapped to (Plan.MapRoot).
 type ownerMap struct {
 	uid, gid int // the tool's host ids (root mode: the leased block's)
+	// rootUID, rootGID: the host ids of the sandbox's uid and gid 0 when
+	// the plan maps host root to them, else 0 (no such mapping).
+	rootUID, rootGID int
+}
+
+// owners is the ownerMap of a root-mode plan whose ids are assigned.
+func (pl *Plan) owners() ownerMap {
+	o := ownerMap{uid: pl.ToolUID, gid: pl.ToolGID}
+	if pl.MapRoot && !pl.Rootless {
+		o.rootUID, o.rootGID = pl.initHostIDs()
+	}
+	return o
 }

@@ -78,6 +78,13 @@ type Plan struct {
 	// belong to; -1 in a root-mode plan until Create leases an id block.
 	ToolUID int `json:"tool_host_uid"`
 	ToolGID int `json:"tool_host_gid"`
+	// MapRoot (root mode; set by str bwrap only, for a root caller): at
+	// step L3 every bind tree not mapped to its owner (Mount.IDMapOwner)
+	// is id-mapped so that host uid and gid 0 are the sandbox's 0 (its
+	// leased host ids): root's files are the command's, as host root's
+	// are a command's under bubblewrap run by root (idmap.MapRoot;
+	// SECURITY.md, "Root and rootless").
+	MapRoot bool `json:"map_root,omitempty"`
 
 	Cgroup  CgroupPlan    `json:"cgroup"`
 	Timeout time.Duration `json:"timeout_ns"`

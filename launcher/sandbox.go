@@ -206,8 +206,7 @@ func (s *Sandbox) run() {
 	// socket in the child's descriptors (nsinit.FirstTreeFD), where the
 	// plan numbered them. Rootless there are none: the child clones each
 	// source itself (its step 3).
-	owner := ownerMap{uid: s.plan.ToolUID, gid: s.plan.ToolGID}
-	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), owner, s.plan.WorkDir)
+	trees, mounts, wbs, err := cloneBindSources(s.plan.Child.Mounts, nsinit.FirstTreeFD(s.plan.Child.PassFDs), s.plan.owners(), s.plan.WorkDir)
 	if err != nil {
 		s.abort(err)
 		return

@@ -26,7 +26,8 @@ type Config struct {
 	// RootToCommand (a bubblewrap line, str bwrap): step 7 gives the root
 	// tmpfs's own entries (rootEntries) to UID and GID and leaves it
 	// writable, as bubblewrap's root is, instead of remounting it read-only.
-	RootToCommand bool `json:"root_to_command,omitempty"`
+	RootToCommand bool   `json:"root_to_command,omitempty"`
+	Caps          uint64 `json:"caps,omitempty"` // kept in every set, its user namespace's only (bit n: capability n; str bwrap's --cap-add): steps 13-16
 	// SetGroups is false in a user namespace made without privilege
 	// (rootless: setgroups(2) denied, only the caller's ids mapped): the
 	// clone child then changes no id before step 15.

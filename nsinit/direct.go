@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -274,10 +275,10 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 //     10a. pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2
 //  11. resolve the tool's path and build argv and envp
 //  12. cgroup v1: move this thread into the sandbox's cgroup (write 0 to each tasks file)
-//  13. drop the capability bounding set
+//  13. drop the capability bounding set (all but the kept ones, Config.Caps)
 //  14. clear the ambient capabilities
 //  15. set groups, gid, uid
-//  16. clear the effective, permitted and inheritable capabilities
+//  16. set the effective, permitted and inheritable capabilities to the kept ones (none by default), raise those ambient
 //  17. re-arm the parent-death signal and check the launcher is alive
 //  18. set no_new_privs
 //  19. load seccomp
@@ -592,14 +593,16 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 		b.close(opDesc{action: "close", path: t}, tasks[i])
 	}
 
-	// 13. Empty the bounding set so no later exec (setuid or file-caps
-	// binary) can ever regain a capability. Needs CAP_SETPCAP, so it comes
-	// before the uid change of step 15.
+	// 13. Empty the bounding set (but the kept capabilities, cfg.Caps)
+	// so no later exec (setuid or file-caps binary) can ever regain a
+	// capability. Needs CAP_SETPCAP, so it comes before step 15.
 	b.step = StepDropBounding
+	keep := cfg.Caps & (1<<(lastCap+1) - 1)
 	for c := 0; c <= lastCap; c++ {
-		o := b.sys(opDesc{action: "drop bounding capability", path: "cap " + strconv.Itoa(c), detail: "PR_CAPBSET_DROP"},
-			unix.SYS_PRCTL, 0, noSlot, unix.PR_CAPBSET_DROP, uintptr(c))
-		o.okErr = uint16(unix.EINVAL)
+		if keep>>c&1 == 0 {
+			b.sys(opDesc{action: "drop bounding capability", path: "cap " + strconv.Itoa(c), detail: "PR_CAPBSET_DROP"},
+				unix.SYS_PRCTL, 0, noSlot, unix.PR_CAPBSET_DROP, uintptr(c)).okErr = uint16(unix.EINVAL)
+		}
 	}
 
 	// 14. Ambient capabilities would survive the exec: clear them.
@@ -616,14 +619,19 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "setresgid", path: fmt.Sprint(cfg.GID)}, unix.SYS_SETRESGID, 0, noSlot, uintptr(cfg.GID), uintptr(cfg.GID), uintptr(cfg.GID))
 	b.sys(opDesc{action: "setresuid", path: fmt.Sprint(cfg.UID)}, unix.SYS_SETRESUID, 0, noSlot, uintptr(cfg.UID), uintptr(cfg.UID), uintptr(cfg.UID))
 
-	// 16. Empty effective, permitted and inheritable sets. A non-zero uid
-	// already lost them in step 15; a profile running as uid 0 inside (or
-	// a rootless child, which never was uid 0) relies on this step.
+	// 16. Effective, permitted and inheritable sets: the kept ones, else
+	// empty (uid 0 inside, or a rootless child, relies on this step), and
+	// the kept ones ambient, so that an execve keeps them for any uid.
 	b.step = StepClearCaps
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	data := &[2]unix.CapUserData{}
-	b.sys(opDesc{action: "capset", path: "all sets empty"}, unix.SYS_CAPSET, 0, noSlot,
+	lo, hi := uint32(keep), uint32(keep>>32)
+	data := &[2]unix.CapUserData{{Effective: lo, Permitted: lo, Inheritable: lo}, {Effective: hi, Permitted: hi, Inheritable: hi}}
+	b.sys(opDesc{action: "capset", path: fmt.Sprintf("kept %#x", keep)}, unix.SYS_CAPSET, 0, noSlot,
 		b.mem(hdr, unsafe.Pointer(hdr)), b.mem(data, unsafe.Pointer(&data[0])))
+	for k := keep; k != 0; k &= k - 1 {
+		c := bits.TrailingZeros64(k)
+		b.sys(opDesc{action: "raise ambient capability", path: "cap " + strconv.Itoa(c)}, unix.SYS_PRCTL, 0, noSlot, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c))
+	}
 
 	// 17. The uid change of step 15 cleared the parent-death signal armed
 	// at L4 (the kernel does so on every credential change): set it again,
@@ -715,11 +723,7 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.step = StepExec
 	o := b.sys(opDesc{action: "execve", path: tool}, unix.SYS_EXECVE, 1, noSlot, uintptr(path), argvP, envpP)
 	o.exit = exitExec
-
-	if b.err != nil {
-		return p, b.err
-	}
-	return p, nil
+	return p, b.err // the first operation that could not be built, if any
 }
 
 // str's own exit codes, the same for `str run` and the init: a tool's own
@@ -740,16 +744,14 @@ const staging = "/tmp"
 // rlimitOrder is the order step 20 sets rls in: the plan's, with
 // RLIMIT_AS moved last (after it, the process could not even map a page).
 func rlimitOrder(rls []Rlimit) []Rlimit {
-	out := make([]Rlimit, 0, len(rls))
-	var as []Rlimit
+	isAS := func(rl Rlimit) bool { return rl.Resource == unix.RLIMIT_AS }
+	out := slices.DeleteFunc(slices.Clone(rls), isAS)
 	for _, rl := range rls {
-		if rl.Resource == unix.RLIMIT_AS {
-			as = append(as, rl)
-			continue
+		if isAS(rl) {
+			out = append(out, rl)
 		}
-		out = append(out, rl)
 	}
-	return append(out, as...)
+	return out
 }
 
 // checkFilter: filter is 1 to maxBPFInsns whole sock_filter records (the
@@ -1166,8 +1168,7 @@ func (p *Program) Event(msg []byte) (ev Event, ok bool) {
 	}
 	se := &StepError{Who: d.who, Step: d.step, Action: d.action, Path: d.path, Detail: d.detail}
 	if errno == 0 {
-		se.Msg = d.check
-		se.Err = errors.New(d.check)
+		se.Msg, se.Err = d.check, errors.New(d.check)
 	} else {
 		se.Msg, se.Err, se.Errno = d.prefix+errno.Error(), errno, int(errno)
 	}
@@ -1227,9 +1228,7 @@ type callArea struct {
 func (c *callArea) init() {
 	c.iov.Base = &c.buf[0]
 	c.iov.SetLen(len(c.buf))
-	c.msg.Iov = &c.iov
-	c.msg.Iovlen = 1
-	c.msg.Control = &c.cmsg[0]
+	c.msg.Iov, c.msg.Iovlen, c.msg.Control = &c.iov, 1, &c.cmsg[0]
 }
 
 // EncodeCall is a call's message for a pre-built sandbox.

@@ -192,6 +192,11 @@ func cmdBwrap(name string, args []string) int {
 		pl.Child.Hostname = sb.Hostname
 	}
 	pl.SetToolIDs(sb.UID, sb.GID)
+	// As root: root's files are the sandbox's root's through every bind
+	// (step L3), and --cap-add's capabilities are kept in the sandbox's
+	// own user namespace (init steps 13-16).
+	pl.MapRoot = sb.MapRoot && !pl.Rootless
+	pl.Child.Caps = sb.Caps
 	// --block-fd: the sandbox is built up to its init's step 10a (every
 	// mount, the namespaces, the listeners) and waits there; the command
 	// comes as its call once the descriptor has data or is closed. The

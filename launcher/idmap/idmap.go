@@ -4,7 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -16,12 +20,12 @@ import (
 // src) to the tool's host ids toolUID and toolGID:
 //
 //  1. the owner is read from the tree itself (no second path lookup) and
-//     refused if it is root, uid or gid: a tool must not leave files
-//     owned by root on the host (a setuid-root program, a cron file);
-//  2. a user namespace whose only mapping is owner -> tool (uid and gid)
-//     is made and opened (idMapUserNS): the kernel takes an idmapping as
-//     a namespace;
-//  3. mount_setattr(MOUNT_ATTR_IDMAP, AT_RECURSIVE) on the detached tree.
+//     refused if it is root, uid or gid: `str run --workdir` must not let
+//     a tool leave files owned by root on the host (a setuid-root
+//     program, a cron file);
+//  2. the Mapping owner -> tool is applied to every mount of the tree
+//     whose filesystem allows it; the tree's own mount must be one of
+//     them.
 //
 // Through the mount the tool's host uid is the owner's on disk: what the
 // tool creates belongs to the owner, and the owner's files are the
@@ -40,26 +44,187 @@ func MapOwner(tree int, src string, toolUID, toolGID int) error {
 		e.Hint = "chown the work dir to the unprivileged user and group the tool's files should belong to (e.g. chown \"$SUDO_USER:\" DIR), or run str run as that user (rootless)"
 		return e
 	}
-	if toolUID <= 0 || toolGID <= 0 { // never host root
-		return se("id-map work dir", "", errors.New("the tool's host ids are not leased (root mode only)"))
-	}
-	// 2. the namespace holding the mapping.
-	detail := fmt.Sprintf("uid %d -> %d, gid %d -> %d", st.Uid, toolUID, st.Gid, toolGID)
-	userns, action, err := idMapUserNS(int(st.Uid), toolUID, int(st.Gid), toolGID)
+	// 2. the mapping.
+	m, err := newMapping(src, int(st.Uid), int(st.Gid), toolUID, toolGID)
 	if err != nil {
-		return se("id-map work dir", action+", "+detail, err)
+		return err
 	}
-	defer unix.Close(userns)
-	// 3. the mapping, on the detached tree.
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		e := se("id-map work dir", "mount_setattr MOUNT_ATTR_IDMAP AT_RECURSIVE, "+detail, err)
-		if errors.Is(err, unix.EINVAL) {
-			e.Hint = "the work dir's filesystem (or one mounted below it) does not support id-mapped mounts (ext4, xfs, btrfs and tmpfs do)"
-		}
+	defer m.Close()
+	left, err := m.apply(tree, src, "id-map work dir")
+	if err == nil && len(left) > 0 && left[0] == "." {
+		e := se("id-map work dir", "mount_setattr MOUNT_ATTR_IDMAP, "+m.detail, unix.EINVAL)
+		e.Hint = "the work dir's filesystem does not support id-mapped mounts (ext4, xfs, btrfs and tmpfs do)"
 		return e
 	}
-	return nil
+	return err
+}
+
+// Mapping is one idmapping, uid -> hostUID and gid -> hostGID, as the
+// kernel takes it: a user namespace with that one mapping, held open
+// (the namespace's process is gone). One Mapping may map many trees
+// (a `str bwrap` line's binds); Close releases it.
+type Mapping struct {
+	userns int
+	detail string
+}
+
+// newMapping makes the Mapping uid -> hostUID, gid -> hostGID:
+//
+//  1. the host ids must be leased (never host root);
+//  2. a user namespace whose only mapping is that one is made and opened
+//     (idMapUserNS).
+//
+// what names the trees it is for in an error.
+func newMapping(what string, uid, gid, hostUID, hostGID int) (*Mapping, error) {
+	m := &Mapping{userns: -1, detail: fmt.Sprintf("uid %d -> %d, gid %d -> %d", uid, hostUID, gid, hostGID)}
+	se := func(detail string, err error) *nsinit.StepError {
+		return &nsinit.StepError{Who: "launcher", Step: nsinit.StepLBindSources, Action: "id-map", Path: what, Detail: detail, Msg: err.Error(), Err: err}
+	}
+	// 1.
+	if hostUID <= 0 || hostGID <= 0 {
+		return nil, se(m.detail, errors.New("the sandbox's host ids are not leased (root mode only)"))
+	}
+	// 2.
+	userns, step, err := idMapUserNS(uid, hostUID, gid, hostGID)
+	if err != nil {
+		return nil, se(step+", "+m.detail, err)
+	}
+	m.userns = userns
+	return m, nil
+}
+
+// Close releases the mapping's namespace (the mounts made with it keep
+// it).
+func (m *Mapping) Close() { unix.Close(m.userns) }
+
+// RootMapping (a plan with MapRoot: `str bwrap` run by root) is the
+// Mapping of host uid and gid 0 to rootUID and rootGID, the host ids of
+// the sandbox's own uid and gid 0. MapRoot applies it to each bind tree.
+func RootMapping(rootUID, rootGID int) (*Mapping, error) {
+	return newMapping("host root", 0, 0, rootUID, rootGID)
+}
+
+// MapRoot (step L3) makes every mount of the detached tree (tree, a
+// clone of src) whose filesystem allows it id-mapped with root, a
+// RootMapping. Through it root's files are the sandbox's root's, as they
+// are host root's under bubblewrap run by root: the command reads and
+// writes them as their owner (what it creates there is root's on the
+// host), never with a capability on the host, and every other id reads
+// as the overflow id (their files open to it only by their "other"
+// bits).
+//
+// A mount whose filesystem refuses id-mapped mounts (proc, sysfs, the
+// cgroup and other kernel interfaces, one already id-mapped) is left as
+// it is: the command is a stranger there (the leased uid it is on the
+// host), as it was before any mapping. Those mounts are returned, as
+// paths relative to the tree ("." the tree's own).
+func MapRoot(tree int, src string, root *Mapping) ([]string, error) {
+	return root.apply(tree, src, "id-map root")
+}
+
+// apply makes every mount of the detached tree (tree, a clone of src)
+// whose filesystem allows it id-mapped with m, and returns the mounts it
+// left as they are ("." first if the tree's own):
+//
+//  1. mount_setattr(MOUNT_ATTR_IDMAP, AT_RECURSIVE) on the whole tree:
+//     done, if every mount allows it (the kernel applies all or none);
+//  2. else one mount at a time: the tree's own, then each mount point
+//     below src in the launcher's /proc/self/mountinfo, opened beneath
+//     the tree without following a symlink. A mount refused with EINVAL
+//     (its filesystem has no id-mapped mounts) or EPERM (id-mapped
+//     already) is left as it is; one gone since the clone (ENOENT) too.
+//
+// The tree is still detached: the only time the kernel allows the
+// mapping, and why the mounts below it are found by path (the kernel
+// lists a detached tree's mounts nowhere); a mount point the list
+// misses is left as it is, which only takes the mapping away.
+func (m *Mapping) apply(tree int, src, action string) ([]string, error) {
+	se := func(detail string, err error) *nsinit.StepError {
+		return &nsinit.StepError{Who: "launcher", Step: nsinit.StepLBindSources, Action: action, Path: src, Detail: detail + ", " + m.detail, Msg: err.Error(), Err: err}
+	}
+	// 1.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(m.userns)}
+	err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr)
+	if err == nil {
+		return nil, nil
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) {
+		return nil, se("mount_setattr MOUNT_ATTR_IDMAP AT_RECURSIVE", err)
+	}
+	// 2.
+	points, err := mountPointsBelow(src)
+	if err != nil {
+		return nil, se("read /proc/self/mountinfo", err)
+	}
+	var left []string
+	for _, rel := range append([]string{"."}, points...) {
+		fd := tree
+		if rel != "." {
+			how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+			if fd, err = unix.Openat2(tree, rel, &how); err != nil {
+				left = append(left, rel)
+				continue
+			}
+		}
+		err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr)
+		if fd != tree {
+			unix.Close(fd)
+		}
+		switch {
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EPERM):
+			left = append(left, rel)
+		case err != nil:
+			return nil, se("mount_setattr MOUNT_ATTR_IDMAP "+rel, err)
+		}
+	}
+	return left, nil
+}
+
+// mountPointsBelow lists the mount points strictly below dir (its path
+// with symlinks resolved, else as given) in the launcher's mount namespace, relative to
+// dir, shallowest first.
+func mountPointsBelow(dir string) ([]string, error) {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		real = dir // gone meanwhile: a mount point not found is left as it is
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		rel, err := filepath.Rel(real, unescapeMountinfo(f[4]))
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || seen[rel] {
+			continue
+		}
+		seen[rel] = true
+		out = append(out, rel)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") < strings.Count(out[j], "/") })
+	return out, nil
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space,
+// \011, \012, \134).
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // idMapUserNS returns, open, a user namespace whose only mappings are

@@ -102,3 +102,66 @@ func children(t *testing.T) map[string]bool {
 	}
 	return pids
 }
+
+// MapRoot maps host root to the sandbox's root's host ids on every mount
+// of a tree whose filesystem allows it: root's files are those ids
+// through it, other ids unmapped (the overflow id). A tree whose own
+// filesystem refuses (sysfs) is left as it is, reported, not an error;
+// ids that are not leased are refused.
+func TestMapRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		mustwork.Skip(t, "id-mapping a detached tree (open_tree, mount_setattr) needs root")
+	}
+	const rootUID, rootGID = 300000, 300001
+	dir := t.TempDir()
+	for name, id := range map[string]int{"roots": 0, "others": 2000} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(filepath.Join(dir, name), id, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clone := func(path string) int {
+		t.Helper()
+		tree, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			t.Fatalf("clone %s: %v", path, err)
+		}
+		return tree
+	}
+	if _, err := RootMapping(0, 0); err == nil || !strings.Contains(err.Error(), "not leased") {
+		t.Fatalf("host ids 0:0: %v, want refused", err)
+	}
+	root, err := RootMapping(rootUID, rootGID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	tree := clone(dir)
+	defer unix.Close(tree)
+	if left, err := MapRoot(tree, dir, root); err != nil || len(left) != 0 {
+		t.Fatalf("MapRoot %s: left %q, %v", dir, left, err)
+	}
+	for name, want := range map[string][2]uint32{"roots": {rootUID, rootGID}, "others": {65534, 65534}} {
+		var st unix.Stat_t
+		if err := unix.Fstatat(tree, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			t.Fatal(err)
+		}
+		if [2]uint32{st.Uid, st.Gid} != want {
+			t.Errorf("%s through the id-mapped tree: %d:%d, want %d:%d", name, st.Uid, st.Gid, want[0], want[1])
+		}
+	}
+	// sysfs refuses id-mapped mounts: left as it is, said.
+	sys := clone("/sys")
+	defer unix.Close(sys)
+	left, err := MapRoot(sys, "/sys", root)
+	if err != nil || len(left) == 0 || left[0] != "." {
+		t.Fatalf("MapRoot /sys: left %q, %v; want . first", left, err)
+	}
+	t.Logf("left as they are below /sys: %q", left)
+	var st unix.Stat_t
+	if err := unix.Fstat(sys, &st); err != nil || st.Uid != 0 {
+		t.Errorf("/sys's own mount: uid %d, %v; want 0 (not mapped)", st.Uid, err)
+	}
+}

@@ -35,6 +35,12 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 	for _, m := range pl.GIDMappings {
 		w("  gid map: inside %d -> host %d (size %d)\n", m.Inside, m.Outside, m.Size)
 	}
+	if pl.MapRoot {
+		w("  binds: every bind not mapped to its owner is id-mapped host root -> inside 0 (step L3; a mount whose filesystem refuses is left as it is)\n")
+	}
+	if pl.Child.Caps != 0 {
+		w("  capabilities kept (in the sandbox's user namespace only): %#x\n", pl.Child.Caps)
+	}
 	w("\nfilesystem (in order, under a fresh tmpfs root; every mount nosuid, nodev except device nodes):\n")
 	for i, m := range pl.Child.Mounts {
 		w("  %2d. %s\n", i+1, describeMount(m))

@@ -292,7 +292,7 @@ func TestBwrapRefusals(t *testing.T) {
 		{[]string{"--userns", "0", "true"}, "--userns: not supported by str bwrap: str always makes the sandbox's own user and pid namespaces"},
 		{[]string{"--pidns", "0", "true"}, "--pidns: not supported by str bwrap: str always makes the sandbox's own user and pid namespaces"},
 		{[]string{"--overlay-src", "/usr", "true"}, "--overlay-src must be followed by another --overlay-src or one of --overlay, --tmp-overlay, or --ro-overlay"},
-		{[]string{"--level-prefix", "--cap-add", "ALL", "true"}, "<3>str bwrap: --cap-add: not supported by str bwrap"},
+		{[]string{"--level-prefix", "--exec-label", "x", "true"}, "<3>str bwrap: --exec-label: not supported by str bwrap"},
 	} {
 		cmd := exec.Command(strBin, append([]string{"bwrap"}, tc.args...)...)
 		out, _ := cmd.CombinedOutput()
