@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -187,7 +187,7 @@ func TestBwrapCapAddRootless(t *testing.T) {
 	}
 	const uid = 1000
 	var moves []string
-	cgs, _ := launcher.ProcCgroups("self")
+	cgs, _ := procfs.Cgroups("self")
 	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		if own, ok := cgs[c]; ok {
 			d := filepath.Join("/sys/fs/cgroup", c, own, fmt.Sprintf("str-bwrap-caps-%d", os.Getpid()))
