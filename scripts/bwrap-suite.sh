@@ -81,6 +81,14 @@ if ((${#need[@]})); then
 fi
 [[ $(id -u) == 0 ]] || { echo "bwrap-suite: run as root (the second pass runs as uid 65534 through setpriv)" >&2; exit 1; }
 
+# str's side runs under the nesting profile (STR_BWRAP_PROFILE, the
+# profile of a line without --str-profile): bubblewrap's suite runs
+# bubblewrap inside bubblewrap and expects its own --seccomp filters to be
+# the only ones, which the strict default profiles refuse by design
+# (docs/bwrap.md, "Nested sandboxes"). STR_BWRAP_PROFILE=standard measures
+# the default instead (the ratchet's list is for nesting).
+export STR_BWRAP_PROFILE=${STR_BWRAP_PROFILE:-nesting}
+
 if [[ -z ${STR_BIN:-} ]]; then
   mkdir -p bin
   CGO_ENABLED=0 go build -o bin/str ./cmd/str

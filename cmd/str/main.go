@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 )
 
 const usage = `usage: str <command> [flags]
@@ -36,8 +37,11 @@ commands:
 `
 
 func main() {
-	// Invoked as bwrap (a symlink named so): bubblewrap's command line.
-	if filepath.Base(os.Args[0]) == "bwrap" {
+	// Invoked as bwrap (a symlink named so), or with an option where the
+	// command goes (`/proc/self/exe --unshare-all …` from inside a str
+	// bwrap sandbox, as bubblewrap's own nested lines run it):
+	// bubblewrap's command line.
+	if filepath.Base(os.Args[0]) == "bwrap" || bwrapLine(os.Args[1:]) {
 		os.Exit(cmdBwrap("bwrap", os.Args[1:]))
 	}
 	if len(os.Args) < 2 {
@@ -96,4 +100,18 @@ func versionLine(info *debug.BuildInfo) string {
 		line += ", committed " + t
 	}
 	return line + "), " + info.GoVersion
+}
+
+// bwrapLine: args start with an option that is none of str's own (-h,
+// --help, help, version, --version, -version): a bubblewrap command line,
+// since no str command starts with a dash.
+func bwrapLine(args []string) bool {
+	if len(args) == 0 || !strings.HasPrefix(args[0], "-") {
+		return false
+	}
+	switch args[0] {
+	case "-h", "--help", "--version", "-version":
+		return false
+	}
+	return true
 }

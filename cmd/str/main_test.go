@@ -2,6 +2,7 @@ package main
 
 import (
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -17,5 +18,19 @@ func TestVersionLine(t *testing.T) {
 	}
 	if got := versionLine(nil); got != "str (no build info)" {
 		t.Errorf("nil: %q", got)
+	}
+}
+
+// A command line that starts with an option is bubblewrap's (str run as
+// /proc/self/exe inside a str bwrap sandbox); str's own help and version
+// flags stay str's.
+func TestBwrapLine(t *testing.T) {
+	for args, want := range map[string]bool{
+		"--unshare-all --bind / / true": true, "--ro-bind / / true": true, "--args 3": true,
+		"run -- true": false, "--help": false, "-h": false, "--version": false, "-version": false, "": false, "bwrap --help": false,
+	} {
+		if got := bwrapLine(strings.Fields(args)); got != want {
+			t.Errorf("bwrapLine(%q) = %v, want %v", args, got, want)
+		}
 	}
 }
