@@ -91,10 +91,17 @@ func cmdBwrap(name string, args []string) int {
 		}
 		return fail("%v", err)
 	}
+	chdirs := 0
 	for _, op := range cmd.Ops {
-		if op.Option == "--level-prefix" {
+		switch op.Option {
+		case "--level-prefix":
 			errPrefix, warnPrefix = "<3>", "<4>"
+		case "--chdir":
+			chdirs++
 		}
+	}
+	if chdirs > 1 { // bubblewrap's own warning (its test "warning logged for redundant --chdir")
+		diag(warnPrefix, "Only the last --chdir option will take effect")
 	}
 	switch {
 	case cmd.Help:

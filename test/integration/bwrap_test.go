@@ -368,6 +368,12 @@ func TestBwrapPlanHelpVersion(t *testing.T) {
 	if out, _ := exec.Command(link, "--bind", "/nonexistent-bwrap-src", "/x", "true").CombinedOutput(); !strings.HasPrefix(string(out), "bwrap: Can't find source path /nonexistent-bwrap-src: ") {
 		t.Errorf("missing bind source: %q; want bubblewrap's \"bwrap: Can't find source path ...\"", out)
 	}
+	// Two --chdir: bubblewrap's warning, and the line still runs (the
+	// suite's "warning logged for redundant --chdir", bubblewrap >= 0.10).
+	if out, err := exec.Command(link, "--ro-bind", "/", "/", "--chdir", "/", "--chdir", "/", "true").CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "bwrap: Only the last --chdir option will take effect\n") {
+		t.Errorf("two --chdir: %v, %q; want bubblewrap's warning and exit 0", err, out)
+	}
 	needRoot(t)
 	marker := filepath.Join(t.TempDir(), "ran")
 	out, err := exec.Command(strBin, "bwrap", "--plan", "--str-profile", "restrictive", "--unshare-net", "--ro-bind", "/usr", "/usr",
