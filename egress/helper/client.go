@@ -474,7 +474,18 @@ func (s *Session) record() Message {
 	}
 	p, id := s.p, s.id
 	s.mu.Unlock()
-	r, _ := p.request(Message{Op: OpReport, Session: id}, nil)
+	r, err := p.request(Message{Op: OpReport, Session: id}, nil)
+	if err != nil {
+		// A Close that reached the helper first (the helper answers each
+		// request on its own goroutine) leaves no session to report:
+		// Close holds s.mu until it has the final record, so wait for
+		// it and take that.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			return s.final
+		}
+	}
 	return r
 }
 
