@@ -39,12 +39,12 @@
 //	    the next sandbox when empty and clean, cgroupreuse.go and
 //	    launcher/resident's cgroups.go), release
 //	    the id block
-//	L9. a sandbox made through the Provider (provider.go; the worker's):
-//	    its work dir (workdir.go): made before the plan, which binds it;
+//	L9. a sandbox made through the Provider (launcher/provider; the
+//	    worker's): its work dir (launcher/workdir): made before the plan, which binds it;
 //	    after L1, root mode, a tmpfs capped by the profile's work_dir and
 //	    owned by the leased ids, .str/ (the runner's files) on a small
 //	    tmpfs of its own, input/, output/, the status FIFO, chowned to the
-//	    tool; removed by Box.Release; SweepWorkDirs at the caller's start
+//	    tool; removed by Box.Release; workdir.SweepStale at the caller's start
 //	L10. a capped `str run --workdir` (root mode): once every process of
 //	    the sandbox is reaped, copy what the tool changed back into the
 //	    directory (package launcher/writeback; its overlay is made at L3)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
 	"github.com/securetoolruntime/str/worker/transport"
@@ -200,7 +200,7 @@ func (s *Server) sandboxSpec(profile, prefix string, timeout time.Duration, stde
 		Profile:  profile,
 		Network:  network,
 		Env:      []string{"PYTHONPATH=" + strings.Join(path, ":")},
-		WorkDir:  launcher.WorkDirSpec{Base: s.cfg.WorkDir, Prefix: prefix},
+		WorkDir:  workdir.Spec{Base: s.cfg.WorkDir, Prefix: prefix},
 		ReadOnly: ro,
 		Timeout:  timeout,
 		Stderr:   stderr,
@@ -209,7 +209,7 @@ func (s *Server) sandboxSpec(profile, prefix string, timeout time.Duration, stde
 
 // runnerArgsArg is the runner's arguments file as its argv names it:
 // relative to the work dir (its cwd), which does not exist yet.
-var runnerArgsArg = filepath.Join(launcher.RunnerDirName, launcher.RunnerArgsName)
+var runnerArgsArg = filepath.Join(workdir.RunnerDirName, workdir.RunnerArgsName)
 
 // executeCold runs t in a sandbox created for it. The launcher makes the
 // work dir with the sandbox (capped, filled, the tool's); the worker
@@ -347,7 +347,7 @@ func (s *Server) observeSetupTime(run *sandboxRun) {
 }
 
 // runnerArgs is runner_args.json (spec §7.3) of t in work dir wd.
-func (s *Server) runnerArgs(t *task, wd *launcher.WorkDir, paths map[string]string, meta map[string]runner.ArtifactMeta) *runner.Args {
+func (s *Server) runnerArgs(t *task, wd *workdir.Dir, paths map[string]string, meta map[string]runner.ArtifactMeta) *runner.Args {
 	return &runner.Args{
 		Module: t.tool.Module, Function: t.tool.Function, ClassName: t.tool.ClassName,
 		Args: t.req.Args, ToolConfig: t.req.ToolConfig,

@@ -23,8 +23,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/securetoolruntime/str/internal/syncbuf"
-	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/launchertest"
+	"github.com/securetoolruntime/str/launcher/provider"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/broker"
@@ -146,7 +147,7 @@ func (ts *trackingSandboxes) Create(ctx context.Context, spec SandboxSpec) (Sand
 }
 
 type trackingCreated struct {
-	launcher.Box
+	provider.Box
 	ts   *trackingSandboxes
 	done bool
 }
@@ -263,7 +264,7 @@ func umaskChild(t *testing.T) {
 	}
 	// The pieces, one by one: the launcher's work dir, the worker's files.
 	sb, err := launchertest.Sandboxes{}.Create(context.Background(), SandboxSpec{Profile: "standard", Argv: []string{"/bin/true"},
-		WorkDir: launcher.WorkDirSpec{Base: h.dir, Prefix: "pieces-"}})
+		WorkDir: workdir.Spec{Base: h.dir, Prefix: "pieces-"}})
 	must(t, err)
 	defer sb.Release()
 	wd := sb.WorkDir()
@@ -271,7 +272,7 @@ func umaskChild(t *testing.T) {
 	must(t, runner.WriteArgs(wd.Args, &runner.Args{Module: "m", Function: "f", ResultFile: "r"}))
 	for p, want := range map[string]os.FileMode{wd.Path: 0o700, wd.Input: 0o755, wd.Output: 0o700, wd.Runner: 0o700,
 		wd.StatusPipe: 0o600, filepath.Join(wd.Input, "f"): modeInputFile, wd.Args: runner.ArgsMode,
-		filepath.Join(wd.Path, launcher.WorkDirMarker): 0o444} {
+		filepath.Join(wd.Path, workdir.Marker): 0o444} {
 		if fi, err := os.Lstat(p); err != nil || fi.Mode().Perm() != want {
 			t.Errorf("%s: %v %v, want %v", p, fi.Mode().Perm(), err, want)
 		}

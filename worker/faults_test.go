@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/securetoolruntime/str/launcher"
-	"github.com/securetoolruntime/str/launcher/launchertest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher/launchertest"
+	"github.com/securetoolruntime/str/launcher/workdir"
 
 	"github.com/securetoolruntime/str/internal/testfs"
 	"github.com/securetoolruntime/str/worker/transport"
@@ -143,7 +144,7 @@ func TestResultBeforeCancelIsNotCancelled(t *testing.T) {
 			var dir string
 			waitFor(t, "the result written", func() bool {
 				for _, d := range append([]string{"task-" + id}, testfs.Names(h.cfg.WorkDir)...) {
-					if _, err := os.Stat(filepath.Join(h.cfg.WorkDir, d, launcher.RunnerDirName, launcher.RunnerResultName)); err == nil {
+					if _, err := os.Stat(filepath.Join(h.cfg.WorkDir, d, workdir.RunnerDirName, workdir.RunnerResultName)); err == nil {
 						dir = filepath.Join(h.cfg.WorkDir, d)
 						return true
 					}

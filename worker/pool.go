@@ -27,7 +27,7 @@ package worker
 // The wall clock: a pooled sandbox waits unarmed. It is created with an
 // idle limit (warmIdleLimit: STR_WARM_MAX_AGE_SECONDS plus pool.Backstop,
 // a backstop: the pool retires it at the max age) instead of a timeout;
-// claim arms it (Sandbox.Arm, launcher.Box) with the call's own wall clock
+// claim arms it (Sandbox.Arm, provider.Box) with the call's own wall clock
 // (task.sandboxTimeout: the request's timeout + 5 s, at most the
 // profile's, computed once by choose), counted from the claim. So a call may ask
 // the profile's whole limit and still be served warm, and it never gets
@@ -84,6 +84,7 @@ import (
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/pool"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/worker/manifest"
@@ -133,9 +134,9 @@ func (k warmKey) networkPolicy() *egress.Policy {
 // warmSandbox is one pooled sandbox: a pool.Item.
 type warmSandbox struct {
 	s         *Server
-	wd        *launcher.WorkDir // its work area, made by the launcher: removed by Release
-	dir       string            // wd.Path, bound read-write at the same path
-	inputFd   int               // input/, held since the launcher made it
+	wd        *workdir.Dir // its work area, made by the launcher: removed by Release
+	dir       string       // wd.Path, bound read-write at the same path
+	inputFd   int          // input/, held since the launcher made it
 	run       *sandboxRun
 	argsW     *os.File // the worker's end of the arguments pipe
 	stderr    *tailBuffer

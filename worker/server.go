@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/manifest"
@@ -413,7 +414,7 @@ func (s *Server) probeSandbox(ctx context.Context) error {
 	// marker lets the next start-up sweep remove it if the worker dies
 	// during the probe.
 	spec := SandboxSpec{Profile: s.cfg.DefaultProfile, Argv: []string{"/bin/true"},
-		WorkDir: launcher.WorkDirSpec{Base: s.cfg.WorkDir, Prefix: probeDirPrefix},
+		WorkDir: workdir.Spec{Base: s.cfg.WorkDir, Prefix: probeDirPrefix},
 		Timeout: s.sandboxTimeout(s.cfg.DefaultProfile, probeTimeout)}
 	sb, err := s.sb.Create(pctx, spec)
 	if err != nil {
@@ -453,7 +454,7 @@ func (s *Server) prepareDirs() error {
 	// (their markers lie under them); then only real directories of a
 	// generated name carrying str's marker: anything else under the base
 	// (an operator's files, a symlink) is left alone.
-	sw, err := launcher.SweepWorkDirs(s.cfg.WorkDir, callDirPrefix, warmDirPrefix, probeDirPrefix)
+	sw, err := workdir.SweepStale(s.cfg.WorkDir, callDirPrefix, warmDirPrefix, probeDirPrefix)
 	for _, mp := range sw.Unmounted {
 		s.log.Info("unmounted a stale work dir tmpfs", "path", mp)
 	}

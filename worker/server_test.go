@@ -5,8 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/securetoolruntime/str/launcher"
-	"github.com/securetoolruntime/str/launcher/launchertest"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -17,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/launcher/launchertest"
+	"github.com/securetoolruntime/str/launcher/workdir"
 
 	"github.com/securetoolruntime/str/worker/artifacts"
 	"github.com/securetoolruntime/str/worker/transport"
@@ -614,7 +615,7 @@ func TestShutdownGraceAndHealth(t *testing.T) {
 	// generated name, its marker naming it.
 	stale := filepath.Join(h.cfg.WorkDir, callDirPrefix+"0123456789abcdef")
 	must(t, os.MkdirAll(filepath.Join(stale, "output"), 0o755))
-	must(t, os.WriteFile(filepath.Join(stale, launcher.WorkDirMarker), []byte(filepath.Base(stale)), 0o444))
+	must(t, os.WriteFile(filepath.Join(stale, workdir.Marker), []byte(filepath.Base(stale)), 0o444))
 	// Anything else under the base is the operator's and is kept: no
 	// marker, a marker under a name the worker never generates (a task
 	// id's), a generated name whose marker names another dir (a copy).
@@ -624,7 +625,7 @@ func TestShutdownGraceAndHealth(t *testing.T) {
 		p := filepath.Join(h.cfg.WorkDir, name)
 		must(t, os.MkdirAll(p, 0o755))
 		if marker != "" {
-			must(t, os.WriteFile(filepath.Join(p, launcher.WorkDirMarker), []byte(marker), 0o444))
+			must(t, os.WriteFile(filepath.Join(p, workdir.Marker), []byte(marker), 0o444))
 		}
 		foreign = append(foreign, p)
 	}

@@ -12,9 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/pool"
+	"github.com/securetoolruntime/str/launcher/provider"
 	"github.com/securetoolruntime/str/launcher/template"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
 )
@@ -34,7 +35,7 @@ import (
 //
 // A template item's build starts the template in the background through
 // the worker's Provider, the boundary of its cold and warm calls too
-// (launcher.Provider.StartTemplate: template.Provider in root mode, the
+// (provider.Provider.StartTemplate: template.Provider in root mode, the
 // plan, the sandbox, the tool's import; a Provider without templates
 // leaves every call cold; launchertest fakes them); it is ready
 // once the template said "ready", and it ends once the template is
@@ -122,7 +123,7 @@ type templateItem struct {
 	cancel       context.CancelFunc // ends a start in progress (the template's lifetime)
 
 	mu     sync.Mutex
-	tpl    launcher.Template // once started
+	tpl    provider.Template // once started
 	err    error             // its start's failure, before ended closes
 	killed bool
 }
@@ -186,7 +187,7 @@ func (it *templateItem) Release() {
 }
 
 // started is the template, or its start's failure.
-func (it *templateItem) started() (launcher.Template, error) {
+func (it *templateItem) started() (provider.Template, error) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	return it.tpl, it.err
@@ -239,8 +240,8 @@ func (ts *templateSet) build(ctx context.Context, name string, spec pool.Spec[wa
 		argv = append(argv, tool.ClassName)
 	}
 	sbSpec := s.sandboxSpec(key.profile, callDirPrefix, 0, nil, key.networkPolicy(), &tool)
-	tspec := launcher.TemplateSpec{
-		Spec:       launcher.Spec{Profile: sbSpec.Profile, Argv: s.runnerArgv(-1, argv...), Env: sbSpec.Env, ReadOnly: sbSpec.ReadOnly, Network: sbSpec.Network},
+	tspec := provider.TemplateSpec{
+		Spec:       provider.Spec{Profile: sbSpec.Profile, Argv: s.runnerArgv(-1, argv...), Env: sbSpec.Env, ReadOnly: sbSpec.ReadOnly, Network: sbSpec.Network},
 		SourceHash: s.sourceHash(&tool), WorkDirTarget: templateWorkTarget, ReadyTimeout: s.cfg.TemplateStartTimeout,
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -491,7 +492,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 	}
 	tpl := claim.Item.tpl
 	var (
-		wd    *launcher.WorkDir
+		wd    *workdir.Dir
 		relay *statusRelay
 		paths map[string]string
 		meta  map[string]runner.ArtifactMeta
@@ -507,7 +508,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 		Timeout: t.sandboxTimeout,
 		WorkDir: func(uid, gid int) (string, error) {
 			var err error
-			if wd, err = tpl.CallWorkDir(launcher.WorkDirSpec{Base: s.cfg.WorkDir, Prefix: callDirPrefix}, uid, gid); err != nil {
+			if wd, err = tpl.CallWorkDir(workdir.Spec{Base: s.cfg.WorkDir, Prefix: callDirPrefix}, uid, gid); err != nil {
 				return "", err
 			}
 			// Its name says nothing of the task: this line ties them together.
@@ -527,7 +528,7 @@ func (s *Server) executeTemplate(t *task) (outcome, func(), bool) {
 			for k, p := range paths {
 				in[k] = inside(p)
 			}
-			a := s.runnerArgs(t, &launcher.WorkDir{Path: templateWorkTarget, StatusPipe: inside(wd.StatusPipe), Result: inside(wd.Result), Output: inside(wd.Output)}, in, meta)
+			a := s.runnerArgs(t, &workdir.Dir{Path: templateWorkTarget, StatusPipe: inside(wd.StatusPipe), Result: inside(wd.Result), Output: inside(wd.Output)}, in, meta)
 			return runner.EncodeArgs(a)
 		},
 	}

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/launchertest"
+	"github.com/securetoolruntime/str/launcher/provider"
 	"github.com/securetoolruntime/str/launcher/template"
+	"github.com/securetoolruntime/str/launcher/workdir"
 )
 
 // fakeTemplates starts templates (launchertest.Sandboxes.Template) whose templates' calls fail with
@@ -37,7 +38,7 @@ type fakeTemplates struct {
 	inCall, release chan struct{}
 }
 
-func (f *fakeTemplates) StartTemplate(ctx context.Context, _ launcher.TemplateSpec) (launcher.Template, error) {
+func (f *fakeTemplates) StartTemplate(ctx context.Context, _ provider.TemplateSpec) (provider.Template, error) {
 	f.mu.Lock()
 	f.attempts++
 	block := f.block
@@ -100,7 +101,7 @@ func (ft *fakeTemplate) Call(context.Context, []byte, template.CallOptions) (*te
 	return nil, ft.f.callErr
 }
 
-func (*fakeTemplate) CallWorkDir(launcher.WorkDirSpec, int, int) (*launcher.WorkDir, error) {
+func (*fakeTemplate) CallWorkDir(workdir.Spec, int, int) (*workdir.Dir, error) {
 	return nil, errors.New("fakeTemplate: no work dirs")
 }
 

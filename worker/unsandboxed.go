@@ -7,6 +7,7 @@ import (
 
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/hostbox"
+	"github.com/securetoolruntime/str/launcher/provider"
 	"github.com/securetoolruntime/str/profiles"
 )
 
@@ -67,6 +68,6 @@ func (Unsandboxed) CapsWorkDirs() bool { return false }
 // Templates: none (every call runs cold).
 func (Unsandboxed) Templates() bool { return false }
 
-func (Unsandboxed) StartTemplate(context.Context, launcher.TemplateSpec) (launcher.Template, error) {
-	return nil, launcher.ErrNoTemplates
+func (Unsandboxed) StartTemplate(context.Context, provider.TemplateSpec) (provider.Template, error) {
+	return nil, provider.ErrNoTemplates
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/provider"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"github.com/securetoolruntime/str/worker/runner"
 )
 
@@ -201,8 +203,8 @@ func (b *benchWarmer) once(i int) (benchWarmSample, error) {
 	}
 	// The sandbox and its work dir as the worker gets them (the
 	// launcher's Provider: made, capped in root mode, the tool's).
-	spec := launcher.Spec{Profile: b.profile, Timeout: time.Minute,
-		WorkDir:    launcher.WorkDirSpec{Base: b.workBase, Prefix: "bench-"},
+	spec := provider.Spec{Profile: b.profile, Timeout: time.Minute,
+		WorkDir:    workdir.Spec{Base: b.workBase, Prefix: "bench-"},
 		ExtraFiles: []*os.File{pipes[0][0], pipes[1][1], pipes[2][1]}}
 	if b.target == "runner" {
 		spec.Argv = []string{b.python, b.runnerPath, "--done-fd", "4", "--warm", "3", "str_bench_noop", "noop", ""}
@@ -214,7 +216,7 @@ func (b *benchWarmer) once(i int) (benchWarmSample, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	sb, err := b.l.Provider().Create(ctx, spec)
+	sb, err := provider.New(b.l).Create(ctx, spec)
 	if err != nil {
 		return s, err
 	}
@@ -226,7 +228,7 @@ func (b *benchWarmer) once(i int) (benchWarmSample, error) {
 	pipes[0][0].Close()
 	pipes[1][1].Close()
 	pipes[2][1].Close()
-	waited := make(chan *launcher.Exit, 1)
+	waited := make(chan *provider.Exit, 1)
 	var waitErr error
 	go func() {
 		r, err := sb.Wait()

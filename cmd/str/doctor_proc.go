@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/workdir"
 )
 
 // Why a covered /proc matters: a sandbox is a user namespace, and the
@@ -39,7 +39,7 @@ func parseProcMounts(mountinfo string) []procMount {
 		if !ok || len(f) < 6 || len(g) < 1 {
 			continue
 		}
-		point := launcher.UnescapeMountinfo(f[4])
+		point := workdir.UnescapeMountinfo(f[4])
 		if point != "/proc" && !strings.HasPrefix(point, "/proc/") {
 			continue
 		}

@@ -1,9 +1,9 @@
-// Package hostbox is a launcher.Box WITHOUT ANY ISOLATION: its command
+// Package hostbox is a provider.Box WITHOUT ANY ISOLATION: its command
 // runs as a plain child process of the caller. It is what
 // SANDBOX_MODE=none uses (the worker's Unsandboxed) and what
 // launchertest's fake of the launcher's Provider is made of, its only
 // callers. What it keeps of a sandbox: the work dir layout (plain
-// directories, uncapped: launcher.MakeUncappedWorkDir), the wall clock
+// directories, uncapped: workdir.MakeUncapped), the wall clock
 // and the idle limit (Arm has Sandbox.Arm's checks), the cancellation,
 // and its own process group, killed as a whole when the command exits,
 // times out or is cancelled.

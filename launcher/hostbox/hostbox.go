@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/provider"
+	"github.com/securetoolruntime/str/launcher/workdir"
 )
 
 // New makes a Box that runs spec's command as a plain child process of
@@ -20,7 +22,7 @@ import (
 // (nothing of the caller's is inherited). cred, when set, is the ids the
 // process runs as (root only), and the work dir is handed to them as a
 // sandbox's is.
-func New(ctx context.Context, spec launcher.Spec, env []string, cred *syscall.Credential) (launcher.Box, error) {
+func New(ctx context.Context, spec provider.Spec, env []string, cred *syscall.Credential) (provider.Box, error) {
 	if spec.Timeout < 0 || spec.Idle < 0 {
 		return nil, invalid("timeout %s, idle limit %s: must not be negative", spec.Timeout, spec.Idle)
 	}
@@ -31,7 +33,7 @@ func New(ctx context.Context, spec launcher.Spec, env []string, cred *syscall.Cr
 	if cred != nil {
 		uid, gid = int(cred.Uid), int(cred.Gid)
 	}
-	wd, err := launcher.MakeUncappedWorkDir(spec.WorkDir, uid, gid)
+	wd, err := workdir.MakeUncapped(spec.WorkDir, uid, gid)
 	if err != nil {
 		return nil, err
 	}
@@ -48,16 +50,16 @@ func invalid(format string, a ...any) error {
 
 type hostBox struct {
 	ctx  context.Context
-	spec launcher.Spec
+	spec provider.Spec
 	env  []string
 	cred *syscall.Credential
-	wd   *launcher.WorkDir
+	wd   *workdir.Dir
 	p    *hostProc
 }
 
-func (b *hostBox) WorkDir() *launcher.WorkDir { return b.wd }
-func (b *hostBox) NetworkReport() launcher.NetworkReport {
-	return launcher.NetworkReport{}
+func (b *hostBox) WorkDir() *workdir.Dir { return b.wd }
+func (b *hostBox) NetworkReport() provider.NetworkReport {
+	return provider.NetworkReport{}
 }
 func (b *hostBox) Release() error { return b.wd.Remove() }
 
@@ -76,7 +78,7 @@ func (b *hostBox) Start() error {
 	return nil
 }
 
-func (b *hostBox) Wait() (*launcher.Exit, error) {
+func (b *hostBox) Wait() (*provider.Exit, error) {
 	if b.p == nil {
 		return nil, errNotStarted
 	}
@@ -201,13 +203,13 @@ func (p *hostProc) kill() error {
 
 // wait returns when the process has exited; its process group is killed
 // first, so nothing it started outlives it (as with a sandbox).
-func (p *hostProc) wait() (*launcher.Exit, error) {
+func (p *hostProc) wait() (*provider.Exit, error) {
 	err := p.cmd.Wait()
 	close(p.done)
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := &launcher.Exit{TimedOut: p.timedOut, Cancelled: p.cancelled}
+	e := &provider.Exit{TimedOut: p.timedOut, Cancelled: p.cancelled}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		ws := ee.Sys().(syscall.WaitStatus)

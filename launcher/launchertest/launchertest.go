@@ -15,6 +15,7 @@ import (
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/hostbox"
+	"github.com/securetoolruntime/str/launcher/provider"
 	"github.com/securetoolruntime/str/profiles"
 )
 
@@ -27,7 +28,7 @@ var Profiles = map[string]bool{"restrictive": true, "standard": true, "permissiv
 // its StartTemplate (a test's fake templates); nil: no templates.
 type Sandboxes struct {
 	UID, GID int
-	Template func(ctx context.Context, spec launcher.TemplateSpec) (launcher.Template, error)
+	Template func(ctx context.Context, spec provider.TemplateSpec) (provider.Template, error)
 }
 
 // CheckProfile knows Profiles; another name wraps profiles.ErrUnknownProfile.
@@ -44,15 +45,15 @@ func (Sandboxes) CapsWorkDirs() bool { return false }
 // Templates: when Template is set.
 func (s Sandboxes) Templates() bool { return s.Template != nil }
 
-func (s Sandboxes) StartTemplate(ctx context.Context, spec launcher.TemplateSpec) (launcher.Template, error) {
+func (s Sandboxes) StartTemplate(ctx context.Context, spec provider.TemplateSpec) (provider.Template, error) {
 	if s.Template == nil {
-		return nil, launcher.ErrNoTemplates
+		return nil, provider.ErrNoTemplates
 	}
 	return s.Template(ctx, spec)
 }
 
 // Create makes the work dir; the process starts at Box.Start.
-func (s Sandboxes) Create(ctx context.Context, spec launcher.Spec) (launcher.Box, error) {
+func (s Sandboxes) Create(ctx context.Context, spec provider.Spec) (provider.Box, error) {
 	if err := s.CheckProfile(spec.Profile); err != nil {
 		return nil, fmt.Errorf("%w: %w", launcher.ErrInvalidRequest, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
@@ -52,7 +53,7 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 	}
 	w("  the work dir (step L9, a sandbox of the worker's): root mode, a tmpfs the launcher mounts on it, %s and %d inodes, owned by the tool's leased ids,\n"+
 		"    with input/ (the caller's), output/ and %s/ (the runner's arguments, result and status FIFO, on a tmpfs of its own, %s, off the tool's cap); rootless, plain directories, uncapped\n",
-		bytes(pl.WorkDir.Size), pl.WorkDir.Inodes, launcher.RunnerDirName, bytes(profiles.Quantity(launcher.RunnerSpace)))
+		bytes(pl.WorkDir.Size), pl.WorkDir.Inodes, workdir.RunnerDirName, bytes(profiles.Quantity(workdir.RunnerSpace)))
 	w("\ninit: the steps below compiled into raw system calls that the launcher's own clone child runs before the tool's execve (no second program)\n")
 	w("init sequence (nsinit, every sandbox):\n")
 	for _, l := range nsinit.DocList() {

@@ -95,6 +95,8 @@ import (
 	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/procfs"
+	"github.com/securetoolruntime/str/launcher/provider"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"github.com/securetoolruntime/str/seccomp"
@@ -158,9 +160,9 @@ type Request struct {
 // CallWorkDir makes a template call's work dir as a sandbox's is made
 // (launcher step L9): under spec, capped by the profile's work_dir (root
 // mode: its own tmpfs), filled, owned by uid and gid (the call's pair:
-// CallOptions.WorkDir's arguments). launcher.WorkDir.Remove removes it.
-func (t *Template) CallWorkDir(spec launcher.WorkDirSpec, uid, gid int) (*launcher.WorkDir, error) {
-	return t.plan.MakeWorkDir(spec, uid, gid)
+// CallOptions.WorkDir's arguments). workdir.Dir.Remove removes it.
+func (t *Template) CallWorkDir(spec workdir.Spec, uid, gid int) (*workdir.Dir, error) {
+	return workdir.Make(spec, &t.plan.WorkDir, uid, gid)
 }
 
 // Template is one running template and its supervisor.
@@ -206,17 +208,17 @@ type freshMount struct {
 
 // Provider is l's Provider with templates: StartTemplate is Start (root
 // mode only).
-func Provider(l *launcher.Launcher) launcher.Provider { return provider{l.Provider(), l} }
+func Provider(l *launcher.Launcher) provider.Provider { return withTemplates{provider.New(l), l} }
 
-type provider struct {
-	launcher.Provider
+type withTemplates struct {
+	provider.Provider
 	l *launcher.Launcher
 }
 
 // Templates: in root mode (Start leases the calls' host ids).
-func (p provider) Templates() bool { return p.l.Host().UID == 0 }
+func (p withTemplates) Templates() bool { return p.l.Host().UID == 0 }
 
-func (p provider) StartTemplate(ctx context.Context, spec launcher.TemplateSpec) (launcher.Template, error) {
+func (p withTemplates) StartTemplate(ctx context.Context, spec provider.TemplateSpec) (provider.Template, error) {
 	t, err := Start(ctx, p.l, Request{Request: spec.Spec.Request(), SourceHash: spec.SourceHash,
 		WorkDirTarget: spec.WorkDirTarget, ReadyTimeout: spec.ReadyTimeout})
 	if err != nil {
@@ -507,12 +509,12 @@ func (t *Template) Retired() error {
 }
 
 // The template's types a caller's interface names are the launcher's
-// (launcher.Template: the Provider boundary).
+// (provider.Template: the Provider boundary).
 type (
-	CallOptions  = launcher.TemplateCallOptions
-	CallResult   = launcher.TemplateCallResult
-	ChildCheck   = launcher.TemplateChildCheck
-	RetireReason = launcher.TemplateRetireReason
+	CallOptions  = provider.TemplateCallOptions
+	CallResult   = provider.TemplateCallResult
+	ChildCheck   = provider.TemplateChildCheck
+	RetireReason = provider.TemplateRetireReason
 )
 
 // The reasons, in the words of the worker's
@@ -1123,8 +1125,8 @@ func (c *templateCall) startEgress(ctx context.Context, nsPath string) error {
 }
 
 // networkReport is the call's egress session's record of denials so far.
-func (c *templateCall) networkReport() launcher.NetworkReport {
-	var r launcher.NetworkReport
+func (c *templateCall) networkReport() provider.NetworkReport {
+	var r provider.NetworkReport
 	if c.egress != nil {
 		r.Violations, r.Dropped = c.egress.Violations()
 		r.Summary = c.egress.Summary()

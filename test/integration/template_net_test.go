@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
-	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/provider"
 	"github.com/securetoolruntime/str/launcher/template"
 	"github.com/securetoolruntime/str/worker/runner"
 )
@@ -33,7 +33,7 @@ func netTemplate(t *testing.T) *template.Template {
 
 // violation reports whether report has a denial of dst ("host:port" or
 // "host") for reason.
-func violation(report launcher.NetworkReport, dst, reason string) bool {
+func violation(report provider.NetworkReport, dst, reason string) bool {
 	for _, v := range report.Violations {
 		key := v.Host
 		if key == "" {
@@ -95,7 +95,7 @@ func TestTemplateCallNetwork(t *testing.T) {
 func TestTemplateCallNetworkPerCall(t *testing.T) {
 	tpl := netTemplate(t)
 	names := []string{"first-call.test", "second-call.test"}
-	reports := make([]launcher.NetworkReport, len(names))
+	reports := make([]provider.NetworkReport, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
 		wg.Add(1)
@@ -189,7 +189,7 @@ tools:
 		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
 			t.Fatal(err)
 		}
-		if !violation(launcher.NetworkReport{Violations: rep.Result.Violations}, "other.test:8443", "not_allowlisted") || len(rep.Result.Violations) != 1 {
+		if !violation(provider.NetworkReport{Violations: rep.Result.Violations}, "other.test:8443", "not_allowlisted") || len(rep.Result.Violations) != 1 {
 			t.Errorf("call %d: violations %+v, want this call's refusal of other.test:8443 only", i, rep.Result.Violations)
 		}
 	}

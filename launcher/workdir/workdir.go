@@ -1,6 +1,5 @@
-package launcher
-
-// Work dirs (step L9). A sandbox made through Provider.Create gets a work
+// Package workdir is launcher step L9, the worker's work dirs. A
+// sandbox made through Provider.Create (launcher/provider) gets a work
 // dir the launcher makes, caps, fills, hands to the tool and removes:
 //
 //	<base>/<prefix><16 hex digits>/       the tool's cwd, bound at the same path
@@ -12,7 +11,7 @@ package launcher
 //	        result.json                   written by the runner
 //	        status.pipe                   the status FIFO
 //
-// Root mode, in order (each sub-step of makeWorkDir, L9.1-L9.6):
+// Root mode, in order (each sub-step of Make, L9.1-L9.6):
 //
 //  1. mkdir under a fresh generated name (O_EXCL: an existing name is
 //     never touched), mode 0700, and the marker, before anything else;
@@ -31,7 +30,7 @@ package launcher
 //     (lchown: nothing there can be a symlink yet, nothing but the
 //     launcher can write there before Start).
 //
-// Both tmpfs mounts carry the source name WorkDirSource; SweepWorkDirs
+// Both tmpfs mounts carry the source name Source; SweepStale
 // unmounts exactly those, directly under the base, on a generated name.
 // Removal (Box.Release) unmounts (MNT_DETACH) and removes only the
 // directory made in L9.1, checked by device and inode first.
@@ -39,6 +38,7 @@ package launcher
 // Rootless (and for the host-process providers) nothing is mounted or
 // chowned: the same layout in plain directories, owned by the caller,
 // uncapped (Provider.CapsWorkDirs says so).
+package workdir
 
 import (
 	"crypto/rand"
@@ -50,18 +50,19 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
 )
 
-// WorkDirMarker is the file every work dir carries: its content is the
+// Marker is the file every work dir carries: its content is the
 // dir's own name, and the start-up sweep removes only dirs carrying it.
-const WorkDirMarker = ".str-workdir"
+const Marker = ".str-workdir"
 
-// WorkDirSource is the source name of every work dir tmpfs the launcher
+// Source is the source name of every work dir tmpfs the launcher
 // mounts (the work dir's and its runner dir's).
-const WorkDirSource = "str-workdir"
+const Source = "str-workdir"
 
 // RunnerDirName is the runner's directory inside a work dir: relative to
 // the work dir (the tool's cwd), so an argv can name its files before the
@@ -84,8 +85,8 @@ const (
 	RunnerInodes = 16
 )
 
-// workDirRandHex is the length of a generated name's random part.
-const workDirRandHex = 16
+// randHex is the length of a generated name's random part.
+const randHex = 16
 
 // Modes of what the launcher creates in a work dir. Each is set with
 // fchmod/chmod after creation, never left to the umask: under the
@@ -100,18 +101,18 @@ const (
 	modeMarker    = 0o444
 )
 
-// WorkDirSpec says where a sandbox's work dir is made: directly under
+// Spec says where a sandbox's work dir is made: directly under
 // Base (which exists, is the caller's and no one else may write), named
 // Prefix followed by 16 random hex digits. Prefix is lowercase letters,
 // dots and dashes, ending in a dash ("call-").
-type WorkDirSpec struct {
+type Spec struct {
 	Base   string
 	Prefix string
 }
 
-// WorkDir is a sandbox's work dir as the launcher made it: host paths,
+// Dir is a sandbox's work dir as the launcher made it: host paths,
 // each the same inside the sandbox.
-type WorkDir struct {
+type Dir struct {
 	Path       string // the tool's cwd
 	Input      string // Path/input: the caller's; it writes the inputs here (O_EXCL, no symlink followed)
 	Output     string // Path/output: the tool's
@@ -125,49 +126,43 @@ type WorkDir struct {
 }
 
 // checkPrefix refuses a prefix that could make a name outside the base
-// or one SweepWorkDirs would not recognise.
+// or one SweepStale would not recognise.
 func checkPrefix(p string) error {
 	if p == "" || !strings.HasSuffix(p, "-") || len(p) > 32 || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz.-") != "" {
-		return fmt.Errorf("%w: work dir prefix %q: want lowercase letters, dots and dashes ending in a dash", ErrInvalidRequest, p)
+		return fmt.Errorf("%w: work dir prefix %q: want lowercase letters, dots and dashes ending in a dash", launcher.ErrInvalidRequest, p)
 	}
 	return nil
 }
 
-// makeWorkDir is step L9 (see the file comment for its numbered steps).
+// Make is step L9, a work dir (the package comment numbers its steps).
 // capacity nil: nothing is mounted; uid < 0: nothing is chowned. On
-// error nothing of it is left.
-func makeWorkDir(spec WorkDirSpec, capacity *profiles.WorkDir, uid, gid int) (*WorkDir, error) {
-	w, err := newWorkDir(spec)
+// error nothing of it is left. A per-tool template's call's is capped
+// by its plan's work_dir and owned by its pair's host id (package
+// launcher/template). Remove removes it.
+func Make(spec Spec, capacity *profiles.WorkDir, uid, gid int) (*Dir, error) {
+	w, err := New(spec)
 	if err != nil {
 		return nil, err
 	}
-	if err := w.fill(capacity, uid, gid); err != nil {
+	if err := w.Fill(capacity, uid, gid); err != nil {
 		_ = w.Remove()
 		return nil, err
 	}
 	return w, nil
 }
 
-// MakeUncappedWorkDir is makeWorkDir without a cap: plain directories,
+// MakeUncapped is Make without a cap: plain directories,
 // nothing mounted (a box without a sandbox: launcher/hostbox); uid < 0:
 // nothing is chowned.
-func MakeUncappedWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
-	return makeWorkDir(spec, nil, uid, gid)
+func MakeUncapped(spec Spec, uid, gid int) (*Dir, error) {
+	return Make(spec, nil, uid, gid)
 }
 
-// MakeWorkDir makes a work dir as a sandbox of pl's is made (L9): under
-// spec, capped by the plan's work_dir (root mode: its own tmpfs),
-// filled, owned by uid and gid (a per-tool template's call: its pair's
-// host id, package launcher/template). Remove removes it.
-func (pl *Plan) MakeWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error) {
-	return makeWorkDir(spec, &pl.WorkDir, uid, gid)
-}
-
-// fill is L9.2-L9.6 on the dir L9.1 made. On error the caller
+// Fill is L9.2-L9.6 on the dir L9.1 (New) made. On error the caller
 // removes w (remove unmounts what was mounted).
-func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {
-	se := func(action, path, detail string, err error) *StepError {
-		return &StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: action, Path: path, Detail: detail, Msg: err.Error(), Err: err}
+func (w *Dir) Fill(capacity *profiles.WorkDir, uid, gid int) error {
+	se := func(action, path, detail string, err error) *launcher.StepError {
+		return &launcher.StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: action, Path: path, Detail: detail, Msg: err.Error(), Err: err}
 	}
 	if capacity != nil && (capacity.Size <= 0 || capacity.Inodes <= 0) {
 		return se("cap work dir", w.Path, "", errors.New("the profile sets no work_dir cap (size and inodes)"))
@@ -221,24 +216,24 @@ func (w *WorkDir) fill(capacity *profiles.WorkDir, uid, gid int) error {
 	return nil
 }
 
-// newWorkDir is L9.1: the dir under a fresh name, and its marker.
-func newWorkDir(spec WorkDirSpec) (*WorkDir, error) {
+// New is L9.1: the dir under a fresh name, and its marker.
+func New(spec Spec) (*Dir, error) {
 	if err := checkPrefix(spec.Prefix); err != nil {
 		return nil, err
 	}
-	w, err := newWorkDirIn(spec)
+	w, err := newIn(spec)
 	if err != nil {
-		return nil, &StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: "make work dir", Path: spec.Base,
+		return nil, &launcher.StepError{Who: "launcher", Step: nsinit.StepLWorkDir, Action: "make work dir", Path: spec.Base,
 			Detail: spec.Prefix + "<random>", Msg: err.Error(), Err: err}
 	}
 	return w, nil
 }
 
-// newWorkDirIn makes the dir and its marker under a fresh generated name.
+// newIn makes the dir and its marker under a fresh generated name.
 // A name that exists is never touched: another one is tried.
-func newWorkDirIn(spec WorkDirSpec) (*WorkDir, error) {
+func newIn(spec Spec) (*Dir, error) {
 	for try := 0; try < 4; try++ {
-		var rnd [workDirRandHex / 2]byte
+		var rnd [randHex / 2]byte
 		if _, err := rand.Read(rnd[:]); err != nil {
 			return nil, fmt.Errorf("work dir name: %w", err)
 		}
@@ -262,16 +257,16 @@ func newWorkDirIn(spec WorkDirSpec) (*WorkDir, error) {
 			return nil, err
 		}
 		runner := filepath.Join(path, RunnerDirName)
-		return &WorkDir{Path: path, Input: filepath.Join(path, "input"), Output: filepath.Join(path, "output"),
+		return &Dir{Path: path, Input: filepath.Join(path, "input"), Output: filepath.Join(path, "output"),
 			Runner: runner, Args: filepath.Join(runner, RunnerArgsName), Result: filepath.Join(runner, RunnerResultName),
 			StatusPipe: filepath.Join(runner, StatusPipeName), dev: st.Dev, ino: st.Ino}, nil
 	}
-	return nil, fmt.Errorf("mkdir under %s: every generated name (%s + %d hex digits) tried exists", spec.Base, spec.Prefix, workDirRandHex)
+	return nil, fmt.Errorf("mkdir under %s: every generated name (%s + %d hex digits) tried exists", spec.Base, spec.Prefix, randHex)
 }
 
 // writeMarker creates dir's marker (O_EXCL|O_NOFOLLOW) holding name.
 func writeMarker(dir, name string) error {
-	path := filepath.Join(dir, WorkDirMarker)
+	path := filepath.Join(dir, Marker)
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, modeMarker)
 	if err != nil {
 		return fmt.Errorf("mark %s: %w", dir, err)
@@ -286,7 +281,7 @@ func writeMarker(dir, name string) error {
 	return nil
 }
 
-// mountTmpfs mounts a WorkDirSource tmpfs with data on dir (nosuid,
+// mountTmpfs mounts a Source tmpfs with data on dir (nosuid,
 // nodev, noexec is not set: a tool may run what it wrote, as before),
 // through an O_PATH|O_NOFOLLOW descriptor so no symlink is followed.
 func mountTmpfs(dir, data string) error {
@@ -295,14 +290,14 @@ func mountTmpfs(dir, data string) error {
 		return fmt.Errorf("open %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	return unix.Mount(WorkDirSource, fmt.Sprintf("/proc/self/fd/%d", fd), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data)
+	return unix.Mount(Source, fmt.Sprintf("/proc/self/fd/%d", fd), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data)
 }
 
 // Remove unmounts w's tmpfs mounts (the sandbox may still hold them:
 // MNT_DETACH, their pages are freed once the last user is gone) and
 // removes w, after checking that its path is still the directory made
-// (Box.Release; a per-tool template's call's, made by Plan.MakeWorkDir).
-func (w *WorkDir) Remove() error {
+// (Box.Release; a per-tool template's call's, made by Make).
+func (w *Dir) Remove() error {
 	// 1. the tmpfs mounts, the runner dir's first (under the work dir's).
 	if w.mounts > 0 {
 		for _, p := range []string{w.Runner, w.Path} {
@@ -351,7 +346,7 @@ func mkdirMode(path string, mode os.FileMode) error {
 func generatedName(name string, prefixes []string) bool {
 	for _, prefix := range prefixes {
 		rest, ok := strings.CutPrefix(name, prefix)
-		if !ok || len(rest) != workDirRandHex || checkPrefix(prefix) != nil {
+		if !ok || len(rest) != randHex || checkPrefix(prefix) != nil {
 			continue
 		}
 		return strings.Trim(rest, "0123456789abcdef") == ""
@@ -359,11 +354,11 @@ func generatedName(name string, prefixes []string) bool {
 	return false
 }
 
-// staleWorkDirProblem says why path (directly under the base) is not a
+// staleProblem says why path (directly under the base) is not a
 // work dir a previous run left, "" when it is one: its name is
 // generated, it is a real directory, and its marker is a regular file
 // owned by this process's uid whose content is the directory's name.
-func staleWorkDirProblem(path string, prefixes []string) string {
+func staleProblem(path string, prefixes []string) string {
 	name := filepath.Base(path)
 	if !generatedName(name, prefixes) {
 		return "its name is not one the launcher generates"
@@ -371,7 +366,7 @@ func staleWorkDirProblem(path string, prefixes []string) string {
 	if fi, err := os.Lstat(path); err != nil || !fi.IsDir() {
 		return "not a directory"
 	}
-	marker := filepath.Join(path, WorkDirMarker)
+	marker := filepath.Join(path, Marker)
 	var st unix.Stat_t
 	if err := unix.Lstat(marker, &st); err != nil {
 		return "no marker: " + err.Error()
@@ -386,24 +381,24 @@ func staleWorkDirProblem(path string, prefixes []string) string {
 	return ""
 }
 
-// Sweep is what SweepWorkDirs did.
+// Sweep is what SweepStale did.
 type Sweep struct {
 	Unmounted []string          // tmpfs mounts detached
 	Removed   []string          // stale work dirs removed
 	Kept      map[string]string // entries under the base left alone, and why
 }
 
-// SweepWorkDirs removes what a previous run left under base (a caller
+// SweepStale removes what a previous run left under base (a caller
 // SIGKILLed with sandboxes running), at start-up, before any sandbox of
-// this run exists; prefixes are those the caller's WorkDirSpecs use:
+// this run exists; prefixes are those the caller's Specs use:
 //
-//  1. every WorkDirSource tmpfs mounted on a generated name directly
+//  1. every Source tmpfs mounted on a generated name directly
 //     under base, or on its runner dir, read from /proc/self/mountinfo,
 //     is detached (an operator's mount of that source elsewhere is kept);
 //  2. then every real directory of a generated name carrying the marker
-//     (staleWorkDirProblem) is removed; anything else under base (an
+//     (staleProblem) is removed; anything else under base (an
 //     operator's files, a symlink) is left alone and reported in Kept.
-func SweepWorkDirs(base string, prefixes ...string) (Sweep, error) {
+func SweepStale(base string, prefixes ...string) (Sweep, error) {
 	sw := Sweep{Kept: map[string]string{}}
 	// 1. the mounts; the deepest first (a runner dir's before its work dir's).
 	data, err := os.ReadFile("/proc/self/mountinfo")
@@ -419,7 +414,7 @@ func SweepWorkDirs(base string, prefixes ...string) (Sweep, error) {
 			continue
 		}
 		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 2 || g[0] != "tmpfs" || g[1] != WorkDirSource {
+		if len(f) < 5 || len(g) < 2 || g[0] != "tmpfs" || g[1] != Source {
 			continue
 		}
 		mp := UnescapeMountinfo(f[4])
@@ -461,7 +456,7 @@ func SweepWorkDirs(base string, prefixes ...string) (Sweep, error) {
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			continue
 		}
-		if why := staleWorkDirProblem(p, prefixes); why != "" {
+		if why := staleProblem(p, prefixes); why != "" {
 			sw.Kept[p] = why
 			continue
 		}

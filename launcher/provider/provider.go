@@ -1,4 +1,8 @@
-package launcher
+// Package provider is the boundary between the launcher and a caller
+// that runs tools in sandboxes (the worker): Provider and Box, and the
+// launcher's own provider (New). It acts on the host only through
+// package launcher and launcher/workdir.
+package provider
 
 import (
 	"context"
@@ -10,13 +14,15 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/workdir"
 	"github.com/securetoolruntime/str/profiles"
 )
 
 // Provider is the launcher's API for a caller that runs tools in
 // sandboxes (the worker): a Spec in, a Box out. The launcher owns the
 // sandbox's whole host-side life: its work dir (made, capped, filled,
-// handed to the tool's ids, removed: workdir.go), its cgroup, its ids,
+// handed to the tool's ids, removed: launcher/workdir), its cgroup, its ids,
 // its descriptors, its clock. The caller chooses a profile and a timeout
 // and puts its inputs in the work dir; it never mounts or chowns.
 //
@@ -24,7 +30,7 @@ import (
 // the same boundary: the template's sandbox is made from a Spec as a
 // Box's is.
 //
-// Implementations: Launcher.Provider (namespaces, seccomp, cgroups; no
+// Implementations: New (namespaces, seccomp, cgroups; no
 // templates), template.Provider (the same, with templates: root mode),
 // and providers whose boxes are host processes (launcher/hostbox:
 // SANDBOX_MODE=none; launchertest.Sandboxes for unit tests, which fakes
@@ -35,7 +41,7 @@ type Provider interface {
 	CheckProfile(name string) error
 	// Create makes the sandbox's work dir and reserves what it holds
 	// before it runs (its cgroup, its host ids); nothing runs until
-	// Box.Start. An error wrapping ErrInvalidRequest is a spec the
+	// Box.Start. An error wrapping launcher.ErrInvalidRequest is a spec the
 	// launcher refuses (a bind source missing, an unknown profile, a
 	// timeout above the profile's); any other error is the host's. The
 	// sandbox is killed when ctx ends. Every Box is released with
@@ -75,7 +81,7 @@ type TemplateSpec struct {
 // that package says what each method does).
 type Template interface {
 	Call(ctx context.Context, runnerArgs []byte, opts TemplateCallOptions) (*TemplateCallResult, error)
-	CallWorkDir(spec WorkDirSpec, uid, gid int) (*WorkDir, error)
+	CallWorkDir(spec workdir.Spec, uid, gid int) (*workdir.Dir, error)
 	Done() <-chan struct{}
 	Retired() error
 	Why() TemplateRetireReason
@@ -131,11 +137,11 @@ type TemplateChildCheck struct {
 
 // Request is the launcher Request of spec's sandbox, its work dir
 // aside (Create makes it).
-func (spec Spec) Request() Request {
-	req := Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Timeout: spec.Timeout, Idle: spec.Idle,
+func (spec Spec) Request() launcher.Request {
+	req := launcher.Request{Profile: spec.Profile, Argv: spec.Argv, Env: spec.Env, Timeout: spec.Timeout, Idle: spec.Idle,
 		Stderr: spec.Stderr, ExtraFiles: spec.ExtraFiles, Network: spec.Network, Credentials: spec.Credentials}
 	for _, d := range spec.ReadOnly {
-		req.Binds = append(req.Binds, Bind{Source: d})
+		req.Binds = append(req.Binds, launcher.Bind{Source: d})
 	}
 	return req
 }
@@ -152,7 +158,7 @@ type Spec struct {
 	// run's timeout first; Timeout is then only the ceiling Arm may ask.
 	Idle time.Duration
 	// Argv is the command; a path in it may be relative to the work dir
-	// (the tool's cwd), e.g. RunnerDirName + "/" + RunnerArgsName.
+	// (the tool's cwd), e.g. workdir.RunnerDirName + "/" + workdir.RunnerArgsName.
 	Argv []string
 	Env  []string // added to the profile's environment
 	// ReadOnly host directories bound at the same path.
@@ -169,13 +175,13 @@ type Spec struct {
 	// once Start has returned.
 	ExtraFiles []*os.File
 	// WorkDir says where the work dir is made.
-	WorkDir WorkDirSpec
+	WorkDir workdir.Spec
 }
 
 // Box is one sandbox made by a Provider.
 type Box interface {
 	// WorkDir is the sandbox's work dir, made and filled by Create.
-	WorkDir() *WorkDir
+	WorkDir() *workdir.Dir
 	// Start runs the command. On error the sandbox is released (its
 	// cgroup and ids; Release still removes the work dir).
 	Start() error
@@ -186,7 +192,7 @@ type Box interface {
 	// Arm starts the wall clock of a sandbox that waits unarmed
 	// (Spec.Idle): from now it is killed (TimedOut) after timeout, at
 	// most Spec.Timeout. It fails for a sandbox created without Idle,
-	// armed already, or ending (ErrEnded).
+	// armed already, or ending (launcher.ErrEnded).
 	Arm(timeout time.Duration) error
 	// NetworkReport is what the network policy denied: so far while the
 	// sandbox runs, all of it once Wait has returned. It is the one way
@@ -227,18 +233,18 @@ type NetworkReport struct {
 	Summary    string
 }
 
-// Provider returns the launcher's own Provider.
-func (l *Launcher) Provider() Provider { return launcherProvider{l} }
+// New returns l's own Provider.
+func New(l *launcher.Launcher) Provider { return launcherProvider{l} }
 
-type launcherProvider struct{ l *Launcher }
+type launcherProvider struct{ l *launcher.Launcher }
 
 func (p launcherProvider) CheckProfile(name string) error {
-	_, err := p.l.profiles.Lookup(name)
+	_, err := p.l.Profiles().Lookup(name)
 	return err
 }
 
 // CapsWorkDirs: root mode mounts a capped tmpfs per work dir.
-func (p launcherProvider) CapsWorkDirs() bool { return p.l.host.UID == 0 }
+func (p launcherProvider) CapsWorkDirs() bool { return p.l.Host().UID == 0 }
 
 // Templates: none (template.Provider adds them).
 func (launcherProvider) Templates() bool { return false }
@@ -254,7 +260,7 @@ func (launcherProvider) StartTemplate(context.Context, TemplateSpec) (Template, 
 // sandbox gets the capped tmpfs, never the directory under it.
 func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 	// L9 (1). the dir and its marker.
-	wd, err := newWorkDir(spec.WorkDir)
+	wd, err := workdir.New(spec.WorkDir)
 	if err != nil {
 		return nil, err
 	}
@@ -271,11 +277,11 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 	// L9 (2-6). cap (root mode), fill, hand to the tool's ids.
 	var capacity *profiles.WorkDir
 	uid, gid := -1, -1
-	if !sb.plan.Rootless {
-		capacity = &sb.plan.WorkDir
-		uid, gid = sb.plan.ToolUID, sb.plan.ToolGID
+	if pl := sb.Plan(); !pl.Rootless {
+		capacity = &pl.WorkDir
+		uid, gid = pl.ToolUID, pl.ToolGID
 	}
-	if err := wd.fill(capacity, uid, gid); err != nil {
+	if err := wd.Fill(capacity, uid, gid); err != nil {
 		sb.Kill()
 		wd.Remove()
 		return nil, err
@@ -285,14 +291,14 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 
 // launcherBox is a launcher Sandbox with the work dir made for it.
 type launcherBox struct {
-	sb *Sandbox
-	wd *WorkDir
+	sb *launcher.Sandbox
+	wd *workdir.Dir
 
 	mu    sync.Mutex
 	final *NetworkReport // set by Wait: the session's last record (the sandbox's is gone then)
 }
 
-func (b *launcherBox) WorkDir() *WorkDir { return b.wd }
+func (b *launcherBox) WorkDir() *workdir.Dir { return b.wd }
 
 func (b *launcherBox) Start() error {
 	if err := b.sb.Start(); err != nil {

@@ -1,4 +1,4 @@
-package launcher
+package workdir
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
 )
@@ -20,19 +21,19 @@ import (
 // generated, fresh and marked; the sweep takes only those.
 func TestWorkDirRemoveChecksIdentity(t *testing.T) {
 	base := t.TempDir()
-	spec := WorkDirSpec{Base: base, Prefix: "call-"}
-	a, err := makeWorkDir(spec, nil, -1, -1)
+	spec := Spec{Base: base, Prefix: "call-"}
+	a, err := Make(spec, nil, -1, -1)
 	must(t, err)
-	b, err := makeWorkDir(spec, nil, -1, -1)
+	b, err := Make(spec, nil, -1, -1)
 	must(t, err)
 	prefixes := []string{"call-"}
 	if a.Path == b.Path || !generatedName(filepath.Base(a.Path), prefixes) {
 		t.Fatalf("names %s %s", a.Path, b.Path)
 	}
-	if why := staleWorkDirProblem(a.Path, prefixes); why != "" {
+	if why := staleProblem(a.Path, prefixes); why != "" {
 		t.Fatalf("a fresh work dir is not sweepable: %s", why)
 	}
-	if why := staleWorkDirProblem(a.Path, []string{"other-"}); why == "" {
+	if why := staleProblem(a.Path, []string{"other-"}); why == "" {
 		t.Fatal("a work dir of another prefix is sweepable")
 	}
 	// a replaced by another directory: left alone.
@@ -51,14 +52,14 @@ func TestWorkDirRemoveChecksIdentity(t *testing.T) {
 	// A marker copied into a dir of another name does not make it sweepable.
 	c := filepath.Join(base, "call-00000000000000aa")
 	must(t, os.Mkdir(c, 0o700))
-	m, _ := os.ReadFile(filepath.Join(a.Path+".moved", WorkDirMarker))
-	must(t, os.WriteFile(filepath.Join(c, WorkDirMarker), m, 0o444))
-	if why := staleWorkDirProblem(c, prefixes); why == "" {
+	m, _ := os.ReadFile(filepath.Join(a.Path+".moved", Marker))
+	must(t, os.WriteFile(filepath.Join(c, Marker), m, 0o444))
+	if why := staleProblem(c, prefixes); why == "" {
 		t.Fatal("a copied marker made another dir sweepable")
 	}
 	// Prefixes that could leave the base are refused.
 	for _, p := range []string{"", "call", "../x-", "a/b-", "CALL-"} {
-		if _, err := makeWorkDir(WorkDirSpec{Base: base, Prefix: p}, nil, -1, -1); !errors.Is(err, ErrInvalidRequest) {
+		if _, err := Make(Spec{Base: base, Prefix: p}, nil, -1, -1); !errors.Is(err, launcher.ErrInvalidRequest) {
 			t.Errorf("prefix %q: %v", p, err)
 		}
 	}
@@ -67,11 +68,11 @@ func TestWorkDirRemoveChecksIdentity(t *testing.T) {
 // TestWorkDirLayout: the layout every provider's work dir has, with the
 // runner's files in their own directory, modes set whatever the umask.
 func TestWorkDirLayout(t *testing.T) {
-	w, err := makeWorkDir(WorkDirSpec{Base: t.TempDir(), Prefix: "call-"}, nil, -1, -1)
+	w, err := Make(Spec{Base: t.TempDir(), Prefix: "call-"}, nil, -1, -1)
 	must(t, err)
 	defer w.Remove()
 	for p, want := range map[string]os.FileMode{w.Path: modeWorkDir, w.Input: modeInputDir, w.Output: modeOutputDir,
-		w.Runner: modeRunnerDir, w.StatusPipe: modeFIFO | os.ModeNamedPipe, filepath.Join(w.Path, WorkDirMarker): modeMarker} {
+		w.Runner: modeRunnerDir, w.StatusPipe: modeFIFO | os.ModeNamedPipe, filepath.Join(w.Path, Marker): modeMarker} {
 		fi, err := os.Lstat(p)
 		if err != nil {
 			t.Fatal(err)
@@ -111,13 +112,13 @@ func tmpfsChild(t *testing.T) {
 	must(t, unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
 	base := t.TempDir()
 	const owner = 4242
-	w, err := makeWorkDir(WorkDirSpec{Base: base, Prefix: "call-"}, &profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner+1)
+	w, err := Make(Spec{Base: base, Prefix: "call-"}, &profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner+1)
 	must(t, err)
 	dir := w.Path
 	// Owners: the dir, output/, the runner dir and the FIFO are the
 	// tool's; input/ and the marker the caller's.
 	for p, want := range map[string]uint32{dir: owner, w.Output: owner, w.Runner: owner, w.StatusPipe: owner,
-		w.Input: uint32(os.Geteuid()), filepath.Join(dir, WorkDirMarker): uint32(os.Geteuid())} {
+		w.Input: uint32(os.Geteuid()), filepath.Join(dir, Marker): uint32(os.Geteuid())} {
 		var st unix.Stat_t
 		must(t, unix.Lstat(p, &st))
 		if st.Uid != want {
@@ -146,8 +147,8 @@ func tmpfsChild(t *testing.T) {
 	// removed.
 	other := filepath.Join(t.TempDir(), "x")
 	must(t, os.Mkdir(other, 0o700))
-	must(t, unix.Mount(WorkDirSource, other, "tmpfs", 0, "size=4k")) // not under the base: left alone
-	sw, err := SweepWorkDirs(base, "call-")
+	must(t, unix.Mount(Source, other, "tmpfs", 0, "size=4k")) // not under the base: left alone
+	sw, err := SweepStale(base, "call-")
 	must(t, err)
 	if len(sw.Unmounted) != 2 || sw.Unmounted[0] != w.Runner || sw.Unmounted[1] != dir {
 		t.Fatalf("swept %q, want the runner dir's then the work dir's", sw.Unmounted)
@@ -155,12 +156,12 @@ func tmpfsChild(t *testing.T) {
 	if len(sw.Removed) != 1 || sw.Removed[0] != dir {
 		t.Fatalf("removed %q", sw.Removed)
 	}
-	if sw, _ := SweepWorkDirs(filepath.Dir(other), "call-"); len(sw.Unmounted) != 0 {
+	if sw, _ := SweepStale(filepath.Dir(other), "call-"); len(sw.Unmounted) != 0 {
 		t.Fatalf("an operator's tmpfs was swept: %q", sw.Unmounted)
 	}
 	unix.Unmount(other, 0)
 	// remove unmounts before removing.
-	w, err = makeWorkDir(WorkDirSpec{Base: base, Prefix: "call-"}, &profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner)
+	w, err = Make(Spec{Base: base, Prefix: "call-"}, &profiles.WorkDir{Size: 1 << 20, Inodes: 64}, owner, owner)
 	must(t, err)
 	must(t, w.Remove())
 	if _, err := os.Lstat(w.Path); !os.IsNotExist(err) {
