@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // clientProbe is what each client line runs: what the command sees
@@ -173,30 +172,6 @@ func loopbackService(t *testing.T) int {
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// delegatedCgroupMoves makes a cgroup v1 subtree of each controller for
-// uid and returns the shell commands that move a shell into it (the
-// rootless str runs its sandboxes below; nil: no v1 controllers).
-func delegatedCgroupMoves(t *testing.T, uid int) []string {
-	t.Helper()
-	deleg := fmt.Sprintf("str-bwrap-clients-%d", os.Getpid())
-	var moves []string
-	cgs, _ := procfs.Cgroups("self")
-	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
-		own, ok := cgs[c]
-		if !ok {
-			continue
-		}
-		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
-		}
-		t.Cleanup(func() { os.Remove(d) })
-		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
-		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
-	}
-	return moves
 }
 
 // The real clients' lines (clientLine) give the command the same view

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // trySyscallC is a small program of this repository's own: it makes one
@@ -338,22 +337,7 @@ func TestBwrapNestingRootless(t *testing.T) {
 		t.Fatal(err)
 	}
 	const uid = 1000
-	deleg := fmt.Sprintf("str-nesting-rootless-%d", os.Getpid())
-	var moves []string
-	cgs, _ := procfs.Cgroups("self")
-	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
-		own, ok := cgs[c]
-		if !ok {
-			continue
-		}
-		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
-		}
-		defer os.Remove(d)
-		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
-		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
-	}
+	moves := delegatedCgroupMoves(t, uid)
 	if len(moves) == 0 {
 		mustwork.Skip(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/launcher/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -186,19 +185,7 @@ func TestBwrapCapAddRootless(t *testing.T) {
 		t.Fatal(err)
 	}
 	const uid = 1000
-	var moves []string
-	cgs, _ := procfs.Cgroups("self")
-	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
-		if own, ok := cgs[c]; ok {
-			d := filepath.Join("/sys/fs/cgroup", c, own, fmt.Sprintf("str-bwrap-caps-%d", os.Getpid()))
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
-			}
-			defer os.Remove(d)
-			_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
-			moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
-		}
-	}
+	moves := delegatedCgroupMoves(t, uid)
 	if len(moves) == 0 {
 		mustwork.Skip(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless tests in the VM)")
 	}

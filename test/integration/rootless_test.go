@@ -37,24 +37,9 @@ func TestRootless(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Delegate "<own cgroup>/str-rootless-test" in each controller the
-	// launcher uses (v1 here; on a v2 host the VM test covers delegation).
-	deleg := fmt.Sprintf("str-rootless-%d", os.Getpid())
-	var moves []string
-	cgs, _ := procfs.Cgroups("self")
-	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
-		own, ok := cgs[c]
-		if !ok {
-			continue
-		}
-		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
-		}
-		defer os.Remove(d)
-		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, 65534, 65534) })
-		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
-	}
+	// A delegated cgroup in each controller the launcher uses (v1 here;
+	// on a v2 host the VM test covers delegation).
+	moves := delegatedCgroupMoves(t, 65534)
 	if len(moves) == 0 {
 		mustwork.Skip(t, "no cgroup v1 controllers on this host (a v2 host runs the rootless test in the VM)")
 	}
@@ -77,4 +62,30 @@ func TestRootless(t *testing.T) {
 	if !strings.Contains(string(out), "65534      65534          1") {
 		t.Fatalf("uid map: %s", out)
 	}
+}
+
+// delegatedCgroupMoves makes a cgroup v1 subtree of each controller the
+// launcher uses, owned by uid (named after the test, removed when it
+// ends), and returns the shell commands that move a shell into them: a
+// rootless str started from that shell runs its sandboxes below (nil: no
+// v1 controllers here; a v2 host runs the rootless tests in the VM).
+func delegatedCgroupMoves(t *testing.T, uid int) []string {
+	t.Helper()
+	deleg := fmt.Sprintf("str-%s-%d", strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()), os.Getpid())
+	var moves []string
+	cgs, _ := procfs.Cgroups("self")
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		own, ok := cgs[c]
+		if !ok {
+			continue
+		}
+		d := filepath.Join("/sys/fs/cgroup", c, own, deleg)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			mustwork.Skip(t, "cannot create a v1 cgroup to delegate: "+err.Error())
+		}
+		t.Cleanup(func() { os.Remove(d) })
+		_ = filepath.Walk(d, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, uid) })
+		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
+	}
+	return moves
 }
