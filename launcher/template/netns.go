@@ -29,8 +29,11 @@ var hostNetNS = sync.OnceValues(func() (int, error) {
 // one locked thread joins it, creates the sockets and goes back. A socket
 // keeps its namespace for life, so its ioctls, bind and listen then act
 // there from any thread: nothing else is done inside. If the way back fails the
-// thread stays locked and dies with its goroutine (Go then discards it):
-// no goroutine ever runs in the call's namespace.
+// thread stays locked and its goroutine is parked for good: no other
+// goroutine ever runs in the call's namespace, and the thread is never
+// ended (Go ends a locked thread whose goroutine returns, and the kernel
+// then sends the parent-death signal to every child created from that
+// thread earlier, such as a template's id mapper: see attachMounts).
 func socketsInNetNS(nsPath string, hostNS int, types []int) ([]int, error) {
 	type res struct {
 		fds []int
@@ -63,8 +66,8 @@ func socketsInNetNS(nsPath string, hostNS int, types []int) ([]int, error) {
 		}
 		if err := unix.Setns(hostNS, unix.CLONE_NEWNET); err != nil {
 			launcher.CloseFDs(fds)
-			ch <- res{nil, fmt.Errorf("setns back to the host's network namespace: %w", err)} // thread stays locked: discarded
-			return
+			ch <- res{nil, fmt.Errorf("setns back to the host's network namespace: %w", err)}
+			select {} // parked, locked, never ended (above)
 		}
 		runtime.UnlockOSThread()
 		if serr != nil {
