@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/securetoolruntime/str/launcher/workdir"
+	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // Why a covered /proc matters: a sandbox is a user namespace, and the
@@ -39,7 +39,7 @@ func parseProcMounts(mountinfo string) []procMount {
 		if !ok || len(f) < 6 || len(g) < 1 {
 			continue
 		}
-		point := workdir.UnescapeMountinfo(f[4])
+		point := procfs.UnescapeMountinfo(f[4])
 		if point != "/proc" && !strings.HasPrefix(point, "/proc/") {
 			continue
 		}

@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
 
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"github.com/securetoolruntime/str/nsinit"
 	"golang.org/x/sys/unix"
 )
@@ -199,7 +199,7 @@ func mountPointsBelow(dir string) ([]string, error) {
 		if len(f) < 5 {
 			continue
 		}
-		rel, err := filepath.Rel(real, unescapeMountinfo(f[4]))
+		rel, err := filepath.Rel(real, procfs.UnescapeMountinfo(f[4]))
 		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || seen[rel] {
 			continue
 		}
@@ -208,23 +208,6 @@ func mountPointsBelow(dir string) ([]string, error) {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") < strings.Count(out[j], "/") })
 	return out, nil
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space,
-// \011, \012, \134).
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // idMapUserNS returns, open, a user namespace whose only mappings are

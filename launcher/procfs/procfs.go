@@ -1,12 +1,14 @@
 // Package procfs reads what str needs of a process from /proc: its
-// cgroups and the inodes of its namespaces. It only reads; the launcher
-// (its cgroup placement, a sandbox's recorded namespaces), the template
-// supervisor (C3, C9), str doctor and the tests use it.
+// cgroups, the inodes of its namespaces, and mountinfo's escaped paths.
+// It only reads; the launcher (its cgroup placement, a sandbox's recorded
+// namespaces, the work dir sweep, the id-mapped binds' submounts), the
+// template supervisor (C3, C9), str doctor and the tests use it.
 package procfs
 
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -54,4 +56,24 @@ func NamespaceInodes(pid int) (map[string]uint64, error) {
 		}
 	}
 	return m, first
+}
+
+// UnescapeMountinfo undoes the kernel's octal escapes in a mountinfo path
+// (space \040, tab \011, newline \012, backslash \134).
+func UnescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

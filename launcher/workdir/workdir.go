@@ -47,10 +47,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/securetoolruntime/str/launcher"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
@@ -417,7 +417,7 @@ func SweepStale(base string, prefixes ...string) (Sweep, error) {
 		if len(f) < 5 || len(g) < 2 || g[0] != "tmpfs" || g[1] != Source {
 			continue
 		}
-		mp := UnescapeMountinfo(f[4])
+		mp := procfs.UnescapeMountinfo(f[4])
 		dir := mp
 		if filepath.Base(mp) == RunnerDirName {
 			dir = filepath.Dir(mp)
@@ -466,24 +466,4 @@ func SweepStale(base string, prefixes ...string) (Sweep, error) {
 		sw.Removed = append(sw.Removed, p)
 	}
 	return sw, nil
-}
-
-// UnescapeMountinfo undoes the kernel's octal escapes in a mountinfo path
-// (space \040, tab \011, newline \012, backslash \134).
-func UnescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -171,10 +171,6 @@ func tmpfsChild(t *testing.T) {
 	if strings.Contains(string(mi), " "+w.Path) {
 		t.Fatalf("a work dir tmpfs is still mounted:\n%s", mi)
 	}
-	// Mount points with spaces are unescaped.
-	if got := UnescapeMountinfo(`/a\040b/c`); got != "/a b/c" {
-		t.Fatalf("unescape: %q", got)
-	}
 }
 
 func must(t *testing.T, err error) {
