@@ -205,14 +205,7 @@ func TestBwrapClientLines(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	_ = os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "str")
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, dir)
 	port := loopbackService(t)
 	const nobody = 65534
 	moves := delegatedCgroupMoves(t, nobody)

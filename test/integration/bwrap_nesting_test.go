@@ -328,14 +328,7 @@ func TestBwrapNestingRootless(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	_ = os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "str")
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, dir)
 	const uid = 1000
 	moves := delegatedCgroupMoves(t, uid)
 	if len(moves) == 0 {

@@ -176,14 +176,7 @@ func TestBwrapCapAddRootless(t *testing.T) {
 	}
 	dir := t.TempDir()
 	_ = os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "str") // a copy others may execute
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, dir) // a copy others may execute
 	const uid = 1000
 	moves := delegatedCgroupMoves(t, uid)
 	if len(moves) == 0 {

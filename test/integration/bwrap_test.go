@@ -486,14 +486,7 @@ func rootlessBwrap(t *testing.T, line string) map[string]rootlessRun {
 	}
 	dir := t.TempDir()
 	_ = os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "str")
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, dir)
 	const uid = 1000
 	moves := delegatedCgroupMoves(t, uid)
 	if len(moves) == 0 {

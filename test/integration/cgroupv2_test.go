@@ -450,14 +450,7 @@ func TestCgroupV2RootlessDelegation(t *testing.T) {
 	if err := os.Chmod(bdir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(bdir, "str")
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, bdir)
 
 	deleg := filepath.Join(v2Root, fmt.Sprintf("str-v2-deleg-%d", os.Getpid()))
 	if err := os.Mkdir(deleg, 0o755); err != nil {

@@ -39,14 +39,7 @@ func TestDoctorCgroupNotDelegated(t *testing.T) {
 	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "str")
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, dir)
 	// Unprivileged, str runs without the limits: a warning saying they
 	// are not enforced; with STR_REQUIRE_CGROUP=1 it refuses: a failure.
 	for _, c := range []struct{ env, mark, says string }{

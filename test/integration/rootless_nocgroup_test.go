@@ -51,14 +51,7 @@ func newNobodyStr(t *testing.T) *nobodyStr {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(top, "str")
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, top)
 	dir := filepath.Join(top, "home")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -28,14 +28,7 @@ func TestRootless(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	_ = os.Chmod(dir, 0o755)
-	bin := filepath.Join(dir, "str")
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, dir)
 
 	// A delegated cgroup in each controller the launcher uses (v1 here;
 	// on a v2 host the VM test covers delegation).
@@ -88,4 +81,20 @@ func delegatedCgroupMoves(t *testing.T, uid int) []string {
 		moves = append(moves, fmt.Sprintf("echo $$ > %s/cgroup.procs", d))
 	}
 	return moves
+}
+
+// strCopyIn copies the str under test into dir (mode 0755) and returns
+// its path: a test that runs str as another uid needs a copy that uid may
+// execute (the build's own directory may be closed to it).
+func strCopyIn(t *testing.T, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(strBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "str")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }

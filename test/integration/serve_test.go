@@ -276,14 +276,7 @@ func TestServeRefusesUnauthorizedPeer(t *testing.T) {
 	}
 	defer os.RemoveAll(bdir)
 	_ = os.Chmod(bdir, 0o755)
-	data, err := os.ReadFile(strBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(bdir, "str")
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := strCopyIn(t, bdir)
 	asIDs := func(socket string, uid, gid uint32) (string, int) {
 		cmd := exec.Command(bin, "run", "--serve", socket, "--profile", "restrictive", "--result", "-", "--", "/bin/true")
 		cmd.Dir = "/"
