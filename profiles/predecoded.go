@@ -1,12 +1,10 @@
 package profiles
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
-	"encoding/json"
 	"io/fs"
+
+	"github.com/securetoolruntime/str/internal/predecoded"
 )
 
 //go:generate env STR_UPDATE_PREDECODED=1 go test -count=1 -run TestPredecodedUpToDate ./profileyaml
@@ -31,24 +29,14 @@ type Predecoded struct {
 	Profile    *Profile `json:"profile"`
 }
 
-// PredecodedPath is NAME's decoded form, relative to the package directory.
-func PredecodedPath(name string) string { return "predecoded/" + name + ".json" }
+// YAMLSum is the file's yaml_sha256 (predecoded.File).
+func (f *Predecoded) YAMLSum() string { return f.YAMLSHA256 }
 
 // fromPredecoded returns the profile of fsys's predecoded/NAME.json if it
 // was made from exactly yamlData and is valid.
 func fromPredecoded(fsys fs.FS, name string, yamlData []byte) (*Profile, bool) {
-	data, err := fs.ReadFile(fsys, PredecodedPath(name))
-	if err != nil {
-		return nil, false
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var f Predecoded
-	if dec.Decode(&f) != nil || f.Profile == nil {
-		return nil, false
-	}
-	sum := sha256.Sum256(yamlData)
-	if f.YAMLSHA256 != hex.EncodeToString(sum[:]) || f.Profile.Name != name || len(f.Profile.validate()) > 0 {
+	if !predecoded.Read(fsys, name, yamlData, &f) || f.Profile == nil || f.Profile.Name != name || len(f.Profile.validate()) > 0 {
 		return nil, false
 	}
 	return f.Profile, true

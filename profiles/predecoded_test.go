@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/securetoolruntime/str/internal/predecoded"
 )
 
 // TestPredecodedRefusesStale: a predecoded profile is not served for YAML
@@ -35,7 +37,7 @@ func TestPredecodedRefusesStale(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "predecoded"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(PredecodedPath("restrictive"))), bad, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(predecoded.Path("restrictive"))), bad, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := fromPredecoded(os.DirFS(dir), "restrictive", data); ok {

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/securetoolruntime/str/internal/predecoded"
 )
 
 // The embedded profiles' YAML is in str only for the check that each
@@ -218,7 +220,7 @@ func (s *Set) loadEmbedded(fsys fs.FS) error {
 		}
 		p, ok := fromPredecoded(predecodedFS, name, data)
 		if !ok {
-			errs = append(errs, fmt.Errorf("profiles: embedded:%s: its decoded form %s is missing, stale or invalid: run go generate ./profiles", e.Name(), PredecodedPath(name)))
+			errs = append(errs, fmt.Errorf("profiles: embedded:%s: its decoded form %s is missing, stale or invalid: run go generate ./profiles", e.Name(), predecoded.Path(name)))
 			continue
 		}
 		files = append(files, Decoded{Source: "embedded:" + e.Name(), Profile: p})

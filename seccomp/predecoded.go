@@ -1,12 +1,10 @@
 package seccomp
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
-	"encoding/json"
 	"io/fs"
+
+	"github.com/securetoolruntime/str/internal/predecoded"
 )
 
 // The embedded policies are also stored decoded (go generate, package
@@ -28,26 +26,19 @@ type Predecoded struct {
 	Policy     *Policy `json:"policy"`
 }
 
-// PredecodedPath is NAME's decoded form, relative to the package directory.
-func PredecodedPath(name string) string { return "predecoded/" + name + ".json" }
+// YAMLSum is the file's yaml_sha256 (predecoded.File).
+func (f *Predecoded) YAMLSum() string { return f.YAMLSHA256 }
 
 // fromPredecoded returns the policy of fsys's predecoded/NAME.json if it
 // was made from exactly yamlData and is valid.
 func fromPredecoded(fsys fs.FS, name string, yamlData []byte) (*Policy, bool) {
-	data, err := fs.ReadFile(fsys, PredecodedPath(name))
-	if err != nil {
-		return nil, false
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var f Predecoded
-	if dec.Decode(&f) != nil || f.Policy == nil {
+	if !predecoded.Read(fsys, name, yamlData, &f) || f.Policy == nil {
 		return nil, false
 	}
-	sum := sha256.Sum256(yamlData)
 	p := f.Policy
 	p.source = "embedded:" + name + ".yaml"
-	if f.YAMLSHA256 != hex.EncodeToString(sum[:]) || p.Name != name || p.Validate() != nil {
+	if p.Name != name || p.Validate() != nil {
 		return nil, false
 	}
 	return p, true

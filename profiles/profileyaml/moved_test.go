@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/internal/predecoded"
 	"github.com/securetoolruntime/str/profiles"
 )
 
@@ -390,14 +391,14 @@ func TestPredecodedUpToDate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if update {
-			if err := os.WriteFile(filepath.Join("..", filepath.FromSlash(profiles.PredecodedPath(name))), want, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join("..", filepath.FromSlash(predecoded.Path(name))), want, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
-		got, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(profiles.PredecodedPath(name))))
+		got, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(predecoded.Path(name))))
 		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s: predecoded file missing or different from decoding %s now (%v): run go generate ./profiles", profiles.PredecodedPath(name), file, err)
+			t.Fatalf("%s: predecoded file missing or different from decoding %s now (%v): run go generate ./profiles", predecoded.Path(name), file, err)
 		}
 		s, _ := profiles.Embedded()
 		got1, err := s.Lookup(name)

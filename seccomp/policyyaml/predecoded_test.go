@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/securetoolruntime/str/internal/predecoded"
 	"github.com/securetoolruntime/str/seccomp"
 )
 
@@ -44,7 +45,7 @@ func TestPredecodedUpToDate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		file := filepath.Join("..", filepath.FromSlash(seccomp.PredecodedPath(name)))
+		file := filepath.Join("..", filepath.FromSlash(predecoded.Path(name)))
 		if update {
 			if err := os.WriteFile(file, want, 0o644); err != nil {
 				t.Fatal(err)
