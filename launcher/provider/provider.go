@@ -10,7 +10,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
@@ -293,9 +292,6 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 type launcherBox struct {
 	sb *launcher.Sandbox
 	wd *workdir.Dir
-
-	mu    sync.Mutex
-	final *NetworkReport // set by Wait: the session's last record (the sandbox's is gone then)
 }
 
 func (b *launcherBox) WorkDir() *workdir.Dir { return b.wd }
@@ -313,14 +309,9 @@ func (b *launcherBox) Arm(timeout time.Duration) error { return b.sb.Arm(timeout
 func (b *launcherBox) Release() error                  { return b.wd.Remove() }
 
 // NetworkReport is the egress session's record: live while the sandbox
-// runs, the final one (taken at its teardown) once Wait has returned.
+// runs, the final one (taken at its teardown) once it is torn down
+// (Sandbox.NetworkReport keeps it).
 func (b *launcherBox) NetworkReport() NetworkReport {
-	b.mu.Lock()
-	final := b.final
-	b.mu.Unlock()
-	if final != nil {
-		return *final
-	}
 	ev, dropped, summary := b.sb.NetworkReport()
 	return NetworkReport{Violations: ev, Dropped: dropped, Summary: summary}
 }
@@ -330,9 +321,6 @@ func (b *launcherBox) Wait() (*Exit, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	b.final = &NetworkReport{Violations: r.Violations, Dropped: r.ViolationsDropped, Summary: r.ViolationSummary}
-	b.mu.Unlock()
 	e := &Exit{
 		ExitCode: r.ExitCode, Signal: r.Signal, SignalName: r.SignalName,
 		TimedOut: r.TimedOut, OOMKilled: r.OOMKilled, PidsLimit: r.PidsLimit, Cancelled: r.Cancelled,
