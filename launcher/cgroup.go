@@ -72,19 +72,19 @@ type sandboxCgroup interface {
 
 // DetectCgroup says which hierarchy limits go through for this process
 // with no explicit v2 parent (detectCgroup).
-func DetectCgroup() CgroupMode { return detectCgroup(os.Geteuid(), "") }
+func DetectCgroup() CgroupMode { return detectCgroup(procfs.RootMode(), "") }
 
 // detectCgroup says which hierarchy limits go through: v2 if the unified
-// hierarchy is mounted at /sys/fs/cgroup and, for an unprivileged uid,
+// hierarchy is mounted at /sys/fs/cgroup and, rootless (not root mode),
 // the cgroup sandbox cgroups would be made in was delegated to it (see
 // v2Delegated); else v1 if our own cgroup in its memory and pids
 // hierarchies is writable (root, or a subtree delegated to this user);
-// else none. Root on v2 is v2 whatever the mode bits say: a cgroup root
-// cannot write is a host misconfiguration, reported by Create.
-func detectCgroup(uid int, v2parent string) CgroupMode {
+// else none. Root mode on v2 is v2 whatever the mode bits say: a cgroup
+// root cannot write is a host misconfiguration, reported by Create.
+func detectCgroup(root bool, v2parent string) CgroupMode {
 	var st unix.Statfs_t
 	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-		if uid == 0 || v2Delegated(v2parent) {
+		if root || v2Delegated(v2parent) {
 			return CgroupV2
 		}
 		return CgroupNone

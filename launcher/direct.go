@@ -96,10 +96,14 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 		}
 	}
 	pid, pidfd, err := prog.Start(s.plan.CloneFlags, cgroupFD, files.Sync, func(pid int) error {
-		if s.req.RecordNamespaces {
-			s.namespaces, _ = procfs.NamespaceInodes(pid) // the child is waiting, alive
+		ppid, err := procfs.PidInProc(pid) // pid itself unless /proc is another pid namespace's
+		if err != nil {
+			return err
 		}
-		return writeIDMaps(pid, s.plan)
+		if s.req.RecordNamespaces {
+			s.namespaces, _ = procfs.NamespaceInodes(ppid) // the child is waiting, alive
+		}
+		return writeIDMaps(ppid, s.plan)
 	})
 	if err != nil {
 		// Start reaped the child, if there was one: its memory is free.

@@ -13,6 +13,7 @@ import (
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/egress/helper"
 	"github.com/securetoolruntime/str/launcher/intercept"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"github.com/securetoolruntime/str/launcher/statedir"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -119,8 +120,8 @@ func New(opts Options) (*Launcher, error) {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
-	uid := os.Geteuid()
-	l.host = Host{UID: uid, GID: os.Getegid(), Cgroup: detectCgroup(uid, opts.CgroupParent), Getenv: os.Getenv}
+	root := procfs.RootMode()
+	l.host = Host{UID: os.Geteuid(), GID: os.Getegid(), Root: root, Cgroup: detectCgroup(root, opts.CgroupParent), Getenv: os.Getenv}
 	switch v := os.Getenv("STR_REQUIRE_CGROUP"); v {
 	case "", "0":
 		l.host.RequireCgroup = opts.RequireCgroup
@@ -138,7 +139,7 @@ func New(opts Options) (*Launcher, error) {
 	}
 	l.cgroups = newCgroupSpace(statedir.Dir(os.Getenv)) // its cgroup locks
 	l.idLeaseDir = IDLeaseDir
-	if l.host.UID == 0 {
+	if l.host.Root {
 		space, err := ReadIDSpace()
 		if err != nil {
 			return nil, fmt.Errorf("launcher: id maps: %w", err)

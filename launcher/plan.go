@@ -29,8 +29,12 @@ var ErrInvalidRequest = errors.New("invalid sandbox request")
 // Host is what the plan needs to know about the machine. New reads it
 // once (Launcher.Host); tests build it by hand.
 type Host struct {
-	UID, GID int        // the caller's effective ids
-	Cgroup   CgroupMode // which cgroup hierarchy limits are applied through
+	UID, GID int // the caller's effective ids
+	// Root is root mode (procfs.RootMode): sandboxes run as leased host
+	// ids. False for every other uid and for uid 0 of a user namespace
+	// that maps one id (a str nested in a sandbox), which run rootless.
+	Root   bool
+	Cgroup CgroupMode // which cgroup hierarchy limits are applied through
 	// RequireCgroup refuses an unprivileged caller's plan on a host with
 	// no cgroup it may write (CgroupNone) unless the profile is
 	// best_effort, as a root caller's always is: STR_REQUIRE_CGROUP=1, or
@@ -220,7 +224,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 	}
 	// Every sandbox has its own user namespace, root mode too: the init is
 	// root of that namespace only, an unprivileged uid on the host.
-	pl.Rootless = host.UID != 0
+	pl.Rootless = !host.Root
 	pl.UserNamespace = true
 	if p.UserNamespace == "never" {
 		bad("profile %s: user_namespace: never is no longer supported: every sandbox has its own user namespace", p.Name)
@@ -505,8 +509,8 @@ func buildMounts(p *profiles.Profile, req Request, host Host) ([]nsinit.Mount, s
 			// WriteBack: root mode caps the tool's writes there with the
 			// profile's work_dir, as a worker's work dir (step L10).
 			extra = append(extra, nsinit.Mount{Kind: nsinit.MountBind, Source: wd, Target: wd, NoFollow: true,
-				IDMapOwner: req.WorkdirAsOwner && host.UID == 0 && !rootOwned(fi),
-				WriteBack:  host.UID == 0 && !req.WorkdirLive})
+				IDMapOwner: req.WorkdirAsOwner && host.Root && !rootOwned(fi),
+				WriteBack:  host.Root && !req.WorkdirLive})
 			workdir = wd
 		}
 	}

@@ -37,7 +37,7 @@ func (f fakeInfo) Sys() any           { return nil }
 func fakeHost(uid int, cg CgroupMode) Host {
 	links := map[string]string{"/lib": "usr/lib", "/lib64": "usr/lib64", "/bin": "usr/bin", "/sbin": "usr/sbin"}
 	return Host{
-		UID: uid, GID: uid, Cgroup: cg,
+		UID: uid, GID: uid, Root: uid == 0, Cgroup: cg,
 		Lstat: func(p string) (fs.FileInfo, error) {
 			if _, ok := links[p]; ok {
 				return fakeInfo{p, fs.ModeSymlink}, nil

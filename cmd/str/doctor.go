@@ -47,7 +47,11 @@ func cmdDoctor(args []string) int {
 	_ = unix.Uname(&uts)
 	info("kernel", unix.ByteSliceToString(uts.Release[:]))
 	uid := os.Geteuid()
-	info("running as", fmt.Sprintf("uid %d (%s mode)", uid, map[bool]string{true: "root", false: "rootless"}[uid == 0]))
+	runMode := map[bool]string{true: "root mode", false: "rootless mode"}[procfs.RootMode()]
+	if uid == 0 && !procfs.RootMode() {
+		runMode += ": uid 0 of a user namespace that maps one id (a sandbox's), no host ids to lease"
+	}
+	info("running as", fmt.Sprintf("uid %d (%s)", uid, runMode))
 	// The worker is a program of its own: str run works without it, so
 	// its absence is information, not a failure.
 	if path, err := workerPath("str worker"); err != nil {
@@ -197,7 +201,7 @@ func doctorResident(info func(name, detail string)) {
 // maps and, when it does not fit (a pod's user namespace: 65,536 ids),
 // prints one that does.
 func doctorIDRange(check func(name string, good bool, detail, fix string), info func(name, detail string), uid int) {
-	if uid != 0 {
+	if !procfs.RootMode() {
 		info("sandbox host ids", fmt.Sprintf("rootless: every sandbox runs as uid %d (the only id this user can map)", uid))
 		return
 	}
@@ -296,7 +300,7 @@ func doctorStateDir(check func(name string, good bool, detail, fix string)) {
 	} else {
 		check("state directory", true, dir+" is writable ("+statedir.Env+")", "")
 	}
-	if os.Geteuid() != 0 {
+	if !procfs.RootMode() {
 		return // rootless sandboxes lease no host ids
 	}
 	err = os.MkdirAll(launcher.IDLeaseDir, 0o700)

@@ -114,7 +114,7 @@ func TestPlanInstallSandbox(t *testing.T) {
 	}
 	// This machine's paths, planned as root mode on cgroup v2 (planning
 	// touches nothing).
-	host := launcher.Host{UID: 0, GID: 0, Cgroup: launcher.CgroupV2, Getenv: os.Getenv}
+	host := launcher.Host{UID: 0, GID: 0, Root: true, Cgroup: launcher.CgroupV2, Getenv: os.Getenv}
 	target := filepath.Join(t.TempDir(), ".staging-x")
 	if err := os.Mkdir(target, 0o755); err != nil {
 		t.Fatal(err)

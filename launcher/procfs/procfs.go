@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,3 +78,67 @@ func UnescapeMountinfo(s string) string {
 	}
 	return b.String()
 }
+
+// RootMode says whether this process runs str in root mode: effective
+// uid 0 of a user namespace whose uid_map holds more than one id. Root
+// mode leases host ids for each sandbox and keeps its state in /run/str.
+// Uid 0 of a namespace that maps one id (a str inside a sandbox that
+// made the command uid 0, as bubblewrap's suite does with --unshare-user
+// --uid 0 --cap-add ALL) has no ids to lease: it runs rootless, with a
+// rootless state directory, never the /run/str a bind of / may show it
+// (another str's). Without a readable uid_map it is root mode, which
+// then fails reading the map, by name.
+var RootMode = sync.OnceValue(func() bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return true
+	}
+	ids := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 3 {
+			n, _ := strconv.Atoi(f[2])
+			ids += n
+		}
+	}
+	return ids != 1
+})
+
+// PidInProc is pid, a process of this process's pid namespace, as /proc
+// names it. The two differ when /proc is another pid namespace's procfs:
+// a str nested in a sandbox that bound its caller's /proc (bubblewrap's
+// suite: --bind /proc /proc) while the sandbox has a pid namespace of its
+// own, as str's always do. A pidfd's fdinfo gives the pid in the
+// namespace of the procfs it is read through; a process that procfs does
+// not show (a sibling namespace's /proc) is an error, never another pid.
+func PidInProc(pid int) (int, error) {
+	if ownProc() {
+		return pid, nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return 0, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	defer unix.Close(fd)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Pid:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+				return n, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("pid %d is not shown by /proc, another pid namespace's procfs (its pidfd's fdinfo: %q)", pid, b)
+}
+
+// ownProc: /proc is this process's pid namespace's procfs (its self link
+// names our own pid).
+var ownProc = sync.OnceValue(func() bool {
+	s, err := os.Readlink("/proc/self")
+	return err == nil && s == strconv.Itoa(os.Getpid())
+})

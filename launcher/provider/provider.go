@@ -243,7 +243,7 @@ func (p launcherProvider) CheckProfile(name string) error {
 }
 
 // CapsWorkDirs: root mode mounts a capped tmpfs per work dir.
-func (p launcherProvider) CapsWorkDirs() bool { return p.l.Host().UID == 0 }
+func (p launcherProvider) CapsWorkDirs() bool { return p.l.Host().Root }
 
 // Templates: none (template.Provider adds them).
 func (launcherProvider) Templates() bool { return false }

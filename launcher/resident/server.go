@@ -157,7 +157,7 @@ func (b *residentBox) done() {
 // and starts filling the pools. Root only: the pre-built sandboxes lease
 // host ids.
 func New(l *launcher.Launcher, opts Options) (*Server, error) {
-	if l.Host().UID != 0 {
+	if !l.Host().Root {
 		return nil, errors.New("str serve runs as root (its sandboxes lease host ids)")
 	}
 	if opts.Pool < 1 {

@@ -20,6 +20,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/securetoolruntime/str/launcher/procfs"
 )
 
 // Env is the setting that overrides the default directory.
@@ -50,16 +52,17 @@ func HintFor(dir string, err error) string {
 // Dir is the state directory:
 //
 //	STR_STATE_DIR set:            $STR_STATE_DIR (an absolute path, see Check)
-//	root (euid 0):                /run/str
+//	root mode (procfs.RootMode):  /run/str
 //	others, XDG_RUNTIME_DIR set:  $XDG_RUNTIME_DIR/str
-//	others, otherwise:            $TMPDIR/str-UID
+//	others, otherwise:            $TMPDIR/str-UID (uid 0 of a one-id
+//	                              user namespace: $TMPDIR/str-0)
 func Dir(getenv func(string) string) string {
 	if d := getenv(Env); d != "" {
 		return filepath.Clean(d)
 	}
 	uid := os.Geteuid()
 	switch {
-	case uid == 0:
+	case procfs.RootMode():
 		return RootDefault
 	case getenv("XDG_RUNTIME_DIR") != "":
 		return filepath.Join(getenv("XDG_RUNTIME_DIR"), "str")

@@ -216,7 +216,7 @@ type withTemplates struct {
 }
 
 // Templates: in root mode (Start leases the calls' host ids).
-func (p withTemplates) Templates() bool { return p.l.Host().UID == 0 }
+func (p withTemplates) Templates() bool { return p.l.Host().Root }
 
 func (p withTemplates) StartTemplate(ctx context.Context, spec provider.TemplateSpec) (provider.Template, error) {
 	t, err := Start(ctx, p.l, Request{Request: spec.Spec.Request(), SourceHash: spec.SourceHash,
@@ -231,7 +231,7 @@ func (p withTemplates) StartTemplate(ctx context.Context, spec provider.Template
 // host ids are leased. ctx is the template's lifetime (its end kills the
 // template as a cancelled sandbox), not a deadline for the start.
 func Start(ctx context.Context, l *launcher.Launcher, tr Request) (*Template, error) {
-	if l.Host().UID != 0 {
+	if !l.Host().Root {
 		return nil, errors.New("template: root mode only (each call gets leased host ids)")
 	}
 	req := tr.Request

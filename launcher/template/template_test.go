@@ -204,7 +204,7 @@ func rootPlan(t *testing.T, set *profiles.Set, profile string) *launcher.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl, err := launcher.NewPlan(p, launcher.Request{Argv: []string{"/bin/true"}}, launcher.Host{Cgroup: launcher.CgroupV1}, nil)
+	pl, err := launcher.NewPlan(p, launcher.Request{Argv: []string{"/bin/true"}}, launcher.Host{Root: true, Cgroup: launcher.CgroupV1}, nil)
 	if err != nil {
 		t.Fatalf("plan %s: %v", profile, err)
 	}
