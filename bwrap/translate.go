@@ -24,6 +24,13 @@ type Host struct {
 	Stat     func(string) (fs.FileInfo, error)
 	ReadDir  func(string) ([]fs.DirEntry, error)
 	Readlink func(string) (string, error)
+	// Root is str's root mode (procfs.RootMode): the launcher leases ids
+	// and maps host root to the sandbox's root (Sandbox.MapRoot). A uid 0
+	// caller in a user namespace that maps one id is not root mode.
+	Root bool
+	// Caps is the caller's effective capability set (a uid 0 caller's
+	// are where bubblewrap starts: Sandbox.RootCaps).
+	Caps uint64
 	// ReadFD returns the whole content of a descriptor (--file).
 	ReadFD func(fd int) ([]byte, error)
 }
@@ -59,11 +66,15 @@ type Sandbox struct {
 	// bubblewrap waits for its caller to write the user namespace's maps,
 	// which str has written already).
 	UsernsBlockFD int
-	// UsernsDisabled: the line wants the tool unable to make user
-	// namespaces (--disable-userns, --assert-userns-disabled); str
-	// honours it when the profile's seccomp policy refuses every way
-	// (CheckUsernsDenied), and refuses the line otherwise.
+	// UsernsDisabled (--disable-userns): the tool must be unable to make
+	// user namespaces: the profile's seccomp policy refuses every way
+	// (CheckUsernsDenied), or str stacks UsernsFilter on its filters.
 	UsernsDisabled bool
+	// UsernsAsserted (--assert-userns-disabled): the line checks that the
+	// tool cannot make user namespaces without disabling them itself: str
+	// refuses the line unless the profile's policy refuses every way or
+	// the line also says --disable-userns.
+	UsernsAsserted bool
 	// DieWithParent: str itself ends (and its sandbox with it) when its
 	// parent does.
 	DieWithParent bool
@@ -76,9 +87,20 @@ type Sandbox struct {
 	// instead of it.
 	Seccomp [][]byte
 	// Caps are the capabilities the command keeps (bit n: capability n):
-	// --cap-add and --cap-drop in the line's order, none without them.
+	// --cap-add and --cap-drop in the line's order, applied to none.
 	// They are its user namespace's only: the sandbox's, never the host's.
 	Caps uint64
+	// RootCaps are the same applied to the caller's own effective set
+	// (Host.Caps) when the caller is uid 0, as bubblewrap run by root
+	// starts from them; none when the command's uid is not 0 and the line
+	// sets none. str keeps them instead of Caps only where the profile
+	// says root_capabilities: keep (profiles.Profile.RootCapabilities).
+	RootCaps uint64
+	// CapsSet: the line adds or drops capabilities, so the kept ones are
+	// also inheritable and ambient (bubblewrap's capset); without, a root
+	// caller's stay effective and permitted only, as under bubblewrap,
+	// which leaves them as they are.
+	CapsSet bool
 	// MapRoot: the caller is root, so every bind not mapped to its owner
 	// (Mount.IDMapOwner) shows host root's files as the sandbox's root's
 	// (launcher.Plan.MapRoot), as they are the command's under bubblewrap
@@ -169,9 +191,12 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		firstSeccomp = op.Option
 	}
 
-	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, UsernsBlockFD: -1, ShareNet: true, MapRoot: h.UID == 0}
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, UsernsBlockFD: -1, ShareNet: true, MapRoot: h.Root}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts, pidns := false, false
+	if h.UID == 0 {
+		sb.RootCaps = h.Caps
+	}
 	var uidSet, gidSet, hostnameSet, asPid1, unshareUser bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
@@ -232,16 +257,21 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 			}
 			sb.Seccomp = append(sb.Seccomp, prog)
 		case "--cap-add":
-			sb.Caps |= op.Numbers[0]
+			sb.Caps, sb.RootCaps, sb.CapsSet = sb.Caps|op.Numbers[0], sb.RootCaps|op.Numbers[0], true
 		case "--cap-drop":
-			sb.Caps &^= op.Numbers[0]
+			sb.Caps, sb.RootCaps, sb.CapsSet = sb.Caps&^op.Numbers[0], sb.RootCaps&^op.Numbers[0], true
 		case "--die-with-parent":
 			sb.DieWithParent = true
 		case "--as-pid-1":
 			asPid1 = true
-		case "--disable-userns", "--assert-userns-disabled":
+		case "--disable-userns":
 			sb.UsernsDisabled = true
+		case "--assert-userns-disabled":
+			sb.UsernsAsserted = true
 		}
+	}
+	if !sb.CapsSet && sb.UID != 0 { // bubblewrap's uid change drops a root caller's
+		sb.RootCaps = 0
 	}
 	// bubblewrap's own consistency rules, with its words.
 	if uidSet && int(sb.UID) != h.UID && !userns {
@@ -255,6 +285,9 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	}
 	if asPid1 && !pidns {
 		errs = append(errs, &UsageError{Option: "--as-pid-1", Msg: "Specifying --as-pid-1 requires --unshare-pid"})
+	}
+	if sb.UsernsDisabled && !userns {
+		errs = append(errs, &UsageError{Option: "--disable-userns", Msg: "--disable-userns requires --unshare-user"})
 	}
 	// --userns-block-fd: an explicit --unshare-user (not the implied one,
 	// nor --unshare-all's -try), and --info-fd (the caller learns the pid
@@ -381,7 +414,7 @@ func translateMounts(ops []Op, h Host, uid, gid uint32) ([]nsinit.Mount, error) 
 				// tool writes where the owner may, its files are the
 				// owner's). Every other bind of a root caller is mapped
 				// host root -> the sandbox's root (Sandbox.MapRoot).
-				idmap := !ro && h.UID == 0 && !rootOwned(fi)
+				idmap := !ro && h.Root && !rootOwned(fi)
 				ms = append(ms, nsinit.Mount{Kind: nsinit.MountBind, Source: src, Target: dst, ReadOnly: ro, IDMapOwner: idmap, Devices: devices})
 				continue
 			}
@@ -628,7 +661,7 @@ func searchable(m nsinit.Mount, rel string, h Host) bool {
 			continue // a test's description: no owner to check
 		}
 		uid, gid := h.UID, h.GID
-		if h.UID == 0 && m.IDMapOwner {
+		if h.Root && m.IDMapOwner {
 			uid, gid = int(st.Uid), int(st.Gid)
 		}
 		var bit uint32 = 0o001

@@ -19,7 +19,7 @@ import (
 func testHost(t *testing.T, uid int) Host {
 	t.Helper()
 	return Host{
-		UID: uid, GID: uid, Hostname: "host", Environ: []string{"HOME=/home/u", "PATH=/bin", "SECRET=x", "PWD=/caller"}, Cwd: t.TempDir(),
+		UID: uid, GID: uid, Root: uid == 0, Hostname: "host", Environ: []string{"HOME=/home/u", "PATH=/bin", "SECRET=x", "PWD=/caller"}, Cwd: t.TempDir(),
 		Lstat: os.Lstat, Stat: os.Stat, ReadDir: os.ReadDir, Readlink: os.Readlink,
 		ReadFD: func(fd int) ([]byte, error) {
 			if fd == 7 {
@@ -200,7 +200,7 @@ func TestTranslateKeepsVisibleCwd(t *testing.T) {
 	}
 	if os.Geteuid() == 0 {
 		hr := h
-		hr.UID, hr.GID = 0, 0
+		hr.UID, hr.GID, hr.Root = 0, 0, true
 		if sb, err := translate(t, hr, "--ro-bind", h.Cwd, h.Cwd, "pwd"); err != nil || sb.Workdir != h.Cwd || !sb.MapRoot {
 			t.Errorf("root mode, a 0700 root-owned cwd: workdir %q, map root %v, %v; want %s, true", sb.Workdir, sb.MapRoot, err, h.Cwd)
 		}

@@ -27,7 +27,8 @@ type Config struct {
 	// tmpfs's own entries (rootEntries) to UID and GID and leaves it
 	// writable, as bubblewrap's root is, instead of remounting it read-only.
 	RootToCommand bool   `json:"root_to_command,omitempty"`
-	Caps          uint64 `json:"caps,omitempty"` // kept in every set, its user namespace's only (bit n: capability n; str bwrap's --cap-add): steps 13-16
+	Caps          uint64 `json:"caps,omitempty"`        // kept (bounding, effective, permitted), its user namespace's only (bit n: capability n; str bwrap): steps 13-16
+	Inheritable   uint64 `json:"inheritable,omitempty"` // the kept ones also inheritable and ambient (str bwrap's --cap-add/--cap-drop): step 16
 	// SetGroups is false in a user namespace made without privilege
 	// (rootless: setgroups(2) denied, only the caller's ids mapped): the
 	// clone child then changes no id before step 15.

@@ -259,32 +259,9 @@ func CompileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 // so the tool is the sandbox's PID 1 and no str process stays inside
 // (nothing privileged, no memory of ours). First L4's child half (wait
 // for the id maps, setsid, the parent-death signal), then the steps, in
-// order (nsinit.DocList; the same list is in SECURITY.md):
-//
-//  0. the plan is the program the launcher's clone child runs: nothing to read
-//  1. move the launcher's descriptors above the tool's, close the others, dup3 0-2 and the pass-list into place and mark every fd past them close-on-exec
-//  2. make / private, recursively
-//  3. take each bind source's detached tree (the launcher's descriptor, or open_tree here when rootless) and open the cgroup v1 tasks files
-//  4. mount a fresh tmpfs as the new root
-//  5. perform the planned mounts in order
-//  6. pivot_root into the new root and detach the old one
-//  7. remount the new root read-only (a bubblewrap line's: give its own entries to the command, writable, instead)
-//  8. chdir into the work dir and check getcwd
-//  9. set the hostname
-//  10. bring up loopback and hand the egress listeners to the launcher
-//     10a. pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2
-//  11. resolve the tool's path and build argv and envp
-//  12. cgroup v1: move this thread into the sandbox's cgroup (write 0 to each tasks file)
-//  13. drop the capability bounding set (all but the kept ones, Config.Caps)
-//  14. clear the ambient capabilities
-//  15. set groups, gid, uid
-//  16. set the effective, permitted and inheritable capabilities to the kept ones (none by default), raise those ambient
-//  17. re-arm the parent-death signal and check the launcher is alive
-//  18. set no_new_privs
-//  19. load seccomp
-//     19a. per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it
-//  20. set the rlimits (raw prlimit64, RLIMIT_AS last)
-//  21. execve the tool (raw syscall): the tool becomes PID 1
+// the order of the Step constants (steps.go: each one's description;
+// DocList prints them, and SECURITY.md lists the same, checked by
+// TestStepListsAgree). Each step below starts with its number.
 //
 // The child is root of the sandbox's own user namespace only, never of
 // the host's (the package doc, "What it trusts"), from its first
@@ -596,12 +573,21 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// 13. Empty the bounding set (but the kept capabilities, cfg.Caps)
 	// so no later exec (setuid or file-caps binary) can ever regain a
 	// capability. Needs CAP_SETPCAP, so it comes before step 15.
+	// A kept capability that is not inheritable (a root caller's own,
+	// str bwrap) reaches the command only through the bounding set, at
+	// its execve as uid 0: check it is there.
 	b.step = StepDropBounding
 	keep := cfg.Caps & (1<<(lastCap+1) - 1)
+	inh := keep & cfg.Inheritable
 	for c := 0; c <= lastCap; c++ {
-		if keep>>c&1 == 0 {
+		switch {
+		case keep>>c&1 == 0:
 			b.sys(opDesc{action: "drop bounding capability", path: "cap " + strconv.Itoa(c), detail: "PR_CAPBSET_DROP"},
 				unix.SYS_PRCTL, 0, noSlot, unix.PR_CAPBSET_DROP, uintptr(c)).okErr = uint16(unix.EINVAL)
+		case inh>>c&1 == 0:
+			r := b.sys(opDesc{action: "read bounding capability", path: "cap " + strconv.Itoa(c), detail: "PR_CAPBSET_READ", check: "a kept capability is not in the bounding set"},
+				unix.SYS_PRCTL, 0, noSlot, unix.PR_CAPBSET_READ, uintptr(c))
+			r.check, r.want = true, 1
 		}
 	}
 
@@ -619,16 +605,17 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	b.sys(opDesc{action: "setresgid", path: fmt.Sprint(cfg.GID)}, unix.SYS_SETRESGID, 0, noSlot, uintptr(cfg.GID), uintptr(cfg.GID), uintptr(cfg.GID))
 	b.sys(opDesc{action: "setresuid", path: fmt.Sprint(cfg.UID)}, unix.SYS_SETRESUID, 0, noSlot, uintptr(cfg.UID), uintptr(cfg.UID), uintptr(cfg.UID))
 
-	// 16. Effective, permitted and inheritable sets: the kept ones, else
-	// empty (uid 0 inside, or a rootless child, relies on this step), and
-	// the kept ones ambient, so that an execve keeps them for any uid.
+	// 16. Effective and permitted sets: the kept ones, else empty (uid 0
+	// inside, or a rootless child, relies on this step); the inheritable
+	// ones (of the kept) also ambient, so that an execve keeps them for
+	// any uid (uid 0 gets the bounding set's back at its execve anyway).
 	b.step = StepClearCaps
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	lo, hi := uint32(keep), uint32(keep>>32)
-	data := &[2]unix.CapUserData{{Effective: lo, Permitted: lo, Inheritable: lo}, {Effective: hi, Permitted: hi, Inheritable: hi}}
+	data := &[2]unix.CapUserData{{Effective: lo, Permitted: lo, Inheritable: uint32(inh)}, {Effective: hi, Permitted: hi, Inheritable: uint32(inh >> 32)}}
 	b.sys(opDesc{action: "capset", path: fmt.Sprintf("kept %#x", keep)}, unix.SYS_CAPSET, 0, noSlot,
 		b.mem(hdr, unsafe.Pointer(hdr)), b.mem(data, unsafe.Pointer(&data[0])))
-	for k := keep; k != 0; k &= k - 1 {
+	for k := inh; k != 0; k &= k - 1 {
 		c := bits.TrailingZeros64(k)
 		b.sys(opDesc{action: "raise ambient capability", path: "cap " + strconv.Itoa(c)}, unix.SYS_PRCTL, 0, noSlot, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c))
 	}

@@ -8,8 +8,8 @@ import (
 
 // Step identifies one step of the sandbox setup. The init's steps are
 // numbered in the order a Program performs them; the launcher's are L1..L10. The
-// same constants name the step in every StepError, in compileDirect's doc comment and
-// in SECURITY.md (TestStepListsAgree checks that the three agree).
+// same constants name the step in every StepError and in compileDirect's code, and
+// SECURITY.md lists them (TestStepListsAgree checks that the two agree).
 type Step int
 
 // The init's steps, in order. Each one's title is in stepTitles.
@@ -100,7 +100,7 @@ var stepTitles = [numInitSteps]string{
 	StepDropBounding: "drop the capability bounding set (all but the kept ones, Config.Caps)",
 	StepClearAmbient: "clear the ambient capabilities",
 	StepSetIDs:       "set groups, gid, uid",
-	StepClearCaps:    "set the effective, permitted and inheritable capabilities to the kept ones (none by default), raise those ambient",
+	StepClearCaps:    "set the effective and permitted capabilities to the kept ones (none by default), the inheritable ones inheritable and ambient",
 	StepParentDeath:  "re-arm the parent-death signal and check the launcher is alive",
 	StepNoNewPrivs:   "set no_new_privs",
 	StepSeccomp:      "load seccomp",
@@ -120,8 +120,8 @@ func (s Step) String() string {
 	return strconv.Itoa(int(s))
 }
 
-// DocList is the numbered list of the init's steps as compileDirect's doc comment
-// and SECURITY.md print it ("  0. read the plan ...").
+// DocList is the numbered list of the init's steps as SECURITY.md prints
+// it ("  0. read the plan ...").
 // A sub-step follows the step it belongs after ("  10a. ...").
 func DocList() []string {
 	out := make([]string, 0, int(numInitSteps)+len(subSteps))

@@ -31,9 +31,16 @@ type Profile struct {
 	// the caller reaches). Only str bwrap asks for it; str run and the
 	// worker never share the caller's network, whatever this says.
 	ShareCallerNetwork string `yaml:"share_caller_network"`
-	Hostname           string `yaml:"hostname"`
-	UID                uint32 `yaml:"uid"`
-	GID                uint32 `yaml:"gid"`
+	// RootCapabilities is "allow" or "deny" (the default): whether a
+	// `str bwrap` line run by uid 0 (the command uid 0 too) that adds or
+	// drops no capability keeps the caller's own, as bubblewrap run by
+	// root does, over the sandbox's own user namespace only (never the
+	// host's). Denied, it keeps none, and --cap-add/--cap-drop start from
+	// none. str run and the worker never keep any.
+	RootCapabilities string `yaml:"root_capabilities" json:",omitempty"`
+	Hostname         string `yaml:"hostname"`
+	UID              uint32 `yaml:"uid"`
+	GID              uint32 `yaml:"gid"`
 
 	Rlimits Rlimits  `yaml:"rlimits"`
 	Cgroup  Cgroup   `yaml:"cgroup"`

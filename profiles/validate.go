@@ -52,6 +52,7 @@ var checks = []check{
 	{"user_namespace", checkUserNamespace},
 	{"network", checkNetwork},
 	{"share_caller_network", checkShareCallerNetwork},
+	{"root_capabilities", checkRootCapabilities},
 	{"hostname", checkHostname},
 	{"ids", checkIDs},
 	{"rlimits", checkRlimits},
@@ -172,6 +173,14 @@ func checkShareCallerNetwork(p *Profile, add func(string, string, ...any)) {
 	case "", Allow, Deny:
 	default:
 		add("share_caller_network", "%q is not one of allow, deny", p.ShareCallerNetwork)
+	}
+}
+
+func checkRootCapabilities(p *Profile, add func(string, string, ...any)) {
+	switch p.RootCapabilities {
+	case "", Allow, Deny:
+	default:
+		add("root_capabilities", "%q is not one of allow, deny", p.RootCapabilities)
 	}
 }
 

@@ -74,6 +74,22 @@ func (p *Policy) Compile() (*Program, error) {
 	return v.(*Program).clone(), nil
 }
 
+// CompileStacked compiles a policy that is only ever stacked on another
+// filter (str bwrap's --disable-userns filter): its default action may
+// be allow, because the filter under it decides every call it does not
+// refuse itself; every other rule of Validate holds. Never for a
+// sandbox's one policy, which stays default-deny.
+func (p *Policy) CompileStacked() (*Program, error) {
+	q := *p
+	if q.DefaultAction.Kind == ActionAllow {
+		q.DefaultAction = Action{Kind: ActionErrno, Errno: "EPERM"}
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	return p.compile()
+}
+
 var embeddedCache sync.Map // embedded policy name -> *Program
 
 // CompileEmbedded is Load(name) followed by Compile, cached by name: the

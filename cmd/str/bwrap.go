@@ -18,6 +18,7 @@ import (
 	"github.com/securetoolruntime/str/egress"
 	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/planfmt"
+	"github.com/securetoolruntime/str/launcher/procfs"
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
 	"golang.org/x/sys/unix"
@@ -116,7 +117,7 @@ func cmdBwrap(name string, args []string) int {
 	cwd, _ := os.Getwd()
 	hostname, _ := os.Hostname()
 	sb, err := bwrap.Translate(cmd, bwrap.Host{
-		UID: os.Getuid(), GID: os.Getgid(), Environ: os.Environ(), Cwd: cwd, Hostname: hostname,
+		UID: os.Getuid(), GID: os.Getgid(), Environ: os.Environ(), Cwd: cwd, Hostname: hostname, Root: procfs.RootMode(), Caps: effectiveCaps(),
 		Lstat: os.Lstat, Stat: os.Stat, ReadDir: os.ReadDir, Readlink: os.Readlink, ReadFD: readAllFD,
 	})
 	if err != nil {
@@ -148,9 +149,21 @@ func cmdBwrap(name string, args []string) int {
 	// The command line describes the whole filesystem, environment,
 	// working directory and ids; the profile keeps the rest (namespaces,
 	// limits, rlimits, seccomp, network policy, capabilities dropped).
-	if sb.UsernsDisabled {
+	// --disable-userns: where the profile's policy lets the tool make user
+	// namespaces (nesting), str stacks a filter that refuses them; it is
+	// loaded before the line's own filters (below), so they need not
+	// allow prctl for it. --assert-userns-disabled alone only checks.
+	var usernsFilter [][]byte
+	if sb.UsernsDisabled || sb.UsernsAsserted {
 		if err := checkUsernsDenied(l, pl.Child.SeccompPolicy); err != nil {
-			return fail("--disable-userns: %v", err)
+			if !sb.UsernsDisabled {
+				return fail("--assert-userns-disabled: %v", err)
+			}
+			f, err := bwrap.UsernsFilter()
+			if err != nil {
+				return fail("--disable-userns: %v", err)
+			}
+			usernsFilter = append(usernsFilter, f)
 		}
 	}
 	if pl.Rootless {
@@ -187,9 +200,21 @@ func cmdBwrap(name string, args []string) int {
 	// unless the profile says caller_seccomp: stack, instead of the
 	// profile's (bubblewrap's behaviour: the caller's filter decides).
 	pl.SetCallerSeccomp(sb.Seccomp)
-	if sb.UsernsDisabled && pl.Child.SeccompPolicy == "" {
-		return fail("--disable-userns: str refuses user namespaces through the profile's seccomp policy, which this line's own --seccomp/--add-seccomp-fd filters replace; use a profile with caller_seccomp: stack")
+	switch {
+	case pl.Child.SeccompPolicy == "" && (sb.UsernsDisabled || sb.UsernsAsserted) && usernsFilter == nil:
+		// The line's filters replace the policy that refused user
+		// namespaces: --disable-userns keeps its promise through
+		// UsernsFilter; --assert-userns-disabled cannot be checked.
+		if !sb.UsernsDisabled {
+			return fail("--assert-userns-disabled: the profile's seccomp policy, which refuses user namespaces, is replaced by this line's own --seccomp/--add-seccomp-fd filters; add --disable-userns or use a profile with caller_seccomp: stack")
+		}
+		f, err := bwrap.UsernsFilter()
+		if err != nil {
+			return fail("--disable-userns: %v", err)
+		}
+		usernsFilter = append(usernsFilter, f)
 	}
+	pl.Child.ExtraSeccomp = append(usernsFilter, pl.Child.ExtraSeccomp...)
 	// The root and what the line made on it are the command's and stay
 	// writable, as bubblewrap's tmpfs root (init step 7); a line that
 	// binds a directory over / has that bind as its root under
@@ -200,10 +225,19 @@ func cmdBwrap(name string, args []string) int {
 	}
 	pl.SetToolIDs(sb.UID, sb.GID)
 	// As root: root's files are the sandbox's root's through every bind
-	// (step L3), and --cap-add's capabilities are kept in the sandbox's
-	// own user namespace (init steps 13-16).
+	// (step L3). The kept capabilities are the sandbox's own user
+	// namespace's (init steps 13-16): --cap-add's, and a root caller's own
+	// where the profile allows it (root_capabilities), as bubblewrap run
+	// by root keeps them; inheritable and ambient only when the line
+	// sets them, as bubblewrap's capset.
 	pl.MapRoot = sb.MapRoot && !pl.Rootless
 	pl.Child.Caps = sb.Caps
+	if prof, err := l.Profiles().Lookup(pl.Profile); err == nil && prof.RootCapabilities == profiles.Allow {
+		pl.Child.Caps = sb.RootCaps
+	}
+	if sb.CapsSet {
+		pl.Child.Inheritable = pl.Child.Caps
+	}
 	// --block-fd: the sandbox is built up to its init's step 10a (every
 	// mount, the namespaces, the listeners) and waits there; the command
 	// comes as its call once the descriptor has data or is closed. The
@@ -399,6 +433,17 @@ func checkUsernsDenied(l *launcher.Launcher, policy string) error {
 		return fmt.Errorf("seccomp policy %s: %w", policy, err)
 	}
 	return bwrap.CheckUsernsDenied(policy, p.Evaluate, bwrap.NativeAuditArch())
+}
+
+// effectiveCaps is this process's effective capability set (0 when it
+// cannot be read: then a root caller keeps none).
+func effectiveCaps() uint64 {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) != nil {
+		return 0
+	}
+	return uint64(data[0].Effective) | uint64(data[1].Effective)<<32
 }
 
 // readAllFD reads a descriptor to its end and closes it (--args, --file).

@@ -25,18 +25,20 @@ type Profile struct {
 	UserNamespace string        `yaml:"user_namespace"`
 	Network       egress.Policy `yaml:"network"`
 	// ShareCallerNetwork: "allow" or "deny" (profiles.Profile's).
-	ShareCallerNetwork string       `yaml:"share_caller_network"`
-	Hostname           string       `yaml:"hostname"`
-	UID                uint32       `yaml:"uid"`
-	GID                uint32       `yaml:"gid"`
-	Rlimits            Rlimits      `yaml:"rlimits"`
-	Cgroup             Cgroup       `yaml:"cgroup"`
-	Timeout            Duration     `yaml:"timeout"`
-	Mounts             Mounts       `yaml:"mounts"`
-	Env                profiles.Env `yaml:"env"`
-	WorkDir            WorkDir      `yaml:"work_dir"`
-	Seccomp            string       `yaml:"seccomp"`
-	CallerSeccomp      string       `yaml:"caller_seccomp" json:",omitempty"`
+	ShareCallerNetwork string `yaml:"share_caller_network"`
+	// RootCapabilities: "allow" or "deny" (profiles.Profile's).
+	RootCapabilities string       `yaml:"root_capabilities" json:",omitempty"`
+	Hostname         string       `yaml:"hostname"`
+	UID              uint32       `yaml:"uid"`
+	GID              uint32       `yaml:"gid"`
+	Rlimits          Rlimits      `yaml:"rlimits"`
+	Cgroup           Cgroup       `yaml:"cgroup"`
+	Timeout          Duration     `yaml:"timeout"`
+	Mounts           Mounts       `yaml:"mounts"`
+	Env              profiles.Env `yaml:"env"`
+	WorkDir          WorkDir      `yaml:"work_dir"`
+	Seccomp          string       `yaml:"seccomp"`
+	CallerSeccomp    string       `yaml:"caller_seccomp" json:",omitempty"`
 }
 
 // Rlimits is profiles.Rlimits.
