@@ -49,8 +49,13 @@ func runDecoder(command, arg string) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: %w", workerProgram, command, err)
 	}
 	defer errR.Close()
-	// The environment is str's own (nil Env); stdin is closed.
-	proc, err := os.StartProcess(path, []string{path, command, arg}, &os.ProcAttr{Files: []*os.File{nil, outW, errW}})
+	// The environment is str's own plus MALLOC_ARENA_MAX=1; stdin is
+	// closed. str-worker links C (cgo), and glibc reserves 64 MiB of
+	// address space for each further malloc arena: under an RLIMIT_AS of
+	// 1 GiB (str inside str bwrap --str-profile nesting) its thread
+	// creation failed (pthread_create: EAGAIN) in 3 runs of 40, in none
+	// with one arena. Decoding is one thread's work.
+	proc, err := os.StartProcess(path, []string{path, command, arg}, &os.ProcAttr{Env: append(os.Environ(), "MALLOC_ARENA_MAX=1"), Files: []*os.File{nil, outW, errW}})
 	outW.Close()
 	errW.Close()
 	if err != nil {
