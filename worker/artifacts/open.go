@@ -1,6 +1,7 @@
 package artifacts
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,12 +10,13 @@ import (
 // Settings choose and configure the store of `str worker` (the
 // ARTIFACT_* settings).
 type Settings struct {
-	Type      string // "filesystem" or "memory" (ARTIFACT_SERVICE_TYPE)
+	Type      string // "filesystem", "memory" or "s3" (ARTIFACT_SERVICE_TYPE)
 	BasePath  string // ARTIFACT_BASE_PATH (filesystem)
+	S3        S3Settings
 	Namespace string // SAM_NAMESPACE: the store's scope (spec §9)
 	// AuditLog is ARTIFACT_AUDIT_LOG: the audit log's path, "" for the
 	// default (DefaultAuditLog for the filesystem store, none for the
-	// memory store), AuditLogOff for none.
+	// memory and s3 stores), AuditLogOff for none.
 	AuditLog string
 	// MemoryMaxBytes is ARTIFACT_MEMORY_MAX_BYTES, the memory store's
 	// budget (<= 0: DefaultMemoryBudget).
@@ -78,8 +80,13 @@ func Open(s Settings) (Store, string, error) {
 		}
 	case "memory":
 		st = NewMemory(s.Namespace, opts...)
+	case "s3":
+		st, err = NewS3(context.Background(), s.S3, s.Namespace, opts...)
+		if err != nil {
+			return nil, "", err
+		}
 	default:
-		return nil, "", fmt.Errorf("artifacts: unknown store type %q (memory or filesystem)", s.Type)
+		return nil, "", fmt.Errorf("artifacts: unknown store type %q (memory, filesystem or s3)", s.Type)
 	}
 	return st, auditPath, nil
 }
