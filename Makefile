@@ -21,11 +21,13 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.51.0
 
-# The object store the artifact store's tests start (worker/artifacts finds
-# it on PATH, else in bin/tools): versitygw, a POSIX-backed S3 gateway, for
-# ARTIFACT_SERVICE_TYPE=s3. Built from the module proxy into bin/tools once
-# (a few minutes on 2 cores); install-tool.sh then skips it.
-VERSITYGW   := github.com/versity/versitygw/cmd/versitygw@v1.8.0
+# The object stores the artifact stores' tests start (worker/artifacts finds
+# them on PATH, else in bin/tools): versitygw, a POSIX-backed S3 gateway, for
+# ARTIFACT_SERVICE_TYPE=s3, and fake-gcs-server, a GCS emulator, for gcs.
+# Built from the module proxy into bin/tools once (about 5 minutes together
+# on 2 cores); install-tool.sh then skips them.
+VERSITYGW     := github.com/versity/versitygw/cmd/versitygw@v1.8.0
+FAKEGCSSERVER := github.com/fsouza/fake-gcs-server@v1.56.1
 
 # The worker image's one tag: make image builds it, test/container runs it
 # (STR_IMAGE), docs/deployment.md names it.
@@ -239,7 +241,7 @@ lint-govulncheck:
 	@t=$$(date +%s); GO=$(GO) ./scripts/vulncheck.sh $(TOOLS) $(GOVULNCHECK) && echo "lint: govulncheck $$(( $$(date +%s) - t )) s"
 
 test-tools:
-	@t=$$(date +%s); for tool in $(VERSITYGW); do GO=$(GO) ./scripts/install-tool.sh $(TOOLS) $$tool || exit; done; echo "test-tools: $$(( $$(date +%s) - t )) s"
+	@t=$$(date +%s); for tool in $(VERSITYGW) $(FAKEGCSSERVER); do GO=$(GO) ./scripts/install-tool.sh $(TOOLS) $$tool || exit; done; echo "test-tools: $$(( $$(date +%s) - t )) s"
 
 tools:
 	@t=$$(date +%s); for tool in $(STATICCHECK) $(DEADCODE); do GO=$(GO) ./scripts/install-tool.sh $(TOOLS) $$tool || exit; done; echo "lint: tools $$(( $$(date +%s) - t )) s"

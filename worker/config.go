@@ -81,7 +81,10 @@ type Config struct {
 	ArtifactS3Region    string // ARTIFACT_S3_REGION, else S3_REGION
 	ArtifactS3Endpoint  string // S3_ENDPOINT_URL
 	ArtifactS3PathStyle string // ARTIFACT_S3_PATH_STYLE
-	ArtifactGCSBuck     string
+	// The GCS store (ARTIFACT_SERVICE_TYPE=gcs): Application Default
+	// Credentials unless GCS_CREDENTIALS_JSON gives a service account key.
+	ArtifactGCSBuck        string // ARTIFACT_GCS_BUCKET
+	ArtifactGCSCredentials string // GCS_CREDENTIALS_JSON
 	// ARTIFACT_AUDIT_LOG: audit log path ("" = the store's default, "off").
 	ArtifactAuditLog       string
 	ArtifactMemoryMaxBytes int64 // ARTIFACT_MEMORY_MAX_BYTES: the memory store's LRU budget
@@ -211,7 +214,7 @@ var settings = []setting{
 	{name: "STR_PACKAGE_INDEX_URL", flag: "package-index", help: "package index for manifest packages (default: offline, <manifest dir>/wheels); pip runs in a sandbox that reaches only this host and port"},
 	{name: "STR_PACKAGE_HOSTS", flag: "package-hosts", help: "comma-separated extra hosts (port 443) the index's files come from, e.g. files.pythonhosted.org for pypi.org"},
 	{name: "STR_PACKAGE_ALLOW_BUILDS", flag: "package-allow-builds", def: "false", help: "true lets pip build source distributions (their build code runs in the installation sandbox); default: wheels only"},
-	{name: "ARTIFACT_SERVICE_TYPE", flag: "artifact-type", def: "memory", help: "memory | filesystem | s3 (gcs is not built)"},
+	{name: "ARTIFACT_SERVICE_TYPE", flag: "artifact-type", def: "memory", help: "memory | filesystem | s3 | gcs"},
 	{name: "ARTIFACT_BASE_PATH", flag: "artifact-base-path", def: "/sam/artifacts", help: "filesystem artifact store base"},
 	{name: "ARTIFACT_S3_BUCKET", flag: "artifact-s3-bucket", help: "bucket of the s3 store (required with ARTIFACT_SERVICE_TYPE=s3); credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared files, web identity, ECS or EC2 roles), never passed to sandboxes"},
 	{name: "S3_BUCKET_NAME", flag: "s3-bucket-name", help: "the reference's examples' name of ARTIFACT_S3_BUCKET, read when that is unset"},
@@ -219,7 +222,8 @@ var settings = []setting{
 	{name: "S3_REGION", flag: "s3-region", help: "the reference's examples' name of ARTIFACT_S3_REGION, read when that is unset"},
 	{name: "S3_ENDPOINT_URL", flag: "s3-endpoint-url", help: "URL of an S3-compatible store (MinIO, Ceph, SeaweedFS, versitygw), the reference's name; unset: AWS S3 in the region"},
 	{name: "ARTIFACT_S3_PATH_STYLE", flag: "artifact-s3-path-style", def: "auto", help: "auto | true | false: the bucket in the URL's path (true) or host name (false); auto: path style exactly when S3_ENDPOINT_URL is set"},
-	{name: "ARTIFACT_GCS_BUCKET", flag: "artifact-gcs-bucket", help: "GCS bucket (not supported)"},
+	{name: "ARTIFACT_GCS_BUCKET", flag: "artifact-gcs-bucket", help: "bucket of the gcs store (required with ARTIFACT_SERVICE_TYPE=gcs); credentials: Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, the metadata server, workload identity) unless GCS_CREDENTIALS_JSON is set, never passed to sandboxes; STORAGE_EMULATOR_HOST points the client at an emulator"},
+	{name: "GCS_CREDENTIALS_JSON", flag: "gcs-credentials-json", help: "a service account key (JSON) for the gcs store, in place of Application Default Credentials (the reference's name)", secret: true},
 	{name: "ARTIFACT_AUDIT_LOG", flag: "artifact-audit-log", help: "append-only JSON-lines audit log of artifact saves and loads (default for the filesystem store: <ARTIFACT_BASE_PATH>/.audit/audit.jsonl; memory store: none; \"off\" = none)"},
 	{name: "ARTIFACT_MEMORY_MAX_BYTES", flag: "artifact-memory-max-bytes", def: "268435456", help: "byte budget of the memory store: least recently used versions are evicted beyond it"},
 	{name: "HEALTH_ADDR", flag: "health-addr", def: "127.0.0.1", help: "address /healthz, /readyz and /metrics listen on (0.0.0.0 or :: for every interface)"},
@@ -437,7 +441,8 @@ func configFromValues(v map[string]string) (*Config, error) {
 		RunnerDir: v["STR_RUNNER_DIR"], SiteDir: v["STR_SITE_DIR"], PackageIndex: v["STR_PACKAGE_INDEX_URL"],
 		ArtifactType: v["ARTIFACT_SERVICE_TYPE"], ArtifactBasePath: v["ARTIFACT_BASE_PATH"],
 		ArtifactS3Bucket: cmp.Or(v["ARTIFACT_S3_BUCKET"], v["S3_BUCKET_NAME"]), ArtifactS3Region: cmp.Or(v["ARTIFACT_S3_REGION"], v["S3_REGION"]),
-		ArtifactS3Endpoint: v["S3_ENDPOINT_URL"], ArtifactS3PathStyle: v["ARTIFACT_S3_PATH_STYLE"], ArtifactGCSBuck: v["ARTIFACT_GCS_BUCKET"],
+		ArtifactS3Endpoint: v["S3_ENDPOINT_URL"], ArtifactS3PathStyle: v["ARTIFACT_S3_PATH_STYLE"],
+		ArtifactGCSBuck: v["ARTIFACT_GCS_BUCKET"], ArtifactGCSCredentials: v["GCS_CREDENTIALS_JSON"],
 		ArtifactAuditLog: v["ARTIFACT_AUDIT_LOG"], ArtifactMemoryMaxBytes: int64(integer("ARTIFACT_MEMORY_MAX_BYTES", 1)),
 		HealthAddr: v["HEALTH_ADDR"], HealthPort: integer("HEALTH_PORT", 0),
 		MaxPayloadBytes: integer("STR_MAX_PAYLOAD_BYTES", 1024), MaxOutputBytes: int64(integer("STR_MAX_OUTPUT_BYTES", 0)),
@@ -551,9 +556,11 @@ func configFromValues(v map[string]string) (*Config, error) {
 			bad("S3_ENDPOINT_URL", "must be an http:// or https:// URL with a host")
 		}
 	case "gcs":
-		bad("ARTIFACT_SERVICE_TYPE", "the gcs backend is not built into str; use memory, filesystem or s3")
+		if c.ArtifactGCSBuck == "" {
+			bad("ARTIFACT_GCS_BUCKET", "required with ARTIFACT_SERVICE_TYPE=gcs")
+		}
 	default:
-		bad("ARTIFACT_SERVICE_TYPE", "must be memory, filesystem or s3")
+		bad("ARTIFACT_SERVICE_TYPE", "must be memory, filesystem, s3 or gcs")
 	}
 	switch c.ArtifactS3PathStyle {
 	case "auto", "true", "false":

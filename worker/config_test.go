@@ -48,7 +48,7 @@ func TestConfigPrecedence(t *testing.T) {
 }
 
 func TestConfigErrorsCollected(t *testing.T) {
-	_, err := LoadConfig([]string{"--max-concurrent", "zero", "--artifact-type", "gcs"},
+	_, err := LoadConfig([]string{"--max-concurrent", "zero", "--artifact-type", "azure"},
 		envOf(map[string]string{"HEALTH_PORT": "x"}), io.Discard)
 	if err == nil {
 		t.Fatal("accepted")
@@ -94,6 +94,18 @@ func TestConfigS3(t *testing.T) {
 		if _, err := LoadConfig(nil, envOf(with("ARTIFACT_S3_BUCKET", "b", kv[0], kv[1])), io.Discard); err == nil || !strings.Contains(err.Error(), kv[0]) {
 			t.Errorf("%s=%s: %v", kv[0], kv[1], err)
 		}
+	}
+}
+
+// ARTIFACT_SERVICE_TYPE=gcs needs a bucket.
+func TestConfigGCS(t *testing.T) {
+	env := map[string]string{"SAM_NAMESPACE": "ns", "DEV_BROKER_HOST": "h", "ARTIFACT_SERVICE_TYPE": "gcs"}
+	if _, err := LoadConfig(nil, envOf(env), io.Discard); err == nil || !strings.Contains(err.Error(), "ARTIFACT_GCS_BUCKET") {
+		t.Fatalf("no bucket: %v", err)
+	}
+	env["ARTIFACT_GCS_BUCKET"], env["GCS_CREDENTIALS_JSON"] = "b", `{"type":"service_account"}`
+	if c, err := LoadConfig(nil, envOf(env), io.Discard); err != nil || c.ArtifactGCSBuck != "b" || c.ArtifactGCSCredentials == "" {
+		t.Fatalf("with a bucket: %+v, %v", c, err)
 	}
 }
 

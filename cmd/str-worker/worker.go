@@ -113,6 +113,7 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 		AuditLog: cfg.ArtifactAuditLog, MemoryMaxBytes: cfg.ArtifactMemoryMaxBytes,
 		S3: artifacts.S3Settings{Bucket: cfg.ArtifactS3Bucket, Region: cfg.ArtifactS3Region,
 			Endpoint: cfg.ArtifactS3Endpoint, PathStyle: cfg.ArtifactS3PathStyle},
+		GCS: artifacts.GCSSettings{Bucket: cfg.ArtifactGCSBuck, CredentialsJSON: cfg.ArtifactGCSCredentials},
 	})
 	if err != nil {
 		return fmt.Errorf("artifact store (%s): %w", cfg.ArtifactType, err)
