@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"reflect"
 	"runtime"
 	"sort"
@@ -17,97 +14,35 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/iterator"
 
-	"github.com/securetoolruntime/str/internal/syncbuf"
+	"github.com/securetoolruntime/str/internal/objstoretest"
 )
 
 // The GCS store's tests run against fake-gcs-server (a GCS emulator,
-// `make test-tools` installs it into bin/tools), started by each test on
-// loopback with a directory of its own; the client finds it through
+// internal/objstoretest), started by each test on loopback with a
+// directory of its own; the client finds it through
 // STORAGE_EMULATOR_HOST, as a deployment's would.
 
-const testGCSBucket = "artifacts"
+const testGCSBucket = objstoretest.Bucket
 
+// gcsServer is the test's emulator, with the clients the tests use.
 type gcsServer struct {
-	t    *testing.T
-	bin  string
-	root string
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *syncbuf.Buffer
+	*objstoretest.Server
+	t *testing.T
 }
 
-// startGCS starts fake-gcs-server with an empty bucket testGCSBucket and
-// points STORAGE_EMULATOR_HOST at it.
 func startGCS(t *testing.T) *gcsServer {
 	t.Helper()
-	s := &gcsServer{t: t, bin: findTool(t, "fake-gcs-server", "github.com/fsouza/fake-gcs-server@v1.56.1"), root: t.TempDir()}
-	s.start()
-	t.Cleanup(s.stop)
-	t.Setenv("STORAGE_EMULATOR_HOST", s.addr)
-	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
-	if err := s.raw().Bucket(testGCSBucket).Create(context.Background(), "str-test", nil); err != nil {
-		t.Fatalf("create bucket: %v", err)
-	}
-	return s
-}
-
-func (s *gcsServer) start() {
-	s.t.Helper()
-	if s.addr == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		s.addr = ln.Addr().String()
-		ln.Close()
-	}
-	_, port, _ := net.SplitHostPort(s.addr)
-	s.log = &syncbuf.Buffer{}
-	s.cmd = exec.Command(s.bin, "-scheme", "http", "-host", "127.0.0.1", "-port", port,
-		"-backend", "filesystem", "-filesystem-root", s.root, "-log-level", "error")
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	s.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(s.cmd, s.done)
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		c, err := net.Dial("tcp", s.addr)
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-s.done:
-			s.t.Fatalf("fake-gcs-server exited: %s", s.log.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("fake-gcs-server does not listen on %s: %s", s.addr, s.log.String())
-		}
-	}
-}
-
-func (s *gcsServer) stop() {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
+	return &gcsServer{Server: objstoretest.GCS(t), t: t}
 }
 
 // raw is a plain client of the emulator, the way another program (ADK's
 // google-cloud-storage client) reaches the same bucket.
 func (s *gcsServer) raw() *storage.Client {
 	s.t.Helper()
-	os.Setenv("STORAGE_EMULATOR_HOST", s.addr)
 	c, err := storage.NewClient(context.Background(), storage.WithJSONReads())
 	if err != nil {
 		s.t.Fatal(err)
@@ -292,7 +227,7 @@ func TestGCSStoreStoppedMidUpload(t *testing.T) {
 	ctx := context.Background()
 	st := newGCS(t, "sam")
 	const size = 40 << 20
-	_, err := st.SaveReader(ctx, "u1", "s1", "big.bin", &patternReader{n: size, afterBytes: 20 << 20, after: srv.stop}, size, "")
+	_, err := st.SaveReader(ctx, "u1", "s1", "big.bin", &patternReader{n: size, afterBytes: 20 << 20, after: srv.Stop}, size, "")
 	if err == nil || errors.Is(err, ErrSizeMismatch) || !strings.Contains(err.Error(), "gcs store") {
 		t.Fatalf("save with the store stopped: %v", err)
 	}
@@ -300,7 +235,7 @@ func TestGCSStoreStoppedMidUpload(t *testing.T) {
 	if serr, _ := st.(Checker).Check(); serr == nil {
 		t.Fatal("Check with the store down: nil")
 	}
-	srv.start()
+	srv.Start()
 	if vs, err := st.ListVersions(ctx, "u1", "s1", "big.bin"); err != nil || len(vs) != 0 {
 		t.Fatalf("versions after the failed save: %v, %v", vs, err)
 	}

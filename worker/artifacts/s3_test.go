@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -20,143 +18,44 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/securetoolruntime/str/internal/mustwork"
-	"github.com/securetoolruntime/str/internal/syncbuf"
+	"github.com/securetoolruntime/str/internal/objstoretest"
 )
 
-// The S3 store's tests run against a real S3 server: versitygw (a
-// POSIX-backed S3 gateway, `make test-tools` installs it into bin/tools),
-// started by each test on loopback with a bucket directory of its own.
+// The S3 store's tests run against a real S3 server: versitygw
+// (internal/objstoretest), started by each test on loopback with a
+// bucket directory of its own.
 
 const (
-	testS3Access = "str-test-access"
-	testS3Secret = "str-test-secret-key"
-	testS3Bucket = "artifacts"
+	testS3Access = objstoretest.S3Access
+	testS3Secret = objstoretest.S3Secret
+	testS3Bucket = objstoretest.Bucket
 )
 
-// findTool returns the path of a test server program: on PATH, else in
-// the repository's bin/tools (where make test-tools installs it).
-func findTool(t *testing.T, name, install string) string {
-	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	dir, _ := os.Getwd()
-	for ; dir != filepath.Dir(dir); dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			p := filepath.Join(dir, "bin", "tools", name)
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-			break
-		}
-	}
-	mustwork.Skip(t, name+" is not on PATH nor in bin/tools (make test-tools, or: go install "+install+")")
-	return ""
-}
-
-// s3Server is one versitygw serving the directory root (each
-// subdirectory a bucket) on addr.
+// s3Server is the test's versitygw, with the clients the tests use.
 type s3Server struct {
-	t    *testing.T
-	bin  string
-	root string
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *syncbuf.Buffer
+	*objstoretest.Server
+	t *testing.T
 }
 
-// startS3 starts a versitygw with an empty bucket testS3Bucket and puts
-// its credentials in the environment, where the store's AWS chain reads
-// them (and nothing else: no config file, no instance metadata).
 func startS3(t *testing.T) *s3Server {
 	t.Helper()
-	s := &s3Server{t: t, bin: findTool(t, "versitygw", "github.com/versity/versitygw/cmd/versitygw@v1.8.0"), root: t.TempDir()}
-	t.Setenv("AWS_ACCESS_KEY_ID", testS3Access)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", testS3Secret)
-	t.Setenv("AWS_SESSION_TOKEN", "")
-	t.Setenv("AWS_PROFILE", "")
-	t.Setenv("AWS_REGION", "")
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(s.root, "no-aws-config"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(s.root, "no-aws-credentials"))
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	s.root = filepath.Join(s.root, "gw")
-	if err := os.Mkdir(s.root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s.start()
-	t.Cleanup(s.stop)
-	if _, err := s.raw().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(testS3Bucket)}); err != nil {
-		t.Fatalf("create bucket: %v", err)
-	}
-	return s
+	return &s3Server{Server: objstoretest.S3(t), t: t}
 }
-
-// start runs the server (again, on the same address and directory after
-// stop) and waits until it accepts connections.
-func (s *s3Server) start() {
-	s.t.Helper()
-	if s.addr == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		s.addr = ln.Addr().String()
-		ln.Close()
-	}
-	s.log = &syncbuf.Buffer{}
-	s.cmd = exec.Command(s.bin, "--port", s.addr, "--access", testS3Access, "--secret", testS3Secret, "--quiet", "posix", s.root)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	s.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(s.cmd, s.done)
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		c, err := net.Dial("tcp", s.addr)
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-s.done:
-			s.t.Fatalf("versitygw exited: %s", s.log.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("versitygw does not listen on %s: %s", s.addr, s.log.String())
-		}
-	}
-}
-
-// stop kills the server and waits for it to exit.
-func (s *s3Server) stop() {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
-}
-
-func (s *s3Server) endpoint() string { return "http://" + s.addr }
 
 func (s *s3Server) settings() S3Settings {
-	return S3Settings{Bucket: testS3Bucket, Endpoint: s.endpoint()}
+	return S3Settings{Bucket: testS3Bucket, Endpoint: s.Endpoint()}
 }
 
 // raw is a plain client of the server, the way another program (the
 // reference's boto3 client) reaches the same bucket.
 func (s *s3Server) raw() *s3.Client {
 	return s3.New(s3.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(s.endpoint()), UsePathStyle: true,
+		Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint()), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(testS3Access, testS3Secret, ""),
 	})
 }
@@ -488,7 +387,7 @@ func TestS3StoreStoppedMidUpload(t *testing.T) {
 	ctx := context.Background()
 	st := newS3(t, srv, "sam")
 	const size = 40 << 20
-	src := &patternReader{n: size, afterBytes: 20 << 20, after: srv.stop}
+	src := &patternReader{n: size, afterBytes: 20 << 20, after: srv.Stop}
 	_, err := st.SaveReader(ctx, "u1", "s1", "big.bin", src, size, "")
 	if err == nil || errors.Is(err, ErrSizeMismatch) || !strings.Contains(err.Error(), "s3 store") {
 		t.Fatalf("save with the store stopped: %v", err)
@@ -502,11 +401,11 @@ func TestS3StoreStoppedMidUpload(t *testing.T) {
 			t.Fatal("Check with the store down: nil")
 		}
 	}
-	srv.start()
+	srv.Start()
 	if vs, err := st.ListVersions(ctx, "u1", "s1", "big.bin"); err != nil || len(vs) != 0 {
 		t.Fatalf("versions after the failed save: %v, %v", vs, err)
 	}
-	if files := visibleFiles(t, filepath.Join(srv.root, testS3Bucket)); len(files) != 0 {
+	if files := visibleFiles(t, filepath.Join(srv.Root, testS3Bucket)); len(files) != 0 {
 		t.Fatalf("files in the bucket after the failed save: %q", files)
 	}
 	if v, err := st.SaveReader(ctx, "u1", "s1", "big.bin", &patternReader{n: size}, size, ""); err != nil || v != 0 {
@@ -530,7 +429,7 @@ func TestS3MissingBucket(t *testing.T) {
 		t.Fatalf("NewS3 with a missing bucket: %v", err)
 	}
 	st := newS3(t, srv, "sam")
-	if err := os.RemoveAll(filepath.Join(srv.root, testS3Bucket)); err != nil {
+	if err := os.RemoveAll(filepath.Join(srv.Root, testS3Bucket)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = st.Save(ctx, "u1", "s1", "a.txt", []byte("x"), "")
