@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -100,6 +101,29 @@ type s3Store struct {
 	audit    *auditLog
 	locks    keyedMutex // per artifact, in this process
 	partSize int64
+	// unconditional is set once the store answered a conditional write
+	// with NotImplemented (501): writes go on without the condition.
+	unconditional atomic.Bool
+}
+
+// ifNoneMatch is a write's condition: "*" (only if the key does not
+// exist), or none once the store said it does not implement it.
+func (s *s3Store) ifNoneMatch() *string {
+	if s.unconditional.Load() {
+		return nil
+	}
+	return aws.String("*")
+}
+
+// noCondition reports whether err is the store refusing the condition
+// itself (501 NotImplemented) on a conditional write, and if so stops
+// sending it: the write is then retried without it.
+func (s *s3Store) noCondition(err error) bool {
+	if s.unconditional.Load() || (s3Code(err) != "NotImplemented" && s3Status(err) != http.StatusNotImplemented) {
+		return false
+	}
+	s.unconditional.Store(true)
+	return true
 }
 
 // NewS3 returns the S3 store for the bucket of set and the namespace,
@@ -293,7 +317,10 @@ func (s *s3Store) SaveReader(ctx context.Context, userID, sessionID, filename st
 //     buffer at a time, whose completion is conditional the same way (on
 //     a collision the data read is gone: the save fails, nothing stored).
 //     A failed upload is aborted: S3 shows an object only once its PUT or
-//     its completion succeeded, so a failed save leaves no version.
+//     its completion succeeded, so a failed save leaves no version. A
+//     store that answers the condition NotImplemented (501) is written
+//     without it from then on: the reference's own guarantee (a version
+//     two hosts save at the same moment can be overwritten).
 func (s *s3Store) save(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, string, error) {
 	// 1. validate
 	if err := ctx.Err(); err != nil {
@@ -354,10 +381,13 @@ func (s *s3Store) save(ctx context.Context, userID, sessionID, filename string, 
 			Bucket: aws.String(s.bucket), Key: aws.String(key),
 			Body: bytes.NewReader(buf), ContentLength: aws.Int64(size),
 			ContentType: aws.String(mimeType), Metadata: meta(next),
-			IfNoneMatch: aws.String("*"),
+			IfNoneMatch: s.ifNoneMatch(),
 		})
 		if err == nil {
 			return next, loc.filename, nil
+		}
+		if s.noCondition(err) {
+			continue
 		}
 		if !isS3Taken(err) || tries >= maxLinkRetries {
 			return 0, "", fmt.Errorf("artifacts: s3 store: save %s (step 4, put): %w", s.url(key), err)
@@ -418,11 +448,18 @@ func (s *s3Store) putMultipart(ctx context.Context, key string, r io.Reader, siz
 	if m, _ := io.ReadFull(r, extra[:]); m > 0 {
 		return fmt.Errorf("%w: more than the %d bytes expected", ErrSizeMismatch, size)
 	}
-	_, err = s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
-		Bucket: aws.String(s.bucket), Key: aws.String(key), UploadId: uploadID,
-		MultipartUpload: &s3types.CompletedMultipartUpload{Parts: parts},
-		IfNoneMatch:     aws.String("*"),
-	})
+	complete := func() error {
+		_, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+			Bucket: aws.String(s.bucket), Key: aws.String(key), UploadId: uploadID,
+			MultipartUpload: &s3types.CompletedMultipartUpload{Parts: parts},
+			IfNoneMatch:     s.ifNoneMatch(),
+		})
+		return err
+	}
+	err = complete()
+	if err != nil && s.noCondition(err) {
+		err = complete()
+	}
 	if isS3Taken(err) {
 		return fmt.Errorf("another writer saved this version during the upload; nothing was saved: %w", err)
 	}

@@ -10,6 +10,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -539,5 +544,57 @@ func TestS3Quota(t *testing.T) {
 	}
 	if err := st.(QuotaChecker).CheckQuota(ctx, "u1", "s2", []string{"d.txt"}, []int64{4}); err != nil {
 		t.Fatalf("CheckQuota within: %v", err)
+	}
+}
+
+// A store that does not implement conditional writes (it answers a
+// request with If-None-Match 501 NotImplemented, as some S3-compatible
+// stores do): saves, small and multipart, go on without the condition.
+// The store here is versitygw behind a proxy that refuses the header.
+func TestS3StoreWithoutConditionalWrites(t *testing.T) {
+	srv := startS3(t)
+	ctx := context.Background()
+	target, err := url.Parse(srv.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("If-None-Match") != "" {
+			refused.Add(1)
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusNotImplemented)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NotImplemented</Code><Message>A header you provided implies functionality that is not implemented</Message></Error>`)
+			return
+		}
+		proxy.ServeHTTP(w, r) // the Host header stays the proxy's, which the request was signed for
+	}))
+	defer front.Close()
+	// A new store for each: the first conditional write it sends is a PUT
+	// (a.bin) or a multipart completion (b.bin).
+	for _, c := range []struct {
+		name  string
+		sizes []int64
+	}{{"a.bin", []int64{5, 9 << 20, 5}}, {"b.bin", []int64{9 << 20, 5, 9 << 20}}} {
+		refused.Store(0)
+		st, err := NewS3(ctx, S3Settings{Bucket: testS3Bucket, Endpoint: front.URL}, "sam")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, size := range c.sizes {
+			v, err := st.SaveReader(ctx, "u1", "s1", c.name, &patternReader{n: size}, size, "")
+			if err != nil || v != i {
+				t.Fatalf("%s: save %d (%d bytes): %d, %v", c.name, i, size, v, err)
+			}
+		}
+		if n := refused.Load(); n != 1 {
+			t.Fatalf("%s: %d conditional writes refused, want 1 (the first, then none sent)", c.name, n)
+		}
+	}
+	want := []string{"sam/u1/s1/a.bin/0", "sam/u1/s1/a.bin/1", "sam/u1/s1/a.bin/2", "sam/u1/s1/b.bin/0", "sam/u1/s1/b.bin/1", "sam/u1/s1/b.bin/2"}
+	if got := srv.keys(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("keys %q", got)
 	}
 }
