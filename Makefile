@@ -21,11 +21,19 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.51.0
 
+# The object stores the artifact stores' tests start (worker/artifacts finds
+# them on PATH, else in bin/tools): versitygw, a POSIX-backed S3 gateway, for
+# ARTIFACT_SERVICE_TYPE=s3, and fake-gcs-server, a GCS emulator, for gcs.
+# Built from the module proxy into bin/tools once (about 5 minutes together
+# on 2 cores); install-tool.sh then skips them.
+VERSITYGW     := github.com/versity/versitygw/cmd/versitygw@v1.8.0
+FAKEGCSSERVER := github.com/fsouza/fake-gcs-server@v1.56.1
+
 # The worker image's one tag: make image builds it, test/container runs it
 # (STR_IMAGE), docs/deployment.md names it.
 IMAGE := str-worker:dev
 
-.PHONY: help deps init build run demo test test-unit test-unit-plain test-unit-race test-fuzz test-integration test-integration-host test-integration-template test-vm test-container test-docker test-systemd test-pod test-fleet test-deps image fuzz bench bench-egress bwrap-suite lint lint-gofmt lint-vet lint-staticcheck lint-deadcode lint-govulncheck tools clean
+.PHONY: help deps init build run demo test test-unit test-unit-plain test-unit-race test-fuzz test-integration test-integration-host test-integration-template test-vm test-container test-docker test-systemd test-pod test-fleet test-deps test-tools image fuzz bench bench-egress bwrap-suite lint lint-gofmt lint-vet lint-staticcheck lint-deadcode lint-govulncheck tools clean
 
 help:
 	@echo "make run     build and start str worker with the embedded broker on 127.0.0.1:55554 (the main job; BROKER_PORT=N for another port)"
@@ -82,7 +90,7 @@ demo:
 # runs, the run fails, and the table's last line names every failed phase.
 # The container phases need the image (:image): when it fails they are
 # listed as not run.
-test: deps build test-deps
+test: deps build test-deps test-tools
 	@MAKE="$(MAKE)" ./scripts/phases.sh '&image' test-unit test-fuzz test-integration test-vm image bwrap-suite \
 	  test-docker:image test-systemd:image test-pod:image test-fleet:image
 
@@ -114,7 +122,7 @@ test-unit: test-unit-plain test-unit-race
 test-unit-plain:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/ -e /worker -e /launcher -e /nsinit -e /internal/)
 
-test-unit-race:
+test-unit-race: test-tools
 	$(GO) test -count=1 -race ./worker/... ./launcher/... ./nsinit/... ./internal/...
 
 # The fuzz targets (scripts/fuzz.sh lists them all, each with its seed
@@ -231,6 +239,9 @@ lint-deadcode: tools
 
 lint-govulncheck:
 	@t=$$(date +%s); GO=$(GO) ./scripts/vulncheck.sh $(TOOLS) $(GOVULNCHECK) && echo "lint: govulncheck $$(( $$(date +%s) - t )) s"
+
+test-tools:
+	@t=$$(date +%s); for tool in $(VERSITYGW) $(FAKEGCSSERVER); do GO=$(GO) ./scripts/install-tool.sh $(TOOLS) $$tool || exit; done; echo "test-tools: $$(( $$(date +%s) - t )) s"
 
 tools:
 	@t=$$(date +%s); for tool in $(STATICCHECK) $(DEADCODE); do GO=$(GO) ./scripts/install-tool.sh $(TOOLS) $$tool || exit; done; echo "lint: tools $$(( $$(date +%s) - t )) s"

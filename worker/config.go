@@ -2,11 +2,13 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,9 +75,16 @@ type Config struct {
 
 	ArtifactType     string // ARTIFACT_SERVICE_TYPE
 	ArtifactBasePath string // ARTIFACT_BASE_PATH
-	ArtifactS3Bucket string
-	ArtifactS3Region string
-	ArtifactGCSBuck  string
+	// The S3 store (ARTIFACT_SERVICE_TYPE=s3); credentials come from the
+	// AWS chain (artifacts.NewS3).
+	ArtifactS3Bucket    string // ARTIFACT_S3_BUCKET, else S3_BUCKET_NAME
+	ArtifactS3Region    string // ARTIFACT_S3_REGION, else S3_REGION
+	ArtifactS3Endpoint  string // S3_ENDPOINT_URL
+	ArtifactS3PathStyle string // ARTIFACT_S3_PATH_STYLE
+	// The GCS store (ARTIFACT_SERVICE_TYPE=gcs): Application Default
+	// Credentials unless GCS_CREDENTIALS_JSON gives a service account key.
+	ArtifactGCSBuck        string // ARTIFACT_GCS_BUCKET
+	ArtifactGCSCredentials string // GCS_CREDENTIALS_JSON
 	// ARTIFACT_AUDIT_LOG: audit log path ("" = the store's default, "off").
 	ArtifactAuditLog       string
 	ArtifactMemoryMaxBytes int64 // ARTIFACT_MEMORY_MAX_BYTES: the memory store's LRU budget
@@ -205,11 +214,16 @@ var settings = []setting{
 	{name: "STR_PACKAGE_INDEX_URL", flag: "package-index", help: "package index for manifest packages (default: offline, <manifest dir>/wheels); pip runs in a sandbox that reaches only this host and port"},
 	{name: "STR_PACKAGE_HOSTS", flag: "package-hosts", help: "comma-separated extra hosts (port 443) the index's files come from, e.g. files.pythonhosted.org for pypi.org"},
 	{name: "STR_PACKAGE_ALLOW_BUILDS", flag: "package-allow-builds", def: "false", help: "true lets pip build source distributions (their build code runs in the installation sandbox); default: wheels only"},
-	{name: "ARTIFACT_SERVICE_TYPE", flag: "artifact-type", def: "memory", help: "memory | filesystem (s3 and gcs are not built)"},
+	{name: "ARTIFACT_SERVICE_TYPE", flag: "artifact-type", def: "memory", help: "memory | filesystem | s3 | gcs"},
 	{name: "ARTIFACT_BASE_PATH", flag: "artifact-base-path", def: "/sam/artifacts", help: "filesystem artifact store base"},
-	{name: "ARTIFACT_S3_BUCKET", flag: "artifact-s3-bucket", help: "S3 bucket (not supported)"},
-	{name: "ARTIFACT_S3_REGION", flag: "artifact-s3-region", help: "S3 region (not supported)"},
-	{name: "ARTIFACT_GCS_BUCKET", flag: "artifact-gcs-bucket", help: "GCS bucket (not supported)"},
+	{name: "ARTIFACT_S3_BUCKET", flag: "artifact-s3-bucket", help: "bucket of the s3 store (required with ARTIFACT_SERVICE_TYPE=s3); credentials come from the standard AWS chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared files, web identity, ECS or EC2 roles), never passed to sandboxes"},
+	{name: "S3_BUCKET_NAME", flag: "s3-bucket-name", help: "the reference's examples' name of ARTIFACT_S3_BUCKET, read when that is unset"},
+	{name: "ARTIFACT_S3_REGION", flag: "artifact-s3-region", help: "region of the s3 store (default: S3_REGION, else the AWS chain's AWS_REGION, AWS_DEFAULT_REGION or profile, else us-east-1)"},
+	{name: "S3_REGION", flag: "s3-region", help: "the reference's examples' name of ARTIFACT_S3_REGION, read when that is unset"},
+	{name: "S3_ENDPOINT_URL", flag: "s3-endpoint-url", help: "URL of an S3-compatible store (MinIO, Ceph, SeaweedFS, versitygw), the reference's name; unset: AWS S3 in the region"},
+	{name: "ARTIFACT_S3_PATH_STYLE", flag: "artifact-s3-path-style", def: "auto", help: "auto | true | false: the bucket in the URL's path (true) or host name (false); auto: path style exactly when S3_ENDPOINT_URL is set"},
+	{name: "ARTIFACT_GCS_BUCKET", flag: "artifact-gcs-bucket", help: "bucket of the gcs store (required with ARTIFACT_SERVICE_TYPE=gcs); credentials: Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, the metadata server, workload identity) unless GCS_CREDENTIALS_JSON is set, never passed to sandboxes; STORAGE_EMULATOR_HOST points the client at an emulator"},
+	{name: "GCS_CREDENTIALS_JSON", flag: "gcs-credentials-json", help: "a service account key (JSON) for the gcs store, in place of Application Default Credentials (the reference's name)", secret: true},
 	{name: "ARTIFACT_AUDIT_LOG", flag: "artifact-audit-log", help: "append-only JSON-lines audit log of artifact saves and loads (default for the filesystem store: <ARTIFACT_BASE_PATH>/.audit/audit.jsonl; memory store: none; \"off\" = none)"},
 	{name: "ARTIFACT_MEMORY_MAX_BYTES", flag: "artifact-memory-max-bytes", def: "268435456", help: "byte budget of the memory store: least recently used versions are evicted beyond it"},
 	{name: "HEALTH_ADDR", flag: "health-addr", def: "127.0.0.1", help: "address /healthz, /readyz and /metrics listen on (0.0.0.0 or :: for every interface)"},
@@ -426,7 +440,9 @@ func configFromValues(v map[string]string) (*Config, error) {
 		ProfileDir: v["SANDBOX_PROFILE_DIR"], CgroupParent: v["SANDBOX_CGROUP_PARENT"],
 		RunnerDir: v["STR_RUNNER_DIR"], SiteDir: v["STR_SITE_DIR"], PackageIndex: v["STR_PACKAGE_INDEX_URL"],
 		ArtifactType: v["ARTIFACT_SERVICE_TYPE"], ArtifactBasePath: v["ARTIFACT_BASE_PATH"],
-		ArtifactS3Bucket: v["ARTIFACT_S3_BUCKET"], ArtifactS3Region: v["ARTIFACT_S3_REGION"], ArtifactGCSBuck: v["ARTIFACT_GCS_BUCKET"],
+		ArtifactS3Bucket: cmp.Or(v["ARTIFACT_S3_BUCKET"], v["S3_BUCKET_NAME"]), ArtifactS3Region: cmp.Or(v["ARTIFACT_S3_REGION"], v["S3_REGION"]),
+		ArtifactS3Endpoint: v["S3_ENDPOINT_URL"], ArtifactS3PathStyle: v["ARTIFACT_S3_PATH_STYLE"],
+		ArtifactGCSBuck: v["ARTIFACT_GCS_BUCKET"], ArtifactGCSCredentials: v["GCS_CREDENTIALS_JSON"],
 		ArtifactAuditLog: v["ARTIFACT_AUDIT_LOG"], ArtifactMemoryMaxBytes: int64(integer("ARTIFACT_MEMORY_MAX_BYTES", 1)),
 		HealthAddr: v["HEALTH_ADDR"], HealthPort: integer("HEALTH_PORT", 0),
 		MaxPayloadBytes: integer("STR_MAX_PAYLOAD_BYTES", 1024), MaxOutputBytes: int64(integer("STR_MAX_OUTPUT_BYTES", 0)),
@@ -532,10 +548,24 @@ func configFromValues(v map[string]string) (*Config, error) {
 	}
 	switch c.ArtifactType {
 	case "memory", "filesystem":
-	case "s3", "gcs":
-		bad("ARTIFACT_SERVICE_TYPE", "the s3 and gcs backends are not built into str; use memory or filesystem")
+	case "s3":
+		if c.ArtifactS3Bucket == "" {
+			bad("ARTIFACT_S3_BUCKET", "required with ARTIFACT_SERVICE_TYPE=s3 (or S3_BUCKET_NAME)")
+		}
+		if u, err := url.Parse(c.ArtifactS3Endpoint); c.ArtifactS3Endpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			bad("S3_ENDPOINT_URL", "must be an http:// or https:// URL with a host")
+		}
+	case "gcs":
+		if c.ArtifactGCSBuck == "" {
+			bad("ARTIFACT_GCS_BUCKET", "required with ARTIFACT_SERVICE_TYPE=gcs")
+		}
 	default:
-		bad("ARTIFACT_SERVICE_TYPE", "must be memory or filesystem")
+		bad("ARTIFACT_SERVICE_TYPE", "must be memory, filesystem, s3 or gcs")
+	}
+	switch c.ArtifactS3PathStyle {
+	case "auto", "true", "false":
+	default:
+		bad("ARTIFACT_S3_PATH_STYLE", "must be auto, true or false")
 	}
 	if c.WorkerID == "" || unsafeName(c.WorkerID, maxIDLen) != "" {
 		bad("SAM_WORKER_ID", "must be a non-empty name without / or ..")

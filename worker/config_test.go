@@ -48,7 +48,7 @@ func TestConfigPrecedence(t *testing.T) {
 }
 
 func TestConfigErrorsCollected(t *testing.T) {
-	_, err := LoadConfig([]string{"--max-concurrent", "zero", "--artifact-type", "s3"},
+	_, err := LoadConfig([]string{"--max-concurrent", "zero", "--artifact-type", "azure"},
 		envOf(map[string]string{"HEALTH_PORT": "x"}), io.Discard)
 	if err == nil {
 		t.Fatal("accepted")
@@ -61,6 +61,51 @@ func TestConfigErrorsCollected(t *testing.T) {
 	if _, err := LoadConfig([]string{"--namespace", "/", "--dev-broker-host", "h"}, envOf(nil), io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "empty namespace") {
 		t.Fatalf("empty namespace: %v", err)
+	}
+}
+
+// ARTIFACT_SERVICE_TYPE=s3: a bucket is required (the reference's
+// S3_BUCKET_NAME and S3_REGION are read when str's names are unset), the
+// endpoint must be a URL, the path style one of three words.
+func TestConfigS3(t *testing.T) {
+	base := map[string]string{"SAM_NAMESPACE": "ns", "DEV_BROKER_HOST": "h", "ARTIFACT_SERVICE_TYPE": "s3"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	if _, err := LoadConfig(nil, envOf(with()), io.Discard); err == nil || !strings.Contains(err.Error(), "ARTIFACT_S3_BUCKET") {
+		t.Fatalf("no bucket: %v", err)
+	}
+	c, err := LoadConfig(nil, envOf(with("S3_BUCKET_NAME", "b1", "S3_REGION", "eu-west-3", "S3_ENDPOINT_URL", "http://127.0.0.1:9000")), io.Discard)
+	if err != nil || c.ArtifactS3Bucket != "b1" || c.ArtifactS3Region != "eu-west-3" || c.ArtifactS3Endpoint != "http://127.0.0.1:9000" || c.ArtifactS3PathStyle != "auto" {
+		t.Fatalf("reference names: %+v, %v", c, err)
+	}
+	c, err = LoadConfig(nil, envOf(with("S3_BUCKET_NAME", "b1", "ARTIFACT_S3_BUCKET", "b2", "S3_REGION", "r1", "ARTIFACT_S3_REGION", "r2")), io.Discard)
+	if err != nil || c.ArtifactS3Bucket != "b2" || c.ArtifactS3Region != "r2" {
+		t.Fatalf("str's names first: %+v, %v", c, err)
+	}
+	for _, kv := range [][2]string{{"S3_ENDPOINT_URL", "127.0.0.1:9000"}, {"S3_ENDPOINT_URL", "ftp://h"}, {"ARTIFACT_S3_PATH_STYLE", "yes"}} {
+		if _, err := LoadConfig(nil, envOf(with("ARTIFACT_S3_BUCKET", "b", kv[0], kv[1])), io.Discard); err == nil || !strings.Contains(err.Error(), kv[0]) {
+			t.Errorf("%s=%s: %v", kv[0], kv[1], err)
+		}
+	}
+}
+
+// ARTIFACT_SERVICE_TYPE=gcs needs a bucket.
+func TestConfigGCS(t *testing.T) {
+	env := map[string]string{"SAM_NAMESPACE": "ns", "DEV_BROKER_HOST": "h", "ARTIFACT_SERVICE_TYPE": "gcs"}
+	if _, err := LoadConfig(nil, envOf(env), io.Discard); err == nil || !strings.Contains(err.Error(), "ARTIFACT_GCS_BUCKET") {
+		t.Fatalf("no bucket: %v", err)
+	}
+	env["ARTIFACT_GCS_BUCKET"], env["GCS_CREDENTIALS_JSON"] = "b", `{"type":"service_account"}`
+	if c, err := LoadConfig(nil, envOf(env), io.Discard); err != nil || c.ArtifactGCSBuck != "b" || c.ArtifactGCSCredentials == "" {
+		t.Fatalf("with a bucket: %+v, %v", c, err)
 	}
 }
 

@@ -111,6 +111,9 @@ func runWorker(cfg *worker.Config, log *slog.Logger) error {
 	store, auditLog, err := artifacts.Open(artifacts.Settings{
 		Type: cfg.ArtifactType, BasePath: cfg.ArtifactBasePath, Namespace: cfg.Namespace,
 		AuditLog: cfg.ArtifactAuditLog, MemoryMaxBytes: cfg.ArtifactMemoryMaxBytes,
+		S3: artifacts.S3Settings{Bucket: cfg.ArtifactS3Bucket, Region: cfg.ArtifactS3Region,
+			Endpoint: cfg.ArtifactS3Endpoint, PathStyle: cfg.ArtifactS3PathStyle},
+		GCS: artifacts.GCSSettings{Bucket: cfg.ArtifactGCSBuck, CredentialsJSON: cfg.ArtifactGCSCredentials},
 	})
 	if err != nil {
 		return fmt.Errorf("artifact store (%s): %w", cfg.ArtifactType, err)

@@ -18,6 +18,20 @@
 // does not grow with a tool's outputs), hashing it for the audit log on
 // the way; a reader yielding more or fewer bytes fails (ErrSizeMismatch).
 //
+// NewS3 and NewGCS (ARTIFACT_SERVICE_TYPE=s3 and gcs) keep the same
+// semantics in one bucket that workers on several hosts and the agents
+// share, in the layouts the reference's services write: its S3 service's
+// ({namespace}/{user_id}/{session_id|user}/{name}/{N}, one object per
+// version, the mime type as its Content-Type and its metadata
+// original_filename, user_id, session_id, version) and ADK's GCS service's
+// (the same, but a user-scoped object keeps its "user:" prefix). A save
+// lists the versions, then writes the next one only if it does not exist
+// (S3's If-None-Match: *, GCS's ifGenerationMatch=0), moving to the next
+// number when another writer took it; it streams through one 8 MiB part
+// buffer (multipart or resumable uploads beyond it), and a failed upload
+// is aborted, which stores nothing. A missing bucket or refused
+// credentials fail NewS3 and NewGCS (start-up); Check asks the bucket.
+//
 // What it protects against:
 //   - Path traversal through ids and names. Every component (user id,
 //     session id, the namespace's last level) must be one safe path
@@ -55,5 +69,10 @@
 //
 // What it trusts: the base directory and the path to it (created by the
 // operator, not writable by tools), and the local filesystem's link(2),
-// rename(2) and flock(2) semantics (not NFS).
+// rename(2) and flock(2) semantics (not NFS). The S3 and GCS stores
+// trust the bucket's store to honour conditional writes (one that
+// ignores them loses a version when two hosts save one name at the same
+// moment, as the reference's services do) and to show an object only
+// once its upload is complete, and everyone the bucket's credentials
+// admit (agents included) to write only the layout.
 package artifacts

@@ -1,6 +1,7 @@
 package artifacts
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,12 +10,14 @@ import (
 // Settings choose and configure the store of `str worker` (the
 // ARTIFACT_* settings).
 type Settings struct {
-	Type      string // "filesystem" or "memory" (ARTIFACT_SERVICE_TYPE)
+	Type      string // "filesystem", "memory", "s3" or "gcs" (ARTIFACT_SERVICE_TYPE)
 	BasePath  string // ARTIFACT_BASE_PATH (filesystem)
+	S3        S3Settings
+	GCS       GCSSettings
 	Namespace string // SAM_NAMESPACE: the store's scope (spec §9)
 	// AuditLog is ARTIFACT_AUDIT_LOG: the audit log's path, "" for the
 	// default (DefaultAuditLog for the filesystem store, none for the
-	// memory store), AuditLogOff for none.
+	// memory, s3 and gcs stores), AuditLogOff for none.
 	AuditLog string
 	// MemoryMaxBytes is ARTIFACT_MEMORY_MAX_BYTES, the memory store's
 	// budget (<= 0: DefaultMemoryBudget).
@@ -78,8 +81,18 @@ func Open(s Settings) (Store, string, error) {
 		}
 	case "memory":
 		st = NewMemory(s.Namespace, opts...)
+	case "s3":
+		st, err = NewS3(context.Background(), s.S3, s.Namespace, opts...)
+		if err != nil {
+			return nil, "", err
+		}
+	case "gcs":
+		st, err = NewGCS(context.Background(), s.GCS, s.Namespace, opts...)
+		if err != nil {
+			return nil, "", err
+		}
 	default:
-		return nil, "", fmt.Errorf("artifacts: unknown store type %q (memory or filesystem)", s.Type)
+		return nil, "", fmt.Errorf("artifacts: unknown store type %q (memory, filesystem, s3 or gcs)", s.Type)
 	}
 	return st, auditPath, nil
 }
