@@ -44,7 +44,7 @@ if [[ -z ${STR_BIN:-} ]]; then
   mkdir -p bin
   CGO_ENABLED=0 go build -o bin/str ./cmd/str # as make build: static, no cgo
   CGO_ENABLED=0 go build -o bin/str-egress ./cmd/str-egress # every launcher's egress helper, beside str
-  go build -o bin/str-worker ./cmd/str-worker  # the echo cells' str worker execs it
+  go build -tags disable_grpc_modules -o bin/str-worker ./cmd/str-worker  # the echo cells' str worker execs it (tags: as make build)
   STR_BIN=$root/bin/str
 fi
 [[ $STR_BIN == /* ]] || STR_BIN=$root/$STR_BIN

@@ -60,7 +60,7 @@ if [[ -z ${STR_BIN:-} ]]; then # a prebuilt str may be given instead
   mkdir -p bin
   CGO_ENABLED=0 go build -o bin/str ./cmd/str # as make build: static, no cgo
   CGO_ENABLED=0 go build -o bin/str-egress ./cmd/str-egress # the egress helper, beside str
-  go build -o bin/str-worker ./cmd/str-worker # str worker execs it from str's directory
+  go build -tags disable_grpc_modules -o bin/str-worker ./cmd/str-worker # str worker execs it from str's directory (tags: as make build)
   STR_BIN=$root/bin/str
 fi
 [[ $STR_BIN == /* ]] || STR_BIN=$root/$STR_BIN

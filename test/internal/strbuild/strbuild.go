@@ -32,7 +32,8 @@ func Build(dir, root string) (string, error) {
 		{filepath.Join(dir, Egress), "./cmd/str-egress", []string{"CGO_ENABLED=0"}},
 		{filepath.Join(dir, Worker), "./cmd/str-worker", nil},
 	} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		// disable_grpc_modules: as make build (the Makefile's WORKER_TAGS).
+		cmd := exec.Command("go", "build", "-tags", "disable_grpc_modules", "-o", b.out, b.pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), b.env...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
