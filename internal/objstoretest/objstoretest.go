@@ -30,6 +30,10 @@ const (
 	Bucket   = "artifacts"
 )
 
+// VersitygwSpec is the S3 server as make test-tools installs it (the
+// fleet test runs it in a container of its own: Tool finds the binary).
+const VersitygwSpec = versitygw
+
 // The programs, as make test-tools installs them.
 const (
 	versitygw     = "github.com/versity/versitygw/cmd/versitygw@v1.8.0"

@@ -17,8 +17,12 @@
 //   - every call is answered exactly once (a result, or an error reply with
 //     its code), or is reported lost with what the records say about it;
 //   - no call ran twice: each run of the tool saves an artifact named after
-//     its call in the store the workers share (a host dir), so the store's
-//     versions count the runs, independently of the replies;
+//     its call in the store the workers share (an S3 bucket: versitygw in
+//     a container of its own on the fleet's network, ARTIFACT_SERVICE_TYPE=s3,
+//     its posix directory on the host), so the store's versions count the
+//     runs, independently of the replies;
+//   - the store is shared: an artifact one worker saved is loaded by a call
+//     that another worker runs (read_record);
 //   - the fleet recovers by itself: after the faults, calls go on until
 //     every one of the three workers has served some (the tool reports
 //     which worker ran it).
@@ -43,6 +47,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/securetoolruntime/str/internal/objstoretest"
 	"github.com/securetoolruntime/str/worker"
 	"github.com/securetoolruntime/str/worker/transport"
 	"github.com/securetoolruntime/str/worker/transport/devbroker"
@@ -101,6 +106,11 @@ def record(ctx, call):
     """Records this run in the shared artifact store and says who ran it."""
     ctx.save_artifact("exec-%%s.txt" %% call, ("%%s %%s\n" %% (call, WORKER)).encode())
     return {"fleet_call": call, "fleet_worker": WORKER}
+
+
+def read_record(ctx, prior):
+    """Returns a record another call saved (an input artifact) and who read it."""
+    return {"fleet_worker": WORKER, "fleet_read": ctx.load_artifact_text("prior")}
 `
 
 const fleetManifest = `version: 1
@@ -111,6 +121,11 @@ tools:
     description: "Saves exec-CALL.txt and returns the worker's name"
     timeout_seconds: 60
     warm: 2
+  read_record:
+    module: fleet_tools
+    function: read_record
+    description: "Loads a record (the input artifact prior) and returns it with the worker's name"
+    timeout_seconds: 60
 `
 
 // waitFor polls cond until it holds or the (generous) deadline passes.
@@ -139,6 +154,7 @@ type fleet struct {
 	network string
 	broker  string   // container name
 	workers []string // container names; the worker's name is its SAM_WORKER_ID
+	extra   []string // other containers (the S3 store)
 }
 
 func (f *fleet) workerName(i int) string { return fmt.Sprintf("w%d", i+1) }
@@ -211,14 +227,64 @@ func TestFleet(t *testing.T) {
 		}
 	}
 
-	// 3. The records: runs per call, from the artifact store.
+	// 3. The store is shared: records saved by one worker, loaded by
+	// calls another worker runs (each read names its reader and returns
+	// the record, which names its writer).
+	written := map[string]string{} // call -> the worker that saved its record
+	for _, id := range c.sent {
+		if r := c.result(id); r.code == "" && r.worker != "" && r.replies == 1 {
+			written[id] = r.worker
+		}
+	}
+	var prior []string
+	for id := range written {
+		prior = append(prior, id)
+	}
+	sort.Strings(prior)
+	crossReads := 0
+	for round := 0; round < finalRounds && crossReads == 0 && len(prior) > 0; round++ {
+		var ids []string
+		for i := range finalBatch {
+			from := prior[(round*finalBatch+i)%len(prior)]
+			id := fmt.Sprintf("r%02d-%02d", round, i)
+			ids = append(ids, id)
+			c.invokeTool(id, "read_record", map[string]any{},
+				map[string]any{"prior": map[string]any{"filename": "exec-" + from + ".txt", "version": 0}})
+			c.mu.Lock()
+			c.results[id].from = from
+			c.mu.Unlock()
+		}
+		c.settle(ids, quiet)
+		for _, id := range ids {
+			r := c.result(id)
+			switch want := r.from + " " + written[r.from] + "\n"; {
+			case r.replies == 0:
+				t.Logf("read %s of %s: no reply", id, r.from)
+			case r.code != "":
+				t.Errorf("read %s of %s's record: %s: %s", id, r.from, r.code, r.message)
+			case r.read != want:
+				t.Errorf("read %s by %s of %s's record: %q, want %q (saved by %s)", id, r.worker, r.from, r.read, want, written[r.from])
+			case r.worker != written[r.from]:
+				crossReads++
+			}
+		}
+	}
+	if crossReads == 0 {
+		t.Errorf("no record saved by one worker was read by a call on another (%d records)", len(written))
+	}
+	t.Logf("FIGURES: %d records read by a worker other than the one that saved them", crossReads)
+
+	// 4. The records: runs per call, from the artifact store.
 	runs := f.runs()
 
-	// 4. The verdict, per call.
+	// 5. The verdict, per call.
 	var ok, failed, lost, twiceAnswered, twiceRun int
 	codes := map[string]int{}
 	for _, id := range c.sent {
 		r := c.result(id)
+		if r.from != "" {
+			continue // a read, checked above
+		}
 		n := runs[id]
 		switch {
 		case r.replies > 1:
@@ -275,13 +341,13 @@ func (f *fleet) start() {
 	f.broker = f.prefix + "-broker"
 	state := filepath.Join(f.dir, "state")
 	art := filepath.Join(f.dir, "artifacts")
-	for _, d := range []string{state, art} {
+	for _, d := range []string{state, art, filepath.Join(art, objstoretest.Bucket)} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Cleanup(func() {
-		for _, c := range append([]string{f.broker}, f.workers...) {
+		for _, c := range append(append([]string{f.broker}, f.workers...), f.extra...) {
 			_ = exec.Command("docker", "rm", "-f", c).Run()
 		}
 		_ = exec.Command("docker", "network", "rm", f.network).Run()
@@ -300,8 +366,27 @@ func (f *fleet) start() {
 		return err == nil, fmt.Sprint(err)
 	})
 
+	// The S3 store: versitygw (make test-tools builds it on the host: it
+	// runs in the worker image, which has the same libc), no privilege, its
+	// posix directory on the host (a bucket is a directory, an object a
+	// file at its key), on the fleet's network only.
+	gw := objstoretest.Tool(t, "versitygw", objstoretest.VersitygwSpec)
+	s3 := f.prefix + "-s3"
+	f.extra = append(f.extra, s3)
+	docker(t, "run", "-d", "--name", s3, "--network", f.network,
+		"--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
+		"-v", gw+":/usr/local/bin/versitygw:ro", "-v", art+":/data",
+		"--entrypoint", "/usr/local/bin/versitygw", f.image,
+		"--port", ":7070", "--access", objstoretest.S3Access, "--secret", objstoretest.S3Secret, "posix", "/data")
+	// The workers check the bucket at start-up: the store listens first.
+	waitFor(t, "the S3 store listening", time.Minute, func() (bool, string) {
+		out, err := exec.Command("docker", "exec", s3, "python3", "-c",
+			"import socket; socket.create_connection(('127.0.0.1', 7070), 5)").CombinedOutput()
+		return err == nil, string(out)
+	})
+
 	// The workers: the least privileges (docs/deployment.md), one pool,
-	// one artifact store, each its own copy of the tools.
+	// one artifact store (the bucket), each its own copy of the tools.
 	for i := range 3 {
 		name := f.workerName(i)
 		tools := filepath.Join(f.dir, "tools-"+name)
@@ -324,7 +409,9 @@ func (f *fleet) start() {
 			"-e", "SAM_NAMESPACE="+namespace, "-e", "SAM_WORKER_ID="+name, "-e", "DEV_BROKER_POOL_NAME="+pool,
 			"-e", "DEV_BROKER_HOST="+f.broker, "-e", "DEV_BROKER_PORT=55555",
 			"-e", "DEV_BROKER_TOKEN_FILE=/state/broker.token",
-			"-v", tools+":/tools:ro", "-v", art+":/sam/artifacts", "-v", state+":/state:ro",
+			"-e", "ARTIFACT_SERVICE_TYPE=s3", "-e", "ARTIFACT_S3_BUCKET="+objstoretest.Bucket, "-e", "S3_ENDPOINT_URL=http://"+s3+":7070",
+			"-e", "AWS_ACCESS_KEY_ID="+objstoretest.S3Access, "-e", "AWS_SECRET_ACCESS_KEY="+objstoretest.S3Secret, "-e", "AWS_REGION=us-east-1",
+			"-v", tools+":/tools:ro", "-v", state+":/state:ro",
 			"--entrypoint", "/usr/local/bin/str-container-worker", f.image)
 	}
 	for _, c := range f.workers {
@@ -352,10 +439,10 @@ func (f *fleet) brokerAddr() string {
 }
 
 // runs counts, per call, the versions of exec-CALL.txt in the shared
-// store ({base}/{namespace}/{user}/{session}/{filename}/{N}): one per run
-// that saved it.
+// bucket (keys {namespace}/{user}/{session}/{filename}/{N}, files of the
+// S3 store's posix directory): one per run that saved it.
 func (f *fleet) runs() map[string]int {
-	dir := filepath.Join(f.dir, "artifacts", strings.Trim(namespace, "/"), user, session)
+	dir := filepath.Join(f.dir, "artifacts", objstoretest.Bucket, strings.Trim(namespace, "/"), user, session)
 	entries, err := os.ReadDir(dir)
 	if err != nil && !os.IsNotExist(err) {
 		f.t.Fatal(err)
@@ -402,6 +489,8 @@ type result struct {
 	code    string // the error reply's code; "" for a result
 	message string // the error reply's message
 	worker  string // who ran it (fleet_worker in the result)
+	from    string // read_record: the call whose record it loads
+	read    string // read_record: the record (fleet_read in the result)
 	overdue bool   // open when the replies stopped for a long while: no longer counted in flight
 }
 
@@ -466,7 +555,7 @@ func (c *caller) receive() {
 				}
 			}
 		default:
-			r.worker = findString(reply.Result, "fleet_worker")
+			r.worker, r.read = findString(reply.Result, "fleet_worker"), findString(reply.Result, "fleet_read")
 			if r.worker == "" {
 				r.code = "RESULT_WITHOUT_WORKER: " + string(d.Payload)
 			}
@@ -560,9 +649,19 @@ func (c *caller) invoke(id string) {
 			t.Logf("no reply for 20 s with %d calls open: they no longer count as in flight", open)
 		}
 	}
+	c.invokeTool(id, tool, map[string]any{"call": id}, nil)
+}
+
+// invokeTool publishes call id of a tool with its args and input
+// artifacts (artifact_references, nil for none).
+func (c *caller) invokeTool(id, tool string, args, refs map[string]any) {
+	t := c.t
 	base := worker.TopicBase(namespace)
 	params := map[string]any{"task_id": "task-" + id, "tool_name": tool, "app_name": app, "user_id": user,
-		"session_id": session, "args": map[string]any{"call": id}}
+		"session_id": session, "args": args}
+	if refs != nil {
+		params["artifact_references"] = refs
+	}
 	payload, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": worker.MethodInvoke, "params": params})
 	m := transport.Message{Topic: base + "/sam_remote_tool/invoke/" + tool, Payload: payload, UserProperties: map[string]string{
 		worker.PropReplyTo:   base + "/sam_remote_tool/response/" + app + "/" + id,
