@@ -46,11 +46,16 @@ type RuntimeStatus struct {
 	Problem   string `json:"problem,omitempty"` // why it cannot run here
 }
 
-// Runtimes lists every class, weakest first, with whether it runs here.
-func Runtimes() []RuntimeStatus {
+// Runtimes lists every class, weakest first, with whether it runs here,
+// and the version of what runs it.
+func Runtimes() []RuntimeStatus { return runtimes(gvisor.Probe) }
+
+// runtimes is Runtimes with gVisor's probe: gvisor.Find for a run's check
+// (CheckRuntime), which needs no version.
+func runtimes(probe func() gvisor.Status) []RuntimeStatus {
 	out := []RuntimeStatus{{Class: profiles.RuntimeNamespaces, Available: true,
 		Detail: "str's own namespaces, seccomp and cgroups (nsinit); its kernel features: str doctor"}}
-	g := gvisor.Probe()
+	g := probe()
 	gs := RuntimeStatus{Class: profiles.RuntimeGVisor, Available: g.Problem == "", Problem: g.Problem,
 		Detail: "runsc " + g.Version + " (" + g.Path + "), --platform=ptrace, isolated network only"}
 	if g.Problem == "" && os.Geteuid() != 0 {
@@ -79,7 +84,7 @@ func CheckRuntime(class string, oneShot bool) error {
 	if class == "" || class == profiles.RuntimeNamespaces {
 		return nil
 	}
-	for _, st := range Runtimes() {
+	for _, st := range runtimes(gvisor.Find) {
 		switch {
 		case st.Class != class:
 		case !st.Available:

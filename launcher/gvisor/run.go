@@ -27,12 +27,22 @@ type Status struct {
 	Problem string // "" when runsc runs here
 }
 
-// Probe looks for runsc on PATH and asks its version.
-func Probe() Status {
+// Find looks for runsc on PATH (no version: a run's check, cheap).
+func Find() Status {
 	p, err := exec.LookPath(Runsc)
 	if err != nil {
 		return Status{Problem: "runsc not found in PATH (Debian: apt-get install runsc)"}
 	}
+	return Status{Path: p}
+}
+
+// Probe is Find and runsc's version (str runtimes, str doctor).
+func Probe() Status {
+	st := Find()
+	if st.Problem != "" {
+		return st
+	}
+	p := st.Path
 	out, err := exec.Command(p, "--version").Output()
 	if err != nil {
 		return Status{Path: p, Problem: fmt.Sprintf("%s --version: %v", p, err)}
@@ -67,7 +77,7 @@ const CancelGrace = 500 * time.Millisecond
 // unique to the run (the container's name and cgroup).
 func Run(ctx context.Context, spec Spec, id string, stdio Stdio) (*Exit, error) {
 	t0 := time.Now()
-	st := Probe()
+	st := Find()
 	if st.Problem != "" {
 		return nil, errors.New(st.Problem)
 	}
