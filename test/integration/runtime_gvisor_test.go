@@ -2,12 +2,15 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
@@ -214,5 +217,47 @@ func TestStrRuntimesLists(t *testing.T) {
 	out, _ = cmd.CombinedOutput()
 	if !strings.Contains(string(out), "gvisor      no   runsc not found in PATH") {
 		t.Errorf("without runsc:\n%s", out)
+	}
+}
+
+// A cancel (SIGTERM to str run) ends the container as under namespaces:
+// SIGINT to the tool, SIGKILL after the grace; the result says cancelled.
+func TestGVisorCancel(t *testing.T) {
+	needRunsc(t)
+	resFile := filepath.Join(t.TempDir(), "result.json")
+	cmd := exec.Command(strBin, append(append([]string{"run", "--result", resFile}, gvisorProfile...),
+		"--", "python3", "-c", "import time; print('started', flush=True); time.sleep(600)")...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, len("started\n"))
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "started\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the tool's first line: %q, %v; stderr %s", line, err, errb.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	data, err := os.ReadFile(resFile)
+	if err != nil {
+		t.Fatalf("no result: %v; stderr %s", err, errb.String())
+	}
+	var res struct {
+		Cancelled bool `json:"cancelled"`
+		Signal    int  `json:"signal"`
+	}
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Cancelled || res.Signal == 0 {
+		t.Fatalf("result %s; stderr %s", data, errb.String())
 	}
 }
