@@ -261,3 +261,49 @@ func TestGVisorCancel(t *testing.T) {
 		t.Fatalf("result %s; stderr %s", data, errb.String())
 	}
 }
+
+// The plan's limits hold under gVisor: the rlimits inside (gVisor's
+// kernel), and the cgroup limits on the container's cgroup runsc made
+// (read on the host while the tool waits): memory as asked, pids the
+// profile's plus the Sentry's allowance (launcher/gvisor.SentryTasks).
+func TestGVisorLimits(t *testing.T) {
+	needRunsc(t)
+	cmd := exec.Command(strBin, append(append([]string{"run"}, gvisorProfile...), "--memory", "300Mi",
+		"--", "python3", "-c", "import resource, sys; print(resource.getrlimit(resource.RLIMIT_NOFILE), flush=True); sys.stdin.read()")...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); cmd.Wait() }()
+	line := make([]byte, len("(128, 128)\n"))
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "(128, 128)\n" {
+		t.Fatalf("RLIMIT_NOFILE inside: %q, %v (want the profile's 128); stderr %s", line, err, errb.String())
+	}
+	read := func(patterns ...string) string {
+		for _, p := range patterns {
+			if m, _ := filepath.Glob(p); len(m) == 1 {
+				b, err := os.ReadFile(m[0])
+				if err == nil {
+					return strings.TrimSpace(string(b))
+				}
+			}
+		}
+		t.Errorf("no single cgroup file of %v", patterns)
+		return ""
+	}
+	if m := read("/sys/fs/cgroup/memory/str-gvisor/*/memory.limit_in_bytes", "/sys/fs/cgroup/str-gvisor/*/memory.max"); m != "314572800" {
+		t.Errorf("the container's memory limit: %q, want 314572800 (300Mi)", m)
+	}
+	if p := read("/sys/fs/cgroup/pids/str-gvisor/*/pids.max", "/sys/fs/cgroup/str-gvisor/*/pids.max"); p != "96" {
+		t.Errorf("the container's pids.max: %q, want 96 (the profile's 32 + 64 for the Sentry)", p)
+	}
+}
