@@ -127,5 +127,6 @@ func (l *Launcher) runClass(ctx context.Context, pl *Plan, req Request) (*Result
 	if w := pl.Cgroup.Warning(); w != "" {
 		r.Warnings = append(r.Warnings, w)
 	}
+	r.Warnings = append(r.Warnings, gvisor.Warnings(spec)...)
 	return r, nil
 }

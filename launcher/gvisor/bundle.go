@@ -247,3 +247,23 @@ func Bundle(spec Spec, id string) (*Config, []File, map[string]string, error) {
 	}
 	return cfg, files, links, nil
 }
+
+// Warnings are what a gvisor run keeps of the plan less than the
+// namespaces class would, said in the result (str run prints them): a
+// work dir the namespaces class would cap (write-back) or map to its
+// owner is bound live, and the tool writes there as its own uid.
+func Warnings(spec Spec) []string {
+	var w []string
+	for _, m := range spec.Child.Mounts {
+		if m.Kind != nsinit.MountBind {
+			continue
+		}
+		if m.WriteBack {
+			w = append(w, "gvisor: work dir "+m.Source+" bound live: the profile's work_dir does not cap what the tool writes there (docs/runtimes.md)")
+		}
+		if m.IDMapOwner {
+			w = append(w, "gvisor: work dir "+m.Source+" not mapped to its owner: the tool writes there as uid "+strconv.Itoa(int(spec.Child.UID))+" (docs/runtimes.md)")
+		}
+	}
+	return w
+}

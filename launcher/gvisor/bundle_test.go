@@ -99,3 +99,16 @@ func TestBundleRefuses(t *testing.T) {
 		t.Errorf("no cgroup: %v, %+v", err, cfg)
 	}
 }
+
+// A work dir the namespaces class would cap or map is said to be bound
+// live.
+func TestWarningsWorkDirLive(t *testing.T) {
+	s := testSpec()
+	if w := Warnings(s); len(w) != 0 {
+		t.Errorf("warnings %v", w)
+	}
+	s.Child.Mounts[4].WriteBack = true
+	if w := Warnings(s); len(w) != 1 || !strings.Contains(w[0], "work dir /srv/work bound live") {
+		t.Errorf("warnings %v", w)
+	}
+}
