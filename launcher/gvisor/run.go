@@ -111,7 +111,7 @@ func Run(ctx context.Context, spec Spec, id string, stdio Stdio) (*Exit, error) 
 	}()
 
 	cmd := runsc("run", "--bundle", dir, id)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, viaPipe(stdio.Stdout), viaPipe(stdio.Stderr)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinViaPipe(stdio.Stdin), viaPipe(stdio.Stdout), viaPipe(stdio.Stderr)
 	// runsc dies with its caller; its sandbox is ended by delete.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	ex := &Exit{Setup: time.Since(t0)}
@@ -251,10 +251,27 @@ func removeCgroups(id string) {
 // a; str run ... echo b; } > f` lost "a". Pipes and terminals are passed
 // as they are.
 func viaPipe(w io.Writer) io.Writer {
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-			return struct{ io.Writer }{f}
-		}
+	if regular(w) {
+		return struct{ io.Writer }{w}
 	}
 	return w
+}
+
+// stdinViaPipe is viaPipe for stdin: a regular file is read from its
+// shared offset (`{ read first; str run ... cat; } < f` gets the rest),
+// not from 0.
+func stdinViaPipe(r io.Reader) io.Reader {
+	if regular(r) {
+		return struct{ io.Reader }{r}
+	}
+	return r
+}
+
+func regular(v any) bool {
+	f, ok := v.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode().IsRegular()
 }

@@ -307,3 +307,48 @@ func TestGVisorLimits(t *testing.T) {
 		t.Errorf("the container's pids.max: %q, want 96 (the profile's 32 + 64 for the Sentry)", p)
 	}
 }
+
+// Regular files given as stdin and stdout are read and written at their
+// shared offsets, as under namespaces (this runsc alone would use its
+// own, from 0: the caller's earlier output overwritten, its consumed
+// input read again).
+func TestGVisorStdioFileOffsets(t *testing.T) {
+	needRunsc(t)
+	dir := t.TempDir()
+	in, err := os.Create(filepath.Join(dir, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if _, err := in.WriteString("one\ntwo\nthree\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Seek(int64(len("one\n")), io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	outPath := filepath.Join(dir, "out")
+	out, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := out.WriteString("first\n"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(strBin, append(append([]string{"run"}, gvisorProfile...), "--", "cat")...)
+	var errb bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("str run: %v; stderr %s", err, errb.String())
+	}
+	if _, err := out.WriteString("after\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "first\ntwo\nthree\nafter\n" {
+		t.Fatalf("the output file reads %q, want \"first\\ntwo\\nthree\\nafter\\n\"", got)
+	}
+}
