@@ -103,10 +103,11 @@ test: deps build test-deps test-tools
 # image's base, bubblewrap for `str bwrap`'s side-by-side tests, procps for
 # the VM's process listings, numpy for the template reseed test, strace for
 # the tests that count a run's system calls; capsh, dpkg-source and
-# python3's seccomp module for bubblewrap's own suite (make bwrap-suite).
+# python3's seccomp module for bubblewrap's own suite (make bwrap-suite);
+# runsc for the runtime class gvisor (test/integration's runtime_gvisor_test.go).
 test-deps:
 	@missing=""; \
-	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps python3-numpy strace libcap2-bin dpkg-dev python3-seccomp; do \
+	for p in qemu-system-x86 busybox-static xz-utils debootstrap bubblewrap curl procps python3-numpy strace libcap2-bin dpkg-dev python3-seccomp runsc; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

@@ -46,6 +46,9 @@ type Request struct {
 	Memory  int64 // bytes
 	CPUs    int64 // milli-CPUs
 	Pids    int64 // pids.max
+	// Runtime asks a runtime class at least as strong as the profile's
+	// (profiles.RuntimeClasses); "" is the profile's.
+	Runtime string
 	// Network narrows the profile's network policy (nil: the profile's).
 	Network *egress.Policy
 	// Credentials are secrets the tool may use without seeing them: the

@@ -194,6 +194,7 @@ func (l *Launcher) PlanFor(req Request, getenv func(string) string) (*Plan, erro
 		o.Pids = &req.Pids
 	}
 	o.Network = req.Network
+	o.Runtime = req.Runtime
 	tight, err := prof.Tighten(o)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
@@ -291,7 +292,14 @@ func (l *Launcher) SeccompPolicy(name string) (*seccomp.Policy, error) {
 
 // Run creates, starts and waits for one sandbox.
 func (l *Launcher) Run(ctx context.Context, req Request) (*Result, error) {
-	s, err := l.Create(ctx, req)
+	plan, err := l.Plan(req)
+	if err != nil {
+		return nil, err
+	}
+	if plan.Runtime != profiles.RuntimeNamespaces {
+		return l.runClass(ctx, plan, req) // gvisor: runtimes.go
+	}
+	s, err := l.CreateFromPlan(ctx, plan, req)
 	if err != nil {
 		return nil, err
 	}

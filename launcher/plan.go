@@ -124,6 +124,11 @@ type Plan struct {
 
 	// IDRange is where root-mode sandboxes lease their host ids.
 	IDRange IDRange `json:"id_range"`
+
+	// Runtime is the profile's runtime class (tightened by the request):
+	// namespaces is this package's; any other is refused by
+	// CreateFromPlan and run by Run through runtimes.go.
+	Runtime string `json:"runtime"`
 }
 
 // IDMap is one line of /proc/PID/uid_map or gid_map.
@@ -196,7 +201,7 @@ func NewPlan(p *profiles.Profile, req Request, host Host, prog *seccomp.Program)
 		bad("no command given")
 	}
 
-	pl := &Plan{Profile: p.Name, BestEffort: p.BestEffort, Timeout: FitTimeout(p, req.Timeout), WorkDir: p.WorkDir, NoFile: host.NoFile}
+	pl := &Plan{Profile: p.Name, Runtime: p.RuntimeClass(), BestEffort: p.BestEffort, Timeout: FitTimeout(p, req.Timeout), WorkDir: p.WorkDir, NoFile: host.NoFile}
 	if req.Idle < 0 {
 		bad("idle limit %s: must not be negative", req.Idle)
 	}

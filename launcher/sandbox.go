@@ -98,6 +98,9 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 	s := &Sandbox{l: l, req: req, ctx: ctx, id: newCgroupID(), t0: now, last: now,
 		started: make(chan struct{}), finished: make(chan struct{}), awaiting: make(chan struct{}), earlyReady: make(chan struct{}),
 		notify: make(chan *os.File, 1)}
+	if err := CheckRuntime(plan.Runtime, false); err != nil {
+		return nil, err // only Run's one-shot runs another class
+	}
 	if len(req.ExtraFiles) != plan.Child.PassFDs {
 		return nil, fmt.Errorf("%w: the plan passes %d descriptors to the tool, the request %d", ErrInvalidRequest, plan.Child.PassFDs, len(req.ExtraFiles))
 	}

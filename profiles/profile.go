@@ -62,6 +62,32 @@ type Profile struct {
 	// caller's after it. `str run` and the worker never take a caller's
 	// filter.
 	CallerSeccomp string `yaml:"caller_seccomp" json:",omitempty"`
+
+	// Runtime is the isolation technology the profile's tools run under
+	// (RuntimeNamespaces, the default when empty; RuntimeGVisor;
+	// RuntimeMicroVM), from the weakest to the strongest. A request may
+	// only ask a stronger one (Overrides.Runtime), and a class this host
+	// cannot run is a refusal, never a run under a weaker one
+	// (docs/runtimes.md).
+	Runtime string `yaml:"runtime" json:",omitempty"`
+}
+
+// The values of Profile.Runtime, weakest first (RuntimeClasses).
+const (
+	RuntimeNamespaces = "namespaces" // str's own namespaces, seccomp and cgroups (nsinit)
+	RuntimeGVisor     = "gvisor"     // runsc: gVisor's user-space kernel between the tool and the host's
+	RuntimeMicroVM    = "microvm"    // a guest kernel under QEMU (not yet in this str)
+)
+
+// RuntimeClasses are the runtime classes from the weakest to the strongest.
+var RuntimeClasses = []string{RuntimeNamespaces, RuntimeGVisor, RuntimeMicroVM}
+
+// RuntimeClass is the profile's runtime, RuntimeNamespaces when unset.
+func (p *Profile) RuntimeClass() string {
+	if p.Runtime == "" {
+		return RuntimeNamespaces
+	}
+	return p.Runtime
 }
 
 // The values of Profile.CallerSeccomp.

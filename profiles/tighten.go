@@ -23,12 +23,15 @@ type Overrides struct {
 	// WorkDirSize and WorkDirInodes tighten work_dir.size and .inodes.
 	WorkDirSize   *Quantity
 	WorkDirInodes *int64
+	// Runtime asks a runtime class at least as strong as the profile's
+	// (profiles.RuntimeClasses' order); "" is the profile's.
+	Runtime string
 }
 
 // LoosenError is one override that would loosen the profile.
 type LoosenError struct {
 	Profile string
-	Field   string // "memory", "cpus", "pids", "timeout", "network", "work_dir.size", "work_dir.inodes"
+	Field   string // "runtime", "memory", "cpus", "pids", "timeout", "network", "work_dir.size", "work_dir.inodes"
 	Asked   string
 	Allowed string // e.g. "at most 512Mi", `only "none"`
 }
@@ -123,6 +126,17 @@ func (p *Profile) Tighten(o Overrides) (*Profile, error) {
 			loosen("network", describeNetwork(*o.Network), fmt.Sprintf("a narrowing of %s (%v)", describeNetwork(p.Network), err))
 		} else {
 			t.Network = n
+		}
+	}
+	if o.Runtime != "" {
+		asked, have := slices.Index(RuntimeClasses, o.Runtime), slices.Index(RuntimeClasses, p.RuntimeClass())
+		switch {
+		case asked < 0:
+			invalid("runtime", "%q is not one of %v", o.Runtime, RuntimeClasses)
+		case asked < have:
+			loosen("runtime", o.Runtime, fmt.Sprintf("%s or stronger", p.RuntimeClass()))
+		default:
+			t.Runtime = o.Runtime
 		}
 	}
 	if len(errs) > 0 {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,7 @@ var checks = []check{
 	{"env", checkEnv},
 	{"seccomp", checkSeccomp},
 	{"caller_seccomp", checkCallerSeccomp},
+	{"runtime", checkRuntime},
 }
 
 // Validate runs every check and returns all problems found, joined with
@@ -441,5 +443,11 @@ func checkCallerSeccomp(p *Profile, add func(string, string, ...any)) {
 	case "", CallerSeccompReplace, CallerSeccompStack:
 	default:
 		add("caller_seccomp", "%q is not one of %s, %s", p.CallerSeccomp, CallerSeccompReplace, CallerSeccompStack)
+	}
+}
+
+func checkRuntime(p *Profile, add func(string, string, ...any)) {
+	if p.Runtime != "" && !slices.Contains(RuntimeClasses, p.Runtime) {
+		add("runtime", "%q is not one of %s", p.Runtime, strings.Join(RuntimeClasses, ", "))
 	}
 }

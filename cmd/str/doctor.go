@@ -60,6 +60,7 @@ func cmdDoctor(args []string) int {
 		info("worker program", path+" (str worker, broker, invoke and tools exec it)")
 	}
 	doctorResident(info)
+	info("runtime classes", runtimesSummary())
 	engine := containerEngine()
 	if engine != "" {
 		info("container", engine+" (the engine's settings below are docs/deployment.md's \"Docker\")")

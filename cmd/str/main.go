@@ -33,6 +33,7 @@ commands:
   tools    list the tools the workers of a namespace serve
   profile  list profiles or show one (with --plan, the concrete plan)
   doctor   check what this host supports and how to fix what is missing
+  runtimes list the runtime classes (namespaces, gvisor, microvm) and whether each runs here
   version  print str's module version and VCS revision (also --version)
 `
 
@@ -63,6 +64,8 @@ func main() {
 		code = cmdProfile(args)
 	case "doctor":
 		code = cmdDoctor(args)
+	case "runtimes":
+		code = cmdRuntimes(args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	case "version", "--version", "-version":

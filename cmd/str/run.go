@@ -62,6 +62,7 @@ func cmdRun(args []string) int {
 	memory := fs.String("memory", "", "memory limit (`Q`: 256Mi, 1G; may only be lower than the profile's)")
 	cpus := fs.String("cpus", "", "CPU limit (`Q`: 1, 500m; may only be lower than the profile's)")
 	pids := fs.Int64("pids", 0, "max processes in the sandbox (may only be lower than the profile's)")
+	runtimeClass := fs.String("runtime", "", "runtime class: namespaces, gvisor or microvm (may only be stronger than the profile's; see str runtimes)")
 	netMode := fs.String("net", "", "network policy: isolated, restricted or allow_egress (may only narrow the profile's)")
 	var allowHosts, allowPorts, allowCIDRs multiFlag
 	fs.Var(&allowHosts, "allow-host", "restricted: a `HOST` or *.DOMAIN the tool may reach (repeatable)")
@@ -86,7 +87,7 @@ func cmdRun(args []string) int {
 	}
 
 	req := launcher.Request{
-		Profile: *profile, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: true, WorkdirLive: *workdirLive, Pids: *pids,
+		Profile: *profile, Runtime: *runtimeClass, Argv: argv, Env: envs, Workdir: *workdir, WorkdirAsOwner: true, WorkdirLive: *workdirLive, Pids: *pids,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	var bad []error
@@ -149,7 +150,7 @@ func cmdRun(args []string) int {
 	// listens, the run is one-shot. Nothing of the one-shot path
 	// (profiles, the launcher) is loaded before this answer.
 	socket := residentSocket(fs, *serveSocket, *oneShot)
-	if socket != "" && len(req.Binds) == 0 && req.Workdir == "" && len(req.Credentials) == 0 &&
+	if socket != "" && req.Runtime == "" && len(req.Binds) == 0 && req.Workdir == "" && len(req.Credentials) == 0 &&
 		req.Memory == 0 && req.CPUs == 0 && req.Pids == 0 && req.Network == nil && *profileDir == "" {
 		rreq := resident.Request{Profile: req.Profile, Argv: req.Argv, Env: req.Env, Environ: os.Environ(),
 			Timeout: req.Timeout, WantResult: *resultPath != ""}

@@ -24,6 +24,10 @@ func Plan(pl *launcher.Plan, bytes func(profiles.Quantity) string) string {
 	var b strings.Builder
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	w("profile: %s\n", pl.Profile)
+	if pl.Runtime != "" && pl.Runtime != profiles.RuntimeNamespaces {
+		// Only what the class keeps of the plan below applies (docs/runtimes.md).
+		w("runtime: %s (the mounts, ids, environment, rlimits and cgroup limits below, run by it; not the clone flags, id maps or seccomp)\n", pl.Runtime)
+	}
 	w("mode: %s\n", map[bool]string{true: "rootless (user namespace, caller mapped to the tool uid)", false: "root (user namespace, a host id block leased per sandbox)"}[pl.Rootless])
 	w("\nnamespaces (clone flags): %s\n", strings.Join(pl.CloneNames, " | "))
 	if !pl.Rootless && len(pl.UIDMappings) == 0 {

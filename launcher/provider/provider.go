@@ -238,8 +238,13 @@ func New(l *launcher.Launcher) Provider { return launcherProvider{l} }
 type launcherProvider struct{ l *launcher.Launcher }
 
 func (p launcherProvider) CheckProfile(name string) error {
-	_, err := p.l.Profiles().Lookup(name)
-	return err
+	prof, err := p.l.Profiles().Lookup(name)
+	if err != nil {
+		return err
+	}
+	// A runtime class this worker cannot run: its tools are unavailable
+	// with the reason (launcher.ErrRuntimeUnavailable), never run weaker.
+	return launcher.CheckRuntime(prof.RuntimeClass(), false)
 }
 
 // CapsWorkDirs: root mode mounts a capped tmpfs per work dir.

@@ -39,6 +39,8 @@ type Profile struct {
 	WorkDir          WorkDir      `yaml:"work_dir"`
 	Seccomp          string       `yaml:"seccomp"`
 	CallerSeccomp    string       `yaml:"caller_seccomp" json:",omitempty"`
+	// Runtime: namespaces (the default), gvisor or microvm (profiles.Profile's).
+	Runtime string `yaml:"runtime" json:",omitempty"`
 }
 
 // Rlimits is profiles.Rlimits.
