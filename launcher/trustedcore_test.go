@@ -25,8 +25,9 @@ var trustedCore = []string{"launcher", "nsinit", "seccomp", "egress"}
 // notProduction are directories whose non-test files are not part of a
 // production binary's privileged path: test support, the benchmark
 // program (it times bubblewrap and str from the outside) and the tests
-// (internal/testbin builds the egress helper for them).
-var notProduction = []string{"launcher/launchertest", "internal/testfs", "internal/testbin", "cmd/str-bench", "test"}
+// (internal/testbin builds the egress helper for them; internal/objstoretest
+// starts the object stores the artifact stores are tested against).
+var notProduction = []string{"launcher/launchertest", "internal/testfs", "internal/testbin", "internal/objstoretest", "cmd/str-bench", "test"}
 
 // outsideCore are the privileged calls allowed outside the trusted core,
 // each a file and a call with its reason (every entry must still be found:
