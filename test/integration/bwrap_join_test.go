@@ -10,8 +10,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"golang.org/x/sys/unix"
 )
 
 // --userns and --pidns (bubblewrap's test-specifying-userns.sh and
@@ -116,6 +118,31 @@ func TestBwrapJoinNamespaces(t *testing.T) {
 					t.Errorf("--userns --pidns: %q %v, want %q; stderr %s", got, err, want, errs.String())
 				}
 
+				// str killed: the joined command dies with it (its parent,
+				// str's clone child, has str's parent-death signal, it has
+				// its parent's); its pidfd becomes readable when it exits.
+				if side == "str bwrap" {
+					victim := command("--userns", "3", "--pidns", "4", "--", "sleep", "3600")
+					victim.ExtraFiles = []*os.File{userns, pidns}
+					if err := victim.Start(); err != nil {
+						t.Fatal(err)
+					}
+					pid := awaitProcess(t, want[1])
+					pidfd, err := unix.PidfdOpen(pid, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					_ = victim.Process.Kill()
+					_ = victim.Wait()
+					fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+					for {
+						if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+							break
+						}
+					}
+					unix.Close(pidfd)
+				}
+
 				// --userns alone: the user namespace; refused by str as root.
 				alone := command("--userns", "3", "--", "/bin/sh", "-c", "readlink /proc/self/ns/user")
 				alone.ExtraFiles = []*os.File{userns}
@@ -132,5 +159,29 @@ func TestBwrapJoinNamespaces(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// awaitProcess is the host pid of "sleep 3600" in pid namespace pidns
+// ("pid:[N]"), once it runs (no bound but the test's own timeout).
+func awaitProcess(t *testing.T, pidns string) int {
+	t.Helper()
+	for {
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			var pid int
+			if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+				continue
+			}
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+			if ns == pidns && strings.Contains(string(cmdline), "sleep\x003600") {
+				return pid
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval, not a deadline
 	}
 }
