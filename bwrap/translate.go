@@ -139,7 +139,7 @@ var refused = map[string]string{
 }
 
 // joinNS2 is why --userns2 is refused.
-const joinNS2 = "str's init joins a second user namespace nowhere after its mounts; --userns and --pidns are honoured (docs/bwrap.md)"
+const joinNS2 = "str's init joins no second user namespace after its mounts (--userns and --pidns are honoured: docs/bwrap.md)"
 
 // Translate maps a parsed command line onto str's terms: every option
 // str honours becomes part of the Sandbox, every other is an
