@@ -370,6 +370,7 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	relay, relayCheck := slotID(noSlot), opDesc{action: "check the clone child", path: "its pidfd", check: "the clone child exited during setup"}
 	if j := cfg.Join; j != nil {
 		b.step = StepJoinNS
+		b.sys(opDesc{action: "prctl", path: "PR_SET_DUMPABLE", detail: "0: no ptrace of the launcher's memory from the joined namespace"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_DUMPABLE, 0)
 		b.sys(opDesc{action: "setns", path: fmt.Sprintf("fd %d", j.UserNS), detail: "CLONE_NEWUSER", hint: "not a user namespace, or the caller's own, or one not below it", hintErrno: unix.EINVAL},
 			unix.SYS_SETNS, 0, noSlot, uintptr(j.UserNS), unix.CLONE_NEWUSER)
 		b.sys(opDesc{action: "unshare", detail: fmt.Sprintf("%#x", j.Unshare)}, unix.SYS_UNSHARE, 0, noSlot, uintptr(j.Unshare))

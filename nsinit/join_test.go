@@ -9,7 +9,7 @@ import (
 
 // TestJoinProgram: a plan that joins namespaces (str bwrap's --userns,
 // --pidns) changes no id in L4's child half (it is still in the
-// launcher's user namespace), then, at sub-step 0a and before step 1:
+// launcher's user namespace), then, at sub-step 0a and before step 1 moves any descriptor:
 // setns into the user namespace first (what it unshares next is owned by
 // it), the pid namespace, the fork, root's ids (root mode) before any
 // mount, the parent-death signal and only then the check that the parent
@@ -38,7 +38,7 @@ func TestJoinProgram(t *testing.T) {
 			checks++
 		}
 	}
-	want := "setns fd 11,unshare ,setns fd 12,getpid ,pidfd_open the clone child,fork ,setgroups (direct: the launcher's own child)," +
+	want := "prctl PR_SET_DUMPABLE,setns fd 11,unshare ,setns fd 12,getpid ,pidfd_open the clone child,fork ,setgroups (direct: the launcher's own child)," +
 		"setresgid (direct: the launcher's own child),setresuid (direct: the launcher's own child),prctl PR_SET_PDEATHSIG,check the clone child its pidfd"
 	if len(l4) != 1 || l4[0] != "clone child: setsid" || strings.Join(join, ",") != want || checks != 2 {
 		t.Errorf("L4 %q; 0a %q, want %q; step 17 polls %d descriptors, want 2", l4, join, want, checks)
