@@ -101,6 +101,10 @@ type Sandbox struct {
 	// caller's stay effective and permitted only, as under bubblewrap,
 	// which leaves them as they are.
 	CapsSet bool
+	// UserNS, PidNS: the descriptors of the namespaces the sandbox joins
+	// instead of making its own (--userns, --pidns; -1 none):
+	// launcher.Plan.JoinNamespaces.
+	UserNS, PidNS int
 	// MapRoot: the caller is root, so every bind not mapped to its owner
 	// (Mount.IDMapOwner) shows host root's files as the sandbox's root's
 	// (launcher.Plan.MapRoot), as they are the command's under bubblewrap
@@ -151,18 +155,13 @@ func (e *SourceError) Unwrap() error { return e.Err }
 
 // refused lists every option str refuses, with the reason.
 var refused = map[string]string{
-	"--userns":     joinNS,
-	"--userns2":    joinNS,
-	"--pidns":      joinNS,
+	"--userns2":    joinNS2,
 	"--exec-label": "str does not set SELinux labels",
 	"--file-label": "str does not set SELinux labels",
 }
 
-// joinNS is why the namespace-joining options are refused.
-const joinNS = "str always makes the sandbox's own user and pid namespaces: its init is a CLONE_VM child of the launcher, " +
-	"which the kernel does not let setns(2) into a user namespace (the memory is shared), and str's leased host ids, " +
-	"maps and cgroup placement assume a namespace of its own; joining one would need a separate single-threaded helper " +
-	"process between the launcher and the init, which str does not have"
+// joinNS2 is why --userns2 is refused.
+const joinNS2 = "str's init joins no second user namespace after its mounts (--userns and --pidns are honoured: docs/bwrap.md)"
 
 // Translate maps a parsed command line onto str's terms: every option
 // str honours becomes part of the Sandbox, every other is an
@@ -191,24 +190,29 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 		firstSeccomp = op.Option
 	}
 
-	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, UsernsBlockFD: -1, ShareNet: true, MapRoot: h.Root}
+	sb := &Sandbox{Argv: append([]string(nil), c.Argv...), Argv0: c.Argv[0], UID: uint32(h.UID), GID: uint32(h.GID), Hostname: h.Hostname, InfoFD: -1, JSONStatusFD: -1, BlockFD: -1, UsernsBlockFD: -1, UserNS: -1, PidNS: -1, ShareNet: true, MapRoot: h.Root}
 	userns := h.UID != 0 // bubblewrap not setuid: a user namespace is implied for a non-root caller
 	uts, pidns := false, false
 	if h.UID == 0 {
 		sb.RootCaps = h.Caps
 	}
-	var uidSet, gidSet, hostnameSet, asPid1, unshareUser bool
+	var uidSet, gidSet, hostnameSet, asPid1, unshareUser, unshareUserTry bool
 	env := append([]string(nil), h.Environ...)
 	chdir := ""
 	for _, op := range c.Ops {
 		switch op.Option {
 		case "--unshare-all":
-			userns, uts, pidns, sb.ShareNet = true, true, true, false
+			userns, uts, pidns, sb.ShareNet, unshareUserTry = true, true, true, false, true
 		case "--unshare-pid":
 			pidns = true
 		case "--unshare-user", "--unshare-user-try":
 			userns = true
 			unshareUser = unshareUser || op.Option == "--unshare-user"
+			unshareUserTry = unshareUserTry || op.Option == "--unshare-user-try"
+		case "--userns":
+			sb.UserNS = op.FD()
+		case "--pidns":
+			sb.PidNS = op.FD()
 		case "--unshare-uts":
 			uts = true
 		case "--unshare-net":
@@ -272,6 +276,24 @@ func Translate(c *Command, h Host) (*Sandbox, error) {
 	}
 	if !sb.CapsSet && sb.UID != 0 { // bubblewrap's uid change drops a root caller's
 		sb.RootCaps = 0
+	}
+	// --userns, --pidns: bubblewrap's rules, with its words; and str's
+	// own: a pid namespace is joined only with the user namespace that
+	// has a say over it, and none is made inside a joined one.
+	if sb.UserNS >= 0 {
+		userns = true // --uid, --gid name ids of the joined namespace
+		if unshareUser {
+			errs = append(errs, &UsageError{Option: "--userns", Msg: "--userns not compatible --unshare-user"})
+		}
+		if unshareUserTry {
+			errs = append(errs, &UsageError{Option: "--userns", Msg: "--userns not compatible --unshare-user-try"})
+		}
+	}
+	if sb.PidNS >= 0 && sb.UserNS < 0 {
+		errs = append(errs, &Unsupported{Option: "--pidns", Why: "it needs --userns: str's sandbox is otherwise in a user namespace of its own, which has no privilege over another's pid namespace"})
+	}
+	if sb.PidNS >= 0 && pidns {
+		errs = append(errs, &Unsupported{Option: "--pidns", Why: "with --unshare-pid it asks for a pid namespace inside the joined one, which takes a second fork str's init does not make"})
 	}
 	// bubblewrap's own consistency rules, with its words.
 	if uidSet && int(sb.UID) != h.UID && !userns {

@@ -62,9 +62,36 @@ func TestTranslateRefusals(t *testing.T) {
 			t.Errorf("%s: %v", o.Name, err)
 		}
 	}
-	_, err := translate(t, h, "--pidns", "3", "--exec-label", "x", "true")
-	if err == nil || !strings.Contains(err.Error(), "--pidns") || !strings.Contains(err.Error(), "--exec-label") {
+	_, err := translate(t, h, "--userns2", "3", "--exec-label", "x", "true")
+	if err == nil || !strings.Contains(err.Error(), "--userns2") || !strings.Contains(err.Error(), "--exec-label") {
 		t.Errorf("two refusals: %v", err)
+	}
+}
+
+// --userns and --pidns: the descriptors to join, bubblewrap's rules and
+// words, and str's own refusals.
+func TestTranslateJoinNamespaces(t *testing.T) {
+	h := testHost(t, 1000)
+	sb, err := translate(t, h, "--userns", "11", "--pidns", "12", "--uid", "5", "true")
+	if err != nil || sb.UserNS != 11 || sb.PidNS != 12 || sb.UID != 5 {
+		t.Fatalf("--userns 11 --pidns 12 --uid 5: %+v, %v", sb, err)
+	}
+	if sb, err := translate(t, h, "true"); err != nil || sb.UserNS != -1 || sb.PidNS != -1 {
+		t.Fatalf("no join: %+v, %v", sb, err)
+	}
+	for _, c := range []struct {
+		line []string
+		want string
+	}{
+		{[]string{"--userns", "3", "--unshare-user"}, "--userns not compatible --unshare-user"},
+		{[]string{"--unshare-user-try", "--userns", "3"}, "--userns not compatible --unshare-user-try"},
+		{[]string{"--unshare-all", "--userns", "3"}, "--userns not compatible --unshare-user-try"},
+		{[]string{"--pidns", "3"}, "--pidns: not supported by str bwrap: it needs --userns"},
+		{[]string{"--userns", "3", "--pidns", "4", "--unshare-pid"}, "--pidns: not supported by str bwrap: with --unshare-pid"},
+	} {
+		if _, err := translate(t, h, append(c.line, "true")...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.line, err, c.want)
+		}
 	}
 }
 

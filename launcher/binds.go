@@ -162,7 +162,10 @@ func cloneBindSources(ms []nsinit.Mount, first int, owner ownerMap, wd profiles.
 		case m.IDMapOwner:
 			err = idmap.MapOwner(fd, m.Source, owner.uid, owner.gid)
 		case owner.rootUID > 0 && m.Kind == nsinit.MountBind:
-			if root == nil { // one mapping for every tree of the plan
+			switch { // one mapping for every tree of the plan
+			case root == nil && owner.joinedUserNS >= 0:
+				root, err = idmap.JoinedMapping(owner.joinedUserNS)
+			case root == nil:
 				root, err = idmap.RootMapping(owner.rootUID, owner.rootGID)
 			}
 			if err == nil {
@@ -229,11 +232,17 @@ type ownerMap struct {
 	// rootUID, rootGID: the host ids of the sandbox's uid and gid 0 when
 	// the plan maps host root to them, else 0 (no such mapping).
 	rootUID, rootGID int
+	// joinedUserNS: the descriptor of the user namespace the plan joins
+	// (Plan.JoinNamespaces; -1 none), whose own map maps host root instead.
+	joinedUserNS int
 }
 
 // owners is the ownerMap of a root-mode plan whose ids are assigned.
 func (pl *Plan) owners() ownerMap {
-	o := ownerMap{uid: pl.ToolUID, gid: pl.ToolGID}
+	o := ownerMap{uid: pl.ToolUID, gid: pl.ToolGID, joinedUserNS: -1}
+	if pl.Child.Join != nil {
+		o.joinedUserNS = pl.Child.Join.UserNS
+	}
 	if pl.MapRoot && !pl.Rootless {
 		o.rootUID, o.rootGID = pl.initHostIDs()
 	}

@@ -78,7 +78,11 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 	// L4. The program, then the clone: the child waits for its id maps
 	// (written here, as Go's fork-and-exec does for a child of its own)
 	// and runs it.
-	prog, err := nsinit.CompileDirect(&s.plan.Child, files, lastCapability(), hardLimit)
+	child := s.plan.Child
+	if child.Join != nil {
+		child.CgroupTasks = nil // cgroup v1: the launcher moves a joining init in (below)
+	}
+	prog, err := nsinit.CompileDirect(&child, files, lastCapability(), hardLimit)
 	if err != nil {
 		se, ok := err.(*StepError)
 		if !ok {
@@ -96,6 +100,18 @@ func (s *Sandbox) runDirect(trees []*os.File) {
 		}
 	}
 	pid, pidfd, err := prog.Start(s.plan.CloneFlags, cgroupFD, files.Sync, func(pid int) error {
+		if s.plan.Child.Join != nil {
+			// No namespace of its own, no maps: the init joins (sub-step
+			// 0a). cgroup v1: the launcher moves it into the cgroup (its
+			// step 12 would run as ids of the joined namespace, which the
+			// tasks files, the leased ids', are not).
+			for _, t := range s.plan.Child.CgroupTasks {
+				if err := os.WriteFile(t, []byte(strconv.Itoa(pid)), 0); err != nil {
+					return fmt.Errorf("enter cgroup: %w", err)
+				}
+			}
+			return nil
+		}
 		ppid, err := procfs.PidInProc(pid) // pid itself unless /proc is another pid namespace's
 		if err != nil {
 			return err

@@ -64,9 +64,20 @@ type Config struct {
 	// a listener, which sub-step 19a hands to the launcher's supervisor.
 	SeccompListener bool `json:"seccomp_listener,omitempty"`
 
+	Join *Join `json:"join,omitempty"` // str bwrap's --userns, --pidns: sub-step 0a
+
 	// BestEffort permits the documented fallbacks (e.g. no fresh /proc),
 	// each reported as a warning event.
 	BestEffort bool `json:"best_effort"`
+}
+
+// Join: the clone makes no namespace; its child joins UserNS (a
+// launcher descriptor), unshares Unshare (the others, no CLONE_NEWUSER),
+// joins PidNS (-1: none; then CLONE_NEWPID makes one) and forks (0a).
+type Join struct {
+	UserNS  int    `json:"userns_fd"`
+	PidNS   int    `json:"pidns_fd"`
+	Unshare uint64 `json:"unshare"`
 }
 
 // MountKind says what a Mount entry creates.

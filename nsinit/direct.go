@@ -50,6 +50,7 @@ type Program struct {
 	sigmask uint64
 	sigact  [4]uint64
 	sigold  [4]uint64
+	status  uint32 // sub-step 0a's fork's parent: the wait status
 
 	life programLife // started once; released once its child cannot read it (direct_mem.go)
 }
@@ -65,11 +66,12 @@ const (
 	opOr16               // *(*uint16)(mem) |= uint16(a1)
 	opCheckLink          // fstat the O_PATH descriptor in slot a0: a symlink fails
 	opCheckCwd           // getcwd into the a1 bytes after the a1 bytes at mem, which it must equal
-	opCheckPoll          // poll the report socket: POLLERR|POLLHUP fails (the launcher is gone)
+	opCheckPoll          // poll the descriptor in slot a0 for events a1: POLLERR, POLLHUP or POLLIN fails
 	opResolve            // r1 = the first of a1 candidate paths (C strings, their addresses at mem) that is an executable file
 	opCloseOthers        // close every descriptor from a0 on but the a1 slots listed at mem (slot ids)
 	opAwaitCall          // receive the call (sub-step 10a) into the callArea at mem; r1 = its candidate count
 	opSysWarn            // syscall(nr, a...); a failure is a warning record, and the program goes on (best effort)
+	opFork               // fork: the child goes on (r1 0), the parent waits for it and exits with its status
 )
 
 // Exit classes: which of str's exit codes a failure of the operation
@@ -325,15 +327,44 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	rd.check, rd.want = true, 1
 	b.close(d("close", "the id-map pipe"), syncR)
 	b.sys(d("setsid", ""), unix.SYS_SETSID, 0, noSlot)
-	if cfg.SetGroups {
+	rootIDs := func() { // root mode; a join's after its fork (0a)
 		b.sys(d("setgroups", "[]"), unix.SYS_SETGROUPS, 0, noSlot, 0, 0)
 		b.sys(d("setresgid", "0"), unix.SYS_SETRESGID, 0, noSlot, 0, 0, 0)
 		b.sys(d("setresuid", "0"), unix.SYS_SETRESUID, 0, noSlot, 0, 0, 0)
+	}
+	if cfg.SetGroups && cfg.Join == nil {
+		rootIDs()
 	}
 	b.sys(d("prctl", "PR_SET_PDEATHSIG SIGKILL"), unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
 
 	// 0. The plan is this Program: nothing to read.
 	b.who = "nsinit"
+
+	// 0a. str bwrap's --userns, --pidns, in the order SECURITY.md ("Joining
+	// namespaces") explains; the fork's child checks its parent lives
+	// once its parent-death signal is armed (again at step 17).
+	relay, relayCheck := slotID(noSlot), opDesc{action: "check the clone child", path: "its pidfd", check: "the clone child exited during setup"}
+	if j := cfg.Join; j != nil {
+		b.step = StepJoinNS
+		b.sys(opDesc{action: "prctl", path: "PR_SET_DUMPABLE", detail: "0: no ptrace of the launcher's memory from the joined namespace"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_DUMPABLE, 0)
+		b.sys(opDesc{action: "setns", path: fmt.Sprintf("fd %d", j.UserNS), detail: "CLONE_NEWUSER", hint: "not a user namespace, or the caller's own, or one not below it", hintErrno: unix.EINVAL},
+			unix.SYS_SETNS, 0, noSlot, uintptr(j.UserNS), unix.CLONE_NEWUSER)
+		b.sys(opDesc{action: "unshare", detail: fmt.Sprintf("%#x", j.Unshare)}, unix.SYS_UNSHARE, 0, noSlot, uintptr(j.Unshare))
+		if j.PidNS >= 0 {
+			b.sys(opDesc{action: "setns", path: fmt.Sprintf("fd %d", j.PidNS), detail: "CLONE_NEWPID"}, unix.SYS_SETNS, 0, noSlot, uintptr(j.PidNS), unix.CLONE_NEWPID)
+		}
+		pid := b.slot(0)
+		relay = b.slot(0)
+		b.sys(opDesc{action: "getpid"}, unix.SYS_GETPID, 0, pid)
+		b.sys(opDesc{action: "pidfd_open", path: "the clone child"}, unix.SYS_PIDFD_OPEN, 1, relay, uintptr(pid), 0)
+		b.special(opFork, nil, 0, 0, opDesc{action: "fork", detail: "into the sandbox's pid namespace"})
+		if cfg.SetGroups {
+			rootIDs() // before any mount: its files need an owner the joined namespace maps
+		}
+		b.sys(opDesc{action: "prctl", path: "PR_SET_PDEATHSIG", detail: "SIGKILL"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
+		b.special(opCheckPoll, nil, uintptr(relay), unix.POLLIN, relayCheck).slotArgs = 1
+		moves = append(moves, relay)
+	}
 
 	// 1. Every descriptor the child takes moves above the tool's (3+n
 	// on), close-on-exec; then the tool's 0-2 and pass-list are put in
@@ -627,8 +658,11 @@ func compileDirect(cfg *Config, f DirectFiles, lastCap int, hardLimit func(resou
 	// POLLERR or POLLHUP on ours means it is gone.
 	b.step = StepParentDeath
 	b.sys(opDesc{action: "prctl", path: "PR_SET_PDEATHSIG", detail: "SIGKILL"}, unix.SYS_PRCTL, 0, noSlot, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
-	b.special(opCheckPoll, nil, 0, 0,
-		opDesc{action: "check launcher", path: "report socket", detail: "POLLERR", check: "the launcher exited during setup"})
+	b.special(opCheckPoll, nil, uintptr(p.report), unix.POLLOUT,
+		opDesc{action: "check launcher", path: "report socket", detail: "POLLERR", check: "the launcher exited during setup"}).slotArgs = 1
+	if relay != noSlot {
+		b.special(opCheckPoll, nil, uintptr(relay), unix.POLLIN, relayCheck).slotArgs = 1 // after a join: the parent too
+	}
 
 	// 18. no_new_privs: exec can never grant privileges again (setuid
 	// bits, file capabilities), and it lets an unprivileged child load

@@ -212,19 +212,34 @@ func (p *Program) child() {
 				}
 			}
 		case opCheckPoll:
-			p.pfd = unix.PollFd{Fd: int32(p.slots[p.report&(maxSlots-1)]), Events: unix.POLLOUT}
+			p.pfd = unix.PollFd{Fd: int32(a[0]), Events: int16(a[1])}
 			// ppoll with a zero timeout: poll(2) is not on every
 			// architecture (arm64 has only ppoll).
 			p.zero = unix.Timespec{}
 			r, _, e := syscall.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&p.pfd)), 1, uintptr(unsafe.Pointer(&p.zero)), 0, 0, 0)
 			errno = uintptr(e)
-			if errno == 0 && r > 0 && p.pfd.Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+			if errno == 0 && r > 0 && p.pfd.Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLIN) != 0 {
 				p.fail(i, 0, o.exit)
 			}
 		case opResolve:
 			errno = p.resolve(o, a[1], &r1)
 		case opCloseOthers:
 			p.closeOthers(o, a[0], a[1])
+		case opFork:
+			// The child goes on, on its own copy of the memory; the parent closes every
+			// descriptor (the report socket's EOF is the child's execve), waits and exits.
+			r, _, e := syscall.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+			if errno = uintptr(e); errno == 0 && r != 0 {
+				syscall.RawSyscall(unix.SYS_CLOSE_RANGE, 0, ^uintptr(0)>>32, 0)
+				_, _, e = syscall.RawSyscall6(unix.SYS_WAIT4, r, uintptr(unsafe.Pointer(&p.status)), 0, 0, 0, 0) // no handler: no EINTR
+				code := uintptr(p.status) >> 8 & 0xff
+				if sig := uintptr(p.status) & 0x7f; sig != 0 || e != 0 {
+					code = 128 + sig // killed by sig: as a shell reports it
+				}
+				for {
+					syscall.RawSyscall(unix.SYS_EXIT_GROUP, code, 0, 0)
+				}
+			}
 		case opSysWarn:
 			if _, _, e := syscall.RawSyscall6(o.nr, a[0], a[1], a[2], a[3], a[4], a[5]); e != 0 {
 				p.record(&warningMagic, i, uintptr(e)) // and the program goes on

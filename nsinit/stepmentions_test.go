@@ -46,6 +46,7 @@ var stepWords = map[Step][]string{
 	StepExec:         {"execve", "exec "},
 	StepAwaitCall:    {"call", "pre-built", "str serve"},
 	StepHandListener: {"listener", "template"},
+	StepJoinNS:       {"join", "--userns", "setns", "fork"},
 
 	StepLCgroup:      {"cgroup", "host id", "lease"},
 	StepLPipes:       {"pipe", "socket"},

@@ -45,6 +45,7 @@ const (
 const (
 	StepAwaitCall    Step = 201 + iota // 10a: a pre-built sandbox (Config.AwaitCall) waits for its call
 	StepHandListener                   // 19a: a per-tool template (Config.SeccompListener) hands its filter's listener over
+	StepJoinNS                         // 0a: str bwrap's --userns, --pidns (Config.Join): join the caller's namespaces and fork
 	numSubStepsEnd
 )
 
@@ -56,6 +57,7 @@ var subSteps = map[Step]struct {
 }{
 	StepAwaitCall:    {StepLoopback, "a", "pre-built sandbox (str serve): wait for the call on the report socket (argv, environment, stdio as SCM_RIGHTS) and dup3 the stdio onto 0-2"},
 	StepHandListener: {StepSeccomp, "a", "per-tool template: hand the seccomp filter's listener to the launcher (SCM_RIGHTS on the report socket) and close it"},
+	StepJoinNS:       {StepReadPlan, "a", "a bubblewrap line's --userns (Config.Join): setns into the caller's user namespace, unshare the others in it, setns into --pidns's pid namespace or make one, and fork: the child runs the steps from 1 on, the clone child waits for it and exits as it did"},
 }
 
 // The launcher's steps (who "launcher"): L1..L10: create the cgroup (and

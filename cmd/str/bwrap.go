@@ -224,6 +224,12 @@ func cmdBwrap(name string, args []string) int {
 		pl.Child.Hostname = sb.Hostname
 	}
 	pl.SetToolIDs(sb.UID, sb.GID)
+	// --userns, --pidns: the init joins them (its sub-step 0a).
+	if sb.UserNS >= 0 {
+		if err := pl.JoinNamespaces(sb.UserNS, sb.PidNS); err != nil {
+			return fail("--userns: %v", err)
+		}
+	}
 	// As root: root's files are the sandbox's root's through every bind
 	// (step L3). The kept capabilities are the sandbox's own user
 	// namespace's (init steps 13-16): --cap-add's, and a root caller's own

@@ -104,6 +104,20 @@ func RootMapping(rootUID, rootGID int) (*Mapping, error) {
 	return newMapping("host root", 0, 0, rootUID, rootGID)
 }
 
+// JoinedMapping (a root-mode plan that joins a user namespace: str
+// bwrap's --userns) is that namespace's own map as a Mapping (userns, the
+// launcher's descriptor, is duplicated): through it host root's files are
+// that namespace's root's, whose ids the sandbox runs as, as RootMapping
+// makes them a namespace of its own's root's.
+func JoinedMapping(userns int) (*Mapping, error) {
+	fd, err := unix.FcntlInt(uintptr(userns), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, &nsinit.StepError{Who: "launcher", Step: nsinit.StepLBindSources, Action: "id-map", Path: "host root",
+			Detail: fmt.Sprintf("the joined user namespace (fd %d)", userns), Msg: err.Error(), Err: err}
+	}
+	return &Mapping{userns: fd, detail: "the joined user namespace's map"}, nil
+}
+
 // MapRoot (step L3) makes every mount of the detached tree (tree, a
 // clone of src) whose filesystem allows it id-mapped with root, a
 // RootMapping. Through it root's files are the sandbox's root's, as they

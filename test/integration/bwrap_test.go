@@ -288,8 +288,9 @@ func TestBwrapRefusals(t *testing.T) {
 	}{
 		{[]string{"--frobnicate", "true"}, "Unknown option --frobnicate"},
 		{[]string{"--bind", "/usr"}, "--bind takes two arguments"},
-		{[]string{"--userns", "0", "true"}, "--userns: not supported by str bwrap: str always makes the sandbox's own user and pid namespaces"},
-		{[]string{"--pidns", "0", "true"}, "--pidns: not supported by str bwrap: str always makes the sandbox's own user and pid namespaces"},
+		{[]string{"--userns2", "0", "true"}, "--userns2: not supported by str bwrap: str's init joins no second user namespace"},
+		{[]string{"--pidns", "0", "true"}, "--pidns: not supported by str bwrap: it needs --userns"},
+		{[]string{"--userns", "0", "--unshare-user", "true"}, "--userns not compatible --unshare-user"},
 		{[]string{"--overlay-src", "/usr", "true"}, "--overlay-src must be followed by another --overlay-src or one of --overlay, --tmp-overlay, or --ro-overlay"},
 		{[]string{"--level-prefix", "--exec-label", "x", "true"}, "<3>str bwrap: --exec-label: not supported by str bwrap"},
 	} {
