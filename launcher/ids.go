@@ -194,7 +194,7 @@ func leaseIDs(r IDRange, dir string) (*HostIDLease, error) {
 		// after its removal is no lease; the name may already be a new
 		// holder's file.
 		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil || st.Nlink == 0 || previousHolderAlive(fd, base) {
+		if unix.Fstat(fd, &st) != nil || st.Nlink == 0 || previousHolderAlive(fd, base) || joinersAlive(path+".join") {
 			unix.Close(fd)
 			continue
 		}

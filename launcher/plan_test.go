@@ -3,16 +3,19 @@ package launcher
 import (
 	"bytes"
 	"errors"
-	"github.com/securetoolruntime/str/egress"
-	"github.com/securetoolruntime/str/profiles/profileyaml"
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/profiles/profileyaml"
 
 	"github.com/securetoolruntime/str/nsinit"
 	"github.com/securetoolruntime/str/profiles"
@@ -653,5 +656,45 @@ func TestPlanCallerNetwork(t *testing.T) {
 					c.profile, c.ask, uid, pl.CallerNetwork, ownNet, pl.Child.LoopbackUp, len(pl.Child.Listen), proxyVars, c.shared)
 			}
 		}
+	}
+}
+
+// A block a joiner holds (joinLease's marker for a live launcher) is not
+// leased again after its own holder released it; once the joiner's
+// launcher is gone its marker is stale, removed, and the block leased.
+func TestLeaseIDsHonoursJoiners(t *testing.T) {
+	dir := t.TempDir()
+	r := IDRange{Start: 5000000, Count: 2} // one block
+	a, err := leaseIDs(r, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := filepath.Join(dir, strconv.Itoa(a.base)+".join")
+	if err := os.Mkdir(marks, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(marks, strconv.Itoa(os.Getpid())) // a live launcher
+	if err := os.WriteFile(mark, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.Release()
+	if _, err := leaseIDs(r, dir); !errors.Is(err, ErrNoFreeIDs) {
+		t.Fatalf("a block a live joiner holds was leased: %v", err)
+	}
+	// A dead launcher: a reaped child's pid.
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(mark, filepath.Join(marks, strconv.Itoa(cmd.Process.Pid))); err != nil {
+		t.Fatal(err)
+	}
+	b, err := leaseIDs(r, dir)
+	if err != nil || b.base != a.base {
+		t.Fatalf("a block whose joiner is gone was not leased again: %v", err)
+	}
+	b.Release()
+	if _, err := os.Stat(marks); !os.IsNotExist(err) {
+		t.Fatalf("the stale joiner's markers were left: %v", err)
 	}
 }

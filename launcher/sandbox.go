@@ -22,13 +22,14 @@ import (
 // Sandbox is one created sandbox. Its lifecycle is Create → Start → Wait;
 // Kill may be called at any time, from any goroutine.
 type Sandbox struct {
-	l    *Launcher
-	plan *Plan
-	req  Request
-	ctx  context.Context
-	id   string
-	cg   sandboxCgroup
-	ids  *HostIDLease // root mode: this sandbox's host id block
+	l      *Launcher
+	plan   *Plan
+	req    Request
+	ctx    context.Context
+	id     string
+	cg     sandboxCgroup
+	ids    *HostIDLease // root mode: this sandbox's host id block
+	joined func()       // root mode, a joined user namespace: drops this sandbox's hold on its block (joinLease)
 
 	// writeBacks: a capped `str run --workdir`'s state from L3 to L10.
 	writeBacks []*writeback.Dir
@@ -121,6 +122,15 @@ func (l *Launcher) CreateFromPlan(ctx context.Context, plan *Plan, req Request) 
 		}
 		s.ids = lease
 		p.assignIDs(lease.base)
+		// A sandbox that joins another's user namespace runs as that
+		// sandbox's block: it holds the block too while it lives.
+		if p.Child.Join != nil {
+			if s.joined, err = joinLease(l.idLeaseDir, p.Child.Join.UserNS); err != nil {
+				lease.Release()
+				s.ids = nil
+				return nil, err
+			}
+		}
 	}
 	s.plan = &p
 	plan = &p
@@ -686,6 +696,7 @@ func (s *Sandbox) collect() *Result {
 	// The host ids go back last: the copy back may write as them.
 	s.ids.Release()
 	s.ids = nil
+	s.releaseJoined()
 	r.WallTimeMs = s.wallTimeMs()
 	r.Resident = s.plan != nil && s.plan.Child.AwaitCall
 	r.Timings = s.timings
@@ -804,6 +815,15 @@ func (s *Sandbox) release() {
 	}
 	s.ids.Release()
 	s.ids = nil
+	s.releaseJoined()
+}
+
+// releaseJoined drops the joined block's marker (joinLease), if any.
+func (s *Sandbox) releaseJoined() {
+	if s.joined != nil {
+		s.joined()
+		s.joined = nil
+	}
 }
 
 // cloneDetail names the plan's clone flags for a clone's error.

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/securetoolruntime/str/internal/mustwork"
+	"github.com/securetoolruntime/str/launcher"
 	"golang.org/x/sys/unix"
 )
 
@@ -143,22 +145,59 @@ func TestBwrapJoinNamespaces(t *testing.T) {
 					unix.Close(pidfd)
 				}
 
-				// --userns alone: the user namespace; refused by str as root.
+				// --userns alone: the user namespace. As root, str holds the
+				// joined sandbox's id block too while the command runs (a
+				// marker the lease honours: launcher.joinLease), and drops
+				// it at the end.
 				alone := command("--userns", "3", "--", "/bin/sh", "-c", "readlink /proc/self/ns/user")
 				alone.ExtraFiles = []*os.File{userns}
 				errs.Reset()
 				alone.Stderr = &errs
 				got, err = alone.Output()
-				switch {
-				case side == "str bwrap" && uid == 0:
-					if err == nil || !strings.Contains(errs.String(), "needs its sandbox's pid namespace too (--pidns)") {
-						t.Errorf("--userns alone as root: %q %v, want str's refusal; stderr %s", got, err, errs.String())
-					}
-				case err != nil || strings.TrimSpace(string(got)) != want[0]:
+				if err != nil || strings.TrimSpace(string(got)) != want[0] {
 					t.Errorf("--userns alone: %q %v, want %q; stderr %s", got, err, want[0], errs.String())
+				}
+				if side == "str bwrap" && uid == 0 {
+					held := command("--userns", "3", "--", "sleep", "3600")
+					held.ExtraFiles = []*os.File{userns}
+					if err := held.Start(); err != nil {
+						t.Fatal(err)
+					}
+					awaitInUserNS(t, want[0], want[1])
+					marks, _ := filepath.Glob(fmt.Sprintf("%s/*.join/%d", launcher.IDLeaseDir, held.Process.Pid))
+					_ = held.Process.Signal(unix.SIGTERM)
+					_ = held.Wait()
+					if len(marks) != 1 {
+						t.Errorf("--userns alone as root: the joined block's markers for str (pid %d): %q, want one", held.Process.Pid, marks)
+					}
+					if left, _ := filepath.Glob(fmt.Sprintf("%s/*.join/%d", launcher.IDLeaseDir, held.Process.Pid)); len(left) != 0 {
+						t.Errorf("--userns alone as root: markers left after str ended: %q", left)
+					}
 				}
 			})
 		}
+	}
+}
+
+// awaitInUserNS waits until a "sleep 3600" runs in user namespace userns
+// ("user:[N]") outside pid namespace notPidns (no bound but the test's
+// own timeout).
+func awaitInUserNS(t *testing.T, userns, notPidns string) {
+	t.Helper()
+	for {
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			uns, _ := os.Readlink("/proc/" + e.Name() + "/ns/user")
+			pns, _ := os.Readlink("/proc/" + e.Name() + "/ns/pid")
+			if uns == userns && pns != notPidns && strings.Contains(string(cmdline), "sleep\x003600") {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // a poll interval, not a deadline
 	}
 }
 
