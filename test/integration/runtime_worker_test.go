@@ -11,8 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/securetoolruntime/str/internal/syncbuf"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,6 +65,7 @@ tools:
   echo_gvisor: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: gvisor}
   trip_gvisor: {module: rt_tools, function: round_trip, timeout_seconds: 30, sandbox_profile: gvisor}
   warm_gvisor: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: gvisor, warm: 1}
+  tpl_gvisor: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: gvisor, warm: template}
   echo_microvm: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: microvm-example}
 `), 0o644); err != nil {
 		t.Fatal(err)
@@ -115,15 +119,23 @@ tools:
 		}
 	}
 
-	// A warm pool for a gvisor tool is refused with the reason (the
-	// worker log); its calls run cold under gvisor, never pooled under
-	// namespaces.
+	// A warm pool (or a template) for a gvisor tool is refused with the
+	// reason (the worker log); its calls run cold under gvisor, never
+	// pooled under namespaces.
 	r, out := invokeClass(t, broker, "warm_gvisor", `{"text": "warm"}`)
 	if r.Result == nil || r.Result.ToolResult["text"] != "warm" || r.Result.ToolResult["release"] == host {
 		t.Errorf("warm_gvisor: want the text back from gVisor's kernel; output:\n%s\nworker log:\n%s", out, w.log.String())
 	}
 	if !strings.Contains(w.log.String(), "a pre-built sandbox (the worker's warm pool)") {
 		t.Errorf("the worker log does not say why warm_gvisor has no pool:\n%s", w.log.String())
+	}
+	// So is a template.
+	r, out = invokeClass(t, broker, "tpl_gvisor", `{"text": "template"}`)
+	if r.Result == nil || r.Result.ToolResult["text"] != "template" || r.Result.ToolResult["release"] == host {
+		t.Errorf("tpl_gvisor: want the text back from gVisor's kernel; output:\n%s\nworker log:\n%s", out, w.log.String())
+	}
+	if !strings.Contains(w.log.String(), "not a pre-built one (the warm pool, templates, str serve)") {
+		t.Errorf("the worker log does not say why tpl_gvisor has no template:\n%s", w.log.String())
 	}
 
 	const reason = "runtime microvm cannot run this sandbox here"
@@ -169,6 +181,123 @@ func invokeClass(t *testing.T, broker int, tool, args string, extra ...string) (
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		t.Fatalf("str invoke %s: exit %d, last line is not a reply (%v):\n%s", tool, cmd.ProcessState.ExitCode(), err, out.String())
+	}
+	return r, out.String()
+}
+
+// A gvisor call keeps the worker's result contract as a namespaces call
+// does: a tool past its timeout is timed_out, a tool that dies says its
+// stderr's last lines in the error, a cancel ends the call CANCELLED;
+// each reply is the one the namespaces class gives.
+func TestWorkerGVisorResultContract(t *testing.T) {
+	needRunsc(t)
+	dir, tools := templateWorkerDir(t, "str-it-rtc-")
+	const tool = `import os, sys, time
+
+def sleepy(ctx):
+    time.sleep(600)
+
+def crash(ctx):
+    sys.stderr.write("the tool's last words\n")
+    sys.stderr.flush()
+    os._exit(3)
+
+def wait_cancel(ctx):
+    with open("started", "w") as f:
+        f.write("yes")
+    time.sleep(600)
+`
+	if err := os.WriteFile(filepath.Join(tools, "rtc_tools.py"), []byte(tool), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	profiles := filepath.Join(dir, "profiles")
+	if err := os.Mkdir(profiles, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("../../examples/profiles/gvisor.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(profiles, "gvisor.yaml"), example, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var m strings.Builder
+	m.WriteString("version: 1\ntools:\n")
+	for _, class := range []string{"namespaces", "gvisor"} {
+		profile := map[string]string{"namespaces": "restrictive", "gvisor": "gvisor"}[class]
+		fmt.Fprintf(&m, "  sleepy_%s: {module: rtc_tools, function: sleepy, timeout_seconds: 1, sandbox_profile: %s}\n", class, profile)
+		fmt.Fprintf(&m, "  crash_%s: {module: rtc_tools, function: crash, timeout_seconds: 30, sandbox_profile: %s}\n", class, profile)
+		fmt.Fprintf(&m, "  cancel_%s: {module: rtc_tools, function: wait_cancel, timeout_seconds: 120, sandbox_profile: %s}\n", class, profile)
+	}
+	manifest := filepath.Join(dir, "manifest.yaml")
+	if err := os.WriteFile(manifest, []byte(m.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	broker, health := freeTCPPort(t), freeTCPPort(t)
+	w := startWorker(t, broker, health, map[string]string{
+		"SAM_NAMESPACE": "it/", "MANIFEST_PATH": manifest, "TOOLS_PYTHON_DIR": tools, "SANDBOX_PROFILE_DIR": profiles,
+		"SANDBOX_WORK_DIR": work, "STR_RUNNER_DIR": filepath.Join(dir, "runner"), "STR_SITE_DIR": filepath.Join(dir, "site"),
+		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(dir, "artifacts"),
+	})
+
+	type answer struct {
+		timedOut bool
+		code     string
+		message  string
+	}
+	got := map[string]answer{}
+	for _, class := range []string{"namespaces", "gvisor"} {
+		r, out := invokeClass(t, broker, "sleepy_"+class, `{}`)
+		if r.Result == nil || !r.Result.TimedOut {
+			t.Errorf("sleepy_%s: want timed_out; output:\n%s", class, out)
+		}
+		r, out = invokeClass(t, broker, "crash_"+class, `{}`)
+		if r.Error == nil || !strings.Contains(r.Error.Message, "the tool's last words") {
+			t.Errorf("crash_%s: want an error carrying the tool's stderr; output:\n%s", class, out)
+		} else {
+			got["crash "+class] = answer{code: r.Error.Code}
+		}
+		r, out = cancelClass(t, broker, work, "cancel_"+class)
+		if r.Error == nil || r.Error.Code != "CANCELLED" {
+			t.Errorf("cancel_%s: want CANCELLED; output:\n%s", class, out)
+		}
+	}
+	if got["crash namespaces"] != got["crash gvisor"] {
+		t.Errorf("a crash's reply differs: namespaces %+v, gvisor %+v", got["crash namespaces"], got["crash gvisor"])
+	}
+	if t.Failed() {
+		t.Logf("worker log:\n%s", w.log.String())
+	}
+}
+
+// cancelClass invokes tool, waits until its sandbox wrote "started" in
+// its work dir (under work), then interrupts str invoke once (it
+// publishes a cancel) and returns the reply.
+func cancelClass(t *testing.T, broker int, work, tool string) (classReply, string) {
+	t.Helper()
+	old, _ := filepath.Glob(filepath.Join(work, "*", "started"))
+	cmd := exec.Command(strBin, "invoke", tool, "--broker", "127.0.0.1:"+strconv.Itoa(broker), "--namespace", "it/", "--args", "{}", "--wait", "3m")
+	out := &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started := eventually(2*time.Minute, func() bool {
+		now, _ := filepath.Glob(filepath.Join(work, "*", "started"))
+		return len(now) > len(old)
+	})
+	if !started {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("%s never started; output:\n%s", tool, out.String())
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
+	var r classReply
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("str invoke %s: last line is not a reply (%v):\n%s", tool, err, out.String())
 	}
 	return r, out.String()
 }
