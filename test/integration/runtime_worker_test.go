@@ -52,7 +52,8 @@ def round_trip(ctx):
 		t.Fatal(err)
 	}
 	microvm := strings.Replace(strings.Replace(string(example), "name: gvisor", "name: microvm-example", 1), "runtime: gvisor", "runtime: microvm", 1)
-	for name, text := range map[string]string{"gvisor.yaml": string(example), "microvm-example.yaml": microvm} {
+	egress := strings.Replace(strings.Replace(string(example), "name: gvisor", "name: gvisor-egress", 1), "policy: isolated", "policy: allow_egress", 1)
+	for name, text := range map[string]string{"gvisor.yaml": string(example), "microvm-example.yaml": microvm, "gvisor-egress.yaml": egress} {
 		if err := os.WriteFile(filepath.Join(profiles, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +67,8 @@ tools:
   trip_gvisor: {module: rt_tools, function: round_trip, timeout_seconds: 30, sandbox_profile: gvisor}
   warm_gvisor: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: gvisor, warm: 1}
   tpl_gvisor: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: gvisor, warm: template}
+  egress_gvisor: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: gvisor-egress}
+  narrowed_gvisor: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: gvisor-egress, network: {policy: isolated}}
   echo_microvm: {module: rt_tools, function: echo, timeout_seconds: 30, sandbox_profile: microvm-example}
 `), 0o644); err != nil {
 		t.Fatal(err)
@@ -136,6 +139,18 @@ tools:
 	}
 	if !strings.Contains(w.log.String(), "not a pre-built one (the warm pool, templates, str serve)") {
 		t.Errorf("the worker log does not say why tpl_gvisor has no template:\n%s", w.log.String())
+	}
+
+	// A gvisor profile whose network this str does not run under gVisor
+	// yet: its calls are TOOL_NOT_AVAILABLE naming why; the same profile
+	// narrowed to isolated by the manifest entry runs.
+	r, out = invokeClass(t, broker, "egress_gvisor", `{}`)
+	if r.Error == nil || r.Error.Code != "TOOL_NOT_AVAILABLE" || !strings.Contains(r.Error.Message, "network policy allow_egress") {
+		t.Errorf("egress_gvisor: want TOOL_NOT_AVAILABLE naming the network policy; output:\n%s", out)
+	}
+	r, out = invokeClass(t, broker, "narrowed_gvisor", `{"text": "narrowed"}`)
+	if r.Result == nil || r.Result.ToolResult["text"] != "narrowed" || r.Result.ToolResult["release"] == host {
+		t.Errorf("narrowed_gvisor: want the text back from gVisor's kernel; output:\n%s\nworker log:\n%s", out, w.log.String())
 	}
 
 	const reason = "runtime microvm cannot run this sandbox here"
