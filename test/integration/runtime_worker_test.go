@@ -256,12 +256,7 @@ def wait_cancel(ctx):
 		"ARTIFACT_SERVICE_TYPE": "filesystem", "ARTIFACT_BASE_PATH": filepath.Join(dir, "artifacts"),
 	})
 
-	type answer struct {
-		timedOut bool
-		code     string
-		message  string
-	}
-	got := map[string]answer{}
+	crashCode := map[string]string{}
 	for _, class := range []string{"namespaces", "gvisor"} {
 		r, out := invokeClass(t, broker, "sleepy_"+class, `{}`)
 		if r.Result == nil || !r.Result.TimedOut {
@@ -271,15 +266,15 @@ def wait_cancel(ctx):
 		if r.Error == nil || !strings.Contains(r.Error.Message, "the tool's last words") {
 			t.Errorf("crash_%s: want an error carrying the tool's stderr; output:\n%s", class, out)
 		} else {
-			got["crash "+class] = answer{code: r.Error.Code}
+			crashCode[class] = r.Error.Code
 		}
 		r, out = cancelClass(t, broker, work, "cancel_"+class)
 		if r.Error == nil || r.Error.Code != "CANCELLED" {
 			t.Errorf("cancel_%s: want CANCELLED; output:\n%s", class, out)
 		}
 	}
-	if got["crash namespaces"] != got["crash gvisor"] {
-		t.Errorf("a crash's reply differs: namespaces %+v, gvisor %+v", got["crash namespaces"], got["crash gvisor"])
+	if crashCode["namespaces"] != crashCode["gvisor"] {
+		t.Errorf("a crash's error code differs: namespaces %q, gvisor %q", crashCode["namespaces"], crashCode["gvisor"])
 	}
 	if t.Failed() {
 		t.Logf("worker log:\n%s", w.log.String())
