@@ -172,7 +172,8 @@ type Spec struct {
 	Stderr io.Writer
 	// ExtraFiles become the tool's descriptors 3, 4, ...; every other
 	// descriptor is closed. The caller keeps its copies and closes them
-	// once Start has returned.
+	// once Start has returned. Under a runtime class other than
+	// namespaces none is passed (gVisor passes only stdio: class.go).
 	ExtraFiles []*os.File
 	// WorkDir says where the work dir is made.
 	WorkDir workdir.Spec
