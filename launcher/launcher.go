@@ -297,7 +297,7 @@ func (l *Launcher) Run(ctx context.Context, req Request) (*Result, error) {
 		return nil, err
 	}
 	if plan.Runtime != profiles.RuntimeNamespaces {
-		return l.runClass(ctx, plan, req) // gvisor: runtimes.go
+		return l.RunClass(ctx, plan, req) // gvisor: runtimes.go
 	}
 	s, err := l.CreateFromPlan(ctx, plan, req)
 	if err != nil {

@@ -77,10 +77,12 @@ func runtimes(probe func() gvisor.Status) []RuntimeStatus {
 }
 
 // CheckRuntime is the refusal of a class this host cannot run; nil for
-// one it can. oneShot: the sandbox is a one-shot run (Launcher.Run);
-// the other paths (the worker, str serve, str bwrap: CreateFromPlan)
-// run only namespaces in this str.
-func CheckRuntime(class string, oneShot bool) error {
+// one it can. cold: the sandbox is run once, from its start to its end
+// (str run: Launcher.Run; the worker's cold calls: RunClass through
+// launcher/provider); the other paths (the worker's warm pool and
+// templates, str serve, str bwrap: CreateFromPlan) run only namespaces
+// in this str.
+func CheckRuntime(class string, cold bool) error {
 	if class == "" || class == profiles.RuntimeNamespaces {
 		return nil
 	}
@@ -89,8 +91,8 @@ func CheckRuntime(class string, oneShot bool) error {
 		case st.Class != class:
 		case !st.Available:
 			return &RuntimeError{Class: class, Reason: st.Problem}
-		case !oneShot:
-			return &RuntimeError{Class: class, Reason: "only a one-shot str run runs it in this str (not the worker, str serve or str bwrap yet)"}
+		case !cold:
+			return &RuntimeError{Class: class, Reason: "only a sandbox run once (str run, the worker's cold calls) runs it in this str: not a pre-built one (the warm pool, templates, str serve) nor str bwrap"}
 		default:
 			return nil
 		}
@@ -98,18 +100,39 @@ func CheckRuntime(class string, oneShot bool) error {
 	return &RuntimeError{Class: class, Reason: "unknown runtime class"}
 }
 
-// runClass runs a one-shot plan under its runtime class other than
-// namespaces (Run's one dispatch point).
-func (l *Launcher) runClass(ctx context.Context, pl *Plan, req Request) (*Result, error) {
+// CheckClass is RunClass's refusals before anything runs: the class
+// cannot run here, or the request has what this str does not run under
+// it yet (passed descriptors, credentials, a network other than
+// isolated). The worker's provider checks at Create, so a call it cannot
+// run is refused before its sandbox starts.
+func CheckClass(pl *Plan, req Request) error {
 	if err := CheckRuntime(pl.Runtime, true); err != nil {
-		return nil, err
+		return err
 	}
 	if len(req.ExtraFiles) > 0 || len(req.Credentials) > 0 {
-		return nil, &RuntimeError{Class: pl.Runtime, Reason: "descriptors passed to the tool and credentials are not supported yet"}
+		return &RuntimeError{Class: pl.Runtime, Reason: "descriptors passed to the tool and credentials are not supported yet"}
 	}
-	spec := gvisor.Spec{Child: pl.Child, Network: pl.Network, Timeout: pl.Timeout, Rootless: pl.Rootless,
+	if _, _, _, err := gvisor.Bundle(classSpec(pl), "check"); err != nil {
+		return &RuntimeError{Class: pl.Runtime, Reason: err.Error()}
+	}
+	return nil
+}
+
+func classSpec(pl *Plan) gvisor.Spec {
+	return gvisor.Spec{Child: pl.Child, Network: pl.Network, Timeout: pl.Timeout, Rootless: pl.Rootless,
 		Limits: gvisor.Limits{Enforce: pl.Cgroup.Mode != CgroupNone, MemoryMax: pl.Cgroup.MemoryMax,
 			CPUQuotaUs: pl.Cgroup.CPUQuotaUs, CPUPeriodUs: pl.Cgroup.CPUPeriodUs, PidsMax: pl.Cgroup.PidsMax}}
+}
+
+// RunClass runs a plan once under its runtime class other than
+// namespaces: Run's one dispatch point, and the worker's cold calls
+// (launcher/provider). ctx's end is a cancel (SIGINT, then SIGKILL after
+// CancelGrace); the plan's timeout kills it (TimedOut).
+func (l *Launcher) RunClass(ctx context.Context, pl *Plan, req Request) (*Result, error) {
+	if err := CheckClass(pl, req); err != nil {
+		return nil, err
+	}
+	spec := classSpec(pl)
 	ex, err := gvisor.Run(ctx, spec, newCgroupID(), gvisor.Stdio{Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr})
 	if errors.Is(err, gvisor.ErrUnsupported) {
 		return nil, &RuntimeError{Class: pl.Runtime, Reason: err.Error()}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/securetoolruntime/str/egress"
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/launcher/workdir"
 	"github.com/securetoolruntime/str/worker/manifest"
 	"github.com/securetoolruntime/str/worker/runner"
@@ -250,6 +251,12 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 		if cause := context.Cause(t.ctx); cause != nil {
 			return s.errorOutcome(t, cancelledError(cause)), nil
 		}
+		if errors.Is(err, launcher.ErrRuntimeUnavailable) {
+			// The tool's runtime class cannot run this call here
+			// (launcher/provider: e.g. what the class does not run yet).
+			t.log.Error("tool cannot run under its runtime class here", "error", err)
+			return s.errorOutcome(t, notHereError(t.req.ToolName, err)), nil
+		}
 		if errors.Is(err, ErrInvalidSandboxRequest) {
 			// Everything of the call's that reaches the sandbox (its
 			// profile, its timeout) was checked at dispatch, so a refusal
@@ -258,7 +265,7 @@ func (s *Server) executeCold(t *task) (outcome, func()) {
 			// availableNow looked. Never INVALID_REQUEST.
 			if perr := s.toolProblem(t.tool); perr != nil {
 				t.log.Error("tool cannot work on this worker", "error", perr)
-				return s.errorOutcome(t, errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", truncateName(t.req.ToolName))), nil
+				return s.errorOutcome(t, notHereError(t.req.ToolName, perr)), nil
 			}
 			return s.errorOutcome(t, errorf(CodeSandboxFailed, "sandbox setup failed at step %q (the worker's configuration): %v", stageCreate, err)), nil
 		}

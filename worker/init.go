@@ -190,7 +190,7 @@ func (s *Server) dispatchInit(d *transport.Delivery, gen initGeneration, topicTo
 	default:
 		if perr := s.toolProblem(tool); perr != nil {
 			log.Error("tool cannot work on this worker", "error", perr)
-			e = errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", shown)
+			e = notHereError(tool.Name, perr)
 		}
 	}
 	if e != nil {

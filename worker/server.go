@@ -951,7 +951,7 @@ func (s *Server) availableNow(t *task) *Error {
 	}
 	if err := s.toolProblem(cur); err != nil {
 		t.log.Error("tool cannot work on this worker", "error", err)
-		return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", truncateName(cur.Name))
+		return notHereError(cur.Name, err)
 	}
 	return nil
 }

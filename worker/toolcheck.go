@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/securetoolruntime/str/launcher"
 	"github.com/securetoolruntime/str/worker/manifest"
 )
 
@@ -37,7 +39,7 @@ func (s *Server) sourceCheck() manifest.SourceCheck {
 func (s *Server) toolProblem(tool *manifest.Tool) error {
 	if p := tool.SandboxProfile; p != "" {
 		if err := s.sb.CheckProfile(p); err != nil {
-			return fmt.Errorf("tool %s: %w: sandbox_profile %q: %v", tool.Name, manifest.ErrToolUnavailable, p, err)
+			return fmt.Errorf("tool %s: %w: sandbox_profile %q: %w", tool.Name, manifest.ErrToolUnavailable, p, err)
 		}
 	}
 	if err := s.packageProblem(tool); err != nil {
@@ -48,6 +50,18 @@ func (s *Server) toolProblem(tool *manifest.Tool) error {
 		return fmt.Errorf("tool %s: %w: credentials need a sandbox (SANDBOX_MODE is none)", tool.Name, manifest.ErrToolUnavailable)
 	}
 	return tool.CheckSource(s.sourceCheck())
+}
+
+// notHereError is the answer to a call of a tool that cannot work on this
+// host (toolProblem's err): the worker log says why (its paths are the
+// host's), but a runtime class this host cannot run is named with its
+// reason, which names nothing of the host's (launcher.RuntimeError).
+func notHereError(name string, err error) *Error {
+	var re *launcher.RuntimeError
+	if errors.As(err, &re) {
+		return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: %s", truncateName(name), truncate(re.Error(), maxReasonInMessage))
+	}
+	return errorf(CodeToolNotAvailable, "Tool '%s' is not available on this worker: it cannot be loaded here (the worker log says why)", truncateName(name))
 }
 
 // unavailableEntryError is the answer to a call of a manifest entry that

@@ -30,7 +30,8 @@ import (
 // Box's is.
 //
 // Implementations: New (namespaces, seccomp, cgroups; no
-// templates), template.Provider (the same, with templates: root mode),
+// templates; a profile of another runtime class, gvisor, runs its calls
+// cold under it: class.go), template.Provider (the same, with templates: root mode),
 // and providers whose boxes are host processes (launcher/hostbox:
 // SANDBOX_MODE=none; launchertest.Sandboxes for unit tests, which fakes
 // templates too).
@@ -171,7 +172,8 @@ type Spec struct {
 	Stderr io.Writer
 	// ExtraFiles become the tool's descriptors 3, 4, ...; every other
 	// descriptor is closed. The caller keeps its copies and closes them
-	// once Start has returned.
+	// once Start has returned. Under a runtime class other than
+	// namespaces none is passed (gVisor passes only stdio: class.go).
 	ExtraFiles []*os.File
 	// WorkDir says where the work dir is made.
 	WorkDir workdir.Spec
@@ -244,7 +246,8 @@ func (p launcherProvider) CheckProfile(name string) error {
 	}
 	// A runtime class this worker cannot run: its tools are unavailable
 	// with the reason (launcher.ErrRuntimeUnavailable), never run weaker.
-	return launcher.CheckRuntime(prof.RuntimeClass(), false)
+	// Another class's calls run cold (class.go).
+	return launcher.CheckRuntime(prof.RuntimeClass(), true)
 }
 
 // CapsWorkDirs: root mode mounts a capped tmpfs per work dir.
@@ -273,7 +276,19 @@ func (p launcherProvider) Create(ctx context.Context, spec Spec) (Box, error) {
 	// the runner's files on a second one an overlay would not show).
 	req := spec.Request()
 	req.Workdir, req.WorkdirLive = wd.Path, true
-	sb, err := p.l.Create(ctx, req)
+	pl, err := p.l.Plan(req)
+	if err == nil && pl.Runtime != profiles.RuntimeNamespaces {
+		// Another class (gvisor): the one dispatch point (class.go).
+		box, err := p.createClass(ctx, spec, wd, req, pl.Runtime)
+		if err != nil {
+			wd.Remove()
+		}
+		return box, err
+	}
+	var sb *launcher.Sandbox
+	if err == nil {
+		sb, err = p.l.CreateFromPlan(ctx, pl, req)
+	}
 	if err != nil {
 		wd.Remove()
 		return nil, err
