@@ -2,6 +2,7 @@ package artifacts
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -372,3 +373,62 @@ func locate(userID, sessionID, filename string) (location, error) {
 }
 
 func (l location) key() string { return strings.Join(l.rel, "/") }
+
+// auditedSave is every store's SaveReader: save (the store's own steps)
+// gets r hashed on its way, and the save, or its failure, is recorded in
+// the audit log with the data's SHA-256.
+func auditedSave(ctx context.Context, audit *auditLog, save func(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, string, error),
+	userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, error) {
+	h := sha256.New()
+	v, name, err := save(ctx, userID, sessionID, filename, io.TeeReader(r, h), size, mimeType)
+	if err != nil {
+		audit.record(ctx, "save", userID, sessionID, filename, -1, nil, err)
+		return 0, err
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	if err := audit.recordSum(ctx, "save", userID, sessionID, name, v, size, sum, nil); err != nil {
+		return 0, fmt.Errorf("artifacts: save %s version %d: %w", name, v, err)
+	}
+	return v, nil
+}
+
+// checkSave is every store's first save step: the context still live,
+// the ids and the (NFKC-normalised) filename valid, the mime type (from
+// the extension when empty) allowed, the size not negative. store ("s3
+// store: ", or "" for the filesystem's) starts its error text.
+func checkSave(ctx context.Context, store, userID, sessionID, filename, mimeType string, size int64) (location, string, error) {
+	if err := ctx.Err(); err != nil {
+		return location{}, "", err
+	}
+	loc, err := locate(userID, sessionID, filename)
+	if err != nil {
+		return location{}, "", fmt.Errorf("artifacts: %ssave: %w", store, err)
+	}
+	if mimeType == "" {
+		mimeType = MimeByExtension(loc.filename)
+	}
+	if err := CheckMimeType(mimeType); err != nil {
+		return location{}, "", fmt.Errorf("artifacts: %ssave %s: %w", store, loc.filename, err)
+	}
+	if size < 0 {
+		return location{}, "", fmt.Errorf("artifacts: %ssave %s: %w: negative size %d", store, loc.filename, ErrSizeMismatch, size)
+	}
+	return loc, mimeType, nil
+}
+
+// auditedLoad is the filesystem and bucket stores' Load: load (the
+// store's own steps), and the load, or its failure, recorded in the
+// audit log.
+func auditedLoad(ctx context.Context, audit *auditLog, load func(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error),
+	userID, sessionID, filename string, version *int) (*Artifact, error) {
+	a, err := load(ctx, userID, sessionID, filename, version)
+	if err != nil {
+		audit.record(ctx, "load", userID, sessionID, filename, -1, nil, err)
+		return nil, err
+	}
+	if err := audit.record(ctx, "load", userID, sessionID, a.Filename, a.Version, a.Data, nil); err != nil {
+		return nil, fmt.Errorf("artifacts: load %s version %d: %w", a.Filename, a.Version, err)
+	}
+	return a, nil
+}

@@ -3,7 +3,6 @@ package artifacts
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,34 +105,14 @@ func (s *fsStore) Save(ctx context.Context, userID, sessionID, filename string, 
 // SaveReader is Save's steps with the data streamed from r (exactly size
 // bytes) and hashed on the way for the audit log.
 func (s *fsStore) SaveReader(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, error) {
-	h := sha256.New()
-	v, name, err := s.save(ctx, userID, sessionID, filename, io.TeeReader(r, h), size, mimeType)
-	if err != nil {
-		s.audit.record(ctx, "save", userID, sessionID, filename, -1, nil, err)
-		return 0, err
-	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	if err := s.audit.recordSum(ctx, "save", userID, sessionID, name, v, size, sum, nil); err != nil {
-		return 0, fmt.Errorf("artifacts: save %s version %d: %w", name, v, err)
-	}
-	return v, nil
+	return auditedSave(ctx, s.audit, s.save, userID, sessionID, filename, r, size, mimeType)
 }
 
 func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, data io.Reader, size int64, mimeType string) (int, string, error) {
 	// 1. validate
-	if err := ctx.Err(); err != nil {
-		return 0, "", err
-	}
-	loc, err := locate(userID, sessionID, filename)
+	loc, mimeType, err := checkSave(ctx, "", userID, sessionID, filename, mimeType, size)
 	if err != nil {
-		return 0, "", fmt.Errorf("artifacts: save: %w", err)
-	}
-	if mimeType == "" {
-		mimeType = MimeByExtension(loc.filename)
-	}
-	if err := CheckMimeType(mimeType); err != nil {
-		return 0, "", fmt.Errorf("artifacts: save %s: %w", loc.filename, err)
+		return 0, "", err
 	}
 	dir := s.dir(loc)
 
@@ -200,15 +179,7 @@ func (s *fsStore) save(ctx context.Context, userID, sessionID, filename string, 
 // Load reads a version (the highest complete one when version is nil; a
 // version whose data or .meta file is missing is skipped).
 func (s *fsStore) Load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error) {
-	a, err := s.load(ctx, userID, sessionID, filename, version)
-	if err != nil {
-		s.audit.record(ctx, "load", userID, sessionID, filename, -1, nil, err)
-		return nil, err
-	}
-	if err := s.audit.record(ctx, "load", userID, sessionID, a.Filename, a.Version, a.Data, nil); err != nil {
-		return nil, fmt.Errorf("artifacts: load %s version %d: %w", a.Filename, a.Version, err)
-	}
-	return a, nil
+	return auditedLoad(ctx, s.audit, s.load, userID, sessionID, filename, version)
 }
 
 func (s *fsStore) load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error) {

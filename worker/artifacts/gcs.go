@@ -3,7 +3,6 @@ package artifacts
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -150,18 +149,7 @@ func (s *gcsStore) Save(ctx context.Context, userID, sessionID, filename string,
 // SaveReader streams exactly size bytes of r to the next version, hashing
 // them for the audit log on the way.
 func (s *gcsStore) SaveReader(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, error) {
-	h := sha256.New()
-	v, name, err := s.save(ctx, userID, sessionID, filename, io.TeeReader(r, h), size, mimeType)
-	if err != nil {
-		s.audit.record(ctx, "save", userID, sessionID, filename, -1, nil, err)
-		return 0, err
-	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	if err := s.audit.recordSum(ctx, "save", userID, sessionID, name, v, size, sum, nil); err != nil {
-		return 0, fmt.Errorf("artifacts: save %s version %d: %w", name, v, err)
-	}
-	return v, nil
+	return auditedSave(ctx, s.audit, s.save, userID, sessionID, filename, r, size, mimeType)
 }
 
 // save writes the next version, in the S3 store's steps (s3Store.save):
@@ -174,21 +162,9 @@ func (s *gcsStore) SaveReader(ctx context.Context, userID, sessionID, filename s
 // cancelled one leaves no version.
 func (s *gcsStore) save(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, string, error) {
 	// 1. validate
-	if err := ctx.Err(); err != nil {
-		return 0, "", err
-	}
-	loc, err := locate(userID, sessionID, filename)
+	loc, mimeType, err := checkSave(ctx, "gcs store: ", userID, sessionID, filename, mimeType, size)
 	if err != nil {
-		return 0, "", fmt.Errorf("artifacts: gcs store: save: %w", err)
-	}
-	if mimeType == "" {
-		mimeType = MimeByExtension(loc.filename)
-	}
-	if err := CheckMimeType(mimeType); err != nil {
-		return 0, "", fmt.Errorf("artifacts: gcs store: save %s: %w", loc.filename, err)
-	}
-	if size < 0 {
-		return 0, "", fmt.Errorf("artifacts: gcs store: save %s: %w: negative size %d", loc.filename, ErrSizeMismatch, size)
+		return 0, "", err
 	}
 	prefix := s.artifactPrefix(loc)
 
@@ -286,15 +262,7 @@ func (s *gcsStore) list(ctx context.Context, prefix string, each func(*storage.O
 // Load reads a version (the highest when version is nil; one removed
 // between the listing and the read is skipped for the one before).
 func (s *gcsStore) Load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error) {
-	a, err := s.load(ctx, userID, sessionID, filename, version)
-	if err != nil {
-		s.audit.record(ctx, "load", userID, sessionID, filename, -1, nil, err)
-		return nil, err
-	}
-	if err := s.audit.record(ctx, "load", userID, sessionID, a.Filename, a.Version, a.Data, nil); err != nil {
-		return nil, fmt.Errorf("artifacts: load %s version %d: %w", a.Filename, a.Version, err)
-	}
-	return a, nil
+	return auditedLoad(ctx, s.audit, s.load, userID, sessionID, filename, version)
 }
 
 func (s *gcsStore) load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error) {

@@ -3,7 +3,6 @@ package artifacts
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -290,18 +289,7 @@ func (s *s3Store) Save(ctx context.Context, userID, sessionID, filename string, 
 // SaveReader streams exactly size bytes of r to the next version, hashing
 // them for the audit log on the way.
 func (s *s3Store) SaveReader(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, error) {
-	h := sha256.New()
-	v, name, err := s.save(ctx, userID, sessionID, filename, io.TeeReader(r, h), size, mimeType)
-	if err != nil {
-		s.audit.record(ctx, "save", userID, sessionID, filename, -1, nil, err)
-		return 0, err
-	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	if err := s.audit.recordSum(ctx, "save", userID, sessionID, name, v, size, sum, nil); err != nil {
-		return 0, fmt.Errorf("artifacts: save %s version %d: %w", name, v, err)
-	}
-	return v, nil
+	return auditedSave(ctx, s.audit, s.save, userID, sessionID, filename, r, size, mimeType)
 }
 
 // save writes the next version:
@@ -323,21 +311,9 @@ func (s *s3Store) SaveReader(ctx context.Context, userID, sessionID, filename st
 //     two hosts save at the same moment can be overwritten).
 func (s *s3Store) save(ctx context.Context, userID, sessionID, filename string, r io.Reader, size int64, mimeType string) (int, string, error) {
 	// 1. validate
-	if err := ctx.Err(); err != nil {
-		return 0, "", err
-	}
-	loc, err := locate(userID, sessionID, filename)
+	loc, mimeType, err := checkSave(ctx, "s3 store: ", userID, sessionID, filename, mimeType, size)
 	if err != nil {
-		return 0, "", fmt.Errorf("artifacts: s3 store: save: %w", err)
-	}
-	if mimeType == "" {
-		mimeType = MimeByExtension(loc.filename)
-	}
-	if err := CheckMimeType(mimeType); err != nil {
-		return 0, "", fmt.Errorf("artifacts: s3 store: save %s: %w", loc.filename, err)
-	}
-	if size < 0 {
-		return 0, "", fmt.Errorf("artifacts: s3 store: save %s: %w: negative size %d", loc.filename, ErrSizeMismatch, size)
+		return 0, "", err
 	}
 	prefix := s.artifactPrefix(loc)
 
@@ -527,15 +503,7 @@ func (s *s3Store) list(ctx context.Context, prefix string, each func(s3types.Obj
 // Load reads a version (the highest when version is nil; one removed
 // between the listing and the read is skipped for the one before).
 func (s *s3Store) Load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error) {
-	a, err := s.load(ctx, userID, sessionID, filename, version)
-	if err != nil {
-		s.audit.record(ctx, "load", userID, sessionID, filename, -1, nil, err)
-		return nil, err
-	}
-	if err := s.audit.record(ctx, "load", userID, sessionID, a.Filename, a.Version, a.Data, nil); err != nil {
-		return nil, fmt.Errorf("artifacts: load %s version %d: %w", a.Filename, a.Version, err)
-	}
-	return a, nil
+	return auditedLoad(ctx, s.audit, s.load, userID, sessionID, filename, version)
 }
 
 func (s *s3Store) load(ctx context.Context, userID, sessionID, filename string, version *int) (*Artifact, error) {
