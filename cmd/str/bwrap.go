@@ -149,23 +149,6 @@ func cmdBwrap(name string, args []string) int {
 	// The command line describes the whole filesystem, environment,
 	// working directory and ids; the profile keeps the rest (namespaces,
 	// limits, rlimits, seccomp, network policy, capabilities dropped).
-	// --disable-userns: where the profile's policy lets the tool make user
-	// namespaces (nesting), str stacks a filter that refuses them; it is
-	// loaded before the line's own filters (below), so they need not
-	// allow prctl for it. --assert-userns-disabled alone only checks.
-	var usernsFilter [][]byte
-	if sb.UsernsDisabled || sb.UsernsAsserted {
-		if err := checkUsernsDenied(l, pl.Child.SeccompPolicy); err != nil {
-			if !sb.UsernsDisabled {
-				return fail("--assert-userns-disabled: %v", err)
-			}
-			f, err := bwrap.UsernsFilter()
-			if err != nil {
-				return fail("--disable-userns: %v", err)
-			}
-			usernsFilter = append(usernsFilter, f)
-		}
-	}
 	if pl.Rootless {
 		// --bind-fd: rootless, the init clones the source itself, in a
 		// process that does not hold the caller's descriptor: it gets the
@@ -199,22 +182,30 @@ func cmdBwrap(name string, args []string) int {
 	// --seccomp, --add-seccomp-fd: the line's own filters, in its order;
 	// unless the profile says caller_seccomp: stack, instead of the
 	// profile's (bubblewrap's behaviour: the caller's filter decides).
+	policy := pl.Child.SeccompPolicy
 	pl.SetCallerSeccomp(sb.Seccomp)
-	switch {
-	case pl.Child.SeccompPolicy == "" && (sb.UsernsDisabled || sb.UsernsAsserted) && usernsFilter == nil:
-		// The line's filters replace the policy that refused user
-		// namespaces: --disable-userns keeps its promise through
-		// UsernsFilter; --assert-userns-disabled cannot be checked.
-		if !sb.UsernsDisabled {
-			return fail("--assert-userns-disabled: the profile's seccomp policy, which refuses user namespaces, is replaced by this line's own --seccomp/--add-seccomp-fd filters; add --disable-userns or use a profile with caller_seccomp: stack")
+	// --disable-userns: where the profile's policy lets the tool make user
+	// namespaces (nesting), or the line's own filters replace the policy
+	// that refused them, str stacks a filter that refuses them; it is
+	// loaded before the line's own filters, so they need not allow prctl
+	// for it. --assert-userns-disabled alone only checks.
+	if sb.UsernsDisabled || sb.UsernsAsserted {
+		err := checkUsernsDenied(l, policy)
+		if err == nil && pl.Child.SeccompPolicy == "" {
+			err = errors.New("the profile's seccomp policy, which refuses user namespaces, is replaced by this line's own --seccomp/--add-seccomp-fd filters; add --disable-userns or use a profile with caller_seccomp: stack")
 		}
-		f, err := bwrap.UsernsFilter()
-		if err != nil {
-			return fail("--disable-userns: %v", err)
+		switch {
+		case err == nil: // the profile's policy refuses them, and stays
+		case !sb.UsernsDisabled:
+			return fail("--assert-userns-disabled: %v", err)
+		default:
+			f, err := bwrap.UsernsFilter()
+			if err != nil {
+				return fail("--disable-userns: %v", err)
+			}
+			pl.Child.ExtraSeccomp = append([][]byte{f}, pl.Child.ExtraSeccomp...)
 		}
-		usernsFilter = append(usernsFilter, f)
 	}
-	pl.Child.ExtraSeccomp = append(usernsFilter, pl.Child.ExtraSeccomp...)
 	// The root and what the line made on it are the command's and stay
 	// writable, as bubblewrap's tmpfs root (init step 7); a line that
 	// binds a directory over / has that bind as its root under

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -185,19 +184,9 @@ type classReply struct {
 // invokeClass is invoke with str invoke's extra flags (--artifact).
 func invokeClass(t *testing.T, broker int, tool, args string, extra ...string) (classReply, string) {
 	t.Helper()
-	cmd := exec.Command(strBin, append([]string{"invoke", tool, "--broker", "127.0.0.1:" + strconv.Itoa(broker),
-		"--namespace", "it/", "--args", args, "--wait", "3m"}, extra...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
-		t.Fatalf("str invoke: %v", err)
-	}
 	var r classReply
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
-		t.Fatalf("str invoke %s: exit %d, last line is not a reply (%v):\n%s", tool, cmd.ProcessState.ExitCode(), err, out.String())
-	}
-	return r, out.String()
+	out := invokeInto(t, broker, tool, args, &r, extra...)
+	return r, out
 }
 
 // A gvisor call keeps the worker's result contract as a namespaces call

@@ -231,19 +231,28 @@ type reply struct {
 // line of output) and the whole output.
 func invoke(t *testing.T, broker int, tool, args string) (reply, string) {
 	t.Helper()
-	cmd := exec.Command(strBin, "invoke", tool, "--broker", "127.0.0.1:"+strconv.Itoa(broker),
-		"--namespace", "it/", "--args", args, "--wait", "3m")
+	var r reply
+	out := invokeInto(t, broker, tool, args, &r)
+	return r, out
+}
+
+// invokeInto calls tool through `str invoke` with extra flags, decodes
+// the reply (its last line of output) into r and returns the whole
+// output.
+func invokeInto(t *testing.T, broker int, tool, args string, r any, extra ...string) string {
+	t.Helper()
+	cmd := exec.Command(strBin, append([]string{"invoke", tool, "--broker", "127.0.0.1:" + strconv.Itoa(broker),
+		"--namespace", "it/", "--args", args, "--wait", "3m"}, extra...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
 		t.Fatalf("str invoke: %v", err)
 	}
-	var r reply
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), r); err != nil {
 		t.Fatalf("str invoke %s: exit %d, last line is not a reply (%v):\n%s", tool, cmd.ProcessState.ExitCode(), err, out.String())
 	}
-	return r, out.String()
+	return out.String()
 }
 
 // A bind source on a shared mount (systemd makes / shared): the
